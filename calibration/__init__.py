@@ -1,0 +1,1 @@
+"""Real-model measurement of step latencies and acceptance traces, and live runs."""

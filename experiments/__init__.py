@@ -1,0 +1,1 @@
+"""Experiment configs, the draftsim CLI, sweeps, reports and plots."""

@@ -1,0 +1,1 @@
+"""Policies that read ground truth, closed-form bounds, and regret references."""

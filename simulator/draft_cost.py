@@ -1,0 +1,65 @@
+"""Draft cost models: how long one drafter's drafting phase takes for its own sub-batch.
+
+- `autoregressive`: a draft model runs k forward steps of its latency profile, one token per
+  sequence each (a small model, an int8 or layer-truncated copy).
+- `whole_proposal`: one profile evaluation prices the whole phase, batched_tokens = tokens
+  proposed (the published EAGLE-3 fit).
+- `fraction_of_verify`: a fixed fraction of the same step's verify time (prompt lookup n-gram).
+- `constant`: fixed seconds per drafting phase (bounds experiments, tests).
+A drafter that proposes nothing this step costs nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.latency import LatencyProfile, resolve_profile
+
+DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "constant")
+
+
+@dataclass
+class DraftCost:
+    """Prices one drafting phase of one drafter over the sequences it drafts for."""
+
+    kind: str
+    profile: LatencyProfile | None = None
+    fraction: float = 0.0
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in DRAFT_COST_KINDS:
+            raise ValueError(f"unknown draft cost kind {self.kind!r}; expected one of {DRAFT_COST_KINDS}")
+        if self.kind in ("autoregressive", "whole_proposal") and self.profile is None:
+            raise ValueError(f"draft cost kind {self.kind!r} needs a latency profile")
+
+    def draft_time(self, num_seqs: int, proposed_tokens: int, k_max: int, kv_tokens: int,
+                   verify_time: float) -> float:
+        """Seconds to draft for `num_seqs` sequences proposing `proposed_tokens` in all (up to k_max each)."""
+        if num_seqs <= 0 or proposed_tokens <= 0:
+            return 0.0
+        if self.kind == "constant":
+            return self.seconds
+        if self.kind == "fraction_of_verify":
+            return self.fraction * verify_time
+        if self.kind == "whole_proposal":
+            return self.profile.step_time(num_seqs, proposed_tokens, kv_tokens)
+        total = 0.0
+        for i in range(k_max):
+            total += self.profile.step_time(num_seqs, num_seqs, kv_tokens + i * num_seqs)
+        return total
+
+
+def draft_cost_from_config(doc: dict[str, Any], where: str = "drafter cost") -> DraftCost:
+    """Build a DraftCost from `{kind, profile?, fraction?, seconds?}`; errors name the key."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: expected a mapping with 'kind', got {doc!r}")
+    unknown = set(doc) - {"kind", "profile", "fraction", "seconds"}
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; expected kind, profile, fraction, seconds")
+    kind = doc.get("kind")
+    if kind not in DRAFT_COST_KINDS:
+        raise ValueError(f"{where}.kind: expected one of {DRAFT_COST_KINDS}, got {kind!r}")
+    profile = resolve_profile(doc["profile"]) if doc.get("profile") else None
+    return DraftCost(kind=kind, profile=profile, fraction=float(doc.get("fraction", 0.0)),
+                     seconds=float(doc.get("seconds", 0.0)))

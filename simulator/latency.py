@@ -1,0 +1,263 @@
+"""Latency profiles: how long one forward step takes for the batch it actually has.
+
+A profile maps (num_seqs, batched_tokens, kv_tokens) to seconds for one (model, hardware,
+backend, dtype). Kinds: `linear` (a*kv + b*batched + c*seqs + d), `table` (interpolated from
+measurements, linear fit outside them) and `roofline` (from catalogs; see simulator/roofline.py).
+Every profile carries its provenance and, when fitted, the raw measurements and fit error.
+Profile files are YAML; built-in ones live in traces/data/profiles/.
+"""
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import yaml
+
+from traces.atomic import atomic_write_text
+from traces.errors import TraceFormatError
+
+TERMS = ("kv_tokens", "batched_tokens", "num_seqs", "const")
+
+
+@runtime_checkable
+class LatencyProfile(Protocol):
+    """Anything that prices one forward step of a batch."""
+
+    name: str
+
+    def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float: ...
+
+
+@dataclass
+class Measurement:
+    """One measured point: median seconds over repeats, its spread, and machine load when taken."""
+
+    num_seqs: int
+    batched_tokens: int
+    kv_tokens: int
+    seconds: float
+    spread: float = 0.0  # (p90 - p10) / 2 over repeats, seconds
+    repeats: int = 1
+    load: float | None = None  # 1-min load average / cores when measured
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Provenance:
+    """Where a profile came from."""
+
+    source: str  # "measured", "published", "roofline", "imported"
+    backend: str = ""
+    device: str = ""
+    dtype: str = ""
+    date: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    notes: str = ""
+
+
+@dataclass
+class LinearProfile:
+    """t = kv_tokens*a + batched_tokens*b + num_seqs*c + const."""
+
+    name: str
+    coefficients: dict[str, float]
+    model: str = ""
+    provenance: Provenance = field(default_factory=lambda: Provenance("unknown"))
+    measurements: list[Measurement] = field(default_factory=list)
+    fit: dict[str, Any] = field(default_factory=dict)
+    kind: str = "linear"
+
+    def __post_init__(self) -> None:
+        unknown = set(self.coefficients) - set(TERMS)
+        if unknown:
+            raise ValueError(f"profile {self.name!r}: unknown coefficient(s) {sorted(unknown)}; "
+                             f"expected some of {TERMS}")
+        c = self.coefficients
+        self._a, self._b = float(c.get("kv_tokens", 0.0)), float(c.get("batched_tokens", 0.0))
+        self._s, self._d = float(c.get("num_seqs", 0.0)), float(c.get("const", 0.0))
+
+    def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
+        return self._a * kv_tokens + self._b * batched_tokens + self._s * num_seqs + self._d
+
+
+@dataclass
+class TableProfile:
+    """Interpolates measured points over (batched_tokens, kv_tokens); a linear fit covers the rest."""
+
+    name: str
+    measurements: list[Measurement]
+    model: str = ""
+    provenance: Provenance = field(default_factory=lambda: Provenance("unknown"))
+    fit: dict[str, Any] = field(default_factory=dict)
+    kind: str = "table"
+
+    def __post_init__(self) -> None:
+        from scipy.interpolate import LinearNDInterpolator
+
+        if len(self.measurements) < 4:
+            raise ValueError(f"table profile {self.name!r} needs at least 4 measurements, "
+                             f"got {len(self.measurements)}")
+        self._fallback = fit_linear(self.name, self.measurements).profile
+        pts = np.array([[m.batched_tokens, m.kv_tokens] for m in self.measurements], dtype=float)
+        vals = np.array([m.seconds for m in self.measurements], dtype=float)
+        self._interp = None
+        if np.linalg.matrix_rank(pts - pts.mean(axis=0)) == 2:
+            self._interp = LinearNDInterpolator(np.log1p(pts), vals)
+
+    def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
+        if self._interp is not None:
+            v = float(self._interp(np.log1p(batched_tokens), np.log1p(kv_tokens)))
+            if np.isfinite(v):
+                return v
+        return self._fallback.step_time(num_seqs, batched_tokens, kv_tokens)
+
+
+@dataclass
+class LinearFit:
+    profile: LinearProfile
+    mape: float  # mean absolute percentage error over the measurements, in percent
+    per_term_share: dict[str, float]  # mean share of predicted time from each term
+
+
+def fit_linear(name: str, measurements: list[Measurement], terms: tuple[str, ...] = TERMS, *,
+               model: str = "", provenance: Provenance | None = None) -> LinearFit:
+    """Least-squares fit (non-negative coefficients, relative error weighting) of a linear profile."""
+    from scipy.optimize import nnls
+
+    if not measurements:
+        raise ValueError(f"cannot fit profile {name!r}: no measurements")
+    cols = {
+        "kv_tokens": [m.kv_tokens for m in measurements],
+        "batched_tokens": [m.batched_tokens for m in measurements],
+        "num_seqs": [m.num_seqs for m in measurements],
+        "const": [1.0] * len(measurements),
+    }
+    X = np.array([cols[t] for t in terms], dtype=float).T
+    y = np.array([m.seconds for m in measurements], dtype=float)
+    w = 1.0 / np.maximum(y, 1e-12)  # minimise relative error: small steps matter as much as big ones
+    coef, _ = nnls(X * w[:, None], y * w)
+    pred = X @ coef
+    mape = float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-12)) * 100.0)
+    share = {t: float(np.mean(X[:, i] * coef[i] / np.maximum(pred, 1e-12))) for i, t in enumerate(terms)}
+    prof = LinearProfile(name=name, coefficients={t: float(c) for t, c in zip(terms, coef)}, model=model,
+                         provenance=provenance or Provenance("measured"), measurements=list(measurements),
+                         fit={"method": "nnls, relative error", "mape_percent": mape, "term_share": share})
+    return LinearFit(prof, mape, share)
+
+
+def mape(profile: LatencyProfile, measurements: list[Measurement]) -> float:
+    """Mean absolute percentage error of `profile` over measured points, in percent."""
+    errs = [abs(profile.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens) - m.seconds) / m.seconds
+            for m in measurements if m.seconds > 0]
+    return float(np.mean(errs) * 100.0) if errs else float("nan")
+
+
+# ---------------------------------------------------------------- files
+
+
+def profile_to_dict(profile: LinearProfile | TableProfile) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": profile.kind, "name": profile.name, "model": profile.model,
+                           "provenance": asdict(profile.provenance)}
+    if isinstance(profile, LinearProfile):
+        out["coefficients"] = dict(profile.coefficients)
+    if profile.fit:
+        out["fit"] = profile.fit
+    out["measurements"] = [asdict(m) for m in profile.measurements]
+    return out
+
+
+def save_profile(profile: LinearProfile | TableProfile, path: str | Path) -> Path:
+    """Write a profile YAML atomically, raw measurements and provenance included."""
+    path = Path(path)
+    atomic_write_text(path, yaml.safe_dump(_plain(profile_to_dict(profile)), sort_keys=False))
+    return path
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def profile_from_dict(doc: Any, path: str) -> LinearProfile | TableProfile:
+    """Parse a profile document; errors name the file and key."""
+    if not isinstance(doc, dict):
+        raise TraceFormatError(path, "expected a mapping at the top level")
+    allowed = {"kind", "name", "model", "provenance", "coefficients", "fit", "measurements"}
+    unknown = set(doc) - allowed
+    if unknown:
+        raise TraceFormatError(path, f"unknown key(s) {sorted(unknown)}; expected some of {sorted(allowed)}")
+    kind = doc.get("kind")
+    if kind not in ("linear", "table"):
+        raise TraceFormatError(path, f"expected 'linear' or 'table', got {kind!r}", field="kind")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise TraceFormatError(path, "expected a non-empty string", field="name")
+    prov_doc = doc.get("provenance") or {"source": "unknown"}
+    try:
+        prov = Provenance(**prov_doc)
+    except TypeError as e:
+        raise TraceFormatError(path, f"bad provenance: {e}", field="provenance") from e
+    meas = []
+    for i, m in enumerate(doc.get("measurements") or []):
+        try:
+            meas.append(Measurement(**m))
+        except TypeError as e:
+            raise TraceFormatError(path, f"bad measurement: {e}", field=f"measurements[{i}]") from e
+    if kind == "linear":
+        coef = doc.get("coefficients")
+        if not isinstance(coef, dict) or not coef:
+            raise TraceFormatError(path, f"expected a mapping of some of {TERMS} to seconds", field="coefficients")
+        for t, v in coef.items():
+            if t not in TERMS:
+                raise TraceFormatError(path, f"unknown term; expected one of {TERMS}", field=f"coefficients.{t}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise TraceFormatError(path, f"expected a number >= 0, got {v!r}", field=f"coefficients.{t}")
+        return LinearProfile(name=name, coefficients={k: float(v) for k, v in coef.items()},
+                             model=str(doc.get("model", "")), provenance=prov, measurements=meas,
+                             fit=dict(doc.get("fit") or {}))
+    try:
+        return TableProfile(name=name, measurements=meas, model=str(doc.get("model", "")), provenance=prov,
+                            fit=dict(doc.get("fit") or {}))
+    except ValueError as e:
+        raise TraceFormatError(path, str(e), field="measurements") from e
+
+
+def load_profile(path: str | Path) -> LinearProfile | TableProfile:
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFormatError(str(path), "latency profile file not found")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise TraceFormatError(str(path), f"not valid YAML: {e}") from e
+    return profile_from_dict(doc, str(path))
+
+
+def builtin_profile_dir() -> Path:
+    return Path(str(importlib.resources.files("traces") / "data" / "profiles"))
+
+
+def builtin_profiles() -> dict[str, Path]:
+    """Name -> file of every profile shipped with the package."""
+    folder = builtin_profile_dir()
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))} if folder.is_dir() else {}
+
+
+def resolve_profile(name_or_path: str) -> LinearProfile | TableProfile:
+    """A built-in profile by name, or a profile file by path."""
+    builtin = builtin_profiles()
+    if name_or_path in builtin:
+        return load_profile(builtin[name_or_path])
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return load_profile(p)
+    raise TraceFormatError(name_or_path, "no such latency profile: not a built-in name "
+                           f"({', '.join(builtin) or 'none'}) and not a file")

@@ -1,0 +1,50 @@
+"""Atomic file writes: write to a temp file in the same folder, fsync, then rename."""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", *, compress: bool | None = None) -> Iterator[IO]:
+    """Open `path` for writing so readers see either the old file or the complete new one.
+
+    `mode` is "w" (text, UTF-8) or "wb"; `compress` defaults to True when the name ends in `.gz`.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open mode must be 'w' or 'wb', got {mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if compress is None:
+        compress = path.suffix == ".gz"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        if compress:
+            # mtime=0 keeps compressed output byte-identical across runs.
+            gz = gzip.GzipFile(tmp, "wb", mtime=0)
+            f = gz if mode == "wb" else io.TextIOWrapper(gz, encoding="utf-8", newline="\n")
+        else:
+            f = open(tmp, mode, **({} if mode == "wb" else {"encoding": "utf-8", "newline": "\n"}))
+        with f:
+            yield f
+        with open(tmp, "rb") as check:
+            os.fsync(check.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a whole text file atomically."""
+    with atomic_open(path, "w") as f:
+        f.write(text)

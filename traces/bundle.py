@@ -1,0 +1,410 @@
+"""Trace bundles on disk: `trace.yaml` + `requests.jsonl[.gz]`, loaded with full validation.
+
+A bundle holds, per request and per drafter, the acceptance trace of DESIGN "Data model":
+`acc_len[p]` (tokens one verify step emits when drafting starts at output position p, uncapped,
+>= 1), and optionally `tv[p]` and `proposal_len[p]`.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import yaml
+
+from traces.atomic import atomic_open, atomic_write_text
+from traces.errors import TraceFormatError
+
+SCHEMA_VERSION = 1
+TOOL_VERSION = "0.1.0"
+DRAFTER_KINDS = ("eagle", "ngram", "draft_model", "int8", "truncated", "mtp", "synthetic")
+
+_META_KEYS = {"schema_version", "target", "temperature", "drafters", "dataset", "source", "tool_version", "extra"}
+_REQUEST_KEYS = {"id", "prompt_len", "output_len", "category", "arrival_time", "prompt_token_ids",
+                 "output_token_ids", "drafters"}
+_DRAFTER_TRACE_KEYS = {"acc_len", "tv", "proposal_len"}
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A drafter named in a bundle: its kind and the name of the cost model that prices its steps."""
+
+    name: str
+    kind: str
+    cost_model: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DrafterTrace:
+    """Per-position acceptance of one drafter on one request (arrays of length output_len)."""
+
+    acc_len: np.ndarray  # int32, >= 1
+    tv: np.ndarray | None = None  # float32 in [0, 1]
+    proposal_len: np.ndarray | None = None  # int32 >= 0; 0 = drafter has nothing to propose
+
+
+@dataclass
+class RequestTrace:
+    """One request: lengths, optional tokens and arrival, and each drafter's acceptance trace."""
+
+    id: str
+    prompt_len: int
+    output_len: int
+    drafters: dict[str, DrafterTrace]
+    category: str | None = None
+    arrival_time: float | None = None
+    prompt_token_ids: list[int] | None = None
+    output_token_ids: list[int] | None = None
+
+
+@dataclass
+class BundleMeta:
+    """Contents of `trace.yaml`."""
+
+    target: str
+    drafters: dict[str, DrafterSpec]
+    temperature: float = 0.0
+    dataset: str = "unknown"
+    source: dict[str, Any] = field(default_factory=dict)
+    tool_version: str = TOOL_VERSION
+    schema_version: int = SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TraceBundle:
+    """A validated bundle held in memory."""
+
+    meta: BundleMeta
+    requests: list[RequestTrace]
+
+    @property
+    def drafter_names(self) -> list[str]:
+        return list(self.meta.drafters)
+
+    def validate(self, where: str = "<memory>") -> None:
+        """Check cross-field rules (lengths, ranges, drafter names); raise TraceFormatError."""
+        _check_meta(self.meta, where)
+        seen: set[str] = set()
+        for i, r in enumerate(self.requests, start=1):
+            _check_request(r, self.meta, where, i)
+            if r.id in seen:
+                raise TraceFormatError(where, f"duplicate request id {r.id!r}", line=i, field="id")
+            seen.add(r.id)
+
+
+# ---------------------------------------------------------------- validation helpers
+
+
+def _fail(path: str, msg: str, line: int | None = None, fld: str | None = None) -> None:
+    raise TraceFormatError(path, msg, line=line, field=fld)
+
+
+def _check_meta(meta: BundleMeta, path: str) -> None:
+    if meta.schema_version != SCHEMA_VERSION:
+        _fail(path, f"schema_version {meta.schema_version} is not supported (expected {SCHEMA_VERSION})",
+              fld="schema_version")
+    if not (isinstance(meta.temperature, (int, float)) and 0.0 <= meta.temperature <= 10.0):
+        _fail(path, f"expected a number in [0, 10], got {meta.temperature!r}", fld="temperature")
+    if not meta.drafters:
+        _fail(path, "expected at least one drafter", fld="drafters")
+    for name, spec in meta.drafters.items():
+        if spec.kind not in DRAFTER_KINDS:
+            _fail(path, f"unknown kind {spec.kind!r}; expected one of {', '.join(DRAFTER_KINDS)}",
+                  fld=f"drafters.{name}.kind")
+
+
+def _check_request(r: RequestTrace, meta: BundleMeta, path: str, line: int) -> None:
+    if not isinstance(r.prompt_len, (int, np.integer)) or r.prompt_len < 1:
+        _fail(path, f"expected an integer >= 1, got {r.prompt_len!r}", line, "prompt_len")
+    if not isinstance(r.output_len, (int, np.integer)) or r.output_len < 1:
+        _fail(path, f"expected an integer >= 1, got {r.output_len!r}", line, "output_len")
+    if r.arrival_time is not None and not (math.isfinite(r.arrival_time) and r.arrival_time >= 0):
+        _fail(path, f"expected a finite number >= 0, got {r.arrival_time!r}", line, "arrival_time")
+    if r.prompt_token_ids is not None and len(r.prompt_token_ids) != r.prompt_len:
+        _fail(path, f"has {len(r.prompt_token_ids)} ids but prompt_len is {r.prompt_len}", line,
+              "prompt_token_ids")
+    if r.output_token_ids is not None and len(r.output_token_ids) != r.output_len:
+        _fail(path, f"has {len(r.output_token_ids)} ids but output_len is {r.output_len}", line,
+              "output_token_ids")
+    missing = set(meta.drafters) - set(r.drafters)
+    if missing:
+        _fail(path, f"no trace for drafter(s) {sorted(missing)} named in trace.yaml", line, "drafters")
+    extra = set(r.drafters) - set(meta.drafters)
+    if extra:
+        _fail(path, f"drafter(s) {sorted(extra)} are not declared in trace.yaml", line, "drafters")
+    for d, t in r.drafters.items():
+        f = f"drafters.{d}"
+        if t.acc_len.shape != (r.output_len,):
+            _fail(path, f"expected {r.output_len} values (output_len), got {t.acc_len.shape[0]}", line,
+                  f + ".acc_len")
+        if t.acc_len.size and t.acc_len.min() < 1:
+            p = int(np.argmin(t.acc_len))
+            _fail(path, f"expected integers >= 1, got {int(t.acc_len[p])} at position {p}", line, f + ".acc_len")
+        if t.tv is not None:
+            if t.tv.shape != (r.output_len,):
+                _fail(path, f"expected {r.output_len} values (output_len), got {t.tv.shape[0]}", line, f + ".tv")
+            bad = ~((t.tv >= 0) & (t.tv <= 1))
+            if bad.any():
+                p = int(np.argmax(bad))
+                _fail(path, f"expected numbers in [0, 1], got {float(t.tv[p])} at position {p}", line, f + ".tv")
+        if t.proposal_len is not None:
+            if t.proposal_len.shape != (r.output_len,):
+                _fail(path, f"expected {r.output_len} values (output_len), got {t.proposal_len.shape[0]}", line,
+                      f + ".proposal_len")
+            if t.proposal_len.size and t.proposal_len.min() < 0:
+                p = int(np.argmin(t.proposal_len))
+                _fail(path, f"expected integers >= 0, got {int(t.proposal_len[p])} at position {p}", line,
+                      f + ".proposal_len")
+
+
+def _int_array(value: Any, path: str, line: int, fld: str) -> np.ndarray:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        _fail(path, "expected a list of integers", line, fld)
+    return np.asarray(value, dtype=np.int32)
+
+
+def _float_array(value: Any, path: str, line: int, fld: str) -> np.ndarray:
+    if not isinstance(value, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        _fail(path, "expected a list of numbers", line, fld)
+    return np.asarray(value, dtype=np.float32)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def parse_meta(doc: Any, path: str) -> BundleMeta:
+    """Build BundleMeta from the parsed `trace.yaml`, naming the key that is wrong."""
+    if not isinstance(doc, dict):
+        _fail(path, f"expected a mapping at the top level, got {type(doc).__name__}")
+    unknown = set(doc) - _META_KEYS
+    if unknown:
+        _fail(path, f"unknown key(s) {sorted(unknown)}; expected only {sorted(_META_KEYS)}")
+    for key in ("target", "drafters"):
+        if key not in doc:
+            _fail(path, "missing required key", fld=key)
+    if not isinstance(doc["target"], str):
+        _fail(path, f"expected a model name (string), got {doc['target']!r}", fld="target")
+    drafters_doc = doc["drafters"]
+    if not isinstance(drafters_doc, dict) or not drafters_doc:
+        _fail(path, "expected a non-empty mapping of drafter name -> {kind, cost_model}", fld="drafters")
+    drafters: dict[str, DrafterSpec] = {}
+    for name, spec in drafters_doc.items():
+        f = f"drafters.{name}"
+        if not isinstance(spec, dict):
+            _fail(path, "expected a mapping with keys kind, cost_model[, params]", fld=f)
+        unknown = set(spec) - {"kind", "cost_model", "params"}
+        if unknown:
+            _fail(path, f"unknown key(s) {sorted(unknown)}; expected kind, cost_model, params", fld=f)
+        if "kind" not in spec:
+            _fail(path, "missing required key", fld=f + ".kind")
+        params = spec.get("params") or {}
+        if not isinstance(params, dict):
+            _fail(path, "expected a mapping", fld=f + ".params")
+        drafters[str(name)] = DrafterSpec(str(name), str(spec["kind"]), str(spec.get("cost_model", name)), params)
+    for key, typ in (("source", dict), ("extra", dict)):
+        if key in doc and not isinstance(doc[key], typ):
+            _fail(path, f"expected a mapping, got {type(doc[key]).__name__}", fld=key)
+    temperature = doc.get("temperature", 0.0)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        _fail(path, f"expected a number, got {temperature!r}", fld="temperature")
+    schema = doc.get("schema_version", SCHEMA_VERSION)
+    if isinstance(schema, bool) or not isinstance(schema, int):
+        _fail(path, f"expected an integer, got {schema!r}", fld="schema_version")
+    meta = BundleMeta(
+        target=doc["target"],
+        drafters=drafters,
+        temperature=float(temperature),
+        dataset=str(doc.get("dataset", "unknown")),
+        source=dict(doc.get("source") or {}),
+        tool_version=str(doc.get("tool_version", TOOL_VERSION)),
+        schema_version=schema,
+        extra=dict(doc.get("extra") or {}),
+    )
+    _check_meta(meta, path)
+    return meta
+
+
+def parse_request(doc: Any, meta: BundleMeta, path: str, line: int) -> RequestTrace:
+    """Build one RequestTrace from a parsed JSONL line, naming the field that is wrong."""
+    if not isinstance(doc, dict):
+        _fail(path, f"expected a JSON object, got {type(doc).__name__}", line)
+    unknown = set(doc) - _REQUEST_KEYS
+    if unknown:
+        _fail(path, f"unknown key(s) {sorted(unknown)}; expected only {sorted(_REQUEST_KEYS)}", line)
+    for key in ("id", "drafters"):
+        if key not in doc:
+            _fail(path, "missing required field", line, key)
+    drafters_doc = doc["drafters"]
+    if not isinstance(drafters_doc, dict):
+        _fail(path, "expected an object of drafter name -> {acc_len, tv?, proposal_len?}", line, "drafters")
+    drafters: dict[str, DrafterTrace] = {}
+    for name, t in drafters_doc.items():
+        f = f"drafters.{name}"
+        if not isinstance(t, dict):
+            _fail(path, "expected an object with acc_len[, tv, proposal_len]", line, f)
+        unknown = set(t) - _DRAFTER_TRACE_KEYS
+        if unknown:
+            _fail(path, f"unknown key(s) {sorted(unknown)}; expected acc_len, tv, proposal_len", line, f)
+        if "acc_len" not in t:
+            _fail(path, "missing required field", line, f + ".acc_len")
+        drafters[name] = DrafterTrace(
+            acc_len=_int_array(t["acc_len"], path, line, f + ".acc_len"),
+            tv=None if t.get("tv") is None else _float_array(t["tv"], path, line, f + ".tv"),
+            proposal_len=None if t.get("proposal_len") is None
+            else _int_array(t["proposal_len"], path, line, f + ".proposal_len"),
+        )
+    first = next(iter(drafters.values()), None)
+    output_len = doc.get("output_len", None if first is None else int(first.acc_len.shape[0]))
+    prompt_ids = doc.get("prompt_token_ids")
+    output_ids = doc.get("output_token_ids")
+    if prompt_ids is not None:
+        prompt_ids = _int_array(prompt_ids, path, line, "prompt_token_ids").tolist()
+    if output_ids is not None:
+        output_ids = _int_array(output_ids, path, line, "output_token_ids").tolist()
+    prompt_len = doc.get("prompt_len", None if prompt_ids is None else len(prompt_ids))
+    if prompt_len is None:
+        _fail(path, "missing: give prompt_len or prompt_token_ids", line, "prompt_len")
+    for key, val in (("prompt_len", prompt_len), ("output_len", output_len)):
+        if isinstance(val, bool) or not isinstance(val, int):
+            _fail(path, f"expected an integer, got {val!r}", line, key)
+    arrival = doc.get("arrival_time")
+    if arrival is not None and (isinstance(arrival, bool) or not isinstance(arrival, (int, float))):
+        _fail(path, f"expected a number or null, got {arrival!r}", line, "arrival_time")
+    category = doc.get("category")
+    if category is not None and not isinstance(category, str):
+        _fail(path, f"expected a string or null, got {category!r}", line, "category")
+    req = RequestTrace(
+        id=str(doc["id"]),
+        prompt_len=prompt_len,
+        output_len=output_len,
+        drafters=drafters,
+        category=category,
+        arrival_time=None if arrival is None else float(arrival),
+        prompt_token_ids=prompt_ids,
+        output_token_ids=output_ids,
+    )
+    _check_request(req, meta, path, line)
+    return req
+
+
+def _requests_file(folder: Path) -> Path:
+    for name in ("requests.jsonl", "requests.jsonl.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    raise TraceFormatError(str(folder), "no requests.jsonl or requests.jsonl.gz in the bundle folder")
+
+
+def load_bundle(path: str | Path) -> TraceBundle:
+    """Load and validate a bundle folder; errors name the file, line and field."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise TraceFormatError(str(folder), "not a trace bundle folder (expected a folder with trace.yaml)")
+    meta_path = folder / "trace.yaml"
+    if not meta_path.is_file():
+        raise TraceFormatError(str(meta_path), "missing: every bundle needs a trace.yaml")
+    try:
+        meta_doc = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise TraceFormatError(str(meta_path), f"not valid YAML: {e}") from e
+    meta = parse_meta(meta_doc, str(meta_path))
+    req_path = _requests_file(folder)
+    opener = gzip.open if req_path.suffix == ".gz" else open
+    requests: list[RequestTrace] = []
+    seen: set[str] = set()
+    try:
+        with opener(req_path, "rt", encoding="utf-8") as f:
+            for line_no, text in enumerate(f, start=1):
+                if not text.strip():
+                    raise TraceFormatError(str(req_path), "blank line (expected one JSON object per line)",
+                                           line=line_no)
+                try:
+                    doc = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise TraceFormatError(str(req_path), f"not valid JSON: {e.msg} at column {e.colno}",
+                                           line=line_no) from e
+                req = parse_request(doc, meta, str(req_path), line_no)
+                if req.id in seen:
+                    raise TraceFormatError(str(req_path), f"duplicate request id {req.id!r}", line=line_no,
+                                           field="id")
+                seen.add(req.id)
+                requests.append(req)
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise TraceFormatError(str(req_path), f"cannot be read completely ({e}); the file may be truncated") from e
+    if not requests:
+        raise TraceFormatError(str(req_path), "contains no requests")
+    return TraceBundle(meta, requests)
+
+
+def meta_to_dict(meta: BundleMeta) -> dict[str, Any]:
+    """Plain-data form of BundleMeta, as written to trace.yaml."""
+    return {
+        "schema_version": meta.schema_version,
+        "target": meta.target,
+        "temperature": meta.temperature,
+        "dataset": meta.dataset,
+        "drafters": {
+            n: {"kind": s.kind, "cost_model": s.cost_model, **({"params": s.params} if s.params else {})}
+            for n, s in meta.drafters.items()
+        },
+        "source": meta.source,
+        "tool_version": meta.tool_version,
+        **({"extra": meta.extra} if meta.extra else {}),
+    }
+
+
+def request_to_dict(r: RequestTrace) -> dict[str, Any]:
+    """Plain-data form of one request, as written to requests.jsonl."""
+    out: dict[str, Any] = {"id": r.id, "prompt_len": int(r.prompt_len), "output_len": int(r.output_len)}
+    if r.category is not None:
+        out["category"] = r.category
+    if r.arrival_time is not None:
+        out["arrival_time"] = r.arrival_time
+    if r.prompt_token_ids is not None:
+        out["prompt_token_ids"] = list(map(int, r.prompt_token_ids))
+    if r.output_token_ids is not None:
+        out["output_token_ids"] = list(map(int, r.output_token_ids))
+    drafters = {}
+    for d, t in r.drafters.items():
+        entry: dict[str, Any] = {"acc_len": t.acc_len.astype(int).tolist()}
+        if t.tv is not None:
+            entry["tv"] = [round(float(x), 5) for x in t.tv]
+        if t.proposal_len is not None:
+            entry["proposal_len"] = t.proposal_len.astype(int).tolist()
+        drafters[d] = entry
+    out["drafters"] = drafters
+    return out
+
+
+def save_bundle(bundle: TraceBundle, path: str | Path, *, compress: bool = False) -> Path:
+    """Validate and write a bundle folder atomically (each file via temp + rename)."""
+    folder = Path(path)
+    bundle.validate(str(folder))
+    folder.mkdir(parents=True, exist_ok=True)
+    name = "requests.jsonl.gz" if compress else "requests.jsonl"
+    with atomic_open(folder / name, "w") as f:
+        for r in bundle.requests:
+            f.write(json.dumps(request_to_dict(r), separators=(",", ":")) + "\n")
+    stale = folder / ("requests.jsonl" if compress else "requests.jsonl.gz")
+    if stale.exists():
+        stale.unlink()
+    atomic_write_text(folder / "trace.yaml", yaml.safe_dump(meta_to_dict(bundle.meta), sort_keys=False))
+    return folder
+
+
+def iter_requests(bundle: TraceBundle, ids: Iterable[str] | None = None) -> Iterable[RequestTrace]:
+    """Requests in file order, optionally only those whose id is in `ids`."""
+    if ids is None:
+        yield from bundle.requests
+        return
+    wanted = set(ids)
+    for r in bundle.requests:
+        if r.id in wanted:
+            yield r
