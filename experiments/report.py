@@ -21,6 +21,7 @@ import pandas as pd
 import yaml
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from experiments.plots import PLOT_FILES, write_plots
@@ -79,7 +80,8 @@ def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, conso
     console = console or Console()
     table = comparison_table(summary_by_run, baseline)
     if not console.is_terminal:
-        console.width = max(console.width, console.measure(table).maximum)
+        natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+        console.width = max(console.width, natural)
     console.print(table)
 
 

@@ -215,7 +215,8 @@ def summarize(
     s["preemptions"] = int(req["preemptions"].sum())
     s["preempted_requests"] = int((req["preemptions"] > 0).sum())
     s["num_steps"] = int(steps_df["step"].nunique())
-    work = tgt[tgt["phase"] != "draft"]
+    # Sequences per decode/verify forward (prefill-only and draft slices excluded), weighted by duration.
+    work = tgt[tgt["phase"].isin(["decode", "verify", "mixed"])]
     dur = (work["end"] - work["start"]).to_numpy(dtype=float)
     s["mean_batch_size"] = (
         round_sig((work["num_seqs"].to_numpy(dtype=float) * dur).sum() / dur.sum()) if dur.sum() > 0 else None
