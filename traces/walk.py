@@ -23,10 +23,16 @@ class WalkTotals:
     steps: int
     steps_with_draft: int  # steps whose drafter proposed >= 1 token
     accepted_at: np.ndarray  # accepted_at[i] = steps whose drafts 0..i were all accepted (vLLM's counter)
+    verified_tokens: int = 0  # sum of 1 + accepted drafts, before the last step is cut to the output length
 
     @property
     def tokens_per_step(self) -> float:
         return self.tokens / self.steps if self.steps else float("nan")
+
+    @property
+    def verified_tokens_per_step(self) -> float:
+        """Tokens per step without the end-of-output cut: an unbiased draw of min(acc_len, k + 1) per step."""
+        return self.verified_tokens / self.steps if self.steps else float("nan")
 
 
 def walk_positions(acc_len: np.ndarray, k: int, proposal_len: np.ndarray | None = None) -> np.ndarray:
@@ -58,12 +64,13 @@ def walk_trace(trace: DrafterTrace, k: int, positions: int = 0) -> WalkTotals:
     counts = np.zeros(positions, dtype=np.int64)
     if positions:
         counts = (accepted[:, None] > np.arange(positions)[None, :]).sum(axis=0)
-    return WalkTotals(int(emitted.sum()), int(starts.shape[0]), int((proposed > 0).sum()), counts)
+    return WalkTotals(int(emitted.sum()), int(starts.shape[0]), int((proposed > 0).sum()), counts,
+                      int(accepted.sum()) + int(starts.shape[0]))
 
 
 def walk_many(traces: Iterable[DrafterTrace], k: int, positions: int = 0) -> WalkTotals:
     """Pooled totals of `walk_trace` over many requests (tokens / steps = mean tokens per step)."""
-    tokens = steps = drafted = 0
+    tokens = steps = drafted = verified = 0
     counts = np.zeros(positions, dtype=np.int64)
     for t in traces:
         w = walk_trace(t, k, positions)
@@ -71,4 +78,5 @@ def walk_many(traces: Iterable[DrafterTrace], k: int, positions: int = 0) -> Wal
         steps += w.steps
         drafted += w.steps_with_draft
         counts += w.accepted_at
-    return WalkTotals(tokens, steps, drafted, counts)
+        verified += w.verified_tokens
+    return WalkTotals(tokens, steps, drafted, counts, verified)

@@ -23,11 +23,15 @@ def pooled(traces: list[DrafterTrace], attr: str) -> np.ndarray | None:
 
 
 def tokens_per_step(traces: list[DrafterTrace], depth: int) -> tuple[np.ndarray, float]:
-    """Mean tokens per step at k = 0..depth (k = 0 gives 1) and uncapped, pooled over requests."""
+    """Mean tokens per step at k = 0..depth (k = 0 gives 1) and uncapped, pooled over requests.
+
+    Counts each step's verified tokens (1 + accepted drafts) before the end-of-output cut, so that short
+    requests do not bias the fits downwards at large k.
+    """
     t = np.ones(depth + 1)
     for k in range(1, depth + 1):
-        t[k] = walk_many(traces, k).tokens_per_step
-    return t, walk_many(traces, UNCAPPED).tokens_per_step
+        t[k] = walk_many(traces, k).verified_tokens_per_step
+    return t, walk_many(traces, UNCAPPED).verified_tokens_per_step
 
 
 def runs_from(matches: np.ndarray) -> np.ndarray:
