@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -83,7 +83,7 @@ class ServerSimulation:
         chunked_prefill: bool = False,
         temperature: float = 0.0,
         seed: int = 0,
-        ground_truth: Mapping[str, Any] | None = None,
+        traces: Sequence[Any] | None = None,
         live: bool = False,
         on_step: Callable[[int], None] | None = None,
     ):
@@ -111,9 +111,10 @@ class ServerSimulation:
         if self.policy.reads_ground_truth:
             if live:
                 raise ValueError(f"policy {self.policy.name!r} reads the ground truth (an oracle) and cannot run live")
-            if ground_truth is None:
+            if traces is None:
                 raise ValueError(f"policy {self.policy.name!r} is an oracle and needs the ground-truth traces")
-            self.policy.bind_ground_truth(ground_truth)
+            # the oracle sees each request's own trace, keyed by the id it is served under
+            self.policy.bind_ground_truth({rid: traces[t] for rid, t in zip(workload.request_ids, workload.trace_index)})
         if temperature > 0:
             self._sampler = _sampled_acceptance()
         self._validate_fits()
@@ -394,15 +395,20 @@ class ServerSimulation:
             V, D = dec_all, dec_all[:0]
             self.psd_fallback_steps += 1
         has_prop = self.pending_d[V] != NO_DRAFT
-        V_new = V[~has_prop]  # nothing drafted for them yet (new, or fallback): drafted first, in sequence
+        # Without a proposal from the previous step a verify-side request is drafted first, in sequence,
+        # only in a fallback step (plain SD); otherwise it decodes one plain token in the verify pass
+        # (a request that just joined), so the pipeline never stalls for it.
+        V_new = V[~has_prop] if fallback else V[:0]
         to_choose = np.concatenate([V_new, D])
         d_c, k_c, p_c = self._choose(to_choose, now, len(dec_all), kv_est, 0)
         nv = len(V_new)
-        # V's proposals: previous step's (pending) or drafted now
         d_v = self.pending_d[V].copy()
         k_v = self.pending_k[V].copy()
         p_v = self.pending_prop[V].copy()
-        d_v[~has_prop], k_v[~has_prop], p_v[~has_prop] = d_c[:nv], k_c[:nv], p_c[:nv]
+        no_prop = ~has_prop
+        k_v[no_prop], p_v[no_prop] = 0, 0
+        if fallback:
+            d_v[no_prop], k_v[no_prop], p_v[no_prop] = d_c[:nv], k_c[:nv], p_c[:nv]
         d_d, k_d, p_d = d_c[nv:], k_c[nv:], p_c[nv:]
 
         idx_all = np.concatenate([V, D])
@@ -416,14 +422,11 @@ class ServerSimulation:
             alive = set(int(x) for x in run[:keep])
             mv = np.array([int(x) in alive for x in V], dtype=bool)
             md = np.array([int(x) in alive for x in D], dtype=bool)
-            new_mask = ~has_prop
-            V, d_v, k_v, p_v = V[mv], d_v[mv], k_v[mv], p_v[mv]
-            new_mask = new_mask[mv]
+            V, d_v, k_v, p_v, has_prop = V[mv], d_v[mv], k_v[mv], p_v[mv], has_prop[mv]
             D, d_d, k_d, p_d = D[md], d_d[md], k_d[md], p_d[md]
-            has_prop = ~new_mask
         pre, chunk = self._prefills(run[:keep], tokens_used=int(p_v.sum()) + len(V), allow_new=not preempted)
         verify_t, nseq, tokens, kv = self._target_time(V, p_v, pre, chunk)
-        newv = ~has_prop
+        newv = ~has_prop & (d_v != NO_DRAFT)
         pre_draft_t, used_pre = self._draft_time(V[newv], d_v[newv], k_v[newv], p_v[newv], verify_t)
         draft_t, used_d = self._draft_time(D, d_d, k_d, p_d, verify_t)
         accepted = self._accept(V, d_v, p_v)
@@ -558,7 +561,7 @@ class ServerSimulation:
             self.gen[dec] += emitted
             self.decode_steps[dec] += 1
             self.n_proposed[dec] += s.proposed
-            self.n_accepted[dec] += np.minimum(s.accepted, emitted - 1)
+            self.n_accepted[dec] += s.accepted  # as verification reports it, before the max-tokens cut
             self.usage += np.bincount(np.where(s.d_idx == NO_DRAFT, len(self.drafters), s.d_idx),
                                       minlength=len(self.drafters) + 1)
             drafted = s.d_idx != NO_DRAFT
