@@ -14,9 +14,11 @@ pays the n-gram fraction on every copy as the reference does, or with `charge_wi
 the drafter whose acc_len is larger (ties go to the cheaper n-gram). Per batch, throughput =
 total output tokens / mean copy latency; speedup = mean SD throughput / mean AR throughput.
 
-Copies of one request are identical unless n-gram FIXED_k draws differ, so batches that cannot
-diverge are simulated as one chain of positions, vectorised over steps (same numbers as the
-per-copy loop, which `simulate_batch_per_copy` keeps for the divergent case and for tests).
+All B copies of a request always stand at the same position: where an n-gram draw differs
+between copies, acc_len is 1, so a matched copy and an unmatched one both emit 1 token; the draws
+only change how many tokens the batch sends and which copies pay drafting. So one chain of
+positions per request, vectorised over steps, gives the same numbers as a copy-by-copy loop
+(`simulate_batch_per_copy`, kept as a cross-check and selectable with `per_copy=True`).
 """
 from __future__ import annotations
 
@@ -195,20 +197,31 @@ def _chain(acc: np.ndarray, input_all: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def sd_batch_identical(req: _RequestView, batch_size: int, pred: Predictor, draft: _DraftRule,
-                       costs: CompatCosts) -> tuple[float, int, int]:
-    """SD batch whose copies cannot diverge: (mean copy latency, steps, tokens emitted over copies)."""
+def sd_batch_chain(req: _RequestView, batch_size: int, pred: Predictor, draft: _DraftRule, costs: CompatCosts,
+                   *, match_probability: float | None, uniform: Callable[[], float]) -> tuple[float, int, int]:
+    """SD batch as one chain of positions: (mean copy latency, steps, tokens emitted over copies).
+
+    With `match_probability` set (n-gram FIXED_k), each step at acc_len 1 draws one `uniform()` per
+    copy, in copy order, steps in order; the unmatched copies send 1 token and pay no drafting.
+    """
+    B = batch_size
     input_all = req.acc if pred.k is None else np.full_like(req.acc, pred.k + 1)
     p = _chain(req.acc, input_all)
-    inp = input_all[p]
-    kv = batch_size * (req.prompt_len + 1 + p)
-    verify = _profile_times(costs.target, batch_size, batch_size * inp, kv)
+    acc = req.acc[p]
+    inp = np.broadcast_to(input_all[p], (B, len(p)))  # [copy, step]
+    if match_probability is not None:
+        at_one = np.flatnonzero(acc == 1)
+        draws = np.array([uniform() for _ in range(at_one.size * B)]).reshape(at_one.size, B)
+        inp = np.array(inp)
+        inp[:, at_one] = np.where(draws.T < match_probability, inp[:, at_one], 1)
+    kv = B * (req.prompt_len + 1 + p)
+    verify = _profile_times(costs.target, B, inp.sum(axis=0), kv)
     wins = None if req.eagle_wins is None else req.eagle_wins[p]
     d = draft(inp, kv, verify, wins)
     ovh = costs.step_overhead_s
-    latency = _prefill(req, batch_size, costs) + ovh + float(np.sum(verify + d + ovh))
-    emitted = int(np.minimum(req.acc[p], inp).sum())
-    return latency, len(p), batch_size * emitted
+    latency = _prefill(req, B, costs) + ovh + float(np.sum(verify + ovh)) + float(np.sum(d)) / B
+    emitted = int(np.minimum(acc, inp).sum())
+    return latency, len(p), emitted
 
 
 def simulate_batch_per_copy(req: _RequestView, batch_size: int, pred: Predictor, draft: _DraftRule,
@@ -291,11 +304,12 @@ def simulate_specbench(records: Sequence[SpecBenchRecord], *, dataset: str, prop
     for rec in sample:
         req = _view(rec, proposer)
         ar_lat, ar_steps = ar_batch_latency(req, batch_size, costs)
-        if needs_draws or per_copy:
+        if per_copy:
             sd_lat, steps, copy_steps, tokens = simulate_batch_per_copy(
                 req, batch_size, pred, draft, costs, match_probability=match_probability, uniform=rng.random)
         else:
-            sd_lat, steps, tokens = sd_batch_identical(req, batch_size, pred, draft, costs)
+            sd_lat, steps, tokens = sd_batch_chain(req, batch_size, pred, draft, costs,
+                                                   match_probability=match_probability, uniform=rng.random)
             copy_steps = steps * batch_size
         batches.append(BatchResult(req.id, req.output_len, ar_lat, sd_lat, steps, copy_steps, tokens))
         request_steps += ar_steps + copy_steps
