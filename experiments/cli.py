@@ -11,6 +11,7 @@ COMMAND_MODULES = [
     "experiments.cmd_import",
     "experiments.cmd_traces",
     "experiments.cmd_bounds",
+    "experiments.cmd_specbench",
 ]
 
 
