@@ -34,10 +34,12 @@ class GroundTruthPolicy(Policy):
 
 
 def oracle_k(trace: DrafterTrace, position: int, k_max: int | None = None) -> int:
-    """Tokens that will all be accepted from `position`: acc_len[p] - 1, capped by proposal_len and k_max."""
-    if not 0 <= position < trace.acc_len.shape[0]:
-        raise IndexError(f"position {position} is outside the trace (length {trace.acc_len.shape[0]})")
-    k = int(trace.acc_len[position]) - 1
+    """Tokens that will all be accepted from `position`: acc_len[p] - 1, capped by proposal_len, k_max
+    and the output left (tokens 0..p exist, so at most len - 2 - p drafts fit before the last token)."""
+    n = trace.acc_len.shape[0]
+    if not 0 <= position < n:
+        raise IndexError(f"position {position} is outside the trace (length {n})")
+    k = min(int(trace.acc_len[position]) - 1, n - 2 - position)
     if trace.proposal_len is not None:
         k = min(k, int(trace.proposal_len[position]))
     if k_max is not None:

@@ -17,13 +17,13 @@ from traces.bundle import DrafterTrace, RequestTrace
 
 
 def greedy_rounds(trace: DrafterTrace, k: int, budget: int | None = None) -> int:
-    """Verify steps to emit `budget` tokens (default: the whole output) replaying acc_len with fixed k."""
+    """Decode steps until `budget` tokens exist (default: the whole output; prefill made token 0), fixed k."""
     n = trace.acc_len.shape[0]
     budget = n if budget is None else min(int(budget), n)
     p, rounds = 0, 0
-    while p < budget:
+    while p + 1 < budget:
         cap = None if trace.proposal_len is None else int(trace.proposal_len[p])
-        kk = min(k, budget - p - 1)
+        kk = min(k, budget - p - 2)
         p += int(emitted_tokens(int(trace.acc_len[p]), kk, cap))
         rounds += 1
     return rounds

@@ -3,8 +3,8 @@
 Each specialist is strong on its own category and weak elsewhere. Per request and drafter the
 mean per-token acceptance is the pool's level plus a small per-request jitter; per position the
 acceptance probability q ~ Beta around that mean, `tv = 1 - q`, and the teacher-forced greedy
-match is a Bernoulli(q) draw, so `acc_len[p]` = 1 + the run of matches from p (capped by the
-tokens left). With `drift`, one request walks through several categories in equal segments (the
+match is a Bernoulli(q) draw, so `acc_len[p]` = 1 + the run of matches from p (capped so a
+step never emits past the end of the output). With `drift`, one request walks through several categories in equal segments (the
 MetaSD non-stationary case); segment boundaries go to `meta.extra["segments"]`.
 """
 from __future__ import annotations
@@ -78,14 +78,18 @@ def mean_acceptance(spec: PoolSpec, drafter: str, category: str) -> float:
 
 
 def match_runs(match: np.ndarray) -> np.ndarray:
-    """For each position p, the number of consecutive True values starting at p, capped by len - 1 - p."""
+    """For each position p, the consecutive True values from p, capped by len - 2 - p (at least 0).
+
+    Position p means tokens 0..p exist (the engine's convention: drafting starts after the last
+    generated token), so a step from p can emit at most len - 1 - p tokens, one of them the bonus.
+    """
     n = match.shape[0]
     run = np.zeros(n, dtype=np.int64)
     nxt = 0
     for p in range(n - 1, -1, -1):
         nxt = nxt + 1 if match[p] else 0
         run[p] = nxt
-    return np.minimum(run, n - 1 - np.arange(n))
+    return np.minimum(run, np.maximum(n - 2 - np.arange(n), 0))
 
 
 def _segments(spec: PoolSpec, rng: np.random.Generator, output_len: int) -> list[tuple[int, str]]:

@@ -37,10 +37,12 @@ def test_oracle_k_never_proposes_a_rejected_token():
 
 
 def test_oracle_k_respects_proposal_len_and_k_max():
-    t = DrafterTrace(np.array([5, 4, 3, 2, 1], np.int32), proposal_len=np.array([2, 9, 9, 9, 0], np.int32))
+    t = DrafterTrace(np.array([5, 4, 3, 2, 1, 4, 3, 2], np.int32),
+                     proposal_len=np.array([2, 9, 9, 9, 0, 9, 9, 9], np.int32))
     pol = OracleKPolicy("n", k_max=2)
-    pol.bind_ground_truth({"r": RequestTrace("r", 1, 5, {"n": t})})
-    assert [pol.choose(RequestView("r", p, 1)).k for p in range(5)] == [2, 2, 2, 1, 0]
+    pol.bind_ground_truth({"r": RequestTrace("r", 1, 8, {"n": t})})
+    # position 5: 3 accepted but only 8 - 2 - 5 = 1 draft fits before the last token
+    assert [pol.choose(RequestView("r", p, 1)).k for p in range(8)] == [2, 2, 2, 1, 0, 1, 0, 0]
     assert pol.choose(RequestView("r", 4, 1)).drafter is None
 
 
@@ -75,9 +77,9 @@ def test_combine_oracle_is_at_least_each_single_oracle(seed, n, r1, r2):
 
 
 def test_honest_combine_charges_costs_and_switching():
-    t_n = DrafterTrace(np.array([3, 3, 3], np.int32))
-    t_e = DrafterTrace(np.array([4, 4, 4], np.int32))
-    req = RequestTrace("r", 1, 3, {"ngram": t_n, "eagle3": t_e})
+    t_n = DrafterTrace(np.full(10, 3, np.int32))
+    t_e = DrafterTrace(np.full(10, 4, np.int32))
+    req = RequestTrace("r", 1, 10, {"ngram": t_n, "eagle3": t_e})
     ref = OracleCombinePolicy(costs="reference")
     honest = OracleCombinePolicy(costs="honest")
     for p in (ref, honest):
