@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -83,7 +83,7 @@ class ServerSimulation:
         chunked_prefill: bool = False,
         temperature: float = 0.0,
         seed: int = 0,
-        ground_truth: Mapping[str, Any] | None = None,
+        traces: Sequence[Any] | None = None,
         live: bool = False,
         on_step: Callable[[int], None] | None = None,
     ):
@@ -111,9 +111,10 @@ class ServerSimulation:
         if self.policy.reads_ground_truth:
             if live:
                 raise ValueError(f"policy {self.policy.name!r} reads the ground truth (an oracle) and cannot run live")
-            if ground_truth is None:
+            if traces is None:
                 raise ValueError(f"policy {self.policy.name!r} is an oracle and needs the ground-truth traces")
-            self.policy.bind_ground_truth(ground_truth)
+            # the oracle sees each request's own trace, keyed by the id it is served under
+            self.policy.bind_ground_truth({rid: traces[t] for rid, t in zip(workload.request_ids, workload.trace_index)})
         if temperature > 0:
             self._sampler = _sampled_acceptance()
         self._validate_fits()
@@ -252,9 +253,9 @@ class ServerSimulation:
         view = BatchView(
             now=now,
             drafters=self.drafters,
-            request_ids=[self.wl.request_ids[i] for i in idx],
+            request_ids=_Gather(self.wl.request_ids, idx),
             positions=pos,
-            categories=[self.wl.categories[i] for i in idx],
+            categories=_Gather(self.wl.categories, idx),
             proposal_len=prop_known,
             step_time_estimate=self._estimator(n_batch, kv, prefill_tokens),
         )
@@ -263,12 +264,15 @@ class ServerSimulation:
         k = np.where(d_idx == NO_DRAFT, 0, np.asarray(k, dtype=np.int64))
         if (k < 0).any():
             raise ValueError(f"policy {self.policy.name!r} returned a negative k")
-        proposed = k.copy()
-        for di, d in enumerate(self.drafters):
-            if d in prop_known:
-                sel = d_idx == di
-                if sel.any():
-                    proposed[sel] = np.minimum(k[sel], prop_known[d][sel])
+        proposed = k.copy() if prop_known else k
+        if prop_known:
+            for di, mask in _groups(d_idx):
+                d = self.drafters[di]
+                if d in prop_known:
+                    if mask is None:
+                        proposed = np.minimum(k, prop_known[d])
+                    else:
+                        proposed[mask] = np.minimum(k[mask], prop_known[d][mask])
         return d_idx, k, proposed
 
     def _accept(self, idx: np.ndarray, d_idx: np.ndarray, proposed: np.ndarray) -> np.ndarray:
@@ -278,20 +282,21 @@ class ServerSimulation:
             return acc
         pos = self.gen[idx] - 1
         tix = self.wl.trace_index[idx]
-        for di in np.unique(d_idx):
-            if di == NO_DRAFT:
-                continue
+        for di, mask in _groups(d_idx):
             d = self.drafters[di]
-            sel = d_idx == di
+            prop = _sel(proposed, mask)
             if self.temperature > 0 and d in self.table.tv:
-                kmax = int(proposed[sel].max()) if sel.any() else 0
+                kmax = int(prop.max())
                 if kmax == 0:
                     continue
-                tv = self.table.tv_window(d, tix[sel], pos[sel], kmax)
-                acc[sel] = self._sampler(tv, proposed[sel], self.rng)
+                got = self._sampler(self.table.tv_window(d, _sel(tix, mask), _sel(pos, mask), kmax), prop, self.rng)
             else:
-                a = self.table.acc_len[d][self.table.flat_index(tix[sel], pos[sel])]
-                acc[sel] = np.minimum(a - 1, proposed[sel])
+                a = self.table.acc_len[d][self.table.flat_index(_sel(tix, mask), _sel(pos, mask))]
+                got = np.minimum(a - 1, prop)
+            if mask is None:
+                acc = got.astype(np.int64, copy=False)
+            else:
+                acc[mask] = got
         return acc
 
     def _draft_time(self, idx: np.ndarray, d_idx: np.ndarray, k: np.ndarray, proposed: np.ndarray,
@@ -301,23 +306,26 @@ class ServerSimulation:
         used = []
         if len(idx) == 0:
             return 0.0, used
-        ctx = self.wl.prompt_len[idx] + self.gen[idx]
-        for di in np.unique(d_idx):
-            if di == NO_DRAFT:
+        for di, mask in _groups(d_idx):
+            prop = _sel(proposed, mask)
+            active = prop > 0
+            n = int(np.count_nonzero(active))
+            if n == 0:
                 continue
-            sel = (d_idx == di) & (proposed > 0)
-            if not sel.any():
-                continue
+            members = _sel(idx, mask)
+            kk = _sel(k, mask)
+            if n < len(prop):
+                prop, members, kk = prop[active], members[active], kk[active]
             name = self.drafters[di]
             cost = self.draft_costs.get(name)
             if cost is None:
                 raise ValueError(f"policy chose drafter {name!r} but the experiment's 'drafters:' gives no cost for it "
                                  f"(have: {sorted(self.draft_costs)})")
-            total += cost.draft_time(int(sel.sum()), int(proposed[sel].sum()), int(k[sel].max()),
-                                     int(ctx[sel].sum()), verify_time)
+            kv = int(self.wl.prompt_len[members].sum() + self.gen[members].sum())
+            total += cost.draft_time(n, int(prop.sum()), int(kk.max()), kv, verify_time)
             used.append(name)
             if self.run.switch_cost_s > 0:
-                prev = self.last_drafter[idx[sel]]
+                prev = self.last_drafter[members]
                 if ((prev != NO_DRAFT) & (prev != di)).any():
                     total += self.run.switch_cost_s
         return total, used
@@ -394,15 +402,20 @@ class ServerSimulation:
             V, D = dec_all, dec_all[:0]
             self.psd_fallback_steps += 1
         has_prop = self.pending_d[V] != NO_DRAFT
-        V_new = V[~has_prop]  # nothing drafted for them yet (new, or fallback): drafted first, in sequence
+        # Without a proposal from the previous step a verify-side request is drafted first, in sequence,
+        # only in a fallback step (plain SD); otherwise it decodes one plain token in the verify pass
+        # (a request that just joined), so the pipeline never stalls for it.
+        V_new = V[~has_prop] if fallback else V[:0]
         to_choose = np.concatenate([V_new, D])
         d_c, k_c, p_c = self._choose(to_choose, now, len(dec_all), kv_est, 0)
         nv = len(V_new)
-        # V's proposals: previous step's (pending) or drafted now
         d_v = self.pending_d[V].copy()
         k_v = self.pending_k[V].copy()
         p_v = self.pending_prop[V].copy()
-        d_v[~has_prop], k_v[~has_prop], p_v[~has_prop] = d_c[:nv], k_c[:nv], p_c[:nv]
+        no_prop = ~has_prop
+        k_v[no_prop], p_v[no_prop] = 0, 0
+        if fallback:
+            d_v[no_prop], k_v[no_prop], p_v[no_prop] = d_c[:nv], k_c[:nv], p_c[:nv]
         d_d, k_d, p_d = d_c[nv:], k_c[nv:], p_c[nv:]
 
         idx_all = np.concatenate([V, D])
@@ -416,14 +429,11 @@ class ServerSimulation:
             alive = set(int(x) for x in run[:keep])
             mv = np.array([int(x) in alive for x in V], dtype=bool)
             md = np.array([int(x) in alive for x in D], dtype=bool)
-            new_mask = ~has_prop
-            V, d_v, k_v, p_v = V[mv], d_v[mv], k_v[mv], p_v[mv]
-            new_mask = new_mask[mv]
+            V, d_v, k_v, p_v, has_prop = V[mv], d_v[mv], k_v[mv], p_v[mv], has_prop[mv]
             D, d_d, k_d, p_d = D[md], d_d[md], k_d[md], p_d[md]
-            has_prop = ~new_mask
         pre, chunk = self._prefills(run[:keep], tokens_used=int(p_v.sum()) + len(V), allow_new=not preempted)
         verify_t, nseq, tokens, kv = self._target_time(V, p_v, pre, chunk)
-        newv = ~has_prop
+        newv = ~has_prop & (d_v != NO_DRAFT)
         pre_draft_t, used_pre = self._draft_time(V[newv], d_v[newv], k_v[newv], p_v[newv], verify_t)
         draft_t, used_d = self._draft_time(D, d_d, k_d, p_d, verify_t)
         accepted = self._accept(V, d_v, p_v)
@@ -471,11 +481,11 @@ class ServerSimulation:
             keep = int(np.nonzero(ok)[0].max())
             for i in run[keep:][::-1]:
                 self._preempt(int(i))
-        for j in range(keep):
-            e = int(extra[j])
-            if e:
-                self.pool.allocate(e)
-                self.blocks[run[j]] += e
+        grow = extra[:keep]
+        total = int(grow.sum())
+        if total:
+            self.pool.allocate(total)
+            self.blocks[run[:keep]] += grow
         return keep, keep < len(run)
 
     def _preempt(self, i: int) -> None:
@@ -547,25 +557,32 @@ class ServerSimulation:
 
     def _apply(self, s: _Step, end: float) -> None:
         dec = s.dec
+        done_dec = dec[:0]
         if len(dec):
-            pos_before = self.gen[dec] - 1
-            remaining = self.wl.output_len[dec] - self.gen[dec]
-            emitted = np.minimum(1 + s.accepted, remaining)
-            had = ~np.isnan(self.last_emit[dec])
-            if had.any():
-                self.itl_chunks.append(end - self.last_emit[dec][had])
+            gen = self.gen[dec]
+            out = self.wl.output_len[dec]
+            emitted = np.minimum(1 + s.accepted, out - gen)
+            self.itl_chunks.append(end - self.last_emit[dec])  # every decoding request emitted before
             self.last_emit[dec] = end
-            self.gen[dec] += emitted
+            self.gen[dec] = gen + emitted
+            done_dec = dec[gen + emitted >= out]
             self.decode_steps[dec] += 1
             self.n_proposed[dec] += s.proposed
-            self.n_accepted[dec] += np.minimum(s.accepted, emitted - 1)
-            self.usage += np.bincount(np.where(s.d_idx == NO_DRAFT, len(self.drafters), s.d_idx),
-                                      minlength=len(self.drafters) + 1)
-            drafted = s.d_idx != NO_DRAFT
-            self.last_drafter[dec[drafted]] = s.d_idx[drafted]
-            if self._learns and drafted.any():
-                self._feedback(dec[drafted], pos_before[drafted], s.d_idx[drafted], s.k[drafted],
-                               s.proposed[drafted], s.accepted[drafted], s.duration)
+            self.n_accepted[dec] += s.accepted  # as verification reports it, before the max-tokens cut
+            groups = _groups(s.d_idx)
+            n_drafted = 0
+            for di, mask in groups:
+                c = len(dec) if mask is None else int(np.count_nonzero(mask))
+                self.usage[di] += c
+                n_drafted += c
+            self.usage[-1] += len(dec) - n_drafted
+            if n_drafted:
+                drafted = None if n_drafted == len(dec) else s.d_idx != NO_DRAFT
+                self.last_drafter[_sel(dec, drafted)] = _sel(s.d_idx, drafted)
+                if self._learns:
+                    self._feedback(_sel(dec, drafted), _sel(gen - 1, drafted), _sel(s.d_idx, drafted),
+                                   _sel(s.k, drafted), _sel(s.proposed, drafted), _sel(s.accepted, drafted),
+                                   s.duration)
             if self.mode == "psd":
                 self.pending_d[dec] = NO_DRAFT
         else:
@@ -593,9 +610,13 @@ class ServerSimulation:
                     self.started[i] = True
                     self.policy.start_request(self.wl.request_ids[i])
         self._record(s, end, int(emitted.sum()) + first_tokens)
-        # finishes
-        cand = np.concatenate([dec, s.pre]) if len(s.pre) else dec
-        done = cand[(self.gen[cand] >= self.wl.output_len[cand]) & (self.prefill_left[cand] == 0)]
+        # finishes (a prefill can finish a request whose output is one token)
+        done = done_dec
+        if len(s.pre):
+            pre = s.pre
+            fin = pre[(self.gen[pre] >= self.wl.output_len[pre]) & (self.prefill_left[pre] == 0)]
+            if len(fin):
+                done = np.concatenate([done_dec, fin])
         for i in done:
             i = int(i)
             if self.status[i] == FINISHED:
@@ -690,6 +711,40 @@ class ServerSimulation:
             "max_num_seqs": self.max_num_seqs,
         }
         return SimResult(requests, self.steps.frame(), itl, extras)
+
+
+class _Gather:
+    """A read-only sequence view `seq[idx[i]]`, so a step does not copy ids it may never read."""
+
+    __slots__ = ("seq", "idx")
+
+    def __init__(self, seq, idx):
+        self.seq, self.idx = seq, idx
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.seq[j] for j in self.idx[i]]
+        return self.seq[self.idx[i]]
+
+    def __iter__(self):
+        return (self.seq[j] for j in self.idx)
+
+
+def _groups(d_idx: np.ndarray):
+    """(drafter index, mask) per drafter used; mask None when the whole batch uses one drafter."""
+    if len(d_idx) == 0:
+        return []
+    lo, hi = d_idx.min(), d_idx.max()
+    if lo == hi:
+        return [] if lo == NO_DRAFT else [(int(lo), None)]
+    return [(int(di), d_idx == di) for di in np.unique(d_idx) if di != NO_DRAFT]
+
+
+def _sel(a: np.ndarray, mask):
+    return a if mask is None else a[mask]
 
 
 def _sampled_acceptance():
