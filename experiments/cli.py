@@ -10,6 +10,7 @@ COMMAND_MODULES = [
     "experiments.cmd_run",
     "experiments.cmd_import",
     "experiments.cmd_traces",
+    "experiments.cmd_policies",
 ]
 
 
