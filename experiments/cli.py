@@ -12,6 +12,7 @@ COMMAND_MODULES = [
     "experiments.cmd_traces",
     "experiments.cmd_bounds",
     "experiments.cmd_specbench",
+    "experiments.cmd_policies",
 ]
 
 
