@@ -6,7 +6,6 @@ A drafter spec string names one: `int8`, `layers:N`, `ngram[:min_n:max_n:max_pro
 from __future__ import annotations
 
 import copy
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,14 +38,46 @@ class LookupDrafter:
 Drafter = ModelDrafter | LookupDrafter
 
 
-def int8_copy(model: Any) -> Any:
-    """Dynamic int8 quantization of every Linear layer (weights int8, activations quantized on the fly)."""
+def _int8_linear_class():
     import torch
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization is deprecated but still the CPU int8 path
-        q = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).cpu().float(), {torch.nn.Linear},
-                                                   dtype=torch.qint8)
+    class Int8Linear(torch.nn.Module):
+        """W8A8 linear layer: int8 weights per output channel, activations quantized to int8 per token.
+
+        Per-token activation scales keep each position's result independent of the other positions,
+        so a teacher-forced pass gives the same guesses as drafting step by step (torch's
+        quantize_dynamic uses one scale per tensor, which couples positions). Integer products are
+        accumulated in float32.
+        """
+
+        def __init__(self, lin: torch.nn.Linear):
+            super().__init__()
+            w = lin.weight.detach().float()
+            scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
+            self.register_buffer("qweight", torch.round(w / scale).clamp(-127, 127).to(torch.int8))
+            self.register_buffer("wscale", scale.squeeze(1))
+            self.register_buffer("bias", None if lin.bias is None else lin.bias.detach().float().clone())
+            self.in_features, self.out_features = lin.in_features, lin.out_features
+
+        def forward(self, x):
+            s = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127.0
+            xq = torch.round(x / s).clamp(-127, 127)
+            y = (xq @ self.qweight.t().to(x.dtype)) * s * self.wscale.to(x.dtype)
+            return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    return Int8Linear
+
+
+def int8_copy(model: Any) -> Any:
+    """A copy of the model with every Linear layer (head included) replaced by a W8A8 int8 layer."""
+    import torch
+
+    cls = _int8_linear_class()
+    q = copy.deepcopy(model)
+    for module in list(q.modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, child_name, cls(child))
     return q.eval()
 
 
@@ -80,7 +111,8 @@ def parse_drafter(spec: str, target: Any) -> Drafter:
     """Build a drafter from its spec string (see module docstring); `target` is a LoadedModel."""
     head, _, rest = spec.partition(":")
     if head == "int8" and not rest:
-        return ModelDrafter("int8", "int8", int8_copy(target.model), {"quantization": "torch dynamic qint8, Linear"})
+        return ModelDrafter("int8", "int8", int8_copy(target.model),
+                            {"quantization": "W8A8: int8 weights per channel, int8 activations per token"})
     if head == "layers":
         try:
             n = int(rest)
