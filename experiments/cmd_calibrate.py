@@ -57,19 +57,171 @@ def _run_acceptance(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- placeholders filled below
+# ---------------------------------------------------------------- latency
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"expected a comma list of integers, got {text!r}") from None
 
 
 def _register_latency(sub) -> None:
-    pass
+    a = sub.add_parser("latency", help="time target verify steps and drafter steps; fit and write profiles")
+    a.add_argument("--target", default="smollm2-135m-instruct", help="packaged model name or transformers folder")
+    a.add_argument("--drafters", default="int8,layers:24,layers:20,ngram", help="comma list (see acceptance)")
+    a.add_argument("--out-dir", required=True, help="folder for the profile YAML files")
+    a.add_argument("--name", default=None, help="profile name of the target (drafters get NAME-<drafter>)")
+    a.add_argument("--batch-sizes", default="1,2,4,8")
+    a.add_argument("--query-tokens", default="1,2,4,6", help="tokens per sequence in a verify step (1..k+1)")
+    a.add_argument("--context-lens", default="64,256,512")
+    a.add_argument("--warmup", type=int, default=2)
+    a.add_argument("--repeats", type=int, default=5)
+    a.add_argument("--threads", type=int, default=1)
+    a.add_argument("--device", default="cpu")
+    a.add_argument("--dtype", default="float32")
+    a.add_argument("--no-progress", action="store_true")
+    a.set_defaults(func=_run_latency)
+
+
+def _run_latency(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from calibration.drafters import LookupDrafter, parse_drafter
+    from calibration.hf_backend import load_model
+    from calibration.latency_sweep import SweepConfig, fit_profiles, provenance, sweep_model, sweep_ngram
+    from simulator.latency import save_profile
+
+    cfg = SweepConfig(batch_sizes=_ints(args.batch_sizes), query_tokens=_ints(args.query_tokens),
+                      context_lens=_ints(args.context_lens), warmup=args.warmup, repeats=args.repeats,
+                      threads=args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    lm = load_model(args.target, dtype=args.dtype, device=args.device)
+    name = args.name or f"{lm.name}-{args.device.split(':')[0]}"
+    out = Path(args.out_dir)
+    jobs = [(name, lm.model, cfg.query_tokens, "target verify step")]
+    ngrams = []
+    for spec in [s.strip() for s in args.drafters.split(",") if s.strip()]:
+        d = parse_drafter(spec, lm)
+        if isinstance(d, LookupDrafter):
+            ngrams.append(d)
+        else:
+            jobs.append((f"{name}-{d.name}", d.model, [1], f"drafter {d.name} step (one token per sequence)"))
+    rows = []
+    for prof_name, model, queries, what in jobs:
+        ms = sweep_model(model, cfg, query_tokens=queries, progress=not args.no_progress, desc=prof_name)
+        prov = provenance("hf", args.device, args.dtype, notes=f"{what}; threads={args.threads}; "
+                          f"warmup={cfg.warmup}; repeats={cfg.repeats}; draftsim calibrate latency")
+        fitted = fit_profiles(prof_name, lm.name, ms, prov)
+        save_profile(fitted.linear, out / f"{prof_name}.yaml")
+        save_profile(fitted.table, out / f"{prof_name}-table.yaml")
+        rows.append((prof_name, fitted))
+    for d in ngrams:
+        prof_name = f"{name}-{d.name}"
+        ms = sweep_ngram(d.ngram, cfg)
+        prov = provenance("python", "cpu", "int64", notes=f"n-gram proposer {d.params}; one lookup per sequence")
+        fitted = fit_profiles(prof_name, lm.name, ms, prov)
+        save_profile(fitted.linear, out / f"{prof_name}.yaml")
+        rows.append((prof_name, fitted))
+    print(f"{'profile':40s} {'points':>6s} {'MAPE%':>7s}  coefficients (s)  [MAPE% without term]")
+    for prof_name, f in rows:
+        coef = " ".join(f"{k}={v:.3g}" for k, v in f.linear.coefficients.items())
+        print(f"{prof_name:40s} {f.report['points']:6d} {f.report['mape_percent']:7.2f}  {coef}  "
+              f"{f.report['mape_percent_without_term']}  load/core~{f.report['median_load_per_core']:.2f}")
+    return 0
+
+
+# ---------------------------------------------------------------- checks
 
 
 def _register_check(sub) -> None:
-    pass
+    a = sub.add_parser("check", help="trace consistency, and real SD on the real models vs the trace")
+    a.add_argument("bundle", help="bundle folder")
+    a.add_argument("--drafter", default="int8", help="drafter spec to run for real (int8, layers:N, ngram...)")
+    a.add_argument("--k", type=int, default=4)
+    a.add_argument("--requests", type=int, default=2)
+    a.add_argument("--threads", type=int, default=1)
+    a.add_argument("--device", default="cpu")
+    a.set_defaults(func=_run_check)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    import torch
+
+    from calibration.checks import CalibrationCheckError, check_trace_consistency, real_sd_check
+    from calibration.drafters import parse_drafter
+    from calibration.hf_backend import load_model
+    from traces.bundle import load_bundle
+
+    torch.set_num_threads(args.threads)
+    bundle = load_bundle(args.bundle)
+    try:
+        check_trace_consistency(bundle)
+        print(f"{args.bundle}: trace consistency OK ({len(bundle.requests)} requests)")
+        if args.requests > 0:
+            lm = load_model(bundle.meta.target, device=args.device)
+            drafter = parse_drafter(args.drafter, lm)
+            gen = bundle.meta.source.get("generation", {})
+            res = real_sd_check(bundle, lm, drafter, args.k, num_requests=args.requests,
+                                min_new_tokens=int(gen.get("min_new_tokens", 0)))
+            print(f"real SD matches the trace and the target's greedy tokens: {res}")
+    except CalibrationCheckError as e:
+        return _fail(str(e))
+    return 0
+
+
+# ---------------------------------------------------------------- importers
 
 
 def _register_imports(sub) -> None:
-    pass
+    a = sub.add_parser("import-minedraft", help="MineDraft step trace -> latency profiles (target, draft, overhead)")
+    a.add_argument("path", help="MineDraft step-trace file (JSON lines or a JSON list of step records)")
+    a.add_argument("--out-dir", required=True)
+    a.add_argument("--name", required=True, help="profile name prefix")
+    a.add_argument("--model", default="", help="target model name to record")
+    a.add_argument("--time-unit", default="s", choices=["s", "ms", "us"], help="unit of measured_*_time fields")
+    a.set_defaults(func=_run_import_minedraft)
+    b = sub.add_parser("import-vllm-metrics", help="vLLM Prometheus text or get_metrics() JSON -> acceptance stats")
+    b.add_argument("path", help="Prometheus text (/metrics) or JSON list from LLM.get_metrics()")
+    b.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    b.set_defaults(func=_run_import_vllm)
+
+
+def _run_import_minedraft(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simulator.latency import Measurement, Provenance, fit_linear, save_profile
+    from traces.importers.minedraft import load_minedraft_steps, step_measurements
+
+    steps = load_minedraft_steps(args.path, args.time_unit)
+    out = Path(args.out_dir)
+    for role, rows in step_measurements(steps).items():
+        if len(rows) < 2:
+            print(f"{role}: {len(rows)} usable step(s), not enough to fit; skipped")
+            continue
+        ms = [Measurement(**r) for r in rows]
+        prov = Provenance(source="imported", backend="MineDraft step trace", notes=f"{role} time from {args.path}")
+        fit = fit_linear(f"{args.name}-{role}", ms, model=args.model, provenance=prov)
+        save_profile(fit.profile, out / f"{args.name}-{role}.yaml")
+        print(f"{args.name}-{role}: {len(ms)} steps, MAPE {fit.mape:.2f}%, {fit.profile.coefficients}")
+    return 0
+
+
+def _run_import_vllm(args: argparse.Namespace) -> int:
+    import json
+
+    from traces.importers.vllm_metrics import load_vllm_metrics
+
+    stats = load_vllm_metrics(args.path)
+    if args.json:
+        print(json.dumps(stats.to_dict(), indent=2))
+    else:
+        for k, v in stats.to_dict().items():
+            print(f"{k}: {v}")
+    return 0
 
 
 def _fail(msg: str) -> int:

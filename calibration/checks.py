@@ -1,0 +1,123 @@
+"""Checks built into the harness: trace consistency, and real SD on real models against the trace.
+
+`real_sd_check` runs speculative decoding for real (the drafter proposes k tokens step by step,
+the target verifies them greedily) from a bundle's prompts. It must emit exactly the target's
+recorded greedy tokens (lossless) and, at every step, as many tokens as the trace predicts
+(`emitted_tokens(acc_len[p], k, proposal_len[p])`). Any difference is an error naming the
+request and position.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from calibration.drafters import LookupDrafter, ModelDrafter
+from traces.acceptance import emitted_tokens
+from traces.bundle import RequestTrace, TraceBundle
+
+
+class CalibrationCheckError(RuntimeError):
+    """A measured trace disagrees with what it claims; the message names request and position."""
+
+
+@dataclass
+class StepRecord:
+    """One real SD step: where it started, tokens emitted, and what the trace predicted."""
+
+    position: int
+    emitted: int
+    predicted: int
+
+
+def check_trace_consistency(bundle: TraceBundle) -> None:
+    """Structural rules of greedy traces: bounds, and for model drafters acc_len[p+1] = acc_len[p] - 1 after a match."""
+    greedy = bundle.meta.temperature == 0
+    for r in bundle.requests:
+        n = r.output_len
+        for name, t in r.drafters.items():
+            limit = n - np.arange(n) + 1
+            bad = np.flatnonzero(t.acc_len > limit)
+            if bad.size:
+                p = int(bad[0])
+                raise CalibrationCheckError(f"request {r.id}, drafter {name}, position {p}: acc_len {t.acc_len[p]} "
+                                            f"exceeds the {n - p} tokens left plus one")
+            kind = bundle.meta.drafters[name].kind
+            if greedy and kind != "ngram":
+                a = t.acc_len
+                bad = np.flatnonzero((a[:-1] >= 2) & (a[1:] != a[:-1] - 1))
+                if bad.size:
+                    p = int(bad[0])
+                    raise CalibrationCheckError(
+                        f"request {r.id}, drafter {name}, position {p}: acc_len {a[p]} then {a[p + 1]} "
+                        f"(a greedy run must shrink by one)")
+
+
+def _argmax_last(model, ids: list[int], n_last: int, first_pos: int, min_new: int, eos: list[int]) -> list[int]:
+    """Greedy next tokens at the last n_last positions; EOS forbidden at output positions < min_new."""
+    import torch
+
+    dev = next(model.parameters()).device
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([ids], dtype=torch.long, device=dev)).logits[0, -n_last:].float().clone()
+        for j in range(n_last):
+            if first_pos + j < min_new and eos:
+                logits[j, eos] = float("-inf")
+    return logits.argmax(-1).tolist()
+
+
+def real_sd_request(target_model, drafter, req: RequestTrace, k: int, *, min_new_tokens: int,
+                    eos: list[int]) -> list[StepRecord]:
+    """Run greedy SD with a real drafter and target on one request; raise on any mismatch with the trace."""
+    if req.prompt_token_ids is None or req.output_token_ids is None:
+        raise CalibrationCheckError(f"request {req.id}: the bundle has no token ids; real SD needs them")
+    prompt, want = list(req.prompt_token_ids), list(req.output_token_ids)
+    trace = req.drafters[drafter.name]
+    n = len(want)
+    got: list[int] = []
+    steps = []
+    while len(got) < n:
+        p = len(got)
+        ctx = prompt + got
+        if isinstance(drafter, LookupDrafter):
+            props = drafter.ngram.propose(ctx, k)
+        else:
+            props = []
+            for j in range(k):
+                props += _argmax_last(drafter.model, ctx + props, 1, p + j, min_new_tokens, eos)
+        verdict = _argmax_last(target_model, ctx + props, len(props) + 1, p, min_new_tokens, eos)
+        acc = next((j for j in range(len(props)) if props[j] != verdict[j]), len(props))
+        emitted = props[:acc] + [verdict[acc]]
+        emitted = emitted[: n - p]
+        for j, tok in enumerate(emitted):
+            if tok != want[p + j]:
+                raise CalibrationCheckError(f"request {req.id}, position {p + j}: real SD emitted token {tok}, the "
+                                            f"target's greedy output has {want[p + j]} (not lossless)")
+        prop_len = None if trace.proposal_len is None else int(trace.proposal_len[p])
+        predicted = min(int(emitted_tokens(int(trace.acc_len[p]), k, prop_len)), n - p)
+        if predicted != len(emitted):
+            raise CalibrationCheckError(f"request {req.id}, drafter {drafter.name}, position {p}, k={k}: real SD "
+                                        f"emitted {len(emitted)} tokens, the trace predicts {predicted}")
+        steps.append(StepRecord(p, len(emitted), predicted))
+        got += emitted
+    return steps
+
+
+def real_sd_check(bundle: TraceBundle, target, drafter: ModelDrafter | LookupDrafter, k: int, *,
+                  num_requests: int, min_new_tokens: int) -> dict:
+    """Real SD on the first num_requests requests; returns a summary or raises CalibrationCheckError."""
+    from calibration.hf_backend import eos_ids
+
+    if drafter.name not in bundle.meta.drafters:
+        raise ValueError(f"drafter {drafter.name!r} is not in the bundle (has {bundle.drafter_names})")
+    if bundle.meta.temperature != 0:
+        raise ValueError("the real-SD check compares greedy runs; the bundle was measured at temperature "
+                         f"{bundle.meta.temperature}")
+    eos = eos_ids(target)
+    total_steps = total_tokens = 0
+    for req in bundle.requests[:num_requests]:
+        steps = real_sd_request(target.model, drafter, req, k, min_new_tokens=min_new_tokens, eos=eos)
+        total_steps += len(steps)
+        total_tokens += sum(s.emitted for s in steps)
+    return {"requests": min(num_requests, len(bundle.requests)), "steps": total_steps, "tokens": total_tokens,
+            "tokens_per_step": total_tokens / max(total_steps, 1), "drafter": drafter.name, "k": k}

@@ -1,0 +1,161 @@
+"""`draftsim calibrate latency`: time real forward steps and fit latency profiles.
+
+For each (batch size, query tokens per sequence, context length) point, a KV cache of the
+context is built once, then one forward of the query tokens is timed `repeats` times after
+`warmup` runs (the cache is cropped back after each). Each point keeps its median, spread
+(p90 - p10)/2, the threads used and the machine load when taken. Profiles are fitted linear
+(non-negative least squares) and kept as tables too, with the raw measurements and provenance.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from simulator.latency import LinearProfile, Measurement, Provenance, TableProfile, fit_linear
+
+
+@dataclass
+class SweepConfig:
+    """The grid and the timing discipline."""
+
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    query_tokens: list[int] = field(default_factory=lambda: [1, 2, 4, 6])  # 1..k+1 per sequence
+    context_lens: list[int] = field(default_factory=lambda: [64, 256, 512])
+    warmup: int = 2
+    repeats: int = 5
+    threads: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("batch_sizes", "query_tokens", "context_lens"):
+            vals = getattr(self, name)
+            if not vals or any(int(v) < 1 for v in vals):
+                raise ValueError(f"latency sweep: {name} must be a non-empty list of integers >= 1, got {vals}")
+        if self.repeats < 1 or self.warmup < 0:
+            raise ValueError(f"latency sweep: repeats must be >= 1 and warmup >= 0, got {self.repeats}, {self.warmup}")
+
+
+def machine_load() -> float:
+    """1-minute load average per core (1.0 = every core busy)."""
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
+
+
+def time_repeats(fn: Callable[[], Any], warmup: int, repeats: int, sync: Callable[[], None] = lambda: None
+                 ) -> tuple[float, float, list[float]]:
+    """Median and spread (p90 - p10)/2 of `repeats` timed calls after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    arr = np.asarray(times)
+    return float(np.median(arr)), float((np.percentile(arr, 90) - np.percentile(arr, 10)) / 2), times
+
+
+def measure_model_step(model, batch: int, query: int, context: int, cfg: SweepConfig, vocab: int) -> Measurement:
+    """Time one forward of `query` new tokens per sequence over a cached context of `context` tokens."""
+    import torch
+    from transformers import DynamicCache
+
+    dev = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(cfg.seed)
+    ctx_ids = torch.randint(0, vocab, (batch, context), generator=gen).to(dev)
+    q_ids = torch.randint(0, vocab, (batch, query), generator=gen).to(dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ctx_ids, cache=cache, use_cache=True)
+        pos = torch.arange(context, context + query, device=dev).unsqueeze(0).expand(batch, -1)
+
+        def step():
+            model(input_ids=q_ids, cache=cache, use_cache=True, position_ids=pos)
+            cache.crop(-query)  # drop the query tokens again (transformers 5: negative = tokens to remove)
+
+        load_before = machine_load()
+        med, spread, _ = time_repeats(step, cfg.warmup, cfg.repeats, sync)
+    return Measurement(num_seqs=batch, batched_tokens=batch * query, kv_tokens=batch * (context + query),
+                       seconds=med, spread=spread, repeats=cfg.repeats, load=round(max(load_before, machine_load()), 3),
+                       extra={"query_tokens": query, "context_len": context, "threads": cfg.threads})
+
+
+def sweep_model(model, cfg: SweepConfig, *, query_tokens: list[int] | None = None, progress: bool = True,
+                desc: str = "latency") -> list[Measurement]:
+    """Measure every grid point of one model (query_tokens overrides the config's, e.g. [1] for drafters)."""
+    import torch
+    from tqdm import tqdm
+
+    torch.set_num_threads(cfg.threads)
+    vocab = int(model.config.vocab_size)
+    grid = [(b, q, c) for b in cfg.batch_sizes for q in (query_tokens or cfg.query_tokens) for c in cfg.context_lens]
+    return [measure_model_step(model, b, q, c, cfg, vocab) for b, q, c in tqdm(grid, desc=desc, disable=not progress)]
+
+
+def sweep_ngram(ngram, cfg: SweepConfig) -> list[Measurement]:
+    """Time the n-gram proposer for a batch of sequences (CPU lookups, one per sequence)."""
+    rng = np.random.default_rng(cfg.seed)
+    out = []
+    for b in cfg.batch_sizes:
+        for c in cfg.context_lens:
+            ctxs = [rng.integers(0, 500, size=c) for _ in range(b)]
+            med, spread, _ = time_repeats(lambda: [ngram.propose(x) for x in ctxs], cfg.warmup, cfg.repeats)
+            out.append(Measurement(num_seqs=b, batched_tokens=b, kv_tokens=b * c, seconds=med, spread=spread,
+                                   repeats=cfg.repeats, load=round(machine_load(), 3),
+                                   extra={"context_len": c, "threads": 1}))
+    return out
+
+
+def provenance(backend: str, device: str, dtype: str, notes: str = "") -> Provenance:
+    """Where a measured profile came from, with library versions and the machine."""
+    versions = {"python": platform.python_version(), "numpy": np.__version__}
+    try:
+        import torch
+        import transformers
+
+        versions.update(torch=str(torch.__version__), transformers=str(transformers.__version__))
+        if device.startswith("cuda") and torch.cuda.is_available():
+            device = f"{device} ({torch.cuda.get_device_name(0)})"
+    except ImportError:
+        pass
+    if device == "cpu":
+        device = f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    return Provenance(source="measured", backend=backend, device=device, dtype=dtype,
+                      date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), versions=versions,
+                      notes=notes)
+
+
+@dataclass
+class FittedProfiles:
+    """Linear and table profiles of one model, with the fit report."""
+
+    linear: LinearProfile
+    table: TableProfile
+    report: dict[str, Any]
+
+
+def fit_profiles(name: str, model_name: str, measurements: list[Measurement], prov: Provenance) -> FittedProfiles:
+    """Fit linear (all terms) and table profiles; report MAPE overall and when each term is left out."""
+    from simulator.latency import TERMS, mape
+
+    full = fit_linear(name, measurements, model=model_name, provenance=prov)
+    without = {}
+    for t in TERMS:
+        rest = tuple(x for x in TERMS if x != t)
+        without[t] = round(fit_linear(name, measurements, rest).mape, 3)
+    report = {"mape_percent": round(full.mape, 3), "term_share": {k: round(v, 4) for k, v in full.per_term_share.items()},
+              "mape_percent_without_term": without, "points": len(measurements),
+              "median_load_per_core": float(np.median([m.load for m in measurements if m.load is not None] or [np.nan]))}
+    full.profile.fit.update({"mape_percent_without_term": without})
+    table = TableProfile(name=f"{name}-table", measurements=list(measurements), model=model_name, provenance=prov,
+                         fit={"kind": "table", "fallback": "linear fit of the same points"})
+    report["table_mape_percent"] = round(mape(table, measurements), 3)
+    return FittedProfiles(full.profile, table, report)

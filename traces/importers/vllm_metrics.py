@@ -1,0 +1,163 @@
+"""vLLM speculative-decoding metrics -> acceptance statistics.
+
+Reads the Prometheus text of a server's /metrics, or the JSON form of offline
+`LLM.get_metrics()` (a list of `{"name", "labels"?, "value"}` counters and
+`{"name", "labels"?, "values"}` vectors). Counters used: `vllm:spec_decode_num_drafts`,
+`vllm:spec_decode_num_draft_tokens`, `vllm:spec_decode_num_accepted_tokens`,
+`vllm:spec_decode_num_accepted_tokens_per_pos` (label `position`); a `_total` suffix is
+accepted, and label sets (engines, models) are summed. vLLM's per-position counter is
+unconditional: accepted_at_pos[i] / drafts = P(positions 0..i all accepted).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traces.errors import TraceFormatError
+
+_PREFIX = "vllm:spec_decode_"
+_LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+([-+0-9.eEinfNa]+)(\s+\d+)?\s*$')
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass
+class SpecDecodeStats:
+    """Totals of vLLM's spec-decode counters and the rates they imply."""
+
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    accepted_per_pos: list[float]
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else math.nan
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens per verify step: 1 + accepted / drafts."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else math.nan
+
+    @property
+    def per_pos_rate(self) -> list[float]:
+        """P(positions 0..i all accepted), from the unconditional counter."""
+        return [a / self.num_drafts for a in self.accepted_per_pos] if self.num_drafts else []
+
+    @property
+    def conditional_rate(self) -> list[float]:
+        """P(position i accepted | positions before it accepted)."""
+        rates, prev = [], self.num_drafts
+        for a in self.accepted_per_pos:
+            rates.append(a / prev if prev else math.nan)
+            prev = a
+        return rates
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_drafts": self.num_drafts, "num_draft_tokens": self.num_draft_tokens,
+                "num_accepted_tokens": self.num_accepted_tokens, "accepted_per_pos": self.accepted_per_pos,
+                "acceptance_rate": self.acceptance_rate, "mean_acceptance_length": self.mean_acceptance_length,
+                "per_pos_rate": self.per_pos_rate, "conditional_rate": self.conditional_rate}
+
+
+def _short(name: str) -> str | None:
+    if not name.startswith(_PREFIX):
+        return None
+    name = name[len(_PREFIX):]
+    return name[:-len("_total")] if name.endswith("_total") else name
+
+
+def _accumulate(totals: dict[str, float], per_pos: dict[int, float], short: str, labels: dict[str, str],
+                value: float, path: str, line: int | None) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise TraceFormatError(path, f"expected a finite count >= 0, got {value}", line=line, field=short)
+    if short == "num_accepted_tokens_per_pos":
+        if "position" not in labels:
+            raise TraceFormatError(path, "per-position counter without a 'position' label", line=line, field=short)
+        try:
+            pos = int(labels["position"])
+        except ValueError:
+            raise TraceFormatError(path, f"position label {labels['position']!r} is not an integer", line=line,
+                                   field=short) from None
+        per_pos[pos] = per_pos.get(pos, 0.0) + value
+    elif short in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        totals[short] = totals.get(short, 0.0) + value
+
+
+def parse_prometheus(text: str, path: str = "<text>") -> SpecDecodeStats:
+    """Spec-decode statistics from Prometheus exposition text."""
+    totals: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = _LINE.match(line.strip())
+        if not m:
+            raise TraceFormatError(path, f"not a Prometheus sample line: {line[:80]!r}", line=i)
+        short = _short(m.group(1))
+        if short is None:
+            continue
+        labels = dict(_LABEL.findall(m.group(3) or ""))
+        try:
+            value = float(m.group(4))
+        except ValueError:
+            raise TraceFormatError(path, f"value {m.group(4)!r} is not a number", line=i, field=short) from None
+        _accumulate(totals, per_pos, short, labels, value, path, i)
+    return _finish(totals, per_pos, path)
+
+
+def parse_metrics_json(doc: Any, path: str = "<json>") -> SpecDecodeStats:
+    """Spec-decode statistics from `LLM.get_metrics()` serialised as a JSON list."""
+    if not isinstance(doc, list):
+        raise TraceFormatError(path, "expected a JSON list of metrics with name and value/values")
+    totals: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for j, m in enumerate(doc):
+        if not isinstance(m, dict) or not isinstance(m.get("name"), str):
+            raise TraceFormatError(path, f"metric {j}: expected an object with a 'name'", field=f"[{j}]")
+        short = _short(m["name"])
+        if short is None:
+            continue
+        labels = {str(k): str(v) for k, v in (m.get("labels") or {}).items()}
+        if "values" in m:
+            vals = m["values"]
+            if not isinstance(vals, list):
+                raise TraceFormatError(path, f"metric {j}: expected a list", field=f"[{j}].values")
+            if short == "num_accepted_tokens_per_pos":
+                for pos, v in enumerate(vals):
+                    _accumulate(totals, per_pos, short, {"position": str(pos)}, float(v), path, None)
+            continue
+        v = m.get("value")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TraceFormatError(path, f"metric {j}: expected a number, got {v!r}", field=f"[{j}].value")
+        _accumulate(totals, per_pos, short, labels, float(v), path, None)
+    return _finish(totals, per_pos, path)
+
+
+def _finish(totals: dict[str, float], per_pos: dict[int, float], path: str) -> SpecDecodeStats:
+    missing = [k for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens") if k not in totals]
+    if missing:
+        raise TraceFormatError(path, f"no vLLM spec-decode counter(s) {', '.join(_PREFIX + k for k in missing)}; "
+                               "was speculative decoding enabled?")
+    if per_pos and sorted(per_pos) != list(range(len(per_pos))):
+        raise TraceFormatError(path, f"per-position counters have gaps: positions {sorted(per_pos)}")
+    return SpecDecodeStats(totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"],
+                           [per_pos[i] for i in range(len(per_pos))])
+
+
+def load_vllm_metrics(path: str | Path) -> SpecDecodeStats:
+    """Prometheus text or get_metrics() JSON, told apart by the first character."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFormatError(str(path), "metrics file not found")
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(str(path), f"not valid JSON: {e.msg}", line=e.lineno) from e
+        return parse_metrics_json(doc, str(path))
+    return parse_prometheus(text, str(path))
