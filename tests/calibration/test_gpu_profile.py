@@ -1,0 +1,48 @@
+"""gpu_profile on CPU with tiny sizes (the real run needs CUDA; it was not run in CI)."""
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibration.gpu_profile import fits, hf_config_for, main, profile_models  # noqa: E402
+from calibration.latency_sweep import SweepConfig  # noqa: E402
+from simulator.latency import load_profile  # noqa: E402
+from traces.catalog import get_model  # noqa: E402
+
+
+def _tiny(name):
+    return dataclasses.replace(get_model(name), num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,
+                               intermediate_size=128, vocab_size=500, params=200_000)
+
+
+def test_configs_follow_the_catalog():
+    spec = get_model("qwen3-8b")
+    cfg = hf_config_for(spec)
+    assert type(cfg).__name__ == "Qwen3Config"
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_key_value_heads) == (spec.num_layers, spec.hidden_size,
+                                                                                  spec.num_kv_heads)
+    assert type(hf_config_for(get_model("llama3.1-8b"))).__name__ == "LlamaConfig"
+
+
+def test_memory_rule():
+    spec = get_model("qwen3-32b")
+    assert not fits(spec, 1, 1024, free_bytes=40 * 2**30)  # 64 GB of bf16 weights
+    assert fits(spec, 1, 1024, free_bytes=139 * 2**30)
+
+
+def test_tiny_models_profile_on_cpu(tmp_path):
+    sweep = SweepConfig(batch_sizes=[1, 2], query_tokens=[1, 2], context_lens=[8, 16], warmup=1, repeats=2)
+    rows = profile_models([_tiny("llama3.2-1b"), _tiny("qwen3-0.6b")], device="cpu", dtype="float32", sweep=sweep,
+                          out_dir=tmp_path, progress=False)
+    assert [r["profile"] for r in rows] == ["llama3.2-1b-cpu-hf-float32", "qwen3-0.6b-cpu-hf-float32"]
+    prof = load_profile(tmp_path / "qwen3-0.6b-cpu-hf-float32.yaml")
+    assert prof.model == "qwen3-0.6b" and len(prof.measurements) == 8
+    assert load_profile(tmp_path / "qwen3-0.6b-cpu-hf-float32-table.yaml").kind == "table"
+
+
+def test_main_refuses_without_cuda(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert main(["--models", "llama3.2-1b"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
