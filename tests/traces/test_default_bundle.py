@@ -5,6 +5,7 @@ import gzip
 import shlex
 
 import numpy as np
+import pytest
 
 from experiments import cmd_traces
 from tests.experiments.cli_helpers import run_cli
@@ -47,3 +48,12 @@ def test_default_bundle_stats_are_plausible_for_its_drafters():
         s.categories["chat"].drafters["ngram"].tokens_per_step[5]  # n-gram wins on code, not on chat
     assert 0 < ngram.draft_fraction < 1  # n-gram finds no match at some steps
     assert np.isclose(eagle.draft_fraction, 1.0)
+
+
+def test_builtin_bundle_names():
+    from traces.builtin_bundles import builtin_bundle_path, builtin_bundles
+
+    assert "default" in builtin_bundles()
+    assert builtin_bundle_path("default") == default_bundle_path()
+    with pytest.raises(ValueError, match="built-in: .*default"):
+        builtin_bundle_path("profiles")
