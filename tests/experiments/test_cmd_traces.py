@@ -87,6 +87,23 @@ def test_stats_json_matches_the_library(bundle_dir, capsys):
     assert got["overall"]["output_len"]["max"] == want.overall.output_len.max
 
 
+def test_stats_json_is_strict(tmp_path, capsys):
+    spec = dict(SPEC, categories={"c": dict(SPEC["categories"]["code"],
+                                            acceptance={"e": {"model": "iid", "rate": 0.0},
+                                                        "n": {"model": "iid", "rate": 0.0}})})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    assert run_cli(cmd_traces, ["traces", "synth", "--spec", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    assert run_cli(cmd_traces, ["traces", "stats", str(tmp_path / "b"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert got["overall"]["drafters"]["e"]["conditional"][1] is None  # nothing accepted at position 0
+
+
+def test_traces_without_subcommand_prints_help(capsys):
+    assert run_cli(cmd_traces, ["traces"]) == 2
+    assert "validate" in capsys.readouterr().out
+
+
 def test_stats_table(bundle_dir, capsys):
     assert run_cli(cmd_traces, ["traces", "stats", str(bundle_dir)]) == 0
     out = capsys.readouterr().out
@@ -127,3 +144,13 @@ def test_fit_reads_specbench_jsonl(tmp_path):
 def test_fit_rejects_bad_model_option(bundle_dir, tmp_path):
     with pytest.raises(ValueError, match="NAME=VALUE"):
         run_cli(cmd_traces, ["traces", "fit", str(bundle_dir), "--out", str(tmp_path / "s.yaml"), "--model", "e"])
+
+
+def test_registered_in_the_draftsim_cli(capsys):
+    from experiments.cli import main
+    from traces.default_bundle import default_bundle_path
+
+    assert main(["traces", "validate", str(default_bundle_path())]) == 0
+    assert capsys.readouterr().out.startswith("OK")
+    assert main(["traces", "synth", "--spec", "/nonexistent.yaml", "--out", "/tmp/never"]) == 2
+    assert "cannot be read" in capsys.readouterr().err
