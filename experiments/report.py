@@ -47,10 +47,11 @@ def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, ti
     if baseline not in summary_by_run:
         raise ValueError(f"baseline run {baseline!r} is not among the runs {list(summary_by_run)}")
     base_thr = summary_by_run[baseline].get("throughput_tok_s")
+    base_tpot = summary_by_run[baseline].get("tpot_mean_s")
     table = Table(title=title or f"draftsim: runs compared with {baseline}", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     headers = (
-        ("run", "left"), ("tok/s", "right"), (f"speedup\nvs {baseline}", "right"),
+        ("run", "left"), ("tok/s", "right"), (f"thrpt\nvs {baseline}", "right"), (f"TPOT\nvs {baseline}", "right"),
         ("TTFT ms\np50/p99", "right"), ("TPOT ms\np50/p99", "right"),
         ("E2E s\np50", "right"), ("E2E s\np90", "right"), ("E2E s\np99", "right"),
         ("accept\nlength", "right"), ("goodput\nreq/s (SLO%)", "right"),
@@ -61,10 +62,13 @@ def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, ti
     for run, s in summary_by_run.items():
         thr = s.get("throughput_tok_s")
         speedup = thr / base_thr if thr is not None and base_thr else None
+        tpot = s.get("tpot_mean_s")
+        tpot_speedup = base_tpot / tpot if tpot and base_tpot else None  # per-token latency gain
         table.add_row(
             run,
             _fmt(thr, digits=0),
             _fmt(speedup, digits=2, suffix="x"),
+            _fmt(tpot_speedup, digits=2, suffix="x"),
             f"{_fmt(s.get('ttft_p50_s'), 1e3)}/{_fmt(s.get('ttft_p99_s'), 1e3)}",
             f"{_fmt(s.get('tpot_p50_s'), 1e3, 2)}/{_fmt(s.get('tpot_p99_s'), 1e3, 2)}",
             _fmt(s.get("e2e_p50_s"), digits=2), _fmt(s.get("e2e_p90_s"), digits=2), _fmt(s.get("e2e_p99_s"), digits=2),
@@ -75,10 +79,11 @@ def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, ti
     return table
 
 
-def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, console: Console | None = None) -> None:
+def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, console: Console | None = None, *,
+                     title: str | None = None) -> None:
     """Print the comparison table to the terminal (or the given console); widened when not a terminal (logs)."""
     console = console or Console()
-    table = comparison_table(summary_by_run, baseline)
+    table = comparison_table(summary_by_run, baseline, title=title)
     if not console.is_terminal:
         natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
         console.width = max(console.width, natural)

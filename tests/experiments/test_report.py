@@ -75,13 +75,15 @@ def render(table, width=200) -> str:
 def test_comparison_table_rows_and_speedup(runs):
     summaries = {n: s for n, (_, _, s) in runs.items()}
     table = comparison_table(summaries, "AR")
-    assert [c.header.split("\n")[0] for c in table.columns][:3] == ["run", "tok/s", "speedup"]
+    assert [c.header.split("\n")[0] for c in table.columns][:4] == ["run", "tok/s", "thrpt", "TPOT"]
     assert table.row_count == 3
     text = render(table)
     lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.strip() and ln.split()[0] in summaries}
     assert set(lines) == set(summaries)
     ratio = summaries["eagle3-k3"]["throughput_tok_s"] / summaries["AR"]["throughput_tok_s"]
     assert f"{ratio:.2f}x" in lines["eagle3-k3"] and "1.00x" in lines["AR"]
+    tpot_gain = summaries["AR"]["tpot_mean_s"] / summaries["eagle3-k3"]["tpot_mean_s"]
+    assert f"{tpot_gain:.2f}x" in lines["eagle3-k3"]
     assert f"{summaries['eagle3-k3']['mean_acceptance_length']:.2f}" in lines["eagle3-k3"]
     assert f"{summaries['AR']['e2e_p99_s']:.2f}" in lines["AR"]
 
