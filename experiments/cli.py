@@ -8,6 +8,7 @@ import sys
 # Each module defines register(subparsers) and sets a `func(args) -> int` default on its parser.
 COMMAND_MODULES = [
     "experiments.cmd_run",
+    "experiments.cmd_bounds",
 ]
 
 
