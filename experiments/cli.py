@@ -9,6 +9,7 @@ import sys
 COMMAND_MODULES = [
     "experiments.cmd_run",
     "experiments.cmd_bounds",
+    "experiments.cmd_psd_report",
 ]
 
 
