@@ -46,19 +46,32 @@ def _finished(df: pd.DataFrame) -> pd.DataFrame:
     return df[np.isfinite(df["finish_time"].to_numpy(dtype=float))]
 
 
+def _heavy_tailed(series: Mapping[str, np.ndarray], ratio: float = 20.0) -> bool:
+    """True when a log axis reads better: positive values whose max exceeds `ratio` times the smallest run median."""
+    vals = [v for v in series.values() if v.size]
+    if not vals or min(float(v.min()) for v in vals) <= 0:
+        return False
+    return max(float(v.max()) for v in vals) > ratio * min(float(np.median(v)) for v in vals)
+
+
 def plot_latency_cdfs(requests_by_run: Mapping[str, pd.DataFrame], path: str | os.PathLike) -> Path:
     """Empirical CDFs of TTFT, TPOT (ms) and E2E (s) per run, finished requests only."""
     fig, axes = _figure(1, 3, 15, 4.6)
     panels = (("ttft", "TTFT (ms)", 1e3), ("tpot", "TPOT (ms)", 1e3), ("e2e", "E2E latency (s)", 1.0))
     for ax, (col, label, scale) in zip(axes, panels):
-        for i, (run, df) in enumerate(requests_by_run.items()):
+        series = {}
+        for run, df in requests_by_run.items():
             v = np.sort(_finished(df)[col].to_numpy(dtype=float))
-            v = v[np.isfinite(v)] * scale
+            series[run] = v[np.isfinite(v)] * scale
+        for i, (run, v) in enumerate(series.items()):
             if v.size == 0:
                 continue
             y = np.arange(1, v.size + 1) / v.size
             ax.step(np.concatenate(([v[0]], v)), np.concatenate(([0.0], y)), where="post", label=run,
                     linewidth=1.6, **_style(i))
+        if _heavy_tailed(series):
+            ax.set_xscale("log")
+            label += ", log scale"
         ax.set_xlabel(label)
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
