@@ -43,7 +43,10 @@ def _fmt(v, scale: float = 1.0, digits: int = 1, suffix: str = "") -> str:
 
 
 def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, title: str | None = None) -> Table:
-    """Rich table comparing runs: throughput, speedup vs `baseline`, TTFT/TPOT, E2E p50/p90/p99, acceptance, goodput."""
+    """Rich table comparing runs: throughput, speedup vs `baseline`, TTFT/TPOT, E2E p50/p90/p99, acceptance, goodput.
+
+    A per-GPU throughput column is added when the runs do not all use the same number of GPUs.
+    """
     if baseline not in summary_by_run:
         raise ValueError(f"baseline run {baseline!r} is not among the runs {list(summary_by_run)}")
     base_thr = summary_by_run[baseline].get("throughput_tok_s")
@@ -55,15 +58,21 @@ def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, ti
         ("E2E s\np50", "right"), ("E2E s\np90", "right"), ("E2E s\np99", "right"),
         ("accept\nlength", "right"), ("goodput\nreq/s (SLO%)", "right"),
     )
+    # Runs on different GPU counts (PSD adds a draft GPU) are also compared per GPU.
+    per_gpu = len({s.get("num_gpus") for s in summary_by_run.values()}) > 1
+    if per_gpu:
+        headers = headers[:2] + (("tok/s\nper GPU", "right"),) + headers[2:]
     run_width = min(max(len(r) for r in summary_by_run), 28)
     for name, justify in headers:
         table.add_column(name, justify=justify, no_wrap=True, min_width=run_width if name == "run" else None)
     for run, s in summary_by_run.items():
         thr = s.get("throughput_tok_s")
         speedup = thr / base_thr if thr is not None and base_thr else None
+        cells = [run, _fmt(thr, digits=0)]
+        if per_gpu:
+            cells.append(_fmt(s.get("throughput_tok_s_per_gpu"), digits=0))
         table.add_row(
-            run,
-            _fmt(thr, digits=0),
+            *cells,
             _fmt(speedup, digits=2, suffix="x"),
             f"{_fmt(s.get('ttft_p50_s'), 1e3)}/{_fmt(s.get('ttft_p99_s'), 1e3)}",
             f"{_fmt(s.get('tpot_p50_s'), 1e3, 2)}/{_fmt(s.get('tpot_p99_s'), 1e3, 2)}",

@@ -75,7 +75,7 @@ def render(table, width=200) -> str:
 def test_comparison_table_rows_and_speedup(runs):
     summaries = {n: s for n, (_, _, s) in runs.items()}
     table = comparison_table(summaries, "AR")
-    assert [c.header.split("\n")[0] for c in table.columns][:3] == ["run", "tok/s", "speedup"]
+    assert [c.header.split("\n")[0] for c in table.columns][:4] == ["run", "tok/s", "tok/s", "speedup"]
     assert table.row_count == 3
     text = render(table)
     lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.strip() and ln.split()[0] in summaries}
@@ -84,6 +84,17 @@ def test_comparison_table_rows_and_speedup(runs):
     assert f"{ratio:.2f}x" in lines["eagle3-k3"] and "1.00x" in lines["AR"]
     assert f"{summaries['eagle3-k3']['mean_acceptance_length']:.2f}" in lines["eagle3-k3"]
     assert f"{summaries['AR']['e2e_p99_s']:.2f}" in lines["AR"]
+
+
+def test_per_gpu_column_only_when_gpu_counts_differ(runs):
+    summaries = {n: s for n, (_, _, s) in runs.items()}
+    headers = [c.header for c in comparison_table(summaries, "AR").columns]
+    assert "tok/s\nper GPU" in headers  # the PSD run has a draft GPU
+    psd = summaries["psd-eagle3-k3"]
+    line = next(ln for ln in render(comparison_table(summaries, "AR")).splitlines() if "psd-eagle3-k3" in ln)
+    assert f"{psd['throughput_tok_s_per_gpu']:,.0f}" in line.split()
+    same = {n: s for n, s in summaries.items() if n != "psd-eagle3-k3"}
+    assert "tok/s\nper GPU" not in [c.header for c in comparison_table(same, "AR").columns]
 
 
 def test_comparison_table_unknown_baseline(runs):

@@ -270,7 +270,8 @@ def test_goodput_fraction_bounded_and_monotone_in_slo(reqs, ttft, tpot, dttft, d
 
 
 def test_engine_tables_autoregressive_acceptance_is_exactly_one_even_with_preemption():
-    """On the real engine's tables: AR emits one token per decode step, preempted (recomputed) or not."""
+    """On the real engine's tables: AR emits one token per decode step, preempted (recomputed) or not;
+    the same simulation gives the same summary text."""
     from tests.simulator.engine_fixtures import iid_traces, simulate, workload
 
     traces = iid_traces(20, seed=1)
@@ -280,6 +281,8 @@ def test_engine_tables_autoregressive_acceptance_is_exactly_one_even_with_preemp
     assert s["mean_acceptance_length"] == 1.0 and s["pooled_acceptance_length"] == 1.0
     assert s["num_finished"] == 40 and s["output_tokens"] == int(res.requests["output_len"].sum())
     assert s["kv_peak_blocks"] <= res.extras["kv_peak_blocks"]
+    again = simulate(traces, workload(traces, 40, rate=40.0), mode="ar", kv_tokens=1000)
+    assert json.dumps(summarize(again.requests, again.steps, again.itl, slo=None)) == json.dumps(s)
     with_extras = summarize(res.requests, res.steps, res.itl, slo=None, extras=res.extras)
     assert with_extras["kv_peak_blocks"] == res.extras["kv_peak_blocks"]
     assert 0 < with_extras["kv_peak_fraction"] <= 1.0
