@@ -82,10 +82,13 @@ def plot_latency_cdfs(requests_by_run: Mapping[str, pd.DataFrame], path: str | o
 
 
 def plot_throughput_latency(summary_by_run: Mapping[str, Mapping], path: str | os.PathLike) -> Path:
-    """Bars of output throughput per run, and a scatter of throughput against E2E p50 labelled by run."""
+    """Bars of output throughput per run, and a scatter of throughput against E2E p50 labelled by run.
+
+    Runs without a throughput (nothing finished, or the configuration did not fit) are left out.
+    """
     fig, axes = _figure(1, 2, 14, 5.0)
-    runs = list(summary_by_run)
-    thr = np.array([summary_by_run[r].get("throughput_tok_s") or 0.0 for r in runs], dtype=float)
+    runs = [r for r in summary_by_run if summary_by_run[r].get("throughput_tok_s") is not None]
+    thr = np.array([summary_by_run[r]["throughput_tok_s"] for r in runs], dtype=float)
     p50 = np.array([np.nan if summary_by_run[r].get("e2e_p50_s") is None else summary_by_run[r]["e2e_p50_s"]
                     for r in runs], dtype=float)
     ax = axes[0]

@@ -4,19 +4,22 @@ Results folder (complete or absent: built in a hidden temp sibling, renamed into
     config.yaml            resolved experiment config
     requests.parquet       per-request table of every run, `run` column first (or .csv)
     steps.parquet          per-step table of every run, `run` column first (or .csv)
-    summary.json           {run name: summary metrics} in run order (simulator.metrics.summarize)
+    summary.json           {run name: summary metrics} in run order (simulator.metrics.summarize);
+                           a run that does not fit appears here only
     timeline.json          Chrome trace JSON, one process per run (open in ui.perfetto.dev)
     plots/*.png            experiments.plots.PLOT_FILES
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 from rich import box
@@ -25,6 +28,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from experiments.plots import PLOT_FILES, write_plots
+from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS
 from simulator.timeline import to_chrome_trace, write_chrome_trace
 from traces.atomic import atomic_open, atomic_write_text
 
@@ -94,9 +98,26 @@ def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, conso
     console.print(table)
 
 
+def _json_ready(v, where: str):
+    """Plain JSON value: numpy scalars unwrapped, non-finite floats as null; anything else unknown is an error."""
+    if isinstance(v, Mapping):
+        return {str(k): _json_ready(x, f"{where}.{k}") for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_ready(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    if v is None or isinstance(v, str):
+        return v
+    raise TypeError(f"summary {where}: {type(v).__name__} value {v!r} is not JSON data")
+
+
 def summary_json(summary_by_run: Mapping[str, Mapping]) -> str:
-    """Deterministic JSON text of the per-run summaries (run order and key order kept; NaN is refused)."""
-    return json.dumps({r: dict(s) for r, s in summary_by_run.items()}, indent=2, allow_nan=False) + "\n"
+    """Deterministic JSON text of the per-run summaries (run order and key order kept, NaN as null)."""
+    return json.dumps({r: _json_ready(s, r) for r, s in summary_by_run.items()}, indent=2, allow_nan=False) + "\n"
 
 
 def _with_run_column(df: pd.DataFrame, run: str, table: str) -> pd.DataFrame:
@@ -134,54 +155,101 @@ def _check_target(out: Path) -> None:
             )
 
 
-def write_results_folder(
+def write_results(
     out_dir: str | os.PathLike,
     *,
     config_dict: Mapping,
-    runs: Mapping[str, tuple[pd.DataFrame, pd.DataFrame, Mapping]],
+    runs: Mapping[str, tuple[pd.DataFrame | None, pd.DataFrame | None, Mapping]],
     timeline: bool | dict = True,
+    timeline_max_steps: int | None = None,
     plots: bool = True,
     table_format: str = "parquet",
 ) -> Path:
     """Write the results folder for `runs` ({name: (requests_df, steps_df, summary)}); returns its path.
 
-    `timeline`: True builds the Chrome trace from the step tables, a dict is written as given, False
-    skips it. An existing results folder at `out_dir` is replaced; the new one appears whole or not at all.
+    A run whose tables are None (a configuration that does not fit) appears in summary.json only.
+    `timeline`: True builds the Chrome trace from the step tables (each run cut to its first
+    `timeline_max_steps` steps when given, and labelled so), a dict is written as given, False skips it.
+    An existing results folder at `out_dir` is replaced; the new one appears whole or not at all.
     """
     if table_format not in TABLE_FORMATS:
         raise ValueError(f"table_format: expected one of {TABLE_FORMATS}, got {table_format!r}")
     if not runs:
-        raise ValueError("write_results_folder: no runs to write")
+        raise ValueError("write_results: no runs to write")
     out = Path(out_dir).resolve()
     _check_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     config_text = yaml.safe_dump(dict(config_dict), sort_keys=False, allow_unicode=True)
-    requests = pd.concat([_with_run_column(r, n, "requests") for n, (r, _, _) in runs.items()], ignore_index=True)
-    steps = pd.concat([_with_run_column(s, n, "steps") for n, (_, s, _) in runs.items()], ignore_index=True)
+    simulated = {n: (r, s) for n, (r, s, _) in runs.items() if r is not None and s is not None}
+    requests = _stack([_with_run_column(r, n, "requests") for n, (r, _) in simulated.items()], REQUEST_COLUMNS)
+    steps = _stack([_with_run_column(s, n, "steps") for n, (_, s) in simulated.items()], STEP_COLUMNS)
     summaries = {n: summ for n, (_, _, summ) in runs.items()}
+    summary_text = summary_json(summaries)
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
         atomic_write_text(tmp / "config.yaml", config_text)
         _write_table(requests, tmp / f"requests.{table_format}", table_format)
         _write_table(steps, tmp / f"steps.{table_format}", table_format)
-        atomic_write_text(tmp / "summary.json", summary_json(summaries))
-        if timeline is True:
-            write_chrome_trace(tmp / "timeline.json", trace=to_chrome_trace(steps, process_name=out.name))
+        atomic_write_text(tmp / "summary.json", summary_text)
+        if timeline is True and simulated:
+            trace = to_chrome_trace(steps, process_name=out.name, max_steps=timeline_max_steps)
+            write_chrome_trace(tmp / "timeline.json", trace=trace)
         elif isinstance(timeline, dict):
             write_chrome_trace(tmp / "timeline.json", trace=timeline)
-        if plots:
+        if plots and simulated:
             write_plots(
                 tmp / "plots",
-                {n: r for n, (r, _, _) in runs.items()},
-                {n: s for n, (_, s, _) in runs.items()},
-                summaries,
+                {n: r for n, (r, _) in simulated.items()},
+                {n: s for n, (_, s) in simulated.items()},
+                {n: summaries[n] for n in simulated},
             )
         _swap_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def write_results_folder(
+    out_dir: str | os.PathLike,
+    config,
+    sim_results: Mapping[str, object],
+    summary: Mapping[str, Mapping],
+    *,
+    plots: bool = True,
+    table_format: str = "parquet",
+) -> Path:
+    """Results folder of an experiment run, as `experiments.run` calls it.
+
+    `config`: the ExperimentConfig (or a plain dict); `sim_results`: {run name: SimResult} for the runs
+    that were simulated; `summary`: {run name: summary} for every run, including ones that did not fit.
+    The timeline keeps each run's first `config.timeline_max_steps` steps when the config has that field.
+    """
+    if hasattr(config, "model_dump"):
+        config_dict = config.model_dump(mode="json")
+    elif isinstance(config, Mapping):
+        config_dict = dict(config)
+    else:
+        raise ValueError(f"config: expected an ExperimentConfig or a dict, got {type(config).__name__}")
+    unknown = [n for n in sim_results if n not in summary]
+    if unknown:
+        raise ValueError(f"sim_results has run(s) {unknown} without a summary")
+    runs = {}
+    for name, summ in summary.items():
+        res = sim_results.get(name)
+        runs[name] = (None, None, summ) if res is None else (res.requests, res.steps, summ)
+    max_steps = config_dict.get("timeline_max_steps")
+    return write_results(out_dir, config_dict=config_dict, runs=runs, timeline=True, timeline_max_steps=max_steps,
+                         plots=plots, table_format=table_format)
+
+
+def _stack(frames: list[pd.DataFrame], schema: Mapping) -> pd.DataFrame:
+    """Concatenate per-run tables; with none, an empty table that still has the `run` + schema columns."""
+    if frames:
+        return pd.concat(frames, ignore_index=True)
+    return pd.DataFrame({c: pd.Series(dtype=object if c == "run" or schema[c][0] == "str" else schema[c][0])
+                         for c in ["run", *schema]})
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
@@ -201,5 +269,6 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
 
 
 __all__ = [
-    "PLOT_FILES", "RESULT_ENTRIES", "comparison_table", "print_comparison", "summary_json", "write_results_folder",
+    "PLOT_FILES", "RESULT_ENTRIES", "comparison_table", "print_comparison", "summary_json", "write_results",
+    "write_results_folder",
 ]
