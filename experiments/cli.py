@@ -10,6 +10,9 @@ COMMAND_MODULES = [
     "experiments.cmd_run",
     "experiments.cmd_import",
     "experiments.cmd_traces",
+    "experiments.cmd_bounds",
+    "experiments.cmd_specbench",
+    "experiments.cmd_policies",
 ]
 
 

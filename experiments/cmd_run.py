@@ -25,7 +25,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from experiments.config import load_config
-    from experiments.report import comparison_table
+    from experiments.report import print_comparison
     from experiments.run import run_experiment
 
     console = Console(stderr=args.json)
@@ -35,7 +35,8 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res.summary, indent=2, sort_keys=True, default=str))
         return 0
-    console.print(comparison_table(res.summary, baseline=cfg.baseline_run, title=cfg.description or cfg.name))
+    fitted = {n: s for n, s in res.summary.items() if s.get("fits", True)}
+    print_comparison(fitted, cfg.baseline_run, console, title=cfg.description or cfg.name)
     for name, s in res.summary.items():
         if not s.get("fits", True):
             console.print(f"[yellow]{name}: does not fit: {s.get('does_not_fit')}[/yellow]")

@@ -34,7 +34,7 @@ class ExperimentConfig(BaseModel):
     runs: list[RunSpec] = Field(min_length=1)
     baseline: str | None = Field(None, description="run that speedups are relative to (default: the first)")
     slo: SLO = SLO()
-    timeline_max_steps: int = Field(20000, ge=0, description="steps per run written to the Perfetto timeline")
+    timeline_max_steps: int = Field(2000, ge=0, description="steps per run written to the Perfetto timeline")
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":

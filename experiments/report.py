@@ -47,23 +47,25 @@ def _fmt(v, scale: float = 1.0, digits: int = 1, suffix: str = "") -> str:
 
 
 def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, title: str | None = None) -> Table:
-    """Rich table comparing runs: throughput, speedup vs `baseline`, TTFT/TPOT, E2E p50/p90/p99, acceptance, goodput.
+    """Rich table comparing runs: throughput and its gain vs `baseline`, mean-TPOT gain, TTFT/TPOT p50/p99,
+    E2E p50/p90/p99, acceptance length, goodput.
 
     A per-GPU throughput column is added when the runs do not all use the same number of GPUs.
     """
     if baseline not in summary_by_run:
         raise ValueError(f"baseline run {baseline!r} is not among the runs {list(summary_by_run)}")
     base_thr = summary_by_run[baseline].get("throughput_tok_s")
+    base_tpot = summary_by_run[baseline].get("tpot_mean_s")
     table = Table(title=title or f"draftsim: runs compared with {baseline}", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     headers = (
-        ("run", "left"), ("tok/s", "right"), (f"speedup\nvs {baseline}", "right"),
+        ("run", "left"), ("tok/s", "right"), (f"thrpt\nvs {baseline}", "right"), (f"TPOT\nvs {baseline}", "right"),
         ("TTFT ms\np50/p99", "right"), ("TPOT ms\np50/p99", "right"),
         ("E2E s\np50", "right"), ("E2E s\np90", "right"), ("E2E s\np99", "right"),
         ("accept\nlength", "right"), ("goodput\nreq/s (SLO%)", "right"),
     )
     # Runs on different GPU counts (PSD adds a draft GPU) are also compared per GPU.
-    per_gpu = len({s.get("num_gpus") for s in summary_by_run.values()}) > 1
+    per_gpu = len({s["num_gpus"] for s in summary_by_run.values() if s.get("num_gpus") is not None}) > 1
     if per_gpu:
         headers = headers[:2] + (("tok/s\nper GPU", "right"),) + headers[2:]
     run_width = min(max(len(r) for r in summary_by_run), 28)
@@ -75,9 +77,12 @@ def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, ti
         cells = [run, _fmt(thr, digits=0)]
         if per_gpu:
             cells.append(_fmt(s.get("throughput_tok_s_per_gpu"), digits=0))
+        tpot = s.get("tpot_mean_s")
+        tpot_speedup = base_tpot / tpot if tpot and base_tpot else None  # per-token latency gain
         table.add_row(
             *cells,
             _fmt(speedup, digits=2, suffix="x"),
+            _fmt(tpot_speedup, digits=2, suffix="x"),
             f"{_fmt(s.get('ttft_p50_s'), 1e3)}/{_fmt(s.get('ttft_p99_s'), 1e3)}",
             f"{_fmt(s.get('tpot_p50_s'), 1e3, 2)}/{_fmt(s.get('tpot_p99_s'), 1e3, 2)}",
             _fmt(s.get("e2e_p50_s"), digits=2), _fmt(s.get("e2e_p90_s"), digits=2), _fmt(s.get("e2e_p99_s"), digits=2),
@@ -88,10 +93,11 @@ def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, ti
     return table
 
 
-def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, console: Console | None = None) -> None:
+def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, console: Console | None = None, *,
+                     title: str | None = None) -> None:
     """Print the comparison table to the terminal (or the given console); widened when not a terminal (logs)."""
     console = console or Console()
-    table = comparison_table(summary_by_run, baseline)
+    table = comparison_table(summary_by_run, baseline, title=title)
     if not console.is_terminal:
         natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
         console.width = max(console.width, natural)
@@ -155,7 +161,7 @@ def _check_target(out: Path) -> None:
             )
 
 
-def write_results(
+def write_results_folder(
     out_dir: str | os.PathLike,
     *,
     config_dict: Mapping,
@@ -169,13 +175,14 @@ def write_results(
 
     A run whose tables are None (a configuration that does not fit) appears in summary.json only.
     `timeline`: True builds the Chrome trace from the step tables (each run cut to its first
-    `timeline_max_steps` steps when given, and labelled so), a dict is written as given, False skips it.
+    `timeline_max_steps` steps when that is a positive number, and labelled so), a dict is written as
+    given, False skips it.
     An existing results folder at `out_dir` is replaced; the new one appears whole or not at all.
     """
     if table_format not in TABLE_FORMATS:
         raise ValueError(f"table_format: expected one of {TABLE_FORMATS}, got {table_format!r}")
     if not runs:
-        raise ValueError("write_results: no runs to write")
+        raise ValueError("write_results_folder: no runs to write")
     out = Path(out_dir).resolve()
     _check_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -211,39 +218,6 @@ def write_results(
     return out
 
 
-def write_results_folder(
-    out_dir: str | os.PathLike,
-    config,
-    sim_results: Mapping[str, object],
-    summary: Mapping[str, Mapping],
-    *,
-    plots: bool = True,
-    table_format: str = "parquet",
-) -> Path:
-    """Results folder of an experiment run, as `experiments.run` calls it.
-
-    `config`: the ExperimentConfig (or a plain dict); `sim_results`: {run name: SimResult} for the runs
-    that were simulated; `summary`: {run name: summary} for every run, including ones that did not fit.
-    The timeline keeps each run's first `config.timeline_max_steps` steps when the config has that field.
-    """
-    if hasattr(config, "model_dump"):
-        config_dict = config.model_dump(mode="json")
-    elif isinstance(config, Mapping):
-        config_dict = dict(config)
-    else:
-        raise ValueError(f"config: expected an ExperimentConfig or a dict, got {type(config).__name__}")
-    unknown = [n for n in sim_results if n not in summary]
-    if unknown:
-        raise ValueError(f"sim_results has run(s) {unknown} without a summary")
-    runs = {}
-    for name, summ in summary.items():
-        res = sim_results.get(name)
-        runs[name] = (None, None, summ) if res is None else (res.requests, res.steps, summ)
-    max_steps = config_dict.get("timeline_max_steps")
-    return write_results(out_dir, config_dict=config_dict, runs=runs, timeline=True, timeline_max_steps=max_steps,
-                         plots=plots, table_format=table_format)
-
-
 def _stack(frames: list[pd.DataFrame], schema: Mapping) -> pd.DataFrame:
     """Concatenate per-run tables; with none, an empty table that still has the `run` + schema columns."""
     if frames:
@@ -269,6 +243,5 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
 
 
 __all__ = [
-    "PLOT_FILES", "RESULT_ENTRIES", "comparison_table", "print_comparison", "summary_json", "write_results",
-    "write_results_folder",
+    "PLOT_FILES", "RESULT_ENTRIES", "comparison_table", "print_comparison", "summary_json", "write_results_folder",
 ]

@@ -8,12 +8,14 @@ Callable from Python (a notebook) as well as from `draftsim run`:
 """
 from __future__ import annotations
 
+import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from experiments.config import ExperimentConfig, load_config
 from policies.registry import make_policy
@@ -23,7 +25,7 @@ from simulator.metrics import summarize
 from simulator.server_config import RunSpec, ServerConfig, build_draft_costs
 from simulator.workload_arrays import EngineWorkload
 from traces.bundle import TraceBundle, load_bundle
-from traces.workload import Workload, WorkloadSpec, build_workload
+from traces.workload import Workload, WorkloadSpec, workload_and_bundle
 
 
 @dataclass
@@ -42,9 +44,17 @@ class Results:
 def resolve_bundle(ref: str) -> TraceBundle:
     """`builtin:default`, `builtin:NAME` (a shipped bundle) or a bundle folder path."""
     if ref.startswith("builtin:"):
-        from traces.builtin_bundles import builtin_bundle_path
+        name = ref.split(":", 1)[1]
+        if name == "default":
+            from traces.default_bundle import default_bundle_path
 
-        return load_bundle(builtin_bundle_path(ref.split(":", 1)[1]))
+            return load_bundle(default_bundle_path())
+        folder = Path(str(importlib.resources.files("traces") / "data" / "bundles"))
+        path = folder / name
+        if not path.is_dir():
+            have = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+            raise ValueError(f"traces: no built-in bundle {name!r}; built-ins: default, {', '.join(have)}")
+        return load_bundle(path)
     return load_bundle(ref)
 
 
@@ -86,12 +96,12 @@ def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]
     """KV tokens the server holds: given directly, or from the catalogs via the deployment."""
     if server.kv_capacity_tokens is not None:
         return server.kv_capacity_tokens, {}
-    from simulator.placement import plan_deployment
+    from simulator.placement import kv_capacity_tokens
 
-    plan = plan_deployment(server.deployment, mode=run.mode)
-    if not plan.fits:
-        return 0, {"does_not_fit": plan.reason}
-    return int(plan.kv_capacity_tokens), {"placement": plan.as_dict()}
+    placement = kv_capacity_tokens(server.deployment, where=f"runs[{run.name}] server.deployment")
+    if not placement.fits:
+        return 0, {"does_not_fit": placement.message, "placement": placement.summary()}
+    return int(placement.kv_capacity_tokens), {"placement": placement.summary()}
 
 
 def simulate_run(cfg: ExperimentConfig, run: RunSpec, bundle: TraceBundle, ew: EngineWorkload, traces: list,
@@ -123,8 +133,12 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
     """Validate the config, simulate every run, summarise; write the results folder when `out` is given."""
     cfg = load_config(config, overrides, seed)
     bundle = resolve_bundle(cfg.traces)
-    spec = WorkloadSpec.model_validate(cfg.workload)
-    workload = build_workload(bundle, spec, seed=cfg.seed)
+    try:
+        spec = WorkloadSpec.model_validate(cfg.workload)
+    except ValidationError as e:
+        raise ValueError("workload: " + "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())) from None
+    workload, bundle = workload_and_bundle(bundle, spec, seed=cfg.seed)
     ew, traces = engine_workload(workload, bundle)
     seeds = np.random.SeedSequence(cfg.seed).spawn(len(cfg.runs))
     summary: dict[str, dict[str, Any]] = {}
@@ -158,8 +172,22 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
     if out is not None:
         from experiments.report import write_results_folder
 
-        results.out_dir = write_results_folder(out, cfg, sim_results, summary)
+        from simulator.timeline import to_chrome_trace
+
+        window = pd.concat([_timeline_window(r.steps, cfg.timeline_max_steps).assign(run=n)
+                            for n, r in sim_results.items()], ignore_index=True)
+        timeline = to_chrome_trace(window, process_name=cfg.name)
+        timeline.setdefault("otherData", {})["steps_per_run"] = (
+            f"first {cfg.timeline_max_steps} steps of each run (timeline_max_steps); steps.parquet has all")
+        runs = {n: (r.requests, r.steps, summary[n]) for n, r in sim_results.items()}
+        results.out_dir = write_results_folder(out, config_dict=cfg.model_dump(mode="json"), runs=runs,
+                                               timeline=timeline)
     return results
+
+
+def _timeline_window(steps: pd.DataFrame, max_steps: int) -> pd.DataFrame:
+    """The first `max_steps` steps (the whole table when shorter) — keeps timeline.json openable."""
+    return steps if max_steps <= 0 or len(steps) == 0 or steps.step.max() < max_steps else steps[steps.step < max_steps]
 
 
 class _NoBar:

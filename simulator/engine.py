@@ -300,7 +300,7 @@ class ServerSimulation:
         return acc
 
     def _draft_time(self, idx: np.ndarray, d_idx: np.ndarray, k: np.ndarray, proposed: np.ndarray,
-                    verify_time: float) -> tuple[float, list[str]]:
+                    verify_time: float, ctx: np.ndarray | None = None) -> tuple[float, list[str]]:
         """Each drafter used is charged once for its own sub-batch; plus switching cost."""
         total = 0.0
         used = []
@@ -314,14 +314,16 @@ class ServerSimulation:
                 continue
             members = _sel(idx, mask)
             kk = _sel(k, mask)
+            cx = None if ctx is None else _sel(ctx, mask)
             if n < len(prop):
                 prop, members, kk = prop[active], members[active], kk[active]
+                cx = None if cx is None else cx[active]
             name = self.drafters[di]
             cost = self.draft_costs.get(name)
             if cost is None:
                 raise ValueError(f"policy chose drafter {name!r} but the experiment's 'drafters:' gives no cost for it "
                                  f"(have: {sorted(self.draft_costs)})")
-            kv = int(self.wl.prompt_len[members].sum() + self.gen[members].sum())
+            kv = int(cx.sum()) if cx is not None else int(self.wl.prompt_len[members].sum() + self.gen[members].sum())
             total += cost.draft_time(n, int(prop.sum()), int(kk.max()), kv, verify_time)
             used.append(name)
             if self.run.switch_cost_s > 0:
@@ -357,36 +359,38 @@ class ServerSimulation:
         run = np.fromiter(self.running, dtype=np.int64, count=len(self.running))
         dec_mask = self.prefill_left[run] == 0
         dec_all = run[dec_mask]
-        kv_est = int((self.wl.prompt_len[dec_all] + self.gen[dec_all]).sum())
+        ctx = self.wl.prompt_len[dec_all] + self.gen[dec_all]
+        kv_est = int(ctx.sum())
         if self.mode == "psd":
             return self._plan_psd(now, run, dec_mask, kv_est)
         d_idx, k, proposed = self._choose(dec_all, now, len(dec_all), kv_est, 0)
         need = np.zeros(len(run), dtype=np.int64)
-        need[dec_mask] = self.pool.blocks_for(self.wl.prompt_len[dec_all] + self.gen[dec_all] + proposed)
+        need[dec_mask] = self.pool.blocks_for(ctx + proposed)
         keep, preempted = self._reserve(run, need)
         if preempted:
             kept = np.isin(dec_all, run[:keep])
-            dec_all, d_idx, k, proposed = dec_all[kept], d_idx[kept], k[kept], proposed[kept]
-        pre, chunk = self._prefills(run[:keep], tokens_used=int(proposed.sum()) + len(dec_all), allow_new=not preempted)
+            dec_all, d_idx, k, proposed, ctx = dec_all[kept], d_idx[kept], k[kept], proposed[kept], ctx[kept]
+        prop_sum = int(proposed.sum())
+        pre, chunk = self._prefills(run[:keep], tokens_used=prop_sum + len(dec_all), allow_new=not preempted)
         verify_t, nseq, tokens, kv = self._target_time(dec_all, proposed, pre, chunk)
-        draft_t, used = self._draft_time(dec_all, d_idx, k, proposed, verify_t)
+        draft_t, used = self._draft_time(dec_all, d_idx, k, proposed, verify_t, ctx)
         accepted = self._accept(dec_all, d_idx, proposed)
         duration = draft_t + verify_t + self.overhead
         slices = []
         t = now
         args = {"num_seqs": nseq, "prefill_tokens": int(chunk.sum()), "batched_tokens": tokens, "kv_tokens": kv}
         if draft_t > 0:
-            n_dr = int(((d_idx != NO_DRAFT) & (proposed > 0)).sum())
+            n_dr = int(np.count_nonzero(proposed))
             slices.append(("draft", t, t + draft_t, {"num_seqs": n_dr, "prefill_tokens": 0,
-                                                      "batched_tokens": int(proposed.sum()), "kv_tokens": kv,
-                                                      "proposed_tokens": int(proposed.sum()), "drafters": "+".join(used)}))
+                                                      "batched_tokens": prop_sum, "kv_tokens": kv,
+                                                      "proposed_tokens": prop_sum, "drafters": "+".join(used)}))
             t += draft_t
         phase = "decode" if self.mode == "ar" else "verify"
         if len(pre) and len(dec_all):
             phase = "mixed"
         elif len(pre):
             phase = "prefill"
-        slices.append((phase, t, now + duration, {**args, "proposed_tokens": int(proposed.sum()),
+        slices.append((phase, t, now + duration, {**args, "proposed_tokens": prop_sum,
                                                    "accepted_tokens": int(accepted.sum()), "drafters": "+".join(used)}))
         return _Step(dec_all, d_idx, k, proposed, accepted, pre, chunk, duration, slices, [])
 
@@ -658,17 +662,14 @@ class ServerSimulation:
 
     def _record(self, s: _Step, end: float, emitted: int) -> None:
         used_blocks = self.pool.used
+        add = self.steps.append_row
         for device, slices in (("target", s.target_slices), ("drafter", s.drafter_slices)):
             for phase, t0, t1, a in slices:
-                self.steps.append(
-                    step=self.step_no, device=device, phase=phase, start=t0, end=t1,
-                    num_seqs=a.get("num_seqs", 0), prefill_tokens=a.get("prefill_tokens", 0),
-                    batched_tokens=a.get("batched_tokens", 0), kv_tokens=a.get("kv_tokens", 0),
-                    kv_blocks_used=used_blocks, proposed_tokens=a.get("proposed_tokens", 0),
-                    accepted_tokens=a.get("accepted_tokens", 0),
-                    emitted_tokens=emitted if device == "target" and phase != "draft" else 0,
-                    sub_batch=a.get("sub_batch", -1), drafters=a.get("drafters", ""),
-                )
+                g = a.get
+                add((self.step_no, device, phase, t0, t1, g("num_seqs", 0), g("prefill_tokens", 0),
+                     g("batched_tokens", 0), g("kv_tokens", 0), used_blocks, g("proposed_tokens", 0),
+                     g("accepted_tokens", 0), emitted if device == "target" and phase != "draft" else 0,
+                     g("sub_batch", -1), g("drafters", "")))
 
     # ------------------------------------------------------------------ results
 

@@ -153,20 +153,19 @@ def _run_events(steps: pd.DataFrame, pid: int, name: str) -> list[dict]:
 
 
 def first_steps(steps: pd.DataFrame, max_steps: int | None) -> tuple[pd.DataFrame, int, int]:
-    """Rows of the first `max_steps` step numbers (all when None); also kept and total step counts."""
+    """Rows of the first `max_steps` step numbers (all when None or 0); also kept and total step counts."""
     numbers = np.unique(steps["step"].to_numpy())
-    if max_steps is None or len(numbers) <= max_steps:
+    if not max_steps or len(numbers) <= max_steps:
         return steps, len(numbers), len(numbers)
-    if max_steps <= 0:
-        return steps.iloc[0:0], 0, len(numbers)
     return steps[steps["step"] <= numbers[max_steps - 1]], max_steps, len(numbers)
 
 
 def to_chrome_trace(steps_df: pd.DataFrame, *, process_name: str = "draftsim", max_steps: int | None = None) -> dict:
     """Trace Event Format object for a steps table; with a `run` column, one process per run (in order of appearance).
 
-    `max_steps` keeps only each run's first that many steps (large runs make huge traces); a cut run
-    says so in its process name and in `otherData.truncated`, so nothing is dropped silently.
+    `max_steps` (> 0) keeps only each run's first that many steps (large runs make huge traces); a cut
+    run says so in its process name and in `otherData.truncated`, so nothing is dropped silently.
+    None or 0 keeps every step.
     """
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
                                   or max_steps < 0):

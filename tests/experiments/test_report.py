@@ -15,7 +15,6 @@ from experiments.report import (
     comparison_table,
     print_comparison,
     summary_json,
-    write_results,
     write_results_folder,
 )
 from simulator.metrics import summarize
@@ -81,13 +80,15 @@ def render(table, width=200) -> str:
 def test_comparison_table_rows_and_speedup(runs):
     summaries = {n: s for n, (_, _, s) in runs.items()}
     table = comparison_table(summaries, "AR")
-    assert [c.header.split("\n")[0] for c in table.columns][:4] == ["run", "tok/s", "tok/s", "speedup"]
+    assert [c.header.split("\n")[0] for c in table.columns][:5] == ["run", "tok/s", "tok/s", "thrpt", "TPOT"]
     assert table.row_count == 3
     text = render(table)
     lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.strip() and ln.split()[0] in summaries}
     assert set(lines) == set(summaries)
     ratio = summaries["eagle3-k3"]["throughput_tok_s"] / summaries["AR"]["throughput_tok_s"]
     assert f"{ratio:.2f}x" in lines["eagle3-k3"] and "1.00x" in lines["AR"]
+    tpot_gain = summaries["AR"]["tpot_mean_s"] / summaries["eagle3-k3"]["tpot_mean_s"]
+    assert f"{tpot_gain:.2f}x" in lines["eagle3-k3"]
     assert f"{summaries['eagle3-k3']['mean_acceptance_length']:.2f}" in lines["eagle3-k3"]
     assert f"{summaries['AR']['e2e_p99_s']:.2f}" in lines["AR"]
 
@@ -121,7 +122,7 @@ def test_print_comparison_is_not_truncated_in_a_log(runs):
 
 
 def test_results_folder_contents(tmp_path, runs):
-    out = write_results(tmp_path / "res", config_dict=CONFIG, runs=runs)
+    out = write_results_folder(tmp_path / "res", config_dict=CONFIG, runs=runs)
     assert sorted(os.listdir(out)) == ["config.yaml", "plots", "requests.parquet", "steps.parquet",
                                        "summary.json", "timeline.json"]
     assert yaml.safe_load((out / "config.yaml").read_text()) == CONFIG
@@ -147,16 +148,16 @@ def test_results_folder_contents(tmp_path, runs):
 def test_same_run_gives_byte_identical_summary(tmp_path):
     a = {"AR": make_run(7, 0), "sd": make_run(7, 2)}
     b = {"AR": make_run(7, 0), "sd": make_run(7, 2)}
-    write_results(tmp_path / "a", config_dict=CONFIG, runs=a, plots=False, timeline=False)
-    write_results(tmp_path / "b", config_dict=CONFIG, runs=b, plots=False, timeline=False)
+    write_results_folder(tmp_path / "a", config_dict=CONFIG, runs=a, plots=False, timeline=False)
+    write_results_folder(tmp_path / "b", config_dict=CONFIG, runs=b, plots=False, timeline=False)
     assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()
     assert summary_json({n: s for n, (_, _, s) in a.items()}) == (tmp_path / "a" / "summary.json").read_text()
 
 
 def test_rerun_replaces_previous_results_folder(tmp_path, runs):
     out = tmp_path / "res"
-    write_results(out, config_dict=CONFIG, runs=runs, plots=False)
-    write_results(out, config_dict={"name": "second"}, runs={"AR": runs["AR"]}, plots=False,
+    write_results_folder(out, config_dict=CONFIG, runs=runs, plots=False)
+    write_results_folder(out, config_dict={"name": "second"}, runs={"AR": runs["AR"]}, plots=False,
                          timeline=False, table_format="csv")
     assert sorted(os.listdir(out)) == ["config.yaml", "requests.csv", "steps.csv", "summary.json"]
     assert yaml.safe_load((out / "config.yaml").read_text()) == {"name": "second"}
@@ -166,42 +167,42 @@ def test_rerun_replaces_previous_results_folder(tmp_path, runs):
 
 def test_failure_leaves_previous_folder_untouched_and_no_partial(tmp_path, runs):
     out = tmp_path / "res"
-    write_results(out, config_dict=CONFIG, runs={"AR": runs["AR"]}, plots=False)
+    write_results_folder(out, config_dict=CONFIG, runs={"AR": runs["AR"]}, plots=False)
     before = {p: (out / p).read_bytes() for p in os.listdir(out)}
     r, s, summ = runs["eagle3-k3"]
     broken = s.copy()
     broken.loc[len(broken) - 1, "end"] = -1.0  # the timeline refuses it, after tables and summary are written
     bad = {"AR": runs["AR"], "sd": (r, broken, summ)}
     with pytest.raises(ValueError, match="expected 0 <= start <= end"):
-        write_results(out, config_dict=CONFIG, runs=bad, plots=False)
+        write_results_folder(out, config_dict=CONFIG, runs=bad, plots=False)
     assert {p: (out / p).read_bytes() for p in os.listdir(out)} == before
     assert os.listdir(tmp_path) == ["res"]
     with pytest.raises(ValueError):
-        write_results(tmp_path / "new", config_dict=CONFIG, runs=bad, plots=False)
+        write_results_folder(tmp_path / "new", config_dict=CONFIG, runs=bad, plots=False)
     assert os.listdir(tmp_path) == ["res"]
     with pytest.raises(TypeError, match=r"summary sd.note: object"):
-        write_results(tmp_path / "new", config_dict=CONFIG, runs={"sd": (r, s, {**summ, "note": object()})})
+        write_results_folder(tmp_path / "new", config_dict=CONFIG, runs={"sd": (r, s, {**summ, "note": object()})})
     assert os.listdir(tmp_path) == ["res"]
 
 
 def test_refuses_to_replace_a_folder_with_other_files(tmp_path, runs):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match=r"notes.txt.*refusing"):
-        write_results(tmp_path, config_dict=CONFIG, runs=runs, plots=False)
+        write_results_folder(tmp_path, config_dict=CONFIG, runs=runs, plots=False)
     assert (tmp_path / "notes.txt").read_text() == "mine"
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="not a folder"):
-        write_results(tmp_path / "file", config_dict=CONFIG, runs=runs, plots=False)
+        write_results_folder(tmp_path / "file", config_dict=CONFIG, runs=runs, plots=False)
 
 
 def test_bad_arguments(tmp_path, runs):
     with pytest.raises(ValueError, match="table_format"):
-        write_results(tmp_path / "x", config_dict=CONFIG, runs=runs, table_format="xlsx")
+        write_results_folder(tmp_path / "x", config_dict=CONFIG, runs=runs, table_format="xlsx")
     with pytest.raises(ValueError, match="no runs"):
-        write_results(tmp_path / "x", config_dict=CONFIG, runs={})
+        write_results_folder(tmp_path / "x", config_dict=CONFIG, runs={})
     r, s, summ = runs["AR"]
     with pytest.raises(ValueError, match="other run"):
-        write_results(tmp_path / "x", config_dict=CONFIG, runs={"AR": (r.assign(run="SD"), s, summ)})
+        write_results_folder(tmp_path / "x", config_dict=CONFIG, runs={"AR": (r.assign(run="SD"), s, summ)})
     assert not (tmp_path / "x").exists()
 
 
@@ -212,30 +213,26 @@ def test_summary_json_plain_values():
                                       "list": [1, None]}}
 
 
-def test_experiment_call_with_sim_results_and_a_run_that_does_not_fit(tmp_path, runs):
-    """The call experiments.run makes: config, {name: SimResult}, {name: summary} (a misfit has no SimResult)."""
-    from simulator.engine import SimResult
-
-    sims = {n: SimResult(r, s, np.zeros(0), {}) for n, (r, s, _) in runs.items() if n != "psd-eagle3-k3"}
-    summary = {n: m for n, (_, _, m) in runs.items() if n != "psd-eagle3-k3"}
-    summary["psd-big-drafter"] = {"fits": False, "does_not_fit": "needs 90.0 GiB, has 80.0 GiB"}
-    config = {**CONFIG, "timeline_max_steps": 5}
-    out = write_results_folder(tmp_path / "res", config, sims, summary)
+def test_run_that_does_not_fit_is_in_summary_and_table_only(tmp_path, runs):
+    """A configuration that does not fit has a summary but no tables: it is reported, never dropped."""
+    summary_misfit = {"fits": False, "does_not_fit": "needs 90.0 GiB, has 80.0 GiB"}
+    folder_runs = {"AR": runs["AR"], "eagle3-k3": runs["eagle3-k3"], "psd-big-drafter": (None, None, summary_misfit)}
+    out = write_results_folder(tmp_path / "res", config_dict=CONFIG, runs=folder_runs, timeline_max_steps=5)
     loaded = json.loads((out / "summary.json").read_text())
     assert list(loaded) == ["AR", "eagle3-k3", "psd-big-drafter"]
-    assert loaded["psd-big-drafter"] == {"fits": False, "does_not_fit": "needs 90.0 GiB, has 80.0 GiB"}
+    assert loaded["psd-big-drafter"] == summary_misfit
     assert list(pd.read_parquet(out / "requests.parquet")["run"].unique()) == ["AR", "eagle3-k3"]
     trace = json.loads((out / "timeline.json").read_text())
     assert "first 5 of" in trace["otherData"]["truncated"]
     assert len(os.listdir(out / "plots")) == 4
-    table = render(comparison_table(summary, "AR"))
-    assert "psd-big-drafter" in table
-    with pytest.raises(ValueError, match="without a summary"):
-        write_results_folder(tmp_path / "x", config, {**sims, "ghost": sims["AR"]}, summary)
+    summaries = {n: m for n, (_, _, m) in folder_runs.items()}
+    line = next(ln for ln in render(comparison_table(summaries, "AR")).splitlines() if "psd-big-drafter" in ln)
+    assert set(line.split()[1:]) <= {"–", "–/–", "(–)"}
+    assert "per GPU" not in render(comparison_table(summaries, "AR"))  # a misfit has no GPU count to compare
 
 
 def test_only_misfit_runs_still_give_a_complete_folder(tmp_path):
-    out = write_results(tmp_path / "res", config_dict=CONFIG,
+    out = write_results_folder(tmp_path / "res", config_dict=CONFIG,
                         runs={"psd": (None, None, {"fits": False, "does_not_fit": "too big"})})
     assert sorted(os.listdir(out)) == ["config.yaml", "requests.parquet", "steps.parquet", "summary.json"]
     req = pd.read_parquet(out / "requests.parquet")
