@@ -253,9 +253,9 @@ class ServerSimulation:
         view = BatchView(
             now=now,
             drafters=self.drafters,
-            request_ids=[self.wl.request_ids[i] for i in idx],
+            request_ids=_Gather(self.wl.request_ids, idx),
             positions=pos,
-            categories=[self.wl.categories[i] for i in idx],
+            categories=_Gather(self.wl.categories, idx),
             proposal_len=prop_known,
             step_time_estimate=self._estimator(n_batch, kv, prefill_tokens),
         )
@@ -264,12 +264,15 @@ class ServerSimulation:
         k = np.where(d_idx == NO_DRAFT, 0, np.asarray(k, dtype=np.int64))
         if (k < 0).any():
             raise ValueError(f"policy {self.policy.name!r} returned a negative k")
-        proposed = k.copy()
-        for di, d in enumerate(self.drafters):
-            if d in prop_known:
-                sel = d_idx == di
-                if sel.any():
-                    proposed[sel] = np.minimum(k[sel], prop_known[d][sel])
+        proposed = k.copy() if prop_known else k
+        if prop_known:
+            for di, mask in _groups(d_idx):
+                d = self.drafters[di]
+                if d in prop_known:
+                    if mask is None:
+                        proposed = np.minimum(k, prop_known[d])
+                    else:
+                        proposed[mask] = np.minimum(k[mask], prop_known[d][mask])
         return d_idx, k, proposed
 
     def _accept(self, idx: np.ndarray, d_idx: np.ndarray, proposed: np.ndarray) -> np.ndarray:
@@ -279,46 +282,52 @@ class ServerSimulation:
             return acc
         pos = self.gen[idx] - 1
         tix = self.wl.trace_index[idx]
-        for di in np.unique(d_idx):
-            if di == NO_DRAFT:
-                continue
+        for di, mask in _groups(d_idx):
             d = self.drafters[di]
-            sel = d_idx == di
+            prop = _sel(proposed, mask)
             if self.temperature > 0 and d in self.table.tv:
-                kmax = int(proposed[sel].max()) if sel.any() else 0
+                kmax = int(prop.max())
                 if kmax == 0:
                     continue
-                tv = self.table.tv_window(d, tix[sel], pos[sel], kmax)
-                acc[sel] = self._sampler(tv, proposed[sel], self.rng)
+                got = self._sampler(self.table.tv_window(d, _sel(tix, mask), _sel(pos, mask), kmax), prop, self.rng)
             else:
-                a = self.table.acc_len[d][self.table.flat_index(tix[sel], pos[sel])]
-                acc[sel] = np.minimum(a - 1, proposed[sel])
+                a = self.table.acc_len[d][self.table.flat_index(_sel(tix, mask), _sel(pos, mask))]
+                got = np.minimum(a - 1, prop)
+            if mask is None:
+                acc = got.astype(np.int64, copy=False)
+            else:
+                acc[mask] = got
         return acc
 
     def _draft_time(self, idx: np.ndarray, d_idx: np.ndarray, k: np.ndarray, proposed: np.ndarray,
-                    verify_time: float) -> tuple[float, list[str]]:
+                    verify_time: float, ctx: np.ndarray | None = None) -> tuple[float, list[str]]:
         """Each drafter used is charged once for its own sub-batch; plus switching cost."""
         total = 0.0
         used = []
         if len(idx) == 0:
             return 0.0, used
-        ctx = self.wl.prompt_len[idx] + self.gen[idx]
-        for di in np.unique(d_idx):
-            if di == NO_DRAFT:
+        for di, mask in _groups(d_idx):
+            prop = _sel(proposed, mask)
+            active = prop > 0
+            n = int(np.count_nonzero(active))
+            if n == 0:
                 continue
-            sel = (d_idx == di) & (proposed > 0)
-            if not sel.any():
-                continue
+            members = _sel(idx, mask)
+            kk = _sel(k, mask)
+            cx = None if ctx is None else _sel(ctx, mask)
+            if n < len(prop):
+                prop, members, kk = prop[active], members[active], kk[active]
+                cx = None if cx is None else cx[active]
             name = self.drafters[di]
             cost = self.draft_costs.get(name)
             if cost is None:
                 raise ValueError(f"policy chose drafter {name!r} but the experiment's 'drafters:' gives no cost for it "
                                  f"(have: {sorted(self.draft_costs)})")
-            total += cost.draft_time(int(sel.sum()), int(proposed[sel].sum()), int(k[sel].max()),
-                                     int(ctx[sel].sum()), verify_time)
+            kv = int(cx.sum()) if cx is not None else int(self.wl.prompt_len[members].sum() + self.gen[members].sum())
+            total += cost.draft_time(n, int(prop.sum()), int(kk.max()), kv, verify_time)
             used.append(name)
             if self.run.switch_cost_s > 0:
-                prev = self.last_drafter[idx[sel]]
+                prev = self.last_drafter[members]
                 if ((prev != NO_DRAFT) & (prev != di)).any():
                     total += self.run.switch_cost_s
         return total, used
@@ -350,36 +359,38 @@ class ServerSimulation:
         run = np.fromiter(self.running, dtype=np.int64, count=len(self.running))
         dec_mask = self.prefill_left[run] == 0
         dec_all = run[dec_mask]
-        kv_est = int((self.wl.prompt_len[dec_all] + self.gen[dec_all]).sum())
+        ctx = self.wl.prompt_len[dec_all] + self.gen[dec_all]
+        kv_est = int(ctx.sum())
         if self.mode == "psd":
             return self._plan_psd(now, run, dec_mask, kv_est)
         d_idx, k, proposed = self._choose(dec_all, now, len(dec_all), kv_est, 0)
         need = np.zeros(len(run), dtype=np.int64)
-        need[dec_mask] = self.pool.blocks_for(self.wl.prompt_len[dec_all] + self.gen[dec_all] + proposed)
+        need[dec_mask] = self.pool.blocks_for(ctx + proposed)
         keep, preempted = self._reserve(run, need)
         if preempted:
             kept = np.isin(dec_all, run[:keep])
-            dec_all, d_idx, k, proposed = dec_all[kept], d_idx[kept], k[kept], proposed[kept]
-        pre, chunk = self._prefills(run[:keep], tokens_used=int(proposed.sum()) + len(dec_all), allow_new=not preempted)
+            dec_all, d_idx, k, proposed, ctx = dec_all[kept], d_idx[kept], k[kept], proposed[kept], ctx[kept]
+        prop_sum = int(proposed.sum())
+        pre, chunk = self._prefills(run[:keep], tokens_used=prop_sum + len(dec_all), allow_new=not preempted)
         verify_t, nseq, tokens, kv = self._target_time(dec_all, proposed, pre, chunk)
-        draft_t, used = self._draft_time(dec_all, d_idx, k, proposed, verify_t)
+        draft_t, used = self._draft_time(dec_all, d_idx, k, proposed, verify_t, ctx)
         accepted = self._accept(dec_all, d_idx, proposed)
         duration = draft_t + verify_t + self.overhead
         slices = []
         t = now
         args = {"num_seqs": nseq, "prefill_tokens": int(chunk.sum()), "batched_tokens": tokens, "kv_tokens": kv}
         if draft_t > 0:
-            n_dr = int(((d_idx != NO_DRAFT) & (proposed > 0)).sum())
+            n_dr = int(np.count_nonzero(proposed))
             slices.append(("draft", t, t + draft_t, {"num_seqs": n_dr, "prefill_tokens": 0,
-                                                      "batched_tokens": int(proposed.sum()), "kv_tokens": kv,
-                                                      "proposed_tokens": int(proposed.sum()), "drafters": "+".join(used)}))
+                                                      "batched_tokens": prop_sum, "kv_tokens": kv,
+                                                      "proposed_tokens": prop_sum, "drafters": "+".join(used)}))
             t += draft_t
         phase = "decode" if self.mode == "ar" else "verify"
         if len(pre) and len(dec_all):
             phase = "mixed"
         elif len(pre):
             phase = "prefill"
-        slices.append((phase, t, now + duration, {**args, "proposed_tokens": int(proposed.sum()),
+        slices.append((phase, t, now + duration, {**args, "proposed_tokens": prop_sum,
                                                    "accepted_tokens": int(accepted.sum()), "drafters": "+".join(used)}))
         return _Step(dec_all, d_idx, k, proposed, accepted, pre, chunk, duration, slices, [])
 
@@ -474,11 +485,11 @@ class ServerSimulation:
             keep = int(np.nonzero(ok)[0].max())
             for i in run[keep:][::-1]:
                 self._preempt(int(i))
-        for j in range(keep):
-            e = int(extra[j])
-            if e:
-                self.pool.allocate(e)
-                self.blocks[run[j]] += e
+        grow = extra[:keep]
+        total = int(grow.sum())
+        if total:
+            self.pool.allocate(total)
+            self.blocks[run[:keep]] += grow
         return keep, keep < len(run)
 
     def _preempt(self, i: int) -> None:
@@ -550,25 +561,32 @@ class ServerSimulation:
 
     def _apply(self, s: _Step, end: float) -> None:
         dec = s.dec
+        done_dec = dec[:0]
         if len(dec):
-            pos_before = self.gen[dec] - 1
-            remaining = self.wl.output_len[dec] - self.gen[dec]
-            emitted = np.minimum(1 + s.accepted, remaining)
-            had = ~np.isnan(self.last_emit[dec])
-            if had.any():
-                self.itl_chunks.append(end - self.last_emit[dec][had])
+            gen = self.gen[dec]
+            out = self.wl.output_len[dec]
+            emitted = np.minimum(1 + s.accepted, out - gen)
+            self.itl_chunks.append(end - self.last_emit[dec])  # every decoding request emitted before
             self.last_emit[dec] = end
-            self.gen[dec] += emitted
+            self.gen[dec] = gen + emitted
+            done_dec = dec[gen + emitted >= out]
             self.decode_steps[dec] += 1
             self.n_proposed[dec] += s.proposed
             self.n_accepted[dec] += s.accepted  # as verification reports it, before the max-tokens cut
-            self.usage += np.bincount(np.where(s.d_idx == NO_DRAFT, len(self.drafters), s.d_idx),
-                                      minlength=len(self.drafters) + 1)
-            drafted = s.d_idx != NO_DRAFT
-            self.last_drafter[dec[drafted]] = s.d_idx[drafted]
-            if self._learns and drafted.any():
-                self._feedback(dec[drafted], pos_before[drafted], s.d_idx[drafted], s.k[drafted],
-                               s.proposed[drafted], s.accepted[drafted], s.duration)
+            groups = _groups(s.d_idx)
+            n_drafted = 0
+            for di, mask in groups:
+                c = len(dec) if mask is None else int(np.count_nonzero(mask))
+                self.usage[di] += c
+                n_drafted += c
+            self.usage[-1] += len(dec) - n_drafted
+            if n_drafted:
+                drafted = None if n_drafted == len(dec) else s.d_idx != NO_DRAFT
+                self.last_drafter[_sel(dec, drafted)] = _sel(s.d_idx, drafted)
+                if self._learns:
+                    self._feedback(_sel(dec, drafted), _sel(gen - 1, drafted), _sel(s.d_idx, drafted),
+                                   _sel(s.k, drafted), _sel(s.proposed, drafted), _sel(s.accepted, drafted),
+                                   s.duration)
             if self.mode == "psd":
                 self.pending_d[dec] = NO_DRAFT
         else:
@@ -596,9 +614,13 @@ class ServerSimulation:
                     self.started[i] = True
                     self.policy.start_request(self.wl.request_ids[i])
         self._record(s, end, int(emitted.sum()) + first_tokens)
-        # finishes
-        cand = np.concatenate([dec, s.pre]) if len(s.pre) else dec
-        done = cand[(self.gen[cand] >= self.wl.output_len[cand]) & (self.prefill_left[cand] == 0)]
+        # finishes (a prefill can finish a request whose output is one token)
+        done = done_dec
+        if len(s.pre):
+            pre = s.pre
+            fin = pre[(self.gen[pre] >= self.wl.output_len[pre]) & (self.prefill_left[pre] == 0)]
+            if len(fin):
+                done = np.concatenate([done_dec, fin])
         for i in done:
             i = int(i)
             if self.status[i] == FINISHED:
@@ -640,17 +662,14 @@ class ServerSimulation:
 
     def _record(self, s: _Step, end: float, emitted: int) -> None:
         used_blocks = self.pool.used
+        add = self.steps.append_row
         for device, slices in (("target", s.target_slices), ("drafter", s.drafter_slices)):
             for phase, t0, t1, a in slices:
-                self.steps.append(
-                    step=self.step_no, device=device, phase=phase, start=t0, end=t1,
-                    num_seqs=a.get("num_seqs", 0), prefill_tokens=a.get("prefill_tokens", 0),
-                    batched_tokens=a.get("batched_tokens", 0), kv_tokens=a.get("kv_tokens", 0),
-                    kv_blocks_used=used_blocks, proposed_tokens=a.get("proposed_tokens", 0),
-                    accepted_tokens=a.get("accepted_tokens", 0),
-                    emitted_tokens=emitted if device == "target" and phase != "draft" else 0,
-                    sub_batch=a.get("sub_batch", -1), drafters=a.get("drafters", ""),
-                )
+                g = a.get
+                add((self.step_no, device, phase, t0, t1, g("num_seqs", 0), g("prefill_tokens", 0),
+                     g("batched_tokens", 0), g("kv_tokens", 0), used_blocks, g("proposed_tokens", 0),
+                     g("accepted_tokens", 0), emitted if device == "target" and phase != "draft" else 0,
+                     g("sub_batch", -1), g("drafters", "")))
 
     # ------------------------------------------------------------------ results
 
@@ -693,6 +712,40 @@ class ServerSimulation:
             "max_num_seqs": self.max_num_seqs,
         }
         return SimResult(requests, self.steps.frame(), itl, extras)
+
+
+class _Gather:
+    """A read-only sequence view `seq[idx[i]]`, so a step does not copy ids it may never read."""
+
+    __slots__ = ("seq", "idx")
+
+    def __init__(self, seq, idx):
+        self.seq, self.idx = seq, idx
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.seq[j] for j in self.idx[i]]
+        return self.seq[self.idx[i]]
+
+    def __iter__(self):
+        return (self.seq[j] for j in self.idx)
+
+
+def _groups(d_idx: np.ndarray):
+    """(drafter index, mask) per drafter used; mask None when the whole batch uses one drafter."""
+    if len(d_idx) == 0:
+        return []
+    lo, hi = d_idx.min(), d_idx.max()
+    if lo == hi:
+        return [] if lo == NO_DRAFT else [(int(lo), None)]
+    return [(int(di), d_idx == di) for di in np.unique(d_idx) if di != NO_DRAFT]
+
+
+def _sel(a: np.ndarray, mask):
+    return a if mask is None else a[mask]
 
 
 def _sampled_acceptance():

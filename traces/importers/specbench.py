@@ -1,0 +1,239 @@
+"""SpecDecode-Bench JSONL: a raw reader that keeps each proposer's own list, and conversion to a bundle.
+
+Format (one JSON object per line, see `../shared/reference-traces/README.md`): `id`,
+`prompt_token_ids`, `generated_token_ids`, `acc_eagle: {acc_len: [...]}`, `acc_ngram: {acc_len: [...]}`.
+In the published files the EAGLE list sometimes has a different length from the n-gram list (the
+EAGLE run generated a different output). The raw reader keeps both lists as they are (the
+compatibility mode needs their exact lengths); `to_bundle` resolves a mismatch only by an explicit
+policy and records what it did in `trace.yaml` `source`.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from traces.bundle import TOOL_VERSION, BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
+from traces.errors import TraceFormatError
+
+# proposer name (ours) -> key of its object in a SpecDecode-Bench line
+PROPOSER_KEYS: dict[str, str] = {"eagle3": "acc_eagle", "ngram": "acc_ngram"}
+DRAFTER_SPECS: dict[str, DrafterSpec] = {
+    "eagle3": DrafterSpec("eagle3", "eagle", "eagle3-llama3.1-8b-h100-specbench"),
+    "ngram": DrafterSpec("ngram", "ngram", "ngram"),
+}
+TARGET = "llama3.1-8b"
+SOURCE_REPOSITORY = "SpecDecode-Bench/simulator"
+MISMATCH_POLICIES = ("error", "shortest", "skip")
+_LINE_KEYS = {"id", "prompt_token_ids", "generated_token_ids", *PROPOSER_KEYS.values()}
+
+
+@dataclass(frozen=True)
+class SpecBenchRecord:
+    """One line of a SpecDecode-Bench file, each proposer's `acc_len` list kept at its own length."""
+
+    id: str
+    line: int
+    prompt_token_ids: list[int]
+    generated_token_ids: list[int]
+    acc_len: dict[str, np.ndarray]  # proposer name ("eagle3", "ngram") -> int32 array, values >= 1
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+    def output_len(self, proposer: str) -> int:
+        """Output length as the reference counts it: the proposer's list length (combined: the shorter)."""
+        if proposer == "combined":
+            return min(len(a) for a in self.acc_len.values())
+        return len(self.acc_len[proposer])
+
+    @property
+    def lengths_agree(self) -> bool:
+        """True when every acc_len list has as many positions as there are generated tokens."""
+        n = len(self.generated_token_ids)
+        return all(len(a) == n for a in self.acc_len.values())
+
+
+@dataclass
+class MismatchReport:
+    """What a mismatch policy did: recorded verbatim in the bundle's `trace.yaml` `source`."""
+
+    policy: str
+    mismatched_requests: int = 0
+    positions_cut: dict[str, int] = field(default_factory=dict)  # list name -> positions removed in all
+    skipped_ids: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"on_mismatch": self.policy, "mismatched_requests": self.mismatched_requests,
+                "positions_cut": dict(self.positions_cut), "skipped_requests": len(self.skipped_ids),
+                "skipped_ids": list(self.skipped_ids)}
+
+
+# ---------------------------------------------------------------- raw reader
+
+
+def _int_list(value: Any, path: str, line: int, fld: str, minimum: int) -> list[int]:
+    if not isinstance(value, list):
+        raise TraceFormatError(path, f"expected a list of integers, got {type(value).__name__}", line=line, field=fld)
+    for i, v in enumerate(value):
+        if type(v) is not int or v < minimum:
+            raise TraceFormatError(path, f"expected integers >= {minimum}, got {v!r} at index {i}",
+                                   line=line, field=fld)
+    return value
+
+
+def parse_line(doc: Any, path: str, line: int) -> SpecBenchRecord:
+    """Validate one parsed JSON line; every error names file, line and field."""
+    if not isinstance(doc, dict):
+        raise TraceFormatError(path, f"expected a JSON object, got {type(doc).__name__}", line=line)
+    unknown = set(doc) - _LINE_KEYS
+    if unknown:
+        raise TraceFormatError(path, f"unknown key(s) {sorted(unknown)}; expected only {sorted(_LINE_KEYS)}",
+                               line=line)
+    for key in sorted(_LINE_KEYS):
+        if key not in doc:
+            raise TraceFormatError(path, "missing required field", line=line, field=key)
+    rid = doc["id"]
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
+        raise TraceFormatError(path, f"expected a non-empty string (or integer), got {rid!r}", line=line, field="id")
+    prompt = _int_list(doc["prompt_token_ids"], path, line, "prompt_token_ids", 0)
+    if not prompt:
+        raise TraceFormatError(path, "expected at least one prompt token", line=line, field="prompt_token_ids")
+    generated = _int_list(doc["generated_token_ids"], path, line, "generated_token_ids", 0)
+    acc: dict[str, np.ndarray] = {}
+    for name, key in PROPOSER_KEYS.items():
+        obj = doc[key]
+        if not isinstance(obj, dict) or "acc_len" not in obj:
+            raise TraceFormatError(path, "expected an object with key 'acc_len'", line=line, field=key)
+        extra = set(obj) - {"acc_len"}
+        if extra:
+            raise TraceFormatError(path, f"unknown key(s) {sorted(extra)}; expected only acc_len", line=line,
+                                   field=key)
+        values = _int_list(obj["acc_len"], path, line, f"{key}.acc_len", 1)
+        acc[name] = np.asarray(values, dtype=np.int32)
+    return SpecBenchRecord(str(rid), line, prompt, generated, acc)
+
+
+def read_specbench(path: str | Path) -> list[SpecBenchRecord]:
+    """Read a SpecDecode-Bench `.jsonl` (or `.jsonl.gz`) file in file order, fully validated."""
+    path = Path(path)
+    where = str(path)
+    if not path.is_file():
+        raise TraceFormatError(where, "file not found (expected a SpecDecode-Bench .jsonl file)")
+    opener = gzip.open if path.suffix == ".gz" else open
+    records: list[SpecBenchRecord] = []
+    seen: dict[str, int] = {}
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for line_no, text in enumerate(f, start=1):
+                if not text.strip():
+                    raise TraceFormatError(where, "blank line (expected one JSON object per line)", line=line_no)
+                try:
+                    doc = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise TraceFormatError(where, f"not valid JSON: {e.msg} at column {e.colno}",
+                                           line=line_no) from e
+                rec = parse_line(doc, where, line_no)
+                if rec.id in seen:
+                    raise TraceFormatError(where, f"duplicate id {rec.id!r} (first on line {seen[rec.id]})",
+                                           line=line_no, field="id")
+                seen[rec.id] = line_no
+                records.append(rec)
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise TraceFormatError(where, f"cannot be read completely ({e}); the file may be truncated") from e
+    if not records:
+        raise TraceFormatError(where, "contains no requests")
+    return records
+
+
+# ---------------------------------------------------------------- conversion to a bundle
+
+
+def dataset_from_filename(path: str | Path) -> str:
+    """`combined_gsm8k.jsonl` -> `gsm8k`; otherwise the file stem."""
+    stem = Path(path).name
+    stem = re.sub(r"\.jsonl(\.gz)?$", "", stem)
+    return stem[len("combined_"):] if stem.startswith("combined_") else stem
+
+
+def _json_field(name: str) -> str:
+    """Our list name -> the field path in the JSONL line (`eagle3` -> `acc_eagle.acc_len`)."""
+    return f"{PROPOSER_KEYS[name]}.acc_len" if name in PROPOSER_KEYS else name
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def to_bundle(records: list[SpecBenchRecord], *, on_mismatch: str = "error", dataset: str = "unknown",
+              source_path: str | Path | None = None) -> tuple[TraceBundle, MismatchReport]:
+    """Convert records to a TraceBundle (drafters eagle3 and ngram) under an explicit mismatch policy.
+
+    A mismatch is a request whose acc_len lists and generated_token_ids do not all have one length.
+    `error` raises TraceFormatError naming the line; `shortest` cuts every list to the shortest;
+    `skip` leaves the request out. The report is also written into the bundle's `source`.
+    """
+    if on_mismatch not in MISMATCH_POLICIES:
+        raise ValueError(f"on_mismatch: expected one of {MISMATCH_POLICIES}, got {on_mismatch!r}")
+    where = str(source_path) if source_path is not None else "<records>"
+    report = MismatchReport(on_mismatch, positions_cut={"generated_token_ids": 0, **{d: 0 for d in PROPOSER_KEYS}})
+    requests: list[RequestTrace] = []
+    for rec in records:
+        lengths = {"generated_token_ids": len(rec.generated_token_ids),
+                   **{d: len(a) for d, a in rec.acc_len.items()}}
+        n = min(lengths.values())
+        if not rec.lengths_agree:
+            report.mismatched_requests += 1
+            if on_mismatch == "error":
+                desc = ", ".join(f"{_json_field(k)} {v}" for k, v in lengths.items())
+                odd = next(k for k in PROPOSER_KEYS if lengths[k] != lengths["generated_token_ids"])
+                raise TraceFormatError(where, f"lists of request {rec.id!r} differ in length ({desc}); "
+                                       "choose --on-mismatch shortest or skip", line=rec.line,
+                                       field=_json_field(odd))
+            if on_mismatch == "skip":
+                report.skipped_ids.append(rec.id)
+                continue
+            for k, v in lengths.items():
+                report.positions_cut[k] += v - n
+        if n < 1:
+            raise TraceFormatError(where, f"request {rec.id!r} has no output positions after the "
+                                   f"{on_mismatch!r} policy (lengths {lengths}); a bundle needs output_len >= 1",
+                                   line=rec.line, field="generated_token_ids")
+        requests.append(RequestTrace(
+            id=rec.id, prompt_len=rec.prompt_len, output_len=n,
+            drafters={d: DrafterTrace(acc_len=a[:n].copy()) for d, a in rec.acc_len.items()},
+            prompt_token_ids=list(rec.prompt_token_ids), output_token_ids=list(rec.generated_token_ids[:n]),
+        ))
+    if not requests:
+        raise TraceFormatError(where, f"no request left after the {on_mismatch!r} mismatch policy")
+    source: dict[str, Any] = {"format": "specdecode-bench-jsonl", "repository": SOURCE_REPOSITORY,
+                              "requests_read": len(records), "requests_written": len(requests), **report.as_dict()}
+    if source_path is not None:
+        p = Path(source_path)
+        source["file"] = p.name
+        if p.is_file():
+            source["sha256"] = _file_sha256(p)
+    meta = BundleMeta(target=TARGET, drafters=dict(DRAFTER_SPECS), temperature=0.0, dataset=dataset,
+                      source=source, tool_version=TOOL_VERSION)
+    bundle = TraceBundle(meta, requests)
+    bundle.validate(where)
+    return bundle, report
+
+
+def import_specbench(path: str | Path, *, on_mismatch: str = "error",
+                     dataset: str | None = None) -> tuple[TraceBundle, MismatchReport]:
+    """Read a SpecDecode-Bench file and convert it to a bundle (dataset defaults to the file name's)."""
+    records = read_specbench(path)
+    return to_bundle(records, on_mismatch=on_mismatch, dataset=dataset or dataset_from_filename(path),
+                     source_path=path)
