@@ -120,6 +120,7 @@ class Policy:
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
     reads_ground_truth: ClassVar[bool] = False
+    learns: ClassVar[bool] = True  # False: observe() does nothing, so a caller may skip building feedback
 
     def start_request(self, request_id: str) -> None:
         """A request started decoding (per-request policies reset their state here)."""
@@ -163,6 +164,7 @@ class FixedPolicy(Policy):
 
     name = "fixed"
     description = "Always the same drafter and k."
+    learns = False
 
     def __init__(self, drafter: str | None, k: int):
         if k < 0:

@@ -107,7 +107,7 @@ class ServerSimulation:
         self.on_step = on_step
         self.pool = BlockPool(kv_capacity_tokens // block_size, block_size)
         self.drafters = table.drafters
-        self._learns = getattr(self.policy, "learns", True) and not isinstance(self.policy, FixedPolicy)
+        self._learns = self.policy.learns
         if self.policy.reads_ground_truth:
             if live:
                 raise ValueError(f"policy {self.policy.name!r} reads the ground truth (an oracle) and cannot run live")
