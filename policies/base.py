@@ -121,6 +121,7 @@ class Policy:
     description: ClassVar[str] = ""
     reads_ground_truth: ClassVar[bool] = False
     learns: ClassVar[bool] = True  # False: observe() does nothing, so a caller may skip building feedback
+    needs_tv: bool = False  # True: feedback must carry TV (the BD reward); a trace without tv is refused
 
     def start_request(self, request_id: str) -> None:
         """A request started decoding (per-request policies reset their state here)."""

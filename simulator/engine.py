@@ -115,6 +115,12 @@ class ServerSimulation:
                 raise ValueError(f"policy {self.policy.name!r} is an oracle and needs the ground-truth traces")
             # the oracle sees each request's own trace, keyed by the id it is served under
             self.policy.bind_ground_truth({rid: traces[t] for rid, t in zip(workload.request_ids, workload.trace_index)})
+        if self.policy.needs_tv:
+            wanted = getattr(self.policy, "drafters", self.drafters)
+            missing = [d for d in wanted if d not in table.tv]
+            if missing:
+                raise ValueError(f"policy {self.policy.name!r} uses the block-divergence reward, which needs per-position "
+                                 f"tv, but the traces have none for {missing}; use reward: be (block efficiency)")
         if temperature > 0:
             self._sampler = _sampled_acceptance()
         self._validate_fits()

@@ -240,3 +240,12 @@ def test_sampled_verification_accepts_with_probability_one_minus_tv():
     per_step = r0.accepted_tokens.sum() / r0.decode_steps.sum()
     assert per_step == pytest.approx(expected, rel=0.03)
     assert r0.equals(run(1, 1.0)) and not r0.accepted_tokens.equals(run(2, 1.0).accepted_tokens)
+
+
+def test_bd_reward_policy_is_refused_upfront_on_traces_without_tv():
+    from policies.registry import make_policy
+
+    traces = iid_traces(5, seed=14, drafters=("a", "b"))
+    pol = make_policy({"name": "metasd-ucb", "drafters": ["a", "b"]})
+    with pytest.raises(ValueError, match="reward: be"):
+        simulate(traces, workload(traces, 5), mode="sd", policy=pol, drafters=("a", "b"))
