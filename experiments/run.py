@@ -41,21 +41,53 @@ class Results:
     out_dir: Path | None = None
 
 
-def resolve_bundle(ref: str) -> TraceBundle:
-    """`builtin:default`, `builtin:NAME` (a shipped bundle) or a bundle folder path."""
+def resolve_bundle(ref: "str | dict[str, dict[str, Any]]", seed: int = 0) -> TraceBundle:
+    """The bundle a config names: `builtin:default`, `builtin:NAME` (shipped), a bundle folder, or a
+    generated source: `{pool: PoolSpec fields}` or `{specbench: {file, on_mismatch, dataset, prompt_lookup}}`."""
+    if isinstance(ref, dict):
+        (kind, params), = ref.items()
+        return _generated_bundle(kind, dict(params or {}), seed)
     if ref.startswith("builtin:"):
         name = ref.split(":", 1)[1]
         if name == "default":
             from traces.default_bundle import default_bundle_path
 
             return load_bundle(default_bundle_path())
-        folder = Path(str(importlib.resources.files("traces") / "data" / "bundles"))
-        path = folder / name
-        if not path.is_dir():
-            have = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
-            raise ValueError(f"traces: no built-in bundle {name!r}; built-ins: default, {', '.join(have)}")
-        return load_bundle(path)
+        from traces.builtin_bundles import builtin_bundle_path
+
+        return load_bundle(builtin_bundle_path(name))
     return load_bundle(ref)
+
+
+def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBundle:
+    if kind == "pool":
+        from traces.pool import PoolSpec, make_pool_bundle
+
+        fields = set(PoolSpec.__dataclass_fields__)
+        unknown = set(params) - fields
+        if unknown:
+            raise ValueError(f"traces.pool: unknown key(s) {sorted(unknown)}; expected some of {sorted(fields)}")
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+        params.setdefault("seed", seed)
+        spec = PoolSpec(**params)
+        spec.validate()
+        return make_pool_bundle(spec)
+    from experiments.combine_report import with_prompt_lookup
+    from traces.importers.specbench import import_specbench
+
+    allowed = {"file", "on_mismatch", "dataset", "prompt_lookup"}
+    unknown = set(params) - allowed
+    if unknown or "file" not in params:
+        raise ValueError(f"traces.specbench: expected keys {sorted(allowed)} with 'file' required, got {sorted(params)}")
+    path = Path(params["file"])
+    if not path.is_file():
+        raise ValueError(f"traces.specbench.file: {path} not found (the SpecDecode-Bench reference traces live in "
+                         f"../shared/reference-traces/ beside the repository; run from the repository root)")
+    bundle, _ = import_specbench(path, on_mismatch=params.get("on_mismatch", "error"), dataset=params.get("dataset"))
+    lookup = params.get("prompt_lookup")
+    if lookup:
+        bundle = with_prompt_lookup(bundle, int(lookup.get("min_n", 3)), int(lookup.get("max_n", 4)))
+    return bundle
 
 
 def engine_workload(workload: Workload, bundle: TraceBundle) -> tuple[EngineWorkload, list]:
@@ -132,7 +164,7 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
                    out: str | Path | None = None, progress: bool = False, console=None) -> Results:
     """Validate the config, simulate every run, summarise; write the results folder when `out` is given."""
     cfg = load_config(config, overrides, seed)
-    bundle = resolve_bundle(cfg.traces)
+    bundle = resolve_bundle(cfg.traces, cfg.seed)
     try:
         spec = WorkloadSpec.model_validate(cfg.workload)
     except ValidationError as e:
