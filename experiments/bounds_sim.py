@@ -84,7 +84,7 @@ def _run(mode: str, t: float, v: float, m: int, wl: EngineWorkload, table: Accep
 
 
 def simulate_pipeline(t: float, v: float, *, sub_batch: int = 16, num_requests: int = 600, prompt_len: int = 32,
-                      output_len: tuple[int, int] = (256, 256), k: int = 3, acc_len: int = 3,
+                      output_len: tuple[int, int] = (128, 512), k: int = 3, acc_len: int = 3,
                       load: float | None = None, seed: int = 0) -> SimulatedBounds:
     """Run SD (m) and PSD (2m) under the same load; `load=None` is a saturated closed loop of 2m clients,
     `load=x` is Poisson arrivals at x times SD's saturated request rate (m / (steps per request x (t + V)))."""

@@ -13,6 +13,7 @@ COMMAND_MODULES = [
     "experiments.cmd_bounds",
     "experiments.cmd_specbench",
     "experiments.cmd_policies",
+    "experiments.cmd_psd_report",
     "experiments.cmd_calibrate",
 ]
 

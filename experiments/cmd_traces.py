@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("traces", help="validate, summarise, fit and generate trace bundles",
                               description="Work with trace bundles (a folder with trace.yaml and requests.jsonl[.gz]).")
     sub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+    p.set_defaults(func=_usage(p))
 
     v = sub.add_parser("validate", help="load a bundle with full validation; print OK with counts or the error")
     v.add_argument("path", help="bundle folder")
@@ -55,6 +55,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--num-requests", type=int, default=None, help="default: the spec's num_requests")
     g.add_argument("--compress", action="store_true", help="write requests.jsonl.gz")
     g.set_defaults(func=run_synth)
+
+
+def _usage(parser: argparse.ArgumentParser):
+    """`draftsim traces` with no subcommand: print its help and exit 2."""
+    def run(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+    return run
 
 
 # ---------------------------------------------------------------- validate
@@ -117,6 +125,17 @@ def print_stats(stats: BundleStats, console: Console) -> None:
             console.print(t)
 
 
+def _finite(x):
+    """NaN (a rate with no steps behind it) becomes null, so the output is strict JSON."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
 def run_stats(args: argparse.Namespace) -> int:
     try:
         bundle = load_bundle(args.path)
@@ -125,7 +144,7 @@ def run_stats(args: argparse.Namespace) -> int:
         return 1
     stats = bundle_stats(bundle, k=args.k)
     if args.json:
-        print(json.dumps(stats.to_dict(), indent=2, allow_nan=True))
+        print(json.dumps(_finite(stats.to_dict()), indent=2, allow_nan=False))
     else:
         print_stats(stats, Console(width=160))
     return 0

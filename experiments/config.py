@@ -27,7 +27,10 @@ class ExperimentConfig(BaseModel):
     name: str = Field(min_length=1)
     description: str = ""
     seed: int = 0
-    traces: str = Field("builtin:default", description="bundle folder, or builtin:NAME")
+    traces: str | dict[str, dict[str, Any]] = Field(
+        "builtin:default",
+        description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool) or "
+                    "{specbench: {file, on_mismatch, prompt_lookup}} (import a SpecDecode-Bench trace)")
     workload: dict[str, Any] = Field(description="traces.workload.WorkloadSpec fields")
     server: ServerConfig
     drafters: dict[str, dict[str, Any]] = Field(default_factory=dict, description="draft cost per drafter")
@@ -38,6 +41,9 @@ class ExperimentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":
+        if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {"pool", "specbench"}):
+            raise ValueError(f"traces: a generated source is one of {{pool: ...}} or {{specbench: ...}}, "
+                             f"got keys {sorted(self.traces)}")
         names = [r.name for r in self.runs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -46,19 +46,32 @@ def _finished(df: pd.DataFrame) -> pd.DataFrame:
     return df[np.isfinite(df["finish_time"].to_numpy(dtype=float))]
 
 
+def _heavy_tailed(series: Mapping[str, np.ndarray], ratio: float = 20.0) -> bool:
+    """True when a log axis reads better: positive values whose max exceeds `ratio` times the smallest run median."""
+    vals = [v for v in series.values() if v.size]
+    if not vals or min(float(v.min()) for v in vals) <= 0:
+        return False
+    return max(float(v.max()) for v in vals) > ratio * min(float(np.median(v)) for v in vals)
+
+
 def plot_latency_cdfs(requests_by_run: Mapping[str, pd.DataFrame], path: str | os.PathLike) -> Path:
     """Empirical CDFs of TTFT, TPOT (ms) and E2E (s) per run, finished requests only."""
     fig, axes = _figure(1, 3, 15, 4.6)
     panels = (("ttft", "TTFT (ms)", 1e3), ("tpot", "TPOT (ms)", 1e3), ("e2e", "E2E latency (s)", 1.0))
     for ax, (col, label, scale) in zip(axes, panels):
-        for i, (run, df) in enumerate(requests_by_run.items()):
+        series = {}
+        for run, df in requests_by_run.items():
             v = np.sort(_finished(df)[col].to_numpy(dtype=float))
-            v = v[np.isfinite(v)] * scale
+            series[run] = v[np.isfinite(v)] * scale
+        for i, (run, v) in enumerate(series.items()):
             if v.size == 0:
                 continue
             y = np.arange(1, v.size + 1) / v.size
             ax.step(np.concatenate(([v[0]], v)), np.concatenate(([0.0], y)), where="post", label=run,
                     linewidth=1.6, **_style(i))
+        if _heavy_tailed(series):
+            ax.set_xscale("log")
+            label += ", log scale"
         ax.set_xlabel(label)
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
@@ -69,10 +82,13 @@ def plot_latency_cdfs(requests_by_run: Mapping[str, pd.DataFrame], path: str | o
 
 
 def plot_throughput_latency(summary_by_run: Mapping[str, Mapping], path: str | os.PathLike) -> Path:
-    """Bars of output throughput per run, and a scatter of throughput against E2E p50 labelled by run."""
+    """Bars of output throughput per run, and a scatter of throughput against E2E p50 labelled by run.
+
+    Runs without a throughput (nothing finished, or the configuration did not fit) are left out.
+    """
     fig, axes = _figure(1, 2, 14, 5.0)
-    runs = list(summary_by_run)
-    thr = np.array([summary_by_run[r].get("throughput_tok_s") or 0.0 for r in runs], dtype=float)
+    runs = [r for r in summary_by_run if summary_by_run[r].get("throughput_tok_s") is not None]
+    thr = np.array([summary_by_run[r]["throughput_tok_s"] for r in runs], dtype=float)
     p50 = np.array([np.nan if summary_by_run[r].get("e2e_p50_s") is None else summary_by_run[r]["e2e_p50_s"]
                     for r in runs], dtype=float)
     ax = axes[0]

@@ -38,9 +38,11 @@ def plot_pipeline_saving(path: str | Path, simulated: dict[str, list[tuple[float
     ax.set_xscale("log")
     ax.set_xlabel("draft time / verify time (t/V)")
     ax.set_ylabel("E2E latency saving of PSD over SD (%)")
-    ax.set_ylim(-5, 60)
+    lows = [y for pts in (simulated or {}).values() for _, y in pts if np.isfinite(y)]
+    ax.set_ylim(min([-5.0] + [y * 100 - 5 for y in lows]), 60)
+    ax.axhline(0, color="grey", lw=0.6)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="lower center")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 

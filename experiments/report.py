@@ -4,19 +4,22 @@ Results folder (complete or absent: built in a hidden temp sibling, renamed into
     config.yaml            resolved experiment config
     requests.parquet       per-request table of every run, `run` column first (or .csv)
     steps.parquet          per-step table of every run, `run` column first (or .csv)
-    summary.json           {run name: summary metrics} in run order (simulator.metrics.summarize)
+    summary.json           {run name: summary metrics} in run order (simulator.metrics.summarize);
+                           a run that does not fit appears here only
     timeline.json          Chrome trace JSON, one process per run (open in ui.perfetto.dev)
     plots/*.png            experiments.plots.PLOT_FILES
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 from rich import box
@@ -25,6 +28,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from experiments.plots import PLOT_FILES, write_plots
+from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS
 from simulator.timeline import to_chrome_trace, write_chrome_trace
 from traces.atomic import atomic_open, atomic_write_text
 
@@ -43,7 +47,11 @@ def _fmt(v, scale: float = 1.0, digits: int = 1, suffix: str = "") -> str:
 
 
 def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, title: str | None = None) -> Table:
-    """Rich table comparing runs: throughput, speedup vs `baseline`, TTFT/TPOT, E2E p50/p90/p99, acceptance, goodput."""
+    """Rich table comparing runs: throughput and its gain vs `baseline`, mean-TPOT gain, TTFT/TPOT p50/p99,
+    E2E p50/p90/p99, acceptance length, goodput.
+
+    A per-GPU throughput column is added when the runs do not all use the same number of GPUs.
+    """
     if baseline not in summary_by_run:
         raise ValueError(f"baseline run {baseline!r} is not among the runs {list(summary_by_run)}")
     base_thr = summary_by_run[baseline].get("throughput_tok_s")
@@ -56,17 +64,23 @@ def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, ti
         ("E2E s\np50", "right"), ("E2E s\np90", "right"), ("E2E s\np99", "right"),
         ("accept\nlength", "right"), ("goodput\nreq/s (SLO%)", "right"),
     )
+    # Runs on different GPU counts (PSD adds a draft GPU) are also compared per GPU.
+    per_gpu = len({s["num_gpus"] for s in summary_by_run.values() if s.get("num_gpus") is not None}) > 1
+    if per_gpu:
+        headers = headers[:2] + (("tok/s\nper GPU", "right"),) + headers[2:]
     run_width = min(max(len(r) for r in summary_by_run), 28)
     for name, justify in headers:
         table.add_column(name, justify=justify, no_wrap=True, min_width=run_width if name == "run" else None)
     for run, s in summary_by_run.items():
         thr = s.get("throughput_tok_s")
         speedup = thr / base_thr if thr is not None and base_thr else None
+        cells = [run, _fmt(thr, digits=0)]
+        if per_gpu:
+            cells.append(_fmt(s.get("throughput_tok_s_per_gpu"), digits=0))
         tpot = s.get("tpot_mean_s")
         tpot_speedup = base_tpot / tpot if tpot and base_tpot else None  # per-token latency gain
         table.add_row(
-            run,
-            _fmt(thr, digits=0),
+            *cells,
             _fmt(speedup, digits=2, suffix="x"),
             _fmt(tpot_speedup, digits=2, suffix="x"),
             f"{_fmt(s.get('ttft_p50_s'), 1e3)}/{_fmt(s.get('ttft_p99_s'), 1e3)}",
@@ -90,9 +104,26 @@ def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, conso
     console.print(table)
 
 
+def _json_ready(v, where: str):
+    """Plain JSON value: numpy scalars unwrapped, non-finite floats as null; anything else unknown is an error."""
+    if isinstance(v, Mapping):
+        return {str(k): _json_ready(x, f"{where}.{k}") for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_ready(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    if v is None or isinstance(v, str):
+        return v
+    raise TypeError(f"summary {where}: {type(v).__name__} value {v!r} is not JSON data")
+
+
 def summary_json(summary_by_run: Mapping[str, Mapping]) -> str:
-    """Deterministic JSON text of the per-run summaries (run order and key order kept; NaN is refused)."""
-    return json.dumps({r: dict(s) for r, s in summary_by_run.items()}, indent=2, allow_nan=False) + "\n"
+    """Deterministic JSON text of the per-run summaries (run order and key order kept, NaN as null)."""
+    return json.dumps({r: _json_ready(s, r) for r, s in summary_by_run.items()}, indent=2, allow_nan=False) + "\n"
 
 
 def _with_run_column(df: pd.DataFrame, run: str, table: str) -> pd.DataFrame:
@@ -134,15 +165,19 @@ def write_results_folder(
     out_dir: str | os.PathLike,
     *,
     config_dict: Mapping,
-    runs: Mapping[str, tuple[pd.DataFrame, pd.DataFrame, Mapping]],
+    runs: Mapping[str, tuple[pd.DataFrame | None, pd.DataFrame | None, Mapping]],
     timeline: bool | dict = True,
+    timeline_max_steps: int | None = None,
     plots: bool = True,
     table_format: str = "parquet",
 ) -> Path:
     """Write the results folder for `runs` ({name: (requests_df, steps_df, summary)}); returns its path.
 
-    `timeline`: True builds the Chrome trace from the step tables, a dict is written as given, False
-    skips it. An existing results folder at `out_dir` is replaced; the new one appears whole or not at all.
+    A run whose tables are None (a configuration that does not fit) appears in summary.json only.
+    `timeline`: True builds the Chrome trace from the step tables (each run cut to its first
+    `timeline_max_steps` steps when that is a positive number, and labelled so), a dict is written as
+    given, False skips it.
+    An existing results folder at `out_dir` is replaced; the new one appears whole or not at all.
     """
     if table_format not in TABLE_FORMATS:
         raise ValueError(f"table_format: expected one of {TABLE_FORMATS}, got {table_format!r}")
@@ -152,32 +187,43 @@ def write_results_folder(
     _check_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     config_text = yaml.safe_dump(dict(config_dict), sort_keys=False, allow_unicode=True)
-    requests = pd.concat([_with_run_column(r, n, "requests") for n, (r, _, _) in runs.items()], ignore_index=True)
-    steps = pd.concat([_with_run_column(s, n, "steps") for n, (_, s, _) in runs.items()], ignore_index=True)
+    simulated = {n: (r, s) for n, (r, s, _) in runs.items() if r is not None and s is not None}
+    requests = _stack([_with_run_column(r, n, "requests") for n, (r, _) in simulated.items()], REQUEST_COLUMNS)
+    steps = _stack([_with_run_column(s, n, "steps") for n, (_, s) in simulated.items()], STEP_COLUMNS)
     summaries = {n: summ for n, (_, _, summ) in runs.items()}
+    summary_text = summary_json(summaries)
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
         atomic_write_text(tmp / "config.yaml", config_text)
         _write_table(requests, tmp / f"requests.{table_format}", table_format)
         _write_table(steps, tmp / f"steps.{table_format}", table_format)
-        atomic_write_text(tmp / "summary.json", summary_json(summaries))
-        if timeline is True:
-            write_chrome_trace(tmp / "timeline.json", trace=to_chrome_trace(steps, process_name=out.name))
+        atomic_write_text(tmp / "summary.json", summary_text)
+        if timeline is True and simulated:
+            trace = to_chrome_trace(steps, process_name=out.name, max_steps=timeline_max_steps)
+            write_chrome_trace(tmp / "timeline.json", trace=trace)
         elif isinstance(timeline, dict):
             write_chrome_trace(tmp / "timeline.json", trace=timeline)
-        if plots:
+        if plots and simulated:
             write_plots(
                 tmp / "plots",
-                {n: r for n, (r, _, _) in runs.items()},
-                {n: s for n, (_, s, _) in runs.items()},
-                summaries,
+                {n: r for n, (r, _) in simulated.items()},
+                {n: s for n, (_, s) in simulated.items()},
+                {n: summaries[n] for n in simulated},
             )
         _swap_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _stack(frames: list[pd.DataFrame], schema: Mapping) -> pd.DataFrame:
+    """Concatenate per-run tables; with none, an empty table that still has the `run` + schema columns."""
+    if frames:
+        return pd.concat(frames, ignore_index=True)
+    return pd.DataFrame({c: pd.Series(dtype=object if c == "run" or schema[c][0] == "str" else schema[c][0])
+                         for c in ["run", *schema]})
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:

@@ -41,21 +41,53 @@ class Results:
     out_dir: Path | None = None
 
 
-def resolve_bundle(ref: str) -> TraceBundle:
-    """`builtin:default`, `builtin:NAME` (a shipped bundle) or a bundle folder path."""
+def resolve_bundle(ref: "str | dict[str, dict[str, Any]]", seed: int = 0) -> TraceBundle:
+    """The bundle a config names: `builtin:default`, `builtin:NAME` (shipped), a bundle folder, or a
+    generated source: `{pool: PoolSpec fields}` or `{specbench: {file, on_mismatch, dataset, prompt_lookup}}`."""
+    if isinstance(ref, dict):
+        (kind, params), = ref.items()
+        return _generated_bundle(kind, dict(params or {}), seed)
     if ref.startswith("builtin:"):
         name = ref.split(":", 1)[1]
         if name == "default":
             from traces.default_bundle import default_bundle_path
 
             return load_bundle(default_bundle_path())
-        folder = Path(str(importlib.resources.files("traces") / "data" / "bundles"))
-        path = folder / name
-        if not path.is_dir():
-            have = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
-            raise ValueError(f"traces: no built-in bundle {name!r}; built-ins: default, {', '.join(have)}")
-        return load_bundle(path)
+        from traces.builtin_bundles import builtin_bundle_path
+
+        return load_bundle(builtin_bundle_path(name))
     return load_bundle(ref)
+
+
+def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBundle:
+    if kind == "pool":
+        from traces.pool import PoolSpec, make_pool_bundle
+
+        fields = set(PoolSpec.__dataclass_fields__)
+        unknown = set(params) - fields
+        if unknown:
+            raise ValueError(f"traces.pool: unknown key(s) {sorted(unknown)}; expected some of {sorted(fields)}")
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+        params.setdefault("seed", seed)
+        spec = PoolSpec(**params)
+        spec.validate()
+        return make_pool_bundle(spec)
+    from experiments.combine_report import with_prompt_lookup
+    from traces.importers.specbench import import_specbench
+
+    allowed = {"file", "on_mismatch", "dataset", "prompt_lookup"}
+    unknown = set(params) - allowed
+    if unknown or "file" not in params:
+        raise ValueError(f"traces.specbench: expected keys {sorted(allowed)} with 'file' required, got {sorted(params)}")
+    path = Path(params["file"])
+    if not path.is_file():
+        raise ValueError(f"traces.specbench.file: {path} not found (the SpecDecode-Bench reference traces live in "
+                         f"../shared/reference-traces/ beside the repository; run from the repository root)")
+    bundle, _ = import_specbench(path, on_mismatch=params.get("on_mismatch", "error"), dataset=params.get("dataset"))
+    lookup = params.get("prompt_lookup")
+    if lookup:
+        bundle = with_prompt_lookup(bundle, int(lookup.get("min_n", 3)), int(lookup.get("max_n", 4)))
+    return bundle
 
 
 def engine_workload(workload: Workload, bundle: TraceBundle) -> tuple[EngineWorkload, list]:
@@ -132,7 +164,7 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
                    out: str | Path | None = None, progress: bool = False, console=None) -> Results:
     """Validate the config, simulate every run, summarise; write the results folder when `out` is given."""
     cfg = load_config(config, overrides, seed)
-    bundle = resolve_bundle(cfg.traces)
+    bundle = resolve_bundle(cfg.traces, cfg.seed)
     try:
         spec = WorkloadSpec.model_validate(cfg.workload)
     except ValidationError as e:
@@ -144,7 +176,7 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
     summary: dict[str, dict[str, Any]] = {}
     extras: dict[str, dict[str, Any]] = {}
     req_frames, step_frames, itl = [], [], {}
-    sim_results: dict[str, SimResult] = {}
+    tables: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None, dict[str, Any]]] = {}
     with _progress(progress, console) as bar:
         for run, ss in zip(cfg.runs, seeds):
             task = bar.add_task(run.name, total=len(ew)) if bar else None
@@ -153,11 +185,13 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
             if isinstance(res, dict):
                 summary[run.name] = {"fits": False, **res}
                 extras[run.name] = res
+                tables[run.name] = (None, None, summary[run.name])
                 continue
             if bar:
                 bar.update(task, completed=len(ew))
             s = summarize(res.requests, res.steps, res.itl, slo=cfg.slo.model_dump(),
-                          num_target_gpus=res.extras["num_target_gpus"], num_draft_gpus=res.extras["num_draft_gpus"])
+                          num_target_gpus=res.extras["num_target_gpus"], num_draft_gpus=res.extras["num_draft_gpus"],
+                          extras=res.extras)
             s["fits"] = True
             s["extras"] = res.extras
             summary[run.name] = s
@@ -165,29 +199,16 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
             req_frames.append(res.requests.assign(run=run.name))
             step_frames.append(res.steps.assign(run=run.name))
             itl[run.name] = res.itl
-            sim_results[run.name] = res
+            tables[run.name] = (res.requests, res.steps, s)
     requests = pd.concat(req_frames, ignore_index=True) if req_frames else pd.DataFrame()
     steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
     results = Results(cfg, summary, requests, steps, extras, itl)
     if out is not None:
         from experiments.report import write_results_folder
 
-        from simulator.timeline import to_chrome_trace
-
-        window = pd.concat([_timeline_window(r.steps, cfg.timeline_max_steps).assign(run=n)
-                            for n, r in sim_results.items()], ignore_index=True)
-        timeline = to_chrome_trace(window, process_name=cfg.name)
-        timeline.setdefault("otherData", {})["steps_per_run"] = (
-            f"first {cfg.timeline_max_steps} steps of each run (timeline_max_steps); steps.parquet has all")
-        runs = {n: (r.requests, r.steps, summary[n]) for n, r in sim_results.items()}
-        results.out_dir = write_results_folder(out, config_dict=cfg.model_dump(mode="json"), runs=runs,
-                                               timeline=timeline)
+        results.out_dir = write_results_folder(out, config_dict=cfg.model_dump(mode="json"), runs=tables,
+                                               timeline_max_steps=cfg.timeline_max_steps)
     return results
-
-
-def _timeline_window(steps: pd.DataFrame, max_steps: int) -> pd.DataFrame:
-    """The first `max_steps` steps (the whole table when shorter) — keeps timeline.json openable."""
-    return steps if max_steps <= 0 or len(steps) == 0 or steps.step.max() < max_steps else steps[steps.step < max_steps]
 
 
 class _NoBar:

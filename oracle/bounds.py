@@ -20,9 +20,8 @@ def leviathan_expected_tokens(acceptance: float, k: int) -> float:
         raise ValueError(f"acceptance must be in [0, 1], got {acceptance!r}")
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k!r}")
-    if acceptance == 1:
-        return float(k + 1)
-    return (1 - acceptance ** (k + 1)) / (1 - acceptance)
+    # sum_{j=0..k} a^j: the same as (1 - a^(k+1)) / (1 - a) without its cancellation near a = 1
+    return float(sum(acceptance ** j for j in range(k + 1)))
 
 
 def _check_times(t: float, v: float) -> None:

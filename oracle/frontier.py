@@ -35,11 +35,12 @@ ASSUMPTIONS = (
 def expected_tokens(u: np.ndarray | float, k: int) -> np.ndarray:
     """E at draft time u (in units of 1/alpha): Leviathan's formula with acceptance 1 - exp(-u)."""
     a = 1.0 - np.exp(-np.asarray(u, dtype=float))
-    if k == 1:
-        return 1.0 + a
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e = (1.0 - a ** (k + 1)) / (1.0 - a)
-    return np.where(a >= 1.0 - 1e-15, k + 1.0, np.where(a <= 0, 1.0, e))
+    total = np.ones_like(a)
+    term = np.ones_like(a)
+    for _ in range(k):  # sum_{j=0..k} a^j, stable where a is close to 1
+        term = term * a
+        total = total + term
+    return total
 
 
 def _minimise(objective, x: float) -> tuple[float, float]:

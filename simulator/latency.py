@@ -85,7 +85,8 @@ class LinearProfile:
 
 @dataclass
 class TableProfile:
-    """Interpolates measured points over (batched_tokens, kv_tokens); a linear fit covers the rest."""
+    """Interpolates measured points (piecewise linear in log space over the batch dimensions that
+    vary among them: sequences, batched tokens, KV tokens); a linear fit answers outside them."""
 
     name: str
     measurements: list[Measurement]
@@ -101,15 +102,18 @@ class TableProfile:
             raise ValueError(f"table profile {self.name!r} needs at least 4 measurements, "
                              f"got {len(self.measurements)}")
         self._fallback = fit_linear(self.name, self.measurements).profile
-        pts = np.array([[m.batched_tokens, m.kv_tokens] for m in self.measurements], dtype=float)
+        pts = np.log1p(np.array([[m.num_seqs, m.batched_tokens, m.kv_tokens] for m in self.measurements], float))
         vals = np.array([m.seconds for m in self.measurements], dtype=float)
+        self._axes = [i for i in range(3) if np.ptp(pts[:, i]) > 0]
         self._interp = None
-        if np.linalg.matrix_rank(pts - pts.mean(axis=0)) == 2:
-            self._interp = LinearNDInterpolator(np.log1p(pts), vals)
+        sub = pts[:, self._axes]
+        if len(self._axes) >= 2 and np.linalg.matrix_rank(sub - sub.mean(axis=0)) == len(self._axes):
+            self._interp = LinearNDInterpolator(sub, vals)
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
         if self._interp is not None:
-            v = float(self._interp(np.log1p(batched_tokens), np.log1p(kv_tokens)))
+            x = np.log1p(np.array([num_seqs, batched_tokens, kv_tokens], dtype=float))[self._axes]
+            v = float(self._interp(x[None, :])[0])
             if np.isfinite(v):
                 return v
         return self._fallback.step_time(num_seqs, batched_tokens, kv_tokens)

@@ -143,8 +143,14 @@ def summarize(
     slo: Mapping[str, float | None] | None,
     num_target_gpus: int = 1,
     num_draft_gpus: int = 0,
+    extras: Mapping | None = None,
 ) -> dict[str, int | float | None]:
-    """Summary metrics of one run (see module docstring); raises ValueError on missing columns or bad args."""
+    """Summary metrics of one run (see module docstring); raises ValueError on missing columns or bad args.
+
+    `extras` is the engine's SimResult.extras: when given, `kv_peak_blocks` is the KV pool's true peak
+    (including growth within a step) instead of the largest after-step value in the steps table, and
+    `kv_capacity_blocks`, `kv_peak_fraction` and `psd_fallback_steps` are filled (None otherwise).
+    """
     _require_columns(requests_df, _REQUEST_NEEDS, "requests", REQUEST_COLUMNS)
     _require_columns(steps_df, _STEP_NEEDS, "steps", STEP_COLUMNS)
     for name, val, least in (("num_target_gpus", num_target_gpus, 1), ("num_draft_gpus", num_draft_gpus, 0)):
@@ -191,9 +197,7 @@ def summarize(
     s["goodput_req_s"] = per_s(good)
     s["goodput_fraction"] = round_sig(good / n_req) if n_req else None
 
-    # Acceptance length: tokens a request emits per verify/decode step, after the prefill's first token.
-    steps_per_req = fin["decode_steps"].to_numpy(dtype=float)
-    decode_tokens = fin["output_len"].to_numpy(dtype=float) - 1.0
+    steps_per_req, decode_tokens = decode_tokens_and_steps(fin)
     has_steps = steps_per_req > 0
     s["mean_acceptance_length"] = (
         round_sig((decode_tokens[has_steps] / steps_per_req[has_steps]).mean()) if has_steps.any() else None
@@ -211,10 +215,17 @@ def summarize(
     s.update(_target_phase_shares(steps_df))
 
     tgt = steps_df[steps_df["device"] == "target"]
-    s["kv_peak_blocks"] = int(tgt["kv_blocks_used"].max()) if len(tgt) else 0
+    extras = extras or {}
+    after_step_peak = int(tgt["kv_blocks_used"].max()) if len(tgt) else 0
+    s["kv_peak_blocks"] = int(extras.get("kv_peak_blocks", after_step_peak))
+    total_blocks = extras.get("kv_total_blocks")
+    s["kv_capacity_blocks"] = None if total_blocks is None else int(total_blocks)
+    s["kv_peak_fraction"] = round_sig(s["kv_peak_blocks"] / total_blocks) if total_blocks else None
     s["preemptions"] = int(req["preemptions"].sum())
     s["preempted_requests"] = int((req["preemptions"] > 0).sum())
     s["num_steps"] = int(steps_df["step"].nunique())
+    fallback = extras.get("psd_fallback_steps")
+    s["psd_fallback_steps"] = None if fallback is None else int(fallback)
     # Sequences per decode/verify forward (prefill-only and draft slices excluded), weighted by duration.
     work = tgt[tgt["phase"].isin(["decode", "verify", "mixed"])]
     dur = (work["end"] - work["start"]).to_numpy(dtype=float)
@@ -224,9 +235,21 @@ def summarize(
     return s
 
 
+def decode_tokens_and_steps(requests_df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per request: output tokens emitted by verify/decode steps, and the number of such steps.
+
+    Every completed prefill emits one token: the first one, and one more after each preemption's
+    recompute (the engine's rule), so decode tokens = output_len - 1 - preemptions (>= 0). A request
+    preempted in the middle of a chunked prefill is the one case this undercounts by one per such preemption.
+    """
+    steps = requests_df["decode_steps"].to_numpy(dtype=float)
+    tokens = requests_df["output_len"].to_numpy(dtype=float) - 1.0 - requests_df["preemptions"].to_numpy(dtype=float)
+    return steps, np.maximum(tokens, 0.0)
+
+
 def per_request_acceptance_length(requests_df: pd.DataFrame) -> np.ndarray:
     """Tokens emitted per verify/decode step for each finished request with at least one such step."""
     fin = requests_df[np.isfinite(requests_df["finish_time"].to_numpy(dtype=float))]
-    steps = fin["decode_steps"].to_numpy(dtype=float)
+    steps, tokens = decode_tokens_and_steps(fin)
     keep = steps > 0
-    return (fin["output_len"].to_numpy(dtype=float)[keep] - 1.0) / steps[keep]
+    return tokens[keep] / steps[keep]

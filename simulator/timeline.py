@@ -152,21 +152,44 @@ def _run_events(steps: pd.DataFrame, pid: int, name: str) -> list[dict]:
     return events + [e for _, _, e in slices] + [e for _, _, e in counters]
 
 
-def to_chrome_trace(steps_df: pd.DataFrame, *, process_name: str = "draftsim") -> dict:
-    """Trace Event Format object for a steps table; with a `run` column, one process per run (in order of appearance)."""
+def first_steps(steps: pd.DataFrame, max_steps: int | None) -> tuple[pd.DataFrame, int, int]:
+    """Rows of the first `max_steps` step numbers (all when None or 0); also kept and total step counts."""
+    numbers = np.unique(steps["step"].to_numpy())
+    if not max_steps or len(numbers) <= max_steps:
+        return steps, len(numbers), len(numbers)
+    return steps[steps["step"] <= numbers[max_steps - 1]], max_steps, len(numbers)
+
+
+def to_chrome_trace(steps_df: pd.DataFrame, *, process_name: str = "draftsim", max_steps: int | None = None) -> dict:
+    """Trace Event Format object for a steps table; with a `run` column, one process per run (in order of appearance).
+
+    `max_steps` (> 0) keeps only each run's first that many steps (large runs make huge traces); a cut
+    run says so in its process name and in `otherData.truncated`, so nothing is dropped silently.
+    None or 0 keeps every step.
+    """
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
+                                  or max_steps < 0):
+        raise ValueError(f"max_steps: expected an integer >= 0 or None, got {max_steps!r}")
+    if "step" not in steps_df.columns:
+        raise ValueError("steps table lacks column(s) ['step'] needed for the timeline")
     if "run" in steps_df.columns:
         runs = list(pd.unique(steps_df["run"].astype(str)))
         groups = [(r, steps_df[steps_df["run"].astype(str) == r]) for r in runs]
     else:
         groups = [(process_name, steps_df)]
     events: list[dict] = []
+    truncated: list[str] = []
     for pid, (name, df) in enumerate(groups, start=1):
-        events.extend(_run_events(df.reset_index(drop=True), pid, name))
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {"generator": "draftsim", "title": process_name, "clock": "simulated time, microseconds"},
-    }
+        kept, n_kept, n_total = first_steps(df, max_steps)
+        label = name
+        if n_kept < n_total:
+            label = f"{name} (first {n_kept} of {n_total} steps)"
+            truncated.append(f"{name}: first {n_kept} of {n_total} steps")
+        events.extend(_run_events(kept.reset_index(drop=True), pid, label))
+    other = {"generator": "draftsim", "title": process_name, "clock": "simulated time, microseconds"}
+    if truncated:
+        other["truncated"] = "; ".join(truncated)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
 def dumps_chrome_trace(trace: dict) -> str:

@@ -163,9 +163,15 @@ def _check_request(r: RequestTrace, meta: BundleMeta, path: str, line: int) -> N
                       f + ".proposal_len")
 
 
+_INT32 = np.iinfo(np.int32)
+
+
 def _int_array(value: Any, path: str, line: int, fld: str) -> np.ndarray:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         _fail(path, "expected a list of integers", line, fld)
+    for p, v in enumerate(value):
+        if not _INT32.min <= v <= _INT32.max:
+            _fail(path, f"expected 32-bit integers, got {v} at position {p}", line, fld)
     return np.asarray(value, dtype=np.int32)
 
 
@@ -242,6 +248,9 @@ def parse_request(doc: Any, meta: BundleMeta, path: str, line: int) -> RequestTr
     for key in ("id", "drafters"):
         if key not in doc:
             _fail(path, "missing required field", line, key)
+    rid = doc["id"]
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
+        _fail(path, f"expected a non-empty string (or an integer), got {rid!r}", line, "id")
     drafters_doc = doc["drafters"]
     if not isinstance(drafters_doc, dict):
         _fail(path, "expected an object of drafter name -> {acc_len, tv?, proposal_len?}", line, "drafters")

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from traces.builtin_bundles import builtin_bundle_path
 from traces.bundle import TraceBundle, load_bundle
 
 
 def default_bundle_path() -> Path:
     """Folder of the built-in bundle: traces/data/default/."""
-    return Path(__file__).resolve().parent / "data" / "default"
+    return builtin_bundle_path("default")
 
 
 def default_spec_path() -> Path:

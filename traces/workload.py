@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from traces.bundle import TraceBundle
 from traces.errors import TraceFormatError
 from traces.lengths import LengthDist
+from traces.synthetic.spec import fit_synth_spec, make_synthetic_bundle, split_by_category
 
 
 @dataclass(frozen=True)
@@ -228,8 +229,6 @@ def workload_and_bundle(bundle: TraceBundle, spec: WorkloadSpec, seed: int) -> t
     """The workload and the bundle its trace ids refer to (a synthetic one for parametric lengths)."""
     if not isinstance(spec.lengths, ParametricLengths):
         return build_workload(bundle, spec, seed), bundle
-    from traces.synthetic.spec import fit_synth_spec, make_synthetic_bundle, split_by_category
-
     if isinstance(spec.arrival, ReplayArrivals) and spec.arrival.file is None:
         raise ValueError("parametric lengths draw new requests, which have no recorded arrival times: "
                          "give workload.arrival.file or another arrival kind")

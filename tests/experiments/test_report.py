@@ -11,7 +11,12 @@ import pytest
 import yaml
 from rich.console import Console
 
-from experiments.report import comparison_table, print_comparison, summary_json, write_results_folder
+from experiments.report import (
+    comparison_table,
+    print_comparison,
+    summary_json,
+    write_results_folder,
+)
 from simulator.metrics import summarize
 from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS, ColumnBuffer
 from simulator.timeline import validate_chrome_trace
@@ -75,7 +80,7 @@ def render(table, width=200) -> str:
 def test_comparison_table_rows_and_speedup(runs):
     summaries = {n: s for n, (_, _, s) in runs.items()}
     table = comparison_table(summaries, "AR")
-    assert [c.header.split("\n")[0] for c in table.columns][:4] == ["run", "tok/s", "thrpt", "TPOT"]
+    assert [c.header.split("\n")[0] for c in table.columns][:5] == ["run", "tok/s", "tok/s", "thrpt", "TPOT"]
     assert table.row_count == 3
     text = render(table)
     lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.strip() and ln.split()[0] in summaries}
@@ -86,6 +91,17 @@ def test_comparison_table_rows_and_speedup(runs):
     assert f"{tpot_gain:.2f}x" in lines["eagle3-k3"]
     assert f"{summaries['eagle3-k3']['mean_acceptance_length']:.2f}" in lines["eagle3-k3"]
     assert f"{summaries['AR']['e2e_p99_s']:.2f}" in lines["AR"]
+
+
+def test_per_gpu_column_only_when_gpu_counts_differ(runs):
+    summaries = {n: s for n, (_, _, s) in runs.items()}
+    headers = [c.header for c in comparison_table(summaries, "AR").columns]
+    assert "tok/s\nper GPU" in headers  # the PSD run has a draft GPU
+    psd = summaries["psd-eagle3-k3"]
+    line = next(ln for ln in render(comparison_table(summaries, "AR")).splitlines() if "psd-eagle3-k3" in ln)
+    assert f"{psd['throughput_tok_s_per_gpu']:,.0f}" in line.split()
+    same = {n: s for n, s in summaries.items() if n != "psd-eagle3-k3"}
+    assert "tok/s\nper GPU" not in [c.header for c in comparison_table(same, "AR").columns]
 
 
 def test_comparison_table_unknown_baseline(runs):
@@ -154,13 +170,18 @@ def test_failure_leaves_previous_folder_untouched_and_no_partial(tmp_path, runs)
     write_results_folder(out, config_dict=CONFIG, runs={"AR": runs["AR"]}, plots=False)
     before = {p: (out / p).read_bytes() for p in os.listdir(out)}
     r, s, summ = runs["eagle3-k3"]
-    bad = {"AR": runs["AR"], "sd": (r, s, {**summ, "throughput_tok_s": float("nan")})}  # NaN is refused in JSON
-    with pytest.raises(ValueError):
+    broken = s.copy()
+    broken.loc[len(broken) - 1, "end"] = -1.0  # the timeline refuses it, after tables and summary are written
+    bad = {"AR": runs["AR"], "sd": (r, broken, summ)}
+    with pytest.raises(ValueError, match="expected 0 <= start <= end"):
         write_results_folder(out, config_dict=CONFIG, runs=bad, plots=False)
     assert {p: (out / p).read_bytes() for p in os.listdir(out)} == before
     assert os.listdir(tmp_path) == ["res"]
     with pytest.raises(ValueError):
         write_results_folder(tmp_path / "new", config_dict=CONFIG, runs=bad, plots=False)
+    assert os.listdir(tmp_path) == ["res"]
+    with pytest.raises(TypeError, match=r"summary sd.note: object"):
+        write_results_folder(tmp_path / "new", config_dict=CONFIG, runs={"sd": (r, s, {**summ, "note": object()})})
     assert os.listdir(tmp_path) == ["res"]
 
 
@@ -183,3 +204,36 @@ def test_bad_arguments(tmp_path, runs):
     with pytest.raises(ValueError, match="other run"):
         write_results_folder(tmp_path / "x", config_dict=CONFIG, runs={"AR": (r.assign(run="SD"), s, summ)})
     assert not (tmp_path / "x").exists()
+
+
+def test_summary_json_plain_values():
+    text = summary_json({"a": {"x": np.float64(1.5), "n": np.int64(3), "bad": float("nan"), "ok": np.bool_(True),
+                               "nested": {"usage": {"d": np.int32(2)}}, "list": [1, float("inf")]}})
+    assert json.loads(text) == {"a": {"x": 1.5, "n": 3, "bad": None, "ok": True, "nested": {"usage": {"d": 2}},
+                                      "list": [1, None]}}
+
+
+def test_run_that_does_not_fit_is_in_summary_and_table_only(tmp_path, runs):
+    """A configuration that does not fit has a summary but no tables: it is reported, never dropped."""
+    summary_misfit = {"fits": False, "does_not_fit": "needs 90.0 GiB, has 80.0 GiB"}
+    folder_runs = {"AR": runs["AR"], "eagle3-k3": runs["eagle3-k3"], "psd-big-drafter": (None, None, summary_misfit)}
+    out = write_results_folder(tmp_path / "res", config_dict=CONFIG, runs=folder_runs, timeline_max_steps=5)
+    loaded = json.loads((out / "summary.json").read_text())
+    assert list(loaded) == ["AR", "eagle3-k3", "psd-big-drafter"]
+    assert loaded["psd-big-drafter"] == summary_misfit
+    assert list(pd.read_parquet(out / "requests.parquet")["run"].unique()) == ["AR", "eagle3-k3"]
+    trace = json.loads((out / "timeline.json").read_text())
+    assert "first 5 of" in trace["otherData"]["truncated"]
+    assert len(os.listdir(out / "plots")) == 4
+    summaries = {n: m for n, (_, _, m) in folder_runs.items()}
+    line = next(ln for ln in render(comparison_table(summaries, "AR")).splitlines() if "psd-big-drafter" in ln)
+    assert set(line.split()[1:]) <= {"–", "–/–", "(–)"}
+    assert "per GPU" not in render(comparison_table(summaries, "AR"))  # a misfit has no GPU count to compare
+
+
+def test_only_misfit_runs_still_give_a_complete_folder(tmp_path):
+    out = write_results_folder(tmp_path / "res", config_dict=CONFIG,
+                        runs={"psd": (None, None, {"fits": False, "does_not_fit": "too big"})})
+    assert sorted(os.listdir(out)) == ["config.yaml", "requests.parquet", "steps.parquet", "summary.json"]
+    req = pd.read_parquet(out / "requests.parquet")
+    assert len(req) == 0 and list(req.columns) == ["run", *REQUEST_COLUMNS]

@@ -189,3 +189,19 @@ def test_write_is_valid_json_deterministic_and_leaves_no_temp_files(tmp_path):
     assert os.listdir(tmp_path) == ["timeline.json"]
     with pytest.raises(ValueError, match="exactly one"):
         write_chrome_trace(path)
+
+
+def test_max_steps_keeps_first_steps_and_says_so():
+    steps = step_table([sl(i, "decode", 0.1 * i, 0.1 * (i + 1)) for i in range(10)])
+    both = pd.concat([steps.assign(run="long"), steps.iloc[:3].assign(run="short")], ignore_index=True)
+    trace = to_chrome_trace(both, max_steps=4)
+    validate_chrome_trace(trace)
+    assert [e["args"]["step"] for e in events(trace, "X", pid=1)] == [0, 1, 2, 3]
+    assert len(events(trace, "X", pid=2)) == 3
+    procs = {e["pid"]: e["args"]["name"] for e in events(trace, "M") if e["name"] == "process_name"}
+    assert procs == {1: "long (first 4 of 10 steps)", 2: "short"}
+    assert trace["otherData"]["truncated"] == "long: first 4 of 10 steps"
+    assert "truncated" not in to_chrome_trace(both)["otherData"]
+    assert len(events(to_chrome_trace(steps, max_steps=0), "X")) == 10  # 0 means no limit
+    with pytest.raises(ValueError, match="max_steps"):
+        to_chrome_trace(steps, max_steps=-1)

@@ -95,6 +95,10 @@ def test_bad_meta_names_field(tmp_path, key, value, field):
      "drafters.d.proposal_len"),
     ({"id": "x", "prompt_len": 4, "output_len": 1, "drafters": {"d": {"acc_len": [1.5]}}}, "drafters.d.acc_len"),
     ([1, 2], None),  # not an object
+    ({"id": "x", "prompt_len": 4, "output_len": 1, "drafters": {"d": {"acc_len": [2 ** 40]}}}, "drafters.d.acc_len"),
+    (req(id=None), "id"),
+    (req(id=""), "id"),
+    (req(id=True), "id"),
 ])
 def test_bad_request_line_names_line_and_field(tmp_path, line_doc, field):
     e = error_of(make(tmp_path / "b", [req("ok"), line_doc]))

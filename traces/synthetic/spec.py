@@ -6,7 +6,7 @@ from typing import Annotated, Any, Union
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from traces.bundle import BundleMeta, DrafterSpec, RequestTrace, TraceBundle, TOOL_VERSION
 from traces.errors import TraceFormatError
@@ -52,13 +52,17 @@ class SynthSpec(_Strict):
     drafters: dict[str, DrafterDecl] = Field(min_length=1)
     categories: dict[str, CategorySpec] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _every_category_models_every_drafter(self):
-        for name, cat in self.categories.items():
-            if set(cat.acceptance) != set(self.drafters):
+    @field_validator("categories")
+    @classmethod
+    def _every_category_models_every_drafter(cls, cats: dict[str, CategorySpec], info: ValidationInfo):
+        drafters = info.data.get("drafters")
+        if drafters is None:
+            return cats
+        for name, cat in cats.items():
+            if set(cat.acceptance) != set(drafters):
                 raise ValueError(f"categories.{name}.acceptance has drafters {sorted(cat.acceptance)}, "
-                                 f"expected exactly {sorted(self.drafters)}")
-        return self
+                                 f"expected exactly {sorted(drafters)}")
+        return cats
 
 
 def _loc(err: dict[str, Any]) -> str:
@@ -73,7 +77,9 @@ def parse_synth_spec(doc: Any, path: str) -> SynthSpec:
         return SynthSpec.model_validate(doc)
     except ValidationError as e:
         first = e.errors()[0]
-        raise TraceFormatError(path, f"{first['msg']} (input: {first.get('input')!r})", field=_loc(first)) from e
+        got = first.get("input")
+        shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+        raise TraceFormatError(path, f"{first['msg']}{shown}", field=_loc(first) or None) from e
 
 
 def load_synth_spec(path: str) -> SynthSpec:

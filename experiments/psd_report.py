@@ -1,0 +1,413 @@
+"""PSD experiments: MineDraft's PSD-vs-SD sweep on roofline profiles, and the simulated pipeline bounds.
+
+    python -m experiments.psd_report experiments/configs/psd_vs_sd.yaml --out results/psd_vs_sd
+    python -m experiments.psd_report experiments/configs/psd_bounds.yaml --out results/psd_bounds
+(also `draftsim psd-report CONFIG --out DIR`). Each writes the resolved config, a CSV and a Markdown
+table, and PNG plots into the output folder, all atomically.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from experiments.bounds_sim import simulate_pipeline
+from oracle.bounds import leviathan_expected_tokens, pipeline_gain, pipeline_saving
+from policies.base import FixedPolicy
+from simulator.draft_cost import DraftCost
+from simulator.engine import ServerSimulation
+from simulator.placement import Deployment, plan
+from simulator.roofline import RooflineProfile
+from simulator.server_config import PSDConfig, RunSpec
+from traces.atomic import atomic_write_text
+from traces.catalog import get_gpu, get_model
+
+SPECBENCH_STEP_OVERHEAD_S = 1.20683946e-03  # published per-step overhead, vLLM 0.10.1.1 on H100 (SpecDecode-Bench)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetSpec(_Strict):
+    model: str
+    gpu: str
+    tp: int = Field(4, ge=1)
+
+
+class RooflineKnobs(_Strict):
+    mfu: float = Field(0.6, gt=0, le=1)
+    bandwidth_util: float = Field(0.8, gt=0, le=1)
+    allreduce_latency_s: float = Field(8e-6, ge=0)
+
+
+class DrafterSpecCfg(_Strict):
+    acceptance: float = Field(ge=0, lt=1, description="assumed i.i.d. per-token acceptance rate")
+
+
+class ChatWorkload(_Strict):
+    num_requests: int = Field(1000, ge=1)
+    prompt_median: int = Field(200, ge=1)
+    prompt_sigma: float = Field(0.8, ge=0)
+    prompt_max: int = Field(1536, ge=8)
+    output_len: int = Field(256, ge=2)
+
+
+class PsdVsSdConfig(_Strict):
+    """MineDraft's main setting: PSD with 2m requests on TP+1 GPUs vs SD with m on TP GPUs."""
+
+    kind: Literal["psd_vs_sd"]
+    name: str = "psd_vs_sd"
+    seed: int = 0
+    target: TargetSpec
+    roofline: RooflineKnobs = RooflineKnobs()
+    drafters: dict[str, DrafterSpecCfg]
+    drafter_tp: int = Field(1, ge=1, description="draft model shards (1: one GPU, in SD one of the target's)")
+    gpu_memory_utilization: float = Field(0.65, gt=0, le=1)
+    reserve_gib: float = Field(2.0, ge=0)
+    max_model_len: int = Field(2048, ge=1)
+    step_overhead_s: float = Field(SPECBENCH_STEP_OVERHEAD_S, ge=0)
+    psd_sync_s: float = Field(0.0, ge=0)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    k: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5], min_length=1)
+    sub_batch: list[int] = Field(default_factory=lambda: [8, 16, 32, 64], min_length=1)
+    workload: ChatWorkload = ChatWorkload()
+    notes: str = ""
+
+
+class PsdBoundsConfig(_Strict):
+    """Simulated PSD saving vs t/V under saturation and open Poisson load, against the analytic curve."""
+
+    kind: Literal["psd_bounds"]
+    name: str = "psd_bounds"
+    seed: int = 0
+    verify_time_s: float = Field(0.02, gt=0)
+    t_over_v: list[float] = Field(min_length=1)
+    loads: list[float | Literal["saturated"]] = Field(min_length=1)
+    sub_batch: int = Field(16, ge=1)
+    num_requests: int = Field(600, ge=10)
+    k: int = Field(3, ge=1)
+    acc_len: int = Field(3, ge=1)
+    output_len: tuple[int, int] = (128, 512)
+    prompt_len: int = Field(32, ge=1)
+    notes: str = ""
+
+
+def load_config(path: str | Path) -> PsdVsSdConfig | PsdBoundsConfig:
+    """Read a PSD experiment YAML; errors name the file and the key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: config file not found")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(doc, dict) or doc.get("kind") not in ("psd_vs_sd", "psd_bounds"):
+        raise ValueError(f"{path}: key 'kind': expected 'psd_vs_sd' or 'psd_bounds'")
+    cls = PsdVsSdConfig if doc["kind"] == "psd_vs_sd" else PsdBoundsConfig
+    try:
+        cfg = cls.model_validate(doc)
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = ".".join(str(x) for x in first["loc"])
+        raise ValueError(f"{path}: key '{key}': {first['msg']} (got {first.get('input')!r})") from e
+    if isinstance(cfg, PsdVsSdConfig):
+        try:
+            get_model(cfg.target.model), get_gpu(cfg.target.gpu)
+            for d in cfg.drafters:
+                get_model(d)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
+    return cfg
+
+
+# ------------------------------------------------------------------ PSD vs SD
+
+
+def _summarise(res, gpus: int) -> dict[str, float]:
+    req, steps = res.requests, res.steps
+    makespan = float(req["finish_time"].max() - req["arrival_time"].min())
+    tokens = float(req["output_len"].sum())
+    dec = req["decode_steps"].to_numpy()
+    acc_len = np.where(dec > 0, (req["output_len"].to_numpy() - 1) / np.maximum(dec, 1), np.nan)
+    draft = steps[steps["phase"] == "draft"]
+    verify = steps[steps["phase"].isin(["verify", "mixed"])]
+    t_mean = float((draft["end"] - draft["start"]).mean()) if len(draft) else 0.0
+    v_mean = float((verify["end"] - verify["start"]).mean()) if len(verify) else float("nan")
+    thr = tokens / makespan
+    return {"throughput_tok_s": thr, "throughput_per_gpu": thr / gpus, "e2e_mean_s": float(req["e2e"].mean()),
+            "e2e_p90_s": float(req["e2e"].quantile(0.9)), "ttft_mean_s": float(req["ttft"].mean()),
+            "tpot_mean_s": float(req["tpot"].mean()), "mean_acceptance_length": float(np.nanmean(acc_len)),
+            "draft_s_per_phase": t_mean, "verify_s_per_step": v_mean,
+            "t_over_v": t_mean / v_mean if v_mean and np.isfinite(v_mean) else float("nan"),
+            "kv_peak_blocks": int(res.extras["kv_peak_blocks"]), "psd_fallback_steps": int(res.extras["psd_fallback_steps"])}
+
+
+def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
+    """Every (m, drafter, k): SD (m, drafter colocated) and PSD (2m, drafter dedicated), plus AR per m."""
+    from experiments.psd_inputs import chat_batch
+
+    tgt_model, gpu = get_model(cfg.target.model), get_gpu(cfg.target.gpu)
+    knobs = cfg.roofline.model_dump()
+    target = RooflineProfile(tgt_model, gpu, tp=cfg.target.tp, **knobs)
+    rates = {d: s.acceptance for d, s in cfg.drafters.items()}
+    w = cfg.workload
+    wl, table, _ = chat_batch(w.num_requests, rates, prompt_median=w.prompt_median, prompt_sigma=w.prompt_sigma,
+                              prompt_max=w.prompt_max, output_len=w.output_len, seed=cfg.seed)
+    costs = {d: DraftCost(kind="autoregressive", profile=RooflineProfile(get_model(d), gpu, tp=cfg.drafter_tp, **knobs))
+             for d in cfg.drafters}
+
+    def deployment(drafter: str | None, placement: str) -> Deployment:
+        return Deployment(cfg.target.model, cfg.target.gpu, num_gpus=cfg.target.tp, tp=cfg.target.tp, drafter=drafter,
+                          drafter_placement=placement, drafter_tp=cfg.drafter_tp if drafter else None,
+                          drafter_gpus=cfg.drafter_tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
+                          reserve_gib=cfg.reserve_gib, max_model_len=cfg.max_model_len)
+
+    jobs: list[tuple[int, str | None, int, str]] = []
+    for m in cfg.sub_batch:
+        jobs.append((m, None, 0, "ar"))
+        for d in cfg.drafters:
+            for k in cfg.k:
+                jobs += [(m, d, k, "sd"), (m, d, k, "psd")]
+    rows = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc=cfg.name, unit="run", file=sys.stderr)
+    for m, d, k, mode in jobs:
+        place = plan(deployment(d, "dedicated" if mode == "psd" else "colocated"))
+        row: dict[str, Any] = {"sub_batch_m": m, "drafter": d or "-", "k": k, "mode": mode,
+                               "concurrency": 2 * m if mode == "psd" else m, "gpus": place.total_gpus,
+                               "fits": place.fits, "placement": place.message,
+                               "kv_capacity_tokens": place.kv_capacity_tokens,
+                               "acceptance_rate": rates.get(d, float("nan")) if d else float("nan"),
+                               "leviathan_tokens_per_step": leviathan_expected_tokens(rates[d], k) if d else 1.0}
+        if place.fits:
+            run = RunSpec(name=f"{mode}-{d}-k{k}-m{m}", mode=mode,
+                          policy={"name": "fixed", "drafter": d, "k": k} if d else None,
+                          psd=PSDConfig(sub_batch_max_num_seqs=m, sync_s=cfg.psd_sync_s) if mode == "psd" else None)
+            sim = ServerSimulation(run=run, target=target, workload=_copy(wl), table=table, draft_costs=costs,
+                                   policy=FixedPolicy(d, k) if d else None,
+                                   kv_capacity_tokens=place.kv_capacity_tokens, max_num_seqs=m,
+                                   max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                   step_overhead_s=cfg.step_overhead_s, seed=cfg.seed)
+            row.update(_summarise(sim.simulate(), place.total_gpus))
+        rows.append(row)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    df = pd.DataFrame(rows)
+    ar = df[df["mode"] == "ar"].set_index("sub_batch_m")["throughput_tok_s"]
+    df["speedup_vs_ar"] = df["throughput_tok_s"] / df["sub_batch_m"].map(ar)
+    sd = df[df["mode"] == "sd"].set_index(["sub_batch_m", "drafter", "k"])
+    key = list(zip(df["sub_batch_m"], df["drafter"], df["k"]))
+    df["psd_over_sd_throughput"] = [r / sd["throughput_tok_s"].get(kk, np.nan) if mo == "psd" else np.nan
+                                    for r, kk, mo in zip(df["throughput_tok_s"], key, df["mode"])]
+    df["psd_over_sd_per_gpu"] = [r / sd["throughput_per_gpu"].get(kk, np.nan) if mo == "psd" else np.nan
+                                 for r, kk, mo in zip(df.get("throughput_per_gpu", np.nan), key, df["mode"])]
+    df["psd_e2e_saving"] = [1 - e / sd["e2e_mean_s"].get(kk, np.nan) if mo == "psd" else np.nan
+                            for e, kk, mo in zip(df["e2e_mean_s"], key, df["mode"])]
+    return df
+
+
+def _copy(wl):
+    from dataclasses import replace
+
+    return replace(wl, arrival=wl.arrival.copy(), trace_index=wl.trace_index.copy(),
+                   prompt_len=wl.prompt_len.copy(), output_len=wl.output_len.copy(),
+                   request_ids=list(wl.request_ids), categories=list(wl.categories))
+
+
+def best_k(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (m, drafter, mode): the row with the highest throughput over k."""
+    ok = df[(df["mode"] != "ar") & df["fits"]]
+    idx = ok.groupby(["sub_batch_m", "drafter", "mode"])["throughput_tok_s"].idxmax()
+    return ok.loc[idx].reset_index(drop=True)
+
+
+def plot_psd_vs_sd(df: pd.DataFrame, cfg: PsdVsSdConfig, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.psd_plots import _save
+
+    paths = []
+    ms = cfg.sub_batch
+    drafters = list(cfg.drafters)
+    colors = dict(zip(drafters, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for metric, label, fname in (("throughput_tok_s", "throughput (tokens/s)", "throughput.png"),
+                                 ("throughput_per_gpu", "throughput per GPU (tokens/s/GPU)", "throughput_per_gpu.png"),
+                                 ("e2e_mean_s", "mean E2E latency (s)", "e2e.png")):
+        fig, axes = plt.subplots(1, len(ms), figsize=(3.4 * len(ms), 3.4), sharey=False, squeeze=False)
+        for ax, m in zip(axes[0], ms):
+            sub = df[(df["sub_batch_m"] == m) & df["fits"]]
+            for d in drafters:
+                for mode, ls in (("sd", "--"), ("psd", "-")):
+                    s = sub[(sub["drafter"] == d) & (sub["mode"] == mode)].sort_values("k")
+                    if len(s):
+                        ax.plot(s["k"], s[metric], ls=ls, marker="o", ms=3, color=colors[d],
+                                label=f"{mode.upper()} {d}")
+            ar = sub[sub["mode"] == "ar"]
+            if len(ar):
+                ax.axhline(float(ar[metric].iloc[0]), color="grey", lw=0.8, ls=":", label="AR")
+            ax.set_title(f"m = {m} (SD {m} on {cfg.target.tp} GPUs, PSD {2 * m} on {cfg.target.tp + cfg.drafter_tp})",
+                         fontsize=8)
+            ax.set_xlabel("k (draft tokens per step)")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(label)
+        axes[0][-1].legend(fontsize=6, loc="best")
+        paths.append(_save(fig, out / fname))
+    # drafter-size trade-off: best-k PSD/SD gain and draft/verify time ratio vs drafter parameters
+    bk = best_k(df)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    sizes = {d: get_model(d).params / 1e9 for d in drafters}
+    for m in ms:
+        psd = bk[(bk["mode"] == "psd") & (bk["sub_batch_m"] == m)]
+        sdb = bk[(bk["mode"] == "sd") & (bk["sub_batch_m"] == m)].set_index("drafter")
+        xs = [sizes[d] for d in psd["drafter"]]
+        gains = np.array([r / sdb["throughput_tok_s"].get(d, np.nan) for r, d in zip(psd["throughput_tok_s"], psd["drafter"])], dtype=float)
+        ok = np.isfinite(gains)
+        if ok.any():
+            ax1.plot(np.asarray(xs)[ok], np.asarray(gains)[ok], marker="o", label=f"m = {m}")
+        ax2.plot(xs, psd["t_over_v"], marker="o", label=f"m = {m}")
+    ax1.axhline(1.0, color="grey", lw=0.8)
+    if ax1.lines[:-1]:
+        ax1.set_xscale("log")
+    ax1.set_xlabel("drafter parameters (B)")
+    ax1.set_ylabel("PSD / SD throughput (each at its best k)")
+    ax1.grid(alpha=0.3, which="both")
+    if ax1.get_legend_handles_labels()[0]:
+        ax1.legend(fontsize=7)
+    ax2.axhline(1.0, color="tab:red", ls="--", lw=1, label="t = V (full overlap)")
+    ax2.set_xscale("log")
+    ax2.set_xlabel("drafter parameters (B)")
+    ax2.set_ylabel("PSD draft time / verify time per step")
+    ax2.grid(alpha=0.3, which="both")
+    ax2.legend(fontsize=7)
+    paths.append(_save(fig, out / "drafter_tradeoff.png"))
+    return paths
+
+
+PSD_VS_SD_COLUMNS = ["sub_batch_m", "drafter", "k", "mode", "concurrency", "gpus", "fits", "throughput_tok_s",
+                     "throughput_per_gpu", "e2e_mean_s", "e2e_p90_s", "mean_acceptance_length", "t_over_v",
+                     "speedup_vs_ar", "psd_over_sd_throughput", "psd_over_sd_per_gpu", "psd_e2e_saving"]
+
+
+def _markdown(df: pd.DataFrame, cols: list[str]) -> str:
+    cols = [c for c in cols if c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df[cols].iterrows():
+        cells = []
+        for c in cols:
+            v = r[c]
+            if isinstance(v, (float, np.floating)):
+                cells.append("" if np.isnan(v) else f"{v:.4g}")
+            else:
+                cells.append(str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ bounds sweep
+
+
+def run_psd_bounds(cfg: PsdBoundsConfig, progress: bool = True) -> pd.DataFrame:
+    rows = []
+    jobs = [(load, r) for load in cfg.loads for r in cfg.t_over_v]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc=cfg.name, unit="point", file=sys.stderr)
+    v = cfg.verify_time_s
+    for load, r in jobs:
+        s = simulate_pipeline(r * v, v, sub_batch=cfg.sub_batch, num_requests=cfg.num_requests,
+                              prompt_len=cfg.prompt_len, output_len=tuple(cfg.output_len), k=cfg.k,
+                              acc_len=cfg.acc_len, load=None if load == "saturated" else float(load), seed=cfg.seed)
+        rows.append({"load": load, "t_over_v": r, "draft_time_s": r * v, "verify_time_s": v,
+                     "analytic_gain": pipeline_gain(r * v, v), "analytic_saving": pipeline_saving(r * v, v),
+                     **{k: val for k, val in s.to_dict().items() if k != "setup"}})
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return pd.DataFrame(rows)
+
+
+BOUNDS_COLUMNS = ["load", "t_over_v", "analytic_gain", "simulated_gain", "analytic_saving", "simulated_saving",
+                  "sd_mean_e2e_s", "psd_mean_e2e_s", "psd_fallback_steps"]
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def run_report(config_path: str | Path, out: str | Path, progress: bool = True) -> dict[str, Any]:
+    """Run a PSD experiment config and write table, CSV and plots into `out`; returns what it wrote."""
+    cfg = load_config(config_path)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.yaml", yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
+    if isinstance(cfg, PsdVsSdConfig):
+        df = run_psd_vs_sd(cfg, progress)
+        plots = plot_psd_vs_sd(df, cfg, out)
+        cols = PSD_VS_SD_COLUMNS
+        extra = _markdown(best_k(df).sort_values(["sub_batch_m", "drafter", "mode"]), cols)
+        title = (f"# {cfg.name}: PSD (2m, {cfg.target.tp}+{cfg.drafter_tp} GPUs) vs SD (m, {cfg.target.tp} GPUs), "
+                 f"{cfg.target.model} on {cfg.target.gpu}, roofline profiles\n\n")
+        body = title + "## Best k per (m, drafter, mode)\n\n" + extra + "\n## All runs\n\n" + _markdown(df, cols)
+        not_fit = df[~df["fits"]]
+        if len(not_fit):
+            body += "\n## Configurations that do not fit\n\n" + "\n".join(
+                f"- {r.mode} m={r.sub_batch_m} {r.drafter}: {r.placement}"
+                for r in not_fit.drop_duplicates(["mode", "drafter"]).itertuples()) + "\n"
+    else:
+        df = run_psd_bounds(cfg, progress)
+        from experiments.psd_plots import plot_pipeline_saving
+
+        series = {(f"saturated closed loop" if ld == "saturated" else f"Poisson {float(ld):.0%} of SD capacity"):
+                  list(zip(g["t_over_v"], g["simulated_saving"])) for ld, g in df.groupby("load", sort=False)}
+        lo, hi = min(cfg.t_over_v), max(cfg.t_over_v)
+        plots = [plot_pipeline_saving(out / "saving_vs_t_over_v.png", series, lo=lo, hi=hi)]
+        cols = BOUNDS_COLUMNS
+        body = f"# {cfg.name}: simulated PSD saving vs t/V\n\n" + _markdown(df, cols)
+    with_cols = df.copy()
+    from traces.atomic import atomic_open
+
+    with atomic_open(out / "table.csv", "w") as f:
+        with_cols.to_csv(f, index=False)
+    atomic_write_text(out / "report.md", body)
+    return {"out": str(out), "rows": len(df), "plots": [str(p) for p in plots], "table": str(out / "table.csv")}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("psd-report", help="run a PSD experiment config (psd_vs_sd / psd_bounds): table + plots")
+    p.add_argument("config", help="experiments/configs/psd_vs_sd.yaml or psd_bounds.yaml")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=lambda a: _cli(a))
+
+
+def _cli(args) -> int:
+    info = run_report(args.config, args.out, progress=not args.no_progress)
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(prog="python -m experiments.psd_report")
+    ap.add_argument("config")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args()
+    sys.exit(_cli(a))

@@ -1,0 +1,34 @@
+"""The bandit and combination studies run end to end at quick sizes and write their tables and plots."""
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.bandit_report import BanditStudy, run_bandit_study
+from experiments.combine_report import REFERENCE_DIR, CombineStudy, run_combine_study
+
+
+def test_bandit_study_quick(tmp_path):
+    s = run_bandit_study(tmp_path, BanditStudy.quick())
+    for f in ("mixed_regret.csv", "drift_regret.csv", "mixed_best_arm_ratio.png", "drift_regret.png",
+              "engine_speedup.csv", "engine_speedup.png", "summary.json"):
+        assert (tmp_path / f).is_file(), f
+    assert json.loads((tmp_path / "summary.json").read_text())["mixed"]["requests"] == 3
+    # a fixed drafter's regret is >= 0 by definition and the best fixed one has 0
+    fixed = {p: v for p, v in s["mixed"]["rounds_regret_tpr"].items() if p.startswith("fixed:")}
+    assert min(v["regret"] for v in fixed.values()) >= 0
+    assert s["drift"]["best_arm_ratio"]["segment-best"]
+    assert s["engine"]["AR"]["speedup"] == 1.0
+
+
+@pytest.mark.slow
+def test_combine_study_quick(tmp_path):
+    if not Path(REFERENCE_DIR).is_dir():
+        pytest.skip(f"reference traces not found at {REFERENCE_DIR} (../shared/reference-traces beside the repo)")
+    s = run_combine_study(tmp_path, CombineStudy.quick())
+    ic = s["instructcoder"]["speedup"]
+    for b in ("1", "16"):
+        # the per-position combine oracle is at least each single-method oracle (reference cost even more)
+        assert ic["oracle-combine-maxtokens"][b] >= max(ic["oracle-eagle3"][b], ic["oracle-ngram"][b]) - 1e-9
+        assert ic["oracle-combine-reference"][b] >= ic["oracle-combine-maxtokens"][b]
+    assert (tmp_path / "combine_instructcoder.png").is_file()

@@ -1,0 +1,159 @@
+"""Workloads: arrival processes (rate, CV), closed loop, replay, sampling and ids, parametric lengths."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from tests.traces.synth_helpers import bundle_from
+from traces.bundle import BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
+from traces.errors import TraceFormatError
+from traces.synthetic import IidAcceptance
+from traces.workload import (ClosedLoop, WorkloadSpec, build_workload, load_arrival_times, request_ids,
+                             workload_and_bundle)
+
+
+def small_bundle(n: int = 5, with_arrivals: bool = False) -> TraceBundle:
+    meta = BundleMeta(target="t", drafters={"d": DrafterSpec("d", "eagle", "c")})
+    return TraceBundle(meta, [RequestTrace(f"t{i}", 10 + i, 3 + i, {"d": DrafterTrace(np.ones(3 + i, np.int32))},
+                                           category="c" if i % 2 else "e",
+                                           arrival_time=(10.0 - i) if with_arrivals else None)
+                              for i in range(n)])
+
+
+def spec(**kw) -> WorkloadSpec:
+    return WorkloadSpec.model_validate(kw)
+
+
+def gaps(n: int, arrival: dict, seed: int = 0) -> np.ndarray:
+    w = build_workload(small_bundle(), spec(num_requests=n, arrival=arrival, sample={"with_replacement": True}), seed)
+    t = np.array([r.arrival_time for r in w.requests])
+    return np.diff(np.concatenate([[0.0], t]))
+
+
+def test_poisson_rate_and_cv():
+    g = gaps(20_000, {"kind": "poisson", "rate": 4.0})
+    assert 1 / g.mean() == pytest.approx(4.0, rel=0.03)
+    assert g.std() / g.mean() == pytest.approx(1.0, rel=0.03)
+
+
+@pytest.mark.parametrize("cv", [0.5, 2.0])
+def test_gamma_rate_and_cv(cv):
+    g = gaps(20_000, {"kind": "gamma", "rate": 2.0, "cv": cv})
+    assert 1 / g.mean() == pytest.approx(2.0, rel=0.05)
+    assert g.std() / g.mean() == pytest.approx(cv, rel=0.06)
+
+
+def test_arrivals_are_seeded():
+    a = gaps(100, {"kind": "poisson", "rate": 1.0}, seed=5)
+    b = gaps(100, {"kind": "poisson", "rate": 1.0}, seed=5)
+    c = gaps(100, {"kind": "poisson", "rate": 1.0}, seed=6)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_closed_loop_leaves_arrivals_to_the_engine():
+    w = build_workload(small_bundle(), spec(arrival={"kind": "closed_loop", "clients": 3, "think_time": 0.5}), 0)
+    assert w.closed_loop == ClosedLoop(3, 0.5)
+    assert all(r.arrival_time is None for r in w.requests)
+    assert sorted(r.trace_id for r in w.requests) == [f"t{i}" for i in range(5)]
+
+
+def test_without_replacement_uses_each_trace_once_and_refuses_too_many():
+    w = build_workload(small_bundle(), spec(arrival={"kind": "poisson", "rate": 1}), 1)
+    assert sorted(r.request_id for r in w.requests) == [f"t{i}" for i in range(5)]
+    r = {x.trace_id: x for x in w.requests}["t2"]
+    assert (r.prompt_len, r.output_len, r.category) == (12, 5, "e")
+    with pytest.raises(ValueError, match="with_replacement"):
+        build_workload(small_bundle(), spec(num_requests=6, arrival={"kind": "poisson", "rate": 1}), 1)
+
+
+def test_reuse_gets_numbered_ids():
+    assert request_ids(["a", "b", "a", "a"]) == ["a", "b", "a#1", "a#2"]
+    w = build_workload(small_bundle(2), spec(num_requests=50, arrival={"kind": "poisson", "rate": 1},
+                                             sample={"with_replacement": True}), 0)
+    ids = [r.request_id for r in w.requests]
+    assert len(set(ids)) == 50
+    assert all(i.split("#")[0] == r.trace_id for i, r in zip(ids, w.requests))
+
+
+def test_id_collision_is_an_error():
+    with pytest.raises(ValueError, match="collide"):
+        request_ids(["a", "a#1", "a"])
+
+
+def test_replay_bundle_arrivals_in_time_order():
+    w = build_workload(small_bundle(with_arrivals=True), spec(arrival={"kind": "replay"}), 0)
+    assert [r.arrival_time for r in w.requests] == [6.0, 7.0, 8.0, 9.0, 10.0]
+    assert [r.trace_id for r in w.requests] == ["t4", "t3", "t2", "t1", "t0"]
+
+
+def test_replay_without_arrivals_is_an_error():
+    with pytest.raises(ValueError, match="arrival_time"):
+        build_workload(small_bundle(), spec(arrival={"kind": "replay"}), 0)
+
+
+def test_replay_file(tmp_path):
+    f = tmp_path / "times.txt"
+    f.write_text("0.5\n1.25\n3\n", encoding="utf-8")
+    w = build_workload(small_bundle(), spec(arrival={"kind": "replay", "file": str(f)}), 0)
+    assert [r.arrival_time for r in w.requests] == [0.5, 1.25, 3.0]
+    with pytest.raises(ValueError, match="3 arrival times"):
+        build_workload(small_bundle(), spec(num_requests=4, arrival={"kind": "replay", "file": str(f)}), 0)
+
+
+@pytest.mark.parametrize("text, line", [("1\nsoon\n", 2), ("1\n\n2\n", 2), ("2\n1\n", 2), ("-1\n", 1),
+                                        ("nan\n", 1)])
+def test_bad_arrival_file_names_line(tmp_path, text, line):
+    f = tmp_path / "t.txt"
+    f.write_text(text, encoding="utf-8")
+    with pytest.raises(TraceFormatError) as e:
+        load_arrival_times(f)
+    assert e.value.line == line and e.value.path == str(f)
+
+
+@pytest.mark.parametrize("doc", [
+    {"arrival": {"kind": "poisson"}},
+    {"arrival": {"kind": "poisson", "rate": -1}},
+    {"arrival": {"kind": "gamma", "rate": 1}},
+    {"arrival": {"kind": "closed_loop", "clients": 0}},
+    {"arrival": {"kind": "burst", "rate": 1}},
+    {"arrival": {"kind": "poisson", "rate": 1}, "surprise": 1},
+    {"arrival": {"kind": "poisson", "rate": 1}, "lengths": {"source": "parametric"}},
+])
+def test_spec_rejects_bad_configs(doc):
+    with pytest.raises(ValidationError):
+        WorkloadSpec.model_validate(doc)
+
+
+def test_parametric_lengths_come_with_matching_synthetic_traces():
+    src = bundle_from(IidAcceptance(rate=0.6), n=40, length=120, seed=1)
+    s = spec(num_requests=200, arrival={"kind": "poisson", "rate": 2.0},
+             lengths={"source": "parametric", "prompt": {"dist": "uniform", "low": 50, "high": 60},
+                      "output": {"dist": "constant", "value": 500}})
+    w, synth = workload_and_bundle(src, s, seed=3)
+    by_id = {r.id: r for r in synth.requests}
+    assert len(w.requests) == 200 and len(synth.requests) == 200
+    for r in w.requests:
+        t = by_id[r.trace_id]
+        assert r.output_len == t.output_len == 500 == t.drafters["d"].acc_len.shape[0]
+        assert 50 <= r.prompt_len <= 60 and r.category is None
+    acc = np.concatenate([t.drafters["d"].acc_len for t in synth.requests])
+    assert (acc > 1).mean() == pytest.approx(0.6, abs=0.03)  # fitted to the source's acceptance
+    with pytest.raises(ValueError, match="workload_and_bundle"):
+        build_workload(src, s, 0)
+
+
+def test_parametric_lengths_keep_categories_and_model_choice():
+    src = small_bundle(6)
+    s = spec(num_requests=30, arrival={"kind": "closed_loop", "clients": 2},
+             lengths={"source": "parametric", "prompt": {"dist": "constant", "value": 5},
+                      "output": {"dist": "constant", "value": 8}, "acceptance_model": "bursty"})
+    w, synth = workload_and_bundle(src, s, seed=0)
+    assert {r.category for r in w.requests} <= {"c", "e"}
+    assert synth.meta.source["spec"]["categories"]["c"]["acceptance"]["d"]["model"] == "bursty"
+
+
+def test_bundle_lengths_return_the_same_bundle():
+    b = small_bundle()
+    w, same = workload_and_bundle(b, spec(arrival={"kind": "poisson", "rate": 1}), 0)
+    assert same is b and len(w.requests) == 5
