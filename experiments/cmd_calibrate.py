@@ -12,6 +12,7 @@ def register(subparsers) -> None:
     _register_latency(sub)
     _register_check(sub)
     _register_imports(sub)
+    _register_pool_report(sub)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
@@ -221,6 +222,35 @@ def _run_import_vllm(args: argparse.Namespace) -> int:
     else:
         for k, v in stats.to_dict().items():
             print(f"{k}: {v}")
+    return 0
+
+
+# ---------------------------------------------------------------- pool report
+
+
+def _register_pool_report(sub) -> None:
+    a = sub.add_parser("pool-report", help="best drafter per workload: tokens per step and cost-aware speedup")
+    a.add_argument("bundles", nargs="+", help="bundle folders (one workload each)")
+    a.add_argument("--cost", default="", help="drafter=ratio list, e.g. int8=0.5,layers24=0.8 (draft step / target "
+                   "step); n-gram drafters default to 0")
+    a.set_defaults(func=_run_pool_report)
+
+
+def _run_pool_report(args: argparse.Namespace) -> int:
+    from calibration.pool_report import markdown_table, pool_rows
+    from traces.bundle import load_bundle
+
+    cost = {}
+    for item in [x for x in args.cost.split(",") if x.strip()]:
+        name, _, val = item.partition("=")
+        try:
+            cost[name.strip()] = float(val)
+        except ValueError:
+            raise ValueError(f"--cost: expected drafter=number, got {item!r}") from None
+    rows = []
+    for path in args.bundles:
+        rows += pool_rows(load_bundle(path), cost)
+    print(markdown_table(rows))
     return 0
 
 

@@ -1,0 +1,68 @@
+"""Which drafter of a pool is best on which workload: tokens per step and a cost-aware speedup.
+
+For each bundle and drafter, the trace is replayed at k = 1..8 (traces.walk). Speedup over plain
+decoding uses the simple step model: a step costs one target verify plus k drafter forwards of
+relative cost c (c = drafter step time / target step time; 0 for n-gram lookup), so
+speedup(k) = tokens_per_step(k) / (1 + k c), and the best k is reported per drafter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traces.bundle import TraceBundle
+from traces.walk import walk_many
+
+K_RANGE = tuple(range(1, 9))
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """One drafter on one workload."""
+
+    workload: str
+    drafter: str
+    tokens_per_step_k4: float
+    best_k: int
+    best_speedup: float
+    cost_ratio: float
+
+
+def pool_rows(bundle: TraceBundle, cost_ratio: dict[str, float]) -> list[PoolRow]:
+    """Rows for every drafter of a bundle; cost_ratio must name every non-ngram drafter."""
+    rows = []
+    for name, spec in bundle.meta.drafters.items():
+        c = 0.0 if spec.kind == "ngram" and name not in cost_ratio else cost_ratio.get(name)
+        if c is None:
+            raise ValueError(f"no cost ratio for drafter {name!r}; give one (drafter step time / target step time)")
+        traces = [r.drafters[name] for r in bundle.requests]
+        tps = {k: walk_many(traces, k).tokens_per_step for k in K_RANGE}
+        speed = {k: tps[k] / (1.0 + k * c) for k in K_RANGE}
+        best = max(K_RANGE, key=lambda k: speed[k])  # the smallest k among ties
+        rows.append(PoolRow(bundle.meta.dataset, name, tps[4], best, speed[best], c))
+    return rows
+
+
+def best_by_workload(rows: list[PoolRow]) -> dict[str, str]:
+    """Workload -> drafter with the highest best-k speedup."""
+    out: dict[str, PoolRow] = {}
+    for r in rows:
+        if r.workload not in out or r.best_speedup > out[r.workload].best_speedup:
+            out[r.workload] = r
+    return {w: r.drafter for w, r in out.items()}
+
+
+def markdown_table(rows: list[PoolRow]) -> str:
+    """A README table: one line per workload, tokens/step at k=4 and best speedup per drafter."""
+    drafters = list(dict.fromkeys(r.drafter for r in rows))
+    workloads = list(dict.fromkeys(r.workload for r in rows))
+    best = best_by_workload(rows)
+    head = "| workload | " + " | ".join(f"{d} tok/step k=4 | {d} speedup (k)" for d in drafters) + " | best |"
+    sep = "|---" * (2 * len(drafters) + 2) + "|"
+    lines = [head, sep]
+    for w in workloads:
+        cells = []
+        for d in drafters:
+            r = next(x for x in rows if x.workload == w and x.drafter == d)
+            cells += [f"{r.tokens_per_step_k4:.2f}", f"{r.best_speedup:.2f}x ({r.best_k})"]
+        lines.append(f"| {w} | " + " | ".join(cells) + f" | {best[w]} |")
+    return "\n".join(lines)
