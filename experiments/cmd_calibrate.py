@@ -13,6 +13,7 @@ def register(subparsers) -> None:
     _register_check(sub)
     _register_imports(sub)
     _register_pool_report(sub)
+    _register_vllm(sub)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
@@ -251,6 +252,46 @@ def _run_pool_report(args: argparse.Namespace) -> int:
     for path in args.bundles:
         rows += pool_rows(load_bundle(path), cost)
     print(markdown_table(rows))
+    return 0
+
+
+# ---------------------------------------------------------------- vLLM
+
+
+def _register_vllm(sub) -> None:
+    a = sub.add_parser("vllm", help="run vLLM's own SD (ngram or draft_model) and collect its acceptance counters")
+    a.add_argument("--workload", default="chat")
+    a.add_argument("--target", default="smollm2-135m-instruct", help="packaged model name or transformers folder")
+    a.add_argument("--method", default="ngram", choices=["ngram", "draft_model"])
+    a.add_argument("--draft-model", default=None, help="draft model folder (method draft_model)")
+    a.add_argument("--k", type=int, default=4)
+    a.add_argument("--requests", type=int, default=8)
+    a.add_argument("--max-tokens", type=int, default=64)
+    a.add_argument("--out", default=None, help="write the result JSON here")
+    a.set_defaults(func=_run_vllm)
+
+
+def _run_vllm(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from calibration.hf_backend import converted_folder, encode_prompt, load_model
+    from calibration.packaged_models import PACKAGED_MODELS
+    from calibration.prompts import workload_prompts
+    from calibration.vllm_backend import collect_vllm_stats
+    from traces.atomic import atomic_write_text
+
+    lm = load_model(args.target)
+    folder = str(converted_folder(args.target)) if args.target in PACKAGED_MODELS else args.target
+    prompts = [encode_prompt(lm, p.text) for p in workload_prompts(args.workload)[:args.requests]]
+    res = collect_vllm_stats(folder, prompts, method=args.method, k=args.k, draft_model=args.draft_model,
+                             max_tokens=args.max_tokens)
+    s = res["stats"]
+    print(f"vLLM {res['vllm_version']} {args.method} k={args.k}: {res['output_tokens']} tokens in "
+          f"{res['wall_seconds']:.1f} s; acceptance rate {s['acceptance_rate']:.3f}, mean acceptance length "
+          f"{s['mean_acceptance_length']:.3f}, per position {[round(x, 3) for x in s['per_pos_rate']]}")
+    if args.out:
+        atomic_write_text(Path(args.out), json.dumps(res, indent=1))
     return 0
 
 
