@@ -173,3 +173,20 @@ def test_missing_model_package_gives_the_pip_line():
 def test_unknown_packaged_model():
     with pytest.raises(ValueError, match="unknown packaged model"):
         packaged_gguf("gpt-17")
+
+
+@pytest.mark.models
+@needs_smollm
+def test_sampled_mode_is_seeded(tmp_path):
+    from calibration.collect import collect_acceptance
+
+    outs = []
+    for name in ("a", "b"):
+        cfg = _config(tmp_path / name, temperature=0.8, num_requests=2, batch_size=2, drafters=["layers:24", "ngram"])
+        outs.append(load_bundle(collect_acceptance(cfg, progress=False, prompts=_prompts())))
+    a, b = outs
+    assert a.meta.temperature == 0.8 and a.meta.extra["tv_temperature"] == 0.8
+    assert _comparable(a) == _comparable(b)  # same seed, same samples and same acceptance draws
+    for r in a.requests:
+        t = r.drafters["layers24"]
+        assert t.tv is not None and t.acc_len.min() >= 1

@@ -1,0 +1,32 @@
+"""The measured bundles and CPU profiles shipped in traces/data meet the issue's bar."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibration.checks import check_trace_consistency
+from calibration.prompts import WORKLOADS
+from simulator.latency import load_profile
+from traces.bundle import load_bundle
+
+DATA = Path(__file__).resolve().parents[2] / "traces" / "data"
+POOL = {"int8": "int8", "layers24": "truncated", "layers20": "truncated", "ngram": "ngram"}
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_shipped_bundle(workload):
+    folder = DATA / "bundles" / f"smollm2-135m-instruct-{workload}"
+    if not folder.is_dir():
+        pytest.fail(f"missing shipped bundle {folder}")
+    b = load_bundle(folder)
+    assert b.meta.target == "smollm2-135m-instruct" and b.meta.dataset == workload
+    assert {n: s.kind for n, s in b.meta.drafters.items()} == POOL
+    assert len(b.requests) >= 80
+    assert min(r.output_len for r in b.requests) >= 128
+    assert b.meta.source["kind"] == "measured" and b.meta.source["versions"]["torch"]
+    assert b.meta.extra["target_argmax_mismatches"] == 0
+    check_trace_consistency(b)
+    for r in b.requests:
+        assert r.category == workload and r.output_token_ids is not None
+        assert r.drafters["int8"].tv is not None and r.drafters["ngram"].proposal_len is not None
+        assert np.all((r.drafters["int8"].tv >= 0) & (r.drafters["int8"].tv <= 1))
