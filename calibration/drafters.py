@@ -81,6 +81,22 @@ def int8_copy(model: Any) -> Any:
     return q.eval()
 
 
+def int8_kernel_copy(model: Any) -> Any:
+    """torch's dynamic int8 (fbgemm) copy, for timing only: real int8 kernels, per-tensor activation scales.
+
+    Its numerics differ slightly from `int8_copy` (which fixes per-token scales so traces stay
+    position independent), but both are W8A8 int8 models; this one runs at int8 kernel speed.
+    """
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization is deprecated but is still the CPU int8 path
+        return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).cpu().float(), {torch.nn.Linear},
+                                                      dtype=torch.qint8).eval()
+
+
 def truncated_copy(model: Any, n_layers: int) -> Any:
     """The target's first `n_layers` decoder layers with its embeddings, final norm and head (shared weights)."""
     import torch

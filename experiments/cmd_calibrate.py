@@ -90,7 +90,7 @@ def _register_latency(sub) -> None:
 def _run_latency(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from calibration.drafters import LookupDrafter, parse_drafter
+    from calibration.drafters import LookupDrafter, int8_kernel_copy, parse_drafter
     from calibration.hf_backend import load_model
     from calibration.latency_sweep import SweepConfig, fit_profiles, provenance, sweep_model, sweep_ngram
     from simulator.latency import save_profile
@@ -110,6 +110,10 @@ def _run_latency(args: argparse.Namespace) -> int:
         d = parse_drafter(spec, lm)
         if isinstance(d, LookupDrafter):
             ngrams.append(d)
+        elif d.kind == "int8" and args.device == "cpu":
+            jobs.append((f"{name}-{d.name}", int8_kernel_copy(lm.model), [1],
+                         f"drafter {d.name} step (one token per sequence), timed with torch dynamic int8 kernels "
+                         "(fbgemm); the traces use per-token W8A8 numerics of the same weights"))
         else:
             jobs.append((f"{name}-{d.name}", d.model, [1], f"drafter {d.name} step (one token per sequence)"))
     rows = []

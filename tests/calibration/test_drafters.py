@@ -61,3 +61,12 @@ def test_bad_drafter_specs(tiny_llama, spec, message):
 def test_ngram_spec_parameters(tiny_llama):
     d = parse_drafter("ngram:1:3:5", _FakeLM(tiny_llama))
     assert d.params == {"min_n": 1, "max_n": 3, "max_proposal": 5}
+
+
+def test_int8_kernel_copy_uses_quantized_kernels(tiny_llama):
+    from calibration.drafters import int8_kernel_copy
+
+    q = int8_kernel_copy(tiny_llama)
+    assert type(q.model.layers[0].mlp.up_proj).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    out = teacher_forced_logits(q, [1, 2, 3], [4, 5])
+    assert out.shape == (2, 300) and torch.isfinite(out).all()
