@@ -67,8 +67,12 @@ def _argmax_last(model, ids: list[int], n_last: int, first_pos: int, min_new: in
 
 
 def real_sd_request(target_model, drafter, req: RequestTrace, k: int, *, min_new_tokens: int,
-                    eos: list[int]) -> list[StepRecord]:
-    """Run greedy SD with a real drafter and target on one request; raise on any mismatch with the trace."""
+                    eos: list[int], strict: bool = True) -> list[StepRecord]:
+    """Run greedy SD with a real drafter and target on one request; raise on any mismatch with the trace.
+
+    Output tokens must always equal the target's (lossless). With strict=False a step whose count
+    differs from the trace is recorded (StepRecord.emitted != predicted) instead of raised.
+    """
     if req.prompt_token_ids is None or req.output_token_ids is None:
         raise CalibrationCheckError(f"request {req.id}: the bundle has no token ids; real SD needs them")
     prompt, want = list(req.prompt_token_ids), list(req.output_token_ids)
@@ -95,7 +99,7 @@ def real_sd_request(target_model, drafter, req: RequestTrace, k: int, *, min_new
                                             f"target's greedy output has {want[p + j]} (not lossless)")
         prop_len = None if trace.proposal_len is None else int(trace.proposal_len[p])
         predicted = min(int(emitted_tokens(int(trace.acc_len[p]), k, prop_len)), n - p)
-        if predicted != len(emitted):
+        if predicted != len(emitted) and strict:
             raise CalibrationCheckError(f"request {req.id}, drafter {drafter.name}, position {p}, k={k}: real SD "
                                         f"emitted {len(emitted)} tokens, the trace predicts {predicted}")
         steps.append(StepRecord(p, len(emitted), predicted))
@@ -104,8 +108,12 @@ def real_sd_request(target_model, drafter, req: RequestTrace, k: int, *, min_new
 
 
 def real_sd_check(bundle: TraceBundle, target, drafter: ModelDrafter | LookupDrafter, k: int, *,
-                  num_requests: int, min_new_tokens: int) -> dict:
-    """Real SD on the first num_requests requests; returns a summary or raises CalibrationCheckError."""
+                  num_requests: int, min_new_tokens: int, strict: bool = True) -> dict:
+    """Real SD on the first num_requests requests; returns a summary or raises CalibrationCheckError.
+
+    With strict=False, steps whose emitted count differs from the trace are counted and listed
+    (request, position, emitted, predicted) instead of raised; lossless violations always raise.
+    """
     from calibration.hf_backend import eos_ids
 
     if drafter.name not in bundle.meta.drafters:
@@ -115,9 +123,12 @@ def real_sd_check(bundle: TraceBundle, target, drafter: ModelDrafter | LookupDra
                          f"{bundle.meta.temperature}")
     eos = eos_ids(target)
     total_steps = total_tokens = 0
+    mismatches = []
     for req in bundle.requests[:num_requests]:
-        steps = real_sd_request(target.model, drafter, req, k, min_new_tokens=min_new_tokens, eos=eos)
+        steps = real_sd_request(target.model, drafter, req, k, min_new_tokens=min_new_tokens, eos=eos, strict=strict)
         total_steps += len(steps)
         total_tokens += sum(s.emitted for s in steps)
+        mismatches += [(req.id, s.position, s.emitted, s.predicted) for s in steps if s.emitted != s.predicted]
     return {"requests": min(num_requests, len(bundle.requests)), "steps": total_steps, "tokens": total_tokens,
-            "tokens_per_step": total_tokens / max(total_steps, 1), "drafter": drafter.name, "k": k}
+            "tokens_per_step": total_tokens / max(total_steps, 1), "drafter": drafter.name, "k": k,
+            "count_mismatches": mismatches}

@@ -88,8 +88,11 @@ def test_real_sd_is_lossless_and_matches_the_trace(collected, spec):
 
     b = load_bundle(collected)
     lm = load_model(b.meta.target)
-    res = real_sd_check(b, lm, parse_drafter(spec, lm), 3, num_requests=2, min_new_tokens=8)
+    # Lossless always raises. Accepted counts may differ on rare near-ties (the int8 drafter's argmax can flip
+    # between a full-sequence pass and a shorter one); a systematic error would make most steps differ.
+    res = real_sd_check(b, lm, parse_drafter(spec, lm), 3, num_requests=2, min_new_tokens=8, strict=False)
     assert res["tokens"] == sum(r.output_len for r in b.requests[:2])
+    assert len(res["count_mismatches"]) <= max(1, res["steps"] // 10), res["count_mismatches"]
 
 
 @pytest.mark.models
