@@ -244,6 +244,10 @@ def _register_pool_report(sub) -> None:
     a.add_argument("bundles", nargs="+", help="bundle folders (one workload each)")
     a.add_argument("--cost", default="", help="drafter=ratio list, e.g. int8=0.5,layers24=0.8 (draft step / target "
                    "step); n-gram drafters default to 0")
+    a.add_argument("--target-profile", default=None,
+                   help="use measured profiles: the target's profile (name or file); drafters' profiles are found "
+                   "by their cost_model name (built-in or in --profile-dir)")
+    a.add_argument("--profile-dir", default=None, help="folder of profile YAML files named <cost_model>.yaml")
     a.set_defaults(func=_run_pool_report)
 
 
@@ -258,9 +262,20 @@ def _run_pool_report(args: argparse.Namespace) -> int:
             cost[name.strip()] = float(val)
         except ValueError:
             raise ValueError(f"--cost: expected drafter=number, got {item!r}") from None
+    from pathlib import Path
+
+    from simulator.latency import load_profile, resolve_profile
+
+    target = resolve_profile(args.target_profile) if args.target_profile else None
     rows = []
     for path in args.bundles:
-        rows += pool_rows(load_bundle(path), cost)
+        bundle = load_bundle(path)
+        profiles = {}
+        if target is not None:
+            for spec in bundle.meta.drafters.values():
+                f = Path(args.profile_dir) / f"{spec.cost_model}.yaml" if args.profile_dir else None
+                profiles[spec.cost_model] = load_profile(f) if f and f.is_file() else resolve_profile(spec.cost_model)
+        rows += pool_rows(bundle, cost, profiles, target)
     print(markdown_table(rows))
     return 0
 

@@ -30,3 +30,26 @@ def test_shipped_bundle(workload):
         assert r.category == workload and r.output_token_ids is not None
         assert r.drafters["int8"].tv is not None and r.drafters["ngram"].proposal_len is not None
         assert np.all((r.drafters["int8"].tv >= 0) & (r.drafters["int8"].tv <= 1))
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m-instruct-cpu", "smollm2-135m-instruct-cpu-int8",
+                                  "smollm2-135m-instruct-cpu-layers24", "smollm2-135m-instruct-cpu-layers20",
+                                  "smollm2-135m-instruct-cpu-ngram"])
+def test_shipped_cpu_profiles(name):
+    path = DATA / "profiles" / f"{name}.yaml"
+    if not path.is_file():
+        pytest.fail(f"missing shipped profile {path}")
+    prof = load_profile(path)
+    assert prof.kind == "linear" and prof.provenance.source == "measured"
+    assert prof.provenance.versions and prof.provenance.date
+    assert len(prof.measurements) >= 12 and all(m.load is not None and m.repeats >= 5 for m in prof.measurements)
+    assert "mape_percent" in prof.fit and "mape_percent_without_term" in prof.fit
+    if not name.endswith("ngram"):
+        assert load_profile(DATA / "profiles" / f"{name}-table.yaml").kind == "table"
+
+
+def test_bundles_name_the_shipped_profiles():
+    for workload in WORKLOADS:
+        b = load_bundle(DATA / "bundles" / f"smollm2-135m-instruct-{workload}")
+        for spec in b.meta.drafters.values():
+            assert (DATA / "profiles" / f"{spec.cost_model}.yaml").is_file(), spec.cost_model
