@@ -61,8 +61,9 @@ def _run_inside_vllm(args: argparse.Namespace) -> int:
 
     prompts = json.loads(Path(args.prompts).read_text(encoding="utf-8"))
     spec = json.loads(args.spec)
+    # On the CPU backend gpu_memory_utilization is the share of host memory vLLM reserves (KV cache included).
     llm = LLM(model=args.model, speculative_config=spec, max_model_len=args.max_model_len, seed=args.seed,
-              disable_log_stats=False, enforce_eager=True)
+              disable_log_stats=False, enforce_eager=True, gpu_memory_utilization=args.memory_utilization)
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
     t0 = time.perf_counter()
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
@@ -78,7 +79,8 @@ def _run_inside_vllm(args: argparse.Namespace) -> int:
 def collect_vllm_stats(model: str, prompt_ids: list[list[int]], *, method: str = "ngram", k: int = 4,
                        draft_model: str | None = None, max_tokens: int = 64, temperature: float = 0.0,
                        min_n: int = 2, max_n: int = 4, seed: int = 0, max_model_len: int = 2048,
-                       python: str | None = None, timeout_s: int = 900) -> dict[str, Any]:
+                       python: str | None = None, timeout_s: int = 900,
+                       memory_utilization: float = 0.25) -> dict[str, Any]:
     """Run vLLM SD in its own interpreter; returns stats, timing and outputs (raises with its stderr on failure)."""
     from traces.importers.vllm_metrics import parse_metrics_json
 
@@ -94,7 +96,8 @@ def collect_vllm_stats(model: str, prompt_ids: list[list[int]], *, method: str =
         pf.write_text(json.dumps(prompt_ids), encoding="utf-8")
         cmd = [py, "-m", "calibration.vllm_backend", "--model", model, "--prompts", str(pf), "--out", str(of),
                "--spec", json.dumps(spec), "--max-tokens", str(max_tokens), "--temperature", str(temperature),
-               "--seed", str(seed), "--max-model-len", str(max_model_len)]
+               "--seed", str(seed), "--max-model-len", str(max_model_len),
+               "--memory-utilization", str(memory_utilization)]
         env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
@@ -115,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--memory-utilization", type=float, default=0.25,
+                   help="vLLM gpu_memory_utilization (on CPU: share of host memory to reserve)")
     return _run_inside_vllm(p.parse_args(argv))
 
 
