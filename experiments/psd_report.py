@@ -206,6 +206,10 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
     if bar is not None:
         bar.close()
     df = pd.DataFrame(rows)
+    for col in ("throughput_tok_s", "throughput_per_gpu", "e2e_mean_s", "e2e_p90_s", "mean_acceptance_length",
+                "t_over_v"):
+        if col not in df.columns:  # nothing fitted: keep the table's shape
+            df[col] = np.nan
     ar = df[df["mode"] == "ar"].set_index("sub_batch_m")["throughput_tok_s"]
     df["speedup_vs_ar"] = df["throughput_tok_s"] / df["sub_batch_m"].map(ar)
     sd = df[df["mode"] == "sd"].set_index(["sub_batch_m", "drafter", "k"])
@@ -213,7 +217,7 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
     df["psd_over_sd_throughput"] = [r / sd["throughput_tok_s"].get(kk, np.nan) if mo == "psd" else np.nan
                                     for r, kk, mo in zip(df["throughput_tok_s"], key, df["mode"])]
     df["psd_over_sd_per_gpu"] = [r / sd["throughput_per_gpu"].get(kk, np.nan) if mo == "psd" else np.nan
-                                 for r, kk, mo in zip(df.get("throughput_per_gpu", np.nan), key, df["mode"])]
+                                 for r, kk, mo in zip(df["throughput_per_gpu"], key, df["mode"])]
     df["psd_e2e_saving"] = [1 - e / sd["e2e_mean_s"].get(kk, np.nan) if mo == "psd" else np.nan
                             for e, kk, mo in zip(df["e2e_mean_s"], key, df["mode"])]
     return df
@@ -294,7 +298,8 @@ def plot_psd_vs_sd(df: pd.DataFrame, cfg: PsdVsSdConfig, out: Path) -> list[Path
             ax.set_xlabel("k (draft tokens per step)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(label)
-        axes[0][-1].legend(fontsize=6, loc="best")
+        if axes[0][-1].get_legend_handles_labels()[0]:
+            axes[0][-1].legend(fontsize=6, loc="best")
         paths.append(_save(fig, out / fname))
     # drafter-size trade-off: best-k PSD/SD gain and draft/verify time ratio vs drafter parameters
     bk = best_k(df)
