@@ -5,7 +5,9 @@ server-visible prompt-lookup match length to the n-gram drafter, then runs
 `experiments/configs/adaptive_combine.yaml` through the engine for every dataset and batch size
 (closed loop with that many clients). The "reference" run repeats the max-tokens oracle combine
 with EAGLE priced like the n-gram (only the n-gram's drafting cost is charged, as the paper does).
-Speedup = output throughput / the AR run's at the same batch size.
+Speedup = output throughput / the AR run's at the same batch size (makespan based, so a few very
+long requests can dominate at large batch); `tpot_speedup` = mean over requests of AR's TPOT over
+the run's TPOT for the same request (per-request decode speed).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ class CombineStudy:
     traces_dir: str | Path = REFERENCE_DIR
     datasets: tuple[str, ...] = ("gsm8k", "instructcoder")
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-    max_requests: int | None = 200  # requests per run (at least 3 x batch; traces reused only when needed)
+    max_requests: int | None = None  # requests per run, the same sample at every batch size; None: every trace once
     min_n: int = 3
     max_n: int = 4
     runs: tuple[str, ...] | None = None  # None: every run of the config
@@ -96,7 +98,7 @@ def _configs(study: CombineStudy, bundle: Path, batch: int) -> list[dict[str, An
     doc["seed"] = study.seed
     doc["workload"]["arrival"]["clients"] = batch
     n_traces = sum(1 for _ in open_requests(bundle))
-    n = max(study.max_requests or n_traces, 3 * batch)
+    n = study.max_requests or n_traces
     doc["workload"]["num_requests"] = n
     doc["workload"]["sample"] = {"with_replacement": n > n_traces, "shuffle": True}
     if study.runs:
@@ -122,6 +124,7 @@ def run_combine_study(out: str | Path, study: CombineStudy | None = None) -> dic
             for cfg in _configs(study, path, batch):
                 res = run_experiment(cfg)
                 ar = res.summary["AR"]["throughput_tok_s"]
+                tpot = res.requests.pivot_table(index="request_id", columns="run", values="tpot")
                 for name, s in res.summary.items():
                     if name == "AR" and cfg["name"].endswith("reference-cost"):
                         continue
@@ -129,28 +132,31 @@ def run_combine_study(out: str | Path, study: CombineStudy | None = None) -> dic
                     rows.append({"dataset": ds, "batch": batch, "run": name,
                                  "costs": "reference" if cfg["name"].endswith("reference-cost") else "honest",
                                  "throughput_tok_s": s["throughput_tok_s"], "speedup": s["throughput_tok_s"] / ar,
+                                 "tpot_speedup": float((tpot["AR"] / tpot[name]).mean()) if "AR" in tpot else None,
                                  "mean_acceptance_length": s.get("mean_acceptance_length"),
                                  "tpot_mean": s.get("tpot_mean"),
                                  "eagle3_steps": usage.get("eagle3", 0), "ngram_steps": usage.get("ngram", 0),
                                  "plain_steps": usage.get("none", 0)})
     df = pd.DataFrame(rows)
     _write_csv(df, out / "combine_speedup.csv")
-    summary = {ds: {run: {str(int(b)): round(float(v), 3) for b, v in g.set_index("batch")["speedup"].items()}
-                    for run, g in df[df["dataset"] == ds].groupby("run")}
+    summary = {ds: {metric: {run: {str(int(b)): round(float(v), 3) for b, v in g.set_index("batch")[metric].items()}
+                             for run, g in df[df["dataset"] == ds].groupby("run")}
+                    for metric in ("speedup", "tpot_speedup")}
                for ds in bundles}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
     for ds in bundles:
         sub = df[df["dataset"] == ds]
 
-        def draw(ax, sub=sub, ds=ds):
-            for run, g in sub.groupby("run"):
-                style = "--" if run.startswith("oracle") else "-"
-                ax.plot(g["batch"], g["speedup"], style, marker="o", label=run)
-            ax.set_xscale("log", base=2)
-            ax.axhline(1.0, color="grey", lw=0.8)
-            ax.set_xlabel("batch size (closed-loop clients)")
-            ax.set_ylabel("throughput speedup over AR")
-            ax.set_title(f"n-gram / EAGLE-3 combination, {ds}")
+        for metric, label in (("speedup", "throughput speedup over AR"), ("tpot_speedup", "per-request TPOT speedup")):
+            def draw(ax, sub=sub, ds=ds, metric=metric, label=label):
+                for run, g in sub.groupby("run"):
+                    style = "--" if run.startswith("oracle") else "-"
+                    ax.plot(g["batch"], g[metric], style, marker="o", label=run)
+                ax.set_xscale("log", base=2)
+                ax.axhline(1.0, color="grey", lw=0.8)
+                ax.set_xlabel("batch size (closed-loop clients)")
+                ax.set_ylabel(label)
+                ax.set_title(f"n-gram / EAGLE-3 combination, {ds}")
 
-        _plot(out / f"combine_{ds}.png", draw)
+            _plot(out / f"combine_{ds}{'' if metric == 'speedup' else '_tpot'}.png", draw)
     return summary

@@ -144,7 +144,7 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
     summary: dict[str, dict[str, Any]] = {}
     extras: dict[str, dict[str, Any]] = {}
     req_frames, step_frames, itl = [], [], {}
-    sim_results: dict[str, SimResult] = {}
+    tables: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None, dict[str, Any]]] = {}
     with _progress(progress, console) as bar:
         for run, ss in zip(cfg.runs, seeds):
             task = bar.add_task(run.name, total=len(ew)) if bar else None
@@ -153,11 +153,13 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
             if isinstance(res, dict):
                 summary[run.name] = {"fits": False, **res}
                 extras[run.name] = res
+                tables[run.name] = (None, None, summary[run.name])
                 continue
             if bar:
                 bar.update(task, completed=len(ew))
             s = summarize(res.requests, res.steps, res.itl, slo=cfg.slo.model_dump(),
-                          num_target_gpus=res.extras["num_target_gpus"], num_draft_gpus=res.extras["num_draft_gpus"])
+                          num_target_gpus=res.extras["num_target_gpus"], num_draft_gpus=res.extras["num_draft_gpus"],
+                          extras=res.extras)
             s["fits"] = True
             s["extras"] = res.extras
             summary[run.name] = s
@@ -165,29 +167,16 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
             req_frames.append(res.requests.assign(run=run.name))
             step_frames.append(res.steps.assign(run=run.name))
             itl[run.name] = res.itl
-            sim_results[run.name] = res
+            tables[run.name] = (res.requests, res.steps, s)
     requests = pd.concat(req_frames, ignore_index=True) if req_frames else pd.DataFrame()
     steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
     results = Results(cfg, summary, requests, steps, extras, itl)
     if out is not None:
         from experiments.report import write_results_folder
 
-        from simulator.timeline import to_chrome_trace
-
-        window = pd.concat([_timeline_window(r.steps, cfg.timeline_max_steps).assign(run=n)
-                            for n, r in sim_results.items()], ignore_index=True)
-        timeline = to_chrome_trace(window, process_name=cfg.name)
-        timeline.setdefault("otherData", {})["steps_per_run"] = (
-            f"first {cfg.timeline_max_steps} steps of each run (timeline_max_steps); steps.parquet has all")
-        runs = {n: (r.requests, r.steps, summary[n]) for n, r in sim_results.items()}
-        results.out_dir = write_results_folder(out, config_dict=cfg.model_dump(mode="json"), runs=runs,
-                                               timeline=timeline)
+        results.out_dir = write_results_folder(out, config_dict=cfg.model_dump(mode="json"), runs=tables,
+                                               timeline_max_steps=cfg.timeline_max_steps)
     return results
-
-
-def _timeline_window(steps: pd.DataFrame, max_steps: int) -> pd.DataFrame:
-    """The first `max_steps` steps (the whole table when shorter) — keeps timeline.json openable."""
-    return steps if max_steps <= 0 or len(steps) == 0 or steps.step.max() < max_steps else steps[steps.step < max_steps]
 
 
 class _NoBar:

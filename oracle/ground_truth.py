@@ -11,6 +11,7 @@ class GroundTruthPolicy(Policy):
     """Stores request id -> RequestTrace from `bind_ground_truth`; refuses to run unbound."""
 
     reads_ground_truth = True
+    learns = False  # the engine may skip its feedback
 
     def __init__(self) -> None:
         self._traces: dict[str, RequestTrace] = {}

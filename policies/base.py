@@ -120,6 +120,7 @@ class Policy:
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
     reads_ground_truth: ClassVar[bool] = False
+    learns: ClassVar[bool] = True  # False: observe() does nothing, so a caller may skip building feedback
 
     def start_request(self, request_id: str) -> None:
         """A request started decoding (per-request policies reset their state here)."""
@@ -163,26 +164,37 @@ class FixedPolicy(Policy):
 
     name = "fixed"
     description = "Always the same drafter and k."
+    learns = False
 
     def __init__(self, drafter: str | None, k: int):
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         self.drafter = drafter if k > 0 else None
         self.k = int(k) if drafter is not None else 0
+        self._cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def choose(self, view: RequestView) -> Choice:
         return Choice(self.drafter, self.k)
 
     def choose_batch(self, view: BatchView) -> tuple[np.ndarray, np.ndarray]:
         n = view.batch_size
+        key = (view.drafters, n)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
         if self.drafter is None:
-            return np.full(n, NO_DRAFT, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        try:
-            d = view.drafters.index(self.drafter)
-        except ValueError:
-            raise ValueError(f"fixed policy drafter {self.drafter!r} is not in the trace's drafters "
-                             f"{list(view.drafters)}") from None
-        return np.full(n, d, dtype=np.int64), np.full(n, self.k, dtype=np.int64)
+            out = np.full(n, NO_DRAFT, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        else:
+            try:
+                d = view.drafters.index(self.drafter)
+            except ValueError:
+                raise ValueError(f"fixed policy drafter {self.drafter!r} is not in the trace's drafters "
+                                 f"{list(view.drafters)}") from None
+            out = np.full(n, d, dtype=np.int64), np.full(n, self.k, dtype=np.int64)
+        for a in out:
+            a.setflags(write=False)  # shared between steps of the same batch size
+        self._cache[key] = out
+        return out
 
     def observe_batch(self, feedback: BatchFeedback) -> None:
         return None

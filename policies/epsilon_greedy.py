@@ -43,6 +43,7 @@ class RandomDrafterPolicy(BanditPolicy):
 
     name = "random-drafter"
     description = "A uniformly random drafter each round (baseline; learns nothing)."
+    learns = False  # the engine may skip its feedback
 
     def _new_state(self) -> None:
         return None

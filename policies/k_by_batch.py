@@ -38,6 +38,7 @@ class KByBatchPolicy(Policy):
 
     name = "k-by-batch"
     description = "One drafter, k from a table of batch-size ranges [{min_batch, max_batch, k}]."
+    learns = False  # the engine may skip its feedback
 
     def __init__(self, drafter: str, ranges: Sequence[dict[str, Any]]):
         self.drafter = str(drafter)

@@ -107,7 +107,7 @@ class ServerSimulation:
         self.on_step = on_step
         self.pool = BlockPool(kv_capacity_tokens // block_size, block_size)
         self.drafters = table.drafters
-        self._learns = getattr(self.policy, "learns", True) and not isinstance(self.policy, FixedPolicy)
+        self._learns = self.policy.learns
         if self.policy.reads_ground_truth:
             if live:
                 raise ValueError(f"policy {self.policy.name!r} reads the ground truth (an oracle) and cannot run live")
@@ -149,7 +149,7 @@ class ServerSimulation:
         self.steps = ColumnBuffer(STEP_COLUMNS)
         self.verify_side = 0
         self.psd_fallback_steps = 0
-        self.kv_peak_tokens_reserved = 0
+        self._group_cache: tuple = (None, [])
 
         # arrivals: a time-ordered source (open loop: all known; closed loop: heap fed on finishes)
         self._heap: list[tuple[float, int]] = []
@@ -245,7 +245,7 @@ class ServerSimulation:
         m = len(idx)
         if m == 0 or self.mode == "ar":
             z = np.zeros(m, dtype=np.int64)
-            return np.full(m, NO_DRAFT, dtype=np.int64), z, z.copy()
+            return np.full(m, NO_DRAFT, dtype=np.int64), z, z.copy(), None
         pos = self.gen[idx] - 1
         tix = self.wl.trace_index[idx]
         flat = self.table.flat_index(tix, pos)
@@ -261,28 +261,41 @@ class ServerSimulation:
         )
         d_idx, k = self.policy.choose_batch(view)
         d_idx = np.asarray(d_idx, dtype=np.int64)
-        k = np.where(d_idx == NO_DRAFT, 0, np.asarray(k, dtype=np.int64))
-        if (k < 0).any():
+        k = np.asarray(k, dtype=np.int64)
+        groups = self._groups_of(d_idx)
+        if not (len(groups) == 1 and groups[0][1] is None):  # some requests do not draft: their k is 0
+            k = np.where(d_idx == NO_DRAFT, 0, k)
+        if m and k.min() < 0:
             raise ValueError(f"policy {self.policy.name!r} returned a negative k")
         proposed = k.copy() if prop_known else k
         if prop_known:
-            for di, mask in _groups(d_idx):
+            for di, mask in groups:
                 d = self.drafters[di]
                 if d in prop_known:
                     if mask is None:
                         proposed = np.minimum(k, prop_known[d])
                     else:
                         proposed[mask] = np.minimum(k[mask], prop_known[d][mask])
-        return d_idx, k, proposed
+        return d_idx, k, proposed, flat
 
-    def _accept(self, idx: np.ndarray, d_idx: np.ndarray, proposed: np.ndarray) -> np.ndarray:
+    def _groups_of(self, d_idx: np.ndarray):
+        """`_groups(d_idx)`, remembered for the array the policy returned this step (reused 3-4 times)."""
+        if self._group_cache[0] is d_idx:
+            return self._group_cache[1]
+        g = _groups(d_idx)
+        self._group_cache = (d_idx, g)
+        return g
+
+    def _accept(self, idx: np.ndarray, d_idx: np.ndarray, proposed: np.ndarray, flat: np.ndarray | None = None) -> np.ndarray:
         """Accepted draft tokens per request from the trace (greedy) or by sampling (temperature > 0)."""
         acc = np.zeros(len(idx), dtype=np.int64)
         if len(idx) == 0:
             return acc
         pos = self.gen[idx] - 1
         tix = self.wl.trace_index[idx]
-        for di, mask in _groups(d_idx):
+        if flat is None:
+            flat = self.table.flat_index(tix, pos)
+        for di, mask in self._groups_of(d_idx):
             d = self.drafters[di]
             prop = _sel(proposed, mask)
             if self.temperature > 0 and d in self.table.tv:
@@ -291,7 +304,7 @@ class ServerSimulation:
                     continue
                 got = self._sampler(self.table.tv_window(d, _sel(tix, mask), _sel(pos, mask), kmax), prop, self.rng)
             else:
-                a = self.table.acc_len[d][self.table.flat_index(_sel(tix, mask), _sel(pos, mask))]
+                a = self.table.acc_len[d][_sel(flat, mask)]
                 got = np.minimum(a - 1, prop)
             if mask is None:
                 acc = got.astype(np.int64, copy=False)
@@ -306,7 +319,7 @@ class ServerSimulation:
         used = []
         if len(idx) == 0:
             return 0.0, used
-        for di, mask in _groups(d_idx):
+        for di, mask in self._groups_of(d_idx):
             prop = _sel(proposed, mask)
             active = prop > 0
             n = int(np.count_nonzero(active))
@@ -347,12 +360,19 @@ class ServerSimulation:
 
         return estimate
 
-    def _target_time(self, dec: np.ndarray, proposed: np.ndarray, pre: np.ndarray, chunk: np.ndarray) -> tuple[float, int, int, int]:
+    def _target_time(self, dec: np.ndarray, proposed: np.ndarray, pre: np.ndarray, chunk: np.ndarray,
+                     kv_dec: int | None = None, prop_sum: int | None = None) -> tuple[float, int, int, int]:
+        """Verify/decode (+ prefill) forward time for the batch the target actually runs."""
         n = len(dec) + len(pre)
         if n == 0:
             return 0.0, 0, 0, 0
-        tokens = int(proposed.sum()) + len(dec) + int(chunk.sum())
-        kv = int((self.wl.prompt_len[dec] + self.gen[dec]).sum()) + int((self.prefill_done[pre] + chunk).sum())
+        if kv_dec is None:
+            kv_dec = int((self.wl.prompt_len[dec] + self.gen[dec]).sum())
+        tokens = (int(proposed.sum()) if prop_sum is None else prop_sum) + len(dec)
+        kv = kv_dec
+        if len(pre):
+            tokens += int(chunk.sum())
+            kv += int((self.prefill_done[pre] + chunk).sum())
         return self.target.step_time(n, tokens, kv), n, tokens, kv
 
     def _plan(self, now: float) -> _Step:
@@ -363,18 +383,20 @@ class ServerSimulation:
         kv_est = int(ctx.sum())
         if self.mode == "psd":
             return self._plan_psd(now, run, dec_mask, kv_est)
-        d_idx, k, proposed = self._choose(dec_all, now, len(dec_all), kv_est, 0)
+        d_idx, k, proposed, flat = self._choose(dec_all, now, len(dec_all), kv_est, 0)
         need = np.zeros(len(run), dtype=np.int64)
         need[dec_mask] = self.pool.blocks_for(ctx + proposed)
         keep, preempted = self._reserve(run, need)
         if preempted:
             kept = np.isin(dec_all, run[:keep])
             dec_all, d_idx, k, proposed, ctx = dec_all[kept], d_idx[kept], k[kept], proposed[kept], ctx[kept]
+            flat = None if flat is None else flat[kept]
+            kv_est = int(ctx.sum())
         prop_sum = int(proposed.sum())
         pre, chunk = self._prefills(run[:keep], tokens_used=prop_sum + len(dec_all), allow_new=not preempted)
-        verify_t, nseq, tokens, kv = self._target_time(dec_all, proposed, pre, chunk)
+        verify_t, nseq, tokens, kv = self._target_time(dec_all, proposed, pre, chunk, kv_est, prop_sum)
         draft_t, used = self._draft_time(dec_all, d_idx, k, proposed, verify_t, ctx)
-        accepted = self._accept(dec_all, d_idx, proposed)
+        accepted = self._accept(dec_all, d_idx, proposed, flat)
         duration = draft_t + verify_t + self.overhead
         slices = []
         t = now
@@ -411,7 +433,7 @@ class ServerSimulation:
         # (a request that just joined), so the pipeline never stalls for it.
         V_new = V[~has_prop] if fallback else V[:0]
         to_choose = np.concatenate([V_new, D])
-        d_c, k_c, p_c = self._choose(to_choose, now, len(dec_all), kv_est, 0)
+        d_c, k_c, p_c, _ = self._choose(to_choose, now, len(dec_all), kv_est, 0)
         nv = len(V_new)
         d_v = self.pending_d[V].copy()
         k_v = self.pending_k[V].copy()
@@ -573,7 +595,7 @@ class ServerSimulation:
             self.decode_steps[dec] += 1
             self.n_proposed[dec] += s.proposed
             self.n_accepted[dec] += s.accepted  # as verification reports it, before the max-tokens cut
-            groups = _groups(s.d_idx)
+            groups = self._groups_of(s.d_idx)
             n_drafted = 0
             for di, mask in groups:
                 c = len(dec) if mask is None else int(np.count_nonzero(mask))

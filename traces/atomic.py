@@ -25,16 +25,20 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, compress: bool | No
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        if compress:
-            # mtime=0 keeps compressed output byte-identical across runs.
-            gz = gzip.GzipFile(tmp, "wb", mtime=0)
-            f = gz if mode == "wb" else io.TextIOWrapper(gz, encoding="utf-8", newline="\n")
-        else:
-            f = open(tmp, mode, **({} if mode == "wb" else {"encoding": "utf-8", "newline": "\n"}))
-        with f:
-            yield f
-        with open(tmp, "rb") as check:
-            os.fsync(check.fileno())
+        with open(tmp, "wb") as raw:
+            if compress:
+                # mtime=0 and no stored name keep compressed output byte-identical across runs.
+                gz = gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0)
+                f = gz if mode == "wb" else io.TextIOWrapper(gz, encoding="utf-8", newline="\n")
+            else:
+                f = raw if mode == "wb" else io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+            with f:
+                yield f
+                f.flush()
+                if compress:
+                    gz.close()  # writes the gzip trailer into raw
+                raw.flush()
+                os.fsync(raw.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -26,7 +26,7 @@ def test_combine_study_quick(tmp_path):
     if not Path(REFERENCE_DIR).is_dir():
         pytest.skip(f"reference traces not found at {REFERENCE_DIR} (../shared/reference-traces beside the repo)")
     s = run_combine_study(tmp_path, CombineStudy.quick())
-    ic = s["instructcoder"]
+    ic = s["instructcoder"]["speedup"]
     for b in ("1", "16"):
         # the per-position combine oracle is at least each single-method oracle (reference cost even more)
         assert ic["oracle-combine-maxtokens"][b] >= max(ic["oracle-eagle3"][b], ic["oracle-ngram"][b]) - 1e-9

@@ -210,3 +210,33 @@ def test_chunked_prefill_splits_long_prompts_within_budget():
     s = res.steps
     assert (s.loc[s.device == "target", "batched_tokens"] <= 1024).all()
     assert res.requests.finish_time.notna().all()
+
+
+def test_sampled_verification_accepts_with_probability_one_minus_tv():
+    rng = np.random.default_rng(13)
+    traces = []
+    for t in range(40):
+        o = 400
+        traces.append(RequestTrace(f"t{t}", 20, o, {"d": DrafterTrace(
+            acc_len=np.ones(o, np.int32), tv=np.full(o, 0.3, np.float32))}))
+    wl = workload(traces, 40, rate=None)
+    from simulator.acceptance_table import AcceptanceTable
+    from simulator.engine import ServerSimulation
+    from simulator.server_config import RunSpec
+
+    def run(seed, temperature):
+        sim = ServerSimulation(run=RunSpec(name="s", mode="sd", policy={"name": "fixed"}), target=linear(),
+                               workload=wl, table=AcceptanceTable.from_traces(traces, ["d"]),
+                               draft_costs={"d": DraftCost("constant", seconds=0.0)}, policy=FixedPolicy("d", 3),
+                               kv_capacity_tokens=10**6, max_num_seqs=64, max_num_batched_tokens=8192,
+                               temperature=temperature, seed=seed)
+        return sim.simulate().requests
+
+    greedy = run(0, 0.0)
+    assert greedy.accepted_tokens.sum() == 0  # greedy replay uses acc_len (all 1) and ignores tv
+    a = 0.7
+    expected = a + a**2 + a**3  # accepted drafts per step, k = 3, i.i.d. acceptance 1 - tv
+    r0 = run(1, 1.0)
+    per_step = r0.accepted_tokens.sum() / r0.decode_steps.sum()
+    assert per_step == pytest.approx(expected, rel=0.03)
+    assert r0.equals(run(1, 1.0)) and not r0.accepted_tokens.equals(run(2, 1.0).accepted_tokens)
