@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "experiments.cmd_specbench",
     "experiments.cmd_policies",
     "experiments.cmd_psd_report",
+    "experiments.cmd_placement",
     "experiments.cmd_calibrate",
 ]
 

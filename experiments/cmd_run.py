@@ -6,6 +6,26 @@ import json
 from pathlib import Path
 
 
+# configs with a `kind:` are sweeps with their own runner and report (a table of many simulations)
+STUDY_KINDS = {"psd_vs_sd", "psd_bounds"}
+
+
+def _run_study(args: argparse.Namespace, doc: dict, where: str, console) -> int:
+    from experiments.psd_report import run_report
+
+    if args.overrides or args.seed is not None:
+        raise ValueError(f"{where}: --set and --seed apply to experiment configs, not to a '{doc['kind']}' sweep; "
+                         "edit a copy of the YAML instead")
+    out = Path(args.out or Path("results") / str(doc.get("name", doc["kind"])))
+    info = run_report(where, out, progress=not args.no_progress and not args.json)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    console.print((out / "report.md").read_text(encoding="utf-8"))
+    console.print(f"results: {out}  (table.csv, report.md, plots)")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run an experiment (default: the built-in AR vs SD comparison)",
                        description="Simulate every run of an experiment config and compare them.")
@@ -24,11 +44,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from experiments.config import load_config
+    from experiments.config import load_config, read_config_doc
     from experiments.report import print_comparison
     from experiments.run import run_experiment
 
     console = Console(stderr=args.json)
+    doc, where = read_config_doc(args.config)
+    if doc.get("kind") in STUDY_KINDS:
+        return _run_study(args, doc, where, console)
     cfg = load_config(args.config, args.overrides, args.seed)
     out = None if args.no_out else Path(args.out or Path("results") / cfg.name)
     res = run_experiment(cfg, out=out, progress=not args.no_progress and not args.json, console=console)

@@ -206,6 +206,10 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
     if bar is not None:
         bar.close()
     df = pd.DataFrame(rows)
+    for col in ("throughput_tok_s", "throughput_per_gpu", "e2e_mean_s", "e2e_p90_s", "mean_acceptance_length",
+                "t_over_v"):
+        if col not in df.columns:  # nothing fitted: keep the table's shape
+            df[col] = np.nan
     ar = df[df["mode"] == "ar"].set_index("sub_batch_m")["throughput_tok_s"]
     df["speedup_vs_ar"] = df["throughput_tok_s"] / df["sub_batch_m"].map(ar)
     sd = df[df["mode"] == "sd"].set_index(["sub_batch_m", "drafter", "k"])
@@ -213,7 +217,7 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
     df["psd_over_sd_throughput"] = [r / sd["throughput_tok_s"].get(kk, np.nan) if mo == "psd" else np.nan
                                     for r, kk, mo in zip(df["throughput_tok_s"], key, df["mode"])]
     df["psd_over_sd_per_gpu"] = [r / sd["throughput_per_gpu"].get(kk, np.nan) if mo == "psd" else np.nan
-                                 for r, kk, mo in zip(df.get("throughput_per_gpu", np.nan), key, df["mode"])]
+                                 for r, kk, mo in zip(df["throughput_per_gpu"], key, df["mode"])]
     df["psd_e2e_saving"] = [1 - e / sd["e2e_mean_s"].get(kk, np.nan) if mo == "psd" else np.nan
                             for e, kk, mo in zip(df["e2e_mean_s"], key, df["mode"])]
     return df
@@ -232,6 +236,34 @@ def best_k(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[(df["mode"] != "ar") & df["fits"]]
     idx = ok.groupby(["sub_batch_m", "drafter", "mode"])["throughput_tok_s"].idxmax()
     return ok.loc[idx].reset_index(drop=True)
+
+
+def headline(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (m, drafter): SD at its best k against PSD at its best k (totals, per GPU, E2E)."""
+    bk = best_k(df)
+    rows = []
+    for (m, d), g in bk.groupby(["sub_batch_m", "drafter"], sort=True):
+        sd, psd = g[g["mode"] == "sd"], g[g["mode"] == "psd"]
+        if not len(psd):
+            continue
+        p = psd.iloc[0]
+        row = {"sub_batch_m": m, "drafter": d, "psd_best_k": int(p["k"]), "psd_tok_s": p["throughput_tok_s"],
+               "psd_t_over_v": p["t_over_v"]}
+        if len(sd):
+            q = sd.iloc[0]
+            row.update(sd_best_k=int(q["k"]), sd_tok_s=q["throughput_tok_s"],
+                       psd_over_sd=p["throughput_tok_s"] / q["throughput_tok_s"],
+                       psd_over_sd_per_gpu=p["throughput_per_gpu"] / q["throughput_per_gpu"],
+                       e2e_saving=1 - p["e2e_mean_s"] / q["e2e_mean_s"])
+        else:
+            row.update(sd_best_k=None, sd_tok_s=np.nan, psd_over_sd=np.nan, psd_over_sd_per_gpu=np.nan,
+                       e2e_saving=np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+HEADLINE_COLUMNS = ["sub_batch_m", "drafter", "sd_best_k", "sd_tok_s", "psd_best_k", "psd_tok_s", "psd_over_sd",
+                    "psd_over_sd_per_gpu", "e2e_saving", "psd_t_over_v"]
 
 
 def plot_psd_vs_sd(df: pd.DataFrame, cfg: PsdVsSdConfig, out: Path) -> list[Path]:
@@ -266,7 +298,8 @@ def plot_psd_vs_sd(df: pd.DataFrame, cfg: PsdVsSdConfig, out: Path) -> list[Path
             ax.set_xlabel("k (draft tokens per step)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(label)
-        axes[0][-1].legend(fontsize=6, loc="best")
+        if axes[0][-1].get_legend_handles_labels()[0]:
+            axes[0][-1].legend(fontsize=6, loc="best")
         paths.append(_save(fig, out / fname))
     # drafter-size trade-off: best-k PSD/SD gain and draft/verify time ratio vs drafter parameters
     bk = best_k(df)
@@ -291,6 +324,11 @@ def plot_psd_vs_sd(df: pd.DataFrame, cfg: PsdVsSdConfig, out: Path) -> list[Path
         ax1.legend(fontsize=7)
     ax2.axhline(1.0, color="tab:red", ls="--", lw=1, label="t = V (full overlap)")
     ax2.set_xscale("log")
+    ticks = sorted(sizes.values())
+    for ax in (ax1, ax2):
+        if ax.get_xscale() == "log":
+            ax.minorticks_off()
+            ax.set_xticks(ticks, [f"{x:g}" for x in ticks])
     ax2.set_xlabel("drafter parameters (B)")
     ax2.set_ylabel("PSD draft time / verify time per step")
     ax2.grid(alpha=0.3, which="both")
@@ -352,6 +390,26 @@ BOUNDS_COLUMNS = ["load", "t_over_v", "analytic_gain", "simulated_gain", "analyt
 # ------------------------------------------------------------------ entry point
 
 
+def write_psd_vs_sd(df: pd.DataFrame, cfg: PsdVsSdConfig, out: Path) -> tuple[list[Path], str]:
+    """Plots and the Markdown report of a PSD-vs-SD table."""
+    plots = plot_psd_vs_sd(df, cfg, out)
+    cols = PSD_VS_SD_COLUMNS
+    title = (f"# {cfg.name}: PSD (2m, {cfg.target.tp}+{cfg.drafter_tp} GPUs) vs SD (m, {cfg.target.tp} GPUs), "
+             f"{cfg.target.model} on {cfg.target.gpu}, roofline profiles\n\n")
+    rates = ", ".join(f"{d} {s.acceptance}" for d, s in cfg.drafters.items())
+    body = (title + f"Assumed per-token acceptance: {rates}. {cfg.notes}\n\n"
+            "## Each system at its own best k\n\n" + _markdown(headline(df), HEADLINE_COLUMNS)
+            + "\n## Best k per (m, drafter, mode) (psd_over_sd columns compare with SD at the same k)\n\n"
+            + _markdown(best_k(df).sort_values(["sub_batch_m", "drafter", "mode"]), cols)
+            + "\n## All runs\n\n" + _markdown(df, cols))
+    not_fit = df[~df["fits"]]
+    if len(not_fit):
+        body += "\n## Configurations that do not fit\n\n" + "\n".join(
+            f"- {r.mode} m={r.sub_batch_m} {r.drafter}: {r.placement}"
+            for r in not_fit.drop_duplicates(["mode", "drafter"]).itertuples()) + "\n"
+    return plots, body
+
+
 def run_report(config_path: str | Path, out: str | Path, progress: bool = True) -> dict[str, Any]:
     """Run a PSD experiment config and write table, CSV and plots into `out`; returns what it wrote."""
     cfg = load_config(config_path)
@@ -360,17 +418,7 @@ def run_report(config_path: str | Path, out: str | Path, progress: bool = True) 
     atomic_write_text(out / "config.yaml", yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
     if isinstance(cfg, PsdVsSdConfig):
         df = run_psd_vs_sd(cfg, progress)
-        plots = plot_psd_vs_sd(df, cfg, out)
-        cols = PSD_VS_SD_COLUMNS
-        extra = _markdown(best_k(df).sort_values(["sub_batch_m", "drafter", "mode"]), cols)
-        title = (f"# {cfg.name}: PSD (2m, {cfg.target.tp}+{cfg.drafter_tp} GPUs) vs SD (m, {cfg.target.tp} GPUs), "
-                 f"{cfg.target.model} on {cfg.target.gpu}, roofline profiles\n\n")
-        body = title + "## Best k per (m, drafter, mode)\n\n" + extra + "\n## All runs\n\n" + _markdown(df, cols)
-        not_fit = df[~df["fits"]]
-        if len(not_fit):
-            body += "\n## Configurations that do not fit\n\n" + "\n".join(
-                f"- {r.mode} m={r.sub_batch_m} {r.drafter}: {r.placement}"
-                for r in not_fit.drop_duplicates(["mode", "drafter"]).itertuples()) + "\n"
+        plots, body = write_psd_vs_sd(df, cfg, out)
     else:
         df = run_psd_bounds(cfg, progress)
         from experiments.psd_plots import plot_pipeline_saving

@@ -428,7 +428,7 @@ class ServerSimulation:
         flags = self.flag[dec_all]
         on_v = flags == vs
         V, D = dec_all[on_v], dec_all[~on_v]
-        fallback = len(D) == 0 or len(V) == 0
+        fallback = len(D) == 0 or len(V) == 0 or len(dec_all) < self.psd.split_min_batch
         if fallback and len(dec_all):
             # one sub-batch empty: this step is plain SD for everyone (draft, then verify)
             V, D = dec_all, dec_all[:0]

@@ -19,6 +19,8 @@ class PSDConfig(_Strict):
     sub_batch_max_num_seqs: int | None = Field(None, ge=1, description="m; PSD admits 2m (default: server max_num_seqs)")
     sync_s: float = Field(0.0, ge=0, description="cost of the sync point at the end of every step")
     defer_kv: bool = Field(True, description="draft-only sub-batch reserves no KV slots for verification it has not done")
+    split_min_batch: int = Field(0, ge=0, description="below this many decoding requests run plain SD on the draft "
+                                                     "GPU instead of splitting (0: always split, as MineDraft)")
 
 
 class ServerConfig(_Strict):

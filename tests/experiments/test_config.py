@@ -77,3 +77,17 @@ def test_bad_set_expressions_are_clear():
 def test_missing_config_file_is_clear(tmp_path):
     with pytest.raises(ConfigError, match="no such config"):
         load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("name", sorted(builtin_configs()))
+def test_every_builtin_config_validates(name):
+    from experiments.cmd_run import STUDY_KINDS
+    from experiments.config import read_config_doc
+
+    doc, where = read_config_doc(name)
+    if doc.get("kind") in STUDY_KINDS:
+        from experiments.psd_report import load_config as load_study
+
+        assert load_study(where) is not None
+    else:
+        assert load_config(name).runs

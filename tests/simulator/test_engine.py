@@ -249,3 +249,17 @@ def test_bd_reward_policy_is_refused_upfront_on_traces_without_tv():
     pol = make_policy({"name": "metasd-ucb", "drafters": ["a", "b"]})
     with pytest.raises(ValueError, match="reward: be"):
         simulate(traces, workload(traces, 5), mode="sd", policy=pol, drafters=("a", "b"))
+
+
+def test_psd_split_min_batch_keeps_sd_latency_at_low_load():
+    traces = iid_traces(30, seed=15, out=(100, 200))
+    V = 0.01
+    cost = DraftCost("constant", seconds=0.003)
+    wl = workload(traces, 150, rate=3.0)  # a few requests at a time
+    kw = dict(target=constant_profile(V), draft=cost, max_num_seqs=8)
+    sd = simulate(traces, wl, mode="sd", **kw)
+    split = simulate(traces, wl, mode="psd", psd=PSDConfig(sub_batch_max_num_seqs=8), **kw)
+    adaptive = simulate(traces, wl, mode="psd", psd=PSDConfig(sub_batch_max_num_seqs=8, split_min_batch=100), **kw)
+    # splitting a small batch verifies each request only every other step: slower than SD
+    assert split.requests.e2e.mean() > 1.2 * sd.requests.e2e.mean()
+    np.testing.assert_allclose(adaptive.requests.e2e, sd.requests.e2e, rtol=1e-9)

@@ -1,0 +1,42 @@
+"""`draftsim placement`: fit / no-fit printed as results, JSON, catalog listing, clear errors."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from experiments import cmd_placement
+
+
+def _main(argv):
+    parser = argparse.ArgumentParser(prog="draftsim")
+    cmd_placement.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["placement", *argv])
+    return args.func(args)
+
+
+def test_sd_does_not_fit_psd_does(capsys):
+    base = ["--target", "qwen3-32b", "--gpu", "l40s", "--tp", "4", "--drafter", "qwen3-8b", "--util", "0.65", "--json"]
+    assert _main(base + ["--drafter-tp", "1"]) == 0
+    sd = json.loads(capsys.readouterr().out)
+    assert sd["fits"] is False and sd["message"].startswith("does not fit: needs")
+    assert _main(base + ["--placement", "dedicated"]) == 0
+    psd = json.loads(capsys.readouterr().out)
+    assert psd["fits"] is True and psd["total_gpus"] == 5 and psd["kv_capacity_tokens"] > 0
+
+
+def test_text_and_catalog(capsys):
+    assert _main(["--target", "llama3.1-8b", "--gpu", "h100-80gb"]) == 0
+    assert "fits: KV capacity" in capsys.readouterr().out
+    assert _main(["--catalog", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["models"]["qwen3-32b"]["kv_kib_per_token"] == 256.0
+    assert "l40s" in doc["gpus"]
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="--target and --gpu"):
+        _main(["--gpu", "l40s"])
+    with pytest.raises(ValueError, match="unknown GPU"):
+        _main(["--target", "qwen3-32b", "--gpu", "tpu-v5"])
