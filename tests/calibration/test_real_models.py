@@ -214,3 +214,19 @@ def test_gemma3_base_model_gets_bos_and_layer_exits():
     assert torch.equal(full.argmax(-1), torch.tensor(out[:len(full)])) or len(out) < 4  # greedy = argmax
     assert torch.allclose(exits[lm.model.config.num_hidden_layers], full, atol=1e-3)
     assert torch.allclose(teacher_forced_logits(truncated_copy(lm.model, 6), ids, out), exits[6], atol=1e-3)
+
+
+@pytest.mark.models
+@needs_smollm
+def test_user_model_drafter_from_a_folder():
+    import torch
+
+    from calibration.drafters import parse_drafter
+    from calibration.generation import teacher_forced_logits
+    from calibration.hf_backend import converted_folder, encode_prompt, load_model
+
+    lm = load_model("smollm2-135m-instruct")
+    d = parse_drafter(f"model:{converted_folder('smollm2-135m-instruct')}", lm)  # the same weights as a user model
+    assert d.kind == "draft_model"
+    ids, out = encode_prompt(lm, "Hi"), [504, 3459, 28]
+    assert torch.equal(teacher_forced_logits(d.model, ids, out), teacher_forced_logits(lm.model, ids, out))
