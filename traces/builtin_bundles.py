@@ -1,4 +1,5 @@
-"""Trace bundles shipped in the package (`builtin:NAME` in configs): folders under traces/data/ with a trace.yaml."""
+"""Trace bundles shipped in the package (`builtin:NAME` in configs): traces/data/default and the measured
+bundles in traces/data/bundles/ (any folder there with a trace.yaml)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,8 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 def builtin_bundles() -> dict[str, Path]:
     """Name -> folder of every shipped bundle."""
-    return {p.name: p for p in sorted(DATA_DIR.iterdir()) if (p / "trace.yaml").is_file()}
+    folders = [*DATA_DIR.iterdir(), *(DATA_DIR / "bundles").glob("*")]
+    return {p.name: p for p in sorted(folders) if (p / "trace.yaml").is_file()}
 
 
 def builtin_bundle_path(name: str) -> Path:
