@@ -1,0 +1,394 @@
+"""`draftsim calibrate live`: run AR / SD modes and policies on the real models, and the simulator on the same requests.
+
+Keep-it-simple setting, stated: one client, closed loop, think time 0, batch 1 (one request at a
+time), every request emits exactly `max_new_tokens` (EOS forbidden), greedy verification, CPU
+threads fixed with `torch.set_num_threads`. For each mode a fresh `Policy` object from
+`policies.registry.make_policy` drives the real run (fixed, or a learning policy fed real
+feedback); oracles are refused. The acceptance trace of the same prompts is then measured with
+the teacher-forced pass of `calibration.collect` over the target's live greedy output, and the
+simulator (`ServerSimulation`, measured CPU profiles) predicts the same runs. The wall-clock side
+shares the machine with whatever else runs: the 1-minute load per core is recorded per mode.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from calibration.live_decode import LiveRequest, serve_request
+from policies.registry import make_policy, policy_class
+
+DEFAULT_PROFILE = "smollm2-135m-instruct-cpu"
+METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s", "steps_per_request")
+
+
+@dataclass(frozen=True)
+class LiveMode:
+    """One configuration to run live and simulate: a name and a policy spec (None: autoregressive)."""
+
+    name: str
+    policy: dict[str, Any] | None
+
+
+@dataclass
+class LiveConfig:
+    """What a live comparison runs (see module docstring for the fixed setting)."""
+
+    workload: str
+    num_requests: int = 8
+    modes: list[str] = field(default_factory=lambda: ["ar", "sd:int8:4", "sd:ngram:4"])
+    policies: list[dict[str, Any]] = field(default_factory=list)  # extra modes driven by these policy specs
+    drafters: list[str] = field(default_factory=list)  # drafter specs the policies may choose from
+    max_new_tokens: int = 128
+    target: str = "smollm2-135m-instruct"
+    profile: str = DEFAULT_PROFILE  # target profile; drafters use <profile>-<drafter name>
+    threads: int = 1
+    seed: int = 0
+    warmup: bool = True
+    int8_kernels: bool = False  # draft live with torch's fbgemm int8 copy (what the shipped int8 profile timed)
+
+
+def drafter_name(spec: str) -> str:
+    """The name `calibration.drafters.parse_drafter` gives a spec, without loading anything."""
+    head, _, rest = spec.partition(":")
+    if head == "layers":
+        return f"layers{rest}"
+    if head == "model":
+        return Path(rest).name
+    return head
+
+
+def parse_policy_text(text: str) -> dict[str, Any]:
+    """A policy given on the command line as YAML (`{name: combine-match, eagle: int8}`) or a bare name."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"--policy {text!r}: not valid YAML ({e})") from None
+    if isinstance(doc, str):
+        doc = {"name": doc}
+    if not isinstance(doc, dict) or "name" not in doc:
+        raise ValueError(f"--policy {text!r}: expected a policy name or a mapping with 'name'")
+    return doc
+
+
+def refuse_oracle(spec: dict[str, Any], where: str) -> None:
+    """Oracles read the ground truth, which a live server does not have."""
+    if policy_class(spec["name"]).reads_ground_truth:
+        raise ValueError(f"{where}: policy {spec['name']!r} is an oracle (it reads the ground-truth trace) and "
+                         "cannot run live; use an online policy (fixed, combine-match, metasd-ucb, ...)")
+
+
+def parse_modes(modes: list[str], policies: list[dict[str, Any]]) -> tuple[list[LiveMode], list[str]]:
+    """Modes (`ar`, `sd:<drafter spec>:<k>`) and policy modes; returns them and the drafter specs they need."""
+    out: list[LiveMode] = []
+    specs: list[str] = []
+    for text in modes:
+        text = text.strip()
+        if text == "ar":
+            out.append(LiveMode("AR", None))
+            continue
+        head, _, rest = text.partition(":")
+        spec, _, k_text = rest.rpartition(":")
+        if head != "sd" or not spec or not k_text.isdigit() or int(k_text) < 1:
+            raise ValueError(f"--modes: {text!r} is not 'ar' or 'sd:<drafter>:<k>' with k >= 1 "
+                             "(e.g. sd:int8:4, sd:ngram:4, sd:layers:24:2)")
+        name = drafter_name(spec)
+        out.append(LiveMode(f"{name}-k{k_text}", {"name": "fixed", "drafter": name, "k": int(k_text)}))
+        specs.append(spec)
+    for i, spec in enumerate(policies):
+        refuse_oracle(spec, f"--policy {i + 1}")
+        policy = {k: v for k, v in spec.items() if k != "label"}
+        make_policy(policy, where=f"--policy {i + 1}")  # parameters checked before any model loads
+        out.append(LiveMode(str(spec.get("label", spec["name"])), policy))
+    names = [m.name for m in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"live modes must have distinct names, got {names} (give a policy a 'label')")
+    return out, specs
+
+
+def machine_load() -> float:
+    """1-minute load average per core (1.0 = every core busy)."""
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------- live side
+
+
+@dataclass
+class LiveRun:
+    """One mode served live over all requests."""
+
+    mode: LiveMode
+    requests: list[LiveRequest]
+    load_before: float
+    load_after: float
+
+
+def drafters_of(mode: LiveMode, drafters: dict) -> dict:
+    """The drafters a mode may use: a fixed policy's one, or all loaded ones for other policies."""
+    if mode.policy is None:
+        return {}
+    if mode.policy["name"] == "fixed":
+        return {mode.policy["drafter"]: drafters[mode.policy["drafter"]]}
+    return dict(drafters)
+
+
+def run_live_modes(cfg: LiveConfig, modes: list[LiveMode], prompts: list[tuple[str, list[int]]], target, drafters,
+                   eos: list[int]) -> list[LiveRun]:
+    """Serve every request once per mode, in order, one at a time; a fresh policy object per mode."""
+    runs = []
+    for mode in modes:
+        used = drafters_of(mode, drafters)
+        if cfg.warmup:  # first calls allocate and pick kernels; keep them out of the timings
+            pol = make_policy(mode.policy) if mode.policy else None
+            serve_request("warmup", prompts[0][1], target=target.model, drafters=used, policy=pol,
+                          max_new_tokens=min(8, cfg.max_new_tokens), eos=eos)
+        policy = make_policy(mode.policy, where=f"mode {mode.name}") if mode.policy else None
+        before = machine_load()
+        reqs = [serve_request(rid, ids, target=target.model, drafters=used, policy=policy,
+                              max_new_tokens=cfg.max_new_tokens, eos=eos) for rid, ids in prompts]
+        runs.append(LiveRun(mode, reqs, before, machine_load()))
+    return runs
+
+
+def live_metrics(run: LiveRun, n_tokens: int) -> dict[str, float]:
+    """Mean TTFT / TPOT / E2E, throughput over the makespan, verify steps per request."""
+    reqs = run.requests
+    e2e = np.array([r.e2e_s for r in reqs])
+    ttft = np.array([r.ttft_s for r in reqs])
+    span = max(r.start + r.e2e_s for r in reqs) - min(r.start for r in reqs)
+    return {"ttft_mean_s": float(ttft.mean()), "tpot_mean_s": float(((e2e - ttft) / max(n_tokens - 1, 1)).mean()),
+            "e2e_mean_s": float(e2e.mean()), "throughput_tok_s": float(n_tokens * len(reqs) / span),
+            "steps_per_request": float(np.mean([len(r.steps) for r in reqs]))}
+
+
+# ---------------------------------------------------------------- traces and prediction
+
+
+def measure_traces(cfg: LiveConfig, target, drafters, prompts, outputs: list[list[int]], categories, eos):
+    """The acceptance bundle of the live requests: collect's teacher-forced pass over the target's live output."""
+    from calibration.collect import measure_request
+    from traces.bundle import BundleMeta, DrafterSpec, RequestTrace, TraceBundle
+
+    reqs, mismatches = [], 0
+    dlist = list(drafters.values())
+    for i, ((rid, ids), out, cat) in enumerate(zip(prompts, outputs, categories)):
+        traces, diag = measure_request(target, dlist, ids, out, eos=eos, min_new_tokens=cfg.max_new_tokens,
+                                       temperature=0.0, rng=np.random.default_rng([cfg.seed, i]))
+        mismatches += diag["target_mismatch"]
+        reqs.append(RequestTrace(id=rid, prompt_len=len(ids), output_len=len(out), drafters=traces, category=cat,
+                                 prompt_token_ids=list(ids), output_token_ids=list(out)))
+    specs = {d.name: DrafterSpec(d.name, d.kind, f"{cfg.profile}-{d.name}", dict(d.params)) for d in dlist}
+    meta = BundleMeta(target=cfg.target, drafters=specs, temperature=0.0, dataset=cfg.workload,
+                      source={"kind": "measured", "backend": "hf", "device": "cpu", "prompts": cfg.workload,
+                              "generation": {"max_new_tokens": cfg.max_new_tokens,
+                                             "min_new_tokens": cfg.max_new_tokens,
+                                             "eos_forbidden_before_min_new_tokens": True,
+                                             "note": "outputs are the live KV-cached greedy AR outputs"}},
+                      extra={"target_argmax_mismatches": int(mismatches)})
+    bundle = TraceBundle(meta, reqs)
+    bundle.validate("<live traces>")
+    return bundle, int(mismatches)
+
+
+def trace_walk_steps(bundle, mode: LiveMode) -> list[int] | None:
+    """Verify steps per request the trace predicts for a fixed policy (the prefill emits output token 0)."""
+    from traces.acceptance import emitted_tokens
+
+    if mode.policy is not None and mode.policy["name"] != "fixed":
+        return None
+    out = []
+    for r in bundle.requests:
+        n, p, steps = r.output_len, 1, 0
+        t = r.drafters[mode.policy["drafter"]] if mode.policy else None
+        while p < n:
+            if t is None:
+                e = 1
+            else:
+                prop = None if t.proposal_len is None else int(t.proposal_len[p])
+                e = int(emitted_tokens(int(t.acc_len[p]), mode.policy["k"], prop))
+            p += min(e, n - p)
+            steps += 1
+        out.append(steps)
+    return out
+
+
+def draft_costs(cfg: LiveConfig, drafters) -> dict:
+    """Each drafter priced by its measured profile: model drafters step by step, n-gram per proposal."""
+    from calibration.drafters import LookupDrafter
+    from simulator.draft_cost import DraftCost
+    from simulator.latency import resolve_profile
+
+    costs = {}
+    for name, d in drafters.items():
+        kind = "whole_proposal" if isinstance(d, LookupDrafter) else "autoregressive"
+        costs[name] = DraftCost(kind=kind, profile=resolve_profile(f"{cfg.profile}-{name}"))
+    return costs
+
+
+def simulate_mode(cfg: LiveConfig, mode: LiveMode, bundle, costs, target_profile) -> Any:
+    """The simulator's prediction of one live mode: same requests, one client, closed loop, batch 1."""
+    from simulator.acceptance_table import AcceptanceTable
+    from simulator.engine import ServerSimulation
+    from simulator.server_config import RunSpec
+    from simulator.workload_arrays import EngineWorkload
+
+    reqs = bundle.requests
+    ew = EngineWorkload(request_ids=[r.id for r in reqs], trace_index=np.arange(len(reqs), dtype=np.int64),
+                        arrival=np.zeros(len(reqs)), prompt_len=np.array([r.prompt_len for r in reqs], dtype=np.int64),
+                        output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
+                        categories=[r.category or "" for r in reqs], closed_loop_clients=1, think_time=0.0)
+    need = max(r.prompt_len + r.output_len for r in reqs)
+    run = RunSpec(name=mode.name, mode="sd" if mode.policy else "ar", policy=mode.policy)
+    sim = ServerSimulation(run=run, target=target_profile, workload=ew,
+                           table=AcceptanceTable.from_traces(reqs, tuple(bundle.drafter_names)), draft_costs=costs,
+                           policy=make_policy(mode.policy) if mode.policy else None,
+                           kv_capacity_tokens=4 * need + 1024, max_num_seqs=1, max_num_batched_tokens=need + 64,
+                           seed=cfg.seed, traces=reqs, live=True)
+    return sim.simulate()
+
+
+def sim_metrics(res) -> dict[str, float]:
+    """The same metrics as `live_metrics`, from the simulator's request table."""
+    r = res.requests
+    span = float(r.finish_time.max() - r.arrival_time.min())
+    return {"ttft_mean_s": float(r.ttft.mean()), "tpot_mean_s": float(r.tpot.mean()), "e2e_mean_s": float(r.e2e.mean()),
+            "throughput_tok_s": float(r.output_len.sum() / span), "steps_per_request": float(r.decode_steps.mean())}
+
+
+def phase_check(run: LiveRun, costs, target_profile) -> dict[str, float | None]:
+    """Measured vs profile-predicted time per phase over the steps that actually ran (where errors come from)."""
+    steps = [s for r in run.requests for s in r.steps]
+    verify_meas = sum(s.verify_s for s in steps)
+    verify_pred = sum(target_profile.step_time(1, s.proposed + 1, s.context_len) for s in steps)
+    drafted = [s for s in steps if s.drafter is not None and s.proposed > 0]
+    draft_meas = sum(s.draft_s for s in drafted)
+    draft_pred = sum(costs[s.drafter].draft_time(1, s.proposed, s.k, s.context_len, 0.0) for s in drafted)
+    prefill_meas = sum(r.prefill_s for r in run.requests)
+    prefill_pred = sum(target_profile.step_time(1, r.prompt_len, r.prompt_len) for r in run.requests)
+    return {"verify_measured_s": verify_meas, "verify_predicted_s": verify_pred,
+            "draft_measured_s": draft_meas, "draft_predicted_s": draft_pred,
+            "prefill_measured_s": prefill_meas, "prefill_predicted_s": prefill_pred,
+            "drafter_prefill_measured_s": sum(r.drafter_prefill_s for r in run.requests),
+            "draft_without_proposal_measured_s": sum(s.draft_s for s in steps if s.proposed == 0)}
+
+
+def rel_err(pred: float, meas: float) -> float | None:
+    """(predicted - measured) / measured, in percent."""
+    return None if meas == 0 else 100.0 * (pred - meas) / meas
+
+
+# ---------------------------------------------------------------- the whole comparison
+
+
+def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[str, Any]:
+    """Live runs, traces, simulator prediction; returns the report (JSON-ready)."""
+    import sys
+
+    import torch
+
+    from calibration.drafters import parse_drafter
+    from calibration.hf_backend import encode_prompt, eos_ids, load_model
+    from calibration.prompts import workload_prompts
+    from simulator.latency import resolve_profile
+
+    if cfg.num_requests < 1 or cfg.max_new_tokens < 2:
+        raise ValueError("live: --requests must be >= 1 and --max-new-tokens >= 2")
+    modes, specs = parse_modes(cfg.modes, cfg.policies)
+    if not modes:
+        raise ValueError("live: nothing to run; give --modes and/or --policy")
+    chosen = list(prompts if prompts is not None else workload_prompts(cfg.workload, cfg.seed))
+    if len(chosen) < cfg.num_requests:
+        raise ValueError(f"workload {cfg.workload!r} has {len(chosen)} prompts, fewer than {cfg.num_requests}")
+    chosen = chosen[:cfg.num_requests]
+    target_profile = resolve_profile(cfg.profile)
+    torch.set_num_threads(cfg.threads)
+    lm = load_model(cfg.target)
+    all_specs = list(dict.fromkeys(specs + list(cfg.drafters)))
+    drafters = {}
+    for s in all_specs:
+        d = parse_drafter(s, lm)
+        drafters[d.name] = d
+    costs = draft_costs(cfg, drafters)
+    live_drafters = dict(drafters)
+    if cfg.int8_kernels and "int8" in drafters:  # same weights, real int8 kernels; the trace keeps W8A8 numerics
+        from calibration.drafters import ModelDrafter, int8_kernel_copy
+
+        live_drafters["int8"] = ModelDrafter("int8", "int8", int8_kernel_copy(lm.model), {"kernels": "fbgemm"})
+    eos = eos_ids(lm)
+    ids = [(p.id, encode_prompt(lm, p.text)) for p in chosen]
+
+    def say(msg):
+        if progress:
+            print(f"draftsim live: {msg}", file=sys.stderr, flush=True)
+
+    order = sorted(modes, key=lambda m: m.policy is not None)  # AR first: it is the lossless reference
+    if order[0].policy is not None:
+        order = [LiveMode("AR", None)] + order
+    say(f"{len(ids)} requests x {cfg.max_new_tokens} tokens, modes {[m.name for m in order]}, "
+        f"{cfg.threads} thread(s), load/core {machine_load():.2f}")
+    runs = []
+    for m in order:
+        runs += run_live_modes(cfg, [m], ids, lm, live_drafters, eos)
+        say(f"{m.name}: done, load/core {runs[-1].load_after:.2f}")
+    reference = [r.output_ids for r in runs[0].requests]
+    lossless = {}
+    for run in runs:
+        bad = [r.id for r, want in zip(run.requests, reference) if r.output_ids != want]
+        lossless[run.mode.name] = {"lossless": not bad, "differing_requests": bad}
+    bundle, mismatches = measure_traces(cfg, lm, drafters, ids, reference, [p.category for p in chosen], eos)
+    say("traces measured; simulating")
+    rows = {}
+    for run in runs:
+        if run.mode not in modes:
+            continue
+        meas = live_metrics(run, cfg.max_new_tokens)
+        sim = simulate_mode(cfg, run.mode, bundle, costs, target_profile)
+        pred = sim_metrics(sim)
+        walk = trace_walk_steps(bundle, run.mode)
+        live_steps = [len(r.steps) for r in run.requests]
+        rows[run.mode.name] = {
+            "policy": run.mode.policy, "measured": meas, "predicted": pred,
+            "error_percent": {k: rel_err(pred[k], meas[k]) for k in METRICS},
+            "steps_live": live_steps, "steps_simulated": [int(x) for x in sim.requests.decode_steps],
+            "steps_trace_walk": walk,
+            "steps_equal_trace_walk": None if walk is None else walk == live_steps,
+            "accepted_per_step_live": float(np.mean([s.accepted for r in run.requests for s in r.steps])),
+            "drafter_usage_live": _usage(run),
+            "phases": phase_check(run, costs, target_profile),
+            "load_per_core": {"before": round(run.load_before, 3), "after": round(run.load_after, 3)},
+            **lossless[run.mode.name],
+        }
+    return {
+        "setting": {"workload": cfg.workload, "requests": len(ids), "max_new_tokens": cfg.max_new_tokens,
+                    "target": cfg.target, "target_profile": cfg.profile, "threads": cfg.threads,
+                    "int8_live_kernels": "fbgemm (torch dynamic int8)" if cfg.int8_kernels else "W8A8 per-token, as the trace",
+                    "clients": 1, "batch": 1, "think_time_s": 0.0, "greedy": True, "eos_forbidden": True,
+                    "cpu_count": os.cpu_count(), "torch": str(torch.__version__)},
+        "note": ("wall-clock side is noisy: it shares the CPU with other processes (load per core recorded per "
+                 "mode); the simulator does not price the drafters' prompt pass (drafter_prefill_measured_s)"),
+        "target_argmax_mismatches_teacher_forced_vs_live": mismatches,
+        "modes": rows,
+        "requests": {run.mode.name: [_request_row(r) for r in run.requests] for run in runs if run.mode in modes},
+        "_bundle": bundle,
+    }
+
+
+def _usage(run: LiveRun) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in run.requests:
+        for s in r.steps:
+            key = s.drafter or "none"
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _request_row(r: LiveRequest) -> dict[str, Any]:
+    return {"id": r.id, "prompt_len": r.prompt_len, "tokens": len(r.output_ids), "ttft_s": r.ttft_s, "e2e_s": r.e2e_s,
+            "verify_steps": len(r.steps), "accepted_per_step": [s.accepted for s in r.steps],
+            "emitted_per_step": [s.emitted for s in r.steps],
+            "drafters": [s.drafter for s in r.steps]}
