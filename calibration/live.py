@@ -217,17 +217,41 @@ def trace_walk_steps(bundle, mode: LiveMode) -> list[int] | None:
     return out
 
 
-def draft_costs(cfg: LiveConfig, drafters) -> dict:
+def _profile(name: str, suffix: str):
+    """`name + suffix` when that profile exists (e.g. a table form), else `name`."""
+    from simulator.latency import builtin_profiles, resolve_profile
+
+    return resolve_profile(name + suffix if suffix and (name + suffix) in builtin_profiles() else name)
+
+
+def draft_costs(cfg: LiveConfig, drafters, suffix: str = "") -> dict:
     """Each drafter priced by its measured profile: model drafters step by step, n-gram per proposal."""
     from calibration.drafters import LookupDrafter
     from simulator.draft_cost import DraftCost
-    from simulator.latency import resolve_profile
 
     costs = {}
     for name, d in drafters.items():
         kind = "whole_proposal" if isinstance(d, LookupDrafter) else "autoregressive"
-        costs[name] = DraftCost(kind=kind, profile=resolve_profile(f"{cfg.profile}-{name}"))
+        costs[name] = DraftCost(kind=kind, profile=_profile(f"{cfg.profile}-{name}", suffix))
     return costs
+
+
+def step_mismatches(bundle, run: "LiveRun") -> int | None:
+    """Live steps of a fixed policy whose emitted count differs from the trace's prediction at that position."""
+    from traces.acceptance import emitted_tokens
+
+    mode = run.mode
+    if mode.policy is None or mode.policy["name"] != "fixed":
+        return None if mode.policy is not None else 0
+    bad = 0
+    for req, tr in zip(run.requests, bundle.requests):
+        t = tr.drafters[mode.policy["drafter"]]
+        for s in req.steps:
+            prop = None if t.proposal_len is None else int(t.proposal_len[s.position])
+            want = min(int(emitted_tokens(int(t.acc_len[s.position]), mode.policy["k"], prop)),
+                       tr.output_len - s.position)
+            bad += int(want != s.emitted)
+    return bad
 
 
 def simulate_mode(cfg: LiveConfig, mode: LiveMode, bundle, costs, target_profile) -> Any:
@@ -294,8 +318,6 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
     from calibration.drafters import parse_drafter
     from calibration.hf_backend import encode_prompt, eos_ids, load_model
     from calibration.prompts import workload_prompts
-    from simulator.latency import resolve_profile
-
     if cfg.num_requests < 1 or cfg.max_new_tokens < 2:
         raise ValueError("live: --requests must be >= 1 and --max-new-tokens >= 2")
     modes, specs = parse_modes(cfg.modes, cfg.policies)
@@ -305,7 +327,7 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
     if len(chosen) < cfg.num_requests:
         raise ValueError(f"workload {cfg.workload!r} has {len(chosen)} prompts, fewer than {cfg.num_requests}")
     chosen = chosen[:cfg.num_requests]
-    target_profile = resolve_profile(cfg.profile)
+    kinds = {"linear": (_profile(cfg.profile, ""), ""), "table": (_profile(cfg.profile, "-table"), "-table")}
     torch.set_num_threads(cfg.threads)
     lm = load_model(cfg.target)
     all_specs = list(dict.fromkeys(specs + list(cfg.drafters)))
@@ -313,7 +335,7 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
     for s in all_specs:
         d = parse_drafter(s, lm)
         drafters[d.name] = d
-    costs = draft_costs(cfg, drafters)
+    costs = {k: draft_costs(cfg, drafters, suffix) for k, (_, suffix) in kinds.items()}
     live_drafters = dict(drafters)
     if cfg.int8_kernels and "int8" in drafters:  # same weights, real int8 kernels; the trace keeps W8A8 numerics
         from calibration.drafters import ModelDrafter, int8_kernel_copy
@@ -347,25 +369,31 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
         if run.mode not in modes:
             continue
         meas = live_metrics(run, cfg.max_new_tokens)
-        sim = simulate_mode(cfg, run.mode, bundle, costs, target_profile)
-        pred = sim_metrics(sim)
+        sims = {k: simulate_mode(cfg, run.mode, bundle, costs[k], prof) for k, (prof, _) in kinds.items()}
+        pred = {k: sim_metrics(sim) for k, sim in sims.items()}
         walk = trace_walk_steps(bundle, run.mode)
         live_steps = [len(r.steps) for r in run.requests]
         rows[run.mode.name] = {
-            "policy": run.mode.policy, "measured": meas, "predicted": pred,
-            "error_percent": {k: rel_err(pred[k], meas[k]) for k in METRICS},
-            "steps_live": live_steps, "steps_simulated": [int(x) for x in sim.requests.decode_steps],
+            "policy": run.mode.policy, "measured": meas, "predicted": pred["linear"],
+            "error_percent": {k: rel_err(pred["linear"][k], meas[k]) for k in METRICS},
+            "predicted_table_profiles": pred["table"],
+            "error_percent_table_profiles": {k: rel_err(pred["table"][k], meas[k]) for k in METRICS},
+            "steps_live": live_steps, "steps_simulated": [int(x) for x in sims["linear"].requests.decode_steps],
             "steps_trace_walk": walk,
             "steps_equal_trace_walk": None if walk is None else walk == live_steps,
+            "steps_differing_from_trace": step_mismatches(bundle, run),
+            "steps_total": int(sum(live_steps)),
             "accepted_per_step_live": float(np.mean([s.accepted for r in run.requests for s in r.steps])),
             "drafter_usage_live": _usage(run),
-            "phases": phase_check(run, costs, target_profile),
+            "phases": phase_check(run, costs["linear"], kinds["linear"][0]),
+            "phases_table_profiles": phase_check(run, costs["table"], kinds["table"][0]),
             "load_per_core": {"before": round(run.load_before, 3), "after": round(run.load_after, 3)},
             **lossless[run.mode.name],
         }
     return {
         "setting": {"workload": cfg.workload, "requests": len(ids), "max_new_tokens": cfg.max_new_tokens,
-                    "target": cfg.target, "target_profile": cfg.profile, "threads": cfg.threads,
+                    "target": cfg.target, "target_profile": cfg.profile,
+                    "profiles": {k: p.name for k, (p, _) in kinds.items()}, "threads": cfg.threads,
                     "int8_live_kernels": "fbgemm (torch dynamic int8)" if cfg.int8_kernels else "W8A8 per-token, as the trace",
                     "clients": 1, "batch": 1, "think_time_s": 0.0, "greedy": True, "eos_forbidden": True,
                     "cpu_count": os.cpu_count(), "torch": str(torch.__version__)},
