@@ -318,6 +318,7 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
     from calibration.drafters import parse_drafter
     from calibration.hf_backend import encode_prompt, eos_ids, load_model
     from calibration.prompts import workload_prompts
+
     if cfg.num_requests < 1 or cfg.max_new_tokens < 2:
         raise ValueError("live: --requests must be >= 1 and --max-new-tokens >= 2")
     modes, specs = parse_modes(cfg.modes, cfg.policies)
@@ -394,11 +395,12 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
         "setting": {"workload": cfg.workload, "requests": len(ids), "max_new_tokens": cfg.max_new_tokens,
                     "target": cfg.target, "target_profile": cfg.profile,
                     "profiles": {k: p.name for k, (p, _) in kinds.items()}, "threads": cfg.threads,
-                    "int8_live_kernels": "fbgemm (torch dynamic int8)" if cfg.int8_kernels else "W8A8 per-token, as the trace",
+                    "int8_live": "fbgemm (torch dynamic int8)" if cfg.int8_kernels else "W8A8 per-token (the trace's)",
                     "clients": 1, "batch": 1, "think_time_s": 0.0, "greedy": True, "eos_forbidden": True,
                     "cpu_count": os.cpu_count(), "torch": str(torch.__version__)},
         "note": ("wall-clock side is noisy: it shares the CPU with other processes (load per core recorded per "
-                 "mode); the simulator does not price the drafters' prompt pass (drafter_prefill_measured_s)"),
+                 "mode); the simulator does not price the drafters' prompt pass (drafter_prefill_measured_s); "
+                 "'phases' compares each phase's measured time with the profile's price of the same steps"),
         "target_argmax_mismatches_teacher_forced_vs_live": mismatches,
         "modes": rows,
         "requests": {run.mode.name: [_request_row(r) for r in run.requests] for run in runs if run.mode in modes},
