@@ -60,7 +60,6 @@ class _Step:
     drafted_d: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     drafted_k: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     drafted_prop: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    verify_side: int = -1
 
 
 class ServerSimulation:
@@ -182,12 +181,10 @@ class ServerSimulation:
             raise ValueError(f"request {self.wl.request_ids[i]!r} needs {worst} KV tokens (prompt + output + "
                              f"{KV_MARGIN_TOKENS}) but the server holds {cap}; raise kv_capacity_tokens")
         if not self.chunked:
-            big = self.wl.prompt_len + self.wl.output_len  # a recompute prefill can be this long
             if int(self.wl.prompt_len.max()) > self.budget:
                 i = int(self.wl.prompt_len.argmax())
                 raise ValueError(f"request {self.wl.request_ids[i]!r} has a {int(self.wl.prompt_len[i])}-token prompt, "
                                  f"more than max_num_batched_tokens={self.budget}; enable chunked_prefill or raise it")
-            self._max_recompute = int(big.max())
 
     def _submit(self, t: float, client: int) -> None:
         """Closed loop: the client's next request arrives at t."""
@@ -494,7 +491,6 @@ class ServerSimulation:
                 "sub_batch": vs}))
         step = _Step(V, d_v, k_v, p_v, accepted, pre, chunk, duration, t_slices, d_slices)
         step.drafted, step.drafted_d, step.drafted_k, step.drafted_prop = D, d_d, k_d, p_d
-        step.verify_side = vs
         return step
 
     def _reserve(self, run: np.ndarray, need_blocks: np.ndarray) -> tuple[int, bool]:
