@@ -147,6 +147,7 @@ class ServerSimulation:
         self.started = np.zeros(n, dtype=bool)
         self.usage = np.zeros(len(self.drafters) + 1, dtype=np.int64)  # last slot: no drafter
         self.running: list[int] = []
+        self.prefilling: dict[int, None] = {}  # running requests with prompt tokens left, in admission order
         self.waiting: deque[int] = deque()
         self.n_finished = 0
         self.step_no = 0
@@ -396,7 +397,7 @@ class ServerSimulation:
             flat = None if flat is None else flat[kept]
             kv_est = int(ctx.sum())
         prop_sum = int(proposed.sum())
-        pre, chunk = self._prefills(run[:keep], tokens_used=prop_sum + len(dec_all), allow_new=not preempted)
+        pre, chunk = self._prefills(tokens_used=prop_sum + len(dec_all), allow_new=not preempted)
         verify_t, nseq, tokens, kv = self._target_time(dec_all, proposed, pre, chunk, kv_est, prop_sum)
         draft_t, used = self._draft_time(dec_all, d_idx, k, proposed, verify_t, ctx)
         accepted = self._accept(dec_all, d_idx, proposed, flat)
@@ -460,7 +461,7 @@ class ServerSimulation:
             md = np.array([int(x) in alive for x in D], dtype=bool)
             V, d_v, k_v, p_v, has_prop = V[mv], d_v[mv], k_v[mv], p_v[mv], has_prop[mv]
             D, d_d, k_d, p_d = D[md], d_d[md], k_d[md], p_d[md]
-        pre, chunk = self._prefills(run[:keep], tokens_used=int(p_v.sum()) + len(V), allow_new=not preempted)
+        pre, chunk = self._prefills(tokens_used=int(p_v.sum()) + len(V), allow_new=not preempted)
         verify_t, nseq, tokens, kv = self._target_time(V, p_v, pre, chunk)
         newv = ~has_prop & (d_v != NO_DRAFT)
         pre_draft_t, used_pre = self._draft_time(V[newv], d_v[newv], k_v[newv], p_v[newv], verify_t)
@@ -523,16 +524,19 @@ class ServerSimulation:
         self.status[i] = WAITING
         self.waiting.appendleft(i)
         self.prefill_left[i] = 0  # set on re-admission
+        self.prefilling.pop(i, None)
         self.prefill_done[i] = 0
         self.pending_d[i] = NO_DRAFT
         self.flag[i] = -1
         self.preemptions[i] += 1
 
-    def _prefills(self, kept: np.ndarray, tokens_used: int, allow_new: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _prefills(self, tokens_used: int, allow_new: bool) -> tuple[np.ndarray, np.ndarray]:
         """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV."""
         budget = self.budget - tokens_used
+        if not self.prefilling and not (allow_new and self.waiting and len(self.running) < self.max_num_seqs):
+            return _EMPTY, _EMPTY
         pre, chunk = [], []
-        for i in kept[self.prefill_left[kept] > 0]:
+        for i in list(self.prefilling):  # admission order; preempted ones were removed
             c = min(int(self.prefill_left[i]), budget) if self.chunked else int(self.prefill_left[i])
             if c <= 0:
                 continue
@@ -561,6 +565,7 @@ class ServerSimulation:
             self.status[i] = RUNNING
             self.running.append(i)
             self.prefill_left[i] = total
+            self.prefilling[i] = None
             self.prefill_done[i] = 0
             if np.isnan(self.first_sched[i]):
                 self.first_sched[i] = self.env.now
@@ -629,6 +634,7 @@ class ServerSimulation:
             self.prefill_left[i] -= c
             self.prefill_done[i] += c
             if self.prefill_left[i] == 0:
+                del self.prefilling[i]
                 first_tokens += 1
                 self.gen[i] += 1
                 self.last_emit[i] = end
@@ -736,6 +742,10 @@ class ServerSimulation:
             "max_num_seqs": self.max_num_seqs,
         }
         return SimResult(requests, self.steps.frame(), itl, extras)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY.setflags(write=False)
 
 
 class _Gather:
