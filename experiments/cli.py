@@ -9,7 +9,10 @@ import sys
 COMMAND_MODULES = [
     "experiments.cmd_run",
     "experiments.cmd_import",
+    "experiments.cmd_traces",
+    "experiments.cmd_bounds",
     "experiments.cmd_specbench",
+    "experiments.cmd_policies",
 ]
 
 
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
         print(f"draftsim: error: {e}", file=sys.stderr)
         return 2
 

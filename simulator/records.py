@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 # column -> (dtype, meaning)
@@ -53,37 +52,25 @@ STEP_COLUMNS: dict[str, tuple[str, str]] = {
 
 @dataclass
 class ColumnBuffer:
-    """Append-only typed columns that grow geometrically; `frame()` makes the DataFrame once."""
+    """Append-only rows (tuples in schema order); `frame()` builds the typed DataFrame once at the end."""
 
     schema: dict[str, tuple[str, str]]
 
     def __post_init__(self) -> None:
-        self._n = 0
-        self._cap = 1024
-        self._cols = {c: self._alloc(t, self._cap) for c, (t, _) in self.schema.items()}
-
-    @staticmethod
-    def _alloc(dtype: str, n: int) -> np.ndarray:
-        return np.empty(n, dtype=object) if dtype == "str" else np.zeros(n, dtype=dtype)
+        self._rows: list[tuple] = []
+        self.append_row = self._rows.append  # hot path: one tuple per row, in schema order
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._rows)
 
     def append(self, **row) -> None:
-        if self._n == self._cap:
-            self._cap *= 2
-            for c, arr in self._cols.items():
-                new = self._alloc(self.schema[c][0], self._cap)
-                new[: self._n] = arr[: self._n]
-                self._cols[c] = new
-        i = self._n
-        for c, v in row.items():
-            self._cols[c][i] = v
-        self._n += 1
+        """One row by column name; columns left out are 0 (numbers) or "" (strings)."""
+        unknown = set(row) - set(self.schema)
+        if unknown:
+            raise KeyError(f"unknown column(s) {sorted(unknown)}")
+        self._rows.append(tuple(row.get(c, "" if t == "str" else 0) for c, (t, _) in self.schema.items()))
 
     def frame(self) -> pd.DataFrame:
-        data = {}
-        for c, (t, _) in self.schema.items():
-            col = self._cols[c][: self._n]
-            data[c] = col.astype(str) if t == "str" else col.copy()
-        return pd.DataFrame(data)
+        cols = list(self.schema)
+        df = pd.DataFrame.from_records(self._rows, columns=cols) if self._rows else pd.DataFrame(columns=cols)
+        return df.astype({c: (object if t == "str" else t) for c, (t, _) in self.schema.items()})

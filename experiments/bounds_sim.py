@@ -1,0 +1,119 @@
+"""Measure the PSD pipeline gain and saving with the engine: constant step costs, SD m vs PSD 2m.
+
+Setup (printed with every result): every target step costs V, every drafting phase t (a drafter of
+kind `constant`); every request has the same prompt length, an output length drawn uniformly (seeded), and the same acceptance
+(acc_len = `acc_len` at every position, so both systems emit the same tokens per verify); SD admits m
+requests, PSD 2m (two sub-batches of m), as MineDraft. Load is either a saturated closed loop of 2m
+clients (think time 0) or Poisson arrivals at a fraction of SD's saturated capacity.
+Gain = PSD throughput / SD throughput; saving = 1 - mean E2E PSD / mean E2E SD; both measured in the
+steady window (the first and last 4m finishes are dropped as warm-up and drain).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from oracle.bounds import pipeline_gain, pipeline_saving
+from policies.base import FixedPolicy
+from simulator.acceptance_table import AcceptanceTable
+from simulator.draft_cost import DraftCost
+from simulator.engine import ServerSimulation
+from simulator.server_config import PSDConfig, RunSpec, constant_profile
+from simulator.workload_arrays import EngineWorkload
+from traces.bundle import DrafterTrace, RequestTrace
+
+DRAFTER = "const"
+
+
+@dataclass
+class SimulatedBounds:
+    """Simulated vs analytic gain and saving for one (t, V) and load."""
+
+    simulated_gain: float
+    simulated_saving: float
+    gain_error_percent: float
+    saving_error_points: float
+    sd_throughput_tok_s: float
+    psd_throughput_tok_s: float
+    sd_mean_e2e_s: float
+    psd_mean_e2e_s: float
+    psd_fallback_steps: int
+    setup: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _workload(prompt_len: int, output_len: np.ndarray, arrival: np.ndarray | None, clients: int) -> EngineWorkload:
+    n = len(output_len)
+    return EngineWorkload(
+        request_ids=[f"r{i}" for i in range(n)], trace_index=np.zeros(n, dtype=np.int64),
+        arrival=arrival.copy() if arrival is not None else np.zeros(n),
+        prompt_len=np.full(n, prompt_len, dtype=np.int64), output_len=output_len.copy(),
+        categories=["bounds"] * n, closed_loop_clients=clients)
+
+
+def steady_state(requests, steps, trim: int) -> tuple[float, float]:
+    """Throughput (output tokens/s) and mean E2E inside the steady window: the first and last `trim`
+    finishes are warm-up and drain (standard deletion), so both systems are measured while saturated."""
+    fin = np.sort(requests["finish_time"].to_numpy())
+    if len(fin) <= 2 * trim + 1:
+        raise ValueError(f"need more than {2 * trim + 1} requests to trim {trim} at each end, got {len(fin)}")
+    t_a, t_b = fin[trim], fin[len(fin) - 1 - trim]
+    tgt = steps[steps["device"] == "target"]
+    inside = (tgt["end"] > t_a) & (tgt["end"] <= t_b)
+    throughput = float(tgt.loc[inside, "emitted_tokens"].sum()) / (t_b - t_a)
+    sel = (requests["arrival_time"] >= t_a) & (requests["finish_time"] <= t_b)
+    if not sel.any():
+        raise ValueError("no request both arrived and finished inside the steady window; use more requests")
+    return throughput, float(requests.loc[sel, "e2e"].mean())
+
+
+def _run(mode: str, t: float, v: float, m: int, wl: EngineWorkload, table: AcceptanceTable, k: int,
+         seed: int) -> tuple[float, float, int]:
+    run = RunSpec(name=mode, mode=mode, policy={"name": "fixed", "drafter": DRAFTER, "k": k},
+                  psd=PSDConfig(sub_batch_max_num_seqs=m) if mode == "psd" else None)
+    sim = ServerSimulation(
+        run=run, target=constant_profile(v), workload=wl, table=table,
+        draft_costs={DRAFTER: DraftCost(kind="constant", seconds=t)}, policy=FixedPolicy(DRAFTER, k),
+        kv_capacity_tokens=10_000_000, max_num_seqs=m, max_num_batched_tokens=1_000_000, seed=seed)
+    res = sim.simulate()
+    x, e2e = steady_state(res.requests, res.steps, trim=4 * m)
+    return x, e2e, int(res.extras["psd_fallback_steps"])
+
+
+def simulate_pipeline(t: float, v: float, *, sub_batch: int = 16, num_requests: int = 600, prompt_len: int = 32,
+                      output_len: tuple[int, int] = (256, 256), k: int = 3, acc_len: int = 3,
+                      load: float | None = None, seed: int = 0) -> SimulatedBounds:
+    """Run SD (m) and PSD (2m) under the same load; `load=None` is a saturated closed loop of 2m clients,
+    `load=x` is Poisson arrivals at x times SD's saturated request rate (m / (steps per request x (t + V)))."""
+    if sub_batch < 1 or num_requests < 1:
+        raise ValueError("sub_batch and num_requests must be >= 1")
+    rng = np.random.default_rng(seed)
+    lo, hi = output_len
+    lengths = rng.integers(lo, hi + 1, size=num_requests).astype(np.int64)  # varied, so sub-batches drift apart
+    trace = RequestTrace(id="t0", prompt_len=prompt_len, output_len=hi,
+                         drafters={DRAFTER: DrafterTrace(acc_len=np.full(hi, acc_len, dtype=np.int32))})
+    table = AcceptanceTable.from_traces([trace], [DRAFTER])
+    if load is None:
+        arrival, clients = None, 2 * sub_batch
+        desc = f"saturated closed loop, {2 * sub_batch} clients"
+    else:
+        if not 0 < load < 1.5:
+            raise ValueError(f"load must be in (0, 1.5), got {load!r}")
+        emitted = min(acc_len, k + 1)
+        steps_per_request = 1 + float(np.mean(np.ceil((lengths - 1) / emitted)))
+        sd_rate = sub_batch / (steps_per_request * (t + v))
+        arrival = np.cumsum(rng.exponential(1.0 / (load * sd_rate), size=num_requests))
+        clients = 0
+        desc = f"Poisson at {load:.0%} of SD capacity ({load * sd_rate:.4g} req/s)"
+    wl_sd = _workload(prompt_len, lengths, arrival, clients)
+    wl_psd = _workload(prompt_len, lengths, arrival, clients)
+    x_sd, e_sd, _ = _run("sd", t, v, sub_batch, wl_sd, table, k, seed)
+    x_psd, e_psd, fb = _run("psd", t, v, sub_batch, wl_psd, table, k, seed)
+    gain, saving = x_psd / x_sd, 1.0 - e_psd / e_sd
+    setup = (f"{desc}; SD max_num_seqs {sub_batch}, PSD 2 x {sub_batch}; {num_requests} requests, prompt "
+             f"{prompt_len}, output uniform {lo}..{hi} tokens; k={k}, acc_len={acc_len} everywhere; constant costs t={t:g}s, V={v:g}s")
+    return SimulatedBounds(gain, saving, (gain / pipeline_gain(t, v) - 1) * 100,
+                           (saving - pipeline_saving(t, v)) * 100, x_sd, x_psd, e_sd, e_psd, fb, setup)

@@ -1,0 +1,201 @@
+"""`draftsim traces validate|stats|fit|synth`: check, summarise, fit and generate trace bundles."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from traces.atomic import atomic_write_text
+from traces.bundle import TraceBundle, load_bundle, save_bundle
+from traces.errors import TraceFormatError
+from traces.stats import K_RANGE, BundleStats, GroupStats, bundle_stats
+from traces.synthetic.spec import MODELS, fit_synth_spec, load_synth_spec, make_synthetic_bundle, spec_to_yaml
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("traces", help="validate, summarise, fit and generate trace bundles",
+                              description="Work with trace bundles (a folder with trace.yaml and requests.jsonl[.gz]).")
+    sub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+    v = sub.add_parser("validate", help="load a bundle with full validation; print OK with counts or the error")
+    v.add_argument("path", help="bundle folder")
+    v.set_defaults(func=run_validate)
+
+    s = sub.add_parser("stats", help="tokens per step at k = 1..8 and uncapped, per-position acceptance, lengths")
+    s.add_argument("path", help="bundle folder")
+    s.add_argument("--k", type=int, default=5, help="k of the per-position acceptance rates (default 5)")
+    s.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
+    s.set_defaults(func=run_stats)
+
+    f = sub.add_parser("fit", help="fit a synthetic spec (lengths + acceptance models) to measured bundles",
+                       description="Each SOURCE is [CATEGORY=]PATH: a bundle folder or a SpecDecode-Bench "
+                                   ".jsonl file; each source becomes one category of the spec.")
+    f.add_argument("sources", nargs="+", metavar="SOURCE")
+    f.add_argument("--out", required=True, help="spec YAML to write")
+    f.add_argument("--model", action="append", default=[], metavar="DRAFTER=MODEL",
+                   help=f"acceptance model for a drafter ({', '.join(MODELS)}); default bursty for n-gram, "
+                        "positional otherwise")
+    f.add_argument("--num-requests", type=int, default=None, help="requests the spec draws by default")
+    f.add_argument("--dataset", default="synthetic", help="dataset name the synthetic bundle will carry")
+    f.add_argument("--on-mismatch", choices=("error", "shortest", "skip"), default="shortest",
+                   help="SpecDecode-Bench sources: what to do when a request's lists differ in length")
+    f.set_defaults(func=run_fit)
+
+    g = sub.add_parser("synth", help="draw a synthetic bundle from a spec; the command is recorded in trace.yaml")
+    g.add_argument("--spec", required=True, help="spec YAML (from `draftsim traces fit` or written by hand)")
+    g.add_argument("--out", required=True, help="bundle folder to write")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--num-requests", type=int, default=None, help="default: the spec's num_requests")
+    g.add_argument("--compress", action="store_true", help="write requests.jsonl.gz")
+    g.set_defaults(func=run_synth)
+
+
+# ---------------------------------------------------------------- validate
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    try:
+        b = load_bundle(args.path)
+    except TraceFormatError as e:
+        print(f"INVALID: {e}", file=sys.stderr)
+        return 1
+    positions = sum(r.output_len for r in b.requests)
+    cats = sorted({r.category for r in b.requests if r.category is not None})
+    drafters = ", ".join(f"{n} ({d.kind})" for n, d in b.meta.drafters.items())
+    print(f"OK {args.path}: {len(b.requests)} requests, {positions} output positions, drafters {drafters}"
+          + (f", categories {', '.join(cats)}" if cats else ""))
+    return 0
+
+
+# ---------------------------------------------------------------- stats
+
+
+def _num(x: float, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _group_tables(title: str, g: GroupStats) -> list[Table]:
+    lengths = Table(title=f"{title}: {g.requests} requests, {g.output_tokens} output tokens")
+    for col in ("", "mean", "p50", "p90", "max"):
+        lengths.add_column(col, justify="right")
+    for name, ls in (("prompt_len", g.prompt_len), ("output_len", g.output_len)):
+        lengths.add_row(name, _num(ls.mean, 1), _num(ls.p50, 1), _num(ls.p90, 1), str(ls.max))
+    tps = Table(title=f"{title}: mean tokens per step")
+    tps.add_column("drafter")
+    for k in K_RANGE:
+        tps.add_column(f"k={k}", justify="right")
+    tps.add_column("uncapped", justify="right")
+    pos = None
+    for name, d in g.drafters.items():
+        tps.add_row(name, *[_num(d.tokens_per_step[k]) for k in K_RANGE], _num(d.uncapped))
+        if pos is None:
+            pos = Table(title=f"{title}: per-position acceptance at k={d.k} (uncond = vLLM counter / drafts; "
+                              "cond = given all earlier drafts accepted)")
+            pos.add_column("drafter")
+            pos.add_column("rate")
+            for i in range(d.k):
+                pos.add_column(f"pos {i}", justify="right")
+            pos.add_column("steps drafting", justify="right")
+        pos.add_row(name, "uncond", *[_num(x) for x in d.unconditional], _num(d.draft_fraction))
+        pos.add_row("", "cond", *[_num(x) for x in d.conditional], "")
+    return [lengths, tps, pos]
+
+
+def print_stats(stats: BundleStats, console: Console) -> None:
+    console.print(f"[bold]target {stats.target}, dataset {stats.dataset}[/bold]")
+    for t in _group_tables("all requests", stats.overall):
+        console.print(t)
+    for cat, g in stats.categories.items():
+        for t in _group_tables(f"category {cat}", g):
+            console.print(t)
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    try:
+        bundle = load_bundle(args.path)
+    except TraceFormatError as e:
+        print(f"INVALID: {e}", file=sys.stderr)
+        return 1
+    stats = bundle_stats(bundle, k=args.k)
+    if args.json:
+        print(json.dumps(stats.to_dict(), indent=2, allow_nan=True))
+    else:
+        print_stats(stats, Console(width=160))
+    return 0
+
+
+# ---------------------------------------------------------------- fit and synth
+
+
+def _load_source(path: str, on_mismatch: str) -> TraceBundle:
+    p = Path(path)
+    if p.is_dir():
+        return load_bundle(p)
+    if p.name.endswith((".jsonl", ".jsonl.gz")):
+        from traces.importers.specbench import import_specbench
+
+        return import_specbench(p, on_mismatch=on_mismatch)[0]
+    raise ValueError(f"{path}: expected a bundle folder or a SpecDecode-Bench .jsonl file")
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"{what}: expected NAME=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    sources: dict[str, TraceBundle] = {}
+    for item in args.sources:
+        cat, sep, path = item.rpartition("=")
+        b = _load_source(path, args.on_mismatch)
+        name = cat if sep else b.meta.dataset
+        if name in sources:
+            raise ValueError(f"category {name!r} given twice; name sources CATEGORY=PATH")
+        sources[name] = b
+    spec = fit_synth_spec(sources, _pairs(args.model, "--model") or None, num_requests=args.num_requests,
+                          dataset=args.dataset,
+                          description="fitted by: draftsim traces fit " + shlex.join(_fit_argv(args)))
+    atomic_write_text(args.out, spec_to_yaml(spec))
+    print(f"wrote {args.out}: categories {', '.join(spec.categories)}; drafters {', '.join(spec.drafters)}")
+    return 0
+
+
+def _fit_argv(args: argparse.Namespace) -> list[str]:
+    argv = list(args.sources) + ["--out", args.out, "--dataset", args.dataset, "--on-mismatch", args.on_mismatch]
+    for m in args.model:
+        argv += ["--model", m]
+    if args.num_requests is not None:
+        argv += ["--num-requests", str(args.num_requests)]
+    return argv
+
+
+def synth_command(args: argparse.Namespace) -> str:
+    """The canonical command line that reproduces this synth run (every effective option spelled out)."""
+    argv = ["draftsim", "traces", "synth", "--spec", args.spec, "--out", args.out, "--seed", str(args.seed)]
+    if args.num_requests is not None:
+        argv += ["--num-requests", str(args.num_requests)]
+    if args.compress:
+        argv.append("--compress")
+    return shlex.join(argv)
+
+
+def run_synth(args: argparse.Namespace) -> int:
+    spec = load_synth_spec(args.spec)
+    bundle = make_synthetic_bundle(spec, seed=args.seed, num_requests=args.num_requests,
+                                   command=synth_command(args))
+    folder = save_bundle(bundle, args.out, compress=args.compress)
+    print(f"wrote {folder}: {len(bundle.requests)} requests, "
+          f"{sum(r.output_len for r in bundle.requests)} output positions")
+    return 0

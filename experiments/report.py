@@ -1,0 +1,201 @@
+"""The comparison table printed after a run, and the results folder a run writes.
+
+Results folder (complete or absent: built in a hidden temp sibling, renamed into place at the end):
+    config.yaml            resolved experiment config
+    requests.parquet       per-request table of every run, `run` column first (or .csv)
+    steps.parquet          per-step table of every run, `run` column first (or .csv)
+    summary.json           {run name: summary metrics} in run order (simulator.metrics.summarize)
+    timeline.json          Chrome trace JSON, one process per run (open in ui.perfetto.dev)
+    plots/*.png            experiments.plots.PLOT_FILES
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+from experiments.plots import PLOT_FILES, write_plots
+from simulator.timeline import to_chrome_trace, write_chrome_trace
+from traces.atomic import atomic_open, atomic_write_text
+
+RESULT_ENTRIES = frozenset(
+    {"config.yaml", "summary.json", "timeline.json", "plots",
+     "requests.parquet", "steps.parquet", "requests.csv", "steps.csv"}
+)
+TABLE_FORMATS = ("parquet", "csv")
+
+
+def _fmt(v, scale: float = 1.0, digits: int = 1, suffix: str = "") -> str:
+    """Number formatted for the table; None/NaN as an en dash."""
+    if v is None or v != v:
+        return "–"
+    return f"{v * scale:,.{digits}f}{suffix}"
+
+
+def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, title: str | None = None) -> Table:
+    """Rich table comparing runs: throughput, speedup vs `baseline`, TTFT/TPOT, E2E p50/p90/p99, acceptance, goodput."""
+    if baseline not in summary_by_run:
+        raise ValueError(f"baseline run {baseline!r} is not among the runs {list(summary_by_run)}")
+    base_thr = summary_by_run[baseline].get("throughput_tok_s")
+    base_tpot = summary_by_run[baseline].get("tpot_mean_s")
+    table = Table(title=title or f"draftsim: runs compared with {baseline}", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    headers = (
+        ("run", "left"), ("tok/s", "right"), (f"thrpt\nvs {baseline}", "right"), (f"TPOT\nvs {baseline}", "right"),
+        ("TTFT ms\np50/p99", "right"), ("TPOT ms\np50/p99", "right"),
+        ("E2E s\np50", "right"), ("E2E s\np90", "right"), ("E2E s\np99", "right"),
+        ("accept\nlength", "right"), ("goodput\nreq/s (SLO%)", "right"),
+    )
+    run_width = min(max(len(r) for r in summary_by_run), 28)
+    for name, justify in headers:
+        table.add_column(name, justify=justify, no_wrap=True, min_width=run_width if name == "run" else None)
+    for run, s in summary_by_run.items():
+        thr = s.get("throughput_tok_s")
+        speedup = thr / base_thr if thr is not None and base_thr else None
+        tpot = s.get("tpot_mean_s")
+        tpot_speedup = base_tpot / tpot if tpot and base_tpot else None  # per-token latency gain
+        table.add_row(
+            run,
+            _fmt(thr, digits=0),
+            _fmt(speedup, digits=2, suffix="x"),
+            _fmt(tpot_speedup, digits=2, suffix="x"),
+            f"{_fmt(s.get('ttft_p50_s'), 1e3)}/{_fmt(s.get('ttft_p99_s'), 1e3)}",
+            f"{_fmt(s.get('tpot_p50_s'), 1e3, 2)}/{_fmt(s.get('tpot_p99_s'), 1e3, 2)}",
+            _fmt(s.get("e2e_p50_s"), digits=2), _fmt(s.get("e2e_p90_s"), digits=2), _fmt(s.get("e2e_p99_s"), digits=2),
+            _fmt(s.get("mean_acceptance_length"), digits=2),
+            f"{_fmt(s.get('goodput_req_s'), digits=2)} ({_fmt(s.get('goodput_fraction'), 100, 0, '%')})",
+            style="bold" if run == baseline else None,
+        )
+    return table
+
+
+def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, console: Console | None = None, *,
+                     title: str | None = None) -> None:
+    """Print the comparison table to the terminal (or the given console); widened when not a terminal (logs)."""
+    console = console or Console()
+    table = comparison_table(summary_by_run, baseline, title=title)
+    if not console.is_terminal:
+        natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+        console.width = max(console.width, natural)
+    console.print(table)
+
+
+def summary_json(summary_by_run: Mapping[str, Mapping]) -> str:
+    """Deterministic JSON text of the per-run summaries (run order and key order kept; NaN is refused)."""
+    return json.dumps({r: dict(s) for r, s in summary_by_run.items()}, indent=2, allow_nan=False) + "\n"
+
+
+def _with_run_column(df: pd.DataFrame, run: str, table: str) -> pd.DataFrame:
+    """Copy of a table with `run` as its first column; an existing `run` column must already say `run`."""
+    if "run" in df.columns:
+        other = set(df["run"].astype(str)) - {run}
+        if other:
+            raise ValueError(f"{table} table of run {run!r} has rows of other run(s) {sorted(other)}")
+        df = df.drop(columns="run")
+    out = df.reset_index(drop=True).copy()
+    out.insert(0, "run", pd.Series([run] * len(out), dtype=object))
+    return out
+
+
+def _write_table(df: pd.DataFrame, path: Path, fmt: str) -> None:
+    """One table as Parquet or CSV, atomically."""
+    if fmt == "parquet":
+        with atomic_open(path, "wb") as f:
+            df.to_parquet(f, index=False, engine="pyarrow")
+    else:
+        with atomic_open(path, "w") as f:
+            df.to_csv(f, index=False, lineterminator="\n")
+
+
+def _check_target(out: Path) -> None:
+    """Refuse to replace anything but a previous results folder (never a user's folder with other files)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"results folder {out}: exists and is not a folder")
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in RESULT_ENTRIES)
+        if foreign:
+            raise ValueError(
+                f"results folder {out}: exists and holds files a results folder does not ({foreign[:5]}); "
+                "refusing to replace it; choose another --out"
+            )
+
+
+def write_results_folder(
+    out_dir: str | os.PathLike,
+    *,
+    config_dict: Mapping,
+    runs: Mapping[str, tuple[pd.DataFrame, pd.DataFrame, Mapping]],
+    timeline: bool | dict = True,
+    plots: bool = True,
+    table_format: str = "parquet",
+) -> Path:
+    """Write the results folder for `runs` ({name: (requests_df, steps_df, summary)}); returns its path.
+
+    `timeline`: True builds the Chrome trace from the step tables, a dict is written as given, False
+    skips it. An existing results folder at `out_dir` is replaced; the new one appears whole or not at all.
+    """
+    if table_format not in TABLE_FORMATS:
+        raise ValueError(f"table_format: expected one of {TABLE_FORMATS}, got {table_format!r}")
+    if not runs:
+        raise ValueError("write_results_folder: no runs to write")
+    out = Path(out_dir).resolve()
+    _check_target(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    config_text = yaml.safe_dump(dict(config_dict), sort_keys=False, allow_unicode=True)
+    requests = pd.concat([_with_run_column(r, n, "requests") for n, (r, _, _) in runs.items()], ignore_index=True)
+    steps = pd.concat([_with_run_column(s, n, "steps") for n, (_, s, _) in runs.items()], ignore_index=True)
+    summaries = {n: summ for n, (_, _, summ) in runs.items()}
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        atomic_write_text(tmp / "config.yaml", config_text)
+        _write_table(requests, tmp / f"requests.{table_format}", table_format)
+        _write_table(steps, tmp / f"steps.{table_format}", table_format)
+        atomic_write_text(tmp / "summary.json", summary_json(summaries))
+        if timeline is True:
+            write_chrome_trace(tmp / "timeline.json", trace=to_chrome_trace(steps, process_name=out.name))
+        elif isinstance(timeline, dict):
+            write_chrome_trace(tmp / "timeline.json", trace=timeline)
+        if plots:
+            write_plots(
+                tmp / "plots",
+                {n: r for n, (r, _, _) in runs.items()},
+                {n: s for n, (_, s, _) in runs.items()},
+                summaries,
+            )
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    """Rename the finished temp folder to `out`, moving a previous results folder aside and deleting it."""
+    # mkdtemp and the atomic writes create owner-only modes; results are meant to be shared.
+    for p in [tmp, *tmp.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    if out.exists():
+        _check_target(out)
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.rmdir(old)
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
+
+
+__all__ = [
+    "PLOT_FILES", "RESULT_ENTRIES", "comparison_table", "print_comparison", "summary_json", "write_results_folder",
+]

@@ -1,0 +1,69 @@
+"""Oracle best drafter per position: each drafter's oracle k, priced honestly, plus a switching cost.
+
+At each position every drafter would emit 1 + its oracle k tokens; the oracle takes the option
+(or plain decoding) with the most tokens per second. Time comes from `view.step_time_estimate`
+(the batch's step time if all used that drafter and k); without it, from `cost_ratios`
+(step time = 1 + ratio of the drafter, in target steps; 0 when not given). Changing drafter
+within a request adds `switch_cost_s` (in the same unit as the step time).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from policies.base import Choice, RequestView
+from oracle.ground_truth import GroundTruthPolicy, oracle_k
+
+
+class OracleBestDrafterPolicy(GroundTruthPolicy):
+    """Per position, the drafter (and its oracle k) with the most emitted tokens per unit time."""
+
+    name = "oracle-best-drafter"
+    description = "ORACLE: per position, the drafter with most tokens per unit time at its oracle k (+ switch cost)."
+
+    def __init__(self, drafters: Sequence[str], k_max: int | None = None, switch_cost_s: float = 0.0,
+                 cost_ratios: Mapping[str, float] | None = None):
+        super().__init__()
+        if isinstance(drafters, str) or not drafters:
+            raise ValueError(f"policy {self.name!r}: drafters must be a non-empty list, got {drafters!r}")
+        if switch_cost_s < 0:
+            raise ValueError(f"policy {self.name!r}: switch_cost_s must be >= 0, got {switch_cost_s}")
+        self.drafters = tuple(str(d) for d in drafters)
+        self.k_max = None if k_max is None else int(k_max)
+        self.switch_cost_s = float(switch_cost_s)
+        self.cost_ratios = {d: float((cost_ratios or {}).get(d, 0.0)) for d in self.drafters}
+        self._last: dict[str, str] = {}
+
+    def finish_request(self, request_id: str) -> None:
+        self._last.pop(request_id, None)
+
+    def _time(self, view: RequestView, drafter: str | None, k: int) -> float:
+        if view.step_time_estimate is not None:
+            t = view.step_time_estimate(drafter if k > 0 else None, k)
+        else:
+            t = 1.0 + (self.cost_ratios[drafter] if drafter is not None and k > 0 else 0.0)
+        last = self._last.get(view.request_id)
+        if drafter is not None and k > 0 and last is not None and drafter != last:
+            t += self.switch_cost_s
+        return t
+
+    def candidates(self, view: RequestView) -> list[tuple[str, int]]:
+        """(drafter, oracle k) for every drafter at this position."""
+        return [(d, oracle_k(self.drafter_trace(view.request_id, d), view.position, self.k_max))
+                for d in self.drafters]
+
+    def pick(self, view: RequestView, options: list[tuple[str, int]]) -> tuple[str | None, int]:
+        """The option with the most tokens per unit time; plain decoding when nothing is accepted."""
+        best, best_rate = (None, 0), 1.0 / self._time(view, None, 0)
+        for d, k in options:
+            if k <= 0:
+                continue
+            rate = (1 + k) / self._time(view, d, k)
+            if rate > best_rate:
+                best, best_rate = (d, k), rate
+        return best
+
+    def choose(self, view: RequestView) -> Choice:
+        d, k = self.pick(view, self.candidates(view))
+        if d is not None:
+            self._last[view.request_id] = d
+        return Choice(d, k)

@@ -1,0 +1,105 @@
+"""Base for drafter-choice bandits: one arm per drafter, fixed k, BE or BD reward, per-request or shared state.
+
+MetaSD: each SD round one drafter proposes k tokens; its reward is block efficiency
+(`be` = accepted / k) or block divergence (`bd` = mean 1 - TV over the drafted positions).
+Scope `request` resets the statistics when a request starts (MetaSD's per-query bandit);
+`shared` keeps one set of statistics across all requests of the server.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from policies.base import Choice, Feedback, Policy, RequestView
+from traces.sampled_acceptance import REWARDS, reward_bd, reward_be
+
+SCOPES = ("request", "shared")
+_SHARED = "\x00shared"
+
+
+class BanditPolicy(Policy):
+    """Subclasses define `_new_state()`, `_select(state) -> arm` and `_update(state, arm, reward)`."""
+
+    default_reward = "be"
+
+    def __init__(self, drafters: Sequence[str], k: int = 3, reward: str | None = None,
+                 scope: str = "request", seed: int = 0):
+        if isinstance(drafters, str) or not drafters:
+            raise ValueError(f"policy {self.name!r}: drafters must be a non-empty list of drafter names, "
+                             f"got {drafters!r}")
+        if len(set(drafters)) != len(drafters):
+            raise ValueError(f"policy {self.name!r}: drafters has duplicates: {list(drafters)}")
+        if int(k) < 1:
+            raise ValueError(f"policy {self.name!r}: k must be >= 1, got {k}")
+        reward = self.default_reward if reward is None else reward
+        if reward not in REWARDS:
+            raise ValueError(f"policy {self.name!r}: reward must be one of {REWARDS}, got {reward!r}")
+        if scope not in SCOPES:
+            raise ValueError(f"policy {self.name!r}: scope must be one of {SCOPES}, got {scope!r}")
+        self.drafters = tuple(str(d) for d in drafters)
+        self.k = int(k)
+        self.reward = reward
+        self.scope = scope
+        self.rng = np.random.default_rng(seed)
+        self._index = {d: i for i, d in enumerate(self.drafters)}
+        self._states: dict[str, Any] = {}
+
+    @property
+    def num_arms(self) -> int:
+        return len(self.drafters)
+
+    @property
+    def needs_tv(self) -> bool:
+        """True when the reward is BD: the run must refuse a trace without tv."""
+        return self.reward == "bd"
+
+    # -- state per scope
+    def _key(self, request_id: str) -> str:
+        return request_id if self.scope == "request" else _SHARED
+
+    def _state(self, request_id: str) -> Any:
+        key = self._key(request_id)
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = self._new_state()
+        return state
+
+    def start_request(self, request_id: str) -> None:
+        if self.scope == "request":
+            self._states[request_id] = self._new_state()
+
+    def finish_request(self, request_id: str) -> None:
+        if self.scope == "request":
+            self._states.pop(request_id, None)
+
+    # -- Policy interface
+    def choose(self, view: RequestView) -> Choice:
+        arm = int(self._select(self._state(view.request_id)))
+        return Choice(self.drafters[arm], self.k)
+
+    def observe(self, feedback: Feedback) -> None:
+        if feedback.drafter is None or feedback.proposed <= 0:
+            return
+        arm = self._index.get(feedback.drafter)
+        if arm is None:
+            raise ValueError(f"policy {self.name!r} got feedback for drafter {feedback.drafter!r}, "
+                             f"which is not one of its arms {list(self.drafters)}")
+        r = reward_bd(feedback.tv) if self.reward == "bd" else reward_be(feedback.accepted, feedback.proposed)
+        self._update(self._state(feedback.request_id), arm, float(r))
+
+    # -- to implement
+    def _new_state(self) -> Any:
+        raise NotImplementedError
+
+    def _select(self, state: Any) -> int:
+        raise NotImplementedError
+
+    def _update(self, state: Any, arm: int, reward: float) -> None:
+        raise NotImplementedError
+
+
+def first_unplayed(counts: np.ndarray) -> int | None:
+    """Index of the first arm never played (every arm is tried once before any index is trusted)."""
+    zero = np.flatnonzero(counts <= 0)
+    return int(zero[0]) if zero.size else None

@@ -1,0 +1,94 @@
+"""Online n-gram/EAGLE combination using only what a server knows at that moment.
+
+Server-visible inputs: the prompt-lookup match length `view.proposal_len[ngram]` (known before
+drafting; absent when the trace does not say) and each drafter's recent acceptance on this
+request. `combine-match` uses n-gram whenever it has a match of at least `min_match` tokens;
+`combine-adaptive` compares expected tokens per unit time of the two, Leviathan's formula on the
+running acceptance estimates, priced by `view.step_time_estimate` (or by cost ratios without it).
+"""
+from __future__ import annotations
+
+from policies.acceptance_estimate import AcceptanceEstimate, check_estimate_params
+from policies.base import Choice, Feedback, Policy, RequestView
+from policies.expected_tokens import expected_tokens
+
+
+class CombineMatchPolicy(Policy):
+    """n-gram when prompt lookup has a match of >= min_match tokens, else EAGLE."""
+
+    name = "combine-match"
+    description = "n-gram when prompt lookup has a match (>= min_match tokens), else EAGLE; server-visible only."
+
+    def __init__(self, ngram: str = "ngram", eagle: str = "eagle3", k_ngram: int = 5, k_eagle: int = 3,
+                 min_match: int = 1):
+        if k_ngram < 1 or k_eagle < 1 or min_match < 1:
+            raise ValueError(f"policy {self.name!r}: k_ngram, k_eagle and min_match must be >= 1")
+        self.ngram, self.eagle = str(ngram), str(eagle)
+        self.k_ngram, self.k_eagle, self.min_match = int(k_ngram), int(k_eagle), int(min_match)
+
+    def choose(self, view: RequestView) -> Choice:
+        match = view.proposal_len.get(self.ngram)
+        if match is None:
+            raise ValueError(f"policy {self.name!r} needs the n-gram match length (proposal_len of drafter "
+                             f"{self.ngram!r}), which this trace does not provide; use combine-adaptive")
+        if match >= self.min_match:
+            return Choice(self.ngram, min(self.k_ngram, int(match)))
+        return Choice(self.eagle, self.k_eagle)
+
+
+class CombineAdaptivePolicy(Policy):
+    """Per step, the drafter with more expected tokens per unit time from recent acceptance and the match length."""
+
+    name = "combine-adaptive"
+    description = ("n-gram or EAGLE per step by expected tokens / step time (recent acceptance of each, "
+                   "match length, step-time estimate); server-visible only.")
+
+    def __init__(self, ngram: str = "ngram", eagle: str = "eagle3", k_ngram: int = 5, k_eagle: int = 3,
+                 prior_ngram: float = 0.5, prior_eagle: float = 0.6, prior_weight: float = 2.0,
+                 decay: float = 0.9, ngram_cost_ratio: float = 0.006, eagle_cost_ratio: float = 0.3):
+        where = f"policy {self.name!r}"
+        for p in (prior_ngram, prior_eagle):
+            check_estimate_params(p, prior_weight, decay, where)
+        if k_ngram < 1 or k_eagle < 1:
+            raise ValueError(f"{where}: k_ngram and k_eagle must be >= 1")
+        if ngram_cost_ratio < 0 or eagle_cost_ratio < 0:
+            raise ValueError(f"{where}: cost ratios must be >= 0")
+        self.ngram, self.eagle = str(ngram), str(eagle)
+        self.k_ngram, self.k_eagle = int(k_ngram), int(k_eagle)
+        self.priors = {self.ngram: float(prior_ngram), self.eagle: float(prior_eagle)}
+        self.prior_weight, self.decay = float(prior_weight), float(decay)
+        self.cost_ratio = {self.ngram: float(ngram_cost_ratio), self.eagle: float(eagle_cost_ratio)}
+        self._est: dict[str, dict[str, AcceptanceEstimate]] = {}
+
+    def _estimates(self, request_id: str) -> dict[str, AcceptanceEstimate]:
+        est = self._est.get(request_id)
+        if est is None:
+            est = self._est[request_id] = {d: AcceptanceEstimate(p, self.prior_weight, self.decay)
+                                           for d, p in self.priors.items()}
+        return est
+
+    def start_request(self, request_id: str) -> None:
+        self._est.pop(request_id, None)
+
+    def finish_request(self, request_id: str) -> None:
+        self._est.pop(request_id, None)
+
+    def choose(self, view: RequestView) -> Choice:
+        est = self._estimates(view.request_id)
+        match = view.proposal_len.get(self.ngram)
+        k_n = self.k_ngram if match is None else min(self.k_ngram, int(match))
+        options = [(self.eagle, self.k_eagle)] + ([(self.ngram, k_n)] if k_n > 0 else [])
+        best, best_rate = None, -1.0
+        for d, k in options:
+            if view.step_time_estimate is not None:
+                t = view.step_time_estimate(d, k)
+            else:
+                t = 1.0 + self.cost_ratio[d]
+            rate = expected_tokens(est[d].value, k) / t
+            if rate > best_rate:
+                best, best_rate = (d, k), rate
+        return Choice(*best)
+
+    def observe(self, feedback: Feedback) -> None:
+        if feedback.drafter in self.priors:
+            self._estimates(feedback.request_id)[feedback.drafter].update(feedback.accepted, feedback.proposed)

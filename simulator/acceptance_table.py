@@ -1,0 +1,49 @@
+"""Acceptance traces flattened per drafter, so a step looks up a whole batch with one gather."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from traces.bundle import RequestTrace
+
+
+@dataclass
+class AcceptanceTable:
+    """Per drafter: acc_len (and tv, proposal_len) of every trace concatenated; `offsets[t]` starts trace t."""
+
+    drafters: tuple[str, ...]
+    trace_ids: tuple[str, ...]
+    offsets: np.ndarray  # int64, len = traces + 1
+    acc_len: dict[str, np.ndarray]
+    tv: dict[str, np.ndarray]  # only drafters whose traces all carry tv
+    proposal_len: dict[str, np.ndarray]  # only drafters whose traces all carry proposal_len
+
+    @classmethod
+    def from_traces(cls, traces: list[RequestTrace], drafters: list[str] | tuple[str, ...]) -> "AcceptanceTable":
+        lengths = np.array([r.output_len for r in traces], dtype=np.int64)
+        offsets = np.zeros(len(traces) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        acc, tv, prop = {}, {}, {}
+        for d in drafters:
+            acc[d] = np.concatenate([r.drafters[d].acc_len for r in traces]).astype(np.int32)
+            if all(r.drafters[d].tv is not None for r in traces):
+                tv[d] = np.concatenate([r.drafters[d].tv for r in traces]).astype(np.float32)
+            if all(r.drafters[d].proposal_len is not None for r in traces):
+                prop[d] = np.concatenate([r.drafters[d].proposal_len for r in traces]).astype(np.int32)
+        return cls(tuple(drafters), tuple(r.id for r in traces), offsets, acc, tv, prop)
+
+    def flat_index(self, trace_idx: np.ndarray, position: np.ndarray) -> np.ndarray:
+        """Flat positions, clipped into each trace (positions past the end reuse the last entry)."""
+        last = self.offsets[trace_idx + 1] - 1
+        return np.minimum(self.offsets[trace_idx] + position, last)
+
+    def tv_window(self, drafter: str, trace_idx: np.ndarray, position: np.ndarray, width: int) -> np.ndarray:
+        """TV at positions p .. p+width-1 of each request (NaN past the trace's end), shape (n, width)."""
+        tv = self.tv[drafter]
+        cols = position[:, None] + np.arange(width)[None, :]
+        end = (self.offsets[trace_idx + 1] - self.offsets[trace_idx])[:, None]
+        flat = np.minimum(self.offsets[trace_idx][:, None] + cols, len(tv) - 1)
+        out = tv[flat].astype(np.float64)
+        out[cols >= end] = np.nan
+        return out

@@ -1,0 +1,88 @@
+"""Typed, validated configuration of one simulated server and one run mode on it."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from simulator.draft_cost import DraftCost, draft_cost_from_config
+from simulator.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PSDConfig(_Strict):
+    """MineDraft two-batch settings."""
+
+    sub_batch_max_num_seqs: int | None = Field(None, ge=1, description="m; PSD admits 2m (default: server max_num_seqs)")
+    sync_s: float = Field(0.0, ge=0, description="cost of the sync point at the end of every step")
+    defer_kv: bool = Field(True, description="draft-only sub-batch reserves no KV slots for verification it has not done")
+
+
+class ServerConfig(_Strict):
+    """One serving instance: cost profile, batching limits and KV memory."""
+
+    target_profile: str | dict[str, Any] = Field(description="built-in profile name, file, or inline profile")
+    step_overhead_s: float = Field(0.0, ge=0, description="fixed scheduler/sampler overhead per step")
+    max_num_seqs: int = Field(64, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    block_size: int = Field(16, ge=1)
+    kv_capacity_tokens: int | None = Field(None, ge=1, description="KV pool size in tokens; or give deployment")
+    deployment: dict[str, Any] | None = Field(None, description="GPU placement; KV capacity from the catalogs")
+    chunked_prefill: bool = False
+    temperature: float = Field(0.0, ge=0, le=10)
+    num_target_gpus: int = Field(1, ge=1, description="GPUs of the target (for per-GPU figures)")
+    num_draft_gpus: int = Field(0, ge=0, description="dedicated draft GPUs (PSD uses 1)")
+
+    @model_validator(mode="after")
+    def _capacity_given(self) -> "ServerConfig":
+        if self.kv_capacity_tokens is None and self.deployment is None:
+            raise ValueError("give kv_capacity_tokens or deployment (KV capacity from the catalogs)")
+        return self
+
+    def target(self) -> LatencyProfile:
+        """Resolve the target's latency profile."""
+        if isinstance(self.target_profile, dict):
+            doc = dict(self.target_profile)
+            doc.setdefault("name", "inline")
+            if doc.get("kind") == "roofline":
+                from simulator.roofline import roofline_from_config  # catalog-based, optional module
+
+                return roofline_from_config(doc)
+            doc.setdefault("provenance", {"source": "config"})
+            return profile_from_dict(doc, "server.target_profile")
+        return resolve_profile(self.target_profile)
+
+
+class RunSpec(_Strict):
+    """One simulated configuration to compare: mode, policy, and server overrides."""
+
+    name: str = Field(min_length=1)
+    mode: Literal["ar", "sd", "psd"]
+    policy: dict[str, Any] | None = None
+    switch_cost_s: float = Field(0.0, ge=0, description="drafter catch-up cost when a request changes drafter")
+    psd: PSDConfig | None = None
+    server: dict[str, Any] = Field(default_factory=dict, description="overrides of the experiment's server")
+
+    @model_validator(mode="after")
+    def _mode_rules(self) -> "RunSpec":
+        if self.mode in ("sd", "psd") and not self.policy:
+            raise ValueError(f"run {self.name!r}: mode {self.mode!r} needs a policy, "
+                             "e.g. {name: fixed, drafter: eagle3, k: 3}")
+        if self.mode != "psd" and self.psd is not None:
+            raise ValueError(f"run {self.name!r}: 'psd' settings only apply to mode psd")
+        return self
+
+
+def constant_profile(seconds: float, name: str = "constant") -> LinearProfile:
+    """A profile whose every step costs `seconds` (bounds experiments, tests)."""
+    return LinearProfile(name=name, coefficients={"const": seconds}, provenance=Provenance("config"))
+
+
+def build_draft_costs(doc: dict[str, Any]) -> dict[str, DraftCost]:
+    """Drafter name -> DraftCost from the experiment's `drafters` mapping."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"drafters: expected a mapping of drafter name -> cost, got {doc!r}")
+    return {name: draft_cost_from_config(spec, where=f"drafters.{name}") for name, spec in doc.items()}

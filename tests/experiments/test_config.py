@@ -1,0 +1,79 @@
+"""Experiment config validation: every bad key is named with its file."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from experiments.config import ConfigError, apply_overrides, builtin_configs, load_config
+
+
+def _doc(**extra):
+    doc = yaml.safe_load(builtin_configs()["default"].read_text())
+    doc.update(extra)
+    return doc
+
+
+def _write(tmp_path, doc):
+    p = tmp_path / "exp.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def test_builtin_default_config_validates():
+    cfg = load_config("default")
+    assert cfg.baseline_run == "AR"
+    assert [r.mode for r in cfg.runs].count("sd") == 6
+
+
+def test_unknown_top_level_key_names_file_and_key(tmp_path):
+    p = _write(tmp_path, _doc(worklaod={}))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(p) in str(e.value) and "worklaod: unknown key" in str(e.value)
+
+
+def test_wrong_type_and_range_name_the_nested_key(tmp_path):
+    doc = _doc()
+    doc["server"]["max_num_seqs"] = 0
+    doc["runs"][1]["mode"] = "turbo"
+    p = _write(tmp_path, doc)
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert "server.max_num_seqs" in msg and "runs.1.mode" in msg
+
+
+def test_sd_run_without_policy_is_refused(tmp_path):
+    doc = _doc()
+    doc["runs"].append({"name": "bad", "mode": "sd"})
+    with pytest.raises(ConfigError, match="needs a policy"):
+        load_config(_write(tmp_path, doc))
+
+
+def test_duplicate_run_names_and_unknown_baseline_are_refused():
+    doc = _doc()
+    doc["runs"].append(dict(doc["runs"][0]))
+    with pytest.raises(ConfigError, match="repeated"):
+        load_config(doc)
+    with pytest.raises(ConfigError, match="baseline"):
+        load_config(_doc(baseline="nope"))
+
+
+def test_set_overrides_nested_keys_and_list_items_and_seed():
+    cfg = load_config("default", ["workload.arrival.rate=12.5", "runs.1.policy.k=4", "server.chunked_prefill=true"],
+                      seed=9)
+    assert cfg.workload["arrival"]["rate"] == 12.5
+    assert cfg.runs[1].policy["k"] == 4
+    assert cfg.server.chunked_prefill is True and cfg.seed == 9
+
+
+def test_bad_set_expressions_are_clear():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        apply_overrides({}, ["novalue"])
+    with pytest.raises(ConfigError, match="out of range"):
+        apply_overrides({"runs": [1]}, ["runs.5.k=1"])
+
+
+def test_missing_config_file_is_clear(tmp_path):
+    with pytest.raises(ConfigError, match="no such config"):
+        load_config(tmp_path / "nope.yaml")

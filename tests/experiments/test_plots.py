@@ -1,0 +1,62 @@
+"""Plots: every PNG is written and decodable, the acceptance plot only when a run drafted, binned means are right."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from experiments.plots import (
+    PLOT_FILES,
+    binned_time_mean,
+    plot_acceptance_lengths,
+    plot_batch_and_kv,
+    plot_latency_cdfs,
+    plot_throughput_latency,
+    write_plots,
+)
+from tests.experiments.test_report import make_run
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {"AR": make_run(3, 0), "eagle3-k2": make_run(3, 2), "psd-eagle3-k2": make_run(3, 2, psd=True)}
+
+
+def split(runs):
+    return ({n: r for n, (r, _, _) in runs.items()}, {n: s for n, (_, s, _) in runs.items()},
+            {n: m for n, (_, _, m) in runs.items()})
+
+
+def test_write_plots_makes_every_png(tmp_path, runs):
+    written = write_plots(tmp_path / "plots", *split(runs))
+    assert sorted(p.name for p in written) == sorted(PLOT_FILES)
+    for p in written:
+        img = imread(p)
+        assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 600
+        assert img[..., :3].std() > 0.01  # something was drawn, not a blank canvas
+
+
+def test_acceptance_plot_skipped_without_drafting(tmp_path, runs):
+    reqs, steps, summ = split({"AR": runs["AR"]})
+    assert plot_acceptance_lengths(reqs, tmp_path / "acc.png") is None
+    assert not (tmp_path / "acc.png").exists()
+    assert sorted(p.name for p in write_plots(tmp_path, reqs, steps, summ)) == sorted(
+        set(PLOT_FILES) - {"acceptance_length.png"})
+
+
+def test_plots_survive_runs_without_finished_requests(tmp_path, runs):
+    r, s, summ = runs["AR"]
+    empty = r.iloc[0:0]
+    plot_latency_cdfs({"AR": r, "none": empty}, tmp_path / "cdf.png")
+    plot_throughput_latency({"AR": summ, "none": {"throughput_tok_s": None, "e2e_p50_s": None}}, tmp_path / "t.png")
+    plot_batch_and_kv({"AR": s, "none": s.iloc[0:0]}, tmp_path / "kv.png")
+    assert all((tmp_path / n).stat().st_size > 0 for n in ("cdf.png", "t.png", "kv.png"))
+
+
+def test_binned_time_mean_weights_by_duration():
+    edges = np.array([0.0, 2.0, 4.0])
+    # Bin 0: [0,1] value 2 and [1,1.5] value 8 -> (2*1 + 8*.5) / 1.5 = 4; bin 1: [2,4] value 5; midpoints decide.
+    got = binned_time_mean(np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.5, 4.0]), np.array([2, 8, 5]), edges)
+    assert got.tolist() == [4.0, 5.0]
+    empty = binned_time_mean(np.array([0.0]), np.array([1.0]), np.array([3]), edges)
+    assert empty[0] == 3.0 and np.isnan(empty[1])

@@ -1,0 +1,65 @@
+"""Adaptive k: Leviathan expected tokens over estimated step time, from running acceptance."""
+import numpy as np
+import pytest
+
+from policies.adaptive_k import AdaptiveKPolicy
+from policies.base import BatchView, Feedback, RequestView
+from policies.expected_tokens import expected_tokens
+
+
+def test_expected_tokens_textbook_values():
+    assert expected_tokens(0.8, 5) == pytest.approx((1 - 0.8 ** 6) / 0.2)
+    assert expected_tokens(1.0, 4) == pytest.approx(5.0)
+    assert expected_tokens(0.3, 0) == pytest.approx(1.0)
+    assert expected_tokens(0.0, 3) == pytest.approx(1.0)
+
+
+def feed(pol, rid, accepted, proposed, n):
+    for t in range(n):
+        pol.observe(Feedback(rid, t, "d", proposed, proposed=proposed, accepted=accepted))
+
+
+def test_high_acceptance_cheap_drafts_gives_large_k_low_gives_none():
+    pol = AdaptiveKPolicy("d", k_max=8, draft_cost_ratio=0.1)
+    pol.start_request("good")
+    pol.start_request("bad")
+    feed(pol, "good", 4, 4, 30)   # every token accepted
+    feed(pol, "bad", 0, 4, 30)    # nothing accepted
+    assert pol.choose(RequestView("good", 0, 1)).k == 8
+    c = pol.choose(RequestView("bad", 0, 1))
+    assert c.k == 0 and c.drafter is None
+
+
+def test_k_falls_when_step_time_grows_with_k():
+    pol = AdaptiveKPolicy("d", k_max=8)
+    pol.start_request("r")
+    feed(pol, "r", 2, 4, 30)  # acceptance about 2/3
+    cheap = pol.choose(RequestView("r", 0, 1, step_time_estimate=lambda d, k: 1.0 + 0.01 * k)).k
+    dear = pol.choose(RequestView("r", 0, 64, step_time_estimate=lambda d, k: 1.0 + 0.5 * k)).k
+    assert cheap > dear >= 0
+    a = pol._estimate("r").value
+    rates = [expected_tokens(a, k) / (1.0 + 0.5 * k) for k in range(9)]
+    assert dear == int(np.argmax(rates))
+
+
+def test_batch_choice_equals_per_request_choice_and_respects_proposal_cap():
+    pol = AdaptiveKPolicy("d", k_max=6, draft_cost_ratio=0.0)
+    for rid in ("a", "b"):
+        pol.start_request(rid)
+    feed(pol, "a", 3, 3, 20)
+    est = lambda d, k: 1.0 + 0.02 * k  # noqa: E731
+    view = BatchView(0.0, ("d",), ["a", "b"], np.array([0, 0]), [None, None],
+                     proposal_len={"d": np.array([2, 6])}, step_time_estimate=est)
+    d, k = pol.choose_batch(view)
+    singles = [pol.choose(view.request(i)).k for i in range(2)]
+    assert k.tolist() == singles
+    assert k[0] <= 2
+
+
+def test_bad_parameters():
+    with pytest.raises(ValueError, match="prior"):
+        AdaptiveKPolicy("d", prior=1.5)
+    with pytest.raises(ValueError, match="k_max"):
+        AdaptiveKPolicy("d", k_max=0)
+    with pytest.raises(ValueError, match="decay"):
+        AdaptiveKPolicy("d", decay=0)

@@ -1,0 +1,212 @@
+"""Engine invariants (DESIGN "Testing standards") and PSD rules."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.base import Choice, FixedPolicy, Policy
+from simulator.draft_cost import DraftCost
+from simulator.server_config import PSDConfig, constant_profile
+from tests.simulator.engine_fixtures import iid_traces, linear, simulate, workload
+from traces.acceptance import emitted_tokens
+from traces.bundle import DrafterTrace, RequestTrace
+
+
+def _emitted_total(res) -> int:
+    s = res.steps
+    return int(s.loc[s.device == "target", "emitted_tokens"].sum())
+
+
+@pytest.mark.parametrize("mode", ["ar", "sd", "psd"])
+def test_no_request_lost_and_tokens_match_output(mode):
+    traces = iid_traces(40, seed=1)
+    wl = workload(traces, 120, rate=40.0)
+    res = simulate(traces, wl, mode=mode, k=3)
+    rq = res.requests
+    assert len(rq) == 120 and rq.request_id.is_unique
+    assert rq.finish_time.notna().all()
+    assert (rq.finish_time >= rq.first_token_time).all() and (rq.first_token_time > rq.arrival_time).all()
+    assert _emitted_total(res) == int(wl.output_len.sum())
+
+
+def test_preemption_never_loses_requests_and_kv_stays_in_bounds():
+    traces = iid_traces(30, seed=2, prompt=(100, 400), out=(100, 300))
+    wl = workload(traces, 60, rate=None)  # everyone at t=0
+    res = simulate(traces, wl, mode="sd", k=4, kv_tokens=4000, max_num_seqs=32)
+    rq = res.requests
+    assert rq.preemptions.sum() > 0, "the KV pool was meant to be too small to hold everyone"
+    assert rq.finish_time.notna().all()
+    assert _emitted_total(res) == int(wl.output_len.sum())
+    total = res.extras["kv_total_blocks"]
+    assert (res.steps.kv_blocks_used >= 0).all() and (res.steps.kv_blocks_used <= total).all()
+    assert res.extras["kv_peak_blocks"] <= total
+
+
+def test_sd_with_free_drafter_and_zero_acceptance_matches_ar():
+    # verify cost independent of query tokens, so drafting k tokens that are all rejected changes nothing
+    traces = iid_traces(25, seed=3, rate=0.0)
+    wl = workload(traces, 60, rate=30.0)
+    prof = linear(a_kv=1e-7, b_tok=0.0, const=4e-3)
+    ar = simulate(traces, wl, mode="ar", target=prof)
+    sd = simulate(traces, wl, mode="sd", k=3, target=prof)
+    np.testing.assert_allclose(sd.requests.finish_time, ar.requests.finish_time, rtol=1e-12)
+    np.testing.assert_allclose(sd.requests.ttft, ar.requests.ttft, rtol=1e-12)
+
+
+def test_ngram_without_match_proposes_nothing_and_costs_nothing():
+    rng = np.random.default_rng(0)
+    traces = []
+    for t in range(20):
+        o = int(rng.integers(20, 80))
+        traces.append(RequestTrace(f"t{t}", 50, o, {"ngram": DrafterTrace(
+            acc_len=rng.integers(1, 6, o).astype(np.int32), proposal_len=np.zeros(o, np.int32))}))
+    wl = workload(traces, 40, rate=20.0)
+    ar = simulate(traces, wl, mode="ar", drafters=("ngram",))
+    sd = simulate(traces, wl, mode="sd", k=5, drafter="ngram", drafters=("ngram",),
+                  draft=DraftCost("constant", seconds=1.0))
+    assert sd.requests.proposed_tokens.sum() == 0
+    np.testing.assert_allclose(sd.requests.finish_time, ar.requests.finish_time, rtol=1e-12)
+
+
+def _walk_steps(acc_len: np.ndarray, k: int) -> int:
+    """Decode steps one request needs alone: from position 0, each step emits by the replay rule."""
+    gen, steps, out = 1, 0, len(acc_len)
+    while gen < out:
+        gen += min(emitted_tokens(int(acc_len[gen - 1]), k), out - gen)
+        steps += 1
+    return steps
+
+
+@settings(max_examples=40, deadline=None)
+@given(acc=st.lists(st.integers(1, 9), min_size=1, max_size=60), k=st.integers(0, 8))
+def test_replay_rule_alone_matches_trace_walk(acc, k):
+    acc_arr = np.asarray(acc, dtype=np.int32)
+    traces = [RequestTrace("t0", 7, len(acc), {"d": DrafterTrace(acc_arr)})]
+    wl = workload(traces, 1, rate=None)
+    res = simulate(traces, wl, mode="sd" if k else "ar", k=max(k, 1) if k else 1)
+    expected = _walk_steps(acc_arr, k)
+    assert int(res.requests.decode_steps.iloc[0]) == expected
+    assert _emitted_total(res) == len(acc)
+
+
+def test_same_seed_same_result_different_seed_differs_for_random_workload():
+    traces = iid_traces(20, seed=4)
+    a = simulate(traces, workload(traces, 50, seed=7), mode="sd")
+    b = simulate(traces, workload(traces, 50, seed=7), mode="sd")
+    c = simulate(traces, workload(traces, 50, seed=8), mode="sd")
+    assert a.requests.equals(b.requests) and a.steps.equals(b.steps)
+    assert not a.requests.e2e.equals(c.requests.e2e)
+
+
+def _closed_loop_throughput(res) -> float:
+    rq = res.requests
+    return rq.output_len.sum() / (rq.finish_time.max() - rq.arrival_time.min())
+
+
+def test_psd_zero_draft_cost_equals_sd_zero_draft_cost():
+    traces = iid_traces(30, seed=5, out=(200, 400))
+    V = 0.01
+    wl_sd = workload(traces, 300, clients=8)
+    wl_psd = workload(traces, 300, clients=16)
+    sd = simulate(traces, wl_sd, mode="sd", target=constant_profile(V), max_num_seqs=8)
+    psd = simulate(traces, wl_psd, mode="psd", target=constant_profile(V), max_num_seqs=8,
+                   psd=PSDConfig(sub_batch_max_num_seqs=8))
+    assert _closed_loop_throughput(psd) == pytest.approx(_closed_loop_throughput(sd), rel=0.02)
+
+
+def test_psd_doubles_sd_throughput_when_draft_equals_verify():
+    traces = iid_traces(30, seed=6, out=(200, 400))
+    V = 0.01
+    cost = DraftCost("constant", seconds=V)
+    sd = simulate(traces, workload(traces, 400, clients=8), mode="sd", target=constant_profile(V), draft=cost,
+                  max_num_seqs=8)
+    psd = simulate(traces, workload(traces, 400, clients=16), mode="psd", target=constant_profile(V), draft=cost,
+                   max_num_seqs=8, psd=PSDConfig(sub_batch_max_num_seqs=8))
+    assert _closed_loop_throughput(psd) / _closed_loop_throughput(sd) == pytest.approx(2.0, rel=0.01)
+
+
+def test_psd_sub_batches_stay_balanced_and_tracks_overlap():
+    traces = iid_traces(30, seed=7, out=(100, 200))
+    res = simulate(traces, workload(traces, 200, clients=16), mode="psd", target=constant_profile(0.01),
+                   draft=DraftCost("constant", seconds=0.008), max_num_seqs=8, psd=PSDConfig(sub_batch_max_num_seqs=8))
+    s = res.steps
+    ver = s[(s.device == "target") & (s.phase == "verify")]
+    dr = s[s.device == "drafter"]
+    assert len(ver) and len(dr)
+    # in steady state the draft of one sub-batch overlaps the verify of the other
+    both = set(ver.step) & set(dr.step)
+    assert len(both) > 0.8 * len(ver)
+    merged = ver.merge(dr, on="step", suffixes=("_v", "_d"))
+    merged = merged[merged.sub_batch_d != -1]
+    assert (merged.sub_batch_v != merged.sub_batch_d).mean() > 0.9
+    sizes = ver.num_seqs.to_numpy()
+    assert np.median(sizes) == 8  # each verify handles one full sub-batch of m = 8
+
+
+def test_psd_falls_back_to_sequential_sd_with_one_request():
+    traces = iid_traces(1, seed=8, out=(50, 51))
+    res = simulate(traces, workload(traces, 1, rate=None), mode="psd", target=constant_profile(0.01),
+                   draft=DraftCost("constant", seconds=0.005), psd=PSDConfig())
+    # one request: the other sub-batch is always empty, so every decode step is draft then verify
+    assert res.extras["psd_fallback_steps"] == res.requests.decode_steps.iloc[0]
+    s = res.steps
+    ver = s[(s.device == "target") & (s.phase == "verify")]
+    assert np.allclose(ver.end - ver.start, 0.01) and np.allclose((ver.start - s[s.device == "drafter"].start.to_numpy()), 0.005)
+
+
+def test_psd_kv_deferral_lowers_peak_kv():
+    traces = iid_traces(40, seed=9, prompt=(20, 40), out=(200, 300))
+    wl = workload(traces, 64, rate=None)
+    kw = dict(mode="psd", k=8, target=constant_profile(0.01), draft=DraftCost("constant", seconds=0.01),
+              max_num_seqs=16, kv_tokens=10**6)
+    defer = simulate(traces, wl, psd=PSDConfig(defer_kv=True), **kw)
+    eager = simulate(traces, wl, psd=PSDConfig(defer_kv=False), **kw)
+    assert defer.extras["kv_peak_blocks"] < eager.extras["kv_peak_blocks"]
+
+
+class _Oracle(Policy):
+    name = "test-oracle"
+    reads_ground_truth = True
+
+    def bind_ground_truth(self, traces):
+        self.truth = traces
+
+    def choose(self, view):
+        acc = self.truth[view.request_id].drafters["d"].acc_len[view.position]
+        return Choice("d", int(acc) - 1) if acc > 1 else Choice(None, 0)
+
+
+def test_oracle_policy_is_bound_to_truth_and_refused_live():
+    traces = iid_traces(10, seed=10)
+    wl = workload(traces, 20, rate=20.0)
+    res = simulate(traces, wl, mode="sd", policy=_Oracle())
+    rq = res.requests
+    assert (rq.accepted_tokens == rq.proposed_tokens).all()  # an oracle proposes only what is accepted
+    from simulator.acceptance_table import AcceptanceTable
+    from simulator.engine import ServerSimulation
+    from simulator.server_config import RunSpec
+
+    with pytest.raises(ValueError, match="cannot run live"):
+        ServerSimulation(run=RunSpec(name="o", mode="sd", policy={"name": "x"}), target=linear(), workload=wl,
+                         table=AcceptanceTable.from_traces(traces, ["d"]), draft_costs={}, policy=_Oracle(),
+                         kv_capacity_tokens=10**6, max_num_seqs=8, max_num_batched_tokens=4096, traces=traces,
+                         live=True)
+
+
+def test_request_too_large_for_kv_is_a_clear_error():
+    traces = iid_traces(3, seed=11, prompt=(900, 1000))
+    with pytest.raises(ValueError, match="kv_capacity_tokens"):
+        simulate(traces, workload(traces, 3), kv_tokens=500)
+
+
+def test_chunked_prefill_splits_long_prompts_within_budget():
+    traces = iid_traces(10, seed=12, prompt=(3000, 5000), out=(20, 40))
+    wl = workload(traces, 10, rate=None)
+    with pytest.raises(ValueError, match="chunked_prefill"):
+        simulate(traces, wl, budget=1024)
+    res = simulate(traces, wl, budget=1024, chunked=True)
+    s = res.steps
+    assert (s.loc[s.device == "target", "batched_tokens"] <= 1024).all()
+    assert res.requests.finish_time.notna().all()

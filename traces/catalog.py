@@ -1,0 +1,270 @@
+"""Model and GPU catalogs: architecture and datasheet numbers, and the sizes derived from them.
+
+Catalog files are YAML mappings `name -> fields`; the built-in ones are
+`traces/data/catalog/models.yaml` and `gpus.yaml`. Loading validates every entry and fails with a
+`TraceFormatError` naming the file, the entry and the key. Derived quantities:
+
+- KV bytes per token = 2 (K and V) x layers x KV heads x head dim x dtype bytes (all layers counted as
+  full attention; a sliding-window layer would hold at most its window, see `kv_bytes_per_token`).
+- Weight bytes = stated parameter count x dtype bytes (all weights, shared embeddings counted once).
+- Matmul parameters per token = active parameters minus the input embedding when it is not tied
+  to the output head (an embedding lookup does no FLOPs); MoE models count only the routed experts.
+"""
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import MISSING, dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from traces.errors import TraceFormatError
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "int4": 0.5}
+GIB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model's architecture (from its config.json) and stated parameter counts."""
+
+    name: str
+    hf_id: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    params: float
+    dtype: str
+    source: str
+    tie_word_embeddings: bool = False
+    active_params: float | None = None
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    sliding_window: int = 0
+    full_attention_layers: int | None = None
+
+    @property
+    def dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def active(self) -> float:
+        """Parameters used per token (= params for dense models)."""
+        return self.active_params if self.active_params is not None else self.params
+
+    def kv_bytes_per_token(self, context_len: int | None = None) -> float:
+        """KV cache bytes one token occupies; with `context_len`, sliding-window layers hold at most their window."""
+        per_layer = 2 * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        if not self.sliding_window or context_len is None or self.full_attention_layers is None:
+            return self.num_layers * per_layer
+        sliding_layers = self.num_layers - self.full_attention_layers
+        share = min(1.0, self.sliding_window / max(context_len, 1))
+        return per_layer * (self.full_attention_layers + sliding_layers * share)
+
+    @property
+    def weight_bytes(self) -> float:
+        """All weights in memory (every expert of an MoE model)."""
+        return self.params * self.dtype_bytes
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def matmul_params_per_token(self) -> float:
+        """Active parameters that take part in a matmul for each token (the input lookup is free)."""
+        return self.active - (0 if self.tie_word_embeddings else self.embedding_params)
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters in all routed experts (0 for dense models)."""
+        return float(self.num_layers * self.num_experts * 3 * self.hidden_size * self.moe_intermediate_size)
+
+    def attention_flops_per_pair(self) -> float:
+        """FLOPs for one (query token, context token) pair over all layers: QK^T and AV, 2 FLOPs per MAC."""
+        return 4.0 * self.num_layers * self.num_heads * self.head_dim
+
+    def derived_params(self) -> float:
+        """Parameter count re-derived from the architecture (gated MLP, GQA attention, norms ignored)."""
+        h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        attn = h * q + 2 * h * kv + q * h
+        mlp = 3 * h * self.intermediate_size
+        if self.is_moe:
+            mlp += self.num_experts * 3 * h * self.moe_intermediate_size + h * self.num_experts
+        emb = self.embedding_params * (1 if self.tie_word_embeddings else 2)
+        return float(self.num_layers * (attn + mlp) + emb)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU type's datasheet numbers."""
+
+    name: str
+    memory_gb: float
+    bandwidth_gbps: float
+    bf16_tflops: float
+    link_gbps: float
+    link: str
+    source: str
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * 1e9
+
+    @property
+    def bandwidth_bytes_s(self) -> float:
+        return self.bandwidth_gbps * 1e9
+
+    @property
+    def flops(self) -> float:
+        return self.bf16_tflops * 1e12
+
+    @property
+    def link_bytes_s(self) -> float:
+        return self.link_gbps * 1e9
+
+
+# ------------------------------------------------------------------ loading
+
+
+def _schema(cls: type) -> dict[str, tuple[type, bool]]:
+    """key -> (python type, required) for a catalog dataclass, `name` excluded."""
+    types = {"int": int, "float": float, "str": str, "bool": bool, "float | None": float,
+             "int | None": int}
+    out = {}
+    for f in fields(cls):
+        if f.name == "name":
+            continue
+        required = f.default is MISSING and f.default_factory is MISSING
+        out[f.name] = (types[str(f.type)], required)
+    return out
+
+
+def _check_entry(cls: type, name: str, doc: Any, path: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise TraceFormatError(path, f"expected a mapping of fields, got {type(doc).__name__}", field=name)
+    schema = _schema(cls)
+    unknown = sorted(set(doc) - set(schema))
+    if unknown:
+        raise TraceFormatError(path, f"unknown key; expected some of {sorted(schema)}", field=f"{name}.{unknown[0]}")
+    missing = sorted(k for k, (_, req) in schema.items() if req and k not in doc)
+    if missing:
+        raise TraceFormatError(path, "required key is missing", field=f"{name}.{missing[0]}")
+    out: dict[str, Any] = {"name": name}
+    for key, value in doc.items():
+        typ, _ = schema[key]
+        where = f"{name}.{key}"
+        if value is None and not schema[key][1]:
+            continue
+        if typ is bool:
+            if not isinstance(value, bool):
+                raise TraceFormatError(path, f"expected true or false, got {value!r}", field=where)
+        elif typ is str:
+            if not isinstance(value, str) or not value:
+                raise TraceFormatError(path, f"expected a non-empty string, got {value!r}", field=where)
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TraceFormatError(path, f"expected a number, got {value!r}", field=where)
+            if typ is int and int(value) != value:
+                raise TraceFormatError(path, f"expected an integer, got {value!r}", field=where)
+            if value < 0:
+                raise TraceFormatError(path, f"expected a number >= 0, got {value!r}", field=where)
+            value = typ(value)
+        out[key] = value
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise TraceFormatError(str(path), "catalog file not found")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        line = getattr(getattr(e, "problem_mark", None), "line", None)
+        raise TraceFormatError(str(path), f"not valid YAML: {e}", line=None if line is None else line + 1) from e
+    if not isinstance(doc, dict) or not doc:
+        raise TraceFormatError(str(path), "expected a non-empty mapping of name -> fields at the top level")
+    return doc
+
+
+def load_models(path: str | Path) -> dict[str, ModelSpec]:
+    """Read and validate a model catalog file."""
+    path = Path(path)
+    out: dict[str, ModelSpec] = {}
+    for name, doc in _read_yaml(path).items():
+        name = str(name)
+        entry = _check_entry(ModelSpec, name, doc, str(path))
+        if entry["dtype"] not in DTYPE_BYTES:
+            raise TraceFormatError(str(path), f"expected one of {sorted(DTYPE_BYTES)}, got {entry['dtype']!r}",
+                                   field=f"{name}.dtype")
+        for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "params"):
+            if entry[key] <= 0:
+                raise TraceFormatError(str(path), "expected a number > 0", field=f"{name}.{key}")
+        if entry["num_heads"] % entry["num_kv_heads"]:
+            raise TraceFormatError(str(path), f"num_heads {entry['num_heads']} is not a multiple of num_kv_heads",
+                                   field=f"{name}.num_kv_heads")
+        experts = entry.get("num_experts", 0)
+        if experts and not (0 < entry.get("experts_per_token", 0) <= experts and entry.get("moe_intermediate_size")):
+            raise TraceFormatError(str(path), "an MoE model needs 0 < experts_per_token <= num_experts and "
+                                   "moe_intermediate_size > 0", field=f"{name}.experts_per_token")
+        if entry.get("active_params") is not None and entry["active_params"] > entry["params"]:
+            raise TraceFormatError(str(path), "active_params exceeds params", field=f"{name}.active_params")
+        out[name] = ModelSpec(**entry)
+    return out
+
+
+def load_gpus(path: str | Path) -> dict[str, GpuSpec]:
+    """Read and validate a GPU catalog file."""
+    path = Path(path)
+    out: dict[str, GpuSpec] = {}
+    for name, doc in _read_yaml(path).items():
+        name = str(name)
+        entry = _check_entry(GpuSpec, name, doc, str(path))
+        for key in ("memory_gb", "bandwidth_gbps", "bf16_tflops", "link_gbps"):
+            if entry[key] <= 0:
+                raise TraceFormatError(str(path), "expected a number > 0", field=f"{name}.{key}")
+        out[name] = GpuSpec(**entry)
+    return out
+
+
+def builtin_catalog_dir() -> Path:
+    return Path(str(importlib.resources.files("traces") / "data" / "catalog"))
+
+
+@lru_cache(maxsize=1)
+def builtin_models() -> dict[str, ModelSpec]:
+    return load_models(builtin_catalog_dir() / "models.yaml")
+
+
+@lru_cache(maxsize=1)
+def builtin_gpus() -> dict[str, GpuSpec]:
+    return load_gpus(builtin_catalog_dir() / "gpus.yaml")
+
+
+def get_model(name: str) -> ModelSpec:
+    """A built-in model by name (case-insensitive); ValueError lists the known names."""
+    models = builtin_models()
+    spec = models.get(name.lower())
+    if spec is None:
+        raise ValueError(f"unknown model {name!r}; the catalog has {sorted(models)}")
+    return spec
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """A built-in GPU by name (case-insensitive); ValueError lists the known names."""
+    gpus = builtin_gpus()
+    spec = gpus.get(name.lower())
+    if spec is None:
+        raise ValueError(f"unknown GPU {name!r}; the catalog has {sorted(gpus)}")
+    return spec

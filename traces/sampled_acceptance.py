@@ -1,0 +1,78 @@
+"""Sampled verification and the bandit rewards computed from one verified proposal.
+
+With temperature > 0, a drafted token at position j is accepted with probability 1 - TV(p_j, q_j)
+(Leviathan et al.); a step accepts the leading run of successes, capped by k. Greedy replay is
+`traces.acceptance.emitted_tokens`. Rewards: block efficiency `r_BE = accepted / N` (sparse) and
+MetaSD's block divergence `r_BD = mean_j (1 - TV_j)` over all N drafted positions (dense; needs tv).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+REWARDS = ("be", "bd")
+
+
+class MissingTVError(ValueError):
+    """The BD reward was asked for on a trace that has no per-position TV distances."""
+
+
+def tv_windows(tv: np.ndarray, positions: np.ndarray, kmax: int) -> np.ndarray:
+    """Rows tv[p : p + kmax] for each p in `positions`, NaN past the end of the trace."""
+    tv = np.asarray(tv, dtype=np.float64)
+    positions = np.asarray(positions, dtype=np.int64)
+    idx = positions[:, None] + np.arange(kmax, dtype=np.int64)[None, :]
+    out = np.full(idx.shape, np.nan)
+    inside = idx < tv.shape[0]
+    out[inside] = tv[idx[inside]]
+    return out
+
+
+def sample_accepted(tv: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Accepted drafts per row: the leading run of Bernoulli(1 - tv) successes, capped by k.
+
+    `tv` is (n, kmax) with NaN past the end of a request (no token to draft there); `k` is (n,) with
+    0 <= k <= kmax. One uniform draw per cell is taken from `rng`, so results depend only on the seed.
+    """
+    tv = np.atleast_2d(np.asarray(tv, dtype=np.float64))
+    k = np.asarray(k, dtype=np.int64).reshape(-1)
+    n, kmax = tv.shape
+    if k.shape[0] != n:
+        raise ValueError(f"sample_accepted: tv has {n} rows but k has {k.shape[0]} values")
+    if n and (k.min() < 0 or k.max() > kmax):
+        raise ValueError(f"sample_accepted: k must lie in [0, {kmax}] (tv columns), got {k.min()}..{k.max()}")
+    finite = tv[np.isfinite(tv)]
+    if finite.size and (finite.min() < 0 or finite.max() > 1):
+        raise ValueError("sample_accepted: tv must lie in [0, 1]")
+    u = rng.random((n, kmax))
+    with np.errstate(invalid="ignore"):
+        success = u < (1.0 - tv)  # NaN compares False: nothing is accepted past the end
+    success &= np.arange(kmax)[None, :] < k[:, None]
+    return np.cumprod(success, axis=1).sum(axis=1).astype(np.int64)
+
+
+def reward_be(accepted, proposed):
+    """Block efficiency accepted / N (0 when nothing was proposed); scalars or arrays."""
+    accepted = np.asarray(accepted, dtype=np.float64)
+    proposed = np.asarray(proposed, dtype=np.float64)
+    out = np.divide(accepted, proposed, out=np.zeros(np.broadcast(accepted, proposed).shape), where=proposed > 0)
+    return float(out) if out.ndim == 0 else out
+
+
+def reward_bd(tv) -> float:
+    """Block divergence mean_j (1 - TV_j) over the drafted positions; refuses when tv is unknown."""
+    if tv is None:
+        raise MissingTVError(
+            "the BD (block divergence) reward needs per-position TV distances (`tv`), and this trace "
+            "has none; use reward: be (block efficiency = accepted / proposed) instead")
+    tv = np.asarray(tv, dtype=np.float64)
+    if tv.size == 0:
+        return 0.0
+    return float(np.mean(1.0 - tv))
+
+
+def check_reward(reward: str, has_tv: bool, where: str = "reward") -> None:
+    """Fail early (before a run) when `reward` is unknown or is BD on a trace without tv."""
+    if reward not in REWARDS:
+        raise ValueError(f"{where}: expected one of {REWARDS}, got {reward!r}")
+    if reward == "bd" and not has_tv:
+        reward_bd(None)

@@ -1,0 +1,254 @@
+"""Workloads: which traces are replayed, in what order, arriving when (open loop) or by N clients (closed loop).
+
+The YAML config's `workload:` section is a `WorkloadSpec`. `build_workload` turns a bundle and a spec into a
+`Workload`; with parametric lengths the acceptance traces must have those lengths, so
+`workload_and_bundle` first draws a synthetic bundle fitted to the given one and replays that.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from traces.bundle import TraceBundle
+from traces.errors import TraceFormatError
+from traces.lengths import LengthDist
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """One request to simulate: replays trace `trace_id`; arrival_time is None in a closed loop."""
+
+    request_id: str
+    trace_id: str
+    arrival_time: float | None
+    prompt_len: int
+    output_len: int
+    category: str | None = None
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """`clients` users; each sends its next request `think_time` s after its previous one finishes."""
+
+    clients: int
+    think_time: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests in issue order; open loop when closed_loop is None (every arrival_time set)."""
+
+    requests: list[WorkloadRequest]
+    closed_loop: ClosedLoop | None = None
+
+
+# ---------------------------------------------------------------- the config section
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PoissonArrivals(_Strict):
+    """Exponential inter-arrival times, `rate` requests per second."""
+
+    kind: Literal["poisson"]
+    rate: float = Field(gt=0)
+
+
+class GammaArrivals(_Strict):
+    """Gamma inter-arrival times with mean 1/rate and coefficient of variation `cv` (cv = 1 is Poisson)."""
+
+    kind: Literal["gamma"]
+    rate: float = Field(gt=0)
+    cv: float = Field(gt=0)
+
+
+class ClosedLoopArrivals(_Strict):
+    """N clients, each with at most one request in flight, waiting `think_time` s between requests."""
+
+    kind: Literal["closed_loop"]
+    clients: int = Field(ge=1)
+    think_time: float = Field(0.0, ge=0)
+
+
+class ReplayArrivals(_Strict):
+    """Recorded arrival times: the bundle's own `arrival_time`s, or a text file with one time (s) per line."""
+
+    kind: Literal["replay"]
+    file: str | None = None
+
+
+Arrivals = Annotated[Union[PoissonArrivals, GammaArrivals, ClosedLoopArrivals, ReplayArrivals],
+                     Field(discriminator="kind")]
+
+
+class BundleLengths(_Strict):
+    """Each request keeps the prompt and output length of the trace it replays."""
+
+    source: Literal["bundle"] = "bundle"
+
+
+class ParametricLengths(_Strict):
+    """Lengths drawn from distributions; acceptance traces of those lengths come from generators fitted to the bundle."""
+
+    source: Literal["parametric"]
+    prompt: LengthDist
+    output: LengthDist
+    acceptance_model: Literal["auto", "iid", "positional", "bursty"] = "auto"
+
+
+Lengths = Annotated[Union[BundleLengths, ParametricLengths], Field(discriminator="source")]
+
+
+class Sampling(_Strict):
+    """How traces are picked: without replacement (each at most once) unless with_replacement."""
+
+    with_replacement: bool = False
+    shuffle: bool = True
+
+
+class WorkloadSpec(_Strict):
+    """The `workload:` section of an experiment config. num_requests None = one per trace (or per replayed time)."""
+
+    num_requests: int | None = Field(None, ge=1)
+    arrival: Arrivals
+    lengths: Lengths = BundleLengths()
+    sample: Sampling = Sampling()
+
+
+# ---------------------------------------------------------------- arrivals
+
+
+def poisson_arrivals(n: int, rate: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times of a Poisson process (first arrival after one gap)."""
+    return np.cumsum(rng.exponential(1.0 / rate, size=n))
+
+
+def gamma_arrivals(n: int, rate: float, cv: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times with gamma gaps: shape 1/cv^2, mean 1/rate."""
+    shape = 1.0 / (cv * cv)
+    return np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), size=n))
+
+
+def load_arrival_times(path: str | Path) -> np.ndarray:
+    """A text file of arrival times, one finite non-negative number per line, non-decreasing."""
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceFormatError(path, f"cannot be read: {e}") from e
+    times: list[float] = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        s = line.strip()
+        try:
+            t = float(s)
+        except ValueError:
+            raise TraceFormatError(path, f"expected one arrival time in seconds, got {s!r}", line=line_no) from None
+        if not math.isfinite(t) or t < 0:
+            raise TraceFormatError(path, f"expected a finite time >= 0, got {s}", line=line_no)
+        if times and t < times[-1]:
+            raise TraceFormatError(path, f"times must not decrease ({t} after {times[-1]})", line=line_no)
+        times.append(t)
+    if not times:
+        raise TraceFormatError(path, "contains no arrival times")
+    return np.asarray(times)
+
+
+# ---------------------------------------------------------------- building
+
+
+def pick_traces(num_traces: int, n: int, sample: Sampling, rng: np.random.Generator) -> np.ndarray:
+    """Indices of the traces the n requests replay."""
+    if sample.with_replacement:
+        return rng.integers(0, num_traces, size=n)
+    if n > num_traces:
+        raise ValueError(f"workload.num_requests = {n} but the bundle has {num_traces} traces; "
+                         "set workload.sample.with_replacement: true to reuse traces")
+    return rng.permutation(num_traces)[:n] if sample.shuffle else np.arange(n)
+
+
+def request_ids(trace_ids: list[str]) -> list[str]:
+    """The first use of a trace keeps its id; the n-th reuse is `<trace_id>#<n>`."""
+    uses: dict[str, int] = {}
+    out = []
+    for t in trace_ids:
+        n = uses.get(t, 0)
+        uses[t] = n + 1
+        out.append(t if n == 0 else f"{t}#{n}")
+    if len(set(out)) != len(out):
+        raise ValueError("request ids collide: a bundle trace id already has the form '<id>#<n>'")
+    return out
+
+
+def build_workload(bundle: TraceBundle, spec: WorkloadSpec, seed: int) -> Workload:
+    """Pick traces (seeded), give each request its id and arrival time (open loop) or a closed loop."""
+    if isinstance(spec.lengths, ParametricLengths):
+        raise ValueError("parametric lengths need acceptance traces of those lengths: "
+                         "use workload_and_bundle(bundle, spec, seed), which draws them")
+    rng = np.random.default_rng(seed)
+    arrival = spec.arrival
+    times: np.ndarray | None = None
+    if isinstance(arrival, ReplayArrivals) and arrival.file is not None:
+        times = load_arrival_times(arrival.file)
+        n = spec.num_requests or times.shape[0]
+        if n > times.shape[0]:
+            raise ValueError(f"workload.num_requests = {n} but {arrival.file} has {times.shape[0]} arrival times")
+        times = times[:n]
+    else:
+        n = spec.num_requests or len(bundle.requests)
+    picked = [bundle.requests[i] for i in pick_traces(len(bundle.requests), n, spec.sample, rng)]
+    closed = None
+    if isinstance(arrival, PoissonArrivals):
+        times = poisson_arrivals(n, arrival.rate, rng)
+    elif isinstance(arrival, GammaArrivals):
+        times = gamma_arrivals(n, arrival.rate, arrival.cv, rng)
+    elif isinstance(arrival, ClosedLoopArrivals):
+        closed = ClosedLoop(arrival.clients, arrival.think_time)
+    elif times is None:  # replay the bundle's own times, in time order
+        missing = [r.id for r in picked if r.arrival_time is None]
+        if missing:
+            raise ValueError(f"workload.arrival.kind = replay needs arrival_time on every trace; "
+                             f"{len(missing)} lack it (first: {missing[0]!r}); give workload.arrival.file instead")
+        picked.sort(key=lambda r: r.arrival_time)
+        times = np.array([r.arrival_time for r in picked])
+    ids = request_ids([r.id for r in picked])
+    reqs = [WorkloadRequest(request_id=i, trace_id=r.id, arrival_time=None if times is None else float(t),
+                            prompt_len=int(r.prompt_len), output_len=int(r.output_len), category=r.category)
+            for i, r, t in zip(ids, picked, times if times is not None else [None] * n)]
+    return Workload(reqs, closed)
+
+
+def workload_and_bundle(bundle: TraceBundle, spec: WorkloadSpec, seed: int) -> tuple[Workload, TraceBundle]:
+    """The workload and the bundle its trace ids refer to (a synthetic one for parametric lengths)."""
+    if not isinstance(spec.lengths, ParametricLengths):
+        return build_workload(bundle, spec, seed), bundle
+    from traces.synthetic.spec import fit_synth_spec, make_synthetic_bundle, split_by_category
+
+    if isinstance(spec.arrival, ReplayArrivals) and spec.arrival.file is None:
+        raise ValueError("parametric lengths draw new requests, which have no recorded arrival times: "
+                         "give workload.arrival.file or another arrival kind")
+    lengths = spec.lengths
+    models = None
+    if lengths.acceptance_model != "auto":
+        models = {d: lengths.acceptance_model for d in bundle.meta.drafters}
+    fitted = fit_synth_spec(split_by_category(bundle), models, dataset=f"{bundle.meta.dataset}-parametric")
+    cats = {c: cat.model_copy(update={"prompt": lengths.prompt, "output": lengths.output})
+            for c, cat in fitted.categories.items()}
+    fitted = fitted.model_copy(update={"categories": cats})
+    n = spec.num_requests
+    if n is None:
+        n = (load_arrival_times(spec.arrival.file).shape[0] if isinstance(spec.arrival, ReplayArrivals)
+             else len(bundle.requests))
+    synth = make_synthetic_bundle(fitted, seed=seed, num_requests=n)
+    if not any(r.category for r in bundle.requests):
+        for r in synth.requests:
+            r.category = None
+    once = spec.model_copy(update={"lengths": BundleLengths(), "num_requests": n,
+                                   "sample": Sampling(with_replacement=False, shuffle=False)})
+    return build_workload(synth, once, seed), synth
