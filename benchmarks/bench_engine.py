@@ -11,6 +11,7 @@ targets (1,000,000 request-steps/s, < 2 GB for 100,000 requests) are compared in
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import time
 
@@ -61,7 +62,8 @@ def main() -> None:
     args = ap.parse_args()
     ar = measure(args.requests, {"name": "AR", "mode": "ar"})
     sd = measure(args.requests, {"name": "SD-k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}})
-    print(f"engine, {args.requests} chat-like requests, 64 concurrent:")
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    print(f"engine, {args.requests} chat-like requests, 64 concurrent (machine load {load:.2f} per core):")
     for r in (ar, sd):
         print(f"  {r['name']:6s} {r['request_steps']:>9,} request-steps; end to end wall {r['wall_s']:5.2f} s, "
               f"cpu {r['cpu_s']:5.2f} s ({r['rate_cpu']:,.0f}/cpu-s); engine alone cpu {r['engine_cpu_s']:5.2f} s "

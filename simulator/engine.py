@@ -60,7 +60,6 @@ class _Step:
     drafted_d: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     drafted_k: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     drafted_prop: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    verify_side: int = -1
 
 
 class ServerSimulation:
@@ -148,6 +147,7 @@ class ServerSimulation:
         self.started = np.zeros(n, dtype=bool)
         self.usage = np.zeros(len(self.drafters) + 1, dtype=np.int64)  # last slot: no drafter
         self.running: list[int] = []
+        self.prefilling: dict[int, None] = {}  # running requests with prompt tokens left, in admission order
         self.waiting: deque[int] = deque()
         self.n_finished = 0
         self.step_no = 0
@@ -182,12 +182,10 @@ class ServerSimulation:
             raise ValueError(f"request {self.wl.request_ids[i]!r} needs {worst} KV tokens (prompt + output + "
                              f"{KV_MARGIN_TOKENS}) but the server holds {cap}; raise kv_capacity_tokens")
         if not self.chunked:
-            big = self.wl.prompt_len + self.wl.output_len  # a recompute prefill can be this long
             if int(self.wl.prompt_len.max()) > self.budget:
                 i = int(self.wl.prompt_len.argmax())
                 raise ValueError(f"request {self.wl.request_ids[i]!r} has a {int(self.wl.prompt_len[i])}-token prompt, "
                                  f"more than max_num_batched_tokens={self.budget}; enable chunked_prefill or raise it")
-            self._max_recompute = int(big.max())
 
     def _submit(self, t: float, client: int) -> None:
         """Closed loop: the client's next request arrives at t."""
@@ -399,7 +397,7 @@ class ServerSimulation:
             flat = None if flat is None else flat[kept]
             kv_est = int(ctx.sum())
         prop_sum = int(proposed.sum())
-        pre, chunk = self._prefills(run[:keep], tokens_used=prop_sum + len(dec_all), allow_new=not preempted)
+        pre, chunk = self._prefills(tokens_used=prop_sum + len(dec_all), allow_new=not preempted)
         verify_t, nseq, tokens, kv = self._target_time(dec_all, proposed, pre, chunk, kv_est, prop_sum)
         draft_t, used = self._draft_time(dec_all, d_idx, k, proposed, verify_t, ctx)
         accepted = self._accept(dec_all, d_idx, proposed, flat)
@@ -463,7 +461,7 @@ class ServerSimulation:
             md = np.array([int(x) in alive for x in D], dtype=bool)
             V, d_v, k_v, p_v, has_prop = V[mv], d_v[mv], k_v[mv], p_v[mv], has_prop[mv]
             D, d_d, k_d, p_d = D[md], d_d[md], k_d[md], p_d[md]
-        pre, chunk = self._prefills(run[:keep], tokens_used=int(p_v.sum()) + len(V), allow_new=not preempted)
+        pre, chunk = self._prefills(tokens_used=int(p_v.sum()) + len(V), allow_new=not preempted)
         verify_t, nseq, tokens, kv = self._target_time(V, p_v, pre, chunk)
         newv = ~has_prop & (d_v != NO_DRAFT)
         pre_draft_t, used_pre = self._draft_time(V[newv], d_v[newv], k_v[newv], p_v[newv], verify_t)
@@ -494,7 +492,6 @@ class ServerSimulation:
                 "sub_batch": vs}))
         step = _Step(V, d_v, k_v, p_v, accepted, pre, chunk, duration, t_slices, d_slices)
         step.drafted, step.drafted_d, step.drafted_k, step.drafted_prop = D, d_d, k_d, p_d
-        step.verify_side = vs
         return step
 
     def _reserve(self, run: np.ndarray, need_blocks: np.ndarray) -> tuple[int, bool]:
@@ -527,16 +524,19 @@ class ServerSimulation:
         self.status[i] = WAITING
         self.waiting.appendleft(i)
         self.prefill_left[i] = 0  # set on re-admission
+        self.prefilling.pop(i, None)
         self.prefill_done[i] = 0
         self.pending_d[i] = NO_DRAFT
         self.flag[i] = -1
         self.preemptions[i] += 1
 
-    def _prefills(self, kept: np.ndarray, tokens_used: int, allow_new: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _prefills(self, tokens_used: int, allow_new: bool) -> tuple[np.ndarray, np.ndarray]:
         """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV."""
         budget = self.budget - tokens_used
+        if not self.prefilling and not (allow_new and self.waiting and len(self.running) < self.max_num_seqs):
+            return _EMPTY, _EMPTY
         pre, chunk = [], []
-        for i in kept[self.prefill_left[kept] > 0]:
+        for i in list(self.prefilling):  # admission order; preempted ones were removed
             c = min(int(self.prefill_left[i]), budget) if self.chunked else int(self.prefill_left[i])
             if c <= 0:
                 continue
@@ -565,6 +565,7 @@ class ServerSimulation:
             self.status[i] = RUNNING
             self.running.append(i)
             self.prefill_left[i] = total
+            self.prefilling[i] = None
             self.prefill_done[i] = 0
             if np.isnan(self.first_sched[i]):
                 self.first_sched[i] = self.env.now
@@ -633,6 +634,7 @@ class ServerSimulation:
             self.prefill_left[i] -= c
             self.prefill_done[i] += c
             if self.prefill_left[i] == 0:
+                del self.prefilling[i]
                 first_tokens += 1
                 self.gen[i] += 1
                 self.last_emit[i] = end
@@ -740,6 +742,10 @@ class ServerSimulation:
             "max_num_seqs": self.max_num_seqs,
         }
         return SimResult(requests, self.steps.frame(), itl, extras)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY.setflags(write=False)
 
 
 class _Gather:

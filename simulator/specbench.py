@@ -137,7 +137,7 @@ class _RequestView:
     prompt_len: int
     output_len: int
     acc: np.ndarray  # int64, length output_len
-    eagle_wins: np.ndarray | None  # combined + charge_winner: EAGLE's acc_len strictly larger
+    eagle_wins: np.ndarray | None  # combined only: EAGLE's acc_len strictly larger (ties go to n-gram)
 
 
 def _view(rec: SpecBenchRecord, proposer: str) -> _RequestView:

@@ -263,3 +263,42 @@ def test_psd_split_min_batch_keeps_sd_latency_at_low_load():
     # splitting a small batch verifies each request only every other step: slower than SD
     assert split.requests.e2e.mean() > 1.2 * sd.requests.e2e.mean()
     np.testing.assert_allclose(adaptive.requests.e2e, sd.requests.e2e, rtol=1e-9)
+
+
+def _psd_sim(traces, wl, m=4):
+    from simulator.acceptance_table import AcceptanceTable
+    from simulator.engine import ServerSimulation
+    from simulator.server_config import RunSpec
+
+    return ServerSimulation(run=RunSpec(name="p", mode="psd", policy={"name": "fixed"}, psd=PSDConfig(sub_batch_max_num_seqs=m)),
+                            target=constant_profile(0.01), workload=wl, table=AcceptanceTable.from_traces(traces, ["d"]),
+                            draft_costs={"d": DraftCost("constant", seconds=0.01)}, policy=FixedPolicy("d", 3),
+                            kv_capacity_tokens=10**6, max_num_seqs=m, max_num_batched_tokens=8192)
+
+
+def test_psd_arrival_joins_side_drafted_next_unless_it_is_larger():
+    traces = iid_traces(8, seed=16)
+    sim = _psd_sim(traces, workload(traces, 8, rate=None))
+    sim.running = [0, 1, 2, 3]
+    sim.flag[[0, 1, 2, 3]] = [0, 0, 1, 1]
+    sim.verify_side = 1  # side 1 is verified now, so it is drafted next step
+    sim._assign_side(4)
+    assert sim.flag[4] == 1
+    sim.running.append(4)
+    sim._assign_side(5)  # side 1 is now larger: the balance counter sends it to side 0
+    assert sim.flag[5] == 0
+
+
+def test_psd_slots_are_recycled_and_sides_stay_within_one():
+    traces = iid_traces(40, seed=17, out=(30, 300))
+    m = 4
+    res = _psd_sim(traces, workload(traces, 200, clients=2 * m), m=m).simulate()
+    s = res.steps
+    ver = s[(s.device == "target") & (s.phase == "verify")]  # steps without prefills: num_seqs = verify side
+    dr = s[(s.device == "drafter") & (s.sub_batch >= 0)]
+    both = ver.merge(dr, on="step", suffixes=("_v", "_d"))
+    # finished requests give back their slots: 2m requests keep flowing and neither side exceeds m + 1
+    assert res.requests.finish_time.notna().all() and len(both) > 100
+    assert (both.num_seqs_v <= m + 1).all()
+    assert (both.num_seqs_d <= m + 1).all()
+    assert np.median(both.num_seqs_d) == m

@@ -316,3 +316,15 @@ def test_cli_json_and_text(tmp_path, capsys):
     assert text.startswith("speedup ") and len(text.split()[1].split(".")[1]) == 2
     with pytest.raises(ValueError, match="charge-winner"):
         _cli(base + ["--proposer", "eagle3", "--predict", "ORACLE", "--charge-winner"])
+
+
+def test_registered_in_draftsim_cli(tmp_path, capsys):
+    from experiments.cli import main
+
+    path = _toy_file(tmp_path)
+    assert main(["specbench", "--trace", str(path), "--num-requests", "8", "--batch-size", "2",
+                 "--proposer", "eagle3", "--predict", "FIXED_1", "--json"]) == 0
+    assert "speedup" in json.loads(capsys.readouterr().out)
+    assert main(["specbench", "--trace", str(path), "--num-requests", "9", "--batch-size", "2",
+                 "--proposer", "eagle3", "--predict", "FIXED_1"]) == 2  # ValueError -> clean CLI error
+    assert "num_requests" in capsys.readouterr().err

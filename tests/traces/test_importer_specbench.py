@@ -230,3 +230,14 @@ def test_reference_files_import(name, n_requests):
     assert len(bundle.requests) == n_requests
     skipped, rep2 = to_bundle(recs, on_mismatch="skip", dataset=name)
     assert len(skipped.requests) == n_requests - expected_mismatch
+
+
+def test_registered_in_draftsim_cli(tmp_path, capsys):
+    from experiments.cli import main
+
+    src = mismatched_file(tmp_path)
+    assert main(["import-specbench", str(src), str(tmp_path / "b"), "--on-mismatch", "shortest"]) == 0
+    assert len(load_bundle(tmp_path / "b").requests) == 3
+    assert main(["import-specbench", str(src), str(tmp_path / "c")]) == 2  # mismatch under 'error'
+    assert "line 2" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
