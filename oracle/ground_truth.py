@@ -36,11 +36,11 @@ class GroundTruthPolicy(Policy):
 
 def oracle_k(trace: DrafterTrace, position: int, k_max: int | None = None) -> int:
     """Tokens that will all be accepted from `position`: acc_len[p] - 1, capped by proposal_len, k_max
-    and the output left (tokens 0..p exist, so at most len - 2 - p drafts fit before the last token)."""
+    and the output left (tokens 0..p-1 exist, so at most len - 1 - p drafts fit in the output)."""
     n = trace.acc_len.shape[0]
     if not 0 <= position < n:
         raise IndexError(f"position {position} is outside the trace (length {n})")
-    k = min(int(trace.acc_len[position]) - 1, n - 2 - position)
+    k = min(int(trace.acc_len[position]) - 1, n - 1 - position)  # no drafts past the last output token
     if trace.proposal_len is not None:
         k = min(k, int(trace.proposal_len[position]))
     if k_max is not None:

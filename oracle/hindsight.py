@@ -20,10 +20,10 @@ def greedy_rounds(trace: DrafterTrace, k: int, budget: int | None = None) -> int
     """Decode steps until `budget` tokens exist (default: the whole output; prefill made token 0), fixed k."""
     n = trace.acc_len.shape[0]
     budget = n if budget is None else min(int(budget), n)
-    p, rounds = 0, 0
-    while p + 1 < budget:
+    p, rounds = 1, 0  # tokens 0..p-1 exist; a step drafts from output position p
+    while p < budget:
         cap = None if trace.proposal_len is None else int(trace.proposal_len[p])
-        kk = min(k, budget - p - 2)
+        kk = min(k, budget - p - 1)
         p += int(emitted_tokens(int(trace.acc_len[p]), kk, cap))
         rounds += 1
     return rounds

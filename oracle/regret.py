@@ -1,7 +1,7 @@
 """Plain-loop bandit rounds over one request (no SimPy), stopping-time regret and best-arm ratio.
 
 `run_rounds` plays a policy on a single request at batch size 1, with the engine's conventions
-(prefill emits token 0; a round at position p drafts after token p): each round the policy picks a
+(prefill emits token 0; a round at position p drafts output tokens p, p+1, ...): each round the policy picks a
 drafter and k from a RequestView, the proposal is verified (a seeded Bernoulli(1 - tv) draw per
 drafted token when sampled, the greedy acc_len replay otherwise), and the policy sees only the
 Feedback. Stopping-time regret (MetaSD): E[rounds to emit B tokens] of the policy minus that of
@@ -70,8 +70,8 @@ def run_rounds(policy: Policy, request_trace: RequestTrace, drafters: Sequence[s
     rid = request_trace.id
     cols: dict[str, list] = {c: [] for c in ("arms", "positions", "proposed", "accepted", "emitted", "be", "bd")}
     policy.start_request(rid)
-    p = 0  # tokens 0..p exist
-    while p + 1 < budget_tokens:
+    p = 1  # the prefill emitted token 0; tokens 0..p-1 exist
+    while p < budget_tokens:
         proposal = {d: int(t.proposal_len[p]) for d, t in request_trace.drafters.items()
                     if d in index and t.proposal_len is not None}
         view = RequestView(request_id=rid, position=p, batch_size=1, category=request_trace.category,
@@ -80,7 +80,7 @@ def run_rounds(policy: Policy, request_trace: RequestTrace, drafters: Sequence[s
         d = choice.drafter if choice.k > 0 else None
         if d is not None and d not in index:
             raise ValueError(f"policy {policy.name!r} chose drafter {d!r}, not one of {list(drafters)}")
-        kk = 0 if d is None else max(0, min(int(choice.k), int(k), budget_tokens - p - 2))
+        kk = 0 if d is None else max(0, min(int(choice.k), int(k), budget_tokens - p - 1))
         if d is not None and d in proposal:
             kk = min(kk, proposal[d])
         tv = None

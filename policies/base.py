@@ -28,7 +28,7 @@ class RequestView:
     """What a server knows about one running request when it must pick a drafter and k."""
 
     request_id: str
-    position: int  # output tokens generated so far minus 1 (the position drafting starts from)
+    position: int  # output tokens generated so far = output position of the first token drafted now
     batch_size: int  # requests decoding in this step
     now: float = 0.0
     category: str | None = None  # workload label when the deployment knows it (route, task tag)

@@ -250,7 +250,7 @@ class ServerSimulation:
         if m == 0 or self.mode == "ar":
             z = np.zeros(m, dtype=np.int64)
             return np.full(m, NO_DRAFT, dtype=np.int64), z, z.copy(), None
-        pos = self.gen[idx] - 1
+        pos = self.gen[idx]  # output position of the first drafted token
         tix = self.wl.trace_index[idx]
         flat = self.table.flat_index(tix, pos)
         prop_known = {d: a[flat] for d, a in self.table.proposal_len.items()}
@@ -295,7 +295,7 @@ class ServerSimulation:
         acc = np.zeros(len(idx), dtype=np.int64)
         if len(idx) == 0:
             return acc
-        pos = self.gen[idx] - 1
+        pos = self.gen[idx]  # output position of the first drafted token
         tix = self.wl.trace_index[idx]
         if flat is None:
             flat = self.table.flat_index(tix, pos)
@@ -613,7 +613,7 @@ class ServerSimulation:
                 drafted = None if n_drafted == len(dec) else s.d_idx != NO_DRAFT
                 self.last_drafter[_sel(dec, drafted)] = _sel(s.d_idx, drafted)
                 if self._learns:
-                    self._feedback(_sel(dec, drafted), _sel(gen - 1, drafted), _sel(s.d_idx, drafted),
+                    self._feedback(_sel(dec, drafted), _sel(gen, drafted), _sel(s.d_idx, drafted),
                                    _sel(s.k, drafted), _sel(s.proposed, drafted), _sel(s.accepted, drafted),
                                    s.duration)
             if self.mode == "psd":

@@ -1,7 +1,9 @@
 """The replay rule: tokens one verify step emits, given a drafter's acceptance trace and k.
 
-Under greedy verification a drafter's proposal from position p depends only on the target's own
-prefix, so `emitted = 1 + min(acc_len[p] - 1, k, proposal_len[p])` replays any drafter and any k.
+Position p is the output position of the first drafted token (a request that has generated g
+tokens drafts from p = g). Under greedy verification a drafter's proposal from position p depends
+only on the target's own prefix, so `emitted = 1 + min(acc_len[p] - 1, k, proposal_len[p])` replays
+any drafter and any k.
 """
 from __future__ import annotations
 

@@ -129,6 +129,8 @@ def test_live_on_smollm2_matches_the_trace(tmp_path):
     assert rows["AR"]["steps_live"] == [23, 23] == rows["AR"]["steps_simulated"]
     assert rows["ngram-k4"]["steps_equal_trace_walk"] is True  # n-gram proposals are exact integers
     assert rows["ngram-k4"]["steps_differing_from_trace"] == 0 == rows["AR"]["steps_differing_from_trace"]
+    # the simulator replays the measured trace with the engine's position convention: same steps as live
+    assert rows["ngram-k4"]["steps_simulated"] == rows["ngram-k4"]["steps_live"]
     assert set(rows["AR"]["predicted_table_profiles"]) == set(METRICS)
     assert rows["combine-match"]["steps_trace_walk"] is None
     assert set(rows["combine-match"]["drafter_usage_live"]) <= {"ngram", "int8", "none"}

@@ -41,8 +41,8 @@ def test_oracle_k_respects_proposal_len_and_k_max():
                      proposal_len=np.array([2, 9, 9, 9, 0, 9, 9, 9], np.int32))
     pol = OracleKPolicy("n", k_max=2)
     pol.bind_ground_truth({"r": RequestTrace("r", 1, 8, {"n": t})})
-    # position 5: 3 accepted but only 8 - 2 - 5 = 1 draft fits before the last token
-    assert [pol.choose(RequestView("r", p, 1)).k for p in range(8)] == [2, 2, 2, 1, 0, 1, 0, 0]
+    # position 6 (tokens 0..5 exist): 2 would be accepted but only 8 - 1 - 6 = 1 draft fits in the output
+    assert [pol.choose(RequestView("r", p, 1)).k for p in range(8)] == [2, 2, 2, 1, 0, 2, 1, 0]
     assert pol.choose(RequestView("r", 4, 1)).drafter is None
 
 

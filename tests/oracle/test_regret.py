@@ -25,7 +25,7 @@ def test_rounds_emit_the_budget_exactly(req):
     assert np.allclose(res.reward_be[some], res.accepted[some] / res.proposed[some])
     assert (res.reward_be[~some] == 0).all()
     tv = req.drafters[DRAFTERS[0]].tv
-    assert res.reward_bd[0] == pytest.approx(float(np.mean(1 - tv[0:3])), abs=1e-6)
+    assert res.reward_bd[0] == pytest.approx(float(np.mean(1 - tv[1:4])), abs=1e-6)  # first round drafts tokens 1..3
 
 
 def test_same_seed_same_rounds_other_seed_differs(req):

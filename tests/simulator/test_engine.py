@@ -71,10 +71,11 @@ def test_ngram_without_match_proposes_nothing_and_costs_nothing():
 
 
 def _walk_steps(acc_len: np.ndarray, k: int) -> int:
-    """Decode steps one request needs alone: from position 0, each step emits by the replay rule."""
+    """Decode steps one request needs alone: the prefill makes token 0; a step with `gen` tokens drafts from
+    output position gen and emits by the replay rule."""
     gen, steps, out = 1, 0, len(acc_len)
     while gen < out:
-        gen += min(emitted_tokens(int(acc_len[gen - 1]), k), out - gen)
+        gen += min(emitted_tokens(int(acc_len[gen]), k), out - gen)
         steps += 1
     return steps
 
@@ -101,8 +102,12 @@ def test_same_seed_same_result_different_seed_differs_for_random_workload():
 
 
 def _closed_loop_throughput(res) -> float:
-    rq = res.requests
-    return rq.output_len.sum() / (rq.finish_time.max() - rq.arrival_time.min())
+    """Tokens per second in the steady middle of the run (10%..90% of the makespan): no ramp-up or drain."""
+    s = res.steps[res.steps.device == "target"]
+    t0, t1 = s.start.min(), s.end.max()
+    lo, hi = t0 + 0.1 * (t1 - t0), t0 + 0.9 * (t1 - t0)
+    mid = s[(s.end > lo) & (s.end <= hi)]
+    return mid.emitted_tokens.sum() / (mid.end.max() - mid.end.min() + (mid.end - mid.start).iloc[0])
 
 
 def test_psd_zero_draft_cost_equals_sd_zero_draft_cost():
