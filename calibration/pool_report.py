@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from traces.bundle import TraceBundle
+from traces.stats import K_RANGE
 from traces.walk import walk_many
-
-K_RANGE = tuple(range(1, 9))
 
 
 @dataclass(frozen=True)

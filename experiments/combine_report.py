@@ -23,7 +23,8 @@ from experiments.bandit_report import _plot, _write_csv
 from experiments.config import builtin_config_dir, read_config_doc
 from experiments.run import run_experiment
 from traces.atomic import atomic_write_text
-from traces.bundle import DrafterTrace, TraceBundle, save_bundle
+from traces.bundle import TraceBundle, save_bundle
+from traces.prompt_lookup import with_prompt_lookup
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "reference-traces" / "specbench-llama3.1-8b-h100"
 NGRAM_COST = {"kind": "fraction_of_verify", "fraction": 0.005875}
@@ -45,24 +46,6 @@ class CombineStudy:
     @classmethod
     def quick(cls) -> "CombineStudy":
         return cls(datasets=("instructcoder",), batch_sizes=(1, 16), max_requests=24)
-
-
-def with_prompt_lookup(bundle: TraceBundle, min_n: int, max_n: int, ngram: str = "ngram") -> TraceBundle:
-    """The bundle with the n-gram drafter's proposal_len set to the prompt-lookup match length."""
-    from traces.prompt_lookup import prompt_lookup_lengths
-
-    reqs = []
-    for r in bundle.requests:
-        if r.prompt_token_ids is None or r.output_token_ids is None:
-            raise ValueError(f"request {r.id!r} has no token ids; prompt lookup needs them")
-        t = r.drafters[ngram]
-        prop = prompt_lookup_lengths(r.prompt_token_ids, r.output_token_ids, min_n=min_n, max_n=max_n)
-        drafters = dict(r.drafters)
-        drafters[ngram] = DrafterTrace(t.acc_len, t.tv, prop)
-        reqs.append(type(r)(**{**r.__dict__, "drafters": drafters}))
-    meta = copy.deepcopy(bundle.meta)
-    meta.source = {**meta.source, "ngram_proposal_len": f"prompt lookup, n in [{min_n}, {max_n}], earliest match"}
-    return TraceBundle(meta, reqs)
 
 
 def import_reference(study: CombineStudy, out: Path) -> dict[str, Path]:

@@ -72,8 +72,8 @@ def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBund
         spec = PoolSpec(**params)
         spec.validate()
         return make_pool_bundle(spec)
-    from experiments.combine_report import with_prompt_lookup
     from traces.importers.specbench import import_specbench
+    from traces.prompt_lookup import with_prompt_lookup
 
     allowed = {"file", "on_mismatch", "dataset", "prompt_lookup"}
     unknown = set(params) - allowed

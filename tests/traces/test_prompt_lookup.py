@@ -14,13 +14,13 @@ def test_hand_example():
     prompt = [1, 2, 3, 4, 5]
     out = [1, 2, 3, 9, 9]
     pl = prompt_lookup_lengths(prompt, out, min_n=2, max_n=3)
-    # p=0: context ends ...5 1 -> "5 1" and "1" alone (n=1 not allowed): no match
-    # p=1: ends "1 2": earliest at 0, followed by 3 4 5 1 2 -> 5 tokens available... minus the suffix itself
-    assert pl[0] == 0
-    assert pl[1] == 7 - (0 + 2)
-    assert pl[2] == 8 - (0 + 3)
-    assert pl[3] == 0  # "3 9" / "2 3 9" never seen
-    assert prompt_lookup_lengths(prompt, out, min_n=2, max_n=3, k_cap=2)[1] == 2
+    # at p the context is prompt + out[:p] (the proposal would start at output token p)
+    # p=0: ends "4 5" / "3 4 5", seen only at the end: no match; p=1: "5 1" never seen before
+    assert pl[0] == 0 and pl[1] == 0
+    assert pl[2] == 7 - (0 + 2)  # "1 2" first at 0: 5 tokens follow it in the 7-token context
+    assert pl[3] == 8 - (0 + 3)  # "1 2 3" first at 0
+    assert pl[4] == 0  # "3 9" / "2 3 9" never seen
+    assert prompt_lookup_lengths(prompt, out, min_n=2, max_n=3, k_cap=2)[2] == 2
 
 
 def test_bad_parameters():
