@@ -23,6 +23,13 @@ def emitted_tokens(acc_len, k, proposal_len=None):
     return int(out) if np.ndim(out) == 0 else out
 
 
+def accepted_drafts(acc_len, proposed):
+    """Drafted tokens that pass greedy verification when `proposed` tokens were drafted (the verify outcome,
+    before any end-of-output cut). Scalars or numpy arrays."""
+    out = np.minimum(np.asarray(acc_len) - 1, proposed)
+    return int(out) if np.ndim(out) == 0 else out
+
+
 def proposed_tokens(k, proposal_len=None):
     """Tokens the drafter actually proposes when asked for k (n-gram may have fewer)."""
     return k if proposal_len is None else np.minimum(k, proposal_len)
