@@ -3,30 +3,61 @@ from __future__ import annotations
 
 import copy
 import importlib.resources
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from simulator.server_config import RunSpec, ServerConfig
+from traces.errors import TraceFormatError
+from traces.parsing import check_plain_data, parse_yaml, read_text
+
+# A config name becomes a folder under results/: a plain name, never a path.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+MAX_SEED = 2**63 - 1
+_MODEL_CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def check_plain_name(name: str, where: str = "name") -> str:
+    """`name` if it is a plain folder name (letters, digits, . _ + -; no separators, not `..`); else ValueError."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or set(name) == {"."}:
+        raise ValueError(f"{where}: expected a plain name (letters, digits, '.', '_', '+', '-'; no path "
+                         f"separators; at most 128 characters), got {name!r}")
+    return name
 
 
 class SLO(BaseModel):
     """Per-request service-level objective used for goodput."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _MODEL_CONFIG
     ttft_s: float = Field(2.0, gt=0)
     tpot_s: float = Field(0.1, gt=0)
+
+
+class DraftCostConfig(BaseModel):
+    """One entry of the `drafters:` section (simulator.draft_cost): how a drafter's drafting phase is priced."""
+
+    model_config = _MODEL_CONFIG
+    kind: Literal["autoregressive", "whole_proposal", "fraction_of_verify", "constant"]
+    profile: str | None = Field(None, min_length=1)
+    fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
+    seconds: float = Field(0.0, ge=0, le=3600, description="constant: seconds per drafting phase")
+
+    @model_validator(mode="after")
+    def _needs(self) -> "DraftCostConfig":
+        if self.kind in ("autoregressive", "whole_proposal") and not self.profile:
+            raise ValueError(f"kind {self.kind!r} needs a latency profile (key 'profile')")
+        return self
 
 
 class ExperimentConfig(BaseModel):
     """A whole experiment: traces, workload, server, drafter costs and the runs to compare."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str = Field(min_length=1)
+    model_config = _MODEL_CONFIG
+    name: str = Field(min_length=1, description="plain name; results go to results/<name>")
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     traces: str | dict[str, dict[str, Any]] = Field(
         "builtin:default",
         description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool) or "
@@ -38,6 +69,36 @@ class ExperimentConfig(BaseModel):
     baseline: str | None = Field(None, description="run that speedups are relative to (default: the first)")
     slo: SLO = SLO()
     timeline_max_steps: int = Field(2000, ge=0, description="steps per run written to the Perfetto timeline")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return check_plain_name(v, "name")
+
+    @field_validator("drafters")
+    @classmethod
+    def _draft_costs(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, spec in v.items():
+            try:
+                DraftCostConfig.model_validate(spec)
+            except ValidationError as e:
+                first = e.errors()[0]
+                loc = ".".join(str(x) for x in (name, *first["loc"]))
+                raise ValueError(f"{loc}: {first['msg']} (got {first.get('input')!r})") from None
+        return v
+
+    @field_validator("workload")
+    @classmethod
+    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from traces.workload import WorkloadSpec
+
+        try:
+            WorkloadSpec.model_validate(v)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise ValueError(f"{loc}: {first['msg']} (got {first.get('input')!r})") from None
+        return v
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":
@@ -65,7 +126,7 @@ def _format_errors(err: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid experiment config"]
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        msg = e["msg"]
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
         elif e["type"] == "missing":
@@ -92,11 +153,11 @@ def read_config_doc(source: str | Path) -> tuple[dict[str, Any], str]:
     if not path.is_file():
         raise ConfigError(f"{source}: no such config file or built-in config (built-ins: {', '.join(builtin)})")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        doc = parse_yaml(read_text(path), str(path))
+    except TraceFormatError as e:
+        raise ConfigError(str(e)) from None
     if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(doc).__name__}")
     return doc, str(path)
 
 
@@ -104,11 +165,16 @@ def apply_overrides(doc: dict[str, Any], overrides: list[str] | tuple[str, ...])
     """`--set a.b.c=value` (value parsed as YAML; list items by index: runs.1.policy.k=5)."""
     doc = copy.deepcopy(doc)
     for item in overrides:
-        if "=" not in item:
+        if not isinstance(item, str) or "=" not in item:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. workload.arrival.rate=12")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            value = parse_yaml(raw, f"--set {item!r}", what="YAML value") if raw != "" else ""
+        except TraceFormatError as e:
+            raise ConfigError(str(e)) from None
         parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(f"--set {item!r}: expected a dotted key like workload.arrival.rate, got {key!r}")
         node: Any = doc
         for j, part in enumerate(parts[:-1]):
             node = _child(node, part, key, create=True)
@@ -156,10 +222,15 @@ def load_config(source: "str | Path | dict[str, Any] | ExperimentConfig", overri
         doc, where = source, label or "<dict config>"
     else:
         doc, where = read_config_doc(source)
+    if isinstance(overrides, str):
+        raise ConfigError(f"overrides: expected a list of KEY=VALUE strings, got the string {overrides!r}")
     doc = apply_overrides(doc, list(overrides))
     if seed is not None:
         doc["seed"] = seed
     try:
+        check_plain_data(doc, where)
         return ExperimentConfig.model_validate(doc)
+    except TraceFormatError as e:
+        raise ConfigError(str(e)) from None
     except ValidationError as e:
         raise ConfigError(_format_errors(e, where)) from None

@@ -10,7 +10,7 @@ from simulator.latency import LatencyProfile, LinearProfile, Provenance, profile
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class PSDConfig(_Strict):

@@ -1,0 +1,154 @@
+"""Safe parsing of the YAML and JSON text every input file is made of.
+
+One place for the rules every loader shares, each failure a `TraceFormatError` naming the file, the
+line and the key: text must be UTF-8; a mapping must not repeat a key (YAML and JSON would silently
+keep the last one); numbers must be finite (YAML `.nan`/`.inf`, JSON `NaN`/`Infinity`, `1e999`);
+nesting is limited to `MAX_NESTING` levels and a document to `MAX_NODES` values (deep nesting
+overflows Python's stack later, YAML aliases can expand a small file exponentially); JSON integers
+are limited to `MAX_INT_DIGITS` digits.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from traces.errors import TraceFormatError
+
+MAX_NESTING = 64
+MAX_NODES = 2_000_000
+MAX_INT_DIGITS = 19  # fits int64
+
+
+def read_text(path: str | Path) -> str:
+    """A file's text as UTF-8; unreadable or non-UTF-8 files are errors naming the file."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise TraceFormatError(str(path), f"cannot be read: {e.strerror or e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise TraceFormatError(str(path), f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
+                               line=line) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping that repeats a key."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:  # before merging: a key may override a `<<` merged one, not repeat itself
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], line)
+            seen[key] = line
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a mapping key must be a plain value, got {type(key).__name__}",
+                key_node.start_mark) from None
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, first: int, again: int):
+        super().__init__(key)
+        self.key, self.first, self.again = key, first, again
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, path: str, *, what: str = "YAML") -> Any:
+    """Parse YAML text (safe tags only) and check keys, numbers, nesting and size."""
+    try:
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as e:
+        raise TraceFormatError(path, f"duplicate key {e.key!r} (first on line {e.first}); each key may appear once",
+                               line=e.again) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e)
+        raise TraceFormatError(path, f"not valid {what}: {problem}",
+                               line=None if mark is None else mark.line + 1) from None
+    except RecursionError:
+        raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)") from None
+    check_plain_data(doc, path)
+    return doc
+
+
+def load_yaml_file(path: str | Path, *, what: str = "YAML") -> Any:
+    """read_text + parse_yaml."""
+    return parse_yaml(read_text(path), str(path), what=what)
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _parse_int(s: str) -> int:
+    if len(s.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"integer {s[:12]}... has more than {MAX_INT_DIGITS} digits")
+    return int(s)
+
+
+def _parse_float(s: str) -> float:
+    v = float(s)
+    if not math.isfinite(v):
+        raise ValueError(f"{s} is out of range for a number")
+    return v
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}; each key may appear once")
+        out[k] = v
+    return out
+
+
+def parse_json(text: str, path: str, line: int | None = None) -> Any:
+    """Parse one JSON document (a JSONL line) and check keys, numbers, nesting and size."""
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant,
+                         parse_int=_parse_int, parse_float=_parse_float)
+    except json.JSONDecodeError as e:
+        raise TraceFormatError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=line) from None
+    except RecursionError:
+        raise TraceFormatError(path, f"not valid JSON: nested too deeply (more than {MAX_NESTING} levels)",
+                               line=line) from None
+    except ValueError as e:
+        raise TraceFormatError(path, f"not valid JSON: {e}", line=line) from None
+    check_plain_data(doc, path, line)
+    return doc
+
+
+def check_plain_data(doc: Any, path: str, line: int | None = None) -> None:
+    """Refuse non-finite floats, nesting deeper than MAX_NESTING and more than MAX_NODES values (iteratively)."""
+    stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
+    nodes = 0
+    while stack:
+        value, where, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise TraceFormatError(path, f"too large: more than {MAX_NODES:,} values (YAML aliases expand "
+                                   "where they are used)", line=line)
+        if depth > MAX_NESTING:
+            raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)", line=line,
+                                   field=(where[:60] + "...") if len(where) > 60 else where or None)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise TraceFormatError(path, f"expected a finite number, got {value}", line=line, field=where or None)
+        if isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
