@@ -44,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
         print(f"draftsim: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: results are written whole or not at all, so nothing to clean up
+        print("draftsim: interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:  # unwritable or invalid paths, full disk: one line naming the file
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"draftsim: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
