@@ -87,7 +87,7 @@ def test_min_kv_tokens_decides_fit():
     ({"target": "qwen3-32b", "gpu": "b300"}, r"deployment.gpu: unknown GPU"),
     ({"target": "qwen3-32b", "gpu": "h100-80gb", "num_gpus": 4, "tp": 3}, r"deployment.tp: 3 does not divide"),
     ({"target": "qwen3-32b", "gpu": "h100-80gb", "num_gpus": 4, "tp": 2}, r"deployment.num_gpus"),
-    ({"target": "qwen3-32b", "gpu": "h100-80gb", "tp": 0}, r"deployment.tp: expected an integer >= 1"),
+    ({"target": "qwen3-32b", "gpu": "h100-80gb", "tp": 0}, r"deployment.tp: expected an integer in \[1, 4096\]"),
     ({"target": "qwen3-32b", "gpu": "h100-80gb", "drafter": "qwen3-4b", "drafter_placement": "remote"},
      r"deployment.drafter_placement"),
     ({"target": "qwen3-32b", "gpu": "h100-80gb", "drafter": "qwen3-4b", "drafter_tp": 2}, r"deployment.drafter_tp"),
