@@ -6,10 +6,8 @@ A bundle holds, per request and per drafter, the acceptance trace of DESIGN "Dat
 """
 from __future__ import annotations
 
-import gzip
 import json
 import math
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -20,7 +18,7 @@ import yaml
 from traces.atomic import atomic_open, atomic_write_text
 from traces.errors import TraceFormatError
 from traces.limits import MAX_TOKENS_PER_REQUEST
-from traces.parsing import load_yaml_file, parse_json
+from traces.parsing import iter_jsonl, load_yaml_file
 
 SCHEMA_VERSION = 1
 TOOL_VERSION = "0.1.0"
@@ -336,30 +334,14 @@ def load_bundle(path: str | Path) -> TraceBundle:
         raise TraceFormatError(str(meta_path), "missing: every bundle needs a trace.yaml")
     meta = parse_meta(load_yaml_file(meta_path), str(meta_path))
     req_path = _requests_file(folder)
-    opener = gzip.open if req_path.suffix == ".gz" else open
     requests: list[RequestTrace] = []
     seen: set[str] = set()
-    line_no = 0
-    try:
-        with opener(req_path, "rb") as f:
-            for line_no, raw in enumerate(f, start=1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise TraceFormatError(str(req_path), f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
-                                           f"{e.start + 1})", line=line_no) from None
-                if not text.strip():
-                    raise TraceFormatError(str(req_path), "blank line (expected one JSON object per line)",
-                                           line=line_no)
-                req = parse_request(parse_json(text, str(req_path), line_no), meta, str(req_path), line_no)
-                if req.id in seen:
-                    raise TraceFormatError(str(req_path), f"duplicate request id {req.id!r}", line=line_no,
-                                           field="id")
-                seen.add(req.id)
-                requests.append(req)
-    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-        raise TraceFormatError(str(req_path), f"cannot be read completely ({type(e).__name__}: {e}); the file "
-                               "may be truncated or corrupt", line=line_no + 1) from None
+    for line_no, doc in iter_jsonl(req_path):
+        req = parse_request(doc, meta, str(req_path), line_no)
+        if req.id in seen:
+            raise TraceFormatError(str(req_path), f"duplicate request id {req.id!r}", line=line_no, field="id")
+        seen.add(req.id)
+        requests.append(req)
     if not requests:
         raise TraceFormatError(str(req_path), "contains no requests")
     return TraceBundle(meta, requests)

@@ -9,10 +9,12 @@ are limited to `MAX_INT_DIGITS` digits.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -129,19 +131,41 @@ def parse_json(text: str, path: str, line: int | None = None) -> Any:
                                line=line) from None
     except ValueError as e:
         raise TraceFormatError(path, f"not valid JSON: {e}", line=line) from None
-    check_plain_data(doc, path, line)
+    check_plain_data(doc, path, line, max_nodes=None)  # JSON has no aliases: its size is the file's
     return doc
 
 
-def check_plain_data(doc: Any, path: str, line: int | None = None) -> None:
-    """Refuse non-finite floats, nesting deeper than MAX_NESTING and more than MAX_NODES values (iteratively)."""
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) of every line of a `.jsonl` or `.jsonl.gz` file; a blank line, a line that
+    is not UTF-8 or not JSON, and a truncated or corrupt gzip stream are errors naming the file and line."""
+    where = str(path)
+    opener = gzip.open if str(path).endswith(".gz") else open
+    line_no = 0
+    try:
+        with opener(path, "rb") as f:
+            for line_no, raw in enumerate(f, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise TraceFormatError(where, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                                           f"{e.start + 1})", line=line_no) from None
+                if not text.strip():
+                    raise TraceFormatError(where, "blank line (expected one JSON object per line)", line=line_no)
+                yield line_no, parse_json(text, where, line_no)
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise TraceFormatError(where, f"cannot be read completely ({type(e).__name__}: {e}); the file may be "
+                               "truncated or corrupt", line=line_no + 1) from None
+
+
+def check_plain_data(doc: Any, path: str, line: int | None = None, *, max_nodes: int | None = MAX_NODES) -> None:
+    """Refuse non-finite floats, nesting deeper than MAX_NESTING and more than `max_nodes` values (iteratively)."""
     stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
     nodes = 0
     while stack:
         value, where, depth = stack.pop()
         nodes += 1
-        if nodes > MAX_NODES:
-            raise TraceFormatError(path, f"too large: more than {MAX_NODES:,} values (YAML aliases expand "
+        if max_nodes is not None and nodes > max_nodes:
+            raise TraceFormatError(path, f"too large: more than {max_nodes:,} values (YAML aliases expand "
                                    "where they are used)", line=line)
         if depth > MAX_NESTING:
             raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)", line=line,
