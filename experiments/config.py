@@ -100,6 +100,44 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"{loc}: {first['msg']} (got {first.get('input')!r})") from None
         return v
 
+    @field_validator("traces")
+    @classmethod
+    def _traces_exist(cls, v: "str | dict[str, dict[str, Any]]") -> "str | dict[str, dict[str, Any]]":
+        if isinstance(v, str):
+            if v.startswith("builtin:"):
+                from traces.builtin_bundles import builtin_bundle_path
+
+                builtin_bundle_path(v.split(":", 1)[1])
+            elif not Path(v).is_dir():
+                raise ValueError(f"{v!r} is not a trace bundle folder (nor builtin:NAME)")
+        return v
+
+    @model_validator(mode="after")
+    def _parts_resolve(self) -> "ExperimentConfig":
+        """Latency profiles named by the config exist, and every run's policy builds (types, ranges) before
+        anything is simulated; the error names the key."""
+        from policies.registry import make_policy
+
+        _check_server(self.server, "server")
+        _check_profile_name(self.server.target_profile, "server.target_profile")
+        for name, spec in self.drafters.items():
+            if spec.get("profile") is not None:
+                _check_profile_name(spec["profile"], f"drafters.{name}.profile")
+        for i, run in enumerate(self.runs):
+            if run.server:
+                doc = {**self.server.model_dump(), **run.server}
+                try:
+                    server = ServerConfig.model_validate(doc)
+                except ValidationError as e:
+                    err = e.errors()[0]
+                    loc = ".".join(str(x) for x in err["loc"])
+                    raise ValueError(f"runs.{i}.server.{loc}: {err['msg']} (got {err.get('input')!r})") from None
+                _check_server(server, f"runs.{i}.server")
+                _check_profile_name(server.target_profile, f"runs.{i}.server.target_profile")
+            if run.policy is not None:
+                make_policy(run.policy, where=f"runs.{i}.policy")
+        return self
+
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":
         if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {"pool", "specbench"}):
@@ -118,6 +156,22 @@ class ExperimentConfig(BaseModel):
         return self.baseline or self.runs[0].name
 
 
+def _check_server(server: ServerConfig, where: str) -> None:
+    """Cross-field rules of a server: the KV pool holds at least one block."""
+    if server.kv_capacity_tokens is not None and server.kv_capacity_tokens < server.block_size:
+        raise ValueError(f"{where}.kv_capacity_tokens: {server.kv_capacity_tokens} tokens is less than one KV block "
+                         f"(block_size {server.block_size})")
+
+
+def _check_profile_name(ref: Any, where: str) -> None:
+    """A profile given by name must be a built-in one or an existing file (inline mappings are checked at use)."""
+    from simulator.latency import builtin_profiles
+
+    if isinstance(ref, str) and ref not in builtin_profiles() and not Path(ref).is_file():
+        raise ValueError(f"{where}: {ref!r} is neither a built-in latency profile ({', '.join(builtin_profiles())}) "
+                         "nor a profile file")
+
+
 class ConfigError(ValueError):
     """A config that fails validation; the message names the file and every bad key."""
 
@@ -125,8 +179,12 @@ class ConfigError(ValueError):
 def _format_errors(err: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid experiment config"]
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        loc = ".".join(str(x) for x in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
+        nested = _KEYED_MESSAGE.match(msg) if e["type"] == "value_error" else None
+        if nested:  # a validator's message that already names the key below `loc`
+            loc, msg = ".".join(p for p in (loc, nested["key"]) if p), nested["rest"]
+        loc = loc or "(top level)"
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
         elif e["type"] == "missing":
@@ -135,6 +193,9 @@ def _format_errors(err: ValidationError, source: str) -> str:
         tail = f" (got {got!r})" if e["type"] not in ("missing", "extra_forbidden") and not isinstance(got, dict) else ""
         lines.append(f"  {loc}: {msg}{tail}")
     return "\n".join(lines)
+
+
+_KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-\[\]]+)*): (?P<rest>.*)$", re.S)
 
 
 def builtin_config_dir() -> Path:

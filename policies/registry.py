@@ -67,7 +67,7 @@ def make_policy(spec: dict[str, Any], where: str = "policy") -> Policy:
     if not isinstance(spec, dict) or "name" not in spec:
         raise ValueError(f"{where}: expected a mapping with 'name' (one of {sorted(POLICIES)}), got {spec!r}")
     name = spec["name"]
-    if name not in POLICIES:
+    if not isinstance(name, str) or name not in POLICIES:
         raise ValueError(f"{where}.name: unknown policy {name!r}; expected one of {sorted(POLICIES)}")
     cls = policy_class(name)
     params = {k: v for k, v in spec.items() if k != "name"}
