@@ -167,6 +167,8 @@ def check_results_target(out: str | os.PathLike, entries: frozenset[str] | None 
         if parent.exists():
             if not parent.is_dir():
                 raise ValueError(f"results folder {out}: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise ValueError(f"results folder {out}: cannot write into {parent} (permission denied)")
             break
     if out.exists() or out.is_symlink():
         if not out.is_dir():
