@@ -103,6 +103,10 @@ class ExperimentConfig(BaseModel):
     @field_validator("traces")
     @classmethod
     def _traces_exist(cls, v: "str | dict[str, dict[str, Any]]") -> "str | dict[str, dict[str, Any]]":
+        if isinstance(v, dict) and set(v) == {"pool"}:
+            from traces.pool import PoolSpec
+
+            PoolSpec.from_config(v["pool"])
         if isinstance(v, str):
             if v.startswith("builtin:"):
                 from traces.builtin_bundles import builtin_bundle_path
@@ -179,7 +183,7 @@ class ConfigError(ValueError):
 def _format_errors(err: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid experiment config"]
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"])
+        loc = ".".join(str(x) for x in e["loc"] if not _UNION_BRANCH.match(str(x)))
         msg = e["msg"].removeprefix("Value error, ")
         nested = _KEYED_MESSAGE.match(msg) if e["type"] == "value_error" else None
         if nested:  # a validator's message that already names the key below `loc`
@@ -195,6 +199,8 @@ def _format_errors(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+# pydantic names the member of a union a value failed to match ("str", "dict[str,...]"): not a config key
+_UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|(list|dict|tuple|literal|union|function-\w+)\[.*)$", re.I)
 _KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-\[\]]+)*): (?P<rest>.*)$", re.S)
 
 

@@ -79,7 +79,9 @@ MUST_REJECT = {
     "slo.ttft_s": [0, -1],
     "timeline_max_steps": [-1, 1.5],
     "baseline": ["nope"],
-    "traces": ["no/such/folder", 5, {"pool": {"nope": 1}}, {"other": {}}],
+    "traces": ["no/such/folder", 5, "builtin:nope", {"pool": {"nope": 1}}, {"other": {}}, {"pool": {"strong": "x"}},
+               {"pool": {"num_requests": 10**12}}, {"pool": {"output_len": [1, 2, 3]}}, {"pool": {"weak": NAN}},
+               {"pool": [1]}],
     "unknown_key": [1],
 }
 BAD_SET_ITEMS = [
