@@ -79,12 +79,7 @@ class ExperimentConfig(BaseModel):
     @classmethod
     def _draft_costs(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for name, spec in v.items():
-            try:
-                DraftCostConfig.model_validate(spec)
-            except ValidationError as e:
-                first = e.errors()[0]
-                loc = ".".join(str(x) for x in (name, *first["loc"]))
-                raise ValueError(f"{loc}: {first['msg']} (got {first.get('input')!r})") from None
+            _validate(DraftCostConfig, spec, name)
         return v
 
     @field_validator("workload")
@@ -92,12 +87,7 @@ class ExperimentConfig(BaseModel):
     def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
         from traces.workload import WorkloadSpec
 
-        try:
-            WorkloadSpec.model_validate(v)
-        except ValidationError as e:
-            first = e.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"])
-            raise ValueError(f"{loc}: {first['msg']} (got {first.get('input')!r})") from None
+        _validate(WorkloadSpec, v, "")
         return v
 
     @field_validator("traces")
@@ -129,13 +119,7 @@ class ExperimentConfig(BaseModel):
                 _check_profile_name(spec["profile"], f"drafters.{name}.profile")
         for i, run in enumerate(self.runs):
             if run.server:
-                doc = {**self.server.model_dump(), **run.server}
-                try:
-                    server = ServerConfig.model_validate(doc)
-                except ValidationError as e:
-                    err = e.errors()[0]
-                    loc = ".".join(str(x) for x in err["loc"])
-                    raise ValueError(f"runs.{i}.server.{loc}: {err['msg']} (got {err.get('input')!r})") from None
+                server = _validate(ServerConfig, {**self.server.model_dump(), **run.server}, f"runs.{i}.server")
                 _check_server(server, f"runs.{i}.server")
                 _check_profile_name(server.target_profile, f"runs.{i}.server.target_profile")
             if run.policy is not None:
@@ -158,6 +142,17 @@ class ExperimentConfig(BaseModel):
     @property
     def baseline_run(self) -> str:
         return self.baseline or self.runs[0].name
+
+
+def _validate(model: type[BaseModel], doc: Any, where: str) -> Any:
+    """`model` validated from `doc`; a ValueError "<where>.<key>: <what was expected> (got ...)" otherwise."""
+    try:
+        return model.model_validate(doc)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in (where, *err["loc"]) if str(x) and not _UNION_BRANCH.match(str(x)))
+        got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
+        raise ValueError(f"{loc}: {err['msg'].removeprefix('Value error, ')}{got}") from None
 
 
 def _check_server(server: ServerConfig, where: str) -> None:
