@@ -21,7 +21,7 @@ import yaml
 from traces.errors import TraceFormatError
 
 MAX_NESTING = 64
-MAX_NODES = 2_000_000
+MAX_NODES = 1_000_000
 MAX_INT = 2**63 - 1  # integers must fit int64
 
 
