@@ -31,15 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        if args.command is None and (argv if argv is not None else sys.argv[1:]) == []:
-            args = parser.parse_args(["run"])
-        else:
-            parser.print_help()
-            return 2
-    try:
+    try:  # from the first import on: Ctrl-C while the commands load is an interrupt too, not a traceback
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            if args.command is None and (argv if argv is not None else sys.argv[1:]) == []:
+                args = parser.parse_args(["run"])
+            else:
+                parser.print_help()
+                return 2
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
         print(f"draftsim: error: {e}", file=sys.stderr)
