@@ -178,6 +178,9 @@ def validate(dep: Deployment) -> None:
     if dep.num_gpus != dep.tp:
         raise ValueError(f"deployment.num_gpus: one simulated server is one TP group; expected num_gpus == tp "
                          f"({dep.tp}), got {dep.num_gpus} (simulate data-parallel replicas as separate servers)")
+    problem = get_model(dep.target).tp_problem(dep.tp)
+    if problem:
+        raise ValueError(f"deployment.tp: {problem}")
     if dep.drafter_placement not in PLACEMENTS:
         raise ValueError(f"deployment.drafter_placement: expected one of {PLACEMENTS}, got {dep.drafter_placement!r}")
     if dep.drafter_tp is not None:
@@ -185,6 +188,11 @@ def validate(dep: Deployment) -> None:
         if isinstance(dep.drafter_tp, bool) or not isinstance(dep.drafter_tp, int) or not 1 <= dep.drafter_tp <= limit:
             raise ValueError(f"deployment.drafter_tp: expected an integer in 1..{limit} for a "
                              f"{dep.drafter_placement} drafter, got {dep.drafter_tp!r}")
+    if dep.drafter is not None:
+        dtp = dep.drafter_tp or (dep.tp if dep.drafter_placement == "colocated" else dep.drafter_gpus)
+        problem = get_model(dep.drafter).tp_problem(dtp)
+        if problem:
+            raise ValueError(f"deployment.drafter_tp: the drafter is sharded {dtp} ways: {problem}; set drafter_tp")
     if dep.drafter_gpu is not None and dep.drafter_placement != "dedicated":
         raise ValueError("deployment.drafter_gpu: only a dedicated drafter has its own GPU type")
     if not 0 < dep.gpu_memory_utilization <= 1:

@@ -55,6 +55,9 @@ class RooflineProfile:
                     or (key in ("mfu", "bandwidth_util") and v == 0):
                 interval = f"({lo}, {hi}]" if key in ("mfu", "bandwidth_util") else f"[{lo}, {hi}]"
                 raise ValueError(f"roofline profile: {key} must be a number in {interval}, got {v!r}")
+        problem = self.model.tp_problem(self.tp)
+        if problem:
+            raise ValueError(f"roofline profile: tp {problem}")
         if not isinstance(self.name, str):
             raise ValueError(f"roofline profile: name must be a string, got {self.name!r}")
         if not self.name:

@@ -95,6 +95,12 @@ class ModelSpec:
         """FLOPs for one (query token, context token) pair over all layers: QK^T and AV, 2 FLOPs per MAC."""
         return 4.0 * self.num_layers * self.num_heads * self.head_dim
 
+    def tp_problem(self, tp: int) -> str | None:
+        """Why this model cannot be sharded `tp` ways (vLLM needs tp to divide the attention heads), or None."""
+        if self.num_heads % tp:
+            return f"{tp} does not divide the {self.num_heads} attention heads of {self.name} (vLLM requires it)"
+        return None
+
     def derived_params(self) -> float:
         """Parameter count re-derived from the architecture (gated MLP, GQA attention, norms ignored)."""
         h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim

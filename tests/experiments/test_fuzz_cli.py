@@ -93,7 +93,7 @@ def test_fuzz_command_lines(workspace):
 
         tally.run(" ".join(argv), case_fn, clean=(ValueError,), must_reject=bad, timeout_s=30)
         assert _user_files(workspace) == before, f"user file changed by {argv}"
-    for sub in ("run", "import", "traces", "bounds", "specbench", "policies", "placement", "calibrate"):
+    for sub in ("run", "import-specbench", "traces", "bounds", "specbench", "policies", "placement", "calibrate"):
         tally.run(f"{sub} --help", lambda sub=sub: _main([sub, "--help"]), clean=(ValueError,), must_reject=False)
     tally.run("no-such-command", lambda: _raise_on_error(_main(["no-such-command"])), clean=(ValueError,),
               must_reject=True)
@@ -157,3 +157,67 @@ def test_ctrl_c_while_writing_results_keeps_the_previous_folder(workspace, monke
     assert rc == 130 and err == "draftsim: interrupted\n"
     after = {p.relative_to(workspace): p.read_bytes() for p in (workspace / "results").rglob("*") if p.is_file()}
     assert after == before  # the old results, whole; no half-written folder, no staging folder left
+
+
+FLAG_VALUES = ["0", "-1", "1", "3", "0.5", "nan", "inf", "-inf", "1e308", "x", "", str(2**70), "100000000"]
+
+
+def _specbench_file(path: Path, rng: random.Random) -> Path:
+    import json
+
+    lines = []
+    for i in range(3):
+        n = rng.randint(4, 12)
+        lines.append(json.dumps({"id": f"q{i}", "prompt_token_ids": list(range(1, 6)),
+                                 "generated_token_ids": list(range(100, 100 + n)),
+                                 "acc_eagle": {"acc_len": [rng.randint(1, 4) for _ in range(n)]},
+                                 "acc_ngram": {"acc_len": [rng.randint(1, 3) for _ in range(n)]}}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_fuzz_other_command_flags(tmp_path, monkeypatch):
+    """bounds, placement, specbench, traces: random values for their numeric and name flags."""
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(SEED + 1)
+    tally = FuzzTally("other commands' flags")
+    trace = _specbench_file(tmp_path / "combined_cnn.jsonl", rng)
+    for case in range(70):
+        v = lambda: rng.choice(FLAG_VALUES)  # noqa: E731
+        kind = rng.choice(["bounds", "bounds-sim", "frontier", "placement", "specbench", "traces"])
+        if kind == "bounds":
+            argv = ["bounds", "--draft-time", v(), "--verify-time", v()]
+        elif kind == "bounds-sim":
+            argv = ["bounds", "--draft-time", rng.choice(["0.01", v()]), "--verify-time", "0.02", "--simulate",
+                    "--requests", rng.choice(["200", v()]), "--sub-batch", rng.choice(["4", v()])]
+        elif kind == "frontier":
+            argv = ["bounds", "--frontier", "--alpha-v", v(), "--k", rng.choice(["1", "3", v()]),
+                    *(["--range", v(), v()] if rng.random() < 0.4 else [])]
+        elif kind == "placement":
+            argv = ["placement", "--target", rng.choice(["qwen3-32b", "llama3.1-8b", "nope", ""]),
+                    "--gpu", rng.choice(["h100-80gb", "l40s", "nope"]), "--tp", rng.choice(["1", "2", "4", v()]),
+                    *(["--drafter", rng.choice(["qwen3-4b", "smollm2-135m", "nope"]), "--drafter-tp", v()]
+                      if rng.random() < 0.5 else []),
+                    *(["--util", v()] if rng.random() < 0.4 else []),
+                    *(["--reserve-gib", v()] if rng.random() < 0.4 else []),
+                    *(["--max-model-len", v()] if rng.random() < 0.4 else [])]
+        elif kind == "specbench":
+            argv = ["specbench", "--trace", rng.choice([str(trace), "missing.jsonl", str(tmp_path)]),
+                    "--proposer", rng.choice(["eagle3", "ngram", "combined"]),
+                    "--predict", rng.choice(["FIXED_1", "FIXED_3", "ORACLE"]),
+                    "--batch-size", rng.choice(["1", "4", v()]),
+                    "--num-requests", rng.choice(["2", "3", v()]),
+                    *(["--match-prob", v()] if rng.random() < 0.5 else [])]
+        else:
+            argv = ["traces", rng.choice(["validate", "stats"]), rng.choice([str(tmp_path), "missing", str(trace)])]
+
+        def case_fn(argv=argv):
+            rc, err = _main(argv)
+            if "Traceback" in err:
+                raise RuntimeError(f"traceback printed:\n{err[-800:]}")
+            if rc != 0:
+                raise ValueError(err.strip().splitlines()[-1] if err.strip() else f"exit {rc}")
+            return rc
+
+        tally.run(" ".join(argv), case_fn, clean=(ValueError,), must_reject=False, timeout_s=30)
+    tally.assert_clean(min_cases=70)
