@@ -31,8 +31,8 @@ class SLO(BaseModel):
     """Per-request service-level objective used for goodput."""
 
     model_config = _MODEL_CONFIG
-    ttft_s: float = Field(2.0, gt=0)
-    tpot_s: float = Field(0.1, gt=0)
+    ttft_s: float = Field(2.0, gt=0, le=1e6)
+    tpot_s: float = Field(0.1, gt=0, le=1e6)
 
 
 class DraftCostConfig(BaseModel):
