@@ -31,19 +31,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        if args.command is None and (argv if argv is not None else sys.argv[1:]) == []:
-            args = parser.parse_args(["run"])
-        else:
-            parser.print_help()
-            return 2
-    try:
+    try:  # from the first import on: Ctrl-C while the commands load is an interrupt too, not a traceback
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            if args.command is None and (argv if argv is not None else sys.argv[1:]) == []:
+                args = parser.parse_args(["run"])
+            else:
+                parser.print_help()
+                return 2
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
         print(f"draftsim: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: results are written whole or not at all, so nothing to clean up
+        print("draftsim: interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:  # unwritable or invalid paths, full disk: one line naming the file
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"draftsim: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

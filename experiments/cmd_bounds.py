@@ -34,7 +34,28 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _check_sizes(args: argparse.Namespace) -> None:
+    """Flag values the parser accepts but the model or engine cannot use (huge k, step times that overflow)."""
+    from traces.limits import MAX_DRAFT_TOKENS, MAX_NUM_REQUESTS
+
+    if not 1 <= args.k <= MAX_DRAFT_TOKENS:
+        raise ValueError(f"bounds --k: expected draft tokens per step in [1, {MAX_DRAFT_TOKENS}], got {args.k}")
+    if args.frontier:
+        for flag, v in (("--alpha-v", args.alpha_v), ("--range", args.range[1])):
+            if v is not None and not v <= 1e6:  # beyond it the minimiser overflows; nan fails here too
+                raise ValueError(f"bounds {flag}: expected a finite alpha*V of at most 1e6, got {v}")
+    if args.simulate:
+        for flag, v in (("--draft-time", args.draft_time), ("--verify-time", args.verify_time)):
+            if v is not None and not v <= 3600:
+                raise ValueError(f"bounds {flag}: --simulate needs a step time of at most 3600 s, got {v}")
+        if not 1 <= args.sub_batch <= 4096:
+            raise ValueError(f"bounds --sub-batch: expected an integer in [1, 4096], got {args.sub_batch}")
+        if not 1 <= args.requests <= MAX_NUM_REQUESTS:
+            raise ValueError(f"bounds --requests: expected an integer in [1, {MAX_NUM_REQUESTS}], got {args.requests}")
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_sizes(args)
     if args.frontier:
         return _frontier(args)
     if args.draft_time is None or args.verify_time is None:

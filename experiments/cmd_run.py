@@ -10,14 +10,45 @@ from pathlib import Path
 STUDY_KINDS = {"psd_vs_sd", "psd_bounds"}
 
 
+def results_dir(args: argparse.Namespace, name: str, where: str, study: bool = False) -> Path | None:
+    """Where the results folder goes (None with --no-out), checked before anything is simulated."""
+    from experiments.config import check_plain_name
+    from experiments.report import RESULT_ENTRIES, check_results_target
+
+    if args.no_out:
+        if args.out is not None:
+            raise ValueError("give --out or --no-out, not both")
+        return None
+    if args.out is None:
+        out = Path("results") / check_plain_name(name, f"{where}: name")
+    elif not args.out.strip():
+        raise ValueError("--out: expected a folder path, got an empty string")
+    else:
+        out = Path(args.out)
+    check_results_target(out, entries=None if study else RESULT_ENTRIES)
+    return out
+
+
+def _moved(value, tmp: Path, out: Path):
+    """A path (or list of paths) reported inside the staging folder `tmp`, as it is after the move to `out`."""
+    if isinstance(value, list):
+        return [_moved(v, tmp, out) for v in value]
+    return str(value).replace(str(tmp), str(out)) if isinstance(value, str) else value
+
+
 def _run_study(args: argparse.Namespace, doc: dict, where: str, console) -> int:
     from experiments.psd_report import run_report
+    from experiments.report import staged_results_folder
 
     if args.overrides or args.seed is not None:
         raise ValueError(f"{where}: --set and --seed apply to experiment configs, not to a '{doc['kind']}' sweep; "
                          "edit a copy of the YAML instead")
-    out = Path(args.out or Path("results") / str(doc.get("name", doc["kind"])))
-    info = run_report(where, out, progress=not args.no_progress and not args.json)
+    out = results_dir(args, str(doc.get("name", doc["kind"])), where, study=True)
+    if out is None:
+        raise ValueError(f"{where}: a '{doc['kind']}' sweep always writes its results folder; drop --no-out")
+    with staged_results_folder(out, entries=None) as tmp:
+        info = run_report(where, tmp, progress=not args.no_progress and not args.json)
+    info = {k: _moved(v, tmp, out) for k, v in info.items()}
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -53,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
     if doc.get("kind") in STUDY_KINDS:
         return _run_study(args, doc, where, console)
     cfg = load_config(args.config, args.overrides, args.seed)
-    out = None if args.no_out else Path(args.out or Path("results") / cfg.name)
+    out = results_dir(args, cfg.name, where)
     res = run_experiment(cfg, out=out, progress=not args.no_progress and not args.json, console=console)
     if args.json:
         print(json.dumps(res.summary, indent=2, sort_keys=True, default=str))

@@ -3,30 +3,61 @@ from __future__ import annotations
 
 import copy
 import importlib.resources
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from simulator.server_config import RunSpec, ServerConfig
+from traces.errors import TraceFormatError
+from traces.parsing import check_plain_data, parse_yaml, read_text
+
+# A config name becomes a folder under results/: a plain name, never a path.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+MAX_SEED = 2**63 - 1
+_MODEL_CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def check_plain_name(name: str, where: str = "name") -> str:
+    """`name` if it is a plain folder name (letters, digits, . _ + -; no separators, not `..`); else ValueError."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or set(name) == {"."}:
+        raise ValueError(f"{where}: expected a plain name (letters, digits, '.', '_', '+', '-'; no path "
+                         f"separators; at most 128 characters), got {name!r}")
+    return name
 
 
 class SLO(BaseModel):
     """Per-request service-level objective used for goodput."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    ttft_s: float = Field(2.0, gt=0)
-    tpot_s: float = Field(0.1, gt=0)
+    model_config = _MODEL_CONFIG
+    ttft_s: float = Field(2.0, gt=0, le=1e6)
+    tpot_s: float = Field(0.1, gt=0, le=1e6)
+
+
+class DraftCostConfig(BaseModel):
+    """One entry of the `drafters:` section (simulator.draft_cost): how a drafter's drafting phase is priced."""
+
+    model_config = _MODEL_CONFIG
+    kind: Literal["autoregressive", "whole_proposal", "fraction_of_verify", "constant"]
+    profile: str | None = Field(None, min_length=1)
+    fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
+    seconds: float = Field(0.0, ge=0, le=3600, description="constant: seconds per drafting phase")
+
+    @model_validator(mode="after")
+    def _needs(self) -> "DraftCostConfig":
+        if self.kind in ("autoregressive", "whole_proposal") and not self.profile:
+            raise ValueError(f"kind {self.kind!r} needs a latency profile (key 'profile')")
+        return self
 
 
 class ExperimentConfig(BaseModel):
     """A whole experiment: traces, workload, server, drafter costs and the runs to compare."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str = Field(min_length=1)
+    model_config = _MODEL_CONFIG
+    name: str = Field(min_length=1, description="plain name; results go to results/<name>")
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     traces: str | dict[str, dict[str, Any]] = Field(
         "builtin:default",
         description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool) or "
@@ -38,6 +69,62 @@ class ExperimentConfig(BaseModel):
     baseline: str | None = Field(None, description="run that speedups are relative to (default: the first)")
     slo: SLO = SLO()
     timeline_max_steps: int = Field(2000, ge=0, description="steps per run written to the Perfetto timeline")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return check_plain_name(v, "name")
+
+    @field_validator("drafters")
+    @classmethod
+    def _draft_costs(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, spec in v.items():
+            _validate(DraftCostConfig, spec, name)
+        return v
+
+    @field_validator("workload")
+    @classmethod
+    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from traces.workload import WorkloadSpec
+
+        _validate(WorkloadSpec, v, "")
+        return v
+
+    @field_validator("traces")
+    @classmethod
+    def _traces_exist(cls, v: "str | dict[str, dict[str, Any]]") -> "str | dict[str, dict[str, Any]]":
+        if isinstance(v, dict) and set(v) == {"pool"}:
+            from traces.pool import PoolSpec
+
+            PoolSpec.from_config(v["pool"])
+        if isinstance(v, str):
+            if v.startswith("builtin:"):
+                from traces.builtin_bundles import builtin_bundle_path
+
+                builtin_bundle_path(v.split(":", 1)[1])
+            elif not Path(v).is_dir():
+                raise ValueError(f"{v!r} is not a trace bundle folder (nor builtin:NAME)")
+        return v
+
+    @model_validator(mode="after")
+    def _parts_resolve(self) -> "ExperimentConfig":
+        """Latency profiles named by the config exist, and every run's policy builds (types, ranges) before
+        anything is simulated; the error names the key."""
+        from policies.registry import make_policy
+
+        _check_server(self.server, "server")
+        _check_profile_name(self.server.target_profile, "server.target_profile")
+        for name, spec in self.drafters.items():
+            if spec.get("profile") is not None:
+                _check_profile_name(spec["profile"], f"drafters.{name}.profile")
+        for i, run in enumerate(self.runs):
+            if run.server:
+                server = _validate(ServerConfig, {**self.server.model_dump(), **run.server}, f"runs.{i}.server")
+                _check_server(server, f"runs.{i}.server")
+                _check_profile_name(server.target_profile, f"runs.{i}.server.target_profile")
+            if run.policy is not None:
+                make_policy(run.policy, where=f"runs.{i}.policy")
+        return self
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":
@@ -57,6 +144,33 @@ class ExperimentConfig(BaseModel):
         return self.baseline or self.runs[0].name
 
 
+def _validate(model: type[BaseModel], doc: Any, where: str) -> Any:
+    """`model` validated from `doc`; a ValueError "<where>.<key>: <what was expected> (got ...)" otherwise."""
+    try:
+        return model.model_validate(doc)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in (where, *err["loc"]) if str(x) and not _UNION_BRANCH.match(str(x)))
+        got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
+        raise ValueError(f"{loc}: {err['msg'].removeprefix('Value error, ')}{got}") from None
+
+
+def _check_server(server: ServerConfig, where: str) -> None:
+    """Cross-field rules of a server: the KV pool holds at least one block."""
+    if server.kv_capacity_tokens is not None and server.kv_capacity_tokens < server.block_size:
+        raise ValueError(f"{where}.kv_capacity_tokens: {server.kv_capacity_tokens} tokens is less than one KV block "
+                         f"(block_size {server.block_size})")
+
+
+def _check_profile_name(ref: Any, where: str) -> None:
+    """A profile given by name must be a built-in one or an existing file (inline mappings are checked at use)."""
+    from simulator.latency import builtin_profiles
+
+    if isinstance(ref, str) and ref not in builtin_profiles() and not Path(ref).is_file():
+        raise ValueError(f"{where}: {ref!r} is neither a built-in latency profile ({', '.join(builtin_profiles())}) "
+                         "nor a profile file")
+
+
 class ConfigError(ValueError):
     """A config that fails validation; the message names the file and every bad key."""
 
@@ -64,8 +178,12 @@ class ConfigError(ValueError):
 def _format_errors(err: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid experiment config"]
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        msg = e["msg"]
+        loc = ".".join(str(x) for x in e["loc"] if not _UNION_BRANCH.match(str(x)))
+        msg = e["msg"].removeprefix("Value error, ")
+        nested = _KEYED_MESSAGE.match(msg) if e["type"] == "value_error" else None
+        if nested:  # a validator's message that already names the key below `loc`
+            loc, msg = ".".join(p for p in (loc, nested["key"]) if p), nested["rest"]
+        loc = loc or "(top level)"
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
         elif e["type"] == "missing":
@@ -74,6 +192,11 @@ def _format_errors(err: ValidationError, source: str) -> str:
         tail = f" (got {got!r})" if e["type"] not in ("missing", "extra_forbidden") and not isinstance(got, dict) else ""
         lines.append(f"  {loc}: {msg}{tail}")
     return "\n".join(lines)
+
+
+# pydantic names the member of a union a value failed to match ("str", "dict[str,...]"): not a config key
+_UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|(list|dict|tuple|literal|union|function-\w+)\[.*)$", re.I)
+_KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-\[\]]+)*): (?P<rest>.*)$", re.S)
 
 
 def builtin_config_dir() -> Path:
@@ -92,11 +215,11 @@ def read_config_doc(source: str | Path) -> tuple[dict[str, Any], str]:
     if not path.is_file():
         raise ConfigError(f"{source}: no such config file or built-in config (built-ins: {', '.join(builtin)})")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        doc = parse_yaml(read_text(path), str(path))
+    except TraceFormatError as e:
+        raise ConfigError(str(e)) from None
     if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(doc).__name__}")
     return doc, str(path)
 
 
@@ -104,11 +227,16 @@ def apply_overrides(doc: dict[str, Any], overrides: list[str] | tuple[str, ...])
     """`--set a.b.c=value` (value parsed as YAML; list items by index: runs.1.policy.k=5)."""
     doc = copy.deepcopy(doc)
     for item in overrides:
-        if "=" not in item:
+        if not isinstance(item, str) or "=" not in item:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. workload.arrival.rate=12")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            value = parse_yaml(raw, f"--set {item!r}", what="YAML value") if raw != "" else ""
+        except TraceFormatError as e:
+            raise ConfigError(str(e)) from None
         parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(f"--set {item!r}: expected a dotted key like workload.arrival.rate, got {key!r}")
         node: Any = doc
         for j, part in enumerate(parts[:-1]):
             node = _child(node, part, key, create=True)
@@ -156,10 +284,15 @@ def load_config(source: "str | Path | dict[str, Any] | ExperimentConfig", overri
         doc, where = source, label or "<dict config>"
     else:
         doc, where = read_config_doc(source)
+    if isinstance(overrides, str):
+        raise ConfigError(f"overrides: expected a list of KEY=VALUE strings, got the string {overrides!r}")
     doc = apply_overrides(doc, list(overrides))
     if seed is not None:
         doc["seed"] = seed
     try:
+        check_plain_data(doc, where)
         return ExperimentConfig.model_validate(doc)
+    except TraceFormatError as e:
+        raise ConfigError(str(e)) from None
     except ValidationError as e:
         raise ConfigError(_format_errors(e, where)) from None

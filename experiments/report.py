@@ -1,6 +1,7 @@
 """The comparison table printed after a run, and the results folder a run writes.
 
 Results folder (complete or absent: built in a hidden temp sibling, renamed into place at the end):
+    .draftsim-results      marker: only a folder holding it (or an empty one) is ever replaced
     config.yaml            resolved experiment config
     requests.parquet       per-request table of every run, `run` column first (or .csv)
     steps.parquet          per-step table of every run, `run` column first (or .csv)
@@ -14,9 +15,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
+import socket
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +36,9 @@ from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS
 from simulator.timeline import to_chrome_trace, write_chrome_trace
 from traces.atomic import atomic_open, atomic_write_text
 
+MARKER = ".draftsim-results"
 RESULT_ENTRIES = frozenset(
-    {"config.yaml", "summary.json", "timeline.json", "plots",
+    {MARKER, "config.yaml", "summary.json", "timeline.json", "plots",
      "requests.parquet", "steps.parquet", "requests.csv", "steps.csv"}
 )
 TABLE_FORMATS = ("parquet", "csv")
@@ -148,17 +153,93 @@ def _write_table(df: pd.DataFrame, path: Path, fmt: str) -> None:
             df.to_csv(f, index=False, lineterminator="\n")
 
 
-def _check_target(out: Path) -> None:
-    """Refuse to replace anything but a previous results folder (never a user's folder with other files)."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"results folder {out}: exists and is not a folder")
-    if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in RESULT_ENTRIES)
+def check_results_target(out: str | os.PathLike, entries: frozenset[str] | None = RESULT_ENTRIES) -> Path:
+    """The resolved `out` if a results folder may be written there, else ValueError saying why.
+
+    Allowed: a path that does not exist yet (its parent may be created), an empty folder, or a folder that
+    draftsim wrote (it holds the `.draftsim-results` marker) and that holds nothing but `entries` (None: any
+    names, for studies whose file names vary).
+    A user's folder, e.g. the one holding the config (`draftsim run myexp/config.yaml --out myexp`), is
+    never replaced.
+    """
+    out = Path(out).expanduser().resolve()
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"results folder {out}: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise ValueError(f"results folder {out}: cannot write into {parent} (permission denied)")
+            break
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise ValueError(f"results folder {out}: exists and is not a folder; choose another --out")
+        names = {p.name for p in out.iterdir()}
+        if names and MARKER not in names:
+            raise ValueError(f"results folder {out}: exists, is not empty and was not written by draftsim (no "
+                             f"{MARKER} file in it); refusing to replace it; choose another --out")
+        foreign = sorted(names - entries) if entries is not None else []
         if foreign:
-            raise ValueError(
-                f"results folder {out}: exists and holds files a results folder does not ({foreign[:5]}); "
-                "refusing to replace it; choose another --out"
-            )
+            raise ValueError(f"results folder {out}: holds files a results folder does not ({foreign[:5]}); "
+                             "refusing to replace it; move them or choose another --out")
+    return out
+
+
+_STAGING = re.compile(r"^\.(?P<name>.+)\.[^.]+\.(?P<pid>\d+)\.(?:partial|old)$")
+
+
+def _owner_alive(folder: Path) -> bool:
+    """True unless `folder`'s marker says it was made on this host by a process that has exited."""
+    m = _STAGING.match(folder.name)
+    try:
+        host = (folder / MARKER).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return True  # not ours, or unreadable: leave it alone
+    if m is None or host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(m["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def clean_stale_staging(out: Path) -> list[Path]:
+    """Remove `.<name>.*.<pid>.partial|old` siblings of `out` left by killed runs on this host; returns them."""
+    removed = []
+    if not out.parent.is_dir():
+        return removed
+    for p in out.parent.glob(f".{glob_escape(out.name)}.*"):
+        m = _STAGING.match(p.name)
+        if m and m["name"] == out.name and p.is_dir() and not p.is_symlink() and not _owner_alive(p):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob metacharacters escaped."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+@contextmanager
+def staged_results_folder(out_dir: str | os.PathLike,
+                          entries: frozenset[str] | None = RESULT_ENTRIES) -> Iterator[Path]:
+    """Yield a hidden temp folder beside `out_dir` to write results into; on success it replaces `out_dir`
+    (complete or not at all), on any error or Ctrl-C it is removed. Stale temp folders of killed runs are
+    cleaned first; see check_results_target for which `out_dir` may be replaced."""
+    out = check_results_target(out_dir, entries)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_staging(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=f".{os.getpid()}.partial", dir=out.parent))
+    try:
+        (tmp / MARKER).write_text(socket.gethostname() + "\n", encoding="utf-8")
+        yield tmp
+        _swap_into_place(tmp, out, entries)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_results_folder(
@@ -177,15 +258,14 @@ def write_results_folder(
     `timeline`: True builds the Chrome trace from the step tables (each run cut to its first
     `timeline_max_steps` steps when that is a positive number, and labelled so), a dict is written as
     given, False skips it.
-    An existing results folder at `out_dir` is replaced; the new one appears whole or not at all.
+    An existing results folder at `out_dir` is replaced (never a user's folder: see check_results_target);
+    the new one appears whole or not at all.
     """
     if table_format not in TABLE_FORMATS:
         raise ValueError(f"table_format: expected one of {TABLE_FORMATS}, got {table_format!r}")
     if not runs:
         raise ValueError("write_results_folder: no runs to write")
-    out = Path(out_dir).resolve()
-    _check_target(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = check_results_target(out_dir)
     config_text = yaml.safe_dump(dict(config_dict), sort_keys=False, allow_unicode=True)
     simulated = {n: (r, s) for n, (r, s, _) in runs.items() if r is not None and s is not None}
     requests = _stack([_with_run_column(r, n, "requests") for n, (r, _) in simulated.items()], REQUEST_COLUMNS)
@@ -193,8 +273,7 @@ def write_results_folder(
     summaries = {n: summ for n, (_, _, summ) in runs.items()}
     summary_text = summary_json(summaries)
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    try:
+    with staged_results_folder(out) as tmp:
         atomic_write_text(tmp / "config.yaml", config_text)
         _write_table(requests, tmp / f"requests.{table_format}", table_format)
         _write_table(steps, tmp / f"steps.{table_format}", table_format)
@@ -211,10 +290,6 @@ def write_results_folder(
                 {n: s for n, (_, s) in simulated.items()},
                 {n: summaries[n] for n in simulated},
             )
-        _swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -226,14 +301,14 @@ def _stack(frames: list[pd.DataFrame], schema: Mapping) -> pd.DataFrame:
                          for c in ["run", *schema]})
 
 
-def _swap_into_place(tmp: Path, out: Path) -> None:
+def _swap_into_place(tmp: Path, out: Path, entries: frozenset[str] | None = RESULT_ENTRIES) -> None:
     """Rename the finished temp folder to `out`, moving a previous results folder aside and deleting it."""
     # mkdtemp and the atomic writes create owner-only modes; results are meant to be shared.
     for p in [tmp, *tmp.rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     if out.exists():
-        _check_target(out)
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        check_results_target(out, entries)  # again: it may have changed while the run simulated
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=f".{os.getpid()}.old", dir=out.parent))
         os.rmdir(old)
         os.rename(out, old)
         os.rename(tmp, out)
@@ -243,5 +318,6 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
 
 
 __all__ = [
-    "PLOT_FILES", "RESULT_ENTRIES", "comparison_table", "print_comparison", "summary_json", "write_results_folder",
+    "MARKER", "PLOT_FILES", "RESULT_ENTRIES", "check_results_target", "comparison_table", "print_comparison",
+    "staged_results_folder", "summary_json", "write_results_folder",
 ]

@@ -32,10 +32,11 @@ class AcceptanceEstimate:
 
 
 def check_estimate_params(prior: float, prior_weight: float, decay: float, where: str) -> None:
-    """Reject a prior outside [0, 1], a negative weight, or a decay outside (0, 1]."""
+    """Reject a prior outside [0, 1], a weight <= 0 (the estimate divides by it before any feedback), or a
+    decay outside (0, 1]."""
     if not 0.0 <= prior <= 1.0:
         raise ValueError(f"{where}: prior must be in [0, 1], got {prior}")
-    if prior_weight < 0:
-        raise ValueError(f"{where}: prior_weight must be >= 0, got {prior_weight}")
+    if not prior_weight > 0:
+        raise ValueError(f"{where}: prior_weight must be > 0, got {prior_weight}")
     if not 0.0 < decay <= 1.0:
         raise ValueError(f"{where}: decay must be in (0, 1], got {decay}")

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import typing
 from typing import Any
+
+from pydantic import ConfigDict, ValidationError, create_model
 
 from policies.adaptive_k import AdaptiveKPolicy
 from policies.base import FixedPolicy, Policy
@@ -18,6 +22,12 @@ from policies.exp3 import EXP3Policy
 from policies.k_by_batch import KByBatchPolicy
 from policies.thompson import ThompsonPolicy
 from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy
+from traces.limits import MAX_DRAFT_TOKENS
+
+MAX_INT_PARAM = 2**62
+# keys of nested parameter mappings (k-by-batch `ranges`) that hold integers
+NESTED_INT_KEYS = frozenset({"k", "min_batch", "max_batch"})
+_PARAMS_CONFIG = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid", arbitrary_types_allowed=True)
 
 POLICIES: dict[str, type[Policy] | str] = {
     cls.name: cls
@@ -57,7 +67,7 @@ def make_policy(spec: dict[str, Any], where: str = "policy") -> Policy:
     if not isinstance(spec, dict) or "name" not in spec:
         raise ValueError(f"{where}: expected a mapping with 'name' (one of {sorted(POLICIES)}), got {spec!r}")
     name = spec["name"]
-    if name not in POLICIES:
+    if not isinstance(name, str) or name not in POLICIES:
         raise ValueError(f"{where}.name: unknown policy {name!r}; expected one of {sorted(POLICIES)}")
     cls = policy_class(name)
     params = {k: v for k, v in spec.items() if k != "name"}
@@ -66,12 +76,53 @@ def make_policy(spec: dict[str, Any], where: str = "policy") -> Policy:
     if unknown:
         raise ValueError(f"{where}: unknown parameter(s) {sorted(unknown)} for policy {name!r}; "
                          f"expected some of {sorted(accepted)}")
+    check_parameters(cls, params, where)
     try:
         return cls(**params)
-    except TypeError as e:
+    except (TypeError, ValueError, ArithmeticError) as e:
         raise ValueError(f"{where}: {e}") from e
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
+
+
+def _is_draft_length(key: str) -> bool:
+    return key == "k" or key.startswith("k_")
+
+
+def check_parameters(cls: type[Policy], params: dict[str, Any], where: str) -> None:
+    """Check `params` against the types of `cls.__init__` (strict: 1.5 or "3" is not an int, NaN and inf are
+    not numbers) and size bounds: a draft length (`k`, `k_*`) in [0, MAX_DRAFT_TOKENS], a seed >= 0, any
+    other integer at most 2**62 in size. Raises ValueError naming the parameter and what was expected."""
+    hints = typing.get_type_hints(cls.__init__)
+    sig = inspect.signature(cls.__init__)
+    fields = {n: (hints.get(n, Any), ... if p.default is inspect.Parameter.empty else p.default)
+              for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    model = create_model(f"{cls.__name__}Params", __config__=_PARAMS_CONFIG, **fields)
+    try:
+        model.model_validate(params)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
+        raise ValueError(f"{where}.{loc}: {err['msg']}{got}") from None
+    stack: list[tuple[str, Any, bool]] = [(k, v, False) for k, v in params.items()]
+    while stack:
+        key, value, nested = stack.pop()
+        leaf = key.rsplit(".", 1)[-1].split("[", 1)[0]
+        if isinstance(value, dict):
+            stack.extend((f"{key}.{k}", v, True) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{key}[{i}]", v, True) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{where}.{key}: expected a finite number, got {value}")
+        elif nested and leaf in NESTED_INT_KEYS and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{where}.{key}: expected an integer, got {value!r}")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if _is_draft_length(leaf) and not 0 <= value <= MAX_DRAFT_TOKENS:
+                raise ValueError(f"{where}.{key}: expected a draft length in [0, {MAX_DRAFT_TOKENS}], got {value}")
+            if leaf == "seed" and value < 0:
+                raise ValueError(f"{where}.{key}: expected a seed >= 0, got {value}")
+            if abs(value) > MAX_INT_PARAM:
+                raise ValueError(f"{where}.{key}: expected an integer of at most 2**62 in size, got {value}")
 
 
 def policy_parameters(name: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ Profile files are YAML; built-in ones live in traces/data/profiles/.
 from __future__ import annotations
 
 import importlib.resources
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -18,6 +19,7 @@ import yaml
 
 from traces.atomic import atomic_write_text
 from traces.errors import TraceFormatError
+from traces.parsing import load_yaml_file
 
 TERMS = ("kv_tokens", "batched_tokens", "num_seqs", "const")
 
@@ -209,12 +211,19 @@ def profile_from_dict(doc: Any, path: str) -> LinearProfile | TableProfile:
         prov = Provenance(**prov_doc)
     except TypeError as e:
         raise TraceFormatError(path, f"bad provenance: {e}", field="provenance") from e
-    meas = []
-    for i, m in enumerate(doc.get("measurements") or []):
-        try:
-            meas.append(Measurement(**m))
-        except TypeError as e:
-            raise TraceFormatError(path, f"bad measurement: {e}", field=f"measurements[{i}]") from e
+    if not isinstance(prov_doc, dict) or not all(isinstance(v, (str, dict)) for v in prov_doc.values()):
+        raise TraceFormatError(path, "expected a mapping of strings (source, backend, device, ...)",
+                               field="provenance")
+    for key in ("fit",):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            raise TraceFormatError(path, f"expected a mapping, got {doc[key]!r}", field=key)
+    if doc.get("model") is not None and not isinstance(doc["model"], str):
+        raise TraceFormatError(path, f"expected a model name (string), got {doc['model']!r}", field="model")
+    raw = doc.get("measurements") or []
+    if not isinstance(raw, list):
+        raise TraceFormatError(path, f"expected a list of measurements, got {type(raw).__name__}",
+                               field="measurements")
+    meas = [_measurement(m, path, f"measurements[{i}]") for i, m in enumerate(raw)]
     if kind == "linear":
         coef = doc.get("coefficients")
         if not isinstance(coef, dict) or not coef:
@@ -222,27 +231,55 @@ def profile_from_dict(doc: Any, path: str) -> LinearProfile | TableProfile:
         for t, v in coef.items():
             if t not in TERMS:
                 raise TraceFormatError(path, f"unknown term; expected one of {TERMS}", field=f"coefficients.{t}")
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise TraceFormatError(path, f"expected a number >= 0, got {v!r}", field=f"coefficients.{t}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_COEFFICIENT_S:
+                raise TraceFormatError(path, f"expected a number in [0, {MAX_COEFFICIENT_S}] (seconds), got {v!r}",
+                                       field=f"coefficients.{t}")
         return LinearProfile(name=name, coefficients={k: float(v) for k, v in coef.items()},
                              model=str(doc.get("model", "")), provenance=prov, measurements=meas,
                              fit=dict(doc.get("fit") or {}))
     try:
         return TableProfile(name=name, measurements=meas, model=str(doc.get("model", "")), provenance=prov,
                             fit=dict(doc.get("fit") or {}))
-    except ValueError as e:
+    except (ValueError, RuntimeError) as e:  # RuntimeError: scipy's Qhull on degenerate points
         raise TraceFormatError(path, str(e), field="measurements") from e
+
+
+MAX_COEFFICIENT_S = 1000.0  # seconds per token, sequence or step: far above any real hardware
+_MEASUREMENT_INTS = ("num_seqs", "batched_tokens", "kv_tokens", "repeats")
+_MEASUREMENT_FLOATS = ("seconds", "spread", "load")
+
+
+def _measurement(m: Any, path: str, where: str) -> Measurement:
+    """One measured point from a profile file, every field checked (integers, finite seconds)."""
+    if not isinstance(m, dict):
+        raise TraceFormatError(path, f"expected a mapping with num_seqs, batched_tokens, kv_tokens, seconds, got "
+                               f"{type(m).__name__}", field=where)
+    unknown = set(m) - set(_MEASUREMENT_INTS) - set(_MEASUREMENT_FLOATS) - {"extra"}
+    if unknown:
+        raise TraceFormatError(path, "unknown key", field=f"{where}.{sorted(unknown)[0]}")
+    for key in ("num_seqs", "batched_tokens", "kv_tokens", "seconds"):
+        if key not in m:
+            raise TraceFormatError(path, "required key is missing", field=f"{where}.{key}")
+    for key in _MEASUREMENT_INTS:
+        v = m.get(key, 1)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**40:
+            raise TraceFormatError(path, f"expected an integer in [0, 2**40], got {v!r}", field=f"{where}.{key}")
+    for key in _MEASUREMENT_FLOATS:
+        v = m.get(key, 0.0)
+        if key == "load" and v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1e6:
+            raise TraceFormatError(path, f"expected a finite number in [0, 1e6], got {v!r}", field=f"{where}.{key}")
+    if m.get("extra") is not None and not isinstance(m["extra"], dict):
+        raise TraceFormatError(path, f"expected a mapping, got {m['extra']!r}", field=f"{where}.extra")
+    return Measurement(**{k: v for k, v in m.items() if not (k == "extra" and v is None)})
 
 
 def load_profile(path: str | Path) -> LinearProfile | TableProfile:
     path = Path(path)
     if not path.is_file():
         raise TraceFormatError(str(path), "latency profile file not found")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise TraceFormatError(str(path), f"not valid YAML: {e}") from e
-    return profile_from_dict(doc, str(path))
+    return profile_from_dict(load_yaml_file(path), str(path))
 
 
 def builtin_profile_dir() -> Path:

@@ -17,10 +17,14 @@ configs (unknown key, unknown model, TP not dividing the GPU count) are ValueErr
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from traces.catalog import GIB, GpuSpec, ModelSpec, get_gpu, get_model
+from traces.limits import MAX_TOKENS_PER_REQUEST
+
+MAX_GPUS = 4096  # GPUs in one deployment
 
 PLACEMENTS = ("colocated", "dedicated")
 
@@ -157,15 +161,26 @@ def validate(dep: Deployment) -> None:
                 fn(value)
             except ValueError as e:
                 raise ValueError(f"deployment.{key}: {e}") from e
-    for key in ("num_gpus", "tp", "drafter_gpus", "max_model_len"):
+    for key in ("drafter_placement",):
+        if not isinstance(getattr(dep, key), str):
+            raise ValueError(f"deployment.{key}: expected one of {PLACEMENTS}, got {getattr(dep, key)!r}")
+    for key, hi in (("num_gpus", MAX_GPUS), ("tp", MAX_GPUS), ("drafter_gpus", MAX_GPUS),
+                    ("max_model_len", MAX_TOKENS_PER_REQUEST)):
         v = getattr(dep, key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"deployment.{key}: expected an integer >= 1, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+            raise ValueError(f"deployment.{key}: expected an integer in [1, {hi}], got {v!r}")
+    for key in ("gpu_memory_utilization", "reserve_gib"):
+        v = getattr(dep, key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"deployment.{key}: expected a finite number, got {v!r}")
     if dep.num_gpus % dep.tp:
         raise ValueError(f"deployment.tp: {dep.tp} does not divide num_gpus {dep.num_gpus}")
     if dep.num_gpus != dep.tp:
         raise ValueError(f"deployment.num_gpus: one simulated server is one TP group; expected num_gpus == tp "
                          f"({dep.tp}), got {dep.num_gpus} (simulate data-parallel replicas as separate servers)")
+    problem = get_model(dep.target).tp_problem(dep.tp)
+    if problem:
+        raise ValueError(f"deployment.tp: {problem}")
     if dep.drafter_placement not in PLACEMENTS:
         raise ValueError(f"deployment.drafter_placement: expected one of {PLACEMENTS}, got {dep.drafter_placement!r}")
     if dep.drafter_tp is not None:
@@ -173,6 +188,11 @@ def validate(dep: Deployment) -> None:
         if isinstance(dep.drafter_tp, bool) or not isinstance(dep.drafter_tp, int) or not 1 <= dep.drafter_tp <= limit:
             raise ValueError(f"deployment.drafter_tp: expected an integer in 1..{limit} for a "
                              f"{dep.drafter_placement} drafter, got {dep.drafter_tp!r}")
+    if dep.drafter is not None:
+        dtp = dep.drafter_tp or (dep.tp if dep.drafter_placement == "colocated" else dep.drafter_gpus)
+        problem = get_model(dep.drafter).tp_problem(dtp)
+        if problem:
+            raise ValueError(f"deployment.drafter_tp: the drafter is sharded {dtp} ways: {problem}; set drafter_tp")
     if dep.drafter_gpu is not None and dep.drafter_placement != "dedicated":
         raise ValueError("deployment.drafter_gpu: only a dedicated drafter has its own GPU type")
     if not 0 < dep.gpu_memory_utilization <= 1:
@@ -180,8 +200,10 @@ def validate(dep: Deployment) -> None:
                          f"got {dep.gpu_memory_utilization!r}")
     if dep.reserve_gib < 0:
         raise ValueError(f"deployment.reserve_gib: expected a number >= 0, got {dep.reserve_gib!r}")
-    if dep.min_kv_tokens is not None and (not isinstance(dep.min_kv_tokens, int) or dep.min_kv_tokens < 0):
-        raise ValueError(f"deployment.min_kv_tokens: expected an integer >= 0, got {dep.min_kv_tokens!r}")
+    if dep.min_kv_tokens is not None and (isinstance(dep.min_kv_tokens, bool) or not isinstance(dep.min_kv_tokens, int)
+                                          or not 0 <= dep.min_kv_tokens <= MAX_TOKENS_PER_REQUEST):
+        raise ValueError(f"deployment.min_kv_tokens: expected an integer in [0, {MAX_TOKENS_PER_REQUEST}], "
+                         f"got {dep.min_kv_tokens!r}")
 
 
 def deployment_from_config(doc: Any, where: str = "deployment") -> Deployment:

@@ -16,6 +16,7 @@ Assumptions (all per forward step of one batch on one tensor-parallel group):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,15 +46,20 @@ class RooflineProfile:
     provenance: Provenance = field(default_factory=lambda: Provenance("roofline"))
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tp, int) or self.tp < 1:
-            raise ValueError(f"roofline profile: tp must be an integer >= 1, got {self.tp!r}")
-        for key in ("mfu", "bandwidth_util"):
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or not 1 <= self.tp <= 4096:
+            raise ValueError(f"roofline profile: tp must be an integer in [1, 4096], got {self.tp!r}")
+        for key, lo, hi in (("mfu", 0, 1), ("bandwidth_util", 0, 1), ("allreduce_latency_s", 0, 60),
+                            ("floor_s", 0, 3600)):
             v = getattr(self, key)
-            if not 0 < v <= 1:
-                raise ValueError(f"roofline profile: {key} must be in (0, 1], got {v!r}")
-        for key in ("allreduce_latency_s", "floor_s"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"roofline profile: {key} must be >= 0, got {getattr(self, key)!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi \
+                    or (key in ("mfu", "bandwidth_util") and v == 0):
+                interval = f"({lo}, {hi}]" if key in ("mfu", "bandwidth_util") else f"[{lo}, {hi}]"
+                raise ValueError(f"roofline profile: {key} must be a number in {interval}, got {v!r}")
+        problem = self.model.tp_problem(self.tp)
+        if problem:
+            raise ValueError(f"roofline profile: tp {problem}")
+        if not isinstance(self.name, str):
+            raise ValueError(f"roofline profile: name must be a string, got {self.name!r}")
         if not self.name:
             self.name = f"roofline-{self.model.name}-{self.gpu.name}-tp{self.tp}"
         self.provenance = Provenance("roofline", device=f"{self.tp}x {self.gpu.name}", dtype=self.model.dtype,
@@ -111,8 +117,11 @@ def roofline_from_config(doc: dict[str, Any], where: str = "roofline profile") -
     for key in ("model", "gpu"):
         if key not in doc:
             raise ValueError(f"{where}.{key}: required (a catalog name)")
+    for key in ("model", "gpu"):
+        if not isinstance(doc[key], str):
+            raise ValueError(f"{where}.{key}: expected a catalog name (string), got {doc[key]!r}")
     try:
-        model, gpu = get_model(str(doc["model"])), get_gpu(str(doc["gpu"]))
+        model, gpu = get_model(doc["model"]), get_gpu(doc["gpu"])
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from e
     kwargs = {k: doc[k] for k in ("tp", "mfu", "bandwidth_util", "allreduce_latency_s", "floor_s", "name") if k in doc}

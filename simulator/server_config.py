@@ -10,14 +10,14 @@ from simulator.latency import LatencyProfile, LinearProfile, Provenance, profile
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class PSDConfig(_Strict):
     """MineDraft two-batch settings."""
 
     sub_batch_max_num_seqs: int | None = Field(None, ge=1, description="m; PSD admits 2m (default: server max_num_seqs)")
-    sync_s: float = Field(0.0, ge=0, description="cost of the sync point at the end of every step")
+    sync_s: float = Field(0.0, ge=0, le=3600, description="cost of the sync point at the end of every step")
     defer_kv: bool = Field(True, description="draft-only sub-batch reserves no KV slots for verification it has not done")
     split_min_batch: int = Field(0, ge=0, description="below this many decoding requests run plain SD on the draft "
                                                      "GPU instead of splitting (0: always split, as MineDraft)")
@@ -27,7 +27,7 @@ class ServerConfig(_Strict):
     """One serving instance: cost profile, batching limits and KV memory."""
 
     target_profile: str | dict[str, Any] = Field(description="built-in profile name, file, or inline profile")
-    step_overhead_s: float = Field(0.0, ge=0, description="fixed scheduler/sampler overhead per step")
+    step_overhead_s: float = Field(0.0, ge=0, le=3600, description="fixed scheduler/sampler overhead per step")
     max_num_seqs: int = Field(64, ge=1)
     max_num_batched_tokens: int = Field(8192, ge=1)
     block_size: int = Field(16, ge=1)
@@ -64,7 +64,7 @@ class RunSpec(_Strict):
     name: str = Field(min_length=1)
     mode: Literal["ar", "sd", "psd"]
     policy: dict[str, Any] | None = None
-    switch_cost_s: float = Field(0.0, ge=0, description="drafter catch-up cost when a request changes drafter")
+    switch_cost_s: float = Field(0.0, ge=0, le=3600, description="drafter catch-up cost when a request changes drafter")
     psd: PSDConfig | None = None
     server: dict[str, Any] = Field(default_factory=dict, description="overrides of the experiment's server")
 

@@ -6,7 +6,6 @@ A bundle holds, per request and per drafter, the acceptance trace of DESIGN "Dat
 """
 from __future__ import annotations
 
-import gzip
 import json
 import math
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ import yaml
 
 from traces.atomic import atomic_open, atomic_write_text
 from traces.errors import TraceFormatError
+from traces.limits import MAX_TOKENS_PER_REQUEST
+from traces.parsing import iter_jsonl, load_yaml_file
 
 SCHEMA_VERSION = 1
 TOOL_VERSION = "0.1.0"
@@ -120,10 +121,11 @@ def _check_meta(meta: BundleMeta, path: str) -> None:
 
 
 def _check_request(r: RequestTrace, meta: BundleMeta, path: str, line: int) -> None:
-    if not isinstance(r.prompt_len, (int, np.integer)) or r.prompt_len < 1:
-        _fail(path, f"expected an integer >= 1, got {r.prompt_len!r}", line, "prompt_len")
-    if not isinstance(r.output_len, (int, np.integer)) or r.output_len < 1:
-        _fail(path, f"expected an integer >= 1, got {r.output_len!r}", line, "output_len")
+    for key in ("prompt_len", "output_len"):
+        n = getattr(r, key)
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) \
+                or not 1 <= n <= MAX_TOKENS_PER_REQUEST:
+            _fail(path, f"expected an integer in [1, {MAX_TOKENS_PER_REQUEST}], got {n!r}", line, key)
     if r.arrival_time is not None and not (math.isfinite(r.arrival_time) and r.arrival_time >= 0):
         _fail(path, f"expected a finite number >= 0, got {r.arrival_time!r}", line, "arrival_time")
     if r.prompt_token_ids is not None and len(r.prompt_token_ids) != r.prompt_len:
@@ -196,7 +198,7 @@ def parse_meta(doc: Any, path: str) -> BundleMeta:
     for key in ("target", "drafters"):
         if key not in doc:
             _fail(path, "missing required key", fld=key)
-    if not isinstance(doc["target"], str):
+    if not isinstance(doc["target"], str) or not doc["target"]:
         _fail(path, f"expected a model name (string), got {doc['target']!r}", fld="target")
     drafters_doc = doc["drafters"]
     if not isinstance(drafters_doc, dict) or not drafters_doc:
@@ -211,13 +213,19 @@ def parse_meta(doc: Any, path: str) -> BundleMeta:
             _fail(path, f"unknown key(s) {sorted(unknown)}; expected kind, cost_model, params", fld=f)
         if "kind" not in spec:
             _fail(path, "missing required key", fld=f + ".kind")
+        for key in ("kind", "cost_model"):
+            if key in spec and (not isinstance(spec[key], str) or not spec[key]):
+                _fail(path, f"expected a non-empty string, got {spec[key]!r}", fld=f"{f}.{key}")
         params = spec.get("params") or {}
         if not isinstance(params, dict):
             _fail(path, "expected a mapping", fld=f + ".params")
         drafters[str(name)] = DrafterSpec(str(name), str(spec["kind"]), str(spec.get("cost_model", name)), params)
-    for key, typ in (("source", dict), ("extra", dict)):
-        if key in doc and not isinstance(doc[key], typ):
+    for key in ("source", "extra"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
             _fail(path, f"expected a mapping, got {type(doc[key]).__name__}", fld=key)
+    for key in ("dataset", "tool_version"):
+        if key in doc and not isinstance(doc[key], str):
+            _fail(path, f"expected a string, got {type(doc[key]).__name__} {doc[key]!r}", fld=key)
     temperature = doc.get("temperature", 0.0)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         _fail(path, f"expected a number, got {temperature!r}", fld="temperature")
@@ -305,10 +313,15 @@ def parse_request(doc: Any, meta: BundleMeta, path: str, line: int) -> RequestTr
 
 
 def _requests_file(folder: Path) -> Path:
-    for name in ("requests.jsonl", "requests.jsonl.gz"):
-        if (folder / name).is_file():
-            return folder / name
-    raise TraceFormatError(str(folder), "no requests.jsonl or requests.jsonl.gz in the bundle folder")
+    found = [folder / n for n in ("requests.jsonl", "requests.jsonl.gz") if (folder / n).exists()]
+    if len(found) > 1:
+        raise TraceFormatError(str(folder), f"holds both {found[0].name} and {found[1].name}; which one is "
+                               "the bundle's is ambiguous: remove one")
+    if not found:
+        raise TraceFormatError(str(folder), "no requests.jsonl or requests.jsonl.gz in the bundle folder")
+    if not found[0].is_file():
+        raise TraceFormatError(str(found[0]), "is not a file")
+    return found[0]
 
 
 def load_bundle(path: str | Path) -> TraceBundle:
@@ -319,34 +332,16 @@ def load_bundle(path: str | Path) -> TraceBundle:
     meta_path = folder / "trace.yaml"
     if not meta_path.is_file():
         raise TraceFormatError(str(meta_path), "missing: every bundle needs a trace.yaml")
-    try:
-        meta_doc = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise TraceFormatError(str(meta_path), f"not valid YAML: {e}") from e
-    meta = parse_meta(meta_doc, str(meta_path))
+    meta = parse_meta(load_yaml_file(meta_path), str(meta_path))
     req_path = _requests_file(folder)
-    opener = gzip.open if req_path.suffix == ".gz" else open
     requests: list[RequestTrace] = []
     seen: set[str] = set()
-    try:
-        with opener(req_path, "rt", encoding="utf-8") as f:
-            for line_no, text in enumerate(f, start=1):
-                if not text.strip():
-                    raise TraceFormatError(str(req_path), "blank line (expected one JSON object per line)",
-                                           line=line_no)
-                try:
-                    doc = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise TraceFormatError(str(req_path), f"not valid JSON: {e.msg} at column {e.colno}",
-                                           line=line_no) from e
-                req = parse_request(doc, meta, str(req_path), line_no)
-                if req.id in seen:
-                    raise TraceFormatError(str(req_path), f"duplicate request id {req.id!r}", line=line_no,
-                                           field="id")
-                seen.add(req.id)
-                requests.append(req)
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise TraceFormatError(str(req_path), f"cannot be read completely ({e}); the file may be truncated") from e
+    for line_no, doc in iter_jsonl(req_path):
+        req = parse_request(doc, meta, str(req_path), line_no)
+        if req.id in seen:
+            raise TraceFormatError(str(req_path), f"duplicate request id {req.id!r}", line=line_no, field="id")
+        seen.add(req.id)
+        requests.append(req)
     if not requests:
         raise TraceFormatError(str(req_path), "contains no requests")
     return TraceBundle(meta, requests)

@@ -13,14 +13,14 @@ Catalog files are YAML mappings `name -> fields`; the built-in ones are
 from __future__ import annotations
 
 import importlib.resources
+import math
 from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from traces.errors import TraceFormatError
+from traces.parsing import load_yaml_file
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "int4": 0.5}
 GIB = 1024 ** 3
@@ -94,6 +94,12 @@ class ModelSpec:
     def attention_flops_per_pair(self) -> float:
         """FLOPs for one (query token, context token) pair over all layers: QK^T and AV, 2 FLOPs per MAC."""
         return 4.0 * self.num_layers * self.num_heads * self.head_dim
+
+    def tp_problem(self, tp: int) -> str | None:
+        """Why this model cannot be sharded `tp` ways (vLLM needs tp to divide the attention heads), or None."""
+        if self.num_heads % tp:
+            return f"{tp} does not divide the {self.num_heads} attention heads of {self.name} (vLLM requires it)"
+        return None
 
     def derived_params(self) -> float:
         """Parameter count re-derived from the architecture (gated MLP, GQA attention, norms ignored)."""
@@ -174,25 +180,25 @@ def _check_entry(cls: type, name: str, doc: Any, path: str) -> dict[str, Any]:
             if not isinstance(value, str) or not value:
                 raise TraceFormatError(path, f"expected a non-empty string, got {value!r}", field=where)
         else:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TraceFormatError(path, f"expected a number, got {value!r}", field=where)
-            if typ is int and int(value) != value:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise TraceFormatError(path, f"expected a finite number, got {value!r}", field=where)
+            if typ is int and not isinstance(value, int):
                 raise TraceFormatError(path, f"expected an integer, got {value!r}", field=where)
-            if value < 0:
-                raise TraceFormatError(path, f"expected a number >= 0, got {value!r}", field=where)
+            if not 0 <= value <= MAX_CATALOG_NUMBER:
+                raise TraceFormatError(path, f"expected a number in [0, {MAX_CATALOG_NUMBER:.0e}], got {value!r}",
+                                       field=where)
             value = typ(value)
         out[key] = value
     return out
 
 
+MAX_CATALOG_NUMBER = 1e15  # above any parameter count, FLOP/s in TFLOP/s, or memory in GB
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise TraceFormatError(str(path), "catalog file not found")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        line = getattr(getattr(e, "problem_mark", None), "line", None)
-        raise TraceFormatError(str(path), f"not valid YAML: {e}", line=None if line is None else line + 1) from e
+    doc = load_yaml_file(path)
     if not isinstance(doc, dict) or not doc:
         raise TraceFormatError(str(path), "expected a non-empty mapping of name -> fields at the top level")
     return doc

@@ -6,19 +6,21 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from traces.limits import MAX_TOKENS_PER_REQUEST as _MAX
+
 
 class _Dist(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class LognormalLengths(_Dist):
     """exp(N(ln median, sigma^2)) rounded, clipped to [min, max] (the clip is part of the distribution)."""
 
     dist: Literal["lognormal"] = "lognormal"
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
-    min: int = Field(1, ge=1)
-    max: int = Field(ge=1)
+    median: float = Field(gt=0, le=_MAX)
+    sigma: float = Field(ge=0, le=10)
+    min: int = Field(1, ge=1, le=_MAX)
+    max: int = Field(ge=1, le=_MAX)
 
     @model_validator(mode="after")
     def _bounds(self):
@@ -35,7 +37,7 @@ class ConstantLengths(_Dist):
     """Every request has the same length."""
 
     dist: Literal["constant"] = "constant"
-    value: int = Field(ge=1)
+    value: int = Field(ge=1, le=_MAX)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return np.full(n, self.value, dtype=np.int64)
@@ -45,8 +47,8 @@ class UniformLengths(_Dist):
     """Integers uniform on [low, high] inclusive."""
 
     dist: Literal["uniform"] = "uniform"
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: int = Field(ge=1, le=_MAX)
+    high: int = Field(ge=1, le=_MAX)
 
     @model_validator(mode="after")
     def _bounds(self):

@@ -9,11 +9,16 @@ MetaSD non-stationary case); segment boundaries go to `meta.extra["segments"]`.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 
 from traces.bundle import TOOL_VERSION, BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
+from traces.limits import MAX_TOKENS_PER_REQUEST
+
+MAX_POOL_TOKENS = 100_000_000  # num_requests x longest output: the generated traces are held in memory
 
 GENERALIST = "generalist"
 
@@ -35,8 +40,52 @@ class PoolSpec:
     segments: int = 3  # categories per request when drift is on
     seed: int = 0
 
+    @classmethod
+    def from_config(cls, params: Any, seed: int = 0) -> "PoolSpec":
+        """A validated PoolSpec from a config's `traces: {pool: {...}}` mapping (lists become tuples; the run's
+        seed unless the mapping gives one); ValueError names the key."""
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise ValueError(f"pool: expected a mapping of PoolSpec fields, got {params!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = set(params) - known
+        if unknown:
+            raise ValueError(f"pool: unknown key(s) {sorted(unknown)}; expected some of {sorted(known)}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+        values.setdefault("seed", seed)
+        spec = cls(**values)
+        spec.validate()
+        return spec
+
+    def _check_types(self) -> None:
+        for name in ("strong", "weak", "generalist", "concentration", "jitter"):
+            v = getattr(self, name)
+            if v is None and name == "generalist":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"pool.{name}: expected a finite number, got {v!r}")
+        for name in ("num_requests", "segments", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**63 - 1:
+                raise ValueError(f"pool.{name}: expected an integer >= 0, got {v!r}")
+        for name in ("output_len", "prompt_len"):
+            v = getattr(self, name)
+            if not isinstance(v, tuple) or len(v) != 2 or not all(
+                    isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_TOKENS_PER_REQUEST for x in v):
+                raise ValueError(f"pool.{name}: expected [lo, hi], integers in [1, {MAX_TOKENS_PER_REQUEST}], "
+                                 f"got {v!r}")
+        if not isinstance(self.drift, bool):
+            raise ValueError(f"pool.drift: expected true or false, got {self.drift!r}")
+        if not isinstance(self.categories, tuple) or not all(isinstance(c, str) and c for c in self.categories):
+            raise ValueError(f"pool.categories: expected a list of names, got {self.categories!r}")
+
     def validate(self) -> None:
         """Raise ValueError naming the parameter that is out of range."""
+        self._check_types()
+        if self.num_requests * self.output_len[1] > MAX_POOL_TOKENS:
+            raise ValueError(f"pool: num_requests x output_len[1] = {self.num_requests * self.output_len[1]:,} "
+                             f"tokens is more than {MAX_POOL_TOKENS:,}; generate a smaller pool")
         if len(self.categories) < 2 or len(set(self.categories)) != len(self.categories):
             raise ValueError(f"pool: categories must be >= 2 distinct names, got {self.categories!r}")
         for name in ("strong", "weak"):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from traces.bundle import TraceBundle
 from traces.errors import TraceFormatError
 from traces.lengths import LengthDist
+from traces.limits import MAX_NUM_REQUESTS
 from traces.synthetic.spec import fit_synth_spec, make_synthetic_bundle, split_by_category
 
 
@@ -52,30 +53,30 @@ class Workload:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class PoissonArrivals(_Strict):
     """Exponential inter-arrival times, `rate` requests per second."""
 
     kind: Literal["poisson"]
-    rate: float = Field(gt=0)
+    rate: float = Field(ge=1e-6, le=1e9, description="requests per second")
 
 
 class GammaArrivals(_Strict):
     """Gamma inter-arrival times with mean 1/rate and coefficient of variation `cv` (cv = 1 is Poisson)."""
 
     kind: Literal["gamma"]
-    rate: float = Field(gt=0)
-    cv: float = Field(gt=0)
+    rate: float = Field(ge=1e-6, le=1e9, description="requests per second")
+    cv: float = Field(ge=1e-3, le=1e3)
 
 
 class ClosedLoopArrivals(_Strict):
     """N clients, each with at most one request in flight, waiting `think_time` s between requests."""
 
     kind: Literal["closed_loop"]
-    clients: int = Field(ge=1)
-    think_time: float = Field(0.0, ge=0)
+    clients: int = Field(ge=1, le=MAX_NUM_REQUESTS)
+    think_time: float = Field(0.0, ge=0, le=1e9)
 
 
 class ReplayArrivals(_Strict):
@@ -117,7 +118,7 @@ class Sampling(_Strict):
 class WorkloadSpec(_Strict):
     """The `workload:` section of an experiment config. num_requests None = one per trace (or per replayed time)."""
 
-    num_requests: int | None = Field(None, ge=1)
+    num_requests: int | None = Field(None, ge=1, le=MAX_NUM_REQUESTS)
     arrival: Arrivals
     lengths: Lengths = BundleLengths()
     sample: Sampling = Sampling()

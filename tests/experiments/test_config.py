@@ -91,3 +91,45 @@ def test_every_builtin_config_validates(name):
         assert load_study(where) is not None
     else:
         assert load_config(name).runs
+
+
+@pytest.mark.parametrize("override, match", [
+    ("name=../../x", r"name: expected a plain name"),
+    ("name=/abs/path", r"name: expected a plain name"),
+    ("runs.1.policy.k=1.5", r"runs.1.policy.k: Input should be a valid integer \(got 1.5\)"),
+    ("runs.1.policy.k=1000", r"runs.1.policy.k: expected a draft length in \[0, 64\]"),
+    ("runs.1.policy.k=100000000000000000000", r"--set 'runs.1.policy.k=1000.*': expected an integer that fits in 64"),
+    ("drafters.ngram.fraction=-0.5", r"drafters.ngram.fraction: Input should be greater than or equal to 0"),
+    ("workload.num_requests=1000000000000", r"workload.num_requests: Input should be less than or equal to"),
+    ("workload.arrival={kind: gamma, rate: 5, cv: .inf}", r"workload.*cv.*finite number"),
+    ("runs.1.policy={name: adaptive-k, drafter: eagle3, prior_weight: 0}", r"runs.1.policy.*prior_weight must be > 0"),
+    ("server.kv_capacity_tokens=8", r"server.kv_capacity_tokens: 8 tokens is less than one KV block"),
+    ("seed=-1", r"seed: Input should be greater than or equal to 0"),
+    ("server.step_overhead_s=.nan", r"--set 'server.step_overhead_s=.nan': expected a finite number"),
+    ("traces=no/such/bundle", r"traces: 'no/such/bundle' is not a trace bundle folder"),
+    ("server.target_profile=nope", r"server.target_profile: 'nope' is neither a built-in latency profile"),
+])
+def test_invalid_values_are_refused_at_load_naming_the_key(override, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("default", [override])
+
+
+@pytest.mark.parametrize("item, match", [
+    ("workload.arrival.rate=[1", r"--set 'workload.arrival.rate=\[1', line 1: not valid YAML value"),
+    ("name=!!python/object/apply:os.system [x]", r"--set 'name=.*', line 1: not valid YAML value: could not"),
+    ("server..max_num_seqs=3", r"--set 'server..max_num_seqs=3': expected a dotted key"),
+    ("server={max_num_seqs: 3, max_num_seqs: 4}", r"duplicate key 'max_num_seqs'"),
+])
+def test_malformed_set_items_name_the_item(item, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("default", [item])
+
+
+def test_duplicate_key_in_a_config_file_names_file_and_line(tmp_path):
+    p = tmp_path / "exp.yaml"
+    p.write_text(builtin_configs()["default"].read_text() + "seed: 3\n")
+    with pytest.raises(ConfigError, match=rf"{p}, line \d+: duplicate key 'seed' \(first on line 5\)"):
+        load_config(str(p))
+    p.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ConfigError, match=rf"{p}, line 1: not UTF-8 text"):
+        load_config(str(p))

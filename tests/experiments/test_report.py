@@ -123,7 +123,7 @@ def test_print_comparison_is_not_truncated_in_a_log(runs):
 
 def test_results_folder_contents(tmp_path, runs):
     out = write_results_folder(tmp_path / "res", config_dict=CONFIG, runs=runs)
-    assert sorted(os.listdir(out)) == ["config.yaml", "plots", "requests.parquet", "steps.parquet",
+    assert sorted(os.listdir(out)) == [".draftsim-results", "config.yaml", "plots", "requests.parquet", "steps.parquet",
                                        "summary.json", "timeline.json"]
     assert yaml.safe_load((out / "config.yaml").read_text()) == CONFIG
     summary = json.loads((out / "summary.json").read_text())
@@ -159,7 +159,7 @@ def test_rerun_replaces_previous_results_folder(tmp_path, runs):
     write_results_folder(out, config_dict=CONFIG, runs=runs, plots=False)
     write_results_folder(out, config_dict={"name": "second"}, runs={"AR": runs["AR"]}, plots=False,
                          timeline=False, table_format="csv")
-    assert sorted(os.listdir(out)) == ["config.yaml", "requests.csv", "steps.csv", "summary.json"]
+    assert sorted(os.listdir(out)) == [".draftsim-results", "config.yaml", "requests.csv", "steps.csv", "summary.json"]
     assert yaml.safe_load((out / "config.yaml").read_text()) == {"name": "second"}
     assert list(pd.read_csv(out / "requests.csv")["run"].unique()) == ["AR"]
     assert os.listdir(tmp_path) == ["res"]
@@ -185,11 +185,46 @@ def test_failure_leaves_previous_folder_untouched_and_no_partial(tmp_path, runs)
     assert os.listdir(tmp_path) == ["res"]
 
 
+def test_never_replaces_a_folder_holding_only_the_users_config(tmp_path, runs):
+    # `draftsim run myexp/config.yaml --out myexp`: config.yaml is a results entry name, but no marker
+    (tmp_path / "myexp").mkdir()
+    (tmp_path / "myexp" / "config.yaml").write_text("name: mine\n")
+    with pytest.raises(ValueError, match="not written by draftsim"):
+        write_results_folder(tmp_path / "myexp", config_dict=CONFIG, runs=runs, plots=False)
+    assert (tmp_path / "myexp" / "config.yaml").read_text() == "name: mine\n"
+    assert os.listdir(tmp_path) == ["myexp"]
+
+
+def test_stale_staging_folders_of_dead_runs_are_cleaned(tmp_path, runs):
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    stale = tmp_path / f".res.abc123.{dead}.partial"
+    stale.mkdir()
+    (stale / ".draftsim-results").write_text(socket.gethostname() + "\n")
+    (stale / "summary.json").write_text("{")
+    alive = tmp_path / f".res.def456.{os.getpid()}.partial"  # a run still in progress: left alone
+    alive.mkdir()
+    (alive / ".draftsim-results").write_text(socket.gethostname() + "\n")
+    foreign = tmp_path / f".res.ghi789.{dead}.partial"  # no marker: not ours, left alone
+    foreign.mkdir()
+    write_results_folder(tmp_path / "res", config_dict=CONFIG, runs=runs, plots=False)
+    assert sorted(os.listdir(tmp_path)) == sorted([alive.name, foreign.name, "res"])
+
+
 def test_refuses_to_replace_a_folder_with_other_files(tmp_path, runs):
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match=r"notes.txt.*refusing"):
+    with pytest.raises(ValueError, match=r"not written by draftsim.*refusing"):
         write_results_folder(tmp_path, config_dict=CONFIG, runs=runs, plots=False)
     assert (tmp_path / "notes.txt").read_text() == "mine"
+    out = write_results_folder(tmp_path / "res", config_dict=CONFIG, runs=runs, plots=False)
+    (out / "notes.txt").write_text("mine too")  # a user's file inside a results folder is kept as well
+    with pytest.raises(ValueError, match=r"notes.txt.*refusing"):
+        write_results_folder(out, config_dict=CONFIG, runs=runs, plots=False)
+    assert (out / "notes.txt").read_text() == "mine too"
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="not a folder"):
         write_results_folder(tmp_path / "file", config_dict=CONFIG, runs=runs, plots=False)
@@ -234,6 +269,7 @@ def test_run_that_does_not_fit_is_in_summary_and_table_only(tmp_path, runs):
 def test_only_misfit_runs_still_give_a_complete_folder(tmp_path):
     out = write_results_folder(tmp_path / "res", config_dict=CONFIG,
                         runs={"psd": (None, None, {"fits": False, "does_not_fit": "too big"})})
-    assert sorted(os.listdir(out)) == ["config.yaml", "requests.parquet", "steps.parquet", "summary.json"]
+    assert sorted(os.listdir(out)) == [".draftsim-results", "config.yaml", "requests.parquet", "steps.parquet",
+                                       "summary.json"]
     req = pd.read_parquet(out / "requests.parquet")
     assert len(req) == 0 and list(req.columns) == ["run", *REQUEST_COLUMNS]

@@ -185,3 +185,65 @@ def test_save_load_round_trip(tmp_path, b, compress):
                 assert np.allclose(x.drafters[d].tv, y.drafters[d].tv, atol=1e-5)
             else:
                 assert y.drafters[d].tv is None
+
+
+def test_both_requests_files_are_ambiguous(tmp_path):
+    b = tmp_path / "b"
+    save_bundle(TraceBundle(_meta_obj(), [_req_obj("r0")]), b)
+    (b / "requests.jsonl.gz").write_bytes(gzip.compress((b / "requests.jsonl").read_bytes()))
+    with pytest.raises(TraceFormatError, match="holds both requests.jsonl and requests.jsonl.gz"):
+        load_bundle(b)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("dataset: [a, b]\n", r"field 'dataset': expected a string, got list"),
+    ("target: other\n", r"line \d+: duplicate key 'target'"),
+    ("temperature: .nan\n", r"duplicate key 'temperature'|expected a finite number"),
+])
+def test_trace_yaml_problems_name_the_field_or_line(tmp_path, text, match):
+    b = tmp_path / "b"
+    save_bundle(TraceBundle(_meta_obj(), [_req_obj("r0")]), b)
+    meta = (b / "trace.yaml").read_text()
+    if text.startswith("dataset"):
+        meta = meta.replace("dataset: toy\n", text)
+    else:
+        meta += text
+    (b / "trace.yaml").write_text(meta)
+    with pytest.raises(TraceFormatError, match=match):
+        load_bundle(b)
+
+
+def test_non_utf8_trace_yaml_and_corrupt_gzip_name_the_file(tmp_path):
+    b = tmp_path / "b"
+    save_bundle(TraceBundle(_meta_obj(), [_req_obj(f"r{i}") for i in range(50)]), b, compress=True)
+    data = (b / "requests.jsonl.gz").read_bytes()
+    (b / "requests.jsonl.gz").write_bytes(data[:-12])
+    with pytest.raises(TraceFormatError, match=r"requests.jsonl.gz, line \d+: cannot be read completely"):
+        load_bundle(b)
+    (b / "requests.jsonl.gz").write_bytes(data)
+    (b / "trace.yaml").write_bytes((b / "trace.yaml").read_bytes().replace(b"toy", b"t\xf6y"))
+    with pytest.raises(TraceFormatError, match=r"trace.yaml, line \d+: not UTF-8 text"):
+        load_bundle(b)
+
+
+def test_duplicate_json_key_and_huge_lengths_are_refused(tmp_path):
+    b = tmp_path / "b"
+    save_bundle(TraceBundle(_meta_obj(), [_req_obj("r0")]), b)
+    line = (b / "requests.jsonl").read_text()
+    (b / "requests.jsonl").write_text(line.replace('{"id":', '{"id":"x","id":', 1))
+    with pytest.raises(TraceFormatError, match=r"line 1: not valid JSON: duplicate key 'id'"):
+        load_bundle(b)
+    (b / "requests.jsonl").write_text(line.replace('"prompt_len":4', f'"prompt_len":{2**64}'))
+    with pytest.raises(TraceFormatError, match=r"line 1.*prompt_len.*64 bits"):
+        load_bundle(b)
+    (b / "requests.jsonl").write_text(line.replace('"prompt_len":4', f'"prompt_len":{2**40}'))
+    with pytest.raises(TraceFormatError, match=r"line 1, field 'prompt_len': expected an integer in \[1, 16777216\]"):
+        load_bundle(b)
+
+
+def _meta_obj() -> BundleMeta:
+    return BundleMeta(target="toy", drafters={"d": DrafterSpec("d", "eagle", "c")}, dataset="toy")
+
+
+def _req_obj(rid: str) -> RequestTrace:
+    return RequestTrace(rid, 4, 5, {"d": DrafterTrace(np.array([1, 2, 1, 3, 1], dtype=np.int32))})

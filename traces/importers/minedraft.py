@@ -10,12 +10,12 @@ The result is plain data; the CLI fits it with `simulator.latency` (traces/ impo
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from traces.errors import TraceFormatError
+from traces.parsing import parse_json, read_text
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 ROLES = {"target": "measured_target_time", "draft": "measured_draft_time", "overhead": "measured_overhead_time"}
@@ -48,22 +48,12 @@ def _int_field(rec: dict, key: str, path: str, line: int, required: bool) -> int
 
 
 def _documents(path: Path) -> list[tuple[int, Any]]:
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     stripped = text.lstrip()
     if stripped.startswith("["):
-        try:
-            return [(1, {"traces": json.loads(text)})]
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(str(path), f"not valid JSON: {e.msg}", line=e.lineno) from e
-    docs = []
-    for i, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            docs.append((i, json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(str(path), f"not valid JSON: {e.msg} at column {e.colno}", line=i) from e
-    return docs
+        return [(1, {"traces": parse_json(text, str(path))})]
+    return [(i, parse_json(line, str(path), i)) for i, line in enumerate(text.splitlines(), start=1)
+            if line.strip()]
 
 
 def load_minedraft_steps(path: str | Path, time_unit: str = "s") -> list[MineDraftStep]:

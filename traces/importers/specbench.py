@@ -9,9 +9,7 @@ policy and records what it did in `trace.yaml` `source`.
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ import numpy as np
 
 from traces.bundle import TOOL_VERSION, BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
 from traces.errors import TraceFormatError
+from traces.parsing import iter_jsonl
 
 # proposer name (ours) -> key of its object in a SpecDecode-Bench line
 PROPOSER_KEYS: dict[str, str] = {"eagle3": "acc_eagle", "ngram": "acc_ngram"}
@@ -83,8 +82,8 @@ def _int_list(value: Any, path: str, line: int, fld: str, minimum: int) -> list[
     if not isinstance(value, list):
         raise TraceFormatError(path, f"expected a list of integers, got {type(value).__name__}", line=line, field=fld)
     for i, v in enumerate(value):
-        if type(v) is not int or v < minimum:
-            raise TraceFormatError(path, f"expected integers >= {minimum}, got {v!r} at index {i}",
+        if type(v) is not int or not minimum <= v <= 2**31 - 1:
+            raise TraceFormatError(path, f"expected 32-bit integers >= {minimum}, got {v!r} at index {i}",
                                    line=line, field=fld)
     return value
 
@@ -127,27 +126,15 @@ def read_specbench(path: str | Path) -> list[SpecBenchRecord]:
     where = str(path)
     if not path.is_file():
         raise TraceFormatError(where, "file not found (expected a SpecDecode-Bench .jsonl file)")
-    opener = gzip.open if path.suffix == ".gz" else open
     records: list[SpecBenchRecord] = []
     seen: dict[str, int] = {}
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for line_no, text in enumerate(f, start=1):
-                if not text.strip():
-                    raise TraceFormatError(where, "blank line (expected one JSON object per line)", line=line_no)
-                try:
-                    doc = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise TraceFormatError(where, f"not valid JSON: {e.msg} at column {e.colno}",
-                                           line=line_no) from e
-                rec = parse_line(doc, where, line_no)
-                if rec.id in seen:
-                    raise TraceFormatError(where, f"duplicate id {rec.id!r} (first on line {seen[rec.id]})",
-                                           line=line_no, field="id")
-                seen[rec.id] = line_no
-                records.append(rec)
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise TraceFormatError(where, f"cannot be read completely ({e}); the file may be truncated") from e
+    for line_no, doc in iter_jsonl(path):
+        rec = parse_line(doc, where, line_no)
+        if rec.id in seen:
+            raise TraceFormatError(where, f"duplicate id {rec.id!r} (first on line {seen[rec.id]})",
+                                   line=line_no, field="id")
+        seen[rec.id] = line_no
+        records.append(rec)
     if not records:
         raise TraceFormatError(where, "contains no requests")
     return records

@@ -1,0 +1,7 @@
+"""Upper bounds on sizes an input may ask for, so that a typo fails at load time, not as an overflow or a
+terabyte allocation deep inside a run. Each bound is far above any real workload."""
+from __future__ import annotations
+
+MAX_TOKENS_PER_REQUEST = 1 << 24  # 16,777,216 prompt or output tokens in one request
+MAX_NUM_REQUESTS = 10_000_000  # requests in one workload (a run of that many takes hours)
+MAX_DRAFT_TOKENS = 64  # tokens a policy may propose per sequence and step (k)

@@ -1,0 +1,198 @@
+"""Safe parsing of the YAML and JSON text every input file is made of.
+
+One place for the rules every loader shares, each failure a `TraceFormatError` naming the file, the
+line and the key: text must be UTF-8; a mapping must not repeat a key (YAML and JSON would silently
+keep the last one); numbers must be finite (YAML `.nan`/`.inf`, JSON `NaN`/`Infinity`, `1e999`);
+nesting is limited to `MAX_NESTING` levels and a document to `MAX_NODES` values (deep nesting
+overflows Python's stack later, YAML aliases can expand a small file exponentially); JSON integers
+and YAML integers must fit in 64 bits.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import zlib
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from traces.errors import TraceFormatError
+
+MAX_NESTING = 64
+MAX_NODES = 1_000_000
+MAX_INT = 2**63 - 1  # integers must fit int64
+
+
+def read_text(path: str | Path) -> str:
+    """A file's text as UTF-8; unreadable or non-UTF-8 files are errors naming the file."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise TraceFormatError(str(path), f"cannot be read: {e.strerror or e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise TraceFormatError(str(path), f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
+                               line=line) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping that repeats a key."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:  # before merging: a key may override a `<<` merged one, not repeat itself
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], line)
+            seen[key] = line
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a mapping key must be a plain value, got {type(key).__name__}",
+                key_node.start_mark) from None
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, first: int, again: int):
+        super().__init__(key)
+        self.key, self.first, self.again = key, first, again
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, path: str, *, what: str = "YAML") -> Any:
+    """Parse YAML text (safe tags only) and check keys, numbers, nesting and size."""
+    try:
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as e:
+        raise TraceFormatError(path, f"duplicate key {e.key!r} (first on line {e.first}); each key may appear once",
+                               line=e.again) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e)
+        raise TraceFormatError(path, f"not valid {what}: {problem}",
+                               line=None if mark is None else mark.line + 1) from None
+    except RecursionError:
+        raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)") from None
+    check_plain_data(doc, path)
+    return doc
+
+
+def load_yaml_file(path: str | Path, *, what: str = "YAML") -> Any:
+    """read_text + parse_yaml."""
+    return parse_yaml(read_text(path), str(path), what=what)
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}; each key may appear once")
+        out[k] = v
+    return out
+
+
+def parse_json(text: str, path: str, line: int | None = None) -> Any:
+    """Parse one JSON document (a JSONL line) and check keys, numbers, nesting and size."""
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise TraceFormatError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=line) from None
+    except RecursionError:
+        raise TraceFormatError(path, f"not valid JSON: nested too deeply (more than {MAX_NESTING} levels)",
+                               line=line) from None
+    except ValueError as e:
+        raise TraceFormatError(path, f"not valid JSON: {e}", line=line) from None
+    check_plain_data(doc, path, line, max_nodes=None)  # JSON has no aliases: its size is the file's
+    return doc
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) of every line of a `.jsonl` or `.jsonl.gz` file; a blank line, a line that
+    is not UTF-8 or not JSON, and a truncated or corrupt gzip stream are errors naming the file and line."""
+    where = str(path)
+    opener = gzip.open if str(path).endswith(".gz") else open
+    line_no = 0
+    try:
+        with opener(path, "rb") as f:
+            for line_no, raw in enumerate(f, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise TraceFormatError(where, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                                           f"{e.start + 1})", line=line_no) from None
+                if not text.strip():
+                    raise TraceFormatError(where, "blank line (expected one JSON object per line)", line=line_no)
+                yield line_no, parse_json(text, where, line_no)
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise TraceFormatError(where, f"cannot be read completely ({type(e).__name__}: {e}); the file may be "
+                               "truncated or corrupt", line=line_no + 1) from None
+
+
+def check_plain_data(doc: Any, path: str, line: int | None = None, *, max_nodes: int | None = MAX_NODES) -> None:
+    """Refuse non-finite floats, nesting deeper than MAX_NESTING and more than `max_nodes` values (iteratively)."""
+    stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
+    nodes = 0
+    while stack:
+        value, where, depth = stack.pop()
+        nodes += 1
+        if max_nodes is not None and nodes > max_nodes:
+            raise TraceFormatError(path, f"too large: more than {max_nodes:,} values (YAML aliases expand "
+                                   "where they are used)", line=line)
+        if depth > MAX_NESTING:
+            raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)", line=line,
+                                   field=(where[:60] + "...") if len(where) > 60 else where or None)
+        if isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            if _plain_numbers(value):  # fast path for long acc_len / tv lists: checked in C loops
+                nodes += len(value)
+                bad = next((i for i, v in enumerate(value) if not _number_ok(v)), None) \
+                    if not _numbers_ok(value) else None
+                if bad is not None:
+                    _bad_number(value[bad], path, line, f"{where}[{bad}]")
+            else:
+                stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
+        elif not _number_ok(value):
+            _bad_number(value, path, line, where)
+
+
+def _plain_numbers(values: list) -> bool:
+    return all(type(v) is int or type(v) is float for v in values)
+
+
+def _numbers_ok(values: list) -> bool:
+    """All finite and within int64 (values are ints and floats only)."""
+    if not values:
+        return True
+    ints = [v for v in values if type(v) is int]
+    floats = [v for v in values if type(v) is float]
+    return (not ints or (-MAX_INT - 1 <= min(ints) and max(ints) <= MAX_INT)) and all(map(math.isfinite, floats))
+
+
+def _number_ok(value: Any) -> bool:
+    if type(value) is float:
+        return math.isfinite(value)
+    if type(value) is int:
+        return -MAX_INT - 1 <= value <= MAX_INT
+    return True
+
+
+def _bad_number(value: Any, path: str, line: int | None, where: str) -> None:
+    what = "a finite number" if isinstance(value, float) else "an integer that fits in 64 bits"
+    shown = value if isinstance(value, float) or abs(value) < 10**30 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+    raise TraceFormatError(path, f"expected {what}, got {shown}", line=line, field=where or None)
