@@ -104,6 +104,10 @@ def run_vllm_offline(plan: OfflinePlan, out_dir: str | Path, *, python: str | No
     if proc.returncode != 0:
         raise RuntimeError(f"vLLM run failed (exit {proc.returncode}); log in {out / 'vllm.log'}:\n"
                            f"{proc.stderr[-3000:]}")
+    if not (out / STEPS_FILE).is_file():
+        raise RuntimeError(f"vLLM ran but wrote no step records ({out / STEPS_FILE}): the draftsim step recorder is "
+                           f"not registered in {py}'s environment; run `{Path(py).parent}/pip install --no-deps -e "
+                           f"{repo}`")
     return json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
 
 

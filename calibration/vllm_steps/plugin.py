@@ -111,7 +111,7 @@ def _wrap_scheduler(cls: Any) -> None:
         used, total = _kv_blocks(self)
         rec = StepRecord(step=_state["step"], wall_start=wall, duration=t1 - t0, num_running=len(self.running),
                          num_waiting=len(self.waiting), kv_blocks_used=used, kv_blocks_total=total,
-                         draft_seconds=None, requests=steps)
+                         draft_seconds=None, load=os.getloadavg()[0], requests=steps)
         _state["pending"] = None
         if steps:
             _state["step"] += 1

@@ -55,6 +55,7 @@ class StepRecord:
     kv_blocks_total: int | None
     draft_seconds: float | None  # model runner's propose time (the worker's file, joined by load_steps)
     forward_seconds: float | None = None  # model runner's execute + sample time, incl. drafting (worker file)
+    load: float | None = None  # 1-minute load average when the step ended (not per core)
     requests: list[RequestStep] = field(default_factory=list)
 
     @property
@@ -137,7 +138,7 @@ class JsonlWriter:
 _REQ_INT = ("scheduled", "computed_before", "num_tokens", "prompt_len", "proposed", "drafted", "accepted",
             "emitted", "kept")
 _STEP_KEYS = {"step", "wall_start", "duration", "num_running", "num_waiting", "kv_blocks_used", "kv_blocks_total",
-              "draft_seconds", "forward_seconds", "requests", "prefill_tokens", "decode_seqs", "drafted_tokens", "accepted_tokens"}
+              "draft_seconds", "forward_seconds", "load", "requests", "prefill_tokens", "decode_seqs", "drafted_tokens", "accepted_tokens"}
 
 
 def _int(doc: dict, key: str, path: str, line: int, fld: str, *, optional: bool = False) -> int | None:
@@ -199,6 +200,7 @@ def parse_step(doc: Any, path: str, line: int) -> StepRecord:
                       kv_blocks_total=_int(doc, "kv_blocks_total", path, line, "kv_blocks_total", optional=True),
                       draft_seconds=_num(doc, "draft_seconds", path, line, optional=True),
                       forward_seconds=_num(doc, "forward_seconds", path, line, optional=True),
+                      load=_num(doc, "load", path, line, optional=True),
                       requests=[parse_request_step(r, path, line, j) for j, r in enumerate(reqs)])
 
 
