@@ -290,7 +290,8 @@ def _register_vllm(sub) -> None:
     a.add_argument("--out", required=True, help="folder for the runs, bundles, profiles and calibration.json")
     a.add_argument("--workload", default="chat")
     a.add_argument("--target", default="smollm2-135m-instruct", help="packaged model name or transformers folder")
-    a.add_argument("--modes", default="ar,ngram:4", help="comma list of ar, ngram:K, draft_model:K:PATH")
+    a.add_argument("--modes", default="ar,ngram:4", help="comma list of ar, ngram:K, draft_model:K:PATH "
+                   "(PATH layers:N = the target's first N layers, saved once as a folder vLLM loads)")
     a.add_argument("--batch-sizes", default="1,2,4,8", help="requests submitted together, one run each")
     a.add_argument("--max-tokens", type=int, default=32, help="tokens every request emits (EOS forbidden before)")
     a.add_argument("--dtype", default="float32")
@@ -304,8 +305,8 @@ def _register_vllm(sub) -> None:
 def _run_vllm(args: argparse.Namespace) -> int:
     from calibration.vllm_steps.calibrate import VllmCalibration, analyse, parse_mode, run
 
-    modes = [parse_mode(m) for m in args.modes.split(",") if m.strip()]
-    model, name, prompts = _vllm_target(args)
+    model, name, prompts, lm = _vllm_target(args)
+    modes = [_with_drafter_folder(parse_mode(m), lm) for m in args.modes.split(",") if m.strip()]
     cal = VllmCalibration(model=model, model_name=name, prompts=prompts, modes=modes,
                           batch_sizes=_ints(args.batch_sizes), max_tokens=args.max_tokens, dtype=args.dtype,
                           dataset=args.workload, seed=args.seed)
@@ -317,8 +318,20 @@ def _run_vllm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _vllm_target(args: argparse.Namespace) -> tuple[str, str, list[list[int]]]:
-    """(folder vLLM loads, model name, prompt token ids of the workload)."""
+def _with_drafter_folder(mode, lm):
+    """draft_model:K:layers:N -> the truncated copy's folder (built once)."""
+    import dataclasses
+
+    from calibration.vllm_steps.drafter_folder import truncated_folder
+
+    if mode.method == "draft_model" and mode.draft_model.startswith("layers"):
+        n = int(mode.draft_model[len("layers"):].lstrip(":"))
+        return dataclasses.replace(mode, label=f"layers{n}-k{mode.k}", draft_model=str(truncated_folder(lm, n)))
+    return mode
+
+
+def _vllm_target(args: argparse.Namespace):
+    """(folder vLLM loads, model name, prompt token ids of the workload, the loaded model)."""
     from calibration.hf_backend import converted_folder, encode_prompt, load_model
     from calibration.packaged_models import PACKAGED_MODELS
     from calibration.prompts import workload_prompts
@@ -327,7 +340,7 @@ def _vllm_target(args: argparse.Namespace) -> tuple[str, str, list[list[int]]]:
     folder = str(converted_folder(args.target)) if args.target in PACKAGED_MODELS else args.target
     need = sum(_ints(args.batch_sizes))
     texts = workload_prompts(args.workload, seed=args.seed)[:need]
-    return folder, lm.name, [encode_prompt(lm, p.text) for p in texts]
+    return folder, lm.name, [encode_prompt(lm, p.text) for p in texts], lm
 
 
 # ---------------------------------------------------------------- live

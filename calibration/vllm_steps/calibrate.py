@@ -50,8 +50,8 @@ def parse_mode(text: str) -> Mode:
             return Mode("ar", None)
         if parts[0] == "ngram" and len(parts) == 2:
             return Mode(f"ngram-k{int(parts[1])}", "ngram", int(parts[1]))
-        if parts[0] == "draft_model" and len(parts) == 3:
-            return Mode(f"draft-k{int(parts[1])}", "draft_model", int(parts[1]), parts[2])
+        if parts[0] == "draft_model" and len(parts) >= 3:
+            return Mode(f"draft-k{int(parts[1])}", "draft_model", int(parts[1]), ":".join(parts[2:]))
     except ValueError:
         pass
     raise ValueError(f"mode {text!r}: expected ar, ngram:K or draft_model:K:PATH")

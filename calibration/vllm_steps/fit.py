@@ -9,6 +9,7 @@ each phase of that one fit.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,12 @@ def _extra(st: StepRecord, ph: str, run: str) -> dict[str, Any]:
             "drafted_tokens": st.drafted_tokens, "num_waiting": st.num_waiting}
 
 
+def _load_per_core(st: StepRecord, log: StepLog) -> float | None:
+    """The step's 1-minute load average per core (Measurement.load's convention)."""
+    cores = log.header.get("cpu_count") or os.cpu_count() or 1
+    return None if st.load is None else round(st.load / cores, 3)
+
+
 def target_measurements(log: StepLog, run: str, after: float = 0.0) -> list[Measurement]:
     """One measurement per engine step that began at or after `after` (wall time; skips warm-up)."""
     out = []
@@ -41,7 +48,7 @@ def target_measurements(log: StepLog, run: str, after: float = 0.0) -> list[Meas
         ph = phase(st)
         seconds = st.duration - (st.draft_seconds or 0.0)
         out.append(Measurement(num_seqs=len(st.requests), batched_tokens=st.batched_tokens, kv_tokens=st.kv_tokens,
-                               seconds=seconds, load=None if st.load is None else round(st.load, 3),
+                               seconds=seconds, load=_load_per_core(st, log),
                                extra=_extra(st, ph, run)))
     return out
 
@@ -57,7 +64,7 @@ def draft_measurements(log: StepLog, run: str, after: float = 0.0) -> list[Measu
         if seqs == 0:
             continue
         out.append(Measurement(num_seqs=seqs, batched_tokens=st.batched_tokens, kv_tokens=st.kv_tokens,
-                               seconds=st.draft_seconds, load=None if st.load is None else round(st.load, 3),
+                               seconds=st.draft_seconds, load=_load_per_core(st, log),
                                extra=_extra(st, phase(st), run)))
     return out
 
@@ -71,7 +78,7 @@ class PhaseReport:
 
 
 def phase_report(profile, measurements: list[Measurement], name: str) -> PhaseReport:
-    """Per phase: steps, median seconds, MAPE of `profile`, median load (1-min average)."""
+    """Per phase: steps, median seconds, MAPE of `profile` (in-sample), median load per core."""
     rep = PhaseReport(name)
     groups: dict[str, list[Measurement]] = {}
     for m in measurements:
@@ -86,9 +93,9 @@ def phase_report(profile, measurements: list[Measurement], name: str) -> PhaseRe
 
 
 def format_reports(reports: list[PhaseReport]) -> str:
-    lines = [f"{'profile':44s} {'phase':8s} {'steps':>6s} {'median ms':>10s} {'MAPE %':>7s} {'load':>5s}"]
+    lines = [f"{'profile':44s} {'phase':8s} {'steps':>6s} {'median ms':>10s} {'MAPE %':>7s} {'load/core':>9s}"]
     for rep in reports:
         for ph, r in rep.rows.items():
             lines.append(f"{rep.profile:44s} {ph:8s} {r['steps']:6d} {r['median_ms']:10.2f} "
-                         f"{r['mape_percent']:7.2f} {r['median_load']:5.2f}")
+                         f"{r['mape_percent']:7.2f} {r['median_load']:9.2f}")
     return "\n".join(lines)

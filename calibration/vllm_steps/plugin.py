@@ -58,7 +58,8 @@ def _writer(sched: Any) -> JsonlWriter:
                   "spec_method": None if spec is None else spec.method,
                   "num_speculative_tokens": None if spec is None else spec.num_speculative_tokens,
                   "threads": os.environ.get("OMP_NUM_THREADS") or os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-                  "torch_threads": _torch_threads(), "load_at_start": os.getloadavg()[0]}
+                  "torch_threads": _torch_threads(), "cpu_count": os.cpu_count(),
+                  "load_at_start": os.getloadavg()[0]}
         w = _state["writer"] = JsonlWriter(_state["path"], header)
         atexit.register(w.close)
     return w
