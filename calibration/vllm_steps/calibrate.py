@@ -21,7 +21,8 @@ from calibration.latency_sweep import fit_profiles
 from calibration.vllm_backend import RUN_FILE, STEPS_FILE, OfflinePlan, PromptGroup, run_vllm_offline, \
     speculative_config
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, save_measured_bundle
-from calibration.vllm_steps.fit import draft_measurements, format_reports, phase_report, target_measurements
+from calibration.vllm_steps.fit import draft_measurements, fit_by_phase, format_reports, phase_report, \
+    target_measurements
 from calibration.vllm_steps.records import load_steps
 from simulator.latency import Provenance, save_profile
 from traces.atomic import atomic_write_text
@@ -157,6 +158,9 @@ def analyse(cal: VllmCalibration, out: str | Path, name: str) -> dict[str, Any]:
     save_profile(fitted.table, pdir / f"{name}-table.yaml")
     reports.append(phase_report(fitted.linear, target_ms, name))
     reports.append(phase_report(fitted.table, target_ms, f"{name}-table"))
+    for ph, f in fit_by_phase(name, cal.model_name, target_ms, prov).items():
+        save_profile(f.profile, pdir / f"{name}-{ph}.yaml")
+        reports.append(phase_report(f.profile, [m for m in target_ms if m.extra["phase"] == ph], f.profile.name))
     for prof_name, dms, res in drafter_fits:
         dl = [m.load for m in dms if m.load is not None]
         f = fit_profiles(prof_name, cal.model_name, dms, _provenance(header, dl, "drafter propose call", res))

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from calibration.vllm_steps.records import StepLog, StepRecord
-from simulator.latency import Measurement, mape
+from simulator.latency import LinearFit, Measurement, Provenance, fit_linear, mape
 
 PHASES = ("decode", "verify", "prefill")
 
@@ -67,6 +67,17 @@ def draft_measurements(log: StepLog, run: str, after: float = 0.0) -> list[Measu
                                seconds=st.draft_seconds, load=_load_per_core(st, log),
                                extra=_extra(st, phase(st), run)))
     return out
+
+
+def fit_by_phase(name: str, model: str, measurements: list[Measurement], prov: Provenance,
+                 min_points: int = 4) -> dict[str, LinearFit]:
+    """A separate linear fit per phase (NAME-decode, NAME-verify, NAME-prefill) for phases with enough steps:
+    how well each phase alone follows the linear shape, against the one profile that prices them all."""
+    groups: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        groups.setdefault(m.extra["phase"], []).append(m)
+    return {ph: fit_linear(f"{name}-{ph}", ms, model=model, provenance=prov)
+            for ph, ms in groups.items() if len(ms) >= min_points}
 
 
 @dataclass
