@@ -2,12 +2,15 @@
 
 Registered as the `vllm.general_plugins` entry point `draftsim_steps` (pyproject.toml), so it runs inside
 `EngineCore.__init__`, in the engine-core process of `LLM(...)` and of `vllm serve` alike. It does nothing
-unless DRAFTSIM_VLLM_STEPS names the output file (a `{pid}` in it is replaced by the process id).
+unless DRAFTSIM_VLLM_STEPS names the output file (one engine core per run: data-parallel engines would
+share the path). Files are created on the first step, so processes without a scheduler or model runner
+(the API server) write nothing.
 
 Wrapped: `Scheduler.schedule()` (timing starts; per-request context and proposal lengths are read, the
 latter before schedule() clears them), `Scheduler.update_from_output()` (emitted tokens are read before
-the original trims them at a stop; timing ends after it), `GPUModelRunner.propose_draft_token_ids()`
-(drafter time, when the worker runs in this process) and `Scheduler.shutdown()` (closes the file).
+the original trims them at a stop; timing ends after it) and `Scheduler.shutdown()` (closes the file);
+in the worker (its own process on CPU), `GPUModelRunner.execute_model()` + `sample_tokens()` (forward
+time) and `propose_draft_token_ids()` (drafter time), to PATH.worker.PID, synchronised on CUDA.
 With async scheduling the next schedule() overlaps this step's execution, so durations are only
 engine-step times with it off; the header records which.
 """
@@ -20,7 +23,7 @@ from typing import Any
 
 from calibration.vllm_steps.records import STEPS_ENV, JsonlWriter, RequestStep, StepRecord
 
-_state: dict[str, Any] = {"writer": None, "step": 0, "pending": None, "worker": None, "entry": None}
+_state: dict[str, Any] = {"writer": None, "step": 0, "pending": {}, "worker": None, "entry": None}
 
 
 def register() -> None:
@@ -29,7 +32,7 @@ def register() -> None:
     if not path or _state.get("installed"):
         return
     _state["installed"] = True
-    _state["path"] = path.replace("{pid}", str(os.getpid()))
+    _state["path"] = path
     from vllm.v1.core.sched.scheduler import Scheduler
 
     _wrap_scheduler(Scheduler)
@@ -85,14 +88,14 @@ def _wrap_scheduler(cls: Any) -> None:
             r = self.requests[rid]
             reqs[rid] = (r, n, r.num_computed_tokens - n, r.num_tokens, r.num_prompt_tokens, proposed.get(rid, 0),
                          len(out.scheduled_spec_decode_tokens.get(rid, ())))
-        _state["pending"] = (id(out), t0, wall, reqs)
+        _state["pending"][id(out)] = (t0, wall, reqs)  # keyed: with async scheduling two steps are in flight
         return out
 
     def update_from_output(self, scheduler_output, model_runner_output):
-        pending = _state["pending"]
-        if pending is None or pending[0] != id(scheduler_output):
+        pending = _state["pending"].pop(id(scheduler_output), None)
+        if pending is None:  # scheduled before the plugin was installed
             return orig_update(self, scheduler_output, model_runner_output)
-        _, t0, wall, reqs = pending
+        t0, wall, reqs = pending
         sampled = model_runner_output.sampled_token_ids
         index = model_runner_output.req_id_to_index
         emitted, before = {}, {}
@@ -113,7 +116,6 @@ def _wrap_scheduler(cls: Any) -> None:
         rec = StepRecord(step=_state["step"], wall_start=wall, duration=t1 - t0, num_running=len(self.running),
                          num_waiting=len(self.waiting), kv_blocks_used=used, kv_blocks_total=total,
                          draft_seconds=None, load=os.getloadavg()[0], requests=steps)
-        _state["pending"] = None
         if steps:
             _state["step"] += 1
             w = _writer(self)
