@@ -74,6 +74,12 @@ class VllmCalibration:
     max_n: int = 4
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if not self.modes:
+            raise ValueError("vLLM calibration needs at least one mode (ar, ngram:K, draft_model:K:PATH)")
+        if not self.batch_sizes or min(self.batch_sizes) < 1 or self.max_tokens < 1:
+            raise ValueError(f"batch sizes must be >= 1 and max_tokens >= 1, got {self.batch_sizes}, {self.max_tokens}")
+
     def plan(self, mode: Mode) -> OfflinePlan:
         """Warm-up group first (JIT, caches), then one group per batch size, prompts taken in turn."""
         if not self.prompts:

@@ -51,3 +51,23 @@ def test_warmup_steps_are_skipped_and_drafts_need_timings():
     dms = draft_measurements(log, "x")
     assert dms and all(m.seconds == st.draft_seconds for m, st in
                        zip(dms, [s for s in log.steps if s.draft_seconds is not None and any(r.emitted for r in s.requests)]))
+
+
+def test_modes_and_plans():
+    from calibration.vllm_steps.calibrate import VllmCalibration, parse_mode
+
+    assert parse_mode("ar").method is None
+    ng = parse_mode("ngram:4")
+    assert (ng.label, ng.k) == ("ngram-k4", 4)
+    assert parse_mode("draft_model:3:layers:24").draft_model == "layers:24"
+    import pytest
+
+    with pytest.raises(ValueError, match="expected ar, ngram:K or draft_model:K:PATH"):
+        parse_mode("eagle:3")
+    cal = VllmCalibration("/m", "m", [[1, 2], [3]], [ng], batch_sizes=[1, 2], max_tokens=8)
+    plan = cal.plan(ng)
+    assert [g.name for g in plan.groups] == ["warmup", "batch1", "batch2"]
+    assert plan.groups[2].prompts == [[3], [1, 2]]  # prompts taken in turn, cycling
+    assert plan.spec["num_speculative_tokens"] == 4 and plan.max_num_seqs == 2
+    with pytest.raises(ValueError, match="at least one mode"):
+        VllmCalibration("/m", "m", [[1]], [])
