@@ -1,0 +1,99 @@
+"""Applying a finished step: emitted tokens (the replay rule's end-of-output cut), prefill progress,
+policy feedback, the step record and finishes."""
+from __future__ import annotations
+
+import numpy as np
+
+from policies.base import NO_DRAFT
+from simulator.pricing import _sel
+from simulator.records import STEP_COLUMNS, ColumnBuffer
+from simulator.request_state import FINISHED
+from simulator.step import Step
+
+
+class StepOutcome:
+    """Writes a step's effects into the server's state; one instance per server."""
+
+    def __init__(self, server):
+        self.srv = server
+        self.itl_chunks: list[np.ndarray] = []
+        self.steps = ColumnBuffer(STEP_COLUMNS)
+        self.step_no = 0
+
+    def apply(self, s: Step, end: float) -> None:
+        srv = self.srv
+        st, wl, drafting = srv.state, srv.wl, srv.drafting
+        dec = s.dec
+        done_dec = dec[:0]
+        emitted_sum = 0
+        if len(dec):
+            gen = st.gen[dec]
+            out = wl.output_len[dec]
+            # accepted drafts (traces.acceptance.accepted_drafts) + the corrected/bonus token, cut at the output's end
+            emitted = np.minimum(1 + s.accepted, out - gen)
+            emitted_sum = int(emitted.sum())
+            self.itl_chunks.append(end - st.last_emit[dec])  # every decoding request emitted before
+            st.last_emit[dec] = end
+            st.gen[dec] = gen + emitted
+            done_dec = dec[gen + emitted >= out]
+            st.decode_steps[dec] += 1
+            st.n_proposed[dec] += s.proposed
+            st.n_accepted[dec] += s.accepted  # as verification reports it, before the max-tokens cut
+            n_drafted = 0
+            for di, mask in drafting.groups_of(s.d_idx):
+                c = len(dec) if mask is None else int(np.count_nonzero(mask))
+                st.usage[di] += c
+                n_drafted += c
+            st.usage[-1] += len(dec) - n_drafted
+            if n_drafted:
+                drafted = None if n_drafted == len(dec) else s.d_idx != NO_DRAFT
+                st.last_drafter[_sel(dec, drafted)] = _sel(s.d_idx, drafted)
+                if drafting.learns:
+                    drafting.feedback(_sel(dec, drafted), _sel(gen, drafted), _sel(s.d_idx, drafted),
+                                      _sel(s.k, drafted), _sel(s.proposed, drafted), _sel(s.accepted, drafted),
+                                      s.duration)
+        srv.executor.after(s)
+        first_tokens = 0
+        policy = drafting.policy
+        for i, c in zip(s.pre, s.chunk):
+            st.prefill_left[i] -= c
+            st.prefill_done[i] += c
+            if st.prefill_left[i] == 0:
+                del st.prefilling[i]
+                first_tokens += 1
+                st.gen[i] += 1
+                st.last_emit[i] = end
+                if np.isnan(st.first_token[i]):
+                    st.first_token[i] = end
+                if not st.started[i]:
+                    st.started[i] = True
+                    policy.start_request(wl.request_ids[i])
+        self._record(s, emitted_sum + first_tokens)
+        done = done_dec
+        if len(s.pre):  # a prefill can finish a request whose output is one token
+            pre = s.pre
+            fin = pre[(st.gen[pre] >= wl.output_len[pre]) & (st.prefill_left[pre] == 0)]
+            if len(fin):
+                done = np.concatenate([done_dec, fin])
+        for i in done:
+            i = int(i)
+            if st.status[i] == FINISHED:
+                continue
+            srv.sched.finish(i, end)
+            if st.started[i]:
+                policy.finish_request(wl.request_ids[i])
+            srv.arrivals.on_finish(i, end)
+        self.step_no += 1
+
+    def _record(self, s: Step, emitted: int) -> None:
+        used_blocks = self.srv.sched.pool.used
+        add = self.steps.append_row
+        for device, slices in (("target", s.target_slices), ("drafter", s.drafter_slices)):
+            for phase, t0, t1, a in slices:
+                g = a.get
+                add((self.step_no, device, phase, t0, t1, g("num_seqs", 0), g("prefill_tokens", 0),
+                     g("batched_tokens", 0), g("kv_tokens", 0), used_blocks, g("proposed_tokens", 0),
+                     g("accepted_tokens", 0),
+                     emitted if device == "target" and phase not in ("draft", "sync") else 0,
+                     g("sub_batch", -1), g("drafters", "")))
+
