@@ -16,7 +16,7 @@ import resource
 import time
 
 from experiments.config import load_config
-from experiments.run import engine_workload, resolve_bundle, run_experiment, simulate_run
+from experiments.run import engine_workload, prepare, resolve_bundle, run_experiment, simulate_run
 from traces.workload import WorkloadSpec, workload_and_bundle
 
 TARGET_RATE = 1_000_000
@@ -48,8 +48,9 @@ def measure(n: int, run: dict) -> dict:
     bundle = resolve_bundle(cfg.traces)
     workload, bundle = workload_and_bundle(bundle, WorkloadSpec.model_validate(cfg.workload), seed=cfg.seed)
     ew, traces = engine_workload(workload, bundle)
+    scenario = prepare(cfg)[0]
     c1 = time.process_time()
-    simulate_run(cfg, cfg.runs[0], bundle, ew, traces, seed=0)
+    simulate_run(scenario, bundle, ew, traces)
     engine_cpu = time.process_time() - c1
     return {"name": run["name"], "wall_s": wall, "cpu_s": cpu, "engine_cpu_s": engine_cpu, "request_steps": steps,
             "rate_cpu": steps / cpu, "rate_engine": steps / engine_cpu}
