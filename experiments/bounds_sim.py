@@ -15,11 +15,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from oracle.bounds import pipeline_gain, pipeline_saving
-from policies.base import FixedPolicy
 from simulator.acceptance_table import AcceptanceTable
 from simulator.draft_cost import DraftCost
-from simulator.engine import ServerSimulation
-from simulator.server_config import PSDConfig, RunSpec, constant_profile
+from simulator.scenario import make_scenario
+from simulator.server_config import PSDConfig, RunSpec, ServerConfig, constant_profile
 from simulator.workload_arrays import EngineWorkload
 from traces.bundle import DrafterTrace, RequestTrace
 
@@ -74,11 +73,10 @@ def _run(mode: str, t: float, v: float, m: int, wl: EngineWorkload, table: Accep
          seed: int) -> tuple[float, float, int]:
     run = RunSpec(name=mode, mode=mode, policy={"name": "fixed", "drafter": DRAFTER, "k": k},
                   psd=PSDConfig(sub_batch_max_num_seqs=m) if mode == "psd" else None)
-    sim = ServerSimulation(
-        run=run, target=constant_profile(v), workload=wl, table=table,
-        draft_costs={DRAFTER: DraftCost(kind="constant", seconds=t)}, policy=FixedPolicy(DRAFTER, k),
-        kv_capacity_tokens=10_000_000, max_num_seqs=m, max_num_batched_tokens=1_000_000, seed=seed)
-    res = sim.simulate()
+    server = ServerConfig(target_profile="constant", max_num_seqs=m, max_num_batched_tokens=1_000_000,
+                          kv_capacity_tokens=10_000_000)
+    sc = make_scenario(run, server, {DRAFTER: DraftCost(kind="constant", seconds=t)}, seed, target=constant_profile(v))
+    res = sc.simulation(wl, table).simulate()
     x, e2e = steady_state(res.requests, res.steps, trim=4 * m)
     return x, e2e, int(res.extras["psd_fallback_steps"])
 

@@ -46,7 +46,8 @@ class ServerConfig(_Strict):
     verification: Literal["greedy", "sampled"] = Field("greedy", description=(
         "greedy: replay acc_len (temperature 0); sampled: accept each drafted token with probability 1 - tv "
         "(needs per-position tv in the traces for every drafter used)"))
-    temperature: float | None = Field(None, exclude=True, description="replaced by verification; kept to explain the change")
+    temperature: float | None = Field(None, exclude=True, allow_inf_nan=False, description=(
+        "sampling temperature; only as a consistency check: > 0 needs verification: sampled, 0 greedy"))
     num_target_gpus: int = Field(1, ge=1, description="GPUs of the target (for per-GPU figures)")
     num_draft_gpus: int = Field(0, ge=0, description="dedicated draft GPUs (PSD uses 1)")
 
@@ -54,10 +55,13 @@ class ServerConfig(_Strict):
     def _capacity_given(self) -> "ServerConfig":
         if self.kv_capacity_tokens is None and self.deployment is None:
             raise ValueError("give kv_capacity_tokens or deployment (KV capacity from the catalogs)")
-        if self.temperature is not None:
-            want = "sampled" if self.temperature > 0 else "greedy"
-            raise ValueError(f"temperature: {self.temperature!r} no longer selects the verification rule; write "
-                             f"verification: {want} instead (sampled accepts with probability 1 - tv from the traces)")
+        t = self.temperature
+        if t is not None and not (0 <= t <= 10):
+            raise ValueError(f"temperature: expected a number in [0, 10], got {t!r}")
+        if t is not None and (t > 0) != (self.verification == "sampled"):
+            raise ValueError(f"temperature: {t!r} no longer selects the verification rule; set verification: "
+                             f"{'sampled' if t > 0 else 'greedy'} (sampled accepts each drafted token with "
+                             "probability 1 - tv from the traces) and drop temperature")
         if self.prefill == "separate" and self.chunked_prefill:
             raise ValueError("prefill: 'separate' (prefill-only steps, vLLM V0) cannot be combined with "
                              "chunked_prefill: true, which mixes prefill chunks into decode steps; use prefill: mixed")
