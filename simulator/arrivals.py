@@ -82,12 +82,16 @@ class ClosedLoopArrivals:
 class PushedArrivals:
     """Requests handed to the server at run time (`push`), e.g. by a router sharing the Environment."""
 
-    def __init__(self, env: simpy.Environment, arrival: np.ndarray):
+    def __init__(self, env: simpy.Environment):
         self.env = env
-        self.arrival = arrival
-        self.arrival[:] = np.nan
+        self.arrival: np.ndarray | None = None
         self._queue: list[int] = []
         self._event: simpy.Event | None = None
+
+    def attach(self, arrival: np.ndarray) -> None:
+        """The server's arrival-time array (filled as requests are pushed)."""
+        self.arrival = arrival
+        self.arrival[:] = np.nan
 
     def push(self, i: int) -> None:
         """Request `i` (index into the server's workload) arrives now."""

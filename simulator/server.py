@@ -15,7 +15,7 @@ import simpy
 
 from policies.base import Policy
 from simulator.acceptance_table import AcceptanceTable
-from simulator.arrivals import arrivals_for
+from simulator.arrivals import PushedArrivals, arrivals_for
 from simulator.draft_cost import DraftCost
 from simulator.drafting import Drafting, Verification
 from simulator.kv_pool import BlockPool
@@ -51,7 +51,8 @@ class Server:
                  kv_capacity_tokens: int, max_num_seqs: int, max_num_batched_tokens: int, block_size: int = 16,
                  step_overhead_s: float = 0.0, chunked_prefill: bool = False, prefill: PrefillMode = "mixed",
                  verification: Verification = "greedy", seed: int = 0, traces: Sequence[Any] | None = None,
-                 live: bool = False, on_step: Callable[[int], None] | None = None, arrivals=None):
+                 live: bool = False, on_step: Callable[[int], None] | None = None,
+                 arrivals: PushedArrivals | None = None):
         self.env, self.run, self.wl, self.table, self.mode = env, run, workload, table, run.mode
         self.on_step = on_step
         psd = run.psd or PSDConfig()
@@ -71,6 +72,8 @@ class Server:
         else:
             self.executor = SDExecutor(self.mode, st, self.sched, self.drafting, self.pricing)
         self.outcome = StepOutcome(self)
+        if arrivals is not None:
+            arrivals.attach(st.arrival)
         self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
         self.process = env.process(self.loop())
 
