@@ -68,8 +68,7 @@ class Drafting:
         """Drafter, k and proposed tokens of requests `idx` (n-gram proposals capped), plus their flat trace index."""
         m = len(idx)
         if m == 0 or self.mode == "ar":
-            z = np.zeros(m, dtype=np.int64)
-            return np.full(m, NO_DRAFT, dtype=np.int64), z, z.copy(), None
+            return _no_draft(m), _zeros(m), _zeros(m), None
         pos = self.state.gen[idx]  # output position of the first drafted token
         flat = self.table.flat_index(self.wl.trace_index[idx], pos)
         prop_known = {d: a[flat] for d, a in self.table.proposal_len.items()}
@@ -99,14 +98,15 @@ class Drafting:
     def accept(self, idx: np.ndarray, d_idx: np.ndarray, proposed: np.ndarray,
                flat: np.ndarray | None = None) -> np.ndarray:
         """Draft tokens verification accepts per request (before the end-of-output cut)."""
+        grp = self.groups_of(d_idx)
+        if not grp:
+            return _zeros(len(idx))
         acc = np.zeros(len(idx), dtype=np.int64)
-        if len(idx) == 0:
-            return acc
         pos = self.state.gen[idx]
         tix = self.wl.trace_index[idx]
         if flat is None:
             flat = self.table.flat_index(tix, pos)
-        for di, mask in self.groups_of(d_idx):
+        for di, mask in grp:
             d = self.drafters[di]
             prop = _sel(proposed, mask)
             if self.verification == "sampled" and d in self.table.tv:
@@ -137,6 +137,27 @@ class Drafting:
         self.policy.observe_batch(BatchFeedback(
             drafters=self.drafters, request_ids=[self.wl.request_ids[i] for i in idx], positions=pos,
             drafter_idx=d_idx, k=k, proposed=proposed, accepted=accepted, tv=tv, step_time=step_time))
+
+
+_ZEROS: dict[int, np.ndarray] = {}
+_NO_DRAFT: dict[int, np.ndarray] = {}
+
+
+def _zeros(n: int) -> np.ndarray:
+    """A read-only int64 zero array of length n, shared (steps of the same size reuse it)."""
+    a = _ZEROS.get(n)
+    if a is None:
+        a = _ZEROS[n] = np.zeros(n, dtype=np.int64)
+        a.setflags(write=False)
+    return a
+
+
+def _no_draft(n: int) -> np.ndarray:
+    a = _NO_DRAFT.get(n)
+    if a is None:
+        a = _NO_DRAFT[n] = np.full(n, NO_DRAFT, dtype=np.int64)
+        a.setflags(write=False)
+    return a
 
 
 class _Gather:

@@ -30,17 +30,21 @@ class StepOutcome:
             gen = st.gen[dec]
             out = wl.output_len[dec]
             # accepted drafts (traces.acceptance.accepted_drafts) + the corrected/bonus token, cut at the output's end
-            emitted = np.minimum(1 + s.accepted, out - gen)
+            grp = drafting.groups_of(s.d_idx)
+            left = out - gen
+            emitted = np.minimum(1 + s.accepted, left) if grp else np.minimum(1, left)
             emitted_sum = int(emitted.sum())
             self.itl_chunks.append(end - st.last_emit[dec])  # every decoding request emitted before
             st.last_emit[dec] = end
-            st.gen[dec] = gen + emitted
-            done_dec = dec[gen + emitted >= out]
+            new_gen = gen + emitted
+            st.gen[dec] = new_gen
+            done_dec = dec[new_gen >= out]
             st.decode_steps[dec] += 1
-            st.n_proposed[dec] += s.proposed
-            st.n_accepted[dec] += s.accepted  # as verification reports it, before the max-tokens cut
+            if grp:  # nothing proposed or accepted without a drafter
+                st.n_proposed[dec] += s.proposed
+                st.n_accepted[dec] += s.accepted  # as verification reports it, before the max-tokens cut
             n_drafted = 0
-            for di, mask in drafting.groups_of(s.d_idx):
+            for di, mask in grp:
                 c = len(dec) if mask is None else int(np.count_nonzero(mask))
                 st.usage[di] += c
                 n_drafted += c
