@@ -39,10 +39,8 @@ class StepOutcome:
             new_gen = gen + emitted
             st.gen[dec] = new_gen
             done_dec = dec[new_gen >= out]
-            st.decode_steps[dec] += 1
-            if grp:  # nothing proposed or accepted without a drafter
-                st.n_proposed[dec] += s.proposed
-                st.n_accepted[dec] += s.accepted  # as verification reports it, before the max-tokens cut
+            # accepted as verification reports it, before the max-tokens cut; nothing drafted without a drafter
+            st.verify_counts.add(dec, s.proposed if grp else None, s.accepted if grp else None)
             n_drafted = 0
             for di, mask in grp:
                 c = len(dec) if mask is None else int(np.count_nonzero(mask))
