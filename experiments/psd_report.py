@@ -99,6 +99,7 @@ class PsdBoundsConfig(_Strict):
     acc_len: int = Field(3, ge=1)
     output_len: tuple[int, int] = (128, 512)
     prompt_len: int = Field(32, ge=1)
+    prefill: Literal["mixed", "separate"] = Field("mixed", description="ServerConfig.prefill of both systems")
     notes: str = ""
 
 
@@ -383,7 +384,8 @@ def run_psd_bounds(cfg: PsdBoundsConfig, progress: bool = True) -> pd.DataFrame:
     for load, r in jobs:
         s = simulate_pipeline(r * v, v, sub_batch=cfg.sub_batch, num_requests=cfg.num_requests,
                               prompt_len=cfg.prompt_len, output_len=tuple(cfg.output_len), k=cfg.k,
-                              acc_len=cfg.acc_len, load=None if load == "saturated" else float(load), seed=cfg.seed)
+                              acc_len=cfg.acc_len, load=None if load == "saturated" else float(load), seed=cfg.seed,
+                              prefill=cfg.prefill)
         rows.append({"load": load, "t_over_v": r, "draft_time_s": r * v, "verify_time_s": v,
                      "analytic_gain": pipeline_gain(r * v, v), "analytic_saving": pipeline_saving(r * v, v),
                      **{k: val for k, val in s.to_dict().items() if k != "setup"}})
