@@ -166,7 +166,10 @@ def test_scheduler_invariants_across_modes(mode, prefill, chunked, k, kv_blocks,
     traces = iid_traces(12, seed=seed, prompt=(5, 300), out=(1, 120))
     wl = workload(traces, 30, rate=rate if not clients else None, clients=clients, seed=seed)
     kv_tokens = kv_blocks * 16
-    need = int((wl.prompt_len + wl.output_len).max()) + k + 16
+    # the smallest pool the up-front check admits (the largest request alone, with its draft lookahead):
+    # anything it admits must run to the end without stalling
+    lookahead = max(1, 0 if mode == "ar" else k)
+    need = -(-(int((wl.prompt_len + wl.output_len).max()) - 1 + lookahead) // 16) * 16
     budget = 512 if chunked else max(512, int(wl.prompt_len.max()))
     res = simulate(traces, wl, mode=mode, k=k, kv_tokens=max(kv_tokens, need), max_num_seqs=seqs, budget=budget,
                    chunked=chunked, prefill=prefill, psd=PSDConfig(sub_batch_max_num_seqs=seqs, defer_kv=defer),
