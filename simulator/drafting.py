@@ -32,6 +32,9 @@ class Drafting:
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.learns = self.policy.learns
         self._group_cache: tuple = (None, [])
+        # each request's first and last flat trace index (AcceptanceTable.flat_index, precomputed per request)
+        self._first = table.offsets[wl.trace_index]
+        self._last = table.offsets[wl.trace_index + 1] - 1
         pol = self.policy
         if pol.reads_ground_truth:
             if live:
@@ -64,13 +67,17 @@ class Drafting:
         self._group_cache = (d_idx, g)
         return g
 
+    def flat_index(self, idx: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Flat trace positions of requests `idx` at output positions `pos`, clipped into each trace."""
+        return np.minimum(self._first[idx] + pos, self._last[idx])
+
     def choose(self, idx: np.ndarray, now: float, estimator):
         """Drafter, k and proposed tokens of requests `idx` (n-gram proposals capped), plus their flat trace index."""
         m = len(idx)
         if m == 0 or self.mode == "ar":
             return _no_draft(m), _zeros(m), _zeros(m), None
         pos = self.state.gen[idx]  # output position of the first drafted token
-        flat = self.table.flat_index(self.wl.trace_index[idx], pos)
+        flat = self.flat_index(idx, pos)
         prop_known = {d: a[flat] for d, a in self.table.proposal_len.items()}
         view = BatchView(now=now, drafters=self.drafters, request_ids=_Gather(self.wl.request_ids, idx),
                          positions=pos, categories=_Gather(self.wl.categories, idx), proposal_len=prop_known,
@@ -103,9 +110,8 @@ class Drafting:
             return _zeros(len(idx))
         acc = np.zeros(len(idx), dtype=np.int64)
         pos = self.state.gen[idx]
-        tix = self.wl.trace_index[idx]
-        if flat is None:
-            flat = self.table.flat_index(tix, pos)
+        if flat is None and self.verification == "greedy":
+            flat = self.flat_index(idx, pos)
         for di, mask in grp:
             d = self.drafters[di]
             prop = masked(proposed, mask)
@@ -113,8 +119,11 @@ class Drafting:
                 kmax = int(prop.max())
                 if kmax == 0:
                     continue
-                got = self._sampler(self.table.tv_window(d, masked(tix, mask), masked(pos, mask), kmax), prop, self.rng)
+                tix = self.wl.trace_index[masked(idx, mask)]
+                got = self._sampler(self.table.tv_window(d, tix, masked(pos, mask), kmax), prop, self.rng)
             else:
+                if flat is None:
+                    flat = self.flat_index(idx, pos)
                 got = accepted_drafts(self.table.acc_len[d][masked(flat, mask)], prop)
             if mask is None:
                 acc = np.asarray(got, dtype=np.int64)

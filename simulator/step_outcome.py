@@ -19,6 +19,7 @@ class StepOutcome:
         self.itl_chunks: list[np.ndarray] = []
         self.steps = ColumnBuffer(STEP_COLUMNS)
         self.step_no = 0
+        self.tracks_drafter = server.pricing.switch_cost_s > 0
 
     def apply(self, s: Step, end: float) -> None:
         srv = self.srv
@@ -47,9 +48,10 @@ class StepOutcome:
                 st.usage[di] += c
                 n_drafted += c
             st.usage[-1] += len(dec) - n_drafted
-            if n_drafted:
+            if n_drafted and (self.tracks_drafter or drafting.learns):
                 drafted = None if n_drafted == len(dec) else s.d_idx != NO_DRAFT
-                st.last_drafter[masked(dec, drafted)] = masked(s.d_idx, drafted)
+                if self.tracks_drafter:  # only the switching cost reads it
+                    st.last_drafter[masked(dec, drafted)] = masked(s.d_idx, drafted)
                 if drafting.learns:
                     drafting.feedback(masked(dec, drafted), masked(gen, drafted), masked(s.d_idx, drafted),
                                       masked(s.k, drafted), masked(s.proposed, drafted), masked(s.accepted, drafted),
