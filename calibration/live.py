@@ -147,7 +147,7 @@ def run_live_modes(cfg: LiveConfig, modes: list[LiveMode], prompts: list[tuple[s
             pol = make_policy(mode.policy) if mode.policy else None
             serve_request("warmup", prompts[0][1], target=target.model, drafters=used, policy=pol,
                           max_new_tokens=min(8, cfg.max_new_tokens), eos=eos)
-        policy = make_policy(mode.policy, where=f"mode {mode.name}") if mode.policy else None
+        policy = make_policy(mode.policy, where=f"mode {mode.name}", seed=cfg.seed) if mode.policy else None
         before = machine_load()
         reqs = [serve_request(rid, ids, target=target.model, drafters=used, policy=policy,
                               max_new_tokens=cfg.max_new_tokens, eos=eos) for rid, ids in prompts]
@@ -257,8 +257,8 @@ def step_mismatches(bundle, run: "LiveRun") -> int | None:
 def simulate_mode(cfg: LiveConfig, mode: LiveMode, bundle, costs, target_profile) -> Any:
     """The simulator's prediction of one live mode: same requests, one client, closed loop, batch 1."""
     from simulator.acceptance_table import AcceptanceTable
-    from simulator.engine import ServerSimulation
-    from simulator.server_config import RunSpec
+    from simulator.scenario import make_scenario
+    from simulator.server_config import RunSpec, ServerConfig
     from simulator.workload_arrays import EngineWorkload
 
     reqs = bundle.requests
@@ -268,11 +268,10 @@ def simulate_mode(cfg: LiveConfig, mode: LiveMode, bundle, costs, target_profile
                         categories=[r.category or "" for r in reqs], closed_loop_clients=1, think_time=0.0)
     need = max(r.prompt_len + r.output_len for r in reqs)
     run = RunSpec(name=mode.name, mode="sd" if mode.policy else "ar", policy=mode.policy)
-    sim = ServerSimulation(run=run, target=target_profile, workload=ew,
-                           table=AcceptanceTable.from_traces(reqs, tuple(bundle.drafter_names)), draft_costs=costs,
-                           policy=make_policy(mode.policy) if mode.policy else None,
-                           kv_capacity_tokens=4 * need + 1024, max_num_seqs=1, max_num_batched_tokens=need + 64,
-                           seed=cfg.seed, traces=reqs, live=True)
+    server = ServerConfig(target_profile=getattr(target_profile, "name", "measured"), max_num_seqs=1,
+                          max_num_batched_tokens=need + 64, kv_capacity_tokens=4 * need + 1024)
+    sc = make_scenario(run, server, costs, cfg.seed, target=target_profile)
+    sim = sc.simulation(ew, AcceptanceTable.from_traces(reqs, tuple(bundle.drafter_names)), reqs, live=True)
     return sim.simulate()
 
 

@@ -15,11 +15,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from oracle.bounds import pipeline_gain, pipeline_saving
-from policies.base import FixedPolicy
 from simulator.acceptance_table import AcceptanceTable
 from simulator.draft_cost import DraftCost
-from simulator.engine import ServerSimulation
-from simulator.server_config import PSDConfig, RunSpec, constant_profile
+from simulator.scenario import make_scenario
+from simulator.server_config import PSDConfig, RunSpec, ServerConfig, constant_profile
 from simulator.workload_arrays import EngineWorkload
 from traces.bundle import DrafterTrace, RequestTrace
 
@@ -71,23 +70,23 @@ def steady_state(requests, steps, trim: int) -> tuple[float, float]:
 
 
 def _run(mode: str, t: float, v: float, m: int, wl: EngineWorkload, table: AcceptanceTable, k: int,
-         seed: int) -> tuple[float, float, int]:
+         seed: int, prefill: str = "mixed") -> tuple[float, float, int]:
     run = RunSpec(name=mode, mode=mode, policy={"name": "fixed", "drafter": DRAFTER, "k": k},
                   psd=PSDConfig(sub_batch_max_num_seqs=m) if mode == "psd" else None)
-    sim = ServerSimulation(
-        run=run, target=constant_profile(v), workload=wl, table=table,
-        draft_costs={DRAFTER: DraftCost(kind="constant", seconds=t)}, policy=FixedPolicy(DRAFTER, k),
-        kv_capacity_tokens=10_000_000, max_num_seqs=m, max_num_batched_tokens=1_000_000, seed=seed)
-    res = sim.simulate()
+    server = ServerConfig(target_profile="constant", max_num_seqs=m, max_num_batched_tokens=1_000_000,
+                          kv_capacity_tokens=10_000_000, prefill=prefill)
+    sc = make_scenario(run, server, {DRAFTER: DraftCost(kind="constant", seconds=t)}, seed, target=constant_profile(v))
+    res = sc.simulation(wl, table).simulate()
     x, e2e = steady_state(res.requests, res.steps, trim=4 * m)
     return x, e2e, int(res.extras["psd_fallback_steps"])
 
 
 def simulate_pipeline(t: float, v: float, *, sub_batch: int = 16, num_requests: int = 600, prompt_len: int = 32,
                       output_len: tuple[int, int] = (128, 512), k: int = 3, acc_len: int = 3,
-                      load: float | None = None, seed: int = 0) -> SimulatedBounds:
+                      load: float | None = None, seed: int = 0, prefill: str = "mixed") -> SimulatedBounds:
     """Run SD (m) and PSD (2m) under the same load; `load=None` is a saturated closed loop of 2m clients,
-    `load=x` is Poisson arrivals at x times SD's saturated request rate (m / (steps per request x (t + V)))."""
+    `load=x` is Poisson arrivals at x times SD's saturated request rate (m / (steps per request x (t + V))).
+    `prefill` is the server's prefill mode (ServerConfig.prefill; "separate" = prefill-only steps)."""
     if sub_batch < 1 or num_requests < 1:
         raise ValueError("sub_batch and num_requests must be >= 1")
     rng = np.random.default_rng(seed)
@@ -110,10 +109,10 @@ def simulate_pipeline(t: float, v: float, *, sub_batch: int = 16, num_requests: 
         desc = f"Poisson at {load:.0%} of SD capacity ({load * sd_rate:.4g} req/s)"
     wl_sd = _workload(prompt_len, lengths, arrival, clients)
     wl_psd = _workload(prompt_len, lengths, arrival, clients)
-    x_sd, e_sd, _ = _run("sd", t, v, sub_batch, wl_sd, table, k, seed)
-    x_psd, e_psd, fb = _run("psd", t, v, sub_batch, wl_psd, table, k, seed)
+    x_sd, e_sd, _ = _run("sd", t, v, sub_batch, wl_sd, table, k, seed, prefill)
+    x_psd, e_psd, fb = _run("psd", t, v, sub_batch, wl_psd, table, k, seed, prefill)
     gain, saving = x_psd / x_sd, 1.0 - e_psd / e_sd
     setup = (f"{desc}; SD max_num_seqs {sub_batch}, PSD 2 x {sub_batch}; {num_requests} requests, prompt "
-             f"{prompt_len}, output uniform {lo}..{hi} tokens; k={k}, acc_len={acc_len} everywhere; constant costs t={t:g}s, V={v:g}s")
+             f"{prompt_len}, output uniform {lo}..{hi} tokens; k={k}, acc_len={acc_len} everywhere; constant costs t={t:g}s, V={v:g}s; prefill {prefill}")
     return SimulatedBounds(gain, saving, (gain / pipeline_gain(t, v) - 1) * 100,
                            (saving - pipeline_saving(t, v)) * 100, x_sd, x_psd, e_sd, e_psd, fb, setup)

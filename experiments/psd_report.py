@@ -20,12 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from experiments.bounds_sim import simulate_pipeline
 from oracle.bounds import leviathan_expected_tokens, pipeline_gain, pipeline_saving
-from policies.base import FixedPolicy
 from simulator.draft_cost import DraftCost
-from simulator.engine import ServerSimulation
+from simulator.metrics import mean_slice_seconds, summarize
 from simulator.placement import Deployment, plan
 from simulator.roofline import RooflineProfile
-from simulator.server_config import PSDConfig, RunSpec
+from simulator.scenario import make_scenario
+from simulator.server_config import PSDConfig, RunSpec, ServerConfig
 from traces.atomic import atomic_write_text
 from traces.catalog import get_gpu, get_model
 
@@ -74,7 +74,9 @@ class PsdVsSdConfig(_Strict):
     reserve_gib: float = Field(2.0, ge=0)
     max_model_len: int = Field(2048, ge=1)
     step_overhead_s: float = Field(SPECBENCH_STEP_OVERHEAD_S, ge=0)
-    psd_sync_s: float = Field(0.0, ge=0)
+    psd_sync_s: float = Field(0.0, ge=0, allow_inf_nan=False, description="PSDConfig.sync_s (see there)")
+    defer_kv: bool = Field(True, description="PSDConfig.defer_kv: MineDraft reserves lookahead KV on the drafted side")
+    prefill: Literal["mixed", "separate"] = Field("mixed", description="ServerConfig.prefill; MineDraft runs separate")
     max_num_batched_tokens: int = Field(8192, ge=1)
     k: list[int] = Field(default_factory=lambda: [1, 2, 3, 4, 5], min_length=1)
     sub_batch: list[int] = Field(default_factory=lambda: [8, 16, 32, 64], min_length=1)
@@ -97,6 +99,7 @@ class PsdBoundsConfig(_Strict):
     acc_len: int = Field(3, ge=1)
     output_len: tuple[int, int] = (128, 512)
     prompt_len: int = Field(32, ge=1)
+    prefill: Literal["mixed", "separate"] = Field("mixed", description="ServerConfig.prefill of both systems")
     notes: str = ""
 
 
@@ -131,23 +134,23 @@ def load_config(path: str | Path) -> PsdVsSdConfig | PsdBoundsConfig:
 # ------------------------------------------------------------------ PSD vs SD
 
 
-def _summarise(res, gpus: int) -> dict[str, float]:
-    req, steps = res.requests, res.steps
-    makespan = float(req["finish_time"].max() - req["arrival_time"].min())
-    tokens = float(req["output_len"].sum())
-    dec = req["decode_steps"].to_numpy()
-    acc_len = np.where(dec > 0, (req["output_len"].to_numpy() - 1) / np.maximum(dec, 1), np.nan)
-    draft = steps[steps["phase"] == "draft"]
-    verify = steps[steps["phase"].isin(["verify", "mixed"])]
-    t_mean = float((draft["end"] - draft["start"]).mean()) if len(draft) else 0.0
-    v_mean = float((verify["end"] - verify["start"]).mean()) if len(verify) else float("nan")
-    thr = tokens / makespan
-    return {"throughput_tok_s": thr, "throughput_per_gpu": thr / gpus, "e2e_mean_s": float(req["e2e"].mean()),
-            "e2e_p90_s": float(req["e2e"].quantile(0.9)), "ttft_mean_s": float(req["ttft"].mean()),
-            "tpot_mean_s": float(req["tpot"].mean()), "mean_acceptance_length": float(np.nanmean(acc_len)),
+def _row_metrics(res, num_target_gpus: int, num_draft_gpus: int) -> dict[str, float]:
+    """The study's columns, from the one run summary (simulator.metrics.summarize) plus mean phase times."""
+    s = summarize(res.requests, res.steps, res.itl, slo=None, num_target_gpus=num_target_gpus,
+                  num_draft_gpus=num_draft_gpus, extras=res.extras)
+    t_mean = mean_slice_seconds(res.steps, ["draft"])
+    if not np.isfinite(t_mean):
+        t_mean = 0.0
+    v_mean = mean_slice_seconds(res.steps, ["verify", "mixed"], device="target")
+    nan = float("nan")
+    return {"throughput_tok_s": s["throughput_tok_s"], "throughput_per_gpu": s["throughput_tok_s_per_gpu"],
+            "e2e_mean_s": s["e2e_mean_s"], "e2e_p90_s": s["e2e_p90_s"], "ttft_mean_s": s["ttft_mean_s"],
+            "tpot_mean_s": s["tpot_mean_s"],
+            "mean_acceptance_length": nan if s["mean_acceptance_length"] is None else s["mean_acceptance_length"],
             "draft_s_per_phase": t_mean, "verify_s_per_step": v_mean,
-            "t_over_v": t_mean / v_mean if v_mean and np.isfinite(v_mean) else float("nan"),
-            "kv_peak_blocks": int(res.extras["kv_peak_blocks"]), "psd_fallback_steps": int(res.extras["psd_fallback_steps"])}
+            "t_over_v": t_mean / v_mean if v_mean and np.isfinite(v_mean) else nan,
+            "kv_peak_blocks": s["kv_peak_blocks"], "preemptions": s["preemptions"],
+            "psd_fallback_steps": s["psd_fallback_steps"]}
 
 
 def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
@@ -176,12 +179,8 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
         for d in cfg.drafters:
             for k in cfg.k:
                 jobs += [(m, d, k, "sd"), (m, d, k, "psd")]
-    rows = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(jobs), desc=cfg.name, unit="run", file=sys.stderr)
+    # every job resolved (placement, server, policy) before any simulates
+    prepared = []
     for m, d, k, mode in jobs:
         place = plan(deployment(d, "dedicated" if mode == "psd" else "colocated"))
         row: dict[str, Any] = {"sub_batch_m": m, "drafter": d or "-", "k": k, "mode": mode,
@@ -190,16 +189,29 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
                                "kv_capacity_tokens": place.kv_capacity_tokens,
                                "acceptance_rate": rates.get(d, float("nan")) if d else float("nan"),
                                "leviathan_tokens_per_step": leviathan_expected_tokens(rates[d], k) if d else 1.0}
+        sc = None
         if place.fits:
             run = RunSpec(name=f"{mode}-{d}-k{k}-m{m}", mode=mode,
                           policy={"name": "fixed", "drafter": d, "k": k} if d else None,
-                          psd=PSDConfig(sub_batch_max_num_seqs=m, sync_s=cfg.psd_sync_s) if mode == "psd" else None)
-            sim = ServerSimulation(run=run, target=target, workload=_copy(wl), table=table, draft_costs=costs,
-                                   policy=FixedPolicy(d, k) if d else None,
-                                   kv_capacity_tokens=place.kv_capacity_tokens, max_num_seqs=m,
-                                   max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                   step_overhead_s=cfg.step_overhead_s, seed=cfg.seed)
-            row.update(_summarise(sim.simulate(), place.total_gpus))
+                          psd=PSDConfig(sub_batch_max_num_seqs=m, sync_s=cfg.psd_sync_s,
+                                        defer_kv=cfg.defer_kv) if mode == "psd" else None)
+            server = ServerConfig(target_profile=f"roofline:{cfg.target.model}@{cfg.target.gpu}",
+                                  step_overhead_s=cfg.step_overhead_s, max_num_seqs=m,
+                                  max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                  kv_capacity_tokens=place.kv_capacity_tokens, prefill=cfg.prefill,
+                                  num_target_gpus=cfg.target.tp, num_draft_gpus=place.total_gpus - cfg.target.tp)
+            sc = make_scenario(run, server, costs, cfg.seed, target=target)
+        prepared.append((row, sc))
+    rows = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc=cfg.name, unit="run", file=sys.stderr)
+    for row, sc in prepared:
+        if sc is not None:
+            res = sc.simulation(_copy(wl), table).simulate()
+            row.update(_row_metrics(res, sc.server.num_target_gpus, sc.server.num_draft_gpus))
         rows.append(row)
         if bar is not None:
             bar.update(1)
@@ -372,7 +384,8 @@ def run_psd_bounds(cfg: PsdBoundsConfig, progress: bool = True) -> pd.DataFrame:
     for load, r in jobs:
         s = simulate_pipeline(r * v, v, sub_batch=cfg.sub_batch, num_requests=cfg.num_requests,
                               prompt_len=cfg.prompt_len, output_len=tuple(cfg.output_len), k=cfg.k,
-                              acc_len=cfg.acc_len, load=None if load == "saturated" else float(load), seed=cfg.seed)
+                              acc_len=cfg.acc_len, load=None if load == "saturated" else float(load), seed=cfg.seed,
+                              prefill=cfg.prefill)
         rows.append({"load": load, "t_over_v": r, "draft_time_s": r * v, "verify_time_s": v,
                      "analytic_gain": pipeline_gain(r * v, v), "analytic_saving": pipeline_saving(r * v, v),
                      **{k: val for k, val in s.to_dict().items() if k != "setup"}})

@@ -18,11 +18,10 @@ import pandas as pd
 from pydantic import ValidationError
 
 from experiments.config import ExperimentConfig, load_config
-from policies.registry import make_policy
 from simulator.acceptance_table import AcceptanceTable
-from simulator.engine import ServerSimulation, SimResult
+from simulator.engine import SimResult
 from simulator.metrics import summarize
-from simulator.server_config import RunSpec, ServerConfig, build_draft_costs
+from simulator.scenario import Scenario, prepare_runs
 from simulator.workload_arrays import EngineWorkload
 from traces.bundle import TraceBundle, load_bundle
 from traces.workload import Workload, WorkloadSpec, workload_and_bundle
@@ -112,51 +111,21 @@ def engine_workload(workload: Workload, bundle: TraceBundle) -> tuple[EngineWork
     return ew, traces
 
 
-def server_for(cfg: ExperimentConfig, run: RunSpec) -> ServerConfig:
-    """The experiment's server with the run's overrides applied, validated."""
-    if not run.server:
-        return cfg.server
-    doc = cfg.server.model_dump()
-    doc.update(run.server)
-    try:
-        return ServerConfig.model_validate(doc)
-    except Exception as e:
-        raise ValueError(f"runs[{run.name}].server: {e}") from None
+def prepare(cfg: ExperimentConfig) -> list[Scenario]:
+    """Every run of the config resolved and validated, policies built and seeded, before any simulates."""
+    return prepare_runs(cfg.server, cfg.runs, cfg.drafters, cfg.seed)
 
 
-def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]]:
-    """KV tokens the server holds: given directly, or from the catalogs via the deployment."""
-    if server.kv_capacity_tokens is not None:
-        return server.kv_capacity_tokens, {}
-    from simulator.placement import kv_capacity_tokens
-
-    placement = kv_capacity_tokens(server.deployment, where=f"runs[{run.name}] server.deployment")
-    if not placement.fits:
-        return 0, {"does_not_fit": placement.message, "placement": placement.summary()}
-    return int(placement.kv_capacity_tokens), {"placement": placement.summary()}
-
-
-def simulate_run(cfg: ExperimentConfig, run: RunSpec, bundle: TraceBundle, ew: EngineWorkload, traces: list,
-                 seed: int, on_step: Callable[[int], None] | None = None) -> SimResult | dict[str, Any]:
-    """Simulate one run; a deployment that does not fit is returned as a result dict, not raised."""
-    server = server_for(cfg, run)
-    cap, info = kv_capacity(server, run)
-    if cap == 0:
-        return info
-    drafters = tuple(bundle.drafter_names)
-    table = AcceptanceTable.from_traces(traces, drafters)
-    policy = make_policy(run.policy, where=f"runs[{run.name}].policy") if run.mode != "ar" else None
-    sim = ServerSimulation(
-        run=run, target=server.target(), workload=ew, table=table, draft_costs=build_draft_costs(cfg.drafters),
-        policy=policy, kv_capacity_tokens=cap, max_num_seqs=server.max_num_seqs,
-        max_num_batched_tokens=server.max_num_batched_tokens, block_size=server.block_size,
-        step_overhead_s=server.step_overhead_s, chunked_prefill=server.chunked_prefill,
-        temperature=server.temperature, seed=seed, traces=traces, on_step=on_step,
-    )
-    res = sim.simulate()
-    res.extras.update(info)
-    res.extras["num_target_gpus"] = server.num_target_gpus
-    res.extras["num_draft_gpus"] = server.num_draft_gpus if run.mode != "psd" else max(1, server.num_draft_gpus)
+def simulate_run(sc: Scenario, bundle: TraceBundle, ew: EngineWorkload, traces: list,
+                 on_step: Callable[[int], None] | None = None) -> SimResult | dict[str, Any]:
+    """Simulate one prepared run; a deployment that does not fit is returned as a result dict, not raised."""
+    if not sc.fits:
+        return sc.info
+    table = AcceptanceTable.from_traces(traces, tuple(bundle.drafter_names))
+    res = sc.simulation(ew, table, traces, on_step=on_step).simulate()
+    res.extras.update(sc.info)
+    res.extras["num_target_gpus"] = sc.server.num_target_gpus
+    res.extras["num_draft_gpus"] = sc.num_draft_gpus
     return res
 
 
@@ -164,24 +133,26 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
                    out: str | Path | None = None, progress: bool = False, console=None) -> Results:
     """Validate the config, simulate every run, summarise; write the results folder when `out` is given."""
     cfg = load_config(config, overrides, seed)
+    scenarios = prepare(cfg)  # a bad policy or server override in any run fails here, before any simulation
     bundle = resolve_bundle(cfg.traces, cfg.seed)
     try:
         spec = WorkloadSpec.model_validate(cfg.workload)
     except ValidationError as e:
         raise ValueError("workload: " + "; ".join(
             f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())) from None
+    # TODO(lead): pass need_acceptance=any(r.mode != "ar" for r in cfg.runs) here once traces/workload.py has it
     workload, bundle = workload_and_bundle(bundle, spec, seed=cfg.seed)
     ew, traces = engine_workload(workload, bundle)
-    seeds = np.random.SeedSequence(cfg.seed).spawn(len(cfg.runs))
     summary: dict[str, dict[str, Any]] = {}
     extras: dict[str, dict[str, Any]] = {}
     req_frames, step_frames, itl = [], [], {}
     tables: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None, dict[str, Any]]] = {}
     with _progress(progress, console) as bar:
-        for run, ss in zip(cfg.runs, seeds):
+        for sc in scenarios:
+            run = sc.run
             task = bar.add_task(run.name, total=len(ew)) if bar else None
             on_step = _throttled(bar, task, len(ew)) if bar else None
-            res = simulate_run(cfg, run, bundle, ew, traces, int(ss.generate_state(1)[0]), on_step)
+            res = simulate_run(sc, bundle, ew, traces, on_step)
             if isinstance(res, dict):
                 summary[run.name] = {"fits": False, **res}
                 extras[run.name] = res

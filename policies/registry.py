@@ -62,8 +62,10 @@ def policy_class(name: str) -> type[Policy]:
     return entry
 
 
-def make_policy(spec: dict[str, Any], where: str = "policy") -> Policy:
-    """Instantiate a registered policy; unknown names or parameters name the key that is wrong."""
+def make_policy(spec: dict[str, Any], where: str = "policy", seed: int | None = None) -> Policy:
+    """Instantiate a registered policy; unknown names or parameters name the key that is wrong.
+
+    `seed` (the run's seed) reaches every policy that takes one, unless the spec sets its own."""
     if not isinstance(spec, dict) or "name" not in spec:
         raise ValueError(f"{where}: expected a mapping with 'name' (one of {sorted(POLICIES)}), got {spec!r}")
     name = spec["name"]
@@ -77,6 +79,8 @@ def make_policy(spec: dict[str, Any], where: str = "policy") -> Policy:
         raise ValueError(f"{where}: unknown parameter(s) {sorted(unknown)} for policy {name!r}; "
                          f"expected some of {sorted(accepted)}")
     check_parameters(cls, params, where)
+    if seed is not None and "seed" in accepted and "seed" not in params:
+        params["seed"] = int(seed)
     try:
         return cls(**params)
     except (TypeError, ValueError, ArithmeticError) as e:

@@ -6,7 +6,8 @@
   proposed (the published EAGLE-3 fit).
 - `fraction_of_verify`: a fixed fraction of the same step's verify time (prompt lookup n-gram).
 - `constant`: fixed seconds per drafting phase (bounds experiments, tests).
-A drafter that proposes nothing this step costs nothing.
+A drafter that proposes nothing this step costs nothing. `prefill_time` prices the drafter's own pass
+over a prompt (a draft model or EAGLE head runs one; prompt lookup and constant costs have none).
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ class DraftCost:
             raise ValueError(f"unknown draft cost kind {self.kind!r}; expected one of {DRAFT_COST_KINDS}")
         if self.kind in ("autoregressive", "whole_proposal") and self.profile is None:
             raise ValueError(f"draft cost kind {self.kind!r} needs a latency profile")
+        for name in ("fraction", "seconds"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 <= v < float("inf")):
+                raise ValueError(f"draft cost {name}: expected a finite number >= 0, got {v!r}")
 
     def draft_time(self, num_seqs: int, proposed_tokens: int, k_max: int, kv_tokens: int,
                    verify_time: float) -> float:
@@ -48,6 +53,12 @@ class DraftCost:
         for i in range(k_max):
             total += self.profile.step_time(num_seqs, num_seqs, kv_tokens + i * num_seqs)
         return total
+
+    def prefill_time(self, num_seqs: int, prompt_tokens: int, kv_tokens: int) -> float:
+        """Seconds for the drafter's own prefill of `prompt_tokens` over `num_seqs` sequences."""
+        if num_seqs <= 0 or prompt_tokens <= 0 or self.profile is None:
+            return 0.0
+        return self.profile.step_time(num_seqs, prompt_tokens, kv_tokens)
 
 
 def draft_cost_from_config(doc: dict[str, Any], where: str = "drafter cost") -> DraftCost:

@@ -17,7 +17,7 @@ from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS
 SIGNIFICANT_DIGITS = 7
 PERCENTILES = (50, 90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
-STEP_PHASES = ("prefill", "decode", "draft", "verify", "mixed")
+STEP_PHASES = ("prefill", "decode", "draft", "verify", "mixed", "sync")
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 
 _REQUEST_NEEDS = (
@@ -253,3 +253,12 @@ def per_request_acceptance_length(requests_df: pd.DataFrame) -> np.ndarray:
     steps, tokens = decode_tokens_and_steps(fin)
     keep = steps > 0
     return tokens[keep] / steps[keep]
+
+
+def mean_slice_seconds(steps_df: pd.DataFrame, phases: Sequence[str], device: str | None = None) -> float:
+    """Mean duration of the step slices in `phases` (on `device` when given); NaN when there are none."""
+    sel = steps_df["phase"].isin(list(phases))
+    if device is not None:
+        sel &= steps_df["device"] == device
+    rows = steps_df[sel]
+    return float((rows["end"] - rows["start"]).mean()) if len(rows) else math.nan

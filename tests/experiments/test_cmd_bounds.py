@@ -83,3 +83,13 @@ def test_below_capacity_psd_is_slower_per_request():
     s = simulate_pipeline(0.002, 0.02, sub_batch=8, num_requests=300, load=0.5, seed=2)
     assert s.simulated_saving < 0
     assert s.simulated_gain == pytest.approx(1.0, abs=0.02)
+
+
+def test_prefill_only_steps_lower_the_saturated_pipeline_gain():
+    from experiments.bounds_sim import simulate_pipeline
+
+    mixed = simulate_pipeline(0.02, 0.02, num_requests=200, sub_batch=8)
+    separate = simulate_pipeline(0.02, 0.02, num_requests=200, sub_batch=8, prefill="separate")
+    assert "prefill separate" in separate.setup
+    # prefill-only steps stall both sub-batches, so part of the drafting is no longer hidden
+    assert 1.0 < separate.simulated_gain < mixed.simulated_gain

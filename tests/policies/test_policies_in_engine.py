@@ -23,7 +23,7 @@ def config(pool_dir, runs, temperature):
         "workload": {"arrival": {"kind": "closed_loop", "clients": 4, "think_time": 0.0}},
         "server": {"target_profile": {"kind": "linear", "coefficients": {"const": 0.01}},
                    "max_num_seqs": 8, "max_num_batched_tokens": 4096, "kv_capacity_tokens": 200000,
-                   "temperature": temperature},
+                   "verification": "sampled" if temperature > 0 else "greedy"},
         "drafters": {d: {"kind": "constant", "seconds": 0.002} for d in DRAFTERS},
         "runs": runs,
     }

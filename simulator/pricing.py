@@ -1,0 +1,138 @@
+"""Step pricing: target forward time and each drafter's drafting / prefill time for the batch a step has.
+
+Every duration passes `checked`, so a NaN, infinite or negative value (a bad profile coefficient, draft
+fraction or overhead) is an error naming its source instead of a SimPy loop that never ends.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from policies.base import NO_DRAFT
+from simulator.draft_cost import DraftCost
+from simulator.latency import LatencyProfile
+from simulator.request_state import RequestState
+from simulator.workload_arrays import EngineWorkload
+
+
+def checked(seconds: float, source: str) -> float:
+    """`seconds` if it is a finite non-negative duration, else a ValueError naming `source`."""
+    if not (seconds >= 0.0 and seconds != math.inf):  # also catches NaN
+        raise ValueError(f"step duration from {source} is {seconds!r}; expected a finite number >= 0 "
+                         "(check that profile's coefficients, the drafter's cost and the step overhead)")
+    return seconds
+
+
+class Pricing:
+    """Prices target and drafter work of one server from its latency profiles and draft costs."""
+
+    def __init__(self, target: LatencyProfile, draft_costs: Mapping[str, DraftCost], drafters: tuple[str, ...],
+                 overhead_s: float, switch_cost_s: float, state: RequestState, wl: EngineWorkload):
+        self.target = target
+        self.draft_costs = dict(draft_costs)
+        self.drafters = drafters
+        self.overhead = checked(overhead_s, "server.step_overhead_s")
+        self.switch_cost_s = checked(switch_cost_s, "run.switch_cost_s")
+        self.state, self.wl = state, wl
+        self._target_src = f"target profile {getattr(target, 'name', type(target).__name__)!r}"
+
+    def cost_of(self, name: str) -> DraftCost:
+        cost = self.draft_costs.get(name)
+        if cost is None:
+            raise ValueError(f"policy chose drafter {name!r} but the experiment's 'drafters:' gives no cost for it "
+                             f"(have: {sorted(self.draft_costs)})")
+        return cost
+
+    def context(self, idx: np.ndarray) -> np.ndarray:
+        """KV tokens of each request in `idx` (prompt + output so far)."""
+        return self.wl.prompt_len[idx] + self.state.gen[idx]
+
+    def target_time(self, dec: np.ndarray, proposed: np.ndarray, pre: np.ndarray, chunk: np.ndarray,
+                    kv_dec: int | None = None, prop_sum: int | None = None) -> tuple[float, int, int, int]:
+        """Verify/decode (+ prefill) forward time for the batch the target actually runs; (time, seqs, tokens, kv)."""
+        n = len(dec) + len(pre)
+        if n == 0:
+            return 0.0, 0, 0, 0
+        if kv_dec is None:
+            kv_dec = int(self.context(dec).sum())
+        tokens = (int(proposed.sum()) if prop_sum is None else prop_sum) + len(dec)
+        kv = kv_dec
+        if len(pre):
+            tokens += int(chunk.sum())
+            kv += int((self.state.prefill_done[pre] + chunk).sum())
+        return checked(self.target.step_time(n, tokens, kv), self._target_src), n, tokens, kv
+
+    def draft_time(self, groups, idx: np.ndarray, d_idx: np.ndarray, k: np.ndarray, proposed: np.ndarray,
+                   verify_time: float, ctx: np.ndarray | None = None) -> tuple[float, list[str]]:
+        """Each drafter used is charged once for its own sub-batch; plus switching cost. `groups` = groups(d_idx)."""
+        total = 0.0
+        used: list[str] = []
+        if len(idx) == 0:
+            return 0.0, used
+        for di, mask in groups:
+            prop = masked(proposed, mask)
+            active = prop > 0
+            n = int(np.count_nonzero(active))
+            if n == 0:
+                continue
+            members = masked(idx, mask)
+            kk = masked(k, mask)
+            cx = None if ctx is None else masked(ctx, mask)
+            if n < len(prop):
+                prop, members, kk = prop[active], members[active], kk[active]
+                cx = None if cx is None else cx[active]
+            name = self.drafters[di]
+            kv = int(cx.sum()) if cx is not None else int(self.context(members).sum())
+            t = self.cost_of(name).draft_time(n, int(prop.sum()), int(kk.max()), kv, verify_time)
+            total += checked(t, f"drafter {name!r} draft cost")
+            used.append(name)
+            if self.switch_cost_s > 0:
+                prev = self.state.last_drafter[members]
+                if ((prev != NO_DRAFT) & (prev != di)).any():
+                    total += self.switch_cost_s
+        return total, used
+
+    def drafter_prefill_time(self, pre: np.ndarray, chunk: np.ndarray, names: tuple[str, ...]) -> float:
+        """The drafters' own prefill of the prompt chunks the target prefilled (PSD: on the draft device)."""
+        if len(pre) == 0:
+            return 0.0
+        tokens = int(chunk.sum())
+        kv = int((self.state.prefill_done[pre] + chunk).sum())
+        total = 0.0
+        for name in names:
+            t = self.cost_of(name).prefill_time(len(pre), tokens, kv)
+            total += checked(t, f"drafter {name!r} prefill cost")
+        return total
+
+    def estimator(self, n_batch: int, kv: int, prefill_tokens: int, pipelined: bool):
+        """Step-time estimate a policy may ask for: (drafter, k) -> seconds for the whole batch."""
+        target, costs, overhead = self.target, self.draft_costs, self.overhead
+
+        def estimate(drafter: str | None, k: int) -> float:
+            k = k if drafter is not None else 0
+            verify = target.step_time(n_batch, prefill_tokens + n_batch * (k + 1), kv)
+            draft = 0.0
+            if k > 0:
+                draft = costs[drafter].draft_time(n_batch, n_batch * k, k, kv, verify)
+            if pipelined:
+                return max(verify + overhead, draft)
+            return draft + verify + overhead
+
+        return estimate
+
+
+def groups(d_idx: np.ndarray):
+    """(drafter index, mask) per drafter used; mask None when the whole batch uses one drafter."""
+    if len(d_idx) == 0:
+        return []
+    lo, hi = d_idx.min(), d_idx.max()
+    if lo == hi:
+        return [] if lo == NO_DRAFT else [(int(lo), None)]
+    return [(int(di), d_idx == di) for di in np.unique(d_idx) if di != NO_DRAFT]
+
+
+def masked(a: np.ndarray, mask):
+    """`a` where `mask` (None: all of it)."""
+    return a if mask is None else a[mask]

@@ -1,0 +1,173 @@
+"""vLLM-like scheduler of one server: FIFO admission within max_num_seqs, the token budget and free KV
+blocks; paged KV growth; preemption of the newest request by recompute; prefill chunks.
+
+`prefill` = "mixed": prefills join decode/verify steps (vLLM V1, or V0 with chunked prefill);
+"separate": vLLM V0 without chunked prefill (MineDraft): a step that schedules prefills schedules no
+decodes. PSD sub-batch flags are kept here too (MineDraft's scheduler owns them).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from simulator.kv_pool import BlockPool
+from simulator.request_state import FINISHED, RUNNING, WAITING, RequestState
+from simulator.workload_arrays import EngineWorkload
+
+PrefillMode = Literal["mixed", "separate"]
+EMPTY = np.zeros(0, dtype=np.int64)
+EMPTY.setflags(write=False)
+
+
+class Scheduler:
+    """Admission, KV reservation and preemption over the shared request state."""
+
+    def __init__(self, state: RequestState, wl: EngineWorkload, pool: BlockPool, *, max_num_seqs: int,
+                 max_num_batched_tokens: int, chunked: bool, prefill: PrefillMode = "mixed", psd: bool = False):
+        if prefill not in ("mixed", "separate"):
+            raise ValueError(f"prefill: expected 'mixed' or 'separate', got {prefill!r}")
+        if prefill == "separate" and chunked:
+            raise ValueError("prefill: 'separate' (prefill-only steps, vLLM V0) cannot be combined with "
+                             "chunked_prefill, which mixes prefill chunks into decode steps; use prefill: mixed")
+        self.state, self.wl, self.pool = state, wl, pool
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.chunked = chunked
+        self.separate = prefill == "separate"
+        self.psd = psd
+        self.verify_side = 0  # PSD: the sub-batch verified this step
+
+    def check_fits(self, lookahead_tokens: int) -> None:
+        """Refuse up front a request that could never run alone: its prompt + output + draft lookahead in KV."""
+        wl = self.wl
+        # largest KV a request ever asks for: context (prompt + output - 1) plus the tokens drafted on it,
+        # or its (re)compute prefill prompt + output
+        need_tokens = wl.prompt_len + wl.output_len - 1 + max(1, lookahead_tokens)
+        need = self.pool.blocks_for(need_tokens)
+        i = int(need.argmax())
+        if int(need[i]) > self.pool.total_blocks:
+            cap = self.pool.total_blocks * self.pool.block_size
+            raise ValueError(
+                f"request {wl.request_ids[i]!r} needs {int(need[i])} KV blocks ({int(wl.prompt_len[i])} prompt + "
+                f"{int(wl.output_len[i])} output - 1 + {max(1, lookahead_tokens)} draft lookahead tokens, block size "
+                f"{self.pool.block_size}) but the server holds {self.pool.total_blocks} blocks ({cap} tokens); "
+                f"raise kv_capacity_tokens or lower k")
+        if not self.chunked and int(wl.prompt_len.max()) > self.budget:
+            i = int(wl.prompt_len.argmax())
+            raise ValueError(f"request {wl.request_ids[i]!r} has a {int(wl.prompt_len[i])}-token prompt, more than "
+                             f"max_num_batched_tokens={self.budget}; enable chunked_prefill or raise it")
+
+    def reserve(self, run: np.ndarray, need_blocks: np.ndarray) -> tuple[int, bool]:
+        """Grow each running request's KV to `need_blocks`; preempt the newest until it fits.
+
+        Returns how many of `run` (admission order) keep running, and whether any was preempted.
+        """
+        st = self.state
+        extra = np.maximum(need_blocks - st.blocks[run], 0)
+        if int(extra.sum()) <= self.pool.free:
+            keep = len(run)
+        else:
+            cum_extra = np.concatenate([[0], np.cumsum(extra)])
+            held = st.blocks[run]
+            suffix = np.concatenate([np.cumsum(held[::-1])[::-1], [0]])  # blocks freed by preempting run[L:]
+            ok = cum_extra - (self.pool.free + suffix) <= 0
+            keep = int(np.nonzero(ok)[0].max())
+            for i in run[keep:][::-1]:
+                self.preempt(int(i))
+        grow = extra[:keep]
+        total = int(grow.sum())
+        if total:
+            self.pool.allocate(total)
+            st.blocks[run[:keep]] += grow
+        return keep, keep < len(run)
+
+    def preempt(self, i: int) -> None:
+        """Recompute preemption: free its KV, back to the front of the queue."""
+        st = self.state
+        st.running.remove(i)
+        self.pool.release(int(st.blocks[i]))
+        st.blocks[i] = 0
+        st.status[i] = WAITING
+        st.waiting.appendleft(i)
+        st.prefill_left[i] = 0  # set on re-admission
+        st.prefilling.pop(i, None)
+        st.prefill_done[i] = 0
+        st.pending_d[i] = -1
+        st.flag[i] = -1
+        st.preemptions[i] += 1
+
+    def can_admit(self) -> bool:
+        st = self.state
+        return bool(st.waiting) and len(st.running) < self.max_num_seqs
+
+    def prefills(self, tokens_used: int, allow_new: bool, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV."""
+        st, pool = self.state, self.pool
+        budget = self.budget - tokens_used
+        if not st.prefilling and not (allow_new and self.can_admit()):
+            return EMPTY, EMPTY
+        pre, chunk = [], []
+        for i in list(st.prefilling):  # admission order; preempted ones were removed
+            left = int(st.prefill_left[i])
+            c = min(left, budget) if self.chunked else left
+            if c <= 0:
+                continue
+            need = pool.blocks_for(int(st.prefill_done[i]) + c + int(c == left)) - int(st.blocks[i])
+            if need > pool.free:
+                continue
+            if need > 0:
+                pool.allocate(need)
+                st.blocks[i] += need
+            budget -= c
+            pre.append(int(i))
+            chunk.append(c)
+        while allow_new and st.waiting and len(st.running) < self.max_num_seqs and budget > 0:
+            i = st.waiting[0]
+            total = int(self.wl.prompt_len[i] + st.gen[i])  # recompute after preemption includes output so far
+            c = min(total, budget) if self.chunked else total
+            if c > budget and (pre or tokens_used > 0):
+                break  # an oversized recompute prefill runs alone rather than never
+            need = pool.blocks_for(c + int(c == total))
+            if need > pool.free:
+                break
+            st.waiting.popleft()
+            pool.allocate(need)
+            st.blocks[i] = need
+            st.status[i] = RUNNING
+            st.running.append(i)
+            st.prefill_left[i] = total
+            st.prefilling[i] = None
+            st.prefill_done[i] = 0
+            if np.isnan(st.first_sched[i]):
+                st.first_sched[i] = now
+            if self.psd:
+                self.assign_side(i)
+            budget -= c
+            pre.append(i)
+            chunk.append(c)
+        return np.asarray(pre, dtype=np.int64), np.asarray(chunk, dtype=np.int64)
+
+    def prefill_only(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Separate mode: admit what fits now; a non-empty result makes this a prefill-only step."""
+        if not self.separate or not self.can_admit():
+            return EMPTY, EMPTY
+        return self.prefills(0, True, now)
+
+    def assign_side(self, i: int) -> None:
+        """MineDraft: join the side drafted next step; a balance counter keeps the sides within one."""
+        st = self.state
+        flags = st.flag[st.running_array()]
+        counts = (int((flags == 0).sum()), int((flags == 1).sum()))
+        drafted_next = self.verify_side  # the side verified now is drafted next step
+        st.flag[i] = drafted_next if counts[drafted_next] <= counts[1 - drafted_next] else 1 - drafted_next
+
+    def finish(self, i: int, t: float) -> None:
+        st = self.state
+        st.status[i] = FINISHED
+        st.finish[i] = t
+        st.running.remove(i)
+        self.pool.release(int(st.blocks[i]))
+        st.blocks[i] = 0
+        st.pending_d[i] = -1
+        st.n_finished += 1

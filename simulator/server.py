@@ -1,0 +1,165 @@
+"""One simulated server as a SimPy process: pull arrivals, plan a step, let time pass, apply it.
+
+A `Server` lives in a `simpy.Environment` it is given, so several servers (replicas behind a router)
+can share one; with `PushedArrivals` a router hands it requests at run time. `ServerSimulation`
+(simulator/engine.py) is the one-server convenience wrapper.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from policies.base import Policy
+from simulator.acceptance_table import AcceptanceTable
+from simulator.arrivals import PushedArrivals, arrivals_for
+from simulator.draft_cost import DraftCost
+from simulator.drafting import Drafting, Verification
+from simulator.kv_pool import BlockPool
+from simulator.latency import LatencyProfile
+from simulator.pricing import Pricing
+from simulator.records import REQUEST_COLUMNS
+from simulator.request_state import RequestState
+from simulator.scheduler import PrefillMode, Scheduler
+from simulator.server_config import PSDConfig, RunSpec
+from simulator.step_outcome import StepOutcome
+from simulator.step_psd import PSDExecutor
+from simulator.step_sd import SDExecutor
+from simulator.workload_arrays import EngineWorkload
+
+UNKNOWN_K_LOOKAHEAD = 16  # draft tokens assumed for the up-front KV check when a policy states no k limit
+
+
+@dataclass
+class SimResult:
+    """Everything one simulated server produced."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    itl: np.ndarray  # gap between consecutive emissions of a request, one per decode step it took part in
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Server:
+    """One server running one mode and policy over a workload, as a process in `env`."""
+
+    def __init__(self, env: simpy.Environment, *, run: RunSpec, target: LatencyProfile, workload: EngineWorkload,
+                 table: AcceptanceTable, draft_costs: Mapping[str, DraftCost], policy: Policy | None,
+                 kv_capacity_tokens: int, max_num_seqs: int, max_num_batched_tokens: int, block_size: int = 16,
+                 step_overhead_s: float = 0.0, chunked_prefill: bool = False, prefill: PrefillMode = "mixed",
+                 verification: Verification = "greedy", seed: int = 0, traces: Sequence[Any] | None = None,
+                 live: bool = False, on_step: Callable[[int], None] | None = None,
+                 arrivals: PushedArrivals | None = None):
+        self.env, self.run, self.wl, self.table, self.mode = env, run, workload, table, run.mode
+        self.on_step = on_step
+        psd = run.psd or PSDConfig()
+        m = psd.sub_batch_max_num_seqs or max_num_seqs
+        self.max_num_seqs = 2 * m if self.mode == "psd" else max_num_seqs
+        self.state = st = RequestState(workload, len(table.drafters))
+        pool = BlockPool(kv_capacity_tokens // block_size, block_size)
+        self.sched = Scheduler(st, workload, pool, max_num_seqs=self.max_num_seqs,
+                               max_num_batched_tokens=max_num_batched_tokens, chunked=chunked_prefill,
+                               prefill=prefill, psd=self.mode == "psd")
+        self.drafting = Drafting(policy, self.mode, table, workload, st, verification=verification,
+                                 rng=np.random.default_rng(seed), traces=traces, live=live)
+        self.pricing = Pricing(target, draft_costs, table.drafters, step_overhead_s, run.switch_cost_s, st, workload)
+        self.sched.check_fits(self._lookahead())
+        if self.mode == "psd":
+            self.executor = PSDExecutor(psd, st, self.sched, self.drafting, self.pricing, self._drafters_used())
+        else:
+            self.executor = SDExecutor(self.mode, st, self.sched, self.drafting, self.pricing)
+        self.outcome = StepOutcome(self)
+        if arrivals is not None:
+            arrivals.attach(st.arrival)
+        self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
+        self.process = env.process(self.loop())
+
+    def loop(self):
+        """The server: pull arrivals; idle until the next one, or run one step and apply it."""
+        env, st = self.env, self.state
+        n = len(self.wl)
+        while st.n_finished < n:
+            for i in self.arrivals.pull(env.now):
+                st.arrive(i)
+            if not st.running and not st.waiting:
+                yield self._idle()
+                continue
+            step = self.executor.plan(env.now)
+            if step.empty:
+                raise RuntimeError(f"engine stalled at t={env.now:.6f}s: {len(st.running)} running, "
+                                   f"{len(st.waiting)} waiting, {self.sched.pool.free} of "
+                                   f"{self.sched.pool.total_blocks} KV blocks free")
+            yield env.timeout(step.duration)
+            self.outcome.apply(step, env.now)
+            if self.on_step is not None:
+                self.on_step(st.n_finished)
+
+    def _idle(self):
+        nxt = self.arrivals.next_time()
+        if nxt is not None:
+            return self.env.timeout(max(0.0, nxt - self.env.now))
+        ev = self.arrivals.wakeup()
+        if ev is None:
+            raise RuntimeError("engine stalled: requests left but none running, waiting or arriving")
+        return ev
+
+    def _drafters_used(self) -> tuple[str, ...]:
+        pol = self.drafting.policy
+        names = getattr(pol, "drafters", None) or [getattr(pol, "drafter", None)]
+        names = [d for d in names if d]
+        return tuple(d for d in (names or self.table.drafters) if d in self.pricing.draft_costs)
+
+    def _lookahead(self) -> int:
+        """Most draft tokens one request may propose in a step (for the up-front KV check)."""
+        if self.mode == "ar":
+            return 0
+        pol = self.drafting.policy
+        ks = [v for a in ("k", "k_max", "k_ngram", "k_eagle") if isinstance(v := getattr(pol, a, None), int)]
+        ks += [int(r[2]) for r in getattr(pol, "ranges", ()) or ()]
+        return max(ks) if ks else UNKNOWN_K_LOOKAHEAD
+
+    def result(self) -> SimResult:
+        st, wl = self.state, self.wl
+        decode_steps, proposed, accepted = st.verify_counts.totals()
+        out = wl.output_len
+        tpot = np.where(out > 1, (st.finish - st.first_token) / np.maximum(out - 1, 1), np.nan)
+        req = {
+            "request_id": np.asarray(wl.request_ids, dtype=object),
+            "trace_id": np.asarray([self.table.trace_ids[t] for t in wl.trace_index], dtype=object),
+            "category": np.asarray(wl.categories, dtype=object),
+            "arrival_time": st.arrival,
+            "prompt_len": wl.prompt_len.astype(np.int64),
+            "output_len": out.astype(np.int64),
+            "first_scheduled_time": st.first_sched,
+            "first_token_time": st.first_token,
+            "finish_time": st.finish,
+            "ttft": st.first_token - st.arrival,
+            "tpot": tpot,
+            "e2e": st.finish - st.arrival,
+            "queue_delay": st.first_sched - st.arrival,
+            "decode_steps": decode_steps,
+            "proposed_tokens": proposed,
+            "accepted_tokens": accepted,
+            "preemptions": st.preemptions,
+            "sub_batch": st.flag if self.mode == "psd" else np.full(len(wl), -1, dtype=np.int64),
+        }
+        requests = pd.DataFrame({c: req[c] for c in REQUEST_COLUMNS})
+        chunks = self.outcome.itl_chunks
+        itl = np.concatenate(chunks) if chunks else np.zeros(0)
+        usage = {d: int(st.usage[i]) for i, d in enumerate(self.table.drafters)}
+        usage["none"] = int(st.usage[-1])
+        pool = self.sched.pool
+        extras = {
+            "kv_total_blocks": pool.total_blocks,
+            "kv_peak_blocks": pool.peak,
+            "block_size": pool.block_size,
+            "steps": self.outcome.step_no,
+            "request_steps": int(decode_steps.sum()),
+            "drafter_usage": usage,
+            "psd_fallback_steps": self.executor.fallback_steps,
+            "max_num_seqs": self.max_num_seqs,
+        }
+        return SimResult(requests, self.outcome.steps.frame(), itl, extras)

@@ -1,0 +1,49 @@
+"""A planned step: who the target verifies/decodes/prefills, what was drafted, and each device's busy slices."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator.scheduler import EMPTY
+
+Slice = tuple[str, float, float, dict]  # (phase, start, end, step-table fields)
+
+
+@dataclass
+class Step:
+    """One step of a server; `duration` is how long simulated time advances."""
+
+    dec: np.ndarray  # requests the target verifies/decodes this step
+    d_idx: np.ndarray  # drafter per request in dec (NO_DRAFT = none)
+    k: np.ndarray
+    proposed: np.ndarray
+    accepted: np.ndarray
+    pre: np.ndarray  # requests prefilled this step
+    chunk: np.ndarray  # prefill tokens each processes
+    duration: float
+    target_slices: list[Slice]
+    drafter_slices: list[Slice]
+    drafted: np.ndarray = field(default_factory=lambda: EMPTY)  # PSD: draft-only side
+    drafted_d: np.ndarray = field(default_factory=lambda: EMPTY)
+    drafted_k: np.ndarray = field(default_factory=lambda: EMPTY)
+    drafted_prop: np.ndarray = field(default_factory=lambda: EMPTY)
+
+    @property
+    def empty(self) -> bool:
+        return not (len(self.dec) or len(self.pre) or len(self.drafted))
+
+
+def prefill_step(now: float, pre: np.ndarray, chunk: np.ndarray, target_t: float, overhead: float,
+                 kv: int, tokens: int, drafter_prefill_t: float = 0.0, sub_batch: int = -1) -> Step:
+    """A prefill-only step (separate mode): the target prefills, then the draft device runs its own prefill."""
+    target_end = target_t + overhead
+    t_slices = [("prefill", now, now + target_end, {"num_seqs": len(pre), "prefill_tokens": int(chunk.sum()),
+                                                   "batched_tokens": tokens, "kv_tokens": kv, "sub_batch": sub_batch})]
+    d_slices = []
+    if drafter_prefill_t > 0:
+        d_slices.append(("prefill", now + target_end, now + target_end + drafter_prefill_t, {
+            "num_seqs": len(pre), "prefill_tokens": int(chunk.sum()), "batched_tokens": int(chunk.sum()),
+            "kv_tokens": kv}))
+    z = EMPTY
+    return Step(z, z, z, z, z, pre, chunk, target_end + drafter_prefill_t, t_slices, d_slices)

@@ -1,0 +1,75 @@
+"""AR and sequential SD steps: draft (drafter cost), then the target verifies k+1 tokens per sequence
+(or decodes one), with prefills mixed in or, in separate mode, run as prefill-only steps."""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.drafting import Drafting
+from simulator.pricing import Pricing
+from simulator.request_state import RequestState
+from simulator.scheduler import EMPTY, Scheduler
+from simulator.step import Step, prefill_step
+
+
+class SDExecutor:
+    """Plans one AR or SD step over the running batch."""
+
+    def __init__(self, mode: str, state: RequestState, sched: Scheduler, drafting: Drafting, pricing: Pricing):
+        self.mode, self.state, self.sched, self.drafting, self.pricing = mode, state, sched, drafting, pricing
+        self.fallback_steps = 0
+
+    def plan(self, now: float) -> Step:
+        st, sched, pricing, drafting = self.state, self.sched, self.pricing, self.drafting
+        pre, chunk = sched.prefill_only(now)
+        if len(pre):
+            t, n, tokens, kv = pricing.target_time(EMPTY, EMPTY, pre, chunk)
+            return prefill_step(now, pre, chunk, t, pricing.overhead, kv, tokens)
+        run = st.running_array()
+        if st.prefilling:
+            dec_mask = st.prefill_left[run] == 0
+            dec = run[dec_mask]
+        else:  # the common case: everyone running decodes
+            dec_mask, dec = None, run
+        ctx = pricing.context(dec)
+        kv_est = int(ctx.sum())
+        d_idx, k, proposed, flat = drafting.choose(dec, now, pricing.estimator(len(dec), kv_est, 0, False))
+        if dec_mask is None:
+            need = sched.pool.blocks_for(ctx + proposed)
+        else:
+            need = np.zeros(len(run), dtype=np.int64)
+            need[dec_mask] = sched.pool.blocks_for(ctx + proposed)
+        keep, preempted = sched.reserve(run, need)
+        if preempted:
+            kept = np.isin(dec, run[:keep])
+            dec, d_idx, k, proposed, ctx = dec[kept], d_idx[kept], k[kept], proposed[kept], ctx[kept]
+            flat = None if flat is None else flat[kept]
+            kv_est = int(ctx.sum())
+        prop_sum = int(proposed.sum())
+        if sched.separate:
+            pre, chunk = EMPTY, EMPTY
+        else:
+            pre, chunk = sched.prefills(prop_sum + len(dec), not preempted, now)
+        verify_t, nseq, tokens, kv = pricing.target_time(dec, proposed, pre, chunk, kv_est, prop_sum)
+        grp = drafting.groups_of(d_idx)
+        draft_t, used = pricing.draft_time(grp, dec, d_idx, k, proposed, verify_t, ctx)
+        accepted = drafting.accept(dec, d_idx, proposed, flat)
+        duration = draft_t + verify_t + pricing.overhead
+        slices = []
+        t = now
+        if draft_t > 0:
+            slices.append(("draft", t, t + draft_t, {"num_seqs": int(np.count_nonzero(proposed)), "prefill_tokens": 0,
+                                                      "batched_tokens": prop_sum, "kv_tokens": kv,
+                                                      "proposed_tokens": prop_sum, "drafters": "+".join(used)}))
+            t += draft_t
+        phase = "decode" if self.mode == "ar" else "verify"
+        if len(pre) and len(dec):
+            phase = "mixed"
+        elif len(pre):
+            phase = "prefill"
+        slices.append((phase, t, now + duration, {
+            "num_seqs": nseq, "prefill_tokens": int(chunk.sum()), "batched_tokens": tokens, "kv_tokens": kv,
+            "proposed_tokens": prop_sum, "accepted_tokens": int(accepted.sum()), "drafters": "+".join(used)}))
+        return Step(dec, d_idx, k, proposed, accepted, pre, chunk, duration, slices, [])
+
+    def after(self, step: Step) -> None:
+        """Nothing carries over between SD steps."""
