@@ -25,7 +25,7 @@ def test_a_bad_policy_in_the_last_run_fails_before_any_run_simulates(monkeypatch
     runs = [{"name": "AR", "mode": "ar"},
             {"name": "sd", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}},
             {"name": "bad", "mode": "sd", "policy": {"name": "ucb", "drafters": ["eagle3", "ngram"], "betta": 1}}]
-    with pytest.raises(ValueError, match=r"runs\[bad\]\.policy.*betta"):
+    with pytest.raises(ValueError, match=r"runs\.2\.policy.*betta"):
         run_experiment(_config(runs))
     assert calls == []
     run_experiment(_config(runs[:2]))
