@@ -11,13 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from traces.bundle import BundleMeta, DrafterSpec, RequestTrace, TraceBundle, TOOL_VERSION
 from traces.errors import TraceFormatError
 from traces.lengths import LengthDist, fit_lognormal
+from traces.synthetic import MODEL_NAMES
 from traces.synthetic.bursty import BurstyAcceptance
 from traces.synthetic.iid import IidAcceptance
 from traces.synthetic.positional import PositionalAcceptance
 
 AcceptanceModel = Annotated[Union[IidAcceptance, PositionalAcceptance, BurstyAcceptance],
                             Field(discriminator="model")]
-MODELS = {"iid": IidAcceptance, "positional": PositionalAcceptance, "bursty": BurstyAcceptance}
+MODELS = dict(zip(MODEL_NAMES, (IidAcceptance, PositionalAcceptance, BurstyAcceptance)))
 
 
 class _Strict(BaseModel):
