@@ -82,6 +82,8 @@ class MismatchReport:
 def _int_list(value: Any, path: str, line: int, fld: str, minimum: int) -> list[int]:
     if not isinstance(value, list):
         raise TraceFormatError(path, f"expected a list of integers, got {type(value).__name__}", line=line, field=fld)
+    if set(map(type, value)) <= {int} and min(value, default=minimum) >= minimum:
+        return value  # the common case, checked in C; the loop below only finds what is wrong
     for i, v in enumerate(value):
         if type(v) is not int or v < minimum:
             raise TraceFormatError(path, f"expected integers >= {minimum}, got {v!r} at index {i}",
