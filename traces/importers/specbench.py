@@ -10,7 +10,6 @@ policy and records what it did in `trace.yaml` `source`.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -171,6 +170,8 @@ def _json_field(name: str) -> str:
 
 
 def _file_sha256(path: Path) -> str:
+    import hashlib  # only when a bundle is written: keeps OpenSSL out of `draftsim specbench` start-up
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
