@@ -76,3 +76,10 @@ def test_parser_for_one_command_parses_like_the_full_parser():
     argv = ["bounds", "--draft-time", "0.01", "--verify-time", "0.02", "--json"]
     one, full = build_parser(argv).parse_args(argv), build_parser().parse_args(argv)
     assert vars(one) == vars(full)
+
+
+def test_run_without_a_results_folder_draws_no_plots_and_fits_nothing():
+    argv = ["run", "default", "--no-out", "--no-progress", "--json", "--set", "workload.num_requests=10"]
+    loaded = _loaded_after(f"import contextlib, io\nfrom experiments.cli import main\n"
+                           f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main({argv!r}) == 0")
+    assert loaded["top"] & {"matplotlib", "scipy", "torch"} == set()
