@@ -5,34 +5,38 @@ import argparse
 import importlib
 import sys
 
-# Each module defines register(subparsers) and sets a `func(args) -> int` default on its parser.
-COMMAND_MODULES = [
-    "experiments.cmd_run",
-    "experiments.cmd_import",
-    "experiments.cmd_traces",
-    "experiments.cmd_bounds",
-    "experiments.cmd_specbench",
-    "experiments.cmd_policies",
-    "experiments.cmd_psd_report",
-    "experiments.cmd_placement",
-    "experiments.cmd_calibrate",
-]
+# Each module defines register(subparsers) for the command named here and sets a `func(args) -> int` default on
+# its parser. Registration imports only what argument definitions need; a command imports its heavy modules
+# (pandas, scipy, the engine) when it runs.
+COMMAND_MODULES = {
+    "run": "experiments.cmd_run",
+    "import-specbench": "experiments.cmd_import",
+    "traces": "experiments.cmd_traces",
+    "bounds": "experiments.cmd_bounds",
+    "specbench": "experiments.cmd_specbench",
+    "policies": "experiments.cmd_policies",
+    "psd-report": "experiments.cmd_psd_report",
+    "placement": "experiments.cmd_placement",
+    "calibrate": "experiments.cmd_calibrate",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The `draftsim` parser; when argv starts with a command name only that command is registered (faster start)."""
     parser = argparse.ArgumentParser(
         prog="draftsim",
         description="Trace-driven simulator of LLM serving with speculative decoding.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    names = [argv[0]] if argv and argv[0] in COMMAND_MODULES else list(COMMAND_MODULES)
+    for name in names:
+        importlib.import_module(COMMAND_MODULES[name]).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     try:  # from the first import on: Ctrl-C while the commands load is an interrupt too, not a traceback
-        parser = build_parser()
+        parser = build_parser(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             if args.command is None and (argv if argv is not None else sys.argv[1:]) == []:

@@ -10,7 +10,6 @@ import json
 import sys
 
 from oracle.bounds import MINEDRAFT_RATIO, pipeline_bounds, saving_band
-from oracle.frontier import ASSUMPTIONS, frontier_point, frontier_summary
 
 
 def register(subparsers) -> None:
@@ -94,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _frontier(args: argparse.Namespace) -> int:
+    from oracle.frontier import ASSUMPTIONS, frontier_point, frontier_summary  # scipy: only here
+
     if args.alpha_v is None:
         raise ValueError("bounds --frontier: give --alpha-v X (alpha times the verify time)")
     lo, hi = args.range

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from traces.bundle import save_bundle
-from traces.importers.specbench import MISMATCH_POLICIES, import_specbench
+from traces.importers.specbench import MISMATCH_POLICIES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from traces.bundle import save_bundle
+    from traces.importers.specbench import import_specbench
+
     bundle, report = import_specbench(args.file, on_mismatch=args.on_mismatch, dataset=args.dataset)
     folder = save_bundle(bundle, args.out, compress=args.compress)
     cut = ", ".join(f"{k} {v}" for k, v in report.positions_cut.items())

@@ -8,9 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from simulator.placement import Deployment, plan
-from simulator.roofline import RooflineProfile
-from traces.catalog import GIB, builtin_gpus, builtin_models, get_gpu, get_model
 
 
 def register(subparsers) -> None:
@@ -32,6 +29,8 @@ def register(subparsers) -> None:
 
 
 def _catalog(as_json: bool) -> int:
+    from traces.catalog import GIB, builtin_gpus, builtin_models
+
     models = {n: {"params_b": m.params / 1e9, "active_params_b": m.active / 1e9,
                   "weights_gib": m.weight_bytes / GIB, "kv_kib_per_token": m.kv_bytes_per_token() / 1024,
                   "dtype": m.dtype} for n, m in builtin_models().items()}
@@ -51,6 +50,10 @@ def _catalog(as_json: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from simulator.placement import Deployment, plan
+    from simulator.roofline import RooflineProfile
+    from traces.catalog import get_gpu, get_model
+
     if args.catalog:
         return _catalog(args.json)
     if not args.target or not args.gpu:

@@ -6,11 +6,12 @@ import inspect
 import json
 from typing import Any
 
-from policies.registry import POLICIES, policy_class, policy_parameters
 
 
 def policy_listing() -> list[dict[str, Any]]:
     """One entry per registered policy: name, oracle flag, parameters with defaults, description."""
+    from policies.registry import POLICIES, policy_class, policy_parameters
+
     out = []
     for name in sorted(POLICIES):
         cls = policy_class(name)

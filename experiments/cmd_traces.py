@@ -7,15 +7,16 @@ import math
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+from traces.synthetic import MODEL_NAMES
 
-from traces.atomic import atomic_write_text
-from traces.bundle import TraceBundle, load_bundle, save_bundle
-from traces.errors import TraceFormatError
-from traces.stats import K_RANGE, BundleStats, GroupStats, bundle_stats
-from traces.synthetic.spec import MODELS, fit_synth_spec, load_synth_spec, make_synthetic_bundle, spec_to_yaml
+if TYPE_CHECKING:  # the heavy modules are imported by the command that runs, not by `draftsim --help`
+    from rich.console import Console
+    from rich.table import Table
+
+    from traces.bundle import TraceBundle
+    from traces.stats import BundleStats, GroupStats
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     f.add_argument("sources", nargs="+", metavar="SOURCE")
     f.add_argument("--out", required=True, help="spec YAML to write")
     f.add_argument("--model", action="append", default=[], metavar="DRAFTER=MODEL",
-                   help=f"acceptance model for a drafter ({', '.join(MODELS)}); default bursty for n-gram, "
+                   help=f"acceptance model for a drafter ({', '.join(MODEL_NAMES)}); default bursty for n-gram, "
                         "positional otherwise")
     f.add_argument("--num-requests", type=int, default=None, help="requests the spec draws by default")
     f.add_argument("--dataset", default="synthetic", help="dataset name the synthetic bundle will carry")
@@ -69,6 +70,9 @@ def _usage(parser: argparse.ArgumentParser):
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from traces.bundle import load_bundle
+    from traces.errors import TraceFormatError
+
     try:
         b = load_bundle(args.path)
     except TraceFormatError as e:
@@ -90,6 +94,10 @@ def _num(x: float, digits: int = 3) -> str:
 
 
 def _group_tables(title: str, g: GroupStats) -> list[Table]:
+    from rich.table import Table
+
+    from traces.stats import K_RANGE
+
     lengths = Table(title=f"{title}: {g.requests} requests, {g.output_tokens} output tokens")
     for col in ("", "mean", "p50", "p90", "max"):
         lengths.add_column(col, justify="right")
@@ -137,6 +145,12 @@ def _finite(x):
 
 
 def run_stats(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from traces.bundle import load_bundle
+    from traces.errors import TraceFormatError
+    from traces.stats import bundle_stats
+
     try:
         bundle = load_bundle(args.path)
     except TraceFormatError as e:
@@ -154,6 +168,8 @@ def run_stats(args: argparse.Namespace) -> int:
 
 
 def _load_source(path: str, on_mismatch: str) -> TraceBundle:
+    from traces.bundle import load_bundle
+
     p = Path(path)
     if p.is_dir():
         return load_bundle(p)
@@ -175,6 +191,9 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    from traces.atomic import atomic_write_text
+    from traces.synthetic.spec import fit_synth_spec, spec_to_yaml
+
     sources: dict[str, TraceBundle] = {}
     for item in args.sources:
         cat, sep, path = item.rpartition("=")
@@ -211,6 +230,9 @@ def synth_command(args: argparse.Namespace) -> str:
 
 
 def run_synth(args: argparse.Namespace) -> int:
+    from traces.bundle import save_bundle
+    from traces.synthetic.spec import load_synth_spec, make_synthetic_bundle
+
     spec = load_synth_spec(args.spec)
     bundle = make_synthetic_bundle(spec, seed=args.seed, num_requests=args.num_requests,
                                    command=synth_command(args))

@@ -8,14 +8,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from simulator.metrics import per_request_acceptance_length
 from traces.atomic import atomic_open
+
+if TYPE_CHECKING:  # matplotlib (~0.5 s to import) loads when a figure is drawn, not with the module
+    from matplotlib.figure import Figure
 
 PLOT_FILES = ("latency_cdf.png", "throughput_latency.png", "acceptance_length.png", "batch_kv_over_time.png")
 _STYLES = ("-", "--", "-.", ":")
@@ -24,6 +26,9 @@ _DPI = 110
 
 def _figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Figure, np.ndarray]:
     """A figure on the Agg canvas and its axes as a flat array."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False)

@@ -451,14 +451,6 @@ def run_report(config_path: str | Path, out: str | Path, progress: bool = True) 
     return {"out": str(out), "rows": len(df), "plots": [str(p) for p in plots], "table": str(out / "table.csv")}
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("psd-report", help="run a PSD experiment config (psd_vs_sd / psd_bounds): table + plots")
-    p.add_argument("config", help="experiments/configs/psd_vs_sd.yaml or psd_bounds.yaml")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=lambda a: _cli(a))
-
-
 def _cli(args) -> int:
     info = run_report(args.config, args.out, progress=not args.no_progress)
     print(json.dumps(info, indent=2))

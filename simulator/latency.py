@@ -8,7 +8,6 @@ Profile files are YAML; built-in ones live in traces/data/profiles/.
 """
 from __future__ import annotations
 
-import importlib.resources
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import yaml
 
+import traces
 from traces.atomic import atomic_write_text
 from traces.errors import TraceFormatError
 from traces.parsing import load_yaml_file
@@ -283,7 +283,8 @@ def load_profile(path: str | Path) -> LinearProfile | TableProfile:
 
 
 def builtin_profile_dir() -> Path:
-    return Path(str(importlib.resources.files("traces") / "data" / "profiles"))
+    # the package folder itself: importlib.resources would import zipfile, a slower start-up
+    return Path(traces.__file__).resolve().parent / "data" / "profiles"
 
 
 def builtin_profiles() -> dict[str, Path]:

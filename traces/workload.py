@@ -2,23 +2,27 @@
 
 The YAML config's `workload:` section is a `WorkloadSpec`. `build_workload` turns a bundle and a spec into a
 `Workload`; with parametric lengths the acceptance traces must have those lengths, so
-`workload_and_bundle` first draws a synthetic bundle fitted to the given one and replays that.
+`workload_and_bundle` first draws a synthetic bundle fitted to the given one and replays that. Fitting and
+drawing acceptance take seconds, so a caller whose runs never draft (AR only) passes need_acceptance=False:
+the requests, lengths, categories and arrivals are the same, and reading their acceptance raises.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Iterator, Literal, Mapping, NoReturn, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from traces.bundle import TraceBundle
+from traces.bundle import BundleMeta, DrafterTrace, RequestTrace, TraceBundle
 from traces.errors import TraceFormatError
 from traces.lengths import LengthDist
 from traces.limits import MAX_NUM_REQUESTS
-from traces.synthetic.spec import fit_synth_spec, make_synthetic_bundle, split_by_category
+from traces.synthetic.fit_cache import fit_synth_spec_cached
+from traces.synthetic.spec import (CategoryLengths, category_weight, draw_shapes, make_synthetic_bundle,
+                                   split_by_category, synth_request_ids)
 
 
 @dataclass(frozen=True)
@@ -226,26 +230,85 @@ def build_workload(bundle: TraceBundle, spec: WorkloadSpec, seed: int) -> Worklo
     return Workload(reqs, closed)
 
 
-def workload_and_bundle(bundle: TraceBundle, spec: WorkloadSpec, seed: int) -> tuple[Workload, TraceBundle]:
-    """The workload and the bundle its trace ids refer to (a synthetic one for parametric lengths)."""
+class AcceptanceNotDrawnError(RuntimeError):
+    """A request's acceptance trace was read, but the workload was built with need_acceptance=False."""
+
+
+class AcceptanceNotDrawn(Mapping[str, DrafterTrace]):
+    """Stands in for `RequestTrace.drafters` when acceptance was not drawn: any read raises, so a run that drafts
+    on such a workload fails at once instead of replaying made-up acceptance."""
+
+    def __init__(self, request_id: str):
+        self._request_id = request_id
+
+    def _refuse(self) -> NoReturn:
+        raise AcceptanceNotDrawnError(
+            f"request {self._request_id!r}: its acceptance traces were not drawn (the workload was built with "
+            "workload_and_bundle(..., need_acceptance=False)); runs that draft need need_acceptance=True")
+
+    def __getitem__(self, drafter: str) -> DrafterTrace:
+        self._refuse()
+
+    def __iter__(self) -> Iterator[str]:
+        self._refuse()
+
+    def __len__(self) -> int:
+        self._refuse()
+
+    def __repr__(self) -> str:
+        return "AcceptanceNotDrawn()"
+
+
+def _num_parametric_requests(bundle: TraceBundle, spec: WorkloadSpec) -> int:
+    if spec.num_requests is not None:
+        return spec.num_requests
+    if isinstance(spec.arrival, ReplayArrivals):
+        return load_arrival_times(spec.arrival.file).shape[0]
+    return len(bundle.requests)
+
+
+def _drawn_bundle(bundle: TraceBundle, lengths: ParametricLengths, n: int, seed: int) -> TraceBundle:
+    """Parametric-length requests with acceptance traces drawn from generators fitted to `bundle` (cached)."""
+    models = None
+    if lengths.acceptance_model != "auto":
+        models = {d: lengths.acceptance_model for d in bundle.meta.drafters}
+    fitted = fit_synth_spec_cached(split_by_category(bundle), models, dataset=f"{bundle.meta.dataset}-parametric")
+    cats = {c: cat.model_copy(update={"prompt": lengths.prompt, "output": lengths.output})
+            for c, cat in fitted.categories.items()}
+    return make_synthetic_bundle(fitted.model_copy(update={"categories": cats}), seed=seed, num_requests=n)
+
+
+def _shapes_bundle(bundle: TraceBundle, lengths: ParametricLengths, n: int, seed: int) -> TraceBundle:
+    """The same requests as `_drawn_bundle` (ids, categories, lengths: its first random draws) without fitting
+    or drawing acceptance; every request's `drafters` refuses to be read."""
+    shapes = {c: CategoryLengths(category_weight(b), lengths.prompt, lengths.output)
+              for c, b in split_by_category(bundle).items()}
+    cats, prompt, output = draw_shapes(shapes, n, np.random.default_rng(seed))
+    requests = [RequestTrace(id=rid, prompt_len=int(pl), output_len=int(ol), drafters=AcceptanceNotDrawn(rid),
+                             category=cat)
+                for rid, cat, pl, ol in zip(synth_request_ids(n), cats, prompt, output)]
+    m = bundle.meta
+    meta = BundleMeta(target=m.target, drafters=dict(m.drafters), temperature=m.temperature,
+                      dataset=f"{m.dataset}-parametric",
+                      source={"generator": "parametric lengths, acceptance not drawn", "seed": seed,
+                              "num_requests": n})
+    return TraceBundle(meta, requests)
+
+
+def workload_and_bundle(bundle: TraceBundle, spec: WorkloadSpec, seed: int,
+                        need_acceptance: bool = True) -> tuple[Workload, TraceBundle]:
+    """The workload and the bundle its trace ids refer to (a synthetic one for parametric lengths).
+
+    need_acceptance=False (no run drafts) skips fitting and drawing acceptance for parametric lengths: same
+    workload, but the returned bundle's acceptance cannot be read. Bundle lengths are unaffected (no cost)."""
     if not isinstance(spec.lengths, ParametricLengths):
         return build_workload(bundle, spec, seed), bundle
     if isinstance(spec.arrival, ReplayArrivals) and spec.arrival.file is None:
         raise ValueError("parametric lengths draw new requests, which have no recorded arrival times: "
                          "give workload.arrival.file or another arrival kind")
-    lengths = spec.lengths
-    models = None
-    if lengths.acceptance_model != "auto":
-        models = {d: lengths.acceptance_model for d in bundle.meta.drafters}
-    fitted = fit_synth_spec(split_by_category(bundle), models, dataset=f"{bundle.meta.dataset}-parametric")
-    cats = {c: cat.model_copy(update={"prompt": lengths.prompt, "output": lengths.output})
-            for c, cat in fitted.categories.items()}
-    fitted = fitted.model_copy(update={"categories": cats})
-    n = spec.num_requests
-    if n is None:
-        n = (load_arrival_times(spec.arrival.file).shape[0] if isinstance(spec.arrival, ReplayArrivals)
-             else len(bundle.requests))
-    synth = make_synthetic_bundle(fitted, seed=seed, num_requests=n)
+    n = _num_parametric_requests(bundle, spec)
+    make = _drawn_bundle if need_acceptance else _shapes_bundle
+    synth = make(bundle, spec.lengths, n, seed)
     if not any(r.category for r in bundle.requests):
         for r in synth.requests:
             r.category = None

@@ -69,6 +69,7 @@ BAD_LINES = [
     (json.dumps(line(eagle=(2, 0, 1, 1))), "acc_eagle.acc_len"),
     (json.dumps(line(ngram=(1, 1.5, 1, 1))), "acc_ngram.acc_len"),
     (json.dumps(line(ngram=(1, True, 1, 1))), "acc_ngram.acc_len"),
+    (json.dumps(line(eagle=(2, None, 1, 1))), "acc_eagle.acc_len"),
     (json.dumps({**line(), "acc_eagle": [1, 2]}), "acc_eagle"),
     (json.dumps({**line(), "acc_eagle": {"acc_len": [1], "probs": [0.5]}}), "acc_eagle"),
     ("", None),

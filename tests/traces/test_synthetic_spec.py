@@ -98,3 +98,25 @@ def test_split_by_category():
     parts = split_by_category(b)
     assert set(parts) == {"a", "b"}
     assert sum(len(p.requests) for p in parts.values()) == 50
+
+
+def test_model_names_are_the_models_discriminators():
+    from traces.synthetic import MODEL_NAMES, MODELS
+
+    assert tuple(MODELS) == MODEL_NAMES
+    assert all(cls.model_fields["model"].default == name for name, cls in MODELS.items())
+
+
+def test_importing_the_package_loads_no_generator_until_one_is_used():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = ("import sys, json, traces.synthetic as s\nbefore = sorted(sys.modules)\ns.IidAcceptance\n"
+             "print(json.dumps([before, sorted(sys.modules)]))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[2],
+                         capture_output=True, text=True, check=True)
+    before, after = (set(x) for x in json.loads(out.stdout))
+    assert not {"pydantic", "scipy", "traces.synthetic.iid"} & before
+    assert "traces.synthetic.iid" in after and "scipy" not in after  # scipy only when a model is fitted

@@ -1,16 +1,21 @@
 """Workloads: arrival processes (rate, CV), closed loop, replay, sampling and ids, parametric lengths."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.traces.synth_helpers import bundle_from
 from traces.bundle import BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
 from traces.errors import TraceFormatError
 from traces.synthetic import IidAcceptance
-from traces.workload import (ClosedLoop, WorkloadSpec, build_workload, load_arrival_times, request_ids,
-                             workload_and_bundle)
+from traces.synthetic.fit_cache import clear_memory_cache
+from traces.workload import (AcceptanceNotDrawnError, ClosedLoop, WorkloadSpec, build_workload, load_arrival_times,
+                             request_ids, workload_and_bundle)
 
 
 def small_bundle(n: int = 5, with_arrivals: bool = False) -> TraceBundle:
@@ -157,3 +162,49 @@ def test_bundle_lengths_return_the_same_bundle():
     b = small_bundle()
     w, same = workload_and_bundle(b, spec(arrival={"kind": "poisson", "rate": 1}), 0)
     assert same is b and len(w.requests) == 5
+
+
+# ---------------------------------------------------------------- need_acceptance=False
+
+
+PARAMETRIC = {"source": "parametric", "prompt": {"dist": "uniform", "low": 5, "high": 900},
+              "output": {"dist": "lognormal", "median": 40, "sigma": 0.8, "max": 300}}
+ARRIVALS = [{"kind": "poisson", "rate": 3.0}, {"kind": "gamma", "rate": 2.0, "cv": 3.0},
+            {"kind": "closed_loop", "clients": 4}]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), arrival=st.sampled_from(ARRIVALS),
+       model=st.sampled_from(["auto", "iid", "positional", "bursty"]), categories=st.booleans())
+def test_without_acceptance_the_workload_is_the_same(seed, n, arrival, model, categories):
+    src = small_bundle(6)
+    if not categories:
+        src = TraceBundle(src.meta, [dataclasses.replace(r, category=None) for r in src.requests])
+    s = spec(num_requests=n, arrival=arrival, lengths={**PARAMETRIC, "acceptance_model": model})
+    w_full, b_full = workload_and_bundle(src, s, seed)
+    w_lean, b_lean = workload_and_bundle(src, s, seed, need_acceptance=False)
+    assert w_lean == w_full
+    shape = [(r.id, r.prompt_len, r.output_len, r.category) for r in b_full.requests]
+    assert [(r.id, r.prompt_len, r.output_len, r.category) for r in b_lean.requests] == shape
+    assert b_lean.drafter_names == b_full.drafter_names and b_lean.meta.dataset == b_full.meta.dataset
+
+
+def test_reading_acceptance_that_was_not_drawn_raises(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTSIM_CACHE_DIR", str(tmp_path))
+    clear_memory_cache()
+    s = spec(num_requests=5, arrival={"kind": "poisson", "rate": 1.0}, lengths=PARAMETRIC)
+    _, b = workload_and_bundle(small_bundle(6), s, 0, need_acceptance=False)
+    r = b.requests[0]
+    with pytest.raises(AcceptanceNotDrawnError, match=f"{r.id}.*need_acceptance=True"):
+        r.drafters["d"]
+    with pytest.raises(AcceptanceNotDrawnError):
+        list(r.drafters)
+    with pytest.raises(AcceptanceNotDrawnError):
+        b.validate()
+    assert list(tmp_path.iterdir()) == []  # nothing was fitted
+
+
+def test_need_acceptance_has_no_effect_on_bundle_lengths():
+    b = small_bundle()
+    w, same = workload_and_bundle(b, spec(arrival={"kind": "poisson", "rate": 1}), 0, need_acceptance=False)
+    assert same is b and w == workload_and_bundle(b, spec(arrival={"kind": "poisson", "rate": 1}), 0)[0]

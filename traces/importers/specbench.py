@@ -9,7 +9,8 @@ policy and records what it did in `trace.yaml` `source`.
 """
 from __future__ import annotations
 
-import hashlib
+import gzip
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,8 @@ class MismatchReport:
 def _int_list(value: Any, path: str, line: int, fld: str, minimum: int) -> list[int]:
     if not isinstance(value, list):
         raise TraceFormatError(path, f"expected a list of integers, got {type(value).__name__}", line=line, field=fld)
+    if set(map(type, value)) <= {int} and min(value, default=minimum) >= minimum:
+        return value  # the common case, checked in C; the loop below only finds what is wrong
     for i, v in enumerate(value):
         if type(v) is not int or not minimum <= v <= 2**31 - 1:
             raise TraceFormatError(path, f"expected 32-bit integers >= {minimum}, got {v!r} at index {i}",
@@ -156,6 +159,8 @@ def _json_field(name: str) -> str:
 
 
 def _file_sha256(path: Path) -> str:
+    import hashlib  # only when a bundle is written: keeps OpenSSL out of `draftsim specbench` start-up
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -5,7 +5,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy.optimize import minimize_scalar
 
 from traces.bundle import DrafterTrace, TraceBundle
 from traces.synthetic.common import drafter_traces, pooled, tokens_per_step
@@ -44,6 +43,8 @@ class IidAcceptance(BaseModel):
 
         def loss(a: float) -> float:
             return sum((expected_tokens(a, k, max_acc) - measured[k]) ** 2 for k in ks)
+
+        from scipy.optimize import minimize_scalar  # scipy costs ~0.2 s to import: only when fitting
 
         a = float(minimize_scalar(loss, bounds=(0.0, 0.999), method="bounded", options={"xatol": 1e-6}).x)
         tv = pooled(traces, "tv")

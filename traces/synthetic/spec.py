@@ -2,7 +2,8 @@
 functions that fit a spec to measured bundles and draw a bundle from a spec."""
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from dataclasses import dataclass
+from typing import Annotated, Any, Mapping, Union
 
 import numpy as np
 import yaml
@@ -11,13 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from traces.bundle import BundleMeta, DrafterSpec, RequestTrace, TraceBundle, TOOL_VERSION
 from traces.errors import TraceFormatError
 from traces.lengths import LengthDist, fit_lognormal
+from traces.synthetic import MODEL_NAMES
 from traces.synthetic.bursty import BurstyAcceptance
 from traces.synthetic.iid import IidAcceptance
 from traces.synthetic.positional import PositionalAcceptance
 
 AcceptanceModel = Annotated[Union[IidAcceptance, PositionalAcceptance, BurstyAcceptance],
                             Field(discriminator="model")]
-MODELS = {"iid": IidAcceptance, "positional": PositionalAcceptance, "bursty": BurstyAcceptance}
+MODELS = dict(zip(MODEL_NAMES, (IidAcceptance, PositionalAcceptance, BurstyAcceptance)))
 
 
 class _Strict(BaseModel):
@@ -113,10 +115,15 @@ def fit_category(bundle: TraceBundle, models: dict[str, str] | None = None, note
         if model not in MODELS:
             raise ValueError(f"unknown acceptance model {model!r} for drafter {name!r}; expected one of {list(MODELS)}")
         acceptance[name] = MODELS[model].fit(bundle, name)
-    return CategorySpec(weight=float(len(bundle.requests)),
+    return CategorySpec(weight=category_weight(bundle),
                         prompt=fit_lognormal([r.prompt_len for r in bundle.requests]),
                         output=fit_lognormal([r.output_len for r in bundle.requests]),
                         acceptance=acceptance, note=note)
+
+
+def category_weight(bundle: TraceBundle) -> float:
+    """A fitted category's share of requests: how many requests it was fitted to."""
+    return float(len(bundle.requests))
 
 
 def split_by_category(bundle: TraceBundle, default: str = "all") -> dict[str, TraceBundle]:
@@ -147,14 +154,44 @@ def fit_synth_spec(sources: dict[str, TraceBundle], models: dict[str, str] | Non
                      categories=cats)
 
 
+@dataclass(frozen=True)
+class CategoryLengths:
+    """A category's share and length distributions without acceptance models (a workload's shape only)."""
+
+    weight: float
+    prompt: LengthDist
+    output: LengthDist
+
+
+def draw_shapes(categories: Mapping[str, CategorySpec | CategoryLengths], n: int,
+                rng: np.random.Generator) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Categories by weight, then each category's prompt and output lengths: the first draws of a synthetic
+    bundle, so a workload drawn without acceptance has the same requests as one drawn with it."""
+    names = list(categories)
+    w = np.array([categories[c].weight for c in names], dtype=np.float64)
+    cats = [names[i] for i in rng.choice(len(names), size=n, p=w / w.sum())]
+    prompt = np.empty(n, dtype=np.int64)
+    output = np.empty(n, dtype=np.int64)
+    for c in names:
+        idx = np.array([i for i, x in enumerate(cats) if x == c], dtype=np.int64)
+        prompt[idx] = categories[c].prompt.sample(idx.shape[0], rng)
+        output[idx] = categories[c].output.sample(idx.shape[0], rng)
+    return cats, prompt, output
+
+
+def synth_request_ids(n: int, id_prefix: str = "syn") -> list[str]:
+    """Ids of n synthetic requests: `<prefix>-000000`, zero-padded to at least 6 digits."""
+    width = max(6, len(str(n)))
+    return [f"{id_prefix}-{i:0{width}d}" for i in range(n)]
+
+
 def synth_requests(spec: SynthSpec, categories: list[str], prompt_lens, output_lens,
                    rng: np.random.Generator, id_prefix: str = "syn") -> list[RequestTrace]:
     """Requests of the given categories and lengths, each drafter's trace drawn from its category's model."""
-    width = max(6, len(str(len(categories))))
     out = []
-    for i, (cat, pl, ol) in enumerate(zip(categories, prompt_lens, output_lens)):
+    for rid, cat, pl, ol in zip(synth_request_ids(len(categories), id_prefix), categories, prompt_lens, output_lens):
         models = spec.categories[cat].acceptance
-        out.append(RequestTrace(id=f"{id_prefix}-{i:0{width}d}", prompt_len=int(pl), output_len=int(ol),
+        out.append(RequestTrace(id=rid, prompt_len=int(pl), output_len=int(ol),
                                 drafters={d: models[d].generate(int(ol), rng) for d in spec.drafters},
                                 category=cat))
     return out
@@ -165,15 +202,7 @@ def make_synthetic_bundle(spec: SynthSpec, *, seed: int, num_requests: int | Non
     """Draw a whole bundle from `spec`: categories by weight, lengths, then acceptance traces (all seeded)."""
     n = num_requests or spec.num_requests
     rng = np.random.default_rng(seed)
-    names = list(spec.categories)
-    w = np.array([spec.categories[c].weight for c in names], dtype=np.float64)
-    cats = [names[i] for i in rng.choice(len(names), size=n, p=w / w.sum())]
-    prompt = np.empty(n, dtype=np.int64)
-    output = np.empty(n, dtype=np.int64)
-    for c in names:
-        idx = np.array([i for i, x in enumerate(cats) if x == c], dtype=np.int64)
-        prompt[idx] = spec.categories[c].prompt.sample(idx.shape[0], rng)
-        output[idx] = spec.categories[c].output.sample(idx.shape[0], rng)
+    cats, prompt, output = draw_shapes(spec.categories, n, rng)
     requests = synth_requests(spec, cats, prompt, output, rng)
     source: dict[str, Any] = {"generator": "draftsim traces synth", "seed": seed, "num_requests": n,
                               "spec": spec.model_dump(mode="json", exclude_none=True)}

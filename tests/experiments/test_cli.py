@@ -1,0 +1,85 @@
+"""The CLI's import graph: building the parser, and running `draftsim specbench`, load no heavy library.
+
+Start-up time itself is measured in benchmarks/ (bench_specbench_vs_reference.py), never asserted here; these
+tests check the cause instead: which modules a fresh interpreter has loaded after the step.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.cli import COMMAND_MODULES, build_parser, main
+
+ROOT = Path(__file__).resolve().parents[2]
+# libraries that cost 40 ms to 2 s to import and that argument registration never needs
+HEAVY = {"pandas", "scipy", "matplotlib", "torch", "transformers", "simpy", "pydantic", "rich", "pyarrow"}
+
+
+def _loaded_after(code: str) -> dict:
+    """Top-level packages and our command modules loaded by a fresh interpreter after running `code`."""
+    probe = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    mods = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"top": {m.split(".")[0] for m in mods}, "commands": {m for m in mods if m.startswith("experiments.cmd_")}}
+
+
+def test_building_the_whole_parser_imports_no_heavy_library():
+    loaded = _loaded_after("from experiments.cli import build_parser\nbuild_parser()")
+    assert loaded["top"] & HEAVY == set()
+    assert loaded["commands"] == set(COMMAND_MODULES.values())  # --help lists every command
+
+
+def test_a_named_command_registers_only_its_own_module():
+    loaded = _loaded_after("from experiments.cli import build_parser\nbuild_parser(['specbench', '--help'])")
+    assert loaded["commands"] == {"experiments.cmd_specbench"}
+
+
+def test_running_specbench_imports_no_heavy_library(tmp_path):
+    lines = [json.dumps({"id": str(i), "prompt_token_ids": [1] * 6, "generated_token_ids": [2] * 5,
+                         "acc_eagle": {"acc_len": [1, 3, 1, 2, 1]}, "acc_ngram": {"acc_len": [2, 1, 1, 1, 1]}})
+             for i in range(4)]
+    trace = tmp_path / "combined_gsm8k.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    argv = ["specbench", "--trace", str(trace), "--proposer", "eagle3", "--predict", "FIXED_3",
+            "--batch-size", "2", "--num-requests", "4", "--json"]
+    loaded = _loaded_after(f"from experiments.cli import main\nassert main({argv!r}) == 0")
+    assert loaded["top"] & HEAVY == set()
+
+
+@pytest.mark.parametrize("name", sorted(COMMAND_MODULES))
+def test_each_module_registers_exactly_the_command_it_is_listed_under(name):
+    parser = argparse.ArgumentParser(prog="draftsim")
+    sub = parser.add_subparsers(dest="command")
+    importlib.import_module(COMMAND_MODULES[name]).register(sub)
+    assert set(sub.choices) == {name}
+
+
+def test_help_lists_every_command_and_an_unknown_command_is_an_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMMAND_MODULES)
+    with pytest.raises(SystemExit) as e:
+        main(["no-such-command"])
+    assert e.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_parser_for_one_command_parses_like_the_full_parser():
+    argv = ["bounds", "--draft-time", "0.01", "--verify-time", "0.02", "--json"]
+    one, full = build_parser(argv).parse_args(argv), build_parser().parse_args(argv)
+    assert vars(one) == vars(full)
+
+
+def test_run_without_a_results_folder_draws_no_plots_and_fits_nothing():
+    argv = ["run", "default", "--no-out", "--no-progress", "--json", "--set", "workload.num_requests=10"]
+    loaded = _loaded_after(f"import contextlib, io\nfrom experiments.cli import main\n"
+                           f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main({argv!r}) == 0")
+    assert loaded["top"] & {"matplotlib", "scipy", "torch"} == set()
