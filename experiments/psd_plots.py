@@ -63,4 +63,4 @@ def plot_frontier(path: str | Path, ks: tuple[int, ...] = (1, 3, 5), lo: float =
     ax.set_ylim(0.95, 2.1)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return save_figure(fig, path, dpi=120, tight=True)
+    return _save(fig, path)
