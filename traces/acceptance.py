@@ -65,13 +65,13 @@ def replay_step(acc_len: int, k: int, proposal_len: int | None, position: int, o
     return StepOutcome(proposed, accepted, emitted_in_output(accepted, position, output_len))
 
 
-def reachable_drafts(acc_len: int, proposal_len: int | None, k_max: int | None, position: int,
-                     output_len: int) -> int:
-    """The most tokens past the first that a step from `position` can add (drafting j <= this gives exactly
-    1 + j tokens): min(acc_len - 1, proposal_len, k_max, tokens left - 1). What an oracle may draft."""
-    j = min(int(acc_len) - 1, int(output_len) - position - 1)
+def reachable_drafts(acc_len, proposal_len, k_max, position, output_len):
+    """The most drafts from `position` that will all be accepted and stay inside the output: min(acc_len - 1,
+    proposal_len, k_max, tokens left - 1), at least 0 (None = no cap). Drafting j <= this emits exactly
+    1 + j tokens: what an oracle may draft. Scalars or numpy arrays (broadcast)."""
+    j = np.minimum(np.asarray(acc_len) - 1, np.asarray(output_len) - np.asarray(position) - 1)
     if proposal_len is not None:
-        j = min(j, int(proposal_len))
+        j = np.minimum(j, proposal_len)
     if k_max is not None:
-        j = min(j, int(k_max))
-    return max(j, 0)
+        j = np.minimum(j, k_max)
+    return _out(np.maximum(j, 0))
