@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from policies.base import Feedback, Policy, RequestView
-from traces.acceptance import FIRST_DRAFT_POSITION, accepted_drafts, emitted_in_output, proposed_tokens
+from traces.acceptance import (FIRST_DRAFT_POSITION, accepted_drafts, emitted_in_output, emitted_tokens,
+                               proposed_tokens)
 from traces.bundle import RequestTrace
 from traces.sampled_acceptance import sample_accepted, tv_windows
 
@@ -144,7 +145,7 @@ def best_arm_by_position(request_trace: RequestTrace, drafters: Sequence[str], k
     starts = [s for s, _ in segs] + [n]
     use_tv = all(request_trace.drafters[d].tv is not None for d in drafters)
     per_pos = np.stack([expected_emitted(request_trace.drafters[d], k) if use_tv
-                        else np.minimum(request_trace.drafters[d].acc_len, k + 1).astype(float)
+                        else np.asarray(emitted_tokens(request_trace.drafters[d].acc_len, k), dtype=float)
                         for d in drafters])
     best = np.empty(n, dtype=np.int64)
     for (s, _), e in zip(segs, starts[1:]):
