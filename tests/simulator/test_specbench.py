@@ -335,7 +335,10 @@ def test_cli_json_and_text(tmp_path, capsys):
     assert out["speedup"] == out["speedup_winner_charged"] != out["speedup_ngram_charged"]
     assert _cli(base + ["--proposer", "eagle3", "--predict", "ORACLE"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("speedup ") and len(text.split()[1].split(".")[1]) == 2
+    assert text.startswith("speedup ") and len(text.split()[1].split(".")[1]) == 2 and "reference positions" in text
+    assert _cli(base + ["--proposer", "eagle3", "--predict", "ORACLE", "--position-convention", "engine", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["speedup"] > 0
     with pytest.raises(ValueError, match="charge-winner"):
         _cli(base + ["--proposer", "eagle3", "--predict", "ORACLE", "--charge-winner"])
 
