@@ -16,8 +16,8 @@ def _bundle(name, acc_model, acc_ngram):
 
 
 def test_every_draft_accepted_gives_k_plus_one_tokens():
-    acc = list(range(41, 1, -1))  # 40 positions, all matching to the end
-    rows = pool_rows(_bundle("w", acc, [1] * 40), {"m": 0.0})
+    acc = list(range(42, 1, -1))  # 41 positions, all matching to the end: 40 decoded after the prefill's token
+    rows = pool_rows(_bundle("w", acc, [1] * 41), {"m": 0.0})
     m = next(r for r in rows if r.drafter == "m")
     assert m.tokens_per_step_k4 == pytest.approx(5.0)
     # k=7: 5 steps of 8 tokens; k=8: 9, 9, 9, 9, 4 -- also 8 per step; ties go to the smaller k
