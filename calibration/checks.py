@@ -1,10 +1,10 @@
 """Checks built into the harness: trace consistency, and real SD on real models against the trace.
 
 `real_sd_check` runs speculative decoding for real (the drafter proposes k tokens step by step,
-the target verifies them greedily) from a bundle's prompts. It must emit exactly the target's
-recorded greedy tokens (lossless) and, at every step, as many tokens as the trace predicts
-(`emitted_tokens(acc_len[p], k, proposal_len[p])`). Any difference is an error naming the
-request and position.
+the target verifies them greedily) from a bundle's prompts, with the engine's convention: the prefill
+emits output token 0, decoding starts at position 1. It must emit exactly the target's recorded greedy
+tokens (lossless) and, at every step, as many tokens as the replay rule predicts from the trace
+(`traces.acceptance.replay_step`). Any difference is an error naming the request and position.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibration.drafters import LookupDrafter, ModelDrafter
-from traces.acceptance import emitted_tokens
+from traces.acceptance import replay_step
 from traces.bundle import RequestTrace, TraceBundle
 
 
@@ -78,7 +78,10 @@ def real_sd_request(target_model, drafter, req: RequestTrace, k: int, *, min_new
     prompt, want = list(req.prompt_token_ids), list(req.output_token_ids)
     trace = req.drafters[drafter.name]
     n = len(want)
-    got: list[int] = []
+    got = _argmax_last(target_model, prompt, 1, 0, min_new_tokens, eos) if n else []  # the prefill: token 0
+    if got[:1] != want[:1]:
+        raise CalibrationCheckError(f"request {req.id}, position 0: the target's prefill gave token {got[0]}, "
+                                    f"its recorded greedy output has {want[0]}")
     steps = []
     while len(got) < n:
         p = len(got)
@@ -98,7 +101,7 @@ def real_sd_request(target_model, drafter, req: RequestTrace, k: int, *, min_new
                 raise CalibrationCheckError(f"request {req.id}, position {p + j}: real SD emitted token {tok}, the "
                                             f"target's greedy output has {want[p + j]} (not lossless)")
         prop_len = None if trace.proposal_len is None else int(trace.proposal_len[p])
-        predicted = min(int(emitted_tokens(int(trace.acc_len[p]), k, prop_len)), n - p)
+        predicted = replay_step(int(trace.acc_len[p]), k, prop_len, p, n).emitted
         if predicted != len(emitted) and strict:
             raise CalibrationCheckError(f"request {req.id}, drafter {drafter.name}, position {p}, k={k}: real SD "
                                         f"emitted {len(emitted)} tokens, the trace predicts {predicted}")

@@ -196,24 +196,19 @@ def measure_traces(cfg: LiveConfig, target, drafters, prompts, outputs: list[lis
 
 
 def trace_walk_steps(bundle, mode: LiveMode) -> list[int] | None:
-    """Verify steps per request the trace predicts for a fixed policy (the prefill emits output token 0)."""
-    from traces.acceptance import emitted_tokens
+    """Verify steps per request the trace predicts for a fixed policy (the replay rule; AR is k = 0)."""
+    from traces.acceptance import FIRST_DRAFT_POSITION
+    from traces.walk import walk_positions
 
     if mode.policy is not None and mode.policy["name"] != "fixed":
         return None
     out = []
     for r in bundle.requests:
-        n, p, steps = r.output_len, 1, 0
-        t = r.drafters[mode.policy["drafter"]] if mode.policy else None
-        while p < n:
-            if t is None:
-                e = 1
-            else:
-                prop = None if t.proposal_len is None else int(t.proposal_len[p])
-                e = int(emitted_tokens(int(t.acc_len[p]), mode.policy["k"], prop))
-            p += min(e, n - p)
-            steps += 1
-        out.append(steps)
+        if mode.policy is None:  # one token per step after the prefill's
+            out.append(max(r.output_len - FIRST_DRAFT_POSITION, 0))
+        else:
+            t = r.drafters[mode.policy["drafter"]]
+            out.append(len(walk_positions(t.acc_len, mode.policy["k"], t.proposal_len)))
     return out
 
 
@@ -237,8 +232,8 @@ def draft_costs(cfg: LiveConfig, drafters, suffix: str = "") -> dict:
 
 
 def step_mismatches(bundle, run: "LiveRun") -> int | None:
-    """Live steps of a fixed policy whose emitted count differs from the trace's prediction at that position."""
-    from traces.acceptance import emitted_tokens
+    """Live steps of a fixed policy whose emitted count differs from the replay rule's at that position."""
+    from traces.acceptance import replay_step
 
     mode = run.mode
     if mode.policy is None or mode.policy["name"] != "fixed":
@@ -248,8 +243,7 @@ def step_mismatches(bundle, run: "LiveRun") -> int | None:
         t = tr.drafters[mode.policy["drafter"]]
         for s in req.steps:
             prop = None if t.proposal_len is None else int(t.proposal_len[s.position])
-            want = min(int(emitted_tokens(int(t.acc_len[s.position]), mode.policy["k"], prop)),
-                       tr.output_len - s.position)
+            want = replay_step(int(t.acc_len[s.position]), mode.policy["k"], prop, s.position, tr.output_len).emitted
             bad += int(want != s.emitted)
     return bad
 

@@ -126,15 +126,15 @@ def _plot(path: Path, draw) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments.plots import save_figure
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
     draw(ax)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    with atomic_open(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:

@@ -8,6 +8,7 @@ from simulator.specbench import (
     DEFAULT_NUM_REQUESTS,
     DEFAULT_SEED,
     NGRAM_MATCH_PROBABILITY,
+    POSITION_CONVENTIONS,
     PROPOSERS,
     CompatResult,
     simulate_specbench,
@@ -40,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of random.Random for the sample (default 42)")
     p.add_argument("--match-prob", type=float, default=None,
                    help="n-gram match probability where the first draft fails (overrides the dataset's)")
+    p.add_argument("--position-convention", choices=POSITION_CONVENTIONS, default="reference",
+                   help="reference (default): read acc_len at generated - 1 as the release does, so its published "
+                        "numbers reproduce; engine: read it at generated, draftsim's replay rule")
     p.add_argument("--json", action="store_true", help='print {"speedup": x, ...} as JSON')
     p.set_defaults(func=run)
 
@@ -47,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _simulate(records, args: argparse.Namespace, dataset: str, charge_winner: bool) -> CompatResult:
     return simulate_specbench(records, dataset=dataset, proposer=args.proposer, predict=args.predict,
                               batch_size=args.batch_size, charge_winner=charge_winner,
-                              num_requests=args.num_requests, seed=args.seed, match_probability=args.match_prob)
+                              num_requests=args.num_requests, seed=args.seed, match_probability=args.match_prob,
+                              position_convention=args.position_convention)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out))
         return 0
     print(f"speedup {result.speedup:.2f}  ({dataset}, {args.proposer}, {args.predict}, B={args.batch_size}; "
-          f"{result.num_requests} requests, seed {result.seed})")
+          f"{result.num_requests} requests, seed {result.seed}; {args.position_convention} positions)")
     print(f"  throughput AR {result.ar_throughput:.1f} tok/s, SD {result.sd_throughput:.1f} tok/s; "
           f"mean copy latency AR {result.mean_ar_latency_s:.3f} s, SD {result.mean_sd_latency_s:.3f} s; "
           f"SD tokens per step {result.tokens_per_step:.3f}")

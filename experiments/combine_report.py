@@ -5,6 +5,8 @@ server-visible prompt-lookup match length to the n-gram drafter, then runs
 `experiments/configs/adaptive_combine.yaml` through the engine for every dataset and batch size
 (closed loop with that many clients). The "reference" run repeats the max-tokens oracle combine
 with EAGLE priced like the n-gram (only the n-gram's drafting cost is charged, as the paper does).
+Every oracle runs greedy (the reference's) and exact (`-exact`, `oracle.exact`): `decode_steps` shows the
+steps the exact plan saves.
 Speedup = output throughput / the AR run's at the same batch size (makespan based, so a few very
 long requests can dominate at large batch); `tpot_speedup` = mean over requests of AR's TPOT over
 the run's TPOT for the same request (per-request decode speed).
@@ -91,7 +93,9 @@ def _configs(study: CombineStudy, bundle: Path, batch: int) -> list[dict[str, An
     ref["drafters"]["eagle3"] = dict(NGRAM_COST)
     ref["runs"] = [{"name": "AR", "mode": "ar"},
                    {"name": "oracle-combine-reference", "mode": "sd",
-                    "policy": {"name": "oracle-combine", "costs": "reference"}}]
+                    "policy": {"name": "oracle-combine", "costs": "reference"}},
+                   {"name": "oracle-combine-reference-exact", "mode": "sd",
+                    "policy": {"name": "oracle-combine", "plan": "min-steps"}}]
     return [doc, ref]
 
 
@@ -114,6 +118,9 @@ def run_combine_study(out: str | Path, study: CombineStudy | None = None) -> dic
                     usage = s.get("extras", {}).get("drafter_usage", {})
                     rows.append({"dataset": ds, "batch": batch, "run": name,
                                  "costs": "reference" if cfg["name"].endswith("reference-cost") else "honest",
+                                 "oracle": ("exact" if name.endswith("-exact") else "greedy")
+                                 if name.startswith("oracle") else None,
+                                 "decode_steps": int(res.requests.loc[res.requests["run"] == name, "decode_steps"].sum()),
                                  "throughput_tok_s": s["throughput_tok_s"], "speedup": s["throughput_tok_s"] / ar,
                                  "tpot_speedup": float((tpot["AR"] / tpot[name]).mean()) if "AR" in tpot else None,
                                  "mean_acceptance_length": s.get("mean_acceptance_length"),
@@ -124,7 +131,7 @@ def run_combine_study(out: str | Path, study: CombineStudy | None = None) -> dic
     _write_csv(df, out / "combine_speedup.csv")
     summary = {ds: {metric: {run: {str(int(b)): round(float(v), 3) for b, v in g.set_index("batch")[metric].items()}
                              for run, g in df[df["dataset"] == ds].groupby("run")}
-                    for metric in ("speedup", "tpot_speedup")}
+                    for metric in ("speedup", "tpot_speedup", "decode_steps")}
                for ds in bundles}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
     for ds in bundles:
@@ -133,7 +140,7 @@ def run_combine_study(out: str | Path, study: CombineStudy | None = None) -> dic
         for metric, label in (("speedup", "throughput speedup over AR"), ("tpot_speedup", "per-request TPOT speedup")):
             def draw(ax, sub=sub, ds=ds, metric=metric, label=label):
                 for run, g in sub.groupby("run"):
-                    style = "--" if run.startswith("oracle") else "-"
+                    style = (":" if run.endswith("-exact") else "--") if run.startswith("oracle") else "-"
                     ax.plot(g["batch"], g[metric], style, marker="o", label=run)
                 ax.set_xscale("log", base=2)
                 ax.axhline(1.0, color="grey", lw=0.8)

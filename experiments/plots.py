@@ -35,10 +35,15 @@ def _figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Figure
     return fig, axes.ravel()
 
 
-def _save(fig: Figure, path: str | os.PathLike) -> Path:
-    """Save a figure as PNG atomically; no timestamp metadata so reruns give the same bytes."""
+def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: float | None = None, tight: bool = False) -> Path:
+    """The one PNG saver: atomic write, no timestamp or software metadata (reruns give the same bytes);
+    closes figures that pyplot made so they do not pile up."""
     with atomic_open(path, "wb") as f:
-        fig.savefig(f, format="png", metadata={"Software": None})
+        fig.savefig(f, format="png", dpi=dpi, metadata={"Software": None}, bbox_inches="tight" if tight else None)
+    if getattr(fig.canvas, "manager", None) is not None:  # a pyplot figure
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
     return Path(path)
 
 
@@ -83,7 +88,7 @@ def plot_latency_cdfs(requests_by_run: Mapping[str, pd.DataFrame], path: str | o
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=8, loc="lower right")
     fig.suptitle("Latency CDFs per run")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_throughput_latency(summary_by_run: Mapping[str, Mapping], path: str | os.PathLike) -> Path:
@@ -115,7 +120,7 @@ def plot_throughput_latency(summary_by_run: Mapping[str, Mapping], path: str | o
     ax.set_title("Throughput vs median latency (up-left is better)")
     ax.grid(True, alpha=0.3)
     ax.margins(x=0.15, y=0.12)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_acceptance_lengths(requests_by_run: Mapping[str, pd.DataFrame], path: str | os.PathLike) -> Path | None:
@@ -139,7 +144,7 @@ def plot_acceptance_lengths(requests_by_run: Mapping[str, pd.DataFrame], path: s
     ax.set_title("Acceptance length per request")
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def binned_time_mean(start: np.ndarray, end: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -181,7 +186,7 @@ def plot_batch_and_kv(steps_by_run: Mapping[str, pd.DataFrame], path: str | os.P
         ax.set_xlim(0, t_max if t_max > 0 else 1.0)
     if steps_by_run:
         axes[0].legend(fontsize=8, loc="upper right", ncols=2)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_plots(

@@ -11,15 +11,12 @@ import numpy as np  # noqa: E402
 
 from oracle.bounds import MINEDRAFT_RATIO, MINEDRAFT_SAVING, pipeline_saving, saving_band  # noqa: E402
 from oracle.frontier import frontier_point  # noqa: E402
-from traces.atomic import atomic_open  # noqa: E402
+from experiments.plots import save_figure  # noqa: E402
 
 
 def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    with atomic_open(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    """The PSD figures' settings for `experiments.plots.save_figure` (psd_report calls this too)."""
+    return save_figure(fig, path, dpi=120, tight=True)
 
 
 def plot_pipeline_saving(path: str | Path, simulated: dict[str, list[tuple[float, float]]] | None = None,

@@ -4,13 +4,15 @@ At each position every drafter would emit 1 + its oracle k tokens; the oracle ta
 (or plain decoding) with the most tokens per second. Time comes from `view.step_time_estimate`
 (the batch's step time if all used that drafter and k); without it, from `cost_ratios`
 (step time = 1 + ratio of the drafter, in target steps; 0 when not given). Changing drafter
-within a request adds `switch_cost_s` (in the same unit as the step time).
+within a request adds `switch_cost_s` (in the same unit as the step time). That is a greedy choice, step by
+step; `plan: min-steps | min-time` follows the exact plan of `oracle.exact` instead (no switch cost).
 """
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
 from policies.base import Choice, RequestView
+from oracle.exact import PLANS, PlanFollower
 from oracle.ground_truth import GroundTruthPolicy, oracle_k
 
 
@@ -21,7 +23,7 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
     description = "ORACLE: per position, the drafter with most tokens per unit time at its oracle k (+ switch cost)."
 
     def __init__(self, drafters: Sequence[str], k_max: int | None = None, switch_cost_s: float = 0.0,
-                 cost_ratios: Mapping[str, float] | None = None):
+                 cost_ratios: Mapping[str, float] | None = None, plan: str = "greedy"):
         super().__init__()
         if isinstance(drafters, str) or not drafters:
             raise ValueError(f"policy {self.name!r}: drafters must be a non-empty list, got {drafters!r}")
@@ -32,9 +34,26 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
         self.switch_cost_s = float(switch_cost_s)
         self.cost_ratios = {d: float((cost_ratios or {}).get(d, 0.0)) for d in self.drafters}
         self._last: dict[str, str] = {}
+        if plan not in PLANS:
+            raise ValueError(f"policy {self.name!r}: plan must be one of {PLANS}, got {plan!r}")
+        if plan != "greedy" and self.switch_cost_s > 0:
+            raise ValueError(f"policy {self.name!r}: plan {plan!r} does not model switch_cost_s; set it to 0")
+        self.plan = plan
+        self._follower = None if plan == "greedy" else PlanFollower(
+            plan, self.drafters, {d: self.k_max for d in self.drafters}, f"policy {self.name!r}",
+            fallback_time=lambda d, k: 1.0 + (self.cost_ratios[d] if d is not None and k > 0 else 0.0))
 
     def finish_request(self, request_id: str) -> None:
         self._last.pop(request_id, None)
+        if self._follower is not None:
+            self._follower.forget(request_id)
+
+    def planned(self, view: RequestView) -> Choice:
+        """The exact plan's action at this position."""
+        for d in self.drafters:
+            self.drafter_trace(view.request_id, d)  # a clear error when a drafter is missing
+        d, k = self._follower.choice(self.trace_of(view.request_id), view)
+        return Choice(d, k)
 
     def _time(self, view: RequestView, drafter: str | None, k: int) -> float:
         if view.step_time_estimate is not None:
@@ -63,6 +82,8 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
         return best
 
     def choose(self, view: RequestView) -> Choice:
+        if self._follower is not None:
+            return self.planned(view)
         d, k = self.pick(view, self.candidates(view))
         if d is not None:
             self._last[view.request_id] = d

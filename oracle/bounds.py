@@ -1,4 +1,5 @@
-"""Closed-form bounds: Leviathan's expected tokens and the two-batch PSD pipeline gain and saving.
+"""Closed-form bounds: the two-batch PSD pipeline gain and saving (Leviathan's expected tokens live in
+`traces.expected_tokens`; `leviathan_expected_tokens` here is that function, re-exported).
 
 Pipeline model (DESIGN "Bounds"): sequential SD spends t (draft) + V (verify) per step; two-batch PSD
 overlaps the two on separate devices and spends max(t, V). With both servers saturated,
@@ -10,18 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from traces.expected_tokens import expected_tokens as leviathan_expected_tokens  # noqa: F401  (re-export)
+
 MINEDRAFT_SAVING = 0.37  # the paper's claimed lower bound on latency saving
 MINEDRAFT_RATIO = 1.59  # the same claim as T_SD / T_PSD (1 / (1 - 0.37) = 1.587)
-
-
-def leviathan_expected_tokens(acceptance: float, k: int) -> float:
-    """Expected tokens per verify step with i.i.d. per-token acceptance `acceptance` and k drafts."""
-    if not 0 <= acceptance <= 1:
-        raise ValueError(f"acceptance must be in [0, 1], got {acceptance!r}")
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k!r}")
-    # sum_{j=0..k} a^j: the same as (1 - a^(k+1)) / (1 - a) without its cancellation near a = 1
-    return float(sum(acceptance ** j for j in range(k + 1)))
 
 
 def _check_times(t: float, v: float) -> None:

@@ -4,6 +4,8 @@
 does; that paper then charges only the n-gram's drafting cost, which a run reproduces by pricing
 the EAGLE drafter like the n-gram one (see experiments/configs/adaptive_combine.yaml).
 `costs: honest` picks by tokens per unit time with each drafter's real cost (and switching cost).
+Both are greedy, step by step. `plan: min-steps` (the exact counterpart of `reference`) and `plan: min-time`
+(of `honest`, at the engine's step costs) follow the exact plan of `oracle.exact`; `costs` is then unused.
 """
 from __future__ import annotations
 
@@ -20,13 +22,15 @@ class OracleCombinePolicy(OracleBestDrafterPolicy):
     description = "ORACLE: per position the better of n-gram and EAGLE (reference: most tokens; honest: per time)."
 
     def __init__(self, ngram: str = "ngram", eagle: str = "eagle3", costs: str = "reference",
-                 k_max: int | None = None, switch_cost_s: float = 0.0):
+                 k_max: int | None = None, switch_cost_s: float = 0.0, plan: str = "greedy"):
         if costs not in COST_MODES:
             raise ValueError(f"policy {self.name!r}: costs must be one of {COST_MODES}, got {costs!r}")
-        super().__init__([ngram, eagle], k_max=k_max, switch_cost_s=switch_cost_s)
+        super().__init__([ngram, eagle], k_max=k_max, switch_cost_s=switch_cost_s, plan=plan)
         self.costs = costs
 
     def choose(self, view: RequestView) -> Choice:
+        if self._follower is not None:
+            return self.planned(view)
         options = self.candidates(view)
         if self.costs == "honest":
             d, k = self.pick(view, options)

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 
-from oracle.bounds import MINEDRAFT_RATIO, leviathan_expected_tokens
+from oracle.bounds import MINEDRAFT_RATIO
+from traces.expected_tokens import expected_tokens as leviathan
 
 ASSUMPTIONS = (
     "f(t) = 1 - exp(-alpha t) is the per-token acceptance a drafter reaches with draft time t per step; "
@@ -34,13 +35,7 @@ ASSUMPTIONS = (
 
 def expected_tokens(u: np.ndarray | float, k: int) -> np.ndarray:
     """E at draft time u (in units of 1/alpha): Leviathan's formula with acceptance 1 - exp(-u)."""
-    a = 1.0 - np.exp(-np.asarray(u, dtype=float))
-    total = np.ones_like(a)
-    term = np.ones_like(a)
-    for _ in range(k):  # sum_{j=0..k} a^j, stable where a is close to 1
-        term = term * a
-        total = total + term
-    return total
+    return np.asarray(leviathan(-np.expm1(-np.asarray(u, dtype=float)), k))
 
 
 def _minimise(objective, x: float) -> tuple[float, float]:
@@ -132,8 +127,3 @@ def frontier_summary(k: int = 1, lo: float = 0.01, hi: float = 100.0, points: in
         end = hi if g(hi) >= 0 else float(brentq(g, x_max, hi, xtol=1e-8))
     return FrontierSummary(k, (lo, hi), r_max, 1.0 - 1.0 / r_max, x_max, start, end,
                            float(ratios[0]), float(ratios[-1]))
-
-
-def check_expected_tokens(k: int, u: float) -> float:
-    """E(u) via oracle.bounds (used by tests to cross-check the vectorised form)."""
-    return leviathan_expected_tokens(1.0 - float(np.exp(-u)), k)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from policies.base import Policy
+from traces.acceptance import reachable_drafts
 from traces.bundle import DrafterTrace, RequestTrace
 
 
@@ -35,14 +36,11 @@ class GroundTruthPolicy(Policy):
 
 
 def oracle_k(trace: DrafterTrace, position: int, k_max: int | None = None) -> int:
-    """Tokens that will all be accepted from `position`: acc_len[p] - 1, capped by proposal_len, k_max
-    and the output left (tokens 0..p-1 exist, so at most len - 1 - p drafts fit in the output)."""
+    """Tokens that will all be accepted from `position` (`traces.acceptance.reachable_drafts`): acc_len[p] - 1,
+    capped by proposal_len, k_max and the output left (the oracle knows where the output ends, so it never
+    drafts a token the end-of-output cut would drop)."""
     n = trace.acc_len.shape[0]
     if not 0 <= position < n:
         raise IndexError(f"position {position} is outside the trace (length {n})")
-    k = min(int(trace.acc_len[position]) - 1, n - 1 - position)  # no drafts past the last output token
-    if trace.proposal_len is not None:
-        k = min(k, int(trace.proposal_len[position]))
-    if k_max is not None:
-        k = min(k, int(k_max))
-    return max(k, 0)
+    prop = None if trace.proposal_len is None else int(trace.proposal_len[position])
+    return reachable_drafts(int(trace.acc_len[position]), prop, k_max, position, n)

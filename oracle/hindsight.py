@@ -12,21 +12,14 @@ import numpy as np
 
 from policies.base import Choice, RequestView
 from oracle.ground_truth import GroundTruthPolicy
-from traces.acceptance import emitted_tokens
 from traces.bundle import DrafterTrace, RequestTrace
+from traces.walk import walk_positions
 
 
 def greedy_rounds(trace: DrafterTrace, k: int, budget: int | None = None) -> int:
-    """Decode steps until `budget` tokens exist (default: the whole output; prefill made token 0), fixed k."""
-    n = trace.acc_len.shape[0]
-    budget = n if budget is None else min(int(budget), n)
-    p, rounds = 1, 0  # tokens 0..p-1 exist; a step drafts from output position p
-    while p < budget:
-        cap = None if trace.proposal_len is None else int(trace.proposal_len[p])
-        kk = min(k, budget - p - 1)
-        p += int(emitted_tokens(int(trace.acc_len[p]), kk, cap))
-        rounds += 1
-    return rounds
+    """Decode steps of a fixed-k walk (the replay rule) until `budget` tokens exist (default: the whole output)."""
+    starts = walk_positions(trace.acc_len, k, trace.proposal_len)
+    return int(starts.shape[0]) if budget is None else int(np.count_nonzero(starts < int(budget)))
 
 
 def expected_emitted(trace: DrafterTrace, k: int) -> np.ndarray:

@@ -1,23 +1,43 @@
-"""Oracle k: for one drafter, propose exactly the tokens that will be accepted (nothing when none will be)."""
+"""Oracle k: for one drafter, propose exactly the tokens that will be accepted (nothing when none will be).
+
+`plan: greedy` (the reference's) drafts everything that will be accepted at every step; `min-steps` and
+`min-time` follow the exact plan of `oracle.exact` (fewest steps, or least time at the engine's step costs),
+which may draft fewer at one step to land on a better position for the next.
+"""
 from __future__ import annotations
 
 from policies.base import Choice, RequestView
+from oracle.exact import PLANS, PlanFollower
 from oracle.ground_truth import GroundTruthPolicy, oracle_k
 
 
 class OracleKPolicy(GroundTruthPolicy):
-    """Drafts acc_len[p] - 1 tokens with `drafter` (capped by k_max); reads ground truth."""
+    """Drafts acc_len[p] - 1 tokens with `drafter` (capped by k_max), or follows an exact plan; reads ground truth."""
 
     name = "oracle-k"
-    description = "ORACLE: one drafter proposing exactly acc_len[p] - 1 tokens (never a rejected one)."
+    description = ("ORACLE: one drafter proposing only tokens that will be accepted (plan: greedy = all of them; "
+                   "min-steps / min-time = the exact plan).")
 
-    def __init__(self, drafter: str, k_max: int | None = None):
+    def __init__(self, drafter: str, k_max: int | None = None, plan: str = "greedy"):
         super().__init__()
         if k_max is not None and int(k_max) < 0:
             raise ValueError(f"policy {self.name!r}: k_max must be >= 0 or null, got {k_max}")
         self.drafter = str(drafter)
         self.k_max = None if k_max is None else int(k_max)
+        if plan not in PLANS:
+            raise ValueError(f"policy {self.name!r}: plan must be one of {PLANS}, got {plan!r}")
+        self.plan = plan
+        self._follower = None if plan == "greedy" else PlanFollower(plan, [self.drafter], {self.drafter: self.k_max},
+                                                                    f"policy {self.name!r}")
+
+    def finish_request(self, request_id: str) -> None:
+        if self._follower is not None:
+            self._follower.forget(request_id)
 
     def choose(self, view: RequestView) -> Choice:
+        if self._follower is not None:
+            self.drafter_trace(view.request_id, self.drafter)  # a clear error when the drafter is missing
+            d, k = self._follower.choice(self.trace_of(view.request_id), view)
+            return Choice(d, k)
         k = oracle_k(self.drafter_trace(view.request_id, self.drafter), view.position, self.k_max)
         return Choice(self.drafter if k > 0 else None, k)

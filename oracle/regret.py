@@ -4,7 +4,8 @@
 (prefill emits token 0; a round at position p drafts output tokens p, p+1, ...): each round the policy picks a
 drafter and k from a RequestView, the proposal is verified (a seeded Bernoulli(1 - tv) draw per
 drafted token when sampled, the greedy acc_len replay otherwise), and the policy sees only the
-Feedback. Stopping-time regret (MetaSD): E[rounds to emit B tokens] of the policy minus that of
+Feedback. Every round follows the replay rule of `traces.acceptance` (k is never cut to the budget; the
+output's end cuts the emitted count). Stopping-time regret (MetaSD): E[rounds to emit B tokens] of the policy minus that of
 the best fixed drafter; here both expectations are Monte-Carlo means over the same seeds.
 """
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from policies.base import Feedback, Policy, RequestView
+from traces.acceptance import (FIRST_DRAFT_POSITION, accepted_drafts, emitted_in_output, emitted_tokens,
+                               proposed_tokens)
 from traces.bundle import RequestTrace
 from traces.sampled_acceptance import sample_accepted, tv_windows
 
@@ -70,7 +73,7 @@ def run_rounds(policy: Policy, request_trace: RequestTrace, drafters: Sequence[s
     rid = request_trace.id
     cols: dict[str, list] = {c: [] for c in ("arms", "positions", "proposed", "accepted", "emitted", "be", "bd")}
     policy.start_request(rid)
-    p = 1  # the prefill emitted token 0; tokens 0..p-1 exist
+    p = FIRST_DRAFT_POSITION  # the prefill emitted token 0; tokens 0..p-1 exist
     while p < budget_tokens:
         proposal = {d: int(t.proposal_len[p]) for d, t in request_trace.drafters.items()
                     if d in index and t.proposal_len is not None}
@@ -80,9 +83,7 @@ def run_rounds(policy: Policy, request_trace: RequestTrace, drafters: Sequence[s
         d = choice.drafter if choice.k > 0 else None
         if d is not None and d not in index:
             raise ValueError(f"policy {policy.name!r} chose drafter {d!r}, not one of {list(drafters)}")
-        kk = 0 if d is None else max(0, min(int(choice.k), int(k), budget_tokens - p - 1))
-        if d is not None and d in proposal:
-            kk = min(kk, proposal[d])
+        kk = 0 if d is None else proposed_tokens(max(0, min(int(choice.k), int(k))), proposal.get(d))
         tv = None
         accepted = 0
         if d is not None and kk > 0:
@@ -90,19 +91,20 @@ def run_rounds(policy: Policy, request_trace: RequestTrace, drafters: Sequence[s
             if sampled:
                 accepted = int(sample_accepted(tv_windows(t.tv, np.array([p]), kk), np.array([kk]), rng)[0])
             else:
-                accepted = min(int(t.acc_len[p]) - 1, kk)
+                accepted = accepted_drafts(int(t.acc_len[p]), kk)
             if t.tv is not None:
                 tv = tuple(float(x) for x in t.tv[p:p + kk])
+        emitted = emitted_in_output(accepted, p, request_trace.output_len)
         policy.observe(Feedback(request_id=rid, position=p, drafter=d, k=int(choice.k), proposed=kk,
                                 accepted=accepted, tv=tv, batch_size=1))
         cols["arms"].append(NONE_ARM if d is None else index[d])
         cols["positions"].append(p)
         cols["proposed"].append(kk)
         cols["accepted"].append(accepted)
-        cols["emitted"].append(accepted + 1)
+        cols["emitted"].append(emitted)
         cols["be"].append(accepted / kk if kk else 0.0)
         cols["bd"].append(float(np.mean([1.0 - x for x in tv])) if tv else np.nan)
-        p += accepted + 1
+        p += emitted
     policy.finish_request(rid)
     as_int = lambda c: np.asarray(cols[c], dtype=np.int64)  # noqa: E731
     return RoundsResult(drafters, as_int("arms"), as_int("positions"), as_int("proposed"), as_int("accepted"),
@@ -143,7 +145,7 @@ def best_arm_by_position(request_trace: RequestTrace, drafters: Sequence[str], k
     starts = [s for s, _ in segs] + [n]
     use_tv = all(request_trace.drafters[d].tv is not None for d in drafters)
     per_pos = np.stack([expected_emitted(request_trace.drafters[d], k) if use_tv
-                        else np.minimum(request_trace.drafters[d].acc_len, k + 1).astype(float)
+                        else np.asarray(emitted_tokens(request_trace.drafters[d].acc_len, k), dtype=float)
                         for d in drafters])
     best = np.empty(n, dtype=np.int64)
     for (s, _), e in zip(segs, starts[1:]):

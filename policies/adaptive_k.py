@@ -14,7 +14,7 @@ import numpy as np
 from policies.acceptance_estimate import AcceptanceEstimate, check_estimate_params
 from policies.base import NO_DRAFT, BatchView, Choice, Feedback, Policy, RequestView
 from policies.bandit import SCOPES
-from policies.expected_tokens import expected_tokens
+from traces.expected_tokens import expected_tokens
 
 _SHARED = "\x00shared"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from policies.acceptance_estimate import AcceptanceEstimate, check_estimate_params
 from policies.base import Choice, Feedback, Policy, RequestView
-from policies.expected_tokens import expected_tokens
+from traces.expected_tokens import expected_tokens
 
 
 class CombineMatchPolicy(Policy):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from traces.bundle import RequestTrace
+from traces.sampled_acceptance import tv_windows
 
 
 @dataclass
@@ -40,10 +41,4 @@ class AcceptanceTable:
 
     def tv_window(self, drafter: str, trace_idx: np.ndarray, position: np.ndarray, width: int) -> np.ndarray:
         """TV at positions p .. p+width-1 of each request (NaN past the trace's end), shape (n, width)."""
-        tv = self.tv[drafter]
-        cols = position[:, None] + np.arange(width)[None, :]
-        end = (self.offsets[trace_idx + 1] - self.offsets[trace_idx])[:, None]
-        flat = np.minimum(self.offsets[trace_idx][:, None] + cols, len(tv) - 1)
-        out = tv[flat].astype(np.float64)
-        out[cols >= end] = np.nan
-        return out
+        return tv_windows(self.tv[drafter], position, width, self.offsets[trace_idx], self.offsets[trace_idx + 1])

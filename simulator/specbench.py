@@ -14,6 +14,11 @@ pays the n-gram fraction on every copy as the reference does, or with `charge_wi
 the drafter whose acc_len is larger (ties go to the cheaper n-gram). Per batch, throughput =
 total output tokens / mean copy latency; speedup = mean SD throughput / mean AR throughput.
 
+Position convention (`position_convention`): `reference` (the default, so the published numbers reproduce)
+reads acc_len at `generated - 1`, one position early, as the release does, and lets a last step overshoot
+the output; `engine` applies draftsim's replay rule (`traces.acceptance`): a copy that has generated g
+tokens reads acc_len[g] and emits min(1 + accepted, output_len - g).
+
 All B copies of a request always stand at the same position: where an n-gram draw differs
 between copies, acc_len is 1, so a matched copy and an unmatched one both emit 1 token; the draws
 only change how many tokens the batch sends and which copies pay drafting. So one chain of
@@ -30,9 +35,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from simulator.latency import LatencyProfile, LinearProfile, resolve_profile
+from traces.acceptance import FIRST_DRAFT_POSITION, accepted_drafts, emitted_in_output
 from traces.importers.specbench import SpecBenchRecord
 
 PROPOSERS = ("eagle3", "ngram", "combined")
+POSITION_CONVENTIONS = ("reference", "engine")
 TARGET_PROFILE = "llama3.1-8b-h100-specbench"
 EAGLE_DRAFT_PROFILE = "eagle3-llama3.1-8b-h100-specbench"
 NGRAM_DRAFT_FRACTION = 0.005875  # n-gram drafting = 0.5875 % of the same step's verify time
@@ -85,7 +92,7 @@ class BatchResult:
     sd_latency_s: float
     sd_steps: int  # SD decode steps of the batch (prefill excluded)
     copy_steps: int  # SD decode steps summed over copies
-    sd_tokens: int  # tokens emitted by SD decode steps over all copies (overshoot past output_len included)
+    sd_tokens: int  # tokens emitted by SD decode steps over all copies (reference convention: overshoot included)
 
 
 @dataclass(frozen=True)
@@ -183,22 +190,41 @@ def ar_batch_latency(req: _RequestView, batch_size: int, costs: CompatCosts) -> 
     return _prefill(req, batch_size, costs) + ovh + float(np.sum(decode + ovh)), batch_size * len(steps)
 
 
-def _chain(acc: np.ndarray, input_all: np.ndarray) -> np.ndarray:
-    """Positions p visited by one copy: p_0 = 0, p_{j+1} = p_j + min(acc[p_j], input_len[p_j]).
+def _read_offset(convention: str) -> int:
+    """acc_len index minus tokens generated: -1 for the reference (one position early), 0 for the engine."""
+    return -1 if convention == "reference" else 0
 
-    A copy at position p has generated p + 1 tokens; it stops once that reaches the output length
-    (it always takes the first step, as the reference does).
+
+def _emitted(acc: np.ndarray, input_len: np.ndarray, generated: np.ndarray, output_len: int,
+             convention: str) -> np.ndarray:
+    """Tokens each step adds: the reference's min(acc_len, input_len), or the engine's replay rule."""
+    if convention == "reference":
+        return np.minimum(acc, input_len)
+    return emitted_in_output(accepted_drafts(acc, input_len - 1), generated, output_len)
+
+
+def _chain(acc: np.ndarray, input_all: np.ndarray, convention: str) -> np.ndarray:
+    """Tokens generated before each step of one copy: g_0 = 1 (the prefill's), g_{j+1} = g_j + emitted.
+
+    The step at g reads acc_len[g + offset]; the copy stops once g reaches the output length (under the
+    reference convention it always takes the first step, as the release does).
     """
-    nxt = (np.arange(len(acc)) + np.minimum(acc, input_all)).tolist()
-    out, p, n = [0], nxt[0], len(acc)
-    while p + 1 < n:
+    n, off = len(acc), _read_offset(convention)
+    if convention == "engine" and n <= FIRST_DRAFT_POSITION:  # the prefill made the whole output
+        return np.zeros(0, dtype=np.int64)
+    g = np.arange(n + 1)
+    idx = np.clip(g + off, 0, n - 1)
+    nxt = (g + _emitted(acc[idx], input_all[idx], g, n, convention)).tolist()
+    out, p = [FIRST_DRAFT_POSITION], nxt[FIRST_DRAFT_POSITION]
+    while p < n:
         out.append(p)
         p = nxt[p]
     return np.asarray(out, dtype=np.int64)
 
 
 def sd_batch_chain(req: _RequestView, batch_size: int, pred: Predictor, draft: _DraftRule, costs: CompatCosts,
-                   *, match_probability: float | None, uniform: Callable[[], float]) -> tuple[float, int, int]:
+                   *, match_probability: float | None, uniform: Callable[[], float],
+                   convention: str = "reference") -> tuple[float, int, int]:
     """SD batch as one chain of positions: (mean copy latency, steps, tokens emitted over copies).
 
     With `match_probability` set (n-gram FIXED_k), each step at acc_len 1 draws one `uniform()` per
@@ -206,7 +232,8 @@ def sd_batch_chain(req: _RequestView, batch_size: int, pred: Predictor, draft: _
     """
     B = batch_size
     input_all = req.acc if pred.k is None else np.full_like(req.acc, pred.k + 1)
-    p = _chain(req.acc, input_all)
+    g = _chain(req.acc, input_all, convention)
+    p = np.clip(g + _read_offset(convention), 0, req.output_len - 1)  # the acc_len index each step reads
     acc = req.acc[p]
     inp = np.broadcast_to(input_all[p], (B, len(p)))  # [copy, step]
     if match_probability is not None:
@@ -214,19 +241,19 @@ def sd_batch_chain(req: _RequestView, batch_size: int, pred: Predictor, draft: _
         draws = np.array([uniform() for _ in range(at_one.size * B)]).reshape(at_one.size, B)
         inp = np.array(inp)
         inp[:, at_one] = np.where(draws.T < match_probability, inp[:, at_one], 1)
-    kv = B * (req.prompt_len + 1 + p)
+    kv = B * (req.prompt_len + g)
     verify = _profile_times(costs.target, B, inp.sum(axis=0), kv)
     wins = None if req.eagle_wins is None else req.eagle_wins[p]
     d = draft(inp, kv, verify, wins)
     ovh = costs.step_overhead_s
     latency = _prefill(req, B, costs) + ovh + float(np.sum(verify + ovh)) + float(np.sum(d)) / B
-    emitted = int(np.minimum(acc, inp).sum())
+    emitted = int(_emitted(acc[None, :], inp, g[None, :], req.output_len, convention).sum())
     return latency, len(p), emitted
 
 
 def simulate_batch_per_copy(req: _RequestView, batch_size: int, pred: Predictor, draft: _DraftRule,
                             costs: CompatCosts, *, match_probability: float | None,
-                            uniform: Callable[[], float]) -> tuple[float, int, int, int]:
+                            uniform: Callable[[], float], convention: str = "reference") -> tuple[float, int, int, int]:
     """SD batch copy by copy (vectorised over copies per step): (mean latency, steps, copy-steps, tokens).
 
     `match_probability` set = n-gram FIXED_k no-match draws, one `uniform()` per copy at acc_len 1,
@@ -235,11 +262,11 @@ def simulate_batch_per_copy(req: _RequestView, batch_size: int, pred: Predictor,
     B, P, G = batch_size, req.prompt_len, req.output_len
     cur = np.ones(B, dtype=np.int64)  # tokens generated so far per copy
     latency = np.full(B, _prefill(req, B, costs) + costs.step_overhead_s)
-    alive = np.arange(B)
-    kv = B * (P + 1)
+    alive = np.arange(B) if convention == "reference" or G > FIRST_DRAFT_POSITION else np.arange(0)
+    kv = B * (P + 1) if alive.size else 0
     steps = copy_steps = tokens = 0
     while alive.size:
-        pos = cur[alive] - 1
+        pos = cur[alive] + _read_offset(convention)
         acc = req.acc[pos]
         inp = acc.copy() if pred.k is None else np.full_like(acc, pred.k + 1)
         if match_probability is not None:
@@ -250,7 +277,7 @@ def simulate_batch_per_copy(req: _RequestView, batch_size: int, pred: Predictor,
         verify = float(_profile_times(costs.target, alive.size, int(inp.sum()), kv))
         wins = None if req.eagle_wins is None else req.eagle_wins[pos]
         latency[alive] += verify + draft(inp, kv, verify, wins) + costs.step_overhead_s
-        emitted = np.minimum(acc, inp)
+        emitted = _emitted(acc, inp, cur[alive], G, convention)
         cur[alive] += emitted
         kv += int(emitted.sum())
         done = cur[alive] >= G
@@ -269,8 +296,11 @@ def simulate_batch_per_copy(req: _RequestView, batch_size: int, pred: Predictor,
 def simulate_specbench(records: Sequence[SpecBenchRecord], *, dataset: str, proposer: str, predict: str,
                        batch_size: int, charge_winner: bool = False, costs: CompatCosts | None = None,
                        num_requests: int = DEFAULT_NUM_REQUESTS, seed: int = DEFAULT_SEED,
-                       match_probability: float | None = None, per_copy: bool = False) -> CompatResult:
+                       match_probability: float | None = None, per_copy: bool = False,
+                       position_convention: str = "reference") -> CompatResult:
     """Run the closed-batch experiment; `per_copy` forces the copy-by-copy loop (same result, slower)."""
+    if position_convention not in POSITION_CONVENTIONS:
+        raise ValueError(f"position_convention: expected one of {POSITION_CONVENTIONS}, got {position_convention!r}")
     if proposer not in PROPOSERS:
         raise ValueError(f"proposer: expected one of {PROPOSERS}, got {proposer!r}")
     pred = Predictor.parse(predict)
@@ -306,10 +336,12 @@ def simulate_specbench(records: Sequence[SpecBenchRecord], *, dataset: str, prop
         ar_lat, ar_steps = ar_batch_latency(req, batch_size, costs)
         if per_copy:
             sd_lat, steps, copy_steps, tokens = simulate_batch_per_copy(
-                req, batch_size, pred, draft, costs, match_probability=match_probability, uniform=rng.random)
+                req, batch_size, pred, draft, costs, match_probability=match_probability, uniform=rng.random,
+                convention=position_convention)
         else:
             sd_lat, steps, tokens = sd_batch_chain(req, batch_size, pred, draft, costs,
-                                                   match_probability=match_probability, uniform=rng.random)
+                                                   match_probability=match_probability, uniform=rng.random,
+                                                   convention=position_convention)
             copy_steps = steps * batch_size
         batches.append(BatchResult(req.id, req.output_len, ar_lat, sd_lat, steps, copy_steps, tokens))
         request_steps += ar_steps + copy_steps
@@ -321,7 +353,7 @@ def simulate_specbench(records: Sequence[SpecBenchRecord], *, dataset: str, prop
         dataset=dataset, proposer=proposer, predict=pred.name, batch_size=batch_size, charge_winner=charge_winner,
         speedup=sd_tpt / ar_tpt, ar_throughput=ar_tpt, sd_throughput=sd_tpt,
         mean_ar_latency_s=float(ar_lat.mean()), mean_sd_latency_s=float(sd_lat.mean()),
-        tokens_per_step=sum(b.sd_tokens for b in batches) / sum(b.copy_steps for b in batches),
+        tokens_per_step=sum(b.sd_tokens for b in batches) / max(sum(b.copy_steps for b in batches), 1),
         num_requests=num_requests, excluded_empty=len(records) - len(population), request_steps=request_steps,
         seed=seed, match_probability=match_probability, batches=batches,
     )

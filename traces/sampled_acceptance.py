@@ -16,13 +16,20 @@ class MissingTVError(ValueError):
     """The BD reward was asked for on a trace that has no per-position TV distances."""
 
 
-def tv_windows(tv: np.ndarray, positions: np.ndarray, kmax: int) -> np.ndarray:
-    """Rows tv[p : p + kmax] for each p in `positions`, NaN past the end of the trace."""
-    tv = np.asarray(tv, dtype=np.float64)
+def tv_windows(tv: np.ndarray, positions: np.ndarray, width: int, starts: np.ndarray | None = None,
+               ends: np.ndarray | None = None) -> np.ndarray:
+    """TV at output positions p .. p + width - 1 for each p in `positions`, NaN past the end of its trace.
+
+    `tv` is one trace, or several concatenated: row i then reads the trace that occupies
+    tv[starts[i]:ends[i]] (the simulator's flattened table). Shape (len(positions), width).
+    """
+    tv = np.asarray(tv)
     positions = np.asarray(positions, dtype=np.int64)
-    idx = positions[:, None] + np.arange(kmax, dtype=np.int64)[None, :]
+    base = np.zeros_like(positions) if starts is None else np.asarray(starts, dtype=np.int64)
+    stop = np.full_like(positions, tv.shape[0]) if ends is None else np.asarray(ends, dtype=np.int64)
+    idx = (base + positions)[:, None] + np.arange(width, dtype=np.int64)[None, :]
     out = np.full(idx.shape, np.nan)
-    inside = idx < tv.shape[0]
+    inside = idx < stop[:, None]
     out[inside] = tv[idx[inside]]
     return out
 

@@ -1,7 +1,8 @@
-"""Walks over one drafter's acceptance trace at a fixed k: the replay that stats and fits share.
+"""Walks over one drafter's acceptance trace at a fixed k: the replay that stats, fits, oracles and checks share.
 
-A walk starts at output position 0; each step emits `emitted_tokens(acc_len[p], k, proposal_len[p])`
-tokens, capped by the output still to produce, and the next step starts where it stopped.
+A walk follows the replay rule of `traces.acceptance` (the engine's): the prefill emitted output token 0,
+so the first step drafts from position 1; each step emits 1 + accepted drafts, cut at the output's end,
+and the next step starts where it stopped.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Iterable
 
 import numpy as np
 
+from traces.acceptance import FIRST_DRAFT_POSITION, accepted_drafts, emitted_in_output, proposed_tokens
 from traces.bundle import DrafterTrace
 
 UNCAPPED = 1 << 30  # a k no trace reaches: the oracle walk (each step emits the whole acc_len)
@@ -36,36 +38,49 @@ class WalkTotals:
 
 
 def walk_positions(acc_len: np.ndarray, k: int, proposal_len: np.ndarray | None = None) -> np.ndarray:
-    """Output positions at which the steps of a walk at `k` start, in order."""
+    """Output positions at which the steps of a walk at `k` start, in order (the first is 1)."""
     acc = np.asarray(acc_len, dtype=np.int64)
     n = acc.shape[0]
-    drafts = np.minimum(acc - 1, k)
-    if proposal_len is not None:
-        drafts = np.minimum(drafts, np.asarray(proposal_len, dtype=np.int64))
-    step = (1 + drafts).tolist()
+    prop = None if proposal_len is None else np.asarray(proposal_len, dtype=np.int64)
+    step = (1 + accepted_drafts(acc, proposed_tokens(k, prop))).tolist()
     starts = []
-    p = 0
+    p = FIRST_DRAFT_POSITION
     while p < n:
         starts.append(p)
         p += step[p]
     return np.asarray(starts, dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class Walk:
+    """The steps of one request's walk: start positions and, per step, proposed, accepted and emitted tokens."""
+
+    positions: np.ndarray
+    proposed: np.ndarray
+    accepted: np.ndarray  # the verify outcome, before the end-of-output cut
+    emitted: np.ndarray  # after the cut: sums to output_len - 1
+
+
+def walk(trace: DrafterTrace, k: int) -> Walk:
+    """Replay one request's trace at a fixed `k` from position 1 to the end of its output."""
+    acc = np.asarray(trace.acc_len, dtype=np.int64)
+    starts = walk_positions(acc, k, trace.proposal_len)
+    cap = None if trace.proposal_len is None else np.asarray(trace.proposal_len, dtype=np.int64)[starts]
+    proposed = np.broadcast_to(np.asarray(proposed_tokens(k, cap), dtype=np.int64), starts.shape)
+    accepted = np.asarray(accepted_drafts(acc[starts], proposed), dtype=np.int64)
+    emitted = np.asarray(emitted_in_output(accepted, starts, acc.shape[0]), dtype=np.int64)
+    return Walk(starts, proposed, accepted, emitted)
+
+
 def walk_trace(trace: DrafterTrace, k: int, positions: int = 0) -> WalkTotals:
     """Replay one request's trace at `k`; count tokens, steps and accepted drafts at the first `positions`."""
-    acc = np.asarray(trace.acc_len, dtype=np.int64)
-    n = acc.shape[0]
-    starts = walk_positions(acc, k, trace.proposal_len)
-    proposed = np.full(starts.shape, k, dtype=np.int64)
-    if trace.proposal_len is not None:
-        proposed = np.minimum(proposed, np.asarray(trace.proposal_len, dtype=np.int64)[starts])
-    accepted = np.minimum(acc[starts] - 1, proposed)  # the verify outcome; the output cap only truncates
-    emitted = np.minimum(1 + accepted, n - starts)
+    w = walk(trace, k)
     counts = np.zeros(positions, dtype=np.int64)
     if positions:
-        counts = (accepted[:, None] > np.arange(positions)[None, :]).sum(axis=0)
-    return WalkTotals(int(emitted.sum()), int(starts.shape[0]), int((proposed > 0).sum()), counts,
-                      int(accepted.sum()) + int(starts.shape[0]))
+        counts = (w.accepted[:, None] > np.arange(positions)[None, :]).sum(axis=0)
+    steps = int(w.positions.shape[0])
+    return WalkTotals(int(w.emitted.sum()), steps, int((w.proposed > 0).sum()), counts,
+                      int(w.accepted.sum()) + steps)
 
 
 def walk_many(traces: Iterable[DrafterTrace], k: int, positions: int = 0) -> WalkTotals:

@@ -16,8 +16,8 @@ def _bundle(name, acc_model, acc_ngram):
 
 
 def test_every_draft_accepted_gives_k_plus_one_tokens():
-    acc = list(range(41, 1, -1))  # 40 positions, all matching to the end
-    rows = pool_rows(_bundle("w", acc, [1] * 40), {"m": 0.0})
+    acc = list(range(42, 1, -1))  # 41 positions, all matching to the end: 40 decoded after the prefill's token
+    rows = pool_rows(_bundle("w", acc, [1] * 41), {"m": 0.0})
     m = next(r for r in rows if r.drafter == "m")
     assert m.tokens_per_step_k4 == pytest.approx(5.0)
     # k=7: 5 steps of 8 tokens; k=8: 9, 9, 9, 9, 4 -- also 8 per step; ties go to the smaller k
@@ -44,11 +44,11 @@ def test_measured_profiles_price_verify_and_drafts():
     target = LinearProfile("t", {"batched_tokens": 0.01, "const": 0.1})
     draft = LinearProfile("m", {"const": 0.02})
     free = LinearProfile("ng", {"const": 0.0})
-    acc = list(range(41, 1, -1))
-    rows = pool_rows(_bundle("w", acc, [1] * 40), {}, {"m": draft, "ng": free}, target)
+    acc = list(range(42, 1, -1))  # 40 decoded tokens, all drafts accepted
+    rows = pool_rows(_bundle("w", acc, [1] * 41), {}, {"m": draft, "ng": free}, target)
     m = next(r for r in rows if r.drafter == "m")
     # k: tokens/step * t_ar / (verify(k+1) + k * draft); k=7 -> 8 * 0.11 / (0.18 + 0.14) = 2.75
     assert m.best_k == 7 and m.best_speedup == pytest.approx(8 * 0.11 / (0.1 + 0.08 + 0.14))
     assert m.cost_ratio == pytest.approx(0.02 / 0.11)
     with pytest.raises(ValueError, match="no latency profile named 'm'"):
-        pool_rows(_bundle("w", acc, [1] * 40), {}, {"ng": free}, target)
+        pool_rows(_bundle("w", acc, [1] * 41), {}, {"ng": free}, target)

@@ -31,4 +31,8 @@ def test_combine_study_quick(tmp_path):
         # the per-position combine oracle is at least each single-method oracle (reference cost even more)
         assert ic["oracle-combine-maxtokens"][b] >= max(ic["oracle-eagle3"][b], ic["oracle-ngram"][b]) - 1e-9
         assert ic["oracle-combine-reference"][b] >= ic["oracle-combine-maxtokens"][b]
+    steps = s["instructcoder"]["decode_steps"]
+    for greedy in ("oracle-eagle3", "oracle-ngram", "oracle-combine-maxtokens", "oracle-combine-reference"):
+        for b in ("1", "16"):  # the exact plan never needs more steps than the greedy oracle
+            assert steps[greedy + "-exact"][b] <= steps[greedy][b], (greedy, b)
     assert (tmp_path / "combine_instructcoder.png").is_file()

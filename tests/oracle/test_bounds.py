@@ -6,7 +6,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from oracle.bounds import (leviathan_expected_tokens, pipeline_bounds, pipeline_gain, pipeline_saving,
+from oracle.bounds import (pipeline_bounds, pipeline_gain, pipeline_saving,
                            saving_band)
 
 times = st.floats(min_value=1e-4, max_value=1e3, allow_nan=False, allow_infinity=False)
@@ -44,24 +44,12 @@ def test_band_is_exactly_where_saving_reaches_37(r):
         assert pipeline_bounds(r, 1.0).within_37_band == (lo <= r <= hi)
 
 
-def test_leviathan():
-    # SD-FACTS: a = 0.8, k = 5 gives 3.69 tokens per step.
-    assert leviathan_expected_tokens(0.8, 5) == pytest.approx(3.689, abs=1e-3)
-    assert leviathan_expected_tokens(0.0, 4) == 1.0
-    assert leviathan_expected_tokens(1.0, 4) == 5.0
-    assert leviathan_expected_tokens(0.5, 1) == 1.5
-
-
 @pytest.mark.parametrize("t,v", [(-1, 1), (1, math.inf), (0, 0), (math.nan, 1)])
 def test_bad_times_are_errors(t, v):
     with pytest.raises(ValueError):
         pipeline_gain(t, v)
 
 
-def test_bad_leviathan_inputs():
-    with pytest.raises(ValueError):
-        leviathan_expected_tokens(1.2, 3)
-    with pytest.raises(ValueError):
-        leviathan_expected_tokens(0.5, -1)
+def test_bad_saving_band():
     with pytest.raises(ValueError):
         saving_band(0.6)

@@ -5,13 +5,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from oracle.frontier import (ASSUMPTIONS, check_expected_tokens, expected_tokens, frontier_point,
+from oracle.frontier import (ASSUMPTIONS, expected_tokens, frontier_point,
                              frontier_summary)
-
-
-@given(st.integers(1, 8), st.floats(0, 30))
-def test_vectorised_expected_tokens_match_leviathan(k, u):
-    assert float(expected_tokens(np.array([u]), k)[0]) == pytest.approx(check_expected_tokens(k, u), rel=1e-9)
 
 
 def _brute(x, k, psd):

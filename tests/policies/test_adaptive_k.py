@@ -4,14 +4,7 @@ import pytest
 
 from policies.adaptive_k import AdaptiveKPolicy
 from policies.base import BatchView, Feedback, RequestView
-from policies.expected_tokens import expected_tokens
-
-
-def test_expected_tokens_textbook_values():
-    assert expected_tokens(0.8, 5) == pytest.approx((1 - 0.8 ** 6) / 0.2)
-    assert expected_tokens(1.0, 4) == pytest.approx(5.0)
-    assert expected_tokens(0.3, 0) == pytest.approx(1.0)
-    assert expected_tokens(0.0, 3) == pytest.approx(1.0)
+from traces.expected_tokens import expected_tokens
 
 
 def feed(pol, rid, accepted, proposed, n):

@@ -55,6 +55,30 @@ def test_oracle_k_in_engine_never_has_a_rejected_token(pool_dir):
     assert df["proposed_tokens"].sum() > 0
 
 
+def test_exact_oracles_in_engine_take_exactly_the_planned_steps(pool_dir):
+    from oracle.exact import greedy_plan, min_steps_plan
+    from traces.bundle import load_bundle
+
+    pair = list(DRAFTERS[:2])
+    runs = [{"name": "exact", "mode": "sd", "policy": {"name": "oracle-best-drafter", "drafters": pair,
+                                                       "plan": "min-steps"}},
+            {"name": "greedy", "mode": "sd", "policy": {"name": "oracle-combine", "ngram": pair[0], "eagle": pair[1],
+                                                        "costs": "reference"}},
+            {"name": "min-time", "mode": "sd", "policy": {"name": "oracle-combine", "ngram": pair[0], "eagle": pair[1],
+                                                          "plan": "min-time", "k_max": 6}}]
+    df = run_experiment(config(pool_dir, runs, 0.0)).requests
+    traces = {r.id: r for r in load_bundle(pool_dir).requests}
+    exact = df[df["run"] == "exact"]
+    want = [min_steps_plan(traces[t], pair).steps for t in exact["trace_id"]]
+    assert exact["decode_steps"].tolist() == want
+    assert (exact["accepted_tokens"] == exact["proposed_tokens"]).all()
+    assert exact["decode_steps"].sum() <= df[df["run"] == "greedy"]["decode_steps"].sum()
+    assert df[df["run"] == "greedy"]["decode_steps"].tolist() == [greedy_plan(traces[t], pair).steps
+                                                                   for t in df[df["run"] == "greedy"]["trace_id"]]
+    mt = df[df["run"] == "min-time"]
+    assert mt["finish_time"].notna().all() and (mt["accepted_tokens"] == mt["proposed_tokens"]).all()
+
+
 def test_bd_reward_on_a_bundle_without_tv_is_refused_with_a_pointer_to_be(tmp_path):
     b = make_pool_bundle(SPEC)
     for r in b.requests:

@@ -66,8 +66,11 @@ D_KV, D_TOK, D_C = 2.37768493e-09, 8.41429603e-07, 2.13526175e-03
 NGRAM_FRAC, OVERHEAD = 0.005875, 1.20683946e-03
 
 
-def literal_speedup(records, *, proposer, k, batch_size, m, seed, n, charge_winner=False) -> float:
-    """The rules of issue 2 part 4, copy by copy with plain Python numbers."""
+def literal_speedup(records, *, proposer, k, batch_size, m, seed, n, charge_winner=False,
+                    convention="reference") -> float:
+    """The rules of issue 2 part 4, copy by copy with plain Python numbers. `engine`: a copy with g tokens
+    reads acc[g] (not acc[g - 1]) and its last step stops at the output's end (README, "Trace replay")."""
+    off = 1 if convention == "reference" else 0
     def forward(kv, tokens):
         return T_KV * kv + T_TOK * tokens + T_C
 
@@ -87,18 +90,19 @@ def literal_speedup(records, *, proposer, k, batch_size, m, seed, n, charge_winn
         lat = [forward(0, B * P) + OVERHEAD] * B
         gen = [1] * B
         kv = B * P + B
-        alive = list(range(B))
+        alive = list(range(B)) if off or G > 1 else []  # engine: nothing to decode after the prefill's token
+        kv = kv if alive else 0
         while alive:
             sent = {}
             for c in alive:
-                a = acc[gen[c] - 1]
+                a = acc[gen[c] - off]
                 sent[c] = a if k is None else k + 1
                 if proposer == "ngram" and k is not None and a == 1 and not rng.random() < m:
                     sent[c] = 1
             verify = forward(kv, sum(sent.values()))
             kv_start, still = kv, []
             for c in alive:
-                p, x = gen[c] - 1, sent[c]
+                p, x = gen[c] - off, sent[c]
                 eagle_cost = D_KV * kv_start + D_TOK * x + D_C
                 ngram_cost = NGRAM_FRAC * verify if x > 1 else 0.0
                 if proposer == "eagle3":
@@ -110,7 +114,7 @@ def literal_speedup(records, *, proposer, k, batch_size, m, seed, n, charge_winn
                 else:
                     draft = NGRAM_FRAC * verify
                 lat[c] += verify + draft + OVERHEAD
-                emitted = min(acc[p], x)
+                emitted = min(acc[p], x) if off else min(acc[p], x, G - gen[c])
                 gen[c] += emitted
                 kv += emitted
                 if gen[c] >= G:
@@ -147,6 +151,21 @@ def record_sets(draw, max_len: int = 40):
     return out
 
 
+# SD-FACTS: reading acc_len at the right position moves instructcoder B=1 to these (reference -> engine).
+ENGINE_CONVENTION = {("eagle3", "FIXED_3"): (2.03, 2.06), ("eagle3", "ORACLE"): (2.73, 2.81),
+                     ("combined", "ORACLE"): (4.89, 5.09)}
+
+
+@pytest.mark.parametrize("proposer,predict", list(ENGINE_CONVENTION))
+def test_engine_position_convention_moves_the_reference_figures(proposer, predict):
+    old, new = ENGINE_CONVENTION[(proposer, predict)]
+    kw = dict(dataset="instructcoder", proposer=proposer, predict=predict, batch_size=1)
+    ref = simulate_specbench(reference_records("instructcoder"), **kw)
+    eng = simulate_specbench(reference_records("instructcoder"), position_convention="engine", **kw)
+    assert round(ref.speedup, 2) == old
+    assert abs(eng.speedup - new) / new <= 0.005, f"{eng.speedup:.4f} vs {new}"
+
+
 run_settings = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 proposer_predict = st.sampled_from([("eagle3", None), ("eagle3", 1), ("eagle3", 3), ("ngram", None), ("ngram", 1),
                                     ("ngram", 5), ("combined", None)])
@@ -154,26 +173,28 @@ proposer_predict = st.sampled_from([("eagle3", None), ("eagle3", 1), ("eagle3", 
 
 @run_settings
 @given(record_sets(), proposer_predict, st.integers(min_value=1, max_value=6), st.integers(0, 1000),
-       st.floats(min_value=0.0, max_value=1.0), st.booleans())
-def test_matches_literal_loop(records, pp, batch_size, seed, m, charge_winner):
+       st.floats(min_value=0.0, max_value=1.0), st.booleans(), st.sampled_from(["reference", "engine"]))
+def test_matches_literal_loop(records, pp, batch_size, seed, m, charge_winner, convention):
     proposer, k = pp
     charge_winner = charge_winner and proposer == "combined"
     n = len(records)
     got = simulate_specbench(records, dataset="x", proposer=proposer, predict="ORACLE" if k is None else f"FIXED_{k}",
                              batch_size=batch_size, num_requests=n, seed=seed, match_probability=m,
-                             charge_winner=charge_winner)
+                             charge_winner=charge_winner, position_convention=convention)
     want = literal_speedup(records, proposer=proposer, k=k, batch_size=batch_size, m=m, seed=seed, n=n,
-                           charge_winner=charge_winner)
+                           charge_winner=charge_winner, convention=convention)
     assert got.speedup == pytest.approx(want, rel=1e-9)
 
 
 @run_settings
-@given(record_sets(), proposer_predict, st.integers(min_value=1, max_value=8), st.booleans())
-def test_chain_path_equals_per_copy_loop(records, pp, batch_size, charge_winner):
+@given(record_sets(), proposer_predict, st.integers(min_value=1, max_value=8), st.booleans(),
+       st.sampled_from(["reference", "engine"]))
+def test_chain_path_equals_per_copy_loop(records, pp, batch_size, charge_winner, convention):
     """n-gram draws included: copies never diverge in position, so one chain per request is exact."""
     proposer, k = pp
     kw = dict(dataset="instructcoder", proposer=proposer, predict="ORACLE" if k is None else f"FIXED_{k}",
-              batch_size=batch_size, num_requests=len(records), charge_winner=charge_winner and proposer == "combined")
+              batch_size=batch_size, num_requests=len(records), charge_winner=charge_winner and proposer == "combined",
+              position_convention=convention)
     fast, slow = simulate_specbench(records, **kw), simulate_specbench(records, per_copy=True, **kw)
     for a, b in zip(fast.batches, slow.batches):
         assert a.sd_latency_s == pytest.approx(b.sd_latency_s, rel=1e-12)
@@ -265,6 +286,7 @@ def test_ngram_draws_are_seeded_and_change_with_the_seed():
     (dict(proposer="ngram", predict="FIXED_1", dataset="unknown"), "match probability"),
     (dict(proposer="ngram", predict="FIXED_1", match_probability=1.5), "match_probability"),
     (dict(num_requests=3), "only 2 requests"),
+    (dict(position_convention="early"), "position_convention"),
 ])
 def test_bad_arguments_are_value_errors(kwargs, match):
     records = [make_record(0, 5, [1, 2], [1, 2]), make_record(1, 5, [3, 1, 1], [1, 1, 1])]
@@ -313,7 +335,10 @@ def test_cli_json_and_text(tmp_path, capsys):
     assert out["speedup"] == out["speedup_winner_charged"] != out["speedup_ngram_charged"]
     assert _cli(base + ["--proposer", "eagle3", "--predict", "ORACLE"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("speedup ") and len(text.split()[1].split(".")[1]) == 2
+    assert text.startswith("speedup ") and len(text.split()[1].split(".")[1]) == 2 and "reference positions" in text
+    assert _cli(base + ["--proposer", "eagle3", "--predict", "ORACLE", "--position-convention", "engine", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["speedup"] > 0
     with pytest.raises(ValueError, match="charge-winner"):
         _cli(base + ["--proposer", "eagle3", "--predict", "ORACLE", "--charge-winner"])
 

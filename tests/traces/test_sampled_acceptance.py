@@ -68,6 +68,14 @@ def test_tv_windows_pads_with_nan():
     assert w[1, 0] == pytest.approx(0.3) and np.isnan(w[1, 1:]).all()
 
 
+def test_tv_windows_of_concatenated_traces_stop_at_each_trace_end():
+    flat = np.array([0.1, 0.2, 0.3, 0.7, 0.8])  # trace A = [0, 3), trace B = [3, 5)
+    w = tv_windows(flat, np.array([1, 0, 1]), 3, starts=np.array([0, 3, 3]), ends=np.array([3, 5, 5]))
+    assert np.allclose(w[0, :2], [0.2, 0.3]) and np.isnan(w[0, 2])
+    assert np.allclose(w[1, :2], [0.7, 0.8]) and np.isnan(w[1, 2])
+    assert w[2, 0] == pytest.approx(0.8) and np.isnan(w[2, 1:]).all()
+
+
 def test_bd_reward_is_mean_of_one_minus_tv():
     tv = [0.1, 0.5, 0.9, 0.25]
     assert reward_bd(tv) == pytest.approx(np.mean([0.9, 0.5, 0.1, 0.75]))

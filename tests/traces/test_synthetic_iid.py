@@ -30,8 +30,8 @@ def test_same_seed_same_trace():
     assert np.array_equal(a, b)
 
 
-def test_expected_tokens_is_leviathan():
-    assert expected_tokens(0.8, 5, 64) == pytest.approx((1 - 0.8 ** 6) / (1 - 0.8))
+def test_expected_tokens_stops_at_max_acc():
+    assert expected_tokens(0.8, 5, 3) == pytest.approx(1 + 0.8 + 0.64)  # acc_len <= 3: at most 2 drafts count
 
 
 @pytest.mark.parametrize("rate", [0.3, 0.65, 0.85])

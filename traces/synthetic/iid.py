@@ -7,6 +7,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from traces.bundle import DrafterTrace, TraceBundle
+from traces.expected_tokens import expected_tokens as leviathan_tokens
 from traces.synthetic.common import drafter_traces, pooled, tokens_per_step
 from traces.synthetic.tv import TvModel
 
@@ -15,8 +16,7 @@ FIT_DEPTH = 8
 
 def expected_tokens(rate: float, k: int, max_acc: int) -> float:
     """Expected tokens per step at k for i.i.d. rate, with acc_len capped at max_acc."""
-    j = np.arange(min(k, max_acc - 1) + 1)
-    return float((rate ** j).sum())
+    return leviathan_tokens(rate, min(k, max_acc - 1))
 
 
 class IidAcceptance(BaseModel):

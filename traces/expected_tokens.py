@@ -1,0 +1,39 @@
+"""Leviathan et al.'s expectation for i.i.d. per-token acceptance a and k drafts: the one copy in the project.
+
+Tokens per verify step: (1 - a^(k+1)) / (1 - a) = sum_{j=0..k} a^j (k + 1 at a = 1, 1 at k = 0).
+Wall-time gain over plain decoding when a draft step costs c target steps: that / (k c + 1).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _check(a: np.ndarray, k: np.ndarray) -> None:
+    if np.any(~(a >= 0) | ~(a <= 1)):
+        raise ValueError(f"acceptance must be in [0, 1], got {a.tolist()!r}")
+    if np.any(~(k >= 0)):
+        raise ValueError(f"k must be >= 0, got {k.tolist()!r}")
+
+
+def expected_tokens(a, k):
+    """(1 - a^(k+1)) / (1 - a) tokens per verify step; scalars or arrays (broadcast).
+
+    Evaluated as -expm1((k+1) log a) / (1 - a), which keeps full precision as a approaches 1.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    _check(a, k)
+    one_minus = 1.0 - a
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(one_minus > 0, -np.expm1((k + 1.0) * np.log1p(-one_minus)) / one_minus, k + 1.0)
+    out = np.where(k == 0, 1.0, out)
+    return float(out) if out.ndim == 0 else out
+
+
+def wall_time_gain(a, k, c):
+    """Expected speed-up over plain decoding: expected_tokens(a, k) / (k c + 1), c = draft / target step time."""
+    c = np.asarray(c, dtype=np.float64)
+    if np.any(~(c >= 0)):
+        raise ValueError(f"draft cost ratio c must be >= 0, got {c.tolist()!r}")
+    out = np.asarray(expected_tokens(a, k)) / (np.asarray(k, dtype=np.float64) * c + 1.0)
+    return float(out) if out.ndim == 0 else out
