@@ -20,6 +20,7 @@ from simulator.draft_cost import DraftCost
 from simulator.scenario import make_scenario
 from simulator.server_config import PSDConfig, RunSpec, ServerConfig, constant_profile
 from simulator.workload_arrays import EngineWorkload
+from traces.acceptance import emitted_tokens
 from traces.bundle import DrafterTrace, RequestTrace
 
 DRAFTER = "const"
@@ -101,7 +102,7 @@ def simulate_pipeline(t: float, v: float, *, sub_batch: int = 16, num_requests: 
     else:
         if not 0 < load < 1.5:
             raise ValueError(f"load must be in (0, 1.5), got {load!r}")
-        emitted = min(acc_len, k + 1)
+        emitted = emitted_tokens(acc_len, k)
         steps_per_request = 1 + float(np.mean(np.ceil((lengths - 1) / emitted)))
         sd_rate = sub_batch / (steps_per_request * (t + v))
         arrival = np.cumsum(rng.exponential(1.0 / (load * sd_rate), size=num_requests))

@@ -14,7 +14,7 @@ from oracle.frontier import frontier_point  # noqa: E402
 from experiments.plots import save_figure  # noqa: E402
 
 
-def _save(fig, path: str | Path) -> Path:
+def save_psd_figure(fig, path: str | Path) -> Path:
     """The PSD figures' settings for `experiments.plots.save_figure` (psd_report calls this too)."""
     return save_figure(fig, path, dpi=120, tight=True)
 
@@ -40,7 +40,7 @@ def plot_pipeline_saving(path: str | Path, simulated: dict[str, list[tuple[float
     ax.axhline(0, color="grey", lw=0.6)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, path)
+    return save_psd_figure(fig, path)
 
 
 def plot_frontier(path: str | Path, ks: tuple[int, ...] = (1, 3, 5), lo: float = 0.01, hi: float = 100.0,
@@ -63,4 +63,4 @@ def plot_frontier(path: str | Path, ks: tuple[int, ...] = (1, 3, 5), lo: float =
     ax.set_ylim(0.95, 2.1)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_psd_figure(fig, path)

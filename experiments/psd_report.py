@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from experiments.bounds_sim import simulate_pipeline
-from oracle.bounds import leviathan_expected_tokens, pipeline_gain, pipeline_saving
+from oracle.bounds import pipeline_gain, pipeline_saving
 from simulator.draft_cost import DraftCost
 from simulator.metrics import mean_slice_seconds, summarize
 from simulator.placement import Deployment, plan
@@ -28,6 +28,7 @@ from simulator.scenario import make_scenario
 from simulator.server_config import PSDConfig, RunSpec, ServerConfig
 from traces.atomic import atomic_write_text
 from traces.catalog import get_gpu, get_model
+from traces.expected_tokens import expected_tokens
 
 SPECBENCH_STEP_OVERHEAD_S = 1.20683946e-03  # published per-step overhead, vLLM 0.10.1.1 on H100 (SpecDecode-Bench)
 
@@ -188,7 +189,7 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
                                "fits": place.fits, "placement": place.message,
                                "kv_capacity_tokens": place.kv_capacity_tokens,
                                "acceptance_rate": rates.get(d, float("nan")) if d else float("nan"),
-                               "leviathan_tokens_per_step": leviathan_expected_tokens(rates[d], k) if d else 1.0}
+                               "leviathan_tokens_per_step": expected_tokens(rates[d], k) if d else 1.0}
         sc = None
         if place.fits:
             run = RunSpec(name=f"{mode}-{d}-k{k}-m{m}", mode=mode,
@@ -284,7 +285,7 @@ def plot_psd_vs_sd(df: pd.DataFrame, cfg: PsdVsSdConfig, out: Path) -> list[Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments.psd_plots import _save
+    from experiments.psd_plots import save_psd_figure
 
     paths = []
     ms = cfg.sub_batch
@@ -312,7 +313,7 @@ def plot_psd_vs_sd(df: pd.DataFrame, cfg: PsdVsSdConfig, out: Path) -> list[Path
         axes[0][0].set_ylabel(label)
         if axes[0][-1].get_legend_handles_labels()[0]:
             axes[0][-1].legend(fontsize=6, loc="best")
-        paths.append(_save(fig, out / fname))
+        paths.append(save_psd_figure(fig, out / fname))
     # drafter-size trade-off: best-k PSD/SD gain and draft/verify time ratio vs drafter parameters
     bk = best_k(df)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -345,7 +346,7 @@ def plot_psd_vs_sd(df: pd.DataFrame, cfg: PsdVsSdConfig, out: Path) -> list[Path
     ax2.set_ylabel("PSD draft time / verify time per step")
     ax2.grid(alpha=0.3, which="both")
     ax2.legend(fontsize=7)
-    paths.append(_save(fig, out / "drafter_tradeoff.png"))
+    paths.append(save_psd_figure(fig, out / "drafter_tradeoff.png"))
     return paths
 
 

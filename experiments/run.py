@@ -62,14 +62,10 @@ def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBund
     if kind == "pool":
         from traces.pool import PoolSpec, make_pool_bundle
 
-        fields = set(PoolSpec.__dataclass_fields__)
-        unknown = set(params) - fields
-        if unknown:
-            raise ValueError(f"traces.pool: unknown key(s) {sorted(unknown)}; expected some of {sorted(fields)}")
-        params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
-        params.setdefault("seed", seed)
-        spec = PoolSpec(**params)
-        spec.validate()
+        try:
+            spec = PoolSpec.from_config(params, seed)
+        except ValueError as e:
+            raise ValueError(f"traces.{e}") from None
         return make_pool_bundle(spec)
     from traces.importers.specbench import import_specbench
     from traces.prompt_lookup import with_prompt_lookup
@@ -121,7 +117,7 @@ def simulate_run(sc: Scenario, bundle: TraceBundle, ew: EngineWorkload, traces: 
     """Simulate one prepared run; a deployment that does not fit is returned as a result dict, not raised."""
     if not sc.fits:
         return sc.info
-    table = AcceptanceTable.from_traces(traces, tuple(bundle.drafter_names))
+    table = AcceptanceTable.from_traces(traces, tuple(bundle.drafter_names), with_acceptance=sc.run.mode != "ar")
     res = sc.simulation(ew, table, traces, on_step=on_step).simulate()
     res.extras.update(sc.info)
     res.extras["num_target_gpus"] = sc.server.num_target_gpus
@@ -140,8 +136,8 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
     except ValidationError as e:
         raise ValueError("workload: " + "; ".join(
             f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())) from None
-    # TODO(lead): pass need_acceptance=any(r.mode != "ar" for r in cfg.runs) here once traces/workload.py has it
-    workload, bundle = workload_and_bundle(bundle, spec, seed=cfg.seed)
+    needs = any(sc.run.mode != "ar" for sc in scenarios)  # AR-only experiments fit and draw no acceptance
+    workload, bundle = workload_and_bundle(bundle, spec, seed=cfg.seed, need_acceptance=needs)
     ew, traces = engine_workload(workload, bundle)
     summary: dict[str, dict[str, Any]] = {}
     extras: dict[str, dict[str, Any]] = {}

@@ -21,12 +21,15 @@ class AcceptanceTable:
     proposal_len: dict[str, np.ndarray]  # only drafters whose traces all carry proposal_len
 
     @classmethod
-    def from_traces(cls, traces: list[RequestTrace], drafters: list[str] | tuple[str, ...]) -> "AcceptanceTable":
+    def from_traces(cls, traces: list[RequestTrace], drafters: list[str] | tuple[str, ...],
+                    with_acceptance: bool = True) -> "AcceptanceTable":
+        """The table of `traces`; `with_acceptance=False` keeps only names and offsets (AR runs read no
+        acceptance, and a workload built without drawing it refuses any read)."""
         lengths = np.array([r.output_len for r in traces], dtype=np.int64)
         offsets = np.zeros(len(traces) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         acc, tv, prop = {}, {}, {}
-        for d in drafters:
+        for d in drafters if with_acceptance else ():
             acc[d] = np.concatenate([r.drafters[d].acc_len for r in traces]).astype(np.int32)
             if all(r.drafters[d].tv is not None for r in traces):
                 tv[d] = np.concatenate([r.drafters[d].tv for r in traces]).astype(np.float32)

@@ -10,7 +10,7 @@ from policies.base import Choice, FixedPolicy, Policy
 from simulator.draft_cost import DraftCost
 from simulator.server_config import PSDConfig, constant_profile
 from tests.simulator.engine_fixtures import iid_traces, linear, simulate, workload
-from traces.acceptance import emitted_tokens
+from traces.walk import walk_positions
 from traces.bundle import DrafterTrace, RequestTrace
 
 
@@ -70,16 +70,6 @@ def test_ngram_without_match_proposes_nothing_and_costs_nothing():
     np.testing.assert_allclose(sd.requests.finish_time, ar.requests.finish_time, rtol=1e-12)
 
 
-def _walk_steps(acc_len: np.ndarray, k: int) -> int:
-    """Decode steps one request needs alone: the prefill makes token 0; a step with `gen` tokens drafts from
-    output position gen and emits by the replay rule."""
-    gen, steps, out = 1, 0, len(acc_len)
-    while gen < out:
-        gen += min(emitted_tokens(int(acc_len[gen]), k), out - gen)
-        steps += 1
-    return steps
-
-
 @settings(max_examples=40, deadline=None)
 @given(acc=st.lists(st.integers(1, 9), min_size=1, max_size=60), k=st.integers(0, 8))
 def test_replay_rule_alone_matches_trace_walk(acc, k):
@@ -87,7 +77,7 @@ def test_replay_rule_alone_matches_trace_walk(acc, k):
     traces = [RequestTrace("t0", 7, len(acc), {"d": DrafterTrace(acc_arr)})]
     wl = workload(traces, 1, rate=None)
     res = simulate(traces, wl, mode="sd" if k else "ar", k=max(k, 1) if k else 1)
-    expected = _walk_steps(acc_arr, k)
+    expected = len(walk_positions(acc_arr, k))  # the one replay walk: prefill makes token 0, steps from 1
     assert int(res.requests.decode_steps.iloc[0]) == expected
     assert _emitted_total(res) == len(acc)
 
