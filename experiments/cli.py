@@ -10,7 +10,7 @@ import sys
 # (pandas, scipy, the engine) when it runs.
 COMMAND_MODULES = {
     "run": "experiments.cmd_run",
-    "import-specbench": "experiments.cmd_import",
+    "import": "experiments.cmd_import",
     "traces": "experiments.cmd_traces",
     "bounds": "experiments.cmd_bounds",
     "specbench": "experiments.cmd_specbench",

@@ -11,7 +11,6 @@ def register(subparsers) -> None:
     _register_acceptance(sub)
     _register_latency(sub)
     _register_check(sub)
-    _register_imports(sub)
     _register_pool_report(sub)
     _register_vllm(sub)
     _register_live(sub)
@@ -183,57 +182,6 @@ def _run_check(args: argparse.Namespace) -> int:
                 return 1
     except CalibrationCheckError as e:
         return _fail(str(e))
-    return 0
-
-
-# ---------------------------------------------------------------- importers
-
-
-def _register_imports(sub) -> None:
-    a = sub.add_parser("import-minedraft", help="MineDraft step trace -> latency profiles (target, draft, overhead)")
-    a.add_argument("path", help="MineDraft step-trace file (JSON lines or a JSON list of step records)")
-    a.add_argument("--out-dir", required=True)
-    a.add_argument("--name", required=True, help="profile name prefix")
-    a.add_argument("--model", default="", help="target model name to record")
-    a.add_argument("--time-unit", default="s", choices=["s", "ms", "us"], help="unit of measured_*_time fields")
-    a.set_defaults(func=_run_import_minedraft)
-    b = sub.add_parser("import-vllm-metrics", help="vLLM Prometheus text or get_metrics() JSON -> acceptance stats")
-    b.add_argument("path", help="Prometheus text (/metrics) or JSON list from LLM.get_metrics()")
-    b.add_argument("--json", action="store_true", help="print the statistics as JSON")
-    b.set_defaults(func=_run_import_vllm)
-
-
-def _run_import_minedraft(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from simulator.latency import Measurement, Provenance, fit_linear, save_profile
-    from traces.importers.minedraft import load_minedraft_steps, step_measurements
-
-    steps = load_minedraft_steps(args.path, args.time_unit)
-    out = Path(args.out_dir)
-    for role, rows in step_measurements(steps).items():
-        if len(rows) < 2:
-            print(f"{role}: {len(rows)} usable step(s), not enough to fit; skipped")
-            continue
-        ms = [Measurement(**r) for r in rows]
-        prov = Provenance(source="imported", backend="MineDraft step trace", notes=f"{role} time from {args.path}")
-        fit = fit_linear(f"{args.name}-{role}", ms, model=args.model, provenance=prov)
-        save_profile(fit.profile, out / f"{args.name}-{role}.yaml")
-        print(f"{args.name}-{role}: {len(ms)} steps, MAPE {fit.mape:.2f}%, {fit.profile.coefficients}")
-    return 0
-
-
-def _run_import_vllm(args: argparse.Namespace) -> int:
-    import json
-
-    from traces.importers.vllm_metrics import load_vllm_metrics
-
-    stats = load_vllm_metrics(args.path)
-    if args.json:
-        print(json.dumps(stats.to_dict(), indent=2))
-    else:
-        for k, v in stats.to_dict().items():
-            print(f"{k}: {v}")
     return 0
 
 

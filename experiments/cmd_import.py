@@ -1,4 +1,4 @@
-"""`draftsim import-specbench FILE OUT`: convert a SpecDecode-Bench JSONL file to a trace bundle."""
+"""`draftsim import ...`: every importer in one group (SpecDecode-Bench traces, MineDraft step traces, vLLM metrics)."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +7,12 @@ from traces.importers.specbench import MISMATCH_POLICIES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "import-specbench",
+    group = subparsers.add_parser("import", help="convert other tools' traces and metrics into draftsim's formats",
+                                  description="Importers: SpecDecode-Bench acceptance traces -> bundle; MineDraft "
+                                              "step traces -> latency profiles; vLLM metrics -> acceptance stats.")
+    sub = group.add_subparsers(dest="importer", metavar="IMPORTER", required=True)
+    p = sub.add_parser(
+        "specbench",
         help="convert a SpecDecode-Bench JSONL file (eagle3 + ngram acceptance) into a trace bundle",
         description="Read a SpecDecode-Bench JSONL file and write a draftsim trace bundle folder. "
                     "Requests whose acc_len lists differ in length are handled by --on-mismatch; "
@@ -22,10 +26,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default=None, help="dataset name (default: from the file name, "
                                                     "combined_<name>.jsonl)")
     p.add_argument("--compress", action="store_true", help="write requests.jsonl.gz")
-    p.set_defaults(func=run)
+    p.set_defaults(func=_run_import_specbench)
+    a = sub.add_parser("minedraft", help="MineDraft step trace -> latency profiles (target, draft, overhead)")
+    a.add_argument("path", help="MineDraft step-trace file (JSON lines or a JSON list of step records)")
+    a.add_argument("--out-dir", required=True)
+    a.add_argument("--name", required=True, help="profile name prefix")
+    a.add_argument("--model", default="", help="target model name to record")
+    a.add_argument("--time-unit", default="s", choices=["s", "ms", "us"], help="unit of measured_*_time fields")
+    a.set_defaults(func=_run_import_minedraft)
+    b = sub.add_parser("vllm-metrics", help="vLLM Prometheus text or get_metrics() JSON -> acceptance stats")
+    b.add_argument("path", help="Prometheus text (/metrics) or JSON list from LLM.get_metrics()")
+    b.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    b.set_defaults(func=_run_import_vllm)
 
 
-def run(args: argparse.Namespace) -> int:
+def _run_import_specbench(args: argparse.Namespace) -> int:
     from traces.bundle import save_bundle
     from traces.importers.specbench import import_specbench
 
@@ -35,4 +50,38 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {folder}: {len(bundle.requests)} requests, dataset {bundle.meta.dataset}; "
           f"mismatched {report.mismatched_requests} (policy {report.policy}; skipped "
           f"{len(report.skipped_ids)}; positions cut: {cut})")
+    return 0
+
+
+def _run_import_minedraft(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simulator.latency import Measurement, Provenance, fit_linear, save_profile
+    from traces.importers.minedraft import load_minedraft_steps, step_measurements
+
+    steps = load_minedraft_steps(args.path, args.time_unit)
+    out = Path(args.out_dir)
+    for role, rows in step_measurements(steps).items():
+        if len(rows) < 2:
+            print(f"{role}: {len(rows)} usable step(s), not enough to fit; skipped")
+            continue
+        ms = [Measurement(**r) for r in rows]
+        prov = Provenance(source="imported", backend="MineDraft step trace", notes=f"{role} time from {args.path}")
+        fit = fit_linear(f"{args.name}-{role}", ms, model=args.model, provenance=prov)
+        save_profile(fit.profile, out / f"{args.name}-{role}.yaml")
+        print(f"{args.name}-{role}: {len(ms)} steps, MAPE {fit.mape:.2f}%, {fit.profile.coefficients}")
+    return 0
+
+
+def _run_import_vllm(args: argparse.Namespace) -> int:
+    import json
+
+    from traces.importers.vllm_metrics import load_vllm_metrics
+
+    stats = load_vllm_metrics(args.path)
+    if args.json:
+        print(json.dumps(stats.to_dict(), indent=2))
+    else:
+        for k, v in stats.to_dict().items():
+            print(f"{k}: {v}")
     return 0

@@ -93,7 +93,7 @@ def test_fuzz_command_lines(workspace):
 
         tally.run(" ".join(argv), case_fn, clean=(ValueError,), must_reject=bad, timeout_s=30)
         assert _user_files(workspace) == before, f"user file changed by {argv}"
-    for sub in ("run", "import-specbench", "traces", "bounds", "specbench", "policies", "placement", "calibrate"):
+    for sub in ("run", "import", "traces", "bounds", "specbench", "policies", "placement", "calibrate"):
         tally.run(f"{sub} --help", lambda sub=sub: _main([sub, "--help"]), clean=(ValueError,), must_reject=False)
     tally.run("no-such-command", lambda: _raise_on_error(_main(["no-such-command"])), clean=(ValueError,),
               must_reject=True)

@@ -65,7 +65,7 @@ def test_cli_fits_profiles_that_recover_a_linear_law(tmp_path):
     # target time = 1e-4 * batched + 1e-6 * context + 0.003 exactly: the fit must find it
     steps = [_step(n, n * 4, ctx, 1e-4 * n * 4 + 1e-6 * ctx + 0.003) for n in (1, 2, 4, 8, 16) for ctx in (100, 1000, 4000)]
     p = _write(tmp_path, steps)
-    assert main(["calibrate", "import-minedraft", str(p), "--out-dir", str(tmp_path / "prof"), "--name", "md"]) == 0
+    assert main(["import", "minedraft", str(p), "--out-dir", str(tmp_path / "prof"), "--name", "md"]) == 0
     prof = load_profile(tmp_path / "prof" / "md-target.yaml")
     assert prof.provenance.source == "imported"
     assert prof.step_time(3, 12, 2000) == pytest.approx(1e-4 * 12 + 1e-6 * 2000 + 0.003, rel=1e-3)

@@ -182,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def test_cli_writes_bundle(tmp_path, capsys):
-    args = _parser().parse_args(["import-specbench", str(mismatched_file(tmp_path)), str(tmp_path / "b"),
+    args = _parser().parse_args(["import", "specbench", str(mismatched_file(tmp_path)), str(tmp_path / "b"),
                                  "--on-mismatch", "skip", "--compress"])
     assert args.func(args) == 0
     assert (tmp_path / "b" / "requests.jsonl.gz").is_file()
@@ -237,8 +237,8 @@ def test_registered_in_draftsim_cli(tmp_path, capsys):
     from experiments.cli import main
 
     src = mismatched_file(tmp_path)
-    assert main(["import-specbench", str(src), str(tmp_path / "b"), "--on-mismatch", "shortest"]) == 0
+    assert main(["import", "specbench", str(src), str(tmp_path / "b"), "--on-mismatch", "shortest"]) == 0
     assert len(load_bundle(tmp_path / "b").requests) == 3
-    assert main(["import-specbench", str(src), str(tmp_path / "c")]) == 2  # mismatch under 'error'
+    assert main(["import", "specbench", str(src), str(tmp_path / "c")]) == 2  # mismatch under 'error'
     assert "line 2" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
