@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "experiments.cmd_placement",
     "experiments.cmd_calibrate",
     "experiments.cmd_sweep",
+    "experiments.cmd_plan",
 ]
 
 
