@@ -160,8 +160,13 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
             c.status, c.reason = "not_supported", f"replicas: {replicas}: {NOT_SUPPORTED}"
         elif not placement.fits:
             c.status, c.reason = "does_not_fit", placement.message
+        # a bad scheduler value or policy fails here, before any simulation
         load_config({**config, "workload": {"num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0}}},
-                    label=where)  # a bad policy or scheduler value fails here, before any simulation
+                    label=where)
+        if mode.mode != "ar":
+            from policies.registry import make_policy
+
+            make_policy(mode.policy, where=f"{where}: modes[{mode.name}].policy")
         out.append(c)
     return out
 
