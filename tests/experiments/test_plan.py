@@ -91,7 +91,7 @@ SPACE = {
 }
 
 
-def test_serial_pool_and_ray_give_identical_plan_json(tmp_path):
+def test_serial_and_pool_give_identical_plan_json(tmp_path):
     _plan(SPACE, tmp_path / "serial", backend="serial")
     _plan(SPACE, tmp_path / "pool", backend="pool", workers=2)
     serial = (tmp_path / "serial" / "plan.json").read_bytes()
@@ -113,13 +113,27 @@ def test_serial_pool_and_ray_give_identical_plan_json(tmp_path):
     assert (tmp_path / "serial" / "curves.png").stat().st_size > 0 and (tmp_path / "serial" / "pareto.png").exists()
     ranks = [c["status"] for c in doc["candidates"]]
     assert ranks == sorted(ranks, key=["ok", "does_not_fit", "not_supported"].index)
-    ray = pytest.importorskip("ray")
+
+
+@pytest.mark.slow  # a Ray start-up: about 20 s on 2 loaded cores
+def test_ray_gives_the_same_plan_json_and_sweep_json(tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'draftsim[ray]')")
+    from experiments.config import load_config
+    from experiments.sweep.experiment import run_sweep
+    from tests.experiments.test_sweep_run import SWEEP
+
+    small = {**SPACE, "candidates": {**SPACE["candidates"], "gpus": ["l40s"], "replicas": [1]}}
+    _plan(small, tmp_path / "serial", backend="serial")
+    run_sweep(load_config(SWEEP), tmp_path / "sweep-serial", backend="serial", progress=False)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    try:
-        _plan(SPACE, tmp_path / "ray", backend="ray")
+    try:  # a running Ray is reused and left running: one start-up for both
+        _plan(small, tmp_path / "ray", backend="ray")
+        run_sweep(load_config(SWEEP), tmp_path / "sweep-ray", backend="ray", progress=False)
     finally:
         ray.shutdown()
-    assert serial == (tmp_path / "ray" / "plan.json").read_bytes()
+    assert (tmp_path / "serial" / "plan.json").read_bytes() == (tmp_path / "ray" / "plan.json").read_bytes()
+    assert (tmp_path / "sweep-serial" / "sweep.json").read_bytes() == \
+        (tmp_path / "sweep-ray" / "sweep.json").read_bytes()
 
 
 @pytest.mark.parametrize("change, message", [
