@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from traces.catalog import _read_yaml
 
 
 @dataclass(frozen=True)
@@ -30,14 +30,7 @@ def _positive(value: Any, where: str) -> float:
 def load_price_file(path: str | Path) -> dict[str, GpuPrice]:
     """`gpu -> {usd_per_hour, source}`; errors name the file and the entry."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: GPU price file not found")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from e
-    if not isinstance(doc, dict) or not doc:
-        raise ValueError(f"{path}: expected a mapping gpu -> {{usd_per_hour, source}}")
+    doc = _read_yaml(path)  # the catalogs' reader: missing file, bad YAML, empty mapping name the file
     out = {}
     for gpu, entry in doc.items():
         where = f"{path}: {gpu}"
