@@ -293,7 +293,7 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
             for c, r in zip(active, probes):
                 if not r["fits"]:
                     c.status, c.reason = "does_not_fit", r["reason"]
-                    bar.add_total(-per_search)
+                    bar.add_total(-per_search - len(search.curve_fractions))
                     continue
                 c.capacity_req_s = r["requests_per_s"]
         for c in active:
@@ -323,12 +323,32 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
                 c.search.record(rate, ok)
                 if c.search.at_ceiling:
                     bar.add_total(-search.steps * search.seeds)
+        _curve_points(plan, active, traffic, seeds[0], slo, runner, bar)
     doc = plan_document(plan, cands, prices, traffic, seeds)
     write_json_atomic(out / "plan.json", doc, indent=1)
     from experiments.plan_report import write_plots
 
     write_plots(doc, out)
     return {**doc, "_stats": {"computed": runner.stats.computed, "cached": runner.stats.cached}}
+
+
+def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,
+                  slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar) -> None:
+    """One simulation (first seed) at each curve fraction of every candidate's max rate: the latency curves."""
+    batch, owners = [], []
+    for c in active:
+        fractions = plan.search.curve_fractions
+        if c.status != "ok" or not c.search.lo > 0:
+            bar.add_total(-len(fractions))
+            continue
+        for f in fractions:
+            workload, replay = traffic.at_rate(f * c.search.lo)
+            batch.append(_point(c, workload, seed, slo, replay))
+            owners.append((c, f * c.search.lo))
+    for (c, rate), r in zip(owners, runner.run(batch)):
+        if r["fits"]:
+            c.evaluations.append({"rate": rate, "sustainable": None, "seeds_passed": None, "curve_only": True,
+                                  "seeds": [{"seed": seed, **r}]})
 
 
 # ---------------------------------------------------------------- results
@@ -343,7 +363,7 @@ def _curve(c: Candidate) -> list[dict[str, Any]]:
     rows = []
     for e in sorted(c.evaluations, key=lambda e: e["rate"]):
         row = {"rate": round_sig(e["rate"]), "sustainable": e["sustainable"], "seeds_passed": e["seeds_passed"],
-               "attainment_mean": _mean([s["attainment"] for s in e["seeds"]])}
+               "seeds": len(e["seeds"]), "attainment_mean": _mean([s["attainment"] for s in e["seeds"]])}
         row.update({f"{m}_mean": _mean([s[m] for s in e["seeds"]]) for m in
                     ("throughput_tok_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s")})
         rows.append(row)
@@ -361,7 +381,7 @@ def candidate_result(c: Candidate, target_rate: float) -> dict[str, Any]:
     if c.status != "ok" or c.search is None:
         return doc
     s = c.search
-    at_lo = next((e for e in c.evaluations if e["rate"] == s.lo), None)
+    at_lo = next((e for e in c.evaluations if e["rate"] == s.lo and not e.get("curve_only")), None)
     tok_s = _mean([x["throughput_tok_s"] for x in at_lo["seeds"]]) if at_lo else None
     out_per_req = (_mean([x["output_tokens"] / x["num_finished"] for x in at_lo["seeds"] if x["num_finished"]])
                    if at_lo else None)
@@ -426,7 +446,8 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
             "search": (f"test the ceiling ({'search.rate_max' if s.rate_max else 'the capacity'}), then "
                        f"{s.steps} bisection steps on [0, ceiling]; max rate = highest "
                        "sustainable rate tested, within tolerance = ceiling / 2^steps (sustainability assumed "
-                       "monotone in the rate)"),
+                       "monotone in the rate); then, for the curves only, one simulation (first seed) at "
+                       f"{', '.join(f'{f:g}' for f in s.curve_fractions)} x the max rate"),
             "seeds": seeds, "seeds_per_rate": s.seeds, "min_passing": s.required, "steps": s.steps,
             "false_accept_probability_at_p50": round_sig(false_accept_probability(s.seeds, s.required, 0.5)),
             "confidence": (f"a rate whose workloads meet the SLO only half the time is accepted with probability "

@@ -87,9 +87,13 @@ class Search(_Strict):
     cap_at_capacity: bool = Field(True, description="a rate above the capacity (throughput of the workload served "
                                                     "as one offline batch) is never sustainable: a finite run can "
                                                     "meet the SLO above it, but its queue grows without bound")
+    curve_fractions: list[float] = Field([0.25, 0.5, 0.75], description="after the search, one more simulation "
+                                         "(first seed) at each fraction of the max rate, for the latency curves")
 
     @model_validator(mode="after")
     def _passing(self) -> "Search":
+        if any(not 0 < f < 1 for f in self.curve_fractions):
+            raise ValueError(f"search.curve_fractions: expected fractions in (0, 1), got {self.curve_fractions}")
         if self.min_passing is not None and self.min_passing > self.seeds:
             raise ValueError(f"search.min_passing: {self.min_passing} is more than search.seeds ({self.seeds})")
         return self

@@ -97,7 +97,7 @@ def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
         ax.set_title(f"{m.upper()} p99 vs throughput (dotted: SLO)")
     if cands:
         axes[0].legend(fontsize=6, loc="upper left")
-    fig.suptitle(f"{doc['name']}: throughput-latency at the rates the search tested ({len(cands)} best candidates)")
+    fig.suptitle(f"{doc['name']}: throughput-latency (search rates: mean over seeds; 25-75% of max: first seed) ({len(cands)} best candidates)")
     return _save(fig, path)
 
 
