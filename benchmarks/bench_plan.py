@@ -3,8 +3,8 @@
 Run from the repository root:  python -m benchmarks.bench_plan [--backends pool,serial,ray] [--quick]
 
 The plan: `plan_llama8b` with its six SD/PSD modes (AR dropped), 4 GPU types x 3 TP degrees = 72 candidates,
-3 seeds x (1 ceiling check + 5 bisection steps) + 1 capacity probe per candidate (at most 1,368 simulations
-of 300 requests each). The first backend runs the whole plan (the issue's "minutes, not hours" figure); every
+per candidate 1 capacity probe + 3 seeds x (1 ceiling check + 5 bisection steps) + 3 curve points (at most
+1,584 simulations of 300 requests; a candidate that sustains its capacity skips the bisection). The first backend runs the whole plan (the issue's "minutes, not hours" figure); every
 backend then runs the same subset (one GPU type, TP 1: 6 candidates) from an empty cache for points per minute,
 and the plan.json files are compared byte for byte. Machine load per core is printed before and after each run:
 the machine is shared, so figures move with what else runs. Nothing is asserted.
