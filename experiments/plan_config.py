@@ -190,6 +190,7 @@ class Prices(_Strict):
 class PlanConfig(_Strict):
     """A capacity-planning question: serve this traffic within these SLOs, which candidate is cheapest?"""
 
+    kind: Literal["plan"] = "plan"
     name: str = Field(min_length=1)
     description: str = ""
     seed: int = 0
