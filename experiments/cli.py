@@ -18,6 +18,8 @@ COMMAND_MODULES = {
     "psd-report": "experiments.cmd_psd_report",
     "placement": "experiments.cmd_placement",
     "calibrate": "experiments.cmd_calibrate",
+    "sweep": "experiments.cmd_sweep",
+    "plan": "experiments.cmd_plan",
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from experiments.sweep.spec import SweepSpec
 from simulator.server_config import RunSpec, ServerConfig
 from traces.errors import TraceFormatError
 from traces.parsing import check_plain_data, parse_yaml, read_text
@@ -69,6 +70,7 @@ class ExperimentConfig(BaseModel):
     baseline: str | None = Field(None, description="run that speedups are relative to (default: the first)")
     slo: SLO = SLO()
     timeline_max_steps: int = Field(2000, ge=0, description="steps per run written to the Perfetto timeline")
+    sweep: SweepSpec | None = Field(None, description="grid/random sweep over config keys (draftsim sweep)")
 
     @field_validator("name")
     @classmethod
