@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from experiments.plots import _figure, _save
+from experiments.plots import _figure, save_figure
 
 PLOT_FILES = ("curves.png", "pareto.png")
 CURVES_MAX = 12  # candidates drawn in the curves (the best ranked), so lines stay readable
@@ -98,7 +98,7 @@ def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
     if cands:
         axes[0].legend(fontsize=6, loc="upper left")
     fig.suptitle(f"{doc['name']}: throughput-latency (search rates: mean over seeds; 25-75% of max: first seed) ({len(cands)} best candidates)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _pareto(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Path:
@@ -115,4 +115,4 @@ def _pareto(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
     ax.set_ylabel("$ per hour (all GPUs, draft GPUs included)")
     ax.set_title(f"{doc['name']}: cost vs capacity")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)

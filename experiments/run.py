@@ -129,6 +129,9 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
                    out: str | Path | None = None, progress: bool = False, console=None) -> Results:
     """Validate the config, simulate every run, summarise; write the results folder when `out` is given."""
     cfg = load_config(config, overrides, seed)
+    if cfg.sweep is not None:
+        raise ValueError(f"config {cfg.name!r} has a sweep: block: run it point by point with "
+                         "experiments.sweep (or `draftsim sweep`), not as one experiment")
     scenarios = prepare(cfg)  # a bad policy or server override in any run fails here, before any simulation
     bundle = resolve_bundle(cfg.traces, cfg.seed)
     try:

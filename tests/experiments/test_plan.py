@@ -33,7 +33,7 @@ def known_case(tmp_path):
     base = {"name": "base", "traces": str(tmp_path / "bundle"),
             "workload": {"num_requests": N, "arrival": {"kind": "poisson", "rate": 1.0},
                          "sample": {"with_replacement": True}},
-            "server": {"target_profile": "unused", "max_num_seqs": 1, "kv_capacity_tokens": 1000},
+            "server": {"target_profile": str(tmp_path / "const.yaml"), "max_num_seqs": 1, "kv_capacity_tokens": 1000},
             "drafters": {"d": {"kind": "constant", "seconds": 0.0}},
             "runs": [{"name": "AR", "mode": "ar"}]}
     return {"name": "known", "base": base,
