@@ -19,5 +19,5 @@ def tiny_drafters(seed: int = 0) -> tuple[dict, list[int]]:
     from calibration.ngram import NgramDrafter
 
     target = tiny_llama(seed)
-    return ({"layers2": ModelDrafter("layers2", "truncated", truncated_copy(target, 2)),
+    return ({"layers2": ModelDrafter("layers2", "truncated", truncated_copy(target, 2), {"layers": 2}),
              "ngram": LookupDrafter("ngram", NgramDrafter(1, 3))}, [7])
