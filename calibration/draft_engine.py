@@ -53,12 +53,15 @@ class DraftEngine:
     def names(self) -> tuple[str, ...]:
         return tuple(self.models) + tuple(self.lookups)
 
-    def prefill(self, prompts: dict[str, list[int]]) -> None:
-        """New requests: every model drafter runs its own prompt pass over them (one batch per drafter)."""
+    def prefill(self, prompts: dict[str, list[int]], used: tuple[str, ...] | None = None) -> None:
+        """New requests: each model drafter in `used` (None: all) runs its own prompt pass over them, one batch
+        per drafter; another drafter catches up on its first draft."""
         ids = list(prompts)
         for rid in ids:
             self.seqs[rid] = _Seq(list(prompts[rid]))
         for name, lm in self.models.items():
+            if used is not None and name not in used:
+                continue
             kvs = [lm.new_seq(self.capacity) for _ in ids]
             lm.forward(kvs, [prompts[r] for r in ids], last_only=True)
             for rid, kv in zip(ids, kvs):
@@ -97,6 +100,9 @@ class DraftEngine:
         import torch
 
         seqs = [self.seqs[it.request_id] for it in group]
+        for s in seqs:
+            if name not in s.kv:  # not prefilled for this drafter: the first draft feeds the whole context
+                s.kv[name], s.cached[name] = lm.new_seq(self.capacity), []
         feeds = []
         for s in seqs:  # cut the cache back to what it shares with the committed tokens, feed the rest
             cached, committed = s.cached[name], s.committed

@@ -82,8 +82,8 @@ class LocalDrafts:
         self.engine = engine
         self._result: dict[str, Proposal] = {}
 
-    def prefill(self, prompts: dict[str, list[int]]) -> None:
-        self.engine.prefill(prompts)
+    def prefill(self, prompts: dict[str, list[int]], used: tuple[str, ...] | None = None) -> None:
+        self.engine.prefill(prompts, used)
 
     def remove(self, ids: list[str]) -> None:
         self.engine.remove(ids)
@@ -118,6 +118,7 @@ class BatchedServer:
         self.next_submit = 0
         self.t0 = 0.0
         self.want_rows = bool(policy is not None and policy.learns)
+        self.used = used_drafters(policy, drafter_names)
 
     # ------------------------------------------------------------ clock and arrivals
 
@@ -185,7 +186,7 @@ class BatchedServer:
             if assign_side is not None:
                 assign_side(r)
         if self.policy is not None:
-            self.drafts.prefill({r.req.id: r.prompt for r in new})
+            self.drafts.prefill({r.req.id: r.prompt for r in new}, self.used)
             for r in new:
                 self.policy.start_request(r.req.id)
         t_end = self.now()
@@ -315,6 +316,15 @@ class BatchedServer:
                 continue
             self.retire()
         return [self.done[i] for i in range(len(self.prompts))]
+
+
+def used_drafters(policy: Policy | None, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Drafters a mode runs (and prefills): the policy's `drafters` or `drafter`, else all (the simulator's rule)."""
+    if policy is None:
+        return ()
+    mine = getattr(policy, "drafters", None) or [getattr(policy, "drafter", None)]
+    mine = [d for d in mine if d]
+    return tuple(d for d in (mine or names) if d in names)
 
 
 def poisson_arrivals(n: int, rate: float, seed: int) -> tuple[float, ...]:

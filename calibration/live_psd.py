@@ -55,7 +55,7 @@ class BatchedLiveConfig:
     seed: int = 0
     grid: Grid = field(default_factory=Grid)
     reply_timeout_s: float = 300.0
-    psd_step_hook: Any = None  # tests: called with the step count after every PSD step (e.g. to kill the drafter)
+    psd_step_hook: Any = None  # tests: called with the PSD server after every PSD step (e.g. to kill the drafter)
 
 
 def parse_batch_modes(modes: list[str], policies: list[dict[str, Any]]) -> tuple[list[BatchMode], list[str]]:
@@ -334,7 +334,8 @@ def _assemble(cfg, runs, profiles, drafters, lm, ids, categories, eos, failure, 
             preds = {}
             for kind in ("linear", "table"):
                 tgt = getattr(prof["target"]["fitted"], kind)
-                res = simulate(cfg, mode, bundle, tgt, draft_costs_for(prof, drafters, kind), serve.arrivals)
+                costs = draft_costs_for(prof, {d: drafters[d] for d in server.used}, kind)
+                res = simulate(cfg, mode, bundle, tgt, costs, serve.arrivals)
                 preds[kind] = (sim_metrics(res), res)
             row.update({
                 "measured": meas, "predicted": preds["linear"][0],
@@ -392,6 +393,7 @@ def _usage(reqs) -> dict[str, int]:
 
 
 def _request_row(r) -> dict[str, Any]:
-    return {"id": r.id, "prompt_len": r.prompt_len, "tokens": len(r.output_ids), "arrival_s": r.start,
+    return {"id": r.id, "prompt_len": r.prompt_len, "tokens": len(r.output_ids), "output_ids": r.output_ids,
+            "arrival_s": r.start,
             "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "verify_steps": len(r.steps),
             "accepted_per_step": [s.accepted for s in r.steps], "drafters": [s.drafter for s in r.steps]}

@@ -82,7 +82,7 @@ def drafter_main(conn, setup: DrafterSetup) -> None:
                 return
             t0 = time.perf_counter()
             if op == "prefill":
-                engine.prefill(msg[1])
+                engine.prefill(msg[1], msg[2])
                 conn.send(("done", time.perf_counter() - t0, None))
             elif op == "draft":
                 got = engine.draft(msg[1], msg[2])
@@ -145,8 +145,8 @@ class RemoteDrafts:
         except (BrokenPipeError, EOFError, OSError):
             raise DrafterDied(self._dead_text()) from None
 
-    def prefill(self, prompts: dict[str, list[int]]) -> None:
-        self._send(("prefill", prompts))
+    def prefill(self, prompts: dict[str, list[int]], used: tuple[str, ...] | None = None) -> None:
+        self._send(("prefill", prompts, used))
         self._wait()
 
     def remove(self, ids: list[str]) -> None:
@@ -192,13 +192,13 @@ class PSDState:
     verify_side: int = 0
     fallback_steps: int = 0
     failure: str | None = None
-    step_hook: Callable[[int], None] | None = field(default=None, repr=False)
+    step_hook: Callable[[Any], None] | None = field(default=None, repr=False)  # called with the server per step
 
 
 class PSDServer(BatchedServer):
     """A BatchedServer whose decode steps are MineDraft two-sub-batch PSD steps with a remote draft side."""
 
-    def __init__(self, *args, step_hook: Callable[[int], None] | None = None, **kwargs):
+    def __init__(self, *args, step_hook: Callable[[Any], None] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.psd = PSDState(step_hook=step_hook)
         self.want_rows = bool(self.policy is not None and self.policy.learns)
@@ -258,7 +258,7 @@ class PSDServer(BatchedServer):
                                           verify_s=t2 - t1, drafted_seqs=len(items_d) + len(pre_items),
                                           proposed=p, accepted=a))
         if st.step_hook is not None:
-            st.step_hook(len(self.steps))
+            st.step_hook(self)
 
     def serve(self, step=None):
         try:
