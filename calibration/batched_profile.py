@@ -22,7 +22,7 @@ class Grid:
     query_tokens: tuple[int, ...] = (1, 3)
     context_lens: tuple[int, ...] = (160, 320)
     prefill_lens: tuple[int, ...] = (160, 320)
-    prefill_batches: tuple[int, ...] = (1, 2)
+    prefill_batches: tuple[int, ...] = (1,)
     warmup: int = 1
     repeats: int = 3
 

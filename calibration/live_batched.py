@@ -221,7 +221,7 @@ class BatchedServer:
         return items
 
     def verify(self, rows: list[Running], plan: list[tuple[str | None, int, Proposal | None]],
-               t_draft: float, t_verify0: float, kind: str) -> tuple[int, int]:
+               t_draft: float, t_verify0: float) -> tuple[int, int]:
         """One batched target forward over `rows` ([last token] + proposal each); accept greedily, emit,
         feed the policy back. Returns (proposed, accepted) totals."""
         if not rows:
@@ -295,7 +295,7 @@ class BatchedServer:
         got = self.drafts.collect() if items else {}
         t1 = self.now()
         plan = [(d, k, got.get(r.req.id)) for r, (d, k) in zip(rows, choices)]
-        p, a = self.verify(rows, plan, t1 - t0, t1, "verify" if items else "decode")
+        p, a = self.verify(rows, plan, t1 - t0, t1)
         self.steps.append(BatchStepRecord("verify" if self.policy is not None else "decode", t0, self.now(),
                                           len(rows), draft_s=t1 - t0, verify_s=self.now() - t1,
                                           drafted_seqs=len(items), proposed=p, accepted=a))

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from calibration.batched_profile import Grid, measure_points
-from calibration.live import LiveConfig, LiveMode, LiveRun, live_metrics, machine_load, rel_err, refuse_oracle, sim_metrics
+from calibration.live import LiveConfig, LiveMode, LiveRun, _usage, live_metrics, machine_load, rel_err, refuse_oracle, sim_metrics
 from calibration.live_batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
 
 PLACEMENTS = {"ar": "one", "sd": "one", "sd2": "both", "psd": "psd"}
@@ -244,6 +244,7 @@ def run_batched_live(cfg: BatchedLiveConfig, *, models: LiveModels | None = None
     threads0 = torch.get_num_threads()
     remote, failure, profiles = None, None, {}
     runs: list[tuple[BatchMode, Any, list, float, float, float]] = []
+    old_term = _sigterm_raises()
     try:
         if "psd" in placements:
             remote = RemoteDrafts(m.setup)
@@ -274,10 +275,32 @@ def run_batched_live(cfg: BatchedLiveConfig, *, models: LiveModels | None = None
     finally:
         if remote is not None:
             remote.close()
+        _restore_sigterm(old_term)
         if affinity0 is not None:
             os.sched_setaffinity(0, affinity0)
         torch.set_num_threads(threads0)
     return _assemble(cfg, runs, profiles, drafters, m.target, ids, categories, eos, failure, serve, remote, say)
+
+
+def _sigterm_raises():
+    """SIGTERM ends the run like Ctrl-C (cleanup runs, the drafter process is stopped); returns the old handler."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _restore_sigterm(old) -> None:
+    import signal
+
+    if old is not None:
+        signal.signal(signal.SIGTERM, old)
 
 
 def load_live_models(cfg: BatchedLiveConfig, specs: list[str]) -> LiveModels:
@@ -327,7 +350,7 @@ def _assemble(cfg, runs, profiles, drafters, lm, ids, categories, eos, failure, 
             "steps_total": int(sum(len(r.steps) for r in reqs)),
             "server_steps": _step_counts(server.steps),
             "phases_per_step": _phase_means(server.steps, ("decode", "verify", "psd", "psd-fallback")),
-            "drafter_usage_live": _usage(reqs)}
+            "drafter_usage_live": _usage(LiveRun(LiveMode(mode.name, mode.policy), reqs, before, after))}
         if len(reqs) == len(ids):
             live_run = LiveRun(LiveMode(mode.name, mode.policy), reqs, before, after)
             meas = live_metrics(live_run, n_tok)
@@ -380,15 +403,6 @@ def _step_counts(steps) -> dict[str, int]:
     out: dict[str, int] = {}
     for s in steps:
         out[s.kind] = out.get(s.kind, 0) + 1
-    return out
-
-
-def _usage(reqs) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in reqs:
-        for s in r.steps:
-            key = s.drafter or "none"
-            out[key] = out.get(key, 0) + 1
     return out
 
 

@@ -67,8 +67,21 @@ def pin(cores: tuple[int, ...] | None, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def drafter_main(conn, setup: DrafterSetup) -> None:
-    """The drafter process: load, answer prefill / draft / remove / sweep requests until 'stop'."""
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent dies, however the parent ends (even SIGKILL)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def drafter_main(conn, setup: DrafterSetup, parent_pid: int) -> None:
+    """The drafter process: load, answer prefill / draft / remove / sweep requests until 'stop' or until the
+    parent is gone."""
+    _die_with_parent()
     try:
         pin(setup.cores, setup.threads)
         drafters, eos = _resolve(setup.loader)(*setup.loader_args)
@@ -76,6 +89,9 @@ def drafter_main(conn, setup: DrafterSetup) -> None:
         conn.send(("ready", {"pid": os.getpid(), "drafters": list(engine.names),
                              "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}))
         while True:
+            while not conn.poll(1.0):
+                if os.getppid() != parent_pid:
+                    return
             msg = conn.recv()
             op = msg[0]
             if op == "stop":
@@ -108,7 +124,7 @@ class RemoteDrafts:
         ctx = mp.get_context("spawn")
         self.setup = setup
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=drafter_main, args=(child, setup), daemon=True, name="draftsim-drafter")
+        self.process = ctx.Process(target=drafter_main, args=(child, setup, os.getpid()), daemon=True, name="draftsim-drafter")
         self.process.start()
         child.close()
         self.busy_s = 0.0  # drafter-side seconds of the last reply
@@ -243,7 +259,7 @@ class PSDServer(BatchedServer):
                 plan.append((d, k, got_new.get(r.req.id)))
             else:
                 plan.append((None, 0, None))
-        p, a = self.verify(V, plan, pre_draft, t1, "psd")
+        p, a = self.verify(V, plan, pre_draft, t1)
         t2 = self.now()
         got_d = self.drafts.collect() if items_d else {}
         t3 = self.now()

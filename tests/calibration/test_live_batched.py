@@ -47,6 +47,17 @@ def _prompts(n, seed=1):
     return [(f"r{i}", [int(x) for x in rng.integers(8, 300, size=int(rng.integers(4, 24)))]) for i in range(n)]
 
 
+def _live_models(tiny, prompts) -> LiveModels:
+    """The tiny models as a live run's models; the drafter process rebuilds the same drafters."""
+    from types import SimpleNamespace
+
+    from calibration.psd_workers import DrafterSetup
+
+    model, drafters, eos = tiny
+    return LiveModels(SimpleNamespace(model=model), drafters, eos, DrafterSetup(loader=TINY_LOADER, cores=None),
+                      prompts)
+
+
 def _reference(model, prompts, n, eos):
     from calibration.live_decode import serve_request
 
@@ -140,24 +151,15 @@ def test_bad_modes_and_configs_say_what_is_expected():
 
 def test_psd_run_is_lossless_and_predicted_step_for_step(tiny, tmp_path):
     """Full pipeline on tiny models: AR, SD, PSD and a bandit, profiles, traces, predictions, report files."""
-    from calibration.psd_workers import DrafterSetup
     from experiments.live_batched_report import finish_report, write_batched_report
 
-    model, drafters, eos = tiny
-
-    class Target:
-        pass
-
-    target = Target()
-    target.model = model
+    model, _, eos = tiny
     prompts = _prompts(4)
-    setup = DrafterSetup(loader=TINY_LOADER, cores=None)
     cfg = BatchedLiveConfig(workload="tiny", num_requests=4, max_new_tokens=10,
                             modes=["ar", "sd:layers:2:2", "psd:layers:2:2"],
                             policies=[{"name": "ucb", "drafters": ["layers2", "ngram"], "k": 2}],
                             max_num_seqs=2, clients=2, grid=SMALL_GRID)
-    report = finish_report(run_batched_live(cfg, models=LiveModels(target, drafters, eos, setup, prompts),
-                                            progress=False), "pytest")
+    report = finish_report(run_batched_live(cfg, models=_live_models(tiny, prompts), progress=False), "pytest")
     assert report["drafter_failure"] is None and report["target_argmax_mismatches"] == 0
     for name, row in report["modes"].items():
         assert row["lossless"] and row["requests_finished"] == 4, name
@@ -176,17 +178,8 @@ def test_psd_run_is_lossless_and_predicted_step_for_step(tiny, tmp_path):
 
 
 def test_killed_drafter_in_a_full_run_is_in_the_report(tiny, tmp_path):
-    from calibration.psd_workers import DrafterSetup
     from experiments.live_batched_report import finish_report, markdown
 
-    model, drafters, eos = tiny
-
-    class Target:
-        pass
-
-    target = Target()
-    target.model = model
-    setup = DrafterSetup(loader=TINY_LOADER, cores=None)
     killed = []
 
     def kill_drafter(server):
@@ -196,8 +189,7 @@ def test_killed_drafter_in_a_full_run_is_in_the_report(tiny, tmp_path):
 
     cfg = BatchedLiveConfig(workload="tiny", num_requests=4, max_new_tokens=10, modes=["ar", "psd:layers:2:2"],
                             max_num_seqs=2, clients=2, grid=SMALL_GRID, psd_step_hook=kill_drafter)
-    report = finish_report(run_batched_live(cfg, models=LiveModels(target, drafters, eos, setup, _prompts(4)),
-                                            progress=False), "pytest")
+    report = finish_report(run_batched_live(cfg, models=_live_models(tiny, _prompts(4)), progress=False), "pytest")
     fail = report["drafter_failure"]
     assert killed and fail["mode"] == "PSD-layers2-k2" and "died" in fail["error"] and "-9" in fail["error"]
     assert len(fail["finished_requests"]) + len(fail["unfinished_requests"]) == 4 and fail["unfinished_requests"]
