@@ -206,8 +206,9 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-def test_ctrl_c_leaves_no_drafter_process(tmp_path):
-    """SIGINT to a run in progress: the command exits and its drafter process is gone."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_or_killed_command_leaves_no_drafter_process(tmp_path, sig):
+    """Ctrl-C (SIGINT) or even SIGKILL to a command in progress: it exits and its drafter process is gone."""
     script = tmp_path / "run.py"
     pidfile = tmp_path / "drafter.pid"
     script.write_text(textwrap.dedent(f"""
@@ -234,7 +235,7 @@ def test_ctrl_c_leaves_no_drafter_process(tmp_path):
         time.sleep(0.3)
         child = int(pidfile.read_text())
         assert _alive(child)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         proc.wait(timeout=60)
         deadline = time.monotonic() + 10
         while _alive(child) and time.monotonic() < deadline:
