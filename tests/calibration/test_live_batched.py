@@ -96,7 +96,8 @@ def test_padded_batch_equals_each_sequence_alone(tiny, lens, new, cut):
 @pytest.mark.parametrize("policy", [None, {"name": "fixed", "drafter": "layers2", "k": 3},
                                     {"name": "fixed", "drafter": "ngram", "k": 3},
                                     {"name": "ucb", "drafters": ["layers2", "ngram"], "k": 2},
-                                    {"name": "adaptive-k", "drafter": "layers2"}])
+                                    {"name": "adaptive-k", "drafter": "layers2"},
+                                    {"name": "combine-match", "eagle": "layers2", "k_eagle": 2, "k_ngram": 3}])
 def test_batched_server_is_lossless_for_every_policy(tiny, policy):
     from calibration.draft_engine import DraftEngine
     from calibration.live_batched import BatchedServer, LocalDrafts, ServeConfig
