@@ -217,7 +217,6 @@ class PSDServer(BatchedServer):
     def __init__(self, *args, step_hook: Callable[[Any], None] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.psd = PSDState(step_hook=step_hook)
-        self.want_rows = bool(self.policy is not None and self.policy.learns)
 
     def assign_side(self, r: Running) -> None:
         """Join the side drafted next step unless it already has more (the simulator's balance rule)."""
