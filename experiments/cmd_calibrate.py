@@ -14,6 +14,7 @@ def register(subparsers) -> None:
     _register_pool_report(sub)
     _register_vllm(sub)
     _register_live(sub)
+    _register_live_batched(sub)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
@@ -339,6 +340,55 @@ def _run_live(args: argparse.Namespace) -> int:
     else:
         print(format_table(report))
         print(report["note"])
+    bad = [m for m, r in report["modes"].items() if not r["lossless"]]
+    if bad:
+        return _fail(f"not lossless: {bad} emitted tokens other than the target's greedy output")
+    return 0
+
+
+def _register_live_batched(sub) -> None:
+    a = sub.add_parser("live-batched", help="batched AR/SD/two-device PSD and policies on the real models, "
+                       "measured against the simulator")
+    a.add_argument("--workload", required=True, help="chat, code, code-edit, math or summarization")
+    a.add_argument("--requests", type=int, default=8)
+    a.add_argument("--max-new-tokens", type=int, default=48, help="tokens every request emits (EOS forbidden)")
+    a.add_argument("--modes", default="ar,sd:int8:2,sd2:int8:2,psd:int8:2",
+                   help="comma list of ar, sd:<drafter>:<k> (target's core), sd2:<drafter>:<k> (SD on both cores), "
+                   "psd:<drafter>:<k> (drafter process on the draft core)")
+    a.add_argument("--policy", action="append", default=[],
+                   help="an extra SD mode driven by this policy, YAML, e.g. '{name: ucb, drafters: [int8, ngram], k: 2}'")
+    a.add_argument("--drafters", default="int8,ngram", help="drafter specs the --policy modes may choose from")
+    a.add_argument("--target", default="smollm2-135m-instruct")
+    a.add_argument("--max-num-seqs", type=int, default=4)
+    a.add_argument("--clients", type=int, default=4, help="closed-loop clients (0: open loop, give --arrival-rate)")
+    a.add_argument("--arrival-rate", type=float, default=0.0, help="open-loop Poisson arrivals, requests/s")
+    a.add_argument("--target-core", type=int, default=0)
+    a.add_argument("--draft-core", type=int, default=1)
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--out", required=True, help="folder for report.json, report.md and the measured traces")
+    a.set_defaults(func=_run_live_batched)
+
+
+def _run_live_batched(args: argparse.Namespace) -> int:
+    import shlex
+
+    from calibration.live import parse_policy_text
+    from calibration.live_psd import BatchedLiveConfig, run_batched_live
+    from experiments.live_batched_report import finish_report, markdown, write_batched_report
+
+    cfg = BatchedLiveConfig(workload=args.workload, num_requests=args.requests, max_new_tokens=args.max_new_tokens,
+                            modes=[m.strip() for m in args.modes.split(",") if m.strip()],
+                            policies=[parse_policy_text(t) for t in args.policy],
+                            drafters=[s.strip() for s in args.drafters.split(",") if s.strip()] if args.policy else [],
+                            target=args.target, max_num_seqs=args.max_num_seqs, clients=args.clients,
+                            arrival_rate=args.arrival_rate, target_core=args.target_core,
+                            draft_core=args.draft_core, seed=args.seed)
+    report = finish_report(run_batched_live(cfg), shlex.join(["draftsim"] + sys.argv[1:]))
+    path = write_batched_report(report, args.out)
+    print(markdown({k: v for k, v in report.items() if k != "_bundle"}))
+    print(f"wrote {path}")
+    if report["drafter_failure"]:
+        return _fail(f"drafter process failed: {report['drafter_failure']['error']}")
     bad = [m for m, r in report["modes"].items() if not r["lossless"]]
     if bad:
         return _fail(f"not lossless: {bad} emitted tokens other than the target's greedy output")

