@@ -6,9 +6,8 @@ when simulated time reaches its arrival (by the router process, or by the first 
 after that instant), from the replicas' live state, and from then on it waits in that replica's queue.
 Each replica is a full `Server`: its own scheduler, KV pool, drafter placement and seeded policy.
 
-One replica through this path reproduces the single-server engine exactly: a replica sleeps until the
-cluster's next arrival with the same arithmetic as an open-loop server, and a routed request wakes a
-sleeping replica only when it arrives before the time that replica is already sleeping towards.
+One replica through this path reproduces the single-server engine exactly: an idle replica sleeps until
+the cluster's next arrival with the same arithmetic as a single server, and takes what has arrived by then.
 """
 from __future__ import annotations
 
@@ -33,15 +32,19 @@ if TYPE_CHECKING:
 
 
 class ReplicaArrivals:
-    """A replica's arrival source: the requests the router assigned to it, in routing order."""
+    """A replica's arrival source: the requests the router assigned to it, in routing order.
+
+    An idle replica sleeps until the cluster's next arrival (whichever replica it goes to), or, when none is
+    known yet (a closed loop whose clients are all busy), until a push. Arrivals reach the cluster in time order
+    (open loop: sorted; closed loop: finish time + a constant think time), so a replica sleeping until the next
+    arrival never misses an earlier one.
+    """
 
     def __init__(self, cluster: "ClusterSimulation", replica: int):
         self.cluster, self.replica, self.env = cluster, replica, cluster.env
         self.arrival: np.ndarray | None = None
         self.queue: deque[int] = deque()
         self._event: simpy.Event | None = None
-        self._next: float | None = None  # what next_time() last answered
-        self._sleep_until: float | None = None  # the arrival the server sleeps towards (None: only a push wakes it)
 
     def attach(self, arrival: np.ndarray) -> None:
         """The replica's arrival-time array, filled as requests are routed to it."""
@@ -52,9 +55,8 @@ class ReplicaArrivals:
         """The router gives request `i` (arrived at `t`) to this replica."""
         self.arrival[i] = t
         self.queue.append(i)
-        ev = self._event
-        if ev is not None and not ev.triggered and (self._sleep_until is None or t < self._sleep_until):
-            ev.succeed()
+        if self._event is not None and not self._event.triggered:
+            self._event.succeed()
 
     def pull(self, now: float) -> deque[int]:
         """Everything routed here so far (routing everything due by `now` first)."""
@@ -64,16 +66,14 @@ class ReplicaArrivals:
         return out
 
     def next_time(self) -> float | None:
-        self._next = self.cluster.source.next_time()
-        return self._next
+        return self.cluster.source.next_time()
 
     def on_finish(self, i: int, t: float) -> None:
         self.cluster.on_finish(i, t)
 
     def wakeup(self) -> simpy.Event:
-        """An event a push fires when it brings a request earlier than the arrival the server sleeps towards."""
+        """An event the next push fires."""
         self._event = self.env.event()
-        self._sleep_until = self._next
         return self._event
 
 

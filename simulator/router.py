@@ -107,7 +107,7 @@ class Affinity(Router):
         j = least_outstanding(replicas)
         if home is None:
             self.home[key] = j
-        else:
+        elif j != home:
             self.overflows += 1
         return j
 

@@ -98,12 +98,10 @@ class Server:
                 self.on_step(st.n_finished)
 
     def _idle(self):
-        """Sleep until the next known arrival, or until a push wakes the server (whichever comes first)."""
         nxt = self.arrivals.next_time()
-        ev = self.arrivals.wakeup()
         if nxt is not None:
-            timeout = self.env.timeout(max(0.0, nxt - self.env.now))
-            return timeout if ev is None else timeout | ev
+            return self.env.timeout(max(0.0, nxt - self.env.now))
+        ev = self.arrivals.wakeup()
         if ev is None:
             raise RuntimeError("engine stalled: requests left but none running, waiting or arriving")
         return ev
