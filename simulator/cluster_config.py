@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 ROUTERS = ("round_robin", "least_outstanding", "least_kv", "affinity")
 AFFINITY_KEYS = ("category", "trace", "client")
@@ -44,7 +44,7 @@ class RouterSpec(_Strict):
 class ClusterSpec(_Strict):
     """N replicas of the run's server in one simulation behind a router."""
 
-    replicas: int | list[dict[str, Any]] = Field(description=(
+    replicas: StrictInt | list[dict[str, Any]] = Field(description=(
         "number of identical replicas, or one mapping of server overrides per replica ({} = the run's server)"))
     router: RouterSpec = RouterSpec()
 
@@ -52,7 +52,7 @@ class ClusterSpec(_Strict):
     def _replicas(self) -> "ClusterSpec":
         from simulator.server_config import ServerConfig
 
-        if isinstance(self.replicas, bool) or (isinstance(self.replicas, int) and self.replicas < 1):
+        if isinstance(self.replicas, int) and self.replicas < 1:
             raise ValueError(f"replicas: expected an integer >= 1 or a list of server overrides, got {self.replicas!r}")
         if isinstance(self.replicas, list):
             if not self.replicas:
