@@ -6,7 +6,8 @@ Workload: chat-like requests replayed from the built-in default bundle (EAGLE-3-
 a closed loop of 64 clients (64 concurrent requests), Llama-3.1-8B / H100 published profile.
 Figures: wall and CPU seconds, request-steps per CPU second (one request taking part in one
 verify/decode step), the SD/AR cost ratio, and peak RSS for the large run. Nothing is asserted:
-targets (1,000,000 request-steps/s, < 2 GB for 100,000 requests) are compared in the output.
+targets (SD 1,000,000 and AR 1,500,000 request-steps per CPU-s, < 2 GB for 100,000 requests) are
+compared in the output.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from experiments.config import load_config
 from experiments.run import engine_workload, prepare, resolve_bundle, run_experiment, simulate_run
 from traces.workload import WorkloadSpec, workload_and_bundle
 
-TARGET_RATE = 1_000_000
+TARGET_RATE = {"AR": 1_500_000, "SD-k3": 1_000_000}  # request-steps per CPU second (issue 8)
 TARGET_RSS_GB = 2.0
 
 
@@ -68,8 +69,8 @@ def main() -> None:
     for r in (ar, sd):
         print(f"  {r['name']:6s} {r['request_steps']:>9,} request-steps; end to end wall {r['wall_s']:5.2f} s, "
               f"cpu {r['cpu_s']:5.2f} s ({r['rate_cpu']:,.0f}/cpu-s); engine alone cpu {r['engine_cpu_s']:5.2f} s "
-              f"({r['rate_engine']:,.0f}/cpu-s; target {TARGET_RATE:,}: "
-              f"{'met' if r['rate_engine'] >= TARGET_RATE else 'NOT met'})")
+              f"({r['rate_engine']:,.0f}/cpu-s; target {TARGET_RATE[r['name']]:,}: "
+              f"{'met' if r['rate_engine'] >= TARGET_RATE[r['name']] else 'NOT met'})")
     ratio = (sd["engine_cpu_s"] / sd["request_steps"]) / (ar["engine_cpu_s"] / ar["request_steps"])
     print(f"  SD/AR engine cpu per request-step: {ratio:.2f}x")
     if args.big:

@@ -9,7 +9,7 @@ import numpy as np
 
 from policies.base import NO_DRAFT, BatchFeedback, BatchView, FixedPolicy, Policy
 from simulator.acceptance_table import AcceptanceTable
-from simulator.pricing import _sel, groups
+from simulator.pricing import masked, groups
 from simulator.request_state import RequestState
 from simulator.workload_arrays import EngineWorkload
 from traces.acceptance import accepted_drafts
@@ -108,14 +108,14 @@ class Drafting:
             flat = self.table.flat_index(tix, pos)
         for di, mask in grp:
             d = self.drafters[di]
-            prop = _sel(proposed, mask)
+            prop = masked(proposed, mask)
             if self.verification == "sampled" and d in self.table.tv:
                 kmax = int(prop.max())
                 if kmax == 0:
                     continue
-                got = self._sampler(self.table.tv_window(d, _sel(tix, mask), _sel(pos, mask), kmax), prop, self.rng)
+                got = self._sampler(self.table.tv_window(d, masked(tix, mask), masked(pos, mask), kmax), prop, self.rng)
             else:
-                got = accepted_drafts(self.table.acc_len[d][_sel(flat, mask)], prop)
+                got = accepted_drafts(self.table.acc_len[d][masked(flat, mask)], prop)
             if mask is None:
                 acc = np.asarray(got, dtype=np.int64)
             else:

@@ -72,14 +72,14 @@ class Pricing:
         if len(idx) == 0:
             return 0.0, used
         for di, mask in groups:
-            prop = _sel(proposed, mask)
+            prop = masked(proposed, mask)
             active = prop > 0
             n = int(np.count_nonzero(active))
             if n == 0:
                 continue
-            members = _sel(idx, mask)
-            kk = _sel(k, mask)
-            cx = None if ctx is None else _sel(ctx, mask)
+            members = masked(idx, mask)
+            kk = masked(k, mask)
+            cx = None if ctx is None else masked(ctx, mask)
             if n < len(prop):
                 prop, members, kk = prop[active], members[active], kk[active]
                 cx = None if cx is None else cx[active]
@@ -133,5 +133,6 @@ def groups(d_idx: np.ndarray):
     return [(int(di), d_idx == di) for di in np.unique(d_idx) if di != NO_DRAFT]
 
 
-def _sel(a: np.ndarray, mask):
+def masked(a: np.ndarray, mask):
+    """`a` where `mask` (None: all of it)."""
     return a if mask is None else a[mask]

@@ -35,7 +35,8 @@ REQUEST_COLUMNS: dict[str, tuple[str, str]] = {
 STEP_COLUMNS: dict[str, tuple[str, str]] = {
     "step": ("int64", "step number on this server, from 0"),
     "device": ("str", "'target' or 'drafter' (the dedicated draft GPU in PSD)"),
-    "phase": ("str", "'prefill', 'decode' (AR), 'draft', 'verify', or 'mixed' (prefill + decode/verify)"),
+    "phase": ("str", "'prefill' (on the drafter: its own prefill), 'decode' (AR), 'draft', 'verify', 'mixed' "
+                     "(prefill + decode/verify), or 'sync' (PSD: after both phases)"),
     "start": ("float64", "slice start"),
     "end": ("float64", "slice end"),
     "num_seqs": ("int64", "sequences in the slice"),

@@ -35,9 +35,7 @@ class RequestState:
         self.first_sched = np.full(n, np.nan)
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
-        self.decode_steps = np.zeros(n, dtype=np.int64)
-        self.n_proposed = np.zeros(n, dtype=np.int64)
-        self.n_accepted = np.zeros(n, dtype=np.int64)
+        self.verify_counts = StepCounters(n)  # decode steps, proposed and accepted drafts per request
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.started = np.zeros(n, dtype=bool)
         self.usage = np.zeros(num_drafters + 1, dtype=np.int64)  # per drafter; last slot: no drafter
@@ -52,3 +50,47 @@ class RequestState:
     def arrive(self, i: int) -> None:
         self.status[i] = WAITING
         self.waiting.append(i)
+
+
+class StepCounters:
+    """Per-request sums over verify/decode steps (steps taken, drafts proposed, drafts accepted).
+
+    Steps append their index arrays; the sums are formed in batches with bincount (a few per run), which
+    is cheaper than three scattered read-modify-writes per step and keeps memory bounded.
+    """
+
+    FLUSH_ENTRIES = 1 << 16
+
+    def __init__(self, n: int):
+        self.n = n
+        self._steps = np.zeros(n, dtype=np.int64)
+        self._proposed = np.zeros(n, dtype=np.int64)
+        self._accepted = np.zeros(n, dtype=np.int64)
+        self._idx: list[np.ndarray] = []
+        self._drafted: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending = 0
+
+    def add(self, idx: np.ndarray, proposed: np.ndarray | None, accepted: np.ndarray | None) -> None:
+        """One step over requests `idx`; proposed/accepted None when nothing was drafted."""
+        self._idx.append(idx)
+        if proposed is not None:
+            self._drafted.append((idx, proposed, accepted))
+        self._pending += len(idx)
+        if self._pending >= self.FLUSH_ENTRIES:
+            self._flush()
+
+    def _flush(self) -> None:
+        n = self.n
+        if self._idx:
+            self._steps += np.bincount(np.concatenate(self._idx), minlength=n)
+        if self._drafted:
+            idx = np.concatenate([d[0] for d in self._drafted])
+            for out, j in ((self._proposed, 1), (self._accepted, 2)):
+                w = np.concatenate([d[j] for d in self._drafted])
+                out += np.bincount(idx, weights=w, minlength=n).astype(np.int64)
+        self._idx, self._drafted, self._pending = [], [], 0
+
+    def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(decode steps, proposed drafts, accepted drafts) per request so far."""
+        self._flush()
+        return self._steps, self._proposed, self._accepted

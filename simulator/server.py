@@ -123,6 +123,7 @@ class Server:
 
     def result(self) -> SimResult:
         st, wl = self.state, self.wl
+        decode_steps, proposed, accepted = st.verify_counts.totals()
         out = wl.output_len
         tpot = np.where(out > 1, (st.finish - st.first_token) / np.maximum(out - 1, 1), np.nan)
         req = {
@@ -139,9 +140,9 @@ class Server:
             "tpot": tpot,
             "e2e": st.finish - st.arrival,
             "queue_delay": st.first_sched - st.arrival,
-            "decode_steps": st.decode_steps,
-            "proposed_tokens": st.n_proposed,
-            "accepted_tokens": st.n_accepted,
+            "decode_steps": decode_steps,
+            "proposed_tokens": proposed,
+            "accepted_tokens": accepted,
             "preemptions": st.preemptions,
             "sub_batch": st.flag if self.mode == "psd" else np.full(len(wl), -1, dtype=np.int64),
         }
@@ -156,7 +157,7 @@ class Server:
             "kv_peak_blocks": pool.peak,
             "block_size": pool.block_size,
             "steps": self.outcome.step_no,
-            "request_steps": int(st.decode_steps.sum()),
+            "request_steps": int(decode_steps.sum()),
             "drafter_usage": usage,
             "psd_fallback_steps": self.executor.fallback_steps,
             "max_num_seqs": self.max_num_seqs,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from policies.base import NO_DRAFT
-from simulator.pricing import _sel
+from simulator.pricing import masked
 from simulator.records import STEP_COLUMNS, ColumnBuffer
 from simulator.request_state import FINISHED
 from simulator.step import Step
@@ -39,10 +39,8 @@ class StepOutcome:
             new_gen = gen + emitted
             st.gen[dec] = new_gen
             done_dec = dec[new_gen >= out]
-            st.decode_steps[dec] += 1
-            if grp:  # nothing proposed or accepted without a drafter
-                st.n_proposed[dec] += s.proposed
-                st.n_accepted[dec] += s.accepted  # as verification reports it, before the max-tokens cut
+            # accepted as verification reports it, before the max-tokens cut; nothing drafted without a drafter
+            st.verify_counts.add(dec, s.proposed if grp else None, s.accepted if grp else None)
             n_drafted = 0
             for di, mask in grp:
                 c = len(dec) if mask is None else int(np.count_nonzero(mask))
@@ -51,10 +49,10 @@ class StepOutcome:
             st.usage[-1] += len(dec) - n_drafted
             if n_drafted:
                 drafted = None if n_drafted == len(dec) else s.d_idx != NO_DRAFT
-                st.last_drafter[_sel(dec, drafted)] = _sel(s.d_idx, drafted)
+                st.last_drafter[masked(dec, drafted)] = masked(s.d_idx, drafted)
                 if drafting.learns:
-                    drafting.feedback(_sel(dec, drafted), _sel(gen, drafted), _sel(s.d_idx, drafted),
-                                      _sel(s.k, drafted), _sel(s.proposed, drafted), _sel(s.accepted, drafted),
+                    drafting.feedback(masked(dec, drafted), masked(gen, drafted), masked(s.d_idx, drafted),
+                                      masked(s.k, drafted), masked(s.proposed, drafted), masked(s.accepted, drafted),
                                       s.duration)
         srv.executor.after(s)
         first_tokens = 0

@@ -25,13 +25,19 @@ class SDExecutor:
             t, n, tokens, kv = pricing.target_time(EMPTY, EMPTY, pre, chunk)
             return prefill_step(now, pre, chunk, t, pricing.overhead, kv, tokens)
         run = st.running_array()
-        dec_mask = st.prefill_left[run] == 0
-        dec = run[dec_mask]
+        if st.prefilling:
+            dec_mask = st.prefill_left[run] == 0
+            dec = run[dec_mask]
+        else:  # the common case: everyone running decodes
+            dec_mask, dec = None, run
         ctx = pricing.context(dec)
         kv_est = int(ctx.sum())
         d_idx, k, proposed, flat = drafting.choose(dec, now, pricing.estimator(len(dec), kv_est, 0, False))
-        need = np.zeros(len(run), dtype=np.int64)
-        need[dec_mask] = sched.pool.blocks_for(ctx + proposed)
+        if dec_mask is None:
+            need = sched.pool.blocks_for(ctx + proposed)
+        else:
+            need = np.zeros(len(run), dtype=np.int64)
+            need[dec_mask] = sched.pool.blocks_for(ctx + proposed)
         keep, preempted = sched.reserve(run, need)
         if preempted:
             kept = np.isin(dec, run[:keep])
