@@ -133,6 +133,7 @@ class ClusterSimulation:
         self.router = make_router(router)
         self.arrival = workload.arrival.astype(np.float64).copy()
         self.source = arrivals_for(workload, self.arrival)
+        self.closed_loop = isinstance(self.source, ClosedLoopArrivals)
         self.assigned = np.full(len(workload), -1, dtype=np.int64)
         self.n_routed = 0
         self.replicas: list[Replica] = []
@@ -155,7 +156,7 @@ class ClusterSimulation:
 
     def _route(self, i: int) -> None:
         wl = self.wl
-        client = int(self.source.client_of[i]) if isinstance(self.source, ClosedLoopArrivals) else -1
+        client = int(self.source.client_of[i]) if self.closed_loop else -1
         info = RequestInfo(i, wl.categories[i], self.table.trace_ids[int(wl.trace_index[i])], client)
         j = self.router.route(info, self.replicas)
         if not 0 <= j < len(self.replicas):
@@ -167,7 +168,10 @@ class ClusterSimulation:
         rep.arrivals.push(i, float(self.arrival[i]))
 
     def on_finish(self, i: int, t: float) -> None:
-        """A replica finished request `i`: a closed loop's client submits its next one; the router re-plans."""
+        """A replica finished request `i`: a closed loop's client submits its next one and the router re-plans
+        (an open loop's arrivals are all known, so nothing changes)."""
+        if not self.closed_loop:
+            return
         self.source.on_finish(i, t)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
