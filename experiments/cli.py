@@ -16,6 +16,8 @@ COMMAND_MODULES = [
     "experiments.cmd_psd_report",
     "experiments.cmd_placement",
     "experiments.cmd_calibrate",
+    "experiments.cmd_sweep",
+    "experiments.cmd_plan",
 ]
 
 

@@ -52,7 +52,12 @@ def main(args: argparse.Namespace) -> int:
     doc, where = read_config_doc(args.config)
     if doc.get("kind") in STUDY_KINDS:
         return _run_study(args, doc, where, console)
+    if doc.get("kind") == "plan":
+        raise ValueError(f"{where}: a capacity plan; run it with `draftsim plan {args.config}`")
     cfg = load_config(args.config, args.overrides, args.seed)
+    if cfg.sweep is not None:  # an experiment with a sweep: block is run point by point
+        raise ValueError(f"{where}: has a sweep: block; run it with `draftsim sweep {args.config}` "
+                         "(serial, process pool or Ray; resumable)")
     out = None if args.no_out else Path(args.out or Path("results") / cfg.name)
     res = run_experiment(cfg, out=out, progress=not args.no_progress and not args.json, console=console)
     if args.json:

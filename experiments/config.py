@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from experiments.sweep.spec import SweepSpec
 from simulator.cluster_config import ClusterSpec
 from simulator.server_config import RunSpec, ServerConfig
 
@@ -41,6 +42,7 @@ class ExperimentConfig(BaseModel):
     baseline: str | None = Field(None, description="run that speedups are relative to (default: the first)")
     slo: SLO = SLO()
     timeline_max_steps: int = Field(2000, ge=0, description="steps per run written to the Perfetto timeline")
+    sweep: SweepSpec | None = Field(None, description="grid/random sweep over config keys (draftsim sweep)")
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":

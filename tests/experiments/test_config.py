@@ -89,5 +89,9 @@ def test_every_builtin_config_validates(name):
         from experiments.psd_report import load_config as load_study
 
         assert load_study(where) is not None
+    elif doc.get("kind") == "plan":
+        from experiments.plan_config import load_plan_config
+
+        assert load_plan_config(name).candidates.modes
     else:
         assert load_config(name).runs

@@ -1,0 +1,221 @@
+"""The `draftsim plan` config: traffic, SLOs, the bisection rule and the candidate space, validated up front.
+
+    name: plan_llama8b
+    base: default                      # experiment config giving traces, drafters and server defaults
+    traffic: {target_rate: 20, arrival: poisson, num_requests: 300}     # or gamma {cv}, replay {file}
+    slo: {ttft_s: 2.0, tpot_s: 0.05, e2e_s: null, attainment: 0.99}
+    search: {seeds: 3, steps: 5, min_passing: 3, rate_max: null}
+    candidates:
+      target: llama3.1-8b
+      gpus: [h100-80gb, a100-80gb]
+      tp: [1, 2]
+      replicas: [1]
+      modes: [{name: AR, mode: ar}, {name: eagle3-k3, mode: sd, policy: {name: fixed, drafter: eagle3, k: 3}}]
+      scheduler: {max_num_seqs: [64, 128]}
+    prices: {usd_per_gpu_hour: {h100-80gb: 2.5}}
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from experiments.config import ConfigError, _format_errors
+from simulator.server_config import PSDConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Traffic(_Strict):
+    """What the deployment must serve. The search scales the arrival rate; everything else stays fixed."""
+
+    target_rate: float | None = Field(None, gt=0, description="req/s to provision for (replay: default = the "
+                                                                 "recorded trace's mean rate)")
+    arrival: Literal["poisson", "gamma", "replay"] = "poisson"
+    cv: float | None = Field(None, gt=0, description="gamma: coefficient of variation of inter-arrival gaps")
+    file: str | None = Field(None, description="replay: recorded arrival times, one per line (s); the search "
+                                               "rescales them in time to each rate")
+    num_requests: int | None = Field(None, ge=1, description="requests per simulation (default: the base config's)")
+    lengths: dict[str, Any] | None = Field(None, description="workload.lengths (default: the base config's)")
+    sample: dict[str, Any] | None = Field(None, description="workload.sample (default: the base config's)")
+
+    @model_validator(mode="after")
+    def _kind(self) -> "Traffic":
+        if self.arrival == "gamma" and self.cv is None:
+            raise ValueError("traffic.cv: required for gamma arrivals")
+        if self.arrival != "gamma" and self.cv is not None:
+            raise ValueError("traffic.cv: only gamma arrivals take a cv")
+        if self.arrival == "replay" and not self.file:
+            raise ValueError("traffic.file: replay needs a file of recorded arrival times (the bundle's own times "
+                             "cannot be rescaled to other rates)")
+        if self.arrival != "replay" and self.file is not None:
+            raise ValueError("traffic.file: only replay arrivals take a file")
+        if self.arrival != "replay" and self.target_rate is None:
+            raise ValueError("traffic.target_rate: required (requests per second to provision for)")
+        return self
+
+
+class PlanSLO(_Strict):
+    """Latency bounds (seconds, None = unbounded) and the fraction of requests that must meet all of them."""
+
+    ttft_s: float | None = Field(None, gt=0)
+    tpot_s: float | None = Field(None, gt=0)
+    e2e_s: float | None = Field(None, gt=0)
+    attainment: float = Field(0.99, gt=0, le=1, description="fraction of requests within every bound (0.99: p99)")
+
+    @model_validator(mode="after")
+    def _detects_overload(self) -> "PlanSLO":
+        if self.ttft_s is None and self.e2e_s is None:
+            raise ValueError("slo: give ttft_s or e2e_s: under overload queues grow without bound but TPOT does "
+                             "not, so a TPOT bound alone cannot tell a sustainable rate from an unsustainable one")
+        return self
+
+    def bounds(self) -> dict[str, float | None]:
+        return {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s}
+
+
+class Search(_Strict):
+    """Bisection on the arrival rate: a rate is sustainable when at least `min_passing` of `seeds` meet the SLO."""
+
+    seeds: int = Field(3, ge=1, le=100)
+    steps: int = Field(5, ge=1, le=30, description="bisection steps after the ceiling check")
+    min_passing: int | None = Field(None, ge=1, description="seeds that must meet the SLO (default: all)")
+    rate_max: float | None = Field(None, gt=0, description="search ceiling, req/s (default: the capacity)")
+    cap_at_capacity: bool = Field(True, description="a rate above the capacity (throughput of the workload served "
+                                                    "as one offline batch) is never sustainable: a finite run can "
+                                                    "meet the SLO above it, but its queue grows without bound")
+    curve_fractions: list[float] = Field([0.25, 0.5, 0.75], description="after the search, one more simulation "
+                                         "(first seed) at each fraction of the max rate, for the latency curves")
+
+    @model_validator(mode="after")
+    def _passing(self) -> "Search":
+        if any(not 0 < f < 1 for f in self.curve_fractions):
+            raise ValueError(f"search.curve_fractions: expected fractions in (0, 1), got {self.curve_fractions}")
+        if self.min_passing is not None and self.min_passing > self.seeds:
+            raise ValueError(f"search.min_passing: {self.min_passing} is more than search.seeds ({self.seeds})")
+        return self
+
+    @property
+    def required(self) -> int:
+        return self.min_passing if self.min_passing is not None else self.seeds
+
+
+class Mode(_Strict):
+    """One serving mode: a run of the experiment model (AR / SD / PSD with a policy) and where the drafter lives."""
+
+    name: str = Field(min_length=1)
+    mode: Literal["ar", "sd", "psd"]
+    policy: dict[str, Any] | None = None
+    psd: PSDConfig | None = None
+    switch_cost_s: float = Field(0.0, ge=0)
+    drafter_model: str | None = Field(None, description="catalog model of the drafter, for its memory (None: "
+                                                        "not counted, e.g. an n-gram or a head too small to matter)")
+    placement: Literal["colocated", "dedicated"] | None = Field(None, description="default: colocated for sd, "
+                                                                                  "dedicated for psd")
+    drafter_gpus: int = Field(1, ge=1, description="GPUs of a dedicated drafter")
+
+    @model_validator(mode="after")
+    def _placement(self) -> "Mode":
+        if self.mode == "psd" and self.placement == "colocated":
+            raise ValueError(f"modes[{self.name}].placement: PSD drafts on a dedicated GPU")
+        if self.mode == "ar" and (self.drafter_model or self.placement):
+            raise ValueError(f"modes[{self.name}]: an AR mode has no drafter")
+        return self
+
+    @property
+    def where(self) -> str:
+        return self.placement or ("dedicated" if self.mode == "psd" else "colocated")
+
+    @property
+    def draft_gpus(self) -> int:
+        return self.drafter_gpus if self.mode != "ar" and self.where == "dedicated" else 0
+
+    def run_spec(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"name": self.name, "mode": self.mode, "switch_cost_s": self.switch_cost_s}
+        if self.policy is not None:
+            doc["policy"] = self.policy
+        if self.psd is not None:
+            doc["psd"] = self.psd.model_dump(mode="json")
+        return doc
+
+
+class Candidates(_Strict):
+    """The space searched: every GPU x TP x replicas x mode x scheduler setting."""
+
+    target: str = Field(description="catalog model served")
+    gpus: list[str] = Field(min_length=1)
+    tp: list[int] = Field([1], min_length=1)
+    replicas: list[int] = Field([1], min_length=1, description="only 1 is simulated until clusters exist")
+    modes: list[Mode] = Field(min_length=1)
+    scheduler: dict[str, list[Any]] = Field(default_factory=dict, description="server key -> values (a grid)")
+    profiles: dict[str, dict[int, str]] = Field(default_factory=dict, description="measured target profiles: "
+                                                "gpu -> {tp: profile}; every other (gpu, tp) is priced by roofline")
+    roofline: dict[str, float] = Field(default_factory=dict, description="roofline knobs: mfu, bandwidth_util, "
+                                                                         "allreduce_latency_s, floor_s")
+    deployment: dict[str, Any] = Field(default_factory=dict, description="placement knobs: gpu_memory_utilization, "
+                                                                         "reserve_gib, max_model_len, ...")
+
+    @model_validator(mode="after")
+    def _unique(self) -> "Candidates":
+        names = [m.name for m in self.modes]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"candidates.modes: names must be unique, repeated: {dup}")
+        for key, seq in (("tp", self.tp), ("replicas", self.replicas)):
+            if any(v < 1 for v in seq) or len(set(seq)) != len(seq):
+                raise ValueError(f"candidates.{key}: expected distinct integers >= 1, got {seq}")
+        for key, values in self.scheduler.items():
+            if key in ("kv_capacity_tokens", "deployment", "target_profile", "num_target_gpus", "num_draft_gpus"):
+                raise ValueError(f"candidates.scheduler.{key}: set by the candidate (GPU, TP, mode), not a "
+                                 "scheduler setting")
+            if not values:
+                raise ValueError(f"candidates.scheduler.{key}: expected a non-empty list of values")
+        unknown = set(self.roofline) - {"mfu", "bandwidth_util", "allreduce_latency_s", "floor_s"}
+        if unknown:
+            raise ValueError(f"candidates.roofline: unknown key(s) {sorted(unknown)}")
+        fixed = {"target", "gpu", "num_gpus", "tp", "drafter", "drafter_placement", "drafter_gpus"}
+        if set(self.deployment) & fixed:
+            raise ValueError(f"candidates.deployment: {sorted(set(self.deployment) & fixed)} are set per candidate")
+        return self
+
+
+class Prices(_Strict):
+    file: str | None = Field(None, description="a price file like traces/data/catalog/gpu_prices.yaml")
+    usd_per_gpu_hour: dict[str, float] = Field(default_factory=dict, description="per-GPU overrides")
+
+
+class PlanConfig(_Strict):
+    """A capacity-planning question: serve this traffic within these SLOs, which candidate is cheapest?"""
+
+    kind: Literal["plan"] = "plan"
+    name: str = Field(min_length=1)
+    description: str = ""
+    seed: int = 0
+    base: str | dict[str, Any] = Field("default", description="experiment config (file, built-in name or inline) "
+                                                              "giving traces, drafters and server defaults")
+    traces: str | dict[str, Any] | None = Field(None, description="overrides the base config's traces")
+    drafters: dict[str, dict[str, Any]] | None = Field(None, description="overrides the base config's draft costs")
+    traffic: Traffic
+    slo: PlanSLO
+    search: Search = Search()
+    candidates: Candidates
+    prices: Prices = Prices()
+
+
+def load_plan_config(source: str | Path | dict[str, Any], overrides=(), where: str | None = None) -> PlanConfig:
+    """Validate a plan config file (or built-in name, or dict); `--set` overrides apply first."""
+    from experiments.config import apply_overrides, read_config_doc
+
+    if isinstance(source, dict):
+        doc, where = source, where or "<dict plan config>"
+    else:
+        doc, where = read_config_doc(source)
+    doc = apply_overrides(doc, list(overrides))
+    try:
+        return PlanConfig.model_validate(doc)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, where).replace("invalid experiment config", "invalid plan config")) \
+            from None

@@ -1,0 +1,118 @@
+"""What `draftsim plan` shows: the ranked terminal table, throughput-latency curves and the cost-vs-capacity
+Pareto plot (PNG, written atomically with the project's one figure saver)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from experiments.plots import _figure, _save
+
+PLOT_FILES = ("curves.png", "pareto.png")
+CURVES_MAX = 12  # candidates drawn in the curves (the best ranked), so lines stay readable
+
+
+def _num(v: Any, fmt: str = "{:.3g}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
+    """The ranked table, then the answer, the rule and the notes."""
+    from rich.table import Table
+
+    q = doc["question"]
+    table = Table(title=f"plan {doc['name']}: {q['target']} at {q['target_rate_req_s']:g} req/s "
+                        f"({len(doc['candidates'])} candidates)")
+    for col in ("#", "candidate", "GPUs", "$/h", "max req/s", "tok/s at max", "$/Mtok at target", "$/Mtok at max",
+                "costs", "status"):
+        table.add_column(col, justify="left" if col in ("candidate", "status", "costs") else "right")
+    rows = doc["candidates"] if limit is None else doc["candidates"][:limit]
+    for i, c in enumerate(rows, 1):
+        rate = c.get("max_rate_req_s")
+        shown = "-" if rate is None else (f"{rate:.3g}" + ("+" if c.get("at_search_ceiling") else "")
+                                          + f" ±{c['tolerance_req_s']:.2g}" * (not c.get("at_search_ceiling")))
+        table.add_row(str(i), c["id"], str(c["num_gpus"]), _num(c["usd_per_hour"], "{:.2f}"), shown,
+                      _num(c.get("throughput_tok_s_at_max_rate"), "{:,.0f}"),
+                      _num(c.get("usd_per_mtok_at_target_rate"), "{:.3f}"),
+                      _num(c.get("usd_per_mtok_at_max_rate"), "{:.3f}"),
+                      "measured" if c["target_costs"].startswith("measured") else "roofline", _status(c))
+    console.print(table)
+    if limit is not None and len(doc["candidates"]) > limit:
+        console.print(f"... {len(doc['candidates']) - limit} more candidates in plan.json")
+    for c in doc["candidates"]:
+        if c["status"] == "does_not_fit":
+            console.print(f"does not fit: {c['id']}: {c['reason']}")
+    best = doc["cheapest"]
+    console.print(f"[bold]cheapest for {q['target_rate_req_s']:g} req/s:[/bold] "
+                  + (best if best else "none of the candidates sustains the target rate with one replica"))
+    rule = doc["rule"]
+    console.print(f"rule: {rule['sustainable']}; capacity = {rule['capacity']}; {rule['search']}; "
+                  f"{rule['confidence']}. '+': sustains its search ceiling.")
+    for note in doc["notes"]:
+        console.print(f"note: {note}")
+    console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g} ({p['source']})"
+                                                       for g, p in doc["prices"].items()))
+
+
+def _status(c: dict[str, Any]) -> str:
+    if c["status"] == "not_supported":
+        return "replicas > 1: not yet supported"
+    if c["status"] == "does_not_fit":
+        return "does not fit (below)"
+    if c.get("meets_target_rate"):
+        return "meets target" + (" at capacity" if c.get("at_search_ceiling") else "")
+    return "below target" if c.get("max_rate_req_s") else "SLO never met"
+
+
+def pareto_front(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """(capacity, cost, id) not dominated by another point with at least the capacity at no more cost."""
+    front = []
+    for cap, cost, cid in sorted(points, key=lambda p: (p[1], -p[0], p[2])):
+        if not front or cap > front[-1][0]:
+            front.append((cap, cost, cid))
+    return front
+
+
+def write_plots(doc: dict[str, Any], out: str | Path) -> list[Path]:
+    out = Path(out)
+    searched = [c for c in doc["candidates"] if c["status"] == "ok" and c.get("curve")]
+    return [_curves(searched[:CURVES_MAX], doc, out / PLOT_FILES[0]), _pareto(searched, doc, out / PLOT_FILES[1])]
+
+
+def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Path:
+    slo = doc["question"]["slo"]
+    metrics = [m for m in ("ttft", "tpot", "e2e") if slo.get(f"{m}_s") is not None]
+    fig, axes = _figure(1, len(metrics), 4.6 * len(metrics), 4.2)
+    for ax, m in zip(axes, metrics):
+        for i, c in enumerate(cands):
+            pts = [(p["throughput_tok_s_mean"], p[f"{m}_p99_s_mean"]) for p in c["curve"]
+                   if p["throughput_tok_s_mean"] is not None and p[f"{m}_p99_s_mean"] is not None]
+            if pts:
+                xs, ys = zip(*sorted(pts))
+                ax.plot(xs, ys, marker="o", ms=3, color=f"C{i % 10}", label=c["id"],
+                        linestyle="-" if i < 10 else "--")
+        ax.axhline(slo[f"{m}_s"], color="k", linestyle=":", linewidth=1)
+        ax.set_xlabel("throughput (output tok/s, mean over seeds)")
+        ax.set_ylabel(f"{m.upper()} p99 (s)")
+        ax.set_yscale("log")
+        ax.set_title(f"{m.upper()} p99 vs throughput (dotted: SLO)")
+    if cands:
+        axes[0].legend(fontsize=6, loc="upper left")
+    fig.suptitle(f"{doc['name']}: throughput-latency (search rates: mean over seeds; 25-75% of max: first seed) ({len(cands)} best candidates)")
+    return _save(fig, path)
+
+
+def _pareto(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Path:
+    fig, (ax,) = _figure(1, 1, 7.5, 5.0)
+    pts = [(c["max_rate_req_s"], c["usd_per_hour"], c["id"]) for c in cands if c.get("max_rate_req_s")]
+    if pts:
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, color="C0", alpha=0.6, label="candidates")
+        front = pareto_front(pts)
+        ax.plot([p[0] for p in front], [p[1] for p in front], color="C3", marker="o", label="Pareto front")
+        for cap, cost, cid in front:
+            ax.annotate(cid, (cap, cost), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.axvline(doc["question"]["target_rate_req_s"], color="k", linestyle=":", linewidth=1, label="target rate")
+    ax.set_xlabel("max sustainable rate under the SLO (req/s, one replica)")
+    ax.set_ylabel("$ per hour (all GPUs, draft GPUs included)")
+    ax.set_title(f"{doc['name']}: cost vs capacity")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
