@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from experiments.sweep.spec import SweepSpec
+from simulator.cluster_config import ClusterSpec
 from simulator.server_config import RunSpec, ServerConfig
 from traces.errors import TraceFormatError
 from traces.parsing import check_plain_data, parse_yaml, read_text
@@ -67,6 +68,8 @@ class ExperimentConfig(BaseModel):
     server: ServerConfig
     drafters: dict[str, dict[str, Any]] = Field(default_factory=dict, description="draft cost per drafter")
     runs: list[RunSpec] = Field(min_length=1)
+    cluster: ClusterSpec | None = Field(None, description="replicas of the server behind a router (default: one "
+                                                          "server, no router); a run's own cluster block replaces it")
     baseline: str | None = Field(None, description="run that speedups are relative to (default: the first)")
     slo: SLO = SLO()
     timeline_max_steps: int = Field(2000, ge=0, description="steps per run written to the Perfetto timeline")

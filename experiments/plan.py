@@ -29,8 +29,6 @@ from simulator.metrics import round_sig
 EVALUATOR = "plan-point/1"  # bump when what a point returns changes (invalidates caches)
 POINT_METRICS = ("throughput_tok_s", "requests_per_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "output_tokens",
                  "num_finished", "mean_acceptance_length")
-NOT_SUPPORTED = ("not yet supported: clusters of replicas behind a router (issue 10 part 1) are not simulated "
-                 "yet; only replicas: 1 is")
 ROOFLINE_NOTE = ("roofline: target step times from catalog datasheet numbers (traces/data/catalog), not "
                  "measured on that GPU; the absolute capacity is a model (see simulator/roofline.py)")
 
@@ -49,7 +47,7 @@ class Candidate:
     mode: Mode
     scheduler: dict[str, Any]
     config: dict[str, Any]  # experiment config doc without workload and seed
-    status: str = "ok"  # ok | does_not_fit | not_supported
+    status: str = "ok"  # ok | does_not_fit
     reason: str = ""
     target_costs: str = ""
     cost_notes: list[str] = field(default_factory=list)
@@ -146,6 +144,8 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         server = {**base["server"], **sched, "target_profile": profile, "deployment": dep, "kv_capacity_tokens": None,
                   "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
         config = {**base, "server": server, "runs": [mode.run_spec()]}
+        if replicas > 1:  # one simulation of the whole cluster (simulator/cluster.py)
+            config["cluster"] = {"replicas": replicas, "router": cands.router.model_dump(mode="json", exclude_none=True)}
         num_gpus = (tp + mode.draft_gpus) * replicas
         c = Candidate(cid, gpu, tp, replicas, mode, sched, config, target_costs=source,
                       cost_notes=_drafter_notes(config, mode), num_gpus=num_gpus,
@@ -156,9 +156,7 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         except ValueError as e:
             raise ValueError(str(e)) from None
         c.placement = placement.summary()
-        if replicas != 1:
-            c.status, c.reason = "not_supported", f"replicas: {replicas}: {NOT_SUPPORTED}"
-        elif not placement.fits:
+        if not placement.fits:
             c.status, c.reason = "does_not_fit", placement.message
         # a bad scheduler value or policy fails here, before any simulation
         load_config({**config, "workload": {"num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0}}},
@@ -404,8 +402,7 @@ def candidate_result(c: Candidate, target_rate: float) -> dict[str, Any]:
     if s.lo == 0:
         doc["reason"] = f"no tested rate met the SLO (the lowest tested, {round_sig(s.hi)} req/s, failed)"
     elif not meets:
-        doc["reason"] = (f"sustains {round_sig(s.lo)} req/s < target {round_sig(target_rate)} with one replica; "
-                         f"more replicas: {NOT_SUPPORTED}")
+        doc["reason"] = f"sustains {round_sig(s.lo)} req/s < target {round_sig(target_rate)}"
     return doc
 
 
@@ -414,7 +411,7 @@ def _rank_key(d: dict[str, Any]) -> tuple:
         return (0, d["usd_per_hour"], d.get("usd_per_mtok_at_target_rate") or 0.0, -d["max_rate_req_s"], d["id"])
     if d["status"] == "ok":
         return (1, 0.0, 0.0, -(d.get("max_rate_req_s") or 0.0), d["id"])
-    return (2 if d["status"] == "does_not_fit" else 3, 0.0, 0.0, 0.0, d["id"])
+    return (2, 0.0, 0.0, 0.0, d["id"])  # does not fit
 
 
 def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, GpuPrice], traffic: TrafficModel,
@@ -429,7 +426,10 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
     if any(c.target_costs.startswith("roofline") for c in cands):
         notes.append(ROOFLINE_NOTE)
     if any(c.replicas != 1 for c in cands):
-        notes.append(f"replicas other than 1: {NOT_SUPPORTED}")
+        router = plan.candidates.router.model_dump(mode="json", exclude_none=True)
+        notes.append(f"replicas > 1: the whole cluster is simulated (one Environment, each replica with its own "
+                     f"scheduler, KV and drafter placement) behind router {router}; GPUs and cost are summed "
+                     f"over the replicas")
     doc = {
         "name": plan.name, "description": plan.description,
         "question": {"target": plan.candidates.target, "target_rate_req_s": round_sig(target),

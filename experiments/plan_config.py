@@ -9,7 +9,8 @@
       target: llama3.1-8b
       gpus: [h100-80gb, a100-80gb]
       tp: [1, 2]
-      replicas: [1]
+      replicas: [1, 2]                 # N > 1: N replicas behind a router, simulated as one cluster
+      router: {name: least_outstanding}
       modes: [{name: AR, mode: ar}, {name: eagle3-k3, mode: sd, policy: {name: fixed, drafter: eagle3, k: 3}}]
       scheduler: {max_num_seqs: [64, 128]}
     prices: {usd_per_gpu_hour: {h100-80gb: 2.5}}
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from experiments.config import ConfigError, _format_errors
+from simulator.cluster_config import RouterSpec
 from simulator.server_config import PSDConfig
 
 
@@ -148,7 +150,10 @@ class Candidates(_Strict):
     target: str = Field(description="catalog model served")
     gpus: list[str] = Field(min_length=1)
     tp: list[int] = Field([1], min_length=1)
-    replicas: list[int] = Field([1], min_length=1, description="only 1 is simulated until clusters exist")
+    replicas: list[int] = Field([1], min_length=1, description="replicas per deployment; N > 1 is simulated as one "
+                                                               "cluster of N replicas behind `router`")
+    router: RouterSpec = Field(RouterSpec(), description="the router of candidates with replicas > 1 "
+                                                         "(simulator/cluster_config.py; default least_outstanding)")
     modes: list[Mode] = Field(min_length=1)
     scheduler: dict[str, list[Any]] = Field(default_factory=dict, description="server key -> values (a grid)")
     profiles: dict[str, dict[int, str]] = Field(default_factory=dict, description="measured target profiles: "

@@ -43,7 +43,7 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
             console.print(f"does not fit: {c['id']}: {c['reason']}")
     best = doc["cheapest"]
     console.print(f"[bold]cheapest for {q['target_rate_req_s']:g} req/s:[/bold] "
-                  + (best if best else "none of the candidates sustains the target rate with one replica"))
+                  + (best if best else "none of the candidates sustains the target rate"))
     rule = doc["rule"]
     console.print(f"rule: {rule['sustainable']}; capacity = {rule['capacity']}; {rule['search']}; "
                   f"{rule['confidence']}. '+': sustains its search ceiling.")
@@ -54,8 +54,6 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
 
 
 def _status(c: dict[str, Any]) -> str:
-    if c["status"] == "not_supported":
-        return "replicas > 1: not yet supported"
     if c["status"] == "does_not_fit":
         return "does not fit (below)"
     if c.get("meets_target_rate"):
@@ -111,7 +109,7 @@ def _pareto(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
         for cap, cost, cid in front:
             ax.annotate(cid, (cap, cost), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.axvline(doc["question"]["target_rate_req_s"], color="k", linestyle=":", linewidth=1, label="target rate")
-    ax.set_xlabel("max sustainable rate under the SLO (req/s, one replica)")
+    ax.set_xlabel("max sustainable rate under the SLO (req/s)")
     ax.set_ylabel("$ per hour (all GPUs, draft GPUs included)")
     ax.set_title(f"{doc['name']}: cost vs capacity")
     ax.legend(fontsize=7)

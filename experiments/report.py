@@ -32,7 +32,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from experiments.plots import PLOT_FILES, write_plots
-from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS
+from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS, stack_tables
 from simulator.timeline import to_chrome_trace, write_chrome_trace
 from traces.atomic import atomic_open, atomic_write_text
 
@@ -296,7 +296,7 @@ def write_results_folder(
 def _stack(frames: list[pd.DataFrame], schema: Mapping) -> pd.DataFrame:
     """Concatenate per-run tables; with none, an empty table that still has the `run` + schema columns."""
     if frames:
-        return pd.concat(frames, ignore_index=True)
+        return stack_tables(frames)
     return pd.DataFrame({c: pd.Series(dtype=object if c == "run" or schema[c][0] == "str" else schema[c][0])
                          for c in ["run", *schema]})
 

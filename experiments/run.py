@@ -21,7 +21,9 @@ from experiments.config import ExperimentConfig, load_config
 from simulator.acceptance_table import AcceptanceTable
 from simulator.engine import SimResult
 from simulator.metrics import summarize
-from simulator.scenario import Scenario, prepare_runs
+from simulator.records import stack_tables
+from simulator.cluster import ClusterResult, check_router_workload
+from simulator.scenario import ClusterScenario, Scenario, prepare_runs
 from simulator.workload_arrays import EngineWorkload
 from traces.bundle import TraceBundle, load_bundle
 from traces.workload import Workload, WorkloadSpec, workload_and_bundle
@@ -109,20 +111,32 @@ def engine_workload(workload: Workload, bundle: TraceBundle) -> tuple[EngineWork
 
 def prepare(cfg: ExperimentConfig) -> list[Scenario]:
     """Every run of the config resolved and validated, policies built and seeded, before any simulates."""
-    return prepare_runs(cfg.server, cfg.runs, cfg.drafters, cfg.seed)
+    return prepare_runs(cfg.server, cfg.runs, cfg.drafters, cfg.seed, cluster=cfg.cluster)
 
 
-def simulate_run(sc: Scenario, bundle: TraceBundle, ew: EngineWorkload, traces: list,
+def simulate_run(sc: Scenario | ClusterScenario, bundle: TraceBundle, ew: EngineWorkload, traces: list,
                  on_step: Callable[[int], None] | None = None) -> SimResult | dict[str, Any]:
-    """Simulate one prepared run; a deployment that does not fit is returned as a result dict, not raised."""
+    """Simulate one prepared run (one server or a cluster); a deployment that does not fit is returned as a
+    result dict, not raised."""
     if not sc.fits:
         return sc.info
     table = AcceptanceTable.from_traces(traces, tuple(bundle.drafter_names), with_acceptance=sc.run.mode != "ar")
     res = sc.simulation(ew, table, traces, on_step=on_step).simulate()
     res.extras.update(sc.info)
-    res.extras["num_target_gpus"] = sc.server.num_target_gpus
+    res.extras["num_target_gpus"] = sc.num_target_gpus
     res.extras["num_draft_gpus"] = sc.num_draft_gpus
     return res
+
+
+def summarize_run(res: SimResult, slo: dict[str, Any]) -> dict[str, Any]:
+    """summary.json entry of one simulated run; a cluster adds `replicas`, one summary per replica."""
+    s = summarize(res.requests, res.steps, res.itl, slo=slo, num_target_gpus=res.extras["num_target_gpus"],
+                  num_draft_gpus=res.extras["num_draft_gpus"], extras=res.extras)
+    s["fits"] = True
+    s["extras"] = res.extras
+    if isinstance(res, ClusterResult):
+        s["replicas"] = res.replica_summaries(slo)
+    return s
 
 
 def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
@@ -142,6 +156,9 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
     needs = any(sc.run.mode != "ar" for sc in scenarios)  # AR-only experiments fit and draw no acceptance
     workload, bundle = workload_and_bundle(bundle, spec, seed=cfg.seed, need_acceptance=needs)
     ew, traces = engine_workload(workload, bundle)
+    for sc in scenarios:  # a router the workload cannot serve (a client key in an open loop) fails before any run
+        if isinstance(sc, ClusterScenario):
+            check_router_workload(sc.cluster.router, ew)
     summary: dict[str, dict[str, Any]] = {}
     extras: dict[str, dict[str, Any]] = {}
     req_frames, step_frames, itl = [], [], {}
@@ -159,19 +176,15 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
                 continue
             if bar:
                 bar.update(task, completed=len(ew))
-            s = summarize(res.requests, res.steps, res.itl, slo=cfg.slo.model_dump(),
-                          num_target_gpus=res.extras["num_target_gpus"], num_draft_gpus=res.extras["num_draft_gpus"],
-                          extras=res.extras)
-            s["fits"] = True
-            s["extras"] = res.extras
+            s = summarize_run(res, cfg.slo.model_dump())
             summary[run.name] = s
             extras[run.name] = res.extras
             req_frames.append(res.requests.assign(run=run.name))
             step_frames.append(res.steps.assign(run=run.name))
             itl[run.name] = res.itl
             tables[run.name] = (res.requests, res.steps, s)
-    requests = pd.concat(req_frames, ignore_index=True) if req_frames else pd.DataFrame()
-    steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
+    requests = stack_tables(req_frames) if req_frames else pd.DataFrame()
+    steps = stack_tables(step_frames) if step_frames else pd.DataFrame()
     results = Results(cfg, summary, requests, steps, extras, itl)
     if out is not None:
         from experiments.report import write_results_folder

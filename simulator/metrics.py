@@ -104,8 +104,18 @@ def _require_columns(df: pd.DataFrame, needed: Sequence[str], table: str, schema
         )
 
 
-def _device_busy(steps_df: pd.DataFrame, t0: float, t1: float, num_draft_gpus: int) -> dict[str, float | None]:
-    """Busy fraction per device: union of its slices over the makespan; None for a device the run lacks."""
+def _busy_seconds(rows: pd.DataFrame, t0: float, t1: float) -> float:
+    """Union of the slices' time within [t0, t1], taken per replica (a cluster's steps table) and summed."""
+    if "replica" not in rows.columns:
+        return union_length(rows["start"].to_numpy(), rows["end"].to_numpy(), t0, t1)
+    return sum(union_length(g["start"].to_numpy(), g["end"].to_numpy(), t0, t1)
+               for _, g in rows.groupby("replica", sort=True))
+
+
+def _device_busy(steps_df: pd.DataFrame, t0: float, t1: float, num_draft_gpus: int,
+                 replicas: int = 1) -> dict[str, float | None]:
+    """Busy fraction per device: union of its slices over the makespan (a cluster: the mean over its
+    replicas); None for a device the run lacks."""
     span = t1 - t0
     present = set(steps_df["device"].astype(str).unique())
     out: dict[str, float | None] = {}
@@ -114,9 +124,8 @@ def _device_busy(steps_df: pd.DataFrame, t0: float, t1: float, num_draft_gpus: i
         if not exists or not span > 0:
             out[f"busy_fraction_{dev}"] = None
             continue
-        rows = steps_df[steps_df["device"] == dev]
-        busy = union_length(rows["start"].to_numpy(), rows["end"].to_numpy(), t0, t1)
-        out[f"busy_fraction_{dev}"] = round_sig(busy / span)
+        busy = _busy_seconds(steps_df[steps_df["device"] == dev], t0, t1)
+        out[f"busy_fraction_{dev}"] = round_sig(busy / (span * replicas))
     return out
 
 
@@ -150,6 +159,8 @@ def summarize(
     `extras` is the engine's SimResult.extras: when given, `kv_peak_blocks` is the KV pool's true peak
     (including growth within a step) instead of the largest after-step value in the steps table, and
     `kv_capacity_blocks`, `kv_peak_fraction` and `psd_fallback_steps` are filled (None otherwise).
+    A cluster's tables carry a `replica` column and its extras `replicas` (N): steps are counted per replica,
+    device busy fractions are the mean over the N replicas, and the KV figures are the replicas' sums.
     """
     _require_columns(requests_df, _REQUEST_NEEDS, "requests", REQUEST_COLUMNS)
     _require_columns(steps_df, _STEP_NEEDS, "steps", STEP_COLUMNS)
@@ -211,11 +222,11 @@ def summarize(
     s["accepted_tokens"] = accepted
     s["acceptance_rate"] = round_sig(accepted / proposed) if proposed else None
 
-    s.update(_device_busy(steps_df, t0, t1, num_draft_gpus))
+    extras = extras or {}
+    s.update(_device_busy(steps_df, t0, t1, num_draft_gpus, int(extras.get("replicas", 1))))
     s.update(_target_phase_shares(steps_df))
 
     tgt = steps_df[steps_df["device"] == "target"]
-    extras = extras or {}
     after_step_peak = int(tgt["kv_blocks_used"].max()) if len(tgt) else 0
     s["kv_peak_blocks"] = int(extras.get("kv_peak_blocks", after_step_peak))
     total_blocks = extras.get("kv_total_blocks")
@@ -223,7 +234,8 @@ def summarize(
     s["kv_peak_fraction"] = round_sig(s["kv_peak_blocks"] / total_blocks) if total_blocks else None
     s["preemptions"] = int(req["preemptions"].sum())
     s["preempted_requests"] = int((req["preemptions"] > 0).sum())
-    s["num_steps"] = int(steps_df["step"].nunique())
+    step_keys = ["replica", "step"] if "replica" in steps_df.columns else ["step"]
+    s["num_steps"] = int(len(steps_df[step_keys].drop_duplicates()))
     fallback = extras.get("psd_fallback_steps")
     s["psd_fallback_steps"] = None if fallback is None else int(fallback)
     # Sequences per decode/verify forward (prefill-only and draft slices excluded), weighted by duration.

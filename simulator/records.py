@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 # column -> (dtype, meaning)
@@ -49,6 +50,18 @@ STEP_COLUMNS: dict[str, tuple[str, str]] = {
     "sub_batch": ("int64", "PSD sub-batch (0/1), -1 otherwise"),
     "drafters": ("str", "drafter names used in the slice, '+'-joined"),
 }
+
+# A cluster's requests and steps tables (simulator/cluster.py) add this column after the schema's.
+REPLICA_COLUMN = ("replica", "int64", "replica of the cluster that served the request or ran the step "
+                                      "(0 for a single server when a table mixes it with cluster runs)")
+
+
+def stack_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate runs' tables; when some come from a cluster, the others (single servers) get replica 0."""
+    name = REPLICA_COLUMN[0]
+    if any(name in f.columns for f in frames):
+        frames = [f if name in f.columns else f.assign(**{name: np.int64(0)}) for f in frames]
+    return pd.concat(frames, ignore_index=True)
 
 
 @dataclass

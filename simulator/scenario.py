@@ -2,7 +2,9 @@
 
 `prepare_runs` builds and validates every run's server, drafter costs and policy (seeded from the
 run's seed) before anything simulates, so a bad policy in the last run fails before the first starts.
-`Scenario.simulation(...)` then gives a `ServerSimulation` (or a `Server` in a shared Environment).
+`Scenario.simulation(...)` then gives a `ServerSimulation` (or a `Server` in a shared Environment); a run
+with a cluster block becomes a `ClusterScenario` (one `Scenario` per replica) whose simulation is a
+`ClusterSimulation` (simulator/cluster.py).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import simpy
 from policies.base import Policy
 from policies.registry import make_policy
 from simulator.acceptance_table import AcceptanceTable
+from simulator.cluster import ClusterSimulation
+from simulator.cluster_config import ClusterSpec
 from simulator.draft_cost import DraftCost
 from simulator.engine import ServerSimulation
 from simulator.latency import LatencyProfile
@@ -41,6 +45,10 @@ class Scenario:
         return self.kv_capacity_tokens > 0
 
     @property
+    def num_target_gpus(self) -> int:
+        return self.server.num_target_gpus
+
+    @property
     def num_draft_gpus(self) -> int:
         return self.server.num_draft_gpus if self.run.mode != "psd" else max(1, self.server.num_draft_gpus)
 
@@ -64,6 +72,46 @@ class Scenario:
                   traces: Sequence[Any] | None = None, arrivals=None) -> Server:
         """A server process in a shared Environment (replicas behind a router)."""
         return Server(env, arrivals=arrivals, **self.server_kwargs(workload, table, traces))
+
+
+@dataclass
+class ClusterScenario:
+    """One run on a cluster: a resolved `Scenario` per replica (own server, KV, policy and seed) and the router."""
+
+    run: RunSpec
+    cluster: ClusterSpec
+    replicas: list[Scenario]
+    seed: int
+
+    @property
+    def fits(self) -> bool:
+        return all(r.fits for r in self.replicas)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        bad = [(j, r) for j, r in enumerate(self.replicas) if not r.fits]
+        if bad:
+            j, r = bad[0]
+            return {"does_not_fit": f"replica {j}: {r.info.get('does_not_fit', 'deployment does not fit')}",
+                    "replicas": self.cluster.num_replicas}
+        return {"replicas": self.cluster.num_replicas}
+
+    @property
+    def num_target_gpus(self) -> int:
+        return sum(r.num_target_gpus for r in self.replicas)
+
+    @property
+    def num_draft_gpus(self) -> int:
+        return sum(r.num_draft_gpus for r in self.replicas)
+
+    def simulation(self, workload: EngineWorkload, table: AcceptanceTable, traces: Sequence[Any] | None = None,
+                   live: bool = False, on_step: Callable[[int], None] | None = None) -> ClusterSimulation:
+        """All replicas in one Environment behind the router."""
+        if live:
+            raise ValueError(f"run {self.run.name!r}: a cluster cannot run live")
+        if not self.fits:
+            raise ValueError(f"run {self.run.name!r}: {self.info['does_not_fit']}")
+        return ClusterSimulation(self.replicas, self.cluster.router, workload, table, traces, on_step=on_step)
 
 
 def build_policy(run: RunSpec, seed: int, where: str | None = None) -> Policy | None:
@@ -113,7 +161,34 @@ def make_scenario(run: RunSpec, server: ServerConfig, drafters: Mapping[str, Any
                     cap, info)
 
 
-def prepare_runs(server: ServerConfig, runs: Sequence[RunSpec], drafters: Mapping[str, Any], seed: int) -> list[Scenario]:
+def replica_seeds(seed: int, n: int) -> list[int]:
+    """Replica 0 keeps the run's seed (one replica reproduces the single server); the others get seeds spawned
+    from it."""
+    return [seed] + [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(n)[1:]]
+
+
+def make_cluster_scenario(run: RunSpec, server: ServerConfig, drafters: Mapping[str, Any], seed: int,
+                          cluster: ClusterSpec, *, target: LatencyProfile | None = None) -> ClusterScenario:
+    """A run on a cluster: each replica is the run's server with that replica's overrides, resolved like a
+    single run (KV capacity, profile, drafter costs) with its own policy seeded from `replica_seeds`."""
+    replicas = []
+    for j, (over, s) in enumerate(zip(cluster.overrides(), replica_seeds(seed, cluster.num_replicas))):
+        rep_run = run.model_copy(update={"server": {**run.server, **over}}) if over else run
+        try:
+            replicas.append(make_scenario(rep_run, server, drafters, s,
+                                          target=None if "target_profile" in over else target))
+        except ValueError as e:
+            raise ValueError(f"runs[{run.name}] cluster.replicas[{j}]: {e}") from None
+    return ClusterScenario(run, cluster, replicas, seed)
+
+
+def prepare_runs(server: ServerConfig, runs: Sequence[RunSpec], drafters: Mapping[str, Any], seed: int,
+                 cluster: ClusterSpec | None = None) -> list[Scenario | ClusterScenario]:
     """Every run resolved and validated (server overrides, profiles, drafter costs, policies) before any simulates;
-    run i gets the i-th seed spawned from `seed`."""
-    return [make_scenario(run, server, drafters, s) for run, s in zip(runs, run_seeds(seed, len(runs)))]
+    run i gets the i-th seed spawned from `seed`. A run's cluster block, else `cluster`, makes it a cluster run."""
+    out: list[Scenario | ClusterScenario] = []
+    for run, s in zip(runs, run_seeds(seed, len(runs))):
+        spec = run.cluster or cluster
+        out.append(make_scenario(run, server, drafters, s) if spec is None
+                   else make_cluster_scenario(run, server, drafters, s, spec))
+    return out

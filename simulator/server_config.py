@@ -5,6 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from simulator.cluster_config import ClusterSpec
 from simulator.draft_cost import DraftCost, draft_cost_from_config
 from simulator.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
 
@@ -92,6 +93,8 @@ class RunSpec(_Strict):
                                  description="drafter catch-up cost when a request changes drafter")
     psd: PSDConfig | None = None
     server: dict[str, Any] = Field(default_factory=dict, description="overrides of the experiment's server")
+    cluster: ClusterSpec | None = Field(None, description="replaces the experiment's cluster block for this run "
+                                                          "({replicas: 1} runs one replica through the cluster path)")
 
     @model_validator(mode="after")
     def _mode_rules(self) -> "RunSpec":

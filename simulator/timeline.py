@@ -1,6 +1,7 @@
 """Chrome Trace Event Format export of the per-step table, to open in Perfetto (ui.perfetto.dev) or chrome://tracing.
 
-One process (pid) per run, one track (tid) per device ('target', and in PSD the dedicated 'drafter'),
+One process (pid) per run, one track (tid) per device ('target', and in PSD the dedicated 'drafter'; in a
+cluster run, per replica and device, named "replica N · ..."),
 one complete event (ph "X") per step slice named by its phase, with batch size, token counts and
 sub-batch as args. Slices on one device that overlap (they should not) go to extra overlap lanes
 instead of being clipped, so nothing is hidden. Counter events (ph "C") show sequences in flight per
@@ -89,6 +90,13 @@ def _in_flight(start_us: np.ndarray, end_us: np.ndarray, n: np.ndarray) -> list[
     return _counter_series(uniq, level)
 
 
+def _replica_groups(replicas: np.ndarray | None, n: int) -> list[tuple[str, np.ndarray]]:
+    """(track-name prefix, row indices) per replica of a cluster's steps table; one unnamed group otherwise."""
+    if replicas is None:
+        return [("", np.arange(n))]
+    return [(f"replica {int(r)} \u00b7 ", np.flatnonzero(replicas == r)) for r in np.unique(replicas)]
+
+
 def _run_events(steps: pd.DataFrame, pid: int, name: str) -> list[dict]:
     """All events of one run (one process)."""
     missing = [c for c in _REQUIRED if c not in steps.columns]
@@ -103,8 +111,7 @@ def _run_events(steps: pd.DataFrame, pid: int, name: str) -> list[dict]:
         )
     start_us, end_us = _us(start), _us(end)
     devices = steps["device"].astype(str).to_numpy()
-    present = list(dict.fromkeys(devices.tolist()))
-    dev_list = [d for d in DEVICE_ORDER if d in present] + sorted(set(present) - set(DEVICE_ORDER))
+    replicas = steps["replica"].to_numpy(dtype=np.int64) if "replica" in steps.columns else None
 
     events: list[dict] = [
         {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}},
@@ -116,37 +123,40 @@ def _run_events(steps: pd.DataFrame, pid: int, name: str) -> list[dict]:
     slices: list[tuple[int, int, dict]] = []
     counters: list[tuple[int, int, dict]] = []
     tid = 0
-    for dev in dev_list:
-        idx = np.flatnonzero(devices == dev)
-        lanes = assign_lanes(start_us[idx], end_us[idx])
-        label = DEVICE_LABELS.get(dev, dev)
-        lane_tid = {}
-        for lane in range(int(lanes.max()) + 1 if len(lanes) else 0):
-            tid += 1
-            lane_tid[lane] = tid
-            tname = label if lane == 0 else f"{label} (overlap lane {lane + 1})"
-            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": tname}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
-                           "args": {"sort_index": tid}})
-        for j, lane in zip(idx.tolist(), lanes.tolist()):
-            ev = {
-                "name": phases[j], "cat": dev, "ph": "X", "pid": pid, "tid": lane_tid[lane],
-                "ts": int(start_us[j]), "dur": int(end_us[j] - start_us[j]),
-                "args": {c: _py(arg_values[c][j]) for c in arg_cols},
-            }
-            slices.append((int(start_us[j]), j, ev))
-        n = steps["num_seqs"].to_numpy(dtype=np.int64)[idx]
-        cname = f"seqs in flight ({dev})"
-        for t, v in _in_flight(start_us[idx], end_us[idx], n):
-            counters.append((t, 0, {"name": cname, "ph": "C", "pid": pid, "tid": 0, "ts": int(t),
-                                    "args": {"seqs": int(v)}}))
-    if "kv_blocks_used" in steps.columns:
-        tgt = np.flatnonzero(devices == "target")
-        order = tgt[np.lexsort((steps["step"].to_numpy()[tgt], end_us[tgt]))]
-        kv = steps["kv_blocks_used"].to_numpy(dtype=np.int64)[order]
-        for t, v in _counter_series(end_us[order], kv):
-            counters.append((t, 1, {"name": "KV blocks used (target)", "ph": "C", "pid": pid, "tid": 0,
-                                    "ts": int(t), "args": {"blocks": int(v)}}))
+    for prefix, rows in _replica_groups(replicas, len(steps)):
+        rdev = devices[rows]
+        present = list(dict.fromkeys(rdev.tolist()))
+        for dev in [d for d in DEVICE_ORDER if d in present] + sorted(set(present) - set(DEVICE_ORDER)):
+            idx = rows[rdev == dev]
+            lanes = assign_lanes(start_us[idx], end_us[idx])
+            label = prefix + DEVICE_LABELS.get(dev, dev)
+            lane_tid = {}
+            for lane in range(int(lanes.max()) + 1 if len(lanes) else 0):
+                tid += 1
+                lane_tid[lane] = tid
+                tname = label if lane == 0 else f"{label} (overlap lane {lane + 1})"
+                events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": tname}})
+                events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                               "args": {"sort_index": tid}})
+            for j, lane in zip(idx.tolist(), lanes.tolist()):
+                ev = {
+                    "name": phases[j], "cat": dev, "ph": "X", "pid": pid, "tid": lane_tid[lane],
+                    "ts": int(start_us[j]), "dur": int(end_us[j] - start_us[j]),
+                    "args": {c: _py(arg_values[c][j]) for c in arg_cols},
+                }
+                slices.append((int(start_us[j]), j, ev))
+            n = steps["num_seqs"].to_numpy(dtype=np.int64)[idx]
+            cname = f"{prefix}seqs in flight ({dev})"
+            for t, v in _in_flight(start_us[idx], end_us[idx], n):
+                counters.append((t, 0, {"name": cname, "ph": "C", "pid": pid, "tid": 0, "ts": int(t),
+                                        "args": {"seqs": int(v)}}))
+        if "kv_blocks_used" in steps.columns:
+            tgt = rows[rdev == "target"]
+            order = tgt[np.lexsort((steps["step"].to_numpy()[tgt], end_us[tgt]))]
+            kv = steps["kv_blocks_used"].to_numpy(dtype=np.int64)[order]
+            for t, v in _counter_series(end_us[order], kv):
+                counters.append((t, 1, {"name": f"{prefix}KV blocks used (target)", "ph": "C", "pid": pid,
+                                        "tid": 0, "ts": int(t), "args": {"blocks": int(v)}}))
     slices.sort(key=lambda x: (x[0], x[1]))
     counters.sort(key=lambda x: (x[0], x[1]))
     return events + [e for _, _, e in slices] + [e for _, _, e in counters]

@@ -1,5 +1,5 @@
-"""`draftsim plan` end to end: a case with a known answer, identical plan.json on every backend, infeasible and
-unsupported candidates listed with their reason, bad configs refused up front."""
+"""`draftsim plan` end to end: a case with a known answer (one server and two replicas behind round robin),
+identical plan.json on every backend, infeasible candidates listed with their reason, bad configs refused up front."""
 from __future__ import annotations
 
 import json
@@ -67,6 +67,25 @@ def test_bisection_lands_on_the_computable_max_rate(known_case, tmp_path):
     assert c["target_costs"].startswith("measured: ")
 
 
+def test_two_replicas_behind_round_robin_land_on_their_computable_max_rate(known_case, tmp_path):
+    # Round robin over 2 replicas: each serves every other request, arrivals 2/r apart, N/2 requests each, so the
+    # last one's E2E is S + (N/2 - 1)(S - 2/r) <= E exactly when r <= 2 / (S - (E - S)/(N/2 - 1)).
+    e2e = known_case["slo"]["e2e_s"]
+    expected = 2.0 / (SERVICE_S - (e2e - SERVICE_S) / (N // 2 - 1))
+    # rate_max 35: the threshold (22.5) is not a bisection grid point, where E2E would equal E up to rounding
+    known_case["search"] = {"seeds": 2, "steps": 8, "rate_max": 35.0, "cap_at_capacity": False}
+    known_case["candidates"] = {**known_case["candidates"], "replicas": [1, 2], "router": {"name": "round_robin"}}
+    doc = _plan(known_case, tmp_path / "r", backend="serial")
+    one, two = sorted(doc["candidates"], key=lambda c: c["replicas"])
+    assert (one["replicas"], two["replicas"]) == (1, 2) and two["status"] == "ok" and two["num_gpus"] == 2
+    assert two["max_rate_req_s"] <= expected < two["max_rate_req_s"] + two["tolerance_req_s"]
+    assert two["max_rate_req_s"] > 1.9 * one["max_rate_req_s"]
+    known_case["search"] = {"seeds": 1, "steps": 1}  # the capacity probe: one offline batch
+    one, two = sorted(_plan(known_case, tmp_path / "s", backend="serial")["candidates"], key=lambda c: c["replicas"])
+    assert one["capacity_req_s"] == pytest.approx(1.0 / SERVICE_S)
+    assert two["capacity_req_s"] == pytest.approx(2.0 / SERVICE_S)  # N/2 back-to-back services on each replica
+
+
 def test_capacity_caps_the_sustainable_rate(known_case, tmp_path):
     known_case["search"] = {"seeds": 2, "steps": 4}  # ceiling = capacity = 1/S, where every E2E is S <= E
     (c,) = _plan(known_case, tmp_path / "b", backend="serial")["candidates"]
@@ -103,16 +122,19 @@ def test_serial_and_pool_give_identical_plan_json(tmp_path):
     # a 70B drafter colocated on one 48/80 GB GPU: listed with the reason, never simulated
     assert {c["mode"] for c in by_status["does_not_fit"]} == {"big-drafter"}
     assert all(c["reason"].startswith("does not fit: needs") and "curve" not in c for c in by_status["does_not_fit"])
-    assert {c["replicas"] for c in by_status["not_supported"]} == {2}
-    assert all("not yet supported" in c["reason"] for c in by_status["not_supported"])
+    assert {c["replicas"] for c in by_status["does_not_fit"]} == {1, 2} and set(by_status) == {"ok", "does_not_fit"}
     ok = by_status["ok"]
-    assert len(ok) == 4 and all(len(c["curve"]) >= 1 for c in ok)
-    psd = next(c for c in ok if c["mode"] == "psd" and c["gpu"] == "h100-80gb")
+    assert len(ok) == 8 and all(len(c["curve"]) >= 1 for c in ok)
+    psd = next(c for c in ok if c["mode"] == "psd" and c["gpu"] == "h100-80gb" and c["replicas"] == 1)
     assert psd["num_gpus"] == 2 and psd["usd_per_hour"] == pytest.approx(2 * doc["prices"]["h100-80gb"]["usd_per_gpu_hour"])
+    psd2 = next(c for c in ok if c["mode"] == "psd" and c["gpu"] == "h100-80gb" and c["replicas"] == 2)
+    assert psd2["num_gpus"] == 4 and psd2["usd_per_hour"] == pytest.approx(2 * psd["usd_per_hour"])
+    assert psd2["capacity_req_s"] > psd["capacity_req_s"]  # two replicas serve the offline batch faster
+    assert any("replicas > 1: the whole cluster is simulated" in n for n in doc["notes"])
     assert any(c["target_costs"].startswith("roofline") for c in ok) and any("roofline" in n for n in doc["notes"])
     assert (tmp_path / "serial" / "curves.png").stat().st_size > 0 and (tmp_path / "serial" / "pareto.png").exists()
     ranks = [c["status"] for c in doc["candidates"]]
-    assert ranks == sorted(ranks, key=["ok", "does_not_fit", "not_supported"].index)
+    assert ranks == sorted(ranks, key=["ok", "does_not_fit"].index)
 
 
 @pytest.mark.slow  # a Ray start-up: about 20 s on 2 loaded cores

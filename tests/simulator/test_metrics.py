@@ -299,3 +299,20 @@ def test_extras_fill_kv_capacity_and_psd_fallback():
                                                       "psd_fallback_steps": 2, "other": "ignored"})
     assert s["kv_peak_blocks"] == 3 and s["kv_capacity_blocks"] == 12 and s["kv_peak_fraction"] == 0.25
     assert s["psd_fallback_steps"] == 2 and list(s) == list(plain)
+
+
+def test_a_cluster_counts_steps_per_replica_and_averages_busy_fractions_over_replicas():
+    # the same steps on two replicas (replica 1 shifted by 0.5 s); hand-worked: makespan 0..4 s
+    one = summarize(REQS, STEPS, ITL, slo={})
+    two_steps = pd.concat([STEPS.assign(replica=0),
+                           STEPS.assign(replica=1, start=STEPS.start + 0.5, end=(STEPS.end + 0.5).clip(upper=4.0))],
+                          ignore_index=True)
+    two = summarize(REQS, two_steps, ITL, slo={}, extras={"replicas": 2})
+    assert one["num_steps"] == 8 and two["num_steps"] == 16
+    # replica 0 busy 3.3 s of 4 (as one server); replica 1: its slices end at 4.0 at the latest: 0.5..1.5 (1.0),
+    # 1.5..1.8 (0.3), 2.5..4.0 (1.5) = 2.8 s; mean (3.3 + 2.8) / 2 / 4
+    assert one["busy_fraction_target"] == pytest.approx(3.3 / 4)
+    assert two["busy_fraction_target"] == pytest.approx((3.3 + 2.8) / 8)
+    # without the replica column the union across replicas would hide that both were busy
+    merged = summarize(REQS, two_steps.drop(columns="replica"), ITL, slo={})
+    assert merged["busy_fraction_target"] != two["busy_fraction_target"]

@@ -205,3 +205,20 @@ def test_max_steps_keeps_first_steps_and_says_so():
     assert len(events(to_chrome_trace(steps, max_steps=0), "X")) == 10  # 0 means no limit
     with pytest.raises(ValueError, match="max_steps"):
         to_chrome_trace(steps, max_steps=-1)
+
+
+def test_a_cluster_gets_tracks_per_replica_and_device_and_concurrent_replicas_do_not_overlap_lanes():
+    # two PSD replicas running the same steps at the same times: separate tracks, no overlap lanes
+    steps = pd.concat([PSD.assign(replica=0), PSD.assign(replica=1)], ignore_index=True)
+    trace = to_chrome_trace(steps, process_name="cluster")
+    validate_chrome_trace(trace)
+    names = set(thread_names(trace).values())
+    assert names == {f"replica {j} \u00b7 {d}" for j in (0, 1) for d in ("target GPU(s)", "draft GPU")}
+    xs = events(trace, "X")
+    assert len(xs) == len(steps)
+    by_track = {}
+    for e in xs:
+        by_track.setdefault(thread_names(trace)[e["tid"]], []).append(e["ts"])
+    assert by_track["replica 0 \u00b7 target GPU(s)"] == by_track["replica 1 \u00b7 target GPU(s)"]
+    kv = [e for e in events(trace, "C") if e["name"].endswith("KV blocks used (target)")]
+    assert {e["name"] for e in kv} == {f"replica {j} \u00b7 KV blocks used (target)" for j in (0, 1)}

@@ -1,0 +1,74 @@
+"""Typed, validated `cluster:` block: how many replicas of the server (or a list of per-replica server
+overrides, for heterogeneous clusters) and the router that spreads requests over them."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+ROUTERS = ("round_robin", "least_outstanding", "least_kv", "affinity")
+AFFINITY_KEYS = ("category", "trace", "client")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RouterSpec(_Strict):
+    """Which routing rule, and the affinity rule's settings."""
+
+    name: Literal["round_robin", "least_outstanding", "least_kv", "affinity"] = Field(
+        "least_outstanding", description=(
+            "round_robin: request i to replica i mod N; least_outstanding: fewest routed-but-unfinished requests; "
+            "least_kv: lowest KV load (blocks in use + blocks the queued prompts need, over the pool); "
+            "affinity: requests with the same key stay on one replica while it has room, else least_outstanding"))
+    key: Literal["category", "trace", "client"] | None = Field(None, description=(
+        "affinity key: category (workload category), trace (the recorded request a request replays: the same "
+        "prompt, so the same prefix), client (closed-loop client id: one session per client). Default: trace"))
+    max_outstanding: int | None = Field(None, ge=1, description=(
+        "affinity: a replica has room while its outstanding requests are below this (default: its max_num_seqs)"))
+
+    @model_validator(mode="after")
+    def _affinity_only(self) -> "RouterSpec":
+        if self.name != "affinity":
+            given = [k for k in ("key", "max_outstanding") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{given} only apply to router affinity, not {self.name!r}")
+        return self
+
+    @property
+    def affinity_key(self) -> str:
+        return self.key or "trace"
+
+
+class ClusterSpec(_Strict):
+    """N replicas of the run's server in one simulation behind a router."""
+
+    replicas: StrictInt | list[dict[str, Any]] = Field(description=(
+        "number of identical replicas, or one mapping of server overrides per replica ({} = the run's server)"))
+    router: RouterSpec = RouterSpec()
+
+    @model_validator(mode="after")
+    def _replicas(self) -> "ClusterSpec":
+        from simulator.server_config import ServerConfig
+
+        if isinstance(self.replicas, int) and self.replicas < 1:
+            raise ValueError(f"replicas: expected an integer >= 1 or a list of server overrides, got {self.replicas!r}")
+        if isinstance(self.replicas, list):
+            if not self.replicas:
+                raise ValueError("replicas: the list of per-replica server overrides is empty")
+            fields = set(ServerConfig.model_fields)
+            for j, over in enumerate(self.replicas):
+                unknown = sorted(set(over) - fields)
+                if unknown:
+                    raise ValueError(f"replicas[{j}]: unknown server key(s) {unknown}; expected some of "
+                                     f"{sorted(fields)}")
+        return self
+
+    @property
+    def num_replicas(self) -> int:
+        return self.replicas if isinstance(self.replicas, int) else len(self.replicas)
+
+    def overrides(self) -> list[dict[str, Any]]:
+        """One server-override mapping per replica ({} for identical replicas)."""
+        return [{} for _ in range(self.replicas)] if isinstance(self.replicas, int) else [dict(o) for o in self.replicas]

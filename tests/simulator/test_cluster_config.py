@@ -1,0 +1,64 @@
+"""The `cluster:` block: validated early, errors name the key; per-replica overrides resolved by the scenario
+builder (bad values name the run and replica); seeds per replica."""
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from simulator.cluster_config import ClusterSpec
+from simulator.scenario import make_cluster_scenario, replica_seeds
+from simulator.server_config import RunSpec, ServerConfig
+
+SERVER = ServerConfig(target_profile={"kind": "linear", "coefficients": {"const": 0.01}}, kv_capacity_tokens=10_000)
+
+
+@pytest.mark.parametrize("doc, where", [
+    ({"replicas": 0}, "replicas: expected an integer >= 1"),
+    ({"replicas": True}, "replicas"),
+    ({"replicas": []}, "list of per-replica server overrides is empty"),
+    ({"replicas": [{}, {"max_num_seq": 3}]}, r"replicas\[1\]: unknown server key\(s\) \['max_num_seq'\]"),
+    ({"replicas": 2, "router": {"name": "random"}}, "router.name"),
+    ({"replicas": 2, "router": {"name": "round_robin", "key": "trace"}}, r"\['key'\] only apply to router affinity"),
+    ({"replicas": 2, "router": {"name": "affinity", "key": "session"}}, "router.key"),
+    ({"replicas": 2, "router": {"name": "affinity", "max_outstanding": 0}}, "router.max_outstanding"),
+    ({"replicas": 2, "routr": {}}, "routr"),
+])
+def test_bad_cluster_blocks_name_the_key(doc, where):
+    with pytest.raises(ValidationError, match=where):
+        ClusterSpec.model_validate(doc)
+
+
+def test_defaults_and_overrides():
+    spec = ClusterSpec(replicas=3)
+    assert spec.router.name == "least_outstanding" and spec.num_replicas == 3 and spec.overrides() == [{}, {}, {}]
+    assert ClusterSpec(replicas=2, router={"name": "affinity"}).router.affinity_key == "trace"
+    het = ClusterSpec(replicas=[{}, {"max_num_seqs": 4}])
+    assert het.num_replicas == 2 and het.overrides()[1] == {"max_num_seqs": 4}
+
+
+def test_a_bad_replica_override_value_names_run_and_replica():
+    spec = ClusterSpec(replicas=[{}, {"max_num_seqs": 0}])
+    with pytest.raises(ValueError, match=r"(?s)runs\[ar\] cluster.replicas\[1\]: .*max_num_seqs"):
+        make_cluster_scenario(RunSpec(name="ar", mode="ar"), SERVER, {}, 0, spec)
+
+
+def test_replicas_get_their_own_servers_and_seeds_from_the_run_seed():
+    spec = ClusterSpec(replicas=[{"max_num_seqs": 2}, {}, {"kv_capacity_tokens": 500, "num_target_gpus": 4}])
+    sc = make_cluster_scenario(RunSpec(name="ar", mode="ar", server={"max_num_seqs": 7}), SERVER, {}, 42, spec)
+    assert [r.server.max_num_seqs for r in sc.replicas] == [2, 7, 7]  # replica overrides over run overrides
+    assert [r.kv_capacity_tokens for r in sc.replicas] == [10_000, 10_000, 500]
+    assert sc.num_target_gpus == 6 and sc.num_draft_gpus == 0
+    seeds = [r.seed for r in sc.replicas]
+    assert seeds[0] == 42 and len(set(seeds)) == 3 and seeds == replica_seeds(42, 3)
+    assert replica_seeds(43, 3) != seeds
+
+
+def test_a_replica_that_does_not_fit_makes_the_cluster_not_fit():
+    dep = {"target": "llama3.1-8b", "gpu": "h100-80gb"}
+    big = {"target": "llama3.3-70b", "gpu": "l40s"}
+    server = ServerConfig(target_profile={"kind": "linear", "coefficients": {"const": 0.01}}, deployment=dep)
+    sc = make_cluster_scenario(RunSpec(name="ar", mode="ar"), server, {}, 0,
+                               ClusterSpec(replicas=[{}, {"deployment": big}]))
+    assert not sc.fits and sc.info["does_not_fit"].startswith("replica 1: ")
+    with pytest.raises(ValueError, match="replica 1"):
+        sc.simulation(None, None)
