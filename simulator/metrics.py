@@ -17,7 +17,7 @@ from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS
 SIGNIFICANT_DIGITS = 7
 PERCENTILES = (50, 90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
-STEP_PHASES = ("prefill", "decode", "draft", "verify", "mixed", "sync")
+STEP_PHASES = ("prefill", "decode", "draft", "draft_prefill", "verify", "mixed", "sync")
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 
 _REQUEST_NEEDS = (
@@ -140,7 +140,7 @@ def _target_phase_shares(steps_df: pd.DataFrame) -> dict[str, float | None]:
         raise ValueError(f"steps table: unknown phase(s) {unknown}; expected one of {list(STEP_PHASES)}")
     return {
         f"{ph}_share": (round_sig(dur[phases == ph].sum() / total) if total > 0 else None)
-        for ph in ("verify", "draft", "prefill", "decode", "mixed")
+        for ph in ("verify", "draft", "draft_prefill", "prefill", "decode", "mixed")
     }
 
 

@@ -70,7 +70,8 @@ class Server:
         if self.mode == "psd":
             self.executor = PSDExecutor(psd, st, self.sched, self.drafting, self.pricing, self._drafters_used())
         else:
-            self.executor = SDExecutor(self.mode, st, self.sched, self.drafting, self.pricing)
+            self.executor = SDExecutor(self.mode, st, self.sched, self.drafting, self.pricing,
+                                       self._drafters_used() if self.mode == "sd" else ())
         self.outcome = StepOutcome(self)
         if arrivals is not None:
             arrivals.attach(st.arrival)

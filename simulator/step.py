@@ -35,14 +35,16 @@ class Step:
 
 
 def prefill_step(now: float, pre: np.ndarray, chunk: np.ndarray, target_t: float, overhead: float,
-                 kv: int, tokens: int, drafter_prefill_t: float = 0.0, sub_batch: int = -1) -> Step:
-    """A prefill-only step (separate mode): the target prefills, then the draft device runs its own prefill."""
+                 kv: int, tokens: int, drafter_prefill_t: float = 0.0, sub_batch: int = -1,
+                 colocated: bool = False) -> Step:
+    """A prefill-only step (separate mode): the target prefills, then the drafter runs its own prefill, on the
+    draft device (PSD) or, `colocated` (SD), on the target's devices."""
     target_end = target_t + overhead
     t_slices = [("prefill", now, now + target_end, {"num_seqs": len(pre), "prefill_tokens": int(chunk.sum()),
                                                    "batched_tokens": tokens, "kv_tokens": kv, "sub_batch": sub_batch})]
     d_slices = []
-    if drafter_prefill_t > 0:
-        d_slices.append(("prefill", now + target_end, now + target_end + drafter_prefill_t, {
+    if drafter_prefill_t > 0:  # on the target's devices (colocated SD) it is a phase of its own, emitting nothing
+        (t_slices if colocated else d_slices).append(("draft_prefill" if colocated else "prefill", now + target_end, now + target_end + drafter_prefill_t, {
             "num_seqs": len(pre), "prefill_tokens": int(chunk.sum()), "batched_tokens": int(chunk.sum()),
             "kv_tokens": kv}))
     z = EMPTY

@@ -98,6 +98,6 @@ class StepOutcome:
                 add((self.step_no, device, phase, t0, t1, g("num_seqs", 0), g("prefill_tokens", 0),
                      g("batched_tokens", 0), g("kv_tokens", 0), used_blocks, g("proposed_tokens", 0),
                      g("accepted_tokens", 0),
-                     emitted if device == "target" and phase not in ("draft", "sync") else 0,
+                     emitted if device == "target" and phase not in ("draft", "draft_prefill", "sync") else 0,
                      g("sub_batch", -1), g("drafters", "")))
 

@@ -14,8 +14,10 @@ from simulator.step import Step, prefill_step
 class SDExecutor:
     """Plans one AR or SD step over the running batch."""
 
-    def __init__(self, mode: str, state: RequestState, sched: Scheduler, drafting: Drafting, pricing: Pricing):
+    def __init__(self, mode: str, state: RequestState, sched: Scheduler, drafting: Drafting, pricing: Pricing,
+                 drafter_names: tuple[str, ...] = ()):
         self.mode, self.state, self.sched, self.drafting, self.pricing = mode, state, sched, drafting, pricing
+        self.drafter_names = drafter_names  # drafters whose own prefill of each prompt runs on the target's devices
         self.fallback_steps = 0
 
     def plan(self, now: float) -> Step:
@@ -23,7 +25,8 @@ class SDExecutor:
         pre, chunk = sched.prefill_only(now)
         if len(pre):
             t, n, tokens, kv = pricing.target_time(EMPTY, EMPTY, pre, chunk)
-            return prefill_step(now, pre, chunk, t, pricing.overhead, kv, tokens)
+            dp = pricing.drafter_prefill_time(pre, chunk, self.drafter_names)
+            return prefill_step(now, pre, chunk, t, pricing.overhead, kv, tokens, dp, colocated=True)
         run = st.running_array()
         if st.prefilling:
             dec_mask = st.prefill_left[run] == 0
@@ -53,7 +56,8 @@ class SDExecutor:
         grp = drafting.groups_of(d_idx)
         draft_t, used = pricing.draft_time(grp, dec, d_idx, k, proposed, verify_t, ctx)
         accepted = drafting.accept(dec, d_idx, proposed, flat)
-        duration = draft_t + verify_t + pricing.overhead
+        drafter_prefill_t = pricing.drafter_prefill_time(pre, chunk, self.drafter_names) if len(pre) else 0.0
+        duration = draft_t + verify_t + pricing.overhead + drafter_prefill_t
         slices = []
         t = now
         if draft_t > 0:
@@ -66,9 +70,15 @@ class SDExecutor:
             phase = "mixed"
         elif len(pre):
             phase = "prefill"
-        slices.append((phase, t, now + duration, {
+        end = now + duration - drafter_prefill_t
+        slices.append((phase, t, end, {
             "num_seqs": nseq, "prefill_tokens": int(chunk.sum()), "batched_tokens": tokens, "kv_tokens": kv,
             "proposed_tokens": prop_sum, "accepted_tokens": int(accepted.sum()), "drafters": "+".join(used)}))
+        if drafter_prefill_t > 0:  # the drafters' own pass over the new prompts, after the target's
+            n_pre, pre_tokens = len(pre), int(chunk.sum())
+            slices.append(("draft_prefill", end, now + duration, {
+                "num_seqs": n_pre, "prefill_tokens": pre_tokens, "batched_tokens": pre_tokens, "kv_tokens": kv,
+                "drafters": "+".join(self.drafter_names)}))
         return Step(dec, d_idx, k, proposed, accepted, pre, chunk, duration, slices, [])
 
     def after(self, step: Step) -> None:

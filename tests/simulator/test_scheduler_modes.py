@@ -93,7 +93,7 @@ def test_psd_sync_interval_is_in_the_steps_table():
 @pytest.mark.parametrize("where,build", [
     ("target profile", lambda: dict(target=LinearProfile("nan-target", {"const": math.nan},
                                                          provenance=Provenance("test")))),
-    ("drafter 'd' draft cost", lambda: dict(draft=DraftCost("autoregressive", profile=LinearProfile(
+    ("drafter 'd' (draft|prefill) cost", lambda: dict(draft=DraftCost("autoregressive", profile=LinearProfile(
         "nan-draft", {"const": math.nan}, provenance=Provenance("test"))))),
     ("target profile", lambda: dict(target=LinearProfile("neg", {"const": -0.01}, provenance=Provenance("test")))),
 ])
@@ -184,3 +184,26 @@ def test_scheduler_invariants_across_modes(mode, prefill, chunked, k, kv_blocks,
     assert res.extras["kv_peak_blocks"] <= res.extras["kv_total_blocks"]
     assert (rq.accepted_tokens <= rq.proposed_tokens).all()
     assert rq.finish_time.max() <= s.end.max() + 1e-12
+
+
+@pytest.mark.parametrize("prefill", ["mixed", "separate"])
+def test_sd_prices_a_model_drafters_own_prefill_on_the_target_devices(prefill):
+    traces = iid_traces(20, seed=26, prompt=(100, 300))
+    wl = workload(traces, 40, rate=30.0)
+    draft_profile = LinearProfile("draft", {"batched_tokens": 1e-5, "const": 1e-3}, provenance=Provenance("test"))
+    res = simulate(traces, wl, mode="sd", prefill=prefill, draft=DraftCost("autoregressive", profile=draft_profile),
+                   target=constant_profile(0.01))
+    s = res.steps
+    dp = s[s.phase == "draft_prefill"]
+    assert len(dp) > 0 and (dp.device == "target").all() and (dp.emitted_tokens == 0).all()
+    expected = [draft_profile.step_time(n, t, kv) for n, t, kv in zip(dp.num_seqs, dp.prefill_tokens, dp.kv_tokens)]
+    np.testing.assert_allclose(dp.end - dp.start, expected, rtol=1e-12)
+    # the drafter passes over every prompt token the target prefilled, after the target, inside the same step
+    target_pre = s[(s.device == "target") & (s.phase.isin(["prefill", "mixed"]))]
+    assert dp.prefill_tokens.sum() == target_pre.prefill_tokens.sum()
+    assert (dp.set_index("step").start >= target_pre.groupby("step").end.max().loc[dp.step].to_numpy() - 1e-12).all()
+    assert int(res.requests.output_len.sum()) == int(s.emitted_tokens.sum())
+    # prompt lookup (no model) has no prefill; AR none either
+    res0 = simulate(traces, wl, mode="sd", prefill=prefill, draft=DraftCost("constant", seconds=0.003),
+                    target=constant_profile(0.01))
+    assert not (res0.steps.phase == "draft_prefill").any()
