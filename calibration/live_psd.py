@@ -388,8 +388,8 @@ def _assemble(cfg, runs, profiles, drafters, lm, ids, categories, eos, failure, 
                      "platform": platform.platform()},
         "note": ("wall-clock side shares the CPU with other processes (load per core recorded per mode). "
                  "Reference outputs = the AR run's; target_argmax_mismatches counts tokens where they differ from "
-                 "the target's teacher-forced greedy choice. SD's drafter prompt pass runs in the prefill step and "
-                 "the simulator does not price it in SD mode (it does in PSD)."),
+                 "the target's teacher-forced greedy choice. A model drafter's prompt pass runs after the target's in "
+                 "the prefill step; the simulator prices it on the target's core in SD and on the draft core in PSD."),
         "target_argmax_mismatches": mismatches,
         "drafter_failure": failure,
         "profiles": prof_doc,
