@@ -20,7 +20,7 @@ import numpy as np
 import yaml
 
 from calibration.live_decode import LiveRequest, serve_request
-from policies.registry import make_policy, policy_class
+from policies.registry import GROUND_TRUTH_POLICIES, make_policy, policy_class
 
 DEFAULT_PROFILE = "smollm2-135m-instruct-cpu"
 METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s", "steps_per_request")
@@ -77,7 +77,7 @@ def parse_policy_text(text: str) -> dict[str, Any]:
 
 def refuse_oracle(spec: dict[str, Any], where: str) -> None:
     """Oracles read the ground truth, which a live server does not have."""
-    if policy_class(spec["name"]).reads_ground_truth:
+    if spec["name"] in GROUND_TRUTH_POLICIES or policy_class(spec["name"]).reads_ground_truth:
         raise ValueError(f"{where}: policy {spec['name']!r} is an oracle (it reads the ground-truth trace) and "
                          "cannot run live; use an online policy (fixed, combine-match, metasd-ucb, ...)")
 

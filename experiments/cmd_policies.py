@@ -10,6 +10,7 @@ from typing import Any
 
 def policy_listing() -> list[dict[str, Any]]:
     """One entry per registered policy: name, oracle flag, parameters with defaults, description."""
+    import oracle.registry  # noqa: F401  (registers the ground-truth policies)
     from policies.registry import POLICIES, policy_class, policy_parameters
 
     out = []

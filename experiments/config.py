@@ -115,6 +115,7 @@ class ExperimentConfig(BaseModel):
     def _parts_resolve(self) -> "ExperimentConfig":
         """Latency profiles named by the config exist, and every run's policy builds (types, ranges) before
         anything is simulated; the error names the key."""
+        import oracle.registry  # noqa: F401  (registers the ground-truth policies)
         from policies.registry import make_policy
 
         _check_server(self.server, "server")

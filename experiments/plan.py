@@ -162,6 +162,7 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         load_config({**config, "workload": {"num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0}}},
                     label=where)
         if mode.mode != "ar":
+            import oracle.registry  # noqa: F401  (registers the ground-truth policies)
             from policies.registry import make_policy
 
             make_policy(mode.policy, where=f"{where}: modes[{mode.name}].policy")

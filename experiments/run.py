@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
+import oracle.registry  # noqa: F401  (registers the ground-truth policies)
 from experiments.config import ExperimentConfig, load_config
 from simulator.acceptance_table import AcceptanceTable
 from simulator.engine import SimResult

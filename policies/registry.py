@@ -1,12 +1,11 @@
 """Policy registry: build a policy from its config mapping `{name: ..., **params}`; list them all.
 
 Online policies are registered by class. Oracles live in `oracle/`, which sits above `policies/`
-in the layering, so they are registered by dotted path ("module:Class") and imported only when
-asked for by name; `register_policy` adds more at run time.
+in the layering: `oracle/registry.py` registers them with `register_policy` when it is imported (the
+experiment layer does), and their names are known here so that asking for one before that says so.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 import typing
@@ -29,18 +28,14 @@ MAX_INT_PARAM = 2**62
 NESTED_INT_KEYS = frozenset({"k", "min_batch", "max_batch"})
 _PARAMS_CONFIG = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid", arbitrary_types_allowed=True)
 
-POLICIES: dict[str, type[Policy] | str] = {
+POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (FixedPolicy, KByBatchPolicy, UCBPolicy, MetaSDUCBPolicy, DiscountedUCBPolicy,
                 SlidingWindowUCBPolicy, EXP3Policy, ThompsonPolicy, EpsilonGreedyPolicy, RandomDrafterPolicy,
                 AdaptiveKPolicy, CombineMatchPolicy, CombineAdaptivePolicy)
 }
-POLICIES.update({
-    "oracle-k": "oracle.oracle_k:OracleKPolicy",
-    "oracle-best-drafter": "oracle.best_drafter:OracleBestDrafterPolicy",
-    "oracle-combine": "oracle.combine:OracleCombinePolicy",
-    "oracle-best-fixed": "oracle.hindsight:BestFixedInHindsightPolicy",
-})
+# ground-truth policies: registered by oracle/registry.py, which the experiment layer imports
+GROUND_TRUTH_POLICIES = ("oracle-k", "oracle-best-drafter", "oracle-combine", "oracle-best-fixed")
 
 
 def register_policy(cls: type[Policy]) -> None:
@@ -51,14 +46,13 @@ def register_policy(cls: type[Policy]) -> None:
 
 
 def policy_class(name: str) -> type[Policy]:
-    """The class registered under `name`, importing it when registered by path."""
+    """The class registered under `name`."""
     entry = POLICIES.get(name)
     if entry is None:
-        raise ValueError(f"unknown policy {name!r}; expected one of {sorted(POLICIES)}")
-    if isinstance(entry, str):
-        module, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module), attr)
-        POLICIES[name] = entry
+        if name in GROUND_TRUTH_POLICIES:
+            raise ValueError(f"policy {name!r} is an oracle (it reads the ground-truth trace): it is registered by "
+                             "oracle/registry.py, which offline simulations import; it cannot run on a live server")
+        raise ValueError(f"unknown policy {name!r}; expected one of {sorted(set(POLICIES) | set(GROUND_TRUTH_POLICIES))}")
     return entry
 
 
@@ -69,9 +63,12 @@ def make_policy(spec: dict[str, Any], where: str = "policy", seed: int | None = 
     if not isinstance(spec, dict) or "name" not in spec:
         raise ValueError(f"{where}: expected a mapping with 'name' (one of {sorted(POLICIES)}), got {spec!r}")
     name = spec["name"]
-    if not isinstance(name, str) or name not in POLICIES:
-        raise ValueError(f"{where}.name: unknown policy {name!r}; expected one of {sorted(POLICIES)}")
-    cls = policy_class(name)
+    if not isinstance(name, str):
+        raise ValueError(f"{where}.name: unknown policy {name!r}; expected a policy name, one of {sorted(POLICIES)}")
+    try:
+        cls = policy_class(name)
+    except ValueError as e:
+        raise ValueError(f"{where}.name: {e}") from None
     params = {k: v for k, v in spec.items() if k != "name"}
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
     unknown = set(params) - accepted

@@ -59,3 +59,16 @@ def test_register_policy_refuses_a_taken_name():
 def test_parameters_are_strictly_typed_and_bounded(spec, match):
     with pytest.raises(ValueError, match=match):
         make_policy(spec)
+
+
+def test_oracles_are_registered_by_the_oracle_package_not_by_policies():
+    import subprocess
+    import sys
+
+    code = ("from policies.registry import make_policy\n"
+            "try:\n    make_policy({'name': 'oracle-k', 'drafter': 'd'})\nexcept ValueError as e:\n    print(e)\n"
+            "import oracle.registry\n"
+            "print(type(make_policy({'name': 'oracle-k', 'drafter': 'd'})).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "is an oracle" in out and "oracle/registry.py" in out
+    assert out.strip().endswith("OracleKPolicy")
