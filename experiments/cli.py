@@ -18,6 +18,7 @@ COMMAND_MODULES = {
     "psd-report": "experiments.cmd_psd_report",
     "placement": "experiments.cmd_placement",
     "calibrate": "experiments.cmd_calibrate",
+    "validate": "experiments.cmd_validate",
 }
 
 

@@ -33,6 +33,16 @@ class SDExecutor:
         ctx = pricing.context(dec)
         kv_est = int(ctx.sum())
         d_idx, k, proposed, flat = drafting.choose(dec, now, pricing.estimator(len(dec), kv_est, 0, False))
+        n_fit, proposed = sched.fit_decodes(proposed)
+        if n_fit < len(dec):  # vllm-v1: the token budget ran out before the last decodes
+            if dec_mask is None:
+                dec_mask = np.zeros(len(run), dtype=bool)
+                dec_mask[:n_fit] = True
+            else:
+                dec_mask[np.flatnonzero(dec_mask)[n_fit:]] = False
+            dec, d_idx, k, ctx = dec[:n_fit], d_idx[:n_fit], k[:n_fit], ctx[:n_fit]
+            flat = None if flat is None else flat[:n_fit]
+            kv_est = int(ctx.sum())
         if dec_mask is None:
             need = sched.pool.blocks_for(ctx + proposed)
         else:
