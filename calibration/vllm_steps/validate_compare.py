@@ -18,14 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from calibration.latency_sweep import fit_profiles
 from calibration.vllm_backend import RUN_FILE, STEPS_FILE
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, join_ids
 from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
 from calibration.vllm_steps.fit import draft_measurements, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.draft_cost import DraftCost
-from simulator.latency import LatencyProfile
+from simulator.latency import LatencyProfile, fit_linear
 from simulator.metrics import percentile_summary
 from traces.bundle import DrafterTrace, RequestTrace
 from traces.errors import TraceFormatError
@@ -142,20 +141,39 @@ def load_mode(folder: Path, mode: Mode) -> ModeData:
 
 @dataclass
 class Profiles:
-    """The target's step profile and the mode's drafter cost (None for AR), with their fit reports."""
+    """The target's step profile, the mode's drafter cost (None for AR) and the engine's time between steps."""
 
     target: LatencyProfile
     drafter: DraftCost | None
+    step_overhead_s: float
     report: dict[str, Any] = field(default_factory=dict)
 
 
+def busy_gaps(log: StepLog) -> np.ndarray:
+    """Seconds between the end of a step and the start of the next one while a request runs through both
+    (the engine core's loop: outputs out, inputs in); idle gaps between arrivals are left out."""
+    gaps = []
+    for a, b in zip(log.steps, log.steps[1:]):
+        live = {r.id for r in a.requests if not r.finished}
+        if live & {r.id for r in b.requests}:
+            gaps.append(b.wall_start - (a.wall_start + a.duration))
+    return np.array(gaps, dtype=float)
+
+
 def fit_mode_profiles(data: ModeData, log: StepLog, name: str, model_name: str) -> Profiles:
-    """Linear target profile (engine step minus drafting) and, for SD, the drafter's propose cost per step."""
+    """Linear target profile (engine step minus drafting), the drafter's propose cost per step (SD) and the
+    mean gap between busy steps; least squares on absolute error, so the fitted time is unbiased in total
+    (the validation compares means; relative weighting fits below the mean of noisy steps)."""
     mode = data.mode
     ms = target_measurements(log, mode.label)
     loads = [m.load for m in ms if m.load is not None]
-    target = fit_profiles(name, model_name, ms, _provenance(log.header, loads, "target step", data.result))
-    report = {"target": target.report}
+    target = fit_linear(name, ms, model=model_name, weighting="absolute",
+                        provenance=_provenance(log.header, loads, "target step", data.result))
+    gaps = busy_gaps(log)
+    overhead = float(gaps.mean()) if gaps.size else 0.0
+    report = {"target": {"coefficients": target.profile.coefficients, "mape_percent": round(target.mape, 2),
+                         "steps": len(ms), "median_load": float(np.median(loads)) if loads else None},
+              "step_overhead_s": overhead, "busy_gaps": int(gaps.size)}
     drafter = None
     if mode.method is not None:
         dms = draft_measurements(log, mode.label)
@@ -163,11 +181,12 @@ def fit_mode_profiles(data: ModeData, log: StepLog, name: str, model_name: str) 
             raise TraceFormatError(str(data.folder / STEPS_FILE), f"only {len(dms)} timed propose calls for "
                                    f"{mode.label}; the worker file is missing or the run was too short",
                                    field="draft_seconds")
-        f = fit_profiles(f"{name}-{mode.label}", model_name, dms,
-                         _provenance(log.header, loads, "drafter propose call", data.result))
-        drafter = DraftCost("whole_proposal", f.linear)
-        report["drafter"] = f.report
-    return Profiles(target.linear, drafter, report)
+        f = fit_linear(f"{name}-{mode.label}", dms, model=model_name, weighting="absolute",
+                       provenance=_provenance(log.header, loads, "drafter propose call", data.result))
+        drafter = DraftCost("whole_proposal", f.profile)
+        report["drafter"] = {"coefficients": f.profile.coefficients, "mape_percent": round(f.mape, 2),
+                             "steps": len(dms)}
+    return Profiles(target.profile, drafter, overhead, report)
 
 
 def replay_traces(data: ModeData, level: int, model_name: str) -> list[RequestTrace]:
@@ -220,7 +239,8 @@ def simulate_level(data: ModeData, level: int, traces: list[RequestTrace], profi
     server = ServerConfig(target_profile=profiles.target.name, scheduler="vllm-v1",
                           max_num_seqs=int(header["max_num_seqs"]),
                           max_num_batched_tokens=int(header["max_num_batched_tokens"]),
-                          block_size=int(header["block_size"]), kv_capacity_tokens=data.kv_capacity_tokens)
+                          block_size=int(header["block_size"]), kv_capacity_tokens=data.kv_capacity_tokens,
+                          step_overhead_s=profiles.step_overhead_s)
     sd = mode.method is not None
     run = RunSpec(name=mode.label, mode="sd" if sd else "ar",
                   policy={"name": "fixed", "drafter": mode.label, "k": mode.k} if sd else None)
