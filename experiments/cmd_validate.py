@@ -30,7 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from calibration.vllm_steps.validate_compare import validate_all
-    from calibration.vllm_steps.validate_report import failures, format_table, write_outputs
+    from experiments.validate_report import failures, format_table, write_outputs
     from calibration.vllm_steps.validate_run import load_config, run_mode
 
     try:
