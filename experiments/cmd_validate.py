@@ -15,15 +15,15 @@ def register(sub) -> None:
     a.set_defaults(func=_run)
 
 
-def _prompts(cfg, lm) -> list[list[int]]:
-    """The configured workloads' prompts interleaved, as many as the plan uses, tokenised for the target."""
+def _prompts(cfg, lm) -> tuple[list[list[int]], list[str]]:
+    """The configured workloads' prompts interleaved, as many as the plan uses, tokenised for the target,
+    and their workload categories."""
     from calibration.hf_backend import encode_prompt
     from calibration.prompts import workload_prompts
-    from calibration.vllm_steps.validate_run import interleaved
+    from calibration.vllm_steps.validate_run import interleaved, plan_prompt_count
 
-    need = sum(cfg.calibration.batch_sizes) + cfg.load.requests * len(cfg.load.fractions) + 1
-    texts = interleaved([workload_prompts(w, seed=cfg.seed) for w in cfg.workloads])[:need]
-    return [encode_prompt(lm, p.text) for p in texts]
+    texts = interleaved([workload_prompts(w, seed=cfg.seed) for w in cfg.workloads])[:plan_prompt_count(cfg)]
+    return [encode_prompt(lm, p.text) for p in texts], [p.category for p in texts]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -46,12 +46,12 @@ def _run(args: argparse.Namespace) -> int:
 
         lm = load_model(cfg.target)
         folder = str(converted_folder(cfg.target)) if cfg.target in PACKAGED_MODELS else cfg.target
-        prompts = _prompts(cfg, lm)
+        prompts, categories = _prompts(cfg, lm)
         for mode in cfg.parsed_modes():
             mode = _with_drafter_folder(mode, lm)
             print(f"vLLM {mode.label}: calibration groups {cfg.calibration.batch_sizes}, then "
                   f"{len(cfg.load.fractions)} Poisson levels x {cfg.load.requests} requests", flush=True)
-            run_mode(cfg, mode, folder, prompts, out)
+            run_mode(cfg, mode, folder, prompts, out, categories=categories)
     report = validate_all(cfg, out)
     write_outputs(report, out, args.config, cfg.tolerances)
     print(format_table(report))

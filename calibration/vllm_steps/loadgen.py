@@ -3,7 +3,7 @@
 Runs under vLLM's interpreter (`python -m calibration.vllm_steps.loadgen PLAN.json OUT.json`, started by
 calibration/vllm_steps/validate_run.py). One `AsyncLLM` (the engine `vllm serve` wraps, minus HTTP) serves:
 a warm-up request, the calibration groups (disjoint prompts submitted together, one batch shape each; their
-best requests/s is the measured capacity), then one Poisson arrival stream per load level at
+best requests/s is the measured capacity; staggered groups send one request every gap_s seconds instead), then one Poisson arrival stream per load level at
 `fraction x capacity` requests/s. Each request is its own asyncio task that sleeps until its send time,
 submits, and timestamps every streamed output (wall clock, comparable with the step records). AsyncLLM
 rather than `vllm serve` + HTTP client: on 2 shared CPU cores a second process of JSON/HTTP work would
@@ -69,11 +69,13 @@ async def _drive(plan: dict[str, Any]) -> dict[str, Any]:
         for g in plan["calibration"]:
             t0, wall0 = time.perf_counter(), time.time()
             p = params(g["max_tokens"], g["min_tokens"])
-            rows = await asyncio.gather(*(_one(engine, p, f"{g['name']}-{i}", ids, None)
+            gap = g.get("gap_s", 0.0)  # > 0: one request every gap_s seconds (prefills mixed into decodes)
+            rows = await asyncio.gather(*(_one(engine, p, f"{g['name']}-{i}", ids, wall0 + i * gap if gap else None)
                                           for i, ids in enumerate(g["prompts"])))
             groups.append({"name": g["name"], "wall_start": wall0, "wall_seconds": time.perf_counter() - t0,
-                           "requests": rows})
-        measured = [len(g["requests"]) / g["wall_seconds"] for g in groups if g["name"] != "warmup"]
+                           "gap_s": gap, "requests": rows})
+        measured = [len(g["requests"]) / g["wall_seconds"] for g in groups
+                    if g["name"] != "warmup" and not g["gap_s"]]
         capacity = max(measured)
         levels = []
         load = plan["load"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from calibration.vllm_backend import RUN_FILE, STEPS_FILE
+from calibration.vllm_backend import PLAN_FILE, RUN_FILE, STEPS_FILE
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, join_ids
 from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
 from calibration.vllm_steps.fit import draft_measurements, target_measurements
@@ -114,6 +114,7 @@ class ModeData:
     levels: list[dict[str, Any]]
     level_logs: list[StepLog]
     load_log: StepLog  # all levels
+    categories: dict[str, str] = field(default_factory=dict)  # request id -> workload (from the plan)
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -136,7 +137,20 @@ def load_mode(folder: Path, mode: Mode) -> ModeData:
     level_logs = [sub_log(log, {ids[c.id] for c in lv}) for lv in per_level]
     load_ids = {ids[c.id] for lv in per_level for c in lv}
     return ModeData(mode, folder, log, result, cal, sub_log(log, {ids[c.id] for c in cal}), result["levels"],
-                    level_logs, sub_log(log, load_ids))
+                    level_logs, sub_log(log, load_ids), plan_categories(folder / PLAN_FILE, result))
+
+
+def plan_categories(plan_path: Path, result: dict[str, Any]) -> dict[str, str]:
+    """Request id -> workload category, from the plan's per-prompt categories (empty when the plan has none)."""
+    if not plan_path.is_file():
+        return {}
+    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    out = {}
+    for g, rg in zip(plan["calibration"], result["calibration"]):
+        out.update({q["id"]: c for q, c in zip(rg["requests"], g.get("categories", []))})
+    for cats, lv in zip(plan["load"].get("categories", []), result["levels"]):
+        out.update({q["id"]: c for q, c in zip(lv["requests"], cats)})
+    return out
 
 
 @dataclass
@@ -206,19 +220,22 @@ def _bundle(data: ModeData, log: StepLog, clients: list[ClientRequest], model_na
 
 
 def predictive_traces(data: ModeData, level: int, model_name: str, rng: np.random.Generator) -> list[RequestTrace]:
-    """The level's lengths with acceptance borrowed from calibration requests (drawn with `rng`, repeated to
-    each request's output length): what a planner knows before serving these prompts."""
+    """The level's lengths with acceptance borrowed from calibration requests of the same workload (chat,
+    code, code-edit; any calibration request when none shares it), drawn with `rng` and repeated to each
+    request's output length: what a planner knows before serving these prompts."""
     reqs = data.levels[level]["requests"]
     if data.mode.method is None:
         return replay_traces(data, level, model_name)
     cal = _bundle(data, data.cal_log, data.calibration, model_name)[0].requests
     out = []
-    for q, j in zip(reqs, rng.integers(0, len(cal), size=len(reqs))):
+    for q in reqs:
+        cat = data.categories.get(q["id"], "")
+        pool = [t for t in cal if data.categories.get(t.id, "") == cat] or cal
+        src = pool[int(rng.integers(0, len(pool)))].drafters[data.mode.label]
         n = len(q["output_token_ids"])
-        src = cal[int(j)].drafters[data.mode.label]
         tr = DrafterTrace(acc_len=np.resize(src.acc_len, n).astype(np.int32),
                           proposal_len=None if src.proposal_len is None else np.resize(src.proposal_len, n).astype(np.int32))
-        out.append(RequestTrace(q["id"], len(q["prompt_token_ids"]), n, {data.mode.label: tr}))
+        out.append(RequestTrace(q["id"], len(q["prompt_token_ids"]), n, {data.mode.label: tr}, category=cat or None))
     return out
 
 

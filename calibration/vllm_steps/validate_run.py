@@ -27,7 +27,12 @@ class _Strict(BaseModel):
 
 
 class CalibrationPart(_Strict):
-    batch_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1)
+    batch_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1,
+                                   description="requests submitted together, one group each (measures capacity)")
+    staggered: list[int] = Field(default_factory=list, description=(
+        "groups of this many requests sent one every gap_s seconds: single-prompt prefills mixed into decode "
+        "steps, the step shape of a served stream, which batched groups never show"))
+    gap_s: float = Field(0.2, gt=0, le=60)
     max_tokens: int = Field(32, ge=1)
 
 
@@ -104,21 +109,35 @@ def interleaved(pools: list[list[Any]]) -> list[Any]:
     return out
 
 
-def build_plan(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list[list[int]]) -> dict[str, Any]:
-    """The loadgen plan of one mode: calibration groups take the first prompts, load levels the next ones."""
-    need = sum(cfg.calibration.batch_sizes) + cfg.load.requests * len(cfg.load.fractions)
+def plan_prompt_count(cfg: ValidateConfig) -> int:
+    """Distinct prompts a mode's plan uses: calibration groups, load levels and the warm-up."""
+    return (sum(cfg.calibration.batch_sizes) + sum(cfg.calibration.staggered)
+            + cfg.load.requests * len(cfg.load.fractions) + 1)
+
+
+def build_plan(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list[list[int]],
+               categories: list[str] | None = None) -> dict[str, Any]:
+    """The loadgen plan of one mode: calibration groups take the first prompts, load levels the next ones;
+    each prompt's workload category rides along (the predictive simulation matches acceptance by it)."""
+    need = plan_prompt_count(cfg) - 1
     if len(prompts) < need:
         raise ValueError(f"validate needs {need} distinct prompts, the workloads {cfg.workloads} give {len(prompts)}")
-    groups = [{"name": WARMUP, "prompts": [prompts[-1]], "max_tokens": 4, "min_tokens": 4}]
+    cats = categories if categories is not None else [""] * len(prompts)
+    if len(cats) != len(prompts):
+        raise ValueError(f"{len(cats)} categories for {len(prompts)} prompts")
+    groups = [{"name": WARMUP, "prompts": [prompts[-1]], "categories": [cats[-1]], "max_tokens": 4, "min_tokens": 4}]
     i = 0
-    for b in cfg.calibration.batch_sizes:
-        groups.append({"name": f"batch{b}", "prompts": prompts[i:i + b], "max_tokens": cfg.calibration.max_tokens,
-                       "min_tokens": cfg.calibration.max_tokens})
+    shapes = [(f"batch{b}", b, 0.0) for b in cfg.calibration.batch_sizes] + \
+        [(f"stagger{b}", b, cfg.calibration.gap_s) for b in cfg.calibration.staggered]
+    for name, b, gap in shapes:
+        groups.append({"name": name, "prompts": prompts[i:i + b], "categories": cats[i:i + b], "gap_s": gap,
+                       "max_tokens": cfg.calibration.max_tokens, "min_tokens": cfg.calibration.max_tokens})
         i += b
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(cfg.load.fractions))]
-    levels, offsets = [], []
+    levels, level_cats, offsets = [], [], []
     for rng in rngs:
         levels.append(prompts[i:i + cfg.load.requests])
+        level_cats.append(cats[i:i + cfg.load.requests])
         offsets.append(poisson_unit_offsets(cfg.load.requests, rng))
         i += cfg.load.requests
     return {"model": model_folder, "dtype": cfg.dtype, "spec": mode.spec(cfg.min_n, cfg.max_n),
@@ -126,11 +145,11 @@ def build_plan(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list
             "max_model_len": cfg.max_model_len, "memory_utilization": cfg.memory_utilization, "seed": cfg.seed,
             "calibration": groups,
             "load": {"fractions": list(cfg.load.fractions), "unit_offsets": offsets, "prompts": levels,
-                     "max_tokens": cfg.load.max_tokens, "pause_s": cfg.load.pause_s}}
+                     "categories": level_cats, "max_tokens": cfg.load.max_tokens, "pause_s": cfg.load.pause_s}}
 
 
 def run_mode(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list[list[int]], out: str | Path,
-             *, python: str | None = None) -> dict[str, Any]:
+             *, categories: list[str] | None = None, python: str | None = None) -> dict[str, Any]:
     """One engine for `mode`: calibration groups, then the load levels (vLLM killed on any exit)."""
-    return run_under_vllm("calibration.vllm_steps.loadgen", build_plan(cfg, mode, model_folder, prompts),
+    return run_under_vllm("calibration.vllm_steps.loadgen", build_plan(cfg, mode, model_folder, prompts, categories),
                           Path(out) / mode.label, python=python, timeout_s=cfg.timeout_s)
