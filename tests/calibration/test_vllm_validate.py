@@ -16,7 +16,7 @@ from calibration.vllm_backend import run_under_vllm
 from calibration.vllm_steps.acceptance import request_steps
 from calibration.vllm_steps.calibrate import parse_mode
 from calibration.vllm_steps.validate_compare import (KINDS, busy_gaps, error_pct, fit_mode_profiles, load_mode,
-                                                     replay_traces, simulate_level, validate_all)
+                                                     predictive_traces, replay_traces, simulate_level, validate_all)
 from calibration.vllm_steps.validate_run import ValidateConfig, build_plan, load_config, poisson_unit_offsets
 
 FIX = Path(__file__).parent / "fixtures" / "vllm-validate"
@@ -153,3 +153,23 @@ def test_small_real_validate_run(tmp_path):
     assert main(["validate", str(cfg), "--out", str(tmp_path / "out")]) == 0
     rows = json.loads((tmp_path / "out" / "validation.json").read_text())
     assert {r["kind"] for r in rows} == set(KINDS) and len(rows) == 3 * 2 * len(METRICS)
+
+
+def test_predictive_acceptance_comes_from_calibration_requests_of_the_same_workload():
+    mode = parse_mode("ngram:3")
+    data = load_mode(FIX / mode.label, mode)
+    cal = {t.id: t.drafters[mode.label].acc_len for t in replay_bundle_of_calibration(data)}
+    for i, lv in enumerate(data.levels):
+        traces = predictive_traces(data, i, "smollm2", np.random.default_rng(i))
+        for q, t in zip(lv["requests"], traces):
+            cat = data.categories[q["id"]]
+            assert t.category == cat and t.output_len == len(q["output_token_ids"])
+            same = [cid for cid, a in cal.items() if data.categories[cid] == cat
+                    and np.array_equal(np.resize(a, t.output_len), t.drafters[mode.label].acc_len)]
+            assert same, f"{q['id']}: acceptance not borrowed from a {cat} calibration request"
+
+
+def replay_bundle_of_calibration(data):
+    from calibration.vllm_steps.validate_compare import _bundle
+
+    return _bundle(data, data.cal_log, data.calibration, "smollm2")[0].requests
