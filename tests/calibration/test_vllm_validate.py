@@ -124,6 +124,22 @@ def test_engine_process_group_never_outlives_the_call(tmp_path, fail):
     assert not _alive(pid)
 
 
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
+def test_ctrl_c_ends_the_engine_process_group(tmp_path):
+    import signal
+    import threading
+
+    def interrupt():
+        while not (tmp_path / "result.pid").is_file():
+            threading.Event().wait(0.05)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_under_vllm("tests.calibration.spawn_tree", {"hang": 1}, tmp_path, python=sys.executable, timeout_s=30)
+    assert not _alive(int((tmp_path / "result.pid").read_text()))
+
+
 def _alive(pid: int) -> bool:
     """Running (a killed orphan may stay a zombie until init reaps it: that is not running)."""
     try:
