@@ -67,6 +67,9 @@ class Server:
         self.drafting = Drafting(policy, self.mode, table, workload, st, verification=verification,
                                  rng=np.random.default_rng(seed), traces=traces, live=live)
         self.pricing = Pricing(target, draft_costs, table.drafters, step_overhead_s, run.switch_cost_s, st, workload)
+        if self.mode == "psd" and any(c.kind == "engine_step" for c in draft_costs.values()):
+            raise ValueError(f"run {run.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
+                             "steps; PSD drafts on its own device: use whole_proposal or autoregressive")
         self.sched.check_fits(self._lookahead())
         if self.mode == "psd":
             self.executor = PSDExecutor(psd, st, self.sched, self.drafting, self.pricing, self._drafters_used())

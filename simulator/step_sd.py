@@ -62,6 +62,11 @@ class SDExecutor:
         verify_t, nseq, tokens, kv = pricing.target_time(dec, proposed, pre, chunk, kv_est, prop_sum)
         grp = drafting.groups_of(d_idx)
         draft_t, used = pricing.draft_time(grp, dec, d_idx, k, proposed, verify_t, ctx)
+        if self.mode != "ar":  # vLLM V1's proposer (engine_step costs): every request that samples this step
+            sampling = len(dec) + int(np.count_nonzero(chunk == st.prefill_left[pre])) if len(pre) else len(dec)
+            step_t, step_used = pricing.engine_step_draft_time(sampling, tokens, kv)
+            draft_t += step_t
+            used += [u for u in step_used if u not in used]
         accepted = drafting.accept(dec, d_idx, proposed, flat)
         duration = draft_t + verify_t + pricing.overhead
         slices = []

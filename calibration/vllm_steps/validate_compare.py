@@ -11,6 +11,7 @@ blocks (from the step-record header and steps), the clients' send times, prompt 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,7 +198,7 @@ def fit_mode_profiles(data: ModeData, log: StepLog, name: str, model_name: str) 
                                    field="draft_seconds")
         f = fit_linear(f"{name}-{mode.label}", dms, model=model_name, weighting="absolute",
                        provenance=_provenance(log.header, loads, "drafter propose call", data.result))
-        drafter = DraftCost("whole_proposal", f.profile)
+        drafter = DraftCost("engine_step", f.profile)  # fitted per engine step, as vLLM's proposer runs
         report["drafter"] = {"coefficients": f.profile.coefficients, "mape_percent": round(f.mape, 2),
                              "steps": len(dms)}
     return Profiles(target.profile, drafter, overhead, report)
@@ -346,7 +347,7 @@ def validate_all(cfg, out: str | Path, model_name: str | None = None) -> Validat
     levels, info = [], {"modes": {}}
     for mode in cfg.parsed_modes():
         folder = _mode_folder(out, mode)
-        data = load_mode(folder, mode)
+        data = load_mode(folder, dataclasses.replace(mode, label=folder.name))
         lv, mi = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed)
         levels += lv
         info["modes"][data.mode.label] = mi
