@@ -9,7 +9,7 @@ import sys
 def register(sub) -> None:
     a = sub.add_parser("validate", help="run vLLM under load (AR, n-gram, draft model) and compare draftsim's "
                        "predictions of the same arrivals with what vLLM measured")
-    a.add_argument("config", help="validate YAML (see experiments/configs/validate-vllm-cpu.yaml)")
+    a.add_argument("config", help="validate YAML (see experiments/validation/validate-vllm-cpu.yaml)")
     a.add_argument("--out", required=True, help="folder for the vLLM runs, validation.json, the report and plots")
     a.add_argument("--analyse-only", action="store_true", help="skip vLLM; recompute from the runs in --out")
     a.set_defaults(func=_run)

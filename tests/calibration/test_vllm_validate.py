@@ -189,3 +189,9 @@ def replay_bundle_of_calibration(data):
     from calibration.vllm_steps.validate_compare import _bundle
 
     return _bundle(data, data.cal_log, data.calibration, "smollm2")[0].requests
+
+
+def test_shipped_validate_config_loads():
+    cfg = load_config(Path(__file__).parents[2] / "experiments" / "validation" / "validate-vllm-cpu.yaml")
+    assert [m.method for m in cfg.parsed_modes()] == [None, "ngram", "draft_model"]
+    assert len(cfg.load.fractions) >= 3
