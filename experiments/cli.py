@@ -11,6 +11,7 @@ import sys
 COMMAND_MODULES = {
     "run": "experiments.cmd_run",
     "import": "experiments.cmd_import",
+    "validate": "experiments.cmd_validate",
     "traces": "experiments.cmd_traces",
     "bounds": "experiments.cmd_bounds",
     "specbench": "experiments.cmd_specbench",
@@ -18,7 +19,6 @@ COMMAND_MODULES = {
     "psd-report": "experiments.cmd_psd_report",
     "placement": "experiments.cmd_placement",
     "calibrate": "experiments.cmd_calibrate",
-    "validate": "experiments.cmd_validate",
 }
 
 
