@@ -1,5 +1,5 @@
 """`scheduler: vllm-v1`: the shared token budget (decode + draft + prefill tokens), the preset's config rules,
-and the budget cut as a property."""
+the budget cut as a property, and engine_step drafter costs (vLLM V1's proposer)."""
 from __future__ import annotations
 
 import numpy as np
@@ -71,3 +71,38 @@ def test_other_rules_are_refused():
     with pytest.raises(ValueError, match="expected 'draftsim' or 'vllm-v1'"):
         Scheduler(RequestState(wl, 1), wl, BlockPool(10, 16), max_num_seqs=2, max_num_batched_tokens=8,
                   chunked=True, rules="sglang")
+
+
+def test_engine_step_drafter_is_charged_once_per_step_including_prefill_steps():
+    """vLLM V1's proposer runs after every forward in which a request samples (the prefill's last chunk too)."""
+    from simulator.draft_cost import DraftCost
+    from simulator.latency import LinearProfile, Provenance
+
+    per_step = LinearProfile("p", {"const": 0.004, "batched_tokens": 1e-5}, provenance=Provenance("test"))
+    traces = iid_traces(6, seed=5, prompt=(20, 40), out=(5, 15))
+    wl = workload(traces, 6, rate=5.0)  # arrivals far apart: some steps are prefill-only
+    res = simulate(traces, wl, mode="sd", k=3, chunked=True, scheduler="vllm-v1",
+                   draft=DraftCost("engine_step", per_step))
+    s = res.steps
+    target = s[(s.device == "target") & (s.phase != "draft")]
+    drafts = s[s.phase == "draft"]
+    assert len(drafts) == len(target)  # every step samples something here, so every step pays the proposer
+    expected = 0.004 + 1e-5 * target.batched_tokens.to_numpy()
+    assert np.allclose((drafts.end - drafts.start).to_numpy(), expected)
+    assert (target.phase == "prefill").any()
+
+
+def test_engine_step_drafter_is_refused_for_psd():
+    from simulator.draft_cost import DraftCost
+    from simulator.server_config import PSDConfig
+
+    traces = iid_traces(3, seed=1)
+    with pytest.raises(ValueError, match="engine_step draft costs"):
+        simulate(traces, workload(traces, 3), mode="psd", psd=PSDConfig(),
+                 draft=DraftCost("engine_step", _one_ms_profile()))
+
+
+def _one_ms_profile():
+    from simulator.latency import LinearProfile, Provenance
+
+    return LinearProfile("p", {"const": 0.001}, provenance=Provenance("test"))
