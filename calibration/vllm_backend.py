@@ -84,6 +84,13 @@ def run_vllm_offline(plan: OfflinePlan, out_dir: str | Path, *, python: str | No
                      timeout_s: int = 1800) -> dict[str, Any]:
     """Run `plan` under vLLM's interpreter; writes plan.json, steps.jsonl, result.json in out_dir and
     returns the result (raises with vLLM's stderr on failure)."""
+    return run_under_vllm("calibration.vllm_backend", asdict(plan), out_dir, python=python, timeout_s=timeout_s)
+
+
+def run_under_vllm(module: str, plan: dict[str, Any], out_dir: str | Path, *, python: str | None = None,
+                   timeout_s: int = 1800) -> dict[str, Any]:
+    """`python -m MODULE PLAN OUT` under vLLM's interpreter with the step recorder on, in its own process
+    group that is killed on any exit (timeout, error, Ctrl-C), so no engine process outlives the call."""
     py = python or vllm_python()
     if py is None:
         raise RuntimeError(INSTALL_HINT)
@@ -91,24 +98,49 @@ def run_vllm_offline(plan: OfflinePlan, out_dir: str | Path, *, python: str | No
     out.mkdir(parents=True, exist_ok=True)
     from traces.atomic import atomic_write_text
 
-    atomic_write_text(out / PLAN_FILE, json.dumps(asdict(plan)))
+    atomic_write_text(out / PLAN_FILE, json.dumps(plan))
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                VLLM_NO_USAGE_STATS="1", DRAFTSIM_VLLM_STEPS=str(out / STEPS_FILE))
-    cmd = [py, "-m", "calibration.vllm_backend", str(out / PLAN_FILE), str(out / RUN_FILE)]
-    try:
-        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as e:
-        raise RuntimeError(f"vLLM run timed out after {timeout_s} s ({out})") from e
-    (out / "vllm.log").write_text(proc.stderr[-200_000:], encoding="utf-8")
-    if proc.returncode != 0:
-        raise RuntimeError(f"vLLM run failed (exit {proc.returncode}); log in {out / 'vllm.log'}:\n"
-                           f"{proc.stderr[-3000:]}")
+    cmd = [py, "-m", module, str(out / PLAN_FILE), str(out / RUN_FILE)]
+    with open(out / "vllm.log", "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeError(f"vLLM run timed out after {timeout_s} s ({out})") from e
+        finally:
+            kill_group(proc)
+    if rc != 0:
+        tail = (out / "vllm.log").read_text(encoding="utf-8", errors="replace")[-3000:]
+        raise RuntimeError(f"vLLM run failed (exit {rc}); log in {out / 'vllm.log'}:\n{tail}")
     if not (out / STEPS_FILE).is_file():
         raise RuntimeError(f"vLLM ran but wrote no step records ({out / STEPS_FILE}): the draftsim step recorder is "
                            f"not registered in {py}'s environment; run `{Path(py).parent}/pip install --no-deps -e "
                            f"{repo}`")
     return json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """End the process group `proc` leads (vLLM's engine core is a child): SIGTERM, a grace period for the
+    leader, then SIGKILL to whatever of the group is left."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return  # the whole group already exited
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    time.sleep(0.5)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _metric_to_json(m: Any) -> dict[str, Any]:
@@ -126,6 +158,8 @@ def _run_inside_vllm(plan_path: str, out_path: str) -> int:
 
     version = prepare_environment()
     from vllm import LLM, SamplingParams
+
+    from calibration.vllm_steps.loadgen import spec_metrics_json
 
     from traces.atomic import atomic_write_text
 
@@ -149,9 +183,7 @@ def _run_inside_vllm(plan_path: str, out_path: str) -> int:
         rows = []
         for o in outs:
             c = o.outputs[0]
-            sd = getattr(c, "spec_decode_metrics", None)
-            if sd is not None and not isinstance(sd, dict):
-                sd = sd.to_dict() if hasattr(sd, "to_dict") else dict(vars(sd))
+            sd = spec_metrics_json(c)
             rows.append({"id": o.request_id, "prompt_token_ids": list(o.prompt_token_ids),
                          "output_token_ids": list(c.token_ids), "finish_reason": c.finish_reason,
                          "spec_decode_metrics": sd})

@@ -11,6 +11,7 @@ import sys
 COMMAND_MODULES = {
     "run": "experiments.cmd_run",
     "import": "experiments.cmd_import",
+    "validate": "experiments.cmd_validate",
     "traces": "experiments.cmd_traces",
     "bounds": "experiments.cmd_bounds",
     "specbench": "experiments.cmd_specbench",

@@ -6,6 +6,10 @@
   proposed (the published EAGLE-3 fit).
 - `fraction_of_verify`: a fixed fraction of the same step's verify time (prompt lookup n-gram).
 - `constant`: fixed seconds per drafting phase (bounds experiments, tests).
+- `engine_step`: vLLM V1's proposer, run once per engine step after the forward over every token the
+  step scheduled (prefill chunks included: a draft model prefills the prompt there) for the requests
+  that sampled; priced profile(sampling sequences, step tokens, step KV tokens) whether or not anything
+  is proposed (what `draftsim validate` fits from vLLM's step records). Charged by `Pricing.engine_step_draft_time`.
 A drafter that proposes nothing this step costs nothing. `prefill_time` prices the drafter's own pass
 over a prompt (a draft model or EAGLE head runs one; prompt lookup and constant costs have none).
 """
@@ -16,7 +20,7 @@ from typing import Any
 
 from simulator.latency import LatencyProfile, resolve_profile
 
-DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "constant")
+DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "constant", "engine_step")
 
 
 @dataclass
@@ -31,7 +35,7 @@ class DraftCost:
     def __post_init__(self) -> None:
         if self.kind not in DRAFT_COST_KINDS:
             raise ValueError(f"unknown draft cost kind {self.kind!r}; expected one of {DRAFT_COST_KINDS}")
-        if self.kind in ("autoregressive", "whole_proposal") and self.profile is None:
+        if self.kind in ("autoregressive", "whole_proposal", "engine_step") and self.profile is None:
             raise ValueError(f"draft cost kind {self.kind!r} needs a latency profile")
         for name in ("fraction", "seconds"):
             v = getattr(self, name)
@@ -41,7 +45,7 @@ class DraftCost:
     def draft_time(self, num_seqs: int, proposed_tokens: int, k_max: int, kv_tokens: int,
                    verify_time: float) -> float:
         """Seconds to draft for `num_seqs` sequences proposing `proposed_tokens` in all (up to k_max each)."""
-        if num_seqs <= 0 or proposed_tokens <= 0:
+        if num_seqs <= 0 or proposed_tokens <= 0 or self.kind == "engine_step":  # engine_step: per step
             return 0.0
         if self.kind == "constant":
             return self.seconds
@@ -53,6 +57,12 @@ class DraftCost:
         for i in range(k_max):
             total += self.profile.step_time(num_seqs, num_seqs, kv_tokens + i * num_seqs)
         return total
+
+    def engine_step_time(self, sampling_seqs: int, step_tokens: int, kv_tokens: int) -> float:
+        """`engine_step` kind: the proposer's seconds in one engine step (0 for other kinds or no sampling)."""
+        if self.kind != "engine_step" or sampling_seqs <= 0:
+            return 0.0
+        return self.profile.step_time(sampling_seqs, step_tokens, kv_tokens)
 
     def prefill_time(self, num_seqs: int, prompt_tokens: int, kv_tokens: int) -> float:
         """Seconds for the drafter's own prefill of `prompt_tokens` over `num_seqs` sequences."""

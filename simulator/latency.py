@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import yaml
@@ -129,8 +129,11 @@ class LinearFit:
 
 
 def fit_linear(name: str, measurements: list[Measurement], terms: tuple[str, ...] = TERMS, *,
-               model: str = "", provenance: Provenance | None = None) -> LinearFit:
-    """Least-squares fit (non-negative coefficients, relative error weighting) of a linear profile."""
+               model: str = "", provenance: Provenance | None = None,
+               weighting: Literal["relative", "absolute"] = "relative") -> LinearFit:
+    """Least-squares fit (non-negative coefficients) of a linear profile. `relative` error weighting makes small
+    steps matter as much as big ones; `absolute` keeps the fitted total time unbiased under noise (what
+    predicting mean latencies needs: relative weighting pulls the fit below the mean of noisy steps)."""
     from scipy.optimize import nnls
 
     if not measurements:
@@ -143,14 +146,16 @@ def fit_linear(name: str, measurements: list[Measurement], terms: tuple[str, ...
     }
     X = np.array([cols[t] for t in terms], dtype=float).T
     y = np.array([m.seconds for m in measurements], dtype=float)
-    w = 1.0 / np.maximum(y, 1e-12)  # minimise relative error: small steps matter as much as big ones
+    if weighting not in ("relative", "absolute"):
+        raise ValueError(f"weighting: expected 'relative' or 'absolute', got {weighting!r}")
+    w = 1.0 / np.maximum(y, 1e-12) if weighting == "relative" else np.ones_like(y)
     coef, _ = nnls(X * w[:, None], y * w)
     pred = X @ coef
     mape = float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-12)) * 100.0)
     share = {t: float(np.mean(X[:, i] * coef[i] / np.maximum(pred, 1e-12))) for i, t in enumerate(terms)}
     prof = LinearProfile(name=name, coefficients={t: float(c) for t, c in zip(terms, coef)}, model=model,
                          provenance=provenance or Provenance("measured"), measurements=list(measurements),
-                         fit={"method": "nnls, relative error", "mape_percent": mape, "term_share": share})
+                         fit={"method": f"nnls, {weighting} error", "mape_percent": mape, "term_share": share})
     return LinearFit(prof, mape, share)
 
 

@@ -94,6 +94,19 @@ class Pricing:
                     total += self.switch_cost_s
         return total, used
 
+    def engine_step_draft_time(self, sampling_seqs: int, step_tokens: int, kv_tokens: int) -> tuple[float, list[str]]:
+        """Drafters of kind `engine_step` (vLLM V1's proposer): each runs once per step over the step's tokens."""
+        total, used = 0.0, []
+        for name in self.drafters:
+            cost = self.draft_costs.get(name)
+            if cost is None or cost.kind != "engine_step":
+                continue
+            t = cost.engine_step_time(sampling_seqs, step_tokens, kv_tokens)
+            if t > 0:
+                total += checked(t, f"drafter {name!r} engine-step cost")
+                used.append(name)
+        return total, used
+
     def drafter_prefill_time(self, pre: np.ndarray, chunk: np.ndarray, names: tuple[str, ...]) -> float:
         """The drafters' own prefill of the prompt chunks the target prefilled (PSD: on the draft device)."""
         if len(pre) == 0:

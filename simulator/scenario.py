@@ -59,6 +59,7 @@ class Scenario:
                     policy=self.policy, kv_capacity_tokens=self.kv_capacity_tokens, max_num_seqs=s.max_num_seqs,
                     max_num_batched_tokens=s.max_num_batched_tokens, block_size=s.block_size,
                     step_overhead_s=s.step_overhead_s, chunked_prefill=s.chunked_prefill, prefill=s.prefill,
+                    scheduler=s.scheduler,
                     verification=s.verification, seed=self.seed, traces=traces, live=live, on_step=on_step)
 
     def simulation(self, workload: EngineWorkload, table: AcceptanceTable, traces: Sequence[Any] | None = None,

@@ -4,6 +4,9 @@ blocks; paged KV growth; preemption of the newest request by recompute; prefill 
 `prefill` = "mixed": prefills join decode/verify steps (vLLM V1, or V0 with chunked prefill);
 "separate": vLLM V0 without chunked prefill (MineDraft): a step that schedules prefills schedules no
 decodes. PSD sub-batch flags are kept here too (MineDraft's scheduler owns them).
+
+`rules` = "vllm-v1" (server `scheduler: vllm-v1`) follows vLLM V1's `Scheduler.schedule()` (vLLM 0.32,
+vllm/v1/core/sched/scheduler.py) where it matters for timing; see VLLM_V1_RULES.
 """
 from __future__ import annotations
 
@@ -16,6 +19,35 @@ from simulator.request_state import FINISHED, RUNNING, WAITING, RequestState
 from simulator.workload_arrays import EngineWorkload
 
 PrefillMode = Literal["mixed", "separate"]
+SchedulerRules = Literal["draftsim", "vllm-v1"]
+
+VLLM_V1_RULES = {
+    "modelled": (
+        "chunked prefill always on; a prefill chunk is min(prompt left, token budget left)",
+        "one token budget (max_num_batched_tokens) per step shared by decode tokens, draft tokens and prefill "
+        "chunks; running requests are served first, in admission order, each taking min(1 + drafts, budget left); "
+        "a request cut to 1 token verifies no drafts, one cut to 0 waits for the next step",
+        "waiting requests are admitted FIFO after the running ones, while budget, max_num_seqs and free KV blocks "
+        "allow, and only in steps that preempted nobody",
+        "KV in blocks of the server's block_size (vLLM CPU: 128, CUDA: 16); a verify step reserves slots for "
+        "its drafts; when KV runs out the newest running request is preempted and recomputed later",
+        "proposals: the n-gram proposer and the draft model run once per step for every decoding request and "
+        "their time is part of the step (vLLM proposes right after the forward, for the next step: the same "
+        "total per step, shifted by one step)",
+        "the prefill's last chunk samples the first output token",
+    ),
+    "not_modelled": (
+        "long_prefill_token_threshold / adaptive thresholds (off by default)",
+        "max_model_len trimming of draft tokens near the context limit",
+        "async scheduling (the next schedule() overlapping this step's forward): draftsim times sync steps",
+        "prefix caching, encoder budgets, structured output, LoRA, priorities other than FCFS, pipeline and "
+        "data parallelism, KV connectors",
+        "a partial prefill that was admitted before some decoding request is scheduled after it here "
+        "(vLLM walks one running list; draftsim serves decodes first, then partial prefills)",
+        "the draft model's own prefill and KV (its time is in the drafter's per-step cost only)",
+        "client/API-server overheads (tokenisation, detokenisation, HTTP): the step recorder times engine steps",
+    ),
+}
 EMPTY = np.zeros(0, dtype=np.int64)
 EMPTY.setflags(write=False)
 
@@ -24,7 +56,12 @@ class Scheduler:
     """Admission, KV reservation and preemption over the shared request state."""
 
     def __init__(self, state: RequestState, wl: EngineWorkload, pool: BlockPool, *, max_num_seqs: int,
-                 max_num_batched_tokens: int, chunked: bool, prefill: PrefillMode = "mixed", psd: bool = False):
+                 max_num_batched_tokens: int, chunked: bool, prefill: PrefillMode = "mixed", psd: bool = False,
+                 rules: SchedulerRules = "draftsim"):
+        if rules not in ("draftsim", "vllm-v1"):
+            raise ValueError(f"scheduler: expected 'draftsim' or 'vllm-v1', got {rules!r}")
+        if rules == "vllm-v1" and (not chunked or prefill != "mixed"):
+            raise ValueError("scheduler: 'vllm-v1' needs chunked prefill with prefill: mixed")
         if prefill not in ("mixed", "separate"):
             raise ValueError(f"prefill: expected 'mixed' or 'separate', got {prefill!r}")
         if prefill == "separate" and chunked:
@@ -36,6 +73,7 @@ class Scheduler:
         self.chunked = chunked
         self.separate = prefill == "separate"
         self.psd = psd
+        self.decodes_in_budget = rules == "vllm-v1"
         self.verify_side = 0  # PSD: the sub-batch verified this step
 
     def check_fits(self, lookahead_tokens: int) -> None:
@@ -57,6 +95,17 @@ class Scheduler:
             i = int(wl.prompt_len.argmax())
             raise ValueError(f"request {wl.request_ids[i]!r} has a {int(wl.prompt_len[i])}-token prompt, more than "
                              f"max_num_batched_tokens={self.budget}; enable chunked_prefill or raise it")
+
+    def fit_decodes(self, proposed: np.ndarray) -> tuple[int, np.ndarray]:
+        """vLLM V1: decoding requests (admission order) take 1 + drafts tokens each from the step's budget
+        until it runs out. Returns how many are scheduled and their (possibly cut) draft counts."""
+        if not self.decodes_in_budget or int(proposed.sum()) + len(proposed) <= self.budget:
+            return len(proposed), proposed
+        want = proposed + 1
+        before = np.concatenate([[0], np.cumsum(want)[:-1]])
+        n = int(np.count_nonzero(before < self.budget))
+        cut = np.minimum(want[:n], self.budget - before[:n]) - 1
+        return n, cut.astype(proposed.dtype)
 
     def reserve(self, run: np.ndarray, need_blocks: np.ndarray) -> tuple[int, bool]:
         """Grow each running request's KV to `need_blocks`; preempt the newest until it fits.

@@ -50,7 +50,8 @@ class Server:
                  table: AcceptanceTable, draft_costs: Mapping[str, DraftCost], policy: Policy | None,
                  kv_capacity_tokens: int, max_num_seqs: int, max_num_batched_tokens: int, block_size: int = 16,
                  step_overhead_s: float = 0.0, chunked_prefill: bool = False, prefill: PrefillMode = "mixed",
-                 verification: Verification = "greedy", seed: int = 0, traces: Sequence[Any] | None = None,
+                 scheduler: str = "draftsim", verification: Verification = "greedy", seed: int = 0,
+                 traces: Sequence[Any] | None = None,
                  live: bool = False, on_step: Callable[[int], None] | None = None,
                  arrivals: PushedArrivals | None = None):
         self.env, self.run, self.wl, self.table, self.mode = env, run, workload, table, run.mode
@@ -62,10 +63,13 @@ class Server:
         pool = BlockPool(kv_capacity_tokens // block_size, block_size)
         self.sched = Scheduler(st, workload, pool, max_num_seqs=self.max_num_seqs,
                                max_num_batched_tokens=max_num_batched_tokens, chunked=chunked_prefill,
-                               prefill=prefill, psd=self.mode == "psd")
+                               prefill=prefill, psd=self.mode == "psd", rules=scheduler)
         self.drafting = Drafting(policy, self.mode, table, workload, st, verification=verification,
                                  rng=np.random.default_rng(seed), traces=traces, live=live)
         self.pricing = Pricing(target, draft_costs, table.drafters, step_overhead_s, run.switch_cost_s, st, workload)
+        if self.mode == "psd" and any(c.kind == "engine_step" for c in draft_costs.values()):
+            raise ValueError(f"run {run.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
+                             "steps; PSD drafts on its own device: use whole_proposal or autoregressive")
         self.sched.check_fits(self._lookahead())
         if self.mode == "psd":
             self.executor = PSDExecutor(psd, st, self.sched, self.drafting, self.pricing, self._drafters_used())

@@ -50,8 +50,24 @@ class ServerConfig(_Strict):
         "(needs per-position tv in the traces for every drafter used)"))
     temperature: float | None = Field(None, exclude=True, allow_inf_nan=False, description=(
         "sampling temperature; only as a consistency check: > 0 needs verification: sampled, 0 greedy"))
+    scheduler: Literal["draftsim", "vllm-v1"] = Field("draftsim", description=(
+        "draftsim: decodes are always scheduled and only prefills are limited by max_num_batched_tokens; "
+        "vllm-v1: vLLM V1's rules (simulator/scheduler.py VLLM_V1_RULES): chunked prefill on, one token budget "
+        "shared by decode, draft and prefill tokens in running order, then waiting requests"))
     num_target_gpus: int = Field(1, ge=1, description="GPUs of the target (for per-GPU figures)")
     num_draft_gpus: int = Field(0, ge=0, description="dedicated draft GPUs (PSD uses 1)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_v1_preset(cls, doc: Any) -> Any:
+        """scheduler: vllm-v1 turns chunked prefill on (vLLM V1 always chunks); an explicit `false` is refused."""
+        if not isinstance(doc, dict) or doc.get("scheduler") != "vllm-v1":
+            return doc
+        if doc.get("chunked_prefill") is False:
+            raise ValueError("scheduler: 'vllm-v1' always chunks prefills; drop chunked_prefill: false")
+        if doc.get("prefill", "mixed") != "mixed":
+            raise ValueError("scheduler: 'vllm-v1' mixes prefill chunks into decode steps; drop prefill: separate")
+        return {**doc, "chunked_prefill": True}
 
     @model_validator(mode="after")
     def _capacity_given(self) -> "ServerConfig":

@@ -36,6 +36,16 @@ class SDExecutor:
         ctx = pricing.context(dec)
         kv_est = int(ctx.sum())
         d_idx, k, proposed, flat = drafting.choose(dec, now, pricing.estimator(len(dec), kv_est, 0, False))
+        n_fit, proposed = sched.fit_decodes(proposed)
+        if n_fit < len(dec):  # vllm-v1: the token budget ran out before the last decodes
+            if dec_mask is None:
+                dec_mask = np.zeros(len(run), dtype=bool)
+                dec_mask[:n_fit] = True
+            else:
+                dec_mask[np.flatnonzero(dec_mask)[n_fit:]] = False
+            dec, d_idx, k, ctx = dec[:n_fit], d_idx[:n_fit], k[:n_fit], ctx[:n_fit]
+            flat = None if flat is None else flat[:n_fit]
+            kv_est = int(ctx.sum())
         if dec_mask is None:
             need = sched.pool.blocks_for(ctx + proposed)
         else:
@@ -55,6 +65,11 @@ class SDExecutor:
         verify_t, nseq, tokens, kv = pricing.target_time(dec, proposed, pre, chunk, kv_est, prop_sum)
         grp = drafting.groups_of(d_idx)
         draft_t, used = pricing.draft_time(grp, dec, d_idx, k, proposed, verify_t, ctx)
+        if self.mode != "ar":  # vLLM V1's proposer (engine_step costs): every request that samples this step
+            sampling = len(dec) + int(np.count_nonzero(chunk == st.prefill_left[pre])) if len(pre) else len(dec)
+            step_t, step_used = pricing.engine_step_draft_time(sampling, tokens, kv)
+            draft_t += step_t
+            used += [u for u in step_used if u not in used]
         accepted = drafting.accept(dec, d_idx, proposed, flat)
         drafter_prefill_t = pricing.drafter_prefill_time(pre, chunk, self.drafter_names) if len(pre) else 0.0
         duration = draft_t + verify_t + pricing.overhead + drafter_prefill_t

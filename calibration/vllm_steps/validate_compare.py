@@ -1,0 +1,362 @@
+"""`draftsim validate` analysis: join vLLM's client results with its step records, fit profiles, simulate the
+same arrivals through simulator/scenario.py two ways and tabulate measured vs predicted.
+
+- replay: target and drafter profiles fitted on the load run's own engine steps (all levels of the mode)
+  and acceptance from the run's own vLLM-measured bundle: tests draftsim's scheduler and step timing.
+- predictive: profiles and acceptance from the calibration groups (disjoint prompts, same engine): how a
+  capacity planner is used. Each load request replays the acceptance of a calibration request drawn with
+  the run's seed, repeated to the load request's output length.
+Both simulate the server with `scheduler: vllm-v1`, vLLM's max_num_seqs, token budget, block size and KV
+blocks (from the step-record header and steps), the clients' send times, prompt and output lengths.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calibration.vllm_backend import PLAN_FILE, RUN_FILE, STEPS_FILE
+from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, join_ids
+from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
+from calibration.vllm_steps.fit import draft_measurements, target_measurements
+from calibration.vllm_steps.records import StepLog, load_steps
+from simulator.draft_cost import DraftCost
+from simulator.latency import LatencyProfile, fit_linear
+from simulator.metrics import percentile_summary
+from traces.bundle import DrafterTrace, RequestTrace
+from traces.errors import TraceFormatError
+
+KINDS = ("replay", "predictive")
+MIN_DRAFT_POINTS = 4
+
+
+@dataclass
+class ClientRow:
+    """One request as the client saw it (wall-clock seconds)."""
+
+    id: str
+    send_time: float
+    first_token_time: float
+    finish_time: float
+    prompt_len: int
+    output_len: int
+    chunks: int  # streamed outputs (one per engine step that emitted tokens for it)
+
+
+@dataclass
+class Latencies:
+    """Per-request latencies of one level, measured or simulated; the one place metrics are computed from."""
+
+    ttft: np.ndarray
+    tpot: np.ndarray
+    e2e: np.ndarray
+    output_len: np.ndarray
+    start: float  # first send / arrival
+    end: float  # last finish
+
+    def metrics(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for name in ("ttft", "tpot", "e2e"):
+            s = percentile_summary(getattr(self, name), name)
+            out.update({k: v for k, v in s.items() if "_p99_" not in k})
+        span = self.end - self.start
+        out["throughput_tok_s"] = float(self.output_len.sum() / span) if span > 0 else None
+        return out
+
+
+def latencies(send: np.ndarray, first: np.ndarray, finish: np.ndarray, output_len: np.ndarray) -> Latencies:
+    """TTFT = first token - send, E2E = finish - send, TPOT = (finish - first) / (output_len - 1) (NaN at 1)."""
+    out = np.asarray(output_len, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
+    return Latencies(first - send, tpot, finish - send, np.asarray(output_len), float(send.min()), float(finish.max()))
+
+
+def client_rows(level: dict[str, Any], where: str) -> list[ClientRow]:
+    """The client rows of one load level; a request without streamed tokens is an error, not dropped."""
+    rows = []
+    for q in level["requests"]:
+        if not q["chunk_times"] or len(q["output_token_ids"]) < 1:
+            raise TraceFormatError(where, f"request {q['id']!r} got no output tokens", field="requests")
+        rows.append(ClientRow(q["id"], q["send_time"], q["chunk_times"][0], q["chunk_times"][-1],
+                              len(q["prompt_token_ids"]), len(q["output_token_ids"]), len(q["chunk_times"])))
+    return rows
+
+
+def measured_latencies(rows: list[ClientRow]) -> Latencies:
+    return latencies(np.array([r.send_time for r in rows]), np.array([r.first_token_time for r in rows]),
+                     np.array([r.finish_time for r in rows]), np.array([r.output_len for r in rows]))
+
+
+def _clients(requests: list[dict[str, Any]]) -> list[ClientRequest]:
+    return [ClientRequest(str(q["id"]), q["prompt_token_ids"], q["output_token_ids"], q.get("spec_decode_metrics"))
+            for q in requests]
+
+
+def sub_log(log: StepLog, engine_ids: set[str]) -> StepLog:
+    """The steps that scheduled any of `engine_ids` (calibration and load phases are separated by idle time)."""
+    return StepLog(log.header, [s for s in log.steps if any(r.id in engine_ids for r in s.requests)])
+
+
+@dataclass
+class ModeData:
+    """One mode's vLLM run, split into calibration and load levels, joined to the engine's requests."""
+
+    mode: Mode
+    folder: Path
+    log: StepLog
+    result: dict[str, Any]
+    calibration: list[ClientRequest]
+    cal_log: StepLog
+    levels: list[dict[str, Any]]
+    level_logs: list[StepLog]
+    load_log: StepLog  # all levels
+    categories: dict[str, str] = field(default_factory=dict)  # request id -> workload (from the plan)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        totals = {s.kv_blocks_total for s in self.log.steps if s.kv_blocks_total}
+        if len(totals) != 1:
+            raise TraceFormatError(str(self.folder / STEPS_FILE), f"expected one KV pool size, got {sorted(totals)}",
+                                   field="kv_blocks_total")
+        return totals.pop() * int(self.log.header["block_size"])
+
+
+def load_mode(folder: Path, mode: Mode) -> ModeData:
+    """Read a mode's result.json and step records and join every client request to one engine request."""
+    where = str(folder / STEPS_FILE)
+    log = load_steps(folder / STEPS_FILE)
+    result = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    cal = _clients([q for g in result["calibration"] if g["name"] != WARMUP for q in g["requests"]])
+    per_level = [_clients(lv["requests"]) for lv in result["levels"]]
+    engine_ids = sorted({r.id for s in log.steps for r in s.requests})
+    ids = join_ids([c.id for c in cal] + [c.id for lv in per_level for c in lv], engine_ids, where)
+    level_logs = [sub_log(log, {ids[c.id] for c in lv}) for lv in per_level]
+    load_ids = {ids[c.id] for lv in per_level for c in lv}
+    return ModeData(mode, folder, log, result, cal, sub_log(log, {ids[c.id] for c in cal}), result["levels"],
+                    level_logs, sub_log(log, load_ids), plan_categories(folder / PLAN_FILE, result))
+
+
+def plan_categories(plan_path: Path, result: dict[str, Any]) -> dict[str, str]:
+    """Request id -> workload category, from the plan's per-prompt categories (empty when the plan has none)."""
+    if not plan_path.is_file():
+        return {}
+    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    out = {}
+    for g, rg in zip(plan["calibration"], result["calibration"]):
+        out.update({q["id"]: c for q, c in zip(rg["requests"], g.get("categories", []))})
+    for cats, lv in zip(plan["load"].get("categories", []), result["levels"]):
+        out.update({q["id"]: c for q, c in zip(lv["requests"], cats)})
+    return out
+
+
+@dataclass
+class Profiles:
+    """The target's step profile, the mode's drafter cost (None for AR) and the engine's time between steps."""
+
+    target: LatencyProfile
+    drafter: DraftCost | None
+    step_overhead_s: float
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def busy_gaps(log: StepLog) -> np.ndarray:
+    """Seconds between the end of a step and the start of the next one while a request runs through both
+    (the engine core's loop: outputs out, inputs in); idle gaps between arrivals are left out."""
+    gaps = []
+    for a, b in zip(log.steps, log.steps[1:]):
+        live = {r.id for r in a.requests if not r.finished}
+        if live & {r.id for r in b.requests}:
+            gaps.append(b.wall_start - (a.wall_start + a.duration))
+    return np.array(gaps, dtype=float)
+
+
+def fit_mode_profiles(data: ModeData, log: StepLog, name: str, model_name: str) -> Profiles:
+    """Linear target profile (engine step minus drafting), the drafter's propose cost per step (SD) and the
+    mean gap between busy steps; least squares on absolute error, so the fitted time is unbiased in total
+    (the validation compares means; relative weighting fits below the mean of noisy steps)."""
+    mode = data.mode
+    ms = target_measurements(log, mode.label)
+    loads = [m.load for m in ms if m.load is not None]
+    target = fit_linear(name, ms, model=model_name, weighting="absolute",
+                        provenance=_provenance(log.header, loads, "target step", data.result))
+    gaps = busy_gaps(log)
+    overhead = float(gaps.mean()) if gaps.size else 0.0
+    report = {"target": {"coefficients": target.profile.coefficients, "mape_percent": round(target.mape, 2),
+                         "steps": len(ms), "median_load": float(np.median(loads)) if loads else None},
+              "step_overhead_s": overhead, "busy_gaps": int(gaps.size)}
+    drafter = None
+    if mode.method is not None:
+        dms = draft_measurements(log, mode.label)
+        if len(dms) < MIN_DRAFT_POINTS:
+            raise TraceFormatError(str(data.folder / STEPS_FILE), f"only {len(dms)} timed propose calls for "
+                                   f"{mode.label}; the worker file is missing or the run was too short",
+                                   field="draft_seconds")
+        f = fit_linear(f"{name}-{mode.label}", dms, model=model_name, weighting="absolute",
+                       provenance=_provenance(log.header, loads, "drafter propose call", data.result))
+        drafter = DraftCost("engine_step", f.profile)  # fitted per engine step, as vLLM's proposer runs
+        report["drafter"] = {"coefficients": f.profile.coefficients, "mape_percent": round(f.mape, 2),
+                             "steps": len(dms)}
+    return Profiles(target.profile, drafter, overhead, report)
+
+
+def replay_traces(data: ModeData, level: int, model_name: str) -> list[RequestTrace]:
+    """The level's requests with the acceptance vLLM measured on them (AR: lengths only)."""
+    reqs = data.levels[level]["requests"]
+    if data.mode.method is None:
+        return [RequestTrace(q["id"], len(q["prompt_token_ids"]), len(q["output_token_ids"]), {}) for q in reqs]
+    bundle, _ = _bundle(data, data.level_logs[level], _clients(reqs), model_name)
+    return bundle.requests
+
+
+def _bundle(data: ModeData, log: StepLog, clients: list[ClientRequest], model_name: str):
+    m = data.mode
+    return build_bundle(log, clients, drafter=m.label, kind=m.method, cost_model=m.label, params={"k": m.k},
+                        target=model_name, dataset="validate", source={"backend": "vllm"},
+                        where=str(data.folder / STEPS_FILE))
+
+
+def predictive_traces(data: ModeData, level: int, model_name: str, rng: np.random.Generator) -> list[RequestTrace]:
+    """The level's lengths with acceptance borrowed from calibration requests of the same workload (chat,
+    code, code-edit; any calibration request when none shares it), drawn with `rng` and repeated to each
+    request's output length: what a planner knows before serving these prompts."""
+    reqs = data.levels[level]["requests"]
+    if data.mode.method is None:
+        return replay_traces(data, level, model_name)
+    cal = _bundle(data, data.cal_log, data.calibration, model_name)[0].requests
+    out = []
+    for q in reqs:
+        cat = data.categories.get(q["id"], "")
+        pool = [t for t in cal if data.categories.get(t.id, "") == cat] or cal
+        src = pool[int(rng.integers(0, len(pool)))].drafters[data.mode.label]
+        n = len(q["output_token_ids"])
+        tr = DrafterTrace(acc_len=np.resize(src.acc_len, n).astype(np.int32),
+                          proposal_len=None if src.proposal_len is None else np.resize(src.proposal_len, n).astype(np.int32))
+        out.append(RequestTrace(q["id"], len(q["prompt_token_ids"]), n, {data.mode.label: tr}, category=cat or None))
+    return out
+
+
+def simulate_level(data: ModeData, level: int, traces: list[RequestTrace], profiles: Profiles, seed: int):
+    """draftsim's run of the level's arrivals (client send times), prompts and output lengths."""
+    from simulator.acceptance_table import AcceptanceTable
+    from simulator.scenario import make_scenario
+    from simulator.server_config import RunSpec, ServerConfig
+    from simulator.workload_arrays import EngineWorkload
+
+    mode, header = data.mode, data.log.header
+    reqs = data.levels[level]["requests"]
+    send = np.array([q["send_time"] for q in reqs])
+    ew = EngineWorkload(request_ids=[q["id"] for q in reqs], trace_index=np.arange(len(reqs), dtype=np.int64),
+                        arrival=send - send.min(), prompt_len=np.array([t.prompt_len for t in traces], dtype=np.int64),
+                        output_len=np.array([t.output_len for t in traces], dtype=np.int64),
+                        categories=[""] * len(reqs))
+    server = ServerConfig(target_profile=profiles.target.name, scheduler="vllm-v1",
+                          max_num_seqs=int(header["max_num_seqs"]),
+                          max_num_batched_tokens=int(header["max_num_batched_tokens"]),
+                          block_size=int(header["block_size"]), kv_capacity_tokens=data.kv_capacity_tokens,
+                          step_overhead_s=profiles.step_overhead_s)
+    sd = mode.method is not None
+    run = RunSpec(name=mode.label, mode="sd" if sd else "ar",
+                  policy={"name": "fixed", "drafter": mode.label, "k": mode.k} if sd else None)
+    costs = {mode.label: profiles.drafter} if sd else {}
+    sc = make_scenario(run, server, costs, seed, target=profiles.target)
+    drafters = (mode.label,) if sd else ()
+    table = AcceptanceTable.from_traces(traces, drafters, with_acceptance=sd)
+    return sc.simulation(ew, table, traces).simulate()
+
+
+def simulated_latencies(res) -> Latencies:
+    r = res.requests
+    arrival = r.arrival_time.to_numpy(float)
+    return latencies(arrival, arrival + r.ttft.to_numpy(float), r.finish_time.to_numpy(float),
+                     r.output_len.to_numpy())
+
+
+@dataclass
+class LevelResult:
+    """One mode x load level: what vLLM's clients measured and what each kind of simulation predicted."""
+
+    mode: str
+    fraction: float
+    rate: float  # requests/s the client aimed for
+    load: tuple[float, float]  # 1-minute load average before and after the level
+    measured: Latencies
+    predicted: dict[str, Latencies]
+
+
+@dataclass
+class ValidationReport:
+    rows: list[dict[str, Any]]
+    levels: list[LevelResult]
+    info: dict[str, Any]
+
+
+def error_pct(predicted: float | None, measured: float | None) -> float | None:
+    """(predicted - measured) / measured in percent; None when either is missing or measured is 0."""
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return round(100.0 * (predicted - measured) / measured, 2)
+
+
+def level_rows(lv: LevelResult) -> list[dict[str, Any]]:
+    """validation.json rows: one per kind and metric."""
+    meas = lv.measured.metrics()
+    rows = []
+    for kind, lat in lv.predicted.items():
+        pred = lat.metrics()
+        for metric, m in meas.items():
+            rows.append({"mode": lv.mode, "rate": round(lv.rate, 4), "fraction": lv.fraction, "metric": metric,
+                         "measured": m, "predicted": pred[metric], "error_pct": error_pct(pred[metric], m),
+                         "kind": kind, "load_1min": [round(x, 2) for x in lv.load]})
+    return rows
+
+
+def validate_mode(data: ModeData, model_name: str, name: str, seed: int) -> tuple[list[LevelResult], dict[str, Any]]:
+    """Both simulations of every load level of one mode."""
+    from simulator.scenario import run_seeds
+
+    profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name),
+                "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name)}
+    out = []
+    seeds = run_seeds(seed, len(data.levels))
+    for i, lv in enumerate(data.levels):
+        rows = client_rows(lv, str(data.folder / RUN_FILE))
+        rng = np.random.default_rng(seeds[i])
+        traces = {"replay": replay_traces(data, i, model_name),
+                  "predictive": predictive_traces(data, i, model_name, rng)}
+        predicted = {k: simulated_latencies(simulate_level(data, i, traces[k], profiles[k], seeds[i])) for k in KINDS}
+        out.append(LevelResult(data.mode.label, float(lv["fraction"]), float(lv["rate"]),
+                               (float(lv["load_before"]), float(lv["load_after"])), measured_latencies(rows),
+                               predicted))
+    info = {"capacity_req_s": data.result["capacity_req_s"], "capacity_by_group": data.result["capacity_by_group"],
+            "engine_steps": len(data.log.steps), "kv_capacity_tokens": data.kv_capacity_tokens,
+            "block_size": data.log.header.get("block_size"), "vllm_version": data.log.header.get("vllm_version"),
+            "dtype": data.result.get("dtype"), "torch_threads": data.log.header.get("torch_threads"),
+            "fits": {k: p.report for k, p in profiles.items()}}
+    return out, info
+
+
+def validate_all(cfg, out: str | Path, model_name: str | None = None) -> ValidationReport:
+    """Every configured mode's runs in OUT, compared with both simulations."""
+    out = Path(out)
+    model_name = model_name or cfg.target
+    levels, info = [], {"modes": {}}
+    for mode in cfg.parsed_modes():
+        folder = _mode_folder(out, mode)
+        data = load_mode(folder, dataclasses.replace(mode, label=folder.name))
+        lv, mi = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed)
+        levels += lv
+        info["modes"][data.mode.label] = mi
+    rows = [r for lv in levels for r in level_rows(lv)]
+    return ValidationReport(rows, levels, info)
+
+
+def _mode_folder(out: Path, mode: Mode) -> Path:
+    """OUT/<label>; draft_model:K:layers:N runs are stored under layersN-kK."""
+    if mode.method == "draft_model" and mode.draft_model.startswith("layers"):
+        return out / f"layers{int(mode.draft_model[len('layers'):].lstrip(':'))}-k{mode.k}"
+    return out / mode.label

@@ -1,0 +1,155 @@
+"""`draftsim validate`: its config, the prompts and Poisson offsets it sends, and one vLLM run per mode.
+
+Each mode runs in ONE engine (calibration/vllm_steps/loadgen.py): a warm-up, calibration groups on their own
+prompts (profiles + acceptance for the predictive simulation, and the measured capacity), then a Poisson
+stream per load level at `fraction x capacity` requests/s on disjoint prompts. Prompts are MT-Bench/Vicuna
+chat, HumanEval and HumanEval code edits interleaved (calibration/prompts.py), each used once.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from calibration.vllm_backend import run_under_vllm
+from calibration.vllm_steps.calibrate import WARMUP, Mode, parse_mode
+
+DEFAULT_TOLERANCES = {
+    "replay": {"ttft_mean_s": 15.0, "tpot_mean_s": 5.0, "e2e_mean_s": 5.0, "throughput_tok_s": 5.0},
+    "predictive": {"ttft_mean_s": 10.0, "tpot_mean_s": 10.0, "e2e_mean_s": 10.0, "throughput_tok_s": 10.0},
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class CalibrationPart(_Strict):
+    batch_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1,
+                                   description="requests submitted together, one group each (measures capacity)")
+    staggered: list[int] = Field(default_factory=list, description=(
+        "groups of this many requests sent one every gap_s seconds: single-prompt prefills mixed into decode "
+        "steps, the step shape of a served stream, which batched groups never show"))
+    gap_s: float = Field(0.2, gt=0, le=60)
+    max_tokens: int = Field(32, ge=1)
+
+
+class LoadPart(_Strict):
+    fractions: list[float] = Field(min_length=3, description="load levels as fractions of the measured capacity")
+    requests: int = Field(12, ge=2, description="requests per load level")
+    max_tokens: int = Field(32, ge=1, description="cap on output tokens (requests may stop earlier at EOS)")
+    pause_s: float = Field(2.0, ge=0, le=600, description="idle seconds before each level")
+
+    @model_validator(mode="after")
+    def _fractions(self) -> "LoadPart":
+        if any(not (0 < f <= 2) for f in self.fractions):
+            raise ValueError(f"load.fractions: expected numbers in (0, 2], got {self.fractions}")
+        return self
+
+
+class ValidateConfig(_Strict):
+    """What `draftsim validate CONFIG` runs and the errors it tolerates (percent, per kind and metric)."""
+
+    target: str = "smollm2-135m-instruct"
+    dtype: str = "float32"
+    modes: list[str] = Field(min_length=1, description="ar, ngram:K, draft_model:K:PATH or draft_model:K:layers:N")
+    workloads: list[str] = Field(default_factory=lambda: ["chat", "code", "code-edit"], min_length=1)
+    max_num_seqs: int = Field(8, ge=1)
+    max_num_batched_tokens: int = Field(2048, ge=1)
+    max_model_len: int = Field(1024, ge=16)
+    memory_utilization: float = Field(0.3, gt=0, le=1)
+    min_n: int = Field(2, ge=1, description="n-gram prompt_lookup_min")
+    max_n: int = Field(4, ge=1, description="n-gram prompt_lookup_max")
+    seed: int = 0
+    timeout_s: int = Field(1800, ge=10, description="per mode, engine start included")
+    calibration: CalibrationPart = Field(default_factory=CalibrationPart)
+    load: LoadPart
+    tolerances: dict[str, dict[str, float]] = Field(default_factory=lambda: DEFAULT_TOLERANCES)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ValidateConfig":
+        for m in self.modes:
+            parse_mode(m)
+        for kind, tol in self.tolerances.items():
+            if kind not in ("replay", "predictive"):
+                raise ValueError(f"tolerances.{kind}: expected replay or predictive")
+            for metric, v in tol.items():
+                if v <= 0:
+                    raise ValueError(f"tolerances.{kind}.{metric}: expected a percentage > 0, got {v}")
+        return self
+
+    def parsed_modes(self) -> list[Mode]:
+        return [parse_mode(m) for m in self.modes]
+
+
+def load_config(path: str | Path) -> ValidateConfig:
+    """The validated config; errors name the file and the key."""
+    from traces.parsing import load_yaml_file
+
+    doc = load_yaml_file(Path(path))
+    try:
+        return ValidateConfig.model_validate(doc)
+    except Exception as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def poisson_unit_offsets(n: int, rng: np.random.Generator) -> list[float]:
+    """Send offsets of a unit-rate Poisson stream, first at 0 (divided by the rate inside the run)."""
+    gaps = rng.exponential(1.0, size=n - 1)
+    return [0.0, *np.cumsum(gaps).tolist()]
+
+
+def interleaved(pools: list[list[Any]]) -> list[Any]:
+    """Round-robin over the workloads' prompt lists (each used once), until all run out."""
+    out = []
+    for i in range(max(len(p) for p in pools)):
+        out += [p[i] for p in pools if i < len(p)]
+    return out
+
+
+def plan_prompt_count(cfg: ValidateConfig) -> int:
+    """Distinct prompts a mode's plan uses: calibration groups, load levels and the warm-up."""
+    return (sum(cfg.calibration.batch_sizes) + sum(cfg.calibration.staggered)
+            + cfg.load.requests * len(cfg.load.fractions) + 1)
+
+
+def build_plan(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list[list[int]],
+               categories: list[str] | None = None) -> dict[str, Any]:
+    """The loadgen plan of one mode: calibration groups take the first prompts, load levels the next ones;
+    each prompt's workload category rides along (the predictive simulation matches acceptance by it)."""
+    need = plan_prompt_count(cfg) - 1
+    if len(prompts) < need:
+        raise ValueError(f"validate needs {need} distinct prompts, the workloads {cfg.workloads} give {len(prompts)}")
+    cats = categories if categories is not None else [""] * len(prompts)
+    if len(cats) != len(prompts):
+        raise ValueError(f"{len(cats)} categories for {len(prompts)} prompts")
+    groups = [{"name": WARMUP, "prompts": [prompts[-1]], "categories": [cats[-1]], "max_tokens": 4, "min_tokens": 4}]
+    i = 0
+    shapes = [(f"batch{b}", b, 0.0) for b in cfg.calibration.batch_sizes] + \
+        [(f"stagger{b}", b, cfg.calibration.gap_s) for b in cfg.calibration.staggered]
+    for name, b, gap in shapes:
+        groups.append({"name": name, "prompts": prompts[i:i + b], "categories": cats[i:i + b], "gap_s": gap,
+                       "max_tokens": cfg.calibration.max_tokens, "min_tokens": cfg.calibration.max_tokens})
+        i += b
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(cfg.load.fractions))]
+    levels, level_cats, offsets = [], [], []
+    for rng in rngs:
+        levels.append(prompts[i:i + cfg.load.requests])
+        level_cats.append(cats[i:i + cfg.load.requests])
+        offsets.append(poisson_unit_offsets(cfg.load.requests, rng))
+        i += cfg.load.requests
+    return {"model": model_folder, "dtype": cfg.dtype, "spec": mode.spec(cfg.min_n, cfg.max_n),
+            "max_num_seqs": cfg.max_num_seqs, "max_num_batched_tokens": cfg.max_num_batched_tokens,
+            "max_model_len": cfg.max_model_len, "memory_utilization": cfg.memory_utilization, "seed": cfg.seed,
+            "calibration": groups,
+            "load": {"fractions": list(cfg.load.fractions), "unit_offsets": offsets, "prompts": levels,
+                     "categories": level_cats, "max_tokens": cfg.load.max_tokens, "pause_s": cfg.load.pause_s}}
+
+
+def run_mode(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list[list[int]], out: str | Path,
+             *, categories: list[str] | None = None, python: str | None = None) -> dict[str, Any]:
+    """One engine for `mode`: calibration groups, then the load levels (vLLM killed on any exit)."""
+    return run_under_vllm("calibration.vllm_steps.loadgen", build_plan(cfg, mode, model_folder, prompts, categories),
+                          Path(out) / mode.label, python=python, timeout_s=cfg.timeout_s)

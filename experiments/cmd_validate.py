@@ -1,0 +1,62 @@
+"""`draftsim validate CONFIG`: drive vLLM under Poisson load per mode, simulate the same arrivals with
+draftsim (replay and predictive) and report measured vs predicted TTFT, TPOT, E2E and throughput."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub) -> None:
+    a = sub.add_parser("validate", help="run vLLM under load (AR, n-gram, draft model) and compare draftsim's "
+                       "predictions of the same arrivals with what vLLM measured")
+    a.add_argument("config", help="validate YAML (see experiments/validation/validate-vllm-cpu.yaml)")
+    a.add_argument("--out", required=True, help="folder for the vLLM runs, validation.json, the report and plots")
+    a.add_argument("--analyse-only", action="store_true", help="skip vLLM; recompute from the runs in --out")
+    a.set_defaults(func=_run)
+
+
+def _prompts(cfg, lm) -> tuple[list[list[int]], list[str]]:
+    """The configured workloads' prompts interleaved, as many as the plan uses, tokenised for the target,
+    and their workload categories."""
+    from calibration.hf_backend import encode_prompt
+    from calibration.prompts import workload_prompts
+    from calibration.vllm_steps.validate_run import interleaved, plan_prompt_count
+
+    texts = interleaved([workload_prompts(w, seed=cfg.seed) for w in cfg.workloads])[:plan_prompt_count(cfg)]
+    return [encode_prompt(lm, p.text) for p in texts], [p.category for p in texts]
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from calibration.vllm_steps.validate_compare import validate_all
+    from experiments.validate_report import failures, format_table, write_outputs
+    from calibration.vllm_steps.validate_run import load_config, run_mode
+
+    try:
+        cfg = load_config(args.config)
+    except (ValueError, OSError) as e:
+        print(f"draftsim: error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if not args.analyse_only:
+        from calibration.hf_backend import converted_folder, load_model
+        from calibration.packaged_models import PACKAGED_MODELS
+        from experiments.cmd_calibrate import _with_drafter_folder
+
+        lm = load_model(cfg.target)
+        folder = str(converted_folder(cfg.target)) if cfg.target in PACKAGED_MODELS else cfg.target
+        prompts, categories = _prompts(cfg, lm)
+        for mode in cfg.parsed_modes():
+            mode = _with_drafter_folder(mode, lm)
+            print(f"vLLM {mode.label}: calibration groups {cfg.calibration.batch_sizes}, then "
+                  f"{len(cfg.load.fractions)} Poisson levels x {cfg.load.requests} requests", flush=True)
+            run_mode(cfg, mode, folder, prompts, out, categories=categories)
+    report = validate_all(cfg, out)
+    write_outputs(report, out, args.config, cfg.tolerances)
+    print(format_table(report))
+    bad = failures(report.rows, cfg.tolerances)
+    for line in bad:
+        print(f"over tolerance: {line}", file=sys.stderr)
+    print(f"wrote {out}/validation.json, {out}/validation.md and CDF plots")
+    return 1 if bad else 0

@@ -1,0 +1,56 @@
+"""`draftsim validate` outputs on recorded vLLM runs: tolerance check, files written, CLI exit status."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from calibration.vllm_steps.validate_compare import validate_all
+from calibration.vllm_steps.validate_run import load_config
+from experiments.validate_report import failures, format_table, write_outputs
+
+FIX = Path(__file__).parents[1] / "calibration" / "fixtures" / "vllm-validate"
+
+
+@pytest.fixture(scope="module")
+def report():
+    return validate_all(load_config(FIX / "validate.yaml"), FIX, model_name="smollm2")
+
+
+def test_failures_name_kind_mode_rate_metric_and_tolerance():
+    rows = [{"mode": "ar", "rate": 1.0, "metric": "ttft_mean_s", "kind": "replay", "error_pct": -20.0},
+            {"mode": "ar", "rate": 1.0, "metric": "e2e_mean_s", "kind": "replay", "error_pct": 4.0},
+            {"mode": "ar", "rate": 1.0, "metric": "tpot_mean_s", "kind": "predictive", "error_pct": None},
+            {"mode": "ar", "rate": 1.0, "metric": "ttft_p90_s", "kind": "replay", "error_pct": 99.0}]
+    tol = {"replay": {"ttft_mean_s": 15, "e2e_mean_s": 5}, "predictive": {"tpot_mean_s": 10}}
+    bad = failures(rows, tol)
+    assert bad == ["replay ar @ 1 req/s ttft_mean_s: error -20.0% (tolerance 15%)",
+                   "predictive ar @ 1 req/s tpot_mean_s: error n/a (tolerance 10%)"]
+
+
+def test_outputs_are_written(report, tmp_path):
+    cfg = load_config(FIX / "validate.yaml")
+    write_outputs(report, tmp_path, str(FIX / "validate.yaml"), cfg.tolerances)
+    rows = json.loads((tmp_path / "validation.json").read_text())
+    assert {"mode", "rate", "metric", "measured", "predicted", "error_pct", "kind"} <= set(rows[0])
+    md = (tmp_path / "validation.md").read_text()
+    assert "| ngram-k3 |" in md and "## Over tolerance" in md
+    assert (tmp_path / "cdf-ar.png").stat().st_size > 0 and (tmp_path / "cdf-ngram-k3.png").is_file()
+    assert "ttft_mean_s" in format_table(report)
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    assert prov["modes"]["ar"]["block_size"] == 128
+
+
+def test_cli_analyses_recorded_runs_and_exits_nonzero_over_tolerance(tmp_path):
+    from experiments.cli import main
+
+    out = tmp_path / "runs"
+    shutil.copytree(FIX, out)
+    strict = out / "strict.yaml"
+    strict.write_text((FIX / "validate.yaml").read_text() + "tolerances: {replay: {e2e_mean_s: 0.0001}}\n")
+    assert main(["validate", str(strict), "--out", str(out), "--analyse-only"]) == 1
+    lax = out / "lax.yaml"
+    lax.write_text((FIX / "validate.yaml").read_text() + "tolerances: {replay: {e2e_mean_s: 1000000}}\n")
+    assert main(["validate", str(lax), "--out", str(out), "--analyse-only"]) == 0
