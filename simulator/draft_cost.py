@@ -65,8 +65,9 @@ class DraftCost:
         return self.profile.step_time(sampling_seqs, step_tokens, kv_tokens)
 
     def prefill_time(self, num_seqs: int, prompt_tokens: int, kv_tokens: int) -> float:
-        """Seconds for the drafter's own prefill of `prompt_tokens` over `num_seqs` sequences."""
-        if num_seqs <= 0 or prompt_tokens <= 0 or self.profile is None:
+        """Seconds for the drafter's own prefill of `prompt_tokens` over `num_seqs` sequences (`engine_step` drafters
+        price the prompt inside their per-step cost, so none here)."""
+        if num_seqs <= 0 or prompt_tokens <= 0 or self.profile is None or self.kind == "engine_step":
             return 0.0
         return self.profile.step_time(num_seqs, prompt_tokens, kv_tokens)
 
