@@ -49,3 +49,15 @@ def prefill_step(now: float, pre: np.ndarray, chunk: np.ndarray, target_t: float
             "kv_tokens": kv}))
     z = EMPTY
     return Step(z, z, z, z, z, pre, chunk, target_end + drafter_prefill_t, t_slices, d_slices)
+
+
+def plan_prefill_only(now: float, sched, pricing, drafter_names: tuple[str, ...], *, colocated: bool,
+                      sub_batch: int = -1) -> Step | None:
+    """Separate-prefill mode: the step that prefills the waiting requests (target, then the drafters' own pass),
+    or None when no prefill-only step is due. Shared by the SD and PSD executors."""
+    pre, chunk = sched.prefill_only(now)
+    if not len(pre):
+        return None
+    t, _, tokens, kv = pricing.target_time(EMPTY, EMPTY, pre, chunk)
+    dp = pricing.drafter_prefill_time(pre, chunk, drafter_names)
+    return prefill_step(now, pre, chunk, t, pricing.overhead, kv, tokens, dp, sub_batch=sub_batch, colocated=colocated)

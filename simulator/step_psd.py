@@ -14,7 +14,7 @@ from simulator.pricing import Pricing
 from simulator.request_state import RequestState
 from simulator.scheduler import EMPTY, Scheduler
 from simulator.server_config import PSDConfig
-from simulator.step import Step, prefill_step
+from simulator.step import Step, plan_prefill_only
 
 
 class PSDExecutor:
@@ -29,11 +29,9 @@ class PSDExecutor:
     def plan(self, now: float) -> Step:
         st, sched, pricing, drafting, psd = self.state, self.sched, self.pricing, self.drafting, self.psd
         vs = sched.verify_side
-        pre, chunk = sched.prefill_only(now)
-        if len(pre):
-            t, _, tokens, kv = pricing.target_time(EMPTY, EMPTY, pre, chunk)
-            dp = pricing.drafter_prefill_time(pre, chunk, self.drafter_names)
-            return prefill_step(now, pre, chunk, t, pricing.overhead, kv, tokens, dp, sub_batch=vs)
+        prefill = plan_prefill_only(now, sched, pricing, self.drafter_names, colocated=False, sub_batch=vs)
+        if prefill is not None:
+            return prefill
         run = st.running_array()
         dec_mask = st.prefill_left[run] == 0
         dec_all = run[dec_mask]

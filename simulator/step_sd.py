@@ -8,7 +8,7 @@ from simulator.drafting import Drafting
 from simulator.pricing import Pricing
 from simulator.request_state import RequestState
 from simulator.scheduler import EMPTY, Scheduler
-from simulator.step import Step, prefill_step
+from simulator.step import Step, plan_prefill_only
 
 
 class SDExecutor:
@@ -22,11 +22,9 @@ class SDExecutor:
 
     def plan(self, now: float) -> Step:
         st, sched, pricing, drafting = self.state, self.sched, self.pricing, self.drafting
-        pre, chunk = sched.prefill_only(now)
-        if len(pre):
-            t, n, tokens, kv = pricing.target_time(EMPTY, EMPTY, pre, chunk)
-            dp = pricing.drafter_prefill_time(pre, chunk, self.drafter_names)
-            return prefill_step(now, pre, chunk, t, pricing.overhead, kv, tokens, dp, colocated=True)
+        prefill = plan_prefill_only(now, sched, pricing, self.drafter_names, colocated=True)
+        if prefill is not None:
+            return prefill
         run = st.running_array()
         if st.prefilling:
             dec_mask = st.prefill_left[run] == 0
