@@ -319,12 +319,15 @@ class BatchedServer:
 
 
 def used_drafters(policy: Policy | None, names: tuple[str, ...]) -> tuple[str, ...]:
-    """Drafters a mode runs (and prefills): the policy's `drafters` or `drafter`, else all (the simulator's rule)."""
+    """Drafters a mode runs (and prefills): the policy's `drafters_used()` (the simulator's rule); one without a
+    loaded model is an error."""
     if policy is None:
         return ()
-    mine = getattr(policy, "drafters", None) or [getattr(policy, "drafter", None)]
-    mine = [d for d in mine if d]
-    return tuple(d for d in (mine or names) if d in names)
+    mine = policy.drafters_used()
+    missing = [d for d in mine if d not in names]
+    if missing:
+        raise ValueError(f"policy {policy.name!r} uses drafter(s) {missing}, which are not loaded (have {list(names)})")
+    return mine
 
 
 def poisson_arrivals(n: int, rate: float, seed: int) -> tuple[float, ...]:

@@ -76,6 +76,12 @@ class SegmentBestPolicy(Policy):
     def __init__(self, best_by_position: np.ndarray, drafters: tuple[str, ...], k: int):
         self.best, self.drafters, self.k = best_by_position, drafters, k
 
+    def drafters_used(self) -> tuple[str, ...]:
+        return self.drafters
+
+    def max_draft_tokens(self) -> int:
+        return self.k
+
     def choose(self, view: RequestView) -> Choice:
         return Choice(self.drafters[int(self.best[view.position])], self.k)
 

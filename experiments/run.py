@@ -1,4 +1,4 @@
-"""Run an experiment: load traces, build the workload, simulate every run, summarise and write results.
+"""Run an experiment: config -> scenarios and inputs (simulator/scenario.py) -> simulate -> summarise -> write.
 
 Callable from Python (a notebook) as well as from `draftsim run`:
 
@@ -19,15 +19,14 @@ from pydantic import ValidationError
 
 import oracle.registry  # noqa: F401  (registers the ground-truth policies)
 from experiments.config import ExperimentConfig, load_config
-from simulator.acceptance_table import AcceptanceTable
+from simulator.cluster import ClusterResult
 from simulator.engine import SimResult
 from simulator.metrics import summarize
 from simulator.records import stack_tables
-from simulator.cluster import ClusterResult, check_router_workload
-from simulator.scenario import ClusterScenario, Scenario, prepare_runs
-from simulator.workload_arrays import EngineWorkload
+from simulator.scenario import ClusterScenario, Scenario, SimInputs, check_inputs, inputs_for, prepare_runs, simulate
+from simulator.seeds import ExperimentSeeds
 from traces.bundle import TraceBundle, load_bundle
-from traces.workload import Workload, WorkloadSpec, workload_and_bundle
+from traces.workload import WorkloadSpec, workload_and_bundle
 
 
 @dataclass
@@ -88,45 +87,23 @@ def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBund
     return bundle
 
 
-def engine_workload(workload: Workload, bundle: TraceBundle) -> tuple[EngineWorkload, list]:
-    """Arrays the engine needs, plus the traces in AcceptanceTable order."""
-    traces = bundle.requests
-    index = {r.id: i for i, r in enumerate(traces)}
-    reqs = workload.requests
-    missing = [r.trace_id for r in reqs if r.trace_id not in index]
-    if missing:
-        raise ValueError(f"workload replays trace ids not in the bundle: {missing[:5]}")
-    closed = workload.closed_loop
-    ew = EngineWorkload(
-        request_ids=[r.request_id for r in reqs],
-        trace_index=np.array([index[r.trace_id] for r in reqs], dtype=np.int64),
-        arrival=np.array([r.arrival_time if r.arrival_time is not None else 0.0 for r in reqs], dtype=np.float64),
-        prompt_len=np.array([r.prompt_len for r in reqs], dtype=np.int64),
-        output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
-        categories=[r.category or "" for r in reqs],
-        closed_loop_clients=closed.clients if closed else 0,
-        think_time=closed.think_time if closed else 0.0,
-    )
-    return ew, traces
-
-
-def prepare(cfg: ExperimentConfig) -> list[Scenario]:
+def prepare(cfg: ExperimentConfig) -> list[Scenario | ClusterScenario]:
     """Every run of the config resolved and validated, policies built and seeded, before any simulates."""
     return prepare_runs(cfg.server, cfg.runs, cfg.drafters, cfg.seed, cluster=cfg.cluster)
 
 
-def simulate_run(sc: Scenario | ClusterScenario, bundle: TraceBundle, ew: EngineWorkload, traces: list,
-                 on_step: Callable[[int], None] | None = None) -> SimResult | dict[str, Any]:
-    """Simulate one prepared run (one server or a cluster); a deployment that does not fit is returned as a
-    result dict, not raised."""
-    if not sc.fits:
-        return sc.info
-    table = AcceptanceTable.from_traces(traces, tuple(bundle.drafter_names), with_acceptance=sc.run.mode != "ar")
-    res = sc.simulation(ew, table, traces, on_step=on_step).simulate()
-    res.extras.update(sc.info)
-    res.extras["num_target_gpus"] = sc.num_target_gpus
-    res.extras["num_draft_gpus"] = sc.num_draft_gpus
-    return res
+def experiment_inputs(cfg: ExperimentConfig, need_acceptance: bool = True) -> SimInputs:
+    """The config's trace bundle and sampled workload as the engine's inputs (pool and workload each from their
+    own child of the seed tree, simulator/seeds.py)."""
+    seeds = ExperimentSeeds.of(cfg.seed)
+    bundle = resolve_bundle(cfg.traces, seeds.pool)
+    try:
+        spec = WorkloadSpec.model_validate(cfg.workload)
+    except ValidationError as e:
+        raise ValueError("workload: " + "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())) from None
+    workload, bundle = workload_and_bundle(bundle, spec, seed=seeds.workload, need_acceptance=need_acceptance)
+    return inputs_for(workload, bundle, with_acceptance=need_acceptance)
 
 
 def summarize_run(res: SimResult, slo: dict[str, Any]) -> dict[str, Any]:
@@ -148,42 +125,33 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
         raise ValueError(f"config {cfg.name!r} has a sweep: block: run it point by point with "
                          "experiments.sweep (or `draftsim sweep`), not as one experiment")
     scenarios = prepare(cfg)  # a bad policy or server override in any run fails here, before any simulation
-    bundle = resolve_bundle(cfg.traces, cfg.seed)
-    try:
-        spec = WorkloadSpec.model_validate(cfg.workload)
-    except ValidationError as e:
-        raise ValueError("workload: " + "; ".join(
-            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())) from None
-    needs = any(sc.run.mode != "ar" for sc in scenarios)  # AR-only experiments fit and draw no acceptance
-    workload, bundle = workload_and_bundle(bundle, spec, seed=cfg.seed, need_acceptance=needs)
-    ew, traces = engine_workload(workload, bundle)
+    inputs = experiment_inputs(cfg, need_acceptance=any(sc.mode != "ar" for sc in scenarios))  # AR-only: none drawn
     for sc in scenarios:  # a router the workload cannot serve (a client key in an open loop) fails before any run
-        if isinstance(sc, ClusterScenario):
-            check_router_workload(sc.cluster.router, ew)
+        check_inputs(sc, inputs)
+    n = len(inputs.workload)
     summary: dict[str, dict[str, Any]] = {}
     extras: dict[str, dict[str, Any]] = {}
     req_frames, step_frames, itl = [], [], {}
     tables: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None, dict[str, Any]]] = {}
     with _progress(progress, console) as bar:
         for sc in scenarios:
-            run = sc.run
-            task = bar.add_task(run.name, total=len(ew)) if bar else None
-            on_step = _throttled(bar, task, len(ew)) if bar else None
-            res = simulate_run(sc, bundle, ew, traces, on_step)
+            task = bar.add_task(sc.name, total=n) if bar else None
+            on_step = _throttled(bar, task, n) if bar else None
+            res = simulate(sc, inputs, on_step=on_step)
             if isinstance(res, dict):
-                summary[run.name] = {"fits": False, **res}
-                extras[run.name] = res
-                tables[run.name] = (None, None, summary[run.name])
+                summary[sc.name] = {"fits": False, **res}
+                extras[sc.name] = res
+                tables[sc.name] = (None, None, summary[sc.name])
                 continue
             if bar:
-                bar.update(task, completed=len(ew))
+                bar.update(task, completed=n)
             s = summarize_run(res, cfg.slo.model_dump())
-            summary[run.name] = s
-            extras[run.name] = res.extras
-            req_frames.append(res.requests.assign(run=run.name))
-            step_frames.append(res.steps.assign(run=run.name))
-            itl[run.name] = res.itl
-            tables[run.name] = (res.requests, res.steps, s)
+            summary[sc.name] = s
+            extras[sc.name] = res.extras
+            req_frames.append(res.requests.assign(run=sc.name))
+            step_frames.append(res.steps.assign(run=sc.name))
+            itl[sc.name] = res.itl
+            tables[sc.name] = (res.requests, res.steps, s)
     requests = stack_tables(req_frames) if req_frames else pd.DataFrame()
     steps = stack_tables(step_frames) if step_frames else pd.DataFrame()
     results = Results(cfg, summary, requests, steps, extras, itl)

@@ -43,6 +43,12 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
             plan, self.drafters, {d: self.k_max for d in self.drafters}, f"policy {self.name!r}",
             fallback_time=lambda d, k: 1.0 + (self.cost_ratios[d] if d is not None and k > 0 else 0.0))
 
+    def drafters_used(self) -> tuple[str, ...]:
+        return self.drafters
+
+    def max_draft_tokens(self) -> int:
+        return self.largest_reachable_k(self.drafters, self.k_max)
+
     def finish_request(self, request_id: str) -> None:
         self._last.pop(request_id, None)
         if self._follower is not None:

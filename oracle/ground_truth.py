@@ -1,7 +1,9 @@
 """Base for oracles: policies that read the true acceptance traces (never allowed in live mode)."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from policies.base import Policy
 from traces.acceptance import reachable_drafts
@@ -26,6 +28,23 @@ class GroundTruthPolicy(Policy):
             raise RuntimeError(f"oracle {self.name!r} has no ground truth for request {request_id!r}; "
                                f"the runner must call bind_ground_truth first")
         return t
+
+    def largest_reachable_k(self, drafters: Sequence[str], k_max: int | None) -> int:
+        """`k_max`, or without one the most drafts any bound request will all have accepted (`oracle_k` at its
+        peak): an oracle without k_max drafts everything that will be accepted, so only the ground truth bounds it."""
+        if k_max is not None:
+            return k_max
+        if not self._traces:
+            raise ValueError(f"oracle {self.name!r} has no k_max, so its largest k comes from the ground truth, "
+                             "which is not bound yet; set k_max or bind the traces first")
+        top = 0
+        for r in self._traces.values():
+            for d in drafters:
+                t = r.drafters.get(d)
+                if t is not None and t.acc_len.shape[0]:
+                    n = t.acc_len.shape[0]
+                    top = max(top, int(np.max(reachable_drafts(t.acc_len, t.proposal_len, None, np.arange(n), n))))
+        return top
 
     def drafter_trace(self, request_id: str, drafter: str) -> DrafterTrace:
         t = self.trace_of(request_id).drafters.get(drafter)

@@ -67,6 +67,12 @@ class BestFixedInHindsightPolicy(GroundTruthPolicy):
         self.cost_ratios = dict(cost_ratios or {})
         self._best: dict[str, str] = {}
 
+    def drafters_used(self) -> tuple[str, ...]:
+        return self.drafters
+
+    def max_draft_tokens(self) -> int:
+        return self.k
+
     def bind_ground_truth(self, traces: Mapping[str, Any]) -> None:
         super().bind_ground_truth(traces)
         for rid, r in traces.items():

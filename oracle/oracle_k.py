@@ -30,6 +30,12 @@ class OracleKPolicy(GroundTruthPolicy):
         self._follower = None if plan == "greedy" else PlanFollower(plan, [self.drafter], {self.drafter: self.k_max},
                                                                     f"policy {self.name!r}")
 
+    def drafters_used(self) -> tuple[str, ...]:
+        return (self.drafter,)
+
+    def max_draft_tokens(self) -> int:
+        return self.largest_reachable_k(self.drafters_used(), self.k_max)
+
     def finish_request(self, request_id: str) -> None:
         if self._follower is not None:
             self._follower.forget(request_id)

@@ -57,6 +57,12 @@ class AdaptiveKPolicy(Policy):
         if self.scope == "request":
             self._est.pop(request_id, None)
 
+    def drafters_used(self) -> tuple[str, ...]:
+        return (self.drafter,)
+
+    def max_draft_tokens(self) -> int:
+        return self.k_max
+
     def step_times(self, estimate: Callable[[str | None, int], float] | None) -> np.ndarray:
         """Time of a step at each k = 0..k_max (k = 0: plain decode)."""
         ks = np.arange(self.k_max + 1)

@@ -74,6 +74,12 @@ class BanditPolicy(Policy):
             self._states.pop(request_id, None)
 
     # -- Policy interface
+    def drafters_used(self) -> tuple[str, ...]:
+        return self.drafters
+
+    def max_draft_tokens(self) -> int:
+        return self.k
+
     def choose(self, view: RequestView) -> Choice:
         arm = int(self._select(self._state(view.request_id)))
         return Choice(self.drafters[arm], self.k)

@@ -112,7 +112,7 @@ class BatchFeedback:
 
 
 class Policy:
-    """Base class. Subclasses implement `choose` (and usually `observe`).
+    """Base class. Subclasses implement `choose` (and usually `observe`), `drafters_used` and `max_draft_tokens`.
 
     `choose_batch` / `observe_batch` have per-request defaults; vectorised policies override them.
     """
@@ -131,6 +131,16 @@ class Policy:
 
     def choose(self, view: RequestView) -> Choice:
         raise NotImplementedError
+
+    def drafters_used(self) -> tuple[str, ...]:
+        """Every drafter this policy may choose (the server prices their prompt passes and checks their traces)."""
+        raise NotImplementedError(f"policy {self.name!r} ({type(self).__name__}) must state drafters_used(): "
+                                  "the drafters it may choose")
+
+    def max_draft_tokens(self) -> int:
+        """The largest k this policy proposes for one request in one step (the server's up-front KV check)."""
+        raise NotImplementedError(f"policy {self.name!r} ({type(self).__name__}) must state max_draft_tokens(): "
+                                  "the largest k it proposes per request and step")
 
     def observe(self, feedback: Feedback) -> None:
         """Learn from one verified proposal. Default: nothing."""
@@ -176,6 +186,12 @@ class FixedPolicy(Policy):
 
     def choose(self, view: RequestView) -> Choice:
         return Choice(self.drafter, self.k)
+
+    def drafters_used(self) -> tuple[str, ...]:
+        return () if self.drafter is None else (self.drafter,)
+
+    def max_draft_tokens(self) -> int:
+        return self.k
 
     def choose_batch(self, view: BatchView) -> tuple[np.ndarray, np.ndarray]:
         n = view.batch_size

@@ -26,6 +26,12 @@ class CombineMatchPolicy(Policy):
         self.ngram, self.eagle = str(ngram), str(eagle)
         self.k_ngram, self.k_eagle, self.min_match = int(k_ngram), int(k_eagle), int(min_match)
 
+    def drafters_used(self) -> tuple[str, ...]:
+        return (self.ngram, self.eagle)
+
+    def max_draft_tokens(self) -> int:
+        return max(self.k_ngram, self.k_eagle)
+
     def choose(self, view: RequestView) -> Choice:
         match = view.proposal_len.get(self.ngram)
         if match is None:
@@ -59,6 +65,12 @@ class CombineAdaptivePolicy(Policy):
         self.prior_weight, self.decay = float(prior_weight), float(decay)
         self.cost_ratio = {self.ngram: float(ngram_cost_ratio), self.eagle: float(eagle_cost_ratio)}
         self._est: dict[str, dict[str, AcceptanceEstimate]] = {}
+
+    def drafters_used(self) -> tuple[str, ...]:
+        return (self.ngram, self.eagle)
+
+    def max_draft_tokens(self) -> int:
+        return max(self.k_ngram, self.k_eagle)
 
     def _estimates(self, request_id: str) -> dict[str, AcceptanceEstimate]:
         est = self._est.get(request_id)

@@ -44,6 +44,12 @@ class KByBatchPolicy(Policy):
         self.drafter = str(drafter)
         self.ranges = parse_ranges(ranges, f"policy {self.name!r}: ranges")
 
+    def drafters_used(self) -> tuple[str, ...]:
+        return (self.drafter,)
+
+    def max_draft_tokens(self) -> int:
+        return max(k for _, _, k in self.ranges)
+
     def k_for(self, batch_size: int) -> int:
         """The k of the range holding `batch_size` (beyond a bounded last range: an error)."""
         for lo, hi, k in self.ranges:

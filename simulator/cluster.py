@@ -13,22 +13,18 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import simpy
 
-from simulator.acceptance_table import AcceptanceTable
 from simulator.arrivals import ClosedLoopArrivals, arrivals_for
 from simulator.cluster_config import RouterSpec
 from simulator.metrics import summarize
 from simulator.router import RequestInfo, make_router
 from simulator.server import Server, SimResult
-from simulator.workload_arrays import EngineWorkload
-
-if TYPE_CHECKING:
-    from simulator.scenario import Scenario
+from simulator.workload_arrays import EngineWorkload, SimInputs
 
 
 class ReplicaArrivals:
@@ -40,11 +36,17 @@ class ReplicaArrivals:
     arrival never misses an earlier one.
     """
 
-    def __init__(self, cluster: "ClusterSimulation", replica: int):
-        self.cluster, self.replica, self.env = cluster, replica, cluster.env
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.cluster: "ClusterSimulation | None" = None  # set by the cluster that receives the server
+        self.replica = -1
         self.arrival: np.ndarray | None = None
         self.queue: deque[int] = deque()
         self._event: simpy.Event | None = None
+
+    def bind(self, cluster: "ClusterSimulation", replica: int) -> None:
+        """The cluster routing to this source, and the replica's index in it."""
+        self.cluster, self.replica = cluster, replica
 
     def attach(self, arrival: np.ndarray) -> None:
         """The replica's arrival-time array, filled as requests are routed to it."""
@@ -120,16 +122,19 @@ class ClusterResult(SimResult):
 
 
 class ClusterSimulation:
-    """Replicas of prepared scenarios (simulator.scenario) sharing one Environment behind a router."""
+    """Servers sharing one Environment behind a router; each server pulls from a `ReplicaArrivals` the cluster feeds.
 
-    def __init__(self, scenarios: Sequence["Scenario"], router: RouterSpec, workload: EngineWorkload,
-                 table: AcceptanceTable, traces: Sequence[Any] | None = None,
+    Build the servers in `env` with `arrivals=ReplicaArrivals(env)` (simulator.scenario.simulation does), then hand
+    them here in replica order."""
+
+    def __init__(self, env: simpy.Environment, servers: Sequence[Server], router: RouterSpec, inputs: SimInputs,
                  on_step: Callable[[int], None] | None = None):
-        if not scenarios:
+        if not servers:
             raise ValueError("cluster: needs at least one replica")
+        workload = inputs.workload
         check_router_workload(router, workload)
-        self.env = simpy.Environment()
-        self.wl, self.table, self.scenarios, self.spec = workload, table, list(scenarios), router
+        self.env = env
+        self.wl, self.table, self.spec = workload, inputs.table, router
         self.router = make_router(router)
         self.arrival = workload.arrival.astype(np.float64).copy()
         self.source = arrivals_for(workload, self.arrival)
@@ -137,11 +142,14 @@ class ClusterSimulation:
         self.assigned = np.full(len(workload), -1, dtype=np.int64)
         self.n_routed = 0
         self.replicas: list[Replica] = []
-        progress = None if on_step is None else (lambda _: on_step(self.n_finished))
-        for j, sc in enumerate(self.scenarios):
-            arr = ReplicaArrivals(self, j)
-            srv = Server(self.env, arrivals=arr, **sc.server_kwargs(workload, table, traces, on_step=progress))
-            self.replicas.append(Replica(srv, arr))
+        for j, srv in enumerate(servers):
+            if srv.env is not env or not isinstance(srv.arrivals, ReplicaArrivals) or srv.wl is not workload:
+                raise ValueError(f"cluster replica {j}: a server must live in the cluster's Environment, pull from a "
+                                 "ReplicaArrivals and serve the cluster's workload")
+            srv.arrivals.bind(self, j)
+            if on_step is not None:
+                srv.on_step = lambda _: on_step(self.n_finished)
+            self.replicas.append(Replica(srv, srv.arrivals))
         self._wake: simpy.Event | None = None
         self.env.process(self._router_loop())
 
@@ -197,15 +205,14 @@ class ClusterSimulation:
 
     def result(self) -> ClusterResult:
         per, req_frames, step_frames, itls = [], [], [], []
-        for j, (rep, sc) in enumerate(zip(self.replicas, self.scenarios)):
+        for j, rep in enumerate(self.replicas):
             res = rep.server.result()
             idx = np.flatnonzero(self.assigned == j)
             mine = res.requests.iloc[idx]
             req_frames.append(mine.assign(replica=np.int64(j)))
             step_frames.append(res.steps.assign(replica=np.int64(j)))
             itls.append(res.itl)
-            extras = {**res.extras, **sc.info, "routed_requests": int(len(idx)),
-                      "num_target_gpus": sc.num_target_gpus, "num_draft_gpus": sc.num_draft_gpus}
+            extras = {**res.extras, "routed_requests": int(len(idx))}
             per.append(SimResult(mine.reset_index(drop=True), res.steps, res.itl, extras))
         requests = pd.concat(req_frames).sort_index(kind="stable").reset_index(drop=True)
         steps = pd.concat(step_frames, ignore_index=True)

@@ -44,13 +44,13 @@ class Drafting:
             # the oracle sees each request's own trace, keyed by the id it is served under
             pol.bind_ground_truth({rid: traces[t] for rid, t in zip(wl.request_ids, wl.trace_index)})
         if pol.needs_tv:
-            wanted = getattr(pol, "drafters", self.drafters)
+            wanted = pol.drafters_used()
             missing = [d for d in wanted if d not in table.tv]
             if missing:
                 raise ValueError(f"policy {pol.name!r} uses the block-divergence reward, which needs per-position "
                                  f"tv, but the traces have none for {missing}; use reward: be (block efficiency)")
         if verification == "sampled" and mode != "ar":
-            wanted = getattr(pol, "drafters", None) or [d for d in [getattr(pol, "drafter", None)] if d] or self.drafters
+            wanted = pol.drafters_used()
             missing = [d for d in wanted if d in self.drafters and d not in table.tv]
             if missing:
                 raise ValueError(f"verification: sampled needs per-position tv in the traces, but drafter(s) "

@@ -13,19 +13,24 @@ Layout of the engine (one job per module):
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import simpy
 
 from simulator.server import Server, SimResult
+from simulator.server_config import Scenario
+from simulator.workload_arrays import SimInputs
 
 __all__ = ["ServerSimulation", "SimResult", "Server"]
 
 
 class ServerSimulation:
-    """One simulated server in a fresh Environment; keyword arguments as `Server`."""
+    """One simulated server in a fresh Environment."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, scenario: Scenario, inputs: SimInputs, *, live: bool = False,
+                 on_step: Callable[[int], None] | None = None):
         self.env = simpy.Environment()
-        self.server = Server(self.env, **kwargs)
+        self.server = Server(self.env, scenario, inputs, live=live, on_step=on_step)
 
     def simulate(self) -> SimResult:
         self.env.run()

@@ -1,14 +1,18 @@
-"""Scenario builder: validated config objects -> ready simulations. The one place that wires the engine.
+"""Scenario builder: validated config + trace bundle -> ready simulations. The one place that wires the engine.
 
-`prepare_runs` builds and validates every run's server, drafter costs and policy (seeded from the
-run's seed) before anything simulates, so a bad policy in the last run fails before the first starts.
-`Scenario.simulation(...)` then gives a `ServerSimulation` (or a `Server` in a shared Environment); a run
-with a cluster block becomes a `ClusterScenario` (one `Scenario` per replica) whose simulation is a
-`ClusterSimulation` (simulator/cluster.py).
+Every caller (run, sweep, plan, studies, live, validate) goes config -> scenario -> simulate -> summarize:
+
+- `prepare_runs` resolves every run before anything simulates (server overrides, KV capacity, target profile,
+  drafter costs, the policy object seeded from the run's node of the seed tree, simulator/seeds.py), so a bad
+  policy in the last run fails before the first starts. A run with a cluster block becomes a `ClusterScenario`.
+- `inputs_for` (a sampled `traces.workload.Workload`) and `inputs_from_traces` (traces replayed one request each,
+  live runs and studies) build the `SimInputs`: the engine's workload arrays, acceptance table and traces.
+- `simulation` builds the `Server` (or the replicas' `Server`s and the `ClusterSimulation` receiving them);
+  `simulate` runs it, returning the info of a deployment that does not fit instead.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -17,72 +21,29 @@ import simpy
 from policies.base import Policy
 from policies.registry import make_policy
 from simulator.acceptance_table import AcceptanceTable
-from simulator.cluster import ClusterSimulation
+from simulator.cluster import ClusterSimulation, ReplicaArrivals, check_router_workload
 from simulator.cluster_config import ClusterSpec
 from simulator.draft_cost import DraftCost
 from simulator.engine import ServerSimulation
-from simulator.latency import LatencyProfile
-from simulator.server import Server
-from simulator.server_config import RunSpec, ServerConfig, build_draft_costs
-from simulator.workload_arrays import EngineWorkload
+from simulator.seeds import ExperimentSeeds, ServerSeeds, as_seed_sequence, replica_seeds
+from simulator.server import Server, SimResult
+from simulator.server_config import PSDConfig, RunSpec, Scenario, ServerConfig, build_draft_costs
+from simulator.workload_arrays import EngineWorkload, SimInputs
+from traces.bundle import RequestTrace, TraceBundle
+from traces.workload import Workload
 
-
-@dataclass
-class Scenario:
-    """One run, fully resolved: its server, target profile, drafter costs, policy, KV capacity and seed."""
-
-    run: RunSpec
-    server: ServerConfig
-    target: LatencyProfile
-    draft_costs: dict[str, DraftCost]
-    policy: Policy | None
-    seed: int
-    kv_capacity_tokens: int  # 0: the deployment does not fit (see info)
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def fits(self) -> bool:
-        return self.kv_capacity_tokens > 0
-
-    @property
-    def num_target_gpus(self) -> int:
-        return self.server.num_target_gpus
-
-    @property
-    def num_draft_gpus(self) -> int:
-        return self.server.num_draft_gpus if self.run.mode != "psd" else max(1, self.server.num_draft_gpus)
-
-    def server_kwargs(self, workload: EngineWorkload, table: AcceptanceTable, traces: Sequence[Any] | None,
-                      live: bool = False, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
-        s = self.server
-        return dict(run=self.run, target=self.target, workload=workload, table=table, draft_costs=self.draft_costs,
-                    policy=self.policy, kv_capacity_tokens=self.kv_capacity_tokens, max_num_seqs=s.max_num_seqs,
-                    max_num_batched_tokens=s.max_num_batched_tokens, block_size=s.block_size,
-                    step_overhead_s=s.step_overhead_s, chunked_prefill=s.chunked_prefill, prefill=s.prefill,
-                    scheduler=s.scheduler,
-                    verification=s.verification, seed=self.seed, traces=traces, live=live, on_step=on_step)
-
-    def simulation(self, workload: EngineWorkload, table: AcceptanceTable, traces: Sequence[Any] | None = None,
-                   live: bool = False, on_step: Callable[[int], None] | None = None) -> ServerSimulation:
-        """A one-server simulation in its own Environment."""
-        if not self.fits:
-            raise ValueError(f"run {self.run.name!r}: {self.info.get('does_not_fit', 'deployment does not fit')}")
-        return ServerSimulation(**self.server_kwargs(workload, table, traces, live, on_step))
-
-    def server_in(self, env: simpy.Environment, workload: EngineWorkload, table: AcceptanceTable,
-                  traces: Sequence[Any] | None = None, arrivals=None) -> Server:
-        """A server process in a shared Environment (replicas behind a router)."""
-        return Server(env, arrivals=arrivals, **self.server_kwargs(workload, table, traces))
+__all__ = ["Scenario", "ClusterScenario", "SimInputs", "make_scenario", "make_cluster_scenario", "prepare_runs",
+           "inputs_for", "inputs_from_traces", "simulation", "simulate"]
 
 
 @dataclass
 class ClusterScenario:
-    """One run on a cluster: a resolved `Scenario` per replica (own server, KV, policy and seed) and the router."""
+    """One run on a cluster: a resolved `Scenario` per replica (own server, KV, policy and seeds) and the router."""
 
-    run: RunSpec
+    name: str
+    mode: str
     cluster: ClusterSpec
     replicas: list[Scenario]
-    seed: int
 
     @property
     def fits(self) -> bool:
@@ -105,18 +66,12 @@ class ClusterScenario:
     def num_draft_gpus(self) -> int:
         return sum(r.num_draft_gpus for r in self.replicas)
 
-    def simulation(self, workload: EngineWorkload, table: AcceptanceTable, traces: Sequence[Any] | None = None,
-                   live: bool = False, on_step: Callable[[int], None] | None = None) -> ClusterSimulation:
-        """All replicas in one Environment behind the router."""
-        if live:
-            raise ValueError(f"run {self.run.name!r}: a cluster cannot run live")
-        if not self.fits:
-            raise ValueError(f"run {self.run.name!r}: {self.info['does_not_fit']}")
-        return ClusterSimulation(self.replicas, self.cluster.router, workload, table, traces, on_step=on_step)
+
+# ---------------------------------------------------------------- runs
 
 
 def build_policy(run: RunSpec, seed: int, where: str | None = None) -> Policy | None:
-    """The run's policy from its spec, seeded with the run's seed unless the spec gives its own."""
+    """The run's policy object from its spec, seeded with `seed` unless the spec gives its own."""
     if run.mode == "ar" or not run.policy:
         return None
     return make_policy(run.policy, where=where or f"runs[{run.name}].policy", seed=seed)
@@ -146,50 +101,134 @@ def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]
     return int(placement.kv_capacity_tokens), {"placement": placement.summary()}
 
 
-def run_seeds(seed: int, n: int) -> list[int]:
-    """One independent seed per run, from the experiment's seed."""
-    return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(n)]
-
-
-def make_scenario(run: RunSpec, server: ServerConfig, drafters: Mapping[str, Any], seed: int, *,
-                  target: LatencyProfile | None = None) -> Scenario:
-    """One run resolved: the run's server overrides, KV capacity, target profile (or the one given: a
-    roofline or measured profile object), drafter costs (config mappings or DraftCost objects) and its policy."""
+def make_scenario(run: RunSpec, server: ServerConfig, drafters: Mapping[str, Any],
+                  seed: int | np.random.SeedSequence | ServerSeeds) -> Scenario:
+    """One run resolved: the run's server overrides, KV capacity, target profile (`server.target_profile`: a name,
+    inline profile or profile object), drafter costs (config mappings or DraftCost objects) and its policy,
+    seeded from `seed` (an integer, or the run's node of the seed tree)."""
     costs = {name: c if isinstance(c, DraftCost) else build_draft_costs({name: c})[name] for name, c in drafters.items()}
+    seeds = seed if isinstance(seed, ServerSeeds) else ServerSeeds.of(seed)
     srv = server_for(server, run)
     cap, info = kv_capacity(srv, run)
-    return Scenario(run, srv, target if target is not None else srv.target(), costs, build_policy(run, seed), seed,
-                    cap, info)
+    return Scenario(name=run.name, mode=run.mode, server=srv, target=srv.target(), draft_costs=costs,
+                    policy=build_policy(run, seeds.policy), seeds=seeds, kv_capacity_tokens=cap,
+                    psd=run.psd or PSDConfig(),
+                    switch_cost_s=run.switch_cost_s, info=info)
 
 
-def replica_seeds(seed: int, n: int) -> list[int]:
-    """Replica 0 keeps the run's seed (one replica reproduces the single server); the others get seeds spawned
-    from it."""
-    return [seed] + [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(n)[1:]]
-
-
-def make_cluster_scenario(run: RunSpec, server: ServerConfig, drafters: Mapping[str, Any], seed: int,
-                          cluster: ClusterSpec, *, target: LatencyProfile | None = None) -> ClusterScenario:
-    """A run on a cluster: each replica is the run's server with that replica's overrides, resolved like a
-    single run (KV capacity, profile, drafter costs) with its own policy seeded from `replica_seeds`."""
+def make_cluster_scenario(run: RunSpec, server: ServerConfig, drafters: Mapping[str, Any],
+                          seed: int | np.random.SeedSequence, cluster: ClusterSpec) -> ClusterScenario:
+    """A run on a cluster: replica j is the run's server with replica j's overrides, resolved like a single run,
+    with its own streams (`seeds.replica_seeds`; replica 0 has the single server's, so one replica reproduces it)."""
+    node = as_seed_sequence(seed)
     replicas = []
-    for j, (over, s) in enumerate(zip(cluster.overrides(), replica_seeds(seed, cluster.num_replicas))):
+    for j, over in enumerate(cluster.overrides()):
         rep_run = run.model_copy(update={"server": {**run.server, **over}}) if over else run
         try:
-            replicas.append(make_scenario(rep_run, server, drafters, s,
-                                          target=None if "target_profile" in over else target))
+            replicas.append(make_scenario(rep_run, server, drafters, replica_seeds(node, j)))
         except ValueError as e:
             raise ValueError(f"runs[{run.name}] cluster.replicas[{j}]: {e}") from None
-    return ClusterScenario(run, cluster, replicas, seed)
+    return ClusterScenario(run.name, run.mode, cluster, replicas)
 
 
 def prepare_runs(server: ServerConfig, runs: Sequence[RunSpec], drafters: Mapping[str, Any], seed: int,
                  cluster: ClusterSpec | None = None) -> list[Scenario | ClusterScenario]:
     """Every run resolved and validated (server overrides, profiles, drafter costs, policies) before any simulates;
-    run i gets the i-th seed spawned from `seed`. A run's cluster block, else `cluster`, makes it a cluster run."""
+    run i gets node (RUNS, i) of the experiment's seed tree. A run's cluster block, else `cluster`, makes it a
+    cluster run."""
+    seeds = ExperimentSeeds.of(seed)
     out: list[Scenario | ClusterScenario] = []
-    for run, s in zip(runs, run_seeds(seed, len(runs))):
+    for i, run in enumerate(runs):
         spec = run.cluster or cluster
-        out.append(make_scenario(run, server, drafters, s) if spec is None
-                   else make_cluster_scenario(run, server, drafters, s, spec))
+        node = seeds.run(i)
+        out.append(make_scenario(run, server, drafters, replica_seeds(node, 0)) if spec is None
+                   else make_cluster_scenario(run, server, drafters, node, spec))
     return out
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def inputs_for(workload: Workload, bundle: TraceBundle, with_acceptance: bool = True) -> SimInputs:
+    """The engine's inputs for a sampled workload over `bundle` (traces in the bundle's order)."""
+    traces = bundle.requests
+    index = {r.id: i for i, r in enumerate(traces)}
+    reqs = workload.requests
+    missing = [r.trace_id for r in reqs if r.trace_id not in index]
+    if missing:
+        raise ValueError(f"workload replays trace ids not in the bundle: {missing[:5]}")
+    closed = workload.closed_loop
+    ew = EngineWorkload(
+        request_ids=[r.request_id for r in reqs],
+        trace_index=np.array([index[r.trace_id] for r in reqs], dtype=np.int64),
+        arrival=np.array([r.arrival_time if r.arrival_time is not None else 0.0 for r in reqs], dtype=np.float64),
+        prompt_len=np.array([r.prompt_len for r in reqs], dtype=np.int64),
+        output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
+        categories=[r.category or "" for r in reqs],
+        closed_loop_clients=closed.clients if closed else 0,
+        think_time=closed.think_time if closed else 0.0,
+    )
+    table = AcceptanceTable.from_traces(traces, tuple(bundle.drafter_names), with_acceptance=with_acceptance)
+    return SimInputs(ew, table, traces)
+
+
+def inputs_from_traces(traces: Sequence[RequestTrace], drafters: Sequence[str] | None = None, *,
+                       arrival: np.ndarray | None = None, clients: int = 0, think_time: float = 0.0,
+                       trace_index: np.ndarray | None = None, output_len: np.ndarray | None = None,
+                       request_ids: Sequence[str] | None = None, categories: Sequence[str] | None = None,
+                       with_acceptance: bool = True) -> SimInputs:
+    """Inputs replaying `traces` directly: request i replays trace `trace_index[i]` (default: trace i), arriving
+    at `arrival[i]` (default 0) or from a closed loop of `clients`; prompt and output lengths are the trace's
+    unless `output_len` gives each request's own. `drafters` default to those of the first trace."""
+    traces = list(traces)
+    if not traces:
+        raise ValueError("inputs_from_traces: no traces")
+    ti = np.arange(len(traces), dtype=np.int64) if trace_index is None else np.asarray(trace_index, dtype=np.int64)
+    n = len(ti)
+    names = tuple(traces[0].drafters) if drafters is None else tuple(drafters)
+    prompt = np.array([traces[t].prompt_len for t in ti], dtype=np.int64)
+    out = (np.array([traces[t].output_len for t in ti], dtype=np.int64) if output_len is None
+           else np.asarray(output_len, dtype=np.int64).copy())
+    ew = EngineWorkload(
+        request_ids=[traces[t].id for t in ti] if request_ids is None else list(request_ids), trace_index=ti,
+        arrival=np.zeros(n) if arrival is None else np.asarray(arrival, dtype=np.float64).copy(),
+        prompt_len=prompt, output_len=out,
+        categories=[traces[t].category or "" for t in ti] if categories is None else list(categories),
+        closed_loop_clients=clients, think_time=think_time)
+    return SimInputs(ew, AcceptanceTable.from_traces(traces, names, with_acceptance=with_acceptance), traces)
+
+
+# ---------------------------------------------------------------- simulations
+
+
+def check_inputs(sc: Scenario | ClusterScenario, inputs: SimInputs) -> None:
+    """Refuse before any run what the inputs cannot support (a cluster router keyed by clients in an open loop)."""
+    if isinstance(sc, ClusterScenario):
+        check_router_workload(sc.cluster.router, inputs.workload)
+
+
+def simulation(sc: Scenario | ClusterScenario, inputs: SimInputs, *, live: bool = False,
+               on_step: Callable[[int], None] | None = None) -> ServerSimulation | ClusterSimulation:
+    """The simulation of one prepared run: a `Server` in its own Environment, or the replicas' `Server`s in one
+    Environment handed to a `ClusterSimulation`."""
+    if not sc.fits:
+        raise ValueError(f"run {sc.name!r}: {sc.info.get('does_not_fit', 'deployment does not fit')}")
+    if isinstance(sc, Scenario):
+        return ServerSimulation(sc, inputs, live=live, on_step=on_step)
+    if live:
+        raise ValueError(f"run {sc.name!r}: a cluster cannot run live")
+    check_router_workload(sc.cluster.router, inputs.workload)
+    env = simpy.Environment()
+    servers = [Server(env, rep, inputs, arrivals=ReplicaArrivals(env)) for rep in sc.replicas]
+    return ClusterSimulation(env, servers, sc.cluster.router, inputs, on_step=on_step)
+
+
+def simulate(sc: Scenario | ClusterScenario, inputs: SimInputs, *, live: bool = False,
+             on_step: Callable[[int], None] | None = None) -> SimResult | dict[str, Any]:
+    """Simulate one prepared run; a deployment that does not fit is returned as its info dict, not raised."""
+    if not sc.fits:
+        return sc.info
+    res = simulation(sc, inputs, live=live, on_step=on_step).simulate()
+    if isinstance(sc, ClusterScenario):
+        res.extras.update(sc.info)
+    return res

@@ -7,30 +7,24 @@ can share one; with `PushedArrivals` a router hands it requests at run time. `Se
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 import simpy
 
-from policies.base import Policy
-from simulator.acceptance_table import AcceptanceTable
 from simulator.arrivals import PushedArrivals, arrivals_for
-from simulator.draft_cost import DraftCost
-from simulator.drafting import Drafting, Verification
+from simulator.drafting import Drafting
 from simulator.kv_pool import BlockPool
-from simulator.latency import LatencyProfile
 from simulator.pricing import Pricing
 from simulator.records import REQUEST_COLUMNS
 from simulator.request_state import RequestState
-from simulator.scheduler import PrefillMode, Scheduler
-from simulator.server_config import PSDConfig, RunSpec
+from simulator.scheduler import Scheduler
+from simulator.server_config import Scenario
 from simulator.step_outcome import StepOutcome
 from simulator.step_psd import PSDExecutor
 from simulator.step_sd import SDExecutor
-from simulator.workload_arrays import EngineWorkload
-
-UNKNOWN_K_LOOKAHEAD = 16  # draft tokens assumed for the up-front KV check when a policy states no k limit
+from simulator.workload_arrays import SimInputs
 
 
 @dataclass
@@ -44,38 +38,39 @@ class SimResult:
 
 
 class Server:
-    """One server running one mode and policy over a workload, as a process in `env`."""
+    """One server running one scenario (mode, policy, costs) over the simulation's inputs, as a process in `env`.
 
-    def __init__(self, env: simpy.Environment, *, run: RunSpec, target: LatencyProfile, workload: EngineWorkload,
-                 table: AcceptanceTable, draft_costs: Mapping[str, DraftCost], policy: Policy | None,
-                 kv_capacity_tokens: int, max_num_seqs: int, max_num_batched_tokens: int, block_size: int = 16,
-                 step_overhead_s: float = 0.0, chunked_prefill: bool = False, prefill: PrefillMode = "mixed",
-                 scheduler: str = "draftsim", verification: Verification = "greedy", seed: int = 0,
-                 traces: Sequence[Any] | None = None,
-                 live: bool = False, on_step: Callable[[int], None] | None = None,
-                 arrivals: PushedArrivals | None = None):
-        self.env, self.run, self.wl, self.table, self.mode = env, run, workload, table, run.mode
+    Reads its settings from `scenario.server` (a `ServerConfig`), as vLLM's scheduler reads `scheduler_config`.
+    """
+
+    def __init__(self, env: simpy.Environment, scenario: Scenario, inputs: SimInputs, *, live: bool = False,
+                 on_step: Callable[[int], None] | None = None, arrivals: PushedArrivals | None = None):
+        if not scenario.fits:
+            raise ValueError(f"run {scenario.name!r}: {scenario.info.get('does_not_fit', 'deployment does not fit')}")
+        cfg, workload, table = scenario.server, inputs.workload, inputs.table
+        self.env, self.scenario, self.wl, self.table, self.mode = env, scenario, workload, table, scenario.mode
         self.on_step = on_step
-        psd = run.psd or PSDConfig()
-        m = psd.sub_batch_max_num_seqs or max_num_seqs
-        self.max_num_seqs = 2 * m if self.mode == "psd" else max_num_seqs
+        m = scenario.psd.sub_batch_max_num_seqs or cfg.max_num_seqs
+        self.max_num_seqs = 2 * m if self.mode == "psd" else cfg.max_num_seqs
         self.state = st = RequestState(workload, len(table.drafters))
-        pool = BlockPool(kv_capacity_tokens // block_size, block_size)
+        pool = BlockPool(scenario.kv_capacity_tokens // cfg.block_size, cfg.block_size)
         self.sched = Scheduler(st, workload, pool, max_num_seqs=self.max_num_seqs,
-                               max_num_batched_tokens=max_num_batched_tokens, chunked=chunked_prefill,
-                               prefill=prefill, psd=self.mode == "psd", rules=scheduler)
-        self.drafting = Drafting(policy, self.mode, table, workload, st, verification=verification,
-                                 rng=np.random.default_rng(seed), traces=traces, live=live)
-        self.pricing = Pricing(target, draft_costs, table.drafters, step_overhead_s, run.switch_cost_s, st, workload)
-        if self.mode == "psd" and any(c.kind == "engine_step" for c in draft_costs.values()):
-            raise ValueError(f"run {run.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
+                               max_num_batched_tokens=cfg.max_num_batched_tokens, chunked=cfg.chunked_prefill,
+                               prefill=cfg.prefill, psd=self.mode == "psd", rules=cfg.scheduler)
+        self.drafting = Drafting(scenario.policy, self.mode, table, workload, st, verification=cfg.verification,
+                                 rng=scenario.seeds.verification_rng(), traces=inputs.traces, live=live)
+        self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s,
+                               scenario.switch_cost_s, st, workload)
+        if self.mode == "psd" and any(c.kind == "engine_step" for c in scenario.draft_costs.values()):
+            raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
                              "steps; PSD drafts on its own device: use whole_proposal or autoregressive")
-        self.sched.check_fits(self._lookahead())
+        drafters = self._drafters_used()
+        self.sched.check_fits(0 if self.mode == "ar" else self.drafting.policy.max_draft_tokens())
         if self.mode == "psd":
-            self.executor = PSDExecutor(psd, st, self.sched, self.drafting, self.pricing, self._drafters_used())
+            self.executor = PSDExecutor(scenario.psd, st, self.sched, self.drafting, self.pricing, drafters)
         else:
             self.executor = SDExecutor(self.mode, st, self.sched, self.drafting, self.pricing,
-                                       self._drafters_used() if self.mode == "sd" else ())
+                                       drafters if self.mode == "sd" else ())
         self.outcome = StepOutcome(self)
         if arrivals is not None:
             arrivals.attach(st.arrival)
@@ -112,19 +107,17 @@ class Server:
         return ev
 
     def _drafters_used(self) -> tuple[str, ...]:
-        pol = self.drafting.policy
-        names = getattr(pol, "drafters", None) or [getattr(pol, "drafter", None)]
-        names = [d for d in names if d]
-        return tuple(d for d in (names or self.table.drafters) if d in self.pricing.draft_costs)
-
-    def _lookahead(self) -> int:
-        """Most draft tokens one request may propose in a step (for the up-front KV check)."""
+        """The policy's drafters (`Policy.drafters_used`), each checked to be in the traces and priced."""
         if self.mode == "ar":
-            return 0
-        pol = self.drafting.policy
-        ks = [v for a in ("k", "k_max", "k_ngram", "k_eagle") if isinstance(v := getattr(pol, a, None), int)]
-        ks += [int(r[2]) for r in getattr(pol, "ranges", ()) or ()]
-        return max(ks) if ks else UNKNOWN_K_LOOKAHEAD
+            return ()
+        used = self.drafting.policy.drafters_used()
+        name = self.drafting.policy.name
+        for d in used:
+            if d not in self.table.drafters:
+                raise ValueError(f"run {self.scenario.name!r}: policy {name!r} uses drafter {d!r}, which the traces "
+                                 f"do not have (have {list(self.table.drafters)})")
+            self.pricing.cost_of(d)  # a clear error when the experiment's 'drafters:' gives it no cost
+        return tuple(used)
 
     def result(self) -> SimResult:
         st, wl = self.state, self.wl
@@ -166,5 +159,8 @@ class Server:
             "drafter_usage": usage,
             "psd_fallback_steps": self.executor.fallback_steps,
             "max_num_seqs": self.max_num_seqs,
+            **self.scenario.info,
+            "num_target_gpus": self.scenario.num_target_gpus,
+            "num_draft_gpus": self.scenario.num_draft_gpus,
         }
         return SimResult(requests, self.outcome.steps.frame(), itl, extras)

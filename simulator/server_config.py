@@ -1,13 +1,18 @@
-"""Typed, validated configuration of one simulated server and one run mode on it."""
+"""Typed configuration of one simulated server: the validated config blocks (`ServerConfig`, `RunSpec`,
+`PSDConfig`) and the `Scenario` a `Server` runs (those blocks resolved: profiles, drafter costs, policy object,
+KV capacity and random streams)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_serializer, model_validator
 
+from policies.base import Policy
 from simulator.cluster_config import ClusterSpec
 from simulator.draft_cost import DraftCost, draft_cost_from_config
 from simulator.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
+from simulator.seeds import ServerSeeds
 
 
 class _Strict(BaseModel):
@@ -33,7 +38,11 @@ class PSDConfig(_Strict):
 class ServerConfig(_Strict):
     """One serving instance: cost profile, batching limits and KV memory."""
 
-    target_profile: str | dict[str, Any] = Field(description="built-in profile name, file, or inline profile")
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False,
+                              arbitrary_types_allowed=True)
+
+    target_profile: str | dict[str, Any] | InstanceOf[LatencyProfile] = Field(description=(
+        "built-in profile name, file, inline profile, or (from Python) a profile object (roofline, measured)"))
     step_overhead_s: float = Field(0.0, ge=0, le=3600, allow_inf_nan=False,
                                    description="fixed scheduler/sampler overhead per step")
     max_num_seqs: int = Field(64, ge=1)
@@ -85,8 +94,17 @@ class ServerConfig(_Strict):
                              "chunked_prefill: true, which mixes prefill chunks into decode steps; use prefill: mixed")
         return self
 
+    @field_serializer("target_profile")
+    def _profile_out(self, v: Any, info) -> Any:
+        """A profile object stays itself in Python dumps (overrides re-validate it) and is its name in JSON."""
+        if isinstance(v, (str, dict)) or info.mode != "json":
+            return v
+        return f"<in-memory profile {getattr(v, 'name', type(v).__name__)}>"
+
     def target(self) -> LatencyProfile:
-        """Resolve the target's latency profile."""
+        """Resolve the target's latency profile (a profile object is used as it is)."""
+        if not isinstance(self.target_profile, (str, dict)):
+            return self.target_profile
         if isinstance(self.target_profile, dict):
             doc = dict(self.target_profile)
             doc.setdefault("name", "inline")
@@ -114,12 +132,54 @@ class RunSpec(_Strict):
 
     @model_validator(mode="after")
     def _mode_rules(self) -> "RunSpec":
+        check_replica_overrides(self.cluster, "cluster.")
         if self.mode in ("sd", "psd") and not self.policy:
             raise ValueError(f"run {self.name!r}: mode {self.mode!r} needs a policy, "
                              "e.g. {name: fixed, drafter: eagle3, k: 3}")
         if self.mode != "psd" and self.psd is not None:
             raise ValueError(f"run {self.name!r}: 'psd' settings only apply to mode psd")
         return self
+
+
+def check_replica_overrides(cluster: ClusterSpec | None, where: str = "") -> None:
+    """Every per-replica override of a cluster block names ServerConfig keys (else ValueError naming the replica)."""
+    if cluster is None or isinstance(cluster.replicas, int):
+        return
+    fields = set(ServerConfig.model_fields)
+    for j, over in enumerate(cluster.replicas):
+        unknown = sorted(set(over) - fields)
+        if unknown:
+            raise ValueError(f"{where}replicas[{j}]: unknown server key(s) {unknown}; expected some of {sorted(fields)}")
+
+
+@dataclass
+class Scenario:
+    """One server run resolved: what a `Server` runs. `server` is read like vLLM's scheduler reads its
+    `scheduler_config` (`scenario.server.max_num_seqs`); `policy` is the one policy object of the run."""
+
+    name: str
+    mode: Literal["ar", "sd", "psd"]
+    server: ServerConfig
+    target: LatencyProfile
+    draft_costs: dict[str, DraftCost]
+    policy: Policy | None
+    seeds: ServerSeeds
+    kv_capacity_tokens: int  # 0: the deployment does not fit (see info)
+    psd: PSDConfig = field(default_factory=PSDConfig)
+    switch_cost_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_capacity_tokens > 0
+
+    @property
+    def num_target_gpus(self) -> int:
+        return self.server.num_target_gpus
+
+    @property
+    def num_draft_gpus(self) -> int:
+        return self.server.num_draft_gpus if self.mode != "psd" else max(1, self.server.num_draft_gpus)
 
 
 def constant_profile(seconds: float, name: str = "constant") -> LinearProfile:

@@ -1,9 +1,14 @@
-"""The engine's view of a workload: one array per request attribute, plus closed-loop settings."""
+"""The engine's view of a workload: one array per request attribute, plus closed-loop settings; and the
+`SimInputs` a simulation replays (those requests with their acceptance table and traces)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
+
+from simulator.acceptance_table import AcceptanceTable
+from traces.bundle import RequestTrace
 
 
 @dataclass
@@ -39,3 +44,13 @@ class EngineWorkload:
 
     def __len__(self) -> int:
         return len(self.request_ids)
+
+
+@dataclass
+class SimInputs:
+    """What a simulation replays: the requests, the acceptance table they index (`trace_index`) and the traces
+    themselves in table order (oracles read them). Built by simulator.scenario (`inputs_for`, `inputs_from_traces`)."""
+
+    workload: EngineWorkload
+    table: AcceptanceTable
+    traces: Sequence[RequestTrace]

@@ -308,10 +308,12 @@ def workload_and_bundle(bundle: TraceBundle, spec: WorkloadSpec, seed: int,
                          "give workload.arrival.file or another arrival kind")
     n = _num_parametric_requests(bundle, spec)
     make = _drawn_bundle if need_acceptance else _shapes_bundle
-    synth = make(bundle, spec.lengths, n, seed)
+    # drawing the requests and sampling the workload from them are two consumers: one child seed each
+    draw_seed, sample_seed = (int(c.generate_state(1)[0]) for c in np.random.SeedSequence(seed).spawn(2))
+    synth = make(bundle, spec.lengths, n, draw_seed)
     if not any(r.category for r in bundle.requests):
         for r in synth.requests:
             r.category = None
     once = spec.model_copy(update={"lengths": BundleLengths(), "num_requests": n,
                                    "sample": Sampling(with_replacement=False, shuffle=False)})
-    return build_workload(synth, once, seed), synth
+    return build_workload(synth, once, sample_seed), synth
