@@ -13,8 +13,8 @@ import argparse
 import time
 
 from experiments.config import load_config
-from experiments.run import engine_workload, prepare, resolve_bundle, simulate_run
-from traces.workload import WorkloadSpec, workload_and_bundle
+from experiments.run import experiment_inputs, prepare
+from simulator.scenario import simulate
 
 RUN = {"name": "eagle3-k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}}
 
@@ -38,12 +38,10 @@ def measure(n: int, replicas: int, router: str | None) -> dict:
     """Engine-only CPU time of one run (workload built first, summary not included)."""
     cluster = None if router is None else {"replicas": replicas, "router": {"name": router}}
     cfg = load_config(_config(n, 64 * replicas, cluster))
-    bundle = resolve_bundle(cfg.traces)
-    workload, bundle = workload_and_bundle(bundle, WorkloadSpec.model_validate(cfg.workload), seed=cfg.seed)
-    ew, traces = engine_workload(workload, bundle)
+    inputs = experiment_inputs(cfg)
     scenario = prepare(cfg)[0]
     c0, t0 = time.process_time(), time.perf_counter()
-    res = simulate_run(scenario, bundle, ew, traces)
+    res = simulate(scenario, inputs)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     steps = res.extras["request_steps"]
     return {"label": "single server" if router is None else f"{replicas} x {router}", "cpu_s": cpu, "wall_s": wall,

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-e2e-cache-") as cache:
         os.environ["DRAFTSIM_CACHE_DIR"] = cache
         from experiments.config import load_config
-        from experiments.run import engine_workload, resolve_bundle, run_experiment, prepare, simulate_run
+        from experiments.run import prepare, resolve_bundle, run_experiment
+        from simulator.scenario import inputs_for, simulate
         from simulator.metrics import summarize
         from traces.synthetic.fit_cache import clear_memory_cache
         from traces.workload import WorkloadSpec, workload_and_bundle
@@ -92,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             workload, bundle = workload_and_bundle(source, spec, seed=cfg.seed, need_acceptance=False)
         full_workload, full_bundle = workload_and_bundle(source, spec, seed=cfg.seed)
         with timed(phases, "engine arrays"):
-            ew, traces = engine_workload(full_workload, full_bundle)
+            inputs = inputs_for(full_workload, full_bundle)
         with timed(phases, "simulate (AR)"):
-            sim = simulate_run(prepare(cfg)[0], full_bundle, ew, traces)
+            sim = simulate(prepare(cfg)[0], inputs)
         with timed(phases, "summarize"):
             summarize(sim.requests, sim.steps, sim.itl, slo=cfg.slo.model_dump(), num_target_gpus=1,
                       num_draft_gpus=0, extras=sim.extras)

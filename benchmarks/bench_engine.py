@@ -17,8 +17,8 @@ import resource
 import time
 
 from experiments.config import load_config
-from experiments.run import engine_workload, prepare, resolve_bundle, run_experiment, simulate_run
-from traces.workload import WorkloadSpec, workload_and_bundle
+from experiments.run import experiment_inputs, prepare, run_experiment
+from simulator.scenario import simulate
 
 TARGET_RATE = {"AR": 1_500_000, "SD-k3": 1_000_000}  # request-steps per CPU second (issue 8)
 TARGET_RSS_GB = 2.0
@@ -46,12 +46,10 @@ def measure(n: int, run: dict) -> dict:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     steps = res.summary[run["name"]]["extras"]["request_steps"]
     cfg = load_config(_config(n, [run]))
-    bundle = resolve_bundle(cfg.traces)
-    workload, bundle = workload_and_bundle(bundle, WorkloadSpec.model_validate(cfg.workload), seed=cfg.seed)
-    ew, traces = engine_workload(workload, bundle)
+    inputs = experiment_inputs(cfg)
     scenario = prepare(cfg)[0]
     c1 = time.process_time()
-    simulate_run(scenario, bundle, ew, traces)
+    simulate(scenario, inputs)
     engine_cpu = time.process_time() - c1
     return {"name": run["name"], "wall_s": wall, "cpu_s": cpu, "engine_cpu_s": engine_cpu, "request_steps": steps,
             "rate_cpu": steps / cpu, "rate_engine": steps / engine_cpu}

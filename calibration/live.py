@@ -250,23 +250,16 @@ def step_mismatches(bundle, run: "LiveRun") -> int | None:
 
 def simulate_mode(cfg: LiveConfig, mode: LiveMode, bundle, costs, target_profile) -> Any:
     """The simulator's prediction of one live mode: same requests, one client, closed loop, batch 1."""
-    from simulator.acceptance_table import AcceptanceTable
-    from simulator.scenario import make_scenario
+    from simulator.scenario import inputs_from_traces, make_scenario, simulate
     from simulator.server_config import RunSpec, ServerConfig
-    from simulator.workload_arrays import EngineWorkload
 
     reqs = bundle.requests
-    ew = EngineWorkload(request_ids=[r.id for r in reqs], trace_index=np.arange(len(reqs), dtype=np.int64),
-                        arrival=np.zeros(len(reqs)), prompt_len=np.array([r.prompt_len for r in reqs], dtype=np.int64),
-                        output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
-                        categories=[r.category or "" for r in reqs], closed_loop_clients=1, think_time=0.0)
+    inputs = inputs_from_traces(reqs, bundle.drafter_names, clients=1)
     need = max(r.prompt_len + r.output_len for r in reqs)
     run = RunSpec(name=mode.name, mode="sd" if mode.policy else "ar", policy=mode.policy)
-    server = ServerConfig(target_profile=getattr(target_profile, "name", "measured"), max_num_seqs=1,
+    server = ServerConfig(target_profile=target_profile, max_num_seqs=1,
                           max_num_batched_tokens=need + 64, kv_capacity_tokens=4 * need + 1024)
-    sc = make_scenario(run, server, costs, cfg.seed, target=target_profile)
-    sim = sc.simulation(ew, AcceptanceTable.from_traces(reqs, tuple(bundle.drafter_names)), reqs, live=True)
-    return sim.simulate()
+    return simulate(make_scenario(run, server, costs, cfg.seed), inputs, live=True)
 
 
 def sim_metrics(res) -> dict[str, float]:

@@ -162,27 +162,20 @@ def draft_costs_for(prof: dict[str, dict], drafters, kind: str = "linear") -> di
 
 def simulate(cfg: BatchedLiveConfig, mode: BatchMode, bundle, target_profile, costs, arrivals) -> Any:
     """The simulator's prediction of one live mode: same requests, batching rules and arrivals."""
-    from simulator.acceptance_table import AcceptanceTable
-    from simulator.scenario import make_scenario
+    from simulator.scenario import inputs_from_traces, make_scenario, simulate
     from simulator.server_config import PSDConfig, RunSpec, ServerConfig
-    from simulator.workload_arrays import EngineWorkload
 
     reqs = bundle.requests
-    n = len(reqs)
-    ew = EngineWorkload(request_ids=[r.id for r in reqs], trace_index=np.arange(n, dtype=np.int64),
-                        arrival=np.zeros(n) if cfg.clients else np.asarray(arrivals, dtype=float),
-                        prompt_len=np.array([r.prompt_len for r in reqs], dtype=np.int64),
-                        output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
-                        categories=[r.category or "" for r in reqs], closed_loop_clients=cfg.clients, think_time=0.0)
+    inputs = inputs_from_traces(reqs, bundle.drafter_names, clients=cfg.clients,
+                                arrival=None if cfg.clients else np.asarray(arrivals, dtype=float))
     need = max(r.prompt_len + r.output_len for r in reqs) + 64
     sim_mode = "psd" if mode.placement == "psd" else ("sd" if mode.policy else "ar")
     psd = PSDConfig(sub_batch_max_num_seqs=max(1, cfg.max_num_seqs // 2)) if sim_mode == "psd" else None
     run = RunSpec(name=mode.name, mode=sim_mode, policy=mode.policy, psd=psd)
-    server = ServerConfig(target_profile=target_profile.name, max_num_seqs=cfg.max_num_seqs,
+    server = ServerConfig(target_profile=target_profile, max_num_seqs=cfg.max_num_seqs,
                           max_num_batched_tokens=4096, kv_capacity_tokens=4 * need * cfg.max_num_seqs,
                           prefill="separate")
-    sc = make_scenario(run, server, costs, cfg.seed, target=target_profile)
-    return sc.simulation(ew, AcceptanceTable.from_traces(reqs, tuple(bundle.drafter_names)), reqs, live=True).simulate()
+    return simulate(make_scenario(run, server, costs, cfg.seed), inputs, live=True)
 
 
 def _phase_means(steps, kinds: tuple[str, ...]) -> dict[str, float]:

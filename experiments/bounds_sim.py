@@ -15,11 +15,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from oracle.bounds import pipeline_gain, pipeline_saving
-from simulator.acceptance_table import AcceptanceTable
 from simulator.draft_cost import DraftCost
-from simulator.scenario import make_scenario
+from simulator.scenario import SimInputs, inputs_from_traces, make_scenario, simulate
 from simulator.server_config import PSDConfig, RunSpec, ServerConfig, constant_profile
-from simulator.workload_arrays import EngineWorkload
 from traces.acceptance import emitted_tokens
 from traces.bundle import DrafterTrace, RequestTrace
 
@@ -45,13 +43,12 @@ class SimulatedBounds:
         return asdict(self)
 
 
-def _workload(prompt_len: int, output_len: np.ndarray, arrival: np.ndarray | None, clients: int) -> EngineWorkload:
+def _inputs(trace: RequestTrace, output_len: np.ndarray, arrival: np.ndarray | None, clients: int) -> SimInputs:
+    """Every request replays `trace` (its prompt) with its own output length."""
     n = len(output_len)
-    return EngineWorkload(
-        request_ids=[f"r{i}" for i in range(n)], trace_index=np.zeros(n, dtype=np.int64),
-        arrival=arrival.copy() if arrival is not None else np.zeros(n),
-        prompt_len=np.full(n, prompt_len, dtype=np.int64), output_len=output_len.copy(),
-        categories=["bounds"] * n, closed_loop_clients=clients)
+    return inputs_from_traces([trace], [DRAFTER], trace_index=np.zeros(n, dtype=np.int64), output_len=output_len,
+                              arrival=arrival, clients=clients, request_ids=[f"r{i}" for i in range(n)],
+                              categories=["bounds"] * n)
 
 
 def steady_state(requests, steps, trim: int) -> tuple[float, float]:
@@ -70,14 +67,14 @@ def steady_state(requests, steps, trim: int) -> tuple[float, float]:
     return throughput, float(requests.loc[sel, "e2e"].mean())
 
 
-def _run(mode: str, t: float, v: float, m: int, wl: EngineWorkload, table: AcceptanceTable, k: int,
+def _run(mode: str, t: float, v: float, m: int, inputs: SimInputs, k: int,
          seed: int, prefill: str = "mixed") -> tuple[float, float, int]:
     run = RunSpec(name=mode, mode=mode, policy={"name": "fixed", "drafter": DRAFTER, "k": k},
                   psd=PSDConfig(sub_batch_max_num_seqs=m) if mode == "psd" else None)
-    server = ServerConfig(target_profile="constant", max_num_seqs=m, max_num_batched_tokens=1_000_000,
+    server = ServerConfig(target_profile=constant_profile(v), max_num_seqs=m, max_num_batched_tokens=1_000_000,
                           kv_capacity_tokens=10_000_000, prefill=prefill)
-    sc = make_scenario(run, server, {DRAFTER: DraftCost(kind="constant", seconds=t)}, seed, target=constant_profile(v))
-    res = sc.simulation(wl, table).simulate()
+    sc = make_scenario(run, server, {DRAFTER: DraftCost(kind="constant", seconds=t)}, seed)
+    res = simulate(sc, inputs)
     x, e2e = steady_state(res.requests, res.steps, trim=4 * m)
     return x, e2e, int(res.extras["psd_fallback_steps"])
 
@@ -95,7 +92,6 @@ def simulate_pipeline(t: float, v: float, *, sub_batch: int = 16, num_requests: 
     lengths = rng.integers(lo, hi + 1, size=num_requests).astype(np.int64)  # varied, so sub-batches drift apart
     trace = RequestTrace(id="t0", prompt_len=prompt_len, output_len=hi,
                          drafters={DRAFTER: DrafterTrace(acc_len=np.full(hi, acc_len, dtype=np.int32))})
-    table = AcceptanceTable.from_traces([trace], [DRAFTER])
     if load is None:
         arrival, clients = None, 2 * sub_batch
         desc = f"saturated closed loop, {2 * sub_batch} clients"
@@ -108,10 +104,9 @@ def simulate_pipeline(t: float, v: float, *, sub_batch: int = 16, num_requests: 
         arrival = np.cumsum(rng.exponential(1.0 / (load * sd_rate), size=num_requests))
         clients = 0
         desc = f"Poisson at {load:.0%} of SD capacity ({load * sd_rate:.4g} req/s)"
-    wl_sd = _workload(prompt_len, lengths, arrival, clients)
-    wl_psd = _workload(prompt_len, lengths, arrival, clients)
-    x_sd, e_sd, _ = _run("sd", t, v, sub_batch, wl_sd, table, k, seed, prefill)
-    x_psd, e_psd, fb = _run("psd", t, v, sub_batch, wl_psd, table, k, seed, prefill)
+    inputs = _inputs(trace, lengths, arrival, clients)
+    x_sd, e_sd, _ = _run("sd", t, v, sub_batch, inputs, k, seed, prefill)
+    x_psd, e_psd, fb = _run("psd", t, v, sub_batch, inputs, k, seed, prefill)
     gain, saving = x_psd / x_sd, 1.0 - e_psd / e_sd
     setup = (f"{desc}; SD max_num_seqs {sub_batch}, PSD 2 x {sub_batch}; {num_requests} requests, prompt "
              f"{prompt_len}, output uniform {lo}..{hi} tokens; k={k}, acc_len={acc_len} everywhere; constant costs t={t:g}s, V={v:g}s; prefill {prefill}")

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from experiments.sweep.spec import SweepSpec
 from simulator.cluster_config import ClusterSpec
-from simulator.server_config import RunSpec, ServerConfig
+from simulator.server_config import RunSpec, ServerConfig, check_replica_overrides
 from traces.errors import TraceFormatError
 from traces.parsing import check_plain_data, parse_yaml, read_text
 
@@ -120,6 +120,7 @@ class ExperimentConfig(BaseModel):
 
         _check_server(self.server, "server")
         _check_profile_name(self.server.target_profile, "server.target_profile")
+        check_replica_overrides(self.cluster, "cluster.")
         for name, spec in self.drafters.items():
             if spec.get("profile") is not None:
                 _check_profile_name(spec["profile"], f"drafters.{name}.profile")

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.acceptance_table import AcceptanceTable
-from simulator.workload_arrays import EngineWorkload
+from simulator.scenario import SimInputs, inputs_from_traces
 from traces.bundle import DrafterTrace, RequestTrace
 
 
@@ -28,7 +27,7 @@ def iid_acc_len(rng: np.random.Generator, rate: float, n: int, max_acc_len: int 
 
 def chat_batch(num_requests: int, rates: dict[str, float], *, prompt_median: int, prompt_sigma: float,
                prompt_max: int, output_len: int, seed: int, max_acc_len: int = 16
-               ) -> tuple[EngineWorkload, AcceptanceTable, list[RequestTrace]]:
+               ) -> SimInputs:
     """`num_requests` all arriving at t = 0 (an offline batch, as MineDraft's 1000-prompt runs), lognormal
     prompt lengths, a fixed output length, and acceptance per drafter at its stated rate."""
     rng = np.random.default_rng(seed)
@@ -39,9 +38,4 @@ def chat_batch(num_requests: int, rates: dict[str, float], *, prompt_median: int
         drafters = {d: DrafterTrace(acc_len=iid_acc_len(rng, r, output_len, max_acc_len)) for d, r in rates.items()}
         traces.append(RequestTrace(id=f"chat-{i}", prompt_len=int(prompts[i]), output_len=output_len,
                                    drafters=drafters, category="chat"))
-    table = AcceptanceTable.from_traces(traces, list(rates))
-    wl = EngineWorkload(request_ids=[t.id for t in traces], trace_index=np.arange(num_requests, dtype=np.int64),
-                        arrival=np.zeros(num_requests), prompt_len=prompts,
-                        output_len=np.full(num_requests, output_len, dtype=np.int64),
-                        categories=["chat"] * num_requests)
-    return wl, table, traces
+    return inputs_from_traces(traces, list(rates))

@@ -24,7 +24,7 @@ from simulator.draft_cost import DraftCost
 from simulator.metrics import mean_slice_seconds, summarize
 from simulator.placement import Deployment, plan
 from simulator.roofline import RooflineProfile
-from simulator.scenario import make_scenario
+from simulator.scenario import make_scenario, simulate
 from simulator.server_config import PSDConfig, RunSpec, ServerConfig
 from traces.atomic import atomic_write_text
 from traces.catalog import get_gpu, get_model
@@ -163,7 +163,7 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
     target = RooflineProfile(tgt_model, gpu, tp=cfg.target.tp, **knobs)
     rates = {d: s.acceptance for d, s in cfg.drafters.items()}
     w = cfg.workload
-    wl, table, _ = chat_batch(w.num_requests, rates, prompt_median=w.prompt_median, prompt_sigma=w.prompt_sigma,
+    inputs = chat_batch(w.num_requests, rates, prompt_median=w.prompt_median, prompt_sigma=w.prompt_sigma,
                               prompt_max=w.prompt_max, output_len=w.output_len, seed=cfg.seed)
     costs = {d: DraftCost(kind="autoregressive", profile=RooflineProfile(get_model(d), gpu, tp=cfg.drafter_tp, **knobs))
              for d in cfg.drafters}
@@ -196,12 +196,12 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
                           policy={"name": "fixed", "drafter": d, "k": k} if d else None,
                           psd=PSDConfig(sub_batch_max_num_seqs=m, sync_s=cfg.psd_sync_s,
                                         defer_kv=cfg.defer_kv) if mode == "psd" else None)
-            server = ServerConfig(target_profile=f"roofline:{cfg.target.model}@{cfg.target.gpu}",
+            server = ServerConfig(target_profile=target,
                                   step_overhead_s=cfg.step_overhead_s, max_num_seqs=m,
                                   max_num_batched_tokens=cfg.max_num_batched_tokens,
                                   kv_capacity_tokens=place.kv_capacity_tokens, prefill=cfg.prefill,
                                   num_target_gpus=cfg.target.tp, num_draft_gpus=place.total_gpus - cfg.target.tp)
-            sc = make_scenario(run, server, costs, cfg.seed, target=target)
+            sc = make_scenario(run, server, costs, cfg.seed)
         prepared.append((row, sc))
     rows = []
     bar = None
@@ -211,7 +211,7 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
         bar = tqdm(total=len(jobs), desc=cfg.name, unit="run", file=sys.stderr)
     for row, sc in prepared:
         if sc is not None:
-            res = sc.simulation(_copy(wl), table).simulate()
+            res = simulate(sc, inputs)
             row.update(_row_metrics(res, sc.server.num_target_gpus, sc.server.num_draft_gpus))
         rows.append(row)
         if bar is not None:
@@ -234,14 +234,6 @@ def run_psd_vs_sd(cfg: PsdVsSdConfig, progress: bool = True) -> pd.DataFrame:
     df["psd_e2e_saving"] = [1 - e / sd["e2e_mean_s"].get(kk, np.nan) if mo == "psd" else np.nan
                             for e, kk, mo in zip(df["e2e_mean_s"], key, df["mode"])]
     return df
-
-
-def _copy(wl):
-    from dataclasses import replace
-
-    return replace(wl, arrival=wl.arrival.copy(), trace_index=wl.trace_index.copy(),
-                   prompt_len=wl.prompt_len.copy(), output_len=wl.output_len.copy(),
-                   request_ids=list(wl.request_ids), categories=list(wl.categories))
 
 
 def best_k(df: pd.DataFrame) -> pd.DataFrame:

@@ -240,33 +240,27 @@ def predictive_traces(data: ModeData, level: int, model_name: str, rng: np.rando
     return out
 
 
-def simulate_level(data: ModeData, level: int, traces: list[RequestTrace], profiles: Profiles, seed: int):
+def simulate_level(data: ModeData, level: int, traces: list[RequestTrace], profiles: Profiles, seed: int | np.random.SeedSequence):
     """draftsim's run of the level's arrivals (client send times), prompts and output lengths."""
-    from simulator.acceptance_table import AcceptanceTable
-    from simulator.scenario import make_scenario
+    from simulator.scenario import inputs_from_traces, make_scenario, simulate
     from simulator.server_config import RunSpec, ServerConfig
-    from simulator.workload_arrays import EngineWorkload
 
     mode, header = data.mode, data.log.header
     reqs = data.levels[level]["requests"]
     send = np.array([q["send_time"] for q in reqs])
-    ew = EngineWorkload(request_ids=[q["id"] for q in reqs], trace_index=np.arange(len(reqs), dtype=np.int64),
-                        arrival=send - send.min(), prompt_len=np.array([t.prompt_len for t in traces], dtype=np.int64),
-                        output_len=np.array([t.output_len for t in traces], dtype=np.int64),
-                        categories=[""] * len(reqs))
-    server = ServerConfig(target_profile=profiles.target.name, scheduler="vllm-v1",
+    sd = mode.method is not None
+    inputs = inputs_from_traces(traces, (mode.label,) if sd else (), arrival=send - send.min(),
+                                request_ids=[q["id"] for q in reqs], categories=[""] * len(reqs),
+                                with_acceptance=sd)
+    server = ServerConfig(target_profile=profiles.target, scheduler="vllm-v1",
                           max_num_seqs=int(header["max_num_seqs"]),
                           max_num_batched_tokens=int(header["max_num_batched_tokens"]),
                           block_size=int(header["block_size"]), kv_capacity_tokens=data.kv_capacity_tokens,
                           step_overhead_s=profiles.step_overhead_s)
-    sd = mode.method is not None
     run = RunSpec(name=mode.label, mode="sd" if sd else "ar",
                   policy={"name": "fixed", "drafter": mode.label, "k": mode.k} if sd else None)
     costs = {mode.label: profiles.drafter} if sd else {}
-    sc = make_scenario(run, server, costs, seed, target=profiles.target)
-    drafters = (mode.label,) if sd else ()
-    table = AcceptanceTable.from_traces(traces, drafters, with_acceptance=sd)
-    return sc.simulation(ew, table, traces).simulate()
+    return simulate(make_scenario(run, server, costs, seed), inputs)
 
 
 def simulated_latencies(res) -> Latencies:
@@ -317,18 +311,20 @@ def level_rows(lv: LevelResult) -> list[dict[str, Any]]:
 
 def validate_mode(data: ModeData, model_name: str, name: str, seed: int) -> tuple[list[LevelResult], dict[str, Any]]:
     """Both simulations of every load level of one mode."""
-    from simulator.scenario import run_seeds
+    from simulator.seeds import child
 
     profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name),
                 "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name)}
     out = []
-    seeds = run_seeds(seed, len(data.levels))
+    root = np.random.SeedSequence(seed)
     for i, lv in enumerate(data.levels):
         rows = client_rows(lv, str(data.folder / RUN_FILE))
-        rng = np.random.default_rng(seeds[i])
+        level = child(root, i)  # per level: the predictive traces' draws and the simulation, one stream each
+        rng = np.random.default_rng(child(level, 0))
         traces = {"replay": replay_traces(data, i, model_name),
                   "predictive": predictive_traces(data, i, model_name, rng)}
-        predicted = {k: simulated_latencies(simulate_level(data, i, traces[k], profiles[k], seeds[i])) for k in KINDS}
+        predicted = {k: simulated_latencies(simulate_level(data, i, traces[k], profiles[k], child(level, 1)))
+                     for k in KINDS}
         out.append(LevelResult(data.mode.label, float(lv["fraction"]), float(lv["rate"]),
                                (float(lv["load_before"]), float(lv["load_after"])), measured_latencies(rows),
                                predicted))

@@ -8,8 +8,9 @@ from simulator.acceptance_table import AcceptanceTable
 from simulator.draft_cost import DraftCost
 from simulator.engine import ServerSimulation
 from simulator.latency import LinearProfile, Provenance
-from simulator.server_config import PSDConfig, RunSpec, constant_profile
-from simulator.workload_arrays import EngineWorkload
+from simulator.seeds import ServerSeeds
+from simulator.server_config import PSDConfig, Scenario, ServerConfig, constant_profile
+from simulator.workload_arrays import EngineWorkload, SimInputs
 from traces.bundle import DrafterTrace, RequestTrace
 
 
@@ -44,21 +45,33 @@ def linear(a_kv=1e-7, b_tok=2e-5, const=5e-3) -> LinearProfile:
                          provenance=Provenance("test"))
 
 
+def scenario(mode="sd", policy=None, *, target=None, costs=None, kv_tokens=10**6, seed=0, psd=None,
+             switch_cost_s=0.0, name=None, **server) -> Scenario:
+    """A resolved Scenario with a policy object (no config spec): `server` are ServerConfig fields."""
+    cfg = ServerConfig(target_profile=target or linear(), kv_capacity_tokens=kv_tokens, **server)
+    return Scenario(name=name or mode, mode=mode, server=cfg, target=cfg.target(), draft_costs=dict(costs or {}),
+                    policy=policy, seeds=ServerSeeds.of(seed), kv_capacity_tokens=kv_tokens,
+                    psd=psd or PSDConfig(), switch_cost_s=switch_cost_s)
+
+
+def inputs(traces, wl, drafters=("d",)) -> SimInputs:
+    return SimInputs(wl, AcceptanceTable.from_traces(traces, list(drafters)), traces)
+
+
 def simulate(traces, wl, *, mode="sd", k=3, drafter="d", target=None, draft=None, policy=None, kv_tokens=10**6,
              max_num_seqs=16, budget=4096, overhead=0.0, chunked=False, psd=None, seed=0, drafters=("d",),
-             prefill="mixed", verification="greedy", on_step=None, scheduler="draftsim", **kw):
-    table = AcceptanceTable.from_traces(traces, list(drafters))
-    run = RunSpec(name=mode, mode=mode, policy=None if mode == "ar" else {"name": "fixed", "drafter": drafter, "k": k},
-                  psd=psd if mode == "psd" else None, **kw)
+             prefill="mixed", verification="greedy", on_step=None, scheduler="draftsim", switch_cost_s=0.0):
     if policy is None and mode != "ar":
         policy = FixedPolicy(drafter, k)
     costs = {d: (draft or DraftCost("constant", seconds=0.0)) for d in drafters}
-    sim = ServerSimulation(run=run, target=target or linear(), workload=wl, table=table, draft_costs=costs,
-                           policy=policy, kv_capacity_tokens=kv_tokens, max_num_seqs=max_num_seqs,
-                           max_num_batched_tokens=budget, step_overhead_s=overhead, chunked_prefill=chunked,
-                           prefill=prefill, scheduler=scheduler, verification=verification, seed=seed, traces=traces,
-                           on_step=on_step)
-    return sim.simulate()
+    server = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, step_overhead_s=overhead,
+                  prefill=prefill, scheduler=scheduler, verification=verification)
+    if chunked or scheduler != "vllm-v1":
+        server["chunked_prefill"] = chunked
+    sc = scenario(mode, policy, target=target, costs=costs, kv_tokens=kv_tokens, seed=seed,
+                  psd=psd if mode == "psd" else None, switch_cost_s=switch_cost_s, **server)
+    return ServerSimulation(sc, inputs(traces, wl, drafters), on_step=on_step).simulate()
 
 
-__all__ = ["iid_traces", "workload", "linear", "simulate", "constant_profile", "PSDConfig", "DraftCost"]
+__all__ = ["iid_traces", "workload", "linear", "scenario", "inputs", "simulate", "constant_profile", "PSDConfig",
+           "DraftCost"]

@@ -16,7 +16,7 @@ from simulator.acceptance_table import AcceptanceTable
 from simulator.cluster import ClusterResult
 from simulator.cluster_config import ClusterSpec
 from simulator.metrics import summarize
-from simulator.scenario import make_cluster_scenario, make_scenario
+from simulator.scenario import SimInputs, make_cluster_scenario, make_scenario, simulation
 from simulator.server_config import RunSpec, ServerConfig
 from simulator.workload_arrays import EngineWorkload
 from tests.simulator.engine_fixtures import iid_traces, workload
@@ -40,14 +40,13 @@ def run_spec(mode: str, k: int = 3, **kw) -> RunSpec:
 def simulate_cluster(traces, wl, mode="sd", replicas=2, router="round_robin", seed=0, srv=None, **router_kw):
     spec = ClusterSpec(replicas=replicas, router={"name": router, **router_kw})
     sc = make_cluster_scenario(run_spec(mode), srv or server(), DRAFTERS, seed, spec)
-    table = AcceptanceTable.from_traces(traces, ["d"])
-    sim = sc.simulation(wl, table, traces)
+    sim = simulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, ["d"]), traces))
     return sim, sim.simulate(), sc
 
 
 def simulate_single(traces, wl, mode="sd", seed=0, srv=None):
     sc = make_scenario(run_spec(mode), srv or server(), DRAFTERS, seed)
-    return sc.simulation(wl, AcceptanceTable.from_traces(traces, ["d"]), traces).simulate(), sc
+    return simulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, ["d"]), traces)).simulate(), sc
 
 
 def summary(res, sc) -> dict:
@@ -157,7 +156,7 @@ def test_same_seed_same_cluster_summary_and_the_seed_matters():
     runs = []
     for seed in (7, 7, 8):
         sc = make_cluster_scenario(RunSpec(name="ts", mode="sd", policy=pol), server(), drafters, seed, spec)
-        res = sc.simulation(wl, table, traces).simulate()
+        res = simulation(sc, SimInputs(wl, table, traces)).simulate()
         runs.append((summary(res, sc), res.requests))
     assert runs[0][0] == runs[1][0] and runs[0][1].equals(runs[1][1])
     assert runs[0][0] != runs[2][0]  # the replicas' policies really draw from the run's seed
@@ -169,7 +168,7 @@ def test_heterogeneous_replicas_have_their_own_limits_kv_and_gpus():
     spec = ClusterSpec(replicas=[{}, {"max_num_seqs": 2, "kv_capacity_tokens": 50_000, "num_target_gpus": 2}],
                        router={"name": "least_kv"})
     sc = make_cluster_scenario(run_spec("psd"), server(), DRAFTERS, 0, spec)
-    res = sc.simulation(wl, AcceptanceTable.from_traces(traces, ["d"]), traces).simulate()
+    res = simulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, ["d"]), traces)).simulate()
     a, b = (r.extras for r in res.replica_results)
     assert (a["max_num_seqs"], b["max_num_seqs"]) == (16, 4)  # PSD admits 2m
     assert (a["kv_total_blocks"], b["kv_total_blocks"]) == (200_000 // 16, 50_000 // 16)

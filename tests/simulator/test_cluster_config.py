@@ -2,11 +2,13 @@
 builder (bad values name the run and replica); seeds per replica."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from simulator.cluster_config import ClusterSpec
-from simulator.scenario import make_cluster_scenario, replica_seeds
+from simulator.scenario import make_cluster_scenario, make_scenario, simulation
+from simulator.seeds import replica_seeds
 from simulator.server_config import RunSpec, ServerConfig
 
 SERVER = ServerConfig(target_profile={"kind": "linear", "coefficients": {"const": 0.01}}, kv_capacity_tokens=10_000)
@@ -16,7 +18,6 @@ SERVER = ServerConfig(target_profile={"kind": "linear", "coefficients": {"const"
     ({"replicas": 0}, "replicas: expected an integer >= 1"),
     ({"replicas": True}, "replicas"),
     ({"replicas": []}, "list of per-replica server overrides is empty"),
-    ({"replicas": [{}, {"max_num_seq": 3}]}, r"replicas\[1\]: unknown server key\(s\) \['max_num_seq'\]"),
     ({"replicas": 2, "router": {"name": "random"}}, "router.name"),
     ({"replicas": 2, "router": {"name": "round_robin", "key": "trace"}}, r"\['key'\] only apply to router affinity"),
     ({"replicas": 2, "router": {"name": "affinity", "key": "session"}}, "router.key"),
@@ -26,6 +27,12 @@ SERVER = ServerConfig(target_profile={"kind": "linear", "coefficients": {"const"
 def test_bad_cluster_blocks_name_the_key(doc, where):
     with pytest.raises(ValidationError, match=where):
         ClusterSpec.model_validate(doc)
+
+
+def test_an_unknown_replica_override_key_is_refused_where_the_server_keys_are_known():
+    with pytest.raises(ValidationError, match=r"cluster.replicas\[1\]: unknown server key\(s\) \['max_num_seq'\]"):
+        RunSpec(name="ar", mode="ar", cluster={"replicas": [{}, {"max_num_seq": 3}]})
+    ClusterSpec.model_validate({"replicas": [{}, {"max_num_seq": 3}]})  # the block alone does not know them
 
 
 def test_defaults_and_overrides():
@@ -48,9 +55,12 @@ def test_replicas_get_their_own_servers_and_seeds_from_the_run_seed():
     assert [r.server.max_num_seqs for r in sc.replicas] == [2, 7, 7]  # replica overrides over run overrides
     assert [r.kv_capacity_tokens for r in sc.replicas] == [10_000, 10_000, 500]
     assert sc.num_target_gpus == 6 and sc.num_draft_gpus == 0
-    seeds = [r.seed for r in sc.replicas]
-    assert seeds[0] == 42 and len(set(seeds)) == 3 and seeds == replica_seeds(42, 3)
-    assert replica_seeds(43, 3) != seeds
+    seeds = [r.seeds.policy for r in sc.replicas]
+    assert len(set(seeds)) == 3  # every replica its own stream, replica 0 the single server's
+    assert seeds[0] == make_scenario(RunSpec(name="ar", mode="ar"), SERVER, {}, replica_seeds(
+        np.random.SeedSequence(42), 0)).seeds.policy
+    other = make_cluster_scenario(RunSpec(name="ar", mode="ar"), SERVER, {}, 43, spec)
+    assert [r.seeds.policy for r in other.replicas] != seeds
 
 
 def test_a_replica_that_does_not_fit_makes_the_cluster_not_fit():
@@ -61,4 +71,4 @@ def test_a_replica_that_does_not_fit_makes_the_cluster_not_fit():
                                ClusterSpec(replicas=[{}, {"deployment": big}]))
     assert not sc.fits and sc.info["does_not_fit"].startswith("replica 1: ")
     with pytest.raises(ValueError, match="replica 1"):
-        sc.simulation(None, None)
+        simulation(sc, None)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from policies.base import Choice, FixedPolicy, Policy
 from simulator.draft_cost import DraftCost
 from simulator.server_config import PSDConfig, constant_profile
-from tests.simulator.engine_fixtures import iid_traces, linear, simulate, workload
+from tests.simulator.engine_fixtures import iid_traces, inputs, linear, scenario, simulate, workload
 from traces.walk import walk_positions
 from traces.bundle import DrafterTrace, RequestTrace
 
@@ -153,9 +153,7 @@ def test_psd_falls_back_to_sequential_sd_with_one_request():
 
 def _drafted_side_kv(defer_kv: bool) -> tuple[int, int]:
     """After every PSD step: (drafted requests, of them holding KV for context + their proposal)."""
-    from simulator.acceptance_table import AcceptanceTable
     from simulator.engine import ServerSimulation
-    from simulator.server_config import RunSpec
 
     traces = iid_traces(40, seed=9, prompt=(20, 40), out=(200, 300))
     wl = workload(traces, 64, rate=None)
@@ -171,11 +169,11 @@ def _drafted_side_kv(defer_kv: bool) -> tuple[int, int]:
             counts[0] += len(drafted)
             counts[1] += int((st.blocks[drafted] >= need).sum())
 
-    holder["sim"] = ServerSimulation(
-        run=RunSpec(name="p", mode="psd", policy={"name": "fixed"}, psd=PSDConfig(sub_batch_max_num_seqs=8, defer_kv=defer_kv)),
-        target=constant_profile(0.01), workload=wl, table=AcceptanceTable.from_traces(traces, ["d"]),
-        draft_costs={"d": DraftCost("constant", seconds=0.01)}, policy=FixedPolicy("d", 8),
-        kv_capacity_tokens=10**6, max_num_seqs=8, max_num_batched_tokens=8192, on_step=check)
+    sc = scenario("psd", FixedPolicy("d", 8), target=constant_profile(0.01),
+                  costs={"d": DraftCost("constant", seconds=0.01)},
+                  psd=PSDConfig(sub_batch_max_num_seqs=8, defer_kv=defer_kv), max_num_seqs=8,
+                  max_num_batched_tokens=8192)
+    holder["sim"] = ServerSimulation(sc, inputs(traces, wl), on_step=check)
     holder["sim"].simulate()
     return counts[0], counts[1]
 
@@ -194,6 +192,12 @@ class _Oracle(Policy):
     def bind_ground_truth(self, traces):
         self.truth = traces
 
+    def drafters_used(self):
+        return ("d",)
+
+    def max_draft_tokens(self):
+        return max(int(t.drafters["d"].acc_len.max()) - 1 for t in self.truth.values())
+
     def choose(self, view):
         acc = self.truth[view.request_id].drafters["d"].acc_len[view.position]
         return Choice("d", int(acc) - 1) if acc > 1 else Choice(None, 0)
@@ -205,15 +209,10 @@ def test_oracle_policy_is_bound_to_truth_and_refused_live():
     res = simulate(traces, wl, mode="sd", policy=_Oracle())
     rq = res.requests
     assert (rq.accepted_tokens == rq.proposed_tokens).all()  # an oracle proposes only what is accepted
-    from simulator.acceptance_table import AcceptanceTable
     from simulator.engine import ServerSimulation
-    from simulator.server_config import RunSpec
 
     with pytest.raises(ValueError, match="cannot run live"):
-        ServerSimulation(run=RunSpec(name="o", mode="sd", policy={"name": "x"}), target=linear(), workload=wl,
-                         table=AcceptanceTable.from_traces(traces, ["d"]), draft_costs={}, policy=_Oracle(),
-                         kv_capacity_tokens=10**6, max_num_seqs=8, max_num_batched_tokens=4096, traces=traces,
-                         live=True)
+        ServerSimulation(scenario("sd", _Oracle(), max_num_seqs=8), inputs(traces, wl), live=True)
 
 
 def test_request_too_large_for_kv_is_a_clear_error():
@@ -241,17 +240,12 @@ def test_sampled_verification_accepts_with_probability_one_minus_tv():
         traces.append(RequestTrace(f"t{t}", 20, o, {"d": DrafterTrace(
             acc_len=np.ones(o, np.int32), tv=np.full(o, 0.3, np.float32))}))
     wl = workload(traces, 40, rate=None)
-    from simulator.acceptance_table import AcceptanceTable
     from simulator.engine import ServerSimulation
-    from simulator.server_config import RunSpec
 
     def run(seed, verification):
-        sim = ServerSimulation(run=RunSpec(name="s", mode="sd", policy={"name": "fixed"}), target=linear(),
-                               workload=wl, table=AcceptanceTable.from_traces(traces, ["d"]),
-                               draft_costs={"d": DraftCost("constant", seconds=0.0)}, policy=FixedPolicy("d", 3),
-                               kv_capacity_tokens=10**6, max_num_seqs=64, max_num_batched_tokens=8192,
-                               verification=verification, seed=seed)
-        return sim.simulate().requests
+        sc = scenario("sd", FixedPolicy("d", 3), costs={"d": DraftCost("constant", seconds=0.0)}, seed=seed,
+                      max_num_seqs=64, max_num_batched_tokens=8192, verification=verification)
+        return ServerSimulation(sc, inputs(traces, wl)).simulate().requests
 
     greedy = run(0, "greedy")
     assert greedy.accepted_tokens.sum() == 0  # greedy replay uses acc_len (all 1) and ignores tv
@@ -287,14 +281,12 @@ def test_psd_split_min_batch_keeps_sd_latency_at_low_load():
 
 
 def _psd_sim(traces, wl, m=4):
-    from simulator.acceptance_table import AcceptanceTable
     from simulator.engine import ServerSimulation
-    from simulator.server_config import RunSpec
 
-    return ServerSimulation(run=RunSpec(name="p", mode="psd", policy={"name": "fixed"}, psd=PSDConfig(sub_batch_max_num_seqs=m)),
-                            target=constant_profile(0.01), workload=wl, table=AcceptanceTable.from_traces(traces, ["d"]),
-                            draft_costs={"d": DraftCost("constant", seconds=0.01)}, policy=FixedPolicy("d", 3),
-                            kv_capacity_tokens=10**6, max_num_seqs=m, max_num_batched_tokens=8192)
+    sc = scenario("psd", FixedPolicy("d", 3), target=constant_profile(0.01),
+                  costs={"d": DraftCost("constant", seconds=0.01)}, psd=PSDConfig(sub_batch_max_num_seqs=m),
+                  max_num_seqs=m, max_num_batched_tokens=8192)
+    return ServerSimulation(sc, inputs(traces, wl))
 
 
 def test_psd_arrival_joins_side_drafted_next_unless_it_is_larger():

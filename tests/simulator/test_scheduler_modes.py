@@ -18,7 +18,7 @@ from simulator.draft_cost import DraftCost
 from simulator.latency import LinearProfile, Provenance
 from simulator.server import Server
 from simulator.server_config import PSDConfig, RunSpec, ServerConfig, constant_profile
-from tests.simulator.engine_fixtures import iid_traces, linear, simulate, workload
+from tests.simulator.engine_fixtures import iid_traces, inputs, linear, scenario, simulate, workload
 from traces.bundle import DrafterTrace, RequestTrace
 
 
@@ -136,10 +136,9 @@ def test_servers_share_one_environment_and_take_pushed_requests():
     for j in range(2):
         wl = workload(traces, 10, rate=None)
         arr = PushedArrivals(env)
-        srv = Server(env, run=RunSpec(name=f"s{j}", mode="sd", policy={"name": "fixed"}), target=linear(), workload=wl,
-                     table=AcceptanceTable.from_traces(traces, ["d"]), draft_costs={"d": DraftCost("constant")},
-                     policy=FixedPolicy("d", 3), kv_capacity_tokens=10**6, max_num_seqs=4,
-                     max_num_batched_tokens=4096, arrivals=arr)
+        sc = scenario("sd", FixedPolicy("d", 3), costs={"d": DraftCost("constant")}, name=f"s{j}", max_num_seqs=4,
+                      max_num_batched_tokens=4096)
+        srv = Server(env, sc, inputs(traces, wl), arrivals=arr)
         servers.append((srv, arr))
 
     def router():
