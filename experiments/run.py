@@ -8,7 +8,6 @@ Callable from Python (a notebook) as well as from `draftsim run`:
 """
 from __future__ import annotations
 
-import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable

@@ -105,10 +105,6 @@ class FrontierSummary:
         return asdict(self)
 
 
-def frontier_sweep(alpha_vs: np.ndarray, k: int = 1) -> list[FrontierPoint]:
-    return [frontier_point(float(x), k) for x in alpha_vs]
-
-
 def frontier_summary(k: int = 1, lo: float = 0.01, hi: float = 100.0, points: int = 121) -> FrontierSummary:
     """Sweep alpha*V over [lo, hi] (log-spaced); locate the maximum and the interval where ratio >= 1.59."""
     xs = np.geomspace(lo, hi, points)

@@ -6,9 +6,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
-ROUTERS = ("round_robin", "least_outstanding", "least_kv", "affinity")
-AFFINITY_KEYS = ("category", "trace", "client")
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -16,7 +16,6 @@ from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS
 
 SIGNIFICANT_DIGITS = 7
 PERCENTILES = (50, 90, 99)
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
 STEP_PHASES = ("prefill", "decode", "draft", "draft_prefill", "verify", "mixed", "sync")
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 

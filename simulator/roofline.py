@@ -20,9 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from simulator.latency import LinearProfile, Measurement, Provenance, mape
+from simulator.latency import Provenance
 from traces.catalog import GpuSpec, ModelSpec, get_gpu, get_model
 
 DEFAULT_MFU = 0.6
@@ -129,36 +127,3 @@ def roofline_from_config(doc: dict[str, Any], where: str = "roofline profile") -
         return RooflineProfile(model=model, gpu=gpu, **kwargs)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from e
-
-
-@dataclass
-class ProfileComparison:
-    """How far a roofline profile is from another profile over a grid of batches."""
-
-    mape_percent: float
-    max_error_percent: float
-    points: int
-    grid: dict[str, list[int]]
-    worst_point: dict[str, float]
-
-
-def comparison_grid(num_seqs=(1, 4, 16, 32, 64), tokens_per_seq=(1, 2, 4, 6),
-                    context_per_seq=(256, 1024, 2048)) -> list[tuple[int, int, int]]:
-    """(num_seqs, batched_tokens, kv_tokens) decode/verify points like SpecDecode-Bench's batches."""
-    return [(s, s * q, s * c) for s in num_seqs for q in tokens_per_seq for c in context_per_seq]
-
-
-def compare_profiles(roofline: RooflineProfile, reference: LinearProfile,
-                     grid: list[tuple[int, int, int]] | None = None) -> ProfileComparison:
-    """MAPE of `roofline` against `reference` (treated as the measurement) over `grid`."""
-    grid = grid or comparison_grid()
-    meas = [Measurement(s, b, kv, reference.step_time(s, b, kv)) for s, b, kv in grid]
-    errs = np.array([abs(roofline.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens) - m.seconds) / m.seconds
-                     for m in meas]) * 100.0
-    i = int(np.argmax(errs))
-    s, b, kv = grid[i]
-    return ProfileComparison(mape_percent=mape(roofline, meas), max_error_percent=float(errs[i]), points=len(grid),
-                             grid={"num_seqs": sorted({g[0] for g in grid})},
-                             worst_point={"num_seqs": s, "batched_tokens": b, "kv_tokens": kv,
-                                          "reference_s": meas[i].seconds,
-                                          "roofline_s": roofline.step_time(s, b, kv)})

@@ -10,7 +10,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import yaml
@@ -401,14 +401,3 @@ def save_bundle(bundle: TraceBundle, path: str | Path, *, compress: bool = False
         stale.unlink()
     atomic_write_text(folder / "trace.yaml", yaml.safe_dump(meta_to_dict(bundle.meta), sort_keys=False))
     return folder
-
-
-def iter_requests(bundle: TraceBundle, ids: Iterable[str] | None = None) -> Iterable[RequestTrace]:
-    """Requests in file order, optionally only those whose id is in `ids`."""
-    if ids is None:
-        yield from bundle.requests
-        return
-    wanted = set(ids)
-    for r in bundle.requests:
-        if r.id in wanted:
-            yield r

@@ -10,8 +10,8 @@ import yaml
 
 from experiments.cli import main
 from experiments.config import builtin_configs
+import experiments.run
 from experiments.run import run_experiment
-from simulator.scenario import ClusterScenario
 
 
 def _tiny(**changes) -> dict:
@@ -69,9 +69,8 @@ def test_set_overrides_reach_the_cluster_block():
 
 def test_client_affinity_in_an_open_loop_fails_before_any_run_simulates(monkeypatch):
     calls = []
-    real = ClusterScenario.simulation
-    monkeypatch.setattr(ClusterScenario, "simulation",
-                        lambda self, *a, **k: calls.append(self.run.name) or real(self, *a, **k))
+    real = experiments.run.simulate
+    monkeypatch.setattr(experiments.run, "simulate", lambda sc, *a, **k: calls.append(sc.name) or real(sc, *a, **k))
     doc = _tiny()
     doc["runs"][1]["cluster"] = {"replicas": 2, "router": {"name": "affinity", "key": "client"}}
     doc["cluster"] = {"replicas": 2}

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+import experiments.run
 from experiments.run import run_experiment
-from simulator.scenario import Scenario
 
 
 def _config(runs, seed=0):
@@ -20,8 +20,8 @@ def _config(runs, seed=0):
 
 def test_a_bad_policy_in_the_last_run_fails_before_any_run_simulates(monkeypatch):
     calls = []
-    real = Scenario.simulation
-    monkeypatch.setattr(Scenario, "simulation", lambda self, *a, **k: calls.append(self.run.name) or real(self, *a, **k))
+    real = experiments.run.simulate
+    monkeypatch.setattr(experiments.run, "simulate", lambda sc, *a, **k: calls.append(sc.name) or real(sc, *a, **k))
     runs = [{"name": "AR", "mode": "ar"},
             {"name": "sd", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}},
             {"name": "bad", "mode": "sd", "policy": {"name": "ucb", "drafters": ["eagle3", "ngram"], "betta": 1}}]

@@ -1,11 +1,12 @@
 """Roofline profile: the two regimes, TP, MoE routing, config errors, and error vs the published profile."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from simulator.latency import resolve_profile
-from simulator.roofline import RooflineProfile, compare_profiles, roofline_from_config
+from simulator.roofline import RooflineProfile, roofline_from_config
 from traces.catalog import get_gpu, get_model
 
 
@@ -80,9 +81,12 @@ def test_config_errors_name_the_key():
 
 def test_error_against_published_llama_h100_profile():
     """The roofline with stated default efficiencies, vs the published fitted profile (not fitted to it)."""
-    cmp = compare_profiles(_r(), resolve_profile("llama3.1-8b-h100-specbench"))
+    roof, ref = _r(), resolve_profile("llama3.1-8b-h100-specbench")
+    # (num_seqs, batched_tokens, kv_tokens) decode/verify points like SpecDecode-Bench's batches
+    grid = [(s, s * q, s * c) for s in (1, 4, 16, 32, 64) for q in (1, 2, 4, 6) for c in (256, 1024, 2048)]
+    err = np.array([abs(roof.step_time(*g) / ref.step_time(*g) - 1) for g in grid]) * 100
     # Measured when written: MAPE 15.3%, worst 45% (medium verify batches, where the real GPU is
     # between the two roofs). The bound is loose on purpose; a units slip (x1000, /TP) breaks it.
-    assert cmp.mape_percent < 25
-    assert cmp.max_error_percent < 60
-    assert cmp.points == 60
+    assert len(grid) == 60
+    assert err.mean() < 25
+    assert err.max() < 60

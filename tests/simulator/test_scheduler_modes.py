@@ -12,13 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.base import FixedPolicy
-from simulator.acceptance_table import AcceptanceTable
 from simulator.arrivals import PushedArrivals
 from simulator.draft_cost import DraftCost
 from simulator.latency import LinearProfile, Provenance
 from simulator.server import Server
-from simulator.server_config import PSDConfig, RunSpec, ServerConfig, constant_profile
-from tests.simulator.engine_fixtures import iid_traces, inputs, linear, scenario, simulate, workload
+from simulator.server_config import PSDConfig, ServerConfig, constant_profile
+from tests.simulator.engine_fixtures import iid_traces, inputs, scenario, simulate, workload
 from traces.bundle import DrafterTrace, RequestTrace
 
 
