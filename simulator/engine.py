@@ -1,7 +1,9 @@
-"""SimPy engine entry point: `ServerSimulation` runs one `Server` (simulator/server.py) in its own
-Environment and returns its `SimResult`.
+"""SimPy engine entry point: `ServerSimulation` runs one `Server` (simulator/server.py) of a `Scenario`
+over `SimInputs` in its own Environment and returns its `SimResult`. simulator/scenario.py builds both.
 
 Layout of the engine (one job per module):
+- server_config.py: the validated config blocks and the resolved `Scenario`; seeds.py: the seed tree
+- workload_arrays.py / acceptance_table.py: the `SimInputs` (request arrays, flattened acceptance)
 - arrivals.py: open-loop pointer, closed-loop heap, pushed arrivals (a router)
 - request_state.py: per-request numpy arrays and queues
 - scheduler.py: admission, token budget, paged KV (kv_pool.py), preemption by recompute, prefill modes

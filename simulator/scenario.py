@@ -217,7 +217,6 @@ def simulation(sc: Scenario | ClusterScenario, inputs: SimInputs, *, live: bool 
         return ServerSimulation(sc, inputs, live=live, on_step=on_step)
     if live:
         raise ValueError(f"run {sc.name!r}: a cluster cannot run live")
-    check_router_workload(sc.cluster.router, inputs.workload)
     env = simpy.Environment()
     servers = [Server(env, rep, inputs, arrivals=ReplicaArrivals(env)) for rep in sc.replicas]
     return ClusterSimulation(env, servers, sc.cluster.router, inputs, on_step=on_step)
