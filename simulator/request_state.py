@@ -79,6 +79,13 @@ class StepCounters:
         if self._pending >= self.FLUSH_ENTRIES:
             self._flush()
 
+    def add_run(self, idx: np.ndarray, steps: int, proposed: np.ndarray | None, accepted: np.ndarray | None) -> None:
+        """`steps` steps over requests `idx` (distinct) at once, with their summed proposed/accepted drafts."""
+        self._steps[idx] += steps
+        if proposed is not None:
+            self._proposed[idx] += proposed
+            self._accepted[idx] += accepted
+
     def _flush(self) -> None:
         n = self.n
         if self._idx:

@@ -79,6 +79,13 @@ class StepOutcome:
             fin = pre[(st.gen[pre] >= wl.output_len[pre]) & (st.prefill_left[pre] == 0)]
             if len(fin):
                 done = np.concatenate([done_dec, fin])
+        self.finish(done, end)
+        self.step_no += 1
+
+    def finish(self, done: np.ndarray, end: float) -> None:
+        """Requests `done` finished at `end`: free their KV, tell the policy and the arrival source."""
+        srv = self.srv
+        st, wl, policy = srv.state, srv.wl, srv.drafting.policy
         for i in done:
             i = int(i)
             if st.status[i] == FINISHED:
@@ -87,7 +94,6 @@ class StepOutcome:
             if st.started[i]:
                 policy.finish_request(wl.request_ids[i])
             srv.arrivals.on_finish(i, end)
-        self.step_no += 1
 
     def _record(self, s: Step, emitted: int) -> None:
         used_blocks = self.srv.sched.pool.used
