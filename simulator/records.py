@@ -76,6 +76,7 @@ class ColumnBuffer:
         self._rows: list[tuple] = []
         self._blocks: list[tuple[int, dict[str, np.ndarray]]] = []  # (rows appended before it, columns)
         self._block_rows = 0
+        self._deferred: list[tuple] = []  # (callable returning columns or None, column ordering the rows)
         self.append_row = self._rows.append  # hot path: one tuple per row, in schema order
 
     def __len__(self) -> int:
@@ -98,11 +99,22 @@ class ColumnBuffer:
         self._blocks.append((len(self._rows), columns))
         self._block_rows += n.pop()
 
+    def defer(self, columns, order_by: str) -> None:
+        """`columns()` returns more rows (or None) when the frame is built; rows are then stable-sorted by the
+        `order_by` column, so each source's rows must already be in that order."""
+        self._deferred.append((columns, order_by))
+
     def _dtype(self, t: str):
         return object if t == "str" else t
 
     def frame(self) -> pd.DataFrame:
         cols = list(self.schema)
+        order_by = None
+        for fn, key in self._deferred:
+            block = fn()
+            if block is not None:
+                self.append_columns(block)
+                order_by = key
         if not self._blocks:
             df = pd.DataFrame.from_records(self._rows, columns=cols) if self._rows else pd.DataFrame(columns=cols)
             return df.astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})
@@ -118,4 +130,7 @@ class ColumnBuffer:
                 parts.append(block)
         data = {c: np.concatenate([np.asarray(p[c], dtype=self._dtype(t)) for p in parts])
                 for c, (t, _) in self.schema.items()}
+        if order_by is not None:
+            order = np.argsort(data[order_by], kind="stable")
+            data = {c: v[order] for c, v in data.items()}
         return pd.DataFrame(data, columns=cols).astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})

@@ -12,8 +12,8 @@ a time, as SimPy adds each timeout). Where a piece of that equality cannot be ha
 verification, a learning or non-fixed policy, PSD, switch costs, vLLM V1 engine-step drafters, pushed arrivals
 of a cluster) `for_server` returns None and the server stays on the step path.
 
-The steps table keeps one row per step and slice: a run appends its rows as column arrays
-(`ColumnBuffer.append_columns`). The progress callback `on_step` is called once per run.
+The steps table keeps one row per step and slice: runs keep what their rows need and the rows of every run
+are built in one pass when the table is (`ColumnBuffer.defer`), merged with the step path's rows by step. The progress callback `on_step` is called once per run.
 """
 from __future__ import annotations
 
@@ -88,6 +88,8 @@ class StepRuns:
         self.verify_time = LinearTime(server.pricing.target)
         self.overhead = server.pricing.overhead
         self.drafter, self.k = drafter, k
+        self._runs: list[tuple] = []  # per run: what its step rows need, built in one pass by `_columns`
+        self.outcome.steps.defer(self._columns, order_by="step")
         self.phase = "decode" if server.mode == "ar" else "verify"
         self.block_size = self.sched.pool.block_size
         c = server.pricing.target.coefficients
@@ -191,67 +193,82 @@ class StepRuns:
 
     def _draft_kv(self, ctx: np.ndarray, proposed: np.ndarray, steps: int) -> np.ndarray:
         """KV tokens of the requests that propose something (the drafter's own sub-batch)."""
-        return np.where(proposed[:steps] > 0, ctx, 0).sum(axis=1)
+        return np.where(proposed[:steps] > 0, ctx[:steps], 0).sum(axis=1)
 
     def apply(self, run: StepRun) -> None:
         """Write the run's effects: tokens, counters, KV, ITL gaps, step rows, and the last step's finishes."""
-        st, out_ = self.st, self.outcome
+        st, outcome = self.st, self.outcome
         batch, L, nb, times = run.batch, run.steps, len(run.batch), run.times
         gen = run.gen
-        emitted = gen[1:] - gen[:-1]
         itl = np.empty((L, nb))
         itl[0] = times[1] - st.last_emit[batch]
         if L > 1:
-            itl[1:] = (times[2:] - times[1:-1])[:, None]
-        out_.itl_chunks.append(itl.ravel())
+            itl[1:] = np.diff(times[1:])[:, None]
+        outcome.itl_chunks.append(itl.ravel())
         st.last_emit[batch] = run.end
-        st.gen[batch] = gen[L]
+        last = gen[L]
+        st.gen[batch] = last
         drafted = self.drafter is not None
-        st.verify_counts.add_run(batch, L, run.proposed.sum(axis=0) if drafted else None,
-                                 run.accepted.sum(axis=0) if drafted else None)
+        prop_sum = run.proposed.sum(axis=1)
+        if drafted:
+            st.verify_counts.add_run(batch, L, run.proposed.sum(axis=0), run.accepted.sum(axis=0))
+        else:
+            st.verify_counts.add_run(batch, L, None, None)
         st.usage[self.drafter if drafted else -1] += nb * L
         pool = self.sched.pool
         used = pool.used + np.cumsum(run.new_blocks)
-        total = int(run.new_blocks.sum())
+        total = int(used[-1]) - pool.used
         if total:
             pool.allocate(total)
             st.blocks[batch] = run.blocks
-        self._record(run, emitted.sum(axis=1), used)
-        done = batch[gen[L] >= self.wl.output_len[batch]]
-        out_.finish(done, run.end)
+        self._runs.append((outcome.step_no, L, nb, times, run.draft_t, run.kv_tokens, prop_sum,
+                           run.accepted.sum(axis=1) if drafted else None, np.diff(gen.sum(axis=1)), used,
+                           np.count_nonzero(run.proposed, axis=1) if drafted else None))
+        outcome.step_no += L
+        out = self.wl.output_len[batch]
+        if (last >= out).any():
+            outcome.finish(batch[last >= out], run.end)
 
-    def _record(self, run: StepRun, emitted: np.ndarray, used: np.ndarray) -> None:
-        L, nb = run.steps, len(run.batch)
-        step_no = self.outcome.step_no + np.arange(L)
-        self.outcome.step_no += L
-        prop_sum = run.proposed.sum(axis=1)
-        acc_sum = run.accepted.sum(axis=1)
-        start = run.times[:-1]
-        has_draft = run.draft_t > 0
-        verify_start = np.where(has_draft, start + run.draft_t, start)
-        if self.drafter is not None:  # a drafter counts as used when something was proposed, even at zero cost
+    def _columns(self) -> dict[str, np.ndarray] | None:
+        """The step rows of every run so far, in step order (the draft row, where there is one, first)."""
+        runs, self._runs = self._runs, []
+        if not runs:
+            return None
+        L = np.array([r[1] for r in runs])
+        nb = np.repeat([r[2] for r in runs], L)
+        step_no = np.concatenate([np.arange(r[0], r[0] + r[1]) for r in runs])
+        start = np.concatenate([r[3][:-1] for r in runs])
+        end = np.concatenate([r[3][1:] for r in runs])
+        draft_t = np.concatenate([r[4] for r in runs])
+        kv = np.concatenate([r[5] for r in runs])
+        prop_sum = np.concatenate([r[6] for r in runs])
+        used = np.concatenate([r[9] for r in runs])
+        emitted = np.concatenate([r[8] for r in runs])
+        S = len(step_no)
+        zeros, minus = np.zeros(S, np.int64), np.full(S, -1, np.int64)
+        target = np.full(S, "target", dtype=object)
+        has_draft = draft_t > 0
+        if self.drafter is not None:
+            acc_sum = np.concatenate([r[7] for r in runs])
+            n_draft = np.concatenate([r[10] for r in runs])
+            # a drafter counts as used when something was proposed, even at zero cost
             names = np.where(prop_sum > 0, self.name, "").astype(object)
         else:
-            names = np.full(L, "", dtype=object)
-        zeros, minus = np.zeros(L, np.int64), np.full(L, -1, np.int64)
-        verify = {"step": step_no, "device": np.full(L, "target", dtype=object),
-                  "phase": np.full(L, self.phase, dtype=object), "start": verify_start, "end": run.times[1:],
-                  "num_seqs": np.full(L, nb, np.int64), "prefill_tokens": zeros, "batched_tokens": prop_sum + nb,
-                  "kv_tokens": run.kv_tokens, "kv_blocks_used": used, "proposed_tokens": prop_sum,
+            acc_sum, n_draft, names = zeros, zeros, np.full(S, "", dtype=object)
+        verify = {"step": step_no, "device": target, "phase": np.full(S, self.phase, dtype=object),
+                  "start": np.where(has_draft, start + draft_t, start), "end": end,
+                  "num_seqs": nb, "prefill_tokens": zeros, "batched_tokens": prop_sum + nb,
+                  "kv_tokens": kv, "kv_blocks_used": used, "proposed_tokens": prop_sum,
                   "accepted_tokens": acc_sum, "emitted_tokens": emitted, "sub_batch": minus, "drafters": names}
         if not has_draft.any():
-            self.outcome.steps.append_columns(verify)
-            return
-        draft = {"step": step_no, "device": verify["device"], "phase": np.full(L, "draft", dtype=object),
-                 "start": start, "end": start + run.draft_t,
-                 "num_seqs": np.count_nonzero(run.proposed, axis=1), "prefill_tokens": zeros,
-                 "batched_tokens": prop_sum, "kv_tokens": run.kv_tokens, "kv_blocks_used": used,
+            return verify
+        draft = {"step": step_no, "device": target, "phase": np.full(S, "draft", dtype=object),
+                 "start": start, "end": start + draft_t, "num_seqs": n_draft, "prefill_tokens": zeros,
+                 "batched_tokens": prop_sum, "kv_tokens": kv, "kv_blocks_used": used,
                  "proposed_tokens": prop_sum, "accepted_tokens": zeros, "emitted_tokens": zeros, "sub_batch": minus,
                  "drafters": names}
-        # rows in step order, the draft row (where there is one) before the verify row
-        keep = np.stack([has_draft, np.ones(L, bool)], axis=1).ravel()
-        cols = {c: np.stack([draft[c], verify[c]], axis=1).ravel()[keep] for c in verify}
-        self.outcome.steps.append_columns(cols)
+        keep = np.stack([has_draft, np.ones(S, bool)], axis=1).ravel()
+        return {c: np.stack([draft[c], verify[c]], axis=1).ravel()[keep] for c in verify}
 
 
 def for_server(server) -> StepRuns | None:
