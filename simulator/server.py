@@ -158,7 +158,7 @@ class Server:
             "proposed_tokens": proposed,
             "accepted_tokens": accepted,
             "preemptions": st.preemptions,
-            "sub_batch": st.flag if self.mode == "psd" else np.full(len(wl), -1, dtype=np.int64),
+            "sub_batch": st.sub_batch if self.mode == "psd" else np.full(len(wl), -1, dtype=np.int64),
         }
         requests = pd.DataFrame({c: req[c] for c in REQUEST_COLUMNS})
         chunks = self.outcome.itl_chunks
