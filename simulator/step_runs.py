@@ -39,13 +39,17 @@ class StepRun:
     steps: int
     batch: np.ndarray  # requests (admission order), all decoding every step
     times: np.ndarray  # step boundaries, steps + 1 values: times[0] = start, times[-1] = end
-    gen: np.ndarray  # (steps + 1, batch) output tokens before each step (cut at output_len in the last row)
-    proposed: np.ndarray  # (steps, batch)
-    accepted: np.ndarray  # (steps, batch), before the end-of-output cut
+    gen_end: np.ndarray  # (batch,) output tokens after the run (cut at output_len)
+    emitted: np.ndarray  # (steps,) tokens the batch emits per step
+    proposed: np.ndarray  # (steps,) drafts proposed per step
+    accepted: np.ndarray  # (steps,) drafts accepted per step (before the end-of-output cut)
+    drafting: np.ndarray  # (steps,) requests that propose something per step
+    proposed_per_request: np.ndarray | None  # (batch,) over the run; None without a drafter
+    accepted_per_request: np.ndarray | None
     draft_t: np.ndarray  # (steps,)
     kv_tokens: np.ndarray  # (steps,) KV tokens the target attends
-    blocks: np.ndarray  # (batch,) KV blocks held after the run
-    new_blocks: np.ndarray  # (steps,) blocks allocated by each step
+    blocks_end: np.ndarray  # (batch,) KV blocks held after the run
+    new_blocks: np.ndarray  # (steps,) blocks allocated up to and including each step
 
 
 class LinearTime:
@@ -122,112 +126,120 @@ class StepRuns:
         nb = len(batch)
         gen0 = st.gen[batch]
         out = wl.output_len[batch]
-        left_min = int((out - gen0).min())
+        left = out - gen0
+        left_min = int(left.min())
         nxt = self.srv.arrivals.next_time()
+        ctx0 = wl.prompt_len[batch] + gen0
+        held0 = st.blocks[batch]
         horizon = min(left_min, MAX_RUN_STEPS)
-        prompt = wl.prompt_len[batch]
-        ctx0 = int((prompt + gen0).sum())
         if nxt is not None and self.lower_bound_ok:
-            floor = self.verify_time(nb, nb, ctx0) + self.overhead  # no step of the run is shorter
+            floor = self.verify_time(nb, nb, int(ctx0.sum())) + self.overhead  # no step of the run is shorter
             if floor > 0:
                 horizon = min(horizon, int((nxt - now) / floor) + 2)
         horizon = max(horizon, 1)
-        if self.drafter is None:
-            gen = gen0[None, :] + np.arange(horizon + 1)[:, None]
-            proposed = accepted = np.zeros((horizon, nb), dtype=np.int64)
+        bs = self.block_size
+        if self.drafter is None:  # AR: one token per request per step, the first finish after left_min steps
+            steps = horizon
+            j = np.arange(steps)
+            kv = int(ctx0.sum()) + nb * j
+            prop_sum = acc_sum = n_draft = np.zeros(steps, dtype=np.int64)
+            emitted = np.full(steps, nb, dtype=np.int64)
+            # blocks to hold ctx + j tokens at step j (KV never shrinks during a run)
+            need = -(-(ctx0[None, :] + j[:, None]) // bs)
+            new_blocks = np.maximum(need - held0, 0).sum(axis=1)
+            blocks_end = np.maximum(held0, need[-1])
+            gen_all = None
         else:
-            gen = np.empty((horizon + 1, nb), dtype=np.int64)
-            gen[0] = gen0
+            gen_all = np.empty((horizon + 1, nb), dtype=np.int64)
+            gen_all[0] = gen0
             first, last = self.first[batch], self.last[batch]
             flat = np.empty((horizon, nb), dtype=np.int64)
             emit = self.step_emit
             g = gen0
-            for j in range(horizon):
+            for i in range(horizon):
                 f = np.minimum(first + g, last)
-                flat[j] = f
+                flat[i] = f
                 g = g + emit[f]
-                gen[j + 1] = g
+                gen_all[i + 1] = g
+            # the run ends with the first step in which a request reaches its output length
+            done = (gen_all[1:] >= out).any(axis=1)
+            steps = int(np.argmax(done)) + 1 if done.any() else horizon
+            flat = flat[:steps]
             proposed, accepted = self.step_prop[flat], self.step_acc[flat]
-        if self.sched.decodes_in_budget and int(proposed.sum(axis=1).max()) + nb > self.sched.budget:
-            return None  # vLLM V1 would cut decodes to the token budget
-        # the run ends with the first step in which a request reaches its output length
-        done = (gen[1:] >= out).any(axis=1)
-        steps = int(np.argmax(done)) + 1 if done.any() else horizon
-        ctx = prompt[None, :] + gen[:steps]
-        kv = ctx.sum(axis=1)
-        prop_sum = proposed[:steps].sum(axis=1)
-        need = -(-(ctx + proposed[:steps]) // self.block_size)
-        held = np.maximum.accumulate(np.vstack([st.blocks[batch][None, :], need]), axis=0)
-        new_blocks = (held[1:] - held[:-1]).sum(axis=1)
-        fits = np.cumsum(new_blocks) <= self.sched.pool.free
-        if not fits.all():
-            steps = int(np.argmin(fits))  # that step preempts: the step path takes it
+            ctx = ctx0 + (gen_all[:steps] - gen0)
+            kv = ctx.sum(axis=1)
+            prop_sum = proposed.sum(axis=1)
+            if self.sched.decodes_in_budget and int(prop_sum.max()) + nb > self.sched.budget:
+                return None  # vLLM V1 would cut decodes to the token budget
+            need = np.maximum.accumulate(-(-(ctx + proposed) // bs), axis=0)
+            new_blocks = np.maximum(need - held0, 0).sum(axis=1)
+            blocks_end = np.maximum(held0, need[-1])
+            acc_sum = accepted.sum(axis=1)
+            n_draft = np.count_nonzero(proposed, axis=1)
+        free = self.sched.pool.free
+        if new_blocks[-1] > free:
+            steps = int(np.argmax(new_blocks > free))  # that step preempts: the step path takes it
             if steps == 0:
                 return None
-        n_arr = np.full(steps, nb)
-        verify = self.verify_time(n_arr, prop_sum[:steps] + nb, kv[:steps])
+        verify = self.verify_time(nb, prop_sum[:steps] + nb, kv[:steps])
         if self.drafter is not None:
-            n_draft = np.count_nonzero(proposed[:steps], axis=1)
-            draft = _draft_times(self.cost, n_draft, prop_sum[:steps], self.k, self._draft_kv(ctx, proposed, steps),
-                                 verify)
-            if draft is None:
+            draft_kv = np.where(proposed[:steps] > 0, ctx[:steps], 0).sum(axis=1)
+            draft = _draft_times(self.cost, n_draft[:steps], prop_sum[:steps], self.k, draft_kv, verify)
+            if draft is None or draft.min() < 0:
                 return None
+            duration = draft + verify + self.overhead + 0.0
         else:
             draft = np.zeros(steps)
-        duration = draft + verify + self.overhead + 0.0
-        if not (np.isfinite(duration).all() and (duration >= 0).all() and (draft >= 0).all()):
+            duration = 0.0 + verify + self.overhead + 0.0
+        if not (np.isfinite(duration).all() and duration.min() >= 0):
             return None  # the step path raises the error naming the profile
-        times = np.add.accumulate(np.concatenate([[now], duration]))
-        if nxt is not None:
-            late = times[1:steps] >= nxt  # a step planned at or after the next arrival pulls it first
-            if late.any():
-                steps = int(np.argmax(late)) + 1
-                times = times[:steps + 1]
+        times = np.add.accumulate(np.concatenate(([now], duration)))
+        if nxt is not None and steps > 1 and times[steps - 1] >= nxt:
+            # a step planned at or after the next arrival pulls it first: the run stops before it
+            steps = int(np.searchsorted(times[1:steps], nxt)) + 1
+            times = times[:steps + 1]
         end = float(times[steps])
         if now + (end - now) != end:  # SimPy adds the delay to now: it must land on the same float
             return None
-        gen = gen[:steps + 1].copy()
-        gen[steps] = np.minimum(gen[steps], out)
-        return StepRun(now, end, steps, batch, times, gen, proposed[:steps], accepted[:steps], draft[:steps],
-                       kv[:steps], held[steps], new_blocks[:steps])
-
-    def _draft_kv(self, ctx: np.ndarray, proposed: np.ndarray, steps: int) -> np.ndarray:
-        """KV tokens of the requests that propose something (the drafter's own sub-batch)."""
-        return np.where(proposed[:steps] > 0, ctx[:steps], 0).sum(axis=1)
+        if self.drafter is None:
+            gen_end = gen0 + steps
+            if steps < len(new_blocks):
+                blocks_end = np.maximum(held0, need[steps - 1])
+            prop_req = acc_req = None
+        else:
+            gen_end = np.minimum(gen_all[steps], out)
+            emitted = np.diff(np.minimum(gen_all[:steps + 1], out).sum(axis=1))
+            if steps < len(new_blocks):
+                blocks_end = np.maximum(held0, need[steps - 1])
+            prop_req, acc_req = proposed[:steps].sum(axis=0), accepted[:steps].sum(axis=0)
+        return StepRun(now, end, steps, batch, times, gen_end, emitted[:steps], prop_sum[:steps], acc_sum[:steps],
+                       n_draft[:steps], prop_req, acc_req, draft[:steps], kv[:steps], blocks_end, new_blocks[:steps])
 
     def apply(self, run: StepRun) -> None:
         """Write the run's effects: tokens, counters, KV, ITL gaps, step rows, and the last step's finishes."""
         st, outcome = self.st, self.outcome
         batch, L, nb, times = run.batch, run.steps, len(run.batch), run.times
-        gen = run.gen
         itl = np.empty((L, nb))
         itl[0] = times[1] - st.last_emit[batch]
         if L > 1:
             itl[1:] = np.diff(times[1:])[:, None]
         outcome.itl_chunks.append(itl.ravel())
         st.last_emit[batch] = run.end
-        last = gen[L]
-        st.gen[batch] = last
-        drafted = self.drafter is not None
-        prop_sum = run.proposed.sum(axis=1)
-        if drafted:
-            st.verify_counts.add_run(batch, L, run.proposed.sum(axis=0), run.accepted.sum(axis=0))
-        else:
-            st.verify_counts.add_run(batch, L, None, None)
-        st.usage[self.drafter if drafted else -1] += nb * L
+        st.gen[batch] = run.gen_end
+        st.verify_counts.add_run(batch, L, run.proposed_per_request, run.accepted_per_request)
+        st.usage[-1 if self.drafter is None else self.drafter] += nb * L
         pool = self.sched.pool
-        used = pool.used + np.cumsum(run.new_blocks)
-        total = int(used[-1]) - pool.used
+        used0 = pool.used
+        total = int(run.new_blocks[-1])
         if total:
             pool.allocate(total)
-            st.blocks[batch] = run.blocks
-        self._runs.append((outcome.step_no, L, nb, times, run.draft_t, run.kv_tokens, prop_sum,
-                           run.accepted.sum(axis=1) if drafted else None, np.diff(gen.sum(axis=1)), used,
-                           np.count_nonzero(run.proposed, axis=1) if drafted else None))
+            st.blocks[batch] = run.blocks_end
+        self._runs.append((outcome.step_no, L, nb, times, run.draft_t, run.kv_tokens, run.proposed, run.accepted,
+                           run.emitted, used0 + run.new_blocks, run.drafting))
         outcome.step_no += L
-        out = self.wl.output_len[batch]
-        if (last >= out).any():
-            outcome.finish(batch[last >= out], run.end)
+        finished = run.gen_end >= self.wl.output_len[batch]
+        if finished.any():
+            outcome.finish(batch[finished], run.end)
 
     def _columns(self) -> dict[str, np.ndarray] | None:
         """The step rows of every run so far, in step order (the draft row, where there is one, first)."""
