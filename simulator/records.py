@@ -77,6 +77,7 @@ class ColumnBuffer:
         self._blocks: list[tuple[int, dict[str, np.ndarray]]] = []  # (rows appended before it, columns)
         self._block_rows = 0
         self._deferred: list[tuple] = []  # (callable returning columns or None, column ordering the rows)
+        self._order_by: str | None = None  # set once a deferred source has given rows
         self.append_row = self._rows.append  # hot path: one tuple per row, in schema order
 
     def __len__(self) -> int:
@@ -100,8 +101,8 @@ class ColumnBuffer:
         self._block_rows += n.pop()
 
     def defer(self, columns, order_by: str) -> None:
-        """`columns()` returns more rows (or None) when the frame is built; rows are then stable-sorted by the
-        `order_by` column, so each source's rows must already be in that order."""
+        """`columns()` returns the rows added since its last call (or None) when a frame is built; rows are then
+        stable-sorted by the `order_by` column, so each source's rows must already be in that order."""
         self._deferred.append((columns, order_by))
 
     def _dtype(self, t: str):
@@ -109,12 +110,12 @@ class ColumnBuffer:
 
     def frame(self) -> pd.DataFrame:
         cols = list(self.schema)
-        order_by = None
         for fn, key in self._deferred:
             block = fn()
             if block is not None:
                 self.append_columns(block)
-                order_by = key
+                self._order_by = key
+        order_by = self._order_by
         if not self._blocks:
             df = pd.DataFrame.from_records(self._rows, columns=cols) if self._rows else pd.DataFrame(columns=cols)
             return df.astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})

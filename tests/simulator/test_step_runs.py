@@ -119,3 +119,31 @@ def test_a_quiet_fixed_k_run_goes_mostly_through_macro_steps():
                                        draft=COSTS["fraction"], max_num_seqs=8)
         assert_same(a, b)
         assert on > 0.8 * b.extras["steps"], (mode, on, b.extras["steps"])
+
+
+def test_column_buffer_merges_rows_blocks_and_deferred_rows_in_step_order():
+    """Rows appended one by one, as column blocks and by a deferred source come out typed and ordered by step."""
+    from simulator.records import STEP_COLUMNS, ColumnBuffer
+
+    def row(step: int, phase: str) -> dict:
+        return {c: (phase if c == "phase" else "target" if c == "device" else "" if t == "str" else step)
+                for c, (t, _) in STEP_COLUMNS.items()}
+
+    rows = ColumnBuffer(STEP_COLUMNS)
+    plain = ColumnBuffer(STEP_COLUMNS)
+    pending = [row(2, "verify"), row(3, "draft"), row(3, "verify")]
+    source = [list(pending)]
+
+    def deferred():  # like StepRuns._columns: the rows added since the last call, None when there are none
+        if not source[0]:
+            return None
+        got, source[0] = source[0], []
+        return {c: np.array([r[c] for r in got], dtype=object if t == "str" else t) for c, (t, _) in STEP_COLUMNS.items()}
+
+    rows.defer(deferred, order_by="step")
+    for r in (row(0, "prefill"), row(1, "draft"), row(1, "verify"), row(4, "mixed")):
+        rows.append(**r)
+    for r in (row(0, "prefill"), row(1, "draft"), row(1, "verify"), *pending, row(4, "mixed")):
+        plain.append(**r)
+    pd.testing.assert_frame_equal(rows.frame(), plain.frame(), check_exact=True)
+    assert list(rows.frame().phase) == ["prefill", "draft", "verify", "verify", "draft", "verify", "mixed"]
