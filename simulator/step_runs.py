@@ -32,14 +32,18 @@ MAX_RUN_STEPS = 512  # horizon of one pass; a longer quiet spell takes several r
 
 @dataclass
 class StepRun:
-    """`steps` consecutive decode steps of the whole running batch, planned at `start`."""
+    """`steps` consecutive decode steps planned at `start`; request `batch[i]` decodes in steps 0..last_step[i]
+    and finishes at the end of its last step when that is before the run's end (open loop, nobody waiting)."""
 
     start: float
     end: float
     steps: int
-    batch: np.ndarray  # requests (admission order), all decoding every step
+    batch: np.ndarray  # requests (admission order) decoding at the start
+    active: np.ndarray  # (steps, batch) bool: request decodes in the step
+    last_step: np.ndarray  # (batch,) its last step in the run (steps - 1 when it does not finish in it)
     times: np.ndarray  # step boundaries, steps + 1 values: times[0] = start, times[-1] = end
     gen_end: np.ndarray  # (batch,) output tokens after the run (cut at output_len)
+    num_seqs: np.ndarray  # (steps,) requests decoding per step
     emitted: np.ndarray  # (steps,) tokens the batch emits per step
     proposed: np.ndarray  # (steps,) drafts proposed per step
     accepted: np.ndarray  # (steps,) drafts accepted per step (before the end-of-output cut)
@@ -48,8 +52,9 @@ class StepRun:
     accepted_per_request: np.ndarray | None
     draft_t: np.ndarray  # (steps,)
     kv_tokens: np.ndarray  # (steps,) KV tokens the target attends
-    blocks_end: np.ndarray  # (batch,) KV blocks held after the run
+    blocks_end: np.ndarray  # (batch,) KV blocks held at the end of each request's last step
     new_blocks: np.ndarray  # (steps,) blocks allocated up to and including each step
+    released: np.ndarray  # (steps,) blocks freed by finishes before each step
 
 
 class LinearTime:
@@ -97,7 +102,9 @@ class StepRuns:
         self.phase = "decode" if server.mode == "ar" else "verify"
         self.block_size = self.sched.pool.block_size
         c = server.pricing.target.coefficients
-        self.lower_bound_ok = all(v >= 0 for v in c.values())
+        # no step is shorter than one sequence's (with non-negative coefficients): bounds a run's horizon
+        self.floor_s = self.verify_time(1, 1, 0) + self.overhead if all(v >= 0 for v in c.values()) else 0.0
+        self.open_loop = isinstance(server.arrivals, OpenLoopArrivals)
         if drafter is not None:
             table, name = server.table, server.table.drafters[drafter]
             self.name = name
@@ -127,27 +134,19 @@ class StepRuns:
         gen0 = st.gen[batch]
         out = wl.output_len[batch]
         left = out - gen0
-        left_min = int(left.min())
+        # past a finish only when nothing can be admitted after it and no arrival follows from it
+        through_finishes = self.open_loop and not st.waiting
         nxt = self.srv.arrivals.next_time()
         ctx0 = wl.prompt_len[batch] + gen0
         held0 = st.blocks[batch]
-        horizon = min(left_min, MAX_RUN_STEPS)
-        if nxt is not None and self.lower_bound_ok:
-            floor = self.verify_time(nb, nb, int(ctx0.sum())) + self.overhead  # no step of the run is shorter
-            if floor > 0:
-                horizon = min(horizon, int((nxt - now) / floor) + 2)
+        horizon = min(int(left.max() if through_finishes else left.min()), MAX_RUN_STEPS)
+        if nxt is not None and self.floor_s > 0:
+            horizon = min(horizon, int((nxt - now) / self.floor_s) + 2)
         horizon = max(horizon, 1)
         bs = self.block_size
-        if self.drafter is None:  # AR: one token per request per step, the first finish after left_min steps
-            steps = horizon
-            j = np.arange(steps)
-            kv = int(ctx0.sum()) + nb * j
-            prop_sum = acc_sum = n_draft = np.zeros(steps, dtype=np.int64)
-            emitted = np.full(steps, nb, dtype=np.int64)
-            # blocks to hold ctx + j tokens at step j (KV never shrinks during a run)
-            need = -(-(ctx0[None, :] + j[:, None]) // bs)
-            new_blocks = np.maximum(need - held0, 0).sum(axis=1)
-            blocks_end = np.maximum(held0, need[-1])
+        j = np.arange(horizon)
+        if self.drafter is None:  # AR: one token per request per step
+            last_step = left - 1
             gen_all = None
         else:
             gen_all = np.empty((horizon + 1, nb), dtype=np.int64)
@@ -161,27 +160,44 @@ class StepRuns:
                 flat[i] = f
                 g = g + emit[f]
                 gen_all[i + 1] = g
-            # the run ends with the first step in which a request reaches its output length
-            done = (gen_all[1:] >= out).any(axis=1)
-            steps = int(np.argmax(done)) + 1 if done.any() else horizon
+            reached = gen_all[1:] >= out
+            last_step = np.where(reached.any(axis=0), np.argmax(reached, axis=0), horizon)
+        first_finish = int(last_step.min())
+        steps = horizon if through_finishes else min(horizon, first_finish + 1)
+        steps = min(steps, int(last_step.max()) + 1)  # nobody left to decode after that
+        j = j[:steps]
+        active = j[:, None] <= last_step[None, :]
+        upto = np.minimum(j[:, None], last_step[None, :])  # a finished request keeps its last step's KV
+        if self.drafter is None:
+            ctx = ctx0 + upto
+            need = -(-ctx // bs)
+            proposed = accepted = None
+            prop_sum = acc_sum = n_draft = np.zeros(steps, dtype=np.int64)
+        else:
             flat = flat[:steps]
-            proposed, accepted = self.step_prop[flat], self.step_acc[flat]
-            ctx = ctx0 + (gen_all[:steps] - gen0)
-            kv = ctx.sum(axis=1)
-            prop_sum = proposed.sum(axis=1)
-            if self.sched.decodes_in_budget and int(prop_sum.max()) + nb > self.sched.budget:
-                return None  # vLLM V1 would cut decodes to the token budget
+            proposed = np.where(active, self.step_prop[flat], 0)
+            accepted = np.where(active, self.step_acc[flat], 0)
+            ctx = ctx0 + (np.take_along_axis(gen_all, upto, axis=0) - gen0)
             need = np.maximum.accumulate(-(-(ctx + proposed) // bs), axis=0)
-            new_blocks = np.maximum(need - held0, 0).sum(axis=1)
-            blocks_end = np.maximum(held0, need[-1])
+            prop_sum = proposed.sum(axis=1)
             acc_sum = accepted.sum(axis=1)
             n_draft = np.count_nonzero(proposed, axis=1)
-        free = self.sched.pool.free
-        if new_blocks[-1] > free:
-            steps = int(np.argmax(new_blocks > free))  # that step preempts: the step path takes it
+        num_seqs = active.sum(axis=1)
+        kv = np.where(active, ctx, 0).sum(axis=1)
+        if self.sched.decodes_in_budget and int((prop_sum + num_seqs).max()) > self.sched.budget:
+            return None  # vLLM V1 would cut decodes to the token budget
+        blocks = np.maximum(need, held0)
+        new_blocks = (blocks - held0).sum(axis=1)
+        fin_blocks = blocks[np.minimum(last_step, steps - 1), np.arange(nb)]
+        freed = np.bincount(last_step[last_step < steps - 1] + 1, weights=fin_blocks[last_step < steps - 1],
+                            minlength=steps)[:steps].astype(np.int64)
+        released = np.cumsum(freed)
+        over = new_blocks - released > self.sched.pool.free
+        if over.any():
+            steps = int(np.argmax(over))  # that step preempts: the step path takes it
             if steps == 0:
                 return None
-        verify = self.verify_time(nb, prop_sum[:steps] + nb, kv[:steps])
+        verify = self.verify_time(num_seqs[:steps], prop_sum[:steps] + num_seqs[:steps], kv[:steps])
         if self.drafter is not None:
             draft_kv = np.where(proposed[:steps] > 0, ctx[:steps], 0).sum(axis=1)
             draft = _draft_times(self.cost, n_draft[:steps], prop_sum[:steps], self.k, draft_kv, verify)
@@ -201,45 +217,53 @@ class StepRuns:
         end = float(times[steps])
         if now + (end - now) != end:  # SimPy adds the delay to now: it must land on the same float
             return None
+        active = active[:steps]
+        last_step = np.minimum(last_step, steps - 1)
         if self.drafter is None:
-            gen_end = gen0 + steps
-            if steps < len(new_blocks):
-                blocks_end = np.maximum(held0, need[steps - 1])
+            gen_end = gen0 + last_step + 1
+            emitted = num_seqs
             prop_req = acc_req = None
         else:
             gen_end = np.minimum(gen_all[steps], out)
             emitted = np.diff(np.minimum(gen_all[:steps + 1], out).sum(axis=1))
-            if steps < len(new_blocks):
-                blocks_end = np.maximum(held0, need[steps - 1])
             prop_req, acc_req = proposed[:steps].sum(axis=0), accepted[:steps].sum(axis=0)
-        return StepRun(now, end, steps, batch, times, gen_end, emitted[:steps], prop_sum[:steps], acc_sum[:steps],
-                       n_draft[:steps], prop_req, acc_req, draft[:steps], kv[:steps], blocks_end, new_blocks[:steps])
+        return StepRun(now, end, steps, batch, active, last_step, times, gen_end, num_seqs[:steps], emitted[:steps],
+                       prop_sum[:steps], acc_sum[:steps], n_draft[:steps], prop_req, acc_req, draft[:steps],
+                       kv[:steps], blocks[last_step, np.arange(nb)], new_blocks[:steps], released[:steps])
 
     def apply(self, run: StepRun) -> None:
-        """Write the run's effects: tokens, counters, KV, ITL gaps, step rows, and the last step's finishes."""
+        """Write the run's effects: tokens, counters, KV, ITL gaps, step rows, and finishes in step order."""
         st, outcome = self.st, self.outcome
-        batch, L, nb, times = run.batch, run.steps, len(run.batch), run.times
+        batch, L, times, active = run.batch, run.steps, run.times, run.active
+        nb = len(batch)
         itl = np.empty((L, nb))
         itl[0] = times[1] - st.last_emit[batch]
         if L > 1:
             itl[1:] = np.diff(times[1:])[:, None]
-        outcome.itl_chunks.append(itl.ravel())
-        st.last_emit[batch] = run.end
+        outcome.itl_chunks.append(itl[active])  # row-major: step order, admission order within a step
+        st.last_emit[batch] = times[run.last_step + 1]
         st.gen[batch] = run.gen_end
-        st.verify_counts.add_run(batch, L, run.proposed_per_request, run.accepted_per_request)
-        st.usage[-1 if self.drafter is None else self.drafter] += nb * L
+        st.verify_counts.add_run(batch, run.last_step + 1, run.proposed_per_request, run.accepted_per_request)
+        st.usage[-1 if self.drafter is None else self.drafter] += int(run.num_seqs.sum())
         pool = self.sched.pool
         used0 = pool.used
-        total = int(run.new_blocks[-1])
-        if total:
-            pool.allocate(total)
-            st.blocks[batch] = run.blocks_end
-        self._runs.append((outcome.step_no, L, nb, times, run.draft_t, run.kv_tokens, run.proposed, run.accepted,
-                           run.emitted, used0 + run.new_blocks, run.drafting))
+        st.blocks[batch] = run.blocks_end
+        self._runs.append((outcome.step_no, L, run.num_seqs, times, run.draft_t, run.kv_tokens, run.proposed,
+                           run.accepted, run.emitted, used0 + run.new_blocks - run.released, run.drafting))
         outcome.step_no += L
         finished = run.gen_end >= self.wl.output_len[batch]
+        allocated = 0
         if finished.any():
-            outcome.finish(batch[finished], run.end)
+            fin_steps = run.last_step[finished]
+            for step in np.unique(fin_steps):  # allocate up to that step, then its finishes free their KV
+                upto = int(run.new_blocks[step])
+                if upto > allocated:
+                    pool.allocate(upto - allocated)
+                    allocated = upto
+                outcome.finish(batch[finished][fin_steps == step], float(times[step + 1]))
+        total = int(run.new_blocks[-1])
+        if total > allocated:
+            pool.allocate(total - allocated)
 
     def _columns(self) -> dict[str, np.ndarray] | None:
         """The step rows of every run so far, in step order (the draft row, where there is one, first)."""
@@ -247,7 +271,7 @@ class StepRuns:
         if not runs:
             return None
         L = np.array([r[1] for r in runs])
-        nb = np.repeat([r[2] for r in runs], L)
+        nb = np.concatenate([r[2] for r in runs])
         step_no = np.concatenate([np.arange(r[0], r[0] + r[1]) for r in runs])
         start = np.concatenate([r[3][:-1] for r in runs])
         end = np.concatenate([r[3][1:] for r in runs])

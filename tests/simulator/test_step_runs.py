@@ -68,7 +68,7 @@ COSTS = {
 }
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(mode=st.sampled_from(["ar", "sd", "sd", "psd"]), seed=st.integers(0, 10_000),
        n=st.integers(1, 60), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
        rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
