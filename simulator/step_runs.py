@@ -1,19 +1,21 @@
 """Macro-steps: a run of AR or fixed-k SD steps between batch-changing events, computed in one numpy pass.
 
-Between two events that change the batch (an arrival, a finish, a preemption, a prefill, a policy that must
-see each step) the steps of a fixed-policy server are determined: every running request decodes, its tokens
+Between two events that change the batch (an arrival, a preemption, a prefill or admission, a policy that must
+see each step; a finish when something may be admitted after it or a closed loop sends a new request) the
+steps of a fixed-policy server are determined: every running request decodes until it finishes, its tokens
 come from the trace (fixed drafter and k), durations from the linear target profile and the growing KV. This
-module finds how many such steps follow (`plan`), computes their durations, tokens, KV growth, step-table rows
-and ITL gaps as (steps x requests) arrays, and writes them into the server's state at once (`apply`).
+module finds how many such steps follow (`plan`), computes durations, tokens, KV growth and release, finishes,
+step-table rows and ITL gaps as (steps x requests) arrays, and writes them into the server's state (`apply`).
 
 The result equals the step-by-step path (simulator/step_sd.py + step_outcome.py) bit for bit: the same float
 operations in the same order (a duration is ((draft + verify) + overhead) + 0.0; times accumulate one step at
 a time, as SimPy adds each timeout). Where a piece of that equality cannot be had (a non-linear profile, sampled
-verification, a learning or non-fixed policy, PSD, switch costs, vLLM V1 engine-step drafters, pushed arrivals
-of a cluster) `for_server` returns None and the server stays on the step path.
+verification, a learning or non-fixed policy, PSD, switch costs, vLLM V1 engine-step drafters, arrivals a
+cluster's router hands out at run time) `for_server` returns None and the server stays on the step path.
 
-The steps table keeps one row per step and slice: runs keep what their rows need and the rows of every run
-are built in one pass when the table is (`ColumnBuffer.defer`), merged with the step path's rows by step. The progress callback `on_step` is called once per run.
+The steps table keeps one row per step and slice: runs keep what their rows need, and the rows of every run are
+built in one pass when the table is (`ColumnBuffer.defer`), merged with the step path's rows by step number.
+The progress callback `on_step` is called once per run.
 """
 from __future__ import annotations
 
