@@ -15,6 +15,7 @@ import time
 from experiments.config import load_config
 from experiments.run import experiment_inputs, prepare
 from simulator.scenario import simulate
+from simulator.specbench import STEP_OVERHEAD_S
 
 RUN = {"name": "eagle3-k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}}
 
@@ -24,7 +25,7 @@ def _config(n: int, clients: int, cluster: dict | None) -> dict:
         "name": "bench-cluster", "seed": 0, "traces": "builtin:default",
         "workload": {"num_requests": n, "arrival": {"kind": "closed_loop", "clients": clients, "think_time": 0.0},
                      "lengths": {"source": "bundle"}, "sample": {"with_replacement": True}},
-        "server": {"target_profile": "llama3.1-8b-h100-specbench", "step_overhead_s": 0.00120683946,
+        "server": {"target_profile": "llama3.1-8b-h100-specbench", "step_overhead_s": STEP_OVERHEAD_S,
                    "max_num_seqs": 64, "max_num_batched_tokens": 8192, "kv_capacity_tokens": 430000},
         "drafters": {"eagle3": {"kind": "whole_proposal", "profile": "eagle3-llama3.1-8b-h100-specbench"}},
         "runs": [RUN],

@@ -18,6 +18,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from simulator.specbench import STEP_OVERHEAD_S
+
 TARGET = 500.0
 
 
@@ -29,7 +31,7 @@ def config(n: int) -> dict:
         "workload": {"num_requests": n, "arrival": {"kind": "closed_loop", "clients": 64, "think_time": 0.0},
                      "lengths": {"source": "parametric", "prompt": {"dist": "constant", "value": 512},
                                  "output": {"dist": "constant", "value": 256}}},
-        "server": {"target_profile": "llama3.1-8b-h100-specbench", "step_overhead_s": 0.00120683946,
+        "server": {"target_profile": "llama3.1-8b-h100-specbench", "step_overhead_s": STEP_OVERHEAD_S,
                    "max_num_seqs": 64, "max_num_batched_tokens": 8192, "kv_capacity_tokens": 430000},
         "drafters": {"eagle3": {"kind": "whole_proposal", "profile": "eagle3-llama3.1-8b-h100-specbench"},
                      "ngram": {"kind": "fraction_of_verify", "fraction": 0.005875}},

@@ -19,6 +19,7 @@ import time
 from experiments.config import load_config
 from experiments.run import experiment_inputs, prepare, run_experiment
 from simulator.scenario import simulate
+from simulator.specbench import STEP_OVERHEAD_S
 
 TARGET_RATE = {"AR": 1_500_000, "SD-k3": 1_000_000}  # request-steps per CPU second (issue 8)
 TARGET_RSS_GB = 2.0
@@ -31,7 +32,7 @@ def _config(n: int, runs: list[dict]) -> dict:
         "traces": "builtin:default",
         "workload": {"num_requests": n, "arrival": {"kind": "closed_loop", "clients": 64, "think_time": 0.0},
                      "lengths": {"source": "bundle"}, "sample": {"with_replacement": True}},
-        "server": {"target_profile": "llama3.1-8b-h100-specbench", "step_overhead_s": 0.00120683946,
+        "server": {"target_profile": "llama3.1-8b-h100-specbench", "step_overhead_s": STEP_OVERHEAD_S,
                    "max_num_seqs": 64, "max_num_batched_tokens": 8192, "kv_capacity_tokens": 430000},
         "drafters": {"eagle3": {"kind": "whole_proposal", "profile": "eagle3-llama3.1-8b-h100-specbench"},
                      "ngram": {"kind": "fraction_of_verify", "fraction": 0.005875}},

@@ -12,7 +12,7 @@ prints why and exits 0 (skipped). Case: cnn, eagle3, FIXED_3, B = 32, i.e. the r
 --batch-size 32`. Both run with the same interpreter, alternating, after one untimed warm-up each; Python may
 cache bytecode (in a temporary folder, outside both trees) as an installed program would. The speedups the
 two print must agree to the reference's two decimals, or the comparison is void. Prints both wall and CPU
-times, the ratio (target >= 50x, on wall medians) and the machine load before and after; asserts nothing.
+times, the ratio (target >= 100x, on wall medians) and the machine load before and after; asserts nothing.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET_RATIO = 50.0
+TARGET_RATIO = 100.0  # issue 18
 MODEL_DIR = "llama3.1-8B"  # the release's data folder for its only model
 
 

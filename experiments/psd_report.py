@@ -28,9 +28,8 @@ from simulator.scenario import make_scenario, simulate
 from simulator.server_config import PSDConfig, RunSpec, ServerConfig
 from traces.atomic import atomic_write_text
 from traces.catalog import get_gpu, get_model
+from simulator.specbench import STEP_OVERHEAD_S as SPECBENCH_STEP_OVERHEAD_S  # the published per-step overhead
 from traces.expected_tokens import expected_tokens
-
-SPECBENCH_STEP_OVERHEAD_S = 1.20683946e-03  # published per-step overhead, vLLM 0.10.1.1 on H100 (SpecDecode-Bench)
 
 
 class _Strict(BaseModel):

@@ -33,7 +33,7 @@ ASSUMPTIONS = (
 )
 
 
-def expected_tokens(u: np.ndarray | float, k: int) -> np.ndarray:
+def frontier_tokens(u: np.ndarray | float, k: int) -> np.ndarray:
     """E at draft time u (in units of 1/alpha): Leviathan's formula with acceptance 1 - exp(-u)."""
     return np.asarray(leviathan(-np.expm1(-np.asarray(u, dtype=float)), k))
 
@@ -79,8 +79,8 @@ def frontier_point(alpha_v: float, k: int = 1) -> FrontierPoint:
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     x = float(alpha_v)
-    u_sd, t_sd = _minimise(lambda u: (u + x) / expected_tokens(u, k), x)
-    u_psd, t_psd = _minimise(lambda u: np.maximum(u, x) / expected_tokens(u, k), x)
+    u_sd, t_sd = _minimise(lambda u: (u + x) / frontier_tokens(u, k), x)
+    u_psd, t_psd = _minimise(lambda u: np.maximum(u, x) / frontier_tokens(u, k), x)
     ratio = t_sd / t_psd
     return FrontierPoint(x, k, u_sd / x, u_psd / x, t_sd / x, t_psd / x, ratio, 1.0 - 1.0 / ratio,
                          ratio >= MINEDRAFT_RATIO)

@@ -66,16 +66,22 @@ def stack_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 @dataclass
 class ColumnBuffer:
-    """Append-only rows (tuples in schema order); `frame()` builds the typed DataFrame once at the end."""
+    """Append-only rows in schema order: one tuple at a time (`append_row`) or a block of column arrays
+    (`append_columns`, a macro-step's rows); `frame()` builds the typed DataFrame once at the end, rows in
+    the order they were appended."""
 
     schema: dict[str, tuple[str, str]]
 
     def __post_init__(self) -> None:
         self._rows: list[tuple] = []
+        self._blocks: list[tuple[int, dict[str, np.ndarray]]] = []  # (rows appended before it, columns)
+        self._block_rows = 0
+        self._deferred: list[tuple] = []  # (callable returning columns or None, column ordering the rows)
+        self._order_by: str | None = None  # set once a deferred source has given rows
         self.append_row = self._rows.append  # hot path: one tuple per row, in schema order
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._rows) + self._block_rows
 
     def append(self, **row) -> None:
         """One row by column name; columns left out are 0 (numbers) or "" (strings)."""
@@ -84,7 +90,48 @@ class ColumnBuffer:
             raise KeyError(f"unknown column(s) {sorted(unknown)}")
         self._rows.append(tuple(row.get(c, "" if t == "str" else 0) for c, (t, _) in self.schema.items()))
 
+    def append_columns(self, columns: dict[str, np.ndarray]) -> None:
+        """Rows given as one equal-length array per schema column."""
+        if set(columns) != set(self.schema):
+            raise KeyError(f"columns {sorted(set(columns) ^ set(self.schema))} differ from the schema")
+        n = {len(v) for v in columns.values()}
+        if len(n) != 1:
+            raise ValueError(f"columns of unequal lengths {sorted(n)}")
+        self._blocks.append((len(self._rows), columns))
+        self._block_rows += n.pop()
+
+    def defer(self, columns, order_by: str) -> None:
+        """`columns()` returns the rows added since its last call (or None) when a frame is built; rows are then
+        stable-sorted by the `order_by` column, so each source's rows must already be in that order."""
+        self._deferred.append((columns, order_by))
+
+    def _dtype(self, t: str):
+        return object if t == "str" else t
+
     def frame(self) -> pd.DataFrame:
         cols = list(self.schema)
-        df = pd.DataFrame.from_records(self._rows, columns=cols) if self._rows else pd.DataFrame(columns=cols)
-        return df.astype({c: (object if t == "str" else t) for c, (t, _) in self.schema.items()})
+        for fn, key in self._deferred:
+            block = fn()
+            if block is not None:
+                self.append_columns(block)
+                self._order_by = key
+        order_by = self._order_by
+        if not self._blocks:
+            df = pd.DataFrame.from_records(self._rows, columns=cols) if self._rows else pd.DataFrame(columns=cols)
+            return df.astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})
+        parts: list[dict[str, np.ndarray]] = []
+        done = 0
+        for before, block in self._blocks + [(len(self._rows), None)]:
+            if before > done:
+                rows = list(zip(*self._rows[done:before]))
+                parts.append({c: np.asarray(rows[j], dtype=self._dtype(self.schema[c][0]))
+                              for j, c in enumerate(cols)})
+                done = before
+            if block is not None:
+                parts.append(block)
+        data = {c: np.concatenate([np.asarray(p[c], dtype=self._dtype(t)) for p in parts])
+                for c, (t, _) in self.schema.items()}
+        if order_by is not None:
+            order = np.argsort(data[order_by], kind="stable")
+            data = {c: v[order] for c, v in data.items()}
+        return pd.DataFrame(data, columns=cols).astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})

@@ -26,7 +26,7 @@ class RequestState:
         self.prefill_left = np.zeros(n, dtype=np.int64)
         self.prefill_done = np.zeros(n, dtype=np.int64)  # prefill tokens already in KV for this admission
         self.blocks = np.zeros(n, dtype=np.int64)  # KV blocks held
-        self.flag = np.full(n, -1, dtype=np.int64)  # PSD sub-batch
+        self.sub_batch = np.full(n, -1, dtype=np.int64)  # PSD sub-batch (0/1), -1 outside PSD or before joining
         self.pending_d = np.full(n, NO_DRAFT, dtype=np.int64)  # PSD: proposal drafted last step
         self.pending_k = np.zeros(n, dtype=np.int64)
         self.pending_prop = np.zeros(n, dtype=np.int64)
@@ -78,6 +78,13 @@ class StepCounters:
         self._pending += len(idx)
         if self._pending >= self.FLUSH_ENTRIES:
             self._flush()
+
+    def add_run(self, idx: np.ndarray, steps: int, proposed: np.ndarray | None, accepted: np.ndarray | None) -> None:
+        """`steps` steps over requests `idx` (distinct) at once, with their summed proposed/accepted drafts."""
+        self._steps[idx] += steps
+        if proposed is not None:
+            self._proposed[idx] += proposed
+            self._accepted[idx] += accepted
 
     def _flush(self) -> None:
         n = self.n

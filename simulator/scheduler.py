@@ -3,7 +3,7 @@ blocks; paged KV growth; preemption of the newest request by recompute; prefill 
 
 `prefill` = "mixed": prefills join decode/verify steps (vLLM V1, or V0 with chunked prefill);
 "separate": vLLM V0 without chunked prefill (MineDraft): a step that schedules prefills schedules no
-decodes. PSD sub-batch flags are kept here too (MineDraft's scheduler owns them).
+decodes. PSD sub-batch sides are kept here too (MineDraft's scheduler owns them).
 
 `rules` = "vllm-v1" (server `scheduler: vllm-v1`) follows vLLM V1's `Scheduler.schedule()` (vLLM 0.32,
 vllm/v1/core/sched/scheduler.py) where it matters for timing; see VLLM_V1_RULES.
@@ -143,7 +143,7 @@ class Scheduler:
         st.prefilling.pop(i, None)
         st.prefill_done[i] = 0
         st.pending_d[i] = -1
-        st.flag[i] = -1
+        st.sub_batch[i] = -1
         st.preemptions[i] += 1
 
     def can_admit(self) -> bool:
@@ -206,10 +206,10 @@ class Scheduler:
     def assign_side(self, i: int) -> None:
         """MineDraft: join the side drafted next step; a balance counter keeps the sides within one."""
         st = self.state
-        flags = st.flag[st.running_array()]
+        flags = st.sub_batch[st.running_array()]
         counts = (int((flags == 0).sum()), int((flags == 1).sum()))
         drafted_next = self.verify_side  # the side verified now is drafted next step
-        st.flag[i] = drafted_next if counts[drafted_next] <= counts[1 - drafted_next] else 1 - drafted_next
+        st.sub_batch[i] = drafted_next if counts[drafted_next] <= counts[1 - drafted_next] else 1 - drafted_next
 
     def finish(self, i: int, t: float) -> None:
         st = self.state

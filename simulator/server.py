@@ -22,6 +22,7 @@ from simulator.request_state import RequestState
 from simulator.scheduler import Scheduler
 from simulator.server_config import Scenario
 from simulator.step_outcome import StepOutcome
+from simulator import step_runs
 from simulator.step_psd import PSDExecutor
 from simulator.step_sd import SDExecutor
 from simulator.workload_arrays import SimInputs
@@ -75,6 +76,7 @@ class Server:
         if arrivals is not None:
             arrivals.attach(st.arrival)
         self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
+        self.step_runs = step_runs.for_server(self)  # None: every step on the step path
         self.process = env.process(self.loop())
 
     def loop(self):
@@ -86,6 +88,13 @@ class Server:
                 st.arrive(i)
             if not st.running and not st.waiting:
                 yield self._idle()
+                continue
+            run = self.step_runs.plan(env.now) if self.step_runs is not None else None
+            if run is not None:  # a macro-step: several determined steps at once (simulator/step_runs.py)
+                yield env.timeout(run.end - env.now)
+                self.step_runs.apply(run)
+                if self.on_step is not None:
+                    self.on_step(st.n_finished)
                 continue
             step = self.executor.plan(env.now)
             if step.empty:
@@ -142,7 +151,7 @@ class Server:
             "proposed_tokens": proposed,
             "accepted_tokens": accepted,
             "preemptions": st.preemptions,
-            "sub_batch": st.flag if self.mode == "psd" else np.full(len(wl), -1, dtype=np.int64),
+            "sub_batch": st.sub_batch if self.mode == "psd" else np.full(len(wl), -1, dtype=np.int64),
         }
         requests = pd.DataFrame({c: req[c] for c in REQUEST_COLUMNS})
         chunks = self.outcome.itl_chunks

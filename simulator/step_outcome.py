@@ -24,14 +24,14 @@ class StepOutcome:
     def apply(self, s: Step, end: float) -> None:
         srv = self.srv
         st, wl, drafting = srv.state, srv.wl, srv.drafting
-        dec = s.dec
+        dec = s.decoding
         done_dec = dec[:0]
         emitted_sum = 0
         if len(dec):
             gen = st.gen[dec]
             out = wl.output_len[dec]
             # accepted drafts (traces.acceptance.accepted_drafts) + the corrected/bonus token, cut at the output's end
-            grp = drafting.groups_of(s.d_idx)
+            grp = drafting.groups_of(s.drafter_idx)
             left = out - gen
             emitted = np.minimum(1 + s.accepted, left) if grp else np.minimum(1, left)
             emitted_sum = int(emitted.sum())
@@ -49,17 +49,17 @@ class StepOutcome:
                 n_drafted += c
             st.usage[-1] += len(dec) - n_drafted
             if n_drafted and (self.tracks_drafter or drafting.learns):
-                drafted = None if n_drafted == len(dec) else s.d_idx != NO_DRAFT
+                drafted = None if n_drafted == len(dec) else s.drafter_idx != NO_DRAFT
                 if self.tracks_drafter:  # only the switching cost reads it
-                    st.last_drafter[masked(dec, drafted)] = masked(s.d_idx, drafted)
+                    st.last_drafter[masked(dec, drafted)] = masked(s.drafter_idx, drafted)
                 if drafting.learns:
-                    drafting.feedback(masked(dec, drafted), masked(gen, drafted), masked(s.d_idx, drafted),
+                    drafting.feedback(masked(dec, drafted), masked(gen, drafted), masked(s.drafter_idx, drafted),
                                       masked(s.k, drafted), masked(s.proposed, drafted), masked(s.accepted, drafted),
                                       s.duration)
         srv.executor.after(s)
         first_tokens = 0
         policy = drafting.policy
-        for i, c in zip(s.pre, s.chunk):
+        for i, c in zip(s.prefilled, s.prefill_chunk):
             st.prefill_left[i] -= c
             st.prefill_done[i] += c
             if st.prefill_left[i] == 0:
@@ -74,11 +74,18 @@ class StepOutcome:
                     policy.start_request(wl.request_ids[i])
         self._record(s, emitted_sum + first_tokens)
         done = done_dec
-        if len(s.pre):  # a prefill can finish a request whose output is one token
-            pre = s.pre
+        if len(s.prefilled):  # a prefill can finish a request whose output is one token
+            pre = s.prefilled
             fin = pre[(st.gen[pre] >= wl.output_len[pre]) & (st.prefill_left[pre] == 0)]
             if len(fin):
                 done = np.concatenate([done_dec, fin])
+        self.finish(done, end)
+        self.step_no += 1
+
+    def finish(self, done: np.ndarray, end: float) -> None:
+        """Requests `done` finished at `end`: free their KV, tell the policy and the arrival source."""
+        srv = self.srv
+        st, wl, policy = srv.state, srv.wl, srv.drafting.policy
         for i in done:
             i = int(i)
             if st.status[i] == FINISHED:
@@ -87,17 +94,13 @@ class StepOutcome:
             if st.started[i]:
                 policy.finish_request(wl.request_ids[i])
             srv.arrivals.on_finish(i, end)
-        self.step_no += 1
 
     def _record(self, s: Step, emitted: int) -> None:
         used_blocks = self.srv.sched.pool.used
         add = self.steps.append_row
         for device, slices in (("target", s.target_slices), ("drafter", s.drafter_slices)):
-            for phase, t0, t1, a in slices:
-                g = a.get
-                add((self.step_no, device, phase, t0, t1, g("num_seqs", 0), g("prefill_tokens", 0),
-                     g("batched_tokens", 0), g("kv_tokens", 0), used_blocks, g("proposed_tokens", 0),
-                     g("accepted_tokens", 0),
-                     emitted if device == "target" and phase not in ("draft", "draft_prefill", "sync") else 0,
-                     g("sub_batch", -1), g("drafters", "")))
-
+            for sl in slices:
+                add((self.step_no, device, sl.phase, sl.start, sl.end, sl.num_seqs, sl.prefill_tokens,
+                     sl.batched_tokens, sl.kv_tokens, used_blocks, sl.proposed_tokens, sl.accepted_tokens,
+                     emitted if device == "target" and sl.phase not in ("draft", "draft_prefill", "sync") else 0,
+                     sl.sub_batch, sl.drafters))

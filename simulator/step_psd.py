@@ -14,7 +14,7 @@ from simulator.pricing import Pricing
 from simulator.request_state import RequestState
 from simulator.scheduler import EMPTY, Scheduler
 from simulator.server_config import PSDConfig
-from simulator.step import Step, plan_prefill_only
+from simulator.step import Step, StepSlice, plan_prefill_only
 
 
 class PSDExecutor:
@@ -36,7 +36,7 @@ class PSDExecutor:
         dec_mask = st.prefill_left[run] == 0
         dec_all = run[dec_mask]
         kv_est = int(pricing.context(dec_all).sum())
-        on_v = st.flag[dec_all] == vs
+        on_v = st.sub_batch[dec_all] == vs
         V, D = dec_all[on_v], dec_all[~on_v]
         fallback = len(D) == 0 or len(V) == 0 or len(dec_all) < psd.split_min_batch
         if fallback and len(dec_all):
@@ -91,41 +91,43 @@ class PSDExecutor:
             duration = pricing.overhead
         t_slices, d_slices = [], []
         if pre_draft_t > 0:
-            d_slices.append(("draft", now, now + pre_draft_t, {
-                "num_seqs": int(newv.sum()), "prefill_tokens": 0, "batched_tokens": int(p_v[newv].sum()),
-                "kv_tokens": kv, "proposed_tokens": int(p_v[newv].sum()), "drafters": "+".join(used_pre),
-                "sub_batch": vs}))
+            p_new = int(p_v[newv].sum())
+            d_slices.append(StepSlice("draft", now, now + pre_draft_t, num_seqs=int(newv.sum()), batched_tokens=p_new,
+                                      kv_tokens=kv, proposed_tokens=p_new, drafters="+".join(used_pre), sub_batch=vs))
         if draft_t > 0:
             kv_d = int(pricing.context(D).sum())
-            d_slices.append(("draft", now + pre_draft_t, now + pre_draft_t + draft_t, {
-                "num_seqs": len(D), "prefill_tokens": 0, "batched_tokens": int(p_d.sum()), "kv_tokens": kv_d,
-                "proposed_tokens": int(p_d.sum()), "drafters": "+".join(used_d), "sub_batch": 1 - vs}))
+            p_draft = int(p_d.sum())
+            d_slices.append(StepSlice("draft", now + pre_draft_t, now + pre_draft_t + draft_t, num_seqs=len(D),
+                                      batched_tokens=p_draft, kv_tokens=kv_d, proposed_tokens=p_draft,
+                                      drafters="+".join(used_d), sub_batch=1 - vs))
         if drafter_prefill_t > 0:
-            d_slices.append(("prefill", now + pre_draft_t + draft_t, now + drafter_end, {
-                "num_seqs": len(pre), "prefill_tokens": int(chunk.sum()), "batched_tokens": int(chunk.sum()),
-                "kv_tokens": int((st.prefill_done[pre] + chunk).sum())}))
+            pre_tokens = int(chunk.sum())
+            d_slices.append(StepSlice("prefill", now + pre_draft_t + draft_t, now + drafter_end, num_seqs=len(pre),
+                                      prefill_tokens=pre_tokens, batched_tokens=pre_tokens,
+                                      kv_tokens=int((st.prefill_done[pre] + chunk).sum())))
         if len(V) or len(pre):
             phase = "mixed" if (len(pre) and len(V)) else ("prefill" if len(pre) else "verify")
-            t_slices.append((phase, now + pre_draft_t, now + target_end, {
-                "num_seqs": nseq, "prefill_tokens": int(chunk.sum()), "batched_tokens": tokens, "kv_tokens": kv,
-                "proposed_tokens": int(p_v.sum()), "accepted_tokens": int(accepted.sum()),
-                "drafters": "+".join(sorted(set(drafting.drafters[i] for i in np.unique(d_v) if i != NO_DRAFT))),
-                "sub_batch": vs}))
+            t_slices.append(StepSlice(
+                phase, now + pre_draft_t, now + target_end, num_seqs=nseq, prefill_tokens=int(chunk.sum()),
+                batched_tokens=tokens, kv_tokens=kv, proposed_tokens=int(p_v.sum()),
+                accepted_tokens=int(accepted.sum()),
+                drafters="+".join(sorted(set(drafting.drafters[i] for i in np.unique(d_v) if i != NO_DRAFT))),
+                sub_batch=vs))
         if sync > 0:
-            t_slices.append(("sync", now + both_done, now + duration, {"num_seqs": len(V) + len(D), "sub_batch": vs}))
+            t_slices.append(StepSlice("sync", now + both_done, now + duration, num_seqs=len(V) + len(D), sub_batch=vs))
         step = Step(V, d_v, k_v, p_v, accepted, pre, chunk, duration, t_slices, d_slices)
-        step.drafted, step.drafted_d, step.drafted_k, step.drafted_prop = D, d_d, k_d, p_d
+        step.drafted, step.drafted_drafter_idx, step.drafted_k, step.drafted_proposed = D, d_d, k_d, p_d
         return step
 
     def after(self, s: Step) -> None:
         """The verified side's proposals are used up; the drafted side keeps its own; roles flip."""
         st = self.state
-        if len(s.dec):
-            st.pending_d[s.dec] = NO_DRAFT
+        if len(s.decoding):
+            st.pending_d[s.decoding] = NO_DRAFT
         D = s.drafted
         if len(D):
-            st.pending_d[D] = s.drafted_d
+            st.pending_d[D] = s.drafted_drafter_idx
             st.pending_k[D] = s.drafted_k
-            st.pending_prop[D] = s.drafted_prop
-            if len(s.dec):
+            st.pending_prop[D] = s.drafted_proposed
+            if len(s.decoding):
                 self.sched.verify_side = 1 - self.sched.verify_side

@@ -8,7 +8,7 @@ from simulator.drafting import Drafting
 from simulator.pricing import Pricing
 from simulator.request_state import RequestState
 from simulator.scheduler import EMPTY, Scheduler
-from simulator.step import Step, plan_prefill_only
+from simulator.step import Step, StepSlice, plan_prefill_only
 
 
 class SDExecutor:
@@ -73,10 +73,11 @@ class SDExecutor:
         duration = draft_t + verify_t + pricing.overhead + drafter_prefill_t
         slices = []
         t = now
+        drafters = "+".join(used)
         if draft_t > 0:
-            slices.append(("draft", t, t + draft_t, {"num_seqs": int(np.count_nonzero(proposed)), "prefill_tokens": 0,
-                                                      "batched_tokens": prop_sum, "kv_tokens": kv,
-                                                      "proposed_tokens": prop_sum, "drafters": "+".join(used)}))
+            slices.append(StepSlice("draft", t, t + draft_t, num_seqs=int(np.count_nonzero(proposed)),
+                                    batched_tokens=prop_sum, kv_tokens=kv, proposed_tokens=prop_sum,
+                                    drafters=drafters))
             t += draft_t
         phase = "decode" if self.mode == "ar" else "verify"
         if len(pre) and len(dec):
@@ -84,14 +85,13 @@ class SDExecutor:
         elif len(pre):
             phase = "prefill"
         end = now + duration - drafter_prefill_t
-        slices.append((phase, t, end, {
-            "num_seqs": nseq, "prefill_tokens": int(chunk.sum()), "batched_tokens": tokens, "kv_tokens": kv,
-            "proposed_tokens": prop_sum, "accepted_tokens": int(accepted.sum()), "drafters": "+".join(used)}))
+        slices.append(StepSlice(phase, t, end, num_seqs=nseq, prefill_tokens=int(chunk.sum()), batched_tokens=tokens,
+                                kv_tokens=kv, proposed_tokens=prop_sum, accepted_tokens=int(accepted.sum()),
+                                drafters=drafters))
         if drafter_prefill_t > 0:  # the drafters' own pass over the new prompts, after the target's
-            n_pre, pre_tokens = len(pre), int(chunk.sum())
-            slices.append(("draft_prefill", end, now + duration, {
-                "num_seqs": n_pre, "prefill_tokens": pre_tokens, "batched_tokens": pre_tokens, "kv_tokens": kv,
-                "drafters": "+".join(self.drafter_names)}))
+            pre_tokens = int(chunk.sum())
+            slices.append(StepSlice("draft_prefill", end, now + duration, num_seqs=len(pre), prefill_tokens=pre_tokens,
+                                    batched_tokens=pre_tokens, kv_tokens=kv, drafters="+".join(self.drafter_names)))
         return Step(dec, d_idx, k, proposed, accepted, pre, chunk, duration, slices, [])
 
     def after(self, step: Step) -> None:

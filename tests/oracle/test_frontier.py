@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from oracle.frontier import (ASSUMPTIONS, expected_tokens, frontier_point,
+from oracle.frontier import (ASSUMPTIONS, frontier_tokens, frontier_point,
                              frontier_summary)
 
 
 def _brute(x, k, psd):
     u = np.linspace(0, 40 + 4 * x, 400_001)
-    e = 1 + (1 - np.exp(-u)) if k == 1 else expected_tokens(u, k)
+    e = 1 + (1 - np.exp(-u)) if k == 1 else frontier_tokens(u, k)
     obj = (np.maximum(u, x) if psd else u + x) / e
     return float(obj.min()) / x
 

@@ -294,13 +294,13 @@ def test_psd_arrival_joins_side_drafted_next_unless_it_is_larger():
     sim = _psd_sim(traces, workload(traces, 8, rate=None))
     st, sched = sim.server.state, sim.server.sched
     st.running = [0, 1, 2, 3]
-    st.flag[[0, 1, 2, 3]] = [0, 0, 1, 1]
+    st.sub_batch[[0, 1, 2, 3]] = [0, 0, 1, 1]
     sched.verify_side = 1  # side 1 is verified now, so it is drafted next step
     sched.assign_side(4)
-    assert st.flag[4] == 1
+    assert st.sub_batch[4] == 1
     st.running.append(4)
     sched.assign_side(5)  # side 1 is now larger: the balance counter sends it to side 0
-    assert st.flag[5] == 0
+    assert st.sub_batch[5] == 0
 
 
 def test_psd_slots_are_recycled_and_sides_stay_within_one():

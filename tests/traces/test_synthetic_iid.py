@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from tests.traces.synth_helpers import bundle_from
 from traces.synthetic import IidAcceptance
-from traces.synthetic.iid import expected_tokens
+from traces.synthetic.iid import capped_iid_tokens
 
 
 def test_generate_is_geometric_and_capped():
@@ -31,7 +31,7 @@ def test_same_seed_same_trace():
 
 
 def test_expected_tokens_stops_at_max_acc():
-    assert expected_tokens(0.8, 5, 3) == pytest.approx(1 + 0.8 + 0.64)  # acc_len <= 3: at most 2 drafts count
+    assert capped_iid_tokens(0.8, 5, 3) == pytest.approx(1 + 0.8 + 0.64)  # acc_len <= 3: at most 2 drafts count
 
 
 @pytest.mark.parametrize("rate", [0.3, 0.65, 0.85])

@@ -28,7 +28,7 @@ def test_walk_tokens_per_step_match_the_model():
     b = bundle_from(TRUE, n=100, length=400, seed=4)
     measured, _ = tokens_per_step([r.drafters["d"] for r in b.requests], 5)
     for k in (1, 3, 5):
-        assert measured[k] == pytest.approx(TRUE.expected_tokens(k), rel=0.03)
+        assert measured[k] == pytest.approx(TRUE.mean_tokens_per_step(k), rel=0.03)
 
 
 def test_fit_recovers_rates():
@@ -36,7 +36,7 @@ def test_fit_recovers_rates():
     assert fitted.rates[:4] == pytest.approx(TRUE.rates, abs=0.04)
     # deep conditional rates divide small survival values, so the fit guarantees the survival itself
     assert fitted.survival()[:12] == pytest.approx(TRUE.survival()[:12], abs=0.01)
-    assert fitted.expected_tokens(64) == pytest.approx(TRUE.expected_tokens(64), rel=0.02)
+    assert fitted.mean_tokens_per_step(64) == pytest.approx(TRUE.mean_tokens_per_step(64), rel=0.02)
     assert fitted.max_acc <= 20
 
 

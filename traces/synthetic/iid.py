@@ -14,7 +14,7 @@ from traces.synthetic.tv import TvModel
 FIT_DEPTH = 8
 
 
-def expected_tokens(rate: float, k: int, max_acc: int) -> float:
+def capped_iid_tokens(rate: float, k: int, max_acc: int) -> float:
     """Expected tokens per step at k for i.i.d. rate, with acc_len capped at max_acc."""
     return leviathan_tokens(rate, min(k, max_acc - 1))
 
@@ -42,7 +42,7 @@ class IidAcceptance(BaseModel):
         ks = range(1, FIT_DEPTH + 1)
 
         def loss(a: float) -> float:
-            return sum((expected_tokens(a, k, max_acc) - measured[k]) ** 2 for k in ks)
+            return sum((capped_iid_tokens(a, k, max_acc) - measured[k]) ** 2 for k in ks)
 
         from scipy.optimize import minimize_scalar  # scipy costs ~0.2 s to import: only when fitting
 

@@ -41,7 +41,7 @@ class PositionalAcceptance(BaseModel):
         cond = np.array([self.rates[j] if j < len(self.rates) else self.tail for j in range(self.max_acc - 1)])
         return np.concatenate([[1.0], np.cumprod(cond)])
 
-    def expected_tokens(self, k: int) -> float:
+    def mean_tokens_per_step(self, k: int) -> float:
         """Mean tokens per step at k under this model (no output-length cap)."""
         return float(self.survival()[: k + 1].sum())
 

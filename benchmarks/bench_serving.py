@@ -1,0 +1,146 @@
+"""Open-loop serving: simulated seconds per wall second and engine request-steps per CPU second.
+
+Run from the repository root:  python -m benchmarks.bench_serving [--requests 10000] [--skip-process]
+
+Workload (the Vidur/BLIS side-by-side case): 10,000 requests, 512 prompt / 256 output tokens each, Poisson
+arrivals at 12 req/s, max_num_seqs 64, one server with a linear Llama-2-7B / H100-like profile (below:
+derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.py, which is closed loop.
+
+Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
+- engine alone (`simulate_run`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
+  with macro-steps (simulator/step_runs.py) and, in the same process, without (the step-by-step path): request-
+  steps per CPU second, mean sequences per step, and the ratio;
+- whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
+  seconds per wall second.
+Targets (issue 18): engine >= 10M request-steps/CPU-s for AR and fixed-k SD, >= 2M with a learning policy;
+whole process >= 1000x real time. Nothing is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_RATE = {"AR": 10_000_000, "SD-k3": 10_000_000, "UCB": 2_000_000}
+TARGET_REAL_TIME = 1000.0
+
+# Llama-2-7B (6.74e9 params fp16: 13.5 GB of weights; 32 layers x 2 x 4096 x 2 bytes = 512 KiB of KV per token) on
+# one H100 SXM (3.35 TB/s, 989 TFLOP/s bf16 dense): a step reads the weights once (~4.0 ms at 100% bandwidth,
+# 4.5 ms at ~90%), reads each attended KV token (~0.16 us), and spends ~2 * 6.74e9 FLOP per batched token at
+# ~70% of peak (~20 us); no per-sequence term; plus a fixed 3.5 ms per step of framework and scheduling overhead
+# (assumed), which puts ~40 sequences in a step at 12 req/s. A "like" profile for speed benchmarks, not a measurement.
+STEP_OVERHEAD_S = 0.0035
+LLAMA2_7B_H100_LINEAR = {
+    "kind": "linear", "name": "llama2-7b-h100-linear-bench", "model": "llama-2-7b",
+    "coefficients": {"const": 0.0045, "kv_tokens": 1.6e-7, "batched_tokens": 2.0e-5},
+    "provenance": {"source": "published", "notes": "derived from catalog bandwidth/FLOP figures for benchmarks"},
+}
+
+
+def config(n: int, runs: list[dict]) -> dict:
+    return {
+        "name": "bench-serving",
+        "seed": 0,
+        "traces": "builtin:default",
+        "workload": {"num_requests": n, "arrival": {"kind": "poisson", "rate": 12.0},
+                     "lengths": {"source": "parametric", "prompt": {"dist": "constant", "value": 512},
+                                 "output": {"dist": "constant", "value": 256}}},
+        "server": {"target_profile": LLAMA2_7B_H100_LINEAR, "step_overhead_s": STEP_OVERHEAD_S,
+                   "max_num_seqs": 64, "max_num_batched_tokens": 8192, "kv_capacity_tokens": 400_000},
+        "drafters": {"eagle3": {"kind": "fraction_of_verify", "fraction": 0.1},
+                     "ngram": {"kind": "fraction_of_verify", "fraction": 0.005875}},
+        "runs": runs,
+    }
+
+
+RUNS = {
+    "AR": {"name": "AR", "mode": "ar"},
+    "SD-k3": {"name": "SD-k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}},
+    "UCB": {"name": "UCB", "mode": "sd", "policy": {"name": "ucb", "drafters": ["eagle3", "ngram"], "k": 3}},
+}
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        one, five, fifteen = os.getloadavg()
+        return f"load average: {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def engine(n: int, names: list[str], repeats: int) -> None:
+    """Engine CPU seconds per run, macro-steps on and off, in this process."""
+    from experiments.config import load_config
+    from experiments.run import engine_workload, prepare, resolve_bundle, simulate_run
+    from simulator import step_runs
+    from traces.workload import WorkloadSpec, workload_and_bundle
+
+    for name in names:
+        cfg = load_config(config(n, [RUNS[name]]))
+        bundle = resolve_bundle(cfg.traces, cfg.seed)
+        workload, bundle = workload_and_bundle(bundle, WorkloadSpec.model_validate(cfg.workload), seed=cfg.seed,
+                                               need_acceptance=name != "AR")
+        ew, traces = engine_workload(workload, bundle)
+        cpu: dict[bool, float] = {}
+        for _ in range(repeats):
+            for macro in (False, True):
+                step_runs.MACRO_STEPS = macro
+                sc = prepare(cfg)[0]
+                c0 = time.process_time()
+                res = simulate_run(sc, bundle, ew, traces)
+                c = time.process_time() - c0
+                cpu[macro] = min(cpu.get(macro, c), c)
+        step_runs.MACRO_STEPS = True
+        rs = res.extras["request_steps"]
+        steps = res.extras["steps"]
+        sim_s = float(res.requests["finish_time"].max())
+        on, off = rs / cpu[True], rs / cpu[False]
+        print(f"  {name:6s} {rs:>10,} request-steps in {steps:,} steps ({rs / steps:.1f} seqs/step), "
+              f"{sim_s:.0f} simulated s")
+        print(f"         engine cpu: macro-steps {cpu[True]:.3f} s -> {on:,.0f} request-steps/cpu-s; step by step "
+              f"{cpu[False]:.3f} s -> {off:,.0f}; ratio {on / off:.2f}x; engine {sim_s / cpu[True]:,.0f}x real time "
+              f"(target {TARGET_RATE[name]:,}: {'met' if on >= TARGET_RATE[name] else 'NOT met'})  [{uptime()}]")
+
+
+def whole_process(n: int, repeats: int) -> None:
+    """`python -m experiments.cli run` on the AR workload, every output written: simulated s per wall s."""
+    with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
+        cfg_path = Path(tmp) / "serving.json"  # JSON is YAML
+        cfg_path.write_text(json.dumps(config(n, [RUNS["AR"]])))
+        cmd = [sys.executable, "-m", "experiments.cli", "run", str(cfg_path), "--out", str(Path(tmp) / "out"),
+               "--no-progress", "--json"]
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if done.returncode != 0:
+                raise SystemExit(f"failed: {' '.join(cmd)}\n{done.stderr[-2000:]}")
+            sim_s = json.loads(done.stdout)["AR"]["makespan_s"]
+            print(f"  whole process (AR, all outputs): wall {wall:.2f} s, {sim_s:.0f} simulated s -> "
+                  f"{sim_s / wall:,.0f}x real time (target {TARGET_REAL_TIME:g}: "
+                  f"{'met' if sim_s / wall >= TARGET_REAL_TIME else 'NOT met'})  [{uptime()}]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--repeats", type=int, default=2, help="engine runs per path (best CPU time kept)")
+    ap.add_argument("--runs", default="AR,SD-k3,UCB", help="comma-separated subset of AR, SD-k3, UCB")
+    ap.add_argument("--skip-process", action="store_true", help="engine figures only")
+    args = ap.parse_args(argv)
+    print(f"{args.requests:,} requests, 512 in / 256 out, Poisson 12 req/s, max_num_seqs 64, linear "
+          f"Llama-2-7B/H100-like profile; figures measured under the load shown")
+    engine(args.requests, args.runs.split(","), args.repeats)
+    if not args.skip_process:
+        whole_process(args.requests, args.repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
