@@ -61,11 +61,21 @@ class SteadyState:
 
     @property
     def overload_threshold(self) -> float:
-        return max(OVERLOAD_MIN_GROWTH, OVERLOAD_Z / math.sqrt(self.arrivals))
+        return overload_threshold(self.arrivals)
 
     @property
     def overloaded(self) -> bool:
-        return self.backlog_growth > self.overload_threshold
+        return is_overloaded(self.arrivals, self.departures)
+
+
+def overload_threshold(arrivals: int) -> float:
+    """Backlog growth (fraction of the window's arrivals) above which a window is overloaded."""
+    return max(OVERLOAD_MIN_GROWTH, OVERLOAD_Z / math.sqrt(arrivals))
+
+
+def is_overloaded(arrivals: int, departures: int) -> bool:
+    """The overload rule on window counts (one run, or several seeds pooled)."""
+    return arrivals > 0 and (arrivals - departures) / arrivals > overload_threshold(arrivals)
 
 
 def steady_window(arrival: np.ndarray, finish: np.ndarray) -> tuple[float, float] | None:
