@@ -217,11 +217,12 @@ class TrafficModel:
             n = n or times.shape[0]
             if n > times.shape[0]:
                 raise ValueError(f"traffic.num_requests: {n} but {path} has {times.shape[0]} arrival times")
-            if n < 2 or not times[n - 1] > times[0]:
+            m = times.shape[0]
+            if m < 2 or not times[m - 1] > times[0]:
                 raise ValueError(f"traffic.file: {path}: need at least two distinct arrival times to define a rate")
-            self.replay_times = times[:n]
+            self.replay_times = times  # every run replays the first N of them (N sized per candidate)
             self.replay_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-            self.recorded_rate = (n - 1) / float(times[n - 1] - times[0])
+            self.recorded_rate = (m - 1) / float(times[m - 1] - times[0])
         if not n:
             raise ValueError("traffic.num_requests: required when the base config does not set workload.num_requests")
         self.num_requests = int(n)
@@ -403,7 +404,7 @@ def _curve(c: Candidate) -> list[dict[str, Any]]:
         row = {"rate": round_sig(e["rate"]), "sustainable": e["sustainable"], "decided": e.get("decided"),
                "overloaded": e.get("overloaded"), "seeds": len(e["seeds"]),
                "attainment": e.get("attainment", _mean([s.get("steady_slo_attainment") for s in e["seeds"]])),
-               "attainment_interval": e.get("attainment_interval")}
+               "attainment_interval": e.get("attainment_interval"), "why": e.get("why")}
         row.update({f"{m}_mean": _mean([s.get(m) for s in e["seeds"]]) for m in
                     ("steady_throughput_tok_s", "steady_ttft_p99_s", "steady_tpot_p99_s", "steady_e2e_p99_s",
                      "steady_e2e_mean_s", "steady_tpot_mean_s")})
@@ -490,6 +491,11 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
     if c.status != "ok" or c.search is None:
         return doc
     s = c.search
+    final = {v.rate: v for v in s.verdicts}  # verdicts as the search left them (some passes re-judged)
+    for e in c.evaluations:
+        v = final.get(e["rate"])
+        if v is not None and not e.get("curve_only"):
+            e.update(sustainable=v.passed, decided=v.decided, why=v.why)
     lo, hi = s.lo, s.hi
     i_lo, i_hi = s.interval
     at_lo = next((e for e in c.evaluations if e["rate"] == lo and not e.get("curve_only")), None)
@@ -503,8 +509,7 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
         "max_rate_req_s": round_sig(lo), "bracket_req_s": [round_sig(lo), round_sig(hi) if hi else None],
         "interval_req_s": [round_sig(i_lo), round_sig(i_hi) if i_hi else None],
         "at_search_ceiling": s.at_ceiling, "rates_tested": len(s.verdicts),
-        "service_rate_req_s": round_sig(min((v.service_rate for v in s.verdicts if v.service_rate),
-                                            default=math.nan)),
+        "service_rate_req_s": round_sig(s.service_rate) if s.service_rate else None,
         "throughput_tok_s_at_max_rate": tok_s,
         "usd_per_mtok_at_max_rate": round_sig(hourly / (tok_s * 3600) * 1e6) if tok_s else None,
         "meets_target_rate": meets,
@@ -602,16 +607,18 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
         "rule": {
             "window": WINDOW_RULE,
             "overload": OVERLOAD_RULE + "; an overloaded rate is never sustainable",
-            "sustainable": (f"stable (not overloaded, {s.seeds} seeds pooled) and the mean SLO attainment of the "
-                            f"window requests reaches {q:g} (a request attains when it finishes within every bound)"),
+            "sustainable": (f"stable (not overloaded, {s.seeds} seeds pooled) and the SLO attainment of the window "
+                            f"requests reaches {q:g} at the low end of its interval (a request attains when it "
+                            "finishes within every bound); the answer is the highest sustainable rate tested"),
             "interval": (f"attainment: 95% Student-t interval of {BATCHES} batch means per seed pooled over the "
                          f"seeds; a verdict is decided when the interval lies on its side of {q:g}. Rate interval: "
-                         "highest decided pass to lowest decided fail among the tested rates"),
+                         "the answer to the lowest decided fail (or measured service rate) among the tested rates"),
             "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
                      f"{s.requests_per_replica} requests per replica (given: {traffic.num_requests})"),
             "search": (f"start at {round_sig(s.rate_start or target)} req/s, double while passing"
                        + (f" (up to {s.rate_max:g})" if s.rate_max else "")
-                       + f"; after an overloaded run try {BELOW_SERVICE:g} x its measured service rate; bisect until the "
+                       + f"; after an overloaded run try {BELOW_SERVICE:g} x its measured service rate (no rate "
+                       "above it passes); bisect until the "
                        f"bracket is within {s.rel_tol:g} of its top, at most {s.max_tests} rates; then, for the "
                        f"curves only, one run (first seed) at {', '.join(f'{f:g}' for f in s.curve_fractions)} "
                        "x the max rate"),

@@ -5,19 +5,23 @@ Judging one rate (stated in every plan.json): every seed's run is measured in it
 arrivals above the service rate), whatever the latencies. Otherwise the SLO attainment (share of window requests
 within every bound) is estimated by batch means (BATCHES consecutive groups of window requests per seed, pooled
 over seeds) with a 95% Student-t interval; the rate PASSES when the mean attainment reaches the target. A verdict
-is DECIDED when the interval lies wholly on its side of the target (or the run is overloaded).
+is DECIDED when the interval lies wholly on its side of the target (or the run is overloaded). A rate is
+SUSTAINABLE when it passes decidedly: stable, and the attainment interval's low end reaches the target.
 
-Search: start at the target rate; while every tested rate passes, double it (up to search.rate_max); a failing
+Search: start at the target rate; while every tested rate is sustainable, double it (up to search.rate_max); a failing
 overloaded run measures the service rate (its window departure rate), and the next rate tried is just below
-it; then bisect between the highest passing and the lowest failing rate until they are within search.rel_tol.
-The answer is the highest passing rate; its interval runs from the highest DECIDED pass to the lowest DECIDED
-fail among the tested rates (sustainability assumed monotone in the rate; seeds are shared across rates: each
+it, and no rate above that measured service rate counts as passing (a finite run can meet the SLO just above
+it while its queue grows); then bisect between the highest sustainable and the lowest other rate until they are
+within search.rel_tol; then, while tests remain, bisect between the highest undecided and the lowest decided
+failing rate until they are within search.rel_tol too (the top of the interval).
+The answer is the highest sustainable rate; its interval runs from there to the lowest DECIDED fail (or the
+measured service rate) among the tested rates (sustainability assumed monotone in the rate; seeds are shared across rates: each
 seed's arrivals are one draw scaled in time).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -78,13 +82,13 @@ class RateSearch:
 
     @property
     def lo(self) -> float:
-        """Highest passing rate tested (0: none)."""
-        return max((v.rate for v in self.verdicts if v.passed), default=0.0)
+        """Highest rate tested that passed, decided (0: none): the answer."""
+        return max((v.rate for v in self.verdicts if v.passed and v.decided), default=0.0)
 
     @property
     def hi(self) -> float | None:
-        """Lowest failing rate tested (None: none failed)."""
-        return min((v.rate for v in self.verdicts if not v.passed), default=None)
+        """Lowest rate tested that did not pass decidedly (None: none)."""
+        return min((v.rate for v in self.verdicts if not (v.passed and v.decided)), default=None)
 
     @property
     def at_ceiling(self) -> bool:
@@ -101,7 +105,17 @@ class RateSearch:
         if v.rate != self._next:
             raise ValueError(f"rate search: expected the verdict at {self._next!r}, got {v.rate!r}")
         self.verdicts.append(v)
+        service = self.service_rate
+        if service is not None:  # a finite run can pass just above the service rate; the queue still grows
+            self.verdicts = [replace(x, passed=False, decided=True,
+                                     why=f"above the service rate {service:.4g} req/s an overloaded run measured")
+                             if x.passed and x.rate > service else x for x in self.verdicts]
         self._next = self._choose()
+
+    @property
+    def service_rate(self) -> float | None:
+        """The lowest window departure rate measured by an overloaded run (None: no run was overloaded)."""
+        return min((v.service_rate for v in self.verdicts if v.service_rate), default=None)
 
     def _choose(self) -> float | None:
         lo, hi = self.lo, self.hi
@@ -110,9 +124,16 @@ class RateSearch:
         if hi is None:  # everything passed so far: grow
             nxt = 2.0 * lo
             return min(nxt, self.rate_max) if self.rate_max else nxt
-        if hi - lo <= self.rel_tol * hi:
-            return None
-        service = min((v.service_rate for v in self.verdicts if v.service_rate), default=None)
+        if hi - lo <= self.rel_tol * hi:  # answer found; now narrow its interval's top (the lowest decided fail)
+            top = self.interval[1]
+            if top is None:
+                nxt = 2.0 * hi
+                return None if self.rate_max and hi >= self.rate_max else min(nxt, self.rate_max or nxt)
+            if top - hi <= self.rel_tol * top:
+                return None
+            undecided = max(v.rate for v in self.verdicts if not v.decided and v.rate < top)
+            return (undecided + top) / 2.0
+        service = self.service_rate
         tested = {v.rate for v in self.verdicts}
         if service is not None:
             below = BELOW_SERVICE * service
@@ -124,7 +145,9 @@ class RateSearch:
 
     @property
     def interval(self) -> tuple[float, float | None]:
-        """[highest decided pass, lowest decided fail] among the tested rates (None: no decided fail)."""
+        """[highest decided pass, lowest decided fail or measured service rate] (None: neither)."""
         low = max((v.rate for v in self.verdicts if v.passed and v.decided), default=0.0)
-        high = min((v.rate for v in self.verdicts if not v.passed and v.decided), default=None)
-        return low, high
+        fails = [v.rate for v in self.verdicts if not v.passed and v.decided]
+        if self.service_rate is not None:
+            fails.append(self.service_rate)
+        return low, min(fails, default=None)
