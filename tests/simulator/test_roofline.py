@@ -102,3 +102,20 @@ def test_error_against_published_llama_h100_profile():
     assert cmp.mape_percent < 25
     assert cmp.max_error_percent < 60
     assert cmp.points == 60
+
+
+def test_roofline_drafter_profile_prices_the_draft_model_on_its_own_gpu():
+    from simulator.draft_cost import draft_cost_from_config
+
+    doc = {"kind": "autoregressive", "profile": {"kind": "roofline", "model": "llama3.2-1b", "gpu": "h100-80gb",
+                                                 "tp": 1}}
+    cost = draft_cost_from_config(doc)
+    own = _r("llama3.2-1b")
+    # k = 3 forward steps of the 1B model over 32 sequences, whatever the target's TP or verify time
+    expected = sum(own.step_time(32, 32, 32_000 + i * 32) for i in range(3))
+    assert cost.draft_time(32, 96, 3, 32_000, verify_time=1.0) == pytest.approx(expected)
+    assert cost.draft_time(32, 96, 3, 32_000, verify_time=0.001) == pytest.approx(expected)
+    with pytest.raises(ValueError, match=r"drafter cost.profile.gpu: required"):
+        draft_cost_from_config({"kind": "autoregressive", "profile": {"kind": "roofline", "model": "llama3.2-1b"}})
+    with pytest.raises(ValueError, match="inline profile must be"):
+        draft_cost_from_config({"kind": "autoregressive", "profile": {"kind": "linear"}})
