@@ -612,7 +612,8 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                             "finishes within every bound); the answer is the highest sustainable rate tested"),
             "interval": (f"attainment: 95% Student-t interval of {BATCHES} batch means per seed pooled over the "
                          f"seeds; a verdict is decided when the interval lies on its side of {q:g}. Rate interval: "
-                         "the answer to the lowest decided fail (or measured service rate) among the tested rates"),
+                         "the highest rate passing at the 99.9% interval to the lowest decided fail (or the measured "
+                         "service rate) among the tested rates"),
             "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
                      f"{s.requests_per_replica} requests per replica (given: {traffic.num_requests})"),
             "search": (f"start at {round_sig(s.rate_start or target)} req/s, double while passing"

@@ -256,8 +256,13 @@ def test_cli_prints_the_ranked_table_and_the_answer(known_case, tmp_path, capsys
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(known_case))
     assert run_cli(cmd_plan, ["plan", str(path), "--out", str(tmp_path / "o"), "--backend", "serial",
-                              "--no-progress", "--set", "prices.usd_per_gpu_hour.h100-80gb=2.5"]) == 0
-    out = " ".join(capsys.readouterr().out.split())
+                              "--set", "prices.usd_per_gpu_hour.h100-80gb=2.5"]) == 0
+    captured = capsys.readouterr()
+    out = " ".join(captured.out.split())
+    # off a terminal: plain progress lines on stderr, the last one with every planned point done
+    last = captured.err.strip().splitlines()[-1]
+    done, total = last.split(": ")[1].split(" points")[0].split("/")
+    assert last.startswith("plan known: ") and done == total and int(total) > 0
     assert "cheapest for 5 req/s: h100-80gb tp1 x1 AR" in out
     assert "2.50" in out and "override in prices" in out and "SLO attainment of the window requests" in out
     assert "deploy (1 replica(s)): vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1 " \

@@ -13,7 +13,7 @@ def _verdict(rate: float, threshold: float, service: float) -> Verdict:
     if rate > service:  # above the service rate: overloaded, departures at the service rate
         return Verdict(rate, False, True, True, None, None, None, service, "overloaded")
     ok = rate <= threshold
-    return Verdict(rate, ok, True, False, 1.0 if ok else 0.0, None, None, None, "")
+    return Verdict(rate, ok, True, False, 1.0 if ok else 0.0, None, None, None, "", strict_pass=ok)
 
 
 @given(start=st.floats(0.1, 100), threshold=st.floats(0.01, 500), slack=st.floats(1.0, 3.0),
@@ -26,7 +26,8 @@ def test_search_brackets_a_monotone_threshold(start, threshold, slack, tol):
         s.record(_verdict(s.next_rate(), threshold, service))
     assert s.lo <= threshold
     assert s.hi is not None and s.hi > threshold and s.hi - s.lo <= tol * s.hi
-    assert s.interval == (s.lo, s.hi)  # every verdict decided: the interval is the bracket
+    # every verdict decided: the interval is the bracket, capped by a measured service rate
+    assert s.interval == (s.lo, min(s.hi, s.service_rate or s.hi))
     assert all(not v.passed for v in s.verdicts if v.overloaded)
 
 
