@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from experiments.plan_config import Mode, PlanConfig
-from experiments.plan_search import BATCHES, BELOW_SERVICE, RateSearch, judge
+from experiments.plan_search import BATCHES, BELOW_SERVICE, MAX_UTILIZATION, RateSearch, judge
 from experiments.prices import GpuPrice, price_table
 from experiments.sweep.cache import write_json_atomic
 from experiments.sweep.experiment import json_ready
@@ -619,7 +619,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
             "search": (f"start at {round_sig(s.rate_start or target)} req/s, double while passing"
                        + (f" (up to {s.rate_max:g})" if s.rate_max else "")
                        + f"; after an overloaded run try {BELOW_SERVICE:g} x its measured service rate (no rate "
-                       "above it passes); bisect until the "
+                       f"above {MAX_UTILIZATION:g} x it passes); bisect until the "
                        f"bracket is within {s.rel_tol:g} of its top, at most {s.max_tests} rates; then, for the "
                        f"curves only, one run (first seed) at {', '.join(f'{f:g}' for f in s.curve_fractions)} "
                        "x the max rate"),

@@ -12,6 +12,7 @@ from experiments import cmd_plan
 from experiments.config import ConfigError
 from experiments.plan import run_plan
 from experiments.plan_config import load_plan_config
+from experiments.plan_search import MAX_UTILIZATION
 from tests.experiments.cli_helpers import run_cli
 from traces.bundle import BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle, save_bundle
 
@@ -96,20 +97,25 @@ def _within(c, rate):
     return lo <= rate and hi is not None and rate <= hi
 
 
-def test_poisson_md1_answer_contains_the_queueing_threshold(md1_plan, tmp_path, md1_answer):
-    known_case, c = md1_plan
-    known_case = json.loads(json.dumps(known_case))
+def test_poisson_md1_answer_contains_the_queueing_threshold(md1_plan, md1_answer):
+    _, c = md1_plan
     assert c["status"] == "ok" and _within(c, md1_answer), (c["interval_req_s"], md1_answer)
     assert c["interval_req_s"][0] <= c["max_rate_req_s"] <= c["interval_req_s"][1]
     assert c["num_requests_per_run"] >= 50 / (1 - Q) / 0.8  # sized from the quantile
     assert c["meets_target_rate"] and c["target_costs"].startswith("measured: ")
     # no overloaded rate was ever called sustainable, and above the service rate the search saw overload
     assert all(not e["overloaded"] for e in c["curve"] if e["sustainable"])
-    # doubling the requests per run moves the answer no further than its stated interval
-    known_case["traffic"]["num_requests"] = 2 * c["num_requests_per_run"]
-    (c2,) = _plan(known_case, tmp_path / "b", backend="serial")["candidates"]
+
+
+@pytest.mark.slow  # two plans of 3 seeds: about 90 CPU s
+def test_doubling_the_requests_moves_no_answer_outside_its_interval(tmp_path, md1_answer):
+    case = make_known_case(tmp_path)
+    case["search"]["seeds"] = 3  # the plan default
+    (c,) = _plan(case, tmp_path / "a", backend="serial")["candidates"]
+    case["traffic"]["num_requests"] = 2 * c["num_requests_per_run"]
+    (c2,) = _plan(case, tmp_path / "b", backend="serial")["candidates"]
     assert c2["num_requests_per_run"] == 2 * c["num_requests_per_run"]
-    assert _within(c, c2["max_rate_req_s"]) and _within(c2, md1_answer)
+    assert _within(c, c2["max_rate_req_s"]) and _within(c, md1_answer) and _within(c2, md1_answer)
 
 
 def test_deterministic_arrivals_answer_the_service_rate(known_case, tmp_path):
@@ -119,7 +125,7 @@ def test_deterministic_arrivals_answer_the_service_rate(known_case, tmp_path):
     (c,) = _plan(known_case, tmp_path / "d", backend="serial")["candidates"]
     # the service rate an overloaded run measured caps the answer: a finite run passes just above 1/S
     assert c["service_rate_req_s"] == pytest.approx(1.0 / SERVICE_S, rel=0.01)
-    assert 0.95 / SERVICE_S <= c["max_rate_req_s"] <= c["service_rate_req_s"]
+    assert 0.9 / SERVICE_S <= c["max_rate_req_s"] <= MAX_UTILIZATION * c["service_rate_req_s"]
     assert c["interval_req_s"][0] <= c["max_rate_req_s"] and c["interval_req_s"][1] <= c["service_rate_req_s"]
 
 
@@ -134,7 +140,7 @@ def test_capacity_scales_with_replicas(known_case, tmp_path):
     assert (two["num_requests_per_run"], four["num_requests_per_run"]) == (626, 800)  # longer for more replicas
     assert four["max_rate_req_s"] / two["max_rate_req_s"] == pytest.approx(2.0, rel=0.05)
     for c in (two, four):
-        assert 0.95 * c["replicas"] / SERVICE_S <= c["max_rate_req_s"] <= 1.01 * c["replicas"] / SERVICE_S
+        assert 0.9 * c["replicas"] / SERVICE_S <= c["max_rate_req_s"] <= MAX_UTILIZATION * c["service_rate_req_s"]
 
 
 def test_answer_holds_in_a_long_plain_run_and_fails_at_1_2x(md1_plan):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.plan_search import RateSearch, Verdict, judge
+from experiments.plan_search import BELOW_SERVICE, MAX_UTILIZATION, RateSearch, Verdict, judge
 
 
 def _verdict(rate: float, threshold: float, service: float) -> Verdict:
@@ -24,8 +24,10 @@ def test_search_brackets_a_monotone_threshold(start, threshold, slack, tol):
     s = RateSearch(start, None, tol, 60)
     while not s.done:
         s.record(_verdict(s.next_rate(), threshold, service))
-    assert s.lo <= threshold
-    assert s.hi is not None and s.hi > threshold and s.hi - s.lo <= tol * s.hi
+    # once an overloaded run measured the service rate, nothing above MAX_UTILIZATION x it passes
+    effective = min(threshold, MAX_UTILIZATION * s.service_rate) if s.service_rate else threshold
+    assert s.lo <= effective
+    assert s.hi is not None and s.hi > effective and s.hi - s.lo <= tol * s.hi
     # every verdict decided: the interval is the bracket, capped by a measured service rate
     assert s.interval == (s.lo, min(s.hi, s.service_rate or s.hi))
     assert all(not v.passed for v in s.verdicts if v.overloaded)
@@ -34,7 +36,7 @@ def test_search_brackets_a_monotone_threshold(start, threshold, slack, tol):
 def test_an_overloaded_run_sends_the_search_just_below_its_service_rate():
     s = RateSearch(100.0, None, 0.01, 20)
     s.record(_verdict(100.0, 9.0, 10.0))
-    assert s.next_rate() == pytest.approx(0.97 * 10.0)  # not 50: the measured service rate bounds the answer
+    assert s.next_rate() == pytest.approx(BELOW_SERVICE * 10.0)  # not 50: the measured service rate bounds it
 
 
 def test_rate_max_caps_the_growth():
