@@ -3,8 +3,8 @@
 Run from the repository root:  python -m benchmarks.bench_plan [--backends pool,serial,ray] [--quick]
 
 The plan: `plan_llama8b` with its six SD/PSD modes (AR dropped), 4 GPU types x 3 TP degrees = 72 candidates,
-per candidate 1 capacity probe + 3 seeds x (1 ceiling check + 5 bisection steps) + 3 curve points (at most
-1,584 simulations of 300 requests; a candidate that sustains its capacity skips the bisection). The first backend runs the whole plan (the issue's "minutes, not hours" figure); every
+per candidate 3 seeds x up to `search.max_tests` rates (steady-state search, experiments/plan_search.py) + 3 curve
+points, each simulation sized from the p99 SLO (6,250 requests). The first backend runs the whole plan; every
 backend then runs the same subset (one GPU type, TP 1: 6 candidates) from an empty cache for points per minute,
 and the plan.json files are compared byte for byte. Machine load per core is printed before and after each run:
 the machine is shared, so figures move with what else runs. Nothing is asserted.
@@ -72,7 +72,7 @@ def main() -> None:
     print(f"plan benchmark, {os.cpu_count()} CPUs (machine load {load_per_core():.2f} per core at start)")
     if not args.quick:
         full = measure(plan_doc(), backends[0], args.workers)
-        show(full, "full plan, 4 GPU types x 3 TP x 6 SD/PSD modes, 3 seeds, 5 steps")
+        show(full, "full plan, 4 GPU types x 3 TP x 6 SD/PSD modes, 3 seeds, runs sized from the p99")
         print(f"    cheapest for the target rate: {full['cheapest']}")
     subset = plan_doc([args.subset_gpu], [1])
     runs = []

@@ -67,6 +67,13 @@ def run(args: argparse.Namespace) -> int:
     target = RooflineProfile(get_model(args.target), get_gpu(args.gpu), tp=args.tp)
     step = {f"decode_batch_{b}": target.step_time(b, b, b * 1024) for b in (1, 16, 64)}
     out = {**p.summary(), "gpus": [vars(g) for g in p.gpus], "roofline_target_step_s": step}
+    dstep = None
+    if args.drafter:  # the draft model on the GPUs it runs on: the target's (colocated) or its own (dedicated)
+        dtp = args.drafter_tp or (args.tp if args.placement == "colocated" else 1)
+        dgpu = args.drafter_gpu if args.placement == "dedicated" and args.drafter_gpu else args.gpu
+        drafter = RooflineProfile(get_model(args.drafter), get_gpu(dgpu), tp=dtp)
+        dstep = {f"decode_batch_{b}": drafter.step_time(b, b, b * 1024) for b in (1, 16, 64)}
+        out.update(roofline_drafter_step_s=dstep, roofline_drafter_device=f"{dtp}x {dgpu}")
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -77,4 +84,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  GPUs used: {p.total_gpus} (divide throughput by this for per-GPU figures)")
     print("  roofline target step (1 token per sequence, 1024 context each): "
           + ", ".join(f"batch {k.rsplit('_', 1)[1]}: {v * 1e3:.2f} ms" for k, v in step.items()))
+    if dstep:
+        print(f"  roofline drafter step on {out['roofline_drafter_device']} (one draft token per sequence; k of "
+              "them per drafting phase): " + ", ".join(f"batch {k.rsplit('_', 1)[1]}: {v * 1e3:.2f} ms"
+                                                       for k, v in dstep.items()))
     return 0

@@ -39,8 +39,9 @@ def main(args: argparse.Namespace) -> int:
         console = Console(stderr=args.json, width=170)
     plan = load_plan_config(args.config, args.overrides)
     out = Path(args.out or Path("results") / plan.name)
-    doc = run_plan(plan, out, args.backend, args.workers, args.address,
-                   progress=not args.no_progress and not args.json, console=console, price_file=args.prices)
+    # progress on stderr: a bar on a terminal, else a plain line every few seconds (stdout stays the answer)
+    doc = run_plan(plan, out, args.backend, args.workers, args.address, progress=not args.no_progress,
+                   console=Console(stderr=True), price_file=args.prices)
     stats = doc.pop("_stats")
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))

@@ -42,7 +42,8 @@ class DraftCostConfig(BaseModel):
 
     model_config = _MODEL_CONFIG
     kind: Literal["autoregressive", "whole_proposal", "fraction_of_verify", "constant"]
-    profile: str | None = Field(None, min_length=1)
+    profile: str | dict[str, Any] | None = Field(None, min_length=1, description="a profile name or file, or "
+                                                 "{kind: roofline, model, gpu, tp}: the draft model on its own GPU")
     fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
     seconds: float = Field(0.0, ge=0, le=3600, description="constant: seconds per drafting phase")
 
@@ -124,6 +125,10 @@ class ExperimentConfig(BaseModel):
         for name, spec in self.drafters.items():
             if spec.get("profile") is not None:
                 _check_profile_name(spec["profile"], f"drafters.{name}.profile")
+            if isinstance(spec.get("profile"), dict):  # an inline roofline: its model and GPU resolve now
+                from simulator.draft_cost import draft_cost_from_config
+
+                draft_cost_from_config(spec, where=f"drafters.{name}")
         for i, run in enumerate(self.runs):
             if run.server:
                 server = _validate(ServerConfig, {**self.server.model_dump(), **run.server}, f"runs.{i}.server")

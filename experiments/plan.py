@@ -1,6 +1,6 @@
 """`draftsim plan`: per candidate deployment (GPU type x TP x replicas x mode x scheduler setting), the highest
-arrival rate it sustains under the SLO (bisection with repeated seeds, see experiments/plan_search.py) and what
-it costs; the cheapest candidate that sustains the target rate answers the question.
+arrival rate at which it is stable and meets the SLO in steady state (experiments/plan_search.py; runs sized from
+the SLO's quantile) and what it costs; the cheapest candidate that sustains the target rate answers the question.
 
 Every simulation is a sweep point (experiments/sweep): cached by content hash under OUT/points, run serially,
 on a process pool or on Ray, with seeds derived from the plan seed and the replicate index (shared by all
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
+import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from experiments.plan_config import Mode, PlanConfig
-from experiments.plan_search import Bisection, false_accept_probability, sustainable
+from experiments.plan_search import BATCHES, BELOW_SERVICE, MAX_UTILIZATION, RateSearch, judge
 from experiments.prices import GpuPrice, price_table
 from experiments.sweep.cache import write_json_atomic
 from experiments.sweep.experiment import json_ready
@@ -26,9 +28,10 @@ from experiments.sweep.hashing import derive_seed
 from experiments.sweep.runner import Point, ProgressBar, SweepRunner
 from simulator.metrics import round_sig
 
-EVALUATOR = "plan-point/1"  # bump when what a point returns changes (invalidates caches)
-POINT_METRICS = ("throughput_tok_s", "requests_per_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "output_tokens",
-                 "num_finished", "mean_acceptance_length")
+EVALUATOR = "plan-point/2"  # bump when what a point returns changes (invalidates caches)
+POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
+                 "steady_e2e_p99_s", "steady_slo_attainment", "overloaded", "mean_acceptance_length",
+                 "throughput_tok_s")  # throughput_tok_s: whole run (warm-up and drain included), for reference
 ROOFLINE_NOTE = ("roofline: target step times from catalog datasheet numbers (traces/data/catalog), not "
                  "measured on that GPU; the absolute capacity is a model (see simulator/roofline.py)")
 
@@ -54,8 +57,8 @@ class Candidate:
     num_gpus: int = 0
     usd_per_hour: float | None = None
     placement: dict[str, Any] | None = None
-    capacity_req_s: float | None = None
-    search: Bisection | None = None
+    num_requests: int = 0
+    search: RateSearch | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -82,21 +85,39 @@ def _target_profile(plan: PlanConfig, gpu: str, tp: int) -> tuple[Any, str]:
     return doc, f"roofline (mfu {knobs.get('mfu', 0.6)}, bandwidth {knobs.get('bandwidth_util', 0.8)}; not calibrated)"
 
 
-def _drafter_notes(config: dict[str, Any], mode: Mode) -> list[str]:
+def _drafters_on(drafters: dict[str, Any], gpu: str) -> dict[str, Any]:
+    """The drafters section for a candidate on `gpu`: a roofline drafter profile that names no GPU is priced on the
+    candidate's GPU type (its own device, TP 1 unless given), never scaled with the target's TP."""
+    out = {}
+    for name, spec in drafters.items():
+        prof = spec.get("profile")
+        if isinstance(prof, dict) and prof.get("kind") == "roofline":
+            spec = {**spec, "profile": {"gpu": gpu, "tp": 1, **prof}}
+        out[name] = spec
+    return out
+
+
+def _drafter_notes(config: dict[str, Any], mode: Mode, tp: int) -> list[str]:
     """What each drafter's cost rests on, for modes that draft."""
     if mode.mode == "ar":
         return []
     notes = []
     for name, spec in sorted(config.get("drafters", {}).items()):
         kind = spec.get("kind")
-        if kind in ("whole_proposal", "autoregressive"):
+        prof = spec.get("profile")
+        if isinstance(prof, dict):
+            notes.append(f"drafter {name}: {kind}, roofline of {prof.get('model')} on {prof.get('tp')}x "
+                         f"{prof.get('gpu')} (its own device; not calibrated)")
+        elif kind in ("whole_proposal", "autoregressive"):
             from simulator.latency import resolve_profile
 
-            prov = resolve_profile(spec["profile"]).provenance
-            notes.append(f"drafter {name}: profile {spec['profile']} measured on {prov.device or '?'}, "
+            prov = resolve_profile(prof).provenance
+            notes.append(f"drafter {name}: profile {prof} measured on {prov.device or '?'}, "
                          "used unchanged on this GPU")
         elif kind == "fraction_of_verify":
-            notes.append(f"drafter {name}: {spec.get('fraction')} x the target's verify time")
+            notes.append(f"drafter {name}: {spec.get('fraction')} x the target's verify time"
+                         + (f" (the verify time of TP {tp}: this drafter's cost scales with the target's TP)"
+                            if tp > 1 else ""))
         elif kind == "constant":
             notes.append(f"drafter {name}: constant {spec.get('seconds')} s per drafting phase")
     return notes
@@ -143,12 +164,13 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         dep = _deployment(plan, gpu, tp, mode)
         server = {**base["server"], **sched, "target_profile": profile, "deployment": dep, "kv_capacity_tokens": None,
                   "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
-        config = {**base, "server": server, "runs": [mode.run_spec()]}
+        config = {**base, "server": server, "runs": [mode.run_spec()],
+                  "drafters": _drafters_on(base.get("drafters", {}), gpu)}
         if replicas > 1:  # one simulation of the whole cluster (simulator/cluster.py)
             config["cluster"] = {"replicas": replicas, "router": cands.router.model_dump(mode="json", exclude_none=True)}
         num_gpus = (tp + mode.draft_gpus) * replicas
         c = Candidate(cid, gpu, tp, replicas, mode, sched, config, target_costs=source,
-                      cost_notes=_drafter_notes(config, mode), num_gpus=num_gpus,
+                      cost_notes=_drafter_notes(config, mode, tp), num_gpus=num_gpus,
                       usd_per_hour=round_sig(num_gpus * prices[gpu].usd_per_hour))
         where = f"{plan.name}: candidate {cid!r}"
         try:
@@ -195,11 +217,12 @@ class TrafficModel:
             n = n or times.shape[0]
             if n > times.shape[0]:
                 raise ValueError(f"traffic.num_requests: {n} but {path} has {times.shape[0]} arrival times")
-            if n < 2 or not times[n - 1] > times[0]:
+            m = times.shape[0]
+            if m < 2 or not times[m - 1] > times[0]:
                 raise ValueError(f"traffic.file: {path}: need at least two distinct arrival times to define a rate")
-            self.replay_times = times[:n]
+            self.replay_times = times  # every run replays the first N of them (N sized per candidate)
             self.replay_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-            self.recorded_rate = (n - 1) / float(times[n - 1] - times[0])
+            self.recorded_rate = (m - 1) / float(times[m - 1] - times[0])
         if not n:
             raise ValueError("traffic.num_requests: required when the base config does not set workload.num_requests")
         self.num_requests = int(n)
@@ -208,39 +231,48 @@ class TrafficModel:
     def target_rate(self) -> float:
         return float(self.plan.traffic.target_rate or self.recorded_rate)
 
-    def workload(self, arrival: dict[str, Any]) -> dict[str, Any]:
+    def requests_for(self, replicas: int) -> int:
+        """Requests per simulation: the given number, lengthened so the steady-state window holds
+        tail_requests / (1 - attainment) requests and every replica at least requests_per_replica (replay: at most
+        the recorded file's length)."""
+        from simulator.steady_state import WARMUP_FRACTION
+
+        s, q = self.plan.search, self.plan.slo.attainment
+        tail = math.ceil(s.tail_requests / (1.0 - q) / (1.0 - 2 * WARMUP_FRACTION)) if q < 1 else 0
+        n = max(self.num_requests, tail, s.requests_per_replica * replicas)
+        return min(n, self.replay_times.shape[0]) if self.replay_times is not None else n
+
+    def workload(self, arrival: dict[str, Any], n: int) -> dict[str, Any]:
         t = self.plan.traffic
-        doc = {"num_requests": self.num_requests, "arrival": arrival}
+        doc = {"num_requests": n, "arrival": arrival}
         for key, given in (("lengths", t.lengths), ("sample", t.sample)):
             value = given if given is not None else self.base_workload.get(key)
             if value is not None:
                 doc[key] = value
         return doc
 
-    def at_rate(self, rate: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """(workload doc, replay instruction or None) for open-loop arrivals at `rate` req/s."""
+    def at_rate(self, rate: float, n: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """(workload doc, replay instruction or None) for `n` open-loop arrivals at `rate` req/s."""
         t = self.plan.traffic
         if t.arrival == "poisson":
-            return self.workload({"kind": "poisson", "rate": rate}), None
+            return self.workload({"kind": "poisson", "rate": rate}, n), None
         if t.arrival == "gamma":
-            return self.workload({"kind": "gamma", "rate": rate, "cv": t.cv}), None
+            return self.workload({"kind": "gamma", "rate": rate, "cv": t.cv}, n), None
         scale = self.recorded_rate / rate
-        return (self.workload({"kind": "replay", "file": "<scaled replay file>"}),
+        return (self.workload({"kind": "replay", "file": "<scaled replay file>"}, n),
                 {"file": str(Path(t.file).resolve()), "sha256": self.replay_sha256, "scale": scale,
-                 "num_requests": self.num_requests})
-
-    def offline_batch(self) -> dict[str, Any]:
-        """Every request at t = 0 (a closed loop with one client per request): the capacity probe."""
-        return self.workload({"kind": "closed_loop", "clients": self.num_requests, "think_time": 0.0})
+                 "num_requests": n})
 
 
 # ---------------------------------------------------------------- one simulation
 
 
 def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
-    """Worker entry point: simulate one candidate at one rate and seed; SLO attainment from the request table."""
+    """Worker entry point: simulate one candidate at one rate and seed; its steady-state window counts, SLO
+    attainment batch means and figures (simulator/steady_state.py, the one window rule)."""
     from experiments.run import run_experiment
-    from simulator.metrics import goodput_mask
+    from simulator.metrics import goodput_mask, steady_state_summary
+    from simulator.steady_state import batch_means, measure
     from traces.workload import load_arrival_times
 
     doc = payload["config"]
@@ -255,9 +287,23 @@ def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
     (summary,) = res.summary.values()
     if not summary.get("fits", True):
         return {"fits": False, "reason": str(summary.get("does_not_fit"))}
-    ok = goodput_mask(res.requests, payload["slo"])
-    out = {"fits": True, "attainment": round_sig(float(ok.mean())) if len(ok) else None}
+    req = res.requests
+    ok = goodput_mask(req, payload["slo"])
+    ss = measure(req["arrival_time"].to_numpy(dtype=float), req["finish_time"].to_numpy(dtype=float),
+                 req["output_len"].to_numpy(), ok)
+    out: dict[str, Any] = {"fits": True}
+    if ss is None:
+        out.update(window_arrivals=0, window_departures=0, window_length_s=0.0, attainment_batches=[])
+    else:
+        order = np.argsort(req["arrival_time"].to_numpy(dtype=float)[ss.in_window], kind="stable")
+        win = req[ss.in_window]
+        out.update(window_arrivals=ss.arrivals, window_departures=ss.departures,
+                   window_length_s=round_sig(ss.length_s),
+                   attainment_batches=[round_sig(x) for x in batch_means(ok[ss.in_window][order], BATCHES)],
+                   steady_e2e_mean_s=round_sig(float(np.nanmean(win["e2e"].to_numpy(dtype=float)))),
+                   steady_tpot_mean_s=round_sig(float(np.nanmean(win["tpot"].to_numpy(dtype=float)))))
     out.update({m: summary.get(m) for m in POINT_METRICS})
+    out.update({k: v for k, v in steady_state_summary(req, payload["slo"]).items() if k in POINT_METRICS})
     return json_ready(out)
 
 
@@ -282,30 +328,21 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     active = [c for c in cands if c.status == "ok"]
     search, slo = plan.search, plan.slo.bounds()
     seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(search.seeds)]
-    per_search = (1 + search.steps) * search.seeds
-    probe = search.rate_max is None or search.cap_at_capacity
-    total = len(active) * (int(probe) + per_search)
+    start = search.rate_start or traffic.target_rate
+    for c in active:
+        c.num_requests = traffic.requests_for(c.replicas)
+        c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests)
+    # the total is known only as an upper bound: it shrinks as searches end early
+    total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions))
     with ProgressBar(f"plan {plan.name}", total, console, progress) as bar:
         runner = SweepRunner(evaluate_plan_point, out / "points", backend, workers, address, bar)
-        if probe:  # capacity: one offline batch per candidate
-            probes = runner.run([_point(c, traffic.offline_batch(), seeds[0], slo, None) for c in active])
-            for c, r in zip(active, probes):
-                if not r["fits"]:
-                    c.status, c.reason = "does_not_fit", r["reason"]
-                    bar.add_total(-per_search - len(search.curve_fractions))
-                    continue
-                c.capacity_req_s = r["requests_per_s"]
-        for c in active:
-            if c.status == "ok":
-                ceiling = search.rate_max or c.capacity_req_s
-                c.search = Bisection(float(ceiling), search.steps)
         while True:
             todo = [c for c in active if c.status == "ok" and not c.search.done]
             if not todo:
                 break
             batch = []
             for c in todo:
-                workload, replay = traffic.at_rate(c.search.next_rate())
+                workload, replay = traffic.at_rate(c.search.next_rate(), c.num_requests)
                 batch += [_point(c, workload, s, slo, replay) for s in seeds]
             results = runner.run(batch)
             for j, c in enumerate(todo):
@@ -313,17 +350,20 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
                 runs = results[j * len(seeds):(j + 1) * len(seeds)]
                 if not all(r["fits"] for r in runs):
                     c.status, c.reason = "does_not_fit", next(r["reason"] for r in runs if not r["fits"])
+                    bar.add_total(-(search.max_tests - len(c.search.verdicts) - 1) * search.seeds
+                                  - len(search.curve_fractions))
                     continue
-                passed = [r["attainment"] is not None and r["attainment"] >= plan.slo.attainment for r in runs]
-                ok = sustainable(passed, search.required) and not (
-                    search.cap_at_capacity and rate > c.capacity_req_s)
-                c.evaluations.append({"rate": rate, "sustainable": ok, "seeds_passed": sum(passed),
+                verdict = judge(rate, runs, plan.slo.attainment)
+                c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
+                                      "overloaded": verdict.overloaded, "why": verdict.why,
+                                      "attainment": verdict.attainment,
+                                      "attainment_interval": [verdict.attainment_low, verdict.attainment_high],
                                       "seeds": [{"seed": s, **r} for s, r in zip(seeds, runs)]})
-                c.search.record(rate, ok)
-                if c.search.at_ceiling:
-                    bar.add_total(-search.steps * search.seeds)
+                c.search.record(verdict)
+                if c.search.done:
+                    bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds)
         _curve_points(plan, active, traffic, seeds[0], slo, runner, bar)
-    doc = plan_document(plan, cands, prices, traffic, seeds)
+    doc = plan_document(plan, cands, prices, traffic, seeds, base)
     write_json_atomic(out / "plan.json", doc, indent=1)
     from experiments.plan_report import write_plots
 
@@ -341,13 +381,13 @@ def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficMo
             bar.add_total(-len(fractions))
             continue
         for f in fractions:
-            workload, replay = traffic.at_rate(f * c.search.lo)
+            workload, replay = traffic.at_rate(f * c.search.lo, c.num_requests)
             batch.append(_point(c, workload, seed, slo, replay))
             owners.append((c, f * c.search.lo))
     for (c, rate), r in zip(owners, runner.run(batch)):
         if r["fits"]:
-            c.evaluations.append({"rate": rate, "sustainable": None, "seeds_passed": None, "curve_only": True,
-                                  "seeds": [{"seed": seed, **r}]})
+            c.evaluations.append({"rate": rate, "sustainable": None, "curve_only": True,
+                                  "overloaded": bool(r.get("overloaded")), "seeds": [{"seed": seed, **r}]})
 
 
 # ---------------------------------------------------------------- results
@@ -361,50 +401,142 @@ def _mean(values: list[Any]) -> float | None:
 def _curve(c: Candidate) -> list[dict[str, Any]]:
     rows = []
     for e in sorted(c.evaluations, key=lambda e: e["rate"]):
-        row = {"rate": round_sig(e["rate"]), "sustainable": e["sustainable"], "seeds_passed": e["seeds_passed"],
-               "seeds": len(e["seeds"]), "attainment_mean": _mean([s["attainment"] for s in e["seeds"]])}
-        row.update({f"{m}_mean": _mean([s[m] for s in e["seeds"]]) for m in
-                    ("throughput_tok_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s")})
+        row = {"rate": round_sig(e["rate"]), "sustainable": e["sustainable"], "decided": e.get("decided"),
+               "overloaded": e.get("overloaded"), "seeds": len(e["seeds"]),
+               "attainment": e.get("attainment", _mean([s.get("steady_slo_attainment") for s in e["seeds"]])),
+               "attainment_interval": e.get("attainment_interval"), "why": e.get("why")}
+        row.update({f"{m}_mean": _mean([s.get(m) for s in e["seeds"]]) for m in
+                    ("steady_throughput_tok_s", "steady_ttft_p99_s", "steady_tpot_p99_s", "steady_e2e_p99_s",
+                     "steady_e2e_mean_s", "steady_tpot_mean_s")})
         rows.append(row)
     return rows
 
 
-def candidate_result(c: Candidate, target_rate: float) -> dict[str, Any]:
+def _vllm_serve(plan: PlanConfig, c: Candidate) -> dict[str, Any]:
+    """The `vllm serve` command line of a candidate (per replica), or why there is none."""
+    from traces.catalog import get_model
+
+    server = c.config["server"]
+    args = [f"vllm serve {get_model(plan.candidates.target).hf_id}", f"--tensor-parallel-size {c.tp}",
+            f"--max-num-seqs {server.get('max_num_seqs')}"]
+    if server.get("max_num_batched_tokens"):
+        args.append(f"--max-num-batched-tokens {server['max_num_batched_tokens']}")
+    if plan.candidates.deployment.get("max_model_len"):
+        args.append(f"--max-model-len {plan.candidates.deployment['max_model_len']}")
+    if plan.candidates.deployment.get("gpu_memory_utilization"):
+        args.append(f"--gpu-memory-utilization {plan.candidates.deployment['gpu_memory_utilization']}")
+    doc: dict[str, Any] = {"replicas": c.replicas}
+    if c.mode.mode != "ar":
+        if c.mode.vllm_speculative_config is None:
+            doc["note"] = (f"mode {c.mode.name!r} gives no vllm_speculative_config"
+                           + (" (PSD's two-batch pipeline has no vLLM equivalent)" if c.mode.mode == "psd" else ""))
+        else:
+            spec = json.dumps(c.mode.vllm_speculative_config, sort_keys=True, separators=(",", ":"))
+            args.append(f"--speculative-config '{spec}'")
+    doc["command"] = " ".join(args)
+    return doc
+
+
+def _interp(curve: list[tuple[float, float]], r: float) -> float:
+    xs, ys = zip(*curve)
+    return float(np.interp(r, xs, ys))
+
+
+def sd_vs_ar_crossover(sd: Candidate, ar: Candidate | None) -> dict[str, Any] | None:
+    """The arrival rate at which a drafting candidate stops beating AR on the same GPUs (same TP, replicas and
+    scheduler): mean steady-state E2E latency, both curves linearly interpolated over the stable rates they share."""
+    if ar is None or sd.mode.mode == "ar":
+        return None
+    rule = ("first rate where the mean steady-state E2E of this mode reaches AR's on the same GPUs (curves "
+            "interpolated over the stable rates both tested); above both stable ranges SD pays while AR is "
+            "overloaded")
+
+    def pts(c: Candidate) -> list[tuple[float, float]]:
+        out = []
+        for e in sorted(c.evaluations, key=lambda e: e["rate"]):
+            vals = [x.get("steady_e2e_mean_s") for x in e["seeds"]]
+            if not e.get("overloaded") and all(v is not None for v in vals):
+                out.append((e["rate"], sum(vals) / len(vals)))
+        return out
+
+    a, b = pts(sd), pts(ar)
+    if len(a) < 2 or len(b) < 2:
+        return {"crossover_req_s": None, "rule": rule, "why": "fewer than two stable rates to compare"}
+    lo, hi = max(a[0][0], b[0][0]), min(a[-1][0], b[-1][0])
+    if not hi > lo:
+        return {"crossover_req_s": None, "rule": rule, "why": "the stable ranges do not overlap"}
+    grid = np.linspace(lo, hi, 200)
+    diff = np.array([_interp(a, r) - _interp(b, r) for r in grid])
+    if diff[0] >= 0:
+        return {"crossover_req_s": None, "rule": rule, "sd_faster_from_req_s": None,
+                "why": f"no faster than AR at {round_sig(lo)} req/s, the lowest rate both tested"}
+    above = np.nonzero(diff >= 0)[0]
+    if above.size == 0:
+        return {"crossover_req_s": None, "rule": rule, "sd_faster_up_to_req_s": round_sig(hi),
+                "why": f"faster than AR over every shared stable rate (up to {round_sig(hi)} req/s)"}
+    i = int(above[0])
+    r = grid[i - 1] + (grid[i] - grid[i - 1]) * (-diff[i - 1]) / (diff[i] - diff[i - 1])
+    return {"crossover_req_s": round_sig(r), "rule": rule}
+
+
+def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
+                     ar_sibling: Candidate | None = None) -> dict[str, Any]:
     """One candidate's entry of plan.json."""
     doc: dict[str, Any] = {
         "id": c.id, "gpu": c.gpu, "tp": c.tp, "replicas": c.replicas, "mode": c.mode.name,
         "scheduler": c.scheduler, "status": c.status, "reason": c.reason or None, "num_gpus": c.num_gpus,
         "draft_gpus": c.mode.draft_gpus * c.replicas, "usd_per_hour": c.usd_per_hour, "target_costs": c.target_costs,
-        "cost_notes": c.cost_notes, "placement": c.placement,
+        "cost_notes": c.cost_notes, "placement": c.placement, "comparison": _comparison(c),
     }
     if c.status != "ok" or c.search is None:
         return doc
     s = c.search
-    at_lo = next((e for e in c.evaluations if e["rate"] == s.lo and not e.get("curve_only")), None)
-    tok_s = _mean([x["throughput_tok_s"] for x in at_lo["seeds"]]) if at_lo else None
-    out_per_req = (_mean([x["output_tokens"] / x["num_finished"] for x in at_lo["seeds"] if x["num_finished"]])
-                   if at_lo else None)
-    meets = s.lo >= target_rate and s.lo > 0
+    final = {v.rate: v for v in s.verdicts}  # verdicts as the search left them (some passes re-judged)
+    for e in c.evaluations:
+        v = final.get(e["rate"])
+        if v is not None and not e.get("curve_only"):
+            e.update(sustainable=v.passed, decided=v.decided, why=v.why)
+    lo, hi = s.lo, s.hi
+    i_lo, i_hi = s.interval
+    at_lo = next((e for e in c.evaluations if e["rate"] == lo and not e.get("curve_only")), None)
+    tok_s = _mean([x.get("steady_throughput_tok_s") for x in at_lo["seeds"]]) if at_lo else None
+    out_per_req = (_mean([x["steady_throughput_tok_s"] / x["steady_requests_per_s"] for x in at_lo["seeds"]
+                          if x.get("steady_requests_per_s") and x.get("steady_throughput_tok_s")]) if at_lo else None)
+    meets = lo >= target_rate and lo > 0
     hourly = c.usd_per_hour
     doc.update({
-        "capacity_req_s": c.capacity_req_s, "search_ceiling_req_s": round_sig(s.ceiling),
-        "max_rate_req_s": round_sig(s.lo), "bracket_req_s": [round_sig(s.lo), round_sig(s.hi)],
-        "at_search_ceiling": s.at_ceiling, "tolerance_req_s": round_sig(s.tolerance),
+        "num_requests_per_run": c.num_requests,
+        "max_rate_req_s": round_sig(lo), "bracket_req_s": [round_sig(lo), round_sig(hi) if hi else None],
+        "interval_req_s": [round_sig(i_lo), round_sig(i_hi) if i_hi else None],
+        "at_search_ceiling": s.at_ceiling, "rates_tested": len(s.verdicts),
+        "service_rate_req_s": round_sig(s.service_rate) if s.service_rate else None,
         "throughput_tok_s_at_max_rate": tok_s,
         "usd_per_mtok_at_max_rate": round_sig(hourly / (tok_s * 3600) * 1e6) if tok_s else None,
         "meets_target_rate": meets,
         "usd_per_mtok_at_target_rate": (round_sig(hourly / (target_rate * out_per_req * 3600) * 1e6)
                                         if meets and out_per_req else None),
+        "sd_vs_ar": sd_vs_ar_crossover(c, ar_sibling),
+        "vllm_serve": _vllm_serve(plan, c),
         "curve": _curve(c),
     })
     if s.at_ceiling:
-        doc["reason"] = ("sustains the search ceiling" + (" (its capacity: throughput-bound, not latency-bound)"
-                                                         if s.ceiling == c.capacity_req_s else ""))
-    if s.lo == 0:
-        doc["reason"] = f"no tested rate met the SLO (the lowest tested, {round_sig(s.hi)} req/s, failed)"
+        doc["reason"] = "sustains the search ceiling (search.rate_max)"
+    elif hi is None:
+        doc["reason"] = f"every tested rate passed (search.max_tests reached at {round_sig(lo)} req/s)"
+    if lo == 0:
+        doc["reason"] = f"no tested rate met the SLO (the lowest tested, {round_sig(hi)} req/s, failed)"
     elif not meets:
-        doc["reason"] = f"sustains {round_sig(s.lo)} req/s < target {round_sig(target_rate)}"
+        doc["reason"] = f"sustains {round_sig(lo)} req/s < target {round_sig(target_rate)}"
     return doc
+
+
+def _comparison(c: Candidate) -> str:
+    """The rule this candidate is compared at (concurrency per target replica, GPUs)."""
+    seqs = c.config["server"].get("max_num_seqs")
+    if c.mode.mode == "psd":
+        return (f"PSD: {seqs} sequences per target replica in all, split over its two sub-batches; "
+                f"{c.num_gpus} GPUs ({c.mode.draft_gpus * c.replicas} for drafting)")
+    return f"{seqs} sequences per target replica; {c.num_gpus} GPUs"
 
 
 def _rank_key(d: dict[str, Any]) -> tuple:
@@ -415,11 +547,40 @@ def _rank_key(d: dict[str, Any]) -> tuple:
     return (2, 0.0, 0.0, 0.0, d["id"])  # does not fit
 
 
+def _acceptance_note(plan: PlanConfig, base: dict[str, Any]) -> str | None:
+    """Names acceptance traces recorded for another target than the one planned for."""
+    from experiments.run import resolve_bundle
+    from traces.catalog import get_model
+
+    try:
+        meta = resolve_bundle(base["traces"], plan.seed).meta
+    except Exception:  # noqa: BLE001  (a bundle that cannot be read fails later with its own error)
+        return None
+
+    def canon(name: str) -> str:
+        try:
+            return get_model(name).name
+        except ValueError:
+            return name.lower()
+
+    recorded, planned = canon(str(meta.target)), canon(plan.candidates.target)
+    if recorded == planned:
+        return None
+    return (f"acceptance borrowed: the traces ({base['traces'] if isinstance(base['traces'], str) else 'generated'}) "
+            f"were recorded for target {meta.target}, not {plan.candidates.target}; drafters "
+            f"{sorted(meta.drafters)} keep that acceptance here")
+
+
 def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, GpuPrice], traffic: TrafficModel,
-                  seeds: list[int]) -> dict[str, Any]:
+                  seeds: list[int], base: dict[str, Any] | None = None) -> dict[str, Any]:
     """plan.json: the question, the rule, the prices and every candidate ranked (deterministic: no times)."""
+    from simulator.steady_state import OVERLOAD_RULE, WINDOW_RULE
+
     target = traffic.target_rate
-    ranked = sorted((candidate_result(c, target) for c in cands), key=_rank_key)
+    ar = {(c.gpu, c.tp, c.replicas, json.dumps(c.scheduler, sort_keys=True)): c for c in cands if c.mode.mode == "ar"}
+    ranked = sorted((candidate_result(c, target, plan, ar.get((c.gpu, c.tp, c.replicas,
+                                                               json.dumps(c.scheduler, sort_keys=True))))
+                     for c in cands), key=_rank_key)
     cheapest = next((d["id"] for d in ranked if d["status"] == "ok" and d.get("meets_target_rate")), None)
     s = plan.search
     used = sorted({c.gpu for c in cands})
@@ -431,31 +592,44 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
         notes.append(f"replicas > 1: the whole cluster is simulated (one Environment, each replica with its own "
                      f"scheduler, KV and drafter placement) behind router {router}; GPUs and cost are summed "
                      f"over the replicas")
+    if base is not None:
+        borrowed = _acceptance_note(plan, base)
+        if borrowed:
+            notes.append(borrowed)
+    sized = sorted({c.num_requests for c in cands if c.num_requests})
+    q = plan.slo.attainment
     doc = {
         "name": plan.name, "description": plan.description,
         "question": {"target": plan.candidates.target, "target_rate_req_s": round_sig(target),
-                     "traffic": plan.traffic.model_dump(mode="json"), "num_requests": traffic.num_requests,
+                     "traffic": plan.traffic.model_dump(mode="json"), "num_requests": sized,
                      "recorded_rate_req_s": round_sig(traffic.recorded_rate) if traffic.recorded_rate else None,
                      "slo": plan.slo.model_dump(mode="json")},
         "rule": {
-            "sustainable": (f"a rate is sustainable when at least {s.required} of {s.seeds} seeds meet the SLO; a "
-                            f"seed meets it when at least {plan.slo.attainment:g} of its requests finish within "
-                            "every bound"),
-            "capacity": ("the throughput (req/s) of the workload served as one offline batch (seed "
-                         f"{seeds[0]}); " + ("rates above it are never sustainable" if s.cap_at_capacity else
-                                             "not a limit (search.cap_at_capacity: false)")),
-            "search": (f"test the ceiling ({'search.rate_max' if s.rate_max else 'the capacity'}), then "
-                       f"{s.steps} bisection steps on [0, ceiling]; max rate = highest "
-                       "sustainable rate tested, within tolerance = ceiling / 2^steps (sustainability assumed "
-                       "monotone in the rate); then, for the curves only, one simulation (first seed) at "
-                       f"{', '.join(f'{f:g}' for f in s.curve_fractions)} x the max rate"),
-            "seeds": seeds, "seeds_per_rate": s.seeds, "min_passing": s.required, "steps": s.steps,
-            "false_accept_probability_at_p50": round_sig(false_accept_probability(s.seeds, s.required, 0.5)),
-            "confidence": (f"a rate whose workloads meet the SLO only half the time is accepted with probability "
-                           f"{false_accept_probability(s.seeds, s.required, 0.5):.3g}"),
+            "window": WINDOW_RULE,
+            "overload": OVERLOAD_RULE + "; an overloaded rate is never sustainable",
+            "sustainable": (f"stable (not overloaded, {s.seeds} seeds pooled) and the SLO attainment of the window "
+                            f"requests reaches {q:g} at the low end of its interval (a request attains when it "
+                            "finishes within every bound); the answer is the highest sustainable rate tested"),
+            "interval": (f"attainment: 95% Student-t interval of {BATCHES} batch means per seed pooled over the "
+                         f"seeds; a verdict is decided when the interval lies on its side of {q:g}. Rate interval: "
+                         "the highest rate passing at the 99.9% interval to the lowest decided fail (or the measured "
+                         "service rate) among the tested rates"),
+            "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
+                     f"{s.requests_per_replica} requests per replica (given: {traffic.num_requests})"),
+            "search": (f"start at {round_sig(s.rate_start or target)} req/s, double while passing"
+                       + (f" (up to {s.rate_max:g})" if s.rate_max else "")
+                       + f"; after an overloaded run try {BELOW_SERVICE:g} x its measured service rate (no rate "
+                       f"above {MAX_UTILIZATION:g} x it passes); bisect until the "
+                       f"bracket is within {s.rel_tol:g} of its top, at most {s.max_tests} rates; then, for the "
+                       f"curves only, one run (first seed) at {', '.join(f'{f:g}' for f in s.curve_fractions)} "
+                       "x the max rate"),
+            "comparison": ("modes compared at the same max_num_seqs per target replica (PSD: split over its two "
+                           "sub-batches) and priced per GPU, draft GPUs included"),
+            "seeds": seeds, "seeds_per_rate": s.seeds,
         },
         "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_hour, "source": prices[g].source} for g in used},
         "cheapest": cheapest,
+        "deploy": next((d["vllm_serve"] for d in ranked if d["id"] == cheapest), None),
         "notes": notes,
         "candidates": ranked,
     }

@@ -4,7 +4,7 @@
     base: default                      # experiment config giving traces, drafters and server defaults
     traffic: {target_rate: 20, arrival: poisson, num_requests: 300}     # or gamma {cv}, replay {file}
     slo: {ttft_s: 2.0, tpot_s: 0.05, e2e_s: null, attainment: 0.99}
-    search: {seeds: 3, steps: 5, min_passing: 3, rate_max: null}
+    search: {seeds: 3, rel_tol: 0.05, rate_max: null}
     candidates:
       target: llama3.1-8b
       gpus: [h100-80gb, a100-80gb]
@@ -40,7 +40,9 @@ class Traffic(_Strict):
     cv: float | None = Field(None, gt=0, description="gamma: coefficient of variation of inter-arrival gaps")
     file: str | None = Field(None, description="replay: recorded arrival times, one per line (s); the search "
                                                "rescales them in time to each rate")
-    num_requests: int | None = Field(None, ge=1, description="requests per simulation (default: the base config's)")
+    num_requests: int | None = Field(None, ge=1, description="requests per simulation at least (default: the base "
+                                                             "config's); runs are lengthened to resolve the SLO "
+                                                             "quantile (search.tail_requests)")
     lengths: dict[str, Any] | None = Field(None, description="workload.lengths (default: the base config's)")
     sample: dict[str, Any] | None = Field(None, description="workload.sample (default: the base config's)")
 
@@ -80,29 +82,27 @@ class PlanSLO(_Strict):
 
 
 class Search(_Strict):
-    """Bisection on the arrival rate: a rate is sustainable when at least `min_passing` of `seeds` meet the SLO."""
+    """The rate search (experiments/plan_search.py): per rate, `seeds` runs sized from the SLO's quantile."""
 
-    seeds: int = Field(3, ge=1, le=100)
-    steps: int = Field(5, ge=1, le=30, description="bisection steps after the ceiling check")
-    min_passing: int | None = Field(None, ge=1, description="seeds that must meet the SLO (default: all)")
-    rate_max: float | None = Field(None, gt=0, description="search ceiling, req/s (default: the capacity)")
-    cap_at_capacity: bool = Field(True, description="a rate above the capacity (throughput of the workload served "
-                                                    "as one offline batch) is never sustainable: a finite run can "
-                                                    "meet the SLO above it, but its queue grows without bound")
+    seeds: int = Field(3, ge=1, le=100, description="runs per tested rate (attainment batch means are pooled "
+                                                    "over them)")
+    rel_tol: float = Field(0.05, gt=0, lt=1, description="stop when the highest passing and the lowest failing "
+                                                         "rate are within this fraction of the latter")
+    max_tests: int = Field(12, ge=1, le=60, description="rates tested per candidate at most")
+    rate_max: float | None = Field(None, gt=0, description="search ceiling, req/s (default: none)")
+    rate_start: float | None = Field(None, gt=0, description="first rate tested (default: the target rate)")
+    tail_requests: int = Field(50, ge=1, description="size: each run holds at least tail_requests / (1 - "
+                                                     "attainment) steady-state requests (50: ~50 expected misses "
+                                                     "at the SLO's quantile)")
+    requests_per_replica: int = Field(500, ge=1, description="size: at least this many requests per replica")
     curve_fractions: list[float] = Field([0.25, 0.5, 0.75], description="after the search, one more simulation "
                                          "(first seed) at each fraction of the max rate, for the latency curves")
 
     @model_validator(mode="after")
-    def _passing(self) -> "Search":
+    def _fractions(self) -> "Search":
         if any(not 0 < f < 1 for f in self.curve_fractions):
             raise ValueError(f"search.curve_fractions: expected fractions in (0, 1), got {self.curve_fractions}")
-        if self.min_passing is not None and self.min_passing > self.seeds:
-            raise ValueError(f"search.min_passing: {self.min_passing} is more than search.seeds ({self.seeds})")
         return self
-
-    @property
-    def required(self) -> int:
-        return self.min_passing if self.min_passing is not None else self.seeds
 
 
 class Mode(_Strict):
@@ -118,6 +118,9 @@ class Mode(_Strict):
     placement: Literal["colocated", "dedicated"] | None = Field(None, description="default: colocated for sd, "
                                                                                   "dedicated for psd")
     drafter_gpus: int = Field(1, ge=1, description="GPUs of a dedicated drafter")
+    vllm_speculative_config: dict[str, Any] | None = Field(None, description="what `vllm serve "
+                                                          "--speculative-config` takes for this mode (printed for "
+                                                          "the chosen candidate; None: no vLLM equivalent given)")
 
     @model_validator(mode="after")
     def _placement(self) -> "Mode":

@@ -15,25 +15,43 @@ def _num(v: Any, fmt: str = "{:.3g}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+def _rate_cell(c: dict[str, Any]) -> str:
+    rate = c.get("max_rate_req_s")
+    if rate is None:
+        return "-"
+    if c.get("at_search_ceiling"):
+        return f"{rate:.3g}+"
+    lo, hi = c.get("interval_req_s") or (None, None)
+    return f"{rate:.3g} [{_num(lo)}, {_num(hi, '{:.3g}') if hi is not None else 'open'}]"
+
+
+def _crossover_cell(c: dict[str, Any]) -> str:
+    x = c.get("sd_vs_ar")
+    if not x:
+        return "-"
+    if x.get("crossover_req_s") is not None:
+        return f"{x['crossover_req_s']:.3g}"
+    if x.get("sd_faster_up_to_req_s") is not None:
+        return f">{x['sd_faster_up_to_req_s']:.3g}"
+    return "never" if "no faster" in (x.get("why") or "") else "?"
+
+
 def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
-    """The ranked table, then the answer, the rule and the notes."""
+    """The ranked table, then the answer, the deployment, the rule and the notes."""
     from rich.table import Table
 
     q = doc["question"]
     table = Table(title=f"plan {doc['name']}: {q['target']} at {q['target_rate_req_s']:g} req/s "
                         f"({len(doc['candidates'])} candidates)")
-    for col in ("#", "candidate", "GPUs", "$/h", "max req/s", "tok/s at max", "$/Mtok at target", "$/Mtok at max",
-                "costs", "status"):
+    for col in ("#", "candidate", "GPUs", "$/h", "max req/s [interval]", "steady tok/s at max", "$/Mtok at target",
+                "$/Mtok at max", "SD=AR at req/s", "costs", "status"):
         table.add_column(col, justify="left" if col in ("candidate", "status", "costs") else "right")
     rows = doc["candidates"] if limit is None else doc["candidates"][:limit]
     for i, c in enumerate(rows, 1):
-        rate = c.get("max_rate_req_s")
-        shown = "-" if rate is None else (f"{rate:.3g}" + ("+" if c.get("at_search_ceiling") else "")
-                                          + f" ±{c['tolerance_req_s']:.2g}" * (not c.get("at_search_ceiling")))
-        table.add_row(str(i), c["id"], str(c["num_gpus"]), _num(c["usd_per_hour"], "{:.2f}"), shown,
+        table.add_row(str(i), c["id"], str(c["num_gpus"]), _num(c["usd_per_hour"], "{:.2f}"), _rate_cell(c),
                       _num(c.get("throughput_tok_s_at_max_rate"), "{:,.0f}"),
                       _num(c.get("usd_per_mtok_at_target_rate"), "{:.3f}"),
-                      _num(c.get("usd_per_mtok_at_max_rate"), "{:.3f}"),
+                      _num(c.get("usd_per_mtok_at_max_rate"), "{:.3f}"), _crossover_cell(c),
                       "measured" if c["target_costs"].startswith("measured") else "roofline", _status(c))
     console.print(table)
     if limit is not None and len(doc["candidates"]) > limit:
@@ -44,11 +62,19 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
     best = doc["cheapest"]
     console.print(f"[bold]cheapest for {q['target_rate_req_s']:g} req/s:[/bold] "
                   + (best if best else "none of the candidates sustains the target rate"))
+    deploy = doc.get("deploy")
+    if deploy:
+        console.print(f"deploy ({deploy['replicas']} replica(s)): {deploy['command']}", soft_wrap=True)
+        if deploy.get("note"):
+            console.print(f"  {deploy['note']}")
     rule = doc["rule"]
-    console.print(f"rule: {rule['sustainable']}; capacity = {rule['capacity']}; {rule['search']}; "
-                  f"{rule['confidence']}. '+': sustains its search ceiling.")
+    for key in ("window", "overload", "sustainable", "interval", "size", "search", "comparison"):
+        console.print(f"rule ({key}): {rule[key]}", soft_wrap=True)
+    console.print("'+': sustains its search ceiling; interval 'open': no tested rate was a decided fail; "
+                  "SD=AR at: the rate where this mode's mean E2E reaches AR's on the same GPUs ('>x': faster up to "
+                  "x, the top of both stable ranges)")
     for note in doc["notes"]:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", soft_wrap=True)
     console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g} ({p['source']})"
                                                        for g, p in doc["prices"].items()))
 
@@ -82,14 +108,15 @@ def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
     fig, axes = _figure(1, len(metrics), 4.6 * len(metrics), 4.2)
     for ax, m in zip(axes, metrics):
         for i, c in enumerate(cands):
-            pts = [(p["throughput_tok_s_mean"], p[f"{m}_p99_s_mean"]) for p in c["curve"]
-                   if p["throughput_tok_s_mean"] is not None and p[f"{m}_p99_s_mean"] is not None]
+            pts = [(p["steady_throughput_tok_s_mean"], p[f"steady_{m}_p99_s_mean"]) for p in c["curve"]
+                   if p["steady_throughput_tok_s_mean"] is not None and p[f"steady_{m}_p99_s_mean"] is not None
+                   and not p.get("overloaded")]
             if pts:
                 xs, ys = zip(*sorted(pts))
                 ax.plot(xs, ys, marker="o", ms=3, color=f"C{i % 10}", label=c["id"],
                         linestyle="-" if i < 10 else "--")
         ax.axhline(slo[f"{m}_s"], color="k", linestyle=":", linewidth=1)
-        ax.set_xlabel("throughput (output tok/s, mean over seeds)")
+        ax.set_xlabel("steady-state throughput (output tok/s, mean over seeds; overloaded rates left out)")
         ax.set_ylabel(f"{m.upper()} p99 (s)")
         ax.set_yscale("log")
         ax.set_title(f"{m.upper()} p99 vs throughput (dotted: SLO)")

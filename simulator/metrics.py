@@ -3,6 +3,10 @@
 `summarize` returns a flat dict of JSON-ready values (int, float rounded to 7 significant digits, or
 None where a metric is undefined), always with the same keys in the same order, so the same run gives
 a byte-identical `summary.json`. Times are seconds of simulated time.
+
+Whole-run figures (throughput_tok_s, requests_per_s, goodput_req_s, the percentiles) span first arrival to last
+finish, warm-up and drain included; the `steady_*` figures and the `overloaded` flag follow the one window rule
+of simulator/steady_state.py and are the ones to compare across runs.
 """
 from __future__ import annotations
 
@@ -243,7 +247,56 @@ def summarize(
     s["mean_batch_size"] = (
         round_sig((work["num_seqs"].to_numpy(dtype=float) * dur).sum() / dur.sum()) if dur.sum() > 0 else None
     )
+    s.update(steady_state_summary(req, slo_b, num_gpus))
     return s
+
+
+STEADY_KEYS = ("steady_window_start_s", "steady_window_end_s", "steady_requests", "steady_arrival_rate_req_s", "steady_requests_per_s",
+               "steady_throughput_tok_s", "steady_throughput_tok_s_per_gpu", "steady_goodput_req_s",
+               "steady_goodput_fraction_of_offered", "steady_slo_attainment", "steady_ttft_p99_s",
+               "steady_tpot_p99_s", "steady_e2e_p99_s", "backlog_growth", "overloaded")
+
+
+def steady_state_summary(requests_df: pd.DataFrame, slo: Mapping[str, float | None],
+                         num_gpus: int = 1) -> dict[str, int | float | bool | None]:
+    """The steady-state figures of a run (simulator/steady_state.py's window rule and overload flag); every
+    key None when the run has no steady-state window (e.g. an offline batch: every request at t = 0).
+
+    The whole-run figures of `summarize` (throughput_tok_s, goodput_req_s, ...) include warm-up and drain."""
+    from simulator.steady_state import measure
+
+    slo_b = validate_slo(slo)
+    good = goodput_mask(requests_df, slo_b)
+    ss = measure(requests_df["arrival_time"].to_numpy(dtype=float), requests_df["finish_time"].to_numpy(dtype=float),
+                 requests_df["output_len"].to_numpy(), good)
+    if ss is None:
+        return dict.fromkeys(STEADY_KEYS)
+    win = requests_df[ss.in_window]
+    fin = win[np.isfinite(win["finish_time"].to_numpy(dtype=float))]
+
+    def p99(col: str) -> float | None:
+        v = fin[col].to_numpy(dtype=float)
+        v = v[np.isfinite(v)]
+        return round_sig(np.percentile(v, 99)) if v.size else None
+
+    per_s = 1.0 / ss.length_s
+    return {
+        "steady_window_start_s": round_sig(ss.start_s),
+        "steady_window_end_s": round_sig(ss.end_s),
+        "steady_requests": ss.arrivals,
+        "steady_arrival_rate_req_s": round_sig(ss.arrival_rate),
+        "steady_requests_per_s": round_sig(ss.departure_rate),
+        "steady_throughput_tok_s": round_sig(ss.output_tokens * per_s),
+        "steady_throughput_tok_s_per_gpu": round_sig(ss.output_tokens * per_s / num_gpus),
+        "steady_goodput_req_s": round_sig(ss.good_departures * per_s),
+        "steady_goodput_fraction_of_offered": round_sig(ss.good_departures / ss.arrivals),
+        "steady_slo_attainment": round_sig(float(good[ss.in_window].mean())),
+        "steady_ttft_p99_s": p99("ttft"),
+        "steady_tpot_p99_s": p99("tpot"),
+        "steady_e2e_p99_s": p99("e2e"),
+        "backlog_growth": round_sig(ss.backlog_growth),
+        "overloaded": bool(ss.overloaded),
+    }
 
 
 def decode_tokens_and_steps(requests_df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -6,11 +6,13 @@ Assumptions (all per forward step of one batch on one tensor-parallel group):
   the TP degree (KV heads are split over TP; with fewer KV heads than GPUs they are replicated).
   Activations are ignored.
 - Compute = 2 x matmul parameters x batched tokens + attention (4 x layers x heads x head_dim FLOPs
-  per (query, context) pair; pairs = batched_tokens / num_seqs x kv_tokens, i.e. every query token
-  of a sequence attends to that sequence's context, sequences assumed equal in length).
+  per (query, context) pair; causal: per sequence, q = batched_tokens / num_seqs new tokens at the end of
+  c = kv_tokens / num_seqs context tokens attend q c - q (q - 1) / 2 pairs, so a whole prefill costs about
+  half of c^2; sequences assumed equal in length).
 - Time = max(compute / (TP x peak x mfu), traffic / (TP x bandwidth x bandwidth_util))
   + tensor-parallel all-reduce (2 per layer, ring: 2 (TP-1)/TP x batched_tokens x hidden x dtype
-  bytes over the link, plus a fixed latency per all-reduce), and never less than `floor_s`.
+  bytes sent by each GPU over its link's ONE-WAY bandwidth, half the catalog's bidirectional figure, plus a
+  fixed latency per all-reduce), and never less than `floor_s`.
 - Defaults (stated, not fitted): mfu 0.6, bandwidth_util 0.8, all-reduce latency 8 us, floor 0.
   Scheduling / sampling overhead per step is a server setting (`step_overhead_s`), not part of this.
 """
@@ -79,9 +81,18 @@ class RooflineProfile:
         touched = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** max(batched_tokens, 1)
         return dense - experts + experts * touched
 
+    @staticmethod
+    def attention_pairs(num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
+        """(query, context) pairs of causal attention: per sequence q new tokens at the end of a context of c
+        (kv_tokens includes them) attend q c - q (q - 1) / 2 positions (a prefill of c: about half of c^2)."""
+        s = max(num_seqs, 1)
+        q = batched_tokens / s
+        c = max(kv_tokens / s, q)
+        return s * (q * c - q * (q - 1) / 2.0)
+
     def compute_s(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
         m = self.model
-        pairs = batched_tokens / max(num_seqs, 1) * kv_tokens
+        pairs = self.attention_pairs(num_seqs, batched_tokens, kv_tokens)
         flops = 2.0 * m.matmul_params_per_token * batched_tokens + m.attention_flops_per_pair() * pairs
         return flops / self._peak
 
@@ -94,7 +105,7 @@ class RooflineProfile:
             return 0.0
         m = self.model
         nbytes = batched_tokens * m.hidden_size * m.dtype_bytes
-        one = 2.0 * (self.tp - 1) / self.tp * nbytes / self.gpu.link_bytes_s + self.allreduce_latency_s
+        one = 2.0 * (self.tp - 1) / self.tp * nbytes / self.gpu.link_one_way_bytes_s + self.allreduce_latency_s
         return 2 * m.num_layers * one
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:

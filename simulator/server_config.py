@@ -78,6 +78,27 @@ class ServerConfig(_Strict):
             raise ValueError("scheduler: 'vllm-v1' mixes prefill chunks into decode steps; drop prefill: separate")
         return {**doc, "chunked_prefill": True}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus_from_deployment(cls, doc: Any) -> Any:
+        """A deployment counts the GPUs: num_target_gpus defaults to its num_gpus (else tp), num_draft_gpus to a
+        dedicated drafter's GPUs; a count given beside a deployment must agree with it."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("deployment"), dict):
+            return doc
+        dep = doc["deployment"]
+        counts = {"num_target_gpus": dep.get("num_gpus", dep.get("tp", 1)),
+                  "num_draft_gpus": (dep.get("drafter_gpus", 1) if dep.get("drafter")
+                                     and dep.get("drafter_placement") == "dedicated" else None)}
+        out = dict(doc)
+        for key, n in counts.items():
+            if n is None:
+                continue
+            if key in doc and doc[key] != n:
+                raise ValueError(f"{key}: {doc[key]!r} but the deployment has {n} (drop {key}; the deployment "
+                                 "counts the GPUs)")
+            out[key] = n
+        return out
+
     @model_validator(mode="after")
     def _capacity_given(self) -> "ServerConfig":
         if self.kv_capacity_tokens is None and self.deployment is None:

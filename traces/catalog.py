@@ -12,9 +12,10 @@ Catalog files are YAML mappings `name -> fields`; the built-in ones are
 """
 from __future__ import annotations
 
+import difflib
 import importlib.resources
 import math
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,13 @@ class GpuSpec:
 
     @property
     def link_bytes_s(self) -> float:
+        """The datasheet's per-GPU link figure: both directions together (NVLink4 900 GB/s = 450 each way)."""
         return self.link_gbps * 1e9
+
+    @property
+    def link_one_way_bytes_s(self) -> float:
+        """What one GPU can send at once: half the bidirectional figure (a ring all-reduce sends and receives)."""
+        return self.link_gbps * 1e9 / 2.0
 
 
 # ------------------------------------------------------------------ loading
@@ -248,9 +255,45 @@ def builtin_catalog_dir() -> Path:
     return Path(str(importlib.resources.files("traces") / "data" / "catalog"))
 
 
+ALIAS_KEYS = ("same_architecture_as", "hf_id", "source")
+
+
+def load_aliases(path: str | Path, models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+    """Read a model alias file (name -> {same_architecture_as, hf_id, source}); each alias is a copy of its
+    entry under its own name, hf_id and source."""
+    path = Path(path)
+    out: dict[str, ModelSpec] = {}
+    for name, doc in _read_yaml(path).items():
+        name = str(name)
+        if not isinstance(doc, dict):
+            raise TraceFormatError(str(path), f"expected a mapping with {list(ALIAS_KEYS)}", field=name)
+        for key in ALIAS_KEYS:
+            if not isinstance(doc.get(key), str) or not doc[key]:
+                raise TraceFormatError(str(path), "required non-empty string", field=f"{name}.{key}")
+        unknown = sorted(set(doc) - set(ALIAS_KEYS))
+        if unknown:
+            raise TraceFormatError(str(path), f"unknown key; expected some of {list(ALIAS_KEYS)}",
+                                   field=f"{name}.{unknown[0]}")
+        if name in models:
+            raise TraceFormatError(str(path), "alias repeats a catalog entry's name", field=name)
+        base = models.get(doc["same_architecture_as"])
+        if base is None:
+            raise TraceFormatError(str(path), f"no catalog model {doc['same_architecture_as']!r}",
+                                   field=f"{name}.same_architecture_as")
+        out[name] = replace(base, name=name, hf_id=doc["hf_id"], source=doc["source"])
+    return out
+
+
 @lru_cache(maxsize=1)
 def builtin_models() -> dict[str, ModelSpec]:
-    return load_models(builtin_catalog_dir() / "models.yaml")
+    models = load_models(builtin_catalog_dir() / "models.yaml")
+    return {**models, **load_aliases(builtin_catalog_dir() / "aliases.yaml", models)}
+
+
+def _unknown(kind: str, name: str, known: dict[str, Any]) -> ValueError:
+    close = difflib.get_close_matches(name.lower(), list(known), n=3, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    return ValueError(f"unknown {kind} {name!r}{hint}; the catalog has {sorted(known)}")
 
 
 @lru_cache(maxsize=1)
@@ -263,7 +306,7 @@ def get_model(name: str) -> ModelSpec:
     models = builtin_models()
     spec = models.get(name.lower())
     if spec is None:
-        raise ValueError(f"unknown model {name!r}; the catalog has {sorted(models)}")
+        raise _unknown("model", name, models)
     return spec
 
 
@@ -272,5 +315,5 @@ def get_gpu(name: str) -> GpuSpec:
     gpus = builtin_gpus()
     spec = gpus.get(name.lower())
     if spec is None:
-        raise ValueError(f"unknown GPU {name!r}; the catalog has {sorted(gpus)}")
+        raise _unknown("GPU", name, gpus)
     return spec

@@ -32,7 +32,8 @@ def run_pool(evaluate: Evaluate, payloads: Sequence[dict[str, Any]], workers: in
     """A process pool; at most 2 x workers points in flight so an interrupt loses little work."""
     if workers < 1:
         raise ValueError(f"--workers: expected an integer >= 1, got {workers}")
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
         pending: dict[Any, int] = {}
         todo = iter(enumerate(payloads))
         for i, payload in todo:
@@ -47,6 +48,12 @@ def run_pool(evaluate: Evaluate, payloads: Sequence[dict[str, Any]], workers: in
                 pending[pool.submit(evaluate, payload)] = i
                 if len(pending) >= 2 * workers:
                     break
+    except BaseException:  # Ctrl-C (or a failed point): stop the workers now instead of finishing their points
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def run_ray(evaluate: Evaluate, payloads: Sequence[dict[str, Any]], address: str | None) -> Iterator[tuple[int, Any]]:

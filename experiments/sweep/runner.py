@@ -49,6 +49,7 @@ class SweepRunner:
         todo: dict[str, dict[str, Any]] = {}
         for key, point in zip(keys, points):
             if key in results or key in todo:
+                self._advance(1)  # a duplicate is computed once but counts as done in the total
                 continue
             hit = self.cache.get(key) if self.cache else None
             if hit is not None:
@@ -76,10 +77,19 @@ class SweepRunner:
 class ProgressBar:
     """One rich progress bar over every point of a sweep or plan (total may grow as batches are planned)."""
 
+    PLAIN_EVERY_S = 10.0  # off a terminal: one plain line at most this often (and at the end)
+
     def __init__(self, description: str, total: int, console=None, enabled: bool = True):
         self.enabled = enabled
         self.total = total
-        if not enabled:
+        self.done = 0
+        self.description = description
+        self.plain = enabled and console is not None and not console.is_terminal
+        self._console = console
+        if not enabled or self.plain:
+            import time
+
+            self._t0 = self._last = time.monotonic()
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -88,20 +98,34 @@ class ProgressBar:
         self._task = self._bar.add_task(description, total=total)
 
     def __enter__(self) -> "ProgressBar":
-        if self.enabled:
+        if self.enabled and not self.plain:
             self._bar.start()
         return self
 
     def __exit__(self, *exc) -> bool:
-        if self.enabled:
+        if self.plain:
+            self._line(force=True)
+        elif self.enabled:
             self._bar.stop()
         return False
 
+    def _line(self, force: bool = False) -> None:
+        import time
+
+        now = time.monotonic()
+        if force or now - self._last >= self.PLAIN_EVERY_S:
+            self._last = now
+            self._console.print(f"{self.description}: {self.done}/{self.total} points, {now - self._t0:.0f} s",
+                                highlight=False)
+
     def advance(self, n: int) -> None:
-        if self.enabled:
+        self.done += n
+        if self.plain:
+            self._line()
+        elif self.enabled:
             self._bar.update(self._task, advance=n)
 
     def add_total(self, n: int) -> None:
         self.total += n
-        if self.enabled:
+        if self.enabled and not self.plain:
             self._bar.update(self._task, total=self.total)

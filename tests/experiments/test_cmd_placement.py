@@ -40,3 +40,17 @@ def test_errors():
         _main(["--gpu", "l40s"])
     with pytest.raises(ValueError, match="unknown GPU"):
         _main(["--target", "qwen3-32b", "--gpu", "tpu-v5"])
+
+
+def test_drafter_step_times_are_the_draft_model_on_its_own_gpus(capsys):
+    from simulator.roofline import RooflineProfile
+    from traces.catalog import get_gpu, get_model
+
+    base = ["--target", "llama3.1-70b", "--gpu", "h100-80gb", "--tp", "4", "--drafter", "llama3.2-1b"]
+    assert _main(base + ["--placement", "dedicated", "--drafter-gpu", "l40s", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    own = RooflineProfile(get_model("llama3.2-1b"), get_gpu("l40s"), tp=1)
+    assert doc["roofline_drafter_device"] == "1x l40s"
+    assert doc["roofline_drafter_step_s"]["decode_batch_16"] == pytest.approx(own.step_time(16, 16, 16 * 1024))
+    assert _main(base + ["--drafter-tp", "1"]) == 0
+    assert "roofline drafter step on 1x h100-80gb" in capsys.readouterr().out

@@ -1,41 +1,73 @@
-"""The bisection rule on its own: where it lands against a known threshold, and the stated confidence."""
+"""The rate search on its own: where it lands against a known monotone threshold, how it uses an overloaded run's
+service rate, and the verdict rule (overload, attainment interval)."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.plan_search import Bisection, false_accept_probability, sustainable
+from experiments.plan_search import BELOW_SERVICE, MAX_UTILIZATION, RateSearch, Verdict, judge
 
 
-@given(ceiling=st.floats(0.1, 1e4), frac=st.floats(0.0, 1.5), steps=st.integers(1, 20))
-@settings(max_examples=200, deadline=None)
-def test_bisection_brackets_a_monotone_threshold(ceiling, frac, steps):
-    threshold = frac * ceiling
-    b = Bisection(ceiling, steps)
-    tested = []
-    while not b.done:
-        rate = b.next_rate()
-        tested.append(rate)
-        b.record(rate, rate <= threshold)
-    if threshold >= ceiling:
-        assert b.at_ceiling and b.lo == ceiling and tested == [ceiling]
-        return
-    assert len(tested) == 1 + steps
-    assert b.lo <= threshold < b.hi
-    assert b.tolerance == pytest.approx(ceiling / 2 ** steps)
+def _verdict(rate: float, threshold: float, service: float) -> Verdict:
+    if rate > service:  # above the service rate: overloaded, departures at the service rate
+        return Verdict(rate, False, True, True, None, None, None, service, "overloaded")
+    ok = rate <= threshold
+    return Verdict(rate, ok, True, False, 1.0 if ok else 0.0, None, None, None, "", strict_pass=ok)
+
+
+@given(start=st.floats(0.1, 100), threshold=st.floats(0.01, 500), slack=st.floats(1.0, 3.0),
+       tol=st.floats(0.01, 0.2))
+@settings(max_examples=300, deadline=None)
+def test_search_brackets_a_monotone_threshold(start, threshold, slack, tol):
+    service = threshold * slack  # the SLO threshold lies at or below the service rate
+    s = RateSearch(start, None, tol, 60)
+    while not s.done:
+        s.record(_verdict(s.next_rate(), threshold, service))
+    # once an overloaded run measured the service rate, nothing above MAX_UTILIZATION x it passes
+    effective = min(threshold, MAX_UTILIZATION * s.service_rate) if s.service_rate else threshold
+    assert s.lo <= effective
+    assert s.hi is not None and s.hi > effective and s.hi - s.lo <= tol * s.hi
+    # every verdict decided: the interval is the bracket, capped by a measured service rate
+    assert s.interval == (s.lo, min(s.hi, s.service_rate or s.hi))
+    assert all(not v.passed for v in s.verdicts if v.overloaded)
+
+
+def test_an_overloaded_run_sends_the_search_just_below_its_service_rate():
+    s = RateSearch(100.0, None, 0.01, 20)
+    s.record(_verdict(100.0, 9.0, 10.0))
+    assert s.next_rate() == pytest.approx(BELOW_SERVICE * 10.0)  # not 50: the measured service rate bounds it
+
+
+def test_rate_max_caps_the_growth():
+    s = RateSearch(4.0, 10.0, 0.05, 20)
+    while not s.done:
+        s.record(_verdict(s.next_rate(), 100.0, 200.0))
+    assert s.at_ceiling and s.lo == 10.0 and [v.rate for v in s.verdicts] == [4.0, 8.0, 10.0]
 
 
 def test_record_must_answer_the_asked_rate():
-    b = Bisection(8.0, 2)
-    with pytest.raises(ValueError, match="expected the outcome at 8.0"):
-        b.record(4.0, True)
-    with pytest.raises(ValueError, match="positive finite"):
-        Bisection(0.0, 3)
+    s = RateSearch(8.0, None, 0.05, 4)
+    with pytest.raises(ValueError, match="expected the verdict at 8.0"):
+        s.record(_verdict(4.0, 1.0, 2.0))
+    with pytest.raises(ValueError, match="positive finite rate"):
+        RateSearch(0.0, None, 0.05, 4)
 
 
-def test_rule_and_its_confidence():
-    assert sustainable([True, True, False], 2) and not sustainable([True, False, False], 2)
-    assert false_accept_probability(3, 3) == pytest.approx(0.125)
-    assert false_accept_probability(3, 2) == pytest.approx(0.5)
-    assert false_accept_probability(5, 4, 0.9) == pytest.approx(0.9 ** 5 + 5 * 0.9 ** 4 * 0.1)
+def _seed(arrivals, departures, batches, length=10.0):
+    return {"window_arrivals": arrivals, "window_departures": departures, "window_length_s": length,
+            "attainment_batches": batches}
+
+
+def test_judge_overload_beats_attainment():
+    v = judge(5.0, [_seed(1000, 800, [1.0] * 10)] * 2, 0.99)
+    assert v.overloaded and not v.passed and v.decided and v.service_rate == pytest.approx(80.0)
+
+
+def test_judge_decides_only_when_the_interval_is_on_one_side():
+    clear = judge(5.0, [_seed(1000, 1000, [0.995, 0.997, 0.996, 0.998] * 3)], 0.99)
+    assert clear.passed and clear.decided and clear.attainment_low >= 0.99
+    close = judge(5.0, [_seed(1000, 1000, [0.98, 1.0, 0.985, 1.0, 0.99, 0.995])], 0.99)
+    assert close.passed and not close.decided and close.attainment_low < 0.99 < close.attainment_high
+    fail = judge(5.0, [_seed(1000, 1000, [0.5, 0.6, 0.55, 0.52])], 0.99)
+    assert not fail.passed and fail.decided

@@ -114,3 +114,30 @@ def test_engine_entry_point_uses_the_callers_key_path():
     with pytest.raises(ValueError, match=r"server.deployment.tp"):
         kv_capacity_tokens({"target": "llama3.1-8b", "gpu": "h200-141gb", "tp": "2"})
     assert get_gpu("h200-141gb").memory_gb == 141
+
+
+def test_a_deployment_counts_the_gpus_of_per_gpu_figures():
+    from simulator.server_config import ServerConfig
+
+    dep = {"target": "llama3.1-70b", "gpu": "h100-80gb", "tp": 4, "num_gpus": 4}
+    assert ServerConfig(target_profile="x", deployment=dep).num_target_gpus == 4
+    psd = {**dep, "drafter": "llama3.2-1b", "drafter_placement": "dedicated", "drafter_gpus": 2}
+    s = ServerConfig(target_profile="x", deployment=psd)
+    assert (s.num_target_gpus, s.num_draft_gpus) == (4, 2)
+    with pytest.raises(ValueError, match="num_target_gpus: 2 but the deployment has 4"):
+        ServerConfig(target_profile="x", deployment=dep, num_target_gpus=2)
+
+
+def test_run_reports_per_gpu_throughput_over_the_deployments_gpus():
+    from experiments.run import run_experiment
+
+    dep = {"target": "llama3.1-8b", "gpu": "h100-80gb", "tp": 4, "num_gpus": 4}
+    doc = {"name": "tp4", "traces": "builtin:default",
+           "workload": {"num_requests": 40, "arrival": {"kind": "poisson", "rate": 5.0},
+                        "sample": {"with_replacement": True}},
+           "server": {"target_profile": {"kind": "roofline", "model": "llama3.1-8b", "gpu": "h100-80gb", "tp": 4},
+                      "deployment": dep},
+           "runs": [{"name": "AR", "mode": "ar"}]}
+    (s,) = run_experiment(doc).summary.values()
+    assert s["num_gpus"] == 4
+    assert s["throughput_tok_s_per_gpu"] == pytest.approx(s["throughput_tok_s"] / 4, rel=1e-6)

@@ -25,8 +25,24 @@ def test_large_prefill_is_compute_bound():
     r = _r()
     m, g = get_model("llama3.1-8b"), get_gpu("h100-80gb")
     t = r.step_time(1, 8192, 8192)
-    flops = 2 * m.matmul_params_per_token * 8192 + 4 * 32 * 32 * 128 * 8192 * 8192
+    causal_pairs = 8192 * (8192 + 1) / 2  # token i attends i + 1 positions: half the square, not all of it
+    flops = 2 * m.matmul_params_per_token * 8192 + 4 * 32 * 32 * 128 * causal_pairs
     assert t == pytest.approx(flops / (g.flops * 0.6))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 64), st.integers(1, 512), st.integers(0, 4096))
+def test_causal_pairs_equal_a_token_by_token_count(seqs, q, context):
+    # the same tokens one at a time (decode steps): query j of a sequence sees context + j + 1 positions
+    by_token = seqs * sum(context + j + 1 for j in range(q))
+    assert RooflineProfile.attention_pairs(seqs, seqs * q, seqs * (context + q)) == pytest.approx(by_token)
+
+
+def test_all_reduce_uses_one_way_link_bandwidth():
+    r, m = _r("llama3.3-70b", tp=4, allreduce_latency_s=0.0), get_model("llama3.3-70b")
+    nbytes = 1024 * m.hidden_size * 2
+    one_way = 450e9  # NVLink4: 900 GB/s both directions together
+    assert r.allreduce_s(1024) == pytest.approx(2 * m.num_layers * 2 * 3 / 4 * nbytes / one_way)
 
 
 def test_kv_tokens_cost_bandwidth():
@@ -90,3 +106,20 @@ def test_error_against_published_llama_h100_profile():
     assert len(grid) == 60
     assert err.mean() < 25
     assert err.max() < 60
+
+
+def test_roofline_drafter_profile_prices_the_draft_model_on_its_own_gpu():
+    from simulator.draft_cost import draft_cost_from_config
+
+    doc = {"kind": "autoregressive", "profile": {"kind": "roofline", "model": "llama3.2-1b", "gpu": "h100-80gb",
+                                                 "tp": 1}}
+    cost = draft_cost_from_config(doc)
+    own = _r("llama3.2-1b")
+    # k = 3 forward steps of the 1B model over 32 sequences, whatever the target's TP or verify time
+    expected = sum(own.step_time(32, 32, 32_000 + i * 32) for i in range(3))
+    assert cost.draft_time(32, 96, 3, 32_000, verify_time=1.0) == pytest.approx(expected)
+    assert cost.draft_time(32, 96, 3, 32_000, verify_time=0.001) == pytest.approx(expected)
+    with pytest.raises(ValueError, match=r"drafter cost.profile.gpu: required"):
+        draft_cost_from_config({"kind": "autoregressive", "profile": {"kind": "roofline", "model": "llama3.2-1b"}})
+    with pytest.raises(ValueError, match="inline profile must be"):
+        draft_cost_from_config({"kind": "autoregressive", "profile": {"kind": "linear"}})

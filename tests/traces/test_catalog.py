@@ -119,3 +119,42 @@ def test_bad_gpu_entries_and_files(tmp_path):
         load_models(tmp_path / "missing.yaml")
     with pytest.raises(TraceFormatError, match="non-empty mapping"):
         load_models(_write(tmp_path, [1, 2], "list.yaml"))
+
+
+def test_alias_is_the_same_architecture_under_its_own_name():
+    from dataclasses import fields
+
+    from traces.catalog import get_model
+
+    a, b = get_model("llama3.1-70b"), get_model("llama3.3-70b")
+    assert (a.name, a.hf_id) == ("llama3.1-70b", "meta-llama/Llama-3.1-70B-Instruct")
+    same = [f.name for f in fields(a) if f.name not in ("name", "hf_id", "source")]
+    assert all(getattr(a, k) == getattr(b, k) for k in same)
+    assert get_model("LLaMA3.1-70B") is a
+
+
+def test_unknown_names_suggest_the_closest(tmp_path):
+    from traces.catalog import get_gpu, get_model
+
+    with pytest.raises(ValueError, match=r"unknown model 'llama3.1-70B-instruct' \(did you mean 'llama3.1-70b'"):
+        get_model("llama3.1-70B-instruct")
+    with pytest.raises(ValueError, match=r"unknown GPU 'h100' \(did you mean 'h100-80gb'"):
+        get_gpu("h100")
+    with pytest.raises(ValueError, match=r"unknown GPU 'tpu-v5'; the catalog has"):
+        get_gpu("tpu-v5")
+
+
+@pytest.mark.parametrize("doc, field", [
+    ("x: {same_architecture_as: nope, hf_id: a/b, source: s}\n", "x.same_architecture_as"),
+    ("x: {same_architecture_as: llama3.1-8b, source: s}\n", "x.hf_id"),
+    ("llama3.1-8b: {same_architecture_as: llama3.1-8b, hf_id: a/b, source: s}\n", "llama3.1-8b"),
+    ("x: {same_architecture_as: llama3.1-8b, hf_id: a/b, source: s, params: 3}\n", "x.params"),
+])
+def test_bad_alias_file_names_the_entry(tmp_path, doc, field):
+    from traces.catalog import builtin_catalog_dir, load_aliases, load_models
+
+    path = tmp_path / "aliases.yaml"
+    path.write_text(doc)
+    with pytest.raises(TraceFormatError) as e:
+        load_aliases(path, load_models(builtin_catalog_dir() / "models.yaml"))
+    assert field in str(e.value) and str(path) in str(e.value)
