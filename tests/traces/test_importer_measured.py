@@ -28,7 +28,7 @@ def test_vllm_bench_reads_requests_settings_and_acceptance():
     assert r0.tpot == pytest.approx((0.2 - 0.05) / 7)
     assert np.array_equal(r0.itl, doc["itls"][0])
     assert run.info["request_rate"] == 2.0 and run.info["model_id"] == doc["model_id"]
-    assert run.info["spec_decode"]["acceptance_length"] == 2.65
+    assert run.info["spec_decode"]["acceptance_length"] == 2.6
     assert run.info["spec_decode"]["per_position_acceptance_rates"] == [0.8, 0.5, 0.3]
 
 
@@ -49,6 +49,7 @@ def test_vllm_bench_append_result_gives_one_run_per_line(tmp_path):
     (lambda d: d["itls"].__setitem__(0, [0.5]), "inter-token latencies sum"),
     (lambda d: d.__setitem__("spec_decode_per_position_acceptance_rates", [0.3, 0.5, 0.8]), "must not increase"),
     (lambda d: d.pop("spec_decode_num_drafts"), "spec_decode_num_drafts"),
+    (lambda d: d.__setitem__("spec_decode_acceptance_length", 3.1), "is not 1 \\+ accepted"),
 ])
 def test_vllm_bench_malformed(tmp_path, change, match):
     doc = json.loads(VLLM.read_text())

@@ -85,6 +85,10 @@ def _spec(doc: dict[str, Any], where: str, run: str) -> dict[str, Any] | None:
             out[short] = [float(x) for x in v]
         else:
             out[short] = number(doc, k, where, k, minimum=1.0 if short == "acceptance_length" else 0.0)
+    if out["num_drafts"] and abs(out["acceptance_length"] - 1 - out["accepted_tokens"] / out["num_drafts"]) > 1e-6:
+        raise TraceFormatError(where, f"{run}: acceptance length {out['acceptance_length']} is not 1 + accepted / "
+                               f"drafts = 1 + {out['accepted_tokens']:g} / {out['num_drafts']:g}",
+                               field="spec_decode_acceptance_length")
     return out
 
 
