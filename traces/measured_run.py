@@ -23,7 +23,7 @@ from traces.limits import MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl, parse_json, read_text
 
 FORMAT_VERSION = 1
-RUN_FILE, REQUESTS_FILE, ARRIVALS_FILE = "run.json", "requests.jsonl", "arrivals.txt"
+RUN_FILE, REQUESTS_FILE, ARRIVALS_FILE, ITL_FILE = "run.json", "requests.jsonl", "arrivals.txt", "itl.txt"
 
 
 @dataclass
@@ -36,7 +36,7 @@ class MeasuredRequest:
     output_len: int
     ttft: float
     e2e: float
-    itl: np.ndarray  # gaps between streamed chunks after the first (one per engine step that emitted tokens)
+    itl: np.ndarray | None  # gaps between streamed chunks after the first (None: only the run's pooled gaps kept)
     trace_id: str | None = None  # the acceptance trace it replayed, when the run was draftsim's own
 
     @property
@@ -52,6 +52,7 @@ class MeasuredRun:
     name: str
     requests: list[MeasuredRequest]
     info: dict[str, Any] = field(default_factory=dict)  # source, model, request_rate, spec_decode, failed, ...
+    pooled_itl: np.ndarray | None = None  # every gap of the run, when the source kept no per-request gaps
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Per-request columns as arrays (send, ttft, e2e, tpot, prompt_len, output_len) and all ITLs pooled."""
@@ -62,7 +63,7 @@ class MeasuredRun:
                 "tpot": np.array([r.tpot for r in rs], dtype=float),
                 "prompt_len": np.array([r.prompt_len for r in rs], dtype=np.int64),
                 "output_len": np.array([r.output_len for r in rs], dtype=np.int64),
-                "itl": np.concatenate([r.itl for r in rs]) if rs else np.zeros(0)}
+                "itl": self.pooled_itl if self.pooled_itl is not None else np.concatenate([r.itl for r in rs])}
 
 
 def number(doc: dict[str, Any], key: str, where: str, field_name: str, *, minimum: float = 0.0,
@@ -91,6 +92,8 @@ def check_request(r: MeasuredRequest, where: str, fld: str) -> None:
     if r.ttft > r.e2e * (1 + 1e-9) + 1e-9:
         raise TraceFormatError(where, f"TTFT {r.ttft} s is later than the end-to-end latency {r.e2e} s",
                                field=f"{fld}.ttft")
+    if r.itl is None:
+        return
     if r.itl.size and (not np.all(np.isfinite(r.itl)) or r.itl.min() < 0):
         raise TraceFormatError(where, "inter-token latencies must be finite and >= 0", field=f"{fld}.itl")
     if r.itl.sum() > (r.e2e - r.ttft) * (1 + 1e-6) + 1e-6:
@@ -105,14 +108,19 @@ def save_measured(run: MeasuredRun, out: str | Path) -> Path:
         raise ValueError(f"{run.name}: no completed requests to write")
     for i, r in enumerate(run.requests):
         check_request(r, str(folder / REQUESTS_FILE), f"[{i}]")
+        if (r.itl is None) != (run.pooled_itl is not None):
+            raise ValueError(f"{run.name}: request {r.id}: give per-request gaps or the run's pooled gaps, not both")
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_open(folder / REQUESTS_FILE, "w") as f:
         for r in run.requests:
             doc = {"id": r.id, "send_time": r.send_time, "prompt_len": r.prompt_len, "output_len": r.output_len,
-                   "ttft": r.ttft, "e2e": r.e2e, "itl": [float(x) for x in r.itl]}
+                   "ttft": r.ttft, "e2e": r.e2e,
+                   "itl": None if r.itl is None else [float(x) for x in r.itl]}
             if r.trace_id is not None:
                 doc["trace_id"] = r.trace_id
             f.write(json.dumps(doc, separators=(",", ":")) + "\n")
+    if run.pooled_itl is not None:
+        atomic_write_text(folder / ITL_FILE, "".join(f"{float(x)!r}\n" for x in run.pooled_itl))
     atomic_write_text(folder / ARRIVALS_FILE, "".join(f"{r.send_time!r}\n" for r in run.requests))
     atomic_write_text(folder / RUN_FILE, json.dumps({"format_version": FORMAT_VERSION, "name": run.name,
                                                      "requests": len(run.requests), **run.info}, indent=1) + "\n")
@@ -139,8 +147,9 @@ def load_measured(path: str | Path) -> MeasuredRun:
         if not isinstance(rid, str) or not rid or rid in seen:
             raise TraceFormatError(where, f"expected a unique non-empty string id, got {rid!r}", line=line, field="id")
         seen.add(rid)
-        itl = doc.get("itl")
-        if not isinstance(itl, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in itl):
+        itl = doc.get("itl", [])
+        if itl is not None and (not isinstance(itl, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in itl)):
             raise TraceFormatError(where, "expected a list of numbers", line=line, field="itl")
         tid = doc.get("trace_id")
         if tid is not None and not isinstance(tid, str):
@@ -149,7 +158,7 @@ def load_measured(path: str | Path) -> MeasuredRun:
                             number(doc, "prompt_len", where, "prompt_len", integer=True, line=line),
                             number(doc, "output_len", where, "output_len", minimum=1, integer=True, line=line),
                             number(doc, "ttft", where, "ttft", line=line), number(doc, "e2e", where, "e2e", line=line),
-                            np.asarray(itl, dtype=float), tid)
+                            None if itl is None else np.asarray(itl, dtype=float), tid)
         check_request(r, where, f"line {line}")
         reqs.append(r)
     if not reqs:
@@ -158,4 +167,23 @@ def load_measured(path: str | Path) -> MeasuredRun:
         raise TraceFormatError(str(meta_path), f"says {meta.get('requests')!r} requests but {where} has "
                                f"{len(reqs)}; the folder is incomplete", field="requests")
     info = {k: v for k, v in meta.items() if k not in ("format_version", "name", "requests")}
-    return MeasuredRun(str(meta.get("name", folder.name)), reqs, info)
+    pooled = None
+    if any(r.itl is None for r in reqs):
+        if not all(r.itl is None for r in reqs) or not (folder / ITL_FILE).is_file():
+            raise TraceFormatError(where, f"some requests have no itl list; then every request has none and "
+                                   f"{folder / ITL_FILE} holds the run's gaps", field="itl")
+        pooled = _gaps(folder / ITL_FILE)
+    return MeasuredRun(str(meta.get("name", folder.name)), reqs, info, pooled)
+
+
+def _gaps(path: Path) -> np.ndarray:
+    out = []
+    for i, s in enumerate(read_text(path).splitlines(), start=1):
+        try:
+            v = float(s)
+        except ValueError:
+            raise TraceFormatError(str(path), f"expected one gap in seconds, got {s!r}", line=i) from None
+        if not math.isfinite(v) or v < 0:
+            raise TraceFormatError(str(path), f"expected a finite gap >= 0, got {s!r}", line=i)
+        out.append(v)
+    return np.asarray(out, dtype=float)

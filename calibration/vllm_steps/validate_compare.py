@@ -57,23 +57,30 @@ class Latencies:
     output_len: np.ndarray
     start: float  # first send / arrival
     end: float  # last finish
+    itl: np.ndarray | None = None  # gaps between streamed chunks, pooled over requests (None: not recorded)
 
-    def metrics(self) -> dict[str, float | None]:
+    def metrics(self, p99: bool = False) -> dict[str, float | None]:
+        """Mean/p50/p90 (and p99 when asked: a few dozen requests cannot resolve it) of TTFT, TPOT, ITL when
+        recorded, E2E, and output tokens per second from the first send to the last finish."""
         out: dict[str, float | None] = {}
-        for name in ("ttft", "tpot", "e2e"):
+        for name in ("ttft", "tpot", "itl", "e2e"):
+            if getattr(self, name) is None:
+                continue
             s = percentile_summary(getattr(self, name), name)
-            out.update({k: v for k, v in s.items() if "_p99_" not in k})
+            out.update({k: v for k, v in s.items() if p99 or "_p99_" not in k})
         span = self.end - self.start
         out["throughput_tok_s"] = float(self.output_len.sum() / span) if span > 0 else None
         return out
 
 
-def latencies(send: np.ndarray, first: np.ndarray, finish: np.ndarray, output_len: np.ndarray) -> Latencies:
+def latencies(send: np.ndarray, first: np.ndarray, finish: np.ndarray, output_len: np.ndarray,
+              itl: np.ndarray | None = None) -> Latencies:
     """TTFT = first token - send, E2E = finish - send, TPOT = (finish - first) / (output_len - 1) (NaN at 1)."""
     out = np.asarray(output_len, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
-    return Latencies(first - send, tpot, finish - send, np.asarray(output_len), float(send.min()), float(finish.max()))
+    return Latencies(first - send, tpot, finish - send, np.asarray(output_len), float(send.min()), float(finish.max()),
+                     itl)
 
 
 def client_rows(level: dict[str, Any], where: str) -> list[ClientRow]:
@@ -273,7 +280,7 @@ def simulated_latencies(res) -> Latencies:
     r = res.requests
     arrival = r.arrival_time.to_numpy(float)
     return latencies(arrival, arrival + r.ttft.to_numpy(float), r.finish_time.to_numpy(float),
-                     r.output_len.to_numpy())
+                     r.output_len.to_numpy(), np.asarray(res.itl, dtype=float))
 
 
 @dataclass
@@ -283,7 +290,7 @@ class LevelResult:
     mode: str
     fraction: float
     rate: float  # requests/s the client aimed for
-    load: tuple[float, float]  # 1-minute load average before and after the level
+    load: tuple[float, float] | None  # 1-minute load average before and after the level (None: not recorded)
     measured: Latencies
     predicted: dict[str, Latencies]
 
@@ -302,16 +309,26 @@ def error_pct(predicted: float | None, measured: float | None) -> float | None:
     return round(100.0 * (predicted - measured) / measured, 2)
 
 
-def level_rows(lv: LevelResult) -> list[dict[str, Any]]:
-    """validation.json rows: one per kind and metric."""
-    meas = lv.measured.metrics()
+def level_rows(lv: LevelResult, p99: bool = False,
+               repeats: dict[str, list[Latencies]] | None = None) -> list[dict[str, Any]]:
+    """validation.json rows: one per kind and metric; with `repeats` (a kind's predictions under other seeds)
+    each row adds `interval`, the range over the point prediction and its repeats, and `inside`."""
+    meas = lv.measured.metrics(p99)
     rows = []
     for kind, lat in lv.predicted.items():
-        pred = lat.metrics()
+        pred = lat.metrics(p99)
+        others = [r.metrics(p99) for r in (repeats or {}).get(kind, [])]
         for metric, m in meas.items():
-            rows.append({"mode": lv.mode, "rate": round(lv.rate, 4), "fraction": lv.fraction, "metric": metric,
-                         "measured": m, "predicted": pred[metric], "error_pct": error_pct(pred[metric], m),
-                         "kind": kind, "load_1min": [round(x, 2) for x in lv.load]})
+            row = {"mode": lv.mode, "rate": round(lv.rate, 4), "fraction": lv.fraction, "metric": metric,
+                   "measured": m, "predicted": pred.get(metric), "error_pct": error_pct(pred.get(metric), m),
+                   "kind": kind, "load_1min": None if lv.load is None else [round(x, 2) for x in lv.load]}
+            if others:
+                vals = [v for v in [pred.get(metric)] + [o.get(metric) for o in others] if v is not None]
+                lo, hi = (min(vals), max(vals)) if vals else (None, None)
+                row["interval"] = [lo, hi]
+                row["inside"] = None if lo is None or m is None else bool(lo <= m <= hi)
+                row["repeats"] = len(vals)
+            rows.append(row)
     return rows
 
 
