@@ -90,3 +90,18 @@ def test_per_request_metrics_file(tmp_path):
         warnings.simplefilter("error")
         b = with_level(bundle_from(IidAcceptance(rate=0.5), n=3, length=50), "d", src, "per_request", seed=0)
     assert all(r.drafters["d"].acc_len.max() <= 4 for r in b.requests)
+
+
+def test_a_config_can_use_a_level_as_a_drafters_acceptance(tmp_path):
+    """traces: {acceptance: {base, drafters}} in an experiment: the run's measured acceptance length is the level's
+    mean at its k (less the end-of-output cut), and the other drafter keeps its traces."""
+    from experiments.run import run_experiment
+
+    over = ["workload.num_requests=80", "traces={acceptance: {base: 'builtin:default', drafters: {eagle3: "
+            "{mean_length: 2.6, k: 3}}}}"]
+    res = run_experiment("default", overrides=over)
+    base = run_experiment("default", overrides=over[:1])
+    assert 2.45 < res.summary["eagle3-k3"]["pooled_acceptance_length"] <= 2.6
+    assert res.summary["ngram-k3"]["pooled_acceptance_length"] == base.summary["ngram-k3"]["pooled_acceptance_length"]
+    with pytest.raises(ValueError, match="traces"):
+        run_experiment("default", overrides=["traces={acceptance: {drafters: {eagle3: {mean_length: 9, k: 3}}}}"])
