@@ -123,8 +123,36 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
              "throughput = output tokens / (last finish - first send), the same for both sides"]
     if run.info.get("itl"):
         notes.append(f"measured ITL: {run.info['itl']}")
+    notes += acceptance_notes(cfg, run, [lv.mode for lv in levels])
     notes += [f"run {k} not simulated: {v}" for k, v in skipped.items()]
     return ValidationReport(rows, levels, {"notes": notes, "measured": run.info, "seeds": seeds})
+
+
+def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
+    """The measured run's acceptance (vLLM's counters) beside the config's at each fixed-k run, and warnings when
+    the config's acceptance is implausible or from another target: a gap here explains a TPOT gap."""
+    from experiments.run import resolve_bundle
+    from traces.acceptance_levels import AcceptanceSource, plausibility, source_from_bundle
+
+    sd = run.info.get("spec_decode")
+    runs = {r.name: r for r in cfg.runs}
+    out = []
+    bundle = None
+    for name in names:
+        pol = runs[name].policy or {}
+        if runs[name].mode == "ar" or "k" not in pol or "drafter" not in pol:
+            continue
+        bundle = bundle or resolve_bundle(cfg.traces, cfg.seed)
+        ours = source_from_bundle(bundle, pol["drafter"], int(pol["k"]))
+        line = f"{name}: the config's acceptance gives mean acceptance length {ours.mean_length:.3f} at k = {pol['k']}"
+        if sd:
+            line += f"; the measured run's vLLM counters give {sd['acceptance_length']:.3f}"
+        out.append(line)
+        model = run.info.get("model_id")
+        measured = AcceptanceSource(int(pol["k"]), target=bundle.meta.target, dataset=bundle.meta.dataset)
+        out += [f"{name}: warning: {m}" for m in plausibility(measured, bundle.meta.drafters[pol["drafter"]].kind,
+                                                               model, None)]
+    return out
 
 
 def _run(args: argparse.Namespace) -> int:

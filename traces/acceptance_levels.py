@@ -163,11 +163,26 @@ def plausibility(src: AcceptanceSource, drafter_kind: str | None, target: str | 
     if kind in LEARNED_KINDS and mean is not None and mean < NEAR_ONE:
         out.append(f"mean acceptance length {mean:.3f} at k = {src.measured_k} for a learned drafter ({kind}) is "
                    f"near 1: the drafter accepts almost nothing (wrong drafter for this target, or a broken setup?)")
-    if src.target and target and src.target != target:
+    if src.target and target and not same_model(src.target, target):
         out.append(f"acceptance measured with target {src.target!r} is used for target {target!r}")
     if src.dataset and dataset and src.dataset != dataset:
         out.append(f"acceptance measured on dataset {src.dataset!r} is used for dataset {dataset!r}")
     return out
+
+
+def same_model(a: str, b: str) -> bool:
+    """The same model under two names: equal, or one is the other's catalog entry's Hugging Face id."""
+    if a == b:
+        return True
+    from traces.catalog import get_model
+
+    for name, other in ((a, b), (b, a)):
+        try:
+            if get_model(name).hf_id == other:
+                return True
+        except (KeyError, ValueError):
+            continue
+    return False
 
 
 def warn(messages: list[str]) -> None:

@@ -72,3 +72,14 @@ def test_cli_writes_validate_format(tmp_path, capsys):
 def test_cli_bad_measured_folder(tmp_path, capsys):
     assert main(["compare", str(tmp_path), "default"]) != 0
     assert "run.json" in capsys.readouterr().err
+
+
+def test_compare_states_the_measured_and_the_configs_acceptance(tmp_path):
+    from traces.importers.vllm_bench import import_vllm_bench
+
+    (run,) = import_vllm_bench(FIX / "vllm_bench_detailed.json")
+    save_measured(run, tmp_path / "m")
+    notes = compare(str(tmp_path / "m"), "default", [], repeats=1, names=["eagle3-k3"]).info["notes"]
+    line = next(n for n in notes if n.startswith("eagle3-k3: the config's acceptance"))
+    assert "2.600" in line  # 1 + 16 accepted / 10 drafts, as vLLM counted
+    assert not any("warning" in n for n in notes)  # llama3.1-8b is meta-llama/Llama-3.1-8B-Instruct

@@ -105,3 +105,9 @@ def test_a_config_can_use_a_level_as_a_drafters_acceptance(tmp_path):
     assert res.summary["ngram-k3"]["pooled_acceptance_length"] == base.summary["ngram-k3"]["pooled_acceptance_length"]
     with pytest.raises(ValueError, match="traces"):
         run_experiment("default", overrides=["traces={acceptance: {drafters: {eagle3: {mean_length: 9, k: 3}}}}"])
+
+
+def test_a_model_under_its_catalog_and_hub_names_is_not_borrowed():
+    src = AcceptanceSource(measured_k=3, mean_length=2.4, target="llama3.1-8b")
+    assert plausibility(src, "eagle", "meta-llama/Llama-3.1-8B-Instruct", None) == []
+    assert plausibility(src, "eagle", "qwen3-8b", None)
