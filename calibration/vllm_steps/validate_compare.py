@@ -332,13 +332,16 @@ def level_rows(lv: LevelResult, p99: bool = False,
     return rows
 
 
-def validate_mode(data: ModeData, model_name: str, name: str, seed: int) -> tuple[list[LevelResult], dict[str, Any]]:
-    """Both simulations of every load level of one mode."""
+def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
+                  repeats: int = 1) -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
+    """Both simulations of every load level of one mode; with repeats > 1 the predictive one again under
+    repeats - 1 more seeds (other calibration requests borrowed), for its interval (replay has no random input
+    under a fixed policy)."""
     from simulator.scenario import run_seeds
 
     profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name),
                 "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name)}
-    out = []
+    out, again = [], []
     seeds = run_seeds(seed, len(data.levels))
     for i, lv in enumerate(data.levels):
         rows = client_rows(lv, str(data.folder / RUN_FILE))
@@ -346,6 +349,11 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int) -> tupl
         traces = {"replay": replay_traces(data, i, model_name),
                   "predictive": predictive_traces(data, i, model_name, rng)}
         predicted = {k: simulated_latencies(simulate_level(data, i, traces[k], profiles[k], seeds[i])) for k in KINDS}
+        extra = []
+        for s in run_seeds(seeds[i], repeats - 1) if repeats > 1 else []:
+            tr = predictive_traces(data, i, model_name, np.random.default_rng(s))
+            extra.append(simulated_latencies(simulate_level(data, i, tr, profiles["predictive"], s)))
+        again.append({"predictive": extra} if extra else {})
         out.append(LevelResult(data.mode.label, float(lv["fraction"]), float(lv["rate"]),
                                (float(lv["load_before"]), float(lv["load_after"])), measured_latencies(rows),
                                predicted))
@@ -354,21 +362,23 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int) -> tupl
             "block_size": data.log.header.get("block_size"), "vllm_version": data.log.header.get("vllm_version"),
             "dtype": data.result.get("dtype"), "torch_threads": data.log.header.get("torch_threads"),
             "fits": {k: p.report for k, p in profiles.items()}}
-    return out, info
+    return out, info, again
 
 
-def validate_all(cfg, out: str | Path, model_name: str | None = None) -> ValidationReport:
-    """Every configured mode's runs in OUT, compared with both simulations."""
+def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: int = 1) -> ValidationReport:
+    """Every configured mode's runs in OUT, compared with both simulations (the predictive one with an interval
+    over `repeats` seeds when repeats > 1)."""
     out = Path(out)
     model_name = model_name or cfg.target
-    levels, info = [], {"modes": {}}
+    levels, again, info = [], [], {"modes": {}}
     for mode in cfg.parsed_modes():
         folder = _mode_folder(out, mode)
         data = load_mode(folder, dataclasses.replace(mode, label=folder.name))
-        lv, mi = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed)
+        lv, mi, ag = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed, repeats)
         levels += lv
+        again += ag
         info["modes"][data.mode.label] = mi
-    rows = [r for lv in levels for r in level_rows(lv)]
+    rows = [r for lv, ag in zip(levels, again) for r in level_rows(lv, repeats=ag or None)]
     return ValidationReport(rows, levels, info)
 
 
