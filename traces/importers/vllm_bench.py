@@ -127,7 +127,8 @@ def run_from_document(doc: dict[str, Any], where: str, index: int = 0) -> Measur
     info: dict[str, Any] = {"source": {"format": "vllm bench serve --save-detailed", "file": where, "run": index,
                                        "read_from": "vllm-project/vllm vllm/benchmarks/serve.py @ 009e6d4a"}}
     info.update({k: doc[k] for k in RUN_KEYS if k in doc})
-    failed = [i for i in range(len(cols["errors"])) if i not in set(ok)]
+    kept = set(ok)
+    failed = [i for i in range(len(cols["errors"])) if i not in kept]
     info["left_out"] = {"failed_requests": len(failed), "ids": [str(i) for i in failed[:20]]}
     info["spec_decode"] = _spec(doc, where, run)
     label = doc.get("label") or doc.get("backend") or "vllm"
