@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibration.vllm_steps.validate_compare import simulated_latencies  # noqa: F401  (the shared metric path)
 from experiments.cmd_compare import compare, measured_from_results
 from experiments.cli import main
 from experiments.run import run_experiment
