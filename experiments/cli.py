@@ -12,6 +12,7 @@ COMMAND_MODULES = {
     "run": "experiments.cmd_run",
     "import": "experiments.cmd_import",
     "validate": "experiments.cmd_validate",
+    "compare": "experiments.cmd_compare",
     "traces": "experiments.cmd_traces",
     "bounds": "experiments.cmd_bounds",
     "specbench": "experiments.cmd_specbench",

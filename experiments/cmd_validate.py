@@ -12,6 +12,8 @@ def register(sub) -> None:
     a.add_argument("config", help="validate YAML (see experiments/validation/validate-vllm-cpu.yaml)")
     a.add_argument("--out", required=True, help="folder for the vLLM runs, validation.json, the report and plots")
     a.add_argument("--analyse-only", action="store_true", help="skip vLLM; recompute from the runs in --out")
+    a.add_argument("--repeats", type=int, default=3, help="seeds of the predictive simulation per level, for its "
+                   "interval (the calibration request each load request borrows is redrawn; 1: no interval)")
     a.set_defaults(func=_run)
 
 
@@ -52,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"vLLM {mode.label}: calibration groups {cfg.calibration.batch_sizes}, then "
                   f"{len(cfg.load.fractions)} Poisson levels x {cfg.load.requests} requests", flush=True)
             run_mode(cfg, mode, folder, prompts, out, categories=categories)
-    report = validate_all(cfg, out)
+    report = validate_all(cfg, out, repeats=max(1, args.repeats))
     write_outputs(report, out, args.config, cfg.tolerances)
     print(format_table(report))
     bad = failures(report.rows, cfg.tolerances)

@@ -140,9 +140,10 @@ class ExperimentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":
-        if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {"pool", "specbench"}):
-            raise ValueError(f"traces: a generated source is one of {{pool: ...}} or {{specbench: ...}}, "
-                             f"got keys {sorted(self.traces)}")
+        if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {"pool", "specbench",
+                                                                                           "acceptance"}):
+            raise ValueError(f"traces: a generated source is one of {{pool: ...}}, {{specbench: ...}} or "
+                             f"{{acceptance: {{base, drafters}}}}, got keys {sorted(self.traces)}")
         names = [r.name for r in self.runs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -68,6 +68,11 @@ def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBund
         except ValueError as e:
             raise ValueError(f"traces.{e}") from None
         return make_pool_bundle(spec)
+    if kind == "acceptance":  # a base bundle's lengths, drafters' acceptance at a level (traces/acceptance_levels.py)
+        from traces.acceptance_levels import resolve_levels
+
+        return resolve_levels(resolve_bundle(params.get("base", "builtin:default"), seed), params.get("drafters"),
+                              seed)
     from traces.importers.specbench import import_specbench
     from traces.prompt_lookup import with_prompt_lookup
 

@@ -1,4 +1,8 @@
-"""`draftsim validate` outputs: terminal table, Markdown report, validation.json, CDF plots, tolerance check."""
+"""`draftsim validate` and `draftsim compare` outputs (one table format for both): terminal table, Markdown
+report, validation.json / comparison.json rows, CDF plots, tolerance check.
+
+A row: {mode, rate, fraction, metric, measured, predicted, error_pct, kind, load_1min} and, where the prediction
+was repeated over seeds, `interval` [lo, hi] (the range of the repeats) and `inside` (measured within it)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from calibration.vllm_steps.validate_compare import KINDS, ValidationReport
+from calibration.vllm_steps.validate_compare import ValidationReport
 from traces.atomic import atomic_write_text
 
 HEADLINE = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s")
@@ -20,6 +24,23 @@ def _fmt(x: float | None, pct: bool = False) -> str:
     if x is None:
         return "-"
     return f"{x:+.1f}" if pct else f"{x:.4g}"
+
+
+def _load(m: dict[str, Any]) -> str:
+    ld = m.get("load_1min")
+    return "-" if not ld else f"{ld[0]:.1f}-{ld[1]:.1f}"
+
+
+def _interval(r: dict[str, Any]) -> str:
+    """'[lo, hi] in' / 'out', or '' without repeats."""
+    iv = r.get("interval")
+    if not iv or iv[0] is None:
+        return ""
+    return f"[{iv[0]:.4g}, {iv[1]:.4g}] {'in' if r.get('inside') else 'OUT'}"
+
+
+def kinds_of(rows: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r["kind"] for r in rows))
 
 
 def _paired(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, dict[str, Any]]]]:
@@ -32,41 +53,45 @@ def _paired(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, 
 
 
 def format_table(report: ValidationReport, metrics: tuple[str, ...] | None = None) -> str:
-    """Per mode x rate x metric: measured, replay and predictive predictions with % errors."""
-    head = (f"{'mode':<12} {'req/s':>6} {'load':>9} {'metric':<17} {'measured':>9} {'replay':>9} {'err %':>7} "
-            f"{'predictive':>10} {'err %':>7}")
+    """Per mode x rate x metric: measured, each kind's prediction (replay, predictive) with % error and, where
+    repeated over seeds, the interval and whether the measured value is inside it."""
+    kinds = kinds_of(report.rows)
+    head = f"{'mode':<12} {'req/s':>6} {'load':>9} {'metric':<17} {'measured':>9}" + "".join(
+        f" {k:>10} {'err %':>7} {'interval (repeats)':<24}" for k in kinds)
     lines = [head, "-" * len(head)]
     for m, by in _paired(report.rows):
         if metrics and m["metric"] not in metrics:
             continue
-        rp, pr = by.get("replay", {}), by.get("predictive", {})
-        load = f"{m['load_1min'][0]:.1f}-{m['load_1min'][1]:.1f}"
-        lines.append(f"{m['mode']:<12} {m['rate']:>6.3g} {load:>9} {m['metric']:<17} {_fmt(m['measured']):>9} "
-                     f"{_fmt(rp.get('predicted')):>9} {_fmt(rp.get('error_pct'), True):>7} "
-                     f"{_fmt(pr.get('predicted')):>10} {_fmt(pr.get('error_pct'), True):>7}")
+        cells = "".join(f" {_fmt(by.get(k, {}).get('predicted')):>10} {_fmt(by.get(k, {}).get('error_pct'), True):>7}"
+                        f" {_interval(by.get(k, {})):<24}" for k in kinds)
+        lines.append(f"{m['mode']:<12} {m['rate']:>6.3g} {_load(m):>9} {m['metric']:<17} {_fmt(m['measured']):>9}"
+                     + cells)
     return "\n".join(lines)
 
 
-def markdown(report: ValidationReport, command: str, tolerances: dict[str, dict[str, float]]) -> str:
+def markdown(report: ValidationReport, command: str, tolerances: dict[str, dict[str, float]],
+             title: str = "draftsim validate: vLLM measured vs draftsim predicted") -> str:
     """The Markdown report: provenance, headline table, the full table and the misses."""
-    lines = ["# draftsim validate: vLLM measured vs draftsim predicted", "", f"Command: `{command}`", ""]
+    lines = [f"# {title}", "", f"Command: `{command}`", ""]
     lines += [f"- {k}: {v}" for k, v in report.info.get("machine", {}).items()]
-    for mode, mi in report.info["modes"].items():
+    lines += [f"- {note}" for note in report.info.get("notes", [])]
+    for mode, mi in report.info.get("modes", {}).items():
         lines.append(f"- {mode}: vLLM {mi['vllm_version']} {mi['dtype']}, torch threads {mi['torch_threads']}, "
                      f"measured capacity {mi['capacity_req_s']:.3g} req/s (calibration groups "
                      f"{', '.join(f'{c:.3g}' for c in mi['capacity_by_group'])}), block size {mi['block_size']}, "
                      f"KV {mi['kv_capacity_tokens']} tokens, {mi['engine_steps']} engine steps")
-    for title, metrics in (("Headline (means and throughput)", HEADLINE), ("All metrics", None)):
-        lines += ["", f"## {title}", "", "| mode | req/s | load 1-min | metric | measured | replay | err % | "
-                  "predictive | err % |", "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    kinds = kinds_of(report.rows)
+    for section, metrics in (("Headline (means and throughput)", HEADLINE), ("All metrics", None)):
+        lines += ["", f"## {section}", "", "| mode | req/s | load 1-min | metric | measured | " +
+                  " | ".join(f"{k} | err % | interval" for k in kinds) + " |",
+                  "|---|---:|---:|---|---:|" + "---:|---:|---|" * len(kinds)]
         for m, by in _paired(report.rows):
             if metrics and m["metric"] not in metrics:
                 continue
-            rp, pr = by.get("replay", {}), by.get("predictive", {})
-            lines.append(f"| {m['mode']} | {m['rate']:.3g} | {m['load_1min'][0]:.1f}-{m['load_1min'][1]:.1f} | "
-                         f"{m['metric']} | {_fmt(m['measured'])} | {_fmt(rp.get('predicted'))} | "
-                         f"{_fmt(rp.get('error_pct'), True)} | {_fmt(pr.get('predicted'))} | "
-                         f"{_fmt(pr.get('error_pct'), True)} |")
+            cells = " | ".join(f"{_fmt(by.get(k, {}).get('predicted'))} | {_fmt(by.get(k, {}).get('error_pct'), True)}"
+                               f" | {_interval(by.get(k, {}))}" for k in kinds)
+            lines.append(f"| {m['mode']} | {m['rate']:.3g} | {_load(m)} | {m['metric']} | {_fmt(m['measured'])} | "
+                         f"{cells} |")
     bad = failures(report.rows, tolerances)
     lines += ["", "## Over tolerance", ""] + ([f"- {b}" for b in bad] or ["- none"])
     return "\n".join(lines) + "\n"
@@ -91,8 +116,9 @@ def machine_info() -> dict[str, Any]:
             "python": platform.python_version(), "load_1min_at_report": round(os.getloadavg()[0], 2)}
 
 
-def plot_cdfs(report: ValidationReport, out: Path) -> list[Path]:
-    """One figure per mode: TTFT and E2E CDFs per load level, measured vs replay vs predictive."""
+def plot_cdfs(report: ValidationReport, out: Path, metrics: tuple[str, ...] = ("ttft", "e2e"),
+              measured_label: str = "measured (vLLM)") -> list[Path]:
+    """One figure per mode: CDFs of `metrics` per load level, measured vs each kind of prediction."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -103,14 +129,17 @@ def plot_cdfs(report: ValidationReport, out: Path) -> list[Path]:
     paths = []
     for mode in dict.fromkeys(lv.mode for lv in report.levels):
         levels = [lv for lv in report.levels if lv.mode == mode]
-        fig = Figure(figsize=(10, 3.2 * len(levels)))
-        axes = fig.subplots(len(levels), 2, squeeze=False)
+        fig = Figure(figsize=(5 * len(metrics), 3.2 * len(levels)))
+        axes = fig.subplots(len(levels), len(metrics), squeeze=False)
         for row, lv in zip(axes, levels):
-            for ax, metric in zip(row, ("ttft", "e2e")):
-                series = [("measured (vLLM)", lv.measured, "k")] + \
-                    [(k, lv.predicted[k], c) for k, c in zip(KINDS, ("C0", "C1"))]
+            for ax, metric in zip(row, metrics):
+                series = [(measured_label, lv.measured, "k")] + \
+                    [(k, lat, f"C{i}") for i, (k, lat) in enumerate(lv.predicted.items())]
                 for label, lat, color in series:
-                    v = np.sort(getattr(lat, metric))
+                    v = getattr(lat, metric)
+                    if v is None:
+                        continue
+                    v = np.sort(v[np.isfinite(v)])
                     ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=label, color=color)
                 ax.set_title(f"{mode} @ {lv.rate:.3g} req/s: {metric.upper()}")
                 ax.set_xlabel("seconds")
@@ -122,14 +151,17 @@ def plot_cdfs(report: ValidationReport, out: Path) -> list[Path]:
 
 
 def write_outputs(report: ValidationReport, out: str | Path, config_path: str,
-                  tolerances: dict[str, dict[str, float]]) -> None:
-    """validation.json (rows), validation.md, provenance.json and the CDF plots, each written atomically."""
+                  tolerances: dict[str, dict[str, float]], *, stem: str = "validation", command_name: str = "validate",
+                  title: str | None = None, plot_metrics: tuple[str, ...] = ("ttft", "e2e"),
+                  measured_label: str = "measured (vLLM)") -> None:
+    """STEM.json (rows), STEM.md, provenance.json and the CDF plots, each written atomically."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report.info["machine"] = machine_info()
-    command = "draftsim validate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else f"draftsim validate {config_path}"
-    atomic_write_text(out / "validation.json", json.dumps(report.rows, indent=1) + "\n")
+    command = (f"draftsim {command_name} " + " ".join(sys.argv[2:]) if len(sys.argv) > 2
+               else f"draftsim {command_name} {config_path}")
+    atomic_write_text(out / f"{stem}.json", json.dumps(report.rows, indent=1) + "\n")
     atomic_write_text(out / "provenance.json", json.dumps({"command": command, **report.info}, indent=1,
                                                           default=float) + "\n")
-    atomic_write_text(out / "validation.md", markdown(report, command, tolerances))
-    plot_cdfs(report, out)
+    atomic_write_text(out / f"{stem}.md", markdown(report, command, tolerances, **({"title": title} if title else {})))
+    plot_cdfs(report, out, plot_metrics, measured_label)

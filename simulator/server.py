@@ -60,7 +60,11 @@ class Server:
                                prefill=cfg.prefill, psd=self.mode == "psd", rules=cfg.scheduler)
         self.drafting = Drafting(scenario.policy, self.mode, table, workload, st, verification=cfg.verification,
                                  rng=scenario.seeds.verification_rng(), traces=inputs.traces, live=live)
-        self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s,
+        # vLLM V1 (vllm/v1/engine/core.py run_busy_loop: _process_input_queue() then step() = schedule(),
+        # execute, update_from_output(), outputs out): the gap between busy steps falls after a step's tokens are
+        # out and before the input queue is read, so arrivals during it join the next step (see loop).
+        self.gap_s = cfg.step_overhead_s if cfg.scheduler == "vllm-v1" else 0.0
+        self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s - self.gap_s,
                                scenario.switch_cost_s, st, workload)
         if self.mode == "psd" and any(c.kind == "engine_step" for c in scenario.draft_costs.values()):
             raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
@@ -83,7 +87,11 @@ class Server:
         """The server: pull arrivals; idle until the next one, or run one step and apply it."""
         env, st = self.env, self.state
         n = len(self.wl)
+        busy = False
         while st.n_finished < n:
+            if busy and self.gap_s and (st.running or st.waiting):  # vLLM V1: the engine loop's gap, then inputs
+                yield env.timeout(self.gap_s)
+            busy = False
             for i in self.arrivals.pull(env.now):
                 st.arrive(i)
             if not st.running and not st.waiting:
@@ -103,6 +111,7 @@ class Server:
                                    f"{self.sched.pool.total_blocks} KV blocks free")
             yield env.timeout(step.duration)
             self.outcome.apply(step, env.now)
+            busy = True
             if self.on_step is not None:
                 self.on_step(st.n_finished)
 

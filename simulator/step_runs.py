@@ -313,6 +313,8 @@ def for_server(server) -> StepRuns | None:
     """Macro-steps for `server` when its mode, policy, profile, costs and arrivals make steps determined."""
     if not MACRO_STEPS or server.mode not in ("ar", "sd"):
         return None
+    if server.gap_s:
+        return None  # vLLM V1's engine-loop gap between steps: admissions happen after it, step by step
     if not isinstance(server.arrivals, (OpenLoopArrivals, ClosedLoopArrivals)):
         return None  # a router pushes arrivals at times the server cannot see ahead
     pricing, drafting = server.pricing, server.drafting

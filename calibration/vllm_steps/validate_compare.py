@@ -57,23 +57,30 @@ class Latencies:
     output_len: np.ndarray
     start: float  # first send / arrival
     end: float  # last finish
+    itl: np.ndarray | None = None  # gaps between streamed chunks, pooled over requests (None: not recorded)
 
-    def metrics(self) -> dict[str, float | None]:
+    def metrics(self, p99: bool = False) -> dict[str, float | None]:
+        """Mean/p50/p90 (and p99 when asked: a few dozen requests cannot resolve it) of TTFT, TPOT, ITL when
+        recorded, E2E, and output tokens per second from the first send to the last finish."""
         out: dict[str, float | None] = {}
-        for name in ("ttft", "tpot", "e2e"):
+        for name in ("ttft", "tpot", "itl", "e2e"):
+            if getattr(self, name) is None:
+                continue
             s = percentile_summary(getattr(self, name), name)
-            out.update({k: v for k, v in s.items() if "_p99_" not in k})
+            out.update({k: v for k, v in s.items() if p99 or "_p99_" not in k})
         span = self.end - self.start
         out["throughput_tok_s"] = float(self.output_len.sum() / span) if span > 0 else None
         return out
 
 
-def latencies(send: np.ndarray, first: np.ndarray, finish: np.ndarray, output_len: np.ndarray) -> Latencies:
+def latencies(send: np.ndarray, first: np.ndarray, finish: np.ndarray, output_len: np.ndarray,
+              itl: np.ndarray | None = None) -> Latencies:
     """TTFT = first token - send, E2E = finish - send, TPOT = (finish - first) / (output_len - 1) (NaN at 1)."""
     out = np.asarray(output_len, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
-    return Latencies(first - send, tpot, finish - send, np.asarray(output_len), float(send.min()), float(finish.max()))
+    return Latencies(first - send, tpot, finish - send, np.asarray(output_len), float(send.min()), float(finish.max()),
+                     itl)
 
 
 def client_rows(level: dict[str, Any], where: str) -> list[ClientRow]:
@@ -267,7 +274,7 @@ def simulated_latencies(res) -> Latencies:
     r = res.requests
     arrival = r.arrival_time.to_numpy(float)
     return latencies(arrival, arrival + r.ttft.to_numpy(float), r.finish_time.to_numpy(float),
-                     r.output_len.to_numpy())
+                     r.output_len.to_numpy(), np.asarray(res.itl, dtype=float))
 
 
 @dataclass
@@ -277,7 +284,7 @@ class LevelResult:
     mode: str
     fraction: float
     rate: float  # requests/s the client aimed for
-    load: tuple[float, float]  # 1-minute load average before and after the level
+    load: tuple[float, float] | None  # 1-minute load average before and after the level (None: not recorded)
     measured: Latencies
     predicted: dict[str, Latencies]
 
@@ -296,26 +303,39 @@ def error_pct(predicted: float | None, measured: float | None) -> float | None:
     return round(100.0 * (predicted - measured) / measured, 2)
 
 
-def level_rows(lv: LevelResult) -> list[dict[str, Any]]:
-    """validation.json rows: one per kind and metric."""
-    meas = lv.measured.metrics()
+def level_rows(lv: LevelResult, p99: bool = False,
+               repeats: dict[str, list[Latencies]] | None = None) -> list[dict[str, Any]]:
+    """validation.json rows: one per kind and metric; with `repeats` (a kind's predictions under other seeds)
+    each row adds `interval`, the range over the point prediction and its repeats, and `inside`."""
+    meas = lv.measured.metrics(p99)
     rows = []
     for kind, lat in lv.predicted.items():
-        pred = lat.metrics()
+        pred = lat.metrics(p99)
+        others = [r.metrics(p99) for r in (repeats or {}).get(kind, [])]
         for metric, m in meas.items():
-            rows.append({"mode": lv.mode, "rate": round(lv.rate, 4), "fraction": lv.fraction, "metric": metric,
-                         "measured": m, "predicted": pred[metric], "error_pct": error_pct(pred[metric], m),
-                         "kind": kind, "load_1min": [round(x, 2) for x in lv.load]})
+            row = {"mode": lv.mode, "rate": round(lv.rate, 4), "fraction": lv.fraction, "metric": metric,
+                   "measured": m, "predicted": pred.get(metric), "error_pct": error_pct(pred.get(metric), m),
+                   "kind": kind, "load_1min": None if lv.load is None else [round(x, 2) for x in lv.load]}
+            if others:
+                vals = [v for v in [pred.get(metric)] + [o.get(metric) for o in others] if v is not None]
+                lo, hi = (min(vals), max(vals)) if vals else (None, None)
+                row["interval"] = [lo, hi]
+                row["inside"] = None if lo is None or m is None else bool(lo <= m <= hi)
+                row["repeats"] = len(vals)
+            rows.append(row)
     return rows
 
 
-def validate_mode(data: ModeData, model_name: str, name: str, seed: int) -> tuple[list[LevelResult], dict[str, Any]]:
-    """Both simulations of every load level of one mode."""
+def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
+                  repeats: int = 1) -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
+    """Both simulations of every load level of one mode; with repeats > 1 the predictive one again under
+    repeats - 1 more seeds (other calibration requests borrowed), for its interval (replay has no random input
+    under a fixed policy)."""
     from simulator.seeds import child
 
     profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name),
                 "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name)}
-    out = []
+    out, again = [], []
     root = np.random.SeedSequence(seed)
     for i, lv in enumerate(data.levels):
         rows = client_rows(lv, str(data.folder / RUN_FILE))
@@ -325,6 +345,12 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int) -> tupl
                   "predictive": predictive_traces(data, i, model_name, rng)}
         predicted = {k: simulated_latencies(simulate_level(data, i, traces[k], profiles[k], child(level, 1)))
                      for k in KINDS}
+        extra = []
+        for j in range(1, repeats):  # repeat j: its own borrowed traces and simulation stream
+            again_node = child(level, 1 + j)
+            tr = predictive_traces(data, i, model_name, np.random.default_rng(child(again_node, 0)))
+            extra.append(simulated_latencies(simulate_level(data, i, tr, profiles["predictive"], child(again_node, 1))))
+        again.append({"predictive": extra} if extra else {})
         out.append(LevelResult(data.mode.label, float(lv["fraction"]), float(lv["rate"]),
                                (float(lv["load_before"]), float(lv["load_after"])), measured_latencies(rows),
                                predicted))
@@ -333,21 +359,23 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int) -> tupl
             "block_size": data.log.header.get("block_size"), "vllm_version": data.log.header.get("vllm_version"),
             "dtype": data.result.get("dtype"), "torch_threads": data.log.header.get("torch_threads"),
             "fits": {k: p.report for k, p in profiles.items()}}
-    return out, info
+    return out, info, again
 
 
-def validate_all(cfg, out: str | Path, model_name: str | None = None) -> ValidationReport:
-    """Every configured mode's runs in OUT, compared with both simulations."""
+def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: int = 1) -> ValidationReport:
+    """Every configured mode's runs in OUT, compared with both simulations (the predictive one with an interval
+    over `repeats` seeds when repeats > 1)."""
     out = Path(out)
     model_name = model_name or cfg.target
-    levels, info = [], {"modes": {}}
+    levels, again, info = [], [], {"modes": {}}
     for mode in cfg.parsed_modes():
         folder = _mode_folder(out, mode)
         data = load_mode(folder, dataclasses.replace(mode, label=folder.name))
-        lv, mi = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed)
+        lv, mi, ag = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed, repeats)
         levels += lv
+        again += ag
         info["modes"][data.mode.label] = mi
-    rows = [r for lv in levels for r in level_rows(lv)]
+    rows = [r for lv, ag in zip(levels, again) for r in level_rows(lv, repeats=ag or None)]
     return ValidationReport(rows, levels, info)
 
 

@@ -54,3 +54,18 @@ def test_cli_analyses_recorded_runs_and_exits_nonzero_over_tolerance(tmp_path):
     lax = out / "lax.yaml"
     lax.write_text((FIX / "validate.yaml").read_text() + "tolerances: {replay: {e2e_mean_s: 1000000}}\n")
     assert main(["validate", str(lax), "--out", str(out), "--analyse-only"]) == 0
+
+
+def test_predictive_interval_over_seeds_keeps_the_point_prediction(report):
+    rep3 = validate_all(load_config(FIX / "validate.yaml"), FIX, model_name="smollm2", repeats=3)
+    pred = [r for r in rep3.rows if r["kind"] == "predictive"]
+    assert pred and all(r["repeats"] == 3 for r in pred if r["predicted"] is not None)
+    for r in pred:
+        if r["predicted"] is not None:
+            lo, hi = r["interval"]
+            assert lo <= r["predicted"] <= hi
+            assert r["inside"] == (lo <= r["measured"] <= hi)
+    base = {(r["mode"], r["fraction"], r["metric"], r["kind"]): r["predicted"] for r in report.rows}
+    assert all(base[(r["mode"], r["fraction"], r["metric"], r["kind"])] == r["predicted"] for r in rep3.rows)
+    assert all("interval" not in r for r in rep3.rows if r["kind"] == "replay")
+    assert "in" in format_table(rep3) or "OUT" in format_table(rep3)

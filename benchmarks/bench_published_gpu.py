@@ -1,0 +1,194 @@
+"""Published real-GPU (H100) vLLM measurements next to draftsim's prediction from public inputs, and the error.
+
+Every row names its published source and the inputs draftsim used; an input that is not the measured
+setup's own (another target, dataset or hardware, or an assumed acceptance) is marked BORROWED and the row's
+note says which input explains a disagreement. Inputs: the SpecDecode-Bench release's Llama-3.1-8B / H100 fits
+(shipped built-in profiles `llama3.1-8b-h100-specbench`, `eagle3-llama3.1-8b-h100-specbench`, its step
+overhead) and its acceptance traces (../shared/reference-traces/specbench-llama3.1-8b-h100, read-only; rows
+that need them are skipped when absent), the roofline profile from the shipped catalogs, and for MineDraft
+experiments/configs/psd_vs_sd.yaml (assumed i.i.d. acceptance; no Qwen3 traces are public).
+
+The "Speculative Decoding: Performance or Illusion?" figures are batch-B speedups of EAGLE (k = 3, vLLM
+0.10.1.1); draftsim computes them in its SpecDecode-Bench compatibility mode (simulator/specbench.py:
+closed batches of B copies, AR vs SD, draftsim's replay rule, `position_convention="engine"`).
+
+Run from the repository root: `python -m benchmarks.bench_published_gpu [--requests N] [--json OUT]
+[--markdown]`. Prints the table; asserts nothing. Figures are simulated (not timed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference-traces" / "specbench-llama3.1-8b-h100"
+PAPER = "Liu et al., Speculative Decoding: Performance or Illusion? (arXiv 2601.11580, MLSys 2026)"
+MINEDRAFT = "MineDraft (arXiv 2603.18016, ICML 2026)"
+
+
+@dataclass
+class Row:
+    """One published figure and draftsim's prediction of it."""
+
+    claim: str
+    source: str
+    published: float
+    unit: str  # "x" (speedup), "%" (relative change)
+    predicted: dict[str, float] = field(default_factory=dict)  # input variant -> draftsim's figure
+    inputs: str = ""
+    borrowed: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def errors(self) -> dict[str, float]:
+        """Error of each prediction: for a speedup, percent of the published figure; for a figure that is itself a
+        percent change, the difference in percentage points."""
+        if self.unit == "%":
+            return {k: v - self.published for k, v in self.predicted.items()}
+        return {k: 100.0 * (v - self.published) / abs(self.published) for k, v in self.predicted.items()}
+
+
+def _records(name: str):
+    from traces.importers.specbench import read_specbench
+
+    path = REFERENCE / f"combined_{name}.jsonl"
+    return read_specbench(path) if path.is_file() else None
+
+
+def _speedup(records, dataset: str, batch: int, costs=None, requests: int = 300) -> float:
+    from simulator.specbench import simulate_specbench
+
+    return simulate_specbench(records, dataset=dataset, proposer="eagle3", predict="FIXED_3", batch_size=batch,
+                              costs=costs, num_requests=min(requests, len(records)),
+                              position_convention="engine").speedup
+
+
+def _roofline_costs(model: str, tp: int):
+    """`model` on `tp` x H100 by roofline from the catalogs (Llama-3.3-70B has Llama-3-70B's shape); the EAGLE head
+    priced with the 8B release's fitted EAGLE profile (no other EAGLE fit is public)."""
+    from simulator.latency import resolve_profile
+    from simulator.roofline import RooflineProfile
+    from simulator.specbench import EAGLE_DRAFT_PROFILE, CompatCosts
+    from traces.catalog import get_gpu, get_model
+
+    return CompatCosts(RooflineProfile(get_model(model), get_gpu("h100-80gb"), tp=tp), resolve_profile(EAGLE_DRAFT_PROFILE))
+
+
+def paper_rows(requests: int) -> list[Row]:
+    sets = {name: recs for name in ("gsm8k", "instructcoder") if (recs := _records(name)) is not None}
+    if not sets:
+        print(f"skipped the paper's rows: no reference traces in {REFERENCE}")
+        return []
+    rows = []
+    r = Row("EAGLE speedup at batch 128, Llama-3.1-8B, GSM8K", PAPER, 1.21, "x",
+            inputs="SpecDecode-Bench 8B/H100 fits + its 8B GSM8K EAGLE-3 traces (the measured setup's own)")
+    r8 = _roofline_costs("llama3.1-8b", 1)
+    if "gsm8k" in sets:
+        r.predicted["gsm8k traces, release fits"] = _speedup(sets["gsm8k"], "gsm8k", 128, requests=requests)
+        r.predicted["gsm8k traces, roofline target"] = _speedup(sets["gsm8k"], "gsm8k", 128, r8, requests)
+    r.note = ("the release's own fits and traces: agreement here tests the engine's batch rules; the roofline "
+              "variant (target priced by bandwidth and FLOPs instead of the fit) shows the profile's share")
+    rows.append(r)
+
+    c70 = _roofline_costs("llama3.3-70b", 4)
+    r = Row("EAGLE speedup at batch 1, Llama-3-70B", PAPER, 1.96, "x",
+            inputs="roofline Llama-3-70B TP4 H100 (catalog, stated defaults mfu 0.6, bandwidth 0.8); EAGLE head "
+                   "cost = the 8B EAGLE fit; acceptance = the 8B EAGLE-3 traces",
+            borrowed=["acceptance from the 8B target", "EAGLE head cost from the 8B fit", "target roofline "
+                      "(uncalibrated)"])
+    for name, recs in sets.items():
+        r.predicted[f"{name} traces"] = _speedup(recs, name, 1, c70, requests)
+    r.note = ("the acceptance is the 8B target's: a 70B target's EAGLE head accepts more (larger models are easier "
+              "to predict), and the roofline prices a launch-bound batch-1 step from bandwidth alone")
+    rows.append(r)
+
+    for model, variants, pub in (("Llama-3.1-8B", {"release fits": None, "roofline target": r8}, -4.3),
+                                 ("Llama-3-70B", {"roofline target": c70}, -14.0)):
+        costs = variants.get("release fits", c70)
+        r = Row(f"EAGLE speedup change, batch 1 -> 32, {model}, ShareGPT", PAPER, pub, "%",
+                inputs=("SpecDecode-Bench 8B/H100 fits" if costs is None else "as the 70B row") +
+                "; acceptance = the 8B GSM8K / InstructCoder traces (no ShareGPT traces are public)",
+                borrowed=["dataset: GSM8K / InstructCoder instead of ShareGPT"] +
+                ([] if costs is None else ["acceptance from the 8B target", "EAGLE head cost from the 8B fit",
+                                           "target roofline (uncalibrated)"]))
+        speedups = []
+        for name, recs in sets.items():
+            for label, c in variants.items():
+                s1, s32 = _speedup(recs, name, 1, c, requests), _speedup(recs, name, 32, c, requests)
+                r.predicted[f"{name} traces, {label}"] = 100.0 * (s32 / s1 - 1.0)
+                speedups.append(f"{name}/{label} {s1:.2f}x -> {s32:.2f}x")
+        r.note = ("read as speedup(32) / speedup(1) - 1 (" + "; ".join(speedups) + "). The release's linear fit "
+                  "charges 2.1e-5 s per batched token, so a k = 3 verify of 32 sequences (128 tokens) costs 28% more "
+                  "than an AR step of 32 tokens (9.2 vs 7.2 ms) where the roofline has both bandwidth-bound (6.4 ms): "
+                  "with the fit the speedup falls faster with batch than vLLM measured. The dataset is borrowed too")
+        rows.append(r)
+    return rows
+
+
+def minedraft_rows(requests: int) -> list[Row]:
+    """PSD (2m requests, 4 + 1 GPUs) vs SD (m, 4 GPUs), Qwen3-32B with Qwen3-1.7B, best k each, best m."""
+    from experiments.psd_report import headline, load_config, run_psd_vs_sd
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "psd_vs_sd.yaml")
+    cfg = cfg.model_copy(update={"drafters": {"qwen3-1.7b": cfg.drafters["qwen3-1.7b"]},
+                                 "workload": cfg.workload.model_copy(update={"num_requests": requests})})
+    head = headline(run_psd_vs_sd(cfg, progress=False))
+    best = head.loc[head["psd_over_sd"].idxmax()]
+    common = dict(source=MINEDRAFT,
+                  inputs=f"experiments/configs/psd_vs_sd.yaml: roofline Qwen3-32B TP4 + Qwen3-1.7B on H100, "
+                         f"{requests} chat-like requests x 256 tokens, best k per mode, m in {list(cfg.sub_batch)}",
+                  borrowed=["acceptance: assumed i.i.d. 0.68 (no Qwen3 traces are public)",
+                            "H100 roofline for MineDraft's GPUs (uncalibrated)", "prompt set: chat-like, not 'tough'"])
+    note = ("no input here is MineDraft's own: the assumed acceptance and the uncalibrated roofline set the drafter's "
+            "time against the verify time (t/V), which sets draftsim's PSD gain (at most (t + V) / max(t, V) <= 2 "
+            "from pipelining alone); MineDraft's best case used 'tough' prompts, draftsim a chat-like batch")
+    r1 = Row("PSD vs SD throughput, Qwen3-32B + Qwen3-1.7B, 5 vs 4 GPUs (best case)", published=75.68, unit="%",
+             predicted={f"best m = {int(best['sub_batch_m'])}": 100.0 * (best["psd_over_sd"] - 1.0)}, note=note,
+             **common)
+    r2 = Row("PSD vs SD mean E2E latency, same setting", published=-39.51, unit="%",
+             predicted={f"m = {int(best['sub_batch_m'])}": -100.0 * best["e2e_saving"],
+                        "best m for E2E": -100.0 * float(head["e2e_saving"].max())}, note=note, **common)
+    return [r1, r2]
+
+
+def fmt(x: float, unit: str) -> str:
+    return f"{x:.2f}x" if unit == "x" else f"{x:+.1f}%"
+
+
+def table(rows: list[Row], markdown: bool = False) -> str:
+    lines = ["| published measurement | source | measured | draftsim (inputs) | error | borrowed inputs |",
+             "|---|---|---:|---|---:|---|"] if markdown else []
+    for r in rows:
+        errs = r.errors()
+        pred = "; ".join(f"{fmt(v, r.unit)} ({k})" for k, v in r.predicted.items()) or "-"
+        err = "; ".join(f"{e:+.1f} pp" if r.unit == "%" else f"{e:+.0f}%" for e in errs.values()) or "-"
+        if markdown:
+            lines.append(f"| {r.claim} | {r.source.split(' (')[0]} | {fmt(r.published, r.unit)} | {pred} | {err} | "
+                         f"{'; '.join(r.borrowed) or 'none'} |")
+        else:
+            lines += [f"{r.claim}  [{r.source}]", f"  measured {fmt(r.published, r.unit)}; draftsim {pred}; error {err}",
+                      f"  inputs: {r.inputs}", f"  borrowed: {'; '.join(r.borrowed) or 'none'}", f"  note: {r.note}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--requests", type=int, default=300, help="requests per compat batch set / MineDraft run")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--markdown", action="store_true", help="print the README table")
+    args = ap.parse_args(argv)
+    print(f"load 1-min {os.getloadavg()[0]:.2f} (figures are simulated, not timed)")
+    rows = paper_rows(args.requests) + minedraft_rows(args.requests)
+    print(table(rows, args.markdown))
+    if args.json:
+        doc: list[dict[str, Any]] = [{**asdict(r), "error": r.errors(),
+                                      "error_unit": "percentage points" if r.unit == "%" else "% of published"}
+                                     for r in rows]
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,187 @@
+"""`draftsim compare MEASURED CONFIG`: simulate a measured run's own workload (its send times and lengths) with
+the config's server, profiles, drafters and acceptance, and report measured vs predicted TTFT, TPOT, ITL, E2E
+(mean, p50, p90, p99) and throughput in `draftsim validate`'s table format, with intervals from repeated seeds.
+
+Acceptance: a measured request that names the trace it replayed (a draftsim run's own export) replays that
+trace; any other request borrows the acceptance of a config-bundle request drawn with the seed, repeated to
+its output length. Each repeat redraws those borrowings and reseeds the policies, so the interval covers both
+the acceptance resampling and the policies' randomness; a fixed policy on named traces repeats exactly.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+DEFAULT_REPEATS = 5
+
+
+def register(sub) -> None:
+    a = sub.add_parser("compare", help="simulate a measured run (draftsim import vllm-bench|guidellm) with a "
+                       "config and report measured vs predicted, with intervals")
+    a.add_argument("measured", help="measured-run folder written by `draftsim import vllm-bench|guidellm`")
+    a.add_argument("config", help="experiment YAML (its server, drafters, traces and runs; its workload is "
+                                  "replaced by the measured one)")
+    a.add_argument("--out", default=None, help="folder for comparison.json, comparison.md and CDF plots")
+    a.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override, as for `draftsim run`")
+    a.add_argument("--runs", default=None, help="comma-separated run names to compare (default: all)")
+    a.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+                   help=f"seeds per prediction for the interval (default {DEFAULT_REPEATS}; 1: no interval)")
+    a.set_defaults(func=_run)
+
+
+def measured_latencies(run):
+    """The measured run's latencies, in the one Latencies type validate uses."""
+    from calibration.vllm_steps.validate_compare import latencies
+
+    a = run.arrays()
+    return latencies(a["send"], a["send"] + a["ttft"], a["send"] + a["e2e"], a["output_len"], a["itl"])
+
+
+def measured_traces(run, bundle, rng: np.random.Generator) -> list:
+    """One acceptance trace per measured request: its own (trace_id) or a borrowed one resized to its length."""
+    from traces.bundle import DrafterTrace, RequestTrace
+
+    index = {r.id: r for r in bundle.requests}
+    out = []
+    for q in run.requests:
+        src = index.get(q.trace_id) if q.trace_id is not None else None
+        if src is not None and src.output_len == q.output_len:
+            out.append(dataclasses.replace(src, id=q.id, prompt_len=q.prompt_len, arrival_time=q.send_time))
+            continue
+        src = bundle.requests[int(rng.integers(len(bundle.requests)))]
+        n = q.output_len
+        drafters = {d: DrafterTrace(acc_len=np.resize(t.acc_len, n).astype(np.int32),
+                                    tv=None if t.tv is None else np.resize(t.tv, n),
+                                    proposal_len=None if t.proposal_len is None
+                                    else np.resize(t.proposal_len, n).astype(np.int32))
+                    for d, t in src.drafters.items()}
+        out.append(RequestTrace(q.id, q.prompt_len, n, drafters, category=src.category, arrival_time=q.send_time))
+    return out
+
+
+def simulate_measured(cfg, run, seed: int, names: list[str] | None = None) -> dict[str, Any]:
+    """Every config run on the measured workload with `seed` (the config's seed reproduces `draftsim run`):
+    run name -> Latencies, or the reason it could not run."""
+    from calibration.vllm_steps.validate_compare import simulated_latencies
+    from experiments.run import prepare, resolve_bundle, simulate_run
+    from simulator.workload_arrays import EngineWorkload
+    from traces.acceptance_levels import check_k
+
+    cfg = cfg.model_copy(update={"seed": seed})
+    bundle = resolve_bundle(cfg.traces, cfg.seed)
+    traces = measured_traces(run, bundle, np.random.default_rng(np.random.SeedSequence([seed, 1])))
+    ew = EngineWorkload(request_ids=[q.id for q in run.requests], trace_index=np.arange(len(traces), dtype=np.int64),
+                        arrival=np.array([q.send_time for q in run.requests], dtype=np.float64),
+                        prompt_len=np.array([q.prompt_len for q in run.requests], dtype=np.int64),
+                        output_len=np.array([q.output_len for q in run.requests], dtype=np.int64),
+                        categories=[t.category or "" for t in traces])
+    out: dict[str, Any] = {}
+    for sc in prepare(cfg):
+        if names and sc.run.name not in names:
+            continue
+        pol = sc.run.policy or {}
+        if sc.run.mode != "ar" and "k" in pol and "drafter" in pol:
+            check_k(bundle, pol["drafter"], int(pol["k"]), f"runs[{sc.run.name}]")
+        res = simulate_run(sc, bundle, ew, traces)
+        out[sc.run.name] = res if isinstance(res, dict) else simulated_latencies(res)
+    return out
+
+
+def compare(measured_path: str, config: str, overrides: list[str] = (), repeats: int = DEFAULT_REPEATS,
+            names: list[str] | None = None):
+    """The ValidationReport of one measured run against every (named) run of the config."""
+    from calibration.vllm_steps.validate_compare import LevelResult, ValidationReport, level_rows
+    from experiments.config import load_config
+    from simulator.scenario import run_seeds
+    from traces.measured_run import load_measured
+
+    run = load_measured(measured_path)
+    cfg = load_config(config, list(overrides))
+    measured = measured_latencies(run)
+    seeds = [cfg.seed] + run_seeds(cfg.seed, max(0, repeats - 1))
+    sims = [simulate_measured(cfg, run, s, names) for s in seeds]
+    span = measured.end - measured.start
+    rate = run.info.get("request_rate")
+    rate = float(rate) if isinstance(rate, (int, float)) else (len(run.requests) / span if span > 0 else 0.0)
+    levels, rows, skipped = [], [], {}
+    for name, lat in sims[0].items():
+        if isinstance(lat, dict):
+            skipped[name] = lat.get("does_not_fit", "did not run")
+            continue
+        lv = LevelResult(name, None, rate, None, measured, {"predicted": lat})
+        levels.append(lv)
+        rows += level_rows(lv, p99=True, repeats={"predicted": [s[name] for s in sims[1:]]} if repeats > 1 else None)
+    notes = [f"measured: {measured_path} ({len(run.requests)} requests; {run.info.get('source', {}).get('format')})",
+             f"predicted: {config} with seed {cfg.seed}; interval = range over {len(seeds)} seeds (borrowed "
+             "acceptance redrawn, policies reseeded)",
+             "throughput = output tokens / (last finish - first send), the same for both sides"]
+    if run.info.get("itl"):
+        notes.append(f"measured ITL: {run.info['itl']}")
+    notes += acceptance_notes(cfg, run, [lv.mode for lv in levels])
+    notes += [f"run {k} not simulated: {v}" for k, v in skipped.items()]
+    return ValidationReport(rows, levels, {"notes": notes, "measured": run.info, "seeds": seeds})
+
+
+def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
+    """The measured run's acceptance (vLLM's counters) beside the config's at each fixed-k run, and warnings when
+    the config's acceptance is implausible or from another target: a gap here explains a TPOT gap."""
+    from experiments.run import resolve_bundle
+    from traces.acceptance_levels import AcceptanceSource, plausibility, source_from_bundle
+
+    sd = run.info.get("spec_decode")
+    runs = {r.name: r for r in cfg.runs}
+    out = []
+    bundle = None
+    for name in names:
+        pol = runs[name].policy or {}
+        if runs[name].mode == "ar" or "k" not in pol or "drafter" not in pol:
+            continue
+        bundle = bundle or resolve_bundle(cfg.traces, cfg.seed)
+        ours = source_from_bundle(bundle, pol["drafter"], int(pol["k"]))
+        line = f"{name}: the config's acceptance gives mean acceptance length {ours.mean_length:.3f} at k = {pol['k']}"
+        if sd:
+            line += f"; the measured run's vLLM counters give {sd['acceptance_length']:.3f}"
+        out.append(line)
+        model = run.info.get("model_id")
+        measured = AcceptanceSource(int(pol["k"]), target=bundle.meta.target, dataset=bundle.meta.dataset)
+        out += [f"{name}: warning: {m}" for m in plausibility(measured, bundle.meta.drafters[pol["drafter"]].kind,
+                                                               model, None)]
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    from experiments.validate_report import format_table, write_outputs
+
+    names = [n.strip() for n in args.runs.split(",")] if args.runs else None
+    report = compare(args.measured, args.config, args.overrides, max(1, args.repeats), names)
+    if not report.rows:
+        print("draftsim: error: no config run could be simulated: " + "; ".join(report.info["notes"][3:]),
+              file=sys.stderr)
+        return 2
+    print(format_table(report))
+    for n in report.info["notes"]:
+        print(n)
+    if args.out:
+        write_outputs(report, args.out, args.config, {}, stem="comparison", command_name="compare",
+                      title="draftsim compare: measured vs draftsim predicted",
+                      plot_metrics=("ttft", "tpot", "itl", "e2e"), measured_label="measured")
+        print(f"wrote {os.path.join(args.out, 'comparison.json')}, comparison.md and CDF plots")
+    return 0
+
+
+def measured_from_results(results, run_name: str):
+    """A draftsim run's own output as a measured run (trace ids kept, pooled ITLs): feeding it back to
+    `compare` with the same config must reproduce the run's numbers exactly."""
+    from traces.measured_run import MeasuredRequest, MeasuredRun
+
+    r = results.requests[results.requests.run == run_name]
+    reqs = [MeasuredRequest(str(q.request_id), float(q.arrival_time), int(q.prompt_len), int(q.output_len),
+                            float(q.ttft), float(q.e2e), None, str(q.trace_id)) for q in r.itertuples()]
+    return MeasuredRun(run_name, reqs, {"source": {"format": "draftsim run", "run": run_name}},
+                       np.asarray(results.itl[run_name], dtype=float))

@@ -1,0 +1,363 @@
+"""Acceptance at three levels, each usable as a drafter's acceptance in any config.
+
+1. `mean_length` at the served k: what every engine prints (vLLM's `1 + accepted / drafts`). Replayed as
+   i.i.d. acceptance with the rate a that gives that many tokens per step at k (traces/expected_tokens.py).
+2. `per_position`: vLLM's per-position counters, P(drafts 0..i all accepted) for i < k (unconditional, as
+   `vllm:spec_decode_num_accepted_tokens_per_pos / num_drafts` and `vllm bench serve` report them). Replayed
+   as positional acceptance with conditional rates S[i+1] / S[i] (traces/synthetic/positional.py).
+3. `per_request`: a trace bundle (acc_len per request and position), or vLLM's per-request
+   `metrics.speculative_decoding` histograms (each request replays draws from its own histogram).
+Levels 1 and 2 know nothing beyond the k they were measured at: their acc_len is capped at k + 1 (a run at a
+larger k gains nothing from the extra drafts; `check_k` refuses one, `draftsim compare` calls it). Levels 1-2 also drop `proposal_len` (an n-gram step with no match drafts nothing;
+at these levels it drafts k and has them rejected) and every correlation between positions and requests.
+
+A source file (`acceptance.yaml`, written by `draftsim import vllm-bench|vllm-acceptance`) holds what was
+measured: {target, dataset, drafter_kind, measured_k, mean_length, per_position, requests: [{id, k,
+histogram}], source}.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from traces.atomic import atomic_write_text
+from traces.bundle import DrafterSpec, DrafterTrace, TraceBundle
+from traces.errors import TraceFormatError
+from traces.expected_tokens import expected_tokens
+from traces.parsing import iter_jsonl, load_yaml_file
+
+LEVELS = ("mean_length", "per_position", "per_request")
+LEARNED_KINDS = ("eagle", "draft_model", "mtp", "int8", "truncated")
+NEAR_ONE = 1.15  # a learned drafter whose mean acceptance length is below this accepts almost nothing
+SOURCE_KEYS = {"target", "dataset", "drafter_kind", "measured_k", "mean_length", "per_position", "requests", "source"}
+
+
+class AcceptanceWarning(UserWarning):
+    """Acceptance that is implausible or borrowed from another target or dataset."""
+
+
+@dataclass
+class RequestHistogram:
+    """One request's vLLM per-request metrics: histogram[j] = verify steps that accepted exactly j drafts."""
+
+    id: str
+    k: int
+    histogram: list[int]
+
+
+@dataclass
+class AcceptanceSource:
+    """Measured acceptance at whichever levels the source had."""
+
+    measured_k: int
+    mean_length: float | None = None
+    per_position: list[float] | None = None
+    requests: list[RequestHistogram] = field(default_factory=list)
+    target: str | None = None
+    dataset: str | None = None
+    drafter_kind: str | None = None
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def levels(self) -> list[str]:
+        return [lv for lv, have in zip(LEVELS, (self.mean_length is not None, self.per_position is not None,
+                                                bool(self.requests))) if have]
+
+
+# ------------------------------------------------------------------ level -> rates
+
+def iid_rate(mean_length: float, k: int) -> float:
+    """The i.i.d. per-draft rate a with expected_tokens(a, k) = mean_length (bisection; exact to 1e-12)."""
+    if k < 1 or not 1.0 <= mean_length <= k + 1:
+        raise ValueError(f"mean acceptance length {mean_length} at k = {k}: expected 1 <= length <= k + 1")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if expected_tokens(mid, k) < mean_length else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def conditional_rates(per_position: list[float]) -> list[float]:
+    """S[i] = P(drafts 0..i accepted) -> P(draft i accepted | drafts before it were)."""
+    out, prev = [], 1.0
+    for i, s in enumerate(per_position):
+        if not 0.0 <= s <= prev + 1e-12:
+            raise ValueError(f"per_position[{i}] = {s}: expected a non-increasing list of probabilities")
+        out.append(min(1.0, s / prev) if prev > 0 else 0.0)
+        prev = s
+    return out
+
+
+def histogram_survival(hist: list[int]) -> np.ndarray:
+    """P(acc_len > j) for j = 0..k from a per-request histogram of accepted drafts per step."""
+    h = np.asarray(hist, dtype=float)
+    tot = h.sum()
+    return np.concatenate([[1.0], h[::-1].cumsum()[::-1][1:] / tot]) if tot else np.concatenate([[1.0], np.zeros(len(h) - 1)])
+
+
+def _draw(survival: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """acc_len draws with P(acc_len > j) = survival[j] (survival[0] = 1), capped at len(survival)."""
+    u = rng.random(n)
+    return (1 + (u[:, None] < survival[None, 1:]).sum(axis=1)).astype(np.int32)
+
+
+def survival(level: str, src: AcceptanceSource, request: int | None = None) -> np.ndarray:
+    """P(acc_len > j), j = 0..measured_k, at one level (per_request: of request `request`)."""
+    k = src.measured_k
+    if level == "mean_length":
+        a = iid_rate(src.mean_length, k)
+        return a ** np.arange(k + 1)
+    if level == "per_position":
+        return np.concatenate([[1.0], np.asarray(src.per_position[:k], dtype=float)])
+    return histogram_survival(src.requests[request].histogram)
+
+
+# ------------------------------------------------------------------ applying a level to a bundle
+
+def with_level(bundle: TraceBundle, drafter: str, src: AcceptanceSource, level: str, seed: int,
+               spec: DrafterSpec | None = None) -> TraceBundle:
+    """The bundle with `drafter`'s acceptance replaced by draws at `level` (lengths, ids, other drafters kept);
+    a drafter not in the bundle is added with `spec`. Request i draws from stream i of `seed`."""
+    if level not in src.levels():
+        raise ValueError(f"acceptance level {level!r} is not in the source (has {', '.join(src.levels()) or 'none'})")
+    if drafter not in bundle.meta.drafters and spec is None:
+        raise ValueError(f"drafter {drafter!r} is not in the bundle; give its kind and cost_model")
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(bundle.requests))]
+    shared = None if level == "per_request" else survival(level, src)
+    reqs = []
+    for i, (r, rng) in enumerate(zip(bundle.requests, rngs)):
+        surv = shared if shared is not None else survival(level, src, int(rng.integers(len(src.requests))))
+        drafters = dict(r.drafters)
+        drafters[drafter] = DrafterTrace(acc_len=_draw(surv, r.output_len, rng))
+        reqs.append(dataclasses.replace(r, drafters=drafters))
+    meta_drafters = dict(bundle.meta.drafters)
+    if spec is not None:
+        meta_drafters[drafter] = spec
+    extra = dict(bundle.meta.extra)
+    extra.setdefault("acceptance_levels", {})[drafter] = {"level": level, "measured_k": src.measured_k,
+                                                          "source": src.source}
+    meta = dataclasses.replace(bundle.meta, drafters=meta_drafters, extra=extra)
+    return TraceBundle(meta, reqs)
+
+
+def check_k(bundle: TraceBundle, drafter: str, k: int, where: str) -> None:
+    """Refuse a run at a k the drafter's level-1/2 acceptance was not measured at or below."""
+    info = bundle.meta.extra.get("acceptance_levels", {}).get(drafter)
+    if info and k > info["measured_k"]:
+        raise ValueError(f"{where}: k = {k} but {drafter}'s acceptance ({info['level']}) was measured at "
+                         f"k = {info['measured_k']}; it says nothing about longer drafts")
+
+
+def plausibility(src: AcceptanceSource, drafter_kind: str | None, target: str | None,
+                 dataset: str | None) -> list[str]:
+    """Warnings: a learned drafter with a mean length near 1, or acceptance measured on another target/dataset."""
+    out = []
+    kind = drafter_kind or src.drafter_kind
+    mean = src.mean_length if src.mean_length is not None else (
+        float(survival("per_position", src).sum()) if src.per_position is not None else None)
+    if kind in LEARNED_KINDS and mean is not None and mean < NEAR_ONE:
+        out.append(f"mean acceptance length {mean:.3f} at k = {src.measured_k} for a learned drafter ({kind}) is "
+                   f"near 1: the drafter accepts almost nothing (wrong drafter for this target, or a broken setup?)")
+    if src.target and target and not same_model(src.target, target):
+        out.append(f"acceptance measured with target {src.target!r} is used for target {target!r}")
+    if src.dataset and dataset and src.dataset != dataset:
+        out.append(f"acceptance measured on dataset {src.dataset!r} is used for dataset {dataset!r}")
+    return out
+
+
+def same_model(a: str, b: str) -> bool:
+    """The same model under two names: equal, or one is the other's catalog entry's Hugging Face id."""
+    if a == b:
+        return True
+    from traces.catalog import get_model
+
+    for name, other in ((a, b), (b, a)):
+        try:
+            if get_model(name).hf_id == other:
+                return True
+        except (KeyError, ValueError):
+            continue
+    return False
+
+
+def warn(messages: list[str]) -> None:
+    for m in messages:
+        warnings.warn(m, AcceptanceWarning, stacklevel=3)
+
+
+# ------------------------------------------------------------------ from a bundle (for comparing levels)
+
+def source_from_bundle(bundle: TraceBundle, drafter: str, k: int) -> AcceptanceSource:
+    """What levels 1 and 2 would report for `drafter` served at k on this bundle: vLLM's counters over every
+    verify step of a walk at k (mean length, P(drafts 0..i accepted))."""
+    from traces.walk import walk
+
+    drafted = np.zeros(k)
+    steps = 0
+    for r in bundle.requests:
+        w = walk(r.drafters[drafter], k)
+        acc = w.accepted[w.proposed > 0]  # vLLM counts a draft only when the drafter proposed something
+        steps += acc.size
+        drafted += (acc[:, None] > np.arange(k)[None, :]).sum(axis=0)
+    if not steps:
+        raise ValueError(f"{drafter} proposed nothing at k = {k} on this bundle")
+    per_pos = (drafted / steps).tolist()
+    return AcceptanceSource(measured_k=k, mean_length=1.0 + float(sum(per_pos)), per_position=per_pos,
+                            target=bundle.meta.target, dataset=bundle.meta.dataset,
+                            drafter_kind=bundle.meta.drafters[drafter].kind,
+                            source={"bundle": bundle.meta.dataset, "drafter": drafter, "k": k})
+
+
+# ------------------------------------------------------------------ files
+
+def source_to_dict(src: AcceptanceSource) -> dict[str, Any]:
+    d = {"target": src.target, "dataset": src.dataset, "drafter_kind": src.drafter_kind,
+         "measured_k": src.measured_k, "mean_length": src.mean_length, "per_position": src.per_position,
+         "requests": [dataclasses.asdict(r) for r in src.requests], "source": src.source}
+    return {k: v for k, v in d.items() if v is not None and v != []}
+
+
+def save_source(src: AcceptanceSource, path: str | Path) -> None:
+    atomic_write_text(path, yaml.safe_dump(source_to_dict(src), sort_keys=False))
+
+
+def _fail(where: str, msg: str, fld: str) -> None:
+    raise TraceFormatError(where, msg, field=fld)
+
+
+def source_from_dict(doc: Any, where: str) -> AcceptanceSource:
+    """A validated AcceptanceSource; errors name the file and field."""
+    if not isinstance(doc, dict):
+        _fail(where, "expected a mapping", "")
+    unknown = set(doc) - SOURCE_KEYS
+    if unknown:
+        _fail(where, f"unknown key(s) {sorted(unknown)}; expected some of {sorted(SOURCE_KEYS)}", sorted(unknown)[0])
+    k = doc.get("measured_k")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        _fail(where, f"expected the k the acceptance was measured at (an integer >= 1), got {k!r}", "measured_k")
+    mean = doc.get("mean_length")
+    if mean is not None and (isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 1 <= mean <= k + 1):
+        _fail(where, f"expected a number in [1, measured_k + 1 = {k + 1}], got {mean!r}", "mean_length")
+    pp = doc.get("per_position")
+    if pp is not None:
+        if not isinstance(pp, list) or len(pp) != k or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in pp):
+            _fail(where, f"expected a list of measured_k = {k} probabilities", "per_position")
+        try:
+            conditional_rates(pp)
+        except ValueError as e:
+            _fail(where, str(e), "per_position")
+    reqs = []
+    for i, r in enumerate(doc.get("requests") or []):
+        f = f"requests[{i}]"
+        if not isinstance(r, dict) or set(r) != {"id", "k", "histogram"}:
+            _fail(where, "expected a mapping with id, k, histogram", f)
+        h = r["histogram"]
+        if not isinstance(r["k"], int) or r["k"] != k or not isinstance(h, list) or len(h) != k + 1 or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in h):
+            _fail(where, f"expected k = measured_k = {k} and a histogram of {k + 1} counts >= 0", f)
+        reqs.append(RequestHistogram(str(r["id"]), k, h))
+    if mean is None and pp is None and not reqs:
+        _fail(where, "no acceptance: give mean_length, per_position or requests", "mean_length")
+    src = doc.get("source") or {}
+    return AcceptanceSource(k, None if mean is None else float(mean), None if pp is None else [float(x) for x in pp],
+                            reqs, doc.get("target"), doc.get("dataset"), doc.get("drafter_kind"),
+                            src if isinstance(src, dict) else {"note": str(src)})
+
+
+def load_source(path: str | Path) -> AcceptanceSource:
+    return source_from_dict(load_yaml_file(path), str(path))
+
+
+def source_from_vllm_counters(num_drafts: float, num_accepted: float, accepted_per_pos: list[float] | None,
+                              k: int | None, origin: dict[str, Any]) -> AcceptanceSource:
+    """vLLM's spec-decode counters (Prometheus totals or `vllm bench serve` deltas) -> levels 1 and 2."""
+    if num_drafts <= 0:
+        raise ValueError("no drafts counted: speculative decoding did not run")
+    per_pos = [a / num_drafts for a in accepted_per_pos] if accepted_per_pos else None
+    k = k or (len(per_pos) if per_pos else None)
+    if k is None:
+        raise ValueError("the served k is unknown: give --k (num_speculative_tokens)")
+    if per_pos is not None and len(per_pos) != k:
+        raise ValueError(f"{len(per_pos)} per-position counters but k = {k}")
+    return AcceptanceSource(k, 1.0 + num_accepted / num_drafts, per_pos, source=origin)
+
+
+def source_from_per_request(path: str | Path) -> AcceptanceSource:
+    """JSONL of vLLM responses (or their `metrics.speculative_decoding` objects), one request a line -> level 3
+    (and levels 1-2 from the summed counts)."""
+    where = str(path)
+    reqs: list[RequestHistogram] = []
+    for line, doc in iter_jsonl(path):
+        sd = doc.get("metrics", {}).get("speculative_decoding") if isinstance(doc, dict) and "metrics" in doc else doc
+        if not isinstance(sd, dict):
+            raise TraceFormatError(where, "expected metrics.speculative_decoding (start vLLM with "
+                                   "--per-request-spec-decode-metrics summary|detailed)", line=line,
+                                   field="metrics.speculative_decoding")
+        for key in ("acceptance_histogram", "num_spec_tokens", "num_spec_steps"):
+            if key not in sd:
+                raise TraceFormatError(where, "missing", line=line, field=key)
+        h, k = sd["acceptance_histogram"], sd["num_spec_tokens"]
+        if not isinstance(k, int) or k < 1 or not isinstance(h, list) or len(h) != k + 1 or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in h):
+            raise TraceFormatError(where, "expected num_spec_tokens k >= 1 and k + 1 counts", line=line,
+                                   field="acceptance_histogram")
+        if sum(h) != sd["num_spec_steps"]:
+            raise TraceFormatError(where, f"histogram sums to {sum(h)}, num_spec_steps is {sd['num_spec_steps']}",
+                                   line=line, field="acceptance_histogram")
+        if reqs and k != reqs[0].k:
+            raise TraceFormatError(where, f"k = {k} differs from the first request's {reqs[0].k}", line=line,
+                                   field="num_spec_tokens")
+        reqs.append(RequestHistogram(str(doc.get("id", line)), k, h))
+    if not reqs:
+        raise TraceFormatError(where, "no requests")
+    k = reqs[0].k
+    tot = np.sum([r.histogram for r in reqs], axis=0).astype(float)
+    steps = tot.sum()
+    per_pos = [float(tot[i + 1:].sum() / steps) for i in range(k)]
+    return AcceptanceSource(k, 1.0 + float(sum(per_pos)), per_pos, reqs,
+                            source={"format": "vLLM per-request metrics.speculative_decoding", "file": where})
+
+
+def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, where: str = "traces.acceptance"
+                   ) -> TraceBundle:
+    """Apply `{drafter: {level, mean_length+k | per_position | file, kind?, cost_model?}}` to a bundle, warning
+    about implausible or borrowed acceptance."""
+    if not isinstance(drafters, dict) or not drafters:
+        raise ValueError(f"{where}.drafters: expected a mapping drafter -> acceptance level")
+    for j, (name, p) in enumerate(drafters.items()):
+        f = f"{where}.drafters.{name}"
+        if not isinstance(p, dict):
+            raise ValueError(f"{f}: expected a mapping")
+        allowed = {"level", "file", "mean_length", "per_position", "k", "kind", "cost_model"}
+        if set(p) - allowed:
+            raise ValueError(f"{f}: unknown key(s) {sorted(set(p) - allowed)}; expected some of {sorted(allowed)}")
+        if "file" in p:
+            src = load_source(p["file"])
+        else:
+            k = p.get("k", len(p["per_position"]) if "per_position" in p else None)
+            src = source_from_dict({"measured_k": k, "mean_length": p.get("mean_length"),
+                                    "per_position": p.get("per_position")}, f)
+        level = p.get("level") or src.levels()[-1]
+        if level not in LEVELS:
+            raise ValueError(f"{f}.level: expected one of {', '.join(LEVELS)}, got {level!r}")
+        spec = None
+        if name not in bundle.meta.drafters:
+            if "kind" not in p or "cost_model" not in p:
+                raise ValueError(f"{f}: {name!r} is not in the base bundle; give kind and cost_model")
+            spec = DrafterSpec(name, p["kind"], p["cost_model"])
+        kind = spec.kind if spec else bundle.meta.drafters[name].kind
+        warn([f"{f}: {m}" for m in plausibility(src, kind, bundle.meta.target, bundle.meta.dataset)])
+        bundle = with_level(bundle, name, src, level, int(np.random.SeedSequence([seed, j]).generate_state(1)[0]),
+                            spec)
+    return bundle
+
+
+__all__ = ["AcceptanceSource", "RequestHistogram", "AcceptanceWarning", "LEVELS", "iid_rate", "conditional_rates",
+           "survival", "with_level", "check_k", "plausibility", "source_from_bundle", "save_source", "load_source",
+           "source_from_dict", "source_from_vllm_counters", "source_from_per_request", "resolve_levels"]
