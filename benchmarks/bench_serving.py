@@ -111,8 +111,10 @@ def engine(n: int, names: list[str], repeats: int) -> None:
 def whole_process(n: int, repeats: int) -> None:
     """`python -m experiments.cli run` on the AR workload, every output written: simulated s per wall s."""
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
-        cfg_path = Path(tmp) / "serving.json"  # JSON is YAML
-        cfg_path.write_text(json.dumps(config(n, [RUNS["AR"]])))
+        import yaml
+
+        cfg_path = Path(tmp) / "serving.yaml"  # safe_dump writes 2.0e-05, which YAML 1.1 reads as a float
+        cfg_path.write_text(yaml.safe_dump(config(n, [RUNS["AR"]])))
         cmd = [sys.executable, "-m", "experiments.cli", "run", str(cfg_path), "--out", str(Path(tmp) / "out"),
                "--no-progress", "--json"]
         for _ in range(repeats):
