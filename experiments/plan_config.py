@@ -20,15 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from experiments.config import ConfigError, _format_errors
 from simulator.cluster_config import RouterSpec
 from simulator.server_config import PSDConfig
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from traces.config_base import StrictModel as _Strict
+from traces.config_base import load_model
 
 
 class Traffic(_Strict):
@@ -219,8 +216,4 @@ def load_plan_config(source: str | Path | dict[str, Any], overrides=(), where: s
     else:
         doc, where = read_config_doc(source)
     doc = apply_overrides(doc, list(overrides))
-    try:
-        return PlanConfig.model_validate(doc)
-    except ValidationError as e:
-        raise ConfigError(_format_errors(e, where).replace("invalid experiment config", "invalid plan config")) \
-            from None
+    return load_model(PlanConfig, doc, where, "plan config")
