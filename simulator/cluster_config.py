@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import Field, StrictInt, model_validator
+
+from traces.config_base import StrictModel as _Strict
 
 ROUTERS = ("round_robin", "least_outstanding", "least_kv", "affinity")
 AFFINITY_KEYS = ("category", "trace", "client")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class RouterSpec(_Strict):

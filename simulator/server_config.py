@@ -3,15 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from simulator.cluster_config import ClusterSpec
 from simulator.draft_cost import DraftCost, draft_cost_from_config
 from simulator.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+from traces.config_base import StrictModel as _Strict
 
 
 class PSDConfig(_Strict):
