@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Iterator, Literal, Mapping, NoReturn, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from traces.bundle import BundleMeta, DrafterTrace, RequestTrace, TraceBundle
 from traces.errors import TraceFormatError
@@ -56,8 +56,7 @@ class Workload:
 # ---------------------------------------------------------------- the config section
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+from traces.config_base import StrictModel as _Strict  # noqa: E402
 
 
 class PoissonArrivals(_Strict):
