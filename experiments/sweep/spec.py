@@ -16,13 +16,11 @@ import itertools
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from traces.config_base import StrictModel as _Strict
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class RandomSweep(_Strict):
