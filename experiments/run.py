@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
+
 
 import oracle.registry  # noqa: F401  (registers the ground-truth policies)
 from experiments.config import ExperimentConfig, load_config
@@ -27,6 +27,7 @@ from simulator.cluster import ClusterResult, check_router_workload
 from simulator.scenario import ClusterScenario, Scenario, prepare_runs
 from simulator.workload_arrays import EngineWorkload
 from traces.bundle import TraceBundle, load_bundle
+from traces.config_base import validate_model
 from traces.workload import Workload, WorkloadSpec, workload_and_bundle
 
 
@@ -149,11 +150,7 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
                          "experiments.sweep (or `draftsim sweep`), not as one experiment")
     scenarios = prepare(cfg)  # a bad policy or server override in any run fails here, before any simulation
     bundle = resolve_bundle(cfg.traces, cfg.seed)
-    try:
-        spec = WorkloadSpec.model_validate(cfg.workload)
-    except ValidationError as e:
-        raise ValueError("workload: " + "; ".join(
-            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())) from None
+    spec = validate_model(WorkloadSpec, cfg.workload, "workload")
     needs = any(sc.run.mode != "ar" for sc in scenarios)  # AR-only experiments fit and draw no acceptance
     workload, bundle = workload_and_bundle(bundle, spec, seed=cfg.seed, need_acceptance=needs)
     ew, traces = engine_workload(workload, bundle)

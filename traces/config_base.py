@@ -68,9 +68,7 @@ def _expectation(err: dict[str, Any]) -> str:
         return "required key is missing"
     if kind == "finite_number":
         return "expected a finite number (not inf or NaN)"
-    if kind.endswith("_type") or kind.endswith("_parsing"):
-        return msg.replace("Input should be", "expected")
-    return msg
+    return msg.replace("Input should be", "expected")
 
 
 def error_lines(err: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
