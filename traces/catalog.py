@@ -258,12 +258,20 @@ def builtin_gpus() -> dict[str, GpuSpec]:
     return load_gpus(builtin_catalog_dir() / "gpus.yaml")
 
 
+def did_you_mean(name: object, known) -> str:
+    """' (did you mean 'x'?)' for the closest known name, or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name).lower(), list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def get_model(name: str) -> ModelSpec:
     """A built-in model by name (case-insensitive); ValueError lists the known names."""
     models = builtin_models()
     spec = models.get(name.lower())
     if spec is None:
-        raise ValueError(f"unknown model {name!r}; the catalog has {sorted(models)}")
+        raise ValueError(f"unknown model {name!r}{did_you_mean(name, models)}; the catalog has {sorted(models)}")
     return spec
 
 
@@ -272,5 +280,5 @@ def get_gpu(name: str) -> GpuSpec:
     gpus = builtin_gpus()
     spec = gpus.get(name.lower())
     if spec is None:
-        raise ValueError(f"unknown GPU {name!r}; the catalog has {sorted(gpus)}")
+        raise ValueError(f"unknown GPU {name!r}{did_you_mean(name, gpus)}; the catalog has {sorted(gpus)}")
     return spec

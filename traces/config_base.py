@@ -30,7 +30,7 @@ class ConfigError(ValueError):
 
 
 # pydantic names the member of a union a value failed to match ("str", "dict[str,...]"): not a config key
-_UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|(list|dict|tuple|literal|union|function-\w+|"
+_UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|constrained-\w+|(list|dict|tuple|literal|union|function-\w+|"
                            r"constrained-\w+|json-or-python|lax-or-strict|tagged-union|nullable|"
                            r"chain|model|default|definition-ref)\[.*)$", re.I)
 # a validator's message that already names the key below the location: "key.sub: rest"
@@ -72,9 +72,11 @@ def _expectation(err: dict[str, Any]) -> str:
 
 
 def error_lines(err: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
-    """(key path, what was expected and what was given) of every error in `err`; `prefix` is prepended."""
-    out = []
-    seen = set()
+    """(key path, what was expected and what was given) of every error in `err`; `prefix` is prepended.
+
+    The errors of the members of a union at one key are joined into one line ("expected A, or B")."""
+    by_loc: dict[str, list[str]] = {}
+    got_at: dict[str, str] = {}
     for e in err.errors(include_url=False):
         loc = _key_path(e["loc"], prefix)
         msg = _expectation(e)
@@ -83,11 +85,11 @@ def error_lines(err: ValidationError, prefix: str = "") -> list[tuple[str, str]]
             loc, msg = _join_keys(loc, nested["key"]), nested["rest"]
         got = e.get("input")
         if e["type"] not in ("missing", "extra_forbidden") and not isinstance(got, (dict, list, BaseModel)):
-            msg += f" (got {shorten(got)})"
-        if (loc, msg) not in seen:
-            seen.add((loc, msg))
-            out.append((loc or "(top level)", msg))
-    return out
+            got_at.setdefault(loc, f" (got {shorten(got)})")
+        msgs = by_loc.setdefault(loc, [])
+        if msg not in msgs:
+            msgs.append(msg)
+    return [(loc or "(top level)", ", or ".join(msgs) + got_at.get(loc, "")) for loc, msgs in by_loc.items()]
 
 
 def format_validation_error(err: ValidationError, source: str, what: str = "config", prefix: str = "") -> str:
