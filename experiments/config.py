@@ -219,6 +219,25 @@ def apply_overrides(doc: dict[str, Any], overrides: list[str] | tuple[str, ...])
     return doc
 
 
+def override_path(doc: dict[str, Any], key: str) -> tuple[str | int, ...]:
+    """The path a `--set` key names in `doc`, list indices made non-negative (`runs.-1` -> ('runs', 1)):
+    two keys that name one value give one path. ConfigError as apply_overrides would raise it."""
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {key!r}: expected a dotted key like workload.arrival.rate")
+    path: list[str | int] = []
+    node: Any = doc
+    for part in parts:
+        if isinstance(node, list):
+            idx = _index(node, part, key) % len(node)
+            path.append(idx)
+            node = node[idx]
+        else:
+            path.append(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return tuple(path)
+
+
 def _index(node: list, part: str, key: str) -> int:
     try:
         idx = int(part)
