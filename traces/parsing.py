@@ -294,7 +294,13 @@ def check_plain_data(doc: Any, path: str, line: int | None = None, *, max_nodes:
             raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)", line=line,
                                    field=(where[:60] + "...") if len(where) > 60 else where or None)
         if isinstance(value, dict):
+            for k in value:
+                if isinstance(k, str) and not _text_ok(k):
+                    _bad_text(k, path, line, where or None)
             stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, str):
+            if not _text_ok(value):
+                _bad_text(value, path, line, where or None)
         elif isinstance(value, list):
             if _plain_numbers(value):  # fast path for long acc_len / tv lists: checked in C loops
                 nodes += len(value)
@@ -306,6 +312,20 @@ def check_plain_data(doc: Any, path: str, line: int | None = None, *, max_nodes:
                 stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
         elif not _number_ok(value):
             _bad_number(value, path, line, where)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text_ok(text: str) -> bool:
+    """False for a string holding a lone surrogate (JSON `\\ud800`): it cannot be written as UTF-8 later."""
+    return text.isascii() or _SURROGATE.search(text) is None
+
+
+def _bad_text(text: str, path: str, line: int | None, where: str | None) -> None:
+    i = _SURROGATE.search(text).start()
+    raise TraceFormatError(path, f"text with a lone surrogate (U+{ord(text[i]):04X} at character {i}), which is "
+                           "not valid Unicode; expected UTF-8 text", line=line, field=where)
 
 
 def _plain_numbers(values: list) -> bool:
