@@ -80,7 +80,7 @@ def _run_import_vllm(args: argparse.Namespace) -> int:
 
     stats = load_vllm_metrics(args.path)
     if args.json:
-        print(json.dumps(stats.to_dict(), indent=2))
+        print(json.dumps(stats.to_dict(), indent=2, allow_nan=False))
     else:
         for k, v in stats.to_dict().items():
             print(f"{k}: {v}")
