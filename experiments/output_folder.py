@@ -20,9 +20,10 @@ SWEEP_ENTRIES = frozenset({MARKER, "points", "sweep.json", "table.csv"})
 PLAN_ENTRIES = frozenset({MARKER, "points", "plan.json", "curves.png", "pareto.png"})
 
 
-def claim_output_folder(out: str | os.PathLike, entries: frozenset[str]) -> Path:
-    """The resolved `out`, created with the marker, if draftsim may write `entries` there; else ValueError
-    saying why (a file, a foreign non-empty folder, a draftsim folder of another kind, no permission)."""
+def claim_output_folder(out: str | os.PathLike, entries: frozenset[str] | None) -> Path:
+    """The resolved `out`, created with the marker, if draftsim may write `entries` there (None: any names, for
+    studies); else ValueError saying why (a file, a foreign non-empty folder, a draftsim folder of another
+    kind, no permission)."""
     path = check_results_target(out, entries)
     if path == Path(path.anchor):
         raise ValueError(f"output folder {path}: refusing to write into the root folder; choose another --out")
