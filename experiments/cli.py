@@ -35,6 +35,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     names = [argv[0]] if argv and argv[0] in COMMAND_MODULES else list(COMMAND_MODULES)
     for name in names:
         importlib.import_module(COMMAND_MODULES[name]).register(sub)
+    from experiments.cli_numbers import harden_numeric_flags
+
+    harden_numeric_flags(parser)  # every numeric flag: finite, >= 0, 64-bit (experiments/cli_numbers.py)
     return parser
 
 

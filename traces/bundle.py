@@ -16,8 +16,7 @@ import numpy as np
 import yaml
 
 from traces.atomic import atomic_open, atomic_write_text
-from traces.config_base import shorten
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl, load_yaml_file
 

@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from traces.errors import shorten
+
 STRICT_CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-MAX_SHOWN = 80  # characters of a given value quoted in an error message
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -35,15 +36,6 @@ _UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|constrained-\w+|(list|dic
                            r"chain|model|default|definition-ref)\[.*)$", re.I)
 # a validator's message that already names the key below the location: "key.sub: rest"
 _KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-\[\]]+)*): (?P<rest>.*)$", re.S)
-
-
-def shorten(value: Any, limit: int = MAX_SHOWN) -> str:
-    """repr of `value`, cut to `limit` characters (an error never echoes a whole file or a huge value)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a value whose repr fails is still named by its type
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _key_path(loc: tuple, prefix: str = "") -> str:

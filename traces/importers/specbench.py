@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from traces.bundle import TOOL_VERSION, BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
-from traces.config_base import shorten
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl
 
