@@ -69,8 +69,11 @@ class ValidateConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "ValidateConfig":
-        for m in self.modes:
-            parse_mode(m)
+        for i, m in enumerate(self.modes):
+            try:
+                parse_mode(m)
+            except ValueError as e:
+                raise ValueError(f"modes.{i}: {e}") from None
         for kind, tol in self.tolerances.items():
             if kind not in ("replay", "predictive"):
                 raise ValueError(f"tolerances.{kind}: expected replay or predictive")
