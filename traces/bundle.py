@@ -423,7 +423,7 @@ def check_bundle_target(path: str | Path, compress: bool = False) -> Path:
         if not folder.is_dir():
             raise ValueError(f"{folder}: exists and is not a folder; choose another output folder")
         names = {p.name for p in folder.iterdir()}
-        foreign = sorted(names - BUNDLE_FILES)
+        foreign = sorted(n for n in names - BUNDLE_FILES if not n.startswith("."))  # hidden: tools' own state
         if foreign:
             raise ValueError(f"{folder}: holds files a trace bundle does not ({_names(foreign)}); refusing to write "
                              "a bundle into it; choose a new or empty folder")
@@ -432,7 +432,7 @@ def check_bundle_target(path: str | Path, compress: bool = False) -> Path:
             raise ValueError(f"{folder}: holds {other}; writing {REQUEST_FILES[1] if compress else REQUEST_FILES[0]} "
                              f"beside it would make the bundle ambiguous and draftsim never deletes it; remove it "
                              "yourself or choose another folder")
-        for name in names:
+        for name in names & BUNDLE_FILES:
             if (folder / name).is_symlink() or not (folder / name).is_file():
                 raise ValueError(f"{folder / name}: is a link or not a regular file; refusing to replace it")
     return folder
