@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from calibration.live_decode import LiveRequest, serve_request
 from policies.registry import GROUND_TRUTH_POLICIES, make_policy, policy_class
@@ -64,10 +63,9 @@ def drafter_name(spec: str) -> str:
 
 def parse_policy_text(text: str) -> dict[str, Any]:
     """A policy given on the command line as YAML (`{name: combine-match, eagle: int8}`) or a bare name."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValueError(f"--policy {text!r}: not valid YAML ({e})") from None
+    from traces.parsing import parse_yaml
+
+    doc = parse_yaml(text, f"--policy {text!r}", what="YAML value")
     if isinstance(doc, str):
         doc = {"name": doc}
     if not isinstance(doc, dict) or "name" not in doc:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 # Each module defines register(subparsers) for the command named here and sets a `func(args) -> int` default on
@@ -35,10 +36,33 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     names = [argv[0]] if argv and argv[0] in COMMAND_MODULES else list(COMMAND_MODULES)
     for name in names:
         importlib.import_module(COMMAND_MODULES[name]).register(sub)
+    from experiments.cli_numbers import harden_numeric_flags
+
+    harden_numeric_flags(parser)  # every numeric flag: finite, >= 0, 64-bit (experiments/cli_numbers.py)
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so it unwinds like Ctrl-C: staging folders and workers are removed."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     try:  # from the first import on: Ctrl-C while the commands load is an interrupt too, not a traceback
         parser = build_parser(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
@@ -55,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: results are written whole or not at all, so nothing to clean up
         print("draftsim: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("draftsim: terminated (SIGTERM); nothing half-written was left behind", file=sys.stderr)
+        return 143
     except OSError as e:  # unwritable or invalid paths, full disk: one line naming the file
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         print(f"draftsim: error: {where}{e.strerror or e}", file=sys.stderr)

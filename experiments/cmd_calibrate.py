@@ -157,7 +157,34 @@ def _register_check(sub) -> None:
     a.set_defaults(func=_run_check)
 
 
+def require_calibration_extra(command: str) -> None:
+    """A clear error, not a ModuleNotFoundError, when a command that runs real models lacks torch/transformers."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValueError(f"{command} runs the real models and needs {' and '.join(missing)}: install the "
+                         "calibration extra, pip install 'draftsim[calibration]' (see the README's install section)")
+
+
 def _run_check(args: argparse.Namespace) -> int:
+    for flag, v, lo, hi in (("--k", args.k, 1, 64), ("--requests", args.requests, 0, 10**6),
+                            ("--threads", args.threads, 1, 1024)):
+        if not lo <= v <= hi:
+            raise ValueError(f"{flag}: expected an integer in [{lo}, {hi}], got {v}")
+    if args.requests > 0:
+        require_calibration_extra("calibrate check")
+    else:  # trace consistency only: no model is loaded
+        from traces.bundle import load_bundle
+        from calibration.checks import check_trace_consistency, CalibrationCheckError
+
+        bundle = load_bundle(args.bundle)
+        try:
+            check_trace_consistency(bundle)
+        except CalibrationCheckError as e:
+            return _fail(str(e))
+        print(f"{args.bundle}: trace consistency OK ({len(bundle.requests)} requests)")
+        return 0
     import torch
 
     from calibration.checks import CalibrationCheckError, check_trace_consistency, real_sd_check
@@ -201,25 +228,47 @@ def _register_pool_report(sub) -> None:
     a.set_defaults(func=_run_pool_report)
 
 
+MAX_COST_RATIO = 1000.0  # a draft step 1000x the target step is a typo, not a drafter
+
+
+def parse_cost_ratios(text: str) -> dict[str, float]:
+    """`--cost d=0.5,e=0.8` as {drafter: ratio}; each ratio a finite number in [0, MAX_COST_RATIO], each drafter once."""
+    import math
+
+    cost: dict[str, float] = {}
+    for item in [x for x in text.split(",") if x.strip()]:
+        name, sep, val = item.partition("=")
+        name = name.strip()
+        try:
+            ratio = float(val)
+        except ValueError:
+            ratio = math.nan
+        if not sep or not name or not math.isfinite(ratio) or not 0 <= ratio <= MAX_COST_RATIO:
+            raise ValueError(f"--cost: expected DRAFTER=RATIO with a ratio in [0, {MAX_COST_RATIO:g}] (draft step / "
+                             f"target step), got {item[:60]!r}")
+        if name in cost:
+            raise ValueError(f"--cost: drafter {name!r} given twice")
+        cost[name] = ratio
+    return cost
+
+
 def _run_pool_report(args: argparse.Namespace) -> int:
     from calibration.pool_report import markdown_table, pool_rows
     from traces.bundle import load_bundle
 
-    cost = {}
-    for item in [x for x in args.cost.split(",") if x.strip()]:
-        name, _, val = item.partition("=")
-        try:
-            cost[name.strip()] = float(val)
-        except ValueError:
-            raise ValueError(f"--cost: expected drafter=number, got {item!r}") from None
+    cost = parse_cost_ratios(args.cost)
     from pathlib import Path
 
     from simulator.latency import load_profile, resolve_profile
 
     target = resolve_profile(args.target_profile) if args.target_profile else None
     rows = []
-    for path in args.bundles:
-        bundle = load_bundle(path)
+    bundles = [load_bundle(path) for path in args.bundles]
+    known = {d for b in bundles for d in b.meta.drafters}
+    unknown = sorted(set(cost) - known)
+    if unknown:
+        raise ValueError(f"--cost: no drafter {unknown} in the bundles (their drafters: {sorted(known)})")
+    for bundle in bundles:
         profiles = {}
         if target is not None:
             for spec in bundle.meta.drafters.values():

@@ -62,8 +62,13 @@ def _run_import_minedraft(args: argparse.Namespace) -> int:
     from simulator.latency import Measurement, Provenance, fit_linear, save_profile
     from traces.importers.minedraft import load_minedraft_steps, step_measurements
 
+    from experiments.config import check_plain_name
+
+    check_plain_name(args.name, "--name")  # profile files are named <name>-<role>.yaml inside --out-dir
     steps = load_minedraft_steps(args.path, args.time_unit)
     out = Path(args.out_dir)
+    if out.resolve() == Path(out.resolve().anchor):
+        raise ValueError(f"--out-dir {out}: refusing to write profiles into the root folder")
     for role, rows in step_measurements(steps).items():
         if len(rows) < 2:
             print(f"{role}: {len(rows)} usable step(s), not enough to fit; skipped")
@@ -83,7 +88,7 @@ def _run_import_vllm(args: argparse.Namespace) -> int:
 
     stats = load_vllm_metrics(args.path)
     if args.json:
-        print(json.dumps(stats.to_dict(), indent=2))
+        print(json.dumps(stats.to_dict(), indent=2, allow_nan=False))
     else:
         for k, v in stats.to_dict().items():
             print(f"{k}: {v}")

@@ -37,8 +37,10 @@ def main(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json)
     if not console.is_terminal:  # piped or captured: wide enough for the table instead of 80 columns
         console = Console(stderr=args.json, width=170)
+    from experiments.output_folder import PLAN_ENTRIES, claim_output_folder
+
     plan = load_plan_config(args.config, args.overrides)
-    out = Path(args.out or Path("results") / plan.name)
+    out = claim_output_folder(args.out or Path("results") / plan.name, PLAN_ENTRIES)
     # progress on stderr: a bar on a terminal, else a plain line every few seconds (stdout stays the answer)
     doc = run_plan(plan, out, args.backend, args.workers, args.address, progress=not args.no_progress,
                    console=Console(stderr=True), price_file=args.prices)

@@ -40,6 +40,9 @@ def _list(args: argparse.Namespace) -> int:
 def _bandit_report(args: argparse.Namespace) -> int:
     from experiments.bandit_report import BanditStudy, run_bandit_study
 
+    from experiments.output_folder import claim_output_folder
+
+    claim_output_folder(args.out, None)  # never a user's folder (run's rules; the study's file names vary)
     summary = run_bandit_study(args.out, BanditStudy.quick() if args.quick else BanditStudy())
     print(json.dumps({k: v for k, v in summary.items() if k != "study"}, indent=2))
     return 0
@@ -48,6 +51,9 @@ def _bandit_report(args: argparse.Namespace) -> int:
 def _combine_report(args: argparse.Namespace) -> int:
     from experiments.combine_report import CombineStudy, run_combine_study
 
+    from experiments.output_folder import claim_output_folder
+
+    claim_output_folder(args.out, None)  # never a user's folder (run's rules; the study's file names vary)
     study = CombineStudy.quick() if args.quick else CombineStudy()
     if args.traces:
         study.traces_dir = args.traces
@@ -57,11 +63,13 @@ def _combine_report(args: argparse.Namespace) -> int:
 
 
 def _make_pool(args: argparse.Namespace) -> int:
-    from traces.bundle import save_bundle
+    from traces.bundle import check_bundle_target, save_bundle
     from traces.pool import PoolSpec, make_pool_bundle
 
     spec = PoolSpec(num_requests=args.requests, output_len=(args.min_len, args.max_len), drift=args.drift,
                     seed=args.seed)
+    spec.validate()  # sizes and ranges named before anything is drawn
+    check_bundle_target(args.out, args.compress)
     path = save_bundle(make_pool_bundle(spec), args.out, compress=args.compress)
     print(f"wrote {path} ({args.requests} requests, drafters: spec-<category> x {len(spec.categories)}, generalist)")
     return 0

@@ -190,9 +190,21 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def check_num_requests(n: int | None) -> None:
+    """--num-requests within traces.limits (checked before anything is drawn or allocated)."""
+    from traces.limits import MAX_NUM_REQUESTS
+
+    if n is not None and not 1 <= n <= MAX_NUM_REQUESTS:
+        raise ValueError(f"--num-requests: expected an integer in [1, {MAX_NUM_REQUESTS:,}], got {n:,}")
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from traces.atomic import atomic_write_text
     from traces.synthetic.spec import fit_synth_spec, spec_to_yaml
+
+    check_num_requests(args.num_requests)
+    if Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out}: is a folder; give the spec YAML file to write")
 
     sources: dict[str, TraceBundle] = {}
     for item in args.sources:
@@ -233,6 +245,10 @@ def run_synth(args: argparse.Namespace) -> int:
     from traces.bundle import save_bundle
     from traces.synthetic.spec import load_synth_spec, make_synthetic_bundle
 
+    from traces.bundle import check_bundle_target
+
+    check_num_requests(args.num_requests)
+    check_bundle_target(args.out, args.compress)  # before drawing: a refused folder costs nothing
     spec = load_synth_spec(args.spec)
     bundle = make_synthetic_bundle(spec, seed=args.seed, num_requests=args.num_requests,
                                    command=synth_command(args))

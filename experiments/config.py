@@ -7,18 +7,19 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from experiments.sweep.spec import SweepSpec
 from simulator.cluster_config import ClusterSpec
+from simulator.draft_cost import DRAFT_COST_KINDS
 from simulator.server_config import RunSpec, ServerConfig, check_replica_overrides
+from traces.config_base import ConfigError, StrictModel, format_validation_error, validate_model
 from traces.errors import TraceFormatError
 from traces.parsing import check_plain_data, parse_yaml, read_text
 
 # A config name becomes a folder under results/: a plain name, never a path.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 MAX_SEED = 2**63 - 1
-_MODEL_CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def check_plain_name(name: str, where: str = "name") -> str:
@@ -29,19 +30,17 @@ def check_plain_name(name: str, where: str = "name") -> str:
     return name
 
 
-class SLO(BaseModel):
+class SLO(StrictModel):
     """Per-request service-level objective used for goodput."""
 
-    model_config = _MODEL_CONFIG
     ttft_s: float = Field(2.0, gt=0, le=1e6)
     tpot_s: float = Field(0.1, gt=0, le=1e6)
 
 
-class DraftCostConfig(BaseModel):
+class DraftCostConfig(StrictModel):
     """One entry of the `drafters:` section (simulator.draft_cost): how a drafter's drafting phase is priced."""
 
-    model_config = _MODEL_CONFIG
-    kind: Literal["autoregressive", "whole_proposal", "fraction_of_verify", "constant"]
+    kind: Literal[DRAFT_COST_KINDS]  # the engine's own list (simulator.draft_cost): one list, both sides
     profile: str | dict[str, Any] | None = Field(None, min_length=1, description="a profile name or file, or "
                                                  "{kind: roofline, model, gpu, tp}: the draft model on its own GPU")
     fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
@@ -49,15 +48,14 @@ class DraftCostConfig(BaseModel):
 
     @model_validator(mode="after")
     def _needs(self) -> "DraftCostConfig":
-        if self.kind in ("autoregressive", "whole_proposal") and not self.profile:
+        if self.kind in ("autoregressive", "whole_proposal", "engine_step") and not self.profile:
             raise ValueError(f"kind {self.kind!r} needs a latency profile (key 'profile')")
         return self
 
 
-class ExperimentConfig(BaseModel):
+class ExperimentConfig(StrictModel):
     """A whole experiment: traces, workload, server, drafter costs and the runs to compare."""
 
-    model_config = _MODEL_CONFIG
     name: str = Field(min_length=1, description="plain name; results go to results/<name>")
     description: str = ""
     seed: int = Field(0, ge=0, le=MAX_SEED)
@@ -157,15 +155,7 @@ class ExperimentConfig(BaseModel):
         return self.baseline or self.runs[0].name
 
 
-def _validate(model: type[BaseModel], doc: Any, where: str) -> Any:
-    """`model` validated from `doc`; a ValueError "<where>.<key>: <what was expected> (got ...)" otherwise."""
-    try:
-        return model.model_validate(doc)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in (where, *err["loc"]) if str(x) and not _UNION_BRANCH.match(str(x)))
-        got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
-        raise ValueError(f"{loc}: {err['msg'].removeprefix('Value error, ')}{got}") from None
+_validate = validate_model
 
 
 def _check_server(server: ServerConfig, where: str) -> None:
@@ -182,34 +172,6 @@ def _check_profile_name(ref: Any, where: str) -> None:
     if isinstance(ref, str) and ref not in builtin_profiles() and not Path(ref).is_file():
         raise ValueError(f"{where}: {ref!r} is neither a built-in latency profile ({', '.join(builtin_profiles())}) "
                          "nor a profile file")
-
-
-class ConfigError(ValueError):
-    """A config that fails validation; the message names the file and every bad key."""
-
-
-def _format_errors(err: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid experiment config"]
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"] if not _UNION_BRANCH.match(str(x)))
-        msg = e["msg"].removeprefix("Value error, ")
-        nested = _KEYED_MESSAGE.match(msg) if e["type"] == "value_error" else None
-        if nested:  # a validator's message that already names the key below `loc`
-            loc, msg = ".".join(p for p in (loc, nested["key"]) if p), nested["rest"]
-        loc = loc or "(top level)"
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif e["type"] == "missing":
-            msg = "required key is missing"
-        got = e.get("input")
-        tail = f" (got {got!r})" if e["type"] not in ("missing", "extra_forbidden") and not isinstance(got, dict) else ""
-        lines.append(f"  {loc}: {msg}{tail}")
-    return "\n".join(lines)
-
-
-# pydantic names the member of a union a value failed to match ("str", "dict[str,...]"): not a config key
-_UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|(list|dict|tuple|literal|union|function-\w+)\[.*)$", re.I)
-_KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-\[\]]+)*): (?P<rest>.*)$", re.S)
 
 
 def builtin_config_dir() -> Path:
@@ -264,6 +226,25 @@ def apply_overrides(doc: dict[str, Any], overrides: list[str] | tuple[str, ...])
     return doc
 
 
+def override_path(doc: dict[str, Any], key: str) -> tuple[str | int, ...]:
+    """The path a `--set` key names in `doc`, list indices made non-negative (`runs.-1` -> ('runs', 1)):
+    two keys that name one value give one path. ConfigError as apply_overrides would raise it."""
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {key!r}: expected a dotted key like workload.arrival.rate")
+    path: list[str | int] = []
+    node: Any = doc
+    for part in parts:
+        if isinstance(node, list):
+            idx = _index(node, part, key) % len(node)
+            path.append(idx)
+            node = node[idx]
+        else:
+            path.append(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return tuple(path)
+
+
 def _index(node: list, part: str, key: str) -> int:
     try:
         idx = int(part)
@@ -308,4 +289,4 @@ def load_config(source: "str | Path | dict[str, Any] | ExperimentConfig", overri
     except TraceFormatError as e:
         raise ConfigError(str(e)) from None
     except ValidationError as e:
-        raise ConfigError(_format_errors(e, where)) from None
+        raise ConfigError(format_validation_error(e, where, "experiment config")) from None

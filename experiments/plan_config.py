@@ -18,31 +18,33 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from experiments.config import ConfigError, _format_errors
 from simulator.cluster_config import RouterSpec
 from simulator.server_config import PSDConfig
+from traces.config_base import StrictModel as _Strict
+from traces.config_base import load_model
+from traces.limits import MAX_NUM_REQUESTS, MAX_PLAN_CANDIDATES, MAX_REPLICAS
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+MAX_RATE = 1e9  # req/s: far above any deployment; a typo fails here, not as an overflow in a search
+ROOFLINE_KNOBS = {"mfu": (0.0, 1.0, False), "bandwidth_util": (0.0, 1.0, False),  # (low, high, low allowed)
+                  "allreduce_latency_s": (0.0, 1.0, True), "floor_s": (0.0, 10.0, True)}
 
 
 class Traffic(_Strict):
     """What the deployment must serve. The search scales the arrival rate; everything else stays fixed."""
 
-    target_rate: float | None = Field(None, gt=0, description="req/s to provision for (replay: default = the "
+    target_rate: float | None = Field(None, gt=0, le=MAX_RATE, description="req/s to provision for (replay: default = the "
                                                                  "recorded trace's mean rate)")
     arrival: Literal["poisson", "gamma", "replay"] = "poisson"
-    cv: float | None = Field(None, gt=0, description="gamma: coefficient of variation of inter-arrival gaps")
+    cv: float | None = Field(None, gt=0, le=1000, description="gamma: coefficient of variation of inter-arrival gaps")
     file: str | None = Field(None, description="replay: recorded arrival times, one per line (s); the search "
                                                "rescales them in time to each rate")
-    num_requests: int | None = Field(None, ge=1, description="requests per simulation at least (default: the base "
-                                                             "config's); runs are lengthened to resolve the SLO "
-                                                             "quantile (search.tail_requests)")
+    num_requests: int | None = Field(None, ge=1, le=MAX_NUM_REQUESTS, description="requests per simulation at "
+                                     "least (default: the base config's); runs are lengthened to resolve the SLO "
+                                     "quantile (search.tail_requests)")
     lengths: dict[str, Any] | None = Field(None, description="workload.lengths (default: the base config's)")
     sample: dict[str, Any] | None = Field(None, description="workload.sample (default: the base config's)")
 
@@ -65,9 +67,9 @@ class Traffic(_Strict):
 class PlanSLO(_Strict):
     """Latency bounds (seconds, None = unbounded) and the fraction of requests that must meet all of them."""
 
-    ttft_s: float | None = Field(None, gt=0)
-    tpot_s: float | None = Field(None, gt=0)
-    e2e_s: float | None = Field(None, gt=0)
+    ttft_s: float | None = Field(None, gt=0, le=1e6)
+    tpot_s: float | None = Field(None, gt=0, le=1e6)
+    e2e_s: float | None = Field(None, gt=0, le=1e6)
     attainment: float = Field(0.99, gt=0, le=1, description="fraction of requests within every bound (0.99: p99)")
 
     @model_validator(mode="after")
@@ -89,13 +91,15 @@ class Search(_Strict):
     rel_tol: float = Field(0.05, gt=0, lt=1, description="stop when the highest passing and the lowest failing "
                                                          "rate are within this fraction of the latter")
     max_tests: int = Field(12, ge=1, le=60, description="rates tested per candidate at most")
-    rate_max: float | None = Field(None, gt=0, description="search ceiling, req/s (default: none)")
-    rate_start: float | None = Field(None, gt=0, description="first rate tested (default: the target rate)")
-    tail_requests: int = Field(50, ge=1, description="size: each run holds at least tail_requests / (1 - "
-                                                     "attainment) steady-state requests (50: ~50 expected misses "
-                                                     "at the SLO's quantile)")
-    requests_per_replica: int = Field(500, ge=1, description="size: at least this many requests per replica")
-    curve_fractions: list[float] = Field([0.25, 0.5, 0.75], description="after the search, one more simulation "
+    rate_max: float | None = Field(None, gt=0, le=MAX_RATE, description="search ceiling, req/s (default: none)")
+    rate_start: float | None = Field(None, gt=0, le=MAX_RATE, description="first rate tested (default: the "
+                                                                          "target rate)")
+    tail_requests: int = Field(50, ge=1, le=MAX_NUM_REQUESTS, description="size: each run holds at least "
+                               "tail_requests / (1 - attainment) steady-state requests (50: ~50 expected misses "
+                               "at the SLO's quantile)")
+    requests_per_replica: int = Field(500, ge=1, le=MAX_NUM_REQUESTS, description="size: at least this many "
+                                                                                  "requests per replica")
+    curve_fractions: list[float] = Field([0.25, 0.5, 0.75], max_length=100, description="after the search, one more simulation "
                                          "(first seed) at each fraction of the max rate, for the latency curves")
 
     @model_validator(mode="after")
@@ -112,12 +116,12 @@ class Mode(_Strict):
     mode: Literal["ar", "sd", "psd"]
     policy: dict[str, Any] | None = None
     psd: PSDConfig | None = None
-    switch_cost_s: float = Field(0.0, ge=0)
+    switch_cost_s: float = Field(0.0, ge=0, le=3600)
     drafter_model: str | None = Field(None, description="catalog model of the drafter, for its memory (None: "
                                                         "not counted, e.g. an n-gram or a head too small to matter)")
     placement: Literal["colocated", "dedicated"] | None = Field(None, description="default: colocated for sd, "
                                                                                   "dedicated for psd")
-    drafter_gpus: int = Field(1, ge=1, description="GPUs of a dedicated drafter")
+    drafter_gpus: int = Field(1, ge=1, le=1024, description="GPUs of a dedicated drafter")
     vllm_speculative_config: dict[str, Any] | None = Field(None, description="what `vllm serve "
                                                           "--speculative-config` takes for this mode (printed for "
                                                           "the chosen candidate; None: no vLLM equivalent given)")
@@ -151,13 +155,14 @@ class Candidates(_Strict):
     """The space searched: every GPU x TP x replicas x mode x scheduler setting."""
 
     target: str = Field(description="catalog model served")
-    gpus: list[str] = Field(min_length=1)
-    tp: list[int] = Field([1], min_length=1)
-    replicas: list[int] = Field([1], min_length=1, description="replicas per deployment; N > 1 is simulated as one "
+    gpus: list[str] = Field(min_length=1, max_length=MAX_PLAN_CANDIDATES)
+    tp: list[Annotated[int, Field(ge=1, le=1024)]] = Field([1], min_length=1, max_length=MAX_PLAN_CANDIDATES)
+    replicas: list[Annotated[int, Field(ge=1, le=MAX_REPLICAS)]] = Field([1], min_length=1,
+                                                                         max_length=MAX_PLAN_CANDIDATES, description="replicas per deployment; N > 1 is simulated as one "
                                                                "cluster of N replicas behind `router`")
     router: RouterSpec = Field(RouterSpec(), description="the router of candidates with replicas > 1 "
                                                          "(simulator/cluster_config.py; default least_outstanding)")
-    modes: list[Mode] = Field(min_length=1)
+    modes: list[Mode] = Field(min_length=1, max_length=MAX_PLAN_CANDIDATES)
     scheduler: dict[str, list[Any]] = Field(default_factory=dict, description="server key -> values (a grid)")
     profiles: dict[str, dict[int, str]] = Field(default_factory=dict, description="measured target profiles: "
                                                 "gpu -> {tp: profile}; every other (gpu, tp) is priced by roofline")
@@ -187,12 +192,86 @@ class Candidates(_Strict):
         fixed = {"target", "gpu", "num_gpus", "tp", "drafter", "drafter_placement", "drafter_gpus"}
         if set(self.deployment) & fixed:
             raise ValueError(f"candidates.deployment: {sorted(set(self.deployment) & fixed)} are set per candidate")
+        self._check_size()
+        self._check_catalog()
+        for knob, value in self.roofline.items():
+            low, high, low_ok = ROOFLINE_KNOBS[knob]
+            if not (low <= value if low_ok else low < value) or value > high:
+                raise ValueError(f"candidates.roofline.{knob}: expected a number in {'[' if low_ok else '('}{low:g}, "
+                                 f"{high:g}], got {value!r}")
         return self
+
+    def _check_size(self) -> None:
+        """The space is counted before it is expanded: a typo'd grid fails here, not after minutes."""
+        size = len(self.gpus) * len(self.tp) * len(self.replicas) * len(self.modes)
+        for values in self.scheduler.values():
+            size *= len(values)
+        if size > MAX_PLAN_CANDIDATES:
+            raise ValueError(f"candidates: {size:,} candidates (gpus x tp x replicas x modes x scheduler values); "
+                             f"a plan searches at most {MAX_PLAN_CANDIDATES:,}")
+
+    def _check_catalog(self) -> None:
+        """GPUs and the target exist in the catalog, no GPU twice (names are case-insensitive), and measured
+        profiles belong to a (GPU, TP) of the space and to the target model."""
+        from traces.catalog import get_gpu, get_model
+
+        for key, fn, names in (("target", get_model, [self.target]), ("gpus", get_gpu, self.gpus)):
+            for i, name in enumerate(names):
+                try:
+                    fn(name)
+                except ValueError as e:
+                    raise ValueError(f"candidates.{key}{'' if key == 'target' else f'[{i}]'}: {e}") from None
+        lowered = [g.lower() for g in self.gpus]
+        dup = sorted({g for g in lowered if lowered.count(g) > 1})
+        if dup:
+            raise ValueError(f"candidates.gpus: each GPU once (names are case-insensitive), repeated: {dup}")
+        seen: dict[str, str] = {}
+        for gpu, by_tp in self.profiles.items():
+            if gpu.lower() in seen:
+                raise ValueError(f"candidates.profiles: {seen[gpu.lower()]!r} and {gpu!r} name the same GPU")
+            seen[gpu.lower()] = gpu
+            if gpu != gpu.lower() or gpu not in lowered:
+                raise ValueError(f"candidates.profiles.{gpu}: not one of candidates.gpus {lowered} (write GPU names "
+                                 "in lower case, as the catalog does)")
+            for tp, ref in by_tp.items():
+                if tp not in self.tp:
+                    raise ValueError(f"candidates.profiles.{gpu}.{tp}: tp {tp} is not one of candidates.tp {self.tp}")
+                _check_profile_model(ref, self.target, f"candidates.profiles.{gpu}.{tp}")
+
+
+def _check_profile_model(ref: str, target: str, where: str) -> None:
+    """A measured profile must exist and be of the target model (a profile of another model is a mistake)."""
+    from simulator.latency import resolve_profile
+
+    try:
+        profile = resolve_profile(ref)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    model = getattr(profile, "model", "") or ""
+    if model and model.lower() != target.lower():
+        raise ValueError(f"{where}: profile {ref!r} is of model {model!r}, not the target {target!r}")
 
 
 class Prices(_Strict):
     file: str | None = Field(None, description="a price file like traces/data/catalog/gpu_prices.yaml")
-    usd_per_gpu_hour: dict[str, float] = Field(default_factory=dict, description="per-GPU overrides")
+    usd_per_gpu_hour: dict[str, Annotated[float, Field(gt=0, le=1e6)]] = Field(
+        default_factory=dict, description="per-GPU overrides ($ per GPU-hour)")
+
+    @model_validator(mode="after")
+    def _known_gpus(self) -> "Prices":
+        from traces.catalog import get_gpu
+
+        seen: dict[str, str] = {}
+        for gpu in self.usd_per_gpu_hour:
+            try:
+                get_gpu(gpu)
+            except ValueError as e:
+                raise ValueError(f"prices.usd_per_gpu_hour.{gpu}: {e}") from None
+            if gpu.lower() in seen:
+                raise ValueError(f"prices.usd_per_gpu_hour: {seen[gpu.lower()]!r} and {gpu!r} name the same GPU "
+                                 "(names are case-insensitive)")
+            seen[gpu.lower()] = gpu
+        return self
 
 
 class PlanConfig(_Strict):
@@ -201,7 +280,7 @@ class PlanConfig(_Strict):
     kind: Literal["plan"] = "plan"
     name: str = Field(min_length=1)
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1)
     base: str | dict[str, Any] = Field("default", description="experiment config (file, built-in name or inline) "
                                                               "giving traces, drafters and server defaults")
     traces: str | dict[str, Any] | None = Field(None, description="overrides the base config's traces")
@@ -222,8 +301,4 @@ def load_plan_config(source: str | Path | dict[str, Any], overrides=(), where: s
     else:
         doc, where = read_config_doc(source)
     doc = apply_overrides(doc, list(overrides))
-    try:
-        return PlanConfig.model_validate(doc)
-    except ValidationError as e:
-        raise ConfigError(_format_errors(e, where).replace("invalid experiment config", "invalid plan config")) \
-            from None
+    return load_model(PlanConfig, doc, where, "plan config")

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from experiments.bounds_sim import simulate_pipeline
 from oracle.bounds import pipeline_gain, pipeline_saving
@@ -32,8 +32,7 @@ from simulator.specbench import STEP_OVERHEAD_S as SPECBENCH_STEP_OVERHEAD_S  # 
 from traces.expected_tokens import expected_tokens
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from traces.config_base import StrictModel as _Strict  # noqa: E402
 
 
 class TargetSpec(_Strict):
@@ -97,7 +96,7 @@ class PsdBoundsConfig(_Strict):
     num_requests: int = Field(600, ge=10)
     k: int = Field(3, ge=1)
     acc_len: int = Field(3, ge=1)
-    output_len: tuple[int, int] = (128, 512)
+    output_len: list[int] = Field([128, 512], min_length=2, max_length=2, description="[min, max] output tokens")
     prompt_len: int = Field(32, ge=1)
     prefill: Literal["mixed", "separate"] = Field("mixed", description="ServerConfig.prefill of both systems")
     notes: str = ""
@@ -108,19 +107,14 @@ def load_config(path: str | Path) -> PsdVsSdConfig | PsdBoundsConfig:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: config file not found")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from e
+    from traces.config_base import load_model
+    from traces.parsing import load_yaml_file
+
+    doc = load_yaml_file(path)
     if not isinstance(doc, dict) or doc.get("kind") not in ("psd_vs_sd", "psd_bounds"):
         raise ValueError(f"{path}: key 'kind': expected 'psd_vs_sd' or 'psd_bounds'")
     cls = PsdVsSdConfig if doc["kind"] == "psd_vs_sd" else PsdBoundsConfig
-    try:
-        cfg = cls.model_validate(doc)
-    except ValidationError as e:
-        first = e.errors()[0]
-        key = ".".join(str(x) for x in first["loc"])
-        raise ValueError(f"{path}: key '{key}': {first['msg']} (got {first.get('input')!r})") from e
+    cfg = load_model(cls, doc, str(path), f"{doc['kind']} config")
     if isinstance(cfg, PsdVsSdConfig):
         try:
             get_model(cfg.target.model), get_gpu(cfg.target.gpu)

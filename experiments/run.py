@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
+
 
 import oracle.registry  # noqa: F401  (registers the ground-truth policies)
 from experiments.config import ExperimentConfig, load_config
@@ -25,6 +25,7 @@ from simulator.records import stack_tables
 from simulator.scenario import ClusterScenario, Scenario, SimInputs, check_inputs, inputs_for, prepare_runs, simulate
 from simulator.seeds import ExperimentSeeds
 from traces.bundle import TraceBundle, load_bundle
+from traces.config_base import validate_model
 from traces.workload import WorkloadSpec, workload_and_bundle
 
 
@@ -101,11 +102,7 @@ def experiment_inputs(cfg: ExperimentConfig, need_acceptance: bool = True) -> Si
     own child of the seed tree, simulator/seeds.py)."""
     seeds = ExperimentSeeds.of(cfg.seed)
     bundle = resolve_bundle(cfg.traces, seeds.pool)
-    try:
-        spec = WorkloadSpec.model_validate(cfg.workload)
-    except ValidationError as e:
-        raise ValueError("workload: " + "; ".join(
-            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())) from None
+    spec = validate_model(WorkloadSpec, cfg.workload, "workload")
     workload, bundle = workload_and_bundle(bundle, spec, seed=seeds.workload, need_acceptance=need_acceptance)
     return inputs_for(workload, bundle, with_acceptance=need_acceptance)
 

@@ -21,12 +21,13 @@ from policies.exp3 import EXP3Policy
 from policies.k_by_batch import KByBatchPolicy
 from policies.thompson import ThompsonPolicy
 from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy
+from traces.config_base import STRICT_CONFIG, first_error
 from traces.limits import MAX_DRAFT_TOKENS
 
 MAX_INT_PARAM = 2**62
 # keys of nested parameter mappings (k-by-batch `ranges`) that hold integers
 NESTED_INT_KEYS = frozenset({"k", "min_batch", "max_batch"})
-_PARAMS_CONFIG = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid", arbitrary_types_allowed=True)
+_PARAMS_CONFIG = ConfigDict(**STRICT_CONFIG, arbitrary_types_allowed=True)
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
@@ -100,10 +101,7 @@ def check_parameters(cls: type[Policy], params: dict[str, Any], where: str) -> N
     try:
         model.model_validate(params)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
-        raise ValueError(f"{where}.{loc}: {err['msg']}{got}") from None
+        raise ValueError(first_error(e, where)) from None
     stack: list[tuple[str, Any, bool]] = [(k, v, False) for k, v in params.items()]
     while stack:
         key, value, nested = stack.pop()

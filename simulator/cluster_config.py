@@ -2,13 +2,12 @@
 overrides, for heterogeneous clusters) and the router that spreads requests over them."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import Field, StrictInt, model_validator
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from traces.config_base import StrictModel as _Strict
+from traces.limits import MAX_REPLICAS
 
 
 class RouterSpec(_Strict):
@@ -22,7 +21,7 @@ class RouterSpec(_Strict):
     key: Literal["category", "trace", "client"] | None = Field(None, description=(
         "affinity key: category (workload category), trace (the recorded request a request replays: the same "
         "prompt, so the same prefix), client (closed-loop client id: one session per client). Default: trace"))
-    max_outstanding: int | None = Field(None, ge=1, description=(
+    max_outstanding: int | None = Field(None, ge=1, le=2**31, description=(
         "affinity: a replica has room while its outstanding requests are below this (default: its max_num_seqs)"))
 
     @model_validator(mode="after")
@@ -41,7 +40,8 @@ class RouterSpec(_Strict):
 class ClusterSpec(_Strict):
     """N replicas of the run's server in one simulation behind a router."""
 
-    replicas: StrictInt | list[dict[str, Any]] = Field(description=(
+    replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | \
+        Annotated[list[dict[str, Any]], Field(min_length=1, max_length=MAX_REPLICAS)] = Field(description=(
         "number of identical replicas, or one mapping of server overrides per replica ({} = the run's server)"))
     router: RouterSpec = RouterSpec()
 

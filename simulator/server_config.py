@@ -6,17 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_serializer, model_validator
+from pydantic import ConfigDict, Field, InstanceOf, field_serializer, model_validator
 
 from policies.base import Policy
 from simulator.cluster_config import ClusterSpec
 from simulator.draft_cost import DraftCost, draft_cost_from_config
 from simulator.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
 from simulator.seeds import ServerSeeds
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+from traces.config_base import StrictModel as _Strict
 
 
 class PSDConfig(_Strict):
@@ -38,8 +35,7 @@ class PSDConfig(_Strict):
 class ServerConfig(_Strict):
     """One serving instance: cost profile, batching limits and KV memory."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False,
-                              arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True)  # merged with the strict base's
 
     target_profile: str | dict[str, Any] | InstanceOf[LatencyProfile] = Field(description=(
         "built-in profile name, file, inline profile, or (from Python) a profile object (roofline, measured)"))

@@ -1,8 +1,11 @@
-"""Test helper for the seeded fuzz tests: run one case under a time limit and tally what happened.
+"""Test helper for the seeded fuzz tests: run one case under a CPU-time limit and tally what happened.
 
 Every case ends in one of: `rejected` (a clean error of an allowed type with a message), `accepted`,
-`traceback` (any other exception escaped), `hang` (over the time limit), or `invalid-accepted` (an input
+`traceback` (any other exception escaped), `hang` (over the CPU-time limit), or `invalid-accepted` (an input
 built to be invalid was accepted). A fuzz test asserts the last three are zero and prints the tally.
+Cases are bounded by the CPU time this process spends (ITIMER_PROF), never by wall time: a loaded machine
+slows a case down but does not make it fail. A case that blocks without spending CPU is no longer possible
+for file inputs (traces/parsing.py refuses FIFOs and devices before reading); pytest-timeout catches the rest.
 """
 from __future__ import annotations
 
@@ -21,18 +24,27 @@ class CaseTimeout(BaseException):
 
 
 @contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt the block with CaseTimeout after `seconds` of wall time (main thread, POSIX)."""
+def cpu_limit(seconds: float) -> Iterator[None]:
+    """Interrupt the block with CaseTimeout after it spent `seconds` of CPU time (ITIMER_PROF: user + system
+    time of this process; main thread, POSIX)."""
     def _alarm(signum, frame):
         raise CaseTimeout()
 
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    old = signal.signal(signal.SIGPROF, _alarm)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
+
+
+def cpu_seconds() -> float:
+    """CPU time this process has spent (user + system), for budgets of whole fuzz campaigns."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 @dataclass
@@ -44,16 +56,16 @@ class FuzzTally:
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     def run(self, label: str, case: Callable[[], Any], *, clean: tuple[type[BaseException], ...],
-            must_reject: bool, timeout_s: float = 5.0, check_accepted: Callable[[Any], None] | None = None,
+            must_reject: bool, cpu_s: float = 5.0, check_accepted: Callable[[Any], None] | None = None,
             check_message: Callable[[BaseException], str | None] | None = None) -> str:
         """Run `case()`; `clean` are the error types a user may see (with a non-empty message).
         `check_accepted(result)` may raise AssertionError for an accepted result that is inconsistent;
         `check_message(error)` returns a complaint about a clean error's message (e.g. it names no file)."""
         try:
-            with time_limit(timeout_s):
+            with cpu_limit(cpu_s):
                 result = case()
         except CaseTimeout:
-            return self._bad("hang", label, f"no answer within {timeout_s} s")
+            return self._bad("hang", label, f"no answer within {cpu_s} s of CPU time")
         except clean as e:
             complaint = None if str(e).strip() else "empty message"
             if complaint is None and check_message is not None:

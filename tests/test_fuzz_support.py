@@ -21,7 +21,7 @@ def _spin():
 
 def test_outcomes_are_classified():
     t = FuzzTally("self-check")
-    assert t.run("spin", _spin, clean=(ValueError,), must_reject=False, timeout_s=0.3) == "hang"
+    assert t.run("spin", _spin, clean=(ValueError,), must_reject=False, cpu_s=0.3) == "hang"
     assert t.run("clean", lambda: int("x"), clean=(ValueError,), must_reject=True) == "rejected"
     assert t.run("empty message", lambda: (_ for _ in ()).throw(ValueError("")), clean=(ValueError,),
                  must_reject=True) == "traceback"

@@ -19,10 +19,13 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, compress: bool | No
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open mode must be 'w' or 'wb', got {mode!r}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if compress is None:
         compress = path.suffix == ".gz"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise _naming(e, path) from None
     os.close(fd)
     try:
         with open(tmp, "wb") as raw:
@@ -40,12 +43,20 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, compress: bool | No
                 raw.flush()
                 os.fsync(raw.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and not getattr(e, "filename", None):  # ENOSPC, EIO: say which file
+            raise _naming(e, path) from None
         raise
+
+
+def _naming(e: OSError, path: Path) -> OSError:
+    """`e` with `path` as its filename, so the one-line error says which file could not be written."""
+    err = OSError(e.errno, f"cannot write: {e.strerror or e}", str(getattr(e, "filename", None) or path))
+    return err
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

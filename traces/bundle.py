@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from traces.atomic import atomic_open, atomic_write_text
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl, load_yaml_file
 
@@ -95,7 +95,7 @@ class TraceBundle:
         for i, r in enumerate(self.requests, start=1):
             _check_request(r, self.meta, where, i)
             if r.id in seen:
-                raise TraceFormatError(where, f"duplicate request id {r.id!r}", line=i, field="id")
+                raise TraceFormatError(where, f"duplicate request id {shorten(r.id)}", line=i, field="id")
             seen.add(r.id)
 
 
@@ -106,17 +106,24 @@ def _fail(path: str, msg: str, line: int | None = None, fld: str | None = None) 
     raise TraceFormatError(path, msg, line=line, field=fld)
 
 
+def _names(keys: Any) -> str:
+    """At most 5 key names, each cut short: an error never echoes a file's content."""
+    keys = sorted(map(str, keys))
+    shown = [k if len(k) <= 40 else k[:40] + "..." for k in keys[:5]]
+    return f"{shown}{f' and {len(keys) - 5} more' if len(keys) > 5 else ''}"
+
+
 def _check_meta(meta: BundleMeta, path: str) -> None:
     if meta.schema_version != SCHEMA_VERSION:
         _fail(path, f"schema_version {meta.schema_version} is not supported (expected {SCHEMA_VERSION})",
               fld="schema_version")
     if not (isinstance(meta.temperature, (int, float)) and 0.0 <= meta.temperature <= 10.0):
-        _fail(path, f"expected a number in [0, 10], got {meta.temperature!r}", fld="temperature")
+        _fail(path, f"expected a number in [0, 10], got {shorten(meta.temperature)}", fld="temperature")
     if not meta.drafters:
         _fail(path, "expected at least one drafter", fld="drafters")
     for name, spec in meta.drafters.items():
         if spec.kind not in DRAFTER_KINDS:
-            _fail(path, f"unknown kind {spec.kind!r}; expected one of {', '.join(DRAFTER_KINDS)}",
+            _fail(path, f"unknown kind {shorten(spec.kind)}; expected one of {', '.join(DRAFTER_KINDS)}",
                   fld=f"drafters.{name}.kind")
 
 
@@ -125,9 +132,9 @@ def _check_request(r: RequestTrace, meta: BundleMeta, path: str, line: int) -> N
         n = getattr(r, key)
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) \
                 or not 1 <= n <= MAX_TOKENS_PER_REQUEST:
-            _fail(path, f"expected an integer in [1, {MAX_TOKENS_PER_REQUEST}], got {n!r}", line, key)
+            _fail(path, f"expected an integer in [1, {MAX_TOKENS_PER_REQUEST}], got {shorten(n)}", line, key)
     if r.arrival_time is not None and not (math.isfinite(r.arrival_time) and r.arrival_time >= 0):
-        _fail(path, f"expected a finite number >= 0, got {r.arrival_time!r}", line, "arrival_time")
+        _fail(path, f"expected a finite number >= 0, got {shorten(r.arrival_time)}", line, "arrival_time")
     if r.prompt_token_ids is not None and len(r.prompt_token_ids) != r.prompt_len:
         _fail(path, f"has {len(r.prompt_token_ids)} ids but prompt_len is {r.prompt_len}", line,
               "prompt_token_ids")
@@ -194,12 +201,12 @@ def parse_meta(doc: Any, path: str) -> BundleMeta:
         _fail(path, f"expected a mapping at the top level, got {type(doc).__name__}")
     unknown = set(doc) - _META_KEYS
     if unknown:
-        _fail(path, f"unknown key(s) {sorted(unknown)}; expected only {sorted(_META_KEYS)}")
+        _fail(path, f"unknown key(s) {_names(unknown)}; expected only {sorted(_META_KEYS)}")
     for key in ("target", "drafters"):
         if key not in doc:
             _fail(path, "missing required key", fld=key)
     if not isinstance(doc["target"], str) or not doc["target"]:
-        _fail(path, f"expected a model name (string), got {doc['target']!r}", fld="target")
+        _fail(path, f"expected a model name (string), got {shorten(doc['target'])}", fld="target")
     drafters_doc = doc["drafters"]
     if not isinstance(drafters_doc, dict) or not drafters_doc:
         _fail(path, "expected a non-empty mapping of drafter name -> {kind, cost_model}", fld="drafters")
@@ -210,12 +217,12 @@ def parse_meta(doc: Any, path: str) -> BundleMeta:
             _fail(path, "expected a mapping with keys kind, cost_model[, params]", fld=f)
         unknown = set(spec) - {"kind", "cost_model", "params"}
         if unknown:
-            _fail(path, f"unknown key(s) {sorted(unknown)}; expected kind, cost_model, params", fld=f)
+            _fail(path, f"unknown key(s) {_names(unknown)}; expected kind, cost_model, params", fld=f)
         if "kind" not in spec:
             _fail(path, "missing required key", fld=f + ".kind")
         for key in ("kind", "cost_model"):
             if key in spec and (not isinstance(spec[key], str) or not spec[key]):
-                _fail(path, f"expected a non-empty string, got {spec[key]!r}", fld=f"{f}.{key}")
+                _fail(path, f"expected a non-empty string, got {shorten(spec[key])}", fld=f"{f}.{key}")
         params = spec.get("params") or {}
         if not isinstance(params, dict):
             _fail(path, "expected a mapping", fld=f + ".params")
@@ -225,13 +232,13 @@ def parse_meta(doc: Any, path: str) -> BundleMeta:
             _fail(path, f"expected a mapping, got {type(doc[key]).__name__}", fld=key)
     for key in ("dataset", "tool_version"):
         if key in doc and not isinstance(doc[key], str):
-            _fail(path, f"expected a string, got {type(doc[key]).__name__} {doc[key]!r}", fld=key)
+            _fail(path, f"expected a string, got {type(doc[key]).__name__} {shorten(doc[key])}", fld=key)
     temperature = doc.get("temperature", 0.0)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        _fail(path, f"expected a number, got {temperature!r}", fld="temperature")
+        _fail(path, f"expected a number, got {shorten(temperature)}", fld="temperature")
     schema = doc.get("schema_version", SCHEMA_VERSION)
     if isinstance(schema, bool) or not isinstance(schema, int):
-        _fail(path, f"expected an integer, got {schema!r}", fld="schema_version")
+        _fail(path, f"expected an integer, got {shorten(schema)}", fld="schema_version")
     meta = BundleMeta(
         target=doc["target"],
         drafters=drafters,
@@ -252,13 +259,13 @@ def parse_request(doc: Any, meta: BundleMeta, path: str, line: int) -> RequestTr
         _fail(path, f"expected a JSON object, got {type(doc).__name__}", line)
     unknown = set(doc) - _REQUEST_KEYS
     if unknown:
-        _fail(path, f"unknown key(s) {sorted(unknown)}; expected only {sorted(_REQUEST_KEYS)}", line)
+        _fail(path, f"unknown key(s) {_names(unknown)}; expected only {sorted(_REQUEST_KEYS)}", line)
     for key in ("id", "drafters"):
         if key not in doc:
             _fail(path, "missing required field", line, key)
     rid = doc["id"]
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
-        _fail(path, f"expected a non-empty string (or an integer), got {rid!r}", line, "id")
+        _fail(path, f"expected a non-empty string (or an integer), got {shorten(rid)}", line, "id")
     drafters_doc = doc["drafters"]
     if not isinstance(drafters_doc, dict):
         _fail(path, "expected an object of drafter name -> {acc_len, tv?, proposal_len?}", line, "drafters")
@@ -269,7 +276,7 @@ def parse_request(doc: Any, meta: BundleMeta, path: str, line: int) -> RequestTr
             _fail(path, "expected an object with acc_len[, tv, proposal_len]", line, f)
         unknown = set(t) - _DRAFTER_TRACE_KEYS
         if unknown:
-            _fail(path, f"unknown key(s) {sorted(unknown)}; expected acc_len, tv, proposal_len", line, f)
+            _fail(path, f"unknown key(s) {_names(unknown)}; expected acc_len, tv, proposal_len", line, f)
         if "acc_len" not in t:
             _fail(path, "missing required field", line, f + ".acc_len")
         drafters[name] = DrafterTrace(
@@ -291,13 +298,13 @@ def parse_request(doc: Any, meta: BundleMeta, path: str, line: int) -> RequestTr
         _fail(path, "missing: give prompt_len or prompt_token_ids", line, "prompt_len")
     for key, val in (("prompt_len", prompt_len), ("output_len", output_len)):
         if isinstance(val, bool) or not isinstance(val, int):
-            _fail(path, f"expected an integer, got {val!r}", line, key)
+            _fail(path, f"expected an integer, got {shorten(val)}", line, key)
     arrival = doc.get("arrival_time")
     if arrival is not None and (isinstance(arrival, bool) or not isinstance(arrival, (int, float))):
-        _fail(path, f"expected a number or null, got {arrival!r}", line, "arrival_time")
+        _fail(path, f"expected a number or null, got {shorten(arrival)}", line, "arrival_time")
     category = doc.get("category")
     if category is not None and not isinstance(category, str):
-        _fail(path, f"expected a string or null, got {category!r}", line, "category")
+        _fail(path, f"expected a string or null, got {shorten(category)}", line, "category")
     req = RequestTrace(
         id=str(doc["id"]),
         prompt_len=prompt_len,
@@ -312,8 +319,25 @@ def parse_request(doc: Any, meta: BundleMeta, path: str, line: int) -> RequestTr
     return req
 
 
+REQUEST_FILES = ("requests.jsonl", "requests.jsonl.gz")
+BUNDLE_FILES = frozenset({"trace.yaml", *REQUEST_FILES})
+
+
+def _inside(path: Path, folder: Path) -> Path:
+    """`path` if it is a regular file inside `folder` (a symlink may point within the bundle, never out of it);
+    else TraceFormatError naming it, without reading it."""
+    if path.is_symlink():
+        target = path.resolve()
+        if folder.resolve() not in target.parents:
+            raise TraceFormatError(str(path), "is a symbolic link to a file outside the bundle folder; bundle files "
+                                   "must be regular files inside it (copy the file in instead)")
+    if path.exists() and not path.is_file():
+        raise TraceFormatError(str(path), "is not a regular file")
+    return path
+
+
 def _requests_file(folder: Path) -> Path:
-    found = [folder / n for n in ("requests.jsonl", "requests.jsonl.gz") if (folder / n).exists()]
+    found = [_inside(folder / n, folder) for n in REQUEST_FILES if (folder / n).exists() or (folder / n).is_symlink()]
     if len(found) > 1:
         raise TraceFormatError(str(folder), f"holds both {found[0].name} and {found[1].name}; which one is "
                                "the bundle's is ambiguous: remove one")
@@ -329,7 +353,7 @@ def load_bundle(path: str | Path) -> TraceBundle:
     folder = Path(path)
     if not folder.is_dir():
         raise TraceFormatError(str(folder), "not a trace bundle folder (expected a folder with trace.yaml)")
-    meta_path = folder / "trace.yaml"
+    meta_path = _inside(folder / "trace.yaml", folder)
     if not meta_path.is_file():
         raise TraceFormatError(str(meta_path), "missing: every bundle needs a trace.yaml")
     meta = parse_meta(load_yaml_file(meta_path), str(meta_path))
@@ -339,7 +363,7 @@ def load_bundle(path: str | Path) -> TraceBundle:
     for line_no, doc in iter_jsonl(req_path):
         req = parse_request(doc, meta, str(req_path), line_no)
         if req.id in seen:
-            raise TraceFormatError(str(req_path), f"duplicate request id {req.id!r}", line=line_no, field="id")
+            raise TraceFormatError(str(req_path), f"duplicate request id {shorten(req.id)}", line=line_no, field="id")
         seen.add(req.id)
         requests.append(req)
     if not requests:
@@ -387,17 +411,46 @@ def request_to_dict(r: RequestTrace) -> dict[str, Any]:
     return out
 
 
+def check_bundle_target(path: str | Path, compress: bool = False) -> Path:
+    """`path` if a bundle may be written there, else ValueError saying why: a new or empty folder, or a bundle
+    folder (nothing but trace.yaml and its requests file) in the same format. Nothing is ever deleted: a
+    requests file of the other format (which may be the user's only copy) is refused, not replaced."""
+    folder = Path(path).expanduser()
+    resolved = folder.resolve()
+    if resolved == Path(resolved.anchor):
+        raise ValueError(f"{folder}: refusing to write a bundle into the root folder; choose another folder")
+    if folder.exists() or folder.is_symlink():
+        if not folder.is_dir():
+            raise ValueError(f"{folder}: exists and is not a folder; choose another output folder")
+        names = {p.name for p in folder.iterdir()}
+        foreign = sorted(n for n in names - BUNDLE_FILES if not n.startswith("."))  # hidden: tools' own state
+        if foreign:
+            raise ValueError(f"{folder}: holds files a trace bundle does not ({_names(foreign)}); refusing to write "
+                             "a bundle into it; choose a new or empty folder")
+        other = REQUEST_FILES[0] if compress else REQUEST_FILES[1]
+        if other in names:
+            raise ValueError(f"{folder}: holds {other}; writing {REQUEST_FILES[1] if compress else REQUEST_FILES[0]} "
+                             f"beside it would make the bundle ambiguous and draftsim never deletes it; remove it "
+                             "yourself or choose another folder")
+        for name in names & BUNDLE_FILES:
+            if (folder / name).is_symlink() or not (folder / name).is_file():
+                raise ValueError(f"{folder / name}: is a link or not a regular file; refusing to replace it")
+    return folder
+
+
 def save_bundle(bundle: TraceBundle, path: str | Path, *, compress: bool = False) -> Path:
-    """Validate and write a bundle folder atomically (each file via temp + rename)."""
-    folder = Path(path)
+    """Validate and write a bundle folder (see check_bundle_target for where), each file via temp + rename,
+    requests first: a reader sees the old bundle or the new one."""
+    folder = check_bundle_target(path, compress)
     bundle.validate(str(folder))
     folder.mkdir(parents=True, exist_ok=True)
-    name = "requests.jsonl.gz" if compress else "requests.jsonl"
-    with atomic_open(folder / name, "w") as f:
-        for r in bundle.requests:
-            f.write(json.dumps(request_to_dict(r), separators=(",", ":")) + "\n")
-    stale = folder / ("requests.jsonl" if compress else "requests.jsonl.gz")
-    if stale.exists():
-        stale.unlink()
-    atomic_write_text(folder / "trace.yaml", yaml.safe_dump(meta_to_dict(bundle.meta), sort_keys=False))
+    name = REQUEST_FILES[1] if compress else REQUEST_FILES[0]
+    try:
+        with atomic_open(folder / name, "w") as f:
+            for r in bundle.requests:
+                f.write(json.dumps(request_to_dict(r), separators=(",", ":")) + "\n")
+        atomic_write_text(folder / "trace.yaml", yaml.safe_dump(meta_to_dict(bundle.meta), sort_keys=False))
+    except UnicodeEncodeError as e:
+        raise TraceFormatError(str(folder / "trace.yaml"), f"text that is not valid Unicode ({e.reason}: "
+                               f"{shorten(e.object[e.start:e.end])}); every name must be UTF-8 text") from None
     return folder

@@ -291,14 +291,18 @@ def builtin_models() -> dict[str, ModelSpec]:
 
 
 def _unknown(kind: str, name: str, known: dict[str, Any]) -> ValueError:
-    close = difflib.get_close_matches(name.lower(), list(known), n=3, cutoff=0.6)
-    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-    return ValueError(f"unknown {kind} {name!r}{hint}; the catalog has {sorted(known)}")
+    return ValueError(f"unknown {kind} {name!r}{did_you_mean(name, known)}; the catalog has {sorted(known)}")
 
 
 @lru_cache(maxsize=1)
 def builtin_gpus() -> dict[str, GpuSpec]:
     return load_gpus(builtin_catalog_dir() / "gpus.yaml")
+
+
+def did_you_mean(name: object, known) -> str:
+    """' (did you mean 'x' or 'y'?)' for the up to three closest known names, or ''."""
+    close = difflib.get_close_matches(str(name).lower(), list(known), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def get_model(name: str) -> ModelSpec:

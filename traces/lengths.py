@@ -4,13 +4,10 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from traces.limits import MAX_TOKENS_PER_REQUEST as _MAX
-
-
-class _Dist(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+from traces.config_base import StrictModel as _Dist
 
 
 class LognormalLengths(_Dist):

@@ -5,32 +5,82 @@ line and the key: text must be UTF-8; a mapping must not repeat a key (YAML and 
 keep the last one); numbers must be finite (YAML `.nan`/`.inf`, JSON `NaN`/`Infinity`, `1e999`);
 nesting is limited to `MAX_NESTING` levels and a document to `MAX_NODES` values (deep nesting
 overflows Python's stack later, YAML aliases can expand a small file exponentially); JSON integers
-and YAML integers must fit in 64 bits.
+and YAML integers must fit in 64 bits. Only regular files are read (a FIFO, a device such as `/dev/zero` or a
+folder is refused before any read, so nothing blocks or reads without end), a text file is at most
+`MAX_TEXT_BYTES` and a JSONL line at most `MAX_LINE_BYTES`. YAML nesting is refused while the document is
+composed, before it is built, and numbers follow YAML 1.2 (`1e3` is the number 1000, not a string).
 """
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import math
+import os
+import re
+import stat
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 import yaml
 
 from traces.errors import TraceFormatError
+from traces.limits import MAX_LINE_BYTES, MAX_TEXT_BYTES
 
 MAX_NESTING = 64
 MAX_NODES = 1_000_000
 MAX_INT = 2**63 - 1  # integers must fit int64
 
 
-def read_text(path: str | Path) -> str:
-    """A file's text as UTF-8; unreadable or non-UTF-8 files are errors naming the file."""
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | Path) -> IO[bytes]:
+    """`path` opened for binary reading if it is a regular file (symlinks followed); else TraceFormatError.
+
+    Opened non-blocking and checked with fstat on the open descriptor, so a FIFO or a device never blocks
+    or streams forever and a file swapped after a check cannot slip through."""
+    where = str(path)
     try:
-        data = Path(path).read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise TraceFormatError(str(path), f"cannot be read: {e.strerror or e}") from e
+        if e.errno == errno.EISDIR:
+            raise TraceFormatError(where, "is a folder, expected a regular file") from None
+        raise TraceFormatError(where, f"cannot be read: {e.strerror or e}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise TraceFormatError(where, f"is {_kind_of(mode)}, expected a regular file")
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: str | Path, limit: int = MAX_TEXT_BYTES) -> bytes:
+    """A regular file's bytes, at most `limit` of them (a larger file is an error naming it)."""
+    with open_regular(path) as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as e:
+            raise TraceFormatError(str(path), f"cannot be read: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise TraceFormatError(str(path), f"too large: more than {limit:,} bytes")
+    return data
+
+
+def read_text(path: str | Path, limit: int = MAX_TEXT_BYTES) -> str:
+    """A regular file's text as UTF-8; unreadable, oversized or non-UTF-8 files are errors naming the file."""
+    data = read_bytes(path, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -40,7 +90,35 @@ def read_text(path: str | Path) -> str:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping that repeats a key."""
+    """SafeLoader that refuses a mapping that repeats a key or nests deeper than MAX_NESTING, reading YAML 1.2
+    floats (`1e3`, not only `1.0e+3`)."""
+
+    def __init__(self, stream: Any):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        """Compose one node, refusing depth as it is reached (before the deeper levels are even parsed)."""
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                raise _TooDeep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _TooDeep(Exception):
+    def __init__(self, mark: Any):
+        super().__init__("too deep")
+        self.mark = mark
+
+
+# YAML 1.2 floats: YAML 1.1 (PyYAML) reads `1e3` as a string; a user who typed a number means a number.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -70,13 +148,64 @@ class _DuplicateKey(Exception):
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+_FLOW_TOKENS = re.compile(r"[\[\]{}\"'#\n]")
+
+
+def _flow_depth_line(text: str) -> int | None:
+    """Line where `[`/`{` flow nesting first exceeds MAX_NESTING (quotes and comments skipped), else None.
+
+    PyYAML's scanner reads a whole flow collection ahead before the composer sees its first node, in time
+    quadratic in its depth, so deep flow nesting is refused from the raw text, before any parsing."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return None
+    depth, quote, comment, line = 0, "", False, 1
+    for m in _FLOW_TOKENS.finditer(text):
+        c, i = m.group(), m.start()
+        if c == "\n":
+            line, comment = line + 1, False
+            continue
+        if comment:
+            continue
+        if quote:
+            if c == quote and not (quote == '"' and _escaped(text, i)):
+                if quote == "'" and text.startswith("''", i):  # '' is an escaped quote inside '...'
+                    continue
+                quote = ""
+            continue
+        prev = text[i - 1] if i else " "
+        if c == "#" and prev in " \t\n":
+            comment = True
+        elif c in "\"'" and prev in " \t\n[{,:":
+            quote = c
+        elif c in "[{" and (depth > 0 or prev in " \t\n"):  # in block context mid-word: plain text
+            depth += 1
+            if depth > MAX_NESTING:
+                return line
+        elif c in "]}":
+            depth = max(0, depth - 1)
+    return None
+
+
+def _escaped(text: str, i: int) -> bool:
+    n = 0
+    while i - n - 1 >= 0 and text[i - n - 1] == "\\":
+        n += 1
+    return n % 2 == 1
+
+
 def parse_yaml(text: str, path: str, *, what: str = "YAML") -> Any:
     """Parse YAML text (safe tags only) and check keys, numbers, nesting and size."""
+    deep = _flow_depth_line(text)
+    if deep is not None:
+        raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)", line=deep)
     try:
         doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except _DuplicateKey as e:
         raise TraceFormatError(path, f"duplicate key {e.key!r} (first on line {e.first}); each key may appear once",
                                line=e.again) from None
+    except _TooDeep as e:
+        raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)",
+                               line=e.mark.line + 1 if e.mark is not None else None) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)
@@ -121,23 +250,31 @@ def parse_json(text: str, path: str, line: int | None = None) -> Any:
     return doc
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
     """(line number, parsed object) of every line of a `.jsonl` or `.jsonl.gz` file; a blank line, a line that
-    is not UTF-8 or not JSON, and a truncated or corrupt gzip stream are errors naming the file and line."""
+    is not UTF-8 or not JSON or longer than `max_line_bytes`, a file that is not a regular file, and a truncated
+    or corrupt gzip stream are errors naming the file and line."""
     where = str(path)
-    opener = gzip.open if str(path).endswith(".gz") else open
     line_no = 0
     try:
-        with opener(path, "rb") as f:
-            for line_no, raw in enumerate(f, start=1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise TraceFormatError(where, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
-                                           f"{e.start + 1})", line=line_no) from None
-                if not text.strip():
-                    raise TraceFormatError(where, "blank line (expected one JSON object per line)", line=line_no)
-                yield line_no, parse_json(text, where, line_no)
+        with open_regular(path) as raw_file:
+            f: IO[bytes] = gzip.GzipFile(fileobj=raw_file, mode="rb") if where.endswith(".gz") else raw_file
+            with f:
+                while True:
+                    raw = f.readline(max_line_bytes + 1)
+                    if not raw:
+                        break
+                    line_no += 1
+                    if len(raw) > max_line_bytes:
+                        raise TraceFormatError(where, f"line longer than {max_line_bytes:,} bytes", line=line_no)
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        raise TraceFormatError(where, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                                               f"{e.start + 1})", line=line_no) from None
+                    if not text.strip():
+                        raise TraceFormatError(where, "blank line (expected one JSON object per line)", line=line_no)
+                    yield line_no, parse_json(text, where, line_no)
     except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
         raise TraceFormatError(where, f"cannot be read completely ({type(e).__name__}: {e}); the file may be "
                                "truncated or corrupt", line=line_no + 1) from None
@@ -157,7 +294,13 @@ def check_plain_data(doc: Any, path: str, line: int | None = None, *, max_nodes:
             raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)", line=line,
                                    field=(where[:60] + "...") if len(where) > 60 else where or None)
         if isinstance(value, dict):
+            for k in value:
+                if isinstance(k, str) and not _text_ok(k):
+                    _bad_text(k, path, line, where or None)
             stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, str):
+            if not _text_ok(value):
+                _bad_text(value, path, line, where or None)
         elif isinstance(value, list):
             if _plain_numbers(value):  # fast path for long acc_len / tv lists: checked in C loops
                 nodes += len(value)
@@ -172,6 +315,20 @@ def check_plain_data(doc: Any, path: str, line: int | None = None, *, max_nodes:
 
 
 _NUMBER_TYPES = {int, float}
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text_ok(text: str) -> bool:
+    """False for a string holding a lone surrogate (JSON `\\ud800`): it cannot be written as UTF-8 later."""
+    return text.isascii() or _SURROGATE.search(text) is None
+
+
+def _bad_text(text: str, path: str, line: int | None, where: str | None) -> None:
+    i = _SURROGATE.search(text).start()
+    raise TraceFormatError(path, f"text with a lone surrogate (U+{ord(text[i]):04X} at character {i}), which is "
+                           "not valid Unicode; expected UTF-8 text", line=line, field=where)
 
 
 def _plain_numbers(values: list) -> bool:

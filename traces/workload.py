@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Iterator, Literal, Mapping, NoReturn, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from traces.bundle import BundleMeta, DrafterTrace, RequestTrace, TraceBundle
 from traces.errors import TraceFormatError
@@ -56,8 +56,7 @@ class Workload:
 # ---------------------------------------------------------------- the config section
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+from traces.config_base import StrictModel as _Strict  # noqa: E402
 
 
 class PoissonArrivals(_Strict):
@@ -144,18 +143,17 @@ def gamma_arrivals(n: int, rate: float, cv: float, rng: np.random.Generator) -> 
 
 def load_arrival_times(path: str | Path) -> np.ndarray:
     """A text file of arrival times, one finite non-negative number per line, non-decreasing."""
+    from traces.parsing import read_text
+
     path = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TraceFormatError(path, f"cannot be read: {e}") from e
+    text = read_text(path)  # regular file, size limit, UTF-8: errors name the file
     times: list[float] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         s = line.strip()
         try:
             t = float(s)
         except ValueError:
-            raise TraceFormatError(path, f"expected one arrival time in seconds, got {s!r}", line=line_no) from None
+            raise TraceFormatError(path, f"expected one arrival time in seconds, got {s[:40]!r}", line=line_no) from None
         if not math.isfinite(t) or t < 0:
             raise TraceFormatError(path, f"expected a finite time >= 0, got {s}", line=line_no)
         if times and t < times[-1]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from calibration.vllm_backend import run_under_vllm
 from calibration.vllm_steps.calibrate import WARMUP, Mode, parse_mode
@@ -22,8 +22,7 @@ DEFAULT_TOLERANCES = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+from traces.config_base import StrictModel as _Strict  # noqa: E402
 
 
 class CalibrationPart(_Strict):
@@ -70,8 +69,11 @@ class ValidateConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "ValidateConfig":
-        for m in self.modes:
-            parse_mode(m)
+        for i, m in enumerate(self.modes):
+            try:
+                parse_mode(m)
+            except ValueError as e:
+                raise ValueError(f"modes.{i}: {e}") from None
         for kind, tol in self.tolerances.items():
             if kind not in ("replay", "predictive"):
                 raise ValueError(f"tolerances.{kind}: expected replay or predictive")
@@ -88,11 +90,9 @@ def load_config(path: str | Path) -> ValidateConfig:
     """The validated config; errors name the file and the key."""
     from traces.parsing import load_yaml_file
 
-    doc = load_yaml_file(Path(path))
-    try:
-        return ValidateConfig.model_validate(doc)
-    except Exception as e:
-        raise ValueError(f"{path}: {e}") from None
+    from traces.config_base import load_model
+
+    return load_model(ValidateConfig, load_yaml_file(Path(path)), str(path), "validate config")
 
 
 def poisson_unit_offsets(n: int, rng: np.random.Generator) -> list[float]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.config import ConfigError, ExperimentConfig, apply_overrides, load_config
+from experiments.config import ConfigError, ExperimentConfig, apply_overrides, load_config, override_path
 from experiments.sweep.cache import write_json_atomic
 from experiments.sweep.hashing import canonical_json, content_hash, derive_seed
 from experiments.sweep.runner import Point, ProgressBar, SweepRunner
@@ -40,6 +40,23 @@ def point_config(base: dict[str, Any], keys: dict[str, Any], where: str) -> dict
         raise ConfigError(f"{where}: {e}") from None
 
 
+def check_distinct_keys(base: dict[str, Any], keys: list[str], where: str = "sweep") -> None:
+    """Refuse two sweep keys that name one value (`runs.1` and `runs.-1`) or one inside the other
+    (`runs.1.policy` and `runs.1.policy.k`): the point would depend on the order the keys are applied."""
+    paths: dict[tuple, str] = {}
+    for key in keys:
+        try:
+            path = override_path(base, key)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        for other_path, other in paths.items():
+            short = min(len(path), len(other_path))
+            if path[:short] == other_path[:short]:
+                rel = "name the same value" if len(path) == len(other_path) else "overlap (one is inside the other)"
+                raise ConfigError(f"{where}: keys {other!r} and {key!r} {rel}; give each value once")
+        paths[path] = key
+
+
 def evaluate_experiment(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker entry point: simulate one point's config, return its per-run summary (JSON-ready)."""
     from experiments.run import run_experiment
@@ -64,6 +81,7 @@ def sweep_points(cfg: ExperimentConfig, where: str = "sweep") -> list[SweepPoint
     if cfg.sweep is None:
         raise ValueError(f"{where}: the config has no sweep: block")
     base = cfg.model_dump(mode="json", exclude={"sweep"})
+    check_distinct_keys(base, [*cfg.sweep.grid, *(cfg.sweep.random.params if cfg.sweep.random else {})], where)
     sweep_seed = cfg.sweep.seed if cfg.sweep.seed is not None else cfg.seed
     points = []
     for i, keys in enumerate(expand(cfg.sweep, sweep_seed)):
@@ -79,8 +97,10 @@ def sweep_points(cfg: ExperimentConfig, where: str = "sweep") -> list[SweepPoint
 def run_sweep(cfg: ExperimentConfig, out: str | Path, backend: str = "pool", workers: int | None = None,
               address: str | None = None, progress: bool = True, console=None) -> dict[str, Any]:
     """Simulate every point (cached under out/points), write sweep.json and table.csv, return sweep.json's doc."""
-    out = Path(out)
-    points = sweep_points(cfg)
+    from experiments.output_folder import SWEEP_ENTRIES, claim_output_folder
+
+    points = sweep_points(cfg)  # a bad point fails before the folder is touched
+    out = claim_output_folder(out, SWEEP_ENTRIES)
     with ProgressBar(f"sweep {cfg.name}", len(points), console, progress) as bar:
         runner = SweepRunner(evaluate_experiment, out / "points", backend, workers, address, bar)
         results = runner.run([p.point() for p in points])

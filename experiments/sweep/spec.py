@@ -16,21 +16,20 @@ import itertools
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from traces.config_base import StrictModel as _Strict
+from traces.limits import MAX_SWEEP_POINTS
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class RandomSweep(_Strict):
     """`samples` points, each key drawn from its distribution: {uniform|loguniform: [lo, hi]}, {int: [lo, hi]}
     (inclusive), {choice: [values...]}."""
 
-    samples: int = Field(ge=1)
-    params: dict[str, dict[str, list[Any]]] = Field(min_length=1)
+    samples: int = Field(ge=1, le=MAX_SWEEP_POINTS)
+    params: dict[str, dict[str, list[Any]]] = Field(min_length=1, max_length=1000)
 
     @model_validator(mode="after")
     def _dists(self) -> "RandomSweep":
@@ -57,7 +56,7 @@ class RandomSweep(_Strict):
 class SweepSpec(_Strict):
     """Which config keys a sweep varies and how."""
 
-    seed: int | None = Field(None, description="seed of the random draws and of every point (default: the config's)")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="seed of the random draws and of every point (default: the config's)")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key -> values; the cross product")
     random: RandomSweep | None = None
 
@@ -72,7 +71,17 @@ class SweepSpec(_Strict):
             both = sorted(set(self.grid) & set(self.random.params))
             if both:
                 raise ValueError(f"sweep: key(s) {both} appear in both grid and random")
+        if self.num_points() > MAX_SWEEP_POINTS:
+            raise ValueError(f"sweep: {self.num_points():,} points (grid sizes x random samples); a sweep runs at "
+                             f"most {MAX_SWEEP_POINTS:,}")
         return self
+
+    def num_points(self) -> int:
+        """How many points `expand` gives, counted without expanding them."""
+        n = 1
+        for values in self.grid.values():
+            n *= len(values)
+        return n * (self.random.samples if self.random is not None else 1)
 
 
 def _draw(rng: np.random.Generator, kind: str, args: list[Any]) -> Any:

@@ -91,7 +91,7 @@ def test_fuzz_command_lines(workspace):
                 raise ValueError(lines[-1])
             return rc
 
-        tally.run(" ".join(argv), case_fn, clean=(ValueError,), must_reject=bad, timeout_s=30)
+        tally.run(" ".join(argv), case_fn, clean=(ValueError,), must_reject=bad, cpu_s=30)
         assert _user_files(workspace) == before, f"user file changed by {argv}"
     for sub in ("run", "import", "traces", "bounds", "specbench", "policies", "placement", "calibrate"):
         tally.run(f"{sub} --help", lambda sub=sub: _main([sub, "--help"]), clean=(ValueError,), must_reject=False)
@@ -219,5 +219,5 @@ def test_fuzz_other_command_flags(tmp_path, monkeypatch):
                 raise ValueError(err.strip().splitlines()[-1] if err.strip() else f"exit {rc}")
             return rc
 
-        tally.run(" ".join(argv), case_fn, clean=(ValueError,), must_reject=False, timeout_s=30)
+        tally.run(" ".join(argv), case_fn, clean=(ValueError,), must_reject=False, cpu_s=30)
     tally.assert_clean(min_cases=70)

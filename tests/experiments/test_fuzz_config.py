@@ -139,7 +139,7 @@ def test_fuzz_configs_built_invalid_are_rejected(chunk):
             doc = copy.deepcopy(BASE)
             _set(doc, key, value)
             tally.run(f"{key} = {str(value)[:50]}", lambda: run_experiment(doc), clean=(ValueError,),
-                      must_reject=True, timeout_s=20, check_message=_names_key(key))
+                      must_reject=True, cpu_s=20, check_message=_names_key(key))
     tally.assert_clean(min_cases=100)
 
 
@@ -150,7 +150,7 @@ def test_fuzz_set_overrides_built_invalid_are_rejected():
             key = item.split("=", 1)[0]
             return None if (item in str(e) or key.split(".")[-1] in str(e)) else "message names neither item nor key"
         tally.run(f"--set {item}", lambda: load_config(copy.deepcopy(BASE), [item]), clean=(ConfigError,),
-                  must_reject=True, timeout_s=5, check_message=names_item)
+                  must_reject=True, cpu_s=5, check_message=names_item)
     tally.assert_clean(min_cases=len(BAD_SET_ITEMS))
 
 
@@ -198,5 +198,5 @@ def test_fuzz_configs_blind_values_simulate_or_fail_cleanly():
         key, value = rng.choice(BLIND_KEYS), rng.choice(BLIND_VALUES)
         _set(doc, key, value)
         tally.run(f"{key} = {value!r}", lambda: run_experiment(doc), clean=(ValueError,), must_reject=False,
-                  timeout_s=20, check_accepted=_consistent)
+                  cpu_s=20, check_accepted=_consistent)
     tally.assert_clean(min_cases=60)

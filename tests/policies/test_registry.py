@@ -46,12 +46,12 @@ def test_register_policy_refuses_a_taken_name():
 
 
 @pytest.mark.parametrize("spec, match", [
-    ({"name": "fixed", "drafter": "d", "k": 1.5}, r"policy.k: Input should be a valid integer \(got 1.5\)"),
-    ({"name": "fixed", "drafter": "d", "k": "3"}, r"policy.k: Input should be a valid integer"),
+    ({"name": "fixed", "drafter": "d", "k": 1.5}, r"policy.k: expected a valid integer \(got 1.5\)"),
+    ({"name": "fixed", "drafter": "d", "k": "3"}, r"policy.k: expected a valid integer"),
     ({"name": "fixed", "drafter": "d", "k": 10**20}, r"policy.k: expected a draft length in \[0, 64\]"),
     ({"name": "k-by-batch", "drafter": "d", "ranges": [{"min_batch": 1, "max_batch": None, "k": 1.5}]},
      r"policy.ranges\[0\].k: expected an integer, got 1.5"),
-    ({"name": "ucb", "drafters": ["a", "b"], "beta": float("nan")}, r"policy.beta: Input should be a finite number"),
+    ({"name": "ucb", "drafters": ["a", "b"], "beta": float("nan")}, r"policy.beta: expected a finite number"),
     ({"name": "ucb", "drafters": ["a", "b"], "seed": -1}, r"policy.seed: expected a seed >= 0"),
     ({"name": "adaptive-k", "drafter": "d", "prior_weight": 0}, r"prior_weight must be > 0"),
     ({"name": ["fixed"]}, r"policy.name: unknown policy"),

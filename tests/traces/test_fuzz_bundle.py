@@ -144,7 +144,7 @@ def test_fuzz_bundles_built_invalid_are_rejected(base, tmp_path):
 
     def run(label, gz):
         tally.run(label + (" gz" if gz else ""), lambda: load_bundle(case_dir), clean=(TraceFormatError,),
-                  must_reject=True, timeout_s=5, check_message=_names_file(case_dir))
+                  must_reject=True, cpu_s=5, check_message=_names_file(case_dir))
 
     for gz in (False, True):
         for path, values in REQUEST_BAD.items():
@@ -271,13 +271,13 @@ def test_fuzz_bundles_blind_mutations(base, tmp_path):
         (case_dir / req_name).write_bytes(targets[req_name])
         (case_dir / name).write_bytes(bytes(data))
         outcome = tally.run(f"{how} {name} (case {case})", lambda: load_bundle(case_dir),
-                            clean=(TraceFormatError,), must_reject=False, timeout_s=5,
+                            clean=(TraceFormatError,), must_reject=False, cpu_s=5,
                             check_accepted=_consistent, check_message=_names_file(case_dir))
         if outcome == "accepted" and simulated < 12:
             simulated += 1
             cfg = _tiny_experiment(str(case_dir))
             sim.run(f"simulate {how} {name} (case {case})", lambda: run_experiment(cfg), clean=(ValueError,),
-                    must_reject=False, timeout_s=20)
+                    must_reject=False, cpu_s=20)
         shutil.rmtree(case_dir)
     tally.assert_clean(min_cases=240)
     print(sim.report())

@@ -51,5 +51,5 @@ def test_missing_counters_and_bad_lines(tmp_path):
         parse_prometheus(PROM.replace('position="1"', 'position="5"'))
     with pytest.raises(TraceFormatError, match="expected a number"):
         parse_metrics_json([{"name": "vllm:spec_decode_num_drafts", "value": "many"}])
-    with pytest.raises(TraceFormatError, match="not found"):
+    with pytest.raises(TraceFormatError, match="absent.txt: cannot be read: No such file"):
         load_vllm_metrics(tmp_path / "absent.txt")

@@ -18,6 +18,8 @@ from traces.errors import TraceFormatError
 from traces.parsing import parse_json, read_text
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+MAX_STEP_S = 3600.0  # one engine step longer than an hour is a unit mistake or a corrupt record
+MAX_COUNT = 2**40  # tokens or requests counted in one step
 ROLES = {"target": "measured_target_time", "draft": "measured_draft_time", "overhead": "measured_overhead_time"}
 
 
@@ -42,8 +44,9 @@ def _int_field(rec: dict, key: str, path: str, line: int, required: bool) -> int
         if required:
             raise TraceFormatError(path, "missing required field of a Step record", line=line, field=key)
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or int(v) != v:
-        raise TraceFormatError(path, f"expected an integer >= 0, got {v!r}", line=line, field=key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_COUNT or int(v) != v:
+        raise TraceFormatError(path, f"expected an integer in [0, {MAX_COUNT}], got {str(v)[:40]}", line=line,
+                               field=key)
     return int(v)
 
 
@@ -61,7 +64,7 @@ def load_minedraft_steps(path: str | Path, time_unit: str = "s") -> list[MineDra
     path = Path(path)
     if time_unit not in TIME_UNITS:
         raise ValueError(f"time_unit must be one of {sorted(TIME_UNITS)}, got {time_unit!r}")
-    if not path.is_file():
+    if not path.exists():
         raise TraceFormatError(str(path), "MineDraft trace file not found")
     scale = TIME_UNITS[time_unit]
     steps = []
@@ -80,9 +83,10 @@ def load_minedraft_steps(path: str | Path, time_unit: str = "s") -> list[MineDra
             times: dict[str, float | None] = {}
             for role, key in ROLES.items():
                 v = rec.get(key)
-                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
-                    raise TraceFormatError(str(path), f"trace {j}: expected a time >= 0, got {v!r}", line=line,
-                                           field=key)
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0
+                                      or float(v) * scale > MAX_STEP_S):
+                    raise TraceFormatError(str(path), f"trace {j}: expected a time in [0, {MAX_STEP_S:g}] s, got "
+                                           f"{str(v)[:40]} {time_unit}", line=line, field=key)
                 times[role] = None if v is None else float(v) * scale
             steps.append(MineDraftStep(
                 num_seqs=len(reqs),

@@ -19,8 +19,11 @@ from typing import Any
 import numpy as np
 
 from traces.bundle import TOOL_VERSION, BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
+from traces.limits import MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl
+
+MAX_TOKEN_ID = 2**31 - 1  # token ids and acceptance lengths are stored as 32-bit integers
 
 # proposer name (ours) -> key of its object in a SpecDecode-Bench line
 PROPOSER_KEYS: dict[str, str] = {"eagle3": "acc_eagle", "ngram": "acc_ngram"}
@@ -82,11 +85,15 @@ class MismatchReport:
 def _int_list(value: Any, path: str, line: int, fld: str, minimum: int) -> list[int]:
     if not isinstance(value, list):
         raise TraceFormatError(path, f"expected a list of integers, got {type(value).__name__}", line=line, field=fld)
-    if set(map(type, value)) <= {int} and min(value, default=minimum) >= minimum:
+    if len(value) > MAX_TOKENS_PER_REQUEST:
+        raise TraceFormatError(path, f"{len(value):,} items; at most {MAX_TOKENS_PER_REQUEST:,} tokens per request",
+                               line=line, field=fld)
+    if set(map(type, value)) <= {int} and min(value, default=minimum) >= minimum \
+            and max(value, default=minimum) <= MAX_TOKEN_ID:
         return value  # the common case, checked in C; the loop below only finds what is wrong
     for i, v in enumerate(value):
-        if type(v) is not int or not minimum <= v <= 2**31 - 1:
-            raise TraceFormatError(path, f"expected 32-bit integers >= {minimum}, got {v!r} at index {i}",
+        if type(v) is not int or not minimum <= v <= MAX_TOKEN_ID:
+            raise TraceFormatError(path, f"expected 32-bit integers >= {minimum}, got {shorten(v, 40)} at index {i}",
                                    line=line, field=fld)
     return value
 
@@ -97,14 +104,14 @@ def parse_line(doc: Any, path: str, line: int) -> SpecBenchRecord:
         raise TraceFormatError(path, f"expected a JSON object, got {type(doc).__name__}", line=line)
     unknown = set(doc) - _LINE_KEYS
     if unknown:
-        raise TraceFormatError(path, f"unknown key(s) {sorted(unknown)}; expected only {sorted(_LINE_KEYS)}",
-                               line=line)
+        raise TraceFormatError(path, f"unknown key(s) {shorten(sorted(unknown))}; expected only "
+                               f"{sorted(_LINE_KEYS)}", line=line)
     for key in sorted(_LINE_KEYS):
         if key not in doc:
             raise TraceFormatError(path, "missing required field", line=line, field=key)
     rid = doc["id"]
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
-        raise TraceFormatError(path, f"expected a non-empty string (or integer), got {rid!r}", line=line, field="id")
+        raise TraceFormatError(path, f"expected a non-empty string (or integer), got {shorten(rid)}", line=line, field="id")
     prompt = _int_list(doc["prompt_token_ids"], path, line, "prompt_token_ids", 0)
     if not prompt:
         raise TraceFormatError(path, "expected at least one prompt token", line=line, field="prompt_token_ids")
@@ -116,7 +123,7 @@ def parse_line(doc: Any, path: str, line: int) -> SpecBenchRecord:
             raise TraceFormatError(path, "expected an object with key 'acc_len'", line=line, field=key)
         extra = set(obj) - {"acc_len"}
         if extra:
-            raise TraceFormatError(path, f"unknown key(s) {sorted(extra)}; expected only acc_len", line=line,
+            raise TraceFormatError(path, f"unknown key(s) {shorten(sorted(extra))}; expected only acc_len", line=line,
                                    field=key)
         values = _int_list(obj["acc_len"], path, line, f"{key}.acc_len", 1)
         acc[name] = np.asarray(values, dtype=np.int32)
@@ -127,14 +134,14 @@ def read_specbench(path: str | Path) -> list[SpecBenchRecord]:
     """Read a SpecDecode-Bench `.jsonl` (or `.jsonl.gz`) file in file order, fully validated."""
     path = Path(path)
     where = str(path)
-    if not path.is_file():
+    if not path.exists():
         raise TraceFormatError(where, "file not found (expected a SpecDecode-Bench .jsonl file)")
     records: list[SpecBenchRecord] = []
     seen: dict[str, int] = {}
     for line_no, doc in iter_jsonl(path):
         rec = parse_line(doc, where, line_no)
         if rec.id in seen:
-            raise TraceFormatError(where, f"duplicate id {rec.id!r} (first on line {seen[rec.id]})",
+            raise TraceFormatError(where, f"duplicate id {shorten(rec.id)} (first on line {seen[rec.id]})",
                                    line=line_no, field="id")
         seen[rec.id] = line_no
         records.append(rec)

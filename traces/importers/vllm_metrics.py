@@ -10,7 +10,6 @@ unconditional: accepted_at_pos[i] / drafts = P(positions 0..i all accepted).
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -18,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from traces.errors import TraceFormatError
+from traces.parsing import parse_json, read_text
+
+MAX_POSITIONS = 1024  # per-position counters: far above any proposal length vLLM allows
 
 _PREFIX = "vllm:spec_decode_"
 _LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+([-+0-9.eEinfNa]+)(\s+\d+)?\s*$')
@@ -34,13 +36,14 @@ class SpecDecodeStats:
     accepted_per_pos: list[float]
 
     @property
-    def acceptance_rate(self) -> float:
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else math.nan
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens; None when nothing was drafted."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
 
     @property
-    def mean_acceptance_length(self) -> float:
-        """Tokens per verify step: 1 + accepted / drafts."""
-        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else math.nan
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens per verify step: 1 + accepted / drafts; None when there were no drafts."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
 
     @property
     def per_pos_rate(self) -> list[float]:
@@ -48,11 +51,12 @@ class SpecDecodeStats:
         return [a / self.num_drafts for a in self.accepted_per_pos] if self.num_drafts else []
 
     @property
-    def conditional_rate(self) -> list[float]:
-        """P(position i accepted | positions before it accepted)."""
-        rates, prev = [], self.num_drafts
+    def conditional_rate(self) -> list[float | None]:
+        """P(position i accepted | positions before it accepted); None where no draft reached position i."""
+        rates: list[float | None] = []
+        prev = self.num_drafts
         for a in self.accepted_per_pos:
-            rates.append(a / prev if prev else math.nan)
+            rates.append(a / prev if prev else None)
             prev = a
         return rates
 
@@ -77,11 +81,11 @@ def _accumulate(totals: dict[str, float], per_pos: dict[int, float], short: str,
     if short == "num_accepted_tokens_per_pos":
         if "position" not in labels:
             raise TraceFormatError(path, "per-position counter without a 'position' label", line=line, field=short)
-        try:
-            pos = int(labels["position"])
-        except ValueError:
-            raise TraceFormatError(path, f"position label {labels['position']!r} is not an integer", line=line,
-                                   field=short) from None
+        raw = labels["position"]
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 6 and int(raw) < MAX_POSITIONS):
+            raise TraceFormatError(path, f"position label {raw[:20]!r} is not an integer in [0, {MAX_POSITIONS})",
+                                   line=line, field=short)
+        pos = int(raw)
         per_pos[pos] = per_pos.get(pos, 0.0) + value
     elif short in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
         totals[short] = totals.get(short, 0.0) + value
@@ -121,18 +125,29 @@ def parse_metrics_json(doc: Any, path: str = "<json>") -> SpecDecodeStats:
         short = _short(m["name"])
         if short is None:
             continue
-        labels = {str(k): str(v) for k, v in (m.get("labels") or {}).items()}
+        raw_labels = m.get("labels") or {}
+        if not isinstance(raw_labels, dict) or not all(isinstance(v, (str, int)) and not isinstance(v, bool)
+                                                       for v in raw_labels.values()):
+            raise TraceFormatError(path, f"metric {j}: expected labels as a mapping of name -> string",
+                                   field=f"[{j}].labels")
+        labels = {str(k): str(v) for k, v in raw_labels.items()}
         if "values" in m:
             vals = m["values"]
             if not isinstance(vals, list):
                 raise TraceFormatError(path, f"metric {j}: expected a list", field=f"[{j}].values")
             if short == "num_accepted_tokens_per_pos":
+                if len(vals) > MAX_POSITIONS:
+                    raise TraceFormatError(path, f"metric {j}: {len(vals)} positions, at most {MAX_POSITIONS}",
+                                           field=f"[{j}].values")
                 for pos, v in enumerate(vals):
+                    if isinstance(v, bool) or not isinstance(v, (int, float)):
+                        raise TraceFormatError(path, f"metric {j}: expected a number, got {type(v).__name__}",
+                                               field=f"[{j}].values[{pos}]")
                     _accumulate(totals, per_pos, short, {"position": str(pos)}, float(v), path, None)
             continue
         v = m.get("value")
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TraceFormatError(path, f"metric {j}: expected a number, got {v!r}", field=f"[{j}].value")
+            raise TraceFormatError(path, f"metric {j}: expected a number, got {str(v)[:40]!r}", field=f"[{j}].value")
         _accumulate(totals, per_pos, short, labels, float(v), path, None)
     return _finish(totals, per_pos, path)
 
@@ -143,21 +158,27 @@ def _finish(totals: dict[str, float], per_pos: dict[int, float], path: str) -> S
         raise TraceFormatError(path, f"no vLLM spec-decode counter(s) {', '.join(_PREFIX + k for k in missing)}; "
                                "was speculative decoding enabled?")
     if per_pos and sorted(per_pos) != list(range(len(per_pos))):
-        raise TraceFormatError(path, f"per-position counters have gaps: positions {sorted(per_pos)}")
+        raise TraceFormatError(path, f"per-position counters have gaps: positions {sorted(per_pos)[:20]}")
+    if totals["num_accepted_tokens"] > totals["num_draft_tokens"]:
+        raise TraceFormatError(path, f"{_PREFIX}num_accepted_tokens ({totals['num_accepted_tokens']:g}) exceeds "
+                               f"num_draft_tokens ({totals['num_draft_tokens']:g}): a token must be drafted to be "
+                               "accepted")
+    if totals["num_draft_tokens"] and not totals["num_drafts"]:
+        raise TraceFormatError(path, f"{_PREFIX}num_draft_tokens is {totals['num_draft_tokens']:g} but num_drafts "
+                               "is 0")
+    for i in range(len(per_pos)):
+        if per_pos[i] > (per_pos[i - 1] if i else totals["num_drafts"]):
+            raise TraceFormatError(path, f"accepted tokens at position {i} ({per_pos[i]:g}) exceed those at the "
+                                   "position before (or the drafts): vLLM's per-position counter only falls")
+    if per_pos and sum(per_pos.values()) > totals["num_accepted_tokens"] * (1 + 1e-9) + 1e-9:
+        raise TraceFormatError(path, "the per-position accepted counts sum to more than num_accepted_tokens")
     return SpecDecodeStats(totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"],
                            [per_pos[i] for i in range(len(per_pos))])
 
 
 def load_vllm_metrics(path: str | Path) -> SpecDecodeStats:
     """Prometheus text or get_metrics() JSON, told apart by the first character."""
-    path = Path(path)
-    if not path.is_file():
-        raise TraceFormatError(str(path), "metrics file not found")
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(str(path), f"not valid JSON: {e.msg}", line=e.lineno) from e
-        return parse_metrics_json(doc, str(path))
+    text = read_text(path)  # traces.parsing: regular file, size limit, UTF-8
+    if text.lstrip().startswith("["):  # parse_json: nesting, duplicate keys, NaN refused, naming the file
+        return parse_metrics_json(parse_json(text, str(path)), str(path))
     return parse_prometheus(text, str(path))

@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from traces.config_base import StrictModel
 
 from traces.bundle import DrafterTrace, TraceBundle
 from traces.synthetic.common import drafter_traces, pooled, runs_from
@@ -21,10 +23,9 @@ from traces.synthetic.hmm import fit_two_state
 from traces.synthetic.tv import TvModel
 
 
-class BurstyAcceptance(BaseModel):
+class BurstyAcceptance(StrictModel):
     """Parameters of the two-state model (state 0 = off, state 1 = on)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     model: Literal["bursty"] = "bursty"
     rate_off: float = Field(ge=0, le=1)
     rate_on: float = Field(ge=0, le=1)

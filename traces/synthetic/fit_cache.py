@@ -22,6 +22,7 @@ import yaml
 from traces.atomic import atomic_write_text
 from traces.bundle import TraceBundle
 from traces.errors import TraceFormatError
+from traces.parsing import load_yaml_file
 from traces.synthetic.spec import SynthSpec, fit_synth_spec, parse_synth_spec, spec_to_yaml
 
 CACHE_FORMAT = 1
@@ -85,9 +86,13 @@ def fit_key(sources: dict[str, TraceBundle], models: dict[str, str] | None, num_
 def _read(path: Path) -> SynthSpec | None:
     """The cached spec, or None when the file is absent or unreadable (it is then fitted and rewritten)."""
     try:
-        text = path.read_text(encoding="utf-8")
-        return parse_synth_spec(yaml.safe_load(text), str(path))
+        return parse_synth_spec(load_yaml_file(path), str(path))
     except FileNotFoundError:
+        return None
+    except TraceFormatError as e:
+        if not path.exists():
+            return None
+        warnings.warn(f"{path}: ignoring a damaged cached spec ({e}); fitting again", stacklevel=3)
         return None
     except (OSError, UnicodeDecodeError, yaml.YAMLError, TraceFormatError) as e:
         warnings.warn(f"{path}: ignoring a damaged cached spec ({e}); fitting again", stacklevel=3)

@@ -4,7 +4,9 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from traces.config_base import StrictModel
 
 from traces.bundle import DrafterTrace, TraceBundle
 from traces.expected_tokens import expected_tokens as leviathan_tokens
@@ -19,10 +21,9 @@ def capped_iid_tokens(rate: float, k: int, max_acc: int) -> float:
     return leviathan_tokens(rate, min(k, max_acc - 1))
 
 
-class IidAcceptance(BaseModel):
+class IidAcceptance(StrictModel):
     """acc_len[p] = 1 + run of successes of rate `rate`, drawn independently per position, capped at max_acc."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     model: Literal["iid"] = "iid"
     rate: float = Field(ge=0, lt=1)
     max_acc: int = Field(32, ge=1)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from traces.config_base import StrictModel
 
 from traces.bundle import DrafterTrace, TraceBundle
 from traces.synthetic.common import drafter_traces, pooled, tokens_per_step
@@ -18,10 +20,9 @@ from traces.synthetic.tv import TvModel
 FIT_DEPTH = 8
 
 
-class PositionalAcceptance(BaseModel):
+class PositionalAcceptance(StrictModel):
     """Conditional rates `rates[j]` for j < K, `tail` beyond; acc_len capped at max_acc."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     model: Literal["positional"] = "positional"
     rates: list[float] = Field(min_length=1)
     tail: float = Field(0.0, ge=0, lt=1)

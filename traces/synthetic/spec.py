@@ -7,9 +7,11 @@ from typing import Annotated, Any, Mapping, Union
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from traces.bundle import BundleMeta, DrafterSpec, RequestTrace, TraceBundle, TOOL_VERSION
+from traces.config_base import StrictModel as _Strict
+from traces.config_base import error_lines
 from traces.errors import TraceFormatError
 from traces.lengths import LengthDist, fit_lognormal
 from traces.synthetic import MODEL_NAMES
@@ -20,10 +22,6 @@ from traces.synthetic.positional import PositionalAcceptance
 AcceptanceModel = Annotated[Union[IidAcceptance, PositionalAcceptance, BurstyAcceptance],
                             Field(discriminator="model")]
 MODELS = dict(zip(MODEL_NAMES, (IidAcceptance, PositionalAcceptance, BurstyAcceptance)))
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class DrafterDecl(_Strict):
@@ -67,10 +65,6 @@ class SynthSpec(_Strict):
         return cats
 
 
-def _loc(err: dict[str, Any]) -> str:
-    return ".".join(str(p) for p in err["loc"])
-
-
 def parse_synth_spec(doc: Any, path: str) -> SynthSpec:
     """Validate a parsed spec document; TraceFormatError names the file and the first bad key."""
     if not isinstance(doc, dict):
@@ -78,22 +72,15 @@ def parse_synth_spec(doc: Any, path: str) -> SynthSpec:
     try:
         return SynthSpec.model_validate(doc)
     except ValidationError as e:
-        first = e.errors()[0]
-        got = first.get("input")
-        shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
-        raise TraceFormatError(path, f"{first['msg']}{shown}", field=_loc(first) or None) from e
+        loc, msg = error_lines(e)[0]
+        raise TraceFormatError(path, msg, field=None if loc == "(top level)" else loc) from None
 
 
 def load_synth_spec(path: str) -> SynthSpec:
-    """Read and validate a spec YAML file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        raise TraceFormatError(path, f"not valid YAML: {e}") from e
-    except OSError as e:
-        raise TraceFormatError(path, f"cannot be read: {e}") from e
-    return parse_synth_spec(doc, path)
+    """Read and validate a spec YAML file (traces.parsing: regular file, UTF-8, unique keys, finite numbers)."""
+    from traces.parsing import load_yaml_file
+
+    return parse_synth_spec(load_yaml_file(path), path)
 
 
 def spec_to_yaml(spec: SynthSpec) -> str:

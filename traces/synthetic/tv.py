@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from traces.config_base import StrictModel
 
 _EPS = 1e-4
 
 
-class BetaParams(BaseModel):
+class BetaParams(StrictModel):
     """Beta distribution by mean and concentration (alpha + beta)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     mean: float = Field(gt=0, lt=1)
     concentration: float = Field(gt=0)
 
@@ -27,10 +28,9 @@ class BetaParams(BaseModel):
         return cls(mean=m, concentration=float(min(max(conc, 1e-3), 1e6)))
 
 
-class TvModel(BaseModel):
+class TvModel(StrictModel):
     """tv[p] ~ Beta(match) where acc_len[p] > 1, else Beta(miss)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     match: BetaParams
     miss: BetaParams
 

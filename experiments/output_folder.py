@@ -1,0 +1,36 @@
+"""Output folders of commands that write more than one file (`sweep --out`, `plan --out`): the rules `run`
+follows (experiments/report.check_results_target) for folders that fill up point by point.
+
+A folder is used only when it does not exist, is empty, or was made by draftsim for this kind of output
+(it holds the `.draftsim-results` marker and nothing but that output's own names). A user's folder is never
+written into. The marker is written first, so a folder draftsim started is recognised on the next run (a
+sweep resumes from its point cache); every file in it is written atomically (temp file + rename), so an
+interrupted command leaves the previous version or the new one, never half a file.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from experiments.report import MARKER, check_results_target
+from traces.atomic import atomic_write_text
+
+SWEEP_ENTRIES = frozenset({MARKER, "points", "sweep.json", "table.csv"})
+PLAN_ENTRIES = frozenset({MARKER, "points", "plan.json", "curves.png", "pareto.png"})
+
+
+def claim_output_folder(out: str | os.PathLike, entries: frozenset[str] | None) -> Path:
+    """The resolved `out`, created with the marker, if draftsim may write `entries` there (None: any names, for
+    studies); else ValueError saying why (a file, a foreign non-empty folder, a draftsim folder of another
+    kind, no permission)."""
+    path = check_results_target(out, entries)
+    if path == Path(path.anchor):
+        raise ValueError(f"output folder {path}: refusing to write into the root folder; choose another --out")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not (path / MARKER).is_file():
+            atomic_write_text(path / MARKER, socket.gethostname() + "\n")
+    except OSError as e:
+        raise ValueError(f"output folder {path}: cannot be created ({e.strerror or e})") from None
+    return path

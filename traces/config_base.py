@@ -1,0 +1,113 @@
+"""One strict base for every config model and one way to turn a validation error into a message.
+
+Every config family (experiment, server, cluster/router, plan, sweep, workload, synthetic specs, studies,
+validate) derives from `StrictModel`: unknown keys are refused, nothing is coerced (`"20"`, `true` and `1.0`
+are not integers, `"inf"` is not a number), NaN and infinity are refused, and a model is immutable once built.
+`format_validation_error` is the one formatter: each line names the source (file), the dotted key path,
+what was expected and a short excerpt of what was given.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from traces.errors import shorten
+
+STRICT_CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class StrictModel(BaseModel):
+    """Base of every config model: no unknown keys, no coercion, finite numbers only, frozen."""
+
+    model_config = STRICT_CONFIG
+
+
+class ConfigError(ValueError):
+    """A config that fails validation; the message names the file and every bad key."""
+
+
+# pydantic names the member of a union a value failed to match ("str", "dict[str,...]"): not a config key
+_UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|constrained-\w+|(list|dict|tuple|literal|union|function-\w+|"
+                           r"constrained-\w+|json-or-python|lax-or-strict|tagged-union|nullable|"
+                           r"chain|model|default|definition-ref)\[.*)$", re.I)
+# a validator's message that already names the key below the location: "key.sub: rest"
+_KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-\[\]]+)*): (?P<rest>.*)$", re.S)
+
+
+def _key_path(loc: tuple, prefix: str = "") -> str:
+    parts = [str(p) for p in loc if not _UNION_BRANCH.match(str(p))]
+    return ".".join(p for p in (prefix, *parts) if p)
+
+
+def _join_keys(loc: str, sub: str) -> str:
+    """`loc` + `sub`, where `sub` may already start with the last parts of `loc` (a validator naming its key)."""
+    head, tail = loc.split(".") if loc else [], sub.split(".")
+    for n in range(min(len(head), len(tail)), 0, -1):
+        if head[-n:] == tail[:n]:
+            return ".".join(head[:-n] + tail)
+    return ".".join(head + tail)
+
+
+def _expectation(err: dict[str, Any]) -> str:
+    kind, msg = err["type"], err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "finite_number":
+        return "expected a finite number (not inf or NaN)"
+    return msg.replace("Input should be", "expected")
+
+
+def error_lines(err: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
+    """(key path, what was expected and what was given) of every error in `err`; `prefix` is prepended.
+
+    The errors of the members of a union at one key are joined into one line ("expected A, or B")."""
+    by_loc: dict[str, list[str]] = {}
+    got_at: dict[str, str] = {}
+    for e in err.errors(include_url=False):
+        loc = _key_path(e["loc"], prefix)
+        msg = _expectation(e)
+        nested = _KEYED_MESSAGE.match(msg) if e["type"] in ("value_error", "assertion_error") else None
+        if nested:  # a validator's message that already names the key below `loc`
+            loc, msg = _join_keys(loc, nested["key"]), nested["rest"]
+        got = e.get("input")
+        if e["type"] not in ("missing", "extra_forbidden") and not isinstance(got, (dict, list, BaseModel)):
+            got_at.setdefault(loc, f" (got {shorten(got)})")
+        msgs = by_loc.setdefault(loc, [])
+        if msg not in msgs:
+            msgs.append(msg)
+    return [(loc or "(top level)", ", or ".join(msgs) + got_at.get(loc, "")) for loc, msgs in by_loc.items()]
+
+
+def format_validation_error(err: ValidationError, source: str, what: str = "config", prefix: str = "") -> str:
+    """The one message for a failed validation: '<source>: invalid <what>' then '  <key path>: <expected>'."""
+    lines = [f"{source}: invalid {what}"]
+    lines += [f"  {loc}: {msg}" for loc, msg in error_lines(err, prefix)]
+    return "\n".join(lines)
+
+
+def first_error(err: ValidationError, prefix: str = "") -> str:
+    """'<key path>: <expected> (got ...)' of the first error: for a validator nested in another model."""
+    loc, msg = error_lines(err, prefix)[0]
+    return f"{loc}: {msg}"
+
+
+def validate_model(model: type[M], doc: Any, where: str = "") -> M:
+    """`model` validated from `doc`; else ValueError '<where>.<key>: <expected> (got ...)' (first error)."""
+    try:
+        return model.model_validate(doc)
+    except ValidationError as e:
+        raise ValueError(first_error(e, where)) from None
+
+
+def load_model(model: type[M], doc: Any, source: str, what: str = "config") -> M:
+    """`model` validated from a whole document read from `source`; else ConfigError listing every bad key."""
+    try:
+        return model.model_validate(doc)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source, what)) from None
