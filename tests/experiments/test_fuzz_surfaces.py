@@ -30,8 +30,9 @@ INT_ONLY = [1.0, 2.5]  # never an integer
 PLAN, _ = read_config_doc("plan_llama8b")
 PLAN_MUST_REJECT = {
     "search.seeds": [0, 101, *INT_ONLY],
-    "search.steps": [0, 31, *INT_ONLY],
-    "search.min_passing": [0, 4, *INT_ONLY],
+    "search.max_tests": [0, 61, *INT_ONLY],
+    "search.tail_requests": [0, *INT_ONLY],
+    "search.rel_tol": [0, 1, -0.5],
     "search.rate_max": [0, -1, 1e12],
     "search.curve_fractions": [[0.0], [1.0], [1.5], ["x"]],
     "traffic.target_rate": [0, -1, 1e12],
@@ -65,9 +66,9 @@ PLAN_MUST_REJECT = {
     "unknown_key": [1],
 }
 # values typed as a number everywhere in PLAN_MUST_REJECT get COERCIBLE too
-PLAN_NUMERIC = ["search.seeds", "search.steps", "search.rate_max", "traffic.target_rate", "traffic.num_requests",
+PLAN_NUMERIC = ["search.seeds", "search.max_tests", "search.rate_max", "traffic.target_rate", "traffic.num_requests",
                 "slo.ttft_s", "slo.attainment", "seed"]
-PLAN_BLIND_KEYS = ["search.seeds", "search.steps", "search.min_passing", "traffic.target_rate", "traffic.num_requests",
+PLAN_BLIND_KEYS = ["search.seeds", "search.max_tests", "search.rel_tol", "traffic.target_rate", "traffic.num_requests",
                    "slo.ttft_s", "slo.tpot_s", "slo.attainment", "candidates.tp", "candidates.replicas",
                    "candidates.gpus", "candidates.roofline.mfu", "candidates.router.name", "seed", "traffic.cv"]
 BLIND_VALUES = [None, 0, 1, 2, 3, 64, 0.25, 0.99, 1.5, 1e6, "x", "1", [], [1], [1, 2], ["h100-80gb"], {}, True]
@@ -95,7 +96,7 @@ def test_fuzz_plan_configs_built_invalid_are_rejected(chunk):
 
 def _strict_plan(plan) -> None:
     """An accepted plan holds the schema's own types: nothing was coerced."""
-    for v in (plan.search.seeds, plan.search.steps, *plan.candidates.tp, *plan.candidates.replicas):
+    for v in (plan.search.seeds, plan.search.max_tests, plan.search.tail_requests, *plan.candidates.tp, *plan.candidates.replicas):
         assert type(v) is int, f"{v!r} is not an int"
     for v in (plan.slo.attainment, plan.traffic.target_rate):
         assert v is None or (type(v) in (int, float) and v == v and abs(v) != INF), f"{v!r} is not a finite number"

@@ -19,7 +19,6 @@ SERVER = ServerConfig(target_profile={"kind": "linear", "coefficients": {"const"
     ({"replicas": 10**6}, "replicas.*\n.*less than or equal to 1024"),
     ({"replicas": True}, "replicas"),
     ({"replicas": []}, "at least 1 item"),
-    ({"replicas": [{}, {"max_num_seq": 3}]}, r"replicas\[1\]: unknown server key\(s\) \['max_num_seq'\]"),
     ({"replicas": 2, "router": {"name": "random"}}, "router.name"),
     ({"replicas": 2, "router": {"name": "round_robin", "key": "trace"}}, r"\['key'\] only apply to router affinity"),
     ({"replicas": 2, "router": {"name": "affinity", "key": "session"}}, "router.key"),
