@@ -244,4 +244,5 @@ def check_parameters(cls: type[Policy], params: dict[str, Any], where: str) -> N
 def policy_parameters(name: str) -> dict[str, Any]:
     """Parameter name -> default (inspect.Parameter.empty when required) of a registered policy."""
     sig = inspect.signature(policy_class(name).__init__)
-    return {p.name: p.default for p in sig.parameters.values() if p.name != "self"}
+    return {p.name: p.default for p in sig.parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
