@@ -236,6 +236,7 @@ def write_results_folder(
                 {n: r for n, (r, _) in simulated.items()},
                 {n: s for n, (_, s) in simulated.items()},
                 {n: summaries[n] for n in simulated},
+                baseline=config_dict.get("baseline"),
             )
     return out
 
