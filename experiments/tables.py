@@ -91,6 +91,17 @@ def format_value(value: Any, unit: str = "", digits: int = 2) -> str:
     return text + ("x" if unit == "x" else "%" if unit.startswith("%") else "")
 
 
+def metric_cell(key: str, value: Any) -> str:
+    """A summary.json metric's value in the convention's unit (for tables that are not built here)."""
+    return metric_column(key).cell(value)
+
+
+def metric_label(key: str) -> str:
+    """A metric's name with its display unit: `ttft_mean_s` -> "ttft_mean (ms)"."""
+    unit = metric_unit(key)
+    return "_".join(metric_words(key)) + (f" ({unit})" if unit else "")
+
+
 # The comparison printed by `draftsim run`: summary.json metrics, in their units.
 RUN_COLUMNS: tuple[Column, ...] = (
     metric_column("throughput_tok_s"),

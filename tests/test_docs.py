@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -12,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _blocks(page: str, lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", (ROOT / "docs" / page).read_text(encoding="utf-8"), flags=re.S)
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    return [textwrap.dedent(b) for b in re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)]
 
 
 def test_the_annotated_config_of_configs_md_validates(monkeypatch):

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from rich.console import Console
 from rich.measure import Measurement
 
-from experiments.tables import (RUN_COLUMNS, SWEEP_METRICS, format_value, metric_column, metric_unit, metric_words,
-                                print_table, run_table, sweep_table)
+from experiments.tables import (RUN_COLUMNS, SWEEP_METRICS, format_value, metric_cell, metric_column, metric_label,
+                                metric_unit, metric_words, print_table, run_table, sweep_table)
 from tests.experiments.test_report import make_run
 
 SUMMARY_LATENCY_KEYS = [f"{m}_{s}_s" for m in ("ttft", "tpot", "itl", "e2e", "queue_delay")
@@ -111,3 +111,10 @@ def test_format_value_edge_cases():
     assert format_value(None) == format_value(float("nan")) == "\u2013"
     assert format_value(0.0123, "ms", 1) == "12.3" and format_value(1.5, "x", 2) == "1.50x"
     assert format_value(0.5, "% offered", 0) == "50%" and metric_words("queue_delay_p99_s") == ["queue_delay", "p99"]
+
+
+def test_cells_and_labels_for_tables_built_elsewhere():
+    assert metric_label("ttft_mean_s") == "ttft_mean (ms)" and metric_label("e2e_p99_s") == "e2e_p99 (s)"
+    assert metric_label("throughput_tok_s") == "throughput (tok/s)"
+    assert metric_cell("tpot_mean_s", 0.03451) == "34.51" and metric_cell("e2e_mean_s", 1.624) == "1.62"
+    assert metric_cell("throughput_tok_s", 30512.4) == "30,512"
