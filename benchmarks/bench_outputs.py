@@ -8,16 +8,43 @@ fit). The run is simulated once; then each output is timed on its own (median of
 table, the per-request and per-step tables (Parquet), the plots, the timeline, and the whole results folder
 (`write_results_folder`, as `draftsim run` writes it, with and without plots). Imports are outside every
 figure. Prints the machine load beside the figures; asserts nothing.
+
+`--before DIR` (a checkout of an earlier commit, e.g. a git worktree) also times that checkout's plots,
+timeline and results folder on the same simulated run in the same process, and prints after/before ratios.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import os
 import statistics
+import sys
 import tempfile
 import time
+import types
 from pathlib import Path
+
+# modules of the output path, loaded from --before under private names (their imports of each other redirected)
+_BEFORE_MODULES = (("simulator/timeline.py", "simulator.timeline"), ("experiments/plots.py", "experiments.plots"),
+                   ("experiments/report.py", "experiments.report"))
+
+
+def load_before(root: Path) -> dict[str, types.ModuleType]:
+    """The output modules of an earlier checkout at `root`, importable side by side with the current ones."""
+    loaded: dict[str, types.ModuleType] = {}
+    for rel, name in _BEFORE_MODULES:
+        src = (root / rel).read_text(encoding="utf-8")
+        for _, other in _BEFORE_MODULES:
+            if other in loaded:
+                src = src.replace(f"from {other} import", f"from _before_{other.replace('.', '_')} import")
+        mod_name = f"_before_{name.replace('.', '_')}"
+        module = types.ModuleType(mod_name)
+        module.__file__ = str(root / rel)
+        sys.modules[mod_name] = module
+        exec(compile(src, str(root / rel), "exec"), module.__dict__)
+        loaded[name] = module
+    return loaded
 
 
 def config(n: int) -> dict:
@@ -52,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--before", type=Path, default=None, help="an earlier checkout to compare with, same process")
     args = ap.parse_args(argv)
     from rich.console import Console
 
@@ -84,11 +112,26 @@ def main(argv: list[str] | None = None) -> int:
             "results folder, --no-plots": lambda: write_results_folder(d / "out2", config_dict=cfg, runs=runs,
                                                                        timeline_max_steps=2000, plots=False),
         }
+        before = {}
+        if args.before is not None:
+            old = load_before(args.before)
+            before = {
+                "plots": lambda: old["experiments.plots"].write_plots(d / "old-plots", req, steps, res.summary),
+                "timeline (first 2000 steps)": lambda: old["simulator.timeline"].write_chrome_trace(
+                    d / "old-t.json", trace=old["simulator.timeline"].to_chrome_trace(res.steps, max_steps=2000)),
+                "results folder, all outputs": lambda: old["experiments.report"].write_results_folder(
+                    d / "old-out", config_dict=cfg, runs=runs, timeline_max_steps=2000),
+            }
         for name, fn in phases.items():
             fn()  # warm: first-use imports (matplotlib, pyarrow) are not output cost
             wall, cpu = _median_s(fn, args.repeats)
-            print(f"  {name:<30} wall {wall * 1e3:7.1f} ms, CPU {cpu * 1e3:7.1f} ms (median of {args.repeats}); "
-                  f"{_load()}")
+            line = f"  {name:<30} wall {wall * 1e3:7.1f} ms, CPU {cpu * 1e3:7.1f} ms"
+            if name in before:
+                before[name]()
+                b_wall, b_cpu = _median_s(before[name], args.repeats)
+                line += (f"; before: wall {b_wall * 1e3:7.1f} ms, CPU {b_cpu * 1e3:7.1f} ms -> CPU ratio "
+                         f"{cpu / b_cpu:.2f}")
+            print(f"{line} (median of {args.repeats}); {_load()}")
     return 0
 
 
