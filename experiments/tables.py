@@ -118,11 +118,26 @@ PER_GPU_COLUMN = Column("throughput_tok_s_per_gpu", "tok/s", 0, header="throughp
 SWEEP_METRICS = ("throughput_tok_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "goodput_fraction")
 
 
+# whole-run metric -> its steady-state-window twin in summary.json (simulator/metrics.py), shown when present
+STEADY_TWINS = {
+    "throughput_tok_s": "steady_throughput_tok_s", "throughput_tok_s_per_gpu": "steady_throughput_tok_s_per_gpu",
+    "requests_per_s": "steady_requests_per_s", "goodput_req_s": "steady_goodput_req_s",
+    "goodput_fraction": "steady_goodput_fraction_of_offered", "ttft_p99_s": "steady_ttft_p99_s",
+    "tpot_p99_s": "steady_tpot_p99_s", "e2e_p99_s": "steady_e2e_p99_s",
+}
+
+
+def has_steady_window(summary: Mapping[str, Any]) -> bool:
+    """True when the run's summary holds steady-state-window figures."""
+    return summary.get("steady_throughput_tok_s") is not None
+
+
 def summary_value(summary: Mapping[str, Any], key: str) -> Any:
-    """`key` of a run's summary, preferring its steady-state window when the summary has one."""
-    steady = summary.get("steady_state")
-    if isinstance(steady, Mapping) and steady.get(key) is not None:
-        return steady[key]
+    """`key` of a run's summary, its steady-state-window twin when the summary has one (DESIGN: steady state is
+    what runs are compared on)."""
+    twin = STEADY_TWINS.get(key)
+    if twin is not None and summary.get(twin) is not None:
+        return summary[twin]
     return summary.get(key)
 
 
@@ -134,11 +149,11 @@ def run_rows(summary_by_run: Mapping[str, Mapping[str, Any]], baseline: str) -> 
     b_thr, b_tpot = summary_value(base, "throughput_tok_s"), summary_value(base, "tpot_mean_s")
     rows = []
     for run, s in summary_by_run.items():
-        row = {k: summary_value(s, k) for k in s if k not in ("extras", "replicas", "steady_state")}
+        row = {k: summary_value(s, k) for k in s if k not in ("extras", "replicas")}
         thr, tpot = row.get("throughput_tok_s"), row.get("tpot_mean_s")
         row["speedup"] = thr / b_thr if thr is not None and b_thr else None
         row["tpot_speedup"] = b_tpot / tpot if tpot and b_tpot else None
-        row["run"] = run
+        row["run"] = run + (" (overloaded)" if s.get("overloaded") else "")
         rows.append(row)
     return rows
 
@@ -194,9 +209,14 @@ def run_table(summary_by_run: Mapping[str, Mapping[str, Any]], baseline: str, *,
             for c in RUN_COLUMNS]
     if len({s.get("num_gpus") for s in summary_by_run.values() if s.get("num_gpus") is not None}) > 1:
         cols.insert(1, PER_GPU_COLUMN)
-    steady = any(isinstance(s.get("steady_state"), Mapping) for s in summary_by_run.values())
-    title = (title or f"runs compared with {baseline}") + (" (steady-state window)" if steady else "")
-    return build_table(rows, cols, title=title, bold=baseline, caption=goodput_caption(summary_by_run, baseline))
+    caption = goodput_caption(summary_by_run, baseline)
+    if any(has_steady_window(s) for s in summary_by_run.values()):
+        caption += (" Throughput, p99s and goodput: over each run's steady-state window (warm-up and drain left "
+                    "out; summary.json steady_*); p50s and tpot vs the baseline: whole run.")
+    if any(s.get("overloaded") for s in summary_by_run.values()):
+        caption += " (overloaded): arrivals outpace service, the queue grows; read no speedup or capacity from it."
+    bold = rows[list(summary_by_run).index(baseline)]["run"]
+    return build_table(rows, cols, title=title, bold=bold, caption=caption)
 
 
 def goodput_caption(summary_by_run: Mapping[str, Mapping[str, Any]], baseline: str) -> str:
