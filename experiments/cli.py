@@ -26,12 +26,36 @@ COMMAND_MODULES = {
 }
 
 
+def version_text() -> str:
+    """`draftsim X.Y.Z (Python A.B.C)`: the installed distribution's version, else the source tree's."""
+    import importlib.metadata
+    import platform
+
+    try:
+        version = importlib.metadata.version("draftsim")
+    except importlib.metadata.PackageNotFoundError:
+        from traces.bundle import TOOL_VERSION as version
+    return f"draftsim {version} (Python {platform.python_version()})"
+
+
+class _VersionAction(argparse.Action):
+    """--version without importing anything until it is asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The `draftsim` parser; when argv starts with a command name only that command is registered (faster start)."""
     parser = argparse.ArgumentParser(
         prog="draftsim",
         description="Trace-driven simulator of LLM serving with speculative decoding.",
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the draftsim version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     names = [argv[0]] if argv and argv[0] in COMMAND_MODULES else list(COMMAND_MODULES)
     for name in names:

@@ -11,14 +11,23 @@ from typing import Any
 def policy_listing() -> list[dict[str, Any]]:
     """One entry per registered policy: name, oracle flag, parameters with defaults, description."""
     import oracle.registry  # noqa: F401  (registers the ground-truth policies)
-    from policies.registry import POLICIES, policy_class, policy_parameters
+    from policies.registry import POLICIES, known_policy_names, plugin_entry_points, policy_class, policy_parameters
 
+    plugins = plugin_entry_points()
     out = []
-    for name in sorted(POLICIES):
-        cls = policy_class(name)
+    for name in known_policy_names():
+        ep = plugins.get(name) if name not in POLICIES else None
+        source = "built-in" if ep is None else (f"plug-in ({ep.dist.name} {ep.dist.version})" if ep.dist
+                                                 else f"plug-in ({ep.value})")
+        try:
+            cls = policy_class(name)
+        except ValueError as e:  # a broken plug-in is listed with its error; the others still are
+            out.append({"name": name, "oracle": False, "parameters": {}, "description": f"cannot load: {e}",
+                        "source": source})
+            continue
         params = {p: ("<required>" if d is inspect.Parameter.empty else d) for p, d in policy_parameters(name).items()}
         out.append({"name": name, "oracle": bool(cls.reads_ground_truth), "parameters": params,
-                    "description": cls.description})
+                    "description": cls.description, "source": source})
     return out
 
 
@@ -27,7 +36,9 @@ def format_listing(entries: list[dict[str, Any]]) -> str:
     lines = []
     for e in entries:
         params = ", ".join(f"{k}={v!r}" if v != "<required>" else k for k, v in e["parameters"].items())
-        lines.append(f"{e['name']}{'  [oracle]' if e['oracle'] else ''}\n    {e['description']}\n    ({params})")
+        tag = ("  [oracle]" if e["oracle"] else "") + (f"  [{e['source']}]" if e.get("source", "built-in") != "built-in"
+                                                      else "")
+        lines.append(f"{e['name']}{tag}\n    {e['description']}\n    ({params})")
     return "\n".join(lines)
 
 

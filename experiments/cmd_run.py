@@ -43,6 +43,9 @@ def _run_study(args: argparse.Namespace, doc: dict, where: str, console) -> int:
     if args.overrides or args.seed is not None:
         raise ValueError(f"{where}: --set and --seed apply to experiment configs, not to a '{doc['kind']}' sweep; "
                          "edit a copy of the YAML instead")
+    if args.no_plots:
+        raise ValueError(f"{where}: --no-plots applies to experiment configs; a '{doc['kind']}' sweep's report "
+                         "is its plots and table")
     out = results_dir(args, str(doc.get("name", doc["kind"])), where, study=True)
     if out is None:
         raise ValueError(f"{where}: a '{doc['kind']}' sweep always writes its results folder; drop --no-out")
@@ -67,6 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed for every random choice (default: the config's)")
     p.add_argument("--out", default=None, help="results folder (default: results/<config name>)")
     p.add_argument("--no-out", action="store_true", help="do not write a results folder")
+    p.add_argument("--no-plots", action="store_true", help="write the results folder without plots/ (numbers only)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout instead of the table")
     p.set_defaults(func=main)
@@ -90,7 +94,8 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"{where}: has a sweep: block; run it with `draftsim sweep {args.config}` "
                          "(serial, process pool or Ray; resumable)")
     out = results_dir(args, cfg.name, where)
-    res = run_experiment(cfg, out=out, progress=not args.no_progress and not args.json, console=console)
+    res = run_experiment(cfg, out=out, progress=not args.no_progress and not args.json, console=console,
+                         plots=not args.no_plots)
     if args.json:
         print(json.dumps(res.summary, indent=2, sort_keys=True, default=str))
         return 0
@@ -100,7 +105,8 @@ def main(args: argparse.Namespace) -> int:
         if not s.get("fits", True):
             console.print(f"[yellow]{name}: does not fit: {s.get('does_not_fit')}[/yellow]")
     if res.out_dir is not None:
-        console.print(f"results: {res.out_dir}  (summary.json, requests/steps tables, plots, timeline.json "
-                      f"— open timeline.json in https://ui.perfetto.dev)")
+        console.print(f"results: {res.out_dir}  (summary.json, requests/steps tables, "
+                      f"{'' if args.no_plots else 'plots, '}timeline.json — open timeline.json in "
+                      f"https://ui.perfetto.dev)")
     return 0
 

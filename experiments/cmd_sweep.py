@@ -46,24 +46,10 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return 0
-    from rich.table import Table
+    from experiments.tables import print_table, sweep_table
 
-    keys = list(doc["points"][0]["keys"]) if doc["points"] else []
-    shown = ("throughput_tok_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "goodput_fraction")
-    table = Table(title=f"sweep {cfg.name}: {len(doc['points'])} points")
-    for col in [*keys, "run", *shown]:
-        table.add_column(col, justify="right")
-    for p in doc["points"]:
-        for run, s in p["summary"].items():
-            vals = ["does not fit" if not s.get("fits", True) else _fmt(s.get(m)) for m in shown]
-            table.add_row(*[_fmt(p["keys"][k]) for k in keys], run, *vals)
-    console.print(table)
+    print_table(sweep_table(doc["points"], title=f"sweep {cfg.name}: {len(doc['points'])} points"), console)
     console.print(f"{doc['computed']} points simulated, {doc['cached']} from the cache; results: {out} "
                   f"(sweep.json, table.csv; metrics: {', '.join(TABLE_METRICS)})")
     return 0
 
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)

@@ -30,11 +30,30 @@ def check_plain_name(name: str, where: str = "name") -> str:
     return name
 
 
+# Largest SLO values that are plausible in seconds: a bigger one was almost surely typed in milliseconds
+SLO_PLAUSIBLE_MAX_S = {"ttft_s": 60.0, "tpot_s": 2.0, "itl_s": 2.0}
+
+
+def check_slo_seconds(values: dict[str, Any], where: str = "slo") -> None:
+    """ValueError when an SLO given in seconds is implausibly large (e.g. ttft_s: 250, meant as 250 ms)."""
+    for key, limit in SLO_PLAUSIBLE_MAX_S.items():
+        v = values.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > limit:
+            raise ValueError(f"{where + '.' if where else ''}{key}: {v:g} s is implausible (more than {limit:g} s); SLO values are in "
+                             f"seconds: did you mean {v / 1000:g} ({v:g} ms)?")
+
+
 class SLO(StrictModel):
-    """Per-request service-level objective used for goodput."""
+    """Per-request service-level objective used for goodput (seconds; a value that only makes sense in ms is
+    refused, see SLO_PLAUSIBLE_MAX_S)."""
 
     ttft_s: float = Field(2.0, gt=0, le=1e6)
     tpot_s: float = Field(0.1, gt=0, le=1e6)
+
+    @model_validator(mode="after")
+    def _seconds_not_ms(self) -> "SLO":
+        check_slo_seconds(self.model_dump(), "")  # the config error adds the "slo." in front
+        return self
 
 
 class DraftCostConfig(StrictModel):

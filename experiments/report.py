@@ -26,12 +26,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from rich import box
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
 from experiments.plots import PLOT_FILES, write_plots
+from experiments.tables import print_table, run_table
 from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS, stack_tables
 from simulator.timeline import to_chrome_trace, write_chrome_trace
 from traces.atomic import atomic_open, atomic_write_text
@@ -44,69 +43,17 @@ RESULT_ENTRIES = frozenset(
 TABLE_FORMATS = ("parquet", "csv")
 
 
-def _fmt(v, scale: float = 1.0, digits: int = 1, suffix: str = "") -> str:
-    """Number formatted for the table; None/NaN as an en dash."""
-    if v is None or v != v:
-        return "–"
-    return f"{v * scale:,.{digits}f}{suffix}"
-
-
 def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, title: str | None = None) -> Table:
-    """Rich table comparing runs: throughput and its gain vs `baseline`, mean-TPOT gain, TTFT/TPOT p50/p99,
-    E2E p50/p90/p99, acceptance length, goodput.
-
-    A per-GPU throughput column is added when the runs do not all use the same number of GPUs.
-    """
-    if baseline not in summary_by_run:
-        raise ValueError(f"baseline run {baseline!r} is not among the runs {list(summary_by_run)}")
-    base_thr = summary_by_run[baseline].get("throughput_tok_s")
-    base_tpot = summary_by_run[baseline].get("tpot_mean_s")
-    table = Table(title=title or f"draftsim: runs compared with {baseline}", title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    headers = (
-        ("run", "left"), ("tok/s", "right"), (f"thrpt\nvs {baseline}", "right"), (f"TPOT\nvs {baseline}", "right"),
-        ("TTFT ms\np50/p99", "right"), ("TPOT ms\np50/p99", "right"),
-        ("E2E s\np50", "right"), ("E2E s\np90", "right"), ("E2E s\np99", "right"),
-        ("accept\nlength", "right"), ("goodput\nreq/s (SLO%)", "right"),
-    )
-    # Runs on different GPU counts (PSD adds a draft GPU) are also compared per GPU.
-    per_gpu = len({s["num_gpus"] for s in summary_by_run.values() if s.get("num_gpus") is not None}) > 1
-    if per_gpu:
-        headers = headers[:2] + (("tok/s\nper GPU", "right"),) + headers[2:]
-    run_width = min(max(len(r) for r in summary_by_run), 28)
-    for name, justify in headers:
-        table.add_column(name, justify=justify, no_wrap=True, min_width=run_width if name == "run" else None)
-    for run, s in summary_by_run.items():
-        thr = s.get("throughput_tok_s")
-        speedup = thr / base_thr if thr is not None and base_thr else None
-        cells = [run, _fmt(thr, digits=0)]
-        if per_gpu:
-            cells.append(_fmt(s.get("throughput_tok_s_per_gpu"), digits=0))
-        tpot = s.get("tpot_mean_s")
-        tpot_speedup = base_tpot / tpot if tpot and base_tpot else None  # per-token latency gain
-        table.add_row(
-            *cells,
-            _fmt(speedup, digits=2, suffix="x"),
-            _fmt(tpot_speedup, digits=2, suffix="x"),
-            f"{_fmt(s.get('ttft_p50_s'), 1e3)}/{_fmt(s.get('ttft_p99_s'), 1e3)}",
-            f"{_fmt(s.get('tpot_p50_s'), 1e3, 2)}/{_fmt(s.get('tpot_p99_s'), 1e3, 2)}",
-            _fmt(s.get("e2e_p50_s"), digits=2), _fmt(s.get("e2e_p90_s"), digits=2), _fmt(s.get("e2e_p99_s"), digits=2),
-            _fmt(s.get("mean_acceptance_length"), digits=2),
-            f"{_fmt(s.get('goodput_req_s'), digits=2)} ({_fmt(s.get('goodput_fraction'), 100, 0, '%')})",
-            style="bold" if run == baseline else None,
-        )
-    return table
+    """The `draftsim run` comparison (experiments/tables.py convention): throughput and its gain over
+    `baseline`, mean-TPOT gain, TTFT/TPOT p50/p99 (ms), E2E p50/p99 (s), acceptance length, goodput (% of the
+    offered requests meeting the SLO); per-GPU throughput when the runs use different GPU counts."""
+    return run_table(summary_by_run, baseline, title=title)
 
 
 def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, console: Console | None = None, *,
                      title: str | None = None) -> None:
-    """Print the comparison table to the terminal (or the given console); widened when not a terminal (logs)."""
-    console = console or Console()
-    table = comparison_table(summary_by_run, baseline, title=title)
-    if not console.is_terminal:
-        natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
-        console.width = max(console.width, natural)
-    console.print(table)
+    """Print the comparison table to the terminal (or the given console); natural width when not a terminal."""
+    print_table(comparison_table(summary_by_run, baseline, title=title), console or Console())
 
 
 def _json_ready(v, where: str):
@@ -289,6 +236,7 @@ def write_results_folder(
                 {n: r for n, (r, _) in simulated.items()},
                 {n: s for n, (_, s) in simulated.items()},
                 {n: summaries[n] for n in simulated},
+                baseline=config_dict.get("baseline"),
             )
     return out
 

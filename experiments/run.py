@@ -119,8 +119,10 @@ def summarize_run(res: SimResult, slo: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None,
-                   out: str | Path | None = None, progress: bool = False, console=None) -> Results:
-    """Validate the config, simulate every run, summarise; write the results folder when `out` is given."""
+                   out: str | Path | None = None, progress: bool = False, console=None,
+                   plots: bool = True) -> Results:
+    """Validate the config, simulate every run, summarise; write the results folder when `out` is given
+    (without its plots/ when `plots` is False)."""
     cfg = load_config(config, overrides, seed)
     if cfg.sweep is not None:
         raise ValueError(f"config {cfg.name!r} has a sweep: block: run it point by point with "
@@ -160,7 +162,7 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
         from experiments.report import write_results_folder
 
         results.out_dir = write_results_folder(out, config_dict=cfg.model_dump(mode="json"), runs=tables,
-                                               timeline_max_steps=cfg.timeline_max_steps)
+                                               timeline_max_steps=cfg.timeline_max_steps, plots=plots)
     return results
 
 
@@ -175,10 +177,9 @@ class _NoBar:
 def _progress(enabled: bool, console):
     if not enabled:
         return _NoBar()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from experiments.progress import make_progress
 
-    return Progress(TextColumn("[bold]{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("requests"), TimeElapsedColumn(), console=console, transient=False)
+    return make_progress(console, "requests", description_width=18)
 
 
 def _throttled(bar, task, total: int) -> Callable[[int], None]:

@@ -3,12 +3,24 @@
 Online policies are registered by class. Oracles live in `oracle/`, which sits above `policies/`
 in the layering: `oracle/registry.py` registers them with `register_policy` when it is imported (the
 experiment layer does), and their names are known here so that asking for one before that says so.
+
+Plug-ins (docs/policies.md): a `name` holding a colon is an import path, `package.module:Class` or
+`path/to/file.py:Class`; an installed package may also register names through the entry-point group
+`draftsim.policies` (`name = "package.module:Class"`). Both resolve here, so every caller of
+`make_policy` (configs, sweeps, plans, live runs) accepts them and checks their parameters alike.
 """
 from __future__ import annotations
 
+import difflib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
 import inspect
 import math
+import sys
 import typing
+from pathlib import Path
 from typing import Any
 
 from pydantic import ConfigDict, ValidationError, create_model
@@ -39,6 +51,10 @@ POLICIES: dict[str, type[Policy]] = {
 GROUND_TRUTH_POLICIES = ("oracle-k", "oracle-best-drafter", "oracle-combine", "oracle-best-fixed")
 
 
+ENTRY_POINT_GROUP = "draftsim.policies"
+_IMPORTED: dict[str, type[Policy]] = {}  # import path -> class, so a file is executed once per process
+
+
 def register_policy(cls: type[Policy]) -> None:
     """Add a policy class under its `name` (an existing name is an error)."""
     if cls.name in POLICIES and policy_class(cls.name) is not cls:
@@ -46,15 +62,107 @@ def register_policy(cls: type[Policy]) -> None:
     POLICIES[cls.name] = cls
 
 
+def plugin_entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    """Entry points of the `draftsim.policies` group by name (installed packages' plug-in policies)."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep)
+    return found
+
+
+def known_policy_names() -> list[str]:
+    """Every name `policy_class` resolves without an import path: built-ins, oracles, entry points."""
+    return sorted(set(POLICIES) | set(GROUND_TRUTH_POLICIES) | set(plugin_entry_points()))
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _checked_class(obj: Any, what: str) -> type[Policy]:
+    """`obj` if it is a Policy subclass, else ValueError naming where it came from."""
+    if not (isinstance(obj, type) and issubclass(obj, Policy)):
+        raise ValueError(f"{what} is {obj!r}, not a subclass of policies.base.Policy")
+    return obj
+
+
+def _load_module(target: str) -> Any:
+    """The module named by `target`: a dotted module name, or a `.py` file (loaded once under a private name)."""
+    if target.endswith(".py"):
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"policy file {target!r} not found (relative paths are taken from the working "
+                             f"directory {Path.cwd()})")
+        mod_name = f"draftsim_plugin_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+        if mod_name in sys.modules:
+            return sys.modules[mod_name]
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module  # before exec: dataclasses and pickling look the module up
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[mod_name]
+            raise
+        return module
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as e:
+        if e.name and target.split(".")[0] == e.name.split(".")[0]:
+            raise ValueError(f"module {target!r} is not importable: install its package, add the folder holding "
+                             f"it to PYTHONPATH, or name the file instead (path/to/module.py:Class)") from None
+        raise
+
+
+def _import_policy(path: str) -> type[Policy]:
+    """The class named by an import path `module:Class` or `file.py:Class`."""
+    if path in _IMPORTED:
+        return _IMPORTED[path]
+    target, _, attr = path.rpartition(":")
+    if not target or not attr or not attr.replace(".", "_").isidentifier():
+        raise ValueError(f"policy {path!r}: an import path is 'package.module:Class' or 'path/to/file.py:Class'")
+    try:
+        module = _load_module(target)
+    except ValueError as e:
+        raise ValueError(f"policy {path!r}: {e}") from None
+    except Exception as e:  # the plug-in's own code failed while importing: say where
+        raise ValueError(f"policy {path!r}: importing {target!r} failed: {type(e).__name__}: {e}") from e
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(module) if isinstance(getattr(module, n), type)
+                     and issubclass(getattr(module, n), Policy) and getattr(module, n) is not Policy]
+            raise ValueError(f"policy {path!r}: {target!r} has no attribute {part!r}"
+                             + (_did_you_mean(part, names) or (f"; its policy classes: {names}" if names else "")))
+        obj = getattr(obj, part)
+    cls = _checked_class(obj, f"policy {path!r}")
+    _IMPORTED[path] = cls
+    return cls
+
+
 def policy_class(name: str) -> type[Policy]:
-    """The class registered under `name`."""
+    """The class registered under `name`, named by an import path (`module:Class`, `file.py:Class`), or
+    registered by an installed package through the `draftsim.policies` entry-point group."""
     entry = POLICIES.get(name)
-    if entry is None:
-        if name in GROUND_TRUTH_POLICIES:
-            raise ValueError(f"policy {name!r} is an oracle (it reads the ground-truth trace): it is registered by "
-                             "oracle/registry.py, which offline simulations import; it cannot run on a live server")
-        raise ValueError(f"unknown policy {name!r}; expected one of {sorted(set(POLICIES) | set(GROUND_TRUTH_POLICIES))}")
-    return entry
+    if entry is not None:
+        return entry
+    if name in GROUND_TRUTH_POLICIES:
+        raise ValueError(f"policy {name!r} is an oracle (it reads the ground-truth trace): it is registered by "
+                         "oracle/registry.py, which offline simulations import; it cannot run on a live server")
+    if ":" in name:
+        return _import_policy(name)
+    ep = plugin_entry_points().get(name)
+    if ep is not None:
+        try:
+            obj = ep.load()
+        except Exception as e:
+            raise ValueError(f"policy {name!r} (entry point {ep.value!r} of {ENTRY_POINT_GROUP}): loading failed: "
+                             f"{type(e).__name__}: {e}") from e
+        return _checked_class(obj, f"policy {name!r} (entry point {ep.value!r} of {ENTRY_POINT_GROUP})")
+    known = known_policy_names()
+    raise ValueError(f"unknown policy {name!r}{_did_you_mean(name, known)}; expected one of {known}, "
+                     "or an import path 'package.module:Class' / 'path/to/file.py:Class'")
 
 
 def make_policy(spec: dict[str, Any], where: str = "policy", seed: int | None = None) -> Policy:
@@ -62,16 +170,19 @@ def make_policy(spec: dict[str, Any], where: str = "policy", seed: int | None = 
 
     `seed` (the run's seed) reaches every policy that takes one, unless the spec sets its own."""
     if not isinstance(spec, dict) or "name" not in spec:
-        raise ValueError(f"{where}: expected a mapping with 'name' (one of {sorted(POLICIES)}), got {spec!r}")
+        raise ValueError(f"{where}: expected a mapping with 'name' (one of {known_policy_names()} or an import "
+                         f"path), got {spec!r}")
     name = spec["name"]
     if not isinstance(name, str):
-        raise ValueError(f"{where}.name: unknown policy {name!r}; expected a policy name, one of {sorted(POLICIES)}")
+        raise ValueError(f"{where}.name: unknown policy {name!r}; expected a policy name, one of "
+                         f"{known_policy_names()}, or an import path")
     try:
         cls = policy_class(name)
     except ValueError as e:
         raise ValueError(f"{where}.name: {e}") from None
     params = {k: v for k, v in spec.items() if k != "name"}
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    accepted = {n for n, p in inspect.signature(cls.__init__).parameters.items()
+                if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     unknown = set(params) - accepted
     if unknown:
         raise ValueError(f"{where}: unknown parameter(s) {sorted(unknown)} for policy {name!r}; "
@@ -93,7 +204,11 @@ def check_parameters(cls: type[Policy], params: dict[str, Any], where: str) -> N
     """Check `params` against the types of `cls.__init__` (strict: 1.5 or "3" is not an int, NaN and inf are
     not numbers) and size bounds: a draft length (`k`, `k_*`) in [0, MAX_DRAFT_TOKENS], a seed >= 0, any
     other integer at most 2**62 in size. Raises ValueError naming the parameter and what was expected."""
-    hints = typing.get_type_hints(cls.__init__)
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception as e:  # a plug-in whose annotations do not resolve
+        raise ValueError(f"{where}: the type hints of {cls.__module__}.{cls.__qualname__}.__init__ do not resolve "
+                         f"({type(e).__name__}: {e})") from None
     sig = inspect.signature(cls.__init__)
     fields = {n: (hints.get(n, Any), ... if p.default is inspect.Parameter.empty else p.default)
               for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
@@ -127,4 +242,5 @@ def check_parameters(cls: type[Policy], params: dict[str, Any], where: str) -> N
 def policy_parameters(name: str) -> dict[str, Any]:
     """Parameter name -> default (inspect.Parameter.empty when required) of a registered policy."""
     sig = inspect.signature(policy_class(name).__init__)
-    return {p.name: p.default for p in sig.parameters.values() if p.name != "self"}
+    return {p.name: p.default for p in sig.parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}

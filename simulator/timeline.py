@@ -163,8 +163,17 @@ def _run_events(steps: pd.DataFrame, pid: int, name: str) -> list[dict]:
 
 
 def first_steps(steps: pd.DataFrame, max_steps: int | None) -> tuple[pd.DataFrame, int, int]:
-    """Rows of the first `max_steps` step numbers (all when None or 0); also kept and total step counts."""
-    numbers = np.unique(steps["step"].to_numpy())
+    """Rows of the first `max_steps` step numbers (all when None or 0); also kept and total step counts.
+
+    A table in step order (as the engine writes it) is cut with one pass and a binary search, not a sort."""
+    col = steps["step"].to_numpy()
+    if col.size > 1 and bool(np.all(col[1:] >= col[:-1])):
+        starts = np.flatnonzero(np.concatenate(([True], col[1:] != col[:-1])))  # first row of each step number
+        total = len(starts)
+        if not max_steps or total <= max_steps:
+            return steps, total, total
+        return steps.iloc[: int(starts[max_steps])], max_steps, total
+    numbers = np.unique(col)
     if not max_steps or len(numbers) <= max_steps:
         return steps, len(numbers), len(numbers)
     return steps[steps["step"] <= numbers[max_steps - 1]], max_steps, len(numbers)
@@ -183,8 +192,9 @@ def to_chrome_trace(steps_df: pd.DataFrame, *, process_name: str = "draftsim", m
     if "step" not in steps_df.columns:
         raise ValueError("steps table lacks column(s) ['step'] needed for the timeline")
     if "run" in steps_df.columns:
-        runs = list(pd.unique(steps_df["run"].astype(str)))
-        groups = [(r, steps_df[steps_df["run"].astype(str) == r]) for r in runs]
+        run_col = steps_df["run"].astype(str).to_numpy()
+        runs = list(pd.unique(run_col))
+        groups = [(r, steps_df[run_col == r]) for r in runs] if len(runs) > 1 else [(runs[0], steps_df)]
     else:
         groups = [(process_name, steps_df)]
     events: list[dict] = []

@@ -119,12 +119,34 @@ class Sampling(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    """The `workload:` section of an experiment config. num_requests None = one per trace (or per replayed time)."""
+    """The `workload:` section of an experiment config. num_requests None = one per trace (or per replayed time);
+    `categories` keeps only the bundle's requests of those categories (e.g. [chat]) before anything is picked."""
 
     num_requests: int | None = Field(None, ge=1, le=MAX_NUM_REQUESTS)
     arrival: Arrivals
     lengths: Lengths = BundleLengths()
     sample: Sampling = Sampling()
+    categories: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
+
+
+def select_categories(bundle: TraceBundle, categories: list[str] | None) -> TraceBundle:
+    """The bundle with only the requests of `categories` (all when None); unknown names are an error listing
+    the bundle's categories."""
+    if categories is None:
+        return bundle
+    present = sorted({r.category for r in bundle.requests if r.category})
+    unknown = [c for c in categories if c not in present]
+    if unknown:
+        import difflib
+
+        hints = [f"{c!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(c, present, n=1)) else repr(c)
+                 for c in unknown]
+        have = f"its categories are {present}" if present else "its requests carry no category"
+        raise ValueError(f"workload.categories: the bundle has no requests of category {', '.join(hints)}; {have}")
+    keep = set(categories)
+    if all(r.category in keep for r in bundle.requests):
+        return bundle
+    return TraceBundle(bundle.meta, [r for r in bundle.requests if r.category in keep])
 
 
 # ---------------------------------------------------------------- arrivals
@@ -195,6 +217,7 @@ def build_workload(bundle: TraceBundle, spec: WorkloadSpec, seed: int) -> Worklo
     if isinstance(spec.lengths, ParametricLengths):
         raise ValueError("parametric lengths need acceptance traces of those lengths: "
                          "use workload_and_bundle(bundle, spec, seed), which draws them")
+    bundle = select_categories(bundle, spec.categories)
     rng = np.random.default_rng(seed)
     arrival = spec.arrival
     times: np.ndarray | None = None
@@ -298,7 +321,9 @@ def workload_and_bundle(bundle: TraceBundle, spec: WorkloadSpec, seed: int,
     """The workload and the bundle its trace ids refer to (a synthetic one for parametric lengths).
 
     need_acceptance=False (no run drafts) skips fitting and drawing acceptance for parametric lengths: same
-    workload, but the returned bundle's acceptance cannot be read. Bundle lengths are unaffected (no cost)."""
+    workload, but the returned bundle's acceptance cannot be read. Bundle lengths are unaffected (no cost).
+    With `categories`, only those categories are replayed (or fitted, for parametric lengths)."""
+    bundle = select_categories(bundle, spec.categories)
     if not isinstance(spec.lengths, ParametricLengths):
         return build_workload(bundle, spec, seed), bundle
     if isinstance(spec.arrival, ReplayArrivals) and spec.arrival.file is None:

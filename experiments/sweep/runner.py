@@ -91,10 +91,9 @@ class ProgressBar:
 
             self._t0 = self._last = time.monotonic()
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from experiments.progress import make_progress
 
-        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("points"), TimeElapsedColumn(), console=console)
+        self._bar = make_progress(console, "points")
         self._task = self._bar.add_task(description, total=total)
 
     def __enter__(self) -> "ProgressBar":

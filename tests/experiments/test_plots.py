@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from matplotlib.image import imread
 
 from experiments.plots import (
@@ -60,3 +62,30 @@ def test_binned_time_mean_weights_by_duration():
     assert got.tolist() == [4.0, 5.0]
     empty = binned_time_mean(np.array([0.0]), np.array([1.0]), np.array([3]), edges)
     assert empty[0] == 3.0 and np.isnan(empty[1])
+
+
+@given(st.lists(st.floats(0, 1e3, allow_nan=False), min_size=0, max_size=3000), st.integers(2, 500))
+@settings(max_examples=60, deadline=None)
+def test_cdf_points_lie_on_the_exact_empirical_cdf(values, points):
+    from experiments.plots import cdf_points
+
+    v = np.array(values, dtype=float)
+    x, y = cdf_points(v, points)
+    assert x.size <= max(points, 0) or x.size == v.size
+    if v.size:
+        exact = np.sort(v)
+        assert x[0] == exact[0] and x[-1] == exact[-1] and y[-1] == 1.0
+        # each drawn point is (value, share of values at or below it) of the full sample, up to ties
+        at_or_below = np.searchsorted(exact, x, side="right") / v.size
+        assert np.all(y <= at_or_below + 1e-12) and np.all(np.diff(x) >= 0)
+
+
+def test_pareto_runs_and_binned_max():
+    from experiments.plots import binned_time_max, pareto_runs
+
+    pts = {"AR": (1.2, 1621.0), "k1": (0.96, 1633.0), "k5": (0.62, 1650.0), "slow-high": (2.0, 1700.0)}
+    assert pareto_runs(pts) == ["k5", "slow-high"]
+    assert pareto_runs({"a": (1.0, 1.0), "b": (1.0, 1.0)}) == ["a", "b"]  # ties dominate nobody
+    edges = np.array([0.0, 2.0, 4.0])
+    got = binned_time_max(np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.5, 4.0]), np.array([2, 8, 5]), edges)
+    assert got.tolist() == [8.0, 5.0]

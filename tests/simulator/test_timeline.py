@@ -222,3 +222,20 @@ def test_a_cluster_gets_tracks_per_replica_and_device_and_concurrent_replicas_do
     assert by_track["replica 0 \u00b7 target GPU(s)"] == by_track["replica 1 \u00b7 target GPU(s)"]
     kv = [e for e in events(trace, "C") if e["name"].endswith("KV blocks used (target)")]
     assert {e["name"] for e in kv} == {f"replica {j} \u00b7 KV blocks used (target)" for j in (0, 1)}
+
+
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=40), st.integers(0, 12), st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_first_steps_fast_path_cuts_like_the_sorting_one(gaps, max_steps, shuffle):
+    """Sorted step numbers (repeats: several slices per step) are cut by one pass; any order by np.unique."""
+    from simulator.timeline import first_steps
+
+    steps = np.cumsum(np.array(gaps) // 3)  # non-decreasing, with repeats
+    if shuffle:
+        steps = np.random.default_rng(len(gaps)).permutation(steps)
+    df = pd.DataFrame({"step": steps, "x": np.arange(len(steps))})
+    kept, n_kept, n_total = first_steps(df, max_steps)
+    numbers = np.unique(steps)
+    assert n_total == len(numbers)
+    expect = df if not max_steps or len(numbers) <= max_steps else df[df["step"] <= numbers[max_steps - 1]]
+    assert kept["x"].tolist() == expect["x"].tolist() and n_kept == min(max_steps or n_total, n_total)

@@ -208,3 +208,38 @@ def test_need_acceptance_has_no_effect_on_bundle_lengths():
     b = small_bundle()
     w, same = workload_and_bundle(b, spec(arrival={"kind": "poisson", "rate": 1}), 0, need_acceptance=False)
     assert same is b and w == workload_and_bundle(b, spec(arrival={"kind": "poisson", "rate": 1}), 0)[0]
+
+
+@given(st.lists(st.sampled_from(["c", "e"]), min_size=1, max_size=2, unique=True), st.integers(1, 40),
+       st.integers(0, 2**31 - 1))
+@settings(max_examples=30, deadline=None)
+def test_a_category_filter_replays_only_those_categories(cats, n, seed):
+    b = small_bundle(7)
+    w = build_workload(b, spec(num_requests=n, arrival={"kind": "poisson", "rate": 2.0}, categories=cats,
+                               sample={"with_replacement": True}), seed)
+    assert len(w.requests) == n and {r.category for r in w.requests} <= set(cats)
+    allowed = {r.id for r in b.requests if r.category in cats}
+    assert {r.trace_id for r in w.requests} <= allowed
+
+
+def test_category_filter_errors_and_sampling_limits():
+    b = small_bundle(5)  # categories: e, c, e, c, e
+    with pytest.raises(ValueError, match=r"no requests of category 'cc' \(did you mean 'c'\?\); its categories "
+                                         r"are \['c', 'e'\]"):
+        build_workload(b, spec(arrival={"kind": "poisson", "rate": 1.0}, categories=["cc"]), 0)
+    with pytest.raises(ValueError, match="num_requests = 3 but the bundle has 2 traces"):  # only the 2 of 'c'
+        build_workload(b, spec(num_requests=3, arrival={"kind": "poisson", "rate": 1.0}, categories=["c"]), 0)
+    with pytest.raises(ValidationError):
+        spec(arrival={"kind": "poisson", "rate": 1.0}, categories=[])
+    w = build_workload(b, spec(arrival={"kind": "poisson", "rate": 1.0}, categories=["c"]), 0)
+    assert sorted(r.trace_id for r in w.requests) == ["t1", "t3"]
+
+
+def test_category_filter_with_parametric_lengths_draws_only_those_categories():
+    from traces.default_bundle import load_default_bundle
+
+    w, synth = workload_and_bundle(load_default_bundle(), spec(
+        num_requests=60, arrival={"kind": "poisson", "rate": 1.0}, categories=["math"],
+        lengths={"source": "parametric", "prompt": {"dist": "constant", "value": 64},
+                 "output": {"dist": "constant", "value": 32}}), seed=0, need_acceptance=False)
+    assert {r.category for r in w.requests} == {"math"} and len(w.requests) == 60
