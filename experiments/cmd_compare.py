@@ -69,27 +69,31 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None) -> di
     """Every config run on the measured workload with `seed` (the config's seed reproduces `draftsim run`):
     run name -> Latencies, or the reason it could not run."""
     from calibration.vllm_steps.validate_compare import simulated_latencies
-    from experiments.run import prepare, resolve_bundle, simulate_run
-    from simulator.workload_arrays import EngineWorkload
+    from experiments.run import prepare, resolve_bundle
+    from simulator.scenario import check_inputs, inputs_from_traces, simulate
+    from simulator.seeds import ExperimentSeeds
     from traces.acceptance_levels import check_k
 
     cfg = cfg.model_copy(update={"seed": seed})
-    bundle = resolve_bundle(cfg.traces, cfg.seed)
-    traces = measured_traces(run, bundle, np.random.default_rng(np.random.SeedSequence([seed, 1])))
-    ew = EngineWorkload(request_ids=[q.id for q in run.requests], trace_index=np.arange(len(traces), dtype=np.int64),
-                        arrival=np.array([q.send_time for q in run.requests], dtype=np.float64),
-                        prompt_len=np.array([q.prompt_len for q in run.requests], dtype=np.int64),
-                        output_len=np.array([q.output_len for q in run.requests], dtype=np.int64),
-                        categories=[t.category or "" for t in traces])
+    tree = ExperimentSeeds.of(cfg.seed)  # the pool from its own child, as `draftsim run` draws it
+    bundle = resolve_bundle(cfg.traces, tree.pool)
+    traces = measured_traces(run, bundle, np.random.default_rng(tree.workload))
+    scenarios = prepare(cfg)
+    inputs = inputs_from_traces(traces, bundle.drafter_names,
+                                arrival=np.array([q.send_time for q in run.requests], dtype=np.float64),
+                                request_ids=[q.id for q in run.requests],
+                                with_acceptance=any(sc.mode != "ar" for sc in scenarios))
     out: dict[str, Any] = {}
-    for sc in prepare(cfg):
-        if names and sc.run.name not in names:
+    specs = {r.name: r for r in cfg.runs}
+    for sc in scenarios:
+        if names and sc.name not in names:
             continue
-        pol = sc.run.policy or {}
-        if sc.run.mode != "ar" and "k" in pol and "drafter" in pol:
-            check_k(bundle, pol["drafter"], int(pol["k"]), f"runs[{sc.run.name}]")
-        res = simulate_run(sc, bundle, ew, traces)
-        out[sc.run.name] = res if isinstance(res, dict) else simulated_latencies(res)
+        pol = specs[sc.name].policy or {}
+        if sc.mode != "ar" and "k" in pol and "drafter" in pol:
+            check_k(bundle, pol["drafter"], int(pol["k"]), f"runs[{sc.name}]")
+        check_inputs(sc, inputs)
+        res = simulate(sc, inputs)
+        out[sc.name] = res if isinstance(res, dict) else simulated_latencies(res)
     return out
 
 
@@ -98,13 +102,14 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
     """The ValidationReport of one measured run against every (named) run of the config."""
     from calibration.vllm_steps.validate_compare import LevelResult, ValidationReport, level_rows
     from experiments.config import load_config
-    from simulator.scenario import run_seeds
+    from simulator.seeds import child, seed_int
     from traces.measured_run import load_measured
 
     run = load_measured(measured_path)
     cfg = load_config(config, list(overrides))
     measured = measured_latencies(run)
-    seeds = [cfg.seed] + run_seeds(cfg.seed, max(0, repeats - 1))
+    root = np.random.SeedSequence(cfg.seed)  # repeat j: an experiment seed from its own child
+    seeds = [cfg.seed] + [seed_int(child(root, j)) for j in range(max(0, repeats - 1))]
     sims = [simulate_measured(cfg, run, s, names) for s in seeds]
     span = measured.end - measured.start
     rate = run.info.get("request_rate")
