@@ -42,7 +42,8 @@ class DraftCostConfig(BaseModel):
 
     model_config = _MODEL_CONFIG
     kind: Literal["autoregressive", "whole_proposal", "fraction_of_verify", "constant"]
-    profile: str | None = Field(None, min_length=1)
+    profile: str | dict[str, Any] | None = Field(None, description="built-in profile name, file, or inline profile "
+                                                                   "(e.g. {kind: roofline, model, gpu, tp})")
     fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
     seconds: float = Field(0.0, ge=0, le=3600, description="constant: seconds per drafting phase")
 
@@ -62,7 +63,8 @@ class ExperimentConfig(BaseModel):
     seed: int = Field(0, ge=0, le=MAX_SEED)
     traces: str | dict[str, dict[str, Any]] = Field(
         "builtin:default",
-        description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool) or "
+        description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool), {synthetic: SynthSpec} "
+                    "(acceptance models and length distributions, traces/synthetic/spec.py) or "
                     "{specbench: {file, on_mismatch, prompt_lookup}} (import a SpecDecode-Bench trace)")
     workload: dict[str, Any] = Field(description="traces.workload.WorkloadSpec fields")
     server: ServerConfig
@@ -102,6 +104,10 @@ class ExperimentConfig(BaseModel):
             from traces.pool import PoolSpec
 
             PoolSpec.from_config(v["pool"])
+        if isinstance(v, dict) and set(v) == {"synthetic"}:
+            from traces.synthetic.spec import parse_synth_spec
+
+            parse_synth_spec(v["synthetic"], "traces.synthetic")
         if isinstance(v, str):
             if v.startswith("builtin:"):
                 from traces.builtin_bundles import builtin_bundle_path
@@ -134,8 +140,8 @@ class ExperimentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":
-        if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {"pool", "specbench"}):
-            raise ValueError(f"traces: a generated source is one of {{pool: ...}} or {{specbench: ...}}, "
+        if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {"pool", "synthetic", "specbench"}):
+            raise ValueError(f"traces: a generated source is one of {{pool: ...}}, {{synthetic: ...}} or {{specbench: ...}}, "
                              f"got keys {sorted(self.traces)}")
         names = [r.name for r in self.runs]
         dup = {n for n in names if names.count(n) > 1}

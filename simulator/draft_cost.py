@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.latency import LatencyProfile, resolve_profile
+from simulator.latency import LatencyProfile
+from simulator.roofline import profile_from_ref
 
 DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "constant", "engine_step")
 
@@ -82,6 +83,6 @@ def draft_cost_from_config(doc: dict[str, Any], where: str = "drafter cost") -> 
     kind = doc.get("kind")
     if kind not in DRAFT_COST_KINDS:
         raise ValueError(f"{where}.kind: expected one of {DRAFT_COST_KINDS}, got {kind!r}")
-    profile = resolve_profile(doc["profile"]) if doc.get("profile") else None
+    profile = profile_from_ref(doc["profile"], f"{where}.profile") if doc.get("profile") else None
     return DraftCost(kind=kind, profile=profile, fraction=float(doc.get("fraction", 0.0)),
                      seconds=float(doc.get("seconds", 0.0)))

@@ -226,6 +226,17 @@ def summarize(
     s.update(_device_busy(steps_df, t0, t1, num_draft_gpus, int(extras.get("replicas", 1))))
     s.update(_target_phase_shares(steps_df))
 
+    # Mean seconds of one drafting phase (any device) and of one target verify/decode forward: the t and V of
+    # the PSD pipeline bounds (oracle/bounds.py), None when the run has no such slice.
+    draft_s = mean_slice_seconds(steps_df, ["draft"])
+    verify_s = mean_slice_seconds(steps_df, ["verify", "mixed"], device="target")
+    s["draft_phase_mean_s"] = round_sig(draft_s) if math.isfinite(draft_s) else None
+    s["verify_step_mean_s"] = round_sig(verify_s) if math.isfinite(verify_s) else None
+
+    steady = steady_window(req, steps_df, int(STEADY_TRIM_FRACTION * n_done))
+    s["steady_throughput_tok_s"] = None if steady is None else round_sig(steady[0])
+    s["steady_e2e_mean_s"] = None if steady is None else round_sig(steady[1])
+
     tgt = steps_df[steps_df["device"] == "target"]
     after_step_peak = int(tgt["kv_blocks_used"].max()) if len(tgt) else 0
     s["kv_peak_blocks"] = int(extras.get("kv_peak_blocks", after_step_peak))
@@ -265,6 +276,27 @@ def per_request_acceptance_length(requests_df: pd.DataFrame) -> np.ndarray:
     steps, tokens = decode_tokens_and_steps(fin)
     keep = steps > 0
     return tokens[keep] / steps[keep]
+
+
+STEADY_TRIM_FRACTION = 0.1  # the steady window drops this share of the finishes at each end (warm-up, drain)
+
+
+def steady_window(requests_df: pd.DataFrame, steps_df: pd.DataFrame, trim: int) -> tuple[float, float] | None:
+    """Output tokens/s and mean E2E inside the steady window between the `trim`-th finish and the `trim`-th
+    from last (standard deletion of warm-up and drain): tokens the target emitted in the window over its length,
+    and the mean E2E of the requests that both arrived and finished in it. None when the window is empty (or the
+    steps table has no `emitted_tokens`, as hand-made tables in tests)."""
+    fin = np.sort(requests_df["finish_time"].to_numpy(dtype=float))
+    fin = fin[np.isfinite(fin)]
+    if trim < 1 or len(fin) <= 2 * trim + 1 or "emitted_tokens" not in steps_df.columns:
+        return None
+    t_a, t_b = fin[trim], fin[len(fin) - 1 - trim]
+    tgt = steps_df[steps_df["device"] == "target"]
+    inside = (tgt["end"] > t_a) & (tgt["end"] <= t_b)
+    sel = (requests_df["arrival_time"] >= t_a) & (requests_df["finish_time"] <= t_b)
+    if t_b <= t_a or not sel.any():
+        return None
+    return float(tgt.loc[inside, "emitted_tokens"].sum()) / (t_b - t_a), float(requests_df.loc[sel, "e2e"].mean())
 
 
 def mean_slice_seconds(steps_df: pd.DataFrame, phases: Sequence[str], device: str | None = None) -> float:

@@ -162,3 +162,18 @@ def compare_profiles(roofline: RooflineProfile, reference: LinearProfile,
                              worst_point={"num_seqs": s, "batched_tokens": b, "kv_tokens": kv,
                                           "reference_s": meas[i].seconds,
                                           "roofline_s": roofline.step_time(s, b, kv)})
+
+
+def profile_from_ref(ref: "str | dict[str, Any]", where: str = "profile"):
+    """A latency profile from a config reference: a built-in name or file, or an inline mapping (linear, table
+    or roofline); the one reader of `server.target_profile` and a drafter's `profile`."""
+    from simulator.latency import profile_from_dict, resolve_profile
+
+    if not isinstance(ref, dict):
+        return resolve_profile(ref)
+    doc = dict(ref)
+    doc.setdefault("name", "inline")
+    if doc.get("kind") == "roofline":
+        return roofline_from_config(doc, where)
+    doc.setdefault("provenance", {"source": "config"})
+    return profile_from_dict(doc, where)

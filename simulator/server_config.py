@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.cluster_config import ClusterSpec
 from simulator.draft_cost import DraftCost, draft_cost_from_config
-from simulator.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
+from simulator.latency import LatencyProfile, LinearProfile, Provenance
 
 
 class _Strict(BaseModel):
@@ -87,16 +87,9 @@ class ServerConfig(_Strict):
 
     def target(self) -> LatencyProfile:
         """Resolve the target's latency profile."""
-        if isinstance(self.target_profile, dict):
-            doc = dict(self.target_profile)
-            doc.setdefault("name", "inline")
-            if doc.get("kind") == "roofline":
-                from simulator.roofline import roofline_from_config  # catalog-based, optional module
+        from simulator.roofline import profile_from_ref  # catalog-based, optional module
 
-                return roofline_from_config(doc)
-            doc.setdefault("provenance", {"source": "config"})
-            return profile_from_dict(doc, "server.target_profile")
-        return resolve_profile(self.target_profile)
+        return profile_from_ref(self.target_profile, "server.target_profile")
 
 
 class RunSpec(_Strict):
