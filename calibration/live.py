@@ -230,7 +230,8 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
     for run in runs:
         bad = [r.id for r, want in zip(run.requests, reference) if r.output_ids != want]
         lossless[run.mode.name] = {"lossless": not bad, "differing_requests": bad}
-    bundle, mismatches = measure_traces(TraceSetting(cfg.workload, cfg.target, cfg.profile, cfg.max_new_tokens, cfg.seed), lm, drafters, ids, reference, [p.category for p in chosen], eos)
+    setting = TraceSetting(cfg.workload, cfg.target, cfg.profile, cfg.max_new_tokens, cfg.seed)
+    bundle, mismatches = measure_traces(setting, lm, drafters, ids, reference, [p.category for p in chosen], eos)
     say("traces measured; simulating")
     rows = {}
     for run in runs:

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from calibration.batched_profile import Grid, measure_points
-from calibration.live_records import (METRICS, LiveMode, LiveRun, TraceSetting, drafter_name, drafter_usage, live_metrics,
-                                     machine_load, measure_traces, refuse_oracle, rel_err, sim_metrics,
-                                     step_mismatches)
+from calibration.live_records import (METRICS, LiveMode, LiveRun, TraceSetting, drafter_name, drafter_usage,
+                                     live_metrics, machine_load, measure_traces, refuse_oracle, rel_err,
+                                     sim_metrics, step_mismatches)
 from calibration.live_batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
 
 PLACEMENTS = {"ar": "one", "sd": "one", "sd2": "both", "psd": "psd"}

@@ -105,7 +105,8 @@ def study_table(inputs: StudyInputs) -> pd.DataFrame:
                 "leviathan_tokens_per_step": expected_tokens(acceptance[d], k) if d in acceptance else np.nan,
                 **{c: s.get(c, np.nan) if fits else np.nan for c in _RUN_FIGURES},
                 "t_over_v": _ratio(t, v) if t is not None else (0.0 if fits and v is not None else np.nan),
-                "draft_s_per_phase": t if t is not None else np.nan, "verify_s_per_step": v if v is not None else np.nan,
+                "draft_s_per_phase": t if t is not None else np.nan,
+                "verify_s_per_step": v if v is not None else np.nan,
             })
     df = pd.DataFrame(rows).replace({None: np.nan})
     return _add_pairs(df)
@@ -113,7 +114,8 @@ def study_table(inputs: StudyInputs) -> pd.DataFrame:
 
 _RUN_FIGURES = ("throughput_tok_s", "throughput_tok_s_per_gpu", "e2e_mean_s", "e2e_p90_s", "ttft_mean_s",
                 "tpot_mean_s", "requests_per_s", "mean_acceptance_length", "steady_throughput_tok_s",
-                "steady_e2e_mean_s", "output_tokens", "num_finished", "kv_peak_blocks", "preemptions", "psd_fallback_steps")
+                "steady_e2e_mean_s", "output_tokens", "num_finished", "kv_peak_blocks", "preemptions",
+                "psd_fallback_steps")
 
 
 def _acceptance_rates(config: dict[str, Any]) -> dict[str, float]:

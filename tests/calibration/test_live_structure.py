@@ -32,8 +32,8 @@ def test_the_batched_path_imports_no_private_name_and_nothing_of_the_batch1_path
 
 
 def test_models_are_loaded_in_one_place():
-    loaders = {p.relative_to(ROOT).as_posix() for folder in ("calibration", "experiments") for p in (ROOT / folder).rglob("*.py")
-               if {"load_model", "parse_drafter"} & _calls(p.relative_to(ROOT).as_posix())}
+    files = [p.relative_to(ROOT).as_posix() for folder in ("calibration", "experiments") for p in (ROOT / folder).rglob("*.py")]
+    loaders = {f for f in files if {"load_model", "parse_drafter"} & _calls(f)}
     # models.py loads a target and builds its drafters; drafters.py's model:PATH spec loads that drafter's model
     assert loaders <= {"calibration/models.py", "calibration/drafters.py"}, loaders
 
