@@ -259,7 +259,11 @@ def bounds_report(df: pd.DataFrame, cfg: ExperimentConfig, out: Path) -> tuple[l
 
     df = with_load_share(df)
     psd = df[df["mode"] == "psd"]
-    series = {label: list(zip(g["t_over_v"], g["simulated_saving"])) for label, g in psd.groupby("series", sort=False)}
+    series = {}
+    for label, g in psd.groupby("series", sort=False):
+        share = g["load_vs_saturated_sd"].median()
+        label = label if not np.isfinite(share) else f"{label} ({share:.0%} of saturated SD)"
+        series[label] = list(zip(g["t_over_v"], g["simulated_saving"]))
     finite = psd["t_over_v"][np.isfinite(psd["t_over_v"])]
     lo, hi = (float(finite.min()), float(finite.max())) if len(finite) else (0.05, 5.0)
     plots = [plot_pipeline_saving(out / "saving_vs_t_over_v.png", series, lo=lo, hi=hi)]
