@@ -135,3 +135,18 @@ def real_sd_check(bundle: TraceBundle, target, drafter: ModelDrafter | LookupDra
     return {"requests": min(num_requests, len(bundle.requests)), "steps": total_steps, "tokens": total_tokens,
             "tokens_per_step": total_tokens / max(total_steps, 1), "drafter": drafter.name, "k": k,
             "count_mismatches": mismatches}
+
+
+def check_bundle(bundle: TraceBundle, drafter_spec: str, k: int, *, num_requests: int, threads: int = 1,
+                 device: str = "cpu", strict: bool = True) -> dict | None:
+    """`draftsim calibrate check`: the trace's consistency, then (num_requests > 0) real SD of `drafter_spec` on the
+    bundle's target; returns real_sd_check's result (None when no request is run). Raises CalibrationCheckError."""
+    from calibration.models import load_target
+
+    check_trace_consistency(bundle)
+    if num_requests <= 0:
+        return None
+    loaded = load_target(bundle.meta.target, [drafter_spec], device=device, threads=threads)
+    gen = bundle.meta.source.get("generation", {})
+    return real_sd_check(bundle, loaded.lm, next(iter(loaded.drafters.values())), k, num_requests=num_requests,
+                         min_new_tokens=int(gen.get("min_new_tokens", 0)), strict=strict)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from calibration.acceptance_math import greedy_acc_len, sampled_acc_len
-from calibration.drafters import LookupDrafter, ModelDrafter, parse_drafter
+from calibration.drafters import LookupDrafter, ModelDrafter
 from calibration.prompts import Prompt, workload_prompts
 from traces.bundle import (BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle, request_to_dict,
                            save_bundle)
@@ -190,10 +190,9 @@ def _request_rng(seed: int, index: int) -> np.random.Generator:
 def collect_acceptance(cfg: AcceptanceConfig, *, progress: bool = True, stop_after: int | None = None,
                        prompts: list[Prompt] | None = None) -> Path | None:
     """Run (or resume) a collection; returns the bundle folder, or None when stopped early by stop_after."""
-    import torch
-
     from calibration.generation import generate
-    from calibration.hf_backend import encode_prompt, eos_ids, load_model
+    from calibration.hf_backend import encode_prompt
+    from calibration.models import load_target
 
     if cfg.num_requests < 1 or cfg.batch_size < 1 or cfg.max_new_tokens < 1:
         raise ValueError("num_requests, batch_size and max_new_tokens must be >= 1")
@@ -210,13 +209,10 @@ def collect_acceptance(cfg: AcceptanceConfig, *, progress: bool = True, stop_aft
         raise ValueError(f"workload {cfg.workload!r} has {len(all_prompts)} prompts, fewer than the "
                          f"{cfg.num_requests} requested")
     chosen = all_prompts[:cfg.num_requests]
-    torch.set_num_threads(cfg.threads)
-    target = load_model(cfg.target, dtype=cfg.dtype, device=cfg.device)
-    drafters = [parse_drafter(s, target) for s in cfg.drafters]
-    names = [d.name for d in drafters]
-    if len(set(names)) != len(names):
-        raise ValueError(f"drafter names must be unique, got {names}")
-    eos = eos_ids(target)
+    if len(set(cfg.drafters)) != len(cfg.drafters):
+        raise ValueError(f"drafter names must be unique, got {list(cfg.drafters)}")
+    loaded = load_target(cfg.target, cfg.drafters, dtype=cfg.dtype, device=cfg.device, threads=cfg.threads)
+    target, drafters, eos = loaded.lm, list(loaded.drafters.values()), loaded.eos
     writer = _PartialWriter(partial)
     if header is None:
         header = {"type": "header", "config": cfg.fingerprint(),

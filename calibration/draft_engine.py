@@ -12,7 +12,7 @@ from typing import Any
 
 from calibration.batched_kv import BatchedLM, SeqKV
 from calibration.drafters import LookupDrafter, ModelDrafter
-from calibration.live_decode import _match_len as match_len
+from calibration.live_records import match_len
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -159,3 +160,46 @@ def fit_profiles(name: str, model_name: str, measurements: list[Measurement], pr
                          fit={"kind": "table", "fallback": "linear fit of the same points"})
     report["table_mape_percent"] = round(mape(table, measurements), 3)
     return FittedProfiles(full.profile, table, report)
+
+
+def calibrate_latency(target: str, drafter_specs: list[str], cfg: SweepConfig, out_dir: str | Path,
+                      name: str | None = None, *, dtype: str = "float32", device: str = "cpu",
+                      progress: bool = True) -> list[tuple[str, Any]]:
+    """`draftsim calibrate latency`: sweep the target's verify step and each drafter's step, fit linear and table
+    profiles, save them as `<name>[-<drafter>][-table].yaml` in `out_dir`; returns (profile name, fit) pairs."""
+    from calibration.drafters import LookupDrafter, int8_kernel_copy
+    from calibration.models import load_target
+    from simulator.latency import save_profile
+
+    loaded = load_target(target, drafter_specs, dtype=dtype, device=device, threads=cfg.threads)
+    lm = loaded.lm
+    name = name or f"{lm.name}-{device.split(':')[0]}"
+    out = Path(out_dir)
+    jobs = [(name, lm.model, cfg.query_tokens, "target verify step")]
+    ngrams = []
+    for d in loaded.drafters.values():
+        if isinstance(d, LookupDrafter):
+            ngrams.append(d)
+        elif d.kind == "int8" and device == "cpu":
+            jobs.append((f"{name}-{d.name}", int8_kernel_copy(lm.model), [1],
+                         f"drafter {d.name} step (one token per sequence), timed with torch dynamic int8 kernels "
+                         "(fbgemm); the traces use per-token W8A8 numerics of the same weights"))
+        else:
+            jobs.append((f"{name}-{d.name}", d.model, [1], f"drafter {d.name} step (one token per sequence)"))
+    rows = []
+    for prof_name, model, queries, what in jobs:
+        ms = sweep_model(model, cfg, query_tokens=queries, progress=progress, desc=prof_name)
+        prov = provenance("hf", device, dtype, notes=f"{what}; threads={cfg.threads}; "
+                          f"warmup={cfg.warmup}; repeats={cfg.repeats}; draftsim calibrate latency")
+        fitted = fit_profiles(prof_name, lm.name, ms, prov)
+        save_profile(fitted.linear, out / f"{prof_name}.yaml")
+        save_profile(fitted.table, out / f"{prof_name}-table.yaml")
+        rows.append((prof_name, fitted))
+    for d in ngrams:
+        prof_name = f"{name}-{d.name}"
+        ms = sweep_ngram(d.ngram, cfg)
+        prov = provenance("python", "cpu", "int64", notes=f"n-gram proposer {d.params}; one lookup per sequence")
+        fitted = fit_profiles(prof_name, lm.name, ms, prov)
+        save_profile(fitted.linear, out / f"{prof_name}.yaml")
+        rows.append((prof_name, fitted))
+    return rows

@@ -18,19 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from calibration.live_decode import LiveRequest, serve_request
-from policies.registry import GROUND_TRUTH_POLICIES, make_policy, policy_class
+from calibration.live_decode import serve_request
+from calibration.live_records import (METRICS, LiveMode, LiveRequest, LiveRun, TraceSetting, drafter_name,
+                                     drafter_usage, live_metrics, machine_load, measure_traces, refuse_oracle,
+                                     rel_err, sim_metrics, step_mismatches)
+from policies.registry import make_policy
 
 DEFAULT_PROFILE = "smollm2-135m-instruct-cpu"
-METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s", "steps_per_request")
-
-
-@dataclass(frozen=True)
-class LiveMode:
-    """One configuration to run live and simulate: a name and a policy spec (None: autoregressive)."""
-
-    name: str
-    policy: dict[str, Any] | None
 
 
 @dataclass
@@ -49,35 +43,6 @@ class LiveConfig:
     seed: int = 0
     warmup: bool = True
     int8_kernels: bool = False  # draft live with torch's fbgemm int8 copy (what the shipped int8 profile timed)
-
-
-def drafter_name(spec: str) -> str:
-    """The name `calibration.drafters.parse_drafter` gives a spec, without loading anything."""
-    head, _, rest = spec.partition(":")
-    if head == "layers":
-        return f"layers{rest}"
-    if head == "model":
-        return Path(rest).name
-    return head
-
-
-def parse_policy_text(text: str) -> dict[str, Any]:
-    """A policy given on the command line as YAML (`{name: combine-match, eagle: int8}`) or a bare name."""
-    from traces.parsing import parse_yaml
-
-    doc = parse_yaml(text, f"--policy {text!r}", what="YAML value")
-    if isinstance(doc, str):
-        doc = {"name": doc}
-    if not isinstance(doc, dict) or "name" not in doc:
-        raise ValueError(f"--policy {text!r}: expected a policy name or a mapping with 'name'")
-    return doc
-
-
-def refuse_oracle(spec: dict[str, Any], where: str) -> None:
-    """Oracles read the ground truth, which a live server does not have."""
-    if spec["name"] in GROUND_TRUTH_POLICIES or policy_class(spec["name"]).reads_ground_truth:
-        raise ValueError(f"{where}: policy {spec['name']!r} is an oracle (it reads the ground-truth trace) and "
-                         "cannot run live; use an online policy (fixed, combine-match, metasd-ucb, ...)")
 
 
 def parse_modes(modes: list[str], policies: list[dict[str, Any]]) -> tuple[list[LiveMode], list[str]]:
@@ -108,22 +73,7 @@ def parse_modes(modes: list[str], policies: list[dict[str, Any]]) -> tuple[list[
     return out, specs
 
 
-def machine_load() -> float:
-    """1-minute load average per core (1.0 = every core busy)."""
-    return os.getloadavg()[0] / (os.cpu_count() or 1)
-
-
 # ---------------------------------------------------------------- live side
-
-
-@dataclass
-class LiveRun:
-    """One mode served live over all requests."""
-
-    mode: LiveMode
-    requests: list[LiveRequest]
-    load_before: float
-    load_after: float
 
 
 def drafters_of(mode: LiveMode, drafters: dict) -> dict:
@@ -153,44 +103,7 @@ def run_live_modes(cfg: LiveConfig, modes: list[LiveMode], prompts: list[tuple[s
     return runs
 
 
-def live_metrics(run: LiveRun, n_tokens: int) -> dict[str, float]:
-    """Mean TTFT / TPOT / E2E, throughput over the makespan, verify steps per request."""
-    reqs = run.requests
-    e2e = np.array([r.e2e_s for r in reqs])
-    ttft = np.array([r.ttft_s for r in reqs])
-    span = max(r.start + r.e2e_s for r in reqs) - min(r.start for r in reqs)
-    return {"ttft_mean_s": float(ttft.mean()), "tpot_mean_s": float(((e2e - ttft) / max(n_tokens - 1, 1)).mean()),
-            "e2e_mean_s": float(e2e.mean()), "throughput_tok_s": float(n_tokens * len(reqs) / span),
-            "steps_per_request": float(np.mean([len(r.steps) for r in reqs]))}
-
-
 # ---------------------------------------------------------------- traces and prediction
-
-
-def measure_traces(cfg: LiveConfig, target, drafters, prompts, outputs: list[list[int]], categories, eos):
-    """The acceptance bundle of the live requests: collect's teacher-forced pass over the target's live output."""
-    from calibration.collect import measure_request
-    from traces.bundle import BundleMeta, DrafterSpec, RequestTrace, TraceBundle
-
-    reqs, mismatches = [], 0
-    dlist = list(drafters.values())
-    for i, ((rid, ids), out, cat) in enumerate(zip(prompts, outputs, categories)):
-        traces, diag = measure_request(target, dlist, ids, out, eos=eos, min_new_tokens=cfg.max_new_tokens,
-                                       temperature=0.0, rng=np.random.default_rng([cfg.seed, i]))
-        mismatches += diag["target_mismatch"]
-        reqs.append(RequestTrace(id=rid, prompt_len=len(ids), output_len=len(out), drafters=traces, category=cat,
-                                 prompt_token_ids=list(ids), output_token_ids=list(out)))
-    specs = {d.name: DrafterSpec(d.name, d.kind, f"{cfg.profile}-{d.name}", dict(d.params)) for d in dlist}
-    meta = BundleMeta(target=cfg.target, drafters=specs, temperature=0.0, dataset=cfg.workload,
-                      source={"kind": "measured", "backend": "hf", "device": "cpu", "prompts": cfg.workload,
-                              "generation": {"max_new_tokens": cfg.max_new_tokens,
-                                             "min_new_tokens": cfg.max_new_tokens,
-                                             "eos_forbidden_before_min_new_tokens": True,
-                                             "note": "outputs are the live KV-cached greedy AR outputs"}},
-                      extra={"target_argmax_mismatches": int(mismatches)})
-    bundle = TraceBundle(meta, reqs)
-    bundle.validate("<live traces>")
-    return bundle, int(mismatches)
 
 
 def trace_walk_steps(bundle, mode: LiveMode) -> list[int] | None:
@@ -229,23 +142,6 @@ def draft_costs(cfg: LiveConfig, drafters, suffix: str = "") -> dict:
     return costs
 
 
-def step_mismatches(bundle, run: "LiveRun") -> int | None:
-    """Live steps of a fixed policy whose emitted count differs from the replay rule's at that position."""
-    from traces.acceptance import replay_step
-
-    mode = run.mode
-    if mode.policy is None or mode.policy["name"] != "fixed":
-        return None if mode.policy is not None else 0
-    bad = 0
-    for req, tr in zip(run.requests, bundle.requests):
-        t = tr.drafters[mode.policy["drafter"]]
-        for s in req.steps:
-            prop = None if t.proposal_len is None else int(t.proposal_len[s.position])
-            want = replay_step(int(t.acc_len[s.position]), mode.policy["k"], prop, s.position, tr.output_len).emitted
-            bad += int(want != s.emitted)
-    return bad
-
-
 def simulate_mode(cfg: LiveConfig, mode: LiveMode, bundle, costs, target_profile) -> Any:
     """The simulator's prediction of one live mode: same requests, one client, closed loop, batch 1."""
     from simulator.scenario import inputs_from_traces, make_scenario, simulate
@@ -258,14 +154,6 @@ def simulate_mode(cfg: LiveConfig, mode: LiveMode, bundle, costs, target_profile
     server = ServerConfig(target_profile=target_profile, max_num_seqs=1,
                           max_num_batched_tokens=need + 64, kv_capacity_tokens=4 * need + 1024)
     return simulate(make_scenario(run, server, costs, cfg.seed), inputs, live=True)
-
-
-def sim_metrics(res) -> dict[str, float]:
-    """The same metrics as `live_metrics`, from the simulator's request table."""
-    r = res.requests
-    span = float(r.finish_time.max() - r.arrival_time.min())
-    return {"ttft_mean_s": float(r.ttft.mean()), "tpot_mean_s": float(r.tpot.mean()), "e2e_mean_s": float(r.e2e.mean()),
-            "throughput_tok_s": float(r.output_len.sum() / span), "steps_per_request": float(r.decode_steps.mean())}
 
 
 def phase_check(run: LiveRun, costs, target_profile) -> dict[str, float | None]:
@@ -285,22 +173,14 @@ def phase_check(run: LiveRun, costs, target_profile) -> dict[str, float | None]:
             "draft_without_proposal_measured_s": sum(s.draft_s for s in steps if s.proposed == 0)}
 
 
-def rel_err(pred: float, meas: float) -> float | None:
-    """(predicted - measured) / measured, in percent."""
-    return None if meas == 0 else 100.0 * (pred - meas) / meas
-
-
-# ---------------------------------------------------------------- the whole comparison
-
-
 def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[str, Any]:
     """Live runs, traces, simulator prediction; returns the report (JSON-ready)."""
     import sys
 
     import torch
 
-    from calibration.drafters import parse_drafter
-    from calibration.hf_backend import encode_prompt, eos_ids, load_model
+    from calibration.hf_backend import encode_prompt
+    from calibration.models import load_target
     from calibration.prompts import workload_prompts
 
     if cfg.num_requests < 1 or cfg.max_new_tokens < 2:
@@ -313,20 +193,15 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
         raise ValueError(f"workload {cfg.workload!r} has {len(chosen)} prompts, fewer than {cfg.num_requests}")
     chosen = chosen[:cfg.num_requests]
     kinds = {"linear": (_profile(cfg.profile, ""), ""), "table": (_profile(cfg.profile, "-table"), "-table")}
-    torch.set_num_threads(cfg.threads)
-    lm = load_model(cfg.target)
-    all_specs = list(dict.fromkeys(specs + list(cfg.drafters)))
-    drafters = {}
-    for s in all_specs:
-        d = parse_drafter(s, lm)
-        drafters[d.name] = d
+    loaded = load_target(cfg.target, specs + list(cfg.drafters), threads=cfg.threads)
+    lm, drafters = loaded.lm, loaded.drafters
     costs = {k: draft_costs(cfg, drafters, suffix) for k, (_, suffix) in kinds.items()}
     live_drafters = dict(drafters)
     if cfg.int8_kernels and "int8" in drafters:  # same weights, real int8 kernels; the trace keeps W8A8 numerics
         from calibration.drafters import ModelDrafter, int8_kernel_copy
 
         live_drafters["int8"] = ModelDrafter("int8", "int8", int8_kernel_copy(lm.model), {"kernels": "fbgemm"})
-    eos = eos_ids(lm)
+    eos = loaded.eos
     ids = [(p.id, encode_prompt(lm, p.text)) for p in chosen]
 
     def say(msg):
@@ -347,7 +222,8 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
     for run in runs:
         bad = [r.id for r, want in zip(run.requests, reference) if r.output_ids != want]
         lossless[run.mode.name] = {"lossless": not bad, "differing_requests": bad}
-    bundle, mismatches = measure_traces(cfg, lm, drafters, ids, reference, [p.category for p in chosen], eos)
+    setting = TraceSetting(cfg.workload, cfg.target, cfg.profile, cfg.max_new_tokens, cfg.seed)
+    bundle, mismatches = measure_traces(setting, lm, drafters, ids, reference, [p.category for p in chosen], eos)
     say("traces measured; simulating")
     rows = {}
     for run in runs:
@@ -369,7 +245,7 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
             "steps_differing_from_trace": step_mismatches(bundle, run),
             "steps_total": int(sum(live_steps)),
             "accepted_per_step_live": float(np.mean([s.accepted for r in run.requests for s in r.steps])),
-            "drafter_usage_live": _usage(run),
+            "drafter_usage_live": drafter_usage(run),
             "phases": phase_check(run, costs["linear"], kinds["linear"][0]),
             "phases_table_profiles": phase_check(run, costs["table"], kinds["table"][0]),
             "load_per_core": {"before": round(run.load_before, 3), "after": round(run.load_after, 3)},
@@ -390,15 +266,6 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
         "requests": {run.mode.name: [_request_row(r) for r in run.requests] for run in runs if run.mode in modes},
         "_bundle": bundle,
     }
-
-
-def _usage(run: LiveRun) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in run.requests:
-        for s in r.steps:
-            key = s.drafter or "none"
-            out[key] = out.get(key, 0) + 1
-    return out
 
 
 def _request_row(r: LiveRequest) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import numpy as np
 from calibration.batched_kv import BatchedLM, SeqKV
 from calibration.draft_engine import DraftEngine, DraftItem, Proposal, match_len
 from calibration.drafters import LookupDrafter
-from calibration.live_decode import LiveRequest, LiveStep, _tv
+from calibration.live_records import LiveRequest, LiveStep, tv_distances
 from policies.base import NO_DRAFT, BatchFeedback, BatchView, Policy
 
 
@@ -247,7 +247,7 @@ class BatchedServer:
             if d is not None and self.policy is not None and self.policy.learns:
                 tv = None
                 if p is not None and p.q_rows is not None and len(props):
-                    tv = np.array(_tv(lg[: len(props)], list(p.q_rows)))
+                    tv = np.array(tv_distances(lg[: len(props)], list(p.q_rows)))
                 fb["ids"].append(r.req.id)
                 fb["pos"].append(pos)
                 fb["d"].append(self.drafter_names.index(d))

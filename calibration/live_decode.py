@@ -11,41 +11,11 @@ TV over the proposed positions for model drafters), so learning policies run unc
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from calibration.drafters import LookupDrafter, ModelDrafter
+from calibration.live_records import LiveRequest, LiveStep, match_len, tv_distances
 from policies.base import Feedback, Policy, RequestView
-
-
-@dataclass
-class LiveStep:
-    """One verify (or plain decode) step as it ran: choice, outcome and wall-clock phases."""
-
-    position: int  # output tokens already generated when the step started
-    drafter: str | None
-    k: int
-    proposed: int
-    accepted: int
-    emitted: int
-    context_len: int  # prompt + output tokens before the step (the simulator's kv_tokens for it)
-    draft_s: float
-    verify_s: float
-
-
-@dataclass
-class LiveRequest:
-    """One request served live: timings from its start (closed loop, think time 0) and every step."""
-
-    id: str
-    prompt_len: int
-    output_ids: list[int]
-    ttft_s: float  # prefill (target and drafters) up to the first output token
-    e2e_s: float
-    prefill_s: float  # target prefill alone
-    drafter_prefill_s: float  # model drafters' prompt passes (the simulator does not price these)
-    steps: list[LiveStep] = field(default_factory=list)
-    start: float = 0.0  # perf_counter at start, for the makespan
 
 
 class _Cached:
@@ -77,15 +47,6 @@ class _Cached:
         if length < self.length:
             self.cache.crop(length - self.length)
             self.length = length
-
-
-def _tv(p_logits, q_rows: list) -> tuple[float, ...]:
-    """TV distance per row between target and drafter softmax at temperature 1 (what the traces record)."""
-    import torch
-
-    p, q = torch.softmax(p_logits, dim=-1), torch.softmax(torch.stack(q_rows), dim=-1)
-    n = min(p.shape[-1], q.shape[-1])
-    return tuple(float(x) for x in (0.5 * (p[..., :n] - q[..., :n]).abs().sum(-1)).clamp(0, 1))
 
 
 def serve_request(request_id: str, prompt: list[int], *, target: Any, drafters: dict[str, ModelDrafter | LookupDrafter],
@@ -121,7 +82,7 @@ def _step(request_id, prompt, out, tgt: _Cached, drafters, models, policy, max_n
     t0 = time.perf_counter()
     if policy is not None:
         lookups = {n: d for n, d in drafters.items() if isinstance(d, LookupDrafter)}
-        known = {n: _match_len(d, ctx) for n, d in lookups.items()}
+        known = {n: match_len(d, ctx) for n, d in lookups.items()}
         choice = policy.choose(RequestView(request_id=request_id, position=p - 1, batch_size=1, proposal_len=known))
         if choice.drafter is not None and choice.k > 0:
             if choice.drafter not in drafters:
@@ -153,16 +114,8 @@ def _step(request_id, prompt, out, tgt: _Cached, drafters, models, policy, max_n
     t2 = time.perf_counter()
     out += emitted
     if policy is not None and drafter is not None and policy.learns:
-        tv = _tv(verdict_logits[: len(props)], q_rows) if q_rows else None
+        tv = tv_distances(verdict_logits[: len(props)], q_rows) if q_rows else None
         policy.observe(Feedback(request_id=request_id, position=p - 1, drafter=drafter, k=k, proposed=len(props),
                                 accepted=acc, tv=tv, step_time=t2 - t0, batch_size=1))
     return LiveStep(position=p, drafter=drafter, k=k, proposed=len(props), accepted=acc, emitted=len(emitted),
                     context_len=len(ctx), draft_s=t1 - t0, verify_s=t2 - t1)
-
-
-def _match_len(d: LookupDrafter, ctx: list[int]) -> int:
-    """Tokens the n-gram drafter can propose now (0: no match), known before drafting."""
-    import numpy as np
-
-    start = d.ngram.match_start(np.asarray(ctx, dtype=np.int64))
-    return 0 if start is None else min(len(ctx) - start, d.ngram.max_proposal)

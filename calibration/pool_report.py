@@ -84,3 +84,25 @@ def markdown_table(rows: list[PoolRow]) -> str:
             cells += [f"{r.tokens_per_step_k4:.2f}", f"{r.best_speedup:.2f}x ({r.best_k})"]
         lines.append(f"| {w} | " + " | ".join(cells) + f" | {best[w]} |")
     return "\n".join(lines)
+
+
+def pool_report_rows(bundle_paths: list[str], cost_ratio: dict[str, float], target_profile: str | None = None,
+                     profile_dir: str | None = None) -> list[PoolRow]:
+    """`draftsim calibrate pool-report`: pool_rows of every bundle; with a target profile, each drafter priced by
+    the profile named by its cost_model (a file `<profile_dir>/<cost_model>.yaml` first, else a built-in one)."""
+    from pathlib import Path
+
+    from simulator.latency import load_profile, resolve_profile
+    from traces.bundle import load_bundle
+
+    target = resolve_profile(target_profile) if target_profile else None
+    rows: list[PoolRow] = []
+    for path in bundle_paths:
+        bundle = load_bundle(path)
+        profiles = {}
+        if target is not None:
+            for spec in bundle.meta.drafters.values():
+                f = Path(profile_dir) / f"{spec.cost_model}.yaml" if profile_dir else None
+                profiles[spec.cost_model] = load_profile(f) if f and f.is_file() else resolve_profile(spec.cost_model)
+        rows += pool_rows(bundle, cost_ratio, profiles, target)
+    return rows

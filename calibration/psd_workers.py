@@ -39,16 +39,11 @@ class DrafterSetup:
 
 
 def load_packaged_drafters(target: str, specs: tuple[str, ...]) -> tuple[dict, list[int]]:
-    """Load a packaged target and build its drafters from spec strings (int8, layers:N, ngram, ...)."""
-    from calibration.drafters import parse_drafter
-    from calibration.hf_backend import eos_ids, load_model
+    """The drafter process's loader: the target's drafters from spec strings (calibration.models) and its EOS ids."""
+    from calibration.models import load_target
 
-    lm = load_model(target)
-    drafters = {}
-    for s in specs:
-        d = parse_drafter(s, lm)
-        drafters[d.name] = d
-    return drafters, eos_ids(lm)
+    loaded = load_target(target, specs)
+    return loaded.drafters, loaded.eos
 
 
 def _resolve(path: str) -> Callable:

@@ -16,6 +16,7 @@ import numpy as np
 
 from oracle.bounds import pipeline_gain, pipeline_saving
 from simulator.draft_cost import DraftCost
+from simulator.steady_state import saturated_window
 from simulator.scenario import SimInputs, inputs_from_traces, make_scenario, simulate
 from simulator.server_config import PSDConfig, RunSpec, ServerConfig, constant_profile
 from traces.acceptance import emitted_tokens
@@ -52,19 +53,13 @@ def _inputs(trace: RequestTrace, output_len: np.ndarray, arrival: np.ndarray | N
 
 
 def steady_state(requests, steps, trim: int) -> tuple[float, float]:
-    """Throughput (output tokens/s) and mean E2E inside the steady window: the first and last `trim`
-    finishes are warm-up and drain (standard deletion), so both systems are measured while saturated."""
-    fin = np.sort(requests["finish_time"].to_numpy())
-    if len(fin) <= 2 * trim + 1:
-        raise ValueError(f"need more than {2 * trim + 1} requests to trim {trim} at each end, got {len(fin)}")
-    t_a, t_b = fin[trim], fin[len(fin) - 1 - trim]
-    tgt = steps[steps["device"] == "target"]
-    inside = (tgt["end"] > t_a) & (tgt["end"] <= t_b)
-    throughput = float(tgt.loc[inside, "emitted_tokens"].sum()) / (t_b - t_a)
-    sel = (requests["arrival_time"] >= t_a) & (requests["finish_time"] <= t_b)
-    if not sel.any():
-        raise ValueError("no request both arrived and finished inside the steady window; use more requests")
-    return throughput, float(requests.loc[sel, "e2e"].mean())
+    """Throughput and mean E2E in the steady window (simulator.steady_state.saturated_window) dropping `trim` finishes
+    at each end; an error when too few requests leave a window."""
+    window = saturated_window(requests, steps, trim)
+    if window is None:
+        raise ValueError(f"need more than {2 * trim + 1} finished requests, some arriving and finishing inside "
+                         f"the steady window, to trim {trim} at each end; use more requests")
+    return window
 
 
 def _run(mode: str, t: float, v: float, m: int, inputs: SimInputs, k: int,

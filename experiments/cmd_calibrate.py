@@ -89,50 +89,14 @@ def _register_latency(sub) -> None:
 
 
 def _run_latency(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from calibration.drafters import LookupDrafter, int8_kernel_copy, parse_drafter
-    from calibration.hf_backend import load_model
-    from calibration.latency_sweep import SweepConfig, fit_profiles, provenance, sweep_model, sweep_ngram
-    from simulator.latency import save_profile
+    from calibration.latency_sweep import SweepConfig, calibrate_latency
+    from calibration.models import split_specs
 
     cfg = SweepConfig(batch_sizes=_ints(args.batch_sizes), query_tokens=_ints(args.query_tokens),
                       context_lens=_ints(args.context_lens), warmup=args.warmup, repeats=args.repeats,
                       threads=args.threads)
-    import torch
-
-    torch.set_num_threads(args.threads)
-    lm = load_model(args.target, dtype=args.dtype, device=args.device)
-    name = args.name or f"{lm.name}-{args.device.split(':')[0]}"
-    out = Path(args.out_dir)
-    jobs = [(name, lm.model, cfg.query_tokens, "target verify step")]
-    ngrams = []
-    for spec in [s.strip() for s in args.drafters.split(",") if s.strip()]:
-        d = parse_drafter(spec, lm)
-        if isinstance(d, LookupDrafter):
-            ngrams.append(d)
-        elif d.kind == "int8" and args.device == "cpu":
-            jobs.append((f"{name}-{d.name}", int8_kernel_copy(lm.model), [1],
-                         f"drafter {d.name} step (one token per sequence), timed with torch dynamic int8 kernels "
-                         "(fbgemm); the traces use per-token W8A8 numerics of the same weights"))
-        else:
-            jobs.append((f"{name}-{d.name}", d.model, [1], f"drafter {d.name} step (one token per sequence)"))
-    rows = []
-    for prof_name, model, queries, what in jobs:
-        ms = sweep_model(model, cfg, query_tokens=queries, progress=not args.no_progress, desc=prof_name)
-        prov = provenance("hf", args.device, args.dtype, notes=f"{what}; threads={args.threads}; "
-                          f"warmup={cfg.warmup}; repeats={cfg.repeats}; draftsim calibrate latency")
-        fitted = fit_profiles(prof_name, lm.name, ms, prov)
-        save_profile(fitted.linear, out / f"{prof_name}.yaml")
-        save_profile(fitted.table, out / f"{prof_name}-table.yaml")
-        rows.append((prof_name, fitted))
-    for d in ngrams:
-        prof_name = f"{name}-{d.name}"
-        ms = sweep_ngram(d.ngram, cfg)
-        prov = provenance("python", "cpu", "int64", notes=f"n-gram proposer {d.params}; one lookup per sequence")
-        fitted = fit_profiles(prof_name, lm.name, ms, prov)
-        save_profile(fitted.linear, out / f"{prof_name}.yaml")
-        rows.append((prof_name, fitted))
+    rows = calibrate_latency(args.target, split_specs(args.drafters), cfg, args.out_dir, args.name, dtype=args.dtype,
+                             device=args.device, progress=not args.no_progress)
     print(f"{'profile':40s} {'points':>6s} {'MAPE%':>7s}  coefficients (s)  [MAPE% without term]")
     for prof_name, f in rows:
         coef = " ".join(f"{k}={v:.3g}" for k, v in f.linear.coefficients.items())
@@ -174,42 +138,22 @@ def _run_check(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag}: expected an integer in [{lo}, {hi}], got {v}")
     if args.requests > 0:
         require_calibration_extra("calibrate check")
-    else:  # trace consistency only: no model is loaded
-        from traces.bundle import load_bundle
-        from calibration.checks import check_trace_consistency, CalibrationCheckError
-
-        bundle = load_bundle(args.bundle)
-        try:
-            check_trace_consistency(bundle)
-        except CalibrationCheckError as e:
-            return _fail(str(e))
-        print(f"{args.bundle}: trace consistency OK ({len(bundle.requests)} requests)")
-        return 0
-    import torch
-
-    from calibration.checks import CalibrationCheckError, check_trace_consistency, real_sd_check
-    from calibration.drafters import parse_drafter
-    from calibration.hf_backend import load_model
+    from calibration.checks import CalibrationCheckError, check_bundle
     from traces.bundle import load_bundle
 
-    torch.set_num_threads(args.threads)
     bundle = load_bundle(args.bundle)
     try:
-        check_trace_consistency(bundle)
-        print(f"{args.bundle}: trace consistency OK ({len(bundle.requests)} requests)")
-        if args.requests > 0:
-            lm = load_model(bundle.meta.target, device=args.device)
-            drafter = parse_drafter(args.drafter, lm)
-            gen = bundle.meta.source.get("generation", {})
-            res = real_sd_check(bundle, lm, drafter, args.k, num_requests=args.requests,
-                                min_new_tokens=int(gen.get("min_new_tokens", 0)), strict=not args.count_mismatches)
-            bad = res["count_mismatches"]
-            print(f"real SD emitted exactly the target's greedy tokens; {res['steps']} steps, "
-                  f"{len(bad)} with a different accepted count than the trace: {res}")
-            if bad:
-                return 1
+        res = check_bundle(bundle, args.drafter, args.k, num_requests=args.requests, threads=args.threads,
+                           device=args.device, strict=not args.count_mismatches)
     except CalibrationCheckError as e:
         return _fail(str(e))
+    print(f"{args.bundle}: trace consistency OK ({len(bundle.requests)} requests)")
+    if res is not None:
+        bad = res["count_mismatches"]
+        print(f"real SD emitted exactly the target's greedy tokens; {res['steps']} steps, "
+              f"{len(bad)} with a different accepted count than the trace: {res}")
+        if bad:
+            return 1
     return 0
 
 
@@ -253,29 +197,16 @@ def parse_cost_ratios(text: str) -> dict[str, float]:
 
 
 def _run_pool_report(args: argparse.Namespace) -> int:
-    from calibration.pool_report import markdown_table, pool_rows
+    from calibration.pool_report import markdown_table, pool_report_rows
+
     from traces.bundle import load_bundle
 
     cost = parse_cost_ratios(args.cost)
-    from pathlib import Path
-
-    from simulator.latency import load_profile, resolve_profile
-
-    target = resolve_profile(args.target_profile) if args.target_profile else None
-    rows = []
-    bundles = [load_bundle(path) for path in args.bundles]
-    known = {d for b in bundles for d in b.meta.drafters}
+    known = {d for path in args.bundles for d in load_bundle(path).meta.drafters}
     unknown = sorted(set(cost) - known)
     if unknown:
         raise ValueError(f"--cost: no drafter {unknown} in the bundles (their drafters: {sorted(known)})")
-    for bundle in bundles:
-        profiles = {}
-        if target is not None:
-            for spec in bundle.meta.drafters.values():
-                f = Path(args.profile_dir) / f"{spec.cost_model}.yaml" if args.profile_dir else None
-                profiles[spec.cost_model] = load_profile(f) if f and f.is_file() else resolve_profile(spec.cost_model)
-        rows += pool_rows(bundle, cost, profiles, target)
-    print(markdown_table(rows))
+    print(markdown_table(pool_report_rows(args.bundles, cost, args.target_profile, args.profile_dir)))
     return 0
 
 
@@ -301,10 +232,11 @@ def _register_vllm(sub) -> None:
 
 
 def _run_vllm(args: argparse.Namespace) -> int:
+    from calibration.models import vllm_target, with_drafter_folder
     from calibration.vllm_steps.calibrate import VllmCalibration, analyse, parse_mode, run
 
-    model, name, prompts, lm = _vllm_target(args)
-    modes = [_with_drafter_folder(parse_mode(m), lm) for m in args.modes.split(",") if m.strip()]
+    model, name, prompts, lm = vllm_target(args.target, args.workload, sum(_ints(args.batch_sizes)), args.seed)
+    modes = [with_drafter_folder(parse_mode(m), lm) for m in args.modes.split(",") if m.strip()]
     cal = VllmCalibration(model=model, model_name=name, prompts=prompts, modes=modes,
                           batch_sizes=_ints(args.batch_sizes), max_tokens=args.max_tokens, dtype=args.dtype,
                           dataset=args.workload, seed=args.seed)
@@ -314,31 +246,6 @@ def _run_vllm(args: argparse.Namespace) -> int:
     print(doc["table"])
     print(f"wrote {args.out}/calibration.json, {args.out}/profiles/ and a bundle per speculative mode")
     return 0
-
-
-def _with_drafter_folder(mode, lm):
-    """draft_model:K:layers:N -> the truncated copy's folder (built once)."""
-    import dataclasses
-
-    from calibration.vllm_steps.drafter_folder import truncated_folder
-
-    if mode.method == "draft_model" and mode.draft_model.startswith("layers"):
-        n = int(mode.draft_model[len("layers"):].lstrip(":"))
-        return dataclasses.replace(mode, label=f"layers{n}-k{mode.k}", draft_model=str(truncated_folder(lm, n)))
-    return mode
-
-
-def _vllm_target(args: argparse.Namespace):
-    """(folder vLLM loads, model name, prompt token ids of the workload, the loaded model)."""
-    from calibration.hf_backend import converted_folder, encode_prompt, load_model
-    from calibration.packaged_models import PACKAGED_MODELS
-    from calibration.prompts import workload_prompts
-
-    lm = load_model(args.target)
-    folder = str(converted_folder(args.target)) if args.target in PACKAGED_MODELS else args.target
-    need = sum(_ints(args.batch_sizes))
-    texts = workload_prompts(args.workload, seed=args.seed)[:need]
-    return folder, lm.name, [encode_prompt(lm, p.text) for p in texts], lm
 
 
 # ---------------------------------------------------------------- live
@@ -370,13 +277,15 @@ def _register_live(sub) -> None:
 def _run_live(args: argparse.Namespace) -> int:
     import json
 
-    from calibration.live import LiveConfig, parse_policy_text, run_live
+    from calibration.live import LiveConfig, run_live
+    from calibration.live_records import parse_policy_text
+    from calibration.models import split_specs
     from calibration.live_report import format_table, write_report
 
     cfg = LiveConfig(workload=args.workload, num_requests=args.requests,
                      modes=[m.strip() for m in args.modes.split(",") if m.strip()],
                      policies=[parse_policy_text(t) for t in args.policy],
-                     drafters=[s.strip() for s in args.drafters.split(",") if s.strip()] if args.policy else [],
+                     drafters=split_specs(args.drafters) if args.policy else [],
                      max_new_tokens=args.max_new_tokens, target=args.target, profile=args.profile,
                      threads=args.threads, seed=args.seed, int8_kernels=args.int8_kernels)
     report = run_live(cfg, progress=not args.json)
@@ -421,14 +330,15 @@ def _register_live_batched(sub) -> None:
 def _run_live_batched(args: argparse.Namespace) -> int:
     import shlex
 
-    from calibration.live import parse_policy_text
-    from calibration.live_psd import BatchedLiveConfig, run_batched_live
+    from calibration.live_records import parse_policy_text
+    from calibration.live_runner import BatchedLiveConfig, run_batched_live
+    from calibration.models import split_specs
     from experiments.live_batched_report import finish_report, markdown, write_batched_report
 
     cfg = BatchedLiveConfig(workload=args.workload, num_requests=args.requests, max_new_tokens=args.max_new_tokens,
                             modes=[m.strip() for m in args.modes.split(",") if m.strip()],
                             policies=[parse_policy_text(t) for t in args.policy],
-                            drafters=[s.strip() for s in args.drafters.split(",") if s.strip()] if args.policy else [],
+                            drafters=split_specs(args.drafters) if args.policy else [],
                             target=args.target, max_num_seqs=args.max_num_seqs, clients=args.clients,
                             arrival_rate=args.arrival_rate, target_core=args.target_core,
                             draft_core=args.draft_core, seed=args.seed)

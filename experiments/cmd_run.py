@@ -6,11 +6,7 @@ import json
 from pathlib import Path
 
 
-# configs with a `kind:` are sweeps with their own runner and report (a table of many simulations)
-STUDY_KINDS = {"psd_vs_sd", "psd_bounds"}
-
-
-def results_dir(args: argparse.Namespace, name: str, where: str, study: bool = False) -> Path | None:
+def results_dir(args: argparse.Namespace, name: str, where: str) -> Path | None:
     """Where the results folder goes (None with --no-out), checked before anything is simulated."""
     from experiments.config import check_plain_name
     from experiments.report import RESULT_ENTRIES, check_results_target
@@ -25,39 +21,8 @@ def results_dir(args: argparse.Namespace, name: str, where: str, study: bool = F
         raise ValueError("--out: expected a folder path, got an empty string")
     else:
         out = Path(args.out)
-    check_results_target(out, entries=None if study else RESULT_ENTRIES)
+    check_results_target(out, entries=RESULT_ENTRIES)
     return out
-
-
-def _moved(value, tmp: Path, out: Path):
-    """A path (or list of paths) reported inside the staging folder `tmp`, as it is after the move to `out`."""
-    if isinstance(value, list):
-        return [_moved(v, tmp, out) for v in value]
-    return str(value).replace(str(tmp), str(out)) if isinstance(value, str) else value
-
-
-def _run_study(args: argparse.Namespace, doc: dict, where: str, console) -> int:
-    from experiments.psd_report import run_report
-    from experiments.report import staged_results_folder
-
-    if args.overrides or args.seed is not None:
-        raise ValueError(f"{where}: --set and --seed apply to experiment configs, not to a '{doc['kind']}' sweep; "
-                         "edit a copy of the YAML instead")
-    if args.no_plots:
-        raise ValueError(f"{where}: --no-plots applies to experiment configs; a '{doc['kind']}' sweep's report "
-                         "is its plots and table")
-    out = results_dir(args, str(doc.get("name", doc["kind"])), where, study=True)
-    if out is None:
-        raise ValueError(f"{where}: a '{doc['kind']}' sweep always writes its results folder; drop --no-out")
-    with staged_results_folder(out, entries=None) as tmp:
-        info = run_report(where, tmp, progress=not args.no_progress and not args.json)
-    info = {k: _moved(v, tmp, out) for k, v in info.items()}
-    if args.json:
-        print(json.dumps(info, indent=2))
-        return 0
-    console.print((out / "report.md").read_text(encoding="utf-8"))
-    console.print(f"results: {out}  (table.csv, report.md, plots)")
-    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -85,14 +50,12 @@ def main(args: argparse.Namespace) -> int:
 
     console = Console(stderr=args.json)
     doc, where = read_config_doc(args.config)
-    if doc.get("kind") in STUDY_KINDS:
-        return _run_study(args, doc, where, console)
     if doc.get("kind") == "plan":
         raise ValueError(f"{where}: a capacity plan; run it with `draftsim plan {args.config}`")
     cfg = load_config(args.config, args.overrides, args.seed)
     if cfg.sweep is not None:  # an experiment with a sweep: block is run point by point
         raise ValueError(f"{where}: has a sweep: block; run it with `draftsim sweep {args.config}` "
-                         "(serial, process pool or Ray; resumable)")
+                         "(serial, process pool or Ray; resumable; the PSD studies then `draftsim psd-report`)")
     out = results_dir(args, cfg.name, where)
     res = run_experiment(cfg, out=out, progress=not args.no_progress and not args.json, console=console,
                          plots=not args.no_plots)

@@ -42,15 +42,15 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     if not args.analyse_only:
-        from calibration.hf_backend import converted_folder, load_model
+        from calibration.hf_backend import converted_folder
+        from calibration.models import load_target, with_drafter_folder
         from calibration.packaged_models import PACKAGED_MODELS
-        from experiments.cmd_calibrate import _with_drafter_folder
 
-        lm = load_model(cfg.target)
+        lm = load_target(cfg.target).lm
         folder = str(converted_folder(cfg.target)) if cfg.target in PACKAGED_MODELS else cfg.target
         prompts, categories = _prompts(cfg, lm)
         for mode in cfg.parsed_modes():
-            mode = _with_drafter_folder(mode, lm)
+            mode = with_drafter_folder(mode, lm)
             print(f"vLLM {mode.label}: calibration groups {cfg.calibration.batch_sizes}, then "
                   f"{len(cfg.load.fractions)} Poisson levels x {cfg.load.requests} requests", flush=True)
             run_mode(cfg, mode, folder, prompts, out, categories=categories)

@@ -80,7 +80,8 @@ class ExperimentConfig(StrictModel):
     seed: int = Field(0, ge=0, le=MAX_SEED)
     traces: str | dict[str, dict[str, Any]] = Field(
         "builtin:default",
-        description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool) or "
+        description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool), {synthetic: SynthSpec} "
+                    "(acceptance models and length distributions, traces/synthetic/spec.py) or "
                     "{specbench: {file, on_mismatch, prompt_lookup}} (import a SpecDecode-Bench trace)")
     workload: dict[str, Any] = Field(description="traces.workload.WorkloadSpec fields")
     server: ServerConfig
@@ -120,6 +121,10 @@ class ExperimentConfig(StrictModel):
             from traces.pool import PoolSpec
 
             PoolSpec.from_config(v["pool"])
+        if isinstance(v, dict) and set(v) == {"synthetic"}:
+            from traces.synthetic.spec import parse_synth_spec
+
+            parse_synth_spec(v["synthetic"], "traces.synthetic")
         if isinstance(v, str):
             if v.startswith("builtin:"):
                 from traces.builtin_bundles import builtin_bundle_path
@@ -157,10 +162,10 @@ class ExperimentConfig(StrictModel):
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":
-        if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {"pool", "specbench",
-                                                                                           "acceptance"}):
-            raise ValueError(f"traces: a generated source is one of {{pool: ...}}, {{specbench: ...}} or "
-                             f"{{acceptance: {{base, drafters}}}}, got keys {sorted(self.traces)}")
+        if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {
+                "pool", "synthetic", "specbench", "acceptance"}):
+            raise ValueError(f"traces: a generated source is one of {{pool: ...}}, {{synthetic: ...}}, "
+                             f"{{specbench: ...}} or {{acceptance: {{base, drafters}}}}, got keys {sorted(self.traces)}")
         names = [r.name for r in self.runs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

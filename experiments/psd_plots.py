@@ -1,4 +1,4 @@
-"""Plots for the PSD bounds: pipeline saving vs t/V (analytic and simulated) and the frontier ratio vs alpha*V."""
+"""Plots of the PSD studies: saving vs t/V, the frontier ratio vs alpha*V, PSD vs SD per m and per drafter size."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +15,7 @@ from experiments.plots import save_figure  # noqa: E402
 
 
 def save_psd_figure(fig, path: str | Path) -> Path:
-    """The PSD figures' settings for `experiments.plots.save_figure` (psd_report calls this too)."""
+    """The PSD figures' settings for `experiments.plots.save_figure`."""
     return save_figure(fig, path, dpi=120, tight=True)
 
 
@@ -63,4 +63,64 @@ def plot_frontier(path: str | Path, ks: tuple[int, ...] = (1, 3, 5), lo: float =
     ax.set_ylim(0.95, 2.1)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
+    return save_psd_figure(fig, path)
+
+
+def plot_per_m(df, metric: str, label: str, path: str | Path) -> Path:
+    """One panel per m: `metric` vs k for SD (dashed) and PSD (solid) per drafter, AR as a grey line."""
+    ms = sorted(df["sub_batch_m"].unique())
+    drafters = [d for d in dict.fromkeys(df["drafter"]) if d != "-"]
+    colors = dict(zip(drafters, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    fig, axes = plt.subplots(1, len(ms), figsize=(3.4 * len(ms), 3.4), sharey=False, squeeze=False)
+    for ax, m in zip(axes[0], ms):
+        sub = df[(df["sub_batch_m"] == m) & df["fits"]]
+        for d in drafters:
+            for mode, ls in (("sd", "--"), ("psd", "-")):
+                s = sub[(sub["drafter"] == d) & (sub["mode"] == mode)].sort_values("k")
+                if len(s):
+                    ax.plot(s["k"], s[metric], ls=ls, marker="o", ms=3, color=colors[d], label=f"{mode.upper()} {d}")
+        ar = sub[sub["mode"] == "ar"]
+        if len(ar):
+            ax.axhline(float(ar[metric].iloc[0]), color="grey", lw=0.8, ls=":", label="AR")
+        gpus = {mode: sub.loc[sub["mode"] == mode, "gpus"].max() for mode in ("sd", "psd")}
+        ax.set_title(f"m = {m} (SD {m} on {gpus['sd']:g} GPUs, PSD {2 * m} on {gpus['psd']:g})", fontsize=8)
+        ax.set_xlabel("k (draft tokens per step)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(label)
+    if axes[0][-1].get_legend_handles_labels()[0]:
+        axes[0][-1].legend(fontsize=6, loc="best")
+    return save_psd_figure(fig, path)
+
+
+def plot_drafter_tradeoff(best, path: str | Path) -> Path:
+    """Best-k PSD/SD throughput and PSD's draft/verify time ratio vs drafter parameters (catalog sizes), per m."""
+    from traces.catalog import get_model
+
+    drafters = [d for d in dict.fromkeys(best["drafter"]) if d != "-"]
+    sizes = {d: get_model(d).params / 1e9 for d in drafters}
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for m in sorted(best["sub_batch_m"].unique()):
+        psd = best[(best["mode"] == "psd") & (best["sub_batch_m"] == m)]
+        sdb = best[(best["mode"] == "sd") & (best["sub_batch_m"] == m)].set_index("drafter")
+        xs = np.array([sizes[d] for d in psd["drafter"]], dtype=float)
+        gains = np.array([r / sdb["throughput_tok_s"].get(d, np.nan)
+                          for r, d in zip(psd["throughput_tok_s"], psd["drafter"])], dtype=float)
+        ok = np.isfinite(gains)
+        if ok.any():
+            ax1.plot(xs[ok], gains[ok], marker="o", label=f"m = {m}")
+        ax2.plot(xs, psd["t_over_v"], marker="o", label=f"m = {m}")
+    ax1.axhline(1.0, color="grey", lw=0.8)
+    ax1.set_xlabel("drafter parameters (B)")
+    ax1.set_ylabel("PSD / SD throughput (each at its best k)")
+    ax2.axhline(1.0, color="tab:red", ls="--", lw=1, label="t = V (full overlap)")
+    ax2.set_xlabel("drafter parameters (B)")
+    ax2.set_ylabel("PSD draft time / verify time per step")
+    ticks = sorted(sizes.values())
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(ticks, [f"{x:g}" for x in ticks])
+        ax.grid(alpha=0.3, which="both")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     return save_psd_figure(fig, path)

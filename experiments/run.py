@@ -44,7 +44,7 @@ class Results:
 
 def resolve_bundle(ref: "str | dict[str, dict[str, Any]]", seed: int = 0) -> TraceBundle:
     """The bundle a config names: `builtin:default`, `builtin:NAME` (shipped), a bundle folder, or a
-    generated source: `{pool: PoolSpec fields}` or `{specbench: {file, on_mismatch, dataset, prompt_lookup}}`."""
+    generated source: `{pool: PoolSpec fields}`, `{synthetic: SynthSpec fields}` or `{specbench: {file, on_mismatch, dataset, prompt_lookup}}`."""
     if isinstance(ref, dict):
         (kind, params), = ref.items()
         return _generated_bundle(kind, dict(params or {}), seed)
@@ -61,6 +61,10 @@ def resolve_bundle(ref: "str | dict[str, dict[str, Any]]", seed: int = 0) -> Tra
 
 
 def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBundle:
+    if kind == "synthetic":  # a synthetic-bundle spec inline (traces/synthetic/spec.py), drawn from the run's seed
+        from traces.synthetic.spec import make_synthetic_bundle, parse_synth_spec
+
+        return make_synthetic_bundle(parse_synth_spec(params, "traces.synthetic"), seed=seed)
     if kind == "pool":
         from traces.pool import PoolSpec, make_pool_bundle
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.latency import LatencyProfile, resolve_profile
+from simulator.latency import LatencyProfile
+from simulator.roofline import profile_from_ref
 
 DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "constant", "engine_step")
 
@@ -82,15 +83,6 @@ def draft_cost_from_config(doc: dict[str, Any], where: str = "drafter cost") -> 
     kind = doc.get("kind")
     if kind not in DRAFT_COST_KINDS:
         raise ValueError(f"{where}.kind: expected one of {DRAFT_COST_KINDS}, got {kind!r}")
-    prof = doc.get("profile")
-    if isinstance(prof, dict):  # inline: a roofline of the draft model on its own device ({kind: roofline, ...})
-        if prof.get("kind") != "roofline":
-            raise ValueError(f"{where}.profile: an inline profile must be {{kind: roofline, model, gpu, tp}}, "
-                             f"got kind {prof.get('kind')!r}")
-        from simulator.roofline import roofline_from_config
-
-        profile = roofline_from_config(prof, where=f"{where}.profile")
-    else:
-        profile = resolve_profile(prof) if prof else None
+    profile = profile_from_ref(doc["profile"], f"{where}.profile") if doc.get("profile") else None
     return DraftCost(kind=kind, profile=profile, fraction=float(doc.get("fraction", 0.0)),
                      seconds=float(doc.get("seconds", 0.0)))

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS
+from simulator.steady_state import SATURATED_TRIM_FRACTION, saturated_window
 
 SIGNIFICANT_DIGITS = 7
 PERCENTILES = (50, 90, 99)
@@ -228,6 +229,18 @@ def summarize(
     extras = extras or {}
     s.update(_device_busy(steps_df, t0, t1, num_draft_gpus, int(extras.get("replicas", 1))))
     s.update(_target_phase_shares(steps_df))
+
+    # Mean seconds of one drafting phase (any device) and of one target verify/decode forward: the t and V of
+    # the PSD pipeline bounds (oracle/bounds.py), None when the run has no such slice.
+    draft_s = mean_slice_seconds(steps_df, ["draft"])
+    verify_s = mean_slice_seconds(steps_df, ["verify", "mixed"], device="target")
+    s["draft_phase_mean_s"] = round_sig(draft_s) if math.isfinite(draft_s) else None
+    s["verify_step_mean_s"] = round_sig(verify_s) if math.isfinite(verify_s) else None
+
+    # saturated closed loops (the PSD bound studies): warm-up and drain finishes deleted (steady_state.py)
+    saturated = saturated_window(req, steps_df, int(SATURATED_TRIM_FRACTION * n_done))
+    s["saturated_throughput_tok_s"] = None if saturated is None else round_sig(saturated[0])
+    s["saturated_e2e_mean_s"] = None if saturated is None else round_sig(saturated[1])
 
     tgt = steps_df[steps_df["device"] == "target"]
     after_step_peak = int(tgt["kv_blocks_used"].max()) if len(tgt) else 0

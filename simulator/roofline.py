@@ -138,3 +138,18 @@ def roofline_from_config(doc: dict[str, Any], where: str = "roofline profile") -
         return RooflineProfile(model=model, gpu=gpu, **kwargs)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from e
+
+
+def profile_from_ref(ref: "str | dict[str, Any]", where: str = "profile"):
+    """A latency profile from a config reference: a built-in name or file, or an inline mapping (linear, table
+    or roofline); the one reader of `server.target_profile` and a drafter's `profile`."""
+    from simulator.latency import profile_from_dict, resolve_profile
+
+    if not isinstance(ref, dict):
+        return resolve_profile(ref)
+    doc = dict(ref)
+    doc.setdefault("name", "inline")
+    if doc.get("kind") == "roofline":
+        return roofline_from_config(doc, where)
+    doc.setdefault("provenance", {"source": "config"})
+    return profile_from_dict(doc, where)

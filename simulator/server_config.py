@@ -122,16 +122,9 @@ class ServerConfig(_Strict):
         """Resolve the target's latency profile (a profile object is used as it is)."""
         if not isinstance(self.target_profile, (str, dict)):
             return self.target_profile
-        if isinstance(self.target_profile, dict):
-            doc = dict(self.target_profile)
-            doc.setdefault("name", "inline")
-            if doc.get("kind") == "roofline":
-                from simulator.roofline import roofline_from_config  # catalog-based, optional module
+        from simulator.roofline import profile_from_ref  # catalog-based, optional module
 
-                return roofline_from_config(doc)
-            doc.setdefault("provenance", {"source": "config"})
-            return profile_from_dict(doc, "server.target_profile")
-        return resolve_profile(self.target_profile)
+        return profile_from_ref(self.target_profile, "server.target_profile")
 
 
 class RunSpec(_Strict):

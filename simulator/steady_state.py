@@ -126,3 +126,25 @@ def mean_interval(samples: np.ndarray, confidence: float = 0.95) -> tuple[float,
         return m, -math.inf, math.inf
     half = float(stats.t.ppf(0.5 + confidence / 2, s.size - 1) * s.std(ddof=1) / math.sqrt(s.size))
     return m, m - half, m + half
+
+
+SATURATED_TRIM_FRACTION = 0.1  # the saturated window drops this share of the finishes at each end
+
+
+def saturated_window(requests_df, steps_df, trim: int) -> tuple[float, float] | None:
+    """The second rule, for saturated closed loops (the PSD bound studies, where every arrival follows a finish):
+    output tokens/s and mean E2E inside the window between the `trim`-th finish and the `trim`-th
+    from last (standard deletion of warm-up and drain): tokens the target emitted in the window over its length,
+    and the mean E2E of the requests that both arrived and finished in it. None when the window is empty (or the
+    steps table has no `emitted_tokens`, as hand-made tables in tests)."""
+    fin = np.sort(requests_df["finish_time"].to_numpy(dtype=float))
+    fin = fin[np.isfinite(fin)]
+    if trim < 1 or len(fin) <= 2 * trim + 1 or "emitted_tokens" not in steps_df.columns:
+        return None
+    t_a, t_b = fin[trim], fin[len(fin) - 1 - trim]
+    tgt = steps_df[steps_df["device"] == "target"]
+    inside = (tgt["end"] > t_a) & (tgt["end"] <= t_b)
+    sel = (requests_df["arrival_time"] >= t_a) & (requests_df["finish_time"] <= t_b)
+    if t_b <= t_a or not sel.any():
+        return None
+    return float(tgt.loc[inside, "emitted_tokens"].sum()) / (t_b - t_a), float(requests_df.loc[sel, "e2e"].mean())

@@ -3,6 +3,9 @@
     sweep:
       seed: 7                                   # default: the experiment's seed
       grid: {workload.arrival.rate: [8, 16, 32], server.max_num_seqs: [32, 64]}
+      zip: {drafters.d.fraction: [0.5, 1.0], server.target_profile.coefficients.const: [0.02, 0.01]}
+                                                # optional; keys that move together (the i-th value of each
+                                                # key makes the i-th zip point), crossed with the grid
       random:                                   # optional; crossed with the grid
         samples: 4
         params: {runs.1.policy.k: {int: [1, 6]}, workload.arrival.rate: {loguniform: [4, 64]}}
@@ -58,22 +61,31 @@ class SweepSpec(_Strict):
 
     seed: int | None = Field(None, ge=0, le=2**63 - 1, description="seed of the random draws and of every point (default: the config's)")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key -> values; the cross product")
+    zip: dict[str, list[Any]] = Field(default_factory=dict, description=(
+        "dotted key -> values, all lists of one length: the i-th values of every key make one point (keys that "
+        "must move together, e.g. a draft time and a verify time); crossed with the grid"))
     random: RandomSweep | None = None
 
     @model_validator(mode="after")
     def _something(self) -> "SweepSpec":
-        if not self.grid and self.random is None:
-            raise ValueError("sweep: give grid: {KEY: [values]} and/or random: {samples, params}")
-        for key, values in self.grid.items():
-            if not isinstance(values, list) or not values:
-                raise ValueError(f"sweep.grid.{key}: expected a non-empty list of values, got {values!r}")
-        if self.random is not None:
-            both = sorted(set(self.grid) & set(self.random.params))
+        if not self.grid and not self.zip and self.random is None:
+            raise ValueError("sweep: give grid: {KEY: [values]}, zip: {KEY: [values]} and/or random: {samples, params}")
+        for block, keys in (("grid", self.grid), ("zip", self.zip)):
+            for key, values in keys.items():
+                if not isinstance(values, list) or not values:
+                    raise ValueError(f"sweep.{block}.{key}: expected a non-empty list of values, got {values!r}")
+        lengths = {key: len(values) for key, values in self.zip.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"sweep.zip: every key needs the same number of values, got {lengths}")
+        blocks = {"grid": set(self.grid), "zip": set(self.zip),
+                  "random": set(self.random.params) if self.random is not None else set()}
+        for a, b in (("grid", "zip"), ("grid", "random"), ("zip", "random")):
+            both = sorted(blocks[a] & blocks[b])
             if both:
-                raise ValueError(f"sweep: key(s) {both} appear in both grid and random")
+                raise ValueError(f"sweep: key(s) {both} appear in both {a} and {b}")
         if self.num_points() > MAX_SWEEP_POINTS:
-            raise ValueError(f"sweep: {self.num_points():,} points (grid sizes x random samples); a sweep runs at "
-                             f"most {MAX_SWEEP_POINTS:,}")
+            raise ValueError(f"sweep: {self.num_points():,} points (grid sizes x zip length x random samples); a "
+                             f"sweep runs at most {MAX_SWEEP_POINTS:,}")
         return self
 
     def num_points(self) -> int:
@@ -81,6 +93,8 @@ class SweepSpec(_Strict):
         n = 1
         for values in self.grid.values():
             n *= len(values)
+        if self.zip:
+            n *= len(next(iter(self.zip.values())))
         return n * (self.random.samples if self.random is not None else 1)
 
 
@@ -98,6 +112,9 @@ def expand(spec: SweepSpec, seed: int) -> list[dict[str, Any]]:
     """Every point of the sweep as {dotted key: value}, in a fixed order."""
     keys = list(spec.grid)
     grid = [dict(zip(keys, combo)) for combo in itertools.product(*(spec.grid[k] for k in keys))] or [{}]
+    if spec.zip:
+        zipped = [dict(zip(spec.zip, values)) for values in zip(*spec.zip.values())]
+        grid = [{**g, **z} for g in grid for z in zipped]
     if spec.random is None:
         return grid
     rng = np.random.default_rng(spec.seed if spec.seed is not None else seed)

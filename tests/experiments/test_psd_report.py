@@ -1,100 +1,124 @@
-"""PSD experiment configs: validation, a tiny PSD-vs-SD sweep and a tiny bounds sweep end to end."""
+"""The PSD studies as ordinary experiments: the shipped configs' derived numbers, a tiny PSD-vs-SD sweep and a
+tiny bounds sweep run by `draftsim sweep` and reported by `draftsim psd-report`, checked against sweep.json."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
-from experiments.psd_inputs import iid_acc_len
-from experiments.psd_report import load_config, run_report
+from experiments.cli import main
+from experiments.config import load_config
+from experiments.sweep.experiment import sweep_points
+from traces.acceptance import emitted_tokens
 
-CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
-
-
-def test_shipped_configs_validate():
-    vs = load_config(CONFIGS / "psd_vs_sd.yaml")
-    assert vs.target.model == "qwen3-32b" and vs.target.tp == 4
-    assert list(vs.drafters) == ["qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b"]
-    assert vs.k == [1, 2, 3, 4, 5] and vs.sub_batch == [8, 16, 32, 64]
-    b = load_config(CONFIGS / "psd_bounds.yaml")
-    assert min(b.t_over_v) == 0.05 and max(b.t_over_v) == 5.0
-    assert b.loads == ["saturated", 0.5, 0.8, 0.95]
-
-
-def _write(tmp_path, doc):
-    p = tmp_path / "cfg.yaml"
-    p.write_text(yaml.safe_dump(doc))
-    return p
-
-
-@pytest.mark.parametrize("doc,match", [
-    ({"kind": "psd_vs_sd", "target": {"model": "qwen3-32b", "gpu": "h100-80gb"}, "drafters": {}, "extra": 1},
-     "extra: unknown key"),
-    ({"kind": "psd_vs_sd", "target": {"model": "qwen3-32b", "gpu": "h100-80gb"},
-      "drafters": {"qwen3-0.6b": {"acceptance": 1.5}}}, "drafters.qwen3-0.6b.acceptance: "),
-    ({"kind": "psd_vs_sd", "target": {"model": "qwen3-99b", "gpu": "h100-80gb"}, "drafters": {}}, "unknown model"),
-    ({"kind": "psd_bounds", "t_over_v": [1.0], "loads": ["busy"]}, "loads"),
-    ({"kind": "other"}, "key 'kind'"),
-])
-def test_bad_configs_name_file_and_key(tmp_path, doc, match):
-    path = _write(tmp_path, doc)
-    with pytest.raises(ValueError, match=match) as e:
-        load_config(path)
-    assert str(path) in str(e.value)
+TINY_VS_SD = ["traces.synthetic.num_requests=24", "workload.arrival.clients=24",
+              "traces.synthetic.categories.chat.output={dist: constant, value: 32}",
+              "traces.synthetic.categories.chat.prompt={dist: lognormal, median: 64, sigma: 0.8, min: 8, max: 256}",
+              "runs=[{name: ar, mode: ar},"
+              " {name: sd-a, mode: sd, policy: {name: fixed, drafter: qwen3-0.6b, k: 1}, server: {deployment: "
+              "{target: qwen3-32b, gpu: h100-80gb, num_gpus: 4, tp: 4, drafter: qwen3-0.6b, drafter_tp: 1}}},"
+              " {name: psd-a, mode: psd, policy: {name: fixed, drafter: qwen3-0.6b, k: 1}, server: {num_draft_gpus: 1,"
+              " deployment: {target: qwen3-32b, gpu: h100-80gb, num_gpus: 4, tp: 4, drafter: qwen3-0.6b,"
+              " drafter_placement: dedicated}}},"
+              " {name: sd-b, mode: sd, policy: {name: fixed, drafter: qwen3-8b, k: 3}, server: {deployment: "
+              "{target: qwen3-32b, gpu: h100-80gb, num_gpus: 4, tp: 4, drafter: qwen3-8b, drafter_tp: 1}}},"
+              " {name: psd-b, mode: psd, policy: {name: fixed, drafter: qwen3-8b, k: 3}, server: {num_draft_gpus: 1,"
+              " deployment: {target: qwen3-32b, gpu: h100-80gb, num_gpus: 4, tp: 4, drafter: qwen3-8b,"
+              " drafter_placement: dedicated}}}]",
+              "sweep.grid={server.max_num_seqs: [4]}"]
+TINY_BOUNDS = ["traces.synthetic.num_requests=120", "server.max_num_seqs=4",
+               "traces.synthetic.categories.bounds.output={dist: uniform, low: 64, high: 128}",
+               "sweep.grid={workload.arrival: [{kind: closed_loop, clients: 8}, {kind: poisson, rate: 5.0}]}",
+               "sweep.zip={drafters.const.fraction: [0.5, 1.0], server.target_profile.coefficients.const: [0.02, 0.02]}"]
 
 
-def test_iid_acceptance_matches_its_rate():
-    import numpy as np
-
-    a = iid_acc_len(np.random.default_rng(0), 0.7, 200_000, max_acc_len=100)
-    # P(acc_len >= 2) = rate, mean acc_len = 1 / (1 - rate)
-    assert (a >= 2).mean() == pytest.approx(0.7, abs=0.005)
-    assert a.mean() == pytest.approx(1 / 0.3, rel=0.02)
+def _sets(overrides: list[str]) -> list[str]:
+    return [a for o in overrides for a in ("--set", o)]
 
 
-def test_tiny_psd_vs_sd_end_to_end(tmp_path):
-    doc = yaml.safe_load((CONFIGS / "psd_vs_sd.yaml").read_text())
-    doc.update(k=[1, 3], sub_batch=[4], drafters={"qwen3-0.6b": {"acceptance": 0.6}, "qwen3-8b": {"acceptance": 0.78}},
-               workload={"num_requests": 24, "output_len": 32, "prompt_median": 64, "prompt_max": 256})
-    info = run_report(_write(tmp_path, doc), tmp_path / "out", progress=False)
-    df = pd.read_csv(info["table"])
-    assert len(df) == 1 + 2 * 2 * 2  # AR + (drafter x k x {sd, psd})
-    assert df["fits"].all()
-    psd = df[df["mode"] == "psd"]
+def _sweep_and_report(tmp_path, name: str, overrides: list[str]) -> tuple[dict, pd.DataFrame, str]:
+    out = tmp_path / name
+    assert main(["sweep", name, "--backend", "serial", "--no-progress", "--out", str(out), *_sets(overrides)]) == 0
+    assert main(["psd-report", name, "--results", str(out), "--json", *_sets(overrides)]) == 0
+    doc = json.loads((out / "sweep.json").read_text())
+    return doc, pd.read_csv(out / "psd_table.csv"), (out / "report.md").read_text()
+
+
+def test_psd_bounds_points_keep_the_cycle_and_the_stated_loads():
+    """Every point has t + V = 40 ms, and the Poisson rates are 50/80/95% of SD's capacity computed here from the
+    output-length distribution: m / (steps per request x (t + V))."""
+    cfg = load_config("psd_bounds")
+    points = sweep_points(cfg)
+    assert len(points) == 4 * 13
+    for p in points:
+        v = p.keys["server.target_profile.coefficients.const"]
+        assert v * (1 + p.keys["drafters.const.fraction"]) == pytest.approx(0.04, rel=5e-6)  # V given to 6 digits
+    lengths = np.arange(128, 513)
+    steps = 1 + np.mean(np.ceil((lengths - 1) / emitted_tokens(3, 3)))
+    capacity = 16 / (steps * 0.04)
+    rates = sorted(a["rate"] for a in cfg.sweep.grid["workload.arrival"] if a["kind"] == "poisson")
+    assert [r / capacity for r in rates] == pytest.approx([0.5, 0.8, 0.95], abs=1e-5)
+
+
+def test_psd_vs_sd_config_pairs_every_psd_run_with_an_sd_run():
+    cfg = load_config("psd_vs_sd")
+    pol = {r.mode: set() for r in cfg.runs}
+    for r in cfg.runs:
+        pol[r.mode].add(json.dumps(r.policy, sort_keys=True))
+    assert pol["psd"] == pol["sd"] and len(pol["psd"]) == 4 * 5
+    assert {r.server["deployment"]["drafter_placement"] for r in cfg.runs if r.mode == "psd"} == {"dedicated"}
+
+
+def test_tiny_psd_vs_sd_report_matches_the_sweep(tmp_path):
+    doc, df, report = _sweep_and_report(tmp_path, "psd_vs_sd", TINY_VS_SD)
+    (point,) = doc["points"]
+    s = point["summary"]
+    psd = df[df["mode"] == "psd"].set_index("run")
+    # the report's ratios are the ratios of the two summaries of the same point
+    for p, q in (("psd-a", "sd-a"), ("psd-b", "sd-b")):
+        assert psd.loc[p, "psd_over_sd_throughput"] == pytest.approx(s[p]["throughput_tok_s"] / s[q]["throughput_tok_s"])
+        assert psd.loc[p, "psd_e2e_saving"] == pytest.approx(1 - s[p]["e2e_mean_s"] / s[q]["e2e_mean_s"])
+        assert psd.loc[p, "speedup_vs_ar"] == pytest.approx(s[p]["throughput_tok_s"] / s["ar"]["throughput_tok_s"])
     assert (psd["gpus"] == 5).all() and (df[df["mode"] == "sd"]["gpus"] == 4).all()
     assert (psd["concurrency"] == 8).all()
-    # per-GPU figures are the totals over the GPUs used
-    assert (df["throughput_per_gpu"] * df["gpus"]).values == pytest.approx(df["throughput_tok_s"].values)
+    assert (df["throughput_tok_s_per_gpu"] * df["gpus"]).to_numpy() == pytest.approx(df["throughput_tok_s"].to_numpy(),
+                                                                                     rel=1e-5)
     # a bigger drafter takes longer to draft relative to the same verify
-    t_over_v = psd.set_index(["drafter", "k"])["t_over_v"]
-    assert t_over_v[("qwen3-8b", 3)] > t_over_v[("qwen3-0.6b", 3)]
-    for p in info["plots"]:
-        assert Path(p).read_bytes()[:4] == b"\x89PNG"
-    report = (tmp_path / "out" / "report.md").read_text()
-    assert "Best k" in report and "own best k" in report
+    assert psd.loc["psd-b", "t_over_v"] > psd.loc["psd-a", "t_over_v"]
+    assert "own best k" in report
+    for png in ("throughput.png", "throughput_per_gpu.png", "e2e.png", "drafter_tradeoff.png"):
+        assert (tmp_path / "psd_vs_sd" / png).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_does_not_fit_rows_are_reported_not_raised(tmp_path):
-    doc = yaml.safe_load((CONFIGS / "psd_vs_sd.yaml").read_text())
-    doc.update(target={"model": "qwen3-32b", "gpu": "l40s", "tp": 4}, k=[1], sub_batch=[4],
-               drafters={"qwen3-8b": {"acceptance": 0.78}},
-               workload={"num_requests": 12, "output_len": 16, "prompt_median": 32, "prompt_max": 64})
-    info = run_report(_write(tmp_path, doc), tmp_path / "out", progress=False)
-    df = pd.read_csv(info["table"])
-    sd = df[df["mode"] == "sd"].iloc[0]
-    assert not sd["fits"] and sd["placement"].startswith("does not fit: needs")
-    assert df[df["mode"] == "psd"]["fits"].all()
-    assert "do not fit" in (tmp_path / "out" / "report.md").read_text()
+def test_tiny_bounds_report_measures_the_pipeline_gain(tmp_path):
+    doc, df, report = _sweep_and_report(tmp_path, "psd_bounds", TINY_BOUNDS)
+    assert len(doc["points"]) == 4
+    psd = df[df["mode"] == "psd"]
+    sat = psd[psd["series"].str.startswith("saturated")].set_index("t_over_v")
+    # measured t/V is the configured fraction; the engine reaches the analytic gain at t = V within a few percent
+    assert sorted(sat.index) == pytest.approx([0.5, 1.0])
+    assert sat.loc[1.0, "analytic_gain"] == pytest.approx(2.0)
+    assert sat.loc[1.0, "simulated_gain"] == pytest.approx(2.0, rel=0.06)
+    # open load: the share of saturated SD's measured request rate is reported for Poisson rows only
+    assert psd[psd["series"].str.startswith("Poisson")]["load_vs_saturated_sd"].notna().all()
+    assert sat["load_vs_saturated_sd"].isna().all()
+    assert (tmp_path / "psd_bounds" / "saving_vs_t_over_v.png").stat().st_size > 1000
+    assert "steady window" in report
 
 
-def test_tiny_bounds_sweep(tmp_path):
-    doc = {"kind": "psd_bounds", "t_over_v": [0.5, 1.0], "loads": ["saturated", 0.8], "sub_batch": 4,
-           "num_requests": 120, "output_len": [64, 128]}
-    info = run_report(_write(tmp_path, doc), tmp_path / "out", progress=False)
-    df = pd.read_csv(info["table"])
-    assert len(df) == 4
-    sat = df[df["load"] == "saturated"].set_index("t_over_v")
-    assert sat.loc[1.0, "simulated_gain"] == pytest.approx(2.0, rel=0.05)
-    assert Path(info["plots"][0]).stat().st_size > 1000
+def test_report_refuses_a_sweep_of_another_config(tmp_path, capsys):
+    out = tmp_path / "b"
+    assert main(["sweep", "psd_bounds", "--backend", "serial", "--no-progress", "--out", str(out),
+                 *_sets(TINY_BOUNDS)]) == 0
+    assert main(["psd-report", "psd_bounds", "--results", str(out), *_sets(TINY_BOUNDS[1:])]) == 2
+    assert "another config" in capsys.readouterr().err
+    assert main(["psd-report", "psd_bounds", "--results", str(tmp_path / "none")]) == 2
+    assert "run `draftsim sweep psd_bounds" in capsys.readouterr().err
+
+
+def test_run_points_a_swept_config_to_sweep(capsys):
+    assert main(["run", "psd_vs_sd", "--no-out"]) == 2
+    assert "draftsim sweep" in capsys.readouterr().err

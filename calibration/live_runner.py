@@ -1,4 +1,5 @@
-"""`draftsim calibrate live-batched`: batched AR / SD / two-device PSD on real models, against the simulator.
+"""The live-batched runner (`draftsim calibrate live-batched`): AR, SD, SD on both devices and two-device PSD served
+with continuous batching on real models (batch 1: `--max-num-seqs 1 --clients 1`), against the simulator.
 
 Placements (CPU; "device" = one pinned core with its own torch threads):
 - `ar`, `sd:<drafter>:<k>` and policy modes: target and drafters in this process on the target core;
@@ -20,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from calibration.batched_profile import Grid, measure_points
-from calibration.live import LiveConfig, LiveMode, LiveRun, _usage, live_metrics, machine_load, rel_err, refuse_oracle, sim_metrics
+from calibration.live_records import (METRICS, LiveMode, LiveRun, TraceSetting, drafter_name, drafter_usage,
+                                     live_metrics, machine_load, measure_traces, refuse_oracle, rel_err,
+                                     sim_metrics, step_mismatches)
 from calibration.live_batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
 
 PLACEMENTS = {"ar": "one", "sd": "one", "sd2": "both", "psd": "psd"}
-METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s", "steps_per_request")
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,6 @@ class BatchedLiveConfig:
 
 def parse_batch_modes(modes: list[str], policies: list[dict[str, Any]]) -> tuple[list[BatchMode], list[str]]:
     """`ar`, `sd|sd2|psd:<drafter spec>:<k>` and SD policy modes; returns them and the drafter specs needed."""
-    from calibration.live import drafter_name
     from policies.registry import make_policy
 
     out, specs = [], []
@@ -298,22 +299,18 @@ def _restore_sigterm(old) -> None:
 
 def load_live_models(cfg: BatchedLiveConfig, specs: list[str]) -> LiveModels:
     """The packaged target, its drafters, the workload's prompts; the drafter process loads the same."""
-    from calibration.drafters import parse_drafter
-    from calibration.hf_backend import encode_prompt, eos_ids, load_model
+    from calibration.hf_backend import encode_prompt
+    from calibration.models import load_target
     from calibration.prompts import workload_prompts
     from calibration.psd_workers import DrafterSetup
 
-    lm = load_model(cfg.target)
     all_specs = tuple(dict.fromkeys(list(specs) + list(cfg.drafters)))
-    drafters = {}
-    for s in all_specs:
-        d = parse_drafter(s, lm)
-        drafters[d.name] = d
+    loaded = load_target(cfg.target, all_specs)
     setup = DrafterSetup(loader_args=(cfg.target, all_specs), cores=(cfg.draft_core,), threads=1,
                          reply_timeout_s=cfg.reply_timeout_s)
     chosen = list(workload_prompts(cfg.workload, cfg.seed))
-    return LiveModels(lm, drafters, eos_ids(lm), setup, [(p.id, encode_prompt(lm, p.text)) for p in chosen],
-                      [p.category or "" for p in chosen])
+    return LiveModels(loaded.lm, loaded.drafters, loaded.eos, setup,
+                      [(p.id, encode_prompt(loaded.lm, p.text)) for p in chosen], [p.category or "" for p in chosen])
 
 
 def _assemble(cfg, runs, profiles, drafters, lm, ids, categories, eos, failure, serve, remote, say):
@@ -323,13 +320,11 @@ def _assemble(cfg, runs, profiles, drafters, lm, ids, categories, eos, failure, 
     import torch
     import transformers
 
-    from calibration.live import measure_traces, step_mismatches
     ar = next(r for r in runs if r[0].policy is None)
     reference = [r.output_ids for r in ar[2]]
     n_tok = cfg.max_new_tokens
-    lcfg = LiveConfig(workload=cfg.workload, num_requests=len(ids), max_new_tokens=n_tok, target=cfg.target,
-                      profile="live-batched", seed=cfg.seed)
-    bundle, mismatches = measure_traces(lcfg, lm, drafters, ids, reference, categories, eos)
+    setting = TraceSetting(cfg.workload, cfg.target, "live-batched", n_tok, cfg.seed)
+    bundle, mismatches = measure_traces(setting, lm, drafters, ids, reference, categories, eos)
     say("traces measured; simulating")
     rows: dict[str, Any] = {}
     for mode, server, reqs, before, after, wall in runs:
@@ -343,7 +338,7 @@ def _assemble(cfg, runs, profiles, drafters, lm, ids, categories, eos, failure, 
             "steps_total": int(sum(len(r.steps) for r in reqs)),
             "server_steps": _step_counts(server.steps),
             "phases_per_step": _phase_means(server.steps, ("decode", "verify", "psd", "psd-fallback")),
-            "drafter_usage_live": _usage(LiveRun(LiveMode(mode.name, mode.policy), reqs, before, after))}
+            "drafter_usage_live": drafter_usage(LiveRun(LiveMode(mode.name, mode.policy), reqs, before, after))}
         if len(reqs) == len(ids):
             live_run = LiveRun(LiveMode(mode.name, mode.policy), reqs, before, after)
             meas = live_metrics(live_run, n_tok)
