@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 from simulator.cluster_config import RouterSpec
 from simulator.server_config import PSDConfig
 from traces.config_base import StrictModel as _Strict
-from traces.config_base import load_model
+from traces.config_base import validate_document
 from traces.limits import MAX_NUM_REQUESTS, MAX_PLAN_CANDIDATES, MAX_REPLICAS
 
 MAX_RATE = 1e9  # req/s: far above any deployment; a typo fails here, not as an overflow in a search
@@ -301,4 +301,4 @@ def load_plan_config(source: str | Path | dict[str, Any], overrides=(), where: s
     else:
         doc, where = read_config_doc(source)
     doc = apply_overrides(doc, list(overrides))
-    return load_model(PlanConfig, doc, where, "plan config")
+    return validate_document(PlanConfig, doc, where, "plan config")

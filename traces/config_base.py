@@ -105,7 +105,7 @@ def validate_model(model: type[M], doc: Any, where: str = "") -> M:
         raise ValueError(first_error(e, where)) from None
 
 
-def load_model(model: type[M], doc: Any, source: str, what: str = "config") -> M:
+def validate_document(model: type[M], doc: Any, source: str, what: str = "config") -> M:
     """`model` validated from a whole document read from `source`; else ConfigError listing every bad key."""
     try:
         return model.model_validate(doc)

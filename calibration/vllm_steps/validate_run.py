@@ -90,9 +90,9 @@ def load_config(path: str | Path) -> ValidateConfig:
     """The validated config; errors name the file and the key."""
     from traces.parsing import load_yaml_file
 
-    from traces.config_base import load_model
+    from traces.config_base import validate_document
 
-    return load_model(ValidateConfig, load_yaml_file(Path(path)), str(path), "validate config")
+    return validate_document(ValidateConfig, load_yaml_file(Path(path)), str(path), "validate config")
 
 
 def poisson_unit_offsets(n: int, rng: np.random.Generator) -> list[float]:

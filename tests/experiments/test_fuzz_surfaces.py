@@ -19,7 +19,7 @@ from experiments.plan_config import load_plan_config
 from experiments.sweep.experiment import sweep_points
 from tests.experiments.test_fuzz_config import BASE, _set
 from tests.fuzz_support import FuzzTally
-from traces.config_base import load_model
+from traces.config_base import validate_document
 from traces.limits import MAX_PLAN_CANDIDATES, MAX_SWEEP_POINTS
 
 SEED = 20261217
@@ -196,8 +196,8 @@ def test_fuzz_validate_configs_built_invalid_are_rejected():
         for value in values:
             doc = copy.deepcopy(VALIDATE_BASE)
             _set(doc, key, value)
-            tally.run(f"{key} = {str(value)[:40]}", lambda doc=doc: load_model(ValidateConfig, doc, "v.yaml"),
+            tally.run(f"{key} = {str(value)[:40]}", lambda doc=doc: validate_document(ValidateConfig, doc, "v.yaml"),
                       clean=(ValueError,), must_reject=True, cpu_s=5, check_message=_names(key))
-    tally.run("base", lambda: load_model(ValidateConfig, copy.deepcopy(VALIDATE_BASE), "v.yaml"),
+    tally.run("base", lambda: validate_document(ValidateConfig, copy.deepcopy(VALIDATE_BASE), "v.yaml"),
               clean=(ValueError,), must_reject=False)
     tally.assert_clean(min_cases=30)
