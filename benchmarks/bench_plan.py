@@ -3,7 +3,7 @@
 Run from the repository root:  python -m benchmarks.bench_plan [--backends pool,serial,ray] [--quick]
 
 The plan: `plan_llama8b` with its six SD/PSD modes (AR dropped), 4 GPU types x 3 TP degrees = 72 candidates,
-per candidate 3 seeds x up to `search.max_tests` rates (steady-state search, experiments/plan_search.py) + 3 curve
+per candidate 3 seeds x up to `search.max_tests` rates (steady-state search, experiments/plan/search.py) + 3 curve
 points, each simulation sized from the p99 SLO (6,250 requests). The first backend runs the whole plan; every
 backend then runs the same subset (one GPU type, TP 1: 6 candidates) from an empty cache for points per minute,
 and the plan.json files are compared byte for byte. Machine load per core is printed before and after each run:
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from experiments.config import read_config_doc
-from experiments.plan import run_plan
-from experiments.plan_config import load_plan_config
+from experiments.plan.planner import run_plan
+from experiments.plan.config import load_plan_config
 
 
 def load_per_core() -> float:

@@ -129,7 +129,7 @@ def paper_rows(requests: int) -> list[Row]:
 
 def minedraft_rows(requests: int) -> list[Row]:
     """PSD (2m requests, 4 + 1 GPUs) vs SD (m, 4 GPUs), Qwen3-32B with Qwen3-1.7B, best k each, best m."""
-    from experiments.psd_report import headline, load_config, run_psd_vs_sd
+    from experiments.studies.psd_report import headline, load_config, run_psd_vs_sd
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "psd_vs_sd.yaml")
     cfg = cfg.model_copy(update={"drafters": {"qwen3-1.7b": cfg.drafters["qwen3-1.7b"]},

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibration.drafters import LookupDrafter, ModelDrafter
+from calibration.models.drafters import LookupDrafter, ModelDrafter
 from traces.acceptance import replay_step
 from traces.bundle import RequestTrace, TraceBundle
 
@@ -117,7 +117,7 @@ def real_sd_check(bundle: TraceBundle, target, drafter: ModelDrafter | LookupDra
     With strict=False, steps whose emitted count differs from the trace are counted and listed
     (request, position, emitted, predicted) instead of raised; lossless violations always raise.
     """
-    from calibration.hf_backend import eos_ids
+    from calibration.models.hf_backend import eos_ids
 
     if drafter.name not in bundle.meta.drafters:
         raise ValueError(f"drafter {drafter.name!r} is not in the bundle (has {bundle.drafter_names})")
@@ -141,7 +141,7 @@ def check_bundle(bundle: TraceBundle, drafter_spec: str, k: int, *, num_requests
                  device: str = "cpu", strict: bool = True) -> dict | None:
     """`draftsim calibrate check`: the trace's consistency, then (num_requests > 0) real SD of `drafter_spec` on the
     bundle's target; returns real_sd_check's result (None when no request is run). Raises CalibrationCheckError."""
-    from calibration.models import load_target
+    from calibration.models.loading import load_target
 
     check_trace_consistency(bundle)
     if num_requests <= 0:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from calibration.acceptance_math import greedy_acc_len, sampled_acc_len
-from calibration.drafters import LookupDrafter, ModelDrafter
+from calibration.models.drafters import LookupDrafter, ModelDrafter
 from calibration.prompts import Prompt, workload_prompts
 from traces.bundle import (BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle, request_to_dict,
                            save_bundle)
@@ -150,7 +150,7 @@ def _ngram_sampled(ngram, prompt, output, target_probs, rng) -> tuple[np.ndarray
 def measure_request(target, drafters, prompt_ids: list[int], output_ids: list[int], *, eos: list[int],
                     min_new_tokens: int, temperature: float, rng: np.random.Generator) -> tuple[dict, dict]:
     """Per-drafter traces for one request, plus diagnostics (target argmax mismatches, natural EOS)."""
-    from calibration.generation import probs, teacher_forced_logits, teacher_forced_logits_with_exits, tv_from_logits
+    from calibration.models.generation import probs, teacher_forced_logits, teacher_forced_logits_with_exits, tv_from_logits
 
     out = np.asarray(output_ids)
     exits = sorted({d.params["layers"] for d in drafters if isinstance(d, ModelDrafter) and d.kind == "truncated"})
@@ -190,9 +190,9 @@ def _request_rng(seed: int, index: int) -> np.random.Generator:
 def collect_acceptance(cfg: AcceptanceConfig, *, progress: bool = True, stop_after: int | None = None,
                        prompts: list[Prompt] | None = None) -> Path | None:
     """Run (or resume) a collection; returns the bundle folder, or None when stopped early by stop_after."""
-    from calibration.generation import generate
-    from calibration.hf_backend import encode_prompt
-    from calibration.models import load_target
+    from calibration.models.generation import generate
+    from calibration.models.hf_backend import encode_prompt
+    from calibration.models.loading import load_target
 
     if cfg.num_requests < 1 or cfg.batch_size < 1 or cfg.max_new_tokens < 1:
         raise ValueError("num_requests, batch_size and max_new_tokens must be >= 1")

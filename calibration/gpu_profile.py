@@ -58,7 +58,7 @@ def profile_models(specs: list[Any], *, device: str, dtype: str, sweep: Any, out
     """Sweep each model that fits; write `<model>-<device>-hf-<dtype>[-table].yaml`; return a summary row each."""
     import torch
 
-    from calibration.hf_backend import model_from_config
+    from calibration.models.hf_backend import model_from_config
     from calibration.latency_sweep import fit_profiles, provenance, sweep_model
     from simulator.latency import save_profile
 

@@ -167,8 +167,8 @@ def calibrate_latency(target: str, drafter_specs: list[str], cfg: SweepConfig, o
                       progress: bool = True) -> list[tuple[str, Any]]:
     """`draftsim calibrate latency`: sweep the target's verify step and each drafter's step, fit linear and table
     profiles, save them as `<name>[-<drafter>][-table].yaml` in `out_dir`; returns (profile name, fit) pairs."""
-    from calibration.drafters import LookupDrafter, int8_kernel_copy
-    from calibration.models import load_target
+    from calibration.models.drafters import LookupDrafter, int8_kernel_copy
+    from calibration.models.loading import load_target
     from simulator.latency import save_profile
 
     loaded = load_target(target, drafter_specs, dtype=dtype, device=device, threads=cfg.threads)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from calibration.packaged_models import MissingPackageError, package_dir
+from calibration.models.packaged import MissingPackageError, package_dir
 
 WORKLOADS = ("chat", "code", "code-edit", "math", "summarization")
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from calibration.latency_sweep import fit_profiles
-from calibration.vllm_backend import RUN_FILE, STEPS_FILE, OfflinePlan, PromptGroup, run_vllm_offline, \
+from calibration.models.vllm_backend import RUN_FILE, STEPS_FILE, OfflinePlan, PromptGroup, run_vllm_offline, \
     speculative_config
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, save_measured_bundle
 from calibration.vllm_steps.fit import draft_measurements, fit_by_phase, format_reports, phase_report, \

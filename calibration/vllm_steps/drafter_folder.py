@@ -1,5 +1,5 @@
 """Draft-model folders vLLM can load (`draft_model` method): a layer-truncated copy of the target
-(calibration.drafters.truncated_copy, the same drafter as `layers:N` in our traces) saved once as a
+(calibration.models.drafters.truncated_copy, the same drafter as `layers:N` in our traces) saved once as a
 transformers folder next to the converted target, with its tokenizer."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 def truncated_folder(lm, n_layers: int) -> Path:
     """Folder of the target's first n_layers (cached under the converted models); built on first use."""
-    from calibration.drafters import truncated_copy
-    from calibration.hf_backend import cache_root
+    from calibration.models.drafters import truncated_copy
+    from calibration.models.hf_backend import cache_root
 
     out = cache_root() / "models" / f"{lm.name}-layers{n_layers}"
     if (out / "config.json").is_file() and any(out.glob("*.safetensors")):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from calibration.vllm_backend import PLAN_FILE, RUN_FILE, STEPS_FILE
+from calibration.models.vllm_backend import PLAN_FILE, RUN_FILE, STEPS_FILE
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, join_ids
 from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
 from calibration.vllm_steps.fit import draft_measurements, target_measurements

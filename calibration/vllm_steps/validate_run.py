@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from calibration.vllm_backend import run_under_vllm
+from calibration.models.vllm_backend import run_under_vllm
 from calibration.vllm_steps.calibrate import WARMUP, Mode, parse_mode
 
 DEFAULT_TOLERANCES = {

@@ -4,8 +4,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibration.drafters import int8_copy, parse_drafter, truncated_copy  # noqa: E402
-from calibration.generation import teacher_forced_logits, teacher_forced_logits_with_exits  # noqa: E402
+from calibration.models.drafters import int8_copy, parse_drafter, truncated_copy  # noqa: E402
+from calibration.models.generation import teacher_forced_logits, teacher_forced_logits_with_exits  # noqa: E402
 
 
 def test_truncated_copy_equals_exit_from_target_pass(tiny_llama):
@@ -64,7 +64,7 @@ def test_ngram_spec_parameters(tiny_llama):
 
 
 def test_int8_kernel_copy_uses_quantized_kernels(tiny_llama):
-    from calibration.drafters import int8_kernel_copy
+    from calibration.models.drafters import int8_kernel_copy
 
     q = int8_kernel_copy(tiny_llama)
     assert type(q.model.layers[0].mlp.up_proj).__module__.startswith("torch.ao.nn.quantized.dynamic")

@@ -5,7 +5,7 @@ torch = pytest.importorskip("torch")
 
 from calibration.latency_sweep import (SweepConfig, fit_profiles, provenance, sweep_model, sweep_ngram,  # noqa: E402
                                        time_repeats)
-from calibration.ngram import NgramDrafter  # noqa: E402
+from calibration.models.ngram import NgramDrafter  # noqa: E402
 from simulator.latency import load_profile, save_profile  # noqa: E402
 
 

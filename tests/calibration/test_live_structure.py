@@ -1,13 +1,13 @@
 """The live code's structure: the batched runner imports nothing private and nothing from the batch-1 path, the
-target and drafters are loaded in one place (calibration/models.py), and the calibrate CLI only parses arguments."""
+target and drafters are loaded in one place (calibration/models/loading.py), and the calibrate CLI only parses arguments."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BATCHED = ["calibration/live_runner.py", "calibration/live_batched.py", "calibration/psd_workers.py",
-           "calibration/draft_engine.py", "calibration/batched_kv.py", "calibration/batched_profile.py"]
+BATCHED = ["calibration/live/runner.py", "calibration/live/batched.py", "calibration/live/psd_workers.py",
+           "calibration/models/draft_engine.py", "calibration/live/batched_kv.py", "calibration/live/batched_profile.py"]
 
 
 def _imports(path: str) -> list[tuple[str, str]]:
@@ -27,7 +27,7 @@ def test_the_batched_path_imports_no_private_name_and_nothing_of_the_batch1_path
         for module, name in _imports(path):
             if module.startswith("calibration"):
                 assert not name.startswith("_"), f"{path} imports private {module}.{name}"
-                assert module not in ("calibration.live", "calibration.live_decode", "calibration.live_report"), \
+                assert module not in ("calibration.live.batch_one", "calibration.live.batch_one_decode", "calibration.live.batch_one_report"), \
                     f"{path} imports {module}.{name} from the batch-1 path"
 
 
@@ -35,13 +35,13 @@ def test_models_are_loaded_in_one_place():
     files = [p.relative_to(ROOT).as_posix() for folder in ("calibration", "experiments") for p in (ROOT / folder).rglob("*.py")]
     loaders = {f for f in files if {"load_model", "parse_drafter"} & _calls(f)}
     # models.py loads a target and builds its drafters; drafters.py's model:PATH spec loads that drafter's model
-    assert loaders <= {"calibration/models.py", "calibration/drafters.py"}, loaders
+    assert loaders <= {"calibration/models/loading.py", "calibration/models/drafters.py"}, loaders
 
 
 def test_the_calibrate_cli_only_parses_arguments():
-    path = "experiments/cmd_calibrate.py"
+    path = "experiments/cli/calibrate.py"
     imported = {m for m, _ in _imports(path)}
-    assert "calibration.hf_backend" not in imported and "calibration.drafters" not in imported
+    assert "calibration.models.hf_backend" not in imported and "calibration.models.drafters" not in imported
     tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
     plain = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert "torch" not in plain

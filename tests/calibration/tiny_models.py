@@ -15,8 +15,8 @@ def tiny_llama(seed: int = 0):
 
 def tiny_drafters(seed: int = 0) -> tuple[dict, list[int]]:
     """The tiny target's 2-layer truncation and an n-gram drafter; EOS id 7."""
-    from calibration.drafters import LookupDrafter, ModelDrafter, truncated_copy
-    from calibration.ngram import NgramDrafter
+    from calibration.models.drafters import LookupDrafter, ModelDrafter, truncated_copy
+    from calibration.models.ngram import NgramDrafter
 
     target = tiny_llama(seed)
     return ({"layers2": ModelDrafter("layers2", "truncated", truncated_copy(target, 2), {"layers": 2}),

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from experiments import cmd_bounds
-from experiments.bounds_sim import simulate_pipeline
+from experiments.cli import bounds as cmd_bounds
+from experiments.studies.bounds_sim import simulate_pipeline
 from oracle.bounds import pipeline_gain, pipeline_saving
 
 
@@ -86,7 +86,7 @@ def test_below_capacity_psd_is_slower_per_request():
 
 
 def test_prefill_only_steps_lower_the_saturated_pipeline_gain():
-    from experiments.bounds_sim import simulate_pipeline
+    from experiments.studies.bounds_sim import simulate_pipeline
 
     mixed = simulate_pipeline(0.02, 0.02, num_requests=200, sub_batch=8)
     separate = simulate_pipeline(0.02, 0.02, num_requests=200, sub_batch=8, prefill="separate")

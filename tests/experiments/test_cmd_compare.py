@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.cmd_compare import compare, measured_from_results
+from experiments.cli.compare import compare, measured_from_results
 from experiments.cli import main
 from experiments.run import run_experiment
 from traces.measured_run import save_measured

@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from experiments import cmd_placement
-
-
+from experiments.cli import placement as cmd_placement
 def _main(argv):
     parser = argparse.ArgumentParser(prog="draftsim")
     cmd_placement.register(parser.add_subparsers(dest="command"))

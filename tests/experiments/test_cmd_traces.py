@@ -7,7 +7,7 @@ import shlex
 import pytest
 import yaml
 
-from experiments import cmd_traces
+from experiments.cli import traces as cmd_traces
 from tests.experiments.cli_helpers import run_cli
 from traces.bundle import load_bundle
 from traces.stats import bundle_stats

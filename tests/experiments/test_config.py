@@ -85,7 +85,7 @@ def test_every_builtin_config_validates(name):
 
     doc, where = read_config_doc(name)
     if doc.get("kind") == "plan":
-        from experiments.plan_config import load_plan_config
+        from experiments.plan.config import load_plan_config
 
         assert load_plan_config(name).candidates.modes
     else:

@@ -16,7 +16,7 @@ import random
 import pytest
 
 from experiments import cli
-from experiments.cli_numbers import checked_float, checked_int
+from experiments.cli.numbers import checked_float, checked_int
 from tests.fuzz_support import FuzzTally
 
 SEED = 20261219

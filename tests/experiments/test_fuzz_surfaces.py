@@ -15,7 +15,7 @@ import pytest
 
 from calibration.vllm_steps.validate_run import ValidateConfig
 from experiments.config import ConfigError, load_config, read_config_doc
-from experiments.plan_config import load_plan_config
+from experiments.plan.config import load_plan_config
 from experiments.sweep.experiment import sweep_points
 from tests.experiments.test_fuzz_config import BASE, _set
 from tests.fuzz_support import FuzzTally

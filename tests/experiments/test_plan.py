@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import yaml
 
-from experiments import cmd_plan
+from experiments.cli import plan as cmd_plan
 from experiments.config import ConfigError
-from experiments.plan import run_plan
-from experiments.plan_config import load_plan_config
-from experiments.plan_search import MAX_UTILIZATION
+from experiments.plan.planner import run_plan
+from experiments.plan.config import load_plan_config
+from experiments.plan.search import MAX_UTILIZATION
 from tests.experiments.cli_helpers import run_cli
 from traces.bundle import BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle, save_bundle
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.plan_search import BELOW_SERVICE, MAX_UTILIZATION, RateSearch, Verdict, judge
+from experiments.plan.search import BELOW_SERVICE, MAX_UTILIZATION, RateSearch, Verdict, judge
 
 
 def _verdict(rate: float, threshold: float, service: float) -> Verdict:

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.bandit_report import BanditStudy, run_bandit_study
-from experiments.combine_report import REFERENCE_DIR, CombineStudy, run_combine_study
+from experiments.studies.bandit_report import BanditStudy, run_bandit_study
+from experiments.studies.combine_report import REFERENCE_DIR, CombineStudy, run_combine_study
 
 
 def test_bandit_study_quick(tmp_path):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.prices import load_price_file, price_table
+from experiments.plan.prices import load_price_file, price_table
 from traces.catalog import builtin_gpus
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 import experiments.sweep.experiment as sweep_mod
-from experiments.cmd_sweep import register as _register  # noqa: F401  (the command module imports cleanly)
+from experiments.cli.sweep import register as _register  # noqa: F401  (the command module imports cleanly)
 from experiments.config import load_config
 from experiments.sweep.backends import execute
 from experiments.sweep.cache import PointCache
@@ -83,10 +83,9 @@ def test_backend_arguments_are_checked():
 def test_cli_sweep_and_run_refusal(tmp_path, capsys):
     cfg = tmp_path / "s.yaml"
     cfg.write_text(json.dumps(SWEEP))
-    assert run_cli(__import__("experiments.cmd_sweep", fromlist=["x"]),
+    assert run_cli(__import__("experiments.cli.sweep", fromlist=["x"]),
                    ["sweep", str(cfg), "--out", str(tmp_path / "o"), "--backend", "serial", "--no-progress"]) == 0
     assert "4 points simulated, 0 from the cache" in " ".join(capsys.readouterr().out.split())
-    from experiments import cmd_run
-
+    from experiments.cli import run as cmd_run
     with pytest.raises(ValueError, match="has a sweep: block; run it with `draftsim sweep"):
         run_cli(cmd_run, ["run", str(cfg), "--no-out"])

@@ -140,7 +140,7 @@ def installed_plugin(tmp_path, monkeypatch):
 
 
 def test_an_entry_point_policy_runs_in_a_config_and_is_listed(installed_plugin):
-    from experiments.cmd_policies import policy_listing
+    from experiments.cli.policies import policy_listing
 
     assert "demo-always-two" in known_policy_names()
     listed = {e["name"]: e for e in policy_listing()}
@@ -171,7 +171,7 @@ def test_a_plugin_runs_in_a_pool_sweep(at_root, tmp_path):
 
 
 def test_the_live_runner_checks_a_plugin_before_any_model_loads(at_root):
-    from calibration.live import parse_modes, refuse_oracle
+    from calibration.live.batch_one import parse_modes, refuse_oracle
 
     modes, _ = parse_modes(["ar"], [{"name": EXAMPLE, "drafter": "int8", "label": "aimd"}])
     assert [m.name for m in modes] == ["AR", "aimd"]
@@ -182,8 +182,8 @@ def test_the_live_runner_checks_a_plugin_before_any_model_loads(at_root):
 
 
 def test_a_plugin_runs_in_a_plan(at_root, known_case, tmp_path):
-    from experiments.plan import run_plan
-    from experiments.plan_config import load_plan_config
+    from experiments.plan.planner import run_plan
+    from experiments.plan.config import load_plan_config
 
     known_case["candidates"]["modes"] = [
         {"name": "aimd", "mode": "sd", "policy": {"name": EXAMPLE, "drafter": "d", "k_start": 1, "k_max": 1}}]

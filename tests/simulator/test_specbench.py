@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from experiments import cmd_specbench
+from experiments.cli import specbench as cmd_specbench
 from simulator.latency import LinearProfile
 from simulator.specbench import STEP_OVERHEAD_S, CompatCosts, simulate_specbench
 from traces.importers.specbench import SpecBenchRecord, read_specbench

@@ -7,7 +7,7 @@ import shlex
 import numpy as np
 import pytest
 
-from experiments import cmd_traces
+from experiments.cli import traces as cmd_traces
 from tests.experiments.cli_helpers import run_cli
 from traces.bundle import load_bundle
 from traces.default_bundle import default_bundle_path, default_spec_path, load_default_bundle

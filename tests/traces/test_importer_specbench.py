@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments import cmd_import
+from experiments.cli import imports as cmd_import
 from traces.bundle import load_bundle, save_bundle
 from traces.errors import TraceFormatError
 from traces.importers.specbench import (

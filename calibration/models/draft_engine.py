@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from calibration.batched_kv import BatchedLM, SeqKV
-from calibration.drafters import LookupDrafter, ModelDrafter
-from calibration.live_records import match_len
+from calibration.live.batched_kv import BatchedLM, SeqKV
+from calibration.models.drafters import LookupDrafter, ModelDrafter
+from calibration.live.records import match_len
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from calibration.live_decode import serve_request
-from calibration.live_records import (METRICS, LiveMode, LiveRequest, LiveRun, TraceSetting, drafter_name,
+from calibration.live.batch_one_decode import serve_request
+from calibration.live.records import (METRICS, LiveMode, LiveRequest, LiveRun, TraceSetting, drafter_name,
                                      drafter_usage, live_metrics, machine_load, measure_traces, refuse_oracle,
                                      rel_err, sim_metrics, step_mismatches)
 from policies.registry import make_policy
@@ -132,7 +132,7 @@ def _profile(name: str, suffix: str):
 
 def draft_costs(cfg: LiveConfig, drafters, suffix: str = "") -> dict:
     """Each drafter priced by its measured profile: model drafters step by step, n-gram per proposal."""
-    from calibration.drafters import LookupDrafter
+    from calibration.models.drafters import LookupDrafter
     from simulator.draft_cost import DraftCost
 
     costs = {}
@@ -179,8 +179,8 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
 
     import torch
 
-    from calibration.hf_backend import encode_prompt
-    from calibration.models import load_target
+    from calibration.models.hf_backend import encode_prompt
+    from calibration.models.loading import load_target
     from calibration.prompts import workload_prompts
 
     if cfg.num_requests < 1 or cfg.max_new_tokens < 2:
@@ -198,7 +198,7 @@ def run_live(cfg: LiveConfig, *, prompts=None, progress: bool = True) -> dict[st
     costs = {k: draft_costs(cfg, drafters, suffix) for k, (_, suffix) in kinds.items()}
     live_drafters = dict(drafters)
     if cfg.int8_kernels and "int8" in drafters:  # same weights, real int8 kernels; the trace keeps W8A8 numerics
-        from calibration.drafters import ModelDrafter, int8_kernel_copy
+        from calibration.models.drafters import ModelDrafter, int8_kernel_copy
 
         live_drafters["int8"] = ModelDrafter("int8", "int8", int8_kernel_copy(lm.model), {"kernels": "fbgemm"})
     eos = loaded.eos

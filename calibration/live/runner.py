@@ -5,7 +5,7 @@ Placements (CPU; "device" = one pinned core with its own torch threads):
 - `ar`, `sd:<drafter>:<k>` and policy modes: target and drafters in this process on the target core;
 - `sd2:<drafter>:<k>`: the same SD on both cores (2 threads): SD at PSD's device count;
 - `psd:<drafter>:<k>`: the drafter in its own process on the draft core, the target on the target core.
-Every mode serves the same prompts with the same batching rules (calibration/live_batched.py). The
+Every mode serves the same prompts with the same batching rules (calibration/live/batched.py). The
 latency profiles are measured first with the same forward, in the same processes, cores and thread
 counts; the acceptance trace is measured on the AR run's outputs (its teacher-forced target pass also
 checks that they are the target's greedy outputs); the simulator predicts every mode through the
@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from calibration.batched_profile import Grid, measure_points
-from calibration.live_records import (METRICS, LiveMode, LiveRun, TraceSetting, drafter_name, drafter_usage,
+from calibration.live.batched_profile import Grid, measure_points
+from calibration.live.records import (METRICS, LiveMode, LiveRun, TraceSetting, drafter_name, drafter_usage,
                                      live_metrics, machine_load, measure_traces, refuse_oracle, rel_err,
                                      sim_metrics, step_mismatches)
-from calibration.live_batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
+from calibration.live.batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
 
 PLACEMENTS = {"ar": "one", "sd": "one", "sd2": "both", "psd": "psd"}
 
@@ -117,8 +117,8 @@ def _fitted(name: str, model_name: str, points, placement: str) -> dict[str, Any
 
 def measure_profiles(cfg: BatchedLiveConfig, placements: set[str], lm, drafters, eos, remote) -> dict[str, dict]:
     """placement -> {"target": fitted, drafter name: fitted}: each measured where that placement runs it."""
-    from calibration.batched_kv import BatchedLM
-    from calibration.drafters import LookupDrafter, ModelDrafter
+    from calibration.live.batched_kv import BatchedLM
+    from calibration.models.drafters import LookupDrafter, ModelDrafter
     from calibration.latency_sweep import SweepConfig, sweep_ngram
     from simulator.latency import fit_linear
 
@@ -149,7 +149,7 @@ def measure_profiles(cfg: BatchedLiveConfig, placements: set[str], lm, drafters,
 
 def draft_costs_for(prof: dict[str, dict], drafters, kind: str = "linear") -> dict:
     """DraftCost per drafter from a placement's measured profiles (n-gram: one lookup pass per proposal)."""
-    from calibration.drafters import LookupDrafter
+    from calibration.models.drafters import LookupDrafter
     from simulator.draft_cost import DraftCost
 
     costs = {}
@@ -209,9 +209,9 @@ def run_batched_live(cfg: BatchedLiveConfig, *, models: LiveModels | None = None
 
     import torch
 
-    from calibration.draft_engine import DraftEngine
-    from calibration.drafters import LookupDrafter
-    from calibration.psd_workers import PSDServer, RemoteDrafts
+    from calibration.models.draft_engine import DraftEngine
+    from calibration.models.drafters import LookupDrafter
+    from calibration.live.psd_workers import PSDServer, RemoteDrafts
     from policies.registry import make_policy
 
     def say(msg):
@@ -299,10 +299,10 @@ def _restore_sigterm(old) -> None:
 
 def load_live_models(cfg: BatchedLiveConfig, specs: list[str]) -> LiveModels:
     """The packaged target, its drafters, the workload's prompts; the drafter process loads the same."""
-    from calibration.hf_backend import encode_prompt
-    from calibration.models import load_target
+    from calibration.models.hf_backend import encode_prompt
+    from calibration.models.loading import load_target
     from calibration.prompts import workload_prompts
-    from calibration.psd_workers import DrafterSetup
+    from calibration.live.psd_workers import DrafterSetup
 
     all_specs = tuple(dict.fromkeys(list(specs) + list(cfg.drafters)))
     loaded = load_target(cfg.target, all_specs)

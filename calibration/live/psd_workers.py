@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from calibration.draft_engine import DraftEngine, DraftItem, Proposal
-from calibration.live_batched import BatchedServer, BatchStepRecord, Running
+from calibration.models.draft_engine import DraftEngine, DraftItem, Proposal
+from calibration.live.batched import BatchedServer, BatchStepRecord, Running
 
 
 class DrafterDied(RuntimeError):
@@ -31,7 +31,7 @@ class DrafterSetup:
     returning (drafters dict, eos list) from `loader_args`; the default loads a packaged target's drafters."""
 
     loader_args: tuple = ()
-    loader: str = "calibration.psd_workers:load_packaged_drafters"
+    loader: str = "calibration.live.psd_workers:load_packaged_drafters"
     cores: tuple[int, ...] | None = (1,)  # CPU cores to pin to (None: leave affinity alone)
     threads: int = 1
     capacity: int = 1024
@@ -39,8 +39,8 @@ class DrafterSetup:
 
 
 def load_packaged_drafters(target: str, specs: tuple[str, ...]) -> tuple[dict, list[int]]:
-    """The drafter process's loader: the target's drafters from spec strings (calibration.models) and its EOS ids."""
-    from calibration.models import load_target
+    """The drafter process's loader: the target's drafters from spec strings (calibration.models.loading) and its EOS ids."""
+    from calibration.models.loading import load_target
 
     loaded = load_target(target, specs)
     return loaded.drafters, loaded.eos
@@ -102,7 +102,7 @@ def drafter_main(conn, setup: DrafterSetup, parent_pid: int) -> None:
             elif op == "remove":
                 engine.remove(msg[1])
             elif op == "sweep":
-                from calibration.batched_profile import measure_points
+                from calibration.live.batched_profile import measure_points
 
                 conn.send(("done", time.perf_counter() - t0,
                            measure_points(engine.models[msg[1]], msg[2], query_tokens=(1,))))

@@ -7,7 +7,7 @@ drafted for and verified (SD) in one batched target forward. Arrivals are open l
 wall-clock offsets or come from N closed-loop clients (think time 0). Greedy verification with EOS
 forbidden, so every request emits exactly `max_new_tokens`; the policy sees what a server sees and
 gets real feedback (TV over the proposed positions for model drafters). The two-device PSD loop
-(calibration/psd_workers.py) reuses this server with the drafting on another process.
+(calibration/live/psd_workers.py) reuses this server with the drafting on another process.
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from calibration.batched_kv import BatchedLM, SeqKV
-from calibration.draft_engine import DraftEngine, DraftItem, Proposal, match_len
-from calibration.drafters import LookupDrafter
-from calibration.live_records import LiveRequest, LiveStep, tv_distances
+from calibration.live.batched_kv import BatchedLM, SeqKV
+from calibration.models.draft_engine import DraftEngine, DraftItem, Proposal, match_len
+from calibration.models.drafters import LookupDrafter
+from calibration.live.records import LiveRequest, LiveStep, tv_distances
 from policies.base import NO_DRAFT, BatchFeedback, BatchView, Policy
 
 

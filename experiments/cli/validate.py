@@ -20,7 +20,7 @@ def register(sub) -> None:
 def _prompts(cfg, lm) -> tuple[list[list[int]], list[str]]:
     """The configured workloads' prompts interleaved, as many as the plan uses, tokenised for the target,
     and their workload categories."""
-    from calibration.hf_backend import encode_prompt
+    from calibration.models.hf_backend import encode_prompt
     from calibration.prompts import workload_prompts
     from calibration.vllm_steps.validate_run import interleaved, plan_prompt_count
 
@@ -42,9 +42,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     if not args.analyse_only:
-        from calibration.hf_backend import converted_folder
-        from calibration.models import load_target, with_drafter_folder
-        from calibration.packaged_models import PACKAGED_MODELS
+        from calibration.models.hf_backend import converted_folder
+        from calibration.models.loading import load_target, with_drafter_folder
+        from calibration.models.packaged import PACKAGED_MODELS
 
         lm = load_target(cfg.target).lm
         folder = str(converted_folder(cfg.target)) if cfg.target in PACKAGED_MODELS else cfg.target

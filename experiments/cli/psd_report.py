@@ -23,7 +23,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from experiments.config import load_config
-    from experiments.psd_report import read_sweep, write_report
+    from experiments.studies.psd_report import read_sweep, write_report
 
     cfg = load_config(args.config, args.overrides, args.seed)
     folder = Path(args.results) if args.results else Path("results") / f"{cfg.name}-sweep"

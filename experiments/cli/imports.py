@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("path", help="Prometheus text (/metrics) or JSON list from LLM.get_metrics()")
     b.add_argument("--json", action="store_true", help="print the statistics as JSON")
     b.set_defaults(func=_run_import_vllm)
-    from experiments.import_measured import register_measured
+    from experiments.cli.import_measured import register_measured
 
     register_measured(sub)
 

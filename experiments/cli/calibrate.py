@@ -90,7 +90,7 @@ def _register_latency(sub) -> None:
 
 def _run_latency(args: argparse.Namespace) -> int:
     from calibration.latency_sweep import SweepConfig, calibrate_latency
-    from calibration.models import split_specs
+    from calibration.models.loading import split_specs
 
     cfg = SweepConfig(batch_sizes=_ints(args.batch_sizes), query_tokens=_ints(args.query_tokens),
                       context_lens=_ints(args.context_lens), warmup=args.warmup, repeats=args.repeats,
@@ -232,7 +232,7 @@ def _register_vllm(sub) -> None:
 
 
 def _run_vllm(args: argparse.Namespace) -> int:
-    from calibration.models import vllm_target, with_drafter_folder
+    from calibration.models.loading import vllm_target, with_drafter_folder
     from calibration.vllm_steps.calibrate import VllmCalibration, analyse, parse_mode, run
 
     model, name, prompts, lm = vllm_target(args.target, args.workload, sum(_ints(args.batch_sizes)), args.seed)
@@ -277,10 +277,10 @@ def _register_live(sub) -> None:
 def _run_live(args: argparse.Namespace) -> int:
     import json
 
-    from calibration.live import LiveConfig, run_live
-    from calibration.live_records import parse_policy_text
-    from calibration.models import split_specs
-    from calibration.live_report import format_table, write_report
+    from calibration.live.batch_one import LiveConfig, run_live
+    from calibration.live.records import parse_policy_text
+    from calibration.models.loading import split_specs
+    from calibration.live.batch_one_report import format_table, write_report
 
     cfg = LiveConfig(workload=args.workload, num_requests=args.requests,
                      modes=[m.strip() for m in args.modes.split(",") if m.strip()],
@@ -330,10 +330,10 @@ def _register_live_batched(sub) -> None:
 def _run_live_batched(args: argparse.Namespace) -> int:
     import shlex
 
-    from calibration.live_records import parse_policy_text
-    from calibration.live_runner import BatchedLiveConfig, run_batched_live
-    from calibration.models import split_specs
-    from experiments.live_batched_report import finish_report, markdown, write_batched_report
+    from calibration.live.records import parse_policy_text
+    from calibration.live.runner import BatchedLiveConfig, run_batched_live
+    from calibration.models.loading import split_specs
+    from experiments.studies.live_batched_report import finish_report, markdown, write_batched_report
 
     cfg = BatchedLiveConfig(workload=args.workload, num_requests=args.requests, max_new_tokens=args.max_new_tokens,
                             modes=[m.strip() for m in args.modes.split(",") if m.strip()],

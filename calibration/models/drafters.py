@@ -9,7 +9,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from calibration.ngram import NgramDrafter
+from calibration.models.ngram import NgramDrafter
 
 
 @dataclass
@@ -145,7 +145,7 @@ def parse_drafter(spec: str, target: Any) -> Drafter:
             raise ValueError(f"drafter {spec!r}: expected ngram or ngram:min_n:max_n:max_proposal")
         return LookupDrafter("ngram", NgramDrafter(*nums) if nums else NgramDrafter())
     if head == "model" and rest:
-        from calibration.hf_backend import load_model
+        from calibration.models.hf_backend import load_model
 
         lm = load_model(rest, device=str(target.device))
         if lm.tokenizer.get_vocab() != target.tokenizer.get_vocab():

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from calibration.live import METRICS
+from calibration.live.batch_one import METRICS
 
 
 def format_table(report: dict[str, Any]) -> str:

@@ -62,13 +62,13 @@ def run(args: argparse.Namespace) -> int:
     b = pipeline_bounds(args.draft_time, args.verify_time)
     out = b.to_dict()
     if args.simulate:
-        from experiments.bounds_sim import simulate_pipeline
+        from experiments.studies.bounds_sim import simulate_pipeline
 
         sim = simulate_pipeline(args.draft_time, args.verify_time, sub_batch=args.sub_batch,
                                 num_requests=args.requests, seed=args.seed)
         out.update(sim.to_dict())
     if args.plot:
-        from experiments.psd_plots import plot_pipeline_saving
+        from experiments.studies.psd_plots import plot_pipeline_saving
 
         pts = {"this run": [(b.ratio_t_over_v, out["simulated_saving"])]} if args.simulate else None
         plot_pipeline_saving(args.plot, pts, lo=min(0.05, b.ratio_t_over_v), hi=max(5.0, b.ratio_t_over_v))
@@ -103,7 +103,7 @@ def _frontier(args: argparse.Namespace) -> int:
     p = frontier_point(args.alpha_v, args.k)
     s = frontier_summary(args.k, lo, hi)
     if args.plot:
-        from experiments.psd_plots import plot_frontier
+        from experiments.studies.psd_plots import plot_frontier
 
         plot_frontier(args.plot, ks=tuple(sorted({1, 3, 5, args.k})), lo=lo, hi=hi, mark=args.alpha_v)
     if args.json:

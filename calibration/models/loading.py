@@ -10,7 +10,7 @@ from typing import Any, Iterable
 class LoadedTarget:
     """A loaded target model, its drafters by name (in spec order) and its end-of-sequence token ids."""
 
-    lm: Any  # calibration.hf_backend.LoadedModel
+    lm: Any  # calibration.models.hf_backend.LoadedModel
     drafters: dict[str, Any]  # name -> ModelDrafter | LookupDrafter
     eos: list[int]
 
@@ -19,8 +19,8 @@ def load_target(target: str, drafter_specs: Iterable[str] = (), *, dtype: str = 
                 threads: int | None = None) -> LoadedTarget:
     """Load `target` (packaged name or transformers folder) and build each drafter spec once (repeats dropped);
     `threads` sets torch's intra-op threads first. Two specs giving the same drafter name are an error."""
-    from calibration.drafters import parse_drafter
-    from calibration.hf_backend import eos_ids, load_model
+    from calibration.models.drafters import parse_drafter
+    from calibration.models.hf_backend import eos_ids, load_model
 
     if threads is not None:
         import torch
@@ -43,8 +43,8 @@ def split_specs(text: str) -> list[str]:
 
 def vllm_target(target: str, workload: str, num_prompts: int, seed: int = 0) -> tuple[str, str, list[list[int]], Any]:
     """(folder vLLM loads, model name, prompt token ids of the first `num_prompts` workload prompts, the model)."""
-    from calibration.hf_backend import converted_folder, encode_prompt
-    from calibration.packaged_models import PACKAGED_MODELS
+    from calibration.models.hf_backend import converted_folder, encode_prompt
+    from calibration.models.packaged import PACKAGED_MODELS
     from calibration.prompts import workload_prompts
 
     lm = load_target(target).lm

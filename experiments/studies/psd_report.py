@@ -230,7 +230,7 @@ def is_vs_sd_study(cfg: ExperimentConfig) -> bool:
 
 def vs_sd_report(df: pd.DataFrame, cfg: ExperimentConfig, out: Path) -> tuple[list[Path], str]:
     """Plots and Markdown of a PSD-vs-SD study."""
-    from experiments.psd_plots import plot_drafter_tradeoff, plot_per_m
+    from experiments.studies.psd_plots import plot_drafter_tradeoff, plot_per_m
 
     plots = [plot_per_m(df, metric, label, out / fname) for metric, label, fname in (
         ("throughput_tok_s", "throughput (tokens/s)", "throughput.png"),
@@ -255,7 +255,7 @@ def vs_sd_report(df: pd.DataFrame, cfg: ExperimentConfig, out: Path) -> tuple[li
 
 def bounds_report(df: pd.DataFrame, cfg: ExperimentConfig, out: Path) -> tuple[list[Path], str]:
     """The saving-vs-t/V plot and Markdown of a bounds study (steady-window figures)."""
-    from experiments.psd_plots import plot_pipeline_saving
+    from experiments.studies.psd_plots import plot_pipeline_saving
 
     df = with_load_share(df)
     psd = df[df["mode"] == "psd"]

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from experiments.cmd_sweep import add_backend_args
+from experiments.cli.sweep import add_backend_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,9 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from experiments.plan import run_plan
-    from experiments.plan_config import load_plan_config
-    from experiments.plan_report import print_plan
+    from experiments.plan.planner import run_plan
+    from experiments.plan.config import load_plan_config
+    from experiments.plan.report import print_plan
 
     console = Console(stderr=args.json)
     if not console.is_terminal:  # piped or captured: wide enough for the table instead of 80 columns

@@ -84,7 +84,7 @@ class PlanSLO(_Strict):
 
 
 class Search(_Strict):
-    """The rate search (experiments/plan_search.py): per rate, `seeds` runs sized from the SLO's quantile."""
+    """The rate search (experiments/plan/search.py): per rate, `seeds` runs sized from the SLO's quantile."""
 
     seeds: int = Field(3, ge=1, le=100, description="runs per tested rate (attainment batch means are pooled "
                                                     "over them)")

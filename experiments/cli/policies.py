@@ -49,7 +49,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _bandit_report(args: argparse.Namespace) -> int:
-    from experiments.bandit_report import BanditStudy, run_bandit_study
+    from experiments.studies.bandit_report import BanditStudy, run_bandit_study
 
     from experiments.output_folder import claim_output_folder
 
@@ -60,7 +60,7 @@ def _bandit_report(args: argparse.Namespace) -> int:
 
 
 def _combine_report(args: argparse.Namespace) -> int:
-    from experiments.combine_report import CombineStudy, run_combine_study
+    from experiments.studies.combine_report import CombineStudy, run_combine_study
 
     from experiments.output_folder import claim_output_folder
 

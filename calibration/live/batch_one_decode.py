@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from calibration.drafters import LookupDrafter, ModelDrafter
-from calibration.live_records import LiveRequest, LiveStep, match_len, tv_distances
+from calibration.models.drafters import LookupDrafter, ModelDrafter
+from calibration.live.records import LiveRequest, LiveStep, match_len, tv_distances
 from policies.base import Feedback, Policy, RequestView
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from policies.registry import GROUND_TRUTH_POLICIES, policy_class
 
 if TYPE_CHECKING:
-    from calibration.drafters import LookupDrafter
+    from calibration.models.drafters import LookupDrafter
 
 METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s", "steps_per_request")
 
@@ -78,7 +78,7 @@ class LiveRun:
 
 
 def drafter_name(spec: str) -> str:
-    """The name `calibration.drafters.parse_drafter` gives a spec, without loading anything."""
+    """The name `calibration.models.drafters.parse_drafter` gives a spec, without loading anything."""
     head, _, rest = spec.partition(":")
     if head == "layers":
         return f"layers{rest}"

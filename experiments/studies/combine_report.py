@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.bandit_report import _plot, _write_csv
+from experiments.studies.bandit_report import _plot, _write_csv
 from experiments.config import builtin_config_dir, read_config_doc
 from experiments.run import run_experiment
 from traces.atomic import atomic_write_text

@@ -10,19 +10,19 @@ import sys
 # its parser. Registration imports only what argument definitions need; a command imports its heavy modules
 # (pandas, scipy, the engine) when it runs.
 COMMAND_MODULES = {
-    "run": "experiments.cmd_run",
-    "import": "experiments.cmd_import",
-    "validate": "experiments.cmd_validate",
-    "compare": "experiments.cmd_compare",
-    "traces": "experiments.cmd_traces",
-    "bounds": "experiments.cmd_bounds",
-    "specbench": "experiments.cmd_specbench",
-    "policies": "experiments.cmd_policies",
-    "psd-report": "experiments.cmd_psd_report",
-    "placement": "experiments.cmd_placement",
-    "calibrate": "experiments.cmd_calibrate",
-    "sweep": "experiments.cmd_sweep",
-    "plan": "experiments.cmd_plan",
+    "run": "experiments.cli.run",
+    "import": "experiments.cli.imports",
+    "validate": "experiments.cli.validate",
+    "compare": "experiments.cli.compare",
+    "traces": "experiments.cli.traces",
+    "bounds": "experiments.cli.bounds",
+    "specbench": "experiments.cli.specbench",
+    "policies": "experiments.cli.policies",
+    "psd-report": "experiments.cli.psd_report",
+    "placement": "experiments.cli.placement",
+    "calibrate": "experiments.cli.calibrate",
+    "sweep": "experiments.cli.sweep",
+    "plan": "experiments.cli.plan",
 }
 
 
@@ -60,9 +60,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     names = [argv[0]] if argv and argv[0] in COMMAND_MODULES else list(COMMAND_MODULES)
     for name in names:
         importlib.import_module(COMMAND_MODULES[name]).register(sub)
-    from experiments.cli_numbers import harden_numeric_flags
+    from experiments.cli.numbers import harden_numeric_flags
 
-    harden_numeric_flags(parser)  # every numeric flag: finite, >= 0, 64-bit (experiments/cli_numbers.py)
+    harden_numeric_flags(parser)  # every numeric flag: finite, >= 0, 64-bit (experiments/cli/numbers.py)
     return parser
 
 

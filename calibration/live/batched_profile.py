@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from calibration.batched_kv import BatchedLM
+from calibration.live.batched_kv import BatchedLM
 from calibration.latency_sweep import machine_load, time_repeats
 from simulator.latency import Measurement
 

@@ -1,5 +1,5 @@
 """`draftsim plan`: per candidate deployment (GPU type x TP x replicas x mode x scheduler setting), the highest
-arrival rate at which it is stable and meets the SLO in steady state (experiments/plan_search.py; runs sized from
+arrival rate at which it is stable and meets the SLO in steady state (experiments/plan/search.py; runs sized from
 the SLO's quantile) and what it costs; the cheapest candidate that sustains the target rate answers the question.
 
 Every simulation is a sweep point (experiments/sweep): cached by content hash under OUT/points, run serially,
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.plan_config import Mode, PlanConfig
-from experiments.plan_search import BATCHES, BELOW_SERVICE, MAX_UTILIZATION, RateSearch, judge
-from experiments.prices import GpuPrice, price_table
+from experiments.plan.config import Mode, PlanConfig
+from experiments.plan.search import BATCHES, BELOW_SERVICE, MAX_UTILIZATION, RateSearch, judge
+from experiments.plan.prices import GpuPrice, price_table
 from experiments.sweep.cache import write_json_atomic
 from experiments.sweep.experiment import json_ready
 from experiments.sweep.hashing import derive_seed
@@ -365,7 +365,7 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
         _curve_points(plan, active, traffic, seeds[0], slo, runner, bar)
     doc = plan_document(plan, cands, prices, traffic, seeds, base)
     write_json_atomic(out / "plan.json", doc, indent=1)
-    from experiments.plan_report import write_plots
+    from experiments.plan.report import write_plots
 
     write_plots(doc, out)
     return {**doc, "_stats": {"computed": runner.stats.computed, "cached": runner.stats.cached}}

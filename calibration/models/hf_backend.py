@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibration.packaged_models import PACKAGED_MODELS, MissingPackageError, packaged_gguf
+from calibration.models.packaged import PACKAGED_MODELS, MissingPackageError, packaged_gguf
 
 
 def _require_torch_transformers() -> None:

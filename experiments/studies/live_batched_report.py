@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from calibration.live_records import METRICS
+from calibration.live.records import METRICS
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
