@@ -99,7 +99,7 @@ def run_under_vllm(module: str, plan: dict[str, Any], out_dir: str | Path, *, py
     from traces.atomic import atomic_write_text
 
     atomic_write_text(out / PLAN_FILE, json.dumps(plan))
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                VLLM_NO_USAGE_STATS="1", DRAFTSIM_VLLM_STEPS=str(out / STEPS_FILE))
     cmd = [py, "-m", module, str(out / PLAN_FILE), str(out / RUN_FILE)]

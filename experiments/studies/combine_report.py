@@ -28,7 +28,7 @@ from traces.atomic import atomic_write_text
 from traces.bundle import TraceBundle, save_bundle
 from traces.prompt_lookup import with_prompt_lookup
 
-REFERENCE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "reference-traces" / "specbench-llama3.1-8b-h100"
+REFERENCE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "reference-traces" / "specbench-llama3.1-8b-h100"
 NGRAM_COST = {"kind": "fraction_of_verify", "fraction": 0.005875}
 
 
