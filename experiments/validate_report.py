@@ -31,12 +31,25 @@ def _load(m: dict[str, Any]) -> str:
     return "-" if not ld else f"{ld[0]:.1f}-{ld[1]:.1f}"
 
 
-def _interval(r: dict[str, Any]) -> str:
-    """'[lo, hi] in' / 'out', or '' without repeats."""
+def _interval(r: dict[str, Any], metric: str) -> str:
+    """'[lo, hi] in' / 'OUT' in the metric's display unit, or '' without repeats."""
     iv = r.get("interval")
     if not iv or iv[0] is None:
         return ""
-    return f"[{iv[0]:.4g}, {iv[1]:.4g}] {'in' if r.get('inside') else 'OUT'}"
+    return f"[{_value(metric, iv[0])}, {_value(metric, iv[1])}] {'in' if r.get('inside') else 'OUT'}"
+
+
+def _value(metric: str, x: float | None) -> str:
+    """A measured or predicted value in the table convention's unit (experiments/tables.py: ms, s, tok/s)."""
+    from experiments.tables import metric_cell
+
+    return "-" if x is None else metric_cell(metric, x)
+
+
+def _label(metric: str) -> str:
+    from experiments.tables import metric_label
+
+    return metric_label(metric)
 
 
 def kinds_of(rows: list[dict[str, Any]]) -> list[str]:
@@ -56,16 +69,18 @@ def format_table(report: ValidationReport, metrics: tuple[str, ...] | None = Non
     """Per mode x rate x metric: measured, each kind's prediction (replay, predictive) with % error and, where
     repeated over seeds, the interval and whether the measured value is inside it."""
     kinds = kinds_of(report.rows)
-    head = f"{'mode':<12} {'req/s':>6} {'load':>9} {'metric':<17} {'measured':>9}" + "".join(
+    head = f"{'mode':<12} {'req/s':>6} {'load':>9} {'metric':<22} {'measured':>9}" + "".join(
         f" {k:>10} {'err %':>7} {'interval (repeats)':<24}" for k in kinds)
     lines = [head, "-" * len(head)]
     for m, by in _paired(report.rows):
         if metrics and m["metric"] not in metrics:
             continue
-        cells = "".join(f" {_fmt(by.get(k, {}).get('predicted')):>10} {_fmt(by.get(k, {}).get('error_pct'), True):>7}"
-                        f" {_interval(by.get(k, {})):<24}" for k in kinds)
-        lines.append(f"{m['mode']:<12} {m['rate']:>6.3g} {_load(m):>9} {m['metric']:<17} {_fmt(m['measured']):>9}"
-                     + cells)
+        met = m["metric"]
+        cells = "".join(f" {_value(met, by.get(k, {}).get('predicted')):>10} "
+                        f"{_fmt(by.get(k, {}).get('error_pct'), True):>7} {_interval(by.get(k, {}), met):<24}"
+                        for k in kinds)
+        lines.append(f"{m['mode']:<12} {m['rate']:>6.3g} {_load(m):>9} {_label(met):<22} "
+                     f"{_value(met, m['measured']):>9}" + cells)
     return "\n".join(lines)
 
 
@@ -88,10 +103,12 @@ def markdown(report: ValidationReport, command: str, tolerances: dict[str, dict[
         for m, by in _paired(report.rows):
             if metrics and m["metric"] not in metrics:
                 continue
-            cells = " | ".join(f"{_fmt(by.get(k, {}).get('predicted'))} | {_fmt(by.get(k, {}).get('error_pct'), True)}"
-                               f" | {_interval(by.get(k, {}))}" for k in kinds)
-            lines.append(f"| {m['mode']} | {m['rate']:.3g} | {_load(m)} | {m['metric']} | {_fmt(m['measured'])} | "
-                         f"{cells} |")
+            met = m["metric"]
+            cells = " | ".join(f"{_value(met, by.get(k, {}).get('predicted'))} | "
+                               f"{_fmt(by.get(k, {}).get('error_pct'), True)} | {_interval(by.get(k, {}), met)}"
+                               for k in kinds)
+            lines.append(f"| {m['mode']} | {m['rate']:.3g} | {_load(m)} | {_label(met)} | "
+                         f"{_value(met, m['measured'])} | {cells} |")
     bad = failures(report.rows, tolerances)
     lines += ["", "## Over tolerance", ""] + ([f"- {b}" for b in bad] or ["- none"])
     return "\n".join(lines) + "\n"

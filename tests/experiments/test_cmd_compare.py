@@ -65,7 +65,7 @@ def test_cli_writes_validate_format(tmp_path, capsys):
     rows = json.loads((tmp_path / "o" / "comparison.json").read_text())
     assert {"mode", "rate", "fraction", "metric", "measured", "predicted", "error_pct", "kind", "load_1min",
             "interval", "inside"} <= set(rows[0])
-    assert (tmp_path / "o" / "cdf-AR.png").is_file() and "ttft_mean_s" in capsys.readouterr().out
+    assert (tmp_path / "o" / "cdf-AR.png").is_file() and "ttft_mean (ms)" in capsys.readouterr().out
 
 
 def test_cli_bad_measured_folder(tmp_path, capsys):

@@ -38,7 +38,7 @@ def test_outputs_are_written(report, tmp_path):
     md = (tmp_path / "validation.md").read_text()
     assert "| ngram-k3 |" in md and "## Over tolerance" in md
     assert (tmp_path / "cdf-ar.png").stat().st_size > 0 and (tmp_path / "cdf-ngram-k3.png").is_file()
-    assert "ttft_mean_s" in format_table(report)
+    assert "ttft_mean (ms)" in format_table(report)  # the table convention: name and unit
     prov = json.loads((tmp_path / "provenance.json").read_text())
     assert prov["modes"]["ar"]["block_size"] == 128
 
