@@ -138,6 +138,8 @@ def _pareto(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
     ax.axvline(doc["question"]["target_rate_req_s"], color="k", linestyle=":", linewidth=1, label="target rate")
     ax.set_xlabel("max sustainable rate under the SLO (req/s)")
     ax.set_ylabel("$ per hour (all GPUs, draft GPUs included)")
+    ax.set_xlim(left=0)  # from zero: a small spread must not look like a gulf
+    ax.set_ylim(bottom=0)
     ax.set_title(f"{doc['name']}: cost vs capacity")
     ax.legend(fontsize=7)
     return save_figure(fig, path)
