@@ -127,18 +127,25 @@ def paper_rows(requests: int) -> list[Row]:
     return rows
 
 
-def minedraft_rows(requests: int) -> list[Row]:
-    """PSD (2m requests, 4 + 1 GPUs) vs SD (m, 4 GPUs), Qwen3-32B with Qwen3-1.7B, best k each, best m."""
-    from experiments.studies.psd_report import headline, load_config, run_psd_vs_sd
+def minedraft_rows(results: str | None) -> list[Row]:
+    """PSD (2m requests, 4 + 1 GPUs) vs SD (m, 4 GPUs), Qwen3-32B with Qwen3-1.7B, best k each, best m, read from a
+    finished `draftsim sweep psd_vs_sd --out DIR` (the study's own pairing, experiments/studies/psd_report.py);
+    no rows without one (the sweep is ~1 CPU-hour on 2 cores)."""
+    if not results:
+        print("MineDraft rows skipped: pass --psd-results DIR, a finished `draftsim sweep psd_vs_sd --out DIR`")
+        return []
+    from experiments.config import load_config
+    from experiments.studies.psd_report import headline, read_sweep, study_table
 
-    cfg = load_config(Path(__file__).resolve().parents[1] / "experiments" / "configs" / "psd_vs_sd.yaml")
-    cfg = cfg.model_copy(update={"drafters": {"qwen3-1.7b": cfg.drafters["qwen3-1.7b"]},
-                                 "workload": cfg.workload.model_copy(update={"num_requests": requests})})
-    head = headline(run_psd_vs_sd(cfg, progress=False))
+    cfg = load_config("psd_vs_sd")
+    head = headline(study_table(read_sweep(cfg, results)))
+    head = head[head["drafter"] == "qwen3-1.7b"]
     best = head.loc[head["psd_over_sd"].idxmax()]
+    requests = cfg.workload.get("num_requests") if isinstance(cfg.workload, dict) else None
     common = dict(source=MINEDRAFT,
                   inputs=f"experiments/configs/psd_vs_sd.yaml: roofline Qwen3-32B TP4 + Qwen3-1.7B on H100, "
-                         f"{requests} chat-like requests x 256 tokens, best k per mode, m in {list(cfg.sub_batch)}",
+                         f"{requests} chat-like requests x 256 tokens, best k per mode, m in "
+                         f"{sorted(head['sub_batch_m'].unique().tolist())}",
                   borrowed=["acceptance: assumed i.i.d. 0.68 (no Qwen3 traces are public)",
                             "H100 roofline for MineDraft's GPUs (uncalibrated)", "prompt set: chat-like, not 'tough'"])
     note = ("no input here is MineDraft's own: the assumed acceptance and the uncalibrated roofline set the drafter's "
@@ -177,10 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--requests", type=int, default=300, help="requests per compat batch set / MineDraft run")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--psd-results", default=None, help="a finished `draftsim sweep psd_vs_sd --out DIR` (MineDraft rows)")
     ap.add_argument("--markdown", action="store_true", help="print the README table")
     args = ap.parse_args(argv)
     print(f"load 1-min {os.getloadavg()[0]:.2f} (figures are simulated, not timed)")
-    rows = paper_rows(args.requests) + minedraft_rows(args.requests)
+    rows = paper_rows(args.requests) + minedraft_rows(args.psd_results)
     print(table(rows, args.markdown))
     if args.json:
         doc: list[dict[str, Any]] = [{**asdict(r), "error": r.errors(),

@@ -7,7 +7,7 @@ arrivals at 12 req/s, max_num_seqs 64, one server with a linear Llama-2-7B / H10
 derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.py, which is closed loop.
 
 Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
-- engine alone (`simulate_run`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
+- engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
   with macro-steps (simulator/step_runs.py) and, in the same process, without (the step-by-step path): request-
   steps per CPU second, mean sequences per step, and the ratio;
 - whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
@@ -77,23 +77,20 @@ def uptime() -> str:
 def engine(n: int, names: list[str], repeats: int) -> None:
     """Engine CPU seconds per run, macro-steps on and off, in this process."""
     from experiments.config import load_config
-    from experiments.run import engine_workload, prepare, resolve_bundle, simulate_run
+    from experiments.run import experiment_inputs, prepare
     from simulator import step_runs
-    from traces.workload import WorkloadSpec, workload_and_bundle
+    from simulator.scenario import simulate
 
     for name in names:
         cfg = load_config(config(n, [RUNS[name]]))
-        bundle = resolve_bundle(cfg.traces, cfg.seed)
-        workload, bundle = workload_and_bundle(bundle, WorkloadSpec.model_validate(cfg.workload), seed=cfg.seed,
-                                               need_acceptance=name != "AR")
-        ew, traces = engine_workload(workload, bundle)
+        inputs = experiment_inputs(cfg, need_acceptance=name != "AR")
         cpu: dict[bool, float] = {}
         for _ in range(repeats):
             for macro in (False, True):
                 step_runs.MACRO_STEPS = macro
                 sc = prepare(cfg)[0]
                 c0 = time.process_time()
-                res = simulate_run(sc, bundle, ew, traces)
+                res = simulate(sc, inputs)
                 c = time.process_time() - c0
                 cpu[macro] = min(cpu.get(macro, c), c)
         step_runs.MACRO_STEPS = True
