@@ -81,7 +81,7 @@ def test_bad_plugin_parameters_fail_with_the_whole_config(at_root, tmp_path):
                                           r"\['drafter', 'k_max', 'k_min', 'k_start'\]"):
         load_config(doc)
     doc["runs"][2]["policy"] = {"name": EXAMPLE, "drafter": "eagle3", "k_max": 2.5}
-    with pytest.raises(ConfigError, match=r"k_max: Input should be a valid integer"):
+    with pytest.raises(ConfigError, match=r"k_max: expected a valid integer \(got 2.5\)"):
         load_config(doc)
     doc["runs"][2]["policy"] = {"name": EXAMPLE, "drafter": "eagle3", "k_start": 9}  # the class's own check
     with pytest.raises(ConfigError, match=r"k_min <= k_start <= k_max"):
