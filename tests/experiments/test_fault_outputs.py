@@ -7,7 +7,6 @@ file of the other format, table.csv, plan.json, a config) and must refuse it, le
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import signal
@@ -20,22 +19,13 @@ import pytest
 import yaml
 
 from experiments import cli
+from tests.experiments.cli_helpers import run_main_quietly as _main
 from tests.experiments.test_fuzz_config import BASE
 
 REPO = Path(__file__).resolve().parents[2]
 USER_FILES = {"table.csv": "mine,1\n", "plan.json": '{"mine": 1}\n', "sweep.json": "{}\n",
               "requests.jsonl.gz": "not really gzip: the user's only copy\n", "config.yaml": "name: mine\n",
               "notes.txt": "user notes\n"}
-
-
-def _main(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            rc = cli.main(argv)
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else 2
-    return rc, err.getvalue()
 
 
 @pytest.fixture()

@@ -8,14 +8,13 @@ one `draftsim: error:` line. No traceback, no hang (CPU-time bound per case), no
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import random
 
 import pytest
 
 from experiments import cli
+from tests.experiments.cli_helpers import run_main_quietly as _main
 from experiments.cli.numbers import checked_float, checked_int
 from tests.fuzz_support import FuzzTally
 
@@ -47,16 +46,6 @@ def _filler(p: argparse.ArgumentParser) -> list[str]:
             n = a.nargs if isinstance(a.nargs, int) else 1
             argv += [value] * n
     return argv
-
-
-def _main(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            rc = cli.main(argv)
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else 2
-    return rc, err.getvalue()
 
 
 def _refused(argv: list[str], flag: str | None = None):
