@@ -135,8 +135,13 @@ def plot_throughput_latency(summary_by_run: Mapping[str, Mapping], path: str | o
     Runs without a throughput (nothing finished, or the configuration did not fit) are left out.
     """
     fig, axes = _figure(1, 2, 14, 5.4, margins=dict(left=0.06, right=0.80, bottom=0.16, top=0.92, wspace=0.2))
-    runs = [r for r in summary_by_run if summary_by_run[r].get("throughput_tok_s") is not None]
-    thr = np.array([summary_by_run[r]["throughput_tok_s"] for r in runs], dtype=float)
+    from experiments.tables import has_steady_window, summary_value
+
+    # the throughput the run table shows: the steady-state window's when the run has one (experiments/tables.py)
+    runs = [r for r in summary_by_run if summary_value(summary_by_run[r], "throughput_tok_s") is not None]
+    thr = np.array([summary_value(summary_by_run[r], "throughput_tok_s") for r in runs], dtype=float)
+    thr_label = ("output throughput, steady window (tok/s)" if any(has_steady_window(summary_by_run[r]) for r in runs)
+                 else "output throughput (tok/s)")
     p50 = np.array([np.nan if summary_by_run[r].get("e2e_p50_s") is None else summary_by_run[r]["e2e_p50_s"]
                     for r in runs], dtype=float)
     base = baseline if baseline in runs else (runs[0] if runs else None)
@@ -147,7 +152,7 @@ def plot_throughput_latency(summary_by_run: Mapping[str, Mapping], path: str | o
     ratio = [f"{t / base_thr:.2f}x" if base_thr > 0 else "" for t in thr]
     ax.bar_label(bars, labels=[f"{t:,.0f}\n{q}" for t, q in zip(thr, ratio)], fontsize=8, padding=2)
     ax.set_xticks(range(len(runs)), runs, rotation=30, ha="right", fontsize=9)
-    ax.set_ylabel("output throughput (tok/s)")
+    ax.set_ylabel(thr_label)
     ax.set_title(f"Throughput per run (ratio to {base})" if base else "Throughput per run", y=1.0, pad=6)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_ylim(0, (np.nanmax(thr) if thr.size and np.isfinite(thr).any() else 1.0) * 1.18)
@@ -166,7 +171,7 @@ def plot_throughput_latency(summary_by_run: Mapping[str, Mapping], path: str | o
         pts = sorted(shown[r] for r in front)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], color="0.4", linewidth=1, linestyle="--", zorder=2)
     ax.set_xlabel("E2E latency p50 (s)")
-    ax.set_ylabel("output throughput (tok/s)")
+    ax.set_ylabel(thr_label)
     ax.set_title("Throughput vs median latency (up-left is better)", y=1.0, pad=6)
     ax.grid(True, alpha=0.3)
     hi_x = np.nanmax(p50) if np.isfinite(p50).any() else 1.0
