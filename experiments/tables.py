@@ -159,11 +159,13 @@ def run_rows(summary_by_run: Mapping[str, Mapping[str, Any]], baseline: str) -> 
 
 
 def build_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *, labels: Sequence[str] = ("run",),
-                title: str | None = None, bold: str | None = None, caption: str | None = None):
+                title: str | None = None, bold: str | None = None, caption: str | None = None,
+                wrap_labels: Sequence[str] = ()):
     """A rich Table: the `labels` columns (left, taken from each row as text), then one column per metric.
 
     `bold` names the row (by its first label) to emphasise. A row holding `note` (e.g. "does not fit") shows
-    that text instead of its metrics."""
+    that text instead of its metrics. Numbers never fold (a metric column is at least as wide as its widest
+    cell; its header folds instead); the last label stays on one line unless it is named in `wrap_labels`."""
     from rich import box
     from rich.table import Table
 
@@ -171,17 +173,23 @@ def build_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], *,
                   caption=caption, caption_justify="left")
     for i, lab in enumerate(labels):
         widest = max([len(_label(r.get(lab))) for r in rows] or [0])
+        one_line = i == len(labels) - 1 and lab not in wrap_labels
+        longest_word = max([len(w) for r in rows for w in _label(r.get(lab)).split()] or [0])
         table.add_column(lab.replace(".", "\n") if "." in lab else lab, justify="left", overflow="fold",
-                         no_wrap=i == len(labels) - 1, min_width=min(widest, 28) if i == len(labels) - 1 else None)
-    for col in columns:
-        table.add_column(col.title, justify="right", overflow="fold")
+                         no_wrap=one_line, min_width=min(widest if one_line else longest_word, 28))
+    cells_by_row = []
     for row in rows:
-        first = str(row.get(labels[0], "")) if labels else ""
         cells = [_label(row.get(lab)) for lab in labels]
         if row.get("note"):
             cells += [str(row["note"])] + [""] * (len(columns) - 1)
         else:
             cells += [col.cell(row.get(col.key)) for col in columns]
+        cells_by_row.append(cells)
+    for j, col in enumerate(columns, start=len(labels)):
+        widest = max([len(c[j]) for c, r in zip(cells_by_row, rows) if not r.get("note")] or [1])
+        table.add_column(col.title, justify="right", overflow="fold", min_width=widest)
+    for row, cells in zip(rows, cells_by_row):
+        first = str(row.get(labels[0], "")) if labels else ""
         table.add_row(*cells, style="bold" if bold is not None and first == bold else None)
     return table
 

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from experiments.config import check_slo_seconds
 from simulator.cluster_config import RouterSpec
 from simulator.server_config import PSDConfig
 from traces.config_base import StrictModel as _Strict
@@ -65,7 +66,8 @@ class Traffic(_Strict):
 
 
 class PlanSLO(_Strict):
-    """Latency bounds (seconds, None = unbounded) and the fraction of requests that must meet all of them."""
+    """Latency bounds (seconds, None = unbounded; an implausibly large one, typed in ms, is refused) and the fraction
+    of requests that must meet all of them."""
 
     ttft_s: float | None = Field(None, gt=0, le=1e6)
     tpot_s: float | None = Field(None, gt=0, le=1e6)
@@ -77,6 +79,7 @@ class PlanSLO(_Strict):
         if self.ttft_s is None and self.e2e_s is None:
             raise ValueError("slo: give ttft_s or e2e_s: under overload queues grow without bound but TPOT does "
                              "not, so a TPOT bound alone cannot tell a sustainable rate from an unsustainable one")
+        check_slo_seconds(self.model_dump(), "")  # a bound typed in ms (ttft_s: 250) is refused, as in run configs
         return self
 
     def bounds(self) -> dict[str, float | None]:

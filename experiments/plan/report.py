@@ -6,59 +6,79 @@ from pathlib import Path
 from typing import Any
 
 from experiments.plots import _figure, save_figure
+from experiments.tables import Column, build_table, print_table
 
 PLOT_FILES = ("curves.png", "pareto.png")
 CURVES_MAX = 12  # candidates drawn in the curves (the best ranked), so lines stay readable
 
 
-def _num(v: Any, fmt: str = "{:.3g}") -> str:
-    return "-" if v is None else fmt.format(v)
+# The plan table: plan.json's candidate keys, in the run-table convention (experiments/tables.py): the key's
+# words one per line, then the unit; ranked order; text cells (the interval, the crossover) as plan.json holds them.
+PLAN_COLUMNS: tuple[Column, ...] = (
+    Column("num_gpus", "", 0, header="num\ngpus"),
+    Column("usd_per_hour", "$/h", 2, header="usd\nper\nhour"),
+    Column("max_rate_req_s", "req/s", 2, header="max\nrate"),
+    Column("interval_req_s", "req/s", 0, header="interval"),
+    Column("throughput_tok_s_at_max_rate", "tok/s", 0, header="steady\nthrpt\nat max"),
+    Column("usd_per_mtok_at_target_rate", "$/Mtok", 3, header="usd per\nmtok at\ntarget"),
+    Column("sd_vs_ar_crossover_req_s", "req/s", 2, header="sd=ar\nat"),
+)
 
 
-def _rate_cell(c: dict[str, Any]) -> str:
-    rate = c.get("max_rate_req_s")
-    if rate is None:
-        return "-"
-    if c.get("at_search_ceiling"):
-        return f"{rate:.3g}+"
+def _interval_cell(c: dict[str, Any]) -> str:
     lo, hi = c.get("interval_req_s") or (None, None)
-    return f"{rate:.3g} [{_num(lo)}, {_num(hi, '{:.3g}') if hi is not None else 'open'}]"
+    if c.get("max_rate_req_s") is None or lo is None:
+        return "\u2013"
+    return f"[{lo:.3g}, {'open' if hi is None else f'{hi:.3g}'}]"
 
 
-def _crossover_cell(c: dict[str, Any]) -> str:
+def _crossover_cell(c: dict[str, Any]) -> float | str:
     x = c.get("sd_vs_ar")
     if not x:
-        return "-"
+        return "\u2013"
     if x.get("crossover_req_s") is not None:
-        return f"{x['crossover_req_s']:.3g}"
+        return float(x["crossover_req_s"])
     if x.get("sd_faster_up_to_req_s") is not None:
-        return f">{x['sd_faster_up_to_req_s']:.3g}"
+        return f">{x['sd_faster_up_to_req_s']:,.2f}"
     return "never" if "no faster" in (x.get("why") or "") else "?"
+
+
+def plan_rows(doc: dict[str, Any], limit: int | None = None) -> list[dict[str, Any]]:
+    """One row per candidate in rank order: plan.json's numbers plus the text cells the table shows."""
+    rows = []
+    for i, c in enumerate(doc["candidates"] if limit is None else doc["candidates"][:limit], 1):
+        rate = c.get("max_rate_req_s")
+        rows.append({**c, "#": str(i), "candidate": c["id"] + ("" if c["target_costs"].startswith("measured") else " *"),
+                     "max_rate_req_s": f"{rate:,.2f}+" if rate is not None and c.get("at_search_ceiling") else rate,
+                     "interval_req_s": _interval_cell(c), "sd_vs_ar_crossover_req_s": _crossover_cell(c),
+                     "status": _status(c)})
+    return rows
+
+
+def plan_table(doc: dict[str, Any], limit: int | None = None):
+    """The ranked candidates as one table of the project's convention (experiments/tables.py)."""
+    q = doc["question"]
+    return build_table(plan_rows(doc, limit), PLAN_COLUMNS, labels=("#", "candidate", "status"),
+                       wrap_labels=("status",),
+                       title=f"plan {doc['name']}: {q['target']} at {q['target_rate_req_s']:g} req/s "
+                             f"({len(doc['candidates'])} candidates)",
+                       caption="*: target step times from the roofline model (no measured profile); max rate '+': "
+                               "sustains its search ceiling; interval 'open': no tested rate was a "
+                               "decided fail; sd=ar at: the rate where this mode's mean E2E reaches AR's on the "
+                               "same GPUs ('>x': faster up to x, the top of both stable ranges); steady throughput "
+                               "and $/Mtok over the steady-state window (rule (window) below); $/Mtok at the max rate and every "
+                               "tested rate: plan.json.")
 
 
 def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
     """The ranked table, then the answer, the deployment, the rule and the notes."""
-    from rich.table import Table
-
-    q = doc["question"]
-    table = Table(title=f"plan {doc['name']}: {q['target']} at {q['target_rate_req_s']:g} req/s "
-                        f"({len(doc['candidates'])} candidates)")
-    for col in ("#", "candidate", "GPUs", "$/h", "max req/s [interval]", "steady tok/s at max", "$/Mtok at target",
-                "$/Mtok at max", "SD=AR at req/s", "costs", "status"):
-        table.add_column(col, justify="left" if col in ("candidate", "status", "costs") else "right")
-    rows = doc["candidates"] if limit is None else doc["candidates"][:limit]
-    for i, c in enumerate(rows, 1):
-        table.add_row(str(i), c["id"], str(c["num_gpus"]), _num(c["usd_per_hour"], "{:.2f}"), _rate_cell(c),
-                      _num(c.get("throughput_tok_s_at_max_rate"), "{:,.0f}"),
-                      _num(c.get("usd_per_mtok_at_target_rate"), "{:.3f}"),
-                      _num(c.get("usd_per_mtok_at_max_rate"), "{:.3f}"), _crossover_cell(c),
-                      "measured" if c["target_costs"].startswith("measured") else "roofline", _status(c))
-    console.print(table)
+    print_table(plan_table(doc, limit), console)
     if limit is not None and len(doc["candidates"]) > limit:
         console.print(f"... {len(doc['candidates']) - limit} more candidates in plan.json")
     for c in doc["candidates"]:
         if c["status"] == "does_not_fit":
             console.print(f"does not fit: {c['id']}: {c['reason']}")
+    q = doc["question"]
     best = doc["cheapest"]
     console.print(f"[bold]cheapest for {q['target_rate_req_s']:g} req/s:[/bold] "
                   + (best if best else "none of the candidates sustains the target rate"))
@@ -70,9 +90,6 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
     rule = doc["rule"]
     for key in ("window", "overload", "sustainable", "interval", "size", "search", "comparison"):
         console.print(f"rule ({key}): {rule[key]}", soft_wrap=True)
-    console.print("'+': sustains its search ceiling; interval 'open': no tested rate was a decided fail; "
-                  "SD=AR at: the rate where this mode's mean E2E reaches AR's on the same GPUs ('>x': faster up to "
-                  "x, the top of both stable ranges)")
     for note in doc["notes"]:
         console.print(f"note: {note}", soft_wrap=True)
     console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g} ({p['source']})"
@@ -83,7 +100,7 @@ def _status(c: dict[str, Any]) -> str:
     if c["status"] == "does_not_fit":
         return "does not fit (below)"
     if c.get("meets_target_rate"):
-        return "meets target" + (" at capacity" if c.get("at_search_ceiling") else "")
+        return "meets target" + (" at ceiling" if c.get("at_search_ceiling") else "")
     return "below target" if c.get("max_rate_req_s") else "SLO never met"
 
 

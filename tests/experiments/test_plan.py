@@ -235,6 +235,8 @@ def test_ray_gives_the_same_plan_json_and_sweep_json(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"slo": {"tpot_s": 0.05}}, "give ttft_s or e2e_s"),
+    ({"slo": {"ttft_s": 250, "tpot_s": 0.05}}, r"slo.ttft_s: 250 s is implausible .* did you mean 0.25"),
+    ({"slo": {"ttft_s": 2.0, "tpot_s": 50}}, r"slo.tpot_s: 50 s is implausible"),
     ({"traffic": {"arrival": "replay"}}, "traffic.file: replay needs a file"),
     ({"traffic": {"target_rate": 5, "arrival": "gamma"}}, "traffic.cv: required"),
     ({"search": {"seeds": 2, "cap_at_capacity": True}}, "cap_at_capacity"),

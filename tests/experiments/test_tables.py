@@ -121,3 +121,37 @@ def test_cells_and_labels_for_tables_built_elsewhere():
     assert metric_label("throughput_tok_s") == "throughput (tok/s)"
     assert metric_cell("tpot_mean_s", 0.03451) == "34.51" and metric_cell("e2e_mean_s", 1.624) == "1.62"
     assert metric_cell("throughput_tok_s", 30512.4) == "30,512"
+
+
+def _plan_doc():
+    def cand(cid, gpus, rate, lo, hi, thr, usd, costs, crossover=None, ceiling=False):
+        return {"id": cid, "num_gpus": gpus, "usd_per_hour": 3.0 * gpus, "max_rate_req_s": rate,
+                "interval_req_s": [lo, hi], "at_search_ceiling": ceiling, "throughput_tok_s_at_max_rate": thr,
+                "usd_per_mtok_at_target_rate": usd, "target_costs": costs, "status": "ok",
+                "meets_target_rate": rate >= 50, "sd_vs_ar": crossover}
+    return {"name": "plan_llama70b", "question": {"target": "llama3.3-70b", "target_rate_req_s": 50.0},
+            "candidates": [cand("h100-80gb tp4 x2 eagle3-k3", 8, 61.25, 60.0, 64.5, 12_345.6, 0.5412, "roofline",
+                                {"crossover_req_s": 72.5}),
+                           cand("h100-80gb tp4 x2 AR", 8, 53.5, 53.5, 55.0, 10_564.0, 0.658, "measured: profile.yaml"),
+                           cand("h200-141gb tp8 x4 psd-ngram-k5", 32, 210.0, 200.0, None, 45_000.0, 1.0123,
+                                "roofline", ceiling=True)]}
+
+
+def test_the_plan_table_follows_the_convention_and_fits_80_columns():
+    from experiments.plan.report import PLAN_COLUMNS, plan_table
+
+    doc = _plan_doc()
+    text = render(plan_table(doc), width=80, terminal=True)
+    assert all(len(ln) <= 80 for ln in text.splitlines())
+    flat = " ".join(text.split())
+    # numbers are never folded: each cell appears whole, in its column's unit and decimals
+    for cell in ("61.25", "53.50", "210.00+", "12,346", "10,564", "45,000", "0.541", "0.658", "1.012", "72.50",
+                 "[60, 64.5]", "[200, open]", "24.00", "96.00"):
+        assert cell in flat, cell
+    ranks = [ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in ("1", "2", "3")]
+    assert ranks == ["1", "2", "3"]  # the plan's rank order
+    # roofline-priced candidates are marked and the mark is explained; units are the convention's
+    assert "eagle3-k3 *" in flat.replace("\n", " ") or "x2 *" in flat
+    assert "*: target step times from the roofline model" in flat
+    assert {c.unit for c in PLAN_COLUMNS} >= {"req/s", "tok/s", "$/h", "$/Mtok"}
+    assert all(c.key in doc["candidates"][0] or c.key == "sd_vs_ar_crossover_req_s" for c in PLAN_COLUMNS)
