@@ -15,9 +15,9 @@ import numpy as np
 from policies.bandit import BanditPolicy, first_unplayed
 
 
-def ucb_index(means: np.ndarray, counts: np.ndarray, t: float, beta: float) -> np.ndarray:
-    """mean + beta * sqrt(2 ln t / n) per arm (counts must be > 0)."""
-    return means + beta * np.sqrt(2.0 * np.log(max(t, 1.0)) / counts)
+def ucb_index(means: np.ndarray, counts: np.ndarray, t, beta: float) -> np.ndarray:
+    """mean + beta * sqrt(2 ln t / n) per arm (counts must be > 0); rows of a (states x arms) array with t (states, 1)."""
+    return means + beta * np.sqrt(2.0 * np.log(np.maximum(t, 1.0)) / counts)
 
 
 @dataclass
@@ -56,6 +56,22 @@ class UCBPolicy(BanditPolicy):
     def _update(self, state: UCBState, arm: int, reward: float) -> None:
         state.counts[arm] += 1.0
         state.sums[arm] += reward
+
+    def _select_batch(self, states: list) -> np.ndarray:
+        """`_select` over a step's states as one (requests x arms) pass; the same floats as the scalar path."""
+        n = len(states)
+        if n == 0 or self.scope == "shared":  # one state, unchanged between the step's choices
+            return np.full(n, self._select(states[0]) if n else 0, dtype=np.int64)
+        counts = np.array([s.counts for s in states])
+        sums = np.array([s.sums for s in states])
+        unplayed = counts <= 0
+        with np.errstate(divide="ignore", invalid="ignore"):  # unplayed rows are overridden below
+            index = ucb_index(sums / counts, counts, counts.sum(axis=1)[:, None], self.beta)
+        arms = np.argmax(index, axis=1)
+        first = unplayed.any(axis=1)
+        if first.any():
+            arms = np.where(first, np.argmax(unplayed, axis=1), arms)
+        return arms.astype(np.int64)
 
 
 class MetaSDUCBPolicy(UCBPolicy):
