@@ -99,7 +99,7 @@ class BanditPolicy(Policy):
         if type(self).choose is not BanditPolicy.choose:
             return super().choose_batch(view)
         n = view.batch_size
-        arms = self._select_batch([self._state(r) for r in view.request_ids])
+        arms = self._select_batch(self._states_of(view.request_ids))
         to_view = np.array([view.drafters.index(d) if d in view.drafters else -2 for d in self.drafters],
                            dtype=np.int64)
         d_idx = to_view[arms] if n else np.zeros(0, dtype=np.int64)
@@ -129,12 +129,23 @@ class BanditPolicy(Policy):
         else:
             rewards = reward_be(np.asarray(feedback.accepted)[rows], prop[rows]).tolist()
         ids = feedback.request_ids
-        for i, arm, r in zip(rows.tolist(), arms.tolist(), rewards):
-            self._update(self._state(ids[i]), arm, float(r))
+        self._update_batch(self._states_of([ids[i] for i in rows.tolist()]), arms, rewards)
+
+    def _states_of(self, request_ids) -> list:
+        """The state each request reads, created where missing (as `_state` does)."""
+        if self.scope != "request":
+            return [self._state(r) for r in request_ids]
+        get = self._states.get
+        return [s if (s := get(r)) is not None else self._state(r) for r in request_ids]
 
     def _select_batch(self, states: list) -> np.ndarray:
         """`_select` of each state in order (the rng draws in the order the per-request path makes them)."""
         return np.fromiter((self._select(s) for s in states), dtype=np.int64, count=len(states))
+
+    def _update_batch(self, states: list, arms: np.ndarray, rewards) -> None:
+        """`_update` of each (state, arm, reward) in order."""
+        for state, arm, r in zip(states, arms.tolist(), rewards):
+            self._update(state, arm, float(r))
 
     # -- to implement
     def _new_state(self) -> Any:

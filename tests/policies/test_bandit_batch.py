@@ -21,7 +21,7 @@ def _state_bytes(pol) -> dict:
         if s is None:
             out[key] = None
             continue
-        out[key] = {f: (v.tobytes() if isinstance(v, np.ndarray) else repr(list(v)))
+        out[key] = {f: (v.tobytes() if isinstance(v, np.ndarray) else repr(v))
                     for f, v in vars(s).items()}
     return out
 
@@ -77,3 +77,29 @@ def test_batch_path_refuses_feedback_for_a_drafter_it_does_not_play():
         assert "'ngram'" in str(e) and "eagle3" in str(e)
     else:
         raise AssertionError("feedback for an arm the policy does not have was accepted")
+
+
+def test_batch_and_per_request_calls_mix_while_the_state_rows_grow():
+    """200 live requests (the row store starts at 64 and grows twice): batch and per-request calls on one policy
+    read and write the same state as a policy driven per request only."""
+    rng = np.random.default_rng(5)
+    cfg = {"name": "discounted-ucb", "drafters": ["eagle3", "ngram"], "k": 3, "gamma": 0.9, "reward": "be"}
+    fast, ref = make_policy(cfg), make_policy(cfg)
+    ids = [f"q{i}" for i in range(200)]
+    for step in range(30):
+        live = ids[: min(200, 10 * (step + 1))]
+        for r in live[-10:] if step < 20 else []:
+            fast.start_request(r)
+            ref.start_request(r)
+        pos = np.zeros(len(live), dtype=np.int64)
+        view = BatchView(now=0.0, drafters=DRAFTERS, request_ids=live, positions=pos, categories=[None] * len(live))
+        d, k = fast.choose_batch(view)
+        assert np.array_equal(d, Policy.choose_batch(ref, view)[0])
+        proposed = np.full(len(live), 3)
+        accepted = rng.integers(0, 4, size=len(live))
+        fb = BatchFeedback(drafters=DRAFTERS, request_ids=live, positions=pos, drafter_idx=d, k=k,
+                           proposed=proposed, accepted=accepted)
+        (Policy.observe_batch if step % 3 == 0 else type(fast).observe_batch)(fast, fb)
+        Policy.observe_batch(ref, fb)
+    assert _state_bytes(fast) == _state_bytes(ref)
+    assert fast._rows.counts.shape[0] >= 200
