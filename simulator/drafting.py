@@ -144,7 +144,7 @@ class Drafting:
                 else:
                     tv.append(None)
         self.policy.observe_batch(BatchFeedback(
-            drafters=self.drafters, request_ids=[self.wl.request_ids[i] for i in idx], positions=pos,
+            drafters=self.drafters, request_ids=list(map(self.wl.request_ids.__getitem__, idx.tolist())), positions=pos,
             drafter_idx=d_idx, k=k, proposed=proposed, accepted=accepted, tv=tv, step_time=step_time))
 
 
@@ -186,4 +186,4 @@ class _Gather:
         return self.seq[self.idx[i]]
 
     def __iter__(self):
-        return (self.seq[j] for j in self.idx)
+        return map(self.seq.__getitem__, self.idx.tolist())
