@@ -109,7 +109,7 @@ class Pricing:
 
     def drafter_prefill_time(self, pre: np.ndarray, chunk: np.ndarray, names: tuple[str, ...]) -> float:
         """The drafters' own prefill of the prompt chunks the target prefilled (PSD: on the draft device)."""
-        if len(pre) == 0:
+        if len(pre) == 0 or not names:
             return 0.0
         tokens = int(chunk.sum())
         kv = int((self.state.prefill_done[pre] + chunk).sum())
