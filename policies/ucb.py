@@ -16,7 +16,7 @@ from policies.bandit import BanditPolicy, first_unplayed
 
 
 def ucb_index(means: np.ndarray, counts: np.ndarray, t, beta: float) -> np.ndarray:
-    """mean + beta * sqrt(2 ln t / n) per arm (counts must be > 0); rows of a (states x arms) array with t (states, 1)."""
+    """mean + beta * sqrt(2 ln t / n) per arm (counts must be > 0); also row-wise on (states x arms), t (states, 1)."""
     return means + beta * np.sqrt(2.0 * np.log(np.maximum(t, 1.0)) / counts)
 
 

@@ -45,7 +45,8 @@ def test_batch_path_equals_per_request_path(spec, scope, arms, seed, steps):
                 fast.start_request(r)
                 ref.start_request(r)
         pos = rng.integers(0, 50, size=len(ids))
-        view = BatchView(now=0.1 * step, drafters=DRAFTERS, request_ids=ids, positions=pos, categories=[None] * len(ids))
+        view = BatchView(now=0.1 * step, drafters=DRAFTERS, request_ids=ids, positions=pos,
+                         categories=[None] * len(ids))
         d_fast, k_fast = fast.choose_batch(view)
         d_ref, k_ref = Policy.choose_batch(ref, view)
         assert np.array_equal(d_fast, d_ref) and np.array_equal(k_fast, k_ref)
