@@ -77,6 +77,11 @@ class UCBPolicy(BanditPolicy):
             raise ValueError(f"policy {self.name!r}: beta must be >= 0, got {beta}")
         self.beta = float(beta)
         self._rows = StateRows(self.num_arms)
+        # the one-pass paths stand for UCB's own _select and for an _update whose class also gives its _add_rows;
+        # a subclass that redefines either alone keeps the per-state calls
+        mro = type(self).__mro__
+        self._rows_select = next(c for c in mro if "_select" in c.__dict__) is UCBPolicy
+        self._rows_update = "_add_rows" in next(c for c in mro if "_update" in c.__dict__).__dict__
 
     def _new_state(self) -> UCBState:
         return self._rows.new()
@@ -109,6 +114,8 @@ class UCBPolicy(BanditPolicy):
     def _select_batch(self, states: list) -> np.ndarray:
         """`_select` over a step's states as one (requests x arms) pass; the same floats as the scalar path."""
         n = len(states)
+        if not self._rows_select:
+            return super()._select_batch(states)
         if n == 0 or self.scope == "shared":  # one state, unchanged between the step's choices
             return np.full(n, self._select(states[0]) if n else 0, dtype=np.int64)
         rows = self._rows_of(states)
@@ -132,7 +139,7 @@ class UCBPolicy(BanditPolicy):
 
     def _update_batch(self, states: list, arms: np.ndarray, rewards) -> None:
         """The step's updates as one indexed add; each request's state appears once, so the order is immaterial."""
-        rows = self._rows_of(states) if self.scope == "request" else None
+        rows = self._rows_of(states) if self.scope == "request" and self._rows_update else None
         if rows is None or len(set(rows.tolist())) != len(rows):  # a state twice: its updates in order
             return super()._update_batch(states, arms, rewards)
         self._add_rows(rows, arms, np.asarray(rewards, dtype=np.float64))
@@ -190,9 +197,6 @@ class SlidingWindowUCBPolicy(UCBPolicy):
         if int(window) < 1:
             raise ValueError(f"policy {self.name!r}: window must be >= 1, got {window}")
         self.window = int(window)
-
-    def _update_batch(self, states: list, arms: np.ndarray, rewards) -> None:
-        BanditPolicy._update_batch(self, states, arms, rewards)  # each state keeps its own window
 
     def _update(self, state: UCBState, arm: int, reward: float) -> None:
         state.history.append((arm, reward))

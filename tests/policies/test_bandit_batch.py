@@ -104,3 +104,32 @@ def test_batch_and_per_request_calls_mix_while_the_state_rows_grow():
         Policy.observe_batch(ref, fb)
     assert _state_bytes(fast) == _state_bytes(ref)
     assert fast._rows.counts.shape[0] >= 200
+
+
+def test_a_subclass_that_redefines_select_or_update_keeps_its_own_rule():
+    """UCB's one-pass select and update stand only for UCB's own rules: a plug-in's _select / _update still runs."""
+    from policies.ucb import UCBPolicy
+
+    class Greedy(UCBPolicy):
+        name = "greedy-test"
+
+        def _select(self, state):
+            return int(np.argmax(state.sums))  # no exploration bonus
+
+        def _update(self, state, arm, reward):
+            state.counts[arm] += 2.0
+            state.sums[arm] += 10 * reward
+
+    fast, ref = Greedy(["eagle3", "ngram"]), Greedy(["eagle3", "ngram"])
+    ids = ["a", "b", "c"]
+    for step in range(6):
+        pos = np.zeros(3, dtype=np.int64)
+        view = BatchView(now=0.0, drafters=DRAFTERS, request_ids=ids, positions=pos, categories=[None] * 3)
+        d, k = fast.choose_batch(view)
+        assert np.array_equal(d, Policy.choose_batch(ref, view)[0])
+        fb = BatchFeedback(drafters=DRAFTERS, request_ids=ids, positions=pos, drafter_idx=d, k=k,
+                           proposed=np.full(3, 3), accepted=np.array([step % 4, 1, 3]))
+        fast.observe_batch(fb)
+        Policy.observe_batch(ref, fb)
+    assert _state_bytes(fast) == _state_bytes(ref)
+    assert all(float(s.counts.sum()) == 12.0 for s in fast._states.values())  # its own update: 2 per round
