@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from policies.base import Choice, Feedback, Policy, RequestView
+from policies.base import NO_DRAFT, BatchFeedback, BatchView, Choice, Feedback, Policy, RequestView
 from traces.sampled_acceptance import REWARDS, reward_bd, reward_be
 
 SCOPES = ("request", "shared")
@@ -93,6 +93,59 @@ class BanditPolicy(Policy):
                              f"which is not one of its arms {list(self.drafters)}")
         r = reward_bd(feedback.tv) if self.reward == "bd" else reward_be(feedback.accepted, feedback.proposed)
         self._update(self._state(feedback.request_id), arm, float(r))
+
+    def choose_batch(self, view: BatchView) -> tuple[np.ndarray, np.ndarray]:
+        """`choose` for every request of the step, in batch order, without a RequestView per request."""
+        if type(self).choose is not BanditPolicy.choose:
+            return super().choose_batch(view)
+        n = view.batch_size
+        arms = self._select_batch(self._states_of(view.request_ids))
+        to_view = np.array([view.drafters.index(d) if d in view.drafters else -2 for d in self.drafters],
+                           dtype=np.int64)
+        d_idx = to_view[arms] if n else np.zeros(0, dtype=np.int64)
+        if n and d_idx.min() < 0:
+            bad = self.drafters[int(arms[np.argmin(d_idx)])]
+            raise ValueError(f"policy {self.name!r} chose drafter {bad!r}, which is not one of {list(view.drafters)}")
+        return d_idx, np.full(n, self.k, dtype=np.int64)
+
+    def observe_batch(self, feedback: BatchFeedback) -> None:
+        """`observe` for every request of the step, in batch order: rewards as one array, then each update."""
+        if type(self).observe is not BanditPolicy.observe:
+            return super().observe_batch(feedback)
+        d, prop = np.asarray(feedback.drafter_idx), np.asarray(feedback.proposed)
+        rows = np.flatnonzero((d != NO_DRAFT) & (prop > 0))
+        if not len(rows):
+            return
+        to_arm = np.array([self._index.get(x, -1) for x in feedback.drafters], dtype=np.int64)
+        arms = to_arm[d[rows]]
+        if arms.min() < 0:
+            bad = feedback.drafters[int(d[rows][np.argmin(arms)])]
+            raise ValueError(f"policy {self.name!r} got feedback for drafter {bad!r}, "
+                             f"which is not one of its arms {list(self.drafters)}")
+        if self.reward == "bd":
+            tv = feedback.tv
+            rewards = [reward_bd(None if tv is None or tv[i] is None else tuple(float(x) for x in tv[i]))
+                       for i in rows]
+        else:
+            rewards = reward_be(np.asarray(feedback.accepted)[rows], prop[rows]).tolist()
+        ids = feedback.request_ids
+        self._update_batch(self._states_of([ids[i] for i in rows.tolist()]), arms, rewards)
+
+    def _states_of(self, request_ids) -> list:
+        """The state each request reads, created where missing (as `_state` does)."""
+        if self.scope != "request":
+            return [self._state(r) for r in request_ids]
+        get = self._states.get
+        return [s if (s := get(r)) is not None else self._state(r) for r in request_ids]
+
+    def _select_batch(self, states: list) -> np.ndarray:
+        """`_select` of each state in order (the rng draws in the order the per-request path makes them)."""
+        return np.fromiter((self._select(s) for s in states), dtype=np.int64, count=len(states))
+
+    def _update_batch(self, states: list, arms: np.ndarray, rewards) -> None:
+        """`_update` of each (state, arm, reward) in order."""
+        for state, arm, r in zip(states, arms.tolist(), rewards):
+            self._update(state, arm, float(r))
 
     # -- to implement
     def _new_state(self) -> Any:

@@ -15,9 +15,9 @@ import numpy as np
 from policies.bandit import BanditPolicy, first_unplayed
 
 
-def ucb_index(means: np.ndarray, counts: np.ndarray, t: float, beta: float) -> np.ndarray:
-    """mean + beta * sqrt(2 ln t / n) per arm (counts must be > 0)."""
-    return means + beta * np.sqrt(2.0 * np.log(max(t, 1.0)) / counts)
+def ucb_index(means: np.ndarray, counts: np.ndarray, t, beta: float) -> np.ndarray:
+    """mean + beta * sqrt(2 ln t / n) per arm (counts must be > 0); also row-wise on (states x arms), t (states, 1)."""
+    return means + beta * np.sqrt(2.0 * np.log(np.maximum(t, 1.0)) / counts)
 
 
 @dataclass
@@ -27,6 +27,40 @@ class UCBState:
     counts: np.ndarray
     sums: np.ndarray
     history: deque = field(default_factory=deque)  # (arm, reward) for the sliding window
+    row: int = -1  # its row in the policy's StateRows (counts and sums are views of it); -1: arrays of its own
+
+
+class StateRows:
+    """Every live UCBState's counts and sums as rows of two (rows x arms) arrays, so a step reads and updates its
+    batch's states in one indexing pass; a state's own arrays are views of its row (re-pointed when the arrays grow)."""
+
+    def __init__(self, arms: int, rows: int = 64):
+        self.counts, self.sums = np.zeros((rows, arms)), np.zeros((rows, arms))
+        self.free = list(range(rows - 1, -1, -1))
+        self.live: dict[int, UCBState] = {}
+
+    def new(self) -> UCBState:
+        if not self.free:
+            self._grow()
+        row = self.free.pop()
+        self.counts[row] = 0.0
+        self.sums[row] = 0.0
+        state = self.live[row] = UCBState(self.counts[row], self.sums[row], row=row)
+        return state
+
+    def release(self, state: UCBState) -> None:
+        if self.live.get(state.row) is state:
+            del self.live[state.row]
+            self.free.append(state.row)
+
+    def _grow(self) -> None:
+        n, arms = self.counts.shape
+        counts, sums = np.zeros((2 * n, arms)), np.zeros((2 * n, arms))
+        counts[:n], sums[:n] = self.counts, self.sums
+        self.counts, self.sums = counts, sums
+        for row, state in self.live.items():
+            state.counts, state.sums = counts[row], sums[row]
+        self.free.extend(range(2 * n - 1, n - 1, -1))
 
 
 class UCBPolicy(BanditPolicy):
@@ -42,9 +76,29 @@ class UCBPolicy(BanditPolicy):
         if beta < 0:
             raise ValueError(f"policy {self.name!r}: beta must be >= 0, got {beta}")
         self.beta = float(beta)
+        self._rows = StateRows(self.num_arms)
+        # the one-pass paths stand for UCB's own _select and for an _update whose class also gives its _add_rows;
+        # a subclass that redefines either alone keeps the per-state calls
+        mro = type(self).__mro__
+        self._rows_select = next(c for c in mro if "_select" in c.__dict__) is UCBPolicy
+        self._rows_update = "_add_rows" in next(c for c in mro if "_update" in c.__dict__).__dict__
 
     def _new_state(self) -> UCBState:
-        return UCBState(np.zeros(self.num_arms), np.zeros(self.num_arms))
+        return self._rows.new()
+
+    def start_request(self, request_id: str) -> None:
+        if self.scope == "request":
+            old = self._states.get(request_id)
+            if old is not None:
+                self._rows.release(old)
+        super().start_request(request_id)
+
+    def finish_request(self, request_id: str) -> None:
+        if self.scope == "request":
+            old = self._states.get(request_id)
+            if old is not None:
+                self._rows.release(old)
+        super().finish_request(request_id)
 
     def _select(self, state: UCBState) -> int:
         arm = first_unplayed(state.counts)
@@ -56,6 +110,44 @@ class UCBPolicy(BanditPolicy):
     def _update(self, state: UCBState, arm: int, reward: float) -> None:
         state.counts[arm] += 1.0
         state.sums[arm] += reward
+
+    def _select_batch(self, states: list) -> np.ndarray:
+        """`_select` over a step's states as one (requests x arms) pass; the same floats as the scalar path."""
+        n = len(states)
+        if not self._rows_select:
+            return super()._select_batch(states)
+        if n == 0 or self.scope == "shared":  # one state, unchanged between the step's choices
+            return np.full(n, self._select(states[0]) if n else 0, dtype=np.int64)
+        rows = self._rows_of(states)
+        if rows is None:
+            counts, sums = np.array([s.counts for s in states]), np.array([s.sums for s in states])
+        else:
+            counts, sums = self._rows.counts[rows], self._rows.sums[rows]
+        unplayed = counts <= 0
+        with np.errstate(divide="ignore", invalid="ignore"):  # unplayed rows are overridden below
+            index = ucb_index(sums / counts, counts, counts.sum(axis=1)[:, None], self.beta)
+        arms = np.argmax(index, axis=1)
+        first = unplayed.any(axis=1)
+        if first.any():
+            arms = np.where(first, np.argmax(unplayed, axis=1), arms)
+        return arms.astype(np.int64)
+
+    def _rows_of(self, states: list) -> np.ndarray | None:
+        """Rows of `states` in the StateRows, or None when one has arrays of its own."""
+        rows = np.fromiter([s.row for s in states], dtype=np.int64, count=len(states))
+        return None if len(rows) and rows.min() < 0 else rows
+
+    def _update_batch(self, states: list, arms: np.ndarray, rewards) -> None:
+        """The step's updates as one indexed add; each request's state appears once, so the order is immaterial."""
+        rows = self._rows_of(states) if self.scope == "request" and self._rows_update else None
+        if rows is None or len(set(rows.tolist())) != len(rows):  # a state twice: its updates in order
+            return super()._update_batch(states, arms, rewards)
+        self._add_rows(rows, arms, np.asarray(rewards, dtype=np.float64))
+
+    def _add_rows(self, rows: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        """`_update` over distinct rows at once."""
+        self._rows.counts[rows, arms] += 1.0
+        self._rows.sums[rows, arms] += rewards
 
 
 class MetaSDUCBPolicy(UCBPolicy):
@@ -85,6 +177,11 @@ class DiscountedUCBPolicy(UCBPolicy):
         state.sums *= self.gamma
         state.counts[arm] += 1.0
         state.sums[arm] += reward
+
+    def _add_rows(self, rows: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
+        self._rows.counts[rows] *= self.gamma
+        self._rows.sums[rows] *= self.gamma
+        super()._add_rows(rows, arms, rewards)
 
 
 class SlidingWindowUCBPolicy(UCBPolicy):

@@ -143,9 +143,10 @@ class Drafting:
                     tv.append(w[~np.isnan(w)])
                 else:
                     tv.append(None)
+        ids = list(map(self.wl.request_ids.__getitem__, idx.tolist()))
         self.policy.observe_batch(BatchFeedback(
-            drafters=self.drafters, request_ids=[self.wl.request_ids[i] for i in idx], positions=pos,
-            drafter_idx=d_idx, k=k, proposed=proposed, accepted=accepted, tv=tv, step_time=step_time))
+            drafters=self.drafters, request_ids=ids, positions=pos, drafter_idx=d_idx, k=k, proposed=proposed,
+            accepted=accepted, tv=tv, step_time=step_time))
 
 
 _ZEROS: dict[int, np.ndarray] = {}
@@ -186,4 +187,4 @@ class _Gather:
         return self.seq[self.idx[i]]
 
     def __iter__(self):
-        return (self.seq[j] for j in self.idx)
+        return map(self.seq.__getitem__, self.idx.tolist())

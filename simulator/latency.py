@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
-import yaml
 
 import traces
 from traces.atomic import atomic_write_text
@@ -183,6 +182,8 @@ def profile_to_dict(profile: LinearProfile | TableProfile) -> dict[str, Any]:
 def save_profile(profile: LinearProfile | TableProfile, path: str | Path) -> Path:
     """Write a profile YAML atomically, raw measurements and provenance included."""
     path = Path(path)
+    import yaml
+
     atomic_write_text(path, yaml.safe_dump(_plain(profile_to_dict(profile)), sort_keys=False))
     return path
 

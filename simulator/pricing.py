@@ -109,7 +109,7 @@ class Pricing:
 
     def drafter_prefill_time(self, pre: np.ndarray, chunk: np.ndarray, names: tuple[str, ...]) -> float:
         """The drafters' own prefill of the prompt chunks the target prefilled (PSD: on the draft device)."""
-        if len(pre) == 0:
+        if len(pre) == 0 or not names:
             return 0.0
         tokens = int(chunk.sum())
         kv = int((self.state.prefill_done[pre] + chunk).sum())
@@ -143,7 +143,8 @@ def groups(d_idx: np.ndarray):
     lo, hi = d_idx.min(), d_idx.max()
     if lo == hi:
         return [] if lo == NO_DRAFT else [(int(lo), None)]
-    return [(int(di), d_idx == di) for di in np.unique(d_idx) if di != NO_DRAFT]
+    present = np.flatnonzero(np.bincount(d_idx - NO_DRAFT)) + NO_DRAFT  # the drafters used, ascending
+    return [(di, d_idx == di) for di in present.tolist() if di != NO_DRAFT]
 
 
 def masked(a: np.ndarray, mask):

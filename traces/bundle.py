@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from traces.atomic import atomic_open, atomic_write_text
 from traces.errors import TraceFormatError, shorten
@@ -449,6 +448,8 @@ def save_bundle(bundle: TraceBundle, path: str | Path, *, compress: bool = False
         with atomic_open(folder / name, "w") as f:
             for r in bundle.requests:
                 f.write(json.dumps(request_to_dict(r), separators=(",", ":")) + "\n")
+        import yaml
+
         atomic_write_text(folder / "trace.yaml", yaml.safe_dump(meta_to_dict(bundle.meta), sort_keys=False))
     except UnicodeEncodeError as e:
         raise TraceFormatError(str(folder / "trace.yaml"), f"text that is not valid Unicode ({e.reason}: "

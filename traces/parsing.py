@@ -13,6 +13,7 @@ composed, before it is built, and numbers follow YAML 1.2 (`1e3` is the number 1
 from __future__ import annotations
 
 import errno
+import functools
 import gzip
 import json
 import math
@@ -23,7 +24,6 @@ import zlib
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-import yaml
 
 from traces.errors import TraceFormatError
 from traces.limits import MAX_LINE_BYTES, MAX_TEXT_BYTES
@@ -89,54 +89,10 @@ def read_text(path: str | Path, limit: int = MAX_TEXT_BYTES) -> str:
                                line=line) from None
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping that repeats a key or nests deeper than MAX_NESTING, reading YAML 1.2
-    floats (`1e3`, not only `1.0e+3`)."""
-
-    def __init__(self, stream: Any):
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        """Compose one node, refusing depth as it is reached (before the deeper levels are even parsed)."""
-        self._depth += 1
-        try:
-            if self._depth > MAX_NESTING:
-                raise _TooDeep(self.peek_event().start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
 class _TooDeep(Exception):
     def __init__(self, mark: Any):
         super().__init__("too deep")
         self.mark = mark
-
-
-# YAML 1.2 floats: YAML 1.1 (PyYAML) reads `1e3` as a string; a user who typed a number means a number.
-_UniqueKeyLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:  # before merging: a key may override a `<<` merged one, not repeat itself
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        try:
-            if key in seen:
-                raise _DuplicateKey(key, seen[key], line)
-            seen[key] = line
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a mapping key must be a plain value, got {type(key).__name__}",
-                key_node.start_mark) from None
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
 
 class _DuplicateKey(Exception):
@@ -145,7 +101,55 @@ class _DuplicateKey(Exception):
         self.key, self.first, self.again = key, first, again
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+@functools.cache
+def _loader() -> type:
+    """The checking YAML loader class, built on first use (PyYAML is imported only by commands that read YAML)."""
+    import yaml
+
+    class _UniqueKeyLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a mapping that repeats a key or nests deeper than MAX_NESTING, reading YAML 1.2
+        floats (`1e3`, not only `1.0e+3`)."""
+
+        def __init__(self, stream: Any):
+            super().__init__(stream)
+            self._depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            """Compose one node, refusing depth as it is reached (before the deeper levels are even parsed)."""
+            self._depth += 1
+            try:
+                if self._depth > MAX_NESTING:
+                    raise _TooDeep(self.peek_event().start_mark)
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    # YAML 1.2 floats: YAML 1.1 (PyYAML) reads `1e3` as a string; a user who typed a number means a number.
+    _UniqueKeyLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"))
+
+    def _construct_mapping(loader: Any, node: Any, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:  # before merging: a key may override a `<<` merged one, not repeat itself
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise _DuplicateKey(key, seen[key], line)
+                seen[key] = line
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a mapping key must be a plain value, got {type(key).__name__}",
+                    key_node.start_mark) from None
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+    return _UniqueKeyLoader
 
 
 _FLOW_TOKENS = re.compile(r"[\[\]{}\"'#\n]")
@@ -198,8 +202,10 @@ def parse_yaml(text: str, path: str, *, what: str = "YAML") -> Any:
     deep = _flow_depth_line(text)
     if deep is not None:
         raise TraceFormatError(path, f"nested too deeply (more than {MAX_NESTING} levels)", line=deep)
+    import yaml
+
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        doc = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
     except _DuplicateKey as e:
         raise TraceFormatError(path, f"duplicate key {e.key!r} (first on line {e.first}); each key may appear once",
                                line=e.again) from None
