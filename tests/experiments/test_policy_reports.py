@@ -18,7 +18,10 @@ def test_bandit_study_quick(tmp_path):
     fixed = {p: v for p, v in s["mixed"]["rounds_regret_tpr"].items() if p.startswith("fixed:")}
     assert min(v["regret"] for v in fixed.values()) >= 0
     assert s["drift"]["best_arm_ratio"]["segment-best"]
-    assert s["engine"]["AR"]["speedup"] == 1.0
+    # AR verifies nothing: one token per step; every SD run (k = 3) accepts some drafts, so more than one
+    eng = s["engine"]
+    assert eng["AR"]["mean_acceptance_length"] == 1.0
+    assert all(1.0 < row["mean_acceptance_length"] <= 4.0 for run, row in eng.items() if run != "AR")
 
 
 @pytest.mark.slow
