@@ -152,11 +152,12 @@ def supplied_profiles(name: str, placements: set[str], drafters) -> dict[str, di
     """Profiles measured elsewhere (e.g. the packaged CPU set): target `name`, drafter d `name-d`, with the
     `-table` form where one exists; the same for every placement."""
     from simulator.latency import builtin_profiles, resolve_profile
+    from traces.errors import TraceFormatError
 
     def one(n: str) -> ModelProfiles:
         try:
             lin = resolve_profile(n)
-        except Exception as e:
+        except (TraceFormatError, OSError) as e:
             raise ValueError(f"--profile {name}: no profile {n!r} for this model ({e})") from None
         tab = resolve_profile(n + "-table") if (n + "-table") in builtin_profiles() else lin
         return ModelProfiles(lin, tab, f"supplied {n}")
@@ -272,6 +273,10 @@ def run_batched_live(cfg: BatchedLiveConfig, *, models: LiveModels | None = None
     modes, specs = parse_batch_modes(cfg.modes, cfg.policies)
     serve = ServeConfig(max_new_tokens=cfg.max_new_tokens, max_num_seqs=cfg.max_num_seqs, clients=cfg.clients,
                         arrivals=None if cfg.clients else poisson_arrivals(cfg.num_requests, cfg.arrival_rate, cfg.seed))
+    placements = {md.placement for md in modes}
+    supplied = None  # checked before any model loads
+    if cfg.profile:
+        supplied = supplied_profiles(cfg.profile, placements, dict.fromkeys(map(drafter_name, [*specs, *cfg.drafters])))
     m = models if models is not None else load_live_models(cfg, specs)
     if len(m.prompts) < cfg.num_requests:
         raise ValueError(f"workload {cfg.workload!r} has {len(m.prompts)} prompts, fewer than {cfg.num_requests}")
@@ -281,7 +286,6 @@ def run_batched_live(cfg: BatchedLiveConfig, *, models: LiveModels | None = None
     live_drafters = with_int8_kernels(drafters, m.target.model) if cfg.int8_kernels else drafters
     names = tuple(drafters)
     lookups = {n: d for n, d in drafters.items() if isinstance(d, LookupDrafter)}
-    placements = {md.placement for md in modes}
     affinity0 = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     threads0 = torch.get_num_threads()
     remote, failure, profiles = None, None, {}
@@ -293,7 +297,7 @@ def run_batched_live(cfg: BatchedLiveConfig, *, models: LiveModels | None = None
             say(f"drafter process {remote.info['pid']} ready on cores {remote.info['affinity']}")
         if cfg.profile:
             say(f"latency profiles supplied: {cfg.profile} (target) and {cfg.profile}-<drafter>")
-            profiles = supplied_profiles(cfg.profile, placements, drafters)
+            profiles = supplied
         else:
             grid = profile_grid(cfg, modes)
             say(f"measuring latency profiles with the live forward: batches {grid.batch_sizes}, queries "

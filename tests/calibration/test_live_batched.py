@@ -226,6 +226,9 @@ def test_supplied_profiles_are_the_packaged_ones_and_a_missing_one_is_named():
     assert prof["ngram"].table is prof["ngram"].linear  # no table form shipped for the n-gram lookup
     with pytest.raises(ValueError, match="smollm2-135m-instruct-cpu-layers7"):
         supplied_profiles("smollm2-135m-instruct-cpu", {"one"}, {"layers7": None})
+    with pytest.raises(ValueError, match="smollm2-135m-instruct-cpu-layers7"):  # before any model loads
+        run_batched_live(BatchedLiveConfig(workload="code-edit", modes=["sd:layers:7:2"], target="no-such-model",
+                                           profile="smollm2-135m-instruct-cpu"), progress=False)
 
 
 class _Recorder(Policy):
