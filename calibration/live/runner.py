@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from calibration.live.batched_profile import Grid, measure_points
+from calibration.latency_sweep import machine_load
 from calibration.live.records import (METRICS, LiveMode, LiveRun, TraceSetting, drafter_name, drafter_usage,
-                                     live_metrics, machine_load, measure_traces, refuse_oracle, rel_err,
-                                     sim_metrics, step_mismatches)
+                                     live_metrics, measure_traces, refuse_oracle, rel_err, sim_metrics,
+                                     step_mismatches)
 from calibration.live.batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
 
 PLACEMENTS = {"ar": "one", "sd": "one", "sd2": "both", "psd": "psd"}
