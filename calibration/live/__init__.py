@@ -1,8 +1,11 @@
 """Live runs: the same modes and policies on real models, measured and compared with the simulator.
 
-    batched.py, batched_kv.py, batched_profile.py  the live batched server (continuous batching, per-sequence KV)
-    runner.py, psd_workers.py                      its runner: AR, SD, SD on both devices, PSD (drafter process)
-    records.py                                     live records and metrics, shared by both paths
-    batch_one.py, batch_one_decode.py, batch_one_report.py  the older batch-1 path (to go once the batched
-                                                   runner at batch 1 reproduces its figures)
+One runner, `draftsim calibrate live-batched`; batch 1 is a setting of it (`--max-num-seqs 1 --clients 1`).
+
+    batched.py, batched_kv.py, batched_profile.py  the live server (continuous batching, per-sequence KV) and
+                                                   its latency profiles, measured with the forward it serves with
+    runner.py, psd_workers.py                      the runner: AR, SD, SD on both devices, PSD (drafter process),
+                                                   policies; profiles measured or supplied; the simulator's prediction
+    records.py                                     live records, metrics and the trace measured on the AR outputs
+The report (JSON + Markdown) is experiments/studies/live_batched_report.py (it adds oracle's pipeline bound).
 """

@@ -55,6 +55,8 @@ class BatchStepRecord:
     drafted_seqs: int = 0  # PSD: requests drafted on the draft device this step
     proposed: int = 0
     accepted: int = 0
+    prompt_tokens: int = 0  # prefill: the prompts' tokens the target read
+    rows: tuple[LiveStep, ...] = ()  # decode / verify: what each request verified (its drafter, k, context)
 
 
 @dataclass
@@ -195,7 +197,7 @@ class BatchedServer:
             r.req.prefill_s = t_target - t_start
             r.req.drafter_prefill_s = t_end - t_target
         self.steps.append(BatchStepRecord("prefill", t_start, t_end, len(new), draft_s=t_end - t_target,
-                                          verify_s=t_target - t_start))
+                                          verify_s=t_target - t_start, prompt_tokens=sum(len(r.prompt) for r in new)))
 
     def choose(self, rows: list[Running]) -> list[tuple[str | None, int]]:
         """The policy's (drafter, k) per row; (None, 0) for plain decoding."""
@@ -221,16 +223,16 @@ class BatchedServer:
         return items
 
     def verify(self, rows: list[Running], plan: list[tuple[str | None, int, Proposal | None]],
-               t_draft: float, t_verify0: float) -> tuple[int, int]:
+               t_draft: float, t_verify0: float) -> tuple[LiveStep, ...]:
         """One batched target forward over `rows` ([last token] + proposal each); accept greedily, emit,
-        feed the policy back. Returns (proposed, accepted) totals."""
+        feed the policy back. Returns each row's step record."""
         if not rows:
-            return 0, 0
+            return ()
         toks = [[r.out[-1]] + (list(p.tokens) if p is not None else []) for r, (_, _, p) in zip(rows, plan)]
         logits = self.lm.forward([r.kv for r in rows], toks)
         t_end = self.now()
         fb = {"ids": [], "pos": [], "d": [], "k": [], "prop": [], "acc": [], "tv": []}
-        tot_p = tot_a = 0
+        done = []
         for r, (d, k, p), lg in zip(rows, plan, logits):
             props = list(p.tokens) if p is not None else []
             verdict = lg.argmax(-1).tolist()
@@ -243,7 +245,7 @@ class BatchedServer:
             r.req.steps.append(LiveStep(position=pos, drafter=d, k=k, proposed=len(props),
                                         accepted=acc, emitted=len(emitted), context_len=ctx_len,
                                         draft_s=t_draft, verify_s=t_end - t_verify0))
-            tot_p, tot_a = tot_p + len(props), tot_a + acc
+            done.append(r.req.steps[-1])
             if d is not None and self.policy is not None and self.policy.learns:
                 tv = None
                 if p is not None and p.q_rows is not None and len(props):
@@ -261,7 +263,7 @@ class BatchedServer:
                 drafter_idx=np.array(fb["d"], dtype=np.int64), k=np.array(fb["k"], dtype=np.int64),
                 proposed=np.array(fb["prop"], dtype=np.int64), accepted=np.array(fb["acc"], dtype=np.int64),
                 tv=fb["tv"], step_time=t_end - t_verify0 + t_draft))
-        return tot_p, tot_a
+        return tuple(done)
 
     def retire(self) -> None:
         """Requests with all their tokens leave; a closed-loop client sends its next request."""
@@ -295,10 +297,11 @@ class BatchedServer:
         got = self.drafts.collect() if items else {}
         t1 = self.now()
         plan = [(d, k, got.get(r.req.id)) for r, (d, k) in zip(rows, choices)]
-        p, a = self.verify(rows, plan, t1 - t0, t1)
+        done = self.verify(rows, plan, t1 - t0, t1)
         self.steps.append(BatchStepRecord("verify" if self.policy is not None else "decode", t0, self.now(),
                                           len(rows), draft_s=t1 - t0, verify_s=self.now() - t1,
-                                          drafted_seqs=len(items), proposed=p, accepted=a))
+                                          drafted_seqs=len(items), proposed=sum(s.proposed for s in done),
+                                          accepted=sum(s.accepted for s in done), rows=done))
 
     def serve(self, step=None) -> list[LiveRequest]:
         """Run until every request has finished; returns them in submission order."""

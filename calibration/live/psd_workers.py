@@ -38,11 +38,16 @@ class DrafterSetup:
     reply_timeout_s: float = 300.0
 
 
-def load_packaged_drafters(target: str, specs: tuple[str, ...]) -> tuple[dict, list[int]]:
-    """The drafter process's loader: the target's drafters from spec strings (calibration.models.loading) and its EOS ids."""
+def load_packaged_drafters(target: str, specs: tuple[str, ...], int8_kernels: bool = False) -> tuple[dict, list[int]]:
+    """The drafter process's loader: the target's drafters from spec strings (calibration.models.loading) and its EOS
+    ids; `int8_kernels`: the int8 drafter as torch's fbgemm copy (as the target's process drafts with it)."""
     from calibration.models.loading import load_target
 
     loaded = load_target(target, specs)
+    if int8_kernels:
+        from calibration.models.drafters import with_int8_kernels
+
+        return with_int8_kernels(loaded.drafters, loaded.lm.model), loaded.eos
     return loaded.drafters, loaded.eos
 
 
@@ -253,7 +258,7 @@ class PSDServer(BatchedServer):
                 plan.append((d, k, got_new.get(r.req.id)))
             else:
                 plan.append((None, 0, None))
-        p, a = self.verify(V, plan, pre_draft, t1)
+        done = self.verify(V, plan, pre_draft, t1)
         t2 = self.now()
         got_d = self.drafts.collect() if items_d else {}
         t3 = self.now()
@@ -266,7 +271,8 @@ class PSDServer(BatchedServer):
         self.steps.append(BatchStepRecord("psd-fallback" if fallback else "psd", t0, t3, len(V) + len(D),
                                           draft_s=pre_draft + (self.drafts.busy_s if items_d else 0.0),
                                           verify_s=t2 - t1, drafted_seqs=len(items_d) + len(pre_items),
-                                          proposed=p, accepted=a))
+                                          proposed=sum(s.proposed for s in done),
+                                          accepted=sum(s.accepted for s in done), rows=done))
         if st.step_hook is not None:
             st.step_hook(self)
 

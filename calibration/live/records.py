@@ -1,9 +1,9 @@
-"""What a live run records, and how it is measured and compared with the simulator: the pieces every live
-runner shares (request and step records, modes, load, metrics, the measured acceptance bundle of the live
-outputs, the replay check), so no runner imports another's internals."""
+"""What a live run records, and how it is measured and compared with the simulator: request and step records,
+modes, metrics, the measured acceptance bundle of the live outputs and the replay check, kept apart from the
+runner (calibration/live/runner.py) so the server, the PSD worker and the report share them without private
+imports."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -104,11 +104,6 @@ def refuse_oracle(spec: dict[str, Any], where: str) -> None:
     if spec["name"] in GROUND_TRUTH_POLICIES or policy_class(spec["name"]).reads_ground_truth:
         raise ValueError(f"{where}: policy {spec['name']!r} is an oracle (it reads the ground-truth trace) and "
                          "cannot run live; use an online policy (fixed, combine-match, metasd-ucb, ...)")
-
-
-def machine_load() -> float:
-    """1-minute load average per core (1.0 = every core busy)."""
-    return os.getloadavg()[0] / (os.cpu_count() or 1)
 
 
 def live_metrics(run: LiveRun, n_tokens: int) -> dict[str, float]:

@@ -97,6 +97,14 @@ def int8_kernel_copy(model: Any) -> Any:
                                                       dtype=torch.qint8).eval()
 
 
+def with_int8_kernels(drafters: dict, target: Any) -> dict:
+    """`drafters` with `int8` replaced by the fbgemm copy of `target` (live timing at int8 kernel speed; the trace
+    keeps `int8_copy`'s per-token numerics, so a few accepted counts may differ)."""
+    if "int8" not in drafters:
+        raise ValueError("--int8-kernels: no int8 drafter in this run (add sd:int8:<k> or int8 to --drafters)")
+    return {**drafters, "int8": ModelDrafter("int8", "int8", int8_kernel_copy(target), {"kernels": "fbgemm"})}
+
+
 def truncated_copy(model: Any, n_layers: int) -> Any:
     """The target's first `n_layers` decoder layers with its embeddings, final norm and head (shared weights)."""
     import torch

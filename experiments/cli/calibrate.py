@@ -13,7 +13,6 @@ def register(subparsers) -> None:
     _register_check(sub)
     _register_pool_report(sub)
     _register_vllm(sub)
-    _register_live(sub)
     _register_live_batched(sub)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
@@ -251,59 +250,6 @@ def _run_vllm(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- live
 
 
-def _register_live(sub) -> None:
-    a = sub.add_parser("live", help="run AR/SD modes and policies on the real models and compare with the simulator")
-    a.add_argument("--workload", required=True, help="chat, code, code-edit, math or summarization")
-    a.add_argument("--requests", type=int, default=8)
-    a.add_argument("--modes", default="ar,sd:int8:4,sd:ngram:4", help="comma list of ar and sd:<drafter spec>:<k>")
-    a.add_argument("--policy", action="append", default=[],
-                   help="an extra mode driven by this policy, YAML: '{name: combine-match, eagle: int8, k_eagle: 4}' "
-                   "(repeatable; 'label' names the mode; oracles are refused)")
-    a.add_argument("--drafters", default="int8,ngram", help="drafter specs the --policy modes may choose from")
-    a.add_argument("--max-new-tokens", type=int, default=128, help="tokens every request emits (EOS forbidden)")
-    a.add_argument("--target", default="smollm2-135m-instruct")
-    a.add_argument("--profile", default="smollm2-135m-instruct-cpu",
-                   help="target latency profile; drafters use PROFILE-<drafter name>")
-    a.add_argument("--threads", type=int, default=1)
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--int8-kernels", action="store_true",
-                   help="draft live with torch's fbgemm int8 copy (what the shipped int8 profile timed; the trace "
-                   "keeps the per-token W8A8 copy, so accepted counts may differ); default: the trace's W8A8 copy")
-    a.add_argument("--out", default=None, help="results JSON to write (atomic; the traces go to <stem>-traces/)")
-    a.add_argument("--json", action="store_true", help="print the report as JSON")
-    a.set_defaults(func=_run_live)
-
-
-def _run_live(args: argparse.Namespace) -> int:
-    import json
-
-    from calibration.live.batch_one import LiveConfig, run_live
-    from calibration.live.records import parse_policy_text
-    from calibration.models.loading import split_specs
-    from calibration.live.batch_one_report import format_table, write_report
-
-    cfg = LiveConfig(workload=args.workload, num_requests=args.requests,
-                     modes=[m.strip() for m in args.modes.split(",") if m.strip()],
-                     policies=[parse_policy_text(t) for t in args.policy],
-                     drafters=split_specs(args.drafters) if args.policy else [],
-                     max_new_tokens=args.max_new_tokens, target=args.target, profile=args.profile,
-                     threads=args.threads, seed=args.seed, int8_kernels=args.int8_kernels)
-    report = run_live(cfg, progress=not args.json)
-    if args.out:
-        path = write_report(report, args.out)
-        if not args.json:
-            print(f"wrote {path}")
-    if args.json:
-        print(json.dumps({k: v for k, v in report.items() if k != "_bundle"}, indent=2, default=float))
-    else:
-        print(format_table(report))
-        print(report["note"])
-    bad = [m for m, r in report["modes"].items() if not r["lossless"]]
-    if bad:
-        return _fail(f"not lossless: {bad} emitted tokens other than the target's greedy output")
-    return 0
-
-
 def _register_live_batched(sub) -> None:
     a = sub.add_parser("live-batched", help="batched AR/SD/two-device PSD and policies on the real models, "
                        "measured against the simulator")
@@ -323,6 +269,13 @@ def _register_live_batched(sub) -> None:
     a.add_argument("--target-core", type=int, default=0)
     a.add_argument("--draft-core", type=int, default=1)
     a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--profile", default=None,
+                   help="use these latency profiles instead of measuring them first: target PROFILE, drafters "
+                   "PROFILE-<drafter name> (e.g. the packaged smollm2-135m-instruct-cpu, measured at batch 1 on "
+                   "one thread); default: measure them with the live forward at the batches this run can form")
+    a.add_argument("--int8-kernels", action="store_true",
+                   help="draft live with torch's fbgemm int8 copy (what the packaged int8 profile timed; the trace "
+                   "keeps the per-token W8A8 copy, so accepted counts may differ); default: the trace's W8A8 copy")
     a.add_argument("--out", required=True, help="folder for report.json, report.md and the measured traces")
     a.set_defaults(func=_run_live_batched)
 
@@ -341,7 +294,8 @@ def _run_live_batched(args: argparse.Namespace) -> int:
                             drafters=split_specs(args.drafters) if args.policy else [],
                             target=args.target, max_num_seqs=args.max_num_seqs, clients=args.clients,
                             arrival_rate=args.arrival_rate, target_core=args.target_core,
-                            draft_core=args.draft_core, seed=args.seed)
+                            draft_core=args.draft_core, seed=args.seed, profile=args.profile,
+                            int8_kernels=args.int8_kernels)
     report = finish_report(run_batched_live(cfg), shlex.join(["draftsim"] + sys.argv[1:]))
     path = write_batched_report(report, args.out)
     print(markdown({k: v for k, v in report.items() if k != "_bundle"}))

@@ -114,13 +114,26 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {row['placement']} | {k} | {_f(row['measured'][k])} | {_f(row['predicted'][k])} "
                          f"| {_f(row['error_percent'][k], '+.1f')} | {_f(row['predicted_table_profiles'][k])} "
                          f"| {_f(row['error_percent_table_profiles'][k], '+.1f')} |")
-    lines += ["", "| mode | lossless | wall s | load/core before -> after | steps | draft s/step | verify s/step |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "| mode | lossless | wall s | load/core before -> after | steps | steps = trace walk "
+              "| steps differing from trace | draft s/step | verify s/step |", "|---|---|---|---|---|---|---|---|---|"]
     for name, row in report["modes"].items():
         ph = row["phases_per_step"]
+        diff = row.get("steps_differing_from_trace")
+        differing = "-" if diff is None else f"{diff}/{row['steps_total']}"
         lines.append(f"| {name} | {row['lossless']} | {row['wall_s']:.1f} | {row['load_per_core']['before']} -> "
-                     f"{row['load_per_core']['after']} | {row['steps_total']} | {_f(ph['draft_s'], '.4f')} "
-                     f"| {_f(ph['verify_s'], '.4f')} |")
+                     f"{row['load_per_core']['after']} | {row['steps_total']} | {_f(row.get('steps_equal_trace_walk'), '')} "
+                     f"| {differing} "
+                     f"| {_f(ph['draft_s'], '.4f')} | {_f(ph['verify_s'], '.4f')} |")
+    phased = {n: r for n, r in report["modes"].items() if r.get("phases")}
+    if phased:
+        lines += ["", "Each phase's measured seconds (summed over the steps that ran) beside the linear profiles' price "
+                  "of those same steps:", "", "| mode | verify meas / pred | draft meas / pred | prefill meas / pred "
+                  "| drafter prefill meas / pred |", "|---|---|---|---|---|"]
+        for name, row in phased.items():
+            ph = row["phases"]
+            lines.append(f"| {name} | " + " | ".join(
+                f"{ph[f'{k}_measured_s']:.3f} / {ph[f'{k}_predicted_s']:.3f}"
+                for k in ("verify", "draft", "prefill", "drafter_prefill")) + " |")
     for c in report.get("psd_vs_sd", []):
         a = c.get("analytic") or {}
         lines += ["", f"## {c['psd_mode']} against SD", "",

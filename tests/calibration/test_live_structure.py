@@ -1,4 +1,4 @@
-"""The live code's structure: the batched runner imports nothing private and nothing from the batch-1 path, the
+"""The live code's structure: the live runner imports nothing private, the
 target and drafters are loaded in one place (calibration/models/loading.py), and the calibrate CLI only parses arguments."""
 from __future__ import annotations
 
@@ -22,13 +22,11 @@ def _calls(path: str) -> set[str]:
             if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))}
 
 
-def test_the_batched_path_imports_no_private_name_and_nothing_of_the_batch1_path():
+def test_the_live_path_imports_no_private_name():
     for path in BATCHED:
         for module, name in _imports(path):
             if module.startswith("calibration"):
                 assert not name.startswith("_"), f"{path} imports private {module}.{name}"
-                assert module not in ("calibration.live.batch_one", "calibration.live.batch_one_decode", "calibration.live.batch_one_report"), \
-                    f"{path} imports {module}.{name} from the batch-1 path"
 
 
 def test_models_are_loaded_in_one_place():

@@ -14,11 +14,15 @@ def test_bandit_study_quick(tmp_path):
               "engine_speedup.csv", "engine_speedup.png", "summary.json"):
         assert (tmp_path / f).is_file(), f
     assert json.loads((tmp_path / "summary.json").read_text())["mixed"]["requests"] == 3
-    # a fixed drafter's regret is >= 0 by definition and the best fixed one has 0
-    fixed = {p: v for p, v in s["mixed"]["rounds_regret_tpr"].items() if p.startswith("fixed:")}
-    assert min(v["regret"] for v in fixed.values()) >= 0
+    # regret is against each request's best fixed drafter, its category's specialist (acceptance 0.8 there against
+    # the generalist's 0.6 everywhere): the generalist and a random choice both lose rounds to it
+    regret = {p: v["regret"] for p, v in s["mixed"]["rounds_regret_tpr"].items()}
+    assert regret["fixed:generalist"] > 0 and regret["random"] > 0
     assert s["drift"]["best_arm_ratio"]["segment-best"]
-    assert s["engine"]["AR"]["speedup"] == 1.0
+    # AR verifies nothing: one token per step; every SD run (k = 3) accepts some drafts, so more than one
+    eng = s["engine"]
+    assert eng["AR"]["mean_acceptance_length"] == 1.0
+    assert all(1.0 < row["mean_acceptance_length"] <= 4.0 for run, row in eng.items() if run != "AR")
 
 
 @pytest.mark.slow

@@ -171,12 +171,13 @@ def test_a_plugin_runs_in_a_pool_sweep(at_root, tmp_path):
 
 
 def test_the_live_runner_checks_a_plugin_before_any_model_loads(at_root):
-    from calibration.live.batch_one import parse_modes, refuse_oracle
+    from calibration.live.records import refuse_oracle
+    from calibration.live.runner import parse_batch_modes
 
-    modes, _ = parse_modes(["ar"], [{"name": EXAMPLE, "drafter": "int8", "label": "aimd"}])
+    modes, _ = parse_batch_modes(["ar"], [{"name": EXAMPLE, "drafter": "int8", "label": "aimd"}])
     assert [m.name for m in modes] == ["AR", "aimd"]
     with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['k'\]"):
-        parse_modes([], [{"name": EXAMPLE, "drafter": "int8", "k": 3}])
+        parse_batch_modes([], [{"name": EXAMPLE, "drafter": "int8", "k": 3}])
     with pytest.raises(ValueError, match="is an oracle"):
         refuse_oracle({"name": "oracle-k"}, "--policy 1")
 
