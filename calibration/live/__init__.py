@@ -1,6 +1,6 @@
 """Live runs: the same modes and policies on real models, measured and compared with the simulator.
 
-One runner, `draftsim calibrate live-batched`; batch 1 is a setting of it (`--max-num-seqs 1 --clients 1`).
+One runner, `draftsim calibrate live`; batch 1 is a setting of it (`--max-num-seqs 1 --clients 1`).
 
     batched.py, batched_kv.py, batched_profile.py  the live server (continuous batching, per-sequence KV) and
                                                    its latency profiles, measured with the forward it serves with

@@ -1,4 +1,4 @@
-"""The live-batched runner (`draftsim calibrate live-batched`): AR, SD, SD on both devices and two-device PSD served
+"""The live runner (`draftsim calibrate live`): AR, SD, SD on both devices and two-device PSD served
 with continuous batching on real models (batch 1: `--max-num-seqs 1 --clients 1`), against the simulator.
 
 Placements (CPU; "device" = one pinned core with its own torch threads):
@@ -265,10 +265,10 @@ def run_batched_live(cfg: BatchedLiveConfig, *, models: LiveModels | None = None
 
     def say(msg):
         if progress:
-            print(f"draftsim live-batched: {msg} (load/core {machine_load():.2f})", file=sys.stderr, flush=True)
+            print(f"draftsim calibrate live: {msg} (load/core {machine_load():.2f})", file=sys.stderr, flush=True)
 
     if cfg.num_requests < 1 or cfg.max_new_tokens < 2:
-        raise ValueError("live-batched: --requests must be >= 1 and --max-new-tokens >= 2")
+        raise ValueError("calibrate live: --requests must be >= 1 and --max-new-tokens >= 2")
     if cfg.clients == 0 and cfg.arrival_rate <= 0:
         raise ValueError("live-batched: give --clients N > 0 (closed loop) or --arrival-rate R > 0 (open loop)")
     modes, specs = parse_batch_modes(cfg.modes, cfg.policies)

@@ -13,7 +13,7 @@ def register(subparsers) -> None:
     _register_check(sub)
     _register_pool_report(sub)
     _register_vllm(sub)
-    _register_live_batched(sub)
+    _register_live(sub)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
@@ -250,9 +250,10 @@ def _run_vllm(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- live
 
 
-def _register_live_batched(sub) -> None:
-    a = sub.add_parser("live-batched", help="batched AR/SD/two-device PSD and policies on the real models, "
-                       "measured against the simulator")
+def _register_live(sub) -> None:
+    a = sub.add_parser("live", aliases=["live-batched"], help="AR/SD/two-device PSD and policies served on the "
+                       "real models with continuous batching (batch 1: --max-num-seqs 1 --clients 1), measured "
+                       "against the simulator ('live-batched': the name of the same runner in older runs)")
     a.add_argument("--workload", required=True, help="chat, code, code-edit, math or summarization")
     a.add_argument("--requests", type=int, default=8)
     a.add_argument("--max-new-tokens", type=int, default=48, help="tokens every request emits (EOS forbidden)")
@@ -277,10 +278,10 @@ def _register_live_batched(sub) -> None:
                    help="draft live with torch's fbgemm int8 copy (what the packaged int8 profile timed; the trace "
                    "keeps the per-token W8A8 copy, so accepted counts may differ); default: the trace's W8A8 copy")
     a.add_argument("--out", required=True, help="folder for report.json, report.md and the measured traces")
-    a.set_defaults(func=_run_live_batched)
+    a.set_defaults(func=_run_live)
 
 
-def _run_live_batched(args: argparse.Namespace) -> int:
+def _run_live(args: argparse.Namespace) -> int:
     import shlex
 
     from calibration.live.records import parse_policy_text
