@@ -111,9 +111,14 @@ def _drafter_notes(config: dict[str, Any], mode: Mode, tp: int) -> list[str]:
     for name, spec in sorted(config.get("drafters", {}).items()):
         kind = spec.get("kind")
         prof = spec.get("profile")
-        if isinstance(prof, dict):
+        if isinstance(prof, dict) and prof.get("kind") == "roofline":
             notes.append(f"drafter {name}: {kind}, roofline of {prof.get('model')} on {prof.get('tp')}x "
                          f"{prof.get('gpu')} (its own device; not calibrated)")
+        elif isinstance(prof, dict):
+            prov = prof.get("provenance") or {}
+            notes.append(f"drafter {name}: {kind}, inline {prof.get('kind', 'linear')} profile "
+                         f"{prof.get('name', '')} ({prov.get('source', 'source not given')}, on "
+                         f"{prov.get('device') or 'device not recorded'}), the same on every candidate")
         elif kind in ("whole_proposal", "autoregressive"):
             from simulator.latency import resolve_profile
 
