@@ -388,7 +388,8 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
             batch, wanted = [], []
             for c in todo:  # FIRST_SEED_RULE: a new rate's first seed alone, then (if unsettled) the others
                 workload, replay = traffic.at_rate(c.search.next_rate(), c.num_requests)
-                these = seeds[len(pending[c.id]):] if c.id in pending else seeds[:1]
+                first = seeds[:1] if search.first_seed_settles else seeds
+                these = seeds[len(pending[c.id]):] if c.id in pending else first
                 batch += [_point(c, workload, s, slo, replay) for s in these]
                 wanted.append(len(these))
             results = runner.run(batch)
@@ -671,7 +672,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                          f"seeds; a rate fails decidedly when the high end of the 95% interval is below {q:g}. Rate "
                          "interval: the answer to the lowest decided fail (or the measured service rate) among the "
                          "tested rates"),
-            "seeds_per_rate_rule": FIRST_SEED_RULE,
+            "seeds_per_rate_rule": FIRST_SEED_RULE if s.first_seed_settles else "every seed at every rate",
             "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
                      f"{s.requests_per_replica} requests per replica (given: {traffic.num_requests})"),
             "service_bound": SERVICE_BOUND_RULE,

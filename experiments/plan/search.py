@@ -17,10 +17,10 @@ otherwise the remaining seeds run and the verdict is the pooled one above.
 
 Search: start at the target rate, or at BELOW_SERVICE x an analytic upper bound on the candidate's service rate
 when that is lower (experiments/plan/bounds.py: a target above it cannot be sustained, so nothing above it is
-worth a first run); while every tested rate is sustainable, double it (up to search.rate_max); a failing overloaded run measures the service rate
-(its window departure rate), and the next rate tried is just below it, and no rate above MAX_UTILIZATION (0.95) x that
-measured service rate counts as passing (a finite run can meet the SLO there, even above the service rate, while the
-true tail misses it); then bisect between the highest sustainable and the lowest other rate until they are within
+worth a first run); while every tested rate is sustainable, double it (up to search.rate_max); a failing
+overloaded run measures the service rate (its window departure rate), and the next rate tried is just below it,
+and no rate above MAX_UTILIZATION (0.95) x that measured service rate counts as passing (a finite run can meet the
+SLO there, even above the service rate, while the true tail misses it); then bisect between the highest sustainable and the lowest other rate until they are within
 search.rel_tol; then, while tests remain, bisect between the highest undecided and the lowest decided failing rate
 until they are within search.rel_tol too (the top of the interval).
 The answer is the highest sustainable rate; its interval runs from the answer to the lowest DECIDED fail (or the
