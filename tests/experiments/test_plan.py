@@ -231,6 +231,9 @@ def test_serial_and_pool_give_identical_plan_json(tmp_path):
     assert psd2["num_gpus"] == 4 and psd2["usd_per_hour"] == pytest.approx(2 * psd["usd_per_hour"])
     assert "split over its two sub-batches" in psd["comparison"] and psd["num_requests_per_run"] == 60
     assert psd["vllm_serve"]["note"].startswith("mode 'psd' gives no vllm_speculative_config")
+    # every drafting candidate carries its SD-vs-AR comparison against the AR candidate on the same GPUs
+    assert all(c["sd_vs_ar"]["rule"].startswith("first rate where") for c in ok if c["mode"] != "AR")
+    assert all(c["sd_vs_ar"] is None for c in ok if c["mode"] == "AR")
     assert any("replicas > 1: the whole cluster is simulated" in n for n in doc["notes"])
     assert any(c["target_costs"].startswith("roofline") for c in ok) and any("roofline" in n for n in doc["notes"])
     assert (tmp_path / "serial" / "curves.png").stat().st_size > 0 and (tmp_path / "serial" / "pareto.png").exists()
