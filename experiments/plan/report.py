@@ -68,8 +68,8 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
         if deploy.get("note"):
             console.print(f"  {deploy['note']}")
     rule = doc["rule"]
-    for key in ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound", "search",
-                "comparison"):
+    for key in ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
+                "search", "comparison"):
         console.print(f"rule ({key}): {rule[key]}", soft_wrap=True)
     console.print("'+': sustains its search ceiling; interval 'open': no tested rate was a decided fail; "
                   "SD=AR at: the rate where this mode's mean E2E reaches AR's on the same GPUs ('>x': faster up to "
