@@ -163,9 +163,9 @@ class RateSearch:
             if top is None:
                 nxt = 2.0 * hi
                 return None if self.rate_max and hi >= self.rate_max else min(nxt, self.rate_max or nxt)
-            if top - hi <= self.rel_tol * top:
-                return None
             undecided = max((v.rate for v in self.verdicts if not v.decided and v.rate < top), default=hi)
+            if top - undecided <= self.rel_tol * top:  # the edge of the decided fails is located to rel_tol
+                return None
             return (undecided + top) / 2.0
         service = self.service_rate
         tested = {v.rate for v in self.verdicts}
