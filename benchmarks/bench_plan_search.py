@@ -1,9 +1,11 @@
 """Plan search work: simulations and CPU seconds of one plan with the first-seed rule on and off, answers side by side.
 
 Run from the repository root:
-    python -m benchmarks.bench_plan_search [CONFIG] [--set KEY=VALUE ...] [--only on|off]
+    python -m benchmarks.bench_plan_search [CONFIG] [--set KEY=VALUE ...] [--only on|off] [--known-case]
 
-CONFIG is a plan YAML or built-in name (default: plan_llama8b cut to H100 TP 1, AR + sd-eagle3-k3). The plan runs
+CONFIG is a plan YAML or built-in name (default: plan_llama8b cut to H100 TP 1, AR + sd-eagle3-k3); --known-case
+plans the M/D/1 case of tests/experiments/test_plan.py instead (its bundle and profile written to a temporary
+folder; its threshold by the test's Lindley recursion is printed beside). The plan runs
 serially twice in this process from empty caches: `search.first_seed_settles: true` (a rate's first seed settles a
 clear rate, experiments/plan/search.py) and `false` (every seed at every rate). Printed per setting: simulations,
 CPU seconds (this process, serial backend), `uptime`'s load before and after; per candidate the answer, its
@@ -63,8 +65,18 @@ def main() -> None:
     ap.add_argument("config", nargs="?", default=None)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--only", choices=("on", "off"), default=None, help="run one setting only")
+    ap.add_argument("--known-case", action="store_true", help="the M/D/1 case of tests/experiments/test_plan.py")
     args = ap.parse_args()
-    doc = read_config_doc(args.config)[0] if args.config else default_doc()
+    keep = tempfile.TemporaryDirectory(prefix="bench-plan-case-")
+    if args.known_case:
+        from pathlib import Path
+
+        from tests.experiments.test_plan import TTFT_S, Q, make_known_case, md1_threshold
+
+        doc = make_known_case(Path(keep.name))
+        print(f"M/D/1 known case: threshold {md1_threshold(TTFT_S, Q):.3f} req/s (Lindley recursion)")
+    else:
+        doc = read_config_doc(args.config)[0] if args.config else default_doc()
     settings = {"on": [True], "off": [False]}.get(args.only, [True, False])
     runs = [measure(doc, args.overrides, s) for s in settings]
     for m in runs:
