@@ -64,6 +64,7 @@ class Candidate:
     curve_requests: int = 0
     max_draft_tokens: int = 0
     service_bound: float | None = None  # analytic upper bound on the service rate (experiments/plan/bounds.py)
+    mean_output_tokens: float | None = None  # mean output_len of the requests a run draws (first seed)
     search: RateSearch | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
 
@@ -375,6 +376,7 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
         if c.num_requests not in decode_tokens:
             decode_tokens[c.num_requests] = mean_decode_tokens(c, traffic, seeds[0])
         c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
+        c.mean_output_tokens = decode_tokens[c.num_requests] + 1.0
         c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound)
     # the total is known only as an upper bound: it shrinks as searches end early and as first seeds settle rates
     total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions))
@@ -555,8 +557,11 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
     i_lo, i_hi = s.interval
     at_lo = next((e for e in c.evaluations if e["rate"] == lo and not e.get("curve_only")), None)
     tok_s = _mean([x.get("steady_throughput_tok_s") for x in at_lo["seeds"]]) if at_lo else None
-    out_per_req = (_mean([x["steady_throughput_tok_s"] / x["steady_requests_per_s"] for x in at_lo["seeds"]
-                          if x.get("steady_requests_per_s") and x.get("steady_throughput_tok_s")]) if at_lo else None)
+    # at the target rate every candidate serves the same requests: one output-token count per request for all (the
+    # workload's mean), so candidates at one price tie exactly and the higher max rate ranks first
+    out_per_req = c.mean_output_tokens or (
+        _mean([x["steady_throughput_tok_s"] / x["steady_requests_per_s"] for x in at_lo["seeds"]
+               if x.get("steady_requests_per_s") and x.get("steady_throughput_tok_s")]) if at_lo else None)
     meets = lo >= target_rate and lo > 0
     hourly = c.usd_per_hour
     doc.update({
