@@ -102,6 +102,8 @@ class Search(_Strict):
                                "at the SLO's quantile)")
     requests_per_replica: int = Field(500, ge=1, le=MAX_NUM_REQUESTS, description="size: at least this many "
                                                                                   "requests per replica")
+    first_seed_settles: bool = Field(True, description="a rate's first seed runs alone and settles a clear rate "
+                                     "(experiments/plan/search.py FIRST_SEED_RULE); false: every seed at every rate")
     curve_fractions: list[float] = Field([0.25, 0.5, 0.75], max_length=100, description="after the search, one more simulation "
                                          "(first seed) at each fraction of the max rate, for the latency curves")
 

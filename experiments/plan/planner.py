@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from experiments.plan.config import Mode, PlanConfig
-from experiments.plan.search import BATCHES, BELOW_SERVICE, MAX_UTILIZATION, RateSearch, judge
+from experiments.plan.bounds import SERVICE_BOUND_RULE, service_rate_bound
+from experiments.plan.search import (BATCHES, BELOW_SERVICE, FIRST_SEED_RULE, MAX_UTILIZATION, RateSearch, judge,
+                                     settled_by_first_seed)
 from experiments.plan.prices import GpuPrice, price_table
 from experiments.sweep.cache import write_json_atomic
 from experiments.sweep.experiment import json_ready
@@ -32,6 +34,7 @@ EVALUATOR = "plan-point/2"  # bump when what a point returns changes (invalidate
 POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
                  "steady_e2e_p99_s", "steady_slo_attainment", "overloaded", "mean_acceptance_length",
                  "throughput_tok_s")  # throughput_tok_s: whole run (warm-up and drain included), for reference
+CURVE_SIZE_FRACTION = 0.25  # curve runs: this share of the search runs' size (TrafficModel.curve_requests_for)
 ROOFLINE_NOTE = ("roofline: target step times from catalog datasheet numbers (traces/data/catalog), not "
                  "measured on that GPU; the absolute capacity is a model (see simulator/roofline.py)")
 
@@ -58,6 +61,10 @@ class Candidate:
     usd_per_hour: float | None = None
     placement: dict[str, Any] | None = None
     num_requests: int = 0
+    curve_requests: int = 0
+    max_draft_tokens: int = 0
+    service_bound: float | None = None  # analytic upper bound on the service rate (experiments/plan/bounds.py)
+    mean_output_tokens: float | None = None  # mean output_len of the requests a run draws (first seed)
     search: RateSearch | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
 
@@ -105,9 +112,14 @@ def _drafter_notes(config: dict[str, Any], mode: Mode, tp: int) -> list[str]:
     for name, spec in sorted(config.get("drafters", {}).items()):
         kind = spec.get("kind")
         prof = spec.get("profile")
-        if isinstance(prof, dict):
+        if isinstance(prof, dict) and prof.get("kind") == "roofline":
             notes.append(f"drafter {name}: {kind}, roofline of {prof.get('model')} on {prof.get('tp')}x "
                          f"{prof.get('gpu')} (its own device; not calibrated)")
+        elif isinstance(prof, dict):
+            prov = prof.get("provenance") or {}
+            notes.append(f"drafter {name}: {kind}, inline {prof.get('kind', 'linear')} profile "
+                         f"{prof.get('name', '')} ({prov.get('source', 'source not given')}, on "
+                         f"{prov.get('device') or 'device not recorded'}), the same on every candidate")
         elif kind in ("whole_proposal", "autoregressive"):
             from simulator.latency import resolve_profile
 
@@ -187,7 +199,7 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
             import oracle.registry  # noqa: F401  (registers the ground-truth policies)
             from policies.registry import make_policy
 
-            make_policy(mode.policy, where=f"{where}: modes[{mode.name}].policy")
+            c.max_draft_tokens = make_policy(mode.policy, where=f"{where}: modes[{mode.name}].policy").max_draft_tokens()
         out.append(c)
     return out
 
@@ -241,6 +253,14 @@ class TrafficModel:
         tail = math.ceil(s.tail_requests / (1.0 - q) / (1.0 - 2 * WARMUP_FRACTION)) if q < 1 else 0
         n = max(self.num_requests, tail, s.requests_per_replica * replicas)
         return min(n, self.replay_times.shape[0]) if self.replay_times is not None else n
+
+    def curve_requests_for(self, replicas: int) -> int:
+        """Requests per curve run: the curves and the SD-vs-AR crossover read mean latencies, not the SLO's
+        quantile, so CURVE_SIZE_FRACTION of the search size (at least the given number and requests_per_replica
+        per replica)."""
+        n = max(self.num_requests, self.plan.search.requests_per_replica * replicas,
+                math.ceil(CURVE_SIZE_FRACTION * self.requests_for(replicas)))
+        return min(n, self.requests_for(replicas))
 
     def workload(self, arrival: dict[str, Any], n: int) -> dict[str, Any]:
         t = self.plan.traffic
@@ -307,6 +327,26 @@ def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
     return json_ready(out)
 
 
+def mean_decode_tokens(c: Candidate, traffic: "TrafficModel", seed: int) -> float:
+    """Mean output_len - 1 over the requests a run of `c` draws (its first seed): the bound's token count."""
+    from experiments.config import load_config
+    from experiments.run import experiment_inputs
+
+    doc = {**c.config, "workload": traffic.workload({"kind": "poisson", "rate": 1.0}, c.num_requests), "seed": seed}
+    out = experiment_inputs(load_config(doc), need_acceptance=False).workload.output_len
+    return float(np.mean(out - 1))
+
+
+def candidate_service_bound(c: Candidate, decode_tokens: float) -> float | None:
+    """The analytic service-rate bound of `c` (experiments/plan/bounds.py) from its target profile."""
+    from simulator.roofline import profile_from_ref
+
+    prof = c.config["server"]["target_profile"]
+    profile = prof if hasattr(prof, "step_time") else profile_from_ref(prof, f"candidate {c.id!r} target_profile")
+    return service_rate_bound(profile, int(c.config["server"]["max_num_seqs"]), c.max_draft_tokens, decode_tokens,
+                              c.replicas)
+
+
 def _point(c: Candidate, workload: dict[str, Any], seed: int, slo: dict[str, Any],
            replay: dict[str, Any] | None) -> Point:
     return Point({"evaluator": EVALUATOR, "config": {**c.config, "workload": workload, "seed": seed},
@@ -329,31 +369,48 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     search, slo = plan.search, plan.slo.bounds()
     seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(search.seeds)]
     start = search.rate_start or traffic.target_rate
+    decode_tokens: dict[int, float] = {}
     for c in active:
         c.num_requests = traffic.requests_for(c.replicas)
-        c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests)
-    # the total is known only as an upper bound: it shrinks as searches end early
+        c.curve_requests = traffic.curve_requests_for(c.replicas)
+        if c.num_requests not in decode_tokens:
+            decode_tokens[c.num_requests] = mean_decode_tokens(c, traffic, seeds[0])
+        c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
+        c.mean_output_tokens = decode_tokens[c.num_requests] + 1.0
+        c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound)
+    # the total is known only as an upper bound: it shrinks as searches end early and as first seeds settle rates
     total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions))
+    pending: dict[str, list[dict[str, Any]]] = {}  # candidate id -> its first seed's run at its next rate
     with ProgressBar(f"plan {plan.name}", total, console, progress) as bar:
         runner = SweepRunner(evaluate_plan_point, out / "points", backend, workers, address, bar)
         while True:
             todo = [c for c in active if c.status == "ok" and not c.search.done]
             if not todo:
                 break
-            batch = []
-            for c in todo:
+            batch, wanted = [], []
+            for c in todo:  # FIRST_SEED_RULE: a new rate's first seed alone, then (if unsettled) the others
                 workload, replay = traffic.at_rate(c.search.next_rate(), c.num_requests)
-                batch += [_point(c, workload, s, slo, replay) for s in seeds]
+                first = seeds[:1] if search.first_seed_settles else seeds
+                these = seeds[len(pending[c.id]):] if c.id in pending else first
+                batch += [_point(c, workload, s, slo, replay) for s in these]
+                wanted.append(len(these))
             results = runner.run(batch)
-            for j, c in enumerate(todo):
+            i = 0
+            for c, k in zip(todo, wanted):
                 rate = c.search.next_rate()
-                runs = results[j * len(seeds):(j + 1) * len(seeds)]
+                runs = pending.pop(c.id, []) + results[i:i + k]
+                i += k
                 if not all(r["fits"] for r in runs):
                     c.status, c.reason = "does_not_fit", next(r["reason"] for r in runs if not r["fits"])
-                    bar.add_total(-(search.max_tests - len(c.search.verdicts) - 1) * search.seeds
+                    bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds + len(runs)
                                   - len(search.curve_fractions))
                     continue
                 verdict = judge(rate, runs, plan.slo.attainment)
+                if len(runs) < len(seeds):
+                    if not settled_by_first_seed(verdict):
+                        pending[c.id] = runs
+                        continue
+                    bar.add_total(-(len(seeds) - len(runs)))
                 c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
                                       "overloaded": verdict.overloaded, "why": verdict.why,
                                       "attainment": verdict.attainment,
@@ -381,7 +438,7 @@ def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficMo
             bar.add_total(-len(fractions))
             continue
         for f in fractions:
-            workload, replay = traffic.at_rate(f * c.search.lo, c.num_requests)
+            workload, replay = traffic.at_rate(f * c.search.lo, c.curve_requests)
             batch.append(_point(c, workload, seed, slo, replay))
             owners.append((c, f * c.search.lo))
     for (c, rate), r in zip(owners, runner.run(batch)):
@@ -500,12 +557,17 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
     i_lo, i_hi = s.interval
     at_lo = next((e for e in c.evaluations if e["rate"] == lo and not e.get("curve_only")), None)
     tok_s = _mean([x.get("steady_throughput_tok_s") for x in at_lo["seeds"]]) if at_lo else None
-    out_per_req = (_mean([x["steady_throughput_tok_s"] / x["steady_requests_per_s"] for x in at_lo["seeds"]
-                          if x.get("steady_requests_per_s") and x.get("steady_throughput_tok_s")]) if at_lo else None)
+    # at the target rate every candidate serves the same requests: one output-token count per request for all (the
+    # workload's mean), so candidates at one price tie exactly and the higher max rate ranks first
+    out_per_req = c.mean_output_tokens or (
+        _mean([x["steady_throughput_tok_s"] / x["steady_requests_per_s"] for x in at_lo["seeds"]
+               if x.get("steady_requests_per_s") and x.get("steady_throughput_tok_s")]) if at_lo else None)
     meets = lo >= target_rate and lo > 0
     hourly = c.usd_per_hour
     doc.update({
-        "num_requests_per_run": c.num_requests,
+        "num_requests_per_run": c.num_requests, "num_requests_per_curve_run": c.curve_requests,
+        "service_bound_req_s": round_sig(c.service_bound) if c.service_bound else None,
+        "simulations": sum(len(e["seeds"]) for e in c.evaluations),
         "max_rate_req_s": round_sig(lo), "bracket_req_s": [round_sig(lo), round_sig(hi) if hi else None],
         "interval_req_s": [round_sig(i_lo), round_sig(i_hi) if i_hi else None],
         "at_search_ceiling": s.at_ceiling, "rates_tested": len(s.verdicts),
@@ -607,22 +669,26 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
         "rule": {
             "window": WINDOW_RULE,
             "overload": OVERLOAD_RULE + "; an overloaded rate is never sustainable",
-            "sustainable": (f"stable (not overloaded, {s.seeds} seeds pooled) and the SLO attainment of the window "
-                            f"requests reaches {q:g} at the low end of its interval (a request attains when it "
-                            "finishes within every bound); the answer is the highest sustainable rate tested"),
-            "interval": (f"attainment: 95% Student-t interval of {BATCHES} batch means per seed pooled over the "
-                         f"seeds; a verdict is decided when the interval lies on its side of {q:g}. Rate interval: "
-                         "the highest rate passing at the 99.9% interval to the lowest decided fail (or the measured "
-                         "service rate) among the tested rates"),
+            "sustainable": (f"stable (not overloaded, seeds pooled) and the SLO attainment of the window "
+                            f"requests reaches {q:g} at the low end of its 99.9% interval (a request attains when it "
+                            "finishes within every bound); the answer is the highest sustainable rate tested, a lower "
+                            "confidence bound on the rate where attainment falls to the target"),
+            "interval": (f"attainment: Student-t intervals of {BATCHES} batch means per seed pooled over the "
+                         f"seeds; a rate fails decidedly when the high end of the 95% interval is below {q:g}. Rate "
+                         "interval: the answer to the lowest decided fail (or the measured service rate) among the "
+                         "tested rates"),
+            "seeds_per_rate_rule": FIRST_SEED_RULE if s.first_seed_settles else "every seed at every rate",
             "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
                      f"{s.requests_per_replica} requests per replica (given: {traffic.num_requests})"),
-            "search": (f"start at {round_sig(s.rate_start or target)} req/s, double while passing"
+            "service_bound": SERVICE_BOUND_RULE,
+            "search": (f"start at {round_sig(s.rate_start or target)} req/s (or {BELOW_SERVICE:g} x the candidate's "
+                       "service bound when lower), double while passing"
                        + (f" (up to {s.rate_max:g})" if s.rate_max else "")
                        + f"; after an overloaded run try {BELOW_SERVICE:g} x its measured service rate (no rate "
                        f"above {MAX_UTILIZATION:g} x it passes); bisect until the "
                        f"bracket is within {s.rel_tol:g} of its top, at most {s.max_tests} rates; then, for the "
-                       f"curves only, one run (first seed) at {', '.join(f'{f:g}' for f in s.curve_fractions)} "
-                       "x the max rate"),
+                       f"curves only, one run (first seed, {CURVE_SIZE_FRACTION:g} x the search runs' size: the "
+                       f"curves read means) at {', '.join(f'{f:g}' for f in s.curve_fractions)} x the max rate"),
             "comparison": ("modes compared at the same max_num_seqs per target replica (PSD: split over its two "
                            "sub-batches) and priced per GPU, draft GPUs included"),
             "seeds": seeds, "seeds_per_rate": s.seeds,

@@ -88,7 +88,8 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
         if deploy.get("note"):
             console.print(f"  {deploy['note']}")
     rule = doc["rule"]
-    for key in ("window", "overload", "sustainable", "interval", "size", "search", "comparison"):
+    for key in ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
+                "search", "comparison"):
         console.print(f"rule ({key}): {rule[key]}", soft_wrap=True)
     for note in doc["notes"]:
         console.print(f"note: {note}", soft_wrap=True)

@@ -4,19 +4,28 @@ Judging one rate (stated in every plan.json): every seed's run is measured in it
 (simulator/steady_state.py). The rate FAILS when the pooled window backlog says the queue grows (overloaded:
 arrivals above the service rate), whatever the latencies. Otherwise the SLO attainment (share of window requests
 within every bound) is estimated by batch means (BATCHES consecutive groups of window requests per seed, pooled
-over seeds) with a 95% Student-t interval; the rate PASSES when the mean attainment reaches the target. A verdict
-is DECIDED when the interval lies wholly on its side of the target (or the run is overloaded). A rate is
-SUSTAINABLE when it passes decidedly: stable, and the attainment interval's low end reaches the target.
+over seeds). The rate PASSES (is SUSTAINABLE) only when the LOW end of the STRICT_CONFIDENCE (99.9%) Student-t
+interval of the attainment clears the target; it FAILS DECIDEDLY when the high end of the CONFIDENCE (95%) interval
+is below the target (or it is overloaded); in between it is undecided (counted as not sustainable). The strict low
+end makes the answer a lower confidence bound: batch means of a queue are serially correlated, so a 95% interval
+covers the true attainment less often than it says (about 86% at 2 seeds x 500 window requests of the M/D/1 test
+case, by a Lindley recursion), and the answer is the highest of several tested rates.
 
-Search: start at the target rate; while every tested rate is sustainable, double it (up to search.rate_max); a failing
-overloaded run measures the service rate (its window departure rate), and the next rate tried is just below
-it, and no rate above MAX_UTILIZATION (0.95) x that measured service rate counts as passing (a finite run can
-meet the SLO there, even above the service rate, while the true tail misses it); then bisect between the highest sustainable and the lowest other rate until they are
-within search.rel_tol; then, while tests remain, bisect between the highest undecided and the lowest decided
-failing rate until they are within search.rel_tol too (the top of the interval).
-The answer is the highest sustainable rate; its interval runs from the highest rate passing at the 99.9%
-interval to the lowest DECIDED fail (or the measured service rate) among the tested rates (sustainability assumed monotone in the rate; seeds are shared across rates: each
-seed's arrivals are one draw scaled in time).
+Seeds, one at a time (FIRST_SEED_RULE): a rate's first seed runs alone; when that one run is overloaded, or its own
+99.9% interval lies wholly on one side of the target, it settles the rate (the other seeds are not run);
+otherwise the remaining seeds run and the verdict is the pooled one above.
+
+Search: start at the target rate, or at BELOW_SERVICE x an analytic upper bound on the candidate's service rate
+when that is lower (experiments/plan/bounds.py: a target above it cannot be sustained, so nothing above it is
+worth a first run); while every tested rate is sustainable, double it (up to search.rate_max); a failing
+overloaded run measures the service rate (its window departure rate), and the next rate tried is just below it,
+and no rate above MAX_UTILIZATION (0.95) x that measured service rate counts as passing (a finite run can meet the
+SLO there, even above the service rate, while the true tail misses it); then bisect between the highest sustainable and the lowest other rate until they are within
+search.rel_tol; then, while tests remain, bisect between the highest undecided and the lowest decided failing rate
+until they are within search.rel_tol too (the top of the interval).
+The answer is the highest sustainable rate; its interval runs from the answer to the lowest DECIDED fail (or the
+measured service rate) among the tested rates (sustainability assumed monotone in the rate; seeds are shared
+across rates: each seed's arrivals are one draw scaled in time).
 """
 from __future__ import annotations
 
@@ -33,9 +42,11 @@ MAX_UTILIZATION = 0.95  # no rate above this fraction of a measured service rate
 # not resolve the SLO tail that close to saturation (a 12,000-request run of plan_llama70b's 2-replica AR at 0.97 x
 # its measured service rate missed the p99 that a 6,250-request search run had met)
 BELOW_SERVICE = MAX_UTILIZATION  # after an overloaded run: try this fraction of its measured service rate
-CONFIDENCE = 0.95  # attainment interval deciding a verdict
-STRICT_CONFIDENCE = 0.999  # ... and the wider one setting the low end of the rate interval (it spans the answer's
-# own run-to-run noise: the answer is the highest of several decided rates, so it sits high in its 95% band)
+CONFIDENCE = 0.95  # attainment interval whose high end below the target decides a fail
+STRICT_CONFIDENCE = 0.999  # attainment interval whose low end must clear the target for a pass (see above)
+FIRST_SEED_RULE = ("a rate's first seed runs alone and settles the rate when it is overloaded or its own "
+                   f"{STRICT_CONFIDENCE:.1%} attainment interval lies wholly on one side of the target; otherwise "
+                   "every seed runs and the pooled verdict decides")
 
 
 @dataclass(frozen=True)
@@ -51,26 +62,34 @@ class Verdict:
     attainment_high: float | None
     service_rate: float | None  # pooled window departure rate when overloaded (the service rate's estimate)
     why: str
-    strict_pass: bool = False  # passes at the STRICT_CONFIDENCE interval too: the low end of the answer's interval
+    strict_pass: bool = False  # the STRICT_CONFIDENCE interval lies above the target (the pass rule)
+    strict_fail: bool = False  # ... lies below it
+    seeds_run: int = 0
+
+
+def settled_by_first_seed(v: Verdict) -> bool:
+    """FIRST_SEED_RULE on the first seed's verdict: overloaded, or its strict interval on one side of the target."""
+    return v.overloaded or v.strict_pass or v.strict_fail
 
 
 def judge(rate: float, seeds: list[dict[str, Any]], target: float) -> Verdict:
     """Judge `rate` from per-seed results carrying window arrivals/departures/length and attainment batch means."""
     arrivals = sum(int(s["window_arrivals"]) for s in seeds)
     departures = sum(int(s["window_departures"]) for s in seeds)
+    n = len(seeds)
     if arrivals == 0:
-        return Verdict(rate, False, False, False, None, None, None, None, "no steady-state window")
+        return Verdict(rate, False, False, False, None, None, None, None, "no steady-state window", seeds_run=n)
     if is_overloaded(arrivals, departures):
         service = departures / sum(float(s["window_length_s"]) for s in seeds)
         return Verdict(rate, False, True, True, None, None, None, service,
-                       f"overloaded: departures {departures} < arrivals {arrivals} in the window")
+                       f"overloaded: departures {departures} < arrivals {arrivals} in the window", seeds_run=n)
     batches = np.concatenate([np.asarray(s["attainment_batches"], float) for s in seeds])
     m, lo, hi = mean_interval(batches, CONFIDENCE)
-    passed = m >= target
-    decided = lo >= target if passed else hi < target
-    strict = mean_interval(batches, STRICT_CONFIDENCE)[1] >= target
-    return Verdict(rate, passed, decided, False, m, max(lo, 0.0), min(hi, 1.0), None,
-                   f"attainment {m:.4g} [{max(lo, 0):.4g}, {min(hi, 1):.4g}] vs {target:g}", strict)
+    _, s_lo, s_hi = mean_interval(batches, STRICT_CONFIDENCE)
+    passed, failed = s_lo >= target, hi < target
+    return Verdict(rate, passed, passed or failed, False, m, max(lo, 0.0), min(hi, 1.0), None,
+                   f"attainment {m:.4g} [{max(lo, 0):.4g}, {min(hi, 1):.4g}] (99.9% low end {max(s_lo, 0):.4g}) "
+                   f"vs {target:g}", strict_pass=passed, strict_fail=s_hi < target, seeds_run=n)
 
 
 @dataclass
@@ -81,17 +100,21 @@ class RateSearch:
     rate_max: float | None
     rel_tol: float
     max_tests: int
+    service_bound: float | None = None  # an analytic upper bound on the service rate: where to start at most
     verdicts: list[Verdict] = field(default_factory=list)
     _next: float | None = None
 
     def __post_init__(self) -> None:
         if not self.start > 0 or not math.isfinite(self.start):
             raise ValueError(f"search start must be a positive finite rate, got {self.start!r}")
-        self._next = min(self.start, self.rate_max) if self.rate_max else self.start
+        start = self.start
+        if self.service_bound is not None:
+            start = min(start, BELOW_SERVICE * self.service_bound)
+        self._next = min(start, self.rate_max) if self.rate_max else start
 
     @property
     def lo(self) -> float:
-        """Highest rate tested that passed, decided (0: none): the answer."""
+        """Highest rate tested that passed (0: none): the answer."""
         return max((v.rate for v in self.verdicts if v.passed and v.decided), default=0.0)
 
     @property
@@ -140,9 +163,9 @@ class RateSearch:
             if top is None:
                 nxt = 2.0 * hi
                 return None if self.rate_max and hi >= self.rate_max else min(nxt, self.rate_max or nxt)
-            if top - hi <= self.rel_tol * top:
-                return None
             undecided = max((v.rate for v in self.verdicts if not v.decided and v.rate < top), default=hi)
+            if top - undecided <= self.rel_tol * top:  # the edge of the decided fails is located to rel_tol
+                return None
             return (undecided + top) / 2.0
         service = self.service_rate
         tested = {v.rate for v in self.verdicts}
@@ -156,8 +179,8 @@ class RateSearch:
 
     @property
     def interval(self) -> tuple[float, float | None]:
-        """[highest pass at STRICT_CONFIDENCE, lowest decided fail or measured service rate] (None: neither)."""
-        low = max((v.rate for v in self.verdicts if v.passed and v.strict_pass), default=0.0)
+        """[the answer, lowest decided fail or measured service rate] (None: neither)."""
+        low = self.lo
         fails = [v.rate for v in self.verdicts if not v.passed and v.decided]
         if self.service_rate is not None:
             fails.append(self.service_rate)

@@ -118,6 +118,28 @@ def test_doubling_the_requests_moves_no_answer_outside_its_interval(tmp_path, md
     assert _within(c, c2["max_rate_req_s"]) and _within(c, md1_answer) and _within(c2, md1_answer)
 
 
+def test_a_rate_settled_by_its_first_seed_gets_the_same_verdict_from_every_seed(md1_plan):
+    # FIRST_SEED_RULE stops a rate after one seed when that seed is clear; every seed, pooled, must agree
+    from experiments.plan.planner import TrafficModel, _point, base_experiment, build_candidates, evaluate_plan_point
+    from experiments.plan.prices import price_table
+    from experiments.plan.search import judge
+    from experiments.sweep.hashing import derive_seed
+
+    case, c = md1_plan
+    plan = load_plan_config(case)
+    base = base_experiment(plan)
+    traffic = TrafficModel(plan, base["workload"])
+    (cand,) = build_candidates(plan, base, price_table(None, plan.prices.usd_per_gpu_hour))
+    seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(plan.search.seeds)]
+    settled = [e for e in c["curve"] if e["sustainable"] is not None and e["seeds"] == 1]
+    assert {e["sustainable"] for e in settled} == {True, False}  # the rule settled both passes and fails here
+    assert c["simulations"] < plan.search.seeds * c["rates_tested"] + len(plan.search.curve_fractions)
+    for e in settled:
+        workload, replay = traffic.at_rate(e["rate"], c["num_requests_per_run"])
+        runs = [evaluate_plan_point(_point(cand, workload, s, plan.slo.bounds(), replay).payload) for s in seeds]
+        assert judge(e["rate"], runs, plan.slo.attainment).passed == e["sustainable"], e
+
+
 def test_deterministic_arrivals_answer_the_service_rate(known_case, tmp_path):
     # D/D/1: no waiting below 1/S = 10 req/s, a queue growing without bound above it
     known_case["traffic"] = {"arrival": "replay", "file": str(tmp_path / "times.txt"), "target_rate": 5.0}
@@ -125,6 +147,9 @@ def test_deterministic_arrivals_answer_the_service_rate(known_case, tmp_path):
     (c,) = _plan(known_case, tmp_path / "d", backend="serial")["candidates"]
     # the service rate an overloaded run measured caps the answer: a finite run passes just above 1/S
     assert c["service_rate_req_s"] == pytest.approx(1.0 / SERVICE_S, rel=0.01)
+    # the analytic bound (experiments/plan/bounds.py) lies above it: 1 / (STEP_S x (OUTPUT_LEN - 1))
+    assert c["service_bound_req_s"] == pytest.approx(1.0 / (STEP_S * (OUTPUT_LEN - 1)))
+    assert c["service_bound_req_s"] >= c["service_rate_req_s"]
     assert 0.9 / SERVICE_S <= c["max_rate_req_s"] <= MAX_UTILIZATION * c["service_rate_req_s"] * (1 + 1e-6)
     assert c["interval_req_s"][0] <= c["max_rate_req_s"] and c["interval_req_s"][1] <= c["service_rate_req_s"]
 
@@ -145,23 +170,24 @@ def test_capacity_scales_with_replicas(known_case, tmp_path):
 
 
 def test_answer_holds_in_a_long_plain_run_and_fails_at_1_2x(md1_plan):
-    # Marginal at 2 seeds x 626 requests (issue 15, open): under the seeds before the SeedSequence tree the answer
-    # (6.72 req/s) attained 0.883 < 0.89 in this 8,000-request run; under the tree's seeds it holds. The rule, not
-    # the seed, should make it hold: a narrower bound on the top of the batch-means interval is still to do.
+    # The pass rule (the low end of the 99.9% attainment interval clears the target) makes the answer a lower
+    # confidence bound, so a long run at it meets the target itself, not a loosened one; at 1.2x the answer it
+    # misses, or 1.2x lies inside the stated interval (the plan says the threshold may lie there); at the interval's
+    # top (a decided fail) it misses.
     from experiments.run import run_experiment
     from simulator.metrics import steady_state_summary
 
     known_case, c = md1_plan
-    rate = c["max_rate_req_s"]
+    rate, top = c["max_rate_req_s"], c["interval_req_s"][1]
     res = {}
-    for factor in (1.0, 1.2):
+    for name, r in (("answer", rate), ("1.2x", 1.2 * rate), ("top", top)):
         doc = {**known_case["base"], "slo": {"ttft_s": TTFT_S},
-               "workload": {"num_requests": 8000, "arrival": {"kind": "poisson", "rate": factor * rate},
+               "workload": {"num_requests": 8000, "arrival": {"kind": "poisson", "rate": r},
                             "sample": {"with_replacement": True}}}
-        run = run_experiment(doc)
-        res[factor] = steady_state_summary(run.requests, {"ttft_s": TTFT_S})
-    assert res[1.0]["steady_slo_attainment"] >= Q - 0.01 and not res[1.0]["overloaded"]
-    assert res[1.2]["steady_slo_attainment"] < Q
+        res[name] = steady_state_summary(run_experiment(doc).requests, {"ttft_s": TTFT_S})
+    assert res["answer"]["steady_slo_attainment"] >= Q and not res["answer"]["overloaded"]
+    assert res["1.2x"]["steady_slo_attainment"] < Q or 1.2 * rate <= top
+    assert res["top"]["steady_slo_attainment"] < Q
 
 
 def test_an_slo_nobody_meets_answers_zero(known_case, tmp_path):
@@ -205,6 +231,9 @@ def test_serial_and_pool_give_identical_plan_json(tmp_path):
     assert psd2["num_gpus"] == 4 and psd2["usd_per_hour"] == pytest.approx(2 * psd["usd_per_hour"])
     assert "split over its two sub-batches" in psd["comparison"] and psd["num_requests_per_run"] == 60
     assert psd["vllm_serve"]["note"].startswith("mode 'psd' gives no vllm_speculative_config")
+    # every drafting candidate carries its SD-vs-AR comparison against the AR candidate on the same GPUs
+    assert all(c["sd_vs_ar"]["rule"].startswith("first rate where") for c in ok if c["mode"] != "AR")
+    assert all(c["sd_vs_ar"] is None for c in ok if c["mode"] == "AR")
     assert any("replicas > 1: the whole cluster is simulated" in n for n in doc["notes"])
     assert any(c["target_costs"].startswith("roofline") for c in ok) and any("roofline" in n for n in doc["notes"])
     assert (tmp_path / "serial" / "curves.png").stat().st_size > 0 and (tmp_path / "serial" / "pareto.png").exists()
