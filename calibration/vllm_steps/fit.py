@@ -10,13 +10,14 @@ each phase of that one fit.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from calibration.vllm_steps.records import StepLog, StepRecord
-from simulator.latency import LinearFit, Measurement, Provenance, fit_linear, mape
+from simulator.latency import LatencyProfile, LinearFit, Measurement, Provenance, fit_linear, mape
+from simulator.step_model import StepShape, phase_bias, phase_mape, select_form
 
 PHASES = ("decode", "verify", "prefill")
 
@@ -28,9 +29,20 @@ def phase(st: StepRecord) -> str:
     return "verify" if st.drafted_tokens else "decode"
 
 
+def step_shape(st: StepRecord) -> StepShape:
+    """The step's decode/verify and prompt-chunk parts, as simulator/step_model.py prices them."""
+    dec = [r for r in st.requests if not r.is_prefill]
+    pre = [r for r in st.requests if r.is_prefill]
+    return StepShape(decode_seqs=len(dec), draft_tokens=sum(r.drafted for r in dec),
+                     decode_kv=sum(r.computed_before + r.scheduled for r in dec), prefill_seqs=len(pre),
+                     prefill_tokens=sum(r.scheduled for r in pre),
+                     prefill_kv=sum(r.computed_before + r.scheduled for r in pre),
+                     prefill_attn=sum(r.scheduled * (r.computed_before + r.scheduled) for r in pre))
+
+
 def _extra(st: StepRecord, ph: str, run: str) -> dict[str, Any]:
     return {"phase": ph, "run": run, "step": st.step, "prefill_tokens": st.prefill_tokens,
-            "drafted_tokens": st.drafted_tokens, "num_waiting": st.num_waiting}
+            "drafted_tokens": st.drafted_tokens, "num_waiting": st.num_waiting, "shape": asdict(step_shape(st))}
 
 
 def _load_per_core(st: StepRecord, log: StepLog) -> float | None:
@@ -78,6 +90,44 @@ def fit_by_phase(name: str, model: str, measurements: list[Measurement], prov: P
         groups.setdefault(m.extra["phase"], []).append(m)
     return {ph: fit_linear(f"{name}-{ph}", ms, model=model, provenance=prov)
             for ph, ms in groups.items() if len(ms) >= min_points}
+
+
+def busy_gaps(log: StepLog) -> np.ndarray:
+    """Seconds between the end of a step and the start of the next one while a request runs through both
+    (the engine core's loop: outputs out, inputs in); idle gaps between arrivals are left out."""
+    gaps = []
+    for a, b in zip(log.steps, log.steps[1:]):
+        live = {r.id for r in a.requests if not r.finished}
+        if live & {r.id for r in b.requests}:
+            gaps.append(b.wall_start - (a.wall_start + a.duration))
+    return np.array(gaps, dtype=float)
+
+
+def fit_target(ms: list[Measurement], name: str, model_name: str, prov: Provenance, step_model: str = "structured",
+               seed: int = 0) -> tuple[LatencyProfile, dict[str, Any]]:
+    """The target's step profile from engine-step measurements, least squares on absolute error so the fitted
+    time is unbiased in total (means are what validation compares; relative weighting fits below the mean of
+    noisy steps): `structured` (simulator/step_model.py, form chosen on held-back steps) or `linear`. The one
+    fit `validate` and `calibrate vllm` use."""
+    loads = [m.load for m in ms if m.load is not None]
+    report: dict[str, Any] = {"steps": len(ms), "median_load": float(np.median(loads)) if loads else None,
+                              "step_model": step_model}
+    if step_model == "structured":
+        prof, held = select_form(name, ms, seed=seed, model=model_name, provenance=prov)
+        report.update(form=prof.form, held_back=held)
+    elif step_model == "linear":
+        prof = fit_linear(name, ms, model=model_name, weighting="absolute", provenance=prov).profile
+    else:
+        raise ValueError(f"step_model: expected 'structured' or 'linear', got {step_model!r}")
+    report.update(coefficients=dict(prof.coefficients), mape_percent=phase_mape(prof, ms),
+                  bias_percent=phase_bias(prof, ms))
+    return prof, report
+
+
+def step_overhead(log: StepLog) -> tuple[float, int]:
+    """(mean gap between busy steps in seconds, gaps counted): the engine loop's time between steps."""
+    gaps = busy_gaps(log)
+    return (float(gaps.mean()) if gaps.size else 0.0), int(gaps.size)
 
 
 @dataclass

@@ -83,7 +83,7 @@ async def _drive(plan: dict[str, Any]) -> dict[str, Any]:
             rate = fraction * capacity
             await asyncio.sleep(load["pause_s"])
             start, load_before = time.time() + 0.05, os.getloadavg()[0]
-            p = params(load["max_tokens"])
+            p = params(load["max_tokens"], load.get("min_tokens", 0))
             rows = await asyncio.gather(*(_one(engine, p, f"L{li}-{i}", ids, start + off / rate)
                                           for i, (ids, off) in enumerate(zip(load["prompts"][li], unit_offsets))))
             levels.append({"fraction": fraction, "rate": rate, "wall_start": start, "load_before": load_before,
