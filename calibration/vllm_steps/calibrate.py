@@ -25,12 +25,11 @@ import yaml
 
 from calibration.models.vllm_backend import RUN_FILE, STEPS_FILE, speculative_config
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, save_measured_bundle
-from calibration.vllm_steps.fit import draft_measurements, fit_target, step_overhead, target_measurements
+from calibration.vllm_steps.fit import fit_drafter, fit_target, step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
-from simulator.latency import Provenance, fit_linear, save_profile
+from simulator.latency import Provenance, save_profile
 from traces.atomic import atomic_write_text
 from traces.bundle import TraceBundle, save_bundle
-from traces.errors import TraceFormatError
 
 WARMUP = "warmup"
 RUN_CONFIG = "run.yaml"
@@ -240,15 +239,10 @@ def analyse_mode(cal: VllmCalibration, out: Path, mode: Mode, name: str) -> Mode
             source={"backend": "vllm", "vllm_version": log.header.get("vllm_version"), "dtype": cal.dtype,
                     "steps": where}, where=where)
         save_measured_bundle(bundle, censoring, folder / "bundle")
-        dms = draft_measurements(steps, mode.label)
-        if len(dms) < 4:
-            raise TraceFormatError(where, f"only {len(dms)} timed propose calls for {mode.label}; the worker file "
-                                   "is missing or the run was too short", field="draft_seconds")
-        f = fit_linear(f"{pname}-drafter", dms, model=cal.model_name, weighting="absolute",
-                       provenance=_provenance(log.header, loads, "drafter propose call, per engine step", result))
-        drafter_path = save_profile(f.profile, pdir / f"{pname}-drafter.yaml")
-        report["drafter"] = {"coefficients": f.profile.coefficients, "mape_percent": round(f.mape, 2),
-                             "steps": len(dms), "cost_kind": "engine_step"}
+        prof, report["drafter"] = fit_drafter(steps, mode.label, f"{pname}-drafter", cal.model_name,
+                                              _provenance(log.header, loads, "drafter propose call, per engine "
+                                                          "step", result), where)
+        drafter_path = save_profile(prof, pdir / f"{pname}-drafter.yaml")
     totals = {s.kv_blocks_total for s in log.steps if s.kv_blocks_total}
     kv = max(totals) * int(log.header["block_size"]) if totals else 0
     return ModeFit(mode, target_path, drafter_path, overhead, bundle, report, log.header, kv,

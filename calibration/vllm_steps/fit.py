@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from calibration.vllm_steps.records import StepLog, StepRecord
-from simulator.latency import LatencyProfile, LinearFit, Measurement, Provenance, fit_linear, mape
+from traces.errors import TraceFormatError
+from simulator.latency import LatencyProfile, LinearFit, LinearProfile, Measurement, Provenance, fit_linear, mape
 from simulator.step_model import StepShape, phase_bias, phase_mape, select_form
 
 PHASES = ("decode", "verify", "prefill")
@@ -122,6 +123,22 @@ def fit_target(ms: list[Measurement], name: str, model_name: str, prov: Provenan
     report.update(coefficients=dict(prof.coefficients), mape_percent=phase_mape(prof, ms),
                   bias_percent=phase_bias(prof, ms))
     return prof, report
+
+
+MIN_DRAFT_POINTS = 4
+
+
+def fit_drafter(log: StepLog, label: str, name: str, model_name: str, prov: Provenance,
+                where: str) -> tuple[LinearProfile, dict[str, Any]]:
+    """The drafter's propose time per engine step (vLLM's proposer runs once per step over the step's tokens:
+    an `engine_step` draft cost), linear least squares on absolute error; too few timed calls is an error."""
+    dms = draft_measurements(log, label)
+    if len(dms) < MIN_DRAFT_POINTS:
+        raise TraceFormatError(where, f"only {len(dms)} timed propose calls for {label}; the worker file is "
+                               "missing or the run was too short", field="draft_seconds")
+    f = fit_linear(name, dms, model=model_name, weighting="absolute", provenance=prov)
+    return f.profile, {"coefficients": f.profile.coefficients, "mape_percent": round(f.mape, 2), "steps": len(dms),
+                       "cost_kind": "engine_step"}
 
 
 def step_overhead(log: StepLog) -> tuple[float, int]:

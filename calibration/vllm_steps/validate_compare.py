@@ -22,18 +22,17 @@ import numpy as np
 from calibration.models.vllm_backend import PLAN_FILE, RUN_FILE, STEPS_FILE
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, join_ids
 from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
-from calibration.vllm_steps.fit import busy_gaps, draft_measurements, fit_target, step_overhead, \
+from calibration.vllm_steps.fit import MIN_DRAFT_POINTS, busy_gaps, fit_drafter, fit_target, step_overhead, \
     target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.draft_cost import DraftCost
-from simulator.latency import LatencyProfile, fit_linear
+from simulator.latency import LatencyProfile
 from simulator.step_model import phase_bias, phase_mape
 from simulator.metrics import percentile_summary
 from traces.bundle import DrafterTrace, RequestTrace
 from traces.errors import TraceFormatError
 
 KINDS = ("replay", "predictive")
-MIN_DRAFT_POINTS = 4
 
 
 @dataclass
@@ -186,16 +185,10 @@ def fit_mode_profiles(data: ModeData, log: StepLog, name: str, model_name: str,
     report = {"target": target_report, "step_overhead_s": overhead, "busy_gaps": n_gaps}
     drafter = None
     if mode.method is not None:
-        dms = draft_measurements(log, mode.label)
-        if len(dms) < MIN_DRAFT_POINTS:
-            raise TraceFormatError(str(data.folder / STEPS_FILE), f"only {len(dms)} timed propose calls for "
-                                   f"{mode.label}; the worker file is missing or the run was too short",
-                                   field="draft_seconds")
-        f = fit_linear(f"{name}-{mode.label}", dms, model=model_name, weighting="absolute",
-                       provenance=_provenance(log.header, loads, "drafter propose call", data.result))
-        drafter = DraftCost("engine_step", f.profile)  # fitted per engine step, as vLLM's proposer runs
-        report["drafter"] = {"coefficients": f.profile.coefficients, "mape_percent": round(f.mape, 2),
-                             "steps": len(dms)}
+        prof, report["drafter"] = fit_drafter(log, mode.label, f"{name}-{mode.label}", model_name,
+                                              _provenance(log.header, loads, "drafter propose call", data.result),
+                                              str(data.folder / STEPS_FILE))
+        drafter = DraftCost("engine_step", prof)  # fitted per engine step, as vLLM's proposer runs
     return Profiles(target, drafter, overhead, report)
 
 

@@ -64,10 +64,12 @@ def test_modes_and_plans():
 
     with pytest.raises(ValueError, match="expected ar, ngram:K or draft_model:K:PATH"):
         parse_mode("eagle:3")
-    cal = VllmCalibration("/m", "m", [[1, 2], [3]], [ng], batch_sizes=[1, 2], max_tokens=8)
+    cal = VllmCalibration("/m", "m", [[1, 2], [3]], [ng], batch_sizes=[1, 2], staggered=[2], gaps_s=[0.3],
+                          max_tokens=8)
     plan = cal.plan(ng)
-    assert [g.name for g in plan.groups] == ["warmup", "batch1", "batch2"]
-    assert plan.groups[2].prompts == [[3], [1, 2]]  # prompts taken in turn, cycling
-    assert plan.spec["num_speculative_tokens"] == 4 and plan.max_num_seqs == 2
+    assert [g["name"] for g in plan["calibration"]] == ["warmup", "batch1", "batch2", "stagger2"]
+    assert plan["calibration"][2]["prompts"] == [[3], [1, 2]]  # prompts taken in turn, cycling
+    assert plan["calibration"][3]["gap_s"] == 0.3 and plan["load"]["fractions"] == []  # no load levels
+    assert plan["spec"]["num_speculative_tokens"] == 4 and plan["max_num_seqs"] == 2
     with pytest.raises(ValueError, match="at least one mode"):
         VllmCalibration("/m", "m", [[1]], [])
