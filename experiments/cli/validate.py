@@ -14,6 +14,8 @@ def register(sub) -> None:
     a.add_argument("--analyse-only", action="store_true", help="skip vLLM; recompute from the runs in --out")
     a.add_argument("--repeats", type=int, default=3, help="seeds of the predictive simulation per level, for its "
                    "interval (the calibration request each load request borrows is redrawn; 1: no interval)")
+    a.add_argument("--step-model", default=None, choices=("structured", "linear"),
+                   help="target step-time model (default: the config's step_model)")
     a.set_defaults(func=_run)
 
 
@@ -40,6 +42,8 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"draftsim: error: {e}", file=sys.stderr)
         return 2
+    if args.step_model:
+        cfg = cfg.model_copy(update={"step_model": args.step_model})
     out = Path(args.out)
     if not args.analyse_only:
         from calibration.models.hf_backend import converted_folder
