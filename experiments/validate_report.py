@@ -131,7 +131,8 @@ def step_model_section(info: dict[str, Any]) -> list[str]:
                 continue
             hm = held.get("held_back_mape_percent", {}).get(ph)
             hb = held.get("held_back_bias_percent", {}).get(ph)
-            rows.append(f"| {mode} | {t.get('step_model', '')}{'/' + form if form else ''} | {ph} | "
+            model = t.get("step_model", "") + (f"/{form}" if form and form != t.get("step_model") else "")
+            rows.append(f"| {mode} | {model} | {ph} | "
                         f"{_fmt(hm)} | {_fmt(hb, True)} | {_fmt(carry['mape_percent'].get(ph))} | "
                         f"{_fmt(carry['bias_percent'].get(ph), True)} |")
     if not rows:

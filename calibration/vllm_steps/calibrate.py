@@ -339,7 +339,8 @@ def format_table(doc: dict[str, Any]) -> str:
         for ph, m in t["mape_percent"].items():
             hb = held.get("held_back_mape_percent", {}).get(ph)
             bias = held.get("held_back_bias_percent", {}).get(ph)
-            lines.append(f"{label:16s} {t['step_model'] + ('/' + t['form'] if 'form' in t else ''):18s} {ph:8s} "
+            model = t["step_model"] + (f"/{t['form']}" if t.get("form", t["step_model"]) != t["step_model"] else "")
+            lines.append(f"{label:16s} {model:18s} {ph:8s} "
                          f"{m:10.2f} {'-' if hb is None else f'{hb:.2f}':>16s} "
                          f"{'-' if bias is None else f'{bias:+.2f}':>16s} {rep['step_overhead_s'] * 1e3:11.2f}")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ import numpy as np
 from calibration.vllm_steps.records import StepLog, StepRecord
 from traces.errors import TraceFormatError
 from simulator.latency import LatencyProfile, LinearFit, LinearProfile, Measurement, Provenance, fit_linear, mape
-from simulator.step_model import StepShape, phase_bias, phase_mape, select_form
+from simulator.step_model import StepShape, holdout_split, phase_bias, phase_mape, select_form
 
 PHASES = ("decode", "verify", "prefill")
 
@@ -118,6 +118,13 @@ def fit_target(ms: list[Measurement], name: str, model_name: str, prov: Provenan
         report.update(form=prof.form, held_back=held)
     elif step_model == "linear":
         prof = fit_linear(name, ms, model=model_name, weighting="absolute", provenance=prov).profile
+        part, back = holdout_split(ms, 0.25, seed)  # the structured fit's split: the two compare on equal terms
+        if len(part) >= 2 and back:
+            p = fit_linear(name, part, weighting="absolute").profile
+            report.update(form="linear", held_back={"held_back_steps": len(back), "fit_steps": len(part),
+                                                    "seed": seed, "form": "linear", "forms": {"linear": {
+                                                        "held_back_mape_percent": phase_mape(p, back),
+                                                        "held_back_bias_percent": phase_bias(p, back)}}})
     else:
         raise ValueError(f"step_model: expected 'structured' or 'linear', got {step_model!r}")
     report.update(coefficients=dict(prof.coefficients), mape_percent=phase_mape(prof, ms),
