@@ -153,3 +153,20 @@ def test_prompt_entries_become_token_ids_of_the_right_length():
     ids = prompt_entry_ids(entries, lm)
     assert ids[0] == encode_prompt(lm, "Count to five.") and ids[1] == [5, 6, 7]
     assert [len(x) for x in ids[2:]] == [300, 17] and ids[2][:17] != ids[3]
+
+
+def test_compare_prices_with_the_calibrated_structured_profiles(calibrated, tmp_path):
+    """`draftsim compare` on the calibrated config's own simulated output reproduces it exactly: compare simulates
+    with the run.yaml's structured target profiles and engine-step drafter cost."""
+    from experiments.cli.compare import compare, measured_from_results
+    from experiments.run import run_experiment
+    from traces.measured_run import save_measured
+
+    _, out, _ = calibrated
+    ovr = ["workload.num_requests=20"]
+    res = run_experiment(str(out / RUN_CONFIG), ovr, plots=False)
+    for name in ("ar", "ngram-k3"):
+        folder = save_measured(measured_from_results(res, name), tmp_path / name)
+        rows = [r for r in compare(str(folder), str(out / RUN_CONFIG), ovr, repeats=1, names=[name]).rows
+                if r["mode"] == name]
+        assert rows and all(r["error_pct"] == 0.0 for r in rows), [r for r in rows if r["error_pct"] != 0.0]
