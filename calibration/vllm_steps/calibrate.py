@@ -64,11 +64,14 @@ def parse_mode(text: str) -> Mode:
 
 
 def calibration_groups(prompts: list[list[int]], categories: list[str], batch_sizes: list[int],
-                       staggered: list[tuple[int, float]], max_tokens: int, start: int = 0) -> tuple[list[dict], int]:
+                       staggered: list[tuple[int, float]], max_tokens: int, start: int = 0,
+                       gap_steps: list[float] | None = None) -> tuple[list[dict], int]:
     """The loadgen calibration groups (calibration/vllm_steps/loadgen.py): one per batch size (submitted together:
     their best requests/s is the measured capacity) and one per (size, gap) staggered group (one request every gap
-    seconds: prompts joining decodes, a served stream's step shapes); prompts taken in turn from `start`, cycling;
-    returns (groups, next prompt index). Shared by `calibrate vllm` and `validate`."""
+    seconds: prompts joining decodes, a served stream's step shapes; with `gap_steps`, the gaps are that many of
+    the batch-1 group's seconds per output token, measured just before in the same engine, so they scale with
+    the machine's speed); prompts taken in turn from `start`, cycling; returns (groups, next prompt index).
+    Shared by `calibrate vllm` and `validate`."""
     groups, i = [], start
     shapes = [(f"batch{b}", b, 0.0) for b in batch_sizes] + \
         [(f"stagger{b}" if j == 0 else f"stagger{b}-{j}", b, g) for j, (b, g) in enumerate(staggered)]
@@ -76,6 +79,10 @@ def calibration_groups(prompts: list[list[int]], categories: list[str], batch_si
         idx = [(i + j) % len(prompts) for j in range(b)]
         groups.append({"name": name, "prompts": [prompts[x] for x in idx], "categories": [categories[x] for x in idx],
                        "gap_s": gap, "max_tokens": max_tokens, "min_tokens": max_tokens})
+        if gap and gap_steps is not None:
+            if 1 not in batch_sizes:
+                raise ValueError("gap_steps: the gaps are measured on the batch-1 group; add 1 to the batch sizes")
+            groups[-1]["gap_steps"] = gap_steps[len(groups) - len(batch_sizes) - 1]
         i += b
     return groups, i
 

@@ -35,10 +35,18 @@ class CalibrationPart(_Strict):
     gaps_s: list[float] | None = Field(None, description=(
         "one gap per staggered group (overrides gap_s): different gaps give different mixes of prompts joining "
         "decodes, like a load run's arrivals"))
+    gap_steps: list[float] | None = Field(None, description=(
+        "one gap per staggered group in units of the batch-1 group's seconds per output token (measured just "
+        "before in the same engine; overrides gap_s and gaps_s): gaps that scale with the machine's speed"))
     max_tokens: int = Field(32, ge=1)
 
     @model_validator(mode="after")
     def _gaps(self) -> "CalibrationPart":
+        if self.gap_steps is not None and (len(self.gap_steps) != len(self.staggered)
+                                           or any(not 0 < g <= 1000 for g in self.gap_steps)
+                                           or 1 not in self.batch_sizes):
+            raise ValueError(f"calibration.gap_steps: expected {len(self.staggered)} numbers in (0, 1000] (one per "
+                             f"staggered group) and a batch size of 1 to measure them on, got {self.gap_steps}")
         if self.gaps_s is not None and (len(self.gaps_s) != len(self.staggered)
                                         or any(not 0 < g <= 60 for g in self.gaps_s)):
             raise ValueError(f"calibration.gaps_s: expected {len(self.staggered)} gaps in (0, 60] s (one per "
@@ -147,7 +155,7 @@ def build_plan(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list
         raise ValueError(f"{len(cats)} categories for {len(prompts)} prompts")
     groups, i = calibration_groups(prompts, cats, cfg.calibration.batch_sizes,
                                    list(zip(cfg.calibration.staggered, cfg.calibration.stagger_gaps())),
-                                   cfg.calibration.max_tokens)
+                                   cfg.calibration.max_tokens, gap_steps=cfg.calibration.gap_steps)
     groups = [warmup_group(prompts[-1], cats[-1])] + groups
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(cfg.load.fractions))]
     levels, level_cats, offsets = [], [], []

@@ -170,3 +170,19 @@ def test_compare_prices_with_the_calibrated_structured_profiles(calibrated, tmp_
         rows = [r for r in compare(str(folder), str(out / RUN_CONFIG), ovr, repeats=1, names=[name]).rows
                 if r["mode"] == name]
         assert rows and all(r["error_pct"] == 0.0 for r in rows), [r for r in rows if r["error_pct"] != 0.0]
+
+
+def test_gap_steps_ride_on_the_staggered_groups_and_need_a_batch_of_one():
+    from calibration.vllm_steps.validate_run import ValidateConfig, build_plan
+
+    prompts = [[i] for i in range(6)]
+    groups, _ = calibration_groups(prompts, [""] * 6, [1, 2], [(2, 0.5), (2, 0.5)], 8, gap_steps=[3.0, 9.0])
+    assert [g.get("gap_steps") for g in groups] == [None, None, 3.0, 9.0]
+    with pytest.raises(ValueError, match="batch-1 group"):
+        calibration_groups(prompts, [""] * 6, [2], [(2, 0.5)], 8, gap_steps=[3.0])
+    doc = {"modes": ["ar"], "calibration": {"batch_sizes": [1, 2], "staggered": [2], "gap_steps": [4]},
+           "load": {"fractions": [0.3, 0.6, 0.9], "requests": 2}}
+    plan = build_plan(ValidateConfig(**doc), parse_mode("ar"), "/m", [[i] for i in range(20)])
+    assert plan["calibration"][-1]["gap_steps"] == 4
+    with pytest.raises(ValueError, match="gap_steps"):
+        ValidateConfig(**{**doc, "calibration": {"batch_sizes": [2], "staggered": [2], "gap_steps": [4]}})
