@@ -3,21 +3,21 @@
 Every recorded step is one measurement (no averaging: the fit sees the spread). The target's time is
 the engine step (schedule() start to update_from_output() end) minus the drafter's propose time, so it
 includes the scheduler and the hand-off to the worker, as a served request experiences them. The
-drafter's time is the model runner's propose call. One linear profile is fitted over all target steps
-(the simulator prices every step with one profile) with the project's NNLS fit; MAPE is reported for
-each phase of that one fit.
+drafter's time is the model runner's propose call. Each step also carries its shape (decode sequences, drafts,
+KV, prompt chunks) for the structured step model (simulator/step_model.py); `fit_target` is the one target fit
+`validate` and `calibrate vllm` use, with MAPE and bias per phase (decode, verify, prefill).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from calibration.vllm_steps.records import StepLog, StepRecord
 from traces.errors import TraceFormatError
-from simulator.latency import LatencyProfile, LinearFit, LinearProfile, Measurement, Provenance, fit_linear, mape
+from simulator.latency import LatencyProfile, LinearProfile, Measurement, Provenance, fit_linear
 from simulator.step_model import StepShape, holdout_split, phase_bias, phase_mape, select_form
 
 PHASES = ("decode", "verify", "prefill")
@@ -82,17 +82,6 @@ def draft_measurements(log: StepLog, run: str, after: float = 0.0) -> list[Measu
     return out
 
 
-def fit_by_phase(name: str, model: str, measurements: list[Measurement], prov: Provenance,
-                 min_points: int = 4) -> dict[str, LinearFit]:
-    """A separate linear fit per phase (NAME-decode, NAME-verify, NAME-prefill) for phases with enough steps:
-    how well each phase alone follows the linear shape, against the one profile that prices them all."""
-    groups: dict[str, list[Measurement]] = {}
-    for m in measurements:
-        groups.setdefault(m.extra["phase"], []).append(m)
-    return {ph: fit_linear(f"{name}-{ph}", ms, model=model, provenance=prov)
-            for ph, ms in groups.items() if len(ms) >= min_points}
-
-
 def busy_gaps(log: StepLog) -> np.ndarray:
     """Seconds between the end of a step and the start of the next one while a request runs through both
     (the engine core's loop: outputs out, inputs in); idle gaps between arrivals are left out."""
@@ -152,35 +141,3 @@ def step_overhead(log: StepLog) -> tuple[float, int]:
     """(mean gap between busy steps in seconds, gaps counted): the engine loop's time between steps."""
     gaps = busy_gaps(log)
     return (float(gaps.mean()) if gaps.size else 0.0), int(gaps.size)
-
-
-@dataclass
-class PhaseReport:
-    """MAPE of one fitted profile on each phase's steps, with step-time and load summaries."""
-
-    profile: str
-    rows: dict[str, dict[str, float]] = field(default_factory=dict)
-
-
-def phase_report(profile, measurements: list[Measurement], name: str) -> PhaseReport:
-    """Per phase: steps, median seconds, MAPE of `profile` (in-sample), median load per core."""
-    rep = PhaseReport(name)
-    groups: dict[str, list[Measurement]] = {}
-    for m in measurements:
-        groups.setdefault(m.extra.get("phase", "all"), []).append(m)
-    groups["all"] = list(measurements)
-    for ph, ms in groups.items():
-        loads = [m.load for m in ms if m.load is not None]
-        rep.rows[ph] = {"steps": len(ms), "median_ms": float(np.median([m.seconds for m in ms]) * 1e3),
-                        "mape_percent": round(mape(profile, ms), 2),
-                        "median_load": float(np.median(loads)) if loads else float("nan")}
-    return rep
-
-
-def format_reports(reports: list[PhaseReport]) -> str:
-    lines = [f"{'profile':44s} {'phase':8s} {'steps':>6s} {'median ms':>10s} {'MAPE %':>7s} {'load/core':>9s}"]
-    for rep in reports:
-        for ph, r in rep.rows.items():
-            lines.append(f"{rep.profile:44s} {ph:8s} {r['steps']:6d} {r['median_ms']:10.2f} "
-                         f"{r['mape_percent']:7.2f} {r['median_load']:9.2f}")
-    return "\n".join(lines)
