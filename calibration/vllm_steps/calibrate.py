@@ -102,6 +102,7 @@ class VllmCalibration:
     batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     staggered: list[int] = field(default_factory=lambda: [8, 8])
     gaps_s: list[float] = field(default_factory=lambda: [0.25, 0.6])
+    gap_steps: list[float] | None = None  # gaps in batch-1 seconds per token instead (calibration_groups)
     max_tokens: int = 32
     dtype: str = "float32"
     dataset: str = "unknown"
@@ -125,6 +126,9 @@ class VllmCalibration:
                 any(not 0 < g <= 60 for g in self.gaps_s):
             raise ValueError(f"staggered groups: expected one gap in (0, 60] s per group size >= 1, got sizes "
                              f"{self.staggered} and gaps {self.gaps_s}")
+        if self.gap_steps is not None and (len(self.gap_steps) != len(self.staggered) or
+                                           any(not 0 < g <= 1000 for g in self.gap_steps)):
+            raise ValueError(f"gap steps: expected one number in (0, 1000] per staggered group, got {self.gap_steps}")
         if self.step_model not in ("structured", "linear"):
             raise ValueError(f"step model: expected structured or linear, got {self.step_model!r}")
         if self.categories is not None and len(self.categories) != len(self.prompts):
@@ -140,7 +144,7 @@ class VllmCalibration:
             raise ValueError("vLLM calibration needs at least one prompt")
         cats = self.categories or [""] * len(self.prompts)
         groups, _ = calibration_groups(self.prompts, cats, self.batch_sizes, list(zip(self.staggered, self.gaps_s)),
-                                       self.max_tokens)
+                                       self.max_tokens, gap_steps=self.gap_steps)
         longest = max(len(p) for p in self.prompts) + self.max_tokens
         return {"model": self.model, "dtype": self.dtype, "spec": mode.spec(self.min_n, self.max_n),
                 "max_num_seqs": self.seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
@@ -328,6 +332,7 @@ def analyse(cal: VllmCalibration, out: str | Path, name: str) -> dict[str, Any]:
     doc = {"vllm_version": fits[0].header.get("vllm_version"), "distribution": fits[0].header.get("distribution"),
            "dtype": cal.dtype, "torch_threads": fits[0].header.get("torch_threads"), "cpu_count": os.cpu_count(),
            "batch_sizes": cal.batch_sizes, "staggered": cal.staggered, "gaps_s": cal.gaps_s,
+           "gap_steps": cal.gap_steps,
            "max_tokens": cal.max_tokens, "step_model": cal.step_model, "prompts": len(cal.prompts),
            "dataset": cal.dataset, "modes": {f.mode.label: f.report for f in fits},
            "run_config": str(out / RUN_CONFIG)}

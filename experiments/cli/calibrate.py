@@ -228,6 +228,8 @@ def _register_vllm(sub) -> None:
     a.add_argument("--batch-sizes", default="1,2,4,8", help="requests submitted together, one group each")
     a.add_argument("--staggered", default="8,8", help="staggered group sizes (one request every gap)")
     a.add_argument("--gaps", default="0.25,0.6", help="seconds between sends, one per staggered group")
+    a.add_argument("--gap-steps", default=None, help="gaps instead in units of the batch-1 group's seconds per "
+                   "token, one per staggered group (they scale with the machine's speed), e.g. 6,20")
     a.add_argument("--max-tokens", type=int, default=32, help="tokens every request emits (EOS forbidden before)")
     a.add_argument("--max-num-seqs", type=int, default=None, help="vLLM max_num_seqs (default: the largest group)")
     a.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -276,7 +278,8 @@ def _run_vllm(args: argparse.Namespace) -> int:
     modes = [with_drafter_folder(parse_mode(m), lm) for m in args.modes.split(",") if m.strip()]
     cal = VllmCalibration(model=model, model_name=name, prompts=prompts, modes=modes,
                           batch_sizes=_ints(args.batch_sizes), staggered=staggered,
-                          gaps_s=_floats(args.gaps, "--gaps"), max_tokens=args.max_tokens, dtype=args.dtype,
+                          gaps_s=_floats(args.gaps, "--gaps"),
+                          gap_steps=_floats(args.gap_steps, "--gap-steps") if args.gap_steps else None, max_tokens=args.max_tokens, dtype=args.dtype,
                           dataset=dataset, categories=categories, seed=args.seed, max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens, step_model=args.step_model)
     if not args.analyse_only:
