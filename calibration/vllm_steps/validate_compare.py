@@ -307,15 +307,37 @@ def level_rows(lv: LevelResult, p99: bool = False,
     return rows
 
 
+def calibrated_profiles(folder: str | Path, mode: Mode) -> Profiles:
+    """A `draftsim calibrate vllm` folder's target and drafter profiles and step overhead for `mode` (its
+    profiles/NAME-<mode>.yaml, NAME-<mode>-drafter.yaml and calibration.json)."""
+    from simulator.latency import load_profile
+
+    folder = Path(folder)
+    doc = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
+    if mode.label not in doc.get("modes", {}):
+        raise TraceFormatError(str(folder / "calibration.json"), f"no mode {mode.label!r} (has "
+                               f"{sorted(doc.get('modes', {}))})", field="modes")
+    found = [p for p in sorted((folder / "profiles").glob(f"*-{mode.label}.yaml"))]
+    if len(found) != 1:
+        raise TraceFormatError(str(folder / "profiles"), f"expected one *-{mode.label}.yaml, found {len(found)}")
+    rep = doc["modes"][mode.label]
+    drafter = None
+    if mode.method is not None:
+        drafter = DraftCost("engine_step", load_profile(found[0].with_name(found[0].stem + "-drafter.yaml")))
+    return Profiles(load_profile(found[0]), drafter, float(rep["step_overhead_s"]),
+                    {"from": str(folder), "target": rep["target"], "step_overhead_s": rep["step_overhead_s"]})
+
+
 def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
-                  repeats: int = 1, step_model: str = "structured") -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
+                  repeats: int = 1, step_model: str = "structured", profiles_from: str | Path | None = None) -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
     """Both simulations of every load level of one mode; with repeats > 1 the predictive one again under
     repeats - 1 more seeds (other calibration requests borrowed), for its interval (replay has no random input
     under a fixed policy)."""
     from simulator.seeds import child
 
     profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name, step_model),
-                "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name, step_model)}
+                "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name, step_model)
+                if profiles_from is None else calibrated_profiles(profiles_from, data.mode)}
     load_ms = target_measurements(data.load_log, data.mode.label)
     carry = {"mape_percent": phase_mape(profiles["predictive"].target, load_ms),
              "bias_percent": phase_bias(profiles["predictive"].target, load_ms), "steps": len(load_ms)}
@@ -346,7 +368,8 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
     return out, info, again
 
 
-def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: int = 1) -> ValidationReport:
+def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: int = 1,
+                 profiles_from: str | Path | None = None) -> ValidationReport:
     """Every configured mode's runs in OUT, compared with both simulations (the predictive one with an interval
     over `repeats` seeds when repeats > 1)."""
     out = Path(out)
@@ -356,7 +379,7 @@ def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: i
         folder = _mode_folder(out, mode)
         data = load_mode(folder, dataclasses.replace(mode, label=folder.name))
         lv, mi, ag = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed, repeats,
-                                   getattr(cfg, "step_model", "structured"))
+                                   getattr(cfg, "step_model", "structured"), profiles_from)
         levels += lv
         again += ag
         info["modes"][data.mode.label] = mi

@@ -186,3 +186,23 @@ def test_gap_steps_ride_on_the_staggered_groups_and_need_a_batch_of_one():
     assert plan["calibration"][-1]["gap_steps"] == 4
     with pytest.raises(ValueError, match="gap_steps"):
         ValidateConfig(**{**doc, "calibration": {"batch_sizes": [2], "staggered": [2], "gap_steps": [4]}})
+
+
+def test_validate_predicts_with_a_calibrate_folders_profiles(calibrated):
+    """`validate --profiles-from OUT`: the predictive kind prices with calibrate vllm's per-mode profiles and
+    overhead (here the same records, so the same fit as validate's own calibration fit of those steps)."""
+    from calibration.vllm_steps.validate_compare import validate_all
+    from calibration.vllm_steps.validate_run import load_config
+
+    _, out, doc = calibrated
+    cfg = load_config(FIX / "validate.yaml")
+    rep = validate_all(cfg, out, model_name="smollm2", profiles_from=out)
+    for label in ("ar", "ngram-k3"):
+        fit = rep.info["modes"][label]["fits"]["predictive"]
+        assert fit["from"] == str(out) and fit["step_overhead_s"] == doc["modes"][label]["step_overhead_s"]
+    assert {r["kind"] for r in rep.rows} == {"replay", "predictive"}
+    from calibration.vllm_steps.validate_compare import calibrated_profiles
+    from traces.errors import TraceFormatError
+
+    with pytest.raises(TraceFormatError, match="no mode 'ngram-k4'"):
+        calibrated_profiles(out, parse_mode("ngram:4"))
