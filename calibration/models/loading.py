@@ -87,3 +87,17 @@ def prompt_entry_ids(entries, lm, filler_workload: str = "chat", seed: int = 0) 
             start = (len(out) * 7919) % len(filler)
             out.append([filler[(start + j) % len(filler)] for j in range(n)])
     return out
+
+
+def vllm_target_prompts(target: str, path: str, seed: int = 0) -> tuple[str, str, list[list[int]], list[str], Any, bool]:
+    """(folder vLLM loads, model name, token ids, categories, the model, whether the texts were lengths only) of
+    a prompt source (traces/prompt_file.py: a JSONL of prompts or a measured-run folder)."""
+    from calibration.models.hf_backend import converted_folder
+    from calibration.models.packaged import PACKAGED_MODELS
+    from traces.prompt_file import read_prompt_source
+
+    entries = read_prompt_source(path)
+    lm = load_target(target).lm
+    folder = str(converted_folder(target)) if target in PACKAGED_MODELS else target
+    return (folder, lm.name, prompt_entry_ids(entries, lm, seed=seed), [e.category for e in entries], lm,
+            any(e.length_only for e in entries))

@@ -252,24 +252,16 @@ def _floats(text: str, flag: str) -> list[float]:
 def _run_vllm(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from calibration.models.loading import load_target, prompt_entry_ids, vllm_target, with_drafter_folder
+    from calibration.models.loading import vllm_target, vllm_target_prompts, with_drafter_folder
     from calibration.vllm_steps.calibrate import RUN_CONFIG, VllmCalibration, analyse, parse_mode, run
     from experiments.config import load_config
 
     staggered = _ints(args.staggered)
     need = sum(_ints(args.batch_sizes)) + sum(staggered) + 1
     if args.prompts:
-        from calibration.models.hf_backend import converted_folder
-        from calibration.models.packaged import PACKAGED_MODELS
-        from traces.prompt_file import read_prompt_source
-
-        entries = read_prompt_source(args.prompts)
-        lm = load_target(args.target).lm
-        model = str(converted_folder(args.target)) if args.target in PACKAGED_MODELS else args.target
-        name, prompts = lm.name, prompt_entry_ids(entries, lm, seed=args.seed)
-        categories = [e.category for e in entries]
+        model, name, prompts, categories, lm, length_only = vllm_target_prompts(args.target, args.prompts, args.seed)
         dataset = Path(args.prompts).stem or Path(args.prompts).name
-        if any(e.length_only for e in entries):
+        if length_only:
             print(f"{args.prompts}: a measured run keeps prompt lengths, not texts: the calibration prompts are "
                   "built-in chat text cut to those lengths (step shapes are the run's; acceptance is not)")
     else:
