@@ -109,9 +109,39 @@ def markdown(report: ValidationReport, command: str, tolerances: dict[str, dict[
                                for k in kinds)
             lines.append(f"| {m['mode']} | {m['rate']:.3g} | {_load(m)} | {_label(met)} | "
                          f"{_value(met, m['measured'])} | {cells} |")
+    lines += step_model_section(report.info)
     bad = failures(report.rows, tolerances)
     lines += ["", "## Over tolerance", ""] + ([f"- {b}" for b in bad] or ["- none"])
     return "\n".join(lines) + "\n"
+
+
+def step_model_section(info: dict[str, Any]) -> list[str]:
+    """Per mode and phase: the predictive target model's MAPE and bias on held-back calibration steps and on the
+    load run's steps (how the calibration fit carries to served shapes); empty for reports without them."""
+    rows = []
+    for mode, mi in info.get("modes", {}).items():
+        t = mi.get("fits", {}).get("predictive", {}).get("target", {})
+        carry = mi.get("calibration_fit_on_load_steps")
+        if not t or carry is None:
+            continue
+        form = t.get("form", "")
+        held = t.get("held_back", {}).get("forms", {}).get(form, {})
+        for ph in ("decode", "verify", "prefill", "all"):
+            if ph not in carry["mape_percent"] and ph not in held.get("held_back_mape_percent", {}):
+                continue
+            hm = held.get("held_back_mape_percent", {}).get(ph)
+            hb = held.get("held_back_bias_percent", {}).get(ph)
+            model = t.get("step_model", "") + (f"/{form}" if form and form != t.get("step_model") else "")
+            rows.append(f"| {mode} | {model} | {ph} | "
+                        f"{_fmt(hm)} | {_fmt(hb, True)} | {_fmt(carry['mape_percent'].get(ph))} | "
+                        f"{_fmt(carry['bias_percent'].get(ph), True)} |")
+    if not rows:
+        return []
+    return ["", "## Target step model (predictive: fitted on the calibration groups)", "",
+            "MAPE and bias (total predicted / measured - 1) in percent, on calibration steps held back from the fit "
+            "and on every step of the load levels.", "",
+            "| mode | model | phase | held-back MAPE | held-back bias | load-step MAPE | load-step bias |",
+            "|---|---|---|---:|---:|---:|---:|"] + rows
 
 
 def failures(rows: list[dict[str, Any]], tolerances: dict[str, dict[str, float]]) -> list[str]:

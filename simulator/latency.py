@@ -169,6 +169,10 @@ def mape(profile: LatencyProfile, measurements: list[Measurement]) -> float:
 
 
 def profile_to_dict(profile: LinearProfile | TableProfile) -> dict[str, Any]:
+    if profile.kind == "structured":
+        from simulator.step_model import structured_to_dict
+
+        return structured_to_dict(profile)
     out: dict[str, Any] = {"kind": profile.kind, "name": profile.name, "model": profile.model,
                            "provenance": asdict(profile.provenance)}
     if isinstance(profile, LinearProfile):
@@ -202,13 +206,15 @@ def profile_from_dict(doc: Any, path: str) -> LinearProfile | TableProfile:
     """Parse a profile document; errors name the file and key."""
     if not isinstance(doc, dict):
         raise TraceFormatError(path, "expected a mapping at the top level")
+    kind = doc.get("kind")
     allowed = {"kind", "name", "model", "provenance", "coefficients", "fit", "measurements"}
+    if kind == "structured":
+        allowed.add("form")
     unknown = set(doc) - allowed
     if unknown:
         raise TraceFormatError(path, f"unknown key(s) {sorted(unknown)}; expected some of {sorted(allowed)}")
-    kind = doc.get("kind")
-    if kind not in ("linear", "table"):
-        raise TraceFormatError(path, f"expected 'linear' or 'table', got {kind!r}", field="kind")
+    if kind not in ("linear", "table", "structured"):
+        raise TraceFormatError(path, f"expected 'linear', 'table' or 'structured', got {kind!r}", field="kind")
     name = doc.get("name")
     if not isinstance(name, str) or not name:
         raise TraceFormatError(path, "expected a non-empty string", field="name")
@@ -230,6 +236,8 @@ def profile_from_dict(doc: Any, path: str) -> LinearProfile | TableProfile:
         raise TraceFormatError(path, f"expected a list of measurements, got {type(raw).__name__}",
                                field="measurements")
     meas = [_measurement(m, path, f"measurements[{i}]") for i, m in enumerate(raw)]
+    if kind == "structured":
+        return _structured(doc, path, name, prov, meas)
     if kind == "linear":
         coef = doc.get("coefficients")
         if not isinstance(coef, dict) or not coef:
@@ -248,6 +256,27 @@ def profile_from_dict(doc: Any, path: str) -> LinearProfile | TableProfile:
                             fit=dict(doc.get("fit") or {}))
     except (ValueError, RuntimeError) as e:  # RuntimeError: scipy's Qhull on degenerate points
         raise TraceFormatError(path, str(e), field="measurements") from e
+
+
+def _structured(doc: dict[str, Any], path: str, name: str, prov: Provenance, meas: list[Measurement]):
+    """A `kind: structured` profile (simulator/step_model.py): form and coefficients checked."""
+    from simulator.step_model import FORMS, LINEAR_TERMS, ROOFLINE_TERMS, StructuredProfile
+
+    form = doc.get("form", "linear")
+    if form not in FORMS:
+        raise TraceFormatError(path, f"expected one of {FORMS}, got {form!r}", field="form")
+    terms = ROOFLINE_TERMS if form == "roofline" else LINEAR_TERMS
+    coef = doc.get("coefficients")
+    if not isinstance(coef, dict) or not coef:
+        raise TraceFormatError(path, f"expected a mapping of some of {terms} to seconds", field="coefficients")
+    for t, v in coef.items():
+        if t not in terms:
+            raise TraceFormatError(path, f"unknown term; expected one of {terms}", field=f"coefficients.{t}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_COEFFICIENT_S:
+            raise TraceFormatError(path, f"expected a number in [0, {MAX_COEFFICIENT_S}] (seconds), got {v!r}",
+                                   field=f"coefficients.{t}")
+    return StructuredProfile(name, {k: float(v) for k, v in coef.items()}, form, model=str(doc.get("model", "")),
+                             provenance=prov, measurements=meas, fit=dict(doc.get("fit") or {}))
 
 
 MAX_COEFFICIENT_S = 1000.0  # seconds per token, sequence or step: far above any real hardware

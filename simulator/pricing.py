@@ -14,6 +14,7 @@ from policies.base import NO_DRAFT
 from simulator.draft_cost import DraftCost
 from simulator.latency import LatencyProfile
 from simulator.request_state import RequestState
+from simulator.step_model import StepShape
 from simulator.workload_arrays import EngineWorkload
 
 
@@ -36,6 +37,7 @@ class Pricing:
         self.overhead = checked(overhead_s, "server.step_overhead_s")
         self.switch_cost_s = checked(switch_cost_s, "run.switch_cost_s")
         self.state, self.wl = state, wl
+        self._by_shape = hasattr(target, "shape_time")  # simulator/step_model.py: priced by step shape
         self._target_src = f"target profile {getattr(target, 'name', type(target).__name__)!r}"
 
     def cost_of(self, name: str) -> DraftCost:
@@ -57,11 +59,20 @@ class Pricing:
             return 0.0, 0, 0, 0
         if kv_dec is None:
             kv_dec = int(self.context(dec).sum())
-        tokens = (int(proposed.sum()) if prop_sum is None else prop_sum) + len(dec)
+        drafts = int(proposed.sum()) if prop_sum is None else prop_sum
+        tokens = drafts + len(dec)
         kv = kv_dec
+        pre_tokens = pre_kv = attn = 0
         if len(pre):
-            tokens += int(chunk.sum())
-            kv += int((self.state.prefill_done[pre] + chunk).sum())
+            done = self.state.prefill_done[pre]
+            pre_tokens = int(chunk.sum())
+            pre_kv = int((done + chunk).sum())
+            attn = int((chunk * (done + chunk)).sum())
+            tokens += pre_tokens
+            kv += pre_kv
+        if self._by_shape:
+            shape = StepShape(len(dec), drafts, kv_dec, len(pre), pre_tokens, pre_kv, attn)
+            return checked(self.target.shape_time(shape), self._target_src), n, tokens, kv
         return checked(self.target.step_time(n, tokens, kv), self._target_src), n, tokens, kv
 
     def draft_time(self, groups, idx: np.ndarray, d_idx: np.ndarray, k: np.ndarray, proposed: np.ndarray,

@@ -3,20 +3,22 @@
 Every recorded step is one measurement (no averaging: the fit sees the spread). The target's time is
 the engine step (schedule() start to update_from_output() end) minus the drafter's propose time, so it
 includes the scheduler and the hand-off to the worker, as a served request experiences them. The
-drafter's time is the model runner's propose call. One linear profile is fitted over all target steps
-(the simulator prices every step with one profile) with the project's NNLS fit; MAPE is reported for
-each phase of that one fit.
+drafter's time is the model runner's propose call. Each step also carries its shape (decode sequences, drafts,
+KV, prompt chunks) for the structured step model (simulator/step_model.py); `fit_target` is the one target fit
+`validate` and `calibrate vllm` use, with MAPE and bias per phase (decode, verify, prefill).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from calibration.vllm_steps.records import StepLog, StepRecord
-from simulator.latency import LinearFit, Measurement, Provenance, fit_linear, mape
+from traces.errors import TraceFormatError
+from simulator.latency import LatencyProfile, LinearProfile, Measurement, Provenance, fit_linear
+from simulator.step_model import StepShape, holdout_split, phase_bias, phase_mape, select_form
 
 PHASES = ("decode", "verify", "prefill")
 
@@ -28,9 +30,20 @@ def phase(st: StepRecord) -> str:
     return "verify" if st.drafted_tokens else "decode"
 
 
+def step_shape(st: StepRecord) -> StepShape:
+    """The step's decode/verify and prompt-chunk parts, as simulator/step_model.py prices them."""
+    dec = [r for r in st.requests if not r.is_prefill]
+    pre = [r for r in st.requests if r.is_prefill]
+    return StepShape(decode_seqs=len(dec), draft_tokens=sum(r.drafted for r in dec),
+                     decode_kv=sum(r.computed_before + r.scheduled for r in dec), prefill_seqs=len(pre),
+                     prefill_tokens=sum(r.scheduled for r in pre),
+                     prefill_kv=sum(r.computed_before + r.scheduled for r in pre),
+                     prefill_attn=sum(r.scheduled * (r.computed_before + r.scheduled) for r in pre))
+
+
 def _extra(st: StepRecord, ph: str, run: str) -> dict[str, Any]:
     return {"phase": ph, "run": run, "step": st.step, "prefill_tokens": st.prefill_tokens,
-            "drafted_tokens": st.drafted_tokens, "num_waiting": st.num_waiting}
+            "drafted_tokens": st.drafted_tokens, "num_waiting": st.num_waiting, "shape": asdict(step_shape(st))}
 
 
 def _load_per_core(st: StepRecord, log: StepLog) -> float | None:
@@ -69,44 +82,62 @@ def draft_measurements(log: StepLog, run: str, after: float = 0.0) -> list[Measu
     return out
 
 
-def fit_by_phase(name: str, model: str, measurements: list[Measurement], prov: Provenance,
-                 min_points: int = 4) -> dict[str, LinearFit]:
-    """A separate linear fit per phase (NAME-decode, NAME-verify, NAME-prefill) for phases with enough steps:
-    how well each phase alone follows the linear shape, against the one profile that prices them all."""
-    groups: dict[str, list[Measurement]] = {}
-    for m in measurements:
-        groups.setdefault(m.extra["phase"], []).append(m)
-    return {ph: fit_linear(f"{name}-{ph}", ms, model=model, provenance=prov)
-            for ph, ms in groups.items() if len(ms) >= min_points}
+def busy_gaps(log: StepLog) -> np.ndarray:
+    """Seconds between the end of a step and the start of the next one while a request runs through both
+    (the engine core's loop: outputs out, inputs in); idle gaps between arrivals are left out."""
+    gaps = []
+    for a, b in zip(log.steps, log.steps[1:]):
+        live = {r.id for r in a.requests if not r.finished}
+        if live & {r.id for r in b.requests}:
+            gaps.append(b.wall_start - (a.wall_start + a.duration))
+    return np.array(gaps, dtype=float)
 
 
-@dataclass
-class PhaseReport:
-    """MAPE of one fitted profile on each phase's steps, with step-time and load summaries."""
+def fit_target(ms: list[Measurement], name: str, model_name: str, prov: Provenance, step_model: str = "structured",
+               seed: int = 0) -> tuple[LatencyProfile, dict[str, Any]]:
+    """The target's step profile from engine-step measurements, least squares on absolute error so the fitted
+    time is unbiased in total (means are what validation compares; relative weighting fits below the mean of
+    noisy steps): `structured` (simulator/step_model.py, form chosen on held-back steps) or `linear`. The one
+    fit `validate` and `calibrate vllm` use."""
+    loads = [m.load for m in ms if m.load is not None]
+    report: dict[str, Any] = {"steps": len(ms), "median_load": float(np.median(loads)) if loads else None,
+                              "step_model": step_model}
+    if step_model == "structured":
+        prof, held = select_form(name, ms, seed=seed, model=model_name, provenance=prov)
+        report.update(form=prof.form, held_back=held)
+    elif step_model == "linear":
+        prof = fit_linear(name, ms, model=model_name, weighting="absolute", provenance=prov).profile
+        part, back = holdout_split(ms, 0.25, seed)  # the structured fit's split: the two compare on equal terms
+        if len(part) >= 2 and back:
+            p = fit_linear(name, part, weighting="absolute").profile
+            report.update(form="linear", held_back={"held_back_steps": len(back), "fit_steps": len(part),
+                                                    "seed": seed, "form": "linear", "forms": {"linear": {
+                                                        "held_back_mape_percent": phase_mape(p, back),
+                                                        "held_back_bias_percent": phase_bias(p, back)}}})
+    else:
+        raise ValueError(f"step_model: expected 'structured' or 'linear', got {step_model!r}")
+    report.update(coefficients=dict(prof.coefficients), mape_percent=phase_mape(prof, ms),
+                  bias_percent=phase_bias(prof, ms))
+    return prof, report
 
-    profile: str
-    rows: dict[str, dict[str, float]] = field(default_factory=dict)
+
+MIN_DRAFT_POINTS = 4
 
 
-def phase_report(profile, measurements: list[Measurement], name: str) -> PhaseReport:
-    """Per phase: steps, median seconds, MAPE of `profile` (in-sample), median load per core."""
-    rep = PhaseReport(name)
-    groups: dict[str, list[Measurement]] = {}
-    for m in measurements:
-        groups.setdefault(m.extra.get("phase", "all"), []).append(m)
-    groups["all"] = list(measurements)
-    for ph, ms in groups.items():
-        loads = [m.load for m in ms if m.load is not None]
-        rep.rows[ph] = {"steps": len(ms), "median_ms": float(np.median([m.seconds for m in ms]) * 1e3),
-                        "mape_percent": round(mape(profile, ms), 2),
-                        "median_load": float(np.median(loads)) if loads else float("nan")}
-    return rep
+def fit_drafter(log: StepLog, label: str, name: str, model_name: str, prov: Provenance,
+                where: str) -> tuple[LinearProfile, dict[str, Any]]:
+    """The drafter's propose time per engine step (vLLM's proposer runs once per step over the step's tokens:
+    an `engine_step` draft cost), linear least squares on absolute error; too few timed calls is an error."""
+    dms = draft_measurements(log, label)
+    if len(dms) < MIN_DRAFT_POINTS:
+        raise TraceFormatError(where, f"only {len(dms)} timed propose calls for {label}; the worker file is "
+                               "missing or the run was too short", field="draft_seconds")
+    f = fit_linear(name, dms, model=model_name, weighting="absolute", provenance=prov)
+    return f.profile, {"coefficients": f.profile.coefficients, "mape_percent": round(f.mape, 2), "steps": len(dms),
+                       "cost_kind": "engine_step"}
 
 
-def format_reports(reports: list[PhaseReport]) -> str:
-    lines = [f"{'profile':44s} {'phase':8s} {'steps':>6s} {'median ms':>10s} {'MAPE %':>7s} {'load/core':>9s}"]
-    for rep in reports:
-        for ph, r in rep.rows.items():
-            lines.append(f"{rep.profile:44s} {ph:8s} {r['steps']:6d} {r['median_ms']:10.2f} "
-                         f"{r['mape_percent']:7.2f} {r['median_load']:9.2f}")
-    return "\n".join(lines)
+def step_overhead(log: StepLog) -> tuple[float, int]:
+    """(mean gap between busy steps in seconds, gaps counted): the engine loop's time between steps."""
+    gaps = busy_gaps(log)
+    return (float(gaps.mean()) if gaps.size else 0.0), int(gaps.size)

@@ -70,10 +70,13 @@ async def _drive(plan: dict[str, Any]) -> dict[str, Any]:
             t0, wall0 = time.perf_counter(), time.time()
             p = params(g["max_tokens"], g["min_tokens"])
             gap = g.get("gap_s", 0.0)  # > 0: one request every gap_s seconds (prefills mixed into decodes)
+            if g.get("gap_steps"):  # in units of the batch-1 group's seconds per output token
+                one = next(x for x in groups if x["name"] == "batch1")
+                gap = g["gap_steps"] * one["wall_seconds"] / one["max_tokens"]
             rows = await asyncio.gather(*(_one(engine, p, f"{g['name']}-{i}", ids, wall0 + i * gap if gap else None)
                                           for i, ids in enumerate(g["prompts"])))
             groups.append({"name": g["name"], "wall_start": wall0, "wall_seconds": time.perf_counter() - t0,
-                           "gap_s": gap, "requests": rows})
+                           "gap_s": gap, "max_tokens": g["max_tokens"], "requests": rows})
         measured = [len(g["requests"]) / g["wall_seconds"] for g in groups
                     if g["name"] != "warmup" and not g["gap_s"]]
         capacity = max(measured)
@@ -83,7 +86,7 @@ async def _drive(plan: dict[str, Any]) -> dict[str, Any]:
             rate = fraction * capacity
             await asyncio.sleep(load["pause_s"])
             start, load_before = time.time() + 0.05, os.getloadavg()[0]
-            p = params(load["max_tokens"])
+            p = params(load["max_tokens"], load.get("min_tokens", 0))
             rows = await asyncio.gather(*(_one(engine, p, f"L{li}-{i}", ids, start + off / rate)
                                           for i, (ids, off) in enumerate(zip(load["prompts"][li], unit_offsets))))
             levels.append({"fraction": fraction, "rate": rate, "wall_start": start, "load_before": load_before,

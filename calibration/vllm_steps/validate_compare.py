@@ -22,16 +22,17 @@ import numpy as np
 from calibration.models.vllm_backend import PLAN_FILE, RUN_FILE, STEPS_FILE
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, join_ids
 from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
-from calibration.vllm_steps.fit import draft_measurements, target_measurements
+from calibration.vllm_steps.fit import MIN_DRAFT_POINTS, busy_gaps, fit_drafter, fit_target, step_overhead, \
+    target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.draft_cost import DraftCost
-from simulator.latency import LatencyProfile, fit_linear
+from simulator.latency import LatencyProfile
+from simulator.step_model import phase_bias, phase_mape
 from simulator.metrics import percentile_summary
 from traces.bundle import DrafterTrace, RequestTrace
 from traces.errors import TraceFormatError
 
 KINDS = ("replay", "predictive")
-MIN_DRAFT_POINTS = 4
 
 
 @dataclass
@@ -171,44 +172,24 @@ class Profiles:
     report: dict[str, Any] = field(default_factory=dict)
 
 
-def busy_gaps(log: StepLog) -> np.ndarray:
-    """Seconds between the end of a step and the start of the next one while a request runs through both
-    (the engine core's loop: outputs out, inputs in); idle gaps between arrivals are left out."""
-    gaps = []
-    for a, b in zip(log.steps, log.steps[1:]):
-        live = {r.id for r in a.requests if not r.finished}
-        if live & {r.id for r in b.requests}:
-            gaps.append(b.wall_start - (a.wall_start + a.duration))
-    return np.array(gaps, dtype=float)
-
-
-def fit_mode_profiles(data: ModeData, log: StepLog, name: str, model_name: str) -> Profiles:
-    """Linear target profile (engine step minus drafting), the drafter's propose cost per step (SD) and the
-    mean gap between busy steps; least squares on absolute error, so the fitted time is unbiased in total
-    (the validation compares means; relative weighting fits below the mean of noisy steps)."""
+def fit_mode_profiles(data: ModeData, log: StepLog, name: str, model_name: str,
+                      step_model: str = "structured") -> Profiles:
+    """Target profile (engine step minus drafting, `fit_target`), the drafter's propose cost per step (SD)
+    and the mean gap between busy steps."""
     mode = data.mode
     ms = target_measurements(log, mode.label)
     loads = [m.load for m in ms if m.load is not None]
-    target = fit_linear(name, ms, model=model_name, weighting="absolute",
-                        provenance=_provenance(log.header, loads, "target step", data.result))
-    gaps = busy_gaps(log)
-    overhead = float(gaps.mean()) if gaps.size else 0.0
-    report = {"target": {"coefficients": target.profile.coefficients, "mape_percent": round(target.mape, 2),
-                         "steps": len(ms), "median_load": float(np.median(loads)) if loads else None},
-              "step_overhead_s": overhead, "busy_gaps": int(gaps.size)}
+    target, target_report = fit_target(ms, name, model_name,
+                                       _provenance(log.header, loads, "target step", data.result), step_model)
+    overhead, n_gaps = step_overhead(log)
+    report = {"target": target_report, "step_overhead_s": overhead, "busy_gaps": n_gaps}
     drafter = None
     if mode.method is not None:
-        dms = draft_measurements(log, mode.label)
-        if len(dms) < MIN_DRAFT_POINTS:
-            raise TraceFormatError(str(data.folder / STEPS_FILE), f"only {len(dms)} timed propose calls for "
-                                   f"{mode.label}; the worker file is missing or the run was too short",
-                                   field="draft_seconds")
-        f = fit_linear(f"{name}-{mode.label}", dms, model=model_name, weighting="absolute",
-                       provenance=_provenance(log.header, loads, "drafter propose call", data.result))
-        drafter = DraftCost("engine_step", f.profile)  # fitted per engine step, as vLLM's proposer runs
-        report["drafter"] = {"coefficients": f.profile.coefficients, "mape_percent": round(f.mape, 2),
-                             "steps": len(dms)}
-    return Profiles(target.profile, drafter, overhead, report)
+        prof, report["drafter"] = fit_drafter(log, mode.label, f"{name}-{mode.label}", model_name,
+                                              _provenance(log.header, loads, "drafter propose call", data.result),
+                                              str(data.folder / STEPS_FILE))
+        drafter = DraftCost("engine_step", prof)  # fitted per engine step, as vLLM's proposer runs
+    return Profiles(target, drafter, overhead, report)
 
 
 def replay_traces(data: ModeData, level: int, model_name: str) -> list[RequestTrace]:
@@ -326,15 +307,40 @@ def level_rows(lv: LevelResult, p99: bool = False,
     return rows
 
 
+def calibrated_profiles(folder: str | Path, mode: Mode) -> Profiles:
+    """A `draftsim calibrate vllm` folder's target and drafter profiles and step overhead for `mode` (its
+    profiles/NAME-<mode>.yaml, NAME-<mode>-drafter.yaml and calibration.json)."""
+    from simulator.latency import load_profile
+
+    folder = Path(folder)
+    doc = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
+    if mode.label not in doc.get("modes", {}):
+        raise TraceFormatError(str(folder / "calibration.json"), f"no mode {mode.label!r} (has "
+                               f"{sorted(doc.get('modes', {}))})", field="modes")
+    found = [p for p in sorted((folder / "profiles").glob(f"*-{mode.label}.yaml"))]
+    if len(found) != 1:
+        raise TraceFormatError(str(folder / "profiles"), f"expected one *-{mode.label}.yaml, found {len(found)}")
+    rep = doc["modes"][mode.label]
+    drafter = None
+    if mode.method is not None:
+        drafter = DraftCost("engine_step", load_profile(found[0].with_name(found[0].stem + "-drafter.yaml")))
+    return Profiles(load_profile(found[0]), drafter, float(rep["step_overhead_s"]),
+                    {"from": str(folder), "target": rep["target"], "step_overhead_s": rep["step_overhead_s"]})
+
+
 def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
-                  repeats: int = 1) -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
+                  repeats: int = 1, step_model: str = "structured", profiles_from: str | Path | None = None) -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
     """Both simulations of every load level of one mode; with repeats > 1 the predictive one again under
     repeats - 1 more seeds (other calibration requests borrowed), for its interval (replay has no random input
     under a fixed policy)."""
     from simulator.seeds import child
 
-    profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name),
-                "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name)}
+    profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name, step_model),
+                "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name, step_model)
+                if profiles_from is None else calibrated_profiles(profiles_from, data.mode)}
+    load_ms = target_measurements(data.load_log, data.mode.label)
+    carry = {"mape_percent": phase_mape(profiles["predictive"].target, load_ms),
+             "bias_percent": phase_bias(profiles["predictive"].target, load_ms), "steps": len(load_ms)}
     out, again = [], []
     root = np.random.SeedSequence(seed)
     for i, lv in enumerate(data.levels):
@@ -358,11 +364,12 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
             "engine_steps": len(data.log.steps), "kv_capacity_tokens": data.kv_capacity_tokens,
             "block_size": data.log.header.get("block_size"), "vllm_version": data.log.header.get("vllm_version"),
             "dtype": data.result.get("dtype"), "torch_threads": data.log.header.get("torch_threads"),
-            "fits": {k: p.report for k, p in profiles.items()}}
+            "fits": {k: p.report for k, p in profiles.items()}, "calibration_fit_on_load_steps": carry}
     return out, info, again
 
 
-def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: int = 1) -> ValidationReport:
+def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: int = 1,
+                 profiles_from: str | Path | None = None) -> ValidationReport:
     """Every configured mode's runs in OUT, compared with both simulations (the predictive one with an interval
     over `repeats` seeds when repeats > 1)."""
     out = Path(out)
@@ -371,7 +378,8 @@ def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: i
     for mode in cfg.parsed_modes():
         folder = _mode_folder(out, mode)
         data = load_mode(folder, dataclasses.replace(mode, label=folder.name))
-        lv, mi, ag = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed, repeats)
+        lv, mi, ag = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed, repeats,
+                                   getattr(cfg, "step_model", "structured"), profiles_from)
         levels += lv
         again += ag
         info["modes"][data.mode.label] = mi

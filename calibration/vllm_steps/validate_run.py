@@ -8,13 +8,13 @@ chat, HumanEval and HumanEval code edits interleaved (calibration/prompts.py), e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from calibration.models.vllm_backend import run_under_vllm
-from calibration.vllm_steps.calibrate import WARMUP, Mode, parse_mode
+from calibration.vllm_steps.calibrate import Mode, calibration_groups, parse_mode, warmup_group
 
 DEFAULT_TOLERANCES = {
     "replay": {"ttft_mean_s": 15.0, "tpot_mean_s": 5.0, "e2e_mean_s": 5.0, "throughput_tok_s": 5.0},
@@ -32,19 +32,44 @@ class CalibrationPart(_Strict):
         "groups of this many requests sent one every gap_s seconds: single-prompt prefills mixed into decode "
         "steps, the step shape of a served stream, which batched groups never show"))
     gap_s: float = Field(0.2, gt=0, le=60)
+    gaps_s: list[float] | None = Field(None, description=(
+        "one gap per staggered group (overrides gap_s): different gaps give different mixes of prompts joining "
+        "decodes, like a load run's arrivals"))
+    gap_steps: list[float] | None = Field(None, description=(
+        "one gap per staggered group in units of the batch-1 group's seconds per output token (measured just "
+        "before in the same engine; overrides gap_s and gaps_s): gaps that scale with the machine's speed"))
     max_tokens: int = Field(32, ge=1)
+
+    @model_validator(mode="after")
+    def _gaps(self) -> "CalibrationPart":
+        if self.gap_steps is not None and (len(self.gap_steps) != len(self.staggered)
+                                           or any(not 0 < g <= 1000 for g in self.gap_steps)
+                                           or 1 not in self.batch_sizes):
+            raise ValueError(f"calibration.gap_steps: expected {len(self.staggered)} numbers in (0, 1000] (one per "
+                             f"staggered group) and a batch size of 1 to measure them on, got {self.gap_steps}")
+        if self.gaps_s is not None and (len(self.gaps_s) != len(self.staggered)
+                                        or any(not 0 < g <= 60 for g in self.gaps_s)):
+            raise ValueError(f"calibration.gaps_s: expected {len(self.staggered)} gaps in (0, 60] s (one per "
+                             f"staggered group), got {self.gaps_s}")
+        return self
+
+    def stagger_gaps(self) -> list[float]:
+        return list(self.gaps_s) if self.gaps_s is not None else [self.gap_s] * len(self.staggered)
 
 
 class LoadPart(_Strict):
     fractions: list[float] = Field(min_length=3, description="load levels as fractions of the measured capacity")
     requests: int = Field(12, ge=2, description="requests per load level")
     max_tokens: int = Field(32, ge=1, description="cap on output tokens (requests may stop earlier at EOS)")
+    min_tokens: int = Field(0, ge=0, description="EOS is ignored before this many output tokens")
     pause_s: float = Field(2.0, ge=0, le=600, description="idle seconds before each level")
 
     @model_validator(mode="after")
     def _fractions(self) -> "LoadPart":
         if any(not (0 < f <= 2) for f in self.fractions):
             raise ValueError(f"load.fractions: expected numbers in (0, 2], got {self.fractions}")
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"load.min_tokens: expected at most max_tokens ({self.max_tokens}), got {self.min_tokens}")
         return self
 
 
@@ -65,6 +90,9 @@ class ValidateConfig(_Strict):
     timeout_s: int = Field(1800, ge=10, description="per mode, engine start included")
     calibration: CalibrationPart = Field(default_factory=CalibrationPart)
     load: LoadPart
+    step_model: Literal["structured", "linear"] = Field("structured", description=(
+        "target step-time model fitted on the recorded steps: structured (prefill, decode, verify, per-sequence "
+        "and KV-read terms, simulator/step_model.py) or the one linear profile"))
     tolerances: dict[str, dict[str, float]] = Field(default_factory=lambda: DEFAULT_TOLERANCES)
 
     @model_validator(mode="after")
@@ -125,14 +153,10 @@ def build_plan(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list
     cats = categories if categories is not None else [""] * len(prompts)
     if len(cats) != len(prompts):
         raise ValueError(f"{len(cats)} categories for {len(prompts)} prompts")
-    groups = [{"name": WARMUP, "prompts": [prompts[-1]], "categories": [cats[-1]], "max_tokens": 4, "min_tokens": 4}]
-    i = 0
-    shapes = [(f"batch{b}", b, 0.0) for b in cfg.calibration.batch_sizes] + \
-        [(f"stagger{b}", b, cfg.calibration.gap_s) for b in cfg.calibration.staggered]
-    for name, b, gap in shapes:
-        groups.append({"name": name, "prompts": prompts[i:i + b], "categories": cats[i:i + b], "gap_s": gap,
-                       "max_tokens": cfg.calibration.max_tokens, "min_tokens": cfg.calibration.max_tokens})
-        i += b
+    groups, i = calibration_groups(prompts, cats, cfg.calibration.batch_sizes,
+                                   list(zip(cfg.calibration.staggered, cfg.calibration.stagger_gaps())),
+                                   cfg.calibration.max_tokens, gap_steps=cfg.calibration.gap_steps)
+    groups = [warmup_group(prompts[-1], cats[-1])] + groups
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(cfg.load.fractions))]
     levels, level_cats, offsets = [], [], []
     for rng in rngs:
@@ -145,7 +169,8 @@ def build_plan(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list
             "max_model_len": cfg.max_model_len, "memory_utilization": cfg.memory_utilization, "seed": cfg.seed,
             "calibration": groups,
             "load": {"fractions": list(cfg.load.fractions), "unit_offsets": offsets, "prompts": levels,
-                     "categories": level_cats, "max_tokens": cfg.load.max_tokens, "pause_s": cfg.load.pause_s}}
+                     "categories": level_cats, "max_tokens": cfg.load.max_tokens,
+                     "min_tokens": cfg.load.min_tokens, "pause_s": cfg.load.pause_s}}
 
 
 def run_mode(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list[list[int]], out: str | Path,

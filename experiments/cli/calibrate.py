@@ -213,37 +213,73 @@ def _run_pool_report(args: argparse.Namespace) -> int:
 
 
 def _register_vllm(sub) -> None:
-    a = sub.add_parser("vllm", help="run vLLM offline (AR, n-gram, draft model) over batch shapes with the step "
-                       "recorder; build acceptance bundles measured through vLLM and fit latency profiles")
-    a.add_argument("--out", required=True, help="folder for the runs, bundles, profiles and calibration.json")
-    a.add_argument("--workload", default="chat")
+    a = sub.add_parser("vllm", help="run vLLM (AR, n-gram, draft model) over batched and staggered calibration "
+                       "groups with the step recorder; fit one target profile per mode, the step overhead and "
+                       "acceptance bundles, and write a ready `draftsim run` config (OUT/run.yaml)")
+    a.add_argument("--out", required=True, help="folder for the runs, bundles, profiles, run.yaml, calibration.json")
+    a.add_argument("--prompts", default=None, help="JSONL of prompts (`prompt` text or `prompt_token_ids`, "
+                   "optional `category`; vLLM bench's custom dataset format) or a measured-run folder from "
+                   "`draftsim import vllm-bench` (its prompt lengths); default: --workload's built-in prompts")
+    a.add_argument("--workload", default="chat", help="built-in prompts when --prompts is not given")
     a.add_argument("--target", default="smollm2-135m-instruct", help="packaged model name or transformers folder")
     a.add_argument("--modes", default="ar,ngram:4", help="comma list of ar, ngram:K, draft_model:K:PATH "
                    "(PATH layers:N = the target's first N layers, saved once as a folder vLLM loads)")
-    a.add_argument("--batch-sizes", default="1,2,4,8", help="requests submitted together, one run each")
+    a.add_argument("--batch-sizes", default="1,2,4,8", help="requests submitted together, one group each")
+    a.add_argument("--staggered", default="8,8", help="staggered group sizes (one request every gap)")
+    a.add_argument("--gaps", default="0.25,0.6", help="seconds between sends, one per staggered group")
+    a.add_argument("--gap-steps", default=None, help="gaps instead in units of the batch-1 group's seconds per "
+                   "token, one per staggered group (they scale with the machine's speed), e.g. 6,20")
     a.add_argument("--max-tokens", type=int, default=32, help="tokens every request emits (EOS forbidden before)")
+    a.add_argument("--max-num-seqs", type=int, default=None, help="vLLM max_num_seqs (default: the largest group)")
+    a.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    a.add_argument("--step-model", default="structured", choices=("structured", "linear"),
+                   help="target step-time model (the same fit `draftsim validate` uses)")
     a.add_argument("--dtype", default="float32")
-    a.add_argument("--name", default=None, help="target profile name (drafters get NAME-<mode>); "
-                   "default <target>-vllm-<dtype>")
+    a.add_argument("--name", default=None, help="profile name prefix (NAME-<mode>); default <target>-vllm-<dtype>")
     a.add_argument("--analyse-only", action="store_true", help="skip running vLLM; refit from the records in --out")
     a.add_argument("--seed", type=int, default=0)
     a.set_defaults(func=_run_vllm)
 
 
-def _run_vllm(args: argparse.Namespace) -> int:
-    from calibration.models.loading import vllm_target, with_drafter_folder
-    from calibration.vllm_steps.calibrate import VllmCalibration, analyse, parse_mode, run
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag}: expected a comma list of numbers, got {text!r}") from None
 
-    model, name, prompts, lm = vllm_target(args.target, args.workload, sum(_ints(args.batch_sizes)), args.seed)
+
+def _run_vllm(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from calibration.models.loading import vllm_target, vllm_target_prompts, with_drafter_folder
+    from calibration.vllm_steps.calibrate import RUN_CONFIG, VllmCalibration, analyse, parse_mode, run
+    from experiments.config import load_config
+
+    staggered = _ints(args.staggered)
+    need = sum(_ints(args.batch_sizes)) + sum(staggered) + 1
+    if args.prompts:
+        model, name, prompts, categories, lm, length_only = vllm_target_prompts(args.target, args.prompts, args.seed)
+        dataset = Path(args.prompts).stem or Path(args.prompts).name
+        if length_only:
+            print(f"{args.prompts}: a measured run keeps prompt lengths, not texts: the calibration prompts are "
+                  "built-in chat text cut to those lengths (step shapes are the run's; acceptance is not)")
+    else:
+        model, name, prompts, lm = vllm_target(args.target, args.workload, need, args.seed)
+        categories, dataset = [args.workload] * len(prompts), args.workload
     modes = [with_drafter_folder(parse_mode(m), lm) for m in args.modes.split(",") if m.strip()]
     cal = VllmCalibration(model=model, model_name=name, prompts=prompts, modes=modes,
-                          batch_sizes=_ints(args.batch_sizes), max_tokens=args.max_tokens, dtype=args.dtype,
-                          dataset=args.workload, seed=args.seed)
+                          batch_sizes=_ints(args.batch_sizes), staggered=staggered,
+                          gaps_s=_floats(args.gaps, "--gaps"),
+                          gap_steps=_floats(args.gap_steps, "--gap-steps") if args.gap_steps else None, max_tokens=args.max_tokens, dtype=args.dtype,
+                          dataset=dataset, categories=categories, seed=args.seed, max_num_seqs=args.max_num_seqs,
+                          max_num_batched_tokens=args.max_num_batched_tokens, step_model=args.step_model)
     if not args.analyse_only:
         run(cal, args.out)
     doc = analyse(cal, args.out, args.name or f"{name}-vllm-{args.dtype}")
+    load_config(str(Path(args.out) / RUN_CONFIG))  # the written config loads (profiles, bundle, runs resolve)
     print(doc["table"])
-    print(f"wrote {args.out}/calibration.json, {args.out}/profiles/ and a bundle per speculative mode")
+    print(f"wrote {args.out}/calibration.json, {args.out}/profiles/, {args.out}/bundle/ and {args.out}/{RUN_CONFIG} "
+          f"(draftsim run {args.out}/{RUN_CONFIG})")
     return 0
 
 

@@ -14,6 +14,11 @@ def register(sub) -> None:
     a.add_argument("--analyse-only", action="store_true", help="skip vLLM; recompute from the runs in --out")
     a.add_argument("--repeats", type=int, default=3, help="seeds of the predictive simulation per level, for its "
                    "interval (the calibration request each load request borrows is redrawn; 1: no interval)")
+    a.add_argument("--profiles-from", default=None, help="predictive step profiles and overhead from a `draftsim "
+                   "calibrate vllm` folder instead of the run's own calibration groups (acceptance stays the run's)")
+    a.add_argument("--modes", default=None, help="comma list: only these of the config's modes (e.g. ar,ngram:4)")
+    a.add_argument("--step-model", default=None, choices=("structured", "linear"),
+                   help="target step-time model (default: the config's step_model)")
     a.set_defaults(func=_run)
 
 
@@ -40,6 +45,16 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"draftsim: error: {e}", file=sys.stderr)
         return 2
+    if args.step_model:
+        cfg = cfg.model_copy(update={"step_model": args.step_model})
+    if args.modes:
+        chosen = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = [m for m in chosen if m not in cfg.modes]
+        if unknown or not chosen:
+            print(f"draftsim: error: --modes: {unknown or chosen} not among the config's modes {cfg.modes}",
+                  file=sys.stderr)
+            return 2
+        cfg = cfg.model_copy(update={"modes": chosen})
     out = Path(args.out)
     if not args.analyse_only:
         from calibration.models.hf_backend import converted_folder
@@ -54,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"vLLM {mode.label}: calibration groups {cfg.calibration.batch_sizes}, then "
                   f"{len(cfg.load.fractions)} Poisson levels x {cfg.load.requests} requests", flush=True)
             run_mode(cfg, mode, folder, prompts, out, categories=categories)
-    report = validate_all(cfg, out, repeats=max(1, args.repeats))
+    report = validate_all(cfg, out, repeats=max(1, args.repeats), profiles_from=args.profiles_from)
     write_outputs(report, out, args.config, cfg.tolerances)
     print(format_table(report))
     bad = failures(report.rows, cfg.tolerances)

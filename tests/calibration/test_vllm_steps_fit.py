@@ -4,7 +4,8 @@ from pathlib import Path
 import math
 
 from calibration.latency_sweep import fit_profiles
-from calibration.vllm_steps.fit import PHASES, draft_measurements, phase, phase_report, target_measurements
+from calibration.vllm_steps.fit import PHASES, draft_measurements, phase, target_measurements
+from simulator.step_model import phase_mape
 from calibration.vllm_steps.records import RequestStep, StepRecord, load_steps
 from simulator.latency import Provenance
 
@@ -37,11 +38,11 @@ def test_fixture_fit_reports_every_phase():
         assert math.isclose(m.seconds, st.duration - (st.draft_seconds or 0.0))
         assert m.batched_tokens == sum(r.scheduled for r in st.requests)
     fitted = fit_profiles("t", "smollm2", ms, Provenance("measured"))
-    rep = phase_report(fitted.linear, ms, "t")
-    assert set(rep.rows) == seen | {"all"}
-    assert sum(rep.rows[p]["steps"] for p in seen) == rep.rows["all"]["steps"]
-    assert all(math.isfinite(r["mape_percent"]) and r["mape_percent"] >= 0 for r in rep.rows.values())
-    assert math.isclose(rep.rows["all"]["mape_percent"], fitted.report["mape_percent"], abs_tol=0.01)
+    rep = phase_mape(fitted.linear, ms)  # the three-number profile on each phase's steps
+    assert set(rep) == seen | {"all"}
+    assert all(math.isfinite(v) and v >= 0 for v in rep.values())
+    assert math.isclose(rep["all"], fitted.report["mape_percent"], abs_tol=0.01)
+    assert all(m.extra["shape"]["decode_seqs"] + m.extra["shape"]["prefill_seqs"] == m.num_seqs for m in ms)
 
 
 def test_warmup_steps_are_skipped_and_drafts_need_timings():
@@ -64,10 +65,12 @@ def test_modes_and_plans():
 
     with pytest.raises(ValueError, match="expected ar, ngram:K or draft_model:K:PATH"):
         parse_mode("eagle:3")
-    cal = VllmCalibration("/m", "m", [[1, 2], [3]], [ng], batch_sizes=[1, 2], max_tokens=8)
+    cal = VllmCalibration("/m", "m", [[1, 2], [3]], [ng], batch_sizes=[1, 2], staggered=[2], gaps_s=[0.3],
+                          max_tokens=8)
     plan = cal.plan(ng)
-    assert [g.name for g in plan.groups] == ["warmup", "batch1", "batch2"]
-    assert plan.groups[2].prompts == [[3], [1, 2]]  # prompts taken in turn, cycling
-    assert plan.spec["num_speculative_tokens"] == 4 and plan.max_num_seqs == 2
+    assert [g["name"] for g in plan["calibration"]] == ["warmup", "batch1", "batch2", "stagger2"]
+    assert plan["calibration"][2]["prompts"] == [[3], [1, 2]]  # prompts taken in turn, cycling
+    assert plan["calibration"][3]["gap_s"] == 0.3 and plan["load"]["fractions"] == []  # no load levels
+    assert plan["spec"]["num_speculative_tokens"] == 4 and plan["max_num_seqs"] == 2
     with pytest.raises(ValueError, match="at least one mode"):
         VllmCalibration("/m", "m", [[1]], [])
