@@ -18,6 +18,7 @@ import numpy as np
 import traces
 from traces.atomic import atomic_write_text
 from traces.errors import TraceFormatError
+from simulator.profile_records import MAX_COEFFICIENT_S, Measurement, Provenance
 from traces.parsing import load_yaml_file
 
 TERMS = ("kv_tokens", "batched_tokens", "num_seqs", "const")
@@ -30,33 +31,6 @@ class LatencyProfile(Protocol):
     name: str
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float: ...
-
-
-@dataclass
-class Measurement:
-    """One measured point: median seconds over repeats, its spread, and machine load when taken."""
-
-    num_seqs: int
-    batched_tokens: int
-    kv_tokens: int
-    seconds: float
-    spread: float = 0.0  # (p90 - p10) / 2 over repeats, seconds
-    repeats: int = 1
-    load: float | None = None  # 1-min load average / cores when measured
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Provenance:
-    """Where a profile came from."""
-
-    source: str  # "measured", "published", "roofline", "imported"
-    backend: str = ""
-    device: str = ""
-    dtype: str = ""
-    date: str = ""
-    versions: dict[str, str] = field(default_factory=dict)
-    notes: str = ""
 
 
 @dataclass
@@ -279,7 +253,6 @@ def _structured(doc: dict[str, Any], path: str, name: str, prov: Provenance, mea
                              provenance=prov, measurements=meas, fit=dict(doc.get("fit") or {}))
 
 
-MAX_COEFFICIENT_S = 1000.0  # seconds per token, sequence or step: far above any real hardware
 _MEASUREMENT_INTS = ("num_seqs", "batched_tokens", "kv_tokens", "repeats")
 _MEASUREMENT_FLOATS = ("seconds", "spread", "load")
 

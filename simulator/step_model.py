@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from simulator.latency import MAX_COEFFICIENT_S, Measurement, Provenance
+from simulator.profile_records import MAX_COEFFICIENT_S, Measurement, Provenance
 
 LINEAR_TERMS = ("const", "num_seqs", "draft_tokens", "decode_kv", "prefill_tokens", "prefill_seqs",
                 "prefill_attn", "prefill_step", "verify_step")
