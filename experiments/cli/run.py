@@ -57,7 +57,8 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"{where}: has a sweep: block; run it with `draftsim sweep {args.config}` "
                          "(serial, process pool or Ray; resumable; the PSD studies then `draftsim psd-report`)")
     out = results_dir(args, cfg.name, where)
-    res = run_experiment(cfg, out=out, progress=not args.no_progress and not args.json, console=console,
+    # progress on stderr, as `plan` does: stdout stays the answer (a bar on a terminal, plain lines in a log)
+    res = run_experiment(cfg, out=out, progress=not args.no_progress and not args.json, console=Console(stderr=True),
                          plots=not args.no_plots)
     if args.json:
         print(json.dumps(res.summary, indent=2, sort_keys=True, default=str))

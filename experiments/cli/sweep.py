@@ -42,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides, args.seed)
     out = Path(args.out or Path("results") / f"{cfg.name}-sweep")
     doc = run_sweep(cfg, out, args.backend, args.workers, args.address,
-                    progress=not args.no_progress and not args.json, console=console)
+                    progress=not args.no_progress and not args.json, console=Console(stderr=True))
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return 0
