@@ -1,4 +1,4 @@
-"""The compiled step loop (numba): one server's AR or fixed-k SD open-loop run, step for step as the step path.
+"""The compiled step loop (numba): one server's AR or fixed-k SD run (open or closed loop), step for step as the step path.
 
 Imported only by simulator/compiled_run.py when an eligible run starts, so commands that never simulate do not
 import numba. Every float is formed with the step path's operations in its order (simulator/step_sd.py,
@@ -30,12 +30,13 @@ P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # draft cost kinds
 K_NONE, K_CONSTANT, K_FRACTION, K_WHOLE, K_AUTOREGRESSIVE = range(5)
 # iparams
-I_SD, I_DRAFTER, I_K, I_KIND, I_PREFILL_PROFILE, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS = \
-    range(11)
-# fparams: target a, b, s, d; overhead; draft seconds, fraction; draft profile a, b, s, d
-F_TA, F_TB, F_TS, F_TD, F_OVERHEAD, F_SECONDS, F_FRACTION, F_DA, F_DB, F_DS, F_DD = range(11)
+I_SD, I_DRAFTER, I_K, I_KIND, I_PREFILL_PROFILE, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, \
+    I_CLOSED = range(12)
+# fparams: target a, b, s, d; overhead; draft seconds, fraction; draft profile a, b, s, d; closed-loop think time
+F_TA, F_TB, F_TS, F_TD, F_OVERHEAD, F_SECONDS, F_FRACTION, F_DA, F_DB, F_DS, F_DD, F_THINK = range(12)
 # istate
-S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE = range(11)
+S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
+    range(12)
 
 
 @njit(cache=True)
@@ -56,7 +57,7 @@ def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop,
 
 
 @njit(cache=True)
-def run_steps(arrival, prompt, out, first, last, step_prop, step_acc, iparams, fparams, istate, fstate, run,
+def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc, iparams, fparams, istate, fstate, run,
               gen, prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish,
               dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
     """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code."""
@@ -67,6 +68,8 @@ def run_steps(arrival, prompt, out, first, last, step_prop, step_acc, iparams, f
     ta, tb, ts, td, overhead = fparams[F_TA], fparams[F_TB], fparams[F_TS], fparams[F_TD], fparams[F_OVERHEAD]
     seconds, fraction = fparams[F_SECONDS], fparams[F_FRACTION]
     da, db, ds, dd = fparams[F_DA], fparams[F_DB], fparams[F_DS], fparams[F_DD]
+    closed, think = iparams[I_CLOSED], fparams[F_THINK]
+    n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
     ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
     step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
     usage_d, usage_none = istate[S_USAGE_D], istate[S_USAGE_NONE]
@@ -87,10 +90,11 @@ def run_steps(arrival, prompt, out, first, last, step_prop, step_acc, iparams, f
         if n_fin >= stop_finished:
             code = STOPPED
             break
-        while ptr < n and arrival[ptr] <= now:  # OpenLoopArrivals.pull
+        # OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions come in index order, their times in order
+        while ptr < n_sub and arrival[ptr] <= now:
             ptr += 1
         if n_run == 0 and admit == ptr:  # Server._idle: timeout(max(0.0, next - now))
-            if ptr >= n:
+            if ptr >= n_sub:
                 code = ERR_STALL
                 break
             delay = arrival[ptr] - now
@@ -355,6 +359,10 @@ def run_steps(arrival, prompt, out, first, last, step_prop, step_acc, iparams, f
                 blocks[i] = 0
                 prefill_left[i] = -1  # marks it for removal below
                 n_fin += 1
+                if closed == 1 and n_sub < n:  # ClosedLoopArrivals.on_finish: its client's next request
+                    arrival[n_sub] = now + think
+                    client_of[n_sub] = client_of[i]
+                    n_sub += 1
             w = 0
             for j in range(n_run):
                 i = run[j]
@@ -376,5 +384,6 @@ def run_steps(arrival, prompt, out, first, last, step_prop, step_acc, iparams, f
     istate[S_ITL] = ni
     istate[S_USAGE_D] = usage_d
     istate[S_USAGE_NONE] = usage_none
+    istate[S_SUBMITTED] = n_sub
     fstate[0] = now
     return code

@@ -1,7 +1,7 @@
-"""Compiled engine path: an eligible single-server run (AR or fixed-k SD, open loop) in one compiled loop.
+"""Compiled engine path: an eligible single-server run (AR or fixed-k SD, open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a cluster
-replica, PSD, closed loop, a learning policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the
+replica, PSD, a learning policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the
 kernel does not price, KV that could preempt, numba missing, or the path forced off). An eligible server's
 `CompiledRun.run` steps the whole run in simulator/compiled_kernel.py and writes the outcome into the server's
 state, records and counters, so `Server.result()` builds the same tables as the step path.
@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from policies.base import FixedPolicy
-from simulator.arrivals import OpenLoopArrivals
+from simulator.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.latency import LinearProfile
 from simulator.request_state import FINISHED
 
@@ -39,15 +39,15 @@ def ineligible_reason(server) -> str | None:
         return f"step path forced ({ENGINE_ENV}=steps)" if COMPILED else "compiled path switched off"
     if server.mode not in ("ar", "sd"):
         return f"mode {server.mode!r} (PSD runs two sub-batches: step path)"
-    if not isinstance(server.arrivals, OpenLoopArrivals):
-        return ("closed-loop arrivals (a finish sends the next request)" if hasattr(server.arrivals, "client_of")
-                else "arrivals pushed at run time (a cluster replica behind a router)")
+    if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals):
+        return "arrivals pushed at run time (a cluster replica behind a router)"
     cfg = server.scenario.server
     if cfg.scheduler != "draftsim":
         return f"scheduler {cfg.scheduler!r} (token budget shared by decodes, engine-loop gap)"
     target = server.pricing.target
     if type(target) is not LinearProfile:
-        return f"target profile kind {getattr(target, 'kind', type(target).__name__)!r} (the kernel prices linear)"
+        return (f"target profile kind {getattr(target, 'kind', '?')!r} ({type(target).__name__}; the kernel prices "
+                "LinearProfile only)")
     coefs = (target._a, target._b, target._s, target._d, server.pricing.overhead)
     if not all(np.isfinite(c) and c >= 0 for c in coefs):
         return "a negative or non-finite target coefficient (the step path names it)"
@@ -67,7 +67,8 @@ def ineligible_reason(server) -> str | None:
         if cost.kind in ("whole_proposal", "autoregressive"):
             p = cost.profile
             if type(p) is not LinearProfile:
-                return f"draft cost profile kind {getattr(p, 'kind', type(p).__name__)!r} (the kernel prices linear)"
+                return (f"draft cost profile kind {getattr(p, 'kind', '?')!r} ({type(p).__name__}; the kernel prices "
+                        "LinearProfile only)")
             if not all(np.isfinite(c) and c >= 0 for c in (p._a, p._b, p._s, p._d)):
                 return "a negative or non-finite draft profile coefficient (the step path names it)"
     # no preemption: the max_num_seqs largest requests at their largest KV (Scheduler.check_fits's need) fit at once
@@ -101,13 +102,16 @@ class CompiledRun:
         self.drafter = None if policy.drafter is None else table.drafters.index(policy.drafter)
         cfg = server.scenario.server
         t = server.pricing.target
-        f = np.zeros(11)
+        f = np.zeros(12)
         f[0:5] = t._a, t._b, t._s, t._d, server.pricing.overhead
-        i = np.zeros(11, dtype=np.int64)
+        i = np.zeros(12, dtype=np.int64)
         i[0] = server.mode == "sd"
         i[5], i[6], i[7], i[8] = server.max_num_seqs, cfg.max_num_batched_tokens, cfg.chunked_prefill, \
             cfg.prefill == "separate"
         i[9], i[10] = server.sched.pool.block_size, server.sched.pool.total_blocks
+        self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
+        if self.closed:
+            i[11], f[11] = 1, server.arrivals.think_time
         first = server.drafting._first.astype(np.int64)
         last = server.drafting._last.astype(np.int64)
         prop = acc = np.zeros(1, dtype=np.int64)
@@ -137,7 +141,10 @@ class CompiledRun:
 
         srv = self.srv
         st, wl, n = srv.state, srv.wl, len(srv.wl)
-        istate = np.zeros(11, dtype=np.int64)
+        istate = np.zeros(12, dtype=np.int64)
+        arr = srv.arrivals
+        istate[ker.S_SUBMITTED] = arr._next if self.closed else n
+        client_of = arr.client_of if self.closed else np.zeros(1, dtype=np.int64)
         fstate = np.array([srv.env.now], dtype=np.float64)
         run = np.zeros(srv.max_num_seqs, dtype=np.int64)
         dsteps, dprop, dacc = (np.zeros(n, dtype=np.int64) for _ in range(3))
@@ -149,7 +156,7 @@ class CompiledRun:
         blocks_row, itl_parts = [], []
         stop_at = n if stop is None else min(n, check_every)
         while True:
-            code = ker.run_steps(arrival, prompt, out, self.first, self.last, self.step_prop, self.step_acc,
+            code = ker.run_steps(arrival, client_of, prompt, out, self.first, self.last, self.step_prop, self.step_acc,
                                  self.iparams, self.fparams, istate, fstate, run, st.gen, st.prefill_left,
                                  st.prefill_done, st.blocks, st.last_emit, st.first_sched, st.first_token,
                                  st.finish, dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
@@ -180,7 +187,11 @@ class CompiledRun:
         srv = self.srv
         st, outcome, pool = srv.state, srv.outcome, srv.sched.pool
         n_run, ptr, admit = int(istate[ker.S_NRUN]), int(istate[ker.S_PTR]), int(istate[ker.S_ADMIT])
-        srv.arrivals._ptr = ptr
+        if self.closed:  # submitted, not yet pulled: the heap's entries; ids in order, as _submit numbers them
+            srv.arrivals._next = int(istate[ker.S_SUBMITTED])
+            srv.arrivals._heap = [(float(st.arrival[i]), i) for i in range(ptr, srv.arrivals._next)]
+        else:
+            srv.arrivals._ptr = ptr
         fin = ~np.isnan(st.finish)
         st.status[:ptr] = 1  # WAITING; then running and finished
         st.status[run[:n_run]] = 2

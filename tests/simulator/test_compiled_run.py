@@ -1,7 +1,7 @@
 """The compiled engine path (simulator/compiled_run.py) against the step-by-step path: the same requests, steps
 and ITL tables bit for bit (no float tolerance: the kernel forms every float as the step path does) over random
 eligible configs (AR and fixed-k SD, k and drafters with and without n-gram proposal caps, every draft cost kind,
-mixed/chunked/separate prefill, Poisson and burst arrivals, lengths, max_num_seqs, block sizes, KV just large
+mixed/chunked/separate prefill, Poisson, burst and closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large
 enough to pass the no-preemption check, small row buffers that make the kernel run in segments); each ineligible
 case falls back to the step path and says why; an early stop returns the same finishes as the full run."""
 from __future__ import annotations
@@ -63,14 +63,15 @@ def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int) -> int:
 @given(mode=st.sampled_from(["ar", "sd", "sd"]), seed=st.integers(0, 10_000), n=st.integers(1, 40),
        rate=st.floats(0.0, 0.9), ngram=st.booleans(), k=st.integers(0, 5), cost=st.sampled_from(sorted(COSTS)),
        rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
-       arrivals=st.sampled_from(["poisson", "burst"]), req_rate=st.floats(5.0, 500.0),
+       arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]))
 def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                         req_rate, max_num_seqs, block_size, slack, overhead, segment):
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     drafters = ("d", "g") if ngram else ("d",)
-    wl = workload(traces, n, rate=None if arrivals == "burst" else req_rate, seed=seed)
+    wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
+                  clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
     if rules != "chunked" and budget < int(wl.prompt_len.max()):
         budget = 4096  # without chunked prefill a prompt over the budget is refused up front
     kw = dict(traces=traces, wl=wl, mode=mode, k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
@@ -112,7 +113,6 @@ def _fallback_cases():
 
     return {
         "psd": ({**base, "mode": "psd", "psd": PSDConfig()}, "mode 'psd'"),
-        "closed loop": ({**base, "wl": workload(traces, 12, rate=None, clients=3)}, "closed-loop"),
         "learning policy": ({**base, "policy": make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)},
                             "chooses per step"),
         "switch cost": ({**base, "switch_cost_s": 0.001}, "switching cost"),
