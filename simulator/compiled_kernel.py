@@ -41,19 +41,20 @@ S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USA
 
 @njit(cache=True)
 def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit, drf):
-    rows_i[r, R_STEP] = step
-    rows_i[r, R_PHASE] = phase
-    rows_i[r, R_NS] = ns
-    rows_i[r, R_PT] = pt
-    rows_i[r, R_BT] = bt
-    rows_i[r, R_KV] = kv
-    rows_i[r, R_USED] = used
-    rows_i[r, R_PROP] = prop
-    rows_i[r, R_ACC] = acc
-    rows_i[r, R_EMIT] = emit
-    rows_i[r, R_DRF] = drf
-    rows_f[r, 0] = start
-    rows_f[r, 1] = end
+    """Row `r` of the step table: one column per line of `rows_i` (ints) and `rows_f` (start, end)."""
+    rows_i[R_STEP, r] = step
+    rows_i[R_PHASE, r] = phase
+    rows_i[R_NS, r] = ns
+    rows_i[R_PT, r] = pt
+    rows_i[R_BT, r] = bt
+    rows_i[R_KV, r] = kv
+    rows_i[R_USED, r] = used
+    rows_i[R_PROP, r] = prop
+    rows_i[R_ACC, r] = acc
+    rows_i[R_EMIT, r] = emit
+    rows_i[R_DRF, r] = drf
+    rows_f[0, r] = start
+    rows_f[1, r] = end
 
 
 @njit(cache=True)
@@ -74,7 +75,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
     step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
     usage_d, usage_none = istate[S_USAGE_D], istate[S_USAGE_NONE]
     now = fstate[0]
-    cap_rows, cap_itl = rows_i.shape[0], len(itl)
+    cap_rows, cap_itl = rows_i.shape[1], len(itl)
     dec = np.empty(max_seqs, np.int64)
     ctx = np.empty(max_seqs, np.int64)
     prop = np.empty(max_seqs, np.int64)
@@ -183,11 +184,12 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                     kv_est += cx
                     if has_drafter == 1:
                         f = min(first[i] + gen[i], last[i])
-                        p = step_prop[f]
+                        p = np.int64(step_prop[f])
+                        a = np.int64(step_acc[f])
                         prop[n_dec] = p
-                        acc[n_dec] = step_acc[f]
+                        acc[n_dec] = a
                         prop_sum += p
-                        acc_sum += step_acc[f]
+                        acc_sum += a
                         if p > 0:
                             n_act += 1
                             kv_act += cx

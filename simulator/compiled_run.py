@@ -29,7 +29,7 @@ from simulator.request_state import FINISHED
 COMPILED = True  # module switch: False keeps every server on the step path (benchmarks compare both)
 ENGINE_ENV = "DRAFTSIM_ENGINE"  # "steps" forces the step path; "compiled" (or unset) allows the compiled one
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill")  # compiled_kernel's phase codes
-SEGMENT_ROWS = 1 << 16  # step rows per kernel call; a longer run continues in further calls
+SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
 
 
@@ -114,7 +114,7 @@ class CompiledRun:
             i[11], f[11] = 1, server.arrivals.think_time
         first = server.drafting._first.astype(np.int64)
         last = server.drafting._last.astype(np.int64)
-        prop = acc = np.zeros(1, dtype=np.int64)
+        prop = acc = np.zeros(1, dtype=np.int32)
         if self.drafter is not None:
             name, k = policy.drafter, policy.k
             cost = server.pricing.draft_costs[name]
@@ -127,10 +127,11 @@ class CompiledRun:
             # the replay rule (traces/acceptance.py) once over the table for this drafter and k
             from traces.acceptance import accepted_drafts, proposed_tokens
 
-            lens = table.proposal_len.get(name)
-            prop = np.asarray(proposed_tokens(k, lens) if lens is not None else np.full(len(table.acc_len[name]), k),
-                              dtype=np.int64)
-            acc = np.asarray(accepted_drafts(table.acc_len[name], prop), dtype=np.int64)
+            lens, acc_len = table.proposal_len.get(name), table.acc_len[name]
+            prop = np.asarray(proposed_tokens(k, lens) if lens is not None else k, dtype=np.int32)
+            acc = np.asarray(accepted_drafts(acc_len, prop), dtype=np.int32)
+            if prop.ndim == 0:
+                prop = np.full(len(acc_len), k, dtype=np.int32)
         self.iparams, self.fparams = i, f
         self.first, self.last, self.step_prop, self.step_acc = first, last, prop, acc
 
@@ -148,9 +149,9 @@ class CompiledRun:
         fstate = np.array([srv.env.now], dtype=np.float64)
         run = np.zeros(srv.max_num_seqs, dtype=np.int64)
         dsteps, dprop, dacc = (np.zeros(n, dtype=np.int64) for _ in range(3))
-        rows_i = np.zeros((SEGMENT_ROWS, ker.ROW_INTS), dtype=np.int64)
-        rows_f = np.zeros((SEGMENT_ROWS, 2))
-        itl = np.zeros(SEGMENT_ROWS * 16 + srv.max_num_seqs)
+        rows_i = np.empty((ker.ROW_INTS, SEGMENT_ROWS), dtype=np.int64)  # one line per column
+        rows_f = np.empty((2, SEGMENT_ROWS))
+        itl = np.empty(SEGMENT_ROWS * 16 + srv.max_num_seqs)
         prompt, out = wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64)
         arrival = st.arrival
         blocks_row, itl_parts = [], []
@@ -165,17 +166,19 @@ class CompiledRun:
                                    f" at t={fstate[0]:.6f}s (its eligibility check should have sent this run to the "
                                    f"step path; set {ENGINE_ENV}=steps)")
             r, ni = int(istate[ker.S_ROWS]), int(istate[ker.S_ITL])
-            blocks_row.append((rows_i[:r].copy(), rows_f[:r].copy()))
-            itl_parts.append(itl[:ni].copy())
-            istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
             n_fin = int(istate[ker.S_FINISHED])
             if srv.on_step is not None:
                 srv.on_step(n_fin)
-            if code == ker.DONE:
+            last = code == ker.DONE or (code == ker.STOPPED and stop(n_fin))
+            if last:  # the buffers are not reused: keep views
+                blocks_row.append((rows_i[:, :r], rows_f[:, :r]))
+                itl_parts.append(itl[:ni])
                 break
+            if r or code == ker.FULL:
+                blocks_row.append((rows_i[:, :r].copy(), rows_f[:, :r].copy()))
+                itl_parts.append(itl[:ni].copy())
+                istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
             if code == ker.STOPPED:
-                if stop(n_fin):
-                    break
                 stop_at = min(n, n_fin + check_every)
         self._write(istate, run, dsteps, dprop, dacc, blocks_row, itl_parts)
         return float(fstate[0])
@@ -209,27 +212,28 @@ class CompiledRun:
         st.usage[-1] += int(istate[ker.S_USAGE_NONE])
         pool.used, pool.peak = int(istate[ker.S_USED]), max(pool.peak, int(istate[ker.S_PEAK]))
         outcome.step_no = int(istate[ker.S_STEP])
-        itl = np.concatenate(itl_parts)
+        itl = itl_parts[0] if len(itl_parts) == 1 else np.concatenate(itl_parts)
         if len(itl):
             outcome.itl_chunks.append(itl)
-        ri = np.concatenate([b[0] for b in blocks_row])
-        rf = np.concatenate([b[1] for b in blocks_row])
-        if len(ri):
+        ri = blocks_row[0][0] if len(blocks_row) == 1 else np.concatenate([b[0] for b in blocks_row], axis=1)
+        rf = blocks_row[0][1] if len(blocks_row) == 1 else np.concatenate([b[1] for b in blocks_row], axis=1)
+        if ri.shape[1]:
             outcome.steps.append_columns(self._columns(ri, rf))
 
     def _columns(self, ri: np.ndarray, rf: np.ndarray) -> dict[str, np.ndarray]:
         """Step-table columns (records.STEP_COLUMNS) of the kernel's rows."""
         from simulator import compiled_kernel as ker
 
-        S = len(ri)
+        S = ri.shape[1]
         name = "" if self.drafter is None else self.srv.table.drafters[self.drafter]
         phases = np.array(PHASES, dtype=object)
         names = np.array(["", name], dtype=object)
-        col = lambda j: np.ascontiguousarray(ri[:, j])  # noqa: E731
-        return {"step": col(ker.R_STEP), "device": np.full(S, "target", dtype=object),
-                "phase": phases[ri[:, ker.R_PHASE]], "start": np.ascontiguousarray(rf[:, 0]),
-                "end": np.ascontiguousarray(rf[:, 1]), "num_seqs": col(ker.R_NS), "prefill_tokens": col(ker.R_PT),
+        col = ri.__getitem__  # a line of the (columns, rows) buffer: contiguous
+        # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)
+        return {"step": col(ker.R_STEP), "device": np.array(["target"], dtype=object)[np.zeros(S, dtype=np.intp)],
+                "phase": phases[col(ker.R_PHASE)], "start": rf[0], "end": rf[1], "num_seqs": col(ker.R_NS),
+                "prefill_tokens": col(ker.R_PT),
                 "batched_tokens": col(ker.R_BT), "kv_tokens": col(ker.R_KV), "kv_blocks_used": col(ker.R_USED),
                 "proposed_tokens": col(ker.R_PROP), "accepted_tokens": col(ker.R_ACC),
                 "emitted_tokens": col(ker.R_EMIT), "sub_batch": np.full(S, -1, dtype=np.int64),
-                "drafters": names[ri[:, ker.R_DRF]]}
+                "drafters": names[col(ker.R_DRF)]}
