@@ -8,7 +8,8 @@ state, records and counters, so `Server.result()` builds the same tables as the 
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/test_compiled_run.py checks it over
-random eligible configs). Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to force the step path.
+random eligible configs). Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to force the step path, =compiled to take
+the compiled one for runs below MIN_WORK_TOKENS too.
 
 The kernel runs in segments: it returns when its row buffers are full or when a given number of requests have
 finished, and continues from its state; `CompiledRun.run(stop=...)` uses the latter to let a caller end a run
@@ -17,6 +18,7 @@ early (a callable asked after every `check_every` finishes).
 from __future__ import annotations
 
 import os
+import sys
 from typing import Callable
 
 import numpy as np
@@ -27,7 +29,10 @@ from simulator.latency import LinearProfile
 from simulator.request_state import FINISHED
 
 COMPILED = True  # module switch: False keeps every server on the step path (benchmarks compare both)
-ENGINE_ENV = "DRAFTSIM_ENGINE"  # "steps" forces the step path; "compiled" (or unset) allows the compiled one
+ENGINE_ENV = "DRAFTSIM_ENGINE"  # "steps" forces the step path; "compiled": the compiled one whenever eligible
+# below this many output tokens a run takes the step path unless the kernel is already loaded in this process: numba's
+# import and the kernel's cache load (~0.6 s + 0.5 s CPU under load) cost more than the step path's ~0.4 s for it
+MIN_WORK_TOKENS = 200_000
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill")  # compiled_kernel's phase codes
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
@@ -35,7 +40,8 @@ DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "aut
 
 def ineligible_reason(server) -> str | None:
     """Why `server` must take the step path, or None when the compiled path reproduces it exactly."""
-    if not COMPILED or os.environ.get(ENGINE_ENV, "compiled") == "steps":
+    choice = os.environ.get(ENGINE_ENV, "")
+    if not COMPILED or choice == "steps":
         return f"step path forced ({ENGINE_ENV}=steps)" if COMPILED else "compiled path switched off"
     if server.mode not in ("ar", "sd"):
         return f"mode {server.mode!r} (PSD runs two sub-batches: step path)"
@@ -79,11 +85,21 @@ def ineligible_reason(server) -> str | None:
     if held > pool.total_blocks:
         return (f"KV could preempt: the {min(len(need), server.max_num_seqs)} largest requests need {held} blocks, "
                 f"the server has {pool.total_blocks}")
+    tokens = int(wl.output_len.sum())
+    if tokens < MIN_WORK_TOKENS and choice != "compiled" and not _kernel_loaded():
+        return (f"a small run ({tokens:,} output tokens < {MIN_WORK_TOKENS:,}): loading the compiled kernel costs more "
+                f"(set {ENGINE_ENV}=compiled to use it)")
     try:
         import numba  # noqa: F401
     except ImportError:
         return "numba is not installed"
     return None
+
+
+def _kernel_loaded() -> bool:
+    """The kernel was already compiled or loaded from its cache in this process."""
+    ker = sys.modules.get("simulator.compiled_kernel")
+    return ker is not None and bool(ker.run_steps.signatures)
 
 
 def for_server(server) -> CompiledRun | None:

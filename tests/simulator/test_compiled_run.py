@@ -33,7 +33,11 @@ def build(traces, wl, *, mode="sd", k=3, drafter="d", drafters=("d",), cost=None
     server.setdefault("max_num_seqs", 8)
     sc = scenario(mode, policy, target=target or linear(1e-7, 2e-5, 5e-3), costs=costs, kv_tokens=kv_tokens,
                   psd=psd, switch_cost_s=switch_cost_s, **server)
-    return ServerSimulation(sc, inputs(traces, wl, drafters))
+    old, compiled_run.MIN_WORK_TOKENS = compiled_run.MIN_WORK_TOKENS, 0  # these small runs take it too
+    try:
+        return ServerSimulation(sc, inputs(traces, wl, drafters))
+    finally:
+        compiled_run.MIN_WORK_TOKENS = old
 
 
 def run_path(compiled: bool, **kw):
@@ -146,6 +150,17 @@ def test_a_cluster_replica_and_a_forced_step_path_fall_back(monkeypatch):
     monkeypatch.setenv(compiled_run.ENGINE_ENV, "steps")
     res = build(traces=traces, wl=wl).simulate()
     assert res.extras["engine_path"] == "steps" and "forced" in res.extras["engine_path_reason"]
+
+
+def test_a_small_run_takes_the_step_path_until_the_kernel_is_loaded_or_asked_for(monkeypatch):
+    traces = traces_with(4, 2, 0.5, False)
+    wl = workload(traces, 8)
+    sc = build(traces=traces, wl=wl).server.scenario
+    monkeypatch.setattr(compiled_run, "_kernel_loaded", lambda: False)
+    small = ServerSimulation(sc, inputs(traces, wl)).server
+    assert small.compiled is None and "small run" in small.engine_path_reason
+    monkeypatch.setenv(compiled_run.ENGINE_ENV, "compiled")
+    assert ServerSimulation(sc, inputs(traces, wl)).server.compiled is not None
 
 
 def test_an_early_stop_ends_the_run_with_the_full_runs_finishes():
