@@ -83,6 +83,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
     pre = np.empty(max_seqs, np.int64)
     chunk = np.empty(max_seqs, np.int64)
     done = np.empty(max_seqs, np.int64)
+    newb = np.empty(max_seqs, np.int64)
     code = DONE
     while n_fin < n:
         if r + 3 > cap_rows or ni + max_seqs > cap_itl:
@@ -200,9 +201,13 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
             grow = 0  # Scheduler.reserve: no preemption (the eligibility check bounds KV)
             for j in range(n_dec):
                 i = dec[j]
-                need = (ctx[j] + prop[j] + bs - 1) // bs
-                if need > blocks[i]:
+                want = ctx[j] + prop[j]
+                if want > blocks[i] * bs:  # past its blocks: ceil(want / bs) > blocks[i], without a division
+                    need = (want + bs - 1) // bs
                     grow += need - blocks[i]
+                    newb[j] = need
+                else:
+                    newb[j] = 0
             if grow > total_blocks - used:
                 code = ERR_PREEMPT
                 break
@@ -211,10 +216,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                 if used > peak:
                     peak = used
                 for j in range(n_dec):
-                    i = dec[j]
-                    need = (ctx[j] + prop[j] + bs - 1) // bs
-                    if need > blocks[i]:
-                        blocks[i] = need
+                    if newb[j] > 0:
+                        blocks[dec[j]] = newb[j]
             if separate == 0:  # Scheduler.prefills(prop_sum + n_dec, True, now)
                 tokens_used = prop_sum + n_dec
                 budget = B - tokens_used
