@@ -8,8 +8,10 @@ derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.
 
 Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
-  with macro-steps (simulator/step_runs.py) and, in the same process, without (the step-by-step path): request-
-  steps per CPU second, mean sequences per step, and the ratio;
+  on the compiled path (simulator/compiled_run.py; UCB is not eligible and takes the step path), with macro-steps
+  (simulator/step_runs.py) and step by step, in the same process, the tables checked equal: request-steps per CPU
+  second, mean sequences per step, and the ratios; the compiled kernel's first call (numba import and cache load,
+  or compile) is timed on its own before;
 - whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
   seconds per wall second.
 Targets (issue 18): engine >= 10M request-steps/CPU-s for AR and fixed-k SD, >= 2M with a learning policy;
@@ -43,12 +45,12 @@ LLAMA2_7B_H100_LINEAR = {
 }
 
 
-def config(n: int, runs: list[dict]) -> dict:
+def config(n: int, runs: list[dict], rate: float = 12.0) -> dict:
     return {
         "name": "bench-serving",
         "seed": 0,
         "traces": "builtin:default",
-        "workload": {"num_requests": n, "arrival": {"kind": "poisson", "rate": 12.0},
+        "workload": {"num_requests": n, "arrival": {"kind": "poisson", "rate": rate},
                      "lengths": {"source": "parametric", "prompt": {"dist": "constant", "value": 512},
                                  "output": {"dist": "constant", "value": 256}}},
         "server": {"target_profile": LLAMA2_7B_H100_LINEAR, "step_overhead_s": STEP_OVERHEAD_S,
@@ -74,35 +76,72 @@ def uptime() -> str:
         return f"load average: {one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
-def engine(n: int, names: list[str], repeats: int) -> None:
-    """Engine CPU seconds per run, macro-steps on and off, in this process."""
+PATHS = ("compiled", "macro-steps", "step by step")  # simulator/compiled_run.py, step_runs.py, neither
+
+
+def first_call() -> None:
+    """The compiled kernel's first call in a process (numba import, then its cache load or compile), CPU seconds."""
     from experiments.config import load_config
     from experiments.run import experiment_inputs, prepare
-    from simulator import step_runs
     from simulator.scenario import simulate
 
+    from simulator.compiled_run import ENGINE_ENV
+
+    cfg = load_config(config(3, [RUNS["AR"]]))
+    inputs, sc = experiment_inputs(cfg, need_acceptance=False), prepare(cfg)[0]
+    os.environ[ENGINE_ENV] = "compiled"  # a run this small takes the step path otherwise (MIN_WORK_TOKENS)
+    try:
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = simulate(sc, inputs)
+        c, w = time.process_time() - c0, time.perf_counter() - t0
+    finally:
+        del os.environ[ENGINE_ENV]
+    print(f"  first compiled call (numba import + kernel cache load or compile, 3 requests): {c:.2f} s cpu, "
+          f"{w:.2f} s wall; path {res.extras['engine_path']}  [{uptime()}]")
+
+
+def engine(n: int, names: list[str], repeats: int, rate: float = 12.0) -> None:
+    """Engine CPU seconds per run on the compiled path, with macro-steps and step by step, in this process."""
+    from experiments.config import load_config
+    from experiments.run import experiment_inputs, prepare
+    from simulator import compiled_run, step_runs
+    from simulator.scenario import simulate
+
+    first_call()
     for name in names:
-        cfg = load_config(config(n, [RUNS[name]]))
+        cfg = load_config(config(n, [RUNS[name]], rate))
         inputs = experiment_inputs(cfg, need_acceptance=name != "AR")
-        cpu: dict[bool, float] = {}
+        cpu: dict[str, float] = {}
+        res: dict = {}
         for _ in range(repeats):
-            for macro in (False, True):
-                step_runs.MACRO_STEPS = macro
+            for path in PATHS:
+                compiled_run.COMPILED = path == "compiled"
+                step_runs.MACRO_STEPS = path == "macro-steps"
                 sc = prepare(cfg)[0]
                 c0 = time.process_time()
-                res = simulate(sc, inputs)
+                res[path] = simulate(sc, inputs)
                 c = time.process_time() - c0
-                cpu[macro] = min(cpu.get(macro, c), c)
-        step_runs.MACRO_STEPS = True
-        rs = res.extras["request_steps"]
-        steps = res.extras["steps"]
-        sim_s = float(res.requests["finish_time"].max())
-        on, off = rs / cpu[True], rs / cpu[False]
+                cpu[path] = min(cpu.get(path, c), c)
+        compiled_run.COMPILED, step_runs.MACRO_STEPS = True, True
+        ref = res["step by step"]
+        for path in PATHS[:2]:  # the same tables on every path
+            same = (res[path].requests.equals(ref.requests) and res[path].steps.equals(ref.steps)
+                    and res[path].itl.tobytes() == ref.itl.tobytes())
+            if not same:
+                raise SystemExit(f"{name}: the {path} path's tables differ from the step-by-step path's")
+        got = res["compiled"].extras.get("engine_path")
+        rs = ref.extras["request_steps"]
+        steps = ref.extras["steps"]
+        sim_s = float(ref.requests["finish_time"].max())
+        rate = {p: rs / cpu[p] for p in PATHS}
         print(f"  {name:6s} {rs:>10,} request-steps in {steps:,} steps ({rs / steps:.1f} seqs/step), "
-              f"{sim_s:.0f} simulated s")
-        print(f"         engine cpu: macro-steps {cpu[True]:.3f} s -> {on:,.0f} request-steps/cpu-s; step by step "
-              f"{cpu[False]:.3f} s -> {off:,.0f}; ratio {on / off:.2f}x; engine {sim_s / cpu[True]:,.0f}x real time "
-              f"(target {TARGET_RATE[name]:,}: {'met' if on >= TARGET_RATE[name] else 'NOT met'})  [{uptime()}]")
+              f"{sim_s:.0f} simulated s; compiled run took the {got} path "
+              f"{res['compiled'].extras.get('engine_path_reason') or ''}")
+        print("         engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {rate[p]:,.0f}/cpu-s" for p in PATHS))
+        print(f"         ratios: compiled / macro-steps {rate['compiled'] / rate['macro-steps']:.1f}x, compiled / step "
+              f"by step {rate['compiled'] / rate['step by step']:.1f}x; compiled engine "
+              f"{sim_s / cpu['compiled']:,.0f}x real time (target {TARGET_RATE[name]:,} request-steps/cpu-s: "
+              f"{'met' if rate['compiled'] >= TARGET_RATE[name] else 'NOT met'})  [{uptime()}]")
 
 
 def whole_process(n: int, repeats: int) -> None:
@@ -131,11 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=2, help="engine runs per path (best CPU time kept)")
     ap.add_argument("--runs", default="AR,SD-k3,UCB", help="comma-separated subset of AR, SD-k3, UCB")
+    ap.add_argument("--rate", type=float, default=12.0, help="Poisson arrival rate of the engine runs (SD k=3 at "
+                    "18 req/s: ~38 sequences per step); the whole-process run keeps 12")
     ap.add_argument("--skip-process", action="store_true", help="engine figures only")
     args = ap.parse_args(argv)
-    print(f"{args.requests:,} requests, 512 in / 256 out, Poisson 12 req/s, max_num_seqs 64, linear "
+    print(f"{args.requests:,} requests, 512 in / 256 out, Poisson {args.rate:g} req/s, max_num_seqs 64, linear "
           f"Llama-2-7B/H100-like profile; figures measured under the load shown")
-    engine(args.requests, args.runs.split(","), args.repeats)
+    engine(args.requests, args.runs.split(","), args.repeats, args.rate)
     if not args.skip_process:
         whole_process(args.requests, args.repeats)
     return 0

@@ -134,4 +134,6 @@ class ColumnBuffer:
         if order_by is not None:
             order = np.argsort(data[order_by], kind="stable")
             data = {c: v[order] for c, v in data.items()}
+        # string columns as object Series: a bare object array would be inferred as pandas' str dtype and converted back
+        data = {c: pd.Series(v, dtype=object, copy=False) if v.dtype == object else v for c, v in data.items()}
         return pd.DataFrame(data, columns=cols).astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})

@@ -22,7 +22,7 @@ from simulator.request_state import RequestState
 from simulator.scheduler import Scheduler
 from simulator.server_config import Scenario
 from simulator.step_outcome import StepOutcome
-from simulator import step_runs
+from simulator import compiled_run, step_runs
 from simulator.step_psd import PSDExecutor
 from simulator.step_sd import SDExecutor
 from simulator.workload_arrays import SimInputs
@@ -80,13 +80,18 @@ class Server:
         if arrivals is not None:
             arrivals.attach(st.arrival)
         self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
-        self.step_runs = step_runs.for_server(self)  # None: every step on the step path
+        self.compiled = compiled_run.for_server(self)  # None: the step path (reason in engine_path_reason)
+        self.step_runs = step_runs.for_server(self) if self.compiled is None else None  # None: step by step
         self.process = env.process(self.loop())
 
     def loop(self):
         """The server: pull arrivals; idle until the next one, or run one step and apply it."""
         env, st = self.env, self.state
         n = len(self.wl)
+        if self.compiled is not None:  # the whole run in one compiled loop (simulator/compiled_run.py)
+            end = self.compiled.run()
+            yield env.timeout(max(0.0, end - env.now))
+            return
         busy = False
         while st.n_finished < n:
             if busy and self.gap_s and (st.running or st.waiting):  # vLLM V1: the engine loop's gap, then inputs
@@ -177,6 +182,8 @@ class Server:
             "drafter_usage": usage,
             "psd_fallback_steps": self.executor.fallback_steps,
             "max_num_seqs": self.max_num_seqs,
+            "engine_path": "steps" if self.compiled is None else "compiled",
+            **({"engine_path_reason": self.engine_path_reason} if self.compiled is None else {}),
             **self.scenario.info,
             "num_target_gpus": self.scenario.num_target_gpus,
             "num_draft_gpus": self.scenario.num_draft_gpus,

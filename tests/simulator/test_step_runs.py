@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from policies.base import FixedPolicy
 from policies.registry import make_policy
-from simulator import step_runs
+from simulator import compiled_run, step_runs
 from simulator.draft_cost import DraftCost
 from tests.simulator.engine_fixtures import PSDConfig, linear, simulate, workload
 from traces.bundle import DrafterTrace, RequestTrace
@@ -32,9 +32,11 @@ def traces_with(n: int, seed: int, rate: float, ngram: bool) -> list[RequestTrac
 
 
 def both_paths(**kw):
-    """The same simulation with macro-steps off and on; also how many steps the macro path took."""
+    """The same simulation with macro-steps off and on (the compiled path off); also how many steps the macro path
+    took."""
     results = []
     orig = step_runs.StepRuns.apply
+    compiled_run.COMPILED = False
     try:
         for macro in (False, True):
             step_runs.MACRO_STEPS = macro
@@ -48,7 +50,7 @@ def both_paths(**kw):
             results.append((simulate(**kw), sum(taken)))
     finally:
         step_runs.StepRuns.apply = orig
-        step_runs.MACRO_STEPS = True
+        step_runs.MACRO_STEPS = compiled_run.COMPILED = True
     return results
 
 

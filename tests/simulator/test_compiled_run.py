@@ -1,0 +1,179 @@
+"""The compiled engine path (simulator/compiled_run.py) against the step-by-step path: the same requests, steps
+and ITL tables bit for bit (no float tolerance: the kernel forms every float as the step path does) over random
+eligible configs (AR and fixed-k SD, k and drafters with and without n-gram proposal caps, every draft cost kind,
+mixed/chunked/separate prefill, Poisson, burst and closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large
+enough to pass the no-preemption check, small row buffers that make the kernel run in segments); each ineligible
+case falls back to the step path and says why; an early stop returns the same finishes as the full run."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.base import FixedPolicy
+from policies.registry import make_policy
+from simulator import compiled_run, step_runs
+from simulator.arrivals import PushedArrivals
+from simulator.draft_cost import DraftCost
+from simulator.engine import ServerSimulation
+from simulator.latency import LinearProfile
+from simulator.server import Server
+from tests.simulator.engine_fixtures import PSDConfig, inputs, linear, scenario, workload
+from tests.simulator.test_step_runs import COSTS, traces_with
+
+
+def build(traces, wl, *, mode="sd", k=3, drafter="d", drafters=("d",), cost=None, policy=None, kv_tokens=10**6,
+          psd=None, switch_cost_s=0.0, target=None, **server):
+    if policy is None and mode != "ar":
+        policy = FixedPolicy(drafter, k)
+    costs = {d: cost or COSTS["fraction"] for d in drafters}
+    server.setdefault("max_num_seqs", 8)
+    sc = scenario(mode, policy, target=target or linear(1e-7, 2e-5, 5e-3), costs=costs, kv_tokens=kv_tokens,
+                  psd=psd, switch_cost_s=switch_cost_s, **server)
+    old, compiled_run.MIN_WORK_TOKENS = compiled_run.MIN_WORK_TOKENS, 0  # these small runs take it too
+    try:
+        return ServerSimulation(sc, inputs(traces, wl, drafters))
+    finally:
+        compiled_run.MIN_WORK_TOKENS = old
+
+
+def run_path(compiled: bool, **kw):
+    """One simulation on the compiled path (when eligible) or forced onto the step-by-step path."""
+    compiled_run.COMPILED, step_runs.MACRO_STEPS = compiled, False
+    try:
+        return build(**kw).simulate()
+    finally:
+        compiled_run.COMPILED, step_runs.MACRO_STEPS = True, True
+
+
+def assert_same(a, b) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    assert a.itl.tobytes() == b.itl.tobytes()
+    drop = ("engine_path", "engine_path_reason")
+    assert {k: v for k, v in a.extras.items() if k not in drop} == {k: v for k, v in b.extras.items() if k not in drop}
+
+
+def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int) -> int:
+    """KV tokens just enough (plus `slack` blocks) for the max_num_seqs largest requests at their largest KV."""
+    need = np.sort(-(-(wl.prompt_len + wl.output_len - 1 + max(1, k)) // block_size))[::-1]
+    return int(need[:max_num_seqs].sum() + slack) * block_size
+
+
+@settings(max_examples=40, deadline=None)
+@given(mode=st.sampled_from(["ar", "sd", "sd"]), seed=st.integers(0, 10_000), n=st.integers(1, 40),
+       rate=st.floats(0.0, 0.9), ngram=st.booleans(), k=st.integers(0, 5), cost=st.sampled_from(sorted(COSTS)),
+       rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
+       arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
+       max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
+       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]))
+def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
+                                                        req_rate, max_num_seqs, block_size, slack, overhead, segment):
+    traces = traces_with(max(1, n // 2), seed, rate, ngram)
+    drafters = ("d", "g") if ngram else ("d",)
+    wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
+                  clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
+    if rules != "chunked" and budget < int(wl.prompt_len.max()):
+        # without chunked prefill a prompt over the budget is refused up front; just above it, decode and draft
+        # tokens can leave too little budget for the next prompt
+        budget = int(wl.prompt_len.max()) + seed % 9
+    kw = dict(traces=traces, wl=wl, mode=mode, k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
+              cost=COSTS[cost], kv_tokens=tight_kv(wl, k if mode == "sd" else 0, block_size, max_num_seqs, slack),
+              max_num_seqs=max_num_seqs, block_size=block_size, step_overhead_s=overhead,
+              max_num_batched_tokens=budget, chunked_prefill=rules == "chunked",
+              prefill="separate" if rules == "separate" else "mixed")
+    old = compiled_run.SEGMENT_ROWS
+    compiled_run.SEGMENT_ROWS = segment
+    try:
+        fast = run_path(True, **kw)
+    finally:
+        compiled_run.SEGMENT_ROWS = old
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    slow = run_path(False, **kw)
+    assert slow.extras["engine_path"] == "steps"
+    assert_same(fast, slow)
+
+
+def test_a_longer_sd_run_with_prefill_chunks_and_draft_prefills_is_equal():
+    """150 requests through chunked prefill with an autoregressive drafter (draft and draft-prefill rows)."""
+    traces = traces_with(30, 7, 0.7, False)
+    wl = workload(traces, 150, rate=80.0, seed=7)
+    kw = dict(traces=traces, wl=wl, mode="sd", k=4, cost=COSTS["autoregressive"], max_num_seqs=10,
+              max_num_batched_tokens=48, chunked_prefill=True, step_overhead_s=1e-4)
+    fast, slow = run_path(True, **kw), run_path(False, **kw)
+    assert fast.extras["engine_path"] == "compiled"
+    assert set(fast.steps.phase) >= {"draft", "verify", "mixed", "draft_prefill"}
+    assert_same(fast, slow)
+
+
+def _fallback_cases():
+    traces = traces_with(6, 1, 0.6, False)
+    wl = workload(traces, 12, rate=100.0)
+    base = dict(traces=traces, wl=wl)
+
+    class Scaled(LinearProfile):
+        """A profile kind the kernel does not know."""
+
+    return {
+        "psd": ({**base, "mode": "psd", "psd": PSDConfig()}, "mode 'psd'"),
+        "learning policy": ({**base, "policy": make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)},
+                            "chooses per step"),
+        "switch cost": ({**base, "switch_cost_s": 0.001}, "switching cost"),
+        "vllm-v1": ({**base, "scheduler": "vllm-v1"}, "scheduler 'vllm-v1'"),
+        "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
+        "draft profile kind": ({**base, "cost": DraftCost("whole_proposal", profile=Scaled("s", {"const": 1e-3}))},
+                               "draft cost profile kind"),
+        "engine_step": ({**base, "cost": DraftCost("engine_step", profile=linear())}, "engine_step"),
+        "kv pressure": ({**base, "kv_tokens": int((wl.prompt_len + wl.output_len).max()) + 16}, "KV could preempt"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_fallback_cases()))
+def test_an_ineligible_run_falls_back_to_the_step_path_and_says_why(case):
+    kw, why = _fallback_cases()[case]
+    res = build(**kw).simulate()
+    assert res.extras["engine_path"] == "steps"
+    assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
+
+
+def test_a_cluster_replica_and_a_forced_step_path_fall_back(monkeypatch):
+    traces = traces_with(4, 2, 0.5, False)
+    wl = workload(traces, 8)
+    sim = build(traces=traces, wl=wl)
+    assert sim.server.compiled is not None
+    env = simpy.Environment()
+    srv = Server(env, sim.server.scenario, inputs(traces, wl), arrivals=PushedArrivals(env))
+    assert srv.compiled is None and "pushed" in srv.engine_path_reason
+    monkeypatch.setenv(compiled_run.ENGINE_ENV, "steps")
+    res = build(traces=traces, wl=wl).simulate()
+    assert res.extras["engine_path"] == "steps" and "forced" in res.extras["engine_path_reason"]
+
+
+def test_a_small_run_takes_the_step_path_until_the_kernel_is_loaded_or_asked_for(monkeypatch):
+    traces = traces_with(4, 2, 0.5, False)
+    wl = workload(traces, 8)
+    sc = build(traces=traces, wl=wl).server.scenario
+    monkeypatch.setattr(compiled_run, "_kernel_loaded", lambda: False)
+    small = ServerSimulation(sc, inputs(traces, wl)).server
+    assert small.compiled is None and "small run" in small.engine_path_reason
+    monkeypatch.setenv(compiled_run.ENGINE_ENV, "compiled")
+    assert ServerSimulation(sc, inputs(traces, wl)).server.compiled is not None
+
+
+def test_an_early_stop_ends_the_run_with_the_full_runs_finishes():
+    """`run(stop=...)`: the kernel returns every `check_every` finishes; what finished matches the full run."""
+    traces = traces_with(10, 4, 0.6, False)
+    wl = workload(traces, 40, rate=60.0, seed=4)
+    full = build(traces=traces, wl=wl).simulate()
+    sim = build(traces=traces, wl=wl)
+    asked: list[int] = []
+    end = sim.server.compiled.run(stop=lambda done: asked.append(done) or done >= 9, check_every=4)
+    st = sim.server.state
+    assert asked[0] >= 4 and asked[-1] >= 9 and st.n_finished == asked[-1] < len(wl)
+    fin = ~np.isnan(st.finish)
+    assert fin.sum() == st.n_finished
+    np.testing.assert_array_equal(st.finish[fin], full.requests.finish_time.to_numpy()[fin])
+    assert end == st.finish[fin].max()
