@@ -241,8 +241,9 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def parse_json(text: str, path: str, line: int | None = None) -> Any:
-    """Parse one JSON document (a JSONL line) and check keys, numbers, nesting and size."""
+def parse_json(text: str, path: str, line: int | None = None, *, check_values: bool = True) -> Any:
+    """Parse one JSON document (a JSONL line) and check keys, numbers, nesting and size (`check_values=False`: the
+    caller's schema checks every value's type and range itself, so the walk over all values is skipped)."""
     try:
         doc = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
@@ -252,7 +253,8 @@ def parse_json(text: str, path: str, line: int | None = None) -> Any:
                                line=line) from None
     except ValueError as e:
         raise TraceFormatError(path, f"not valid JSON: {e}", line=line) from None
-    check_plain_data(doc, path, line, max_nodes=None)  # JSON has no aliases: its size is the file's
+    if check_values:
+        check_plain_data(doc, path, line, max_nodes=None)  # JSON has no aliases: its size is the file's
     return doc
 
 
@@ -260,6 +262,14 @@ def iter_jsonl(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterat
     """(line number, parsed object) of every line of a `.jsonl` or `.jsonl.gz` file; a blank line, a line that
     is not UTF-8 or not JSON or longer than `max_line_bytes`, a file that is not a regular file, and a truncated
     or corrupt gzip stream are errors naming the file and line."""
+    where = str(path)
+    for line_no, text in iter_jsonl_text(path, max_line_bytes):
+        yield line_no, parse_json(text, where, line_no)
+
+
+def iter_jsonl_text(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line of a `.jsonl` or `.jsonl.gz` file, checked as `iter_jsonl` does but not
+    parsed: for a reader whose schema checks every value itself (`parse_json(..., check_values=False)`)."""
     where = str(path)
     line_no = 0
     try:
@@ -280,7 +290,7 @@ def iter_jsonl(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterat
                                                f"{e.start + 1})", line=line_no) from None
                     if not text.strip():
                         raise TraceFormatError(where, "blank line (expected one JSON object per line)", line=line_no)
-                    yield line_no, parse_json(text, where, line_no)
+                    yield line_no, text
     except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
         raise TraceFormatError(where, f"cannot be read completely ({type(e).__name__}: {e}); the file may be "
                                "truncated or corrupt", line=line_no + 1) from None

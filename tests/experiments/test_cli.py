@@ -52,6 +52,10 @@ def test_running_specbench_imports_no_heavy_library(tmp_path):
             "--batch-size", "2", "--num-requests", "4", "--json"]
     loaded = _loaded_after(f"from experiments.cli import main\nassert main({argv!r}) == 0")
     assert loaded["top"] & HEAVY == set()
+    # nor numpy (~0.1-0.2 s of a ~0.3 s process): the reader, the profiles and the replay are plain Python
+    assert "numpy" not in loaded["top"]
+    engine = argv + ["--position-convention", "engine"]  # the engine's replay rule (traces.acceptance) does use it
+    assert "numpy" in _loaded_after(f"from experiments.cli import main\nassert main({engine!r}) == 0")["top"]
 
 
 @pytest.mark.parametrize("name", sorted(COMMAND_MODULES))

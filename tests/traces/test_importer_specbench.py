@@ -42,8 +42,8 @@ def test_reader_keeps_each_proposers_own_list(tmp_path):
     assert [r.id for r in recs] == ["a", "b"]
     assert [r.line for r in recs] == [1, 2]
     assert recs[0].prompt_len == 3
-    assert recs[1].acc_len["eagle3"].tolist() == [3, 1, 1]
-    assert recs[1].acc_len["ngram"].tolist() == [1, 2, 1, 1, 1]
+    assert recs[1].acc_len["eagle3"] == [3, 1, 1]
+    assert recs[1].acc_len["ngram"] == [1, 2, 1, 1, 1]
     assert recs[1].output_len("eagle3") == 3 and recs[1].output_len("ngram") == 5
     assert recs[1].output_len("combined") == 3
     assert recs[0].lengths_agree and not recs[1].lengths_agree
@@ -53,7 +53,7 @@ def test_reader_reads_gzip(tmp_path):
     p = tmp_path / "x.jsonl.gz"
     with gzip.open(p, "wt", encoding="utf-8") as f:
         f.write(json.dumps(line()) + "\n")
-    assert read_specbench(p)[0].acc_len["eagle3"].tolist() == [2, 1, 3, 1]
+    assert read_specbench(p)[0].acc_len["eagle3"] == [2, 1, 3, 1]
 
 
 BAD_LINES = [
@@ -73,7 +73,25 @@ BAD_LINES = [
     (json.dumps({**line(), "acc_eagle": [1, 2]}), "acc_eagle"),
     (json.dumps({**line(), "acc_eagle": {"acc_len": [1], "probs": [0.5]}}), "acc_eagle"),
     ("", None),
+    # lines without `-`, true or false take the reader's one-pass check; each of these must still fail it
+    (json.dumps({**line(), "prompt_token_ids": [1, 2**31]}), "prompt_token_ids"),
+    (json.dumps({**line(), "generated_token_ids": [2**31 - 1, 2**31 - 1, 2**40]}), "generated_token_ids"),
+    (json.dumps(line()).replace('"prompt_token_ids": [1, 2, 3]', '"prompt_token_ids": [1, 1e999, 3]'),
+     "prompt_token_ids"),
+    (json.dumps({**line(), "prompt_token_ids": [[1], 2]}), "prompt_token_ids"),
+    (json.dumps({**line(), "generated_token_ids": [1, "2"]}), "generated_token_ids"),
+    (json.dumps({**line(), "prompt_token_ids": [1, {"a": 2}]}), "prompt_token_ids"),
+    (json.dumps(line(eagle=(2, 0, 1, 1))).replace("-", ""), "acc_eagle.acc_len"),
+    (json.dumps({**line(), "id": "\ud800"}), "id"),
+    (json.dumps({**line(), "id": 2**64}), "id"),
+    (json.dumps({**line(), "id": "a-b"}).replace("[5, 6, 7, 8]", "[5, 6, 7, 8.0]"), "generated_token_ids"),
 ]
+
+
+def test_sums_above_the_limit_with_every_value_inside_it_are_fine(tmp_path):
+    big = 2**31 - 1
+    recs = read_specbench(write(tmp_path / "big.jsonl", [line("a", prompt=(big, big), gen=(big, 0, 1, 2))]))
+    assert recs[0].prompt_token_ids == [big, big] and recs[0].generated_token_ids == [big, 0, 1, 2]
 
 
 @pytest.mark.parametrize("text,fld", BAD_LINES)
