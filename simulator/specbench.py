@@ -226,13 +226,15 @@ def _engine_emitted(acc_len: int, sent: int, generated: int, output_len: int) ->
 def _steps_reference(acc: list[int], k: int | None) -> tuple[list[int], int]:
     """Tokens generated before each SD step of a copy (reference convention) and after its last step.
 
-    The step at g reads acc_len[g - 1] and adds `_reference_emitted`; the first step is always taken (as the
-    release does), and the copy stops once g reaches the output length."""
+    The step at g reads acc_len[g - 1] and adds `_reference_emitted` (min(acc_len, tokens sent): acc_len itself
+    under ORACLE, taken here for every position at once); the first step is always taken (as the release
+    does), and the copy stops once g reaches the output length."""
+    added = acc if k is None else list(map(min, acc, repeat(k + 1)))  # _reference_emitted at each position
     n, starts, g = len(acc), [], PREFILL_TOKENS
+    append = starts.append
     while True:
-        starts.append(g)
-        a = acc[g - 1]
-        g += _reference_emitted(a, a if k is None else k + 1, g, n)
+        append(g)
+        g += added[g - 1]
         if g >= n:
             return starts, g
 

@@ -241,11 +241,15 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_JSON = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_reject_constant)  # built once: a
+# decoder per call (what json.loads with hooks does) costs as much as parsing a short line
+
+
 def parse_json(text: str, path: str, line: int | None = None, *, check_values: bool = True) -> Any:
     """Parse one JSON document (a JSONL line) and check keys, numbers, nesting and size (`check_values=False`: the
     caller's schema checks every value's type and range itself, so the walk over all values is skipped)."""
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
+        doc = _JSON.decode(text)
     except json.JSONDecodeError as e:
         raise TraceFormatError(path, f"not valid JSON: {e.msg} at column {e.colno}", line=line) from None
     except RecursionError:

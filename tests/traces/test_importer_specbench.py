@@ -105,6 +105,49 @@ def test_bad_line_names_file_line_and_field(tmp_path, text, fld):
     assert str(p) in str(e.value) and "line 2" in str(e.value)
 
 
+@pytest.mark.parametrize("text,fld", BAD_LINES)
+def test_bad_line_is_refused_alike_without_token_ids(tmp_path, text, fld):
+    """The counted lists (token_ids=False) take another path through the text; it must refuse the same lines."""
+    p = write(tmp_path / "bad.jsonl", [line("ok"), text, line("later")])
+    with pytest.raises(TraceFormatError) as e:
+        read_specbench(p, token_ids=False)
+    assert (e.value.path, e.value.line, e.value.field) == (str(p), 2, fld)
+
+
+token_lists = st.lists(st.one_of(st.integers(0, 20), st.integers(0, 2**31 - 1), st.integers(2**31 - 10, 2**31 + 10)),
+                       max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(token_lists, token_lists, st.sampled_from([(", ", ": "), (",", ":"), (" , ", " : ")]), st.text(max_size=8))
+def test_reading_without_token_ids_keeps_the_lengths_and_refuses_what_the_full_read_refuses(
+        tmp_path_factory, prompt, gen, separators, rid):
+    """Lengths, ids and acc_len agree with the full read for any token lists and JSON spacing; a line the full
+    read refuses (empty prompt, ids beyond 32 bits) is refused with the same field."""
+    tmp = tmp_path_factory.mktemp("t")
+    doc = line(rid or "x", prompt=prompt, gen=gen, eagle=[1] * 3, ngram=[2] * 3)
+    p = tmp / "t.jsonl"
+    p.write_text(json.dumps(doc, separators=separators) + "\n", encoding="utf-8")
+    try:
+        full = read_specbench(p)
+    except TraceFormatError as e:
+        with pytest.raises(TraceFormatError) as again:
+            read_specbench(p, token_ids=False)
+        assert (again.value.line, again.value.field) == (e.line, e.field)
+        return
+    (a,), (b,) = full, read_specbench(p, token_ids=False)
+    assert (b.id, b.prompt_len, b.generated_len, b.acc_len) == (a.id, len(prompt), len(gen), a.acc_len)
+    assert b.lengths_agree == a.lengths_agree
+    assert b.prompt_token_ids in (None, prompt) and b.generated_token_ids in (None, gen)
+
+
+def test_a_bundle_needs_the_token_ids(tmp_path):
+    recs = read_specbench(write(tmp_path / "a.jsonl", [line("a", prompt=(5, 6), gen=(7, 8, 9, 10))]), token_ids=False)
+    assert recs[0].prompt_token_ids is None and recs[0].prompt_len == 2
+    with pytest.raises(ValueError, match="token ids"):
+        to_bundle(recs)
+
+
 def test_duplicate_id_names_both_lines(tmp_path):
     p = write(tmp_path / "dup.jsonl", [line("a"), line("b"), line("a")])
     with pytest.raises(TraceFormatError, match="first on line 1") as e:

@@ -43,17 +43,26 @@ _LINE_KEYS = {"id", "prompt_token_ids", "generated_token_ids", *PROPOSER_KEYS.va
 
 @dataclass(frozen=True)
 class SpecBenchRecord:
-    """One line of a SpecDecode-Bench file, each proposer's `acc_len` list kept at its own length."""
+    """One line of a SpecDecode-Bench file, each proposer's `acc_len` list kept at its own length.
+
+    Read with `token_ids=False`, the token-id lists are checked and counted but not kept (None): the
+    compatibility mode needs only their lengths, and building ~350k integer objects is most of a file's read."""
 
     id: str
     line: int
-    prompt_token_ids: list[int]
-    generated_token_ids: list[int]
+    prompt_token_ids: list[int] | None
+    generated_token_ids: list[int] | None
     acc_len: dict[str, list[int]]  # proposer name ("eagle3", "ngram") -> values >= 1 that fit 32-bit integers
+    prompt_len: int = -1  # from prompt_token_ids when they are kept
+    generated_len: int = -1  # from generated_token_ids when they are kept
 
-    @property
-    def prompt_len(self) -> int:
-        return len(self.prompt_token_ids)
+    def __post_init__(self) -> None:
+        for ids, length in (("prompt_token_ids", "prompt_len"), ("generated_token_ids", "generated_len")):
+            values = getattr(self, ids)
+            if values is not None:
+                object.__setattr__(self, length, len(values))
+            elif getattr(self, length) < 0:
+                raise ValueError(f"SpecBenchRecord {self.id!r}: give {ids} or {length}")
 
     def output_len(self, proposer: str) -> int:
         """Output length as the reference counts it: the proposer's list length (combined: the shorter)."""
@@ -64,7 +73,7 @@ class SpecBenchRecord:
     @property
     def lengths_agree(self) -> bool:
         """True when every acc_len list has as many positions as there are generated tokens."""
-        n = len(self.generated_token_ids)
+        n = self.generated_len
         return all(len(a) == n for a in self.acc_len.values())
 
 
@@ -118,10 +127,14 @@ def _int_list(value: Any, path: str, line: int, fld: str, minimum: int, plain_li
     return value
 
 
-def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False) -> SpecBenchRecord:
+def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False,
+               counted: dict[str, int] | None = None) -> SpecBenchRecord:
     """Validate one parsed JSON line, every value's type and range; every error names file, line and field.
 
-    `plain_line`: the line's text holds no `-`, `true` or `false` (a faster check of the integer lists)."""
+    `plain_line`: the line's text holds no `-`, `true` or `false` (a faster check of the integer lists).
+    `counted`: token-id lists already checked in the text and replaced by null there (`_count_token_lists`):
+    key -> length; the record then keeps their lengths only."""
+    counted = counted or {}
     if not isinstance(doc, dict):
         raise TraceFormatError(path, f"expected a JSON object, got {type(doc).__name__}", line=line)
     unknown = set(doc) - _LINE_KEYS
@@ -143,10 +156,11 @@ def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False) -> S
     if isinstance(rid, int) and not -2**63 <= rid < 2**63:
         raise TraceFormatError(path, f"expected an integer that fits in 64 bits, got {shorten(rid)}", line=line,
                                field="id")
-    prompt = _int_list(doc["prompt_token_ids"], path, line, "prompt_token_ids", 0, plain_line)
-    if not prompt:
+    ids: dict[str, list[int] | None] = {}
+    for key in ("prompt_token_ids", "generated_token_ids"):
+        ids[key] = None if key in counted else _int_list(doc[key], path, line, key, 0, plain_line)
+    if not (counted.get("prompt_token_ids") or ids["prompt_token_ids"]):
         raise TraceFormatError(path, "expected at least one prompt token", line=line, field="prompt_token_ids")
-    generated = _int_list(doc["generated_token_ids"], path, line, "generated_token_ids", 0, plain_line)
     acc: dict[str, list[int]] = {}
     for name, key in PROPOSER_KEYS.items():
         obj = doc[key]
@@ -157,7 +171,9 @@ def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False) -> S
             raise TraceFormatError(path, f"unknown key(s) {shorten(sorted(extra))}; expected only acc_len", line=line,
                                    field=key)
         acc[name] = _int_list(obj["acc_len"], path, line, f"{key}.acc_len", 1, plain_line)
-    return SpecBenchRecord(str(rid), line, prompt, generated, acc)
+    return SpecBenchRecord(str(rid), line, ids["prompt_token_ids"], ids["generated_token_ids"], acc,
+                           prompt_len=counted.get("prompt_token_ids", -1),
+                           generated_len=counted.get("generated_token_ids", -1))
 
 
 def _plain_line(text: str) -> bool:
@@ -165,8 +181,48 @@ def _plain_line(text: str) -> bool:
     return "-" not in text and "true" not in text and "false" not in text
 
 
-def read_specbench(path: str | Path) -> list[SpecBenchRecord]:
-    """Read a SpecDecode-Bench `.jsonl` (or `.jsonl.gz`) file in file order, fully validated."""
+_TOKEN_LISTS = ("prompt_token_ids", "generated_token_ids")
+_DIGITS_AS_D = str.maketrans("0123456789", "D" * 10)
+_TEN_DIGITS = "D" * 10
+
+
+def _count_token_lists(text: str) -> tuple[str, dict[str, int]]:
+    """`text` with each token-id list written as the release writes it (`"key": [12, 0, 345]`) replaced by null,
+    and the lists' lengths; a list in any other form is left for the JSON parser.
+
+    A list is taken only if it is certainly valid: ASCII digits separated by exactly ", ", the first and last
+    items digits, no empty item, no item with a leading zero or an item of ten or more digits (so each is a
+    32-bit id); an id 0 or any doubt leaves the list to the parser (slower, same result). The first `]` after
+    `[` closes such a list, and null is a whole JSON value, so the rest of the line parses as before; the
+    caller checks that the parsed line holds null exactly where a list was counted (else it parses the
+    original text)."""
+    counted: dict[str, int] = {}
+    for key in _TOKEN_LISTS:
+        head = f'"{key}": ['
+        start = text.find(head)
+        if start < 0:
+            continue
+        body_start = start + len(head)
+        end = text.find("]", body_start)
+        if end < 0:
+            continue
+        body = text[body_start:end]
+        shape = body.translate(_DIGITS_AS_D)  # each ASCII digit a D (str.isdigit is a slow per-character lookup)
+        commas = shape.count(",")
+        # only D, comma and space; every comma followed by a space and every space after a comma: D+(, D+)*
+        if not (body.isascii() and shape[:1] == "D" and shape[-1:] == "D" and commas == shape.count(", ")
+                == shape.count(" ") and shape.count("D") + 2 * commas == len(shape)) \
+                or ", ," in shape or _TEN_DIGITS in shape or ", 0" in body or body.startswith("0"):
+            continue
+        counted[key] = commas + 1
+        text = text[:body_start - 1] + "null" + text[end + 1:]
+    return text, counted
+
+
+def read_specbench(path: str | Path, *, token_ids: bool = True) -> list[SpecBenchRecord]:
+    """Read a SpecDecode-Bench `.jsonl` (or `.jsonl.gz`) file in file order, fully validated.
+
+    `token_ids=False`: the token-id lists are checked and counted but not kept (`SpecBenchRecord`)."""
     path = Path(path)
     where = str(path)
     if not path.exists():
@@ -175,8 +231,19 @@ def read_specbench(path: str | Path) -> list[SpecBenchRecord]:
     seen: dict[str, int] = {}
     for line_no, text in iter_jsonl_text(path):
         # parse_line checks every value of the schema (unknown keys refused), so the generic walk is not needed
-        doc = parse_json(text, where, line_no, check_values=False)
-        rec = parse_line(doc, where, line_no, plain_line=_plain_line(text))
+        doc, counted = None, {}
+        if not token_ids:
+            short, counted = _count_token_lists(text)
+            if counted:
+                try:
+                    doc = parse_json(short, where, line_no, check_values=False)
+                except TraceFormatError:
+                    doc = None  # the original text's own error is reported below
+                if not (isinstance(doc, dict) and all(k in doc and doc[k] is None for k in counted)):
+                    doc, counted = None, {}
+        if doc is None:
+            doc = parse_json(text, where, line_no, check_values=False)
+        rec = parse_line(doc, where, line_no, plain_line=_plain_line(text), counted=counted)
         if rec.id in seen:
             raise TraceFormatError(where, f"duplicate id {shorten(rec.id)} (first on line {seen[rec.id]})",
                                    line=line_no, field="id")
@@ -230,6 +297,9 @@ def to_bundle(records: list[SpecBenchRecord], *, on_mismatch: str = "error", dat
     report = MismatchReport(on_mismatch, positions_cut={"generated_token_ids": 0, **{d: 0 for d in PROPOSER_KEYS}})
     requests: list[RequestTrace] = []
     for rec in records:
+        if rec.prompt_token_ids is None or rec.generated_token_ids is None:
+            raise ValueError(f"request {rec.id!r} was read without its token ids; a bundle needs them "
+                             "(read_specbench(..., token_ids=True))")
         lengths = {"generated_token_ids": len(rec.generated_token_ids),
                    **{d: len(a) for d, a in rec.acc_len.items()}}
         n = min(lengths.values())
