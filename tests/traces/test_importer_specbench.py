@@ -85,6 +85,11 @@ BAD_LINES = [
     (json.dumps({**line(), "id": "\ud800"}), "id"),
     (json.dumps({**line(), "id": 2**64}), "id"),
     (json.dumps({**line(), "id": "a-b"}).replace("[5, 6, 7, 8]", "[5, 6, 7, 8.0]"), "generated_token_ids"),
+    (json.dumps(line()).replace("[1, 2, 3]", "[1, 02, 3]"), None),  # leading zeros are not JSON
+    (json.dumps(line()).replace("[1, 2, 3]", "[00]"), None),
+    (json.dumps(line()).replace("[1, 2, 3]", "[0, 2, 03]"), None),
+    (json.dumps(line()).replace("[1, 2, 3]", "[1, , 3]"), None),
+    (json.dumps(line()).replace("[1, 2, 3]", "[1 2, 3]"), None),
 ]
 
 

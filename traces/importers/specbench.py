@@ -186,13 +186,20 @@ _DIGITS_AS_D = str.maketrans("0123456789", "D" * 10)
 _TEN_DIGITS = "D" * 10
 
 
+def _leading_zero(items: str) -> bool:
+    """True if an item of `items` (digits separated by ", ") starts with 0 and is not 0 itself (not JSON)."""
+    if items[0] == "0" and items[1:2] not in ("", ","):
+        return True
+    return items.count(" 0") != items.count(" 0,") + items.endswith(" 0")  # each " 0" must be a whole 0
+
+
 def _count_token_lists(text: str) -> tuple[str, dict[str, int]]:
     """`text` with each token-id list written as the release writes it (`"key": [12, 0, 345]`) replaced by null,
     and the lists' lengths; a list in any other form is left for the JSON parser.
 
     A list is taken only if it is certainly valid: ASCII digits separated by exactly ", ", the first and last
-    items digits, no empty item, no item with a leading zero or an item of ten or more digits (so each is a
-    32-bit id); an id 0 or any doubt leaves the list to the parser (slower, same result). The first `]` after
+    items digits, no empty item, no item with a leading zero or of ten or more digits (so each is a 32-bit
+    id); any doubt leaves the list to the parser (slower, same result). The first `]` after
     `[` closes such a list, and null is a whole JSON value, so the rest of the line parses as before; the
     caller checks that the parsed line holds null exactly where a list was counted (else it parses the
     original text)."""
@@ -212,7 +219,7 @@ def _count_token_lists(text: str) -> tuple[str, dict[str, int]]:
         # only D, comma and space; every comma followed by a space and every space after a comma: D+(, D+)*
         if not (body.isascii() and shape[:1] == "D" and shape[-1:] == "D" and commas == shape.count(", ")
                 == shape.count(" ") and shape.count("D") + 2 * commas == len(shape)) \
-                or ", ," in shape or _TEN_DIGITS in shape or ", 0" in body or body.startswith("0"):
+                or ", ," in shape or _TEN_DIGITS in shape or _leading_zero(body):
             continue
         counted[key] = commas + 1
         text = text[:body_start - 1] + "null" + text[end + 1:]
