@@ -227,14 +227,15 @@ def _steps_reference(acc: list[int], k: int | None) -> tuple[list[int], int]:
     """Tokens generated before each SD step of a copy (reference convention) and after its last step.
 
     The step at g reads acc_len[g - 1] and adds `_reference_emitted` (min(acc_len, tokens sent): acc_len itself
-    under ORACLE, taken here for every position at once); the first step is always taken (as the release
-    does), and the copy stops once g reaches the output length."""
-    added = acc if k is None else list(map(min, acc, repeat(k + 1)))  # _reference_emitted at each position
+    under ORACLE); the first step is always taken (as the release does), and the copy stops once g reaches the
+    output length."""
+    sent = None if k is None else k + 1  # None: ORACLE sends acc_len itself
     n, starts, g = len(acc), [], PREFILL_TOKENS
     append = starts.append
     while True:
         append(g)
-        g += added[g - 1]
+        a = acc[g - 1]
+        g += a if sent is None or a < sent else sent  # _reference_emitted(a, sent) = min(a, sent), inlined: hot
         if g >= n:
             return starts, g
 
