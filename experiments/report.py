@@ -235,7 +235,7 @@ def write_results_folder(
         atomic_write_text(tmp / "summary.json", summary_text)
         if timeline is True and simulated:
             trace = to_chrome_trace(steps, process_name=out.name, max_steps=timeline_max_steps)
-            write_chrome_trace(tmp / "timeline.json", trace=trace)
+            write_chrome_trace(tmp / "timeline.json", trace=trace, built_here=True)
         elif isinstance(timeline, dict):
             write_chrome_trace(tmp / "timeline.json", trace=timeline)
         if plots and simulated:
