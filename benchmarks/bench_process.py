@@ -91,21 +91,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-plots", action="store_true", help="run with --no-plots")
+    ap.add_argument("--root", type=Path, default=ROOT,
+                    help="checkout whose code runs (default: this one; e.g. a worktree of an earlier commit)")
     args = ap.parse_args(argv)
+    root = args.root.resolve()
     import yaml
 
     from benchmarks.bench_serving import RUNS, config
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(root)}
     with tempfile.TemporaryDirectory(prefix="bench-process-") as tmp:
         cfg_path = Path(tmp) / "serving.yaml"
         cfg_path.write_text(yaml.safe_dump(config(args.requests, [RUNS["AR"]])))
         argv_run = ["run", str(cfg_path), "--out", str(Path(tmp) / "out"), "--no-progress", "--json"]
         argv_run += ["--no-plots"] if args.no_plots else []
         probe = PROBE.format(phases=PHASES, argv=argv_run)
+        print(f"code: {root}; {args.requests:,} AR requests, open loop; {'--no-plots' if args.no_plots else 'all outputs'}")
         for r in range(args.repeats):
             t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
+            done = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True)
             wall = time.perf_counter() - t0
             if done.returncode != 0:
                 raise SystemExit(f"probe failed:\n{done.stderr[-3000:]}")
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {'interpreter start (process wall - probe wall)':<48} wall {wall - spent['probe in all'][0]:6.3f} s")
             for label, (w, c) in spent.items():
                 print(f"  {label:<48} wall {w:6.3f} s, CPU {c:6.3f} s")
-            imp = subprocess.run([sys.executable, "-X", "importtime", "-c", probe], cwd=ROOT, env=env,
+            imp = subprocess.run([sys.executable, "-X", "importtime", "-c", probe], cwd=root, env=env,
                                  capture_output=True, text=True)
             print(f"  {'imports in all (-X importtime, another process)':<48} wall {_import_seconds(imp.stderr):6.3f} s"
                   f"; {_load()}")

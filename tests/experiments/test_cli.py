@@ -89,3 +89,18 @@ def test_run_without_a_results_folder_draws_no_plots_and_fits_nothing():
     loaded = _loaded_after(f"import contextlib, io\nfrom experiments.cli import main\n"
                            f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main({argv!r}) == 0")
     assert loaded["top"] & {"matplotlib", "scipy", "torch"} == set()
+
+
+def test_the_program_freezes_the_collector_before_its_exit_and_an_in_process_call_does_not():
+    """`draftsim` itself (main() reading sys.argv) hands its objects to gc.freeze so the interpreter's last
+    collections skip them; main(argv) called from other code leaves the collector alone."""
+    code = ("import contextlib, gc, io, sys\nsys.argv = ['draftsim', 'policies', '--json']\n"
+            "from experiments.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main() == 0\nprint(gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert int(out.stdout.strip()) > 10_000  # every object the command loaded
+    import gc
+
+    before = gc.get_freeze_count()
+    assert main(["policies", "--json"]) == 0
+    assert gc.get_freeze_count() == before
