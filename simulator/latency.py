@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import traces
-from traces.atomic import atomic_write_text
 from traces.errors import TraceFormatError
 from simulator.profile_records import MAX_COEFFICIENT_S, Measurement, Provenance
 from traces.parsing import load_yaml_file
@@ -165,6 +164,8 @@ def save_profile(profile: LinearProfile | TableProfile, path: str | Path) -> Pat
     """Write a profile YAML atomically, raw measurements and provenance included."""
     path = Path(path)
     import yaml
+
+    from traces.atomic import atomic_write_text  # here: reading a profile needs no tempfile or gzip
 
     atomic_write_text(path, yaml.safe_dump(_plain(profile_to_dict(profile)), sort_keys=False))
     return path

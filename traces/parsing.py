@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import gzip
 import json
 import math
 import os
@@ -287,7 +286,11 @@ def iter_jsonl_text(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> I
     line_no = 0
     try:
         with open_regular(path) as raw_file:
-            f: IO[bytes] = gzip.GzipFile(fileobj=raw_file, mode="rb") if where.endswith(".gz") else raw_file
+            f: IO[bytes] = raw_file
+            if where.endswith(".gz"):
+                import gzip  # only for .gz files: plain JSONL is read without it
+
+                f = gzip.GzipFile(fileobj=raw_file, mode="rb")
             with f:
                 while True:
                     raw = f.readline(max_line_bytes + 1)
