@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trace file not found: {path} (pass --trace)")
         return 2
     t0 = time.perf_counter()
-    records = read_specbench(path)
+    records = read_specbench(path, token_ids=False)
     read_s = time.perf_counter() - t0
     dataset = dataset_from_filename(path)
     walls, result = [], None

@@ -23,17 +23,21 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import yaml
-from rich.console import Console
-from rich.table import Table
 
 from experiments.plots import PLOT_FILES, write_plots
 from experiments.tables import print_table, run_table
 from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS, stack_tables
 from simulator.timeline import to_chrome_trace, write_chrome_trace
 from traces.atomic import atomic_open, atomic_write_text
+
+if TYPE_CHECKING:  # rich loads where a table is printed: `draftsim run --json` and the writers do without it
+    from rich.console import Console
+    from rich.table import Table
 
 MARKER = ".draftsim-results"
 RESULT_ENTRIES = frozenset(
@@ -53,7 +57,11 @@ def comparison_table(summary_by_run: Mapping[str, Mapping], baseline: str, *, ti
 def print_comparison(summary_by_run: Mapping[str, Mapping], baseline: str, console: Console | None = None, *,
                      title: str | None = None) -> None:
     """Print the comparison table to the terminal (or the given console); natural width when not a terminal."""
-    print_table(comparison_table(summary_by_run, baseline, title=title), console or Console())
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
+    print_table(comparison_table(summary_by_run, baseline, title=title), console)
 
 
 def _json_ready(v, where: str):
@@ -227,7 +235,7 @@ def write_results_folder(
         atomic_write_text(tmp / "summary.json", summary_text)
         if timeline is True and simulated:
             trace = to_chrome_trace(steps, process_name=out.name, max_steps=timeline_max_steps)
-            write_chrome_trace(tmp / "timeline.json", trace=trace)
+            write_chrome_trace(tmp / "timeline.json", trace=trace, built_here=True)
         elif isinstance(timeline, dict):
             write_chrome_trace(tmp / "timeline.json", trace=timeline)
         if plots and simulated:

@@ -13,10 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-import numpy as np
-
 import traces
-from traces.atomic import atomic_write_text
 from traces.errors import TraceFormatError
 from simulator.profile_records import MAX_COEFFICIENT_S, Measurement, Provenance
 from traces.parsing import load_yaml_file
@@ -71,6 +68,7 @@ class TableProfile:
     kind: str = "table"
 
     def __post_init__(self) -> None:
+        import numpy as np  # here, not at the top: reading a linear profile (`draftsim specbench`) needs no numpy
         from scipy.interpolate import LinearNDInterpolator
 
         if len(self.measurements) < 4:
@@ -87,6 +85,8 @@ class TableProfile:
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
         if self._interp is not None:
+            import numpy as np
+
             x = np.log1p(np.array([num_seqs, batched_tokens, kv_tokens], dtype=float))[self._axes]
             v = float(self._interp(x[None, :])[0])
             if np.isfinite(v):
@@ -107,6 +107,7 @@ def fit_linear(name: str, measurements: list[Measurement], terms: tuple[str, ...
     """Least-squares fit (non-negative coefficients) of a linear profile. `relative` error weighting makes small
     steps matter as much as big ones; `absolute` keeps the fitted total time unbiased under noise (what
     predicting mean latencies needs: relative weighting pulls the fit below the mean of noisy steps)."""
+    import numpy as np
     from scipy.optimize import nnls
 
     if not measurements:
@@ -134,6 +135,8 @@ def fit_linear(name: str, measurements: list[Measurement], terms: tuple[str, ...
 
 def mape(profile: LatencyProfile, measurements: list[Measurement]) -> float:
     """Mean absolute percentage error of `profile` over measured points, in percent."""
+    import numpy as np
+
     errs = [abs(profile.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens) - m.seconds) / m.seconds
             for m in measurements if m.seconds > 0]
     return float(np.mean(errs) * 100.0) if errs else float("nan")
@@ -162,6 +165,8 @@ def save_profile(profile: LinearProfile | TableProfile, path: str | Path) -> Pat
     path = Path(path)
     import yaml
 
+    from traces.atomic import atomic_write_text  # here: reading a profile needs no tempfile or gzip
+
     atomic_write_text(path, yaml.safe_dump(_plain(profile_to_dict(profile)), sort_keys=False))
     return path
 
@@ -171,7 +176,7 @@ def _plain(x: Any) -> Any:
         return {str(k): _plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
-    if isinstance(x, np.generic):
+    if type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0:  # a numpy scalar; numpy need not be loaded
         return x.item()
     return x
 

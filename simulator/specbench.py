@@ -22,20 +22,22 @@ tokens reads acc_len[g] and emits min(1 + accepted, output_len - g).
 All B copies of a request always stand at the same position: where an n-gram draw differs
 between copies, acc_len is 1, so a matched copy and an unmatched one both emit 1 token; the draws
 only change how many tokens the batch sends and which copies pay drafting. So one chain of
-positions per request, vectorised over steps, gives the same numbers as a copy-by-copy loop
-(`simulate_batch_per_copy`, kept as a cross-check and selectable with `per_copy=True`).
+positions per request gives the same numbers as a copy-by-copy loop (`simulate_batch_per_copy`, kept
+as a cross-check and selectable with `per_copy=True`), and a linear profile prices a whole chain from
+the sums of its terms. Plain Python: the default run imports neither numpy nor the trace bundle, so
+`draftsim specbench` starts fast (the engine convention loads numpy for `traces.acceptance`).
 """
 from __future__ import annotations
 
+import math
 import random
 import re
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import gt, mul
 from typing import Callable, Sequence
 
-import numpy as np
-
 from simulator.latency import LatencyProfile, LinearProfile, resolve_profile
-from traces.acceptance import FIRST_DRAFT_POSITION, accepted_drafts, emitted_in_output
 from traces.importers.specbench import SpecBenchRecord
 
 PROPOSERS = ("eagle3", "ngram", "combined")
@@ -127,15 +129,46 @@ class CompatResult:
 
 # ---------------------------------------------------------------- cost evaluation
 
+# Output tokens each copy holds after the prefill, so the first SD step starts there: the value of
+# traces.acceptance.FIRST_DRAFT_POSITION, not imported because that module loads numpy, which the default
+# (reference-convention) run does without (tests/simulator/test_specbench.py checks the two agree).
+PREFILL_TOKENS = 1
+EAGLE, NGRAM = "eagle", "ngram"  # a copy's drafting cost: EAGLE's own profile, or n-gram's fraction of verify
 
-def _profile_times(profile: LatencyProfile, num_seqs, batched, kv) -> np.ndarray:
-    """Vectorised step_time: closed form for linear profiles, element-wise otherwise."""
+
+def _sum_times(profile: LatencyProfile, seqs: int, batched: int | Sequence[int], kv: Sequence[int],
+               weights: Sequence[float] | None = None) -> float:
+    """sum_j w_j * profile.step_time(seqs, batched_j, kv_j) over steps j (`batched`: one number for every step or
+    one per step; w_j = 1 without weights): from each term's sum for a linear profile, step by step otherwise."""
     if isinstance(profile, LinearProfile):
         c = profile.coefficients
-        return (c.get("kv_tokens", 0.0) * np.asarray(kv, dtype=float)
-                + c.get("batched_tokens", 0.0) * np.asarray(batched, dtype=float)
-                + c.get("num_seqs", 0.0) * np.asarray(num_seqs, dtype=float) + c.get("const", 0.0))
-    return np.vectorize(profile.step_time, otypes=[float])(num_seqs, batched, kv)
+        if weights is None:
+            w, kv_sum = len(kv), sum(kv)
+            b_sum = batched * w if isinstance(batched, int) else sum(batched)
+        else:
+            w, kv_sum = sum(weights), sum(map(mul, weights, kv))
+            b_sum = batched * w if isinstance(batched, int) else sum(map(mul, weights, batched))
+        return (c.get("kv_tokens", 0.0) * kv_sum + c.get("batched_tokens", 0.0) * b_sum
+                + (c.get("num_seqs", 0.0) * seqs + c.get("const", 0.0)) * w)
+    per_step = repeat(batched) if isinstance(batched, int) else batched
+    t = profile.step_time
+    if weights is None:
+        return math.fsum(t(seqs, b, k) for b, k in zip(per_step, kv))
+    return math.fsum(w * t(seqs, b, k) for w, b, k in zip(weights, per_step, kv) if w)
+
+
+def draft_kind(proposer: str, charge_winner: bool, sent: int, eagle_wins: bool) -> str | None:
+    """The drafting cost one copy pays at one step (None: none). EAGLE pays its own profile; n-gram pays its
+    fraction of the step's verify time, except a copy sending 1 token (nothing drafted); `combined` pays n-gram's
+    on every copy as the reference does, or with `charge_winner` the cost of the drafter whose acc_len is larger
+    (ties go to the cheaper n-gram)."""
+    if proposer == "eagle3":
+        return EAGLE
+    if proposer == "combined" and not charge_winner:
+        return NGRAM
+    if proposer == "combined" and eagle_wins:
+        return EAGLE
+    return NGRAM if sent > 1 else None
 
 
 @dataclass(frozen=True)
@@ -145,51 +178,32 @@ class _RequestView:
     id: str
     prompt_len: int
     output_len: int
-    acc: np.ndarray  # int64, length output_len
-    eagle_wins: np.ndarray | None  # combined only: EAGLE's acc_len strictly larger (ties go to n-gram)
+    acc: list[int]  # length output_len
+    eagle_wins: list[bool] | None  # combined only: EAGLE's acc_len strictly larger (ties go to n-gram)
 
 
 def _view(rec: SpecBenchRecord, proposer: str) -> _RequestView:
     n = rec.output_len(proposer)
     if proposer == "combined":
-        e = rec.acc_len["eagle3"][:n].astype(np.int64)
-        g = rec.acc_len["ngram"][:n].astype(np.int64)
-        return _RequestView(rec.id, rec.prompt_len, n, np.maximum(e, g), e > g)
-    return _RequestView(rec.id, rec.prompt_len, n, rec.acc_len[proposer][:n].astype(np.int64), None)
-
-
-class _DraftRule:
-    """Per-copy draft seconds for one step, given input_len, KV at step start, verify time, winner mask."""
-
-    def __init__(self, proposer: str, charge_winner: bool, costs: CompatCosts):
-        self.proposer, self.charge_winner, self.costs = proposer, charge_winner, costs
-
-    def __call__(self, input_len: np.ndarray, kv, verify, eagle_wins: np.ndarray | None) -> np.ndarray:
-        c = self.costs
-        if self.proposer == "eagle3":
-            return _profile_times(c.eagle_draft, 1, input_len, kv)
-        ngram = np.where(input_len > 1, c.ngram_fraction * verify, 0.0)
-        if self.proposer == "ngram":
-            return ngram
-        if not self.charge_winner:  # the reference charges n-gram drafting on every copy of `combined`
-            return np.broadcast_to(c.ngram_fraction * verify, np.shape(input_len)).astype(float)
-        return np.where(eagle_wins, _profile_times(c.eagle_draft, 1, input_len, kv), ngram)
+        e, g = rec.acc_len["eagle3"][:n], rec.acc_len["ngram"][:n]
+        return _RequestView(rec.id, rec.prompt_len, n, list(map(max, e, g)), list(map(gt, e, g)))
+    return _RequestView(rec.id, rec.prompt_len, n, list(rec.acc_len[proposer][:n]), None)
 
 
 # ---------------------------------------------------------------- one batch
 
 
 def _prefill(req: _RequestView, batch_size: int, costs: CompatCosts) -> float:
-    return float(_profile_times(costs.target, batch_size, batch_size * req.prompt_len, 0))
+    return costs.target.step_time(batch_size, batch_size * req.prompt_len, 0)
 
 
 def ar_batch_latency(req: _RequestView, batch_size: int, costs: CompatCosts) -> tuple[float, int]:
     """Mean copy latency of AR (all copies identical) and its decode copy-steps."""
-    steps = np.arange(req.output_len - 1)
-    kv = batch_size * (req.prompt_len + 1 + steps)
-    decode = _profile_times(costs.target, batch_size, batch_size, kv)
+    B, steps = batch_size, req.output_len - 1
+    kv = range(B * (req.prompt_len + 1), B * (req.prompt_len + req.output_len), B)  # KV at each decode step
     ovh = costs.step_overhead_s
-    return _prefill(req, batch_size, costs) + ovh + float(np.sum(decode + ovh)), batch_size * len(steps)
+    decode = _sum_times(costs.target, B, B, kv)
+    return _prefill(req, B, costs) + ovh + decode + ovh * steps, B * steps
 
 
 def _read_offset(convention: str) -> int:
@@ -197,99 +211,148 @@ def _read_offset(convention: str) -> int:
     return -1 if convention == "reference" else 0
 
 
-def _emitted(acc: np.ndarray, input_len: np.ndarray, generated: np.ndarray, output_len: int,
-             convention: str) -> np.ndarray:
-    """Tokens each step adds: the reference's min(acc_len, input_len), or the engine's replay rule."""
-    if convention == "reference":
-        return np.minimum(acc, input_len)
-    return emitted_in_output(accepted_drafts(acc, input_len - 1), generated, output_len)
+def _reference_emitted(acc_len: int, sent: int, generated: int, output_len: int) -> int:
+    """The release's rule: a step adds min(acc_len, tokens sent), past the output's end if it comes to that."""
+    return min(acc_len, sent)
 
 
-def _chain(acc: np.ndarray, input_all: np.ndarray, convention: str) -> np.ndarray:
-    """Tokens generated before each step of one copy: g_0 = 1 (the prefill's), g_{j+1} = g_j + emitted.
+def _engine_emitted(acc_len: int, sent: int, generated: int, output_len: int) -> int:
+    """draftsim's replay rule (traces.acceptance): 1 + accepted drafts, cut at the output's end."""
+    from traces.acceptance import accepted_drafts, emitted_in_output
 
-    The step at g reads acc_len[g + offset]; the copy stops once g reaches the output length (under the
-    reference convention it always takes the first step, as the release does).
-    """
-    n, off = len(acc), _read_offset(convention)
-    if convention == "engine" and n <= FIRST_DRAFT_POSITION:  # the prefill made the whole output
-        return np.zeros(0, dtype=np.int64)
-    g = np.arange(n + 1)
-    idx = np.clip(g + off, 0, n - 1)
-    nxt = (g + _emitted(acc[idx], input_all[idx], g, n, convention)).tolist()
-    out, p = [FIRST_DRAFT_POSITION], nxt[FIRST_DRAFT_POSITION]
+    return emitted_in_output(accepted_drafts(acc_len, sent - 1), generated, output_len)
+
+
+def _steps_reference(acc: list[int], k: int | None) -> tuple[list[int], int]:
+    """Tokens generated before each SD step of a copy (reference convention) and after its last step.
+
+    The step at g reads acc_len[g - 1] and adds `_reference_emitted` (min(acc_len, tokens sent): acc_len itself
+    under ORACLE); the first step is always taken (as the release does), and the copy stops once g reaches the
+    output length."""
+    sent = None if k is None else k + 1  # None: ORACLE sends acc_len itself
+    n, starts, g = len(acc), [], PREFILL_TOKENS
+    append = starts.append
+    while True:
+        append(g)
+        a = acc[g - 1]
+        g += a if sent is None or a < sent else sent  # _reference_emitted(a, sent) = min(a, sent), inlined: hot
+        if g >= n:
+            return starts, g
+
+
+def _steps_engine(acc: list[int], k: int | None) -> tuple[list[int], int]:
+    """As `_steps_reference` under the engine convention: the step at g reads acc_len[g] and adds
+    `_engine_emitted`, computed for every position at once; no step when the prefill made the whole output."""
+    import numpy as np
+
+    from traces.acceptance import accepted_drafts, emitted_in_output
+
+    n = len(acc)
+    if n <= PREFILL_TOKENS:
+        return [], PREFILL_TOKENS
+    a = np.asarray(acc, dtype=np.int64)
+    g = np.arange(n)
+    sent = a if k is None else np.full_like(a, k + 1)
+    nxt = (g + emitted_in_output(accepted_drafts(a, sent - 1), g, n)).tolist()
+    starts, p = [], PREFILL_TOKENS
     while p < n:
-        out.append(p)
+        starts.append(p)
         p = nxt[p]
-    return np.asarray(out, dtype=np.int64)
+    return starts, p
 
 
-def sd_batch_chain(req: _RequestView, batch_size: int, pred: Predictor, draft: _DraftRule, costs: CompatCosts,
-                   *, match_probability: float | None, uniform: Callable[[], float],
+def _matched(uniform: Callable[[], float], copies: int, match_probability: float) -> int:
+    """Copies whose n-gram lookup finds a match: one `uniform()` per copy, in copy order."""
+    return sum(1 for _ in range(copies) if uniform() < match_probability)
+
+
+def sd_batch_chain(req: _RequestView, batch_size: int, pred: Predictor, proposer: str, charge_winner: bool,
+                   costs: CompatCosts, *, match_probability: float | None, uniform: Callable[[], float],
                    convention: str = "reference") -> tuple[float, int, int]:
     """SD batch as one chain of positions: (mean copy latency, steps, tokens emitted over copies).
 
     With `match_probability` set (n-gram FIXED_k), each step at acc_len 1 draws one `uniform()` per
     copy, in copy order, steps in order; the unmatched copies send 1 token and pay no drafting.
     """
-    B = batch_size
-    input_all = req.acc if pred.k is None else np.full_like(req.acc, pred.k + 1)
-    g = _chain(req.acc, input_all, convention)
-    p = np.clip(g + _read_offset(convention), 0, req.output_len - 1)  # the acc_len index each step reads
-    acc = req.acc[p]
-    inp = np.broadcast_to(input_all[p], (B, len(p)))  # [copy, step]
-    if match_probability is not None:
-        at_one = np.flatnonzero(acc == 1)
-        draws = np.array([uniform() for _ in range(at_one.size * B)]).reshape(at_one.size, B)
-        inp = np.array(inp)
-        inp[:, at_one] = np.where(draws.T < match_probability, inp[:, at_one], 1)
-    kv = B * (req.prompt_len + g)
-    verify = _profile_times(costs.target, B, inp.sum(axis=0), kv)
-    wins = None if req.eagle_wins is None else req.eagle_wins[p]
-    d = draft(inp, kv, verify, wins)
+    B, k = batch_size, pred.k
+    starts, end = (_steps_reference if convention == "reference" else _steps_engine)(req.acc, k)
+    off = _read_offset(convention)
+    idx = [g + off for g in starts] if off else starts  # the acc_len index each step reads
+    acc = [req.acc[i] for i in idx]
+    sent = acc if k is None else [k + 1] * len(acc)  # tokens a copy sends, unless its n-gram lookup failed
+    wins = [req.eagle_wins[i] for i in idx] if req.eagle_wins is not None else [False] * len(idx)
+    kv = [B * (req.prompt_len + g) for g in starts]  # KV at each step's start
+    groups: list[tuple[list[int], list[int] | None]] = [(sent, None)]  # (tokens sent, copies per step; None: B)
+    if match_probability is None:
+        batched = [B * s for s in sent]
+    else:
+        full = [B if a != 1 else _matched(uniform, B, match_probability) for a in acc]
+        groups = [(sent, full), ([1] * len(sent), [B - f for f in full])]
+        batched = [f * s + B - f for f, s in zip(full, sent)]
+    verify = _sum_times(costs.target, B, batched, kv)
+    draft = 0.0  # seconds over copies
+    for group_sent, copies in groups:
+        kinds = {key: draft_kind(proposer, charge_winner, *key) for key in set(zip(group_sent, wins))}
+        for kind in set(kinds.values()) - {None}:
+            w = None if len(kinds) == 1 else [float(kinds[key] == kind) for key in zip(group_sent, wins)]
+            scale = B if copies is None else 1
+            if copies is not None:
+                w = copies if w is None else list(map(mul, w, copies))
+            if kind == EAGLE:
+                draft += scale * _sum_times(costs.eagle_draft, 1, group_sent, kv, w)
+            else:
+                draft += scale * costs.ngram_fraction * _sum_times(costs.target, B, batched, kv, w)
     ovh = costs.step_overhead_s
-    latency = _prefill(req, B, costs) + ovh + float(np.sum(verify + ovh)) + float(np.sum(d)) / B
-    emitted = int(_emitted(acc[None, :], inp, g[None, :], req.output_len, convention).sum())
-    return latency, len(p), emitted
+    latency = _prefill(req, B, costs) + ovh + verify + ovh * len(starts) + draft / B
+    return latency, len(starts), B * (end - PREFILL_TOKENS)
 
 
-def simulate_batch_per_copy(req: _RequestView, batch_size: int, pred: Predictor, draft: _DraftRule,
-                            costs: CompatCosts, *, match_probability: float | None,
+def simulate_batch_per_copy(req: _RequestView, batch_size: int, pred: Predictor, proposer: str,
+                            charge_winner: bool, costs: CompatCosts, *, match_probability: float | None,
                             uniform: Callable[[], float], convention: str = "reference") -> tuple[float, int, int, int]:
-    """SD batch copy by copy (vectorised over copies per step): (mean latency, steps, copy-steps, tokens).
+    """SD batch copy by copy, step by step: (mean latency, steps, copy-steps, tokens); the chain path's cross-check.
 
     `match_probability` set = n-gram FIXED_k no-match draws, one `uniform()` per copy at acc_len 1,
     in copy order.
     """
-    B, P, G = batch_size, req.prompt_len, req.output_len
-    cur = np.ones(B, dtype=np.int64)  # tokens generated so far per copy
-    latency = np.full(B, _prefill(req, B, costs) + costs.step_overhead_s)
-    alive = np.arange(B) if convention == "reference" or G > FIRST_DRAFT_POSITION else np.arange(0)
-    kv = B * (P + 1) if alive.size else 0
+    B, P, G, off = batch_size, req.prompt_len, req.output_len, _read_offset(convention)
+    emitted = _reference_emitted if convention == "reference" else _engine_emitted
+    ovh = costs.step_overhead_s
+    cur = [PREFILL_TOKENS] * B  # tokens generated so far per copy
+    latency = [_prefill(req, B, costs) + ovh] * B
+    alive = list(range(B)) if convention == "reference" or G > PREFILL_TOKENS else []
+    kv = B * (P + PREFILL_TOKENS) if alive else 0
     steps = copy_steps = tokens = 0
-    while alive.size:
-        pos = cur[alive] + _read_offset(convention)
-        acc = req.acc[pos]
-        inp = acc.copy() if pred.k is None else np.full_like(acc, pred.k + 1)
+    while alive:
+        pos = [cur[c] + off for c in alive]
+        accs = [req.acc[p] for p in pos]
+        sent = list(accs) if pred.k is None else [pred.k + 1] * len(accs)
         if match_probability is not None:
-            need = np.flatnonzero(acc == 1)
-            if need.size:
-                draws = np.array([uniform() for _ in range(need.size)])
-                inp[need[draws >= match_probability]] = 1
-        verify = float(_profile_times(costs.target, alive.size, int(inp.sum()), kv))
-        wins = None if req.eagle_wins is None else req.eagle_wins[pos]
-        latency[alive] += verify + draft(inp, kv, verify, wins) + costs.step_overhead_s
-        emitted = _emitted(acc, inp, cur[alive], G, convention)
-        cur[alive] += emitted
-        kv += int(emitted.sum())
-        done = cur[alive] >= G
-        kv -= int((cur[alive][done] + P).sum())
+            for i, a in enumerate(accs):
+                if a == 1 and not uniform() < match_probability:
+                    sent[i] = 1
+        verify = costs.target.step_time(len(alive), sum(sent), kv)
+        added, kv_change, still = 0, 0, []
+        for c, p, a, s in zip(alive, pos, accs, sent):
+            kind = draft_kind(proposer, charge_winner, s, bool(req.eagle_wins and req.eagle_wins[p]))
+            draft = (costs.eagle_draft.step_time(1, s, kv) if kind == EAGLE
+                     else costs.ngram_fraction * verify if kind == NGRAM else 0.0)
+            latency[c] += verify + draft + ovh
+            e = emitted(a, s, cur[c], G)
+            added += e
+            if cur[c] + e >= G:
+                kv_change -= cur[c] + P  # the finished copy's KV (prompt + tokens before this step) leaves
+            else:
+                kv_change += e
+                still.append(c)
+            cur[c] += e
+        kv += kv_change
         steps += 1
-        copy_steps += alive.size
-        tokens += int(emitted.sum())
-        alive = alive[~done]
+        copy_steps += len(alive)
+        tokens += added
+        alive = still
     assert kv == 0, "KV must be empty once every copy has finished"
-    return float(latency.mean()), steps, copy_steps, tokens
+    return math.fsum(latency) / B, steps, copy_steps, tokens
 
 
 # ---------------------------------------------------------------- the experiment
@@ -330,7 +393,6 @@ def simulate_specbench(records: Sequence[SpecBenchRecord], *, dataset: str, prop
                          f"num_requests is {num_requests} (lower it)")
     rng = random.Random(seed)
     sample = rng.sample(population, k=num_requests)
-    draft = _DraftRule(proposer, charge_winner, costs)
     batches: list[BatchResult] = []
     request_steps = 0
     for rec in sample:
@@ -338,23 +400,23 @@ def simulate_specbench(records: Sequence[SpecBenchRecord], *, dataset: str, prop
         ar_lat, ar_steps = ar_batch_latency(req, batch_size, costs)
         if per_copy:
             sd_lat, steps, copy_steps, tokens = simulate_batch_per_copy(
-                req, batch_size, pred, draft, costs, match_probability=match_probability, uniform=rng.random,
-                convention=position_convention)
+                req, batch_size, pred, proposer, charge_winner, costs, match_probability=match_probability,
+                uniform=rng.random, convention=position_convention)
         else:
-            sd_lat, steps, tokens = sd_batch_chain(req, batch_size, pred, draft, costs,
+            sd_lat, steps, tokens = sd_batch_chain(req, batch_size, pred, proposer, charge_winner, costs,
                                                    match_probability=match_probability, uniform=rng.random,
                                                    convention=position_convention)
             copy_steps = steps * batch_size
         batches.append(BatchResult(req.id, req.output_len, ar_lat, sd_lat, steps, copy_steps, tokens))
         request_steps += ar_steps + copy_steps
-    out_tokens = np.array([batch_size * b.output_len for b in batches], dtype=float)
-    ar_lat = np.array([b.ar_latency_s for b in batches])
-    sd_lat = np.array([b.sd_latency_s for b in batches])
-    ar_tpt, sd_tpt = float(np.mean(out_tokens / ar_lat)), float(np.mean(out_tokens / sd_lat))
+    n = len(batches)
+    ar_tpt = math.fsum(batch_size * b.output_len / b.ar_latency_s for b in batches) / n
+    sd_tpt = math.fsum(batch_size * b.output_len / b.sd_latency_s for b in batches) / n
     return CompatResult(
         dataset=dataset, proposer=proposer, predict=pred.name, batch_size=batch_size, charge_winner=charge_winner,
         speedup=sd_tpt / ar_tpt, ar_throughput=ar_tpt, sd_throughput=sd_tpt,
-        mean_ar_latency_s=float(ar_lat.mean()), mean_sd_latency_s=float(sd_lat.mean()),
+        mean_ar_latency_s=math.fsum(b.ar_latency_s for b in batches) / n,
+        mean_sd_latency_s=math.fsum(b.sd_latency_s for b in batches) / n,
         tokens_per_step=sum(b.sd_tokens for b in batches) / max(sum(b.copy_steps for b in batches), 1),
         num_requests=num_requests, excluded_empty=len(records) - len(population), request_steps=request_steps,
         seed=seed, match_probability=match_probability, batches=batches,

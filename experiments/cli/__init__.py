@@ -75,6 +75,7 @@ def _on_sigterm(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; `argv` None (the `draftsim` program itself) reads sys.argv and readies a fast exit."""
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread: leave signals alone
@@ -84,6 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if argv is None:
+            _ready_exit()
+
+
+def _ready_exit() -> None:
+    """Before the program exits: move every object to the collector's permanent generation (gc.freeze), so the
+    interpreter's final collections skip them. With pandas, SciPy and matplotlib loaded, those passes over a
+    few hundred thousand objects cost ~0.4 s of a run's wall time; atexit handlers and file flushes still run
+    as usual, only cyclic garbage left at exit goes uncollected (the operating system frees the memory)."""
+    import gc
+
+    gc.freeze()
 
 
 def _main(argv: list[str] | None) -> int:

@@ -42,13 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from experiments.config import load_config, read_config_doc
-    from experiments.report import print_comparison
     from experiments.run import run_experiment
 
-    console = Console(stderr=args.json)
     doc, where = read_config_doc(args.config)
     if doc.get("kind") == "plan":
         raise ValueError(f"{where}: a capacity plan; run it with `draftsim plan {args.config}`")
@@ -58,11 +54,15 @@ def main(args: argparse.Namespace) -> int:
                          "(serial, process pool or Ray; resumable; the PSD studies then `draftsim psd-report`)")
     out = results_dir(args, cfg.name, where)
     # progress on stderr, as `plan` does: stdout stays the answer (a bar on a terminal, plain lines in a log)
-    res = run_experiment(cfg, out=out, progress=not args.no_progress and not args.json, console=Console(stderr=True),
+    progress = not args.no_progress and not args.json
+    res = run_experiment(cfg, out=out, progress=progress, console=_console(stderr=True) if progress else None,
                          plots=not args.no_plots)
-    if args.json:
+    if args.json:  # no rich: the summary alone, as plain JSON
         print(json.dumps(res.summary, indent=2, sort_keys=True, default=str))
         return 0
+    from experiments.report import print_comparison
+
+    console = _console(stderr=False)
     fitted = {n: s for n, s in res.summary.items() if s.get("fits", True)}
     print_comparison(fitted, cfg.baseline_run, console, title=cfg.description or cfg.name)
     for name, s in res.summary.items():
@@ -74,3 +74,9 @@ def main(args: argparse.Namespace) -> int:
                       f"https://ui.perfetto.dev)")
     return 0
 
+
+def _console(stderr: bool):
+    """A rich console (rich is imported only where something is printed through it)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr)

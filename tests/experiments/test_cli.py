@@ -52,6 +52,10 @@ def test_running_specbench_imports_no_heavy_library(tmp_path):
             "--batch-size", "2", "--num-requests", "4", "--json"]
     loaded = _loaded_after(f"from experiments.cli import main\nassert main({argv!r}) == 0")
     assert loaded["top"] & HEAVY == set()
+    # nor numpy (~0.1-0.2 s of a ~0.3 s process): the reader, the profiles and the replay are plain Python
+    assert "numpy" not in loaded["top"]
+    engine = argv + ["--position-convention", "engine"]  # the engine's replay rule (traces.acceptance) does use it
+    assert "numpy" in _loaded_after(f"from experiments.cli import main\nassert main({engine!r}) == 0")["top"]
 
 
 @pytest.mark.parametrize("name", sorted(COMMAND_MODULES))
@@ -85,3 +89,18 @@ def test_run_without_a_results_folder_draws_no_plots_and_fits_nothing():
     loaded = _loaded_after(f"import contextlib, io\nfrom experiments.cli import main\n"
                            f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main({argv!r}) == 0")
     assert loaded["top"] & {"matplotlib", "scipy", "torch"} == set()
+
+
+def test_the_program_freezes_the_collector_before_its_exit_and_an_in_process_call_does_not():
+    """`draftsim` itself (main() reading sys.argv) hands its objects to gc.freeze so the interpreter's last
+    collections skip them; main(argv) called from other code leaves the collector alone."""
+    code = ("import contextlib, gc, io, sys\nsys.argv = ['draftsim', 'policies', '--json']\n"
+            "from experiments.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main() == 0\nprint(gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert int(out.stdout.strip()) > 10_000  # every object the command loaded
+    import gc
+
+    before = gc.get_freeze_count()
+    assert main(["policies", "--json"]) == 0
+    assert gc.get_freeze_count() == before

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from experiments.cli import specbench as cmd_specbench
 from simulator.latency import LinearProfile
-from simulator.specbench import STEP_OVERHEAD_S, CompatCosts, simulate_specbench
+from simulator.specbench import PREFILL_TOKENS, STEP_OVERHEAD_S, CompatCosts, simulate_specbench
 from traces.importers.specbench import SpecBenchRecord, read_specbench
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "reference-traces" / "specbench-llama3.1-8b-h100"
@@ -80,7 +80,7 @@ def literal_speedup(records, *, proposer, k, batch_size, m, seed, n, charge_winn
     ar_tpt, sd_tpt = [], []
     for rec in rng.sample(population, n):
         G, P, B = rec.output_len(proposer), rec.prompt_len, batch_size
-        e, g = rec.acc_len["eagle3"].tolist(), rec.acc_len["ngram"].tolist()
+        e, g = list(rec.acc_len["eagle3"]), list(rec.acc_len["ngram"])
         acc = e if proposer == "eagle3" else g if proposer == "ngram" else [max(a, b) for a, b in zip(e, g)]
         # AR: all copies decode together for G - 1 steps
         kv, ar = B * P + B, forward(0, B * P) + OVERHEAD
@@ -132,8 +132,7 @@ def literal_speedup(records, *, proposer, k, batch_size, m, seed, n, charge_winn
 def make_record(i: int, prompt_len: int, eagle: list[int], ngram: list[int]) -> SpecBenchRecord:
     return SpecBenchRecord(id=f"r{i}", line=i + 1, prompt_token_ids=[1] * prompt_len,
                            generated_token_ids=[2] * len(ngram),
-                           acc_len={"eagle3": np.asarray(eagle, dtype=np.int32),
-                                    "ngram": np.asarray(ngram, dtype=np.int32)})
+                           acc_len={"eagle3": list(eagle), "ngram": list(ngram)})
 
 
 acc_values = st.integers(min_value=1, max_value=9)
@@ -243,7 +242,7 @@ def test_oracle_beats_fixed_k_per_batch_at_zero_draft_cost(accs, k, batch_size):
 @run_settings
 @given(record_sets(), st.sampled_from(PREDICTS), st.integers(min_value=1, max_value=8))
 def test_ar_throughput_does_not_depend_on_the_drafter(records, predict, batch_size):
-    same = [make_record(i, r.prompt_len, r.acc_len["ngram"].tolist(), r.acc_len["ngram"][::-1].tolist())
+    same = [make_record(i, r.prompt_len, r.acc_len["ngram"], r.acc_len["ngram"][::-1])
             for i, r in enumerate(records)]  # equal lengths, different acceptance
     kw = dict(dataset="gsm8k", predict=predict, batch_size=batch_size, num_requests=len(same))
     a = simulate_specbench(same, proposer="eagle3", **kw)
@@ -294,6 +293,38 @@ def test_bad_arguments_are_value_errors(kwargs, match):
     args = {**dict(dataset="gsm8k", proposer="eagle3", predict="ORACLE", batch_size=2, num_requests=2), **kwargs}
     with pytest.raises(ValueError, match=match):
         simulate_specbench(records, **args)
+
+
+def test_the_prefill_leaves_the_replay_rules_first_draft_position():
+    """simulator/specbench.py states the value rather than importing traces.acceptance (numpy); they must agree."""
+    from traces.acceptance import FIRST_DRAFT_POSITION
+
+    assert PREFILL_TOKENS == FIRST_DRAFT_POSITION
+
+
+def test_a_non_linear_profile_is_priced_step_by_step_like_its_linear_twin():
+    """The chain path sums a linear profile's terms; any other profile is evaluated per step: same figures."""
+
+    class Unlinear:  # the built-in target's formula, behind a profile that is not a LinearProfile
+        name = "unlinear"
+
+        def __init__(self, linear):
+            self.linear = linear
+
+        def step_time(self, num_seqs, batched_tokens, kv_tokens):
+            return self.linear.step_time(num_seqs, batched_tokens, kv_tokens)
+
+    base = CompatCosts.builtin()
+    wrapped = CompatCosts(Unlinear(base.target), Unlinear(base.eagle_draft))
+    rng = random.Random(5)
+    records = [make_record(i, 40 + i, [rng.randint(1, 5) for _ in range(50)], [rng.randint(1, 3) for _ in range(50)])
+               for i in range(5)]
+    for proposer, predict in (("eagle3", "FIXED_3"), ("ngram", "FIXED_1"), ("combined", "ORACLE")):
+        kw = dict(dataset="gsm8k", proposer=proposer, predict=predict, batch_size=4, num_requests=5)
+        a, b = simulate_specbench(records, costs=base, **kw), simulate_specbench(records, costs=wrapped, **kw)
+        for x, y in zip(a.batches, b.batches):
+            assert x.ar_latency_s == pytest.approx(y.ar_latency_s, rel=1e-12)
+            assert x.sd_latency_s == pytest.approx(y.sd_latency_s, rel=1e-12)
 
 
 def test_empty_outputs_are_excluded_and_counted():

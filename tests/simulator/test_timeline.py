@@ -239,3 +239,15 @@ def test_first_steps_fast_path_cuts_like_the_sorting_one(gaps, max_steps, shuffl
     assert n_total == len(numbers)
     expect = df if not max_steps or len(numbers) <= max_steps else df[df["step"] <= numbers[max_steps - 1]]
     assert kept["x"].tolist() == expect["x"].tolist() and n_kept == min(max_steps or n_total, n_total)
+
+
+def test_dumps_writes_each_event_as_json_dumps_does():
+    """dumps_chrome_trace encodes with one shared encoder: the text must be json.dumps's, event by event."""
+    trace = to_chrome_trace(SD)
+    expected = ",\n".join(json.dumps(e, separators=(",", ":"), allow_nan=False) for e in trace["traceEvents"])
+    assert dumps_chrome_trace(trace).startswith('{"traceEvents":[\n' + expected + "\n]")
+    args = [e["args"] for e in events(trace, "X")]
+    cols = [c for c in ("step", "num_seqs", "prefill_tokens", "batched_tokens", "kv_tokens", "kv_blocks_used",
+                        "proposed_tokens", "accepted_tokens", "emitted_tokens", "sub_batch", "drafters")]
+    assert args == [{c: SD[c].tolist()[i] for c in cols} for i in range(len(SD))]  # every row's values, in order
+    assert all(type(v) in (int, str) for a in args for v in a.values())

@@ -42,8 +42,8 @@ def test_reader_keeps_each_proposers_own_list(tmp_path):
     assert [r.id for r in recs] == ["a", "b"]
     assert [r.line for r in recs] == [1, 2]
     assert recs[0].prompt_len == 3
-    assert recs[1].acc_len["eagle3"].tolist() == [3, 1, 1]
-    assert recs[1].acc_len["ngram"].tolist() == [1, 2, 1, 1, 1]
+    assert recs[1].acc_len["eagle3"] == [3, 1, 1]
+    assert recs[1].acc_len["ngram"] == [1, 2, 1, 1, 1]
     assert recs[1].output_len("eagle3") == 3 and recs[1].output_len("ngram") == 5
     assert recs[1].output_len("combined") == 3
     assert recs[0].lengths_agree and not recs[1].lengths_agree
@@ -53,7 +53,7 @@ def test_reader_reads_gzip(tmp_path):
     p = tmp_path / "x.jsonl.gz"
     with gzip.open(p, "wt", encoding="utf-8") as f:
         f.write(json.dumps(line()) + "\n")
-    assert read_specbench(p)[0].acc_len["eagle3"].tolist() == [2, 1, 3, 1]
+    assert read_specbench(p)[0].acc_len["eagle3"] == [2, 1, 3, 1]
 
 
 BAD_LINES = [
@@ -73,7 +73,30 @@ BAD_LINES = [
     (json.dumps({**line(), "acc_eagle": [1, 2]}), "acc_eagle"),
     (json.dumps({**line(), "acc_eagle": {"acc_len": [1], "probs": [0.5]}}), "acc_eagle"),
     ("", None),
+    # lines without `-`, true or false take the reader's one-pass check; each of these must still fail it
+    (json.dumps({**line(), "prompt_token_ids": [1, 2**31]}), "prompt_token_ids"),
+    (json.dumps({**line(), "generated_token_ids": [2**31 - 1, 2**31 - 1, 2**40]}), "generated_token_ids"),
+    (json.dumps(line()).replace('"prompt_token_ids": [1, 2, 3]', '"prompt_token_ids": [1, 1e999, 3]'),
+     "prompt_token_ids"),
+    (json.dumps({**line(), "prompt_token_ids": [[1], 2]}), "prompt_token_ids"),
+    (json.dumps({**line(), "generated_token_ids": [1, "2"]}), "generated_token_ids"),
+    (json.dumps({**line(), "prompt_token_ids": [1, {"a": 2}]}), "prompt_token_ids"),
+    (json.dumps(line(eagle=(2, 0, 1, 1))).replace("-", ""), "acc_eagle.acc_len"),
+    (json.dumps({**line(), "id": "\ud800"}), "id"),
+    (json.dumps({**line(), "id": 2**64}), "id"),
+    (json.dumps({**line(), "id": "a-b"}).replace("[5, 6, 7, 8]", "[5, 6, 7, 8.0]"), "generated_token_ids"),
+    (json.dumps(line()).replace("[1, 2, 3]", "[1, 02, 3]"), None),  # leading zeros are not JSON
+    (json.dumps(line()).replace("[1, 2, 3]", "[00]"), None),
+    (json.dumps(line()).replace("[1, 2, 3]", "[0, 2, 03]"), None),
+    (json.dumps(line()).replace("[1, 2, 3]", "[1, , 3]"), None),
+    (json.dumps(line()).replace("[1, 2, 3]", "[1 2, 3]"), None),
 ]
+
+
+def test_sums_above_the_limit_with_every_value_inside_it_are_fine(tmp_path):
+    big = 2**31 - 1
+    recs = read_specbench(write(tmp_path / "big.jsonl", [line("a", prompt=(big, big), gen=(big, 0, 1, 2))]))
+    assert recs[0].prompt_token_ids == [big, big] and recs[0].generated_token_ids == [big, 0, 1, 2]
 
 
 @pytest.mark.parametrize("text,fld", BAD_LINES)
@@ -85,6 +108,49 @@ def test_bad_line_names_file_line_and_field(tmp_path, text, fld):
     assert e.value.line == 2
     assert e.value.field == fld
     assert str(p) in str(e.value) and "line 2" in str(e.value)
+
+
+@pytest.mark.parametrize("text,fld", BAD_LINES)
+def test_bad_line_is_refused_alike_without_token_ids(tmp_path, text, fld):
+    """The counted lists (token_ids=False) take another path through the text; it must refuse the same lines."""
+    p = write(tmp_path / "bad.jsonl", [line("ok"), text, line("later")])
+    with pytest.raises(TraceFormatError) as e:
+        read_specbench(p, token_ids=False)
+    assert (e.value.path, e.value.line, e.value.field) == (str(p), 2, fld)
+
+
+token_lists = st.lists(st.one_of(st.integers(0, 20), st.integers(0, 2**31 - 1), st.integers(2**31 - 10, 2**31 + 10)),
+                       max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(token_lists, token_lists, st.sampled_from([(", ", ": "), (",", ":"), (" , ", " : ")]), st.text(max_size=8))
+def test_reading_without_token_ids_keeps_the_lengths_and_refuses_what_the_full_read_refuses(
+        tmp_path_factory, prompt, gen, separators, rid):
+    """Lengths, ids and acc_len agree with the full read for any token lists and JSON spacing; a line the full
+    read refuses (empty prompt, ids beyond 32 bits) is refused with the same field."""
+    tmp = tmp_path_factory.mktemp("t")
+    doc = line(rid or "x", prompt=prompt, gen=gen, eagle=[1] * 3, ngram=[2] * 3)
+    p = tmp / "t.jsonl"
+    p.write_text(json.dumps(doc, separators=separators) + "\n", encoding="utf-8")
+    try:
+        full = read_specbench(p)
+    except TraceFormatError as e:
+        with pytest.raises(TraceFormatError) as again:
+            read_specbench(p, token_ids=False)
+        assert (again.value.line, again.value.field) == (e.line, e.field)
+        return
+    (a,), (b,) = full, read_specbench(p, token_ids=False)
+    assert (b.id, b.prompt_len, b.generated_len, b.acc_len) == (a.id, len(prompt), len(gen), a.acc_len)
+    assert b.lengths_agree == a.lengths_agree
+    assert b.prompt_token_ids in (None, prompt) and b.generated_token_ids in (None, gen)
+
+
+def test_a_bundle_needs_the_token_ids(tmp_path):
+    recs = read_specbench(write(tmp_path / "a.jsonl", [line("a", prompt=(5, 6), gen=(7, 8, 9, 10))]), token_ids=False)
+    assert recs[0].prompt_token_ids is None and recs[0].prompt_len == 2
+    with pytest.raises(ValueError, match="token ids"):
+        to_bundle(recs)
 
 
 def test_duplicate_id_names_both_lines(tmp_path):

@@ -81,3 +81,44 @@ def test_any_text_is_data_or_a_format_error(text):
             parse()
         except TraceFormatError as e:
             assert str(e).startswith("f.")
+
+
+bmp_text = st.text(st.characters(max_codepoint=0xFFFF, blacklist_categories=("Cs",)), max_size=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | bmp_text, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(bmp_text, inner, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(bmp_text, json_values, max_size=6), st.sampled_from([None, 2]))
+def test_a_document_in_json_syntax_reads_as_pyyaml_reads_it(doc, indent):
+    """parse_yaml reads JSON-syntax documents with the JSON parser (no PyYAML): the values must be PyYAML's.
+    (Text in the basic plane: PyYAML reads a JSON surrogate-pair escape as two lone surrogates.)"""
+    import json
+
+    import yaml
+
+    from traces.parsing import _loader
+
+    text = json.dumps(doc, indent=indent)
+    assert parse_yaml(text, "x.yaml") == yaml.load(text, Loader=_loader()) == doc
+
+
+def test_json_like_yaml_flow_style_still_goes_to_pyyaml():
+    assert parse_yaml("{a: 1, b: [x, y]}", "x.yaml") == {"a": 1, "b": ["x", "y"]}
+    with pytest.raises(TraceFormatError, match="duplicate key"):
+        parse_yaml('{"a": 1, "a": 2}', "x.yaml")
+
+
+def test_the_specbench_profiles_load_without_pyyaml():
+    """`draftsim specbench`'s two built-in profiles are written in JSON syntax, so its start-up skips PyYAML."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nfrom simulator.specbench import CompatCosts\nc = CompatCosts.builtin()\n"
+            "assert c.target.coefficients['const'] > 0\nprint('yaml' in sys.modules)")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

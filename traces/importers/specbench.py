@@ -9,28 +9,32 @@ policy and records what it did in `trace.yaml` `source`.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from traces.bundle import TOOL_VERSION, BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
 from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
-from traces.parsing import iter_jsonl
+from traces.parsing import iter_jsonl_text, parse_json
+
+if TYPE_CHECKING:  # the bundle (and numpy) are imported only by `to_bundle`: `draftsim specbench` needs neither
+    from traces.bundle import DrafterSpec, TraceBundle
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids and acceptance lengths are stored as 32-bit integers
 
 # proposer name (ours) -> key of its object in a SpecDecode-Bench line
 PROPOSER_KEYS: dict[str, str] = {"eagle3": "acc_eagle", "ngram": "acc_ngram"}
-DRAFTER_SPECS: dict[str, DrafterSpec] = {
-    "eagle3": DrafterSpec("eagle3", "eagle", "eagle3-llama3.1-8b-h100-specbench"),
-    "ngram": DrafterSpec("ngram", "ngram", "ngram"),
-}
+
+
+def drafter_specs() -> dict[str, DrafterSpec]:
+    """The drafters of a converted bundle (built on use: the bundle module imports numpy)."""
+    from traces.bundle import DrafterSpec
+
+    return {"eagle3": DrafterSpec("eagle3", "eagle", "eagle3-llama3.1-8b-h100-specbench"),
+            "ngram": DrafterSpec("ngram", "ngram", "ngram")}
+
+
 TARGET = "llama3.1-8b"
 SOURCE_REPOSITORY = "SpecDecode-Bench/simulator"
 MISMATCH_POLICIES = ("error", "shortest", "skip")
@@ -39,17 +43,26 @@ _LINE_KEYS = {"id", "prompt_token_ids", "generated_token_ids", *PROPOSER_KEYS.va
 
 @dataclass(frozen=True)
 class SpecBenchRecord:
-    """One line of a SpecDecode-Bench file, each proposer's `acc_len` list kept at its own length."""
+    """One line of a SpecDecode-Bench file, each proposer's `acc_len` list kept at its own length.
+
+    Read with `token_ids=False`, the token-id lists are checked and counted but not kept (None): the
+    compatibility mode needs only their lengths, and building ~350k integer objects is most of a file's read."""
 
     id: str
     line: int
-    prompt_token_ids: list[int]
-    generated_token_ids: list[int]
-    acc_len: dict[str, np.ndarray]  # proposer name ("eagle3", "ngram") -> int32 array, values >= 1
+    prompt_token_ids: list[int] | None
+    generated_token_ids: list[int] | None
+    acc_len: dict[str, list[int]]  # proposer name ("eagle3", "ngram") -> values >= 1 that fit 32-bit integers
+    prompt_len: int = -1  # from prompt_token_ids when they are kept
+    generated_len: int = -1  # from generated_token_ids when they are kept
 
-    @property
-    def prompt_len(self) -> int:
-        return len(self.prompt_token_ids)
+    def __post_init__(self) -> None:
+        for ids, length in (("prompt_token_ids", "prompt_len"), ("generated_token_ids", "generated_len")):
+            values = getattr(self, ids)
+            if values is not None:
+                object.__setattr__(self, length, len(values))
+            elif getattr(self, length) < 0:
+                raise ValueError(f"SpecBenchRecord {self.id!r}: give {ids} or {length}")
 
     def output_len(self, proposer: str) -> int:
         """Output length as the reference counts it: the proposer's list length (combined: the shorter)."""
@@ -60,7 +73,7 @@ class SpecBenchRecord:
     @property
     def lengths_agree(self) -> bool:
         """True when every acc_len list has as many positions as there are generated tokens."""
-        n = len(self.generated_token_ids)
+        n = self.generated_len
         return all(len(a) == n for a in self.acc_len.values())
 
 
@@ -82,24 +95,46 @@ class MismatchReport:
 # ---------------------------------------------------------------- raw reader
 
 
-def _int_list(value: Any, path: str, line: int, fld: str, minimum: int) -> list[int]:
+def _int_list(value: Any, path: str, line: int, fld: str, minimum: int, plain_line: bool) -> list[int]:
+    """`value` if it is a list of integers in [minimum, MAX_TOKEN_ID]; else TraceFormatError naming the index.
+
+    `plain_line`: the line's text holds no `-`, `true` or `false`, so no number in it is negative and no value a
+    JSON boolean (which would pass as 0/1). Then the common case costs one C pass, two for acc_len: `sum` is an int
+    only if no item is a float (it fails on a string, null, list or object), and a sum of non-negative integers
+    within MAX_TOKEN_ID bounds every item; `min` checks acc_len's lower bound. Otherwise, or if a check fails,
+    the plain checks and then the loop below find what is wrong."""
     if not isinstance(value, list):
         raise TraceFormatError(path, f"expected a list of integers, got {type(value).__name__}", line=line, field=fld)
     if len(value) > MAX_TOKENS_PER_REQUEST:
         raise TraceFormatError(path, f"{len(value):,} items; at most {MAX_TOKENS_PER_REQUEST:,} tokens per request",
                                line=line, field=fld)
-    if set(map(type, value)) <= {int} and min(value, default=minimum) >= minimum \
-            and max(value, default=minimum) <= MAX_TOKEN_ID:
-        return value  # the common case, checked in C; the loop below only finds what is wrong
-    for i, v in enumerate(value):
+    if not value:
+        return value
+    if plain_line:
+        try:
+            total = sum(value)
+        except TypeError:
+            total = None
+        if type(total) is int and (total <= MAX_TOKEN_ID or max(value) <= MAX_TOKEN_ID) \
+                and (minimum <= 0 or min(value) >= minimum):
+            return value
+    elif set(map(type, value)) <= {int} and minimum <= min(value) and max(value) <= MAX_TOKEN_ID:
+        return value
+    for i, v in enumerate(value):  # only finds what is wrong
         if type(v) is not int or not minimum <= v <= MAX_TOKEN_ID:
             raise TraceFormatError(path, f"expected 32-bit integers >= {minimum}, got {shorten(v, 40)} at index {i}",
                                    line=line, field=fld)
     return value
 
 
-def parse_line(doc: Any, path: str, line: int) -> SpecBenchRecord:
-    """Validate one parsed JSON line; every error names file, line and field."""
+def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False,
+               counted: dict[str, int] | None = None) -> SpecBenchRecord:
+    """Validate one parsed JSON line, every value's type and range; every error names file, line and field.
+
+    `plain_line`: the line's text holds no `-`, `true` or `false` (a faster check of the integer lists).
+    `counted`: token-id lists already checked in the text and replaced by null there (`_count_token_lists`):
+    key -> length; the record then keeps their lengths only."""
+    counted = counted or {}
     if not isinstance(doc, dict):
         raise TraceFormatError(path, f"expected a JSON object, got {type(doc).__name__}", line=line)
     unknown = set(doc) - _LINE_KEYS
@@ -112,11 +147,21 @@ def parse_line(doc: Any, path: str, line: int) -> SpecBenchRecord:
     rid = doc["id"]
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
         raise TraceFormatError(path, f"expected a non-empty string (or integer), got {shorten(rid)}", line=line, field="id")
-    prompt = _int_list(doc["prompt_token_ids"], path, line, "prompt_token_ids", 0)
-    if not prompt:
+    if isinstance(rid, str) and not rid.isascii():
+        try:
+            rid.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate (JSON "\ud800") cannot be written out later
+            raise TraceFormatError(path, f"text with a lone surrogate at character {e.start}, which is not valid "
+                                   "Unicode; expected UTF-8 text", line=line, field="id") from None
+    if isinstance(rid, int) and not -2**63 <= rid < 2**63:
+        raise TraceFormatError(path, f"expected an integer that fits in 64 bits, got {shorten(rid)}", line=line,
+                               field="id")
+    ids: dict[str, list[int] | None] = {}
+    for key in ("prompt_token_ids", "generated_token_ids"):
+        ids[key] = None if key in counted else _int_list(doc[key], path, line, key, 0, plain_line)
+    if not (counted.get("prompt_token_ids") or ids["prompt_token_ids"]):
         raise TraceFormatError(path, "expected at least one prompt token", line=line, field="prompt_token_ids")
-    generated = _int_list(doc["generated_token_ids"], path, line, "generated_token_ids", 0)
-    acc: dict[str, np.ndarray] = {}
+    acc: dict[str, list[int]] = {}
     for name, key in PROPOSER_KEYS.items():
         obj = doc[key]
         if not isinstance(obj, dict) or "acc_len" not in obj:
@@ -125,21 +170,87 @@ def parse_line(doc: Any, path: str, line: int) -> SpecBenchRecord:
         if extra:
             raise TraceFormatError(path, f"unknown key(s) {shorten(sorted(extra))}; expected only acc_len", line=line,
                                    field=key)
-        values = _int_list(obj["acc_len"], path, line, f"{key}.acc_len", 1)
-        acc[name] = np.asarray(values, dtype=np.int32)
-    return SpecBenchRecord(str(rid), line, prompt, generated, acc)
+        acc[name] = _int_list(obj["acc_len"], path, line, f"{key}.acc_len", 1, plain_line)
+    return SpecBenchRecord(str(rid), line, ids["prompt_token_ids"], ids["generated_token_ids"], acc,
+                           prompt_len=counted.get("prompt_token_ids", -1),
+                           generated_len=counted.get("generated_token_ids", -1))
 
 
-def read_specbench(path: str | Path) -> list[SpecBenchRecord]:
-    """Read a SpecDecode-Bench `.jsonl` (or `.jsonl.gz`) file in file order, fully validated."""
+def _plain_line(text: str) -> bool:
+    """No `-` (so no negative number), no `true`, no `false` anywhere in the line (three C scans)."""
+    return "-" not in text and "true" not in text and "false" not in text
+
+
+_TOKEN_LISTS = ("prompt_token_ids", "generated_token_ids")
+_DIGITS_AS_D = str.maketrans("0123456789", "D" * 10)
+_TEN_DIGITS = "D" * 10
+
+
+def _leading_zero(items: str) -> bool:
+    """True if an item of `items` (digits separated by ", ") starts with 0 and is not 0 itself (not JSON)."""
+    if items[0] == "0" and items[1:2] not in ("", ","):
+        return True
+    return items.count(" 0") != items.count(" 0,") + items.endswith(" 0")  # each " 0" must be a whole 0
+
+
+def _count_token_lists(text: str) -> tuple[str, dict[str, int]]:
+    """`text` with each token-id list written as the release writes it (`"key": [12, 0, 345]`) replaced by null,
+    and the lists' lengths; a list in any other form is left for the JSON parser.
+
+    A list is taken only if it is certainly valid: ASCII digits separated by exactly ", ", the first and last
+    items digits, no empty item, no item with a leading zero or of ten or more digits (so each is a 32-bit
+    id); any doubt leaves the list to the parser (slower, same result). The first `]` after
+    `[` closes such a list, and null is a whole JSON value, so the rest of the line parses as before; the
+    caller checks that the parsed line holds null exactly where a list was counted (else it parses the
+    original text)."""
+    counted: dict[str, int] = {}
+    for key in _TOKEN_LISTS:
+        head = f'"{key}": ['
+        start = text.find(head)
+        if start < 0:
+            continue
+        body_start = start + len(head)
+        end = text.find("]", body_start)
+        if end < 0:
+            continue
+        body = text[body_start:end]
+        shape = body.translate(_DIGITS_AS_D)  # each ASCII digit a D (str.isdigit is a slow per-character lookup)
+        commas = shape.count(",")
+        # only D, comma and space; every comma followed by a space and every space after a comma: D+(, D+)*
+        if not (body.isascii() and shape[:1] == "D" and shape[-1:] == "D" and commas == shape.count(", ")
+                == shape.count(" ") and shape.count("D") + 2 * commas == len(shape)) \
+                or ", ," in shape or _TEN_DIGITS in shape or _leading_zero(body):
+            continue
+        counted[key] = commas + 1
+        text = text[:body_start - 1] + "null" + text[end + 1:]
+    return text, counted
+
+
+def read_specbench(path: str | Path, *, token_ids: bool = True) -> list[SpecBenchRecord]:
+    """Read a SpecDecode-Bench `.jsonl` (or `.jsonl.gz`) file in file order, fully validated.
+
+    `token_ids=False`: the token-id lists are checked and counted but not kept (`SpecBenchRecord`)."""
     path = Path(path)
     where = str(path)
     if not path.exists():
         raise TraceFormatError(where, "file not found (expected a SpecDecode-Bench .jsonl file)")
     records: list[SpecBenchRecord] = []
     seen: dict[str, int] = {}
-    for line_no, doc in iter_jsonl(path):
-        rec = parse_line(doc, where, line_no)
+    for line_no, text in iter_jsonl_text(path):
+        # parse_line checks every value of the schema (unknown keys refused), so the generic walk is not needed
+        doc, counted = None, {}
+        if not token_ids:
+            short, counted = _count_token_lists(text)
+            if counted:
+                try:
+                    doc = parse_json(short, where, line_no, check_values=False)
+                except TraceFormatError:
+                    doc = None  # the original text's own error is reported below
+                if not (isinstance(doc, dict) and all(k in doc and doc[k] is None for k in counted)):
+                    doc, counted = None, {}
+        if doc is None:
+            doc = parse_json(text, where, line_no, check_values=False)
+        rec = parse_line(doc, where, line_no, plain_line=_plain_line(text), counted=counted)
         if rec.id in seen:
             raise TraceFormatError(where, f"duplicate id {shorten(rec.id)} (first on line {seen[rec.id]})",
                                    line=line_no, field="id")
@@ -183,12 +294,19 @@ def to_bundle(records: list[SpecBenchRecord], *, on_mismatch: str = "error", dat
     `error` raises TraceFormatError naming the line; `shortest` cuts every list to the shortest;
     `skip` leaves the request out. The report is also written into the bundle's `source`.
     """
+    import numpy as np
+
+    from traces.bundle import TOOL_VERSION, BundleMeta, DrafterTrace, RequestTrace, TraceBundle
+
     if on_mismatch not in MISMATCH_POLICIES:
         raise ValueError(f"on_mismatch: expected one of {MISMATCH_POLICIES}, got {on_mismatch!r}")
     where = str(source_path) if source_path is not None else "<records>"
     report = MismatchReport(on_mismatch, positions_cut={"generated_token_ids": 0, **{d: 0 for d in PROPOSER_KEYS}})
     requests: list[RequestTrace] = []
     for rec in records:
+        if rec.prompt_token_ids is None or rec.generated_token_ids is None:
+            raise ValueError(f"request {rec.id!r} was read without its token ids; a bundle needs them "
+                             "(read_specbench(..., token_ids=True))")
         lengths = {"generated_token_ids": len(rec.generated_token_ids),
                    **{d: len(a) for d, a in rec.acc_len.items()}}
         n = min(lengths.values())
@@ -211,7 +329,7 @@ def to_bundle(records: list[SpecBenchRecord], *, on_mismatch: str = "error", dat
                                    line=rec.line, field="generated_token_ids")
         requests.append(RequestTrace(
             id=rec.id, prompt_len=rec.prompt_len, output_len=n,
-            drafters={d: DrafterTrace(acc_len=a[:n].copy()) for d, a in rec.acc_len.items()},
+            drafters={d: DrafterTrace(acc_len=np.array(a[:n], dtype=np.int32)) for d, a in rec.acc_len.items()},
             prompt_token_ids=list(rec.prompt_token_ids), output_token_ids=list(rec.generated_token_ids[:n]),
         ))
     if not requests:
@@ -223,7 +341,7 @@ def to_bundle(records: list[SpecBenchRecord], *, on_mismatch: str = "error", dat
         source["file"] = p.name
         if p.is_file():
             source["sha256"] = _file_sha256(p)
-    meta = BundleMeta(target=TARGET, drafters=dict(DRAFTER_SPECS), temperature=0.0, dataset=dataset,
+    meta = BundleMeta(target=TARGET, drafters=drafter_specs(), temperature=0.0, dataset=dataset,
                       source=source, tool_version=TOOL_VERSION)
     bundle = TraceBundle(meta, requests)
     bundle.validate(where)
