@@ -21,6 +21,7 @@ import numpy as np
 
 from experiments.plan.config import Mode, PlanConfig
 from experiments.plan.bounds import SERVICE_BOUND_RULE, service_rate_bound
+from experiments.plan.early_stop import EARLY_STOP_RULE
 from experiments.plan.search import (BATCHES, BELOW_SERVICE, FIRST_SEED_RULE, MAX_UTILIZATION, RateSearch, judge,
                                      settled_by_first_seed)
 from experiments.plan.prices import GpuPrice, price_table
@@ -65,6 +66,7 @@ class Candidate:
     max_draft_tokens: int = 0
     service_bound: float | None = None  # analytic upper bound on the service rate (experiments/plan/bounds.py)
     mean_output_tokens: float | None = None  # mean output_len of the requests a run draws (first seed)
+    probe: dict[str, Any] | None = None  # the saturated service-rate run (SERVICE_PROBE_RULE) and its figure
     search: RateSearch | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
 
@@ -289,10 +291,9 @@ class TrafficModel:
 
 def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker entry point: simulate one candidate at one rate and seed; its steady-state window counts, SLO
-    attainment batch means and figures (simulator/steady_state.py, the one window rule)."""
-    from experiments.run import run_experiment
-    from simulator.metrics import goodput_mask, steady_state_summary
-    from simulator.steady_state import batch_means, measure
+    attainment batch means and figures (simulator/steady_state.py, the one window rule). With `stop` in the payload
+    the run ends once its verdict is decided (experiments/plan/early_stop.py) and says so under `stopped`; a
+    `probe` payload is the saturated service-rate run (SERVICE_PROBE_RULE)."""
     from traces.workload import load_arrival_times
 
     doc = payload["config"]
@@ -303,12 +304,27 @@ def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
             path = Path(tmp) / "arrivals.txt"
             path.write_text("".join(f"{t!r}\n" for t in times.tolist()), encoding="utf-8")
             doc = {**doc, "workload": {**doc["workload"], "arrival": {"kind": "replay", "file": str(path)}}}
+        if payload.get("probe"):
+            return _probe_point(doc, payload["probe"])
+        if payload.get("stop"):
+            return _stopping_point(doc, payload["slo"], payload["stop"])
+        from experiments.run import run_experiment
+
         res = run_experiment(doc)
     (summary,) = res.summary.values()
     if not summary.get("fits", True):
         return {"fits": False, "reason": str(summary.get("does_not_fit"))}
-    req = res.requests
-    ok = goodput_mask(req, payload["slo"])
+    return _point_figures(res.requests, payload["slo"], summary)
+
+
+def _point_figures(req, slo: dict[str, Any], summary: dict[str, Any], stopped: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """A point's record from its requests table: window counts, attainment batch means and figures; a stopped run
+    (`stopped`) keeps only the figures its stop rule leaves exact (experiments/plan/early_stop.py)."""
+    from simulator.metrics import goodput_mask, steady_state_summary
+    from simulator.steady_state import batch_means, measure
+
+    ok = goodput_mask(req, slo)
     ss = measure(req["arrival_time"].to_numpy(dtype=float), req["finish_time"].to_numpy(dtype=float),
                  req["output_len"].to_numpy(), ok)
     out: dict[str, Any] = {"fits": True}
@@ -323,8 +339,93 @@ def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
                    steady_e2e_mean_s=round_sig(float(np.nanmean(win["e2e"].to_numpy(dtype=float)))),
                    steady_tpot_mean_s=round_sig(float(np.nanmean(win["tpot"].to_numpy(dtype=float)))))
     out.update({m: summary.get(m) for m in POINT_METRICS})
-    out.update({k: v for k, v in steady_state_summary(req, payload["slo"]).items() if k in POINT_METRICS})
+    out.update({k: v for k, v in steady_state_summary(req, slo).items() if k in POINT_METRICS})
+    if stopped is None:
+        return json_ready(out)
+    out["stopped"] = {k: (round_sig(v) if isinstance(v, float) else v) for k, v in stopped.items()}
+    rule = stopped["rule"]
+    if rule != "window complete":  # the window's latencies and attainment are not all known
+        for k in ("steady_e2e_mean_s", "steady_tpot_mean_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
+                  "steady_e2e_p99_s", "steady_slo_attainment"):
+            out[k] = None
+        out["attainment_batches"] = []
+    if rule == "strict fail":  # departures not final; the batches of the most favourable completion
+        out.update(window_final=False, overloaded=None, steady_throughput_tok_s=None, steady_requests_per_s=None,
+                   attainment_batches=stopped["attainment_batches"])
+        out["stopped"].pop("attainment_batches")
+        out["stopped"]["attainment_batches_are"] = "the most favourable completion of the window (an upper bound)"
     return json_ready(out)
+
+
+def _prepared(doc: dict[str, Any]):
+    """(scenario, inputs) of a one-run point config, as experiments.run.run_experiment prepares them."""
+    from experiments.config import load_config
+    from experiments.run import experiment_inputs, prepare
+    from simulator.scenario import check_inputs
+
+    cfg = load_config(doc)
+    (sc,) = prepare(cfg)
+    if not sc.fits:
+        return cfg, sc, None
+    inputs = experiment_inputs(cfg, need_acceptance=sc.mode != "ar")
+    check_inputs(sc, inputs)
+    return cfg, sc, inputs
+
+
+def _full_result(sim, sc):
+    from simulator.scenario import ClusterScenario
+
+    if isinstance(sc, ClusterScenario):
+        res = sim.result()
+        res.extras.update(sc.info)
+        return res
+    return sim.server.result()
+
+
+def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, Any]) -> dict[str, Any]:
+    """A search or curve run that ends once its verdict is decided (experiments/plan/early_stop.py)."""
+    from experiments.plan.early_stop import PlanStop
+    from experiments.run import summarize_run
+    from simulator.early_stop import StopMonitor, progress_frame, run_until_decided
+    from simulator.scenario import simulation
+
+    cfg, sc, inputs = _prepared(doc)
+    if inputs is None:
+        return {"fits": False, "reason": str(sc.info.get("does_not_fit"))}
+    rule = PlanStop(inputs.workload.arrival, slo, float(stop["target"]), stop["level"], float(stop["rate"]))
+    hook: dict[str, Any] = {}
+    sim = simulation(sc, inputs, on_step=lambda finished: hook["monitor"].on_step(finished))
+    monitor = hook["monitor"] = StopMonitor(sim.env, sim, len(inputs.workload), rule, rule.every(), rule.check_from())
+    progress = run_until_decided(sim, monitor)
+    if progress is None:
+        res = _full_result(sim, sc)
+        return _point_figures(res.requests, slo, summarize_run(res, cfg.slo.model_dump()))
+    stopped = {**rule.decision, "requests_finished": progress.finished, "of": len(inputs.workload)}
+    return _point_figures(progress_frame(progress), slo, {}, stopped)
+
+
+SERVICE_PROBE_RULE = ("service rate from one saturated run per candidate (first seed): a closed loop of 2 x the "
+                      "sequences the candidate runs at once (so a queue always waits), output tokens per second "
+                      "inside the saturated window (simulator/steady_state.py saturated_window: the first and last "
+                      "max(10%, clients) finishes dropped) over the workload's mean output length; no rate above "
+                      f"{MAX_UTILIZATION:g} x it is tested or passes, and the search starts at most at "
+                      f"{BELOW_SERVICE:g} x it")
+
+
+def _probe_point(doc: dict[str, Any], probe: dict[str, Any]) -> dict[str, Any]:
+    """The saturated probe run of SERVICE_PROBE_RULE: output tokens/s in its saturated window."""
+    from simulator.scenario import simulate
+    from simulator.steady_state import saturated_window
+
+    cfg, sc, inputs = _prepared(doc)
+    if inputs is None:
+        return {"fits": False, "reason": str(sc.info.get("does_not_fit"))}
+    res = simulate(sc, inputs)
+    got = saturated_window(res.requests, res.steps, int(probe["trim"]))
+    if got is None:
+        return {"fits": True, "tok_s": None}
+    return json_ready({"fits": True, "tok_s": round_sig(got[0]), "e2e_mean_s": round_sig(got[1]),
+                       "requests": int(len(res.requests)), "trim": int(probe["trim"])})
 
 
 def mean_decode_tokens(c: Candidate, traffic: "TrafficModel", seed: int) -> float:
@@ -348,9 +449,32 @@ def candidate_service_bound(c: Candidate, decode_tokens: float) -> float | None:
 
 
 def _point(c: Candidate, workload: dict[str, Any], seed: int, slo: dict[str, Any],
-           replay: dict[str, Any] | None) -> Point:
+           replay: dict[str, Any] | None, stop: dict[str, Any] | None = None) -> Point:
+    """One simulation; `stop` (experiments/plan/early_stop.py: level, target, rate) lets it end once decided."""
+    payload = {"evaluator": EVALUATOR, "config": {**c.config, "workload": workload, "seed": seed},
+               "slo": slo, "replay": replay}
+    if stop is not None:  # a key only when given: points without it hash as before
+        payload["stop"] = stop
+    return Point(payload)
+
+
+def concurrent_sequences(c: Candidate) -> int:
+    """Sequences the candidate runs at once over all replicas (PSD: both sub-batches)."""
+    m = int(c.config["server"]["max_num_seqs"])
+    if c.mode.mode == "psd":
+        m = 2 * int(c.mode.psd.sub_batch_max_num_seqs or m) if c.mode.psd else 2 * m
+    return m * c.replicas
+
+
+def probe_point(c: Candidate, traffic: "TrafficModel", seed: int, slo: dict[str, Any]) -> Point:
+    """The saturated probe of SERVICE_PROBE_RULE: a closed loop of 2 x the candidate's concurrent sequences, at
+    least 8 x that many requests (and the curve runs' size)."""
+    clients = 2 * concurrent_sequences(c)
+    n = max(c.curve_requests, 8 * clients)
+    trim = max(math.ceil(0.1 * n), clients)
+    workload = traffic.workload({"kind": "closed_loop", "clients": clients, "think_time": 0.0}, n)
     return Point({"evaluator": EVALUATOR, "config": {**c.config, "workload": workload, "seed": seed},
-                  "slo": slo, "replay": replay})
+                  "slo": slo, "replay": None, "probe": {"trim": trim, "clients": clients}})
 
 
 # ---------------------------------------------------------------- the search
@@ -377,22 +501,34 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
             decode_tokens[c.num_requests] = mean_decode_tokens(c, traffic, seeds[0])
         c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
         c.mean_output_tokens = decode_tokens[c.num_requests] + 1.0
-        c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound)
     # the total is known only as an upper bound: it shrinks as searches end early and as first seeds settle rates
-    total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions))
+    total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions) + search.service_probe)
     pending: dict[str, list[dict[str, Any]]] = {}  # candidate id -> its first seed's run at its next rate
+    target = plan.slo.attainment
+
+    def stop(level: str, rate: float) -> dict[str, Any] | None:
+        return {"level": level, "target": target, "rate": rate} if search.early_stop else None
+
     with ProgressBar(f"plan {plan.name}", total, console, progress) as bar:
         runner = SweepRunner(evaluate_plan_point, out / "points", backend, workers, address, bar)
+        if search.service_probe:
+            _service_probes(active, traffic, seeds[0], slo, runner)
+        for c in active:
+            probe = (c.probe or {}).get("service_req_s")
+            c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
+                                  probe_service=probe)
         while True:
             todo = [c for c in active if c.status == "ok" and not c.search.done]
             if not todo:
                 break
             batch, wanted = [], []
             for c in todo:  # FIRST_SEED_RULE: a new rate's first seed alone, then (if unsettled) the others
-                workload, replay = traffic.at_rate(c.search.next_rate(), c.num_requests)
+                rate = c.search.next_rate()
+                workload, replay = traffic.at_rate(rate, c.num_requests)
                 first = seeds[:1] if search.first_seed_settles else seeds
                 these = seeds[len(pending[c.id]):] if c.id in pending else first
-                batch += [_point(c, workload, s, slo, replay) for s in these]
+                level = "settling" if search.first_seed_settles and c.id not in pending else "pooled"
+                batch += [_point(c, workload, s, slo, replay, stop(level, rate)) for s in these]
                 wanted.append(len(these))
             results = runner.run(batch)
             i = 0
@@ -419,7 +555,7 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
                 c.search.record(verdict)
                 if c.search.done:
                     bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds)
-        _curve_points(plan, active, traffic, seeds[0], slo, runner, bar)
+        _curve_points(plan, active, traffic, seeds[0], slo, runner, bar, search.early_stop)
     doc = plan_document(plan, cands, prices, traffic, seeds, base)
     write_json_atomic(out / "plan.json", doc, indent=1)
     from experiments.plan.report import write_plots
@@ -428,8 +564,20 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     return {**doc, "_stats": {"computed": runner.stats.computed, "cached": runner.stats.cached}}
 
 
+def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
+                    runner: SweepRunner) -> None:
+    """SERVICE_PROBE_RULE: one saturated run per candidate, its service rate in req/s on the candidate."""
+    points = [probe_point(c, traffic, seed, slo) for c in active]
+    for c, p, r in zip(active, points, runner.run(points)):
+        if not r["fits"]:
+            continue  # the search's first run reports the reason
+        tok_s = r.get("tok_s")
+        c.probe = {"requests": r.get("requests"), "clients": p.payload["probe"]["clients"], "tok_s": tok_s,
+                   "service_req_s": tok_s / c.mean_output_tokens if tok_s and c.mean_output_tokens else None}
+
+
 def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,
-                  slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar) -> None:
+                  slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar, early_stop: bool = False) -> None:
     """One simulation (first seed) at each curve fraction of every candidate's max rate: the latency curves."""
     batch, owners = [], []
     for c in active:
@@ -439,7 +587,8 @@ def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficMo
             continue
         for f in fractions:
             workload, replay = traffic.at_rate(f * c.search.lo, c.curve_requests)
-            batch.append(_point(c, workload, seed, slo, replay))
+            stop = {"level": "curve", "target": plan.slo.attainment, "rate": f * c.search.lo} if early_stop else None
+            batch.append(_point(c, workload, seed, slo, replay, stop))
             owners.append((c, f * c.search.lo))
     for (c, rate), r in zip(owners, runner.run(batch)):
         if r["fits"]:
@@ -462,6 +611,11 @@ def _curve(c: Candidate) -> list[dict[str, Any]]:
                "overloaded": e.get("overloaded"), "seeds": len(e["seeds"]),
                "attainment": e.get("attainment", _mean([s.get("steady_slo_attainment") for s in e["seeds"]])),
                "attainment_interval": e.get("attainment_interval"), "why": e.get("why")}
+        stopped = [x["stopped"]["rule"] for x in e["seeds"] if x.get("stopped")]
+        if stopped:  # the figures of a stopped run are those its rule leaves exact; the rest are None
+            row["stopped_early"] = stopped
+            if "strict fail" in stopped:  # the attainment of the most favourable completion: an upper bound
+                row["attainment_at_most"], row["attainment"], row["attainment_interval"] = row["attainment"], None, None
         row.update({f"{m}_mean": _mean([s.get(m) for s in e["seeds"]]) for m in
                     ("steady_throughput_tok_s", "steady_ttft_p99_s", "steady_tpot_p99_s", "steady_e2e_p99_s",
                      "steady_e2e_mean_s", "steady_tpot_mean_s")})
@@ -572,6 +726,8 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
         "interval_req_s": [round_sig(i_lo), round_sig(i_hi) if i_hi else None],
         "at_search_ceiling": s.at_ceiling, "rates_tested": len(s.verdicts),
         "service_rate_req_s": round_sig(s.service_rate) if s.service_rate else None,
+        "service_probe": ({k: round_sig(v) if isinstance(v, float) else v for k, v in c.probe.items()}
+                          if c.probe else None),
         "throughput_tok_s_at_max_rate": tok_s,
         "usd_per_mtok_at_max_rate": round_sig(hourly / (tok_s * 3600) * 1e6) if tok_s else None,
         "meets_target_rate": meets,
@@ -678,6 +834,8 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                          "interval: the answer to the lowest decided fail (or the measured service rate) among the "
                          "tested rates"),
             "seeds_per_rate_rule": FIRST_SEED_RULE if s.first_seed_settles else "every seed at every rate",
+            "early_stop": EARLY_STOP_RULE if s.early_stop else "off: every run to its last request",
+            "service_probe": SERVICE_PROBE_RULE if s.service_probe else "off",
             "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
                      f"{s.requests_per_replica} requests per replica (given: {traffic.num_requests})"),
             "service_bound": SERVICE_BOUND_RULE,
