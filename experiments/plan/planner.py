@@ -67,6 +67,7 @@ class Candidate:
     service_bound: float | None = None  # analytic upper bound on the service rate (experiments/plan/bounds.py)
     mean_output_tokens: float | None = None  # mean output_len of the requests a run draws (first seed)
     probe: dict[str, Any] | None = None  # the saturated service-rate run (SERVICE_PROBE_RULE) and its figure
+    scope_note: str = ""  # search.scope cheapest: why this candidate's search stopped at the target rate
     search: RateSearch | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
 
@@ -511,57 +512,111 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
 
     with ProgressBar(f"plan {plan.name}", total, console, progress) as bar:
         runner = SweepRunner(evaluate_plan_point, out / "points", backend, workers, address, bar)
-        if search.service_probe:
-            _service_probes(active, traffic, seeds[0], slo, runner)
-        for c in active:
-            probe = (c.probe or {}).get("service_req_s")
-            c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
-                                  probe_service=probe)
-        while True:
-            todo = [c for c in active if c.status == "ok" and not c.search.done]
-            if not todo:
-                break
-            batch, wanted = [], []
-            for c in todo:  # FIRST_SEED_RULE: a new rate's first seed alone, then (if unsettled) the others
-                rate = c.search.next_rate()
-                workload, replay = traffic.at_rate(rate, c.num_requests)
-                first = seeds[:1] if search.first_seed_settles else seeds
-                these = seeds[len(pending[c.id]):] if c.id in pending else first
-                level = "settling" if search.first_seed_settles and c.id not in pending else "pooled"
-                batch += [_point(c, workload, s, slo, replay, stop(level, rate)) for s in these]
-                wanted.append(len(these))
-            results = runner.run(batch)
-            i = 0
-            for c, k in zip(todo, wanted):
-                rate = c.search.next_rate()
-                runs = pending.pop(c.id, []) + results[i:i + k]
-                i += k
-                if not all(r["fits"] for r in runs):
-                    c.status, c.reason = "does_not_fit", next(r["reason"] for r in runs if not r["fits"])
-                    bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds + len(runs)
-                                  - len(search.curve_fractions))
-                    continue
-                verdict = judge(rate, runs, plan.slo.attainment)
-                if len(runs) < len(seeds):
-                    if not settled_by_first_seed(verdict):
-                        pending[c.id] = runs
+
+        def prepare_searches(group: list[Candidate]) -> None:
+            if search.service_probe:
+                _service_probes(group, traffic, seeds[0], slo, runner)
+            for c in group:
+                probe = (c.probe or {}).get("service_req_s")
+                c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
+                                      probe_service=probe)
+
+        def run_searches(group: list[Candidate], target_only: bool = False) -> None:
+            """Every search of `group` to its end (`target_only`: a search ends at its first rate unless it passes)."""
+            while True:
+                todo = [c for c in group if c.status == "ok" and not c.search.done]
+                if not todo:
+                    return
+                batch, wanted = [], []
+                for c in todo:  # FIRST_SEED_RULE: a new rate's first seed alone, then (if unsettled) the others
+                    rate = c.search.next_rate()
+                    workload, replay = traffic.at_rate(rate, c.num_requests)
+                    first = seeds[:1] if search.first_seed_settles else seeds
+                    these = seeds[len(pending[c.id]):] if c.id in pending else first
+                    level = "settling" if search.first_seed_settles and c.id not in pending else "pooled"
+                    batch += [_point(c, workload, s, slo, replay, stop(level, rate)) for s in these]
+                    wanted.append(len(these))
+                results = runner.run(batch)
+                i = 0
+                for c, k in zip(todo, wanted):
+                    rate = c.search.next_rate()
+                    runs = pending.pop(c.id, []) + results[i:i + k]
+                    i += k
+                    if not all(r["fits"] for r in runs):
+                        c.status, c.reason = "does_not_fit", next(r["reason"] for r in runs if not r["fits"])
+                        bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds + len(runs)
+                                      - len(search.curve_fractions))
                         continue
-                    bar.add_total(-(len(seeds) - len(runs)))
-                c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
-                                      "overloaded": verdict.overloaded, "why": verdict.why,
-                                      "attainment": verdict.attainment,
-                                      "attainment_interval": [verdict.attainment_low, verdict.attainment_high],
-                                      "seeds": [{"seed": s, **r} for s, r in zip(seeds, runs)]})
-                c.search.record(verdict)
-                if c.search.done:
-                    bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds)
-        _curve_points(plan, active, traffic, seeds[0], slo, runner, bar, search.early_stop)
+                    verdict = judge(rate, runs, plan.slo.attainment)
+                    if len(runs) < len(seeds):
+                        if not settled_by_first_seed(verdict):
+                            pending[c.id] = runs
+                            continue
+                        bar.add_total(-(len(seeds) - len(runs)))
+                    c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
+                                          "overloaded": verdict.overloaded, "why": verdict.why,
+                                          "attainment": verdict.attainment,
+                                          "attainment_interval": [verdict.attainment_low, verdict.attainment_high],
+                                          "seeds": [{"seed": s, **r} for s, r in zip(seeds, runs)]})
+                    c.search.record(verdict)
+                    if target_only and len(c.search.verdicts) == 1 and not verdict.passed:
+                        c.search.stop()
+                        c.scope_note = (f"fails at the target rate {round_sig(rate)} req/s ({verdict.why}); lower "
+                                        f"rates not searched ({SCOPE_RULE})")
+                    if c.search.done:
+                        bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds)
+
+        if search.scope == "all":
+            prepare_searches(active)
+            run_searches(active)
+        else:
+            _cheapest_scope(active, traffic.target_rate, prepare_searches, run_searches, bar, search)
+        searched = [c for c in active if c.status == "ok"]
+        _curve_points(plan, searched, traffic, seeds[0], slo, runner, bar, search.early_stop)
     doc = plan_document(plan, cands, prices, traffic, seeds, base)
     write_json_atomic(out / "plan.json", doc, indent=1)
     from experiments.plan.report import write_plots
 
     write_plots(doc, out)
     return {**doc, "_stats": {"computed": runner.stats.computed, "cached": runner.stats.cached}}
+
+
+SCOPE_RULE = ("search.scope: cheapest: price levels in increasing $/h; at each, every candidate is probed and tested "
+              "at the target rate, and those that pass are searched in full (their max rate breaks ties of price); "
+              "the first level with a candidate sustaining the target ends the plan: every dearer candidate is not "
+              "searched")
+
+
+def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, bar: ProgressBar, search) -> None:
+    """SCOPE_RULE: only what the ranking needs; every candidate left out says why (status not_searched)."""
+    per_candidate = search.max_tests * search.seeds + len(search.curve_fractions) + search.service_probe
+    levels = sorted({c.usd_per_hour for c in active})
+    for k, price in enumerate(levels):
+        group = [c for c in active if c.usd_per_hour == price]
+        prepare(group)
+        tried = []
+        for c in group:
+            start = c.search.next_rate()
+            if start < target_rate:  # its start is capped below the target: it cannot sustain it
+                c.search.stop()
+                cap = ("0.95 x its probed service rate" if c.probe and c.probe.get("service_req_s") else
+                       "0.95 x its analytic service bound")
+                c.status, c.reason = "not_searched", (f"cannot sustain the target: {cap} is {round_sig(start)} "
+                                                      f"req/s < {round_sig(target_rate)} ({SCOPE_RULE})")
+                bar.add_total(-(per_candidate - search.service_probe))
+            else:
+                tried.append(c)
+        run(tried, target_only=True)  # first rate = the target: a pass is searched on to its max rate
+        winners = [c for c in tried if c.status == "ok" and c.search.lo >= target_rate]
+        if winners:
+            best = min(winners, key=lambda c: c.id)
+            for c in active:
+                if c.usd_per_hour > price:
+                    c.status, c.reason = "not_searched", (
+                        f"not searched: ${c.usd_per_hour:g}/h > ${price:g}/h of {best.id!r}, which sustains the "
+                        f"target ({SCOPE_RULE})")
+                    bar.add_total(-per_candidate)
+            return
 
 
 def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
@@ -737,6 +792,11 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
         "vllm_serve": _vllm_serve(plan, c),
         "curve": _curve(c),
     })
+    if c.scope_note:  # search.scope cheapest: tested at the target only
+        doc.update(max_rate_req_s=None, bracket_req_s=[None, round_sig(hi) if hi else None],
+                   interval_req_s=[None, round_sig(i_hi) if i_hi else None], reason=c.scope_note,
+                   usd_per_mtok_at_max_rate=None, throughput_tok_s_at_max_rate=None)
+        return doc
     if s.at_ceiling:
         doc["reason"] = "sustains the search ceiling (search.rate_max)"
     elif hi is None:
@@ -762,7 +822,9 @@ def _rank_key(d: dict[str, Any]) -> tuple:
         return (0, d["usd_per_hour"], d.get("usd_per_mtok_at_target_rate") or 0.0, -d["max_rate_req_s"], d["id"])
     if d["status"] == "ok":
         return (1, 0.0, 0.0, -(d.get("max_rate_req_s") or 0.0), d["id"])
-    return (2, 0.0, 0.0, 0.0, d["id"])  # does not fit
+    if d["status"] == "not_searched":  # search.scope cheapest
+        return (2, d["usd_per_hour"], 0.0, 0.0, d["id"])
+    return (3, 0.0, 0.0, 0.0, d["id"])  # does not fit
 
 
 def _acceptance_note(plan: PlanConfig, base: dict[str, Any]) -> str | None:
@@ -833,6 +895,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                          f"seeds; a rate fails decidedly when the high end of the 95% interval is below {q:g}. Rate "
                          "interval: the answer to the lowest decided fail (or the measured service rate) among the "
                          "tested rates"),
+            "scope": SCOPE_RULE if s.scope == "cheapest" else "all: every candidate searched to its max rate",
             "seeds_per_rate_rule": FIRST_SEED_RULE if s.first_seed_settles else "every seed at every rate",
             "early_stop": EARLY_STOP_RULE if s.early_stop else "off: every run to its last request",
             "service_probe": SERVICE_PROBE_RULE if s.service_probe else "off",

@@ -151,6 +151,10 @@ class RateSearch:
     def next_rate(self) -> float | None:
         return self._next
 
+    def stop(self) -> None:
+        """End the search here (the plan's scope needs no more of it)."""
+        self._next = None
+
     def record(self, v: Verdict) -> None:
         if v.rate != self._next:
             raise ValueError(f"rate search: expected the verdict at {self._next!r}, got {v.rate!r}")
