@@ -6,8 +6,9 @@ Rules (EARLY_STOP_RULE), asked every CHECK_EVERY of the window's requests finish
   the verdict or the plan's steady-state figures read can change any more (window arrivals, departures inside the
   window, attainment and latencies of the window requests): they equal the full run's, bit for bit.
 - overloaded (a settling run: a rate's first seed under FIRST_SEED_RULE, or a curve run): after the window's end
-  the window's departures are final; when `judge` on them says overloaded, the run is overloaded as the full run
-  would be (its service rate measured the same); its attainment is not measured.
+  the window's departures are final; when the overload rule `judge` applies first (steady_state.is_overloaded) says
+  overloaded on them, the run is overloaded as the full run would be (its service rate measured the same); its
+  attainment is not measured.
 - strict fail (a settling search run): each window batch's attainment lies between its certain successes
   (finished within every bound) and those plus its undecided requests (not finished, not yet past a bound:
   simulator.early_stop.exceeded_so_far). When the 99.9% interval's high end (`strict_high_end`) is below the
@@ -29,7 +30,7 @@ import numpy as np
 from experiments.plan.search import BATCHES, judge, strict_high_end
 from simulator.early_stop import Progress, exceeded_so_far, progress_frame
 from simulator.metrics import goodput_mask, round_sig
-from simulator.steady_state import MIN_WINDOW_REQUESTS, steady_window
+from simulator.steady_state import MIN_WINDOW_REQUESTS, is_overloaded, steady_window
 
 CHECK_EVERY = 1 / 40  # of the window's requests: finishes between two checks
 MARGIN = 1e-6  # a strict fail is stopped on only when the best completion's high end is this far below the target
@@ -90,9 +91,7 @@ class PlanStop:
         if p.now > hi:  # every finish at or before the window's end is in the snapshot: departures are final
             if self.level != "pooled":
                 departures = int(np.sum(fin & (p.finish >= lo) & (p.finish <= hi)))
-                seed = {"window_arrivals": idx.size, "window_departures": departures,
-                        "window_length_s": hi - lo, "attainment_batches": []}
-                if judge(self.rate, [seed], self.target).overloaded:
+                if is_overloaded(idx.size, departures):  # judge's overload test on the final window counts
                     self.decision = {"rule": "overloaded", "at_s": p.now}
                     return "overloaded"
             if fin[idx].all():
