@@ -903,7 +903,8 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                      f"{s.requests_per_replica} requests per replica (given: {traffic.num_requests})"),
             "service_bound": SERVICE_BOUND_RULE,
             "search": (f"start at {round_sig(s.rate_start or target)} req/s (or {BELOW_SERVICE:g} x the candidate's "
-                       "service bound when lower), double while passing"
+                       "service bound, or x its probed service rate, when lower), double while passing (never past "
+                       f"{MAX_UTILIZATION:g} x a measured service rate)"
                        + (f" (up to {s.rate_max:g})" if s.rate_max else "")
                        + f"; after an overloaded run try {BELOW_SERVICE:g} x its measured service rate (no rate "
                        f"above {MAX_UTILIZATION:g} x it passes); bisect until the "
