@@ -30,6 +30,7 @@ from experiments.sweep.experiment import json_ready
 from experiments.sweep.hashing import derive_seed
 from experiments.sweep.runner import Point, ProgressBar, SweepRunner
 from simulator.metrics import round_sig
+from simulator.steady_state import SATURATED_TRIM_FRACTION
 
 EVALUATOR = "plan-point/2"  # bump when what a point returns changes (invalidates caches)
 POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
@@ -405,10 +406,14 @@ def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, An
     return _point_figures(progress_frame(progress), slo, {}, stopped)
 
 
-SERVICE_PROBE_RULE = ("service rate from one saturated run per candidate (first seed): a closed loop of 2 x the "
-                      "sequences the candidate runs at once (so a queue always waits), output tokens per second "
-                      "inside the saturated window (simulator/steady_state.py saturated_window: the first and last "
-                      "max(10%, clients) finishes dropped) over the workload's mean output length; no rate above "
+PROBE_CLIENTS = 1.25  # x the concurrent sequences: a queue always waits (as under overload)
+PROBE_REQUESTS_PER_CLIENT = 5
+SERVICE_PROBE_RULE = (f"service rate from one saturated run per candidate (first seed, reused by every seed and rate): "
+                      f"a closed loop of {PROBE_CLIENTS:g} x the sequences the candidate runs at once (so a queue "
+                      f"always waits), at least {PROBE_REQUESTS_PER_CLIENT} requests per client; output tokens per "
+                      "second inside the saturated window (simulator/steady_state.py saturated_window: the first and "
+                      f"last max({SATURATED_TRIM_FRACTION:.0%}, concurrent sequences) finishes dropped) over the workload's "
+                      "mean output length; no rate above "
                       f"{MAX_UTILIZATION:g} x it is tested or passes, and the search starts at most at "
                       f"{BELOW_SERVICE:g} x it")
 
@@ -468,11 +473,12 @@ def concurrent_sequences(c: Candidate) -> int:
 
 
 def probe_point(c: Candidate, traffic: "TrafficModel", seed: int, slo: dict[str, Any]) -> Point:
-    """The saturated probe of SERVICE_PROBE_RULE: a closed loop of 2 x the candidate's concurrent sequences, at
-    least 8 x that many requests (and the curve runs' size)."""
-    clients = 2 * concurrent_sequences(c)
-    n = max(c.curve_requests, 8 * clients)
-    trim = max(math.ceil(0.1 * n), clients)
+    """The saturated probe of SERVICE_PROBE_RULE: a closed loop of PROBE_CLIENTS x the candidate's concurrent
+    sequences, at least PROBE_REQUESTS_PER_CLIENT requests per client (and the curve runs' size)."""
+    seqs = concurrent_sequences(c)
+    clients = math.ceil(PROBE_CLIENTS * seqs)
+    n = max(c.curve_requests, PROBE_REQUESTS_PER_CLIENT * clients)
+    trim = max(math.ceil(SATURATED_TRIM_FRACTION * n), seqs)  # the drain: the last seqs finishes
     workload = traffic.workload({"kind": "closed_loop", "clients": clients, "think_time": 0.0}, n)
     return Point({"evaluator": EVALUATOR, "config": {**c.config, "workload": workload, "seed": seed},
                   "slo": slo, "replay": None, "probe": {"trim": trim, "clients": clients}})
@@ -776,7 +782,7 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
     doc.update({
         "num_requests_per_run": c.num_requests, "num_requests_per_curve_run": c.curve_requests,
         "service_bound_req_s": round_sig(c.service_bound) if c.service_bound else None,
-        "simulations": sum(len(e["seeds"]) for e in c.evaluations),
+        "simulations": sum(len(e["seeds"]) for e in c.evaluations) + (1 if c.probe else 0),  # + the probe
         "max_rate_req_s": round_sig(lo), "bracket_req_s": [round_sig(lo), round_sig(hi) if hi else None],
         "interval_req_s": [round_sig(i_lo), round_sig(i_hi) if i_hi else None],
         "at_search_ceiling": s.at_ceiling, "rates_tested": len(s.verdicts),
