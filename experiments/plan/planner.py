@@ -413,7 +413,7 @@ SERVICE_PROBE_RULE = (f"service rate from one saturated run per candidate (first
                       f"always waits), at least {PROBE_REQUESTS_PER_CLIENT} requests per client; output tokens per "
                       "second inside the saturated window (simulator/steady_state.py saturated_window: the first and "
                       f"last max({SATURATED_TRIM_FRACTION:.0%}, concurrent sequences) finishes dropped) over the workload's "
-                      "mean output length; no rate above "
+                      "mean output length (no probe when that run would be longer than a search run); no rate above "
                       f"{MAX_UTILIZATION:g} x it is tested or passes, and the search starts at most at "
                       f"{BELOW_SERVICE:g} x it")
 
@@ -628,8 +628,15 @@ def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, b
 def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
                     runner: SweepRunner) -> None:
     """SERVICE_PROBE_RULE: one saturated run per candidate, its service rate in req/s on the candidate."""
-    points = [probe_point(c, traffic, seed, slo) for c in active]
-    for c, p, r in zip(active, points, runner.run(points)):
+    sized = []
+    for c in active:  # a probe no shorter than it must be, but never longer than a search run
+        need = PROBE_REQUESTS_PER_CLIENT * math.ceil(PROBE_CLIENTS * concurrent_sequences(c))
+        if need > c.num_requests:
+            c.probe = {"skipped": f"a saturated run needs {need} requests, more than a search run's {c.num_requests}"}
+        else:
+            sized.append(c)
+    points = [probe_point(c, traffic, seed, slo) for c in sized]
+    for c, p, r in zip(sized, points, runner.run(points)):
         if not r["fits"]:
             continue  # the search's first run reports the reason
         tok_s = r.get("tok_s")
@@ -782,7 +789,7 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
     doc.update({
         "num_requests_per_run": c.num_requests, "num_requests_per_curve_run": c.curve_requests,
         "service_bound_req_s": round_sig(c.service_bound) if c.service_bound else None,
-        "simulations": sum(len(e["seeds"]) for e in c.evaluations) + (1 if c.probe else 0),  # + the probe
+        "simulations": sum(len(e["seeds"]) for e in c.evaluations) + (1 if c.probe and "tok_s" in c.probe else 0),
         "max_rate_req_s": round_sig(lo), "bracket_req_s": [round_sig(lo), round_sig(hi) if hi else None],
         "interval_req_s": [round_sig(i_lo), round_sig(i_hi) if i_hi else None],
         "at_search_ceiling": s.at_ceiling, "rates_tested": len(s.verdicts),

@@ -106,7 +106,7 @@ def _status(c: dict[str, Any]) -> str:
         return "does not fit (below)"
     if c["status"] == "not_searched":
         return "not searched (plan.json)"
-    if c.get("reason", "").startswith("fails at the target rate"):
+    if (c.get("reason") or "").startswith("fails at the target rate"):
         return "below target (tested at it only)"
     if c.get("meets_target_rate"):
         return "meets target" + (" at ceiling" if c.get("at_search_ceiling") else "")
