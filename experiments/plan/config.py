@@ -104,6 +104,13 @@ class Search(_Strict):
                                                                                   "requests per replica")
     first_seed_settles: bool = Field(True, description="a rate's first seed runs alone and settles a clear rate "
                                      "(experiments/plan/search.py FIRST_SEED_RULE); false: every seed at every rate")
+    scope: Literal["all", "cheapest"] = Field("all", description="all: every candidate's max rate; cheapest: only "
+                                              "what the ranking needs (experiments/plan/planner.py SCOPE_RULE), every "
+                                              "other candidate listed as not searched with the reason")
+    early_stop: bool = Field(True, description="a run ends once its verdict is decided (experiments/plan/early_stop.py "
+                             "EARLY_STOP_RULE); false: every run to its last request")
+    service_probe: bool = Field(True, description="one saturated run per candidate measures its service rate first "
+                                "(experiments/plan/planner.py SERVICE_PROBE_RULE): nothing above 0.95 x it is tested")
     curve_fractions: list[float] = Field([0.25, 0.5, 0.75], max_length=100, description="after the search, one more simulation "
                                          "(first seed) at each fraction of the max rate, for the latency curves")
 

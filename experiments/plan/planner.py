@@ -21,6 +21,7 @@ import numpy as np
 
 from experiments.plan.config import Mode, PlanConfig
 from experiments.plan.bounds import SERVICE_BOUND_RULE, service_rate_bound
+from experiments.plan.early_stop import EARLY_STOP_RULE
 from experiments.plan.search import (BATCHES, BELOW_SERVICE, FIRST_SEED_RULE, MAX_UTILIZATION, RateSearch, judge,
                                      settled_by_first_seed)
 from experiments.plan.prices import GpuPrice, price_table
@@ -29,6 +30,7 @@ from experiments.sweep.experiment import json_ready
 from experiments.sweep.hashing import derive_seed
 from experiments.sweep.runner import Point, ProgressBar, SweepRunner
 from simulator.metrics import round_sig
+from simulator.steady_state import SATURATED_TRIM_FRACTION
 
 EVALUATOR = "plan-point/2"  # bump when what a point returns changes (invalidates caches)
 POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
@@ -65,6 +67,8 @@ class Candidate:
     max_draft_tokens: int = 0
     service_bound: float | None = None  # analytic upper bound on the service rate (experiments/plan/bounds.py)
     mean_output_tokens: float | None = None  # mean output_len of the requests a run draws (first seed)
+    probe: dict[str, Any] | None = None  # the saturated service-rate run (SERVICE_PROBE_RULE) and its figure
+    scope_note: str = ""  # search.scope cheapest: why this candidate's search stopped at the target rate
     search: RateSearch | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
 
@@ -289,10 +293,9 @@ class TrafficModel:
 
 def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker entry point: simulate one candidate at one rate and seed; its steady-state window counts, SLO
-    attainment batch means and figures (simulator/steady_state.py, the one window rule)."""
-    from experiments.run import run_experiment
-    from simulator.metrics import goodput_mask, steady_state_summary
-    from simulator.steady_state import batch_means, measure
+    attainment batch means and figures (simulator/steady_state.py, the one window rule). With `stop` in the payload
+    the run ends once its verdict is decided (experiments/plan/early_stop.py) and says so under `stopped`; a
+    `probe` payload is the saturated service-rate run (SERVICE_PROBE_RULE)."""
     from traces.workload import load_arrival_times
 
     doc = payload["config"]
@@ -303,12 +306,27 @@ def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
             path = Path(tmp) / "arrivals.txt"
             path.write_text("".join(f"{t!r}\n" for t in times.tolist()), encoding="utf-8")
             doc = {**doc, "workload": {**doc["workload"], "arrival": {"kind": "replay", "file": str(path)}}}
+        if payload.get("probe"):
+            return _probe_point(doc, payload["probe"])
+        if payload.get("stop"):
+            return _stopping_point(doc, payload["slo"], payload["stop"])
+        from experiments.run import run_experiment
+
         res = run_experiment(doc)
     (summary,) = res.summary.values()
     if not summary.get("fits", True):
         return {"fits": False, "reason": str(summary.get("does_not_fit"))}
-    req = res.requests
-    ok = goodput_mask(req, payload["slo"])
+    return _point_figures(res.requests, payload["slo"], summary)
+
+
+def _point_figures(req, slo: dict[str, Any], summary: dict[str, Any], stopped: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """A point's record from its requests table: window counts, attainment batch means and figures; a stopped run
+    (`stopped`) keeps only the figures its stop rule leaves exact (experiments/plan/early_stop.py)."""
+    from simulator.metrics import goodput_mask, steady_state_summary
+    from simulator.steady_state import batch_means, measure
+
+    ok = goodput_mask(req, slo)
     ss = measure(req["arrival_time"].to_numpy(dtype=float), req["finish_time"].to_numpy(dtype=float),
                  req["output_len"].to_numpy(), ok)
     out: dict[str, Any] = {"fits": True}
@@ -323,8 +341,97 @@ def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
                    steady_e2e_mean_s=round_sig(float(np.nanmean(win["e2e"].to_numpy(dtype=float)))),
                    steady_tpot_mean_s=round_sig(float(np.nanmean(win["tpot"].to_numpy(dtype=float)))))
     out.update({m: summary.get(m) for m in POINT_METRICS})
-    out.update({k: v for k, v in steady_state_summary(req, payload["slo"]).items() if k in POINT_METRICS})
+    out.update({k: v for k, v in steady_state_summary(req, slo).items() if k in POINT_METRICS})
+    if stopped is None:
+        return json_ready(out)
+    out["stopped"] = {k: (round_sig(v) if isinstance(v, float) else v) for k, v in stopped.items()}
+    rule = stopped["rule"]
+    if rule != "window complete":  # the window's latencies and attainment are not all known
+        for k in ("steady_e2e_mean_s", "steady_tpot_mean_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
+                  "steady_e2e_p99_s", "steady_slo_attainment"):
+            out[k] = None
+        out["attainment_batches"] = []
+    if rule == "strict fail":  # departures not final; the batches of the most favourable completion
+        out.update(window_final=False, overloaded=None, steady_throughput_tok_s=None, steady_requests_per_s=None,
+                   attainment_batches=stopped["attainment_batches"])
+        out["stopped"].pop("attainment_batches")
+        out["stopped"]["attainment_batches_are"] = "the most favourable completion of the window (an upper bound)"
     return json_ready(out)
+
+
+def _prepared(doc: dict[str, Any]):
+    """(scenario, inputs) of a one-run point config, as experiments.run.run_experiment prepares them."""
+    from experiments.config import load_config
+    from experiments.run import experiment_inputs, prepare
+    from simulator.scenario import check_inputs
+
+    cfg = load_config(doc)
+    (sc,) = prepare(cfg)
+    if not sc.fits:
+        return cfg, sc, None
+    inputs = experiment_inputs(cfg, need_acceptance=sc.mode != "ar")
+    check_inputs(sc, inputs)
+    return cfg, sc, inputs
+
+
+def _full_result(sim, sc):
+    from simulator.scenario import ClusterScenario
+
+    if isinstance(sc, ClusterScenario):
+        res = sim.result()
+        res.extras.update(sc.info)
+        return res
+    return sim.server.result()
+
+
+def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, Any]) -> dict[str, Any]:
+    """A search or curve run that ends once its verdict is decided (experiments/plan/early_stop.py)."""
+    from experiments.plan.early_stop import PlanStop
+    from experiments.run import summarize_run
+    from simulator.early_stop import StopMonitor, progress_frame, run_until_decided
+    from simulator.scenario import simulation
+
+    cfg, sc, inputs = _prepared(doc)
+    if inputs is None:
+        return {"fits": False, "reason": str(sc.info.get("does_not_fit"))}
+    rule = PlanStop(inputs.workload.arrival, slo, float(stop["target"]), stop["level"], float(stop["rate"]))
+    hook: dict[str, Any] = {}
+    sim = simulation(sc, inputs, on_step=lambda finished: hook["monitor"].on_step(finished))
+    monitor = hook["monitor"] = StopMonitor(sim.env, sim, len(inputs.workload), rule, rule.every(), rule.check_from())
+    progress = run_until_decided(sim, monitor)
+    if progress is None:
+        res = _full_result(sim, sc)
+        return _point_figures(res.requests, slo, summarize_run(res, cfg.slo.model_dump()))
+    stopped = {**rule.decision, "requests_finished": progress.finished, "of": len(inputs.workload)}
+    return _point_figures(progress_frame(progress), slo, {}, stopped)
+
+
+PROBE_CLIENTS = 1.25  # x the concurrent sequences: a queue always waits (as under overload)
+PROBE_REQUESTS_PER_CLIENT = 5
+SERVICE_PROBE_RULE = (f"service rate from one saturated run per candidate (first seed, reused by every seed and rate): "
+                      f"a closed loop of {PROBE_CLIENTS:g} x the sequences the candidate runs at once (so a queue "
+                      f"always waits), at least {PROBE_REQUESTS_PER_CLIENT} requests per client; output tokens per "
+                      "second inside the saturated window (simulator/steady_state.py saturated_window: the first and "
+                      f"last max({SATURATED_TRIM_FRACTION:.0%}, concurrent sequences) finishes dropped) over the workload's "
+                      "mean output length (no probe when that run would be longer than a search run); no rate above "
+                      f"{MAX_UTILIZATION:g} x it is tested or passes, and the search starts at most at "
+                      f"{BELOW_SERVICE:g} x it")
+
+
+def _probe_point(doc: dict[str, Any], probe: dict[str, Any]) -> dict[str, Any]:
+    """The saturated probe run of SERVICE_PROBE_RULE: output tokens/s in its saturated window."""
+    from simulator.scenario import simulate
+    from simulator.steady_state import saturated_window
+
+    cfg, sc, inputs = _prepared(doc)
+    if inputs is None:
+        return {"fits": False, "reason": str(sc.info.get("does_not_fit"))}
+    res = simulate(sc, inputs)
+    got = saturated_window(res.requests, res.steps, int(probe["trim"]))
+    if got is None:
+        return {"fits": True, "tok_s": None}
+    return json_ready({"fits": True, "tok_s": round_sig(got[0]), "e2e_mean_s": round_sig(got[1]),
+                       "requests": int(len(res.requests)), "trim": int(probe["trim"])})
 
 
 def mean_decode_tokens(c: Candidate, traffic: "TrafficModel", seed: int) -> float:
@@ -348,9 +455,33 @@ def candidate_service_bound(c: Candidate, decode_tokens: float) -> float | None:
 
 
 def _point(c: Candidate, workload: dict[str, Any], seed: int, slo: dict[str, Any],
-           replay: dict[str, Any] | None) -> Point:
+           replay: dict[str, Any] | None, stop: dict[str, Any] | None = None) -> Point:
+    """One simulation; `stop` (experiments/plan/early_stop.py: level, target, rate) lets it end once decided."""
+    payload = {"evaluator": EVALUATOR, "config": {**c.config, "workload": workload, "seed": seed},
+               "slo": slo, "replay": replay}
+    if stop is not None:  # a key only when given: points without it hash as before
+        payload["stop"] = stop
+    return Point(payload)
+
+
+def concurrent_sequences(c: Candidate) -> int:
+    """Sequences the candidate runs at once over all replicas (PSD: both sub-batches)."""
+    m = int(c.config["server"]["max_num_seqs"])
+    if c.mode.mode == "psd":
+        m = 2 * int(c.mode.psd.sub_batch_max_num_seqs or m) if c.mode.psd else 2 * m
+    return m * c.replicas
+
+
+def probe_point(c: Candidate, traffic: "TrafficModel", seed: int, slo: dict[str, Any]) -> Point:
+    """The saturated probe of SERVICE_PROBE_RULE: a closed loop of PROBE_CLIENTS x the candidate's concurrent
+    sequences, at least PROBE_REQUESTS_PER_CLIENT requests per client (and the curve runs' size)."""
+    seqs = concurrent_sequences(c)
+    clients = math.ceil(PROBE_CLIENTS * seqs)
+    n = max(c.curve_requests, PROBE_REQUESTS_PER_CLIENT * clients)
+    trim = max(math.ceil(SATURATED_TRIM_FRACTION * n), seqs)  # the drain: the last seqs finishes
+    workload = traffic.workload({"kind": "closed_loop", "clients": clients, "think_time": 0.0}, n)
     return Point({"evaluator": EVALUATOR, "config": {**c.config, "workload": workload, "seed": seed},
-                  "slo": slo, "replay": replay})
+                  "slo": slo, "replay": None, "probe": {"trim": trim, "clients": clients}})
 
 
 # ---------------------------------------------------------------- the search
@@ -377,49 +508,77 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
             decode_tokens[c.num_requests] = mean_decode_tokens(c, traffic, seeds[0])
         c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
         c.mean_output_tokens = decode_tokens[c.num_requests] + 1.0
-        c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound)
     # the total is known only as an upper bound: it shrinks as searches end early and as first seeds settle rates
-    total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions))
+    total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions) + search.service_probe)
     pending: dict[str, list[dict[str, Any]]] = {}  # candidate id -> its first seed's run at its next rate
+    target = plan.slo.attainment
+
+    def stop(level: str, rate: float) -> dict[str, Any] | None:
+        return {"level": level, "target": target, "rate": rate} if search.early_stop else None
+
     with ProgressBar(f"plan {plan.name}", total, console, progress) as bar:
         runner = SweepRunner(evaluate_plan_point, out / "points", backend, workers, address, bar)
-        while True:
-            todo = [c for c in active if c.status == "ok" and not c.search.done]
-            if not todo:
-                break
-            batch, wanted = [], []
-            for c in todo:  # FIRST_SEED_RULE: a new rate's first seed alone, then (if unsettled) the others
-                workload, replay = traffic.at_rate(c.search.next_rate(), c.num_requests)
-                first = seeds[:1] if search.first_seed_settles else seeds
-                these = seeds[len(pending[c.id]):] if c.id in pending else first
-                batch += [_point(c, workload, s, slo, replay) for s in these]
-                wanted.append(len(these))
-            results = runner.run(batch)
-            i = 0
-            for c, k in zip(todo, wanted):
-                rate = c.search.next_rate()
-                runs = pending.pop(c.id, []) + results[i:i + k]
-                i += k
-                if not all(r["fits"] for r in runs):
-                    c.status, c.reason = "does_not_fit", next(r["reason"] for r in runs if not r["fits"])
-                    bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds + len(runs)
-                                  - len(search.curve_fractions))
-                    continue
-                verdict = judge(rate, runs, plan.slo.attainment)
-                if len(runs) < len(seeds):
-                    if not settled_by_first_seed(verdict):
-                        pending[c.id] = runs
+
+        def prepare_searches(group: list[Candidate]) -> None:
+            if search.service_probe:
+                _service_probes(group, traffic, seeds[0], slo, runner)
+            for c in group:
+                probe = (c.probe or {}).get("service_req_s")
+                c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
+                                      probe_service=probe)
+
+        def run_searches(group: list[Candidate], target_only: bool = False) -> None:
+            """Every search of `group` to its end (`target_only`: a search ends at its first rate unless it passes)."""
+            while True:
+                todo = [c for c in group if c.status == "ok" and not c.search.done]
+                if not todo:
+                    return
+                batch, wanted = [], []
+                for c in todo:  # FIRST_SEED_RULE: a new rate's first seed alone, then (if unsettled) the others
+                    rate = c.search.next_rate()
+                    workload, replay = traffic.at_rate(rate, c.num_requests)
+                    first = seeds[:1] if search.first_seed_settles else seeds
+                    these = seeds[len(pending[c.id]):] if c.id in pending else first
+                    level = "settling" if search.first_seed_settles and c.id not in pending else "pooled"
+                    batch += [_point(c, workload, s, slo, replay, stop(level, rate)) for s in these]
+                    wanted.append(len(these))
+                results = runner.run(batch)
+                i = 0
+                for c, k in zip(todo, wanted):
+                    rate = c.search.next_rate()
+                    runs = pending.pop(c.id, []) + results[i:i + k]
+                    i += k
+                    if not all(r["fits"] for r in runs):
+                        c.status, c.reason = "does_not_fit", next(r["reason"] for r in runs if not r["fits"])
+                        bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds + len(runs)
+                                      - len(search.curve_fractions))
                         continue
-                    bar.add_total(-(len(seeds) - len(runs)))
-                c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
-                                      "overloaded": verdict.overloaded, "why": verdict.why,
-                                      "attainment": verdict.attainment,
-                                      "attainment_interval": [verdict.attainment_low, verdict.attainment_high],
-                                      "seeds": [{"seed": s, **r} for s, r in zip(seeds, runs)]})
-                c.search.record(verdict)
-                if c.search.done:
-                    bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds)
-        _curve_points(plan, active, traffic, seeds[0], slo, runner, bar)
+                    verdict = judge(rate, runs, plan.slo.attainment)
+                    if len(runs) < len(seeds):
+                        if not settled_by_first_seed(verdict):
+                            pending[c.id] = runs
+                            continue
+                        bar.add_total(-(len(seeds) - len(runs)))
+                    c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
+                                          "overloaded": verdict.overloaded, "why": verdict.why,
+                                          "attainment": verdict.attainment,
+                                          "attainment_interval": [verdict.attainment_low, verdict.attainment_high],
+                                          "seeds": [{"seed": s, **r} for s, r in zip(seeds, runs)]})
+                    c.search.record(verdict)
+                    if target_only and len(c.search.verdicts) == 1 and not verdict.passed:
+                        c.search.stop()
+                        c.scope_note = (f"fails at the target rate {round_sig(rate)} req/s ({verdict.why}); lower "
+                                        f"rates not searched ({SCOPE_RULE})")
+                    if c.search.done:
+                        bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds)
+
+        if search.scope == "all":
+            prepare_searches(active)
+            run_searches(active)
+        else:
+            _cheapest_scope(active, traffic.target_rate, prepare_searches, run_searches, bar, search)
+        searched = [c for c in active if c.status == "ok"]
+        _curve_points(plan, searched, traffic, seeds[0], slo, runner, bar, search.early_stop)
     doc = plan_document(plan, cands, prices, traffic, seeds, base)
     write_json_atomic(out / "plan.json", doc, indent=1)
     from experiments.plan.report import write_plots
@@ -428,8 +587,65 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     return {**doc, "_stats": {"computed": runner.stats.computed, "cached": runner.stats.cached}}
 
 
+SCOPE_RULE = ("search.scope: cheapest: price levels in increasing $/h; at each, every candidate is probed and tested "
+              "at the target rate, and those that pass are searched in full (their max rate breaks ties of price); "
+              "the first level with a candidate sustaining the target ends the plan: every dearer candidate is not "
+              "searched")
+
+
+def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, bar: ProgressBar, search) -> None:
+    """SCOPE_RULE: only what the ranking needs; every candidate left out says why (status not_searched)."""
+    per_candidate = search.max_tests * search.seeds + len(search.curve_fractions) + search.service_probe
+    levels = sorted({c.usd_per_hour for c in active})
+    for k, price in enumerate(levels):
+        group = [c for c in active if c.usd_per_hour == price]
+        prepare(group)
+        tried = []
+        for c in group:
+            start = c.search.next_rate()
+            if start < target_rate:  # its start is capped below the target: it cannot sustain it
+                c.search.stop()
+                cap = ("0.95 x its probed service rate" if c.probe and c.probe.get("service_req_s") else
+                       "0.95 x its analytic service bound")
+                c.status, c.reason = "not_searched", (f"cannot sustain the target: {cap} is {round_sig(start)} "
+                                                      f"req/s < {round_sig(target_rate)} ({SCOPE_RULE})")
+                bar.add_total(-(per_candidate - search.service_probe))
+            else:
+                tried.append(c)
+        run(tried, target_only=True)  # first rate = the target: a pass is searched on to its max rate
+        winners = [c for c in tried if c.status == "ok" and c.search.lo >= target_rate]
+        if winners:
+            best = min(winners, key=lambda c: c.id)
+            for c in active:
+                if c.usd_per_hour > price:
+                    c.status, c.reason = "not_searched", (
+                        f"not searched: ${c.usd_per_hour:g}/h > ${price:g}/h of {best.id!r}, which sustains the "
+                        f"target ({SCOPE_RULE})")
+                    bar.add_total(-per_candidate)
+            return
+
+
+def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
+                    runner: SweepRunner) -> None:
+    """SERVICE_PROBE_RULE: one saturated run per candidate, its service rate in req/s on the candidate."""
+    sized = []
+    for c in active:  # a probe no shorter than it must be, but never longer than a search run
+        need = PROBE_REQUESTS_PER_CLIENT * math.ceil(PROBE_CLIENTS * concurrent_sequences(c))
+        if need > c.num_requests:
+            c.probe = {"skipped": f"a saturated run needs {need} requests, more than a search run's {c.num_requests}"}
+        else:
+            sized.append(c)
+    points = [probe_point(c, traffic, seed, slo) for c in sized]
+    for c, p, r in zip(sized, points, runner.run(points)):
+        if not r["fits"]:
+            continue  # the search's first run reports the reason
+        tok_s = r.get("tok_s")
+        c.probe = {"requests": r.get("requests"), "clients": p.payload["probe"]["clients"], "tok_s": tok_s,
+                   "service_req_s": tok_s / c.mean_output_tokens if tok_s and c.mean_output_tokens else None}
+
+
 def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,
-                  slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar) -> None:
+                  slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar, early_stop: bool = False) -> None:
     """One simulation (first seed) at each curve fraction of every candidate's max rate: the latency curves."""
     batch, owners = [], []
     for c in active:
@@ -439,7 +655,8 @@ def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficMo
             continue
         for f in fractions:
             workload, replay = traffic.at_rate(f * c.search.lo, c.curve_requests)
-            batch.append(_point(c, workload, seed, slo, replay))
+            stop = {"level": "curve", "target": plan.slo.attainment, "rate": f * c.search.lo} if early_stop else None
+            batch.append(_point(c, workload, seed, slo, replay, stop))
             owners.append((c, f * c.search.lo))
     for (c, rate), r in zip(owners, runner.run(batch)):
         if r["fits"]:
@@ -462,6 +679,11 @@ def _curve(c: Candidate) -> list[dict[str, Any]]:
                "overloaded": e.get("overloaded"), "seeds": len(e["seeds"]),
                "attainment": e.get("attainment", _mean([s.get("steady_slo_attainment") for s in e["seeds"]])),
                "attainment_interval": e.get("attainment_interval"), "why": e.get("why")}
+        stopped = [x["stopped"]["rule"] for x in e["seeds"] if x.get("stopped")]
+        if stopped:  # the figures of a stopped run are those its rule leaves exact; the rest are None
+            row["stopped_early"] = stopped
+            if "strict fail" in stopped:  # the attainment of the most favourable completion: an upper bound
+                row["attainment_at_most"], row["attainment"], row["attainment_interval"] = row["attainment"], None, None
         row.update({f"{m}_mean": _mean([s.get(m) for s in e["seeds"]]) for m in
                     ("steady_throughput_tok_s", "steady_ttft_p99_s", "steady_tpot_p99_s", "steady_e2e_p99_s",
                      "steady_e2e_mean_s", "steady_tpot_mean_s")})
@@ -567,11 +789,13 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
     doc.update({
         "num_requests_per_run": c.num_requests, "num_requests_per_curve_run": c.curve_requests,
         "service_bound_req_s": round_sig(c.service_bound) if c.service_bound else None,
-        "simulations": sum(len(e["seeds"]) for e in c.evaluations),
+        "simulations": sum(len(e["seeds"]) for e in c.evaluations) + (1 if c.probe and "tok_s" in c.probe else 0),
         "max_rate_req_s": round_sig(lo), "bracket_req_s": [round_sig(lo), round_sig(hi) if hi else None],
         "interval_req_s": [round_sig(i_lo), round_sig(i_hi) if i_hi else None],
         "at_search_ceiling": s.at_ceiling, "rates_tested": len(s.verdicts),
         "service_rate_req_s": round_sig(s.service_rate) if s.service_rate else None,
+        "service_probe": ({k: round_sig(v) if isinstance(v, float) else v for k, v in c.probe.items()}
+                          if c.probe else None),
         "throughput_tok_s_at_max_rate": tok_s,
         "usd_per_mtok_at_max_rate": round_sig(hourly / (tok_s * 3600) * 1e6) if tok_s else None,
         "meets_target_rate": meets,
@@ -581,6 +805,11 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
         "vllm_serve": _vllm_serve(plan, c),
         "curve": _curve(c),
     })
+    if c.scope_note:  # search.scope cheapest: tested at the target only
+        doc.update(max_rate_req_s=None, bracket_req_s=[None, round_sig(hi) if hi else None],
+                   interval_req_s=[None, round_sig(i_hi) if i_hi else None], reason=c.scope_note,
+                   usd_per_mtok_at_max_rate=None, throughput_tok_s_at_max_rate=None)
+        return doc
     if s.at_ceiling:
         doc["reason"] = "sustains the search ceiling (search.rate_max)"
     elif hi is None:
@@ -606,7 +835,9 @@ def _rank_key(d: dict[str, Any]) -> tuple:
         return (0, d["usd_per_hour"], d.get("usd_per_mtok_at_target_rate") or 0.0, -d["max_rate_req_s"], d["id"])
     if d["status"] == "ok":
         return (1, 0.0, 0.0, -(d.get("max_rate_req_s") or 0.0), d["id"])
-    return (2, 0.0, 0.0, 0.0, d["id"])  # does not fit
+    if d["status"] == "not_searched":  # search.scope cheapest
+        return (2, d["usd_per_hour"], 0.0, 0.0, d["id"])
+    return (3, 0.0, 0.0, 0.0, d["id"])  # does not fit
 
 
 def _acceptance_note(plan: PlanConfig, base: dict[str, Any]) -> str | None:
@@ -677,12 +908,16 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                          f"seeds; a rate fails decidedly when the high end of the 95% interval is below {q:g}. Rate "
                          "interval: the answer to the lowest decided fail (or the measured service rate) among the "
                          "tested rates"),
+            "scope": SCOPE_RULE if s.scope == "cheapest" else "all: every candidate searched to its max rate",
             "seeds_per_rate_rule": FIRST_SEED_RULE if s.first_seed_settles else "every seed at every rate",
+            "early_stop": EARLY_STOP_RULE if s.early_stop else "off: every run to its last request",
+            "service_probe": SERVICE_PROBE_RULE if s.service_probe else "off",
             "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
                      f"{s.requests_per_replica} requests per replica (given: {traffic.num_requests})"),
             "service_bound": SERVICE_BOUND_RULE,
             "search": (f"start at {round_sig(s.rate_start or target)} req/s (or {BELOW_SERVICE:g} x the candidate's "
-                       "service bound when lower), double while passing"
+                       "service bound, or x its probed service rate, when lower), double while passing (never past "
+                       f"{MAX_UTILIZATION:g} x a measured service rate)"
                        + (f" (up to {s.rate_max:g})" if s.rate_max else "")
                        + f"; after an overloaded run try {BELOW_SERVICE:g} x its measured service rate (no rate "
                        f"above {MAX_UTILIZATION:g} x it passes); bisect until the "

@@ -78,6 +78,9 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
     for c in doc["candidates"]:
         if c["status"] == "does_not_fit":
             console.print(f"does not fit: {c['id']}: {c['reason']}")
+    skipped = sum(c["status"] == "not_searched" for c in doc["candidates"])
+    if skipped:
+        console.print(f"not searched: {skipped} candidate(s), each with its reason in plan.json (rule (scope))")
     q = doc["question"]
     best = doc["cheapest"]
     console.print(f"[bold]cheapest for {q['target_rate_req_s']:g} req/s:[/bold] "
@@ -89,8 +92,9 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
             console.print(f"  {deploy['note']}")
     rule = doc["rule"]
     for key in ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
-                "search", "comparison"):
-        console.print(f"rule ({key}): {rule[key]}", soft_wrap=True)
+                "service_probe", "early_stop", "scope", "search", "comparison"):
+        if key in rule:
+            console.print(f"rule ({key}): {rule[key]}", soft_wrap=True)
     for note in doc["notes"]:
         console.print(f"note: {note}", soft_wrap=True)
     console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g} ({p['source']})"
@@ -100,6 +104,10 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
 def _status(c: dict[str, Any]) -> str:
     if c["status"] == "does_not_fit":
         return "does not fit (below)"
+    if c["status"] == "not_searched":
+        return "not searched (plan.json)"
+    if (c.get("reason") or "").startswith("fails at the target rate"):
+        return "below target (tested at it only)"
     if c.get("meets_target_rate"):
         return "meets target" + (" at ceiling" if c.get("at_search_ceiling") else "")
     return "below target" if c.get("max_rate_req_s") else "SLO never met"

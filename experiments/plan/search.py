@@ -17,7 +17,9 @@ otherwise the remaining seeds run and the verdict is the pooled one above.
 
 Search: start at the target rate, or at BELOW_SERVICE x an analytic upper bound on the candidate's service rate
 when that is lower (experiments/plan/bounds.py: a target above it cannot be sustained, so nothing above it is
-worth a first run); while every tested rate is sustainable, double it (up to search.rate_max); a failing
+worth a first run), or at BELOW_SERVICE x the service rate a saturated probe run measured (`probe_service`,
+experiments/plan/planner.py SERVICE_PROBE_RULE) when that is lower; while every tested rate is sustainable, double
+it (up to search.rate_max, and never past MAX_UTILIZATION x a measured service rate); a failing
 overloaded run measures the service rate (its window departure rate), and the next rate tried is just below it,
 and no rate above MAX_UTILIZATION (0.95) x that measured service rate counts as passing (a finite run can meet the
 SLO there, even above the service rate, while the true tail misses it); then bisect between the highest sustainable and the lowest other rate until they are within
@@ -72,14 +74,25 @@ def settled_by_first_seed(v: Verdict) -> bool:
     return v.overloaded or v.strict_pass or v.strict_fail
 
 
+def strict_high_end(batches: np.ndarray) -> Any:
+    """High end of the STRICT_CONFIDENCE interval of batch means (per row of a 2-D array): below the target, the
+    rate fails strictly (`judge`; the early stop of experiments/plan/early_stop.py asks it of every completion)."""
+    return mean_interval(batches, STRICT_CONFIDENCE)[2]
+
+
 def judge(rate: float, seeds: list[dict[str, Any]], target: float) -> Verdict:
-    """Judge `rate` from per-seed results carrying window arrivals/departures/length and attainment batch means."""
+    """Judge `rate` from per-seed results carrying window arrivals/departures/length and attainment batch means.
+
+    A seed stopped before its window ended (`window_final` false: experiments/plan/early_stop.py, a decided strict
+    fail) has departures that are not final: the overload test is skipped and its batches are the most favourable
+    completion of its window (every completion fails strictly)."""
     arrivals = sum(int(s["window_arrivals"]) for s in seeds)
     departures = sum(int(s["window_departures"]) for s in seeds)
     n = len(seeds)
+    final = all(s.get("window_final", True) for s in seeds)
     if arrivals == 0:
         return Verdict(rate, False, False, False, None, None, None, None, "no steady-state window", seeds_run=n)
-    if is_overloaded(arrivals, departures):
+    if final and is_overloaded(arrivals, departures):
         service = departures / sum(float(s["window_length_s"]) for s in seeds)
         return Verdict(rate, False, True, True, None, None, None, service,
                        f"overloaded: departures {departures} < arrivals {arrivals} in the window", seeds_run=n)
@@ -87,9 +100,13 @@ def judge(rate: float, seeds: list[dict[str, Any]], target: float) -> Verdict:
     m, lo, hi = mean_interval(batches, CONFIDENCE)
     _, s_lo, s_hi = mean_interval(batches, STRICT_CONFIDENCE)
     passed, failed = s_lo >= target, hi < target
-    return Verdict(rate, passed, passed or failed, False, m, max(lo, 0.0), min(hi, 1.0), None,
-                   f"attainment {m:.4g} [{max(lo, 0):.4g}, {min(hi, 1):.4g}] (99.9% low end {max(s_lo, 0):.4g}) "
-                   f"vs {target:g}", strict_pass=passed, strict_fail=s_hi < target, seeds_run=n)
+    why = (f"attainment {m:.4g} [{max(lo, 0):.4g}, {min(hi, 1):.4g}] (99.9% low end {max(s_lo, 0):.4g}) "
+           f"vs {target:g}")
+    if not final:
+        why = (f"stopped early: every completion of the window fails the 99.9% interval (most favourable: {why}; "
+               "overload not measured)")
+    return Verdict(rate, passed, passed or failed, False, m, max(lo, 0.0), min(hi, 1.0), None, why,
+                   strict_pass=passed, strict_fail=s_hi < target, seeds_run=n)
 
 
 @dataclass
@@ -101,6 +118,7 @@ class RateSearch:
     rel_tol: float
     max_tests: int
     service_bound: float | None = None  # an analytic upper bound on the service rate: where to start at most
+    probe_service: float | None = None  # the service rate a saturated probe run measured (planner SERVICE_PROBE_RULE)
     verdicts: list[Verdict] = field(default_factory=list)
     _next: float | None = None
 
@@ -110,6 +128,8 @@ class RateSearch:
         start = self.start
         if self.service_bound is not None:
             start = min(start, BELOW_SERVICE * self.service_bound)
+        if self.probe_service is not None:  # no rate above MAX_UTILIZATION x a measured service rate passes
+            start = min(start, BELOW_SERVICE * self.probe_service)
         self._next = min(start, self.rate_max) if self.rate_max else start
 
     @property
@@ -133,6 +153,10 @@ class RateSearch:
     def next_rate(self) -> float | None:
         return self._next
 
+    def stop(self) -> None:
+        """End the search here (the plan's scope needs no more of it)."""
+        self._next = None
+
     def record(self, v: Verdict) -> None:
         if v.rate != self._next:
             raise ValueError(f"rate search: expected the verdict at {self._next!r}, got {v.rate!r}")
@@ -141,22 +165,32 @@ class RateSearch:
         if service is not None:  # a finite run can pass just below or even above the service rate
             cap = MAX_UTILIZATION * service
             self.verdicts = [replace(x, passed=False, decided=True,
-                                     why=f"above {MAX_UTILIZATION:g} x the service rate {service:.4g} req/s an "
-                                         "overloaded run measured")
+                                     why=f"above {MAX_UTILIZATION:g} x the service rate {service:.4g} req/s "
+                                         "measured (an overloaded run or the saturated probe)")
                              if x.passed and x.rate > cap else x for x in self.verdicts]
         self._next = self._choose()
 
     @property
     def service_rate(self) -> float | None:
-        """The lowest window departure rate measured by an overloaded run (None: no run was overloaded)."""
-        return min((v.service_rate for v in self.verdicts if v.service_rate), default=None)
+        """The lowest service rate measured: window departure rates of overloaded runs and the saturated probe's
+        (None: neither)."""
+        rates = [v.service_rate for v in self.verdicts if v.service_rate]
+        if self.probe_service:
+            rates.append(self.probe_service)
+        return min(rates, default=None)
 
     def _choose(self) -> float | None:
         lo, hi = self.lo, self.hi
         if len(self.verdicts) >= self.max_tests or self.at_ceiling:
             return None
-        if hi is None:  # everything passed so far: grow
+        service = self.service_rate
+        if hi is None:  # everything passed so far: grow (never past MAX_UTILIZATION x a measured service rate)
             nxt = 2.0 * lo
+            if service is not None:
+                cap = MAX_UTILIZATION * service
+                if lo >= cap:  # the cap passed: no higher rate can
+                    return None
+                nxt = min(nxt, cap)
             return min(nxt, self.rate_max) if self.rate_max else nxt
         if hi - lo <= self.rel_tol * hi:  # answer found; now narrow its interval's top (the lowest decided fail)
             top = self.interval[1]
@@ -167,7 +201,6 @@ class RateSearch:
             if top - undecided <= self.rel_tol * top:  # the edge of the decided fails is located to rel_tol
                 return None
             return (undecided + top) / 2.0
-        service = self.service_rate
         tested = {v.rate for v in self.verdicts}
         if service is not None:
             below = BELOW_SERVICE * service
