@@ -141,7 +141,26 @@ def step_model_section(info: dict[str, Any]) -> list[str]:
             "MAPE and bias (total predicted / measured - 1) in percent, on calibration steps held back from the fit "
             "and on every step of the load levels.", "",
             "| mode | model | phase | held-back MAPE | held-back bias | load-step MAPE | load-step bias |",
-            "|---|---|---|---:|---:|---:|---:|"] + rows
+            "|---|---|---|---:|---:|---:|---:|"] + rows + drift_section(info)
+
+
+def drift_section(info: dict[str, Any]) -> list[str]:
+    """Per load level: the calibration fit's bias on that level's steps, and the model-free same-shape time
+    against calibration (how the engine's speed moved between calibration and the level)."""
+    rows = []
+    for mode, mi in info.get("modes", {}).items():
+        for lv in (mi.get("calibration_fit_on_load_steps") or {}).get("by_level", []):
+            b = lv["bias_percent"]
+            rows.append(f"| {mode} | {lv['fraction']:g} | " + " | ".join(_fmt(b.get(ph), True) for ph in
+                                                                         ("decode", "verify", "prefill", "all")) +
+                        f" | {_fmt(lv['same_shape_time_percent'], True)} | {lv['same_shape_steps']} |")
+    if not rows:
+        return []
+    return ["", "Per load level: the calibration fit's bias on the level's steps, and the level's median step time "
+            "over the calibration's for the same phase and batch size (decode/verify steps, step-weighted; "
+            "model-free: negative = the engine ran the same shapes faster than while calibrating).", "",
+            "| mode | x capacity | decode bias | verify bias | prefill bias | all bias | same-shape time | steps |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"] + rows
 
 
 def failures(rows: list[dict[str, Any]], tolerances: dict[str, dict[str, float]]) -> list[str]:
