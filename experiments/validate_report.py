@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from calibration.vllm_steps.validate_compare import ValidationReport
+from calibration.vllm_steps.validate_compare import HEADLINE_METRICS, ValidationReport
 from traces.atomic import atomic_write_text
 
-HEADLINE = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s")
+HEADLINE = HEADLINE_METRICS
 
 
 def _fmt(x: float | None, pct: bool = False) -> str:
@@ -160,7 +160,22 @@ def drift_section(info: dict[str, Any]) -> list[str]:
             "over the calibration's for the same phase and batch size (decode/verify steps, step-weighted; "
             "model-free: negative = the engine ran the same shapes faster than while calibrating).", "",
             "| mode | x capacity | decode bias | verify bias | prefill bias | all bias | same-shape time | steps |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|"] + rows
+            "|---|---:|---:|---:|---:|---:|---:|---:|"] + rows + level_fitted_section(info)
+
+
+def level_fitted_section(info: dict[str, Any]) -> list[str]:
+    """Replay with the step model fitted on each level's own steps (the engine's speed during that level): what
+    the scheduler, step model and first-token rule give when the step prices are right for the level."""
+    rows = []
+    for mode, mi in info.get("modes", {}).items():
+        for lv in mi.get("level_fitted_replay", []):
+            rows.append(f"| {mode} | {lv['fraction']:g} | " + " | ".join(
+                _fmt(lv.get(k), True) for k in HEADLINE) + " |")
+    if not rows:
+        return []
+    return ["", "Replay with the target and drafter profiles fitted on each level's own steps and the run's own "
+            "acceptance (a diagnostic: step prices at the engine's speed during that level), error in percent:", "",
+            "| mode | x capacity | TTFT mean | TPOT mean | E2E mean | throughput |", "|---|---:|---:|---:|---:|---:|"] + rows
 
 
 def failures(rows: list[dict[str, Any]], tolerances: dict[str, dict[str, float]]) -> list[str]:

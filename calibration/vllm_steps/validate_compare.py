@@ -307,6 +307,15 @@ def level_rows(lv: LevelResult, p99: bool = False,
     return rows
 
 
+HEADLINE_METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s")
+
+
+def headline_errors(pred: Latencies, meas: Latencies, fraction: float) -> dict[str, Any]:
+    """% error of each headline metric (means and throughput) of one level."""
+    p, m = pred.metrics(), meas.metrics()
+    return {"fraction": fraction, **{k: error_pct(p.get(k), m.get(k)) for k in HEADLINE_METRICS}}
+
+
 def same_shape_ratio(cal: StepLog, level: StepLog, min_steps: int = 5) -> tuple[float | None, int]:
     """Median target time (step minus drafting) of the level's decode/verify steps over the calibration's median
     for the same phase and batch size, step-weighted over the shapes both have `min_steps` of, minus one, in
@@ -375,7 +384,7 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
              "bias_percent": phase_bias(profiles["predictive"].target, load_ms), "steps": len(load_ms),
              "by_level": [level_drift(profiles["predictive"].target, data.cal_log, log, data.mode.label,
                                       float(lv["fraction"])) for lv, log in zip(data.levels, data.level_logs)]}
-    out, again = [], []
+    out, again, level_fitted = [], [], []
     root = np.random.SeedSequence(seed)
     for i, lv in enumerate(data.levels):
         rows = client_rows(lv, str(data.folder / RUN_FILE))
@@ -391,6 +400,9 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
             tr = predictive_traces(data, i, model_name, np.random.default_rng(child(again_node, 0)))
             extra.append(simulated_latencies(simulate_level(data, i, tr, profiles["predictive"], child(again_node, 1))))
         again.append({"predictive": extra} if extra else {})
+        own = fit_mode_profiles(data, data.level_logs[i], f"{name}-level{i}", model_name, step_model)
+        own_lat = simulated_latencies(simulate_level(data, i, traces["replay"], own, child(level, 1)))
+        level_fitted.append(headline_errors(own_lat, measured_latencies(rows), float(lv["fraction"])))
         out.append(LevelResult(data.mode.label, float(lv["fraction"]), float(lv["rate"]),
                                (float(lv["load_before"]), float(lv["load_after"])), measured_latencies(rows),
                                predicted))
@@ -398,7 +410,8 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
             "engine_steps": len(data.log.steps), "kv_capacity_tokens": data.kv_capacity_tokens,
             "block_size": data.log.header.get("block_size"), "vllm_version": data.log.header.get("vllm_version"),
             "dtype": data.result.get("dtype"), "torch_threads": data.log.header.get("torch_threads"),
-            "fits": {k: p.report for k, p in profiles.items()}, "calibration_fit_on_load_steps": carry}
+            "fits": {k: p.report for k, p in profiles.items()}, "calibration_fit_on_load_steps": carry,
+            "level_fitted_replay": level_fitted}
     return out, info, again
 
 

@@ -216,3 +216,17 @@ def test_same_shape_ratio_measures_a_uniform_speed_change():
     assert 0 < n == sum(1 for s in cal.steps if not s.prefill_tokens)
     prefill_only = StepLog(cal.header, [s for s in cal.steps if s.prefill_tokens])
     assert same_shape_ratio(cal, prefill_only, min_steps=1) == (None, 0)
+
+
+def test_each_level_has_its_drift_and_level_fitted_replay(report):
+    """Per mode, one drift entry and one level-fitted replay per load level; the level-fitted replay's errors are
+    those of a simulation with the level's own profiles (AR: the same engine, so close to the measurement)."""
+    cfg = load_config(FIX / "validate.yaml")
+    for m in cfg.parsed_modes():
+        mi = report.info["modes"][m.label]
+        drift = mi["calibration_fit_on_load_steps"]["by_level"]
+        fitted = mi["level_fitted_replay"]
+        assert [d["fraction"] for d in drift] == [f["fraction"] for f in fitted] == list(cfg.load.fractions)
+        for f in fitted:
+            assert all(f[k] is not None and abs(f[k]) < 50 for k in ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s",
+                                                                     "throughput_tok_s"))
