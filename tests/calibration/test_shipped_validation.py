@@ -15,7 +15,7 @@ ROOT = Path(__file__).parents[2] / "experiments" / "validation"
 CONFIG = ROOT / "validate-vllm-cpu.yaml"
 # folder -> the modes its run measured (the README's command); both analysed with --repeats 3
 SHIPPED = {"vllm-cpu-smollm2-30x128": ["ar", "ngram:4"],
-           "vllm-cpu-smollm2-quiet": ["ar", "ngram:4", "draft_model:3:layers:24"]}
+           "vllm-cpu-smollm2-quiet": ["ar", "ngram:4"]}
 FILES = ("README.md", "validation.json", "validation.md", "provenance.json", "stdout.txt", "uptime-before.txt",
          "uptime-after.txt", "raw-runs.tar.xz")
 
