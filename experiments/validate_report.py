@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from calibration.vllm_steps.validate_compare import ValidationReport
+from calibration.vllm_steps.validate_compare import HEADLINE_METRICS, ValidationReport
 from traces.atomic import atomic_write_text
 
-HEADLINE = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s")
+HEADLINE = HEADLINE_METRICS
 
 
 def _fmt(x: float | None, pct: bool = False) -> str:
@@ -141,7 +141,41 @@ def step_model_section(info: dict[str, Any]) -> list[str]:
             "MAPE and bias (total predicted / measured - 1) in percent, on calibration steps held back from the fit "
             "and on every step of the load levels.", "",
             "| mode | model | phase | held-back MAPE | held-back bias | load-step MAPE | load-step bias |",
-            "|---|---|---|---:|---:|---:|---:|"] + rows
+            "|---|---|---|---:|---:|---:|---:|"] + rows + drift_section(info)
+
+
+def drift_section(info: dict[str, Any]) -> list[str]:
+    """Per load level: the calibration fit's bias on that level's steps, and the model-free same-shape time
+    against calibration (how the engine's speed moved between calibration and the level)."""
+    rows = []
+    for mode, mi in info.get("modes", {}).items():
+        for lv in (mi.get("calibration_fit_on_load_steps") or {}).get("by_level", []):
+            b = lv["bias_percent"]
+            rows.append(f"| {mode} | {lv['fraction']:g} | " + " | ".join(_fmt(b.get(ph), True) for ph in
+                                                                         ("decode", "verify", "prefill", "all")) +
+                        f" | {_fmt(lv['same_shape_time_percent'], True)} | {lv['same_shape_steps']} |")
+    if not rows:
+        return []
+    return ["", "Per load level: the calibration fit's bias on the level's steps, and the level's median step time "
+            "over the calibration's for the same phase and batch size (decode/verify steps, step-weighted; "
+            "model-free: negative = the engine ran the same shapes faster than while calibrating).", "",
+            "| mode | x capacity | decode bias | verify bias | prefill bias | all bias | same-shape time | steps |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"] + rows + level_fitted_section(info)
+
+
+def level_fitted_section(info: dict[str, Any]) -> list[str]:
+    """Replay with the step model fitted on each level's own steps (the engine's speed during that level): what
+    the scheduler, step model and first-token rule give when the step prices are right for the level."""
+    rows = []
+    for mode, mi in info.get("modes", {}).items():
+        for lv in mi.get("level_fitted_replay", []):
+            rows.append(f"| {mode} | {lv['fraction']:g} | " + " | ".join(
+                _fmt(lv.get(k), True) for k in HEADLINE) + " |")
+    if not rows:
+        return []
+    return ["", "Replay with the target and drafter profiles fitted on each level's own steps and the run's own "
+            "acceptance (a diagnostic: step prices at the engine's speed during that level), error in percent:", "",
+            "| mode | x capacity | TTFT mean | TPOT mean | E2E mean | throughput |", "|---|---:|---:|---:|---:|---:|"] + rows
 
 
 def failures(rows: list[dict[str, Any]], tolerances: dict[str, dict[str, float]]) -> list[str]:

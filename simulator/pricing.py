@@ -51,6 +51,22 @@ class Pricing:
         """KV tokens of each request in `idx` (prompt + output so far)."""
         return self.wl.prompt_len[idx] + self.state.gen[idx]
 
+    def step_shape(self, n_dec: int, drafts: int, kv_dec: int, pre: np.ndarray, chunk: np.ndarray) -> StepShape:
+        """The shape of a target step: `n_dec` decoding sequences with `drafts` draft tokens over `kv_dec` KV,
+        plus the prompt chunks `chunk` of requests `pre` (their KV before the chunk from the request state)."""
+        if not len(pre):
+            return StepShape(n_dec, drafts, kv_dec)
+        done = self.state.prefill_done[pre]
+        return StepShape(n_dec, drafts, kv_dec, len(pre), int(chunk.sum()), int((done + chunk).sum()),
+                         int((chunk * (done + chunk)).sum()))
+
+    def price(self, shape: StepShape) -> float:
+        """The target's forward time for `shape`: the one pricing rule of simulated steps and policy estimates
+        (a structured profile reads the whole shape, a batch profile its sequences, tokens and KV)."""
+        if self._by_shape:
+            return checked(self.target.shape_time(shape), self._target_src)
+        return checked(self.target.step_time(shape.num_seqs, batch_tokens(shape), batch_kv(shape)), self._target_src)
+
     def target_time(self, dec: np.ndarray, proposed: np.ndarray, pre: np.ndarray, chunk: np.ndarray,
                     kv_dec: int | None = None, prop_sum: int | None = None) -> tuple[float, int, int, int]:
         """Verify/decode (+ prefill) forward time for the batch the target actually runs; (time, seqs, tokens, kv)."""
@@ -60,20 +76,8 @@ class Pricing:
         if kv_dec is None:
             kv_dec = int(self.context(dec).sum())
         drafts = int(proposed.sum()) if prop_sum is None else prop_sum
-        tokens = drafts + len(dec)
-        kv = kv_dec
-        pre_tokens = pre_kv = attn = 0
-        if len(pre):
-            done = self.state.prefill_done[pre]
-            pre_tokens = int(chunk.sum())
-            pre_kv = int((done + chunk).sum())
-            attn = int((chunk * (done + chunk)).sum())
-            tokens += pre_tokens
-            kv += pre_kv
-        if self._by_shape:
-            shape = StepShape(len(dec), drafts, kv_dec, len(pre), pre_tokens, pre_kv, attn)
-            return checked(self.target.shape_time(shape), self._target_src), n, tokens, kv
-        return checked(self.target.step_time(n, tokens, kv), self._target_src), n, tokens, kv
+        shape = self.step_shape(len(dec), drafts, kv_dec, pre, chunk)
+        return self.price(shape), n, batch_tokens(shape), batch_kv(shape)
 
     def draft_time(self, groups, idx: np.ndarray, d_idx: np.ndarray, k: np.ndarray, proposed: np.ndarray,
                    verify_time: float, ctx: np.ndarray | None = None) -> tuple[float, list[str]]:
@@ -130,21 +134,45 @@ class Pricing:
             total += checked(t, f"drafter {name!r} prefill cost")
         return total
 
-    def estimator(self, n_batch: int, kv: int, prefill_tokens: int, pipelined: bool):
-        """Step-time estimate a policy may ask for: (drafter, k) -> seconds for the whole batch."""
-        target, costs, overhead = self.target, self.draft_costs, self.overhead
+    def estimator(self, n_batch: int, kv: int, pipelined: bool, prompts=None, engine_step: bool = False,
+                  prefill_drafters: tuple[str, ...] = ()):
+        """Step-time estimate a policy may ask for: (drafter, k) -> seconds of a step in which `n_batch` decoding
+        sequences over `kv` KV tokens each verify k drafts, priced as the simulated step is (`price` on its full
+        shape, the drafter's cost, vLLM V1 proposer costs when `engine_step`, `prefill_drafters`' own prompt
+        passes). `prompts(tokens_used)` -> (requests, chunks, chunks ending their prompt) is the prompt part the
+        step would add after the decodes' tokens (Scheduler.preview_prefills); None: no prompt chunk."""
+        costs, overhead = self.draft_costs, self.overhead
 
         def estimate(drafter: str | None, k: int) -> float:
             k = k if drafter is not None else 0
-            verify = target.step_time(n_batch, prefill_tokens + n_batch * (k + 1), kv)
+            pre, chunk, ending = prompts(n_batch * (k + 1)) if prompts is not None else (_NONE, _NONE, 0)
+            shape = self.step_shape(n_batch, n_batch * k, kv, pre, chunk)
+            verify = self.price(shape)
             draft = 0.0
             if k > 0:
-                draft = costs[drafter].draft_time(n_batch, n_batch * k, k, kv, verify)
-            if pipelined:
-                return max(verify + overhead, draft)
-            return draft + verify + overhead
+                draft = checked(costs[drafter].draft_time(n_batch, n_batch * k, k, kv, verify),
+                                f"drafter {drafter!r} draft cost")
+            if engine_step:
+                draft += self.engine_step_draft_time(n_batch + ending, batch_tokens(shape), batch_kv(shape))[0]
+            own_prefill = self.drafter_prefill_time(pre, chunk, prefill_drafters) if len(pre) else 0.0
+            if pipelined:  # PSD: drafting and the drafters' prompt passes run on the draft device
+                return max(verify + overhead, draft + own_prefill)
+            return draft + verify + overhead + own_prefill
 
         return estimate
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def batch_tokens(shape: StepShape) -> int:
+    """Query tokens of a step: one per decoding sequence, its drafts, and the prompt chunks."""
+    return shape.decode_seqs + shape.draft_tokens + shape.prefill_tokens
+
+
+def batch_kv(shape: StepShape) -> int:
+    """KV tokens a step attends over: the decoding sequences' context and the chunks' (cached + chunk)."""
+    return shape.decode_kv + shape.prefill_kv
 
 
 def groups(d_idx: np.ndarray):

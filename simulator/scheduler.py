@@ -10,7 +10,7 @@ vllm/v1/core/sched/scheduler.py) where it matters for timing; see VLLM_V1_RULES.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -50,6 +50,16 @@ VLLM_V1_RULES = {
 }
 EMPTY = np.zeros(0, dtype=np.int64)
 EMPTY.setflags(write=False)
+
+
+class PlannedChunk(NamedTuple):
+    """One prompt chunk a step would schedule."""
+
+    request: int
+    tokens: int
+    blocks: int  # KV blocks it allocates
+    new: bool  # admitted from the waiting queue by this step
+    last: bool  # ends the prompt (samples the first output token)
 
 
 class Scheduler:
@@ -150,52 +160,83 @@ class Scheduler:
         st = self.state
         return bool(st.waiting) and len(st.running) < self.max_num_seqs
 
-    def prefills(self, tokens_used: int, allow_new: bool, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV."""
+    def plan_prefills(self, tokens_used: int, allow_new: bool) -> list[PlannedChunk]:
+        """The prompt chunks a step schedules after `tokens_used` decode/draft tokens, changing nothing:
+        partial prefills first, then waiting requests in FIFO order within budget, max_num_seqs and free KV.
+        `prefills` commits this plan; `preview_prefills` hands it to a policy's step estimate."""
         st, pool = self.state, self.pool
         budget = self.budget - tokens_used
         if not st.prefilling and not (allow_new and self.can_admit()):
-            return EMPTY, EMPTY
-        pre, chunk = [], []
-        for i in list(st.prefilling):  # admission order; preempted ones were removed
+            return []
+        plan: list[PlannedChunk] = []
+        free = pool.free
+        for i in st.prefilling:  # admission order; preempted ones were removed
             left = int(st.prefill_left[i])
             c = min(left, budget) if self.chunked else left
             if c <= 0:
                 continue
             need = pool.blocks_for(int(st.prefill_done[i]) + c + int(c == left)) - int(st.blocks[i])
-            if need > pool.free:
+            if need > free:
                 continue
-            if need > 0:
-                pool.allocate(need)
-                st.blocks[i] += need
+            need = max(need, 0)
+            free -= need
             budget -= c
-            pre.append(int(i))
-            chunk.append(c)
-        while allow_new and st.waiting and len(st.running) < self.max_num_seqs and budget > 0:
-            i = st.waiting[0]
+            plan.append(PlannedChunk(int(i), c, need, False, c == left))
+        running = len(st.running)
+        for i in st.waiting:
+            if not (allow_new and running < self.max_num_seqs and budget > 0):
+                break
             total = int(self.wl.prompt_len[i] + st.gen[i])  # recompute after preemption includes output so far
             c = min(total, budget) if self.chunked else total
-            if c > budget and (pre or tokens_used > 0):
+            if c > budget and (plan or tokens_used > 0):
                 break  # an oversized recompute prefill runs alone rather than never
             need = pool.blocks_for(c + int(c == total))
-            if need > pool.free:
+            if need > free:
                 break
+            free -= need
+            budget -= c
+            running += 1
+            plan.append(PlannedChunk(int(i), c, need, True, c == total))
+        return plan
+
+    def prefills(self, tokens_used: int, allow_new: bool, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV
+        (`plan_prefills`, committed: KV allocated, new requests running)."""
+        st, pool = self.state, self.pool
+        plan = self.plan_prefills(tokens_used, allow_new)
+        if not plan:
+            return EMPTY, EMPTY
+        for i, c, need, new, _ in plan:
+            if not new:
+                if need > 0:
+                    pool.allocate(need)
+                    st.blocks[i] += need
+                continue
             st.waiting.popleft()
             pool.allocate(need)
             st.blocks[i] = need
             st.status[i] = RUNNING
             st.running.append(i)
-            st.prefill_left[i] = total
+            st.prefill_left[i] = int(self.wl.prompt_len[i] + st.gen[i])
             st.prefilling[i] = None
             st.prefill_done[i] = 0
             if np.isnan(st.first_sched[i]):
                 st.first_sched[i] = now
             if self.psd:
                 self.assign_side(i)
-            budget -= c
-            pre.append(i)
-            chunk.append(c)
-        return np.asarray(pre, dtype=np.int64), np.asarray(chunk, dtype=np.int64)
+        return (np.asarray([q.request for q in plan], dtype=np.int64),
+                np.asarray([q.tokens for q in plan], dtype=np.int64))
+
+    def preview_prefills(self, tokens_used: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """(requests, chunks, how many chunks end their prompt) a mixed step would add after `tokens_used`
+        tokens if it preempts nobody; nothing changes (a policy's step estimate, Pricing.estimator)."""
+        if self.separate:
+            return EMPTY, EMPTY, 0
+        plan = self.plan_prefills(tokens_used, True)
+        if not plan:
+            return EMPTY, EMPTY, 0
+        return (np.asarray([q.request for q in plan], dtype=np.int64),
+                np.asarray([q.tokens for q in plan], dtype=np.int64), sum(q.last for q in plan))
 
     def prefill_only(self, now: float) -> tuple[np.ndarray, np.ndarray]:
         """Separate mode: admit what fits now; a non-empty result makes this a prefill-only step."""

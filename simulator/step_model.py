@@ -45,7 +45,8 @@ class StepShape:
     @classmethod
     def uniform(cls, num_seqs: int, batched_tokens: int, kv_tokens: int) -> "StepShape":
         """The three-number batch (sequences, tokens, KV) read as all decoding: what a caller that knows no
-        more (a policy's step estimate, a draft cost) asks for."""
+        more asks for (a draft cost's profile; simulated steps and policy estimates pass the full shape through
+        simulator/pricing.py `Pricing.price`)."""
         return cls(decode_seqs=num_seqs, draft_tokens=max(0, batched_tokens - num_seqs), decode_kv=kv_tokens)
 
     @property

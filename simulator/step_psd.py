@@ -49,7 +49,8 @@ class PSDExecutor:
         # (a request that just joined), so the pipeline never stalls for it.
         V_new = V[~has_prop] if fallback else V[:0]
         d_c, k_c, p_c, _ = drafting.choose(np.concatenate([V_new, D]), now,
-                                           pricing.estimator(len(dec_all), kv_est, 0, True))
+                                           pricing.estimator(len(dec_all), kv_est, True, sched.preview_prefills,
+                                                             prefill_drafters=self.drafter_names))
         nv = len(V_new)
         d_v, k_v, p_v = st.pending_d[V].copy(), st.pending_k[V].copy(), st.pending_prop[V].copy()
         no_prop = ~has_prop

@@ -33,7 +33,8 @@ class SDExecutor:
             dec_mask, dec = None, run
         ctx = pricing.context(dec)
         kv_est = int(ctx.sum())
-        d_idx, k, proposed, flat = drafting.choose(dec, now, pricing.estimator(len(dec), kv_est, 0, False))
+        d_idx, k, proposed, flat = drafting.choose(dec, now, pricing.estimator(
+            len(dec), kv_est, False, sched.preview_prefills, self.mode != "ar", self.drafter_names))
         n_fit, proposed = sched.fit_decodes(proposed)
         if n_fit < len(dec):  # vllm-v1: the token budget ran out before the last decodes
             if dec_mask is None:

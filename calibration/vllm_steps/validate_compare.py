@@ -22,8 +22,8 @@ import numpy as np
 from calibration.models.vllm_backend import PLAN_FILE, RUN_FILE, STEPS_FILE
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, join_ids
 from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
-from calibration.vllm_steps.fit import MIN_DRAFT_POINTS, busy_gaps, fit_drafter, fit_target, step_overhead, \
-    target_measurements
+from calibration.vllm_steps.fit import MIN_DRAFT_POINTS, busy_gaps, fit_drafter, fit_target, phase, \
+    step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.draft_cost import DraftCost
 from simulator.latency import LatencyProfile
@@ -307,6 +307,47 @@ def level_rows(lv: LevelResult, p99: bool = False,
     return rows
 
 
+HEADLINE_METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s")
+
+
+def headline_errors(pred: Latencies, meas: Latencies, fraction: float) -> dict[str, Any]:
+    """% error of each headline metric (means and throughput) of one level."""
+    p, m = pred.metrics(), meas.metrics()
+    return {"fraction": fraction, **{k: error_pct(p.get(k), m.get(k)) for k in HEADLINE_METRICS}}
+
+
+def same_shape_ratio(cal: StepLog, level: StepLog, min_steps: int = 5) -> tuple[float | None, int]:
+    """Median target time (step minus drafting) of the level's decode/verify steps over the calibration's median
+    for the same phase and batch size, step-weighted over the shapes both have `min_steps` of, minus one, in
+    percent; and the steps compared. Model-free: how much faster (<0) or slower the engine ran the same shapes
+    than during calibration (the machine's speed drifting between them, which no calibration can foresee)."""
+    def groups(log: StepLog) -> dict[tuple[str, int], list[float]]:
+        out: dict[tuple[str, int], list[float]] = {}
+        for st in log.steps:
+            ph = phase(st)
+            if ph != "prefill":
+                out.setdefault((ph, len(st.requests)), []).append(st.duration - (st.draft_seconds or 0.0))
+        return out
+
+    a, b = groups(cal), groups(level)
+    num = den = 0.0
+    n = 0
+    for key, times in b.items():
+        if len(times) >= min_steps and len(a.get(key, ())) >= min_steps:
+            w = len(times)
+            num += w * float(np.median(times)) / float(np.median(a[key]))
+            den += w
+            n += w
+    return (round(100.0 * (num / den - 1.0), 2) if den else None), n
+
+
+def level_drift(profile, cal: StepLog, level: StepLog, label: str, fraction: float) -> dict[str, Any]:
+    """One load level: the calibration fit's bias per phase on the level's steps, and the same-shape ratio."""
+    ratio, n = same_shape_ratio(cal, level)
+    return {"fraction": fraction, "bias_percent": phase_bias(profile, target_measurements(level, label)),
+            "same_shape_time_percent": ratio, "same_shape_steps": n}
+
+
 def calibrated_profiles(folder: str | Path, mode: Mode) -> Profiles:
     """A `draftsim calibrate vllm` folder's target and drafter profiles and step overhead for `mode` (its
     profiles/NAME-<mode>.yaml, NAME-<mode>-drafter.yaml and calibration.json)."""
@@ -340,8 +381,10 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
                 if profiles_from is None else calibrated_profiles(profiles_from, data.mode)}
     load_ms = target_measurements(data.load_log, data.mode.label)
     carry = {"mape_percent": phase_mape(profiles["predictive"].target, load_ms),
-             "bias_percent": phase_bias(profiles["predictive"].target, load_ms), "steps": len(load_ms)}
-    out, again = [], []
+             "bias_percent": phase_bias(profiles["predictive"].target, load_ms), "steps": len(load_ms),
+             "by_level": [level_drift(profiles["predictive"].target, data.cal_log, log, data.mode.label,
+                                      float(lv["fraction"])) for lv, log in zip(data.levels, data.level_logs)]}
+    out, again, level_fitted = [], [], []
     root = np.random.SeedSequence(seed)
     for i, lv in enumerate(data.levels):
         rows = client_rows(lv, str(data.folder / RUN_FILE))
@@ -357,6 +400,9 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
             tr = predictive_traces(data, i, model_name, np.random.default_rng(child(again_node, 0)))
             extra.append(simulated_latencies(simulate_level(data, i, tr, profiles["predictive"], child(again_node, 1))))
         again.append({"predictive": extra} if extra else {})
+        own = fit_mode_profiles(data, data.level_logs[i], f"{name}-level{i}", model_name, step_model)
+        own_lat = simulated_latencies(simulate_level(data, i, traces["replay"], own, child(level, 1)))
+        level_fitted.append(headline_errors(own_lat, measured_latencies(rows), float(lv["fraction"])))
         out.append(LevelResult(data.mode.label, float(lv["fraction"]), float(lv["rate"]),
                                (float(lv["load_before"]), float(lv["load_after"])), measured_latencies(rows),
                                predicted))
@@ -364,7 +410,8 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
             "engine_steps": len(data.log.steps), "kv_capacity_tokens": data.kv_capacity_tokens,
             "block_size": data.log.header.get("block_size"), "vllm_version": data.log.header.get("vllm_version"),
             "dtype": data.result.get("dtype"), "torch_threads": data.log.header.get("torch_threads"),
-            "fits": {k: p.report for k, p in profiles.items()}, "calibration_fit_on_load_steps": carry}
+            "fits": {k: p.report for k, p in profiles.items()}, "calibration_fit_on_load_steps": carry,
+            "level_fitted_replay": level_fitted}
     return out, info, again
 
 

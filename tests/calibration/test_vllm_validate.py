@@ -195,3 +195,38 @@ def test_shipped_validate_config_loads():
     cfg = load_config(Path(__file__).parents[2] / "experiments" / "validation" / "validate-vllm-cpu.yaml")
     assert [m.method for m in cfg.parsed_modes()] == [None, "ngram", "draft_model"]
     assert len(cfg.load.fractions) >= 3
+
+
+def test_same_shape_ratio_measures_a_uniform_speed_change():
+    """A level whose decode/verify steps all ran 20% slower than the calibration's reads +20%; itself reads 0;
+    prefill steps and shapes the calibration lacks are left out."""
+    import dataclasses
+
+    from calibration.vllm_steps.records import StepLog
+    from calibration.vllm_steps.validate_compare import same_shape_ratio
+
+    data = load_mode(FIX / "ngram-k3", parse_mode("ngram:3"))
+    cal = data.cal_log
+    assert same_shape_ratio(cal, cal, min_steps=1)[0] == 0.0
+    slow = StepLog(cal.header, [dataclasses.replace(s, duration=s.duration * 1.2,
+                                                    draft_seconds=None if s.draft_seconds is None else
+                                                    s.draft_seconds * 1.2) for s in cal.steps])
+    ratio, n = same_shape_ratio(cal, slow, min_steps=1)
+    assert ratio == pytest.approx(20.0, abs=0.01)
+    assert 0 < n == sum(1 for s in cal.steps if not s.prefill_tokens)
+    prefill_only = StepLog(cal.header, [s for s in cal.steps if s.prefill_tokens])
+    assert same_shape_ratio(cal, prefill_only, min_steps=1) == (None, 0)
+
+
+def test_each_level_has_its_drift_and_level_fitted_replay(report):
+    """Per mode, one drift entry and one level-fitted replay per load level; the level-fitted replay's errors are
+    those of a simulation with the level's own profiles (AR: the same engine, so close to the measurement)."""
+    cfg = load_config(FIX / "validate.yaml")
+    for m in cfg.parsed_modes():
+        mi = report.info["modes"][m.label]
+        drift = mi["calibration_fit_on_load_steps"]["by_level"]
+        fitted = mi["level_fitted_replay"]
+        assert [d["fraction"] for d in drift] == [f["fraction"] for f in fitted] == list(cfg.load.fractions)
+        for f in fitted:
+            assert all(f[k] is not None and abs(f[k]) < 50 for k in ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s",
+                                                                     "throughput_tok_s"))
