@@ -40,6 +40,56 @@ S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USA
 
 
 @njit(cache=True)
+def _admit_waiting(admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak, prompt,
+                   gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre):
+    """Scheduler.prefills' admission of waiting requests in FIFO order (budget, sequence and KV limits); a
+    request that does not fit whole stops admission unless it is the step's first token (`tokens_used`, `n_pre`)."""
+    while admit < ptr and n_run < max_seqs and budget > 0:
+        i = admit
+        total = prompt[i] + gen[i]
+        c = min(total, budget) if chunked == 1 else total
+        if c > budget and (n_pre > 0 or tokens_used > 0):
+            break
+        need = (c + (1 if c == total else 0) + bs - 1) // bs
+        if need > total_blocks - used:
+            break
+        admit += 1
+        used += need
+        if used > peak:
+            peak = used
+        blocks[i] = need
+        run[n_run] = i
+        n_run += 1
+        prefill_left[i] = total
+        prefill_done[i] = 0
+        if np.isnan(first_sched[i]):
+            first_sched[i] = now
+        budget -= c
+        pre[n_pre] = i
+        chunk[n_pre] = c
+        n_pre += 1
+    return admit, n_run, n_pre, used, peak
+
+
+@njit(cache=True)
+def _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token, now):
+    """StepOutcome.apply's prefill progress: each chunk advances its request; a finished prompt emits its first
+    token at `now`. Returns how many first tokens the step emitted."""
+    first_tokens = 0
+    for j in range(n_pre):
+        i = pre[j]
+        prefill_left[i] -= chunk[j]
+        prefill_done[i] += chunk[j]
+        if prefill_left[i] == 0:
+            first_tokens += 1
+            gen[i] += 1
+            last_emit[i] = now
+            if np.isnan(first_token[i]):
+                first_token[i] = now
+    return first_tokens
+
+
+@njit(cache=True)
 def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit, drf):
     """Row `r` of the step table: one column per line of `rows_i` (ints) and `rows_f` (start, end)."""
     rows_i[R_STEP, r] = step
@@ -114,31 +164,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
         pre_kv = 0
         only_prefill = False
         if separate == 1 and admit < ptr and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True, now)
-            budget = B
-            while admit < ptr and n_run < max_seqs and budget > 0:
-                i = admit
-                total = prompt[i] + gen[i]
-                c = min(total, budget) if chunked == 1 else total
-                if c > budget and n_pre > 0:
-                    break
-                need = (c + (1 if c == total else 0) + bs - 1) // bs
-                if need > total_blocks - used:
-                    break
-                admit += 1
-                used += need
-                if used > peak:
-                    peak = used
-                blocks[i] = need
-                run[n_run] = i
-                n_run += 1
-                prefill_left[i] = total
-                prefill_done[i] = 0
-                if np.isnan(first_sched[i]):
-                    first_sched[i] = now
-                budget -= c
-                pre[n_pre] = i
-                chunk[n_pre] = c
-                n_pre += 1
+            admit, n_run, n_pre, used, peak = _admit_waiting(
+                admit, ptr, n_run, max_seqs, B, 0, chunked, bs, total_blocks, used, peak, prompt, gen, blocks,
+                run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
             only_prefill = n_pre > 0
         if only_prefill:  # step.plan_prefill_only / prefill_step
             for j in range(n_pre):
@@ -153,21 +181,14 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
-            first_tokens = 0
+            first_tokens = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token,
+                                           now)  # StepOutcome.apply: prefill progress
             n_done = 0
-            for j in range(n_pre):  # StepOutcome.apply: prefill progress
+            for j in range(n_pre):
                 i = pre[j]
-                prefill_left[i] -= chunk[j]
-                prefill_done[i] += chunk[j]
-                if prefill_left[i] == 0:
-                    first_tokens += 1
-                    gen[i] += 1
-                    last_emit[i] = now
-                    if np.isnan(first_token[i]):
-                        first_token[i] = now
-                    if gen[i] >= out[i]:
-                        done[n_done] = i
-                        n_done += 1
+                if gen[i] >= out[i] and prefill_left[i] == 0:
+                    done[n_done] = i
+                    n_done += 1
             _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
                  used, 0, 0, first_tokens, 0)
             r += 1
@@ -243,30 +264,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                         pre[n_pre] = i
                         chunk[n_pre] = c
                         n_pre += 1
-                    while admit < ptr and n_run < max_seqs and budget > 0:
-                        i = admit
-                        total = prompt[i] + gen[i]
-                        c = min(total, budget) if chunked == 1 else total
-                        if c > budget and (n_pre > 0 or tokens_used > 0):
-                            break
-                        need = (c + (1 if c == total else 0) + bs - 1) // bs
-                        if need > total_blocks - used:
-                            break
-                        admit += 1
-                        used += need
-                        if used > peak:
-                            peak = used
-                        blocks[i] = need
-                        run[n_run] = i
-                        n_run += 1
-                        prefill_left[i] = total
-                        prefill_done[i] = 0
-                        if np.isnan(first_sched[i]):
-                            first_sched[i] = now
-                        budget -= c
-                        pre[n_pre] = i
-                        chunk[n_pre] = c
-                        n_pre += 1
+                    admit, n_run, n_pre, used, peak = _admit_waiting(
+                        admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak,
+                        prompt, gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
             nseq = n_dec + n_pre
             if nseq == 0:
                 code = ERR_STALL
@@ -319,17 +319,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                 usage_d += n_dec
             else:
                 usage_none += n_dec
-            first_tokens = 0
-            for j in range(n_pre):
-                i = pre[j]
-                prefill_left[i] -= chunk[j]
-                prefill_done[i] += chunk[j]
-                if prefill_left[i] == 0:
-                    first_tokens += 1
-                    gen[i] += 1
-                    last_emit[i] = now
-                    if np.isnan(first_token[i]):
-                        first_token[i] = now
+            first_tokens = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token,
+                                           now)
             for j in range(n_pre):
                 i = pre[j]
                 if gen[i] >= out[i] and prefill_left[i] == 0:
