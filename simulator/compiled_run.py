@@ -183,8 +183,8 @@ class CompiledRun:
                                    f"step path; set {ENGINE_ENV}=steps)")
             r, ni = int(istate[ker.S_ROWS]), int(istate[ker.S_ITL])
             n_fin = int(istate[ker.S_FINISHED])
-            if srv.on_step is not None:
-                srv.on_step(n_fin)
+            if srv.on_step is not None and code == ker.DONE:  # once, at the end: mid-run the SimPy clock has not
+                srv.on_step(n_fin)  # moved, so a step hook (simulator/early_stop.py) would judge a stale snapshot
             last = code == ker.DONE or (code == ker.STOPPED and stop(n_fin))
             if last:  # the buffers are not reused: keep views
                 blocks_row.append((rows_i[:, :r], rows_f[:, :r]))

@@ -177,3 +177,17 @@ def test_an_early_stop_ends_the_run_with_the_full_runs_finishes():
     assert fin.sum() == st.n_finished
     np.testing.assert_array_equal(st.finish[fin], full.requests.finish_time.to_numpy()[fin])
     assert end == st.finish[fin].max()
+
+
+def test_a_step_hook_is_called_once_at_the_end_of_a_compiled_run(monkeypatch):
+    """Mid-run the SimPy clock stands still on the compiled path, so a step hook (the plan's early stop) would see a
+    stale time: it is told once, when every request has finished, and the run completes as a full run."""
+    monkeypatch.setattr(compiled_run, "SEGMENT_ROWS", 16)  # many segments, so a per-segment call would show
+    traces = traces_with(10, 4, 0.6, False)
+    wl = workload(traces, 60, rate=60.0, seed=5)
+    sim = build(traces=traces, wl=wl)
+    seen: list[tuple[int, float]] = []
+    sim.server.on_step = lambda done: seen.append((done, sim.env.now))
+    res = sim.simulate()
+    assert res.extras["engine_path"] == "compiled" and len(res.steps) > 16
+    assert [d for d, _ in seen] == [len(wl)]
