@@ -76,13 +76,13 @@ def test_a_strict_fail_stop_is_a_strict_fail_of_every_completion(case):
     good, shown = case
     n = good.size
     a = np.arange(n, dtype=float)
-    now = 0.9 * (n - 1)  # the window's end: the other two rules (after it) do not fire
-    first = np.where(shown & ~good, a + 0.06, a + 0.01)  # a revealed miss: first token 0.06 s > the 0.05 s bound
-    fin = np.where(shown & good, a + 0.02, np.nan)  # a revealed success finished; the rest still run (1 token)
-    p = Progress(now, int((shown & good).sum()), a, first, fin, np.ones(n, dtype=np.int64))
     rule = PlanStop(a, {"ttft_s": 0.05}, 0.95, "settling", 1.0)
     if rule.window is None:
         return
+    now = rule.window[1]  # the window's end itself: the other two rules (after it) do not fire
+    first = np.where(shown & ~good, a + 0.06, a + 0.01)  # a revealed miss: first token 0.06 s > the 0.05 s bound
+    fin = np.where(shown & good, a + 0.02, np.nan)  # a revealed success finished; the rest still run (1 token)
+    p = Progress(now, int((shown & good).sum()), a, first, fin, np.ones(n, dtype=np.int64))
     why = rule(p)
     inside = np.concatenate(rule.chunks)
     final = batch_means(good[inside].astype(float), len(rule.chunks))
