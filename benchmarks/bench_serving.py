@@ -133,15 +133,15 @@ def engine(n: int, names: list[str], repeats: int, rate: float = 12.0) -> None:
         rs = ref.extras["request_steps"]
         steps = ref.extras["steps"]
         sim_s = float(ref.requests["finish_time"].max())
-        rate = {p: rs / cpu[p] for p in PATHS}
+        per_cpu = {p: rs / cpu[p] for p in PATHS}
         print(f"  {name:6s} {rs:>10,} request-steps in {steps:,} steps ({rs / steps:.1f} seqs/step), "
               f"{sim_s:.0f} simulated s; compiled run took the {got} path "
               f"{res['compiled'].extras.get('engine_path_reason') or ''}")
-        print("         engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {rate[p]:,.0f}/cpu-s" for p in PATHS))
-        print(f"         ratios: compiled / macro-steps {rate['compiled'] / rate['macro-steps']:.1f}x, compiled / step "
-              f"by step {rate['compiled'] / rate['step by step']:.1f}x; compiled engine "
+        print("         engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {per_cpu[p]:,.0f}/cpu-s" for p in PATHS))
+        print(f"         ratios: compiled / macro-steps {per_cpu['compiled'] / per_cpu['macro-steps']:.1f}x, compiled / step "
+              f"by step {per_cpu['compiled'] / per_cpu['step by step']:.1f}x; compiled engine "
               f"{sim_s / cpu['compiled']:,.0f}x real time (target {TARGET_RATE[name]:,} request-steps/cpu-s: "
-              f"{'met' if rate['compiled'] >= TARGET_RATE[name] else 'NOT met'})  [{uptime()}]")
+              f"{'met' if per_cpu['compiled'] >= TARGET_RATE[name] else 'NOT met'})  [{uptime()}]")
 
 
 def whole_process(n: int, repeats: int) -> None:
