@@ -3,6 +3,7 @@ byte (so every figure quoted from them can be recomputed), and each folder holds
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -20,8 +21,13 @@ FILES = ("README.md", "validation.json", "validation.md", "provenance.json", "st
          "uptime-after.txt", "raw-runs.tar.xz")
 
 
+# byte-for-byte reproduction costs ~40 s a folder: CI checks the quiet run the README quotes; the loaded (superseded)
+# run is reproduced too with DRAFTSIM_ALL_SHIPPED=1
+REPRODUCED = sorted(SHIPPED) if os.environ.get("DRAFTSIM_ALL_SHIPPED") == "1" else ["vllm-cpu-smollm2-quiet"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("folder", sorted(SHIPPED))
+@pytest.mark.parametrize("folder", REPRODUCED)
 def test_analyse_only_reproduces_the_shipped_validation_json(folder, tmp_path):
     src = ROOT / folder
     with tarfile.open(src / "raw-runs.tar.xz") as tar:
