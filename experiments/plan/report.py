@@ -146,7 +146,7 @@ def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
         ax.set_ylabel(f"{m.upper()} p99 (s)")
         ax.set_yscale("log")
         ax.set_title(f"{m.upper()} p99 vs throughput (dotted: SLO)")
-    if cands:
+    if axes[0].get_legend_handles_labels()[0]:  # no curve point drawn (all overloaded): no legend to draw
         axes[0].legend(fontsize=6, loc="upper left")
     fig.suptitle(f"{doc['name']}: throughput-latency (search rates: mean over seeds; 25-75% of max: first seed) ({len(cands)} best candidates)")
     return save_figure(fig, path)
