@@ -182,48 +182,71 @@ def _plain_line(text: str) -> bool:
 
 
 _TOKEN_LISTS = ("prompt_token_ids", "generated_token_ids")
-_DIGITS_AS_D = str.maketrans("0123456789", "D" * 10)
-_TEN_DIGITS = "D" * 10
+_DIGITS = b"0123456789"
+_DIGITS_AS_D = bytes.maketrans(_DIGITS, b"D" * 10)
+_TEN_DIGITS = b"D" * 10
 
 
-def _leading_zero(items: str) -> bool:
+def _leading_zero(items: bytes) -> bool:
     """True if an item of `items` (digits separated by ", ") starts with 0 and is not 0 itself (not JSON)."""
-    if items[0] == "0" and items[1:2] not in ("", ","):
+    if items[:1] == b"0" and items[1:2] not in (b"", b","):
         return True
-    return items.count(" 0") != items.count(" 0,") + items.endswith(" 0")  # each " 0" must be a whole 0
+    if b" 0" not in items:  # one scan; the counts below only where an item starts with 0
+        return False
+    return items.count(b" 0") != items.count(b" 0,") + items.endswith(b" 0")  # each " 0" must be a whole 0
+
+
+def _id_count(body: str) -> int | None:
+    """How many items `body` holds if it is certainly a list of 32-bit token ids as the release writes them
+    (`12, 0, 345`: ASCII digits, exactly ", " between items, no leading zero, at most nine digits each); None
+    at any doubt (the JSON parser then decides).
+
+    Byte passes in C: the text without its digits must be ", " repeated (so only digits, commas and spaces, in
+    that order); no comma directly before a digit and no space directly before a comma (so each comma is
+    followed by its space and every item has a digit); first and last characters digits."""
+    if not body.isascii():
+        return None
+    raw = body.encode("ascii")
+    separators = raw.translate(None, _DIGITS)
+    commas = len(separators) >> 1
+    if separators != b", " * commas or not (raw[:1].isdigit() and raw[-1:].isdigit()):
+        return None
+    shape = raw.translate(_DIGITS_AS_D)
+    if b",D" in shape or b" ," in raw or _TEN_DIGITS in shape or _leading_zero(raw):
+        return None
+    return commas + 1
 
 
 def _count_token_lists(text: str) -> tuple[str, dict[str, int]]:
     """`text` with each token-id list written as the release writes it (`"key": [12, 0, 345]`) replaced by null,
     and the lists' lengths; a list in any other form is left for the JSON parser.
 
-    A list is taken only if it is certainly valid: ASCII digits separated by exactly ", ", the first and last
-    items digits, no empty item, no item with a leading zero or of ten or more digits (so each is a 32-bit
-    id); any doubt leaves the list to the parser (slower, same result). The first `]` after
-    `[` closes such a list, and null is a whole JSON value, so the rest of the line parses as before; the
-    caller checks that the parsed line holds null exactly where a list was counted (else it parses the
-    original text)."""
+    A list is taken only if it is certainly valid (`_id_count`); any doubt leaves it to the parser (slower, same
+    result). The first `]` after `[` closes such a list, and null is a whole JSON value, so the rest of the line
+    parses as before; the caller checks that the parsed line holds null exactly where a list was counted (else it
+    parses the original text)."""
     counted: dict[str, int] = {}
+    pieces: list[str] = []
+    at = 0  # text[at:] is still to be copied
     for key in _TOKEN_LISTS:
         head = f'"{key}": ['
-        start = text.find(head)
+        start = text.find(head, at)
         if start < 0:
             continue
         body_start = start + len(head)
         end = text.find("]", body_start)
         if end < 0:
             continue
-        body = text[body_start:end]
-        shape = body.translate(_DIGITS_AS_D)  # each ASCII digit a D (str.isdigit is a slow per-character lookup)
-        commas = shape.count(",")
-        # only D, comma and space; every comma followed by a space and every space after a comma: D+(, D+)*
-        if not (body.isascii() and shape[:1] == "D" and shape[-1:] == "D" and commas == shape.count(", ")
-                == shape.count(" ") and shape.count("D") + 2 * commas == len(shape)) \
-                or ", ," in shape or _TEN_DIGITS in shape or _leading_zero(body):
+        n = _id_count(text[body_start:end])
+        if n is None:
             continue
-        counted[key] = commas + 1
-        text = text[:body_start - 1] + "null" + text[end + 1:]
-    return text, counted
+        counted[key] = n
+        pieces += (text[at:body_start - 1], "null")
+        at = end + 1
+    if not counted:
+        return text, counted
+    pieces.append(text[at:])
+    return "".join(pieces), counted
 
 
 def read_specbench(path: str | Path, *, token_ids: bool = True) -> list[SpecBenchRecord]:
@@ -250,7 +273,8 @@ def read_specbench(path: str | Path, *, token_ids: bool = True) -> list[SpecBenc
                     doc, counted = None, {}
         if doc is None:
             doc = parse_json(text, where, line_no, check_values=False)
-        rec = parse_line(doc, where, line_no, plain_line=_plain_line(text), counted=counted)
+        # the counted lists hold digits, commas and spaces only, so the text left decides the plain check
+        rec = parse_line(doc, where, line_no, plain_line=_plain_line(short if counted else text), counted=counted)
         if rec.id in seen:
             raise TraceFormatError(where, f"duplicate id {shorten(rec.id)} (first on line {seen[rec.id]})",
                                    line=line_no, field="id")
