@@ -41,6 +41,8 @@ from simulator.latency import LatencyProfile, LinearProfile, resolve_profile
 from traces.importers.specbench import SpecBenchRecord
 
 PROPOSERS = ("eagle3", "ngram", "combined")
+# the acc_len lists of a record each proposer reads (a reader may keep only these: read_specbench(acc_lists=...))
+ACC_LISTS = {"eagle3": ("eagle3",), "ngram": ("ngram",), "combined": ("eagle3", "ngram")}
 POSITION_CONVENTIONS = ("reference", "engine")
 TARGET_PROFILE = "llama3.1-8b-h100-specbench"
 EAGLE_DRAFT_PROFILE = "eagle3-llama3.1-8b-h100-specbench"
