@@ -202,17 +202,16 @@ def _plain_line(text: str) -> bool:
     return "-" not in text and "true" not in text and "false" not in text
 
 
-_DIGITS = b"0123456789"
-_DIGITS_AS_D = bytes.maketrans(_DIGITS, b"D" * 10)
-_ZERO_AS_COMMA = bytes.maketrans(b"0", b",")
-_TEN_DIGITS = b"D" * 10
+def _byte_classes() -> bytes:
+    """`bytes.translate` table: a digit 1-9 -> 0x01, 0 -> 0x03 (digit and zero bits), `,` -> 0x04, space -> 0x08,
+    any other byte -> 0x10."""
+    table = bytearray([0x10] * 256)
+    table[ord("1"):ord("9") + 1] = b"\x01" * 9
+    table[ord("0")], table[ord(",")], table[ord(" ")] = 0x03, 0x04, 0x08
+    return bytes(table)
 
 
-def _leading_zero(items: bytes) -> bool:
-    """True if an item of `items` (digits separated by ", ") starts with 0 and is not 0 itself (not JSON)."""
-    if items[:1] == b"0" and items[1:2] not in (b"", b","):
-        return True
-    return items.count(b" 0") != items.count(b" 0,") + items.endswith(b" 0")  # each " 0" must be a whole 0
+_BYTE_CLASSES = _byte_classes()
 
 
 def _item_count(body: str, minimum: int) -> int | None:
@@ -220,24 +219,34 @@ def _item_count(body: str, minimum: int) -> int | None:
     1) as the release writes them (`12, 0, 345`: ASCII digits, exactly ", " between items, no leading zero, at
     most nine digits each); None at any doubt (the JSON parser then decides).
 
-    Byte passes in C: the text without its digits must be ", " repeated (so only digits, commas and spaces, in
-    that order); no comma directly before a digit, no space directly before a comma or a 0 (so each comma is
-    followed by its space and every item has a digit; items starting with 0, which is rare, take the exact
-    check); first and last characters digits."""
+    Every byte's class (`_BYTE_CLASSES`) is one bit of a byte of one big integer, so each rule about neighbouring
+    bytes is a shift and an AND over the whole list in C: `x >> 8 * k` moves byte i onto byte i + k, and a shift by
+    8 * k - b also moves bit j onto bit j + b. Only digits, commas and spaces; the first and last bytes digits;
+    a space right after every comma and nowhere else; no comma two bytes after a comma (`, ,`: an empty item) --
+    so the text is digits separated by ", "; no run of ten digits; no item that starts with 0 and goes on."""
     if not body.isascii():
         return None
     raw = body.encode("ascii")
-    separators = raw.translate(None, _DIGITS)
-    commas = len(separators) >> 1
-    if separators != b", " * commas or not (raw[:1].isdigit() and raw[-1:].isdigit()):
+    if not (raw[:1].isdigit() and raw[-1:].isdigit()):  # also refuses an empty list
         return None
-    shape = raw.translate(_DIGITS_AS_D)
-    if b",D" in shape or _TEN_DIGITS in shape:
+    classes = raw.translate(_BYTE_CLASSES)
+    if b"\x10" in classes:  # a byte other than a digit, a comma or a space
         return None
-    if raw[:1] == b"0" or b" ," in raw.translate(_ZERO_AS_COMMA):  # an empty item, or an item starting with 0
-        if minimum > 0 or b" ," in raw or _leading_zero(raw):
-            return None
-    return commas + 1
+    x = int.from_bytes(classes, "big")
+    ones = int.from_bytes(b"\x01" * len(raw), "big")  # bit 0 of every byte
+    digits, commas, spaces = x & ones, x & (ones << 2), x & (ones << 3)
+    if commas >> 7 != spaces or commas >> 16 & commas:  # comma bit 2 of byte i onto space bit 3 of byte i + 1
+        return None
+    two = digits & digits >> 8
+    four = two & two >> 16
+    if four & four >> 32 & two >> 64:  # ten digits in a row: more than 32 bits
+        return None
+    zero_starts = spaces >> 10 & x  # space bit 3 of byte i onto the zero bit 1 of byte i + 1: an item starting with 0
+    if raw[:1] == b"0" and (minimum > 0 or raw[1:2].isdigit()):  # 0 itself (below the minimum), or a leading zero
+        return None
+    if zero_starts and (minimum > 0 or zero_starts >> 9 & digits):
+        return None
+    return commas.bit_count() + 1
 
 
 def _list_head(fld: str) -> str:
