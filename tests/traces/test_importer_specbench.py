@@ -156,6 +156,12 @@ def test_reading_some_acc_lists_keeps_every_length_and_refuses_what_the_full_rea
     assert (b.output_len("combined"), b.lengths_agree) == (a.output_len("combined"), a.lengths_agree)
 
 
+def test_a_bundle_needs_every_acc_list(tmp_path):
+    recs = read_specbench(write(tmp_path / "a.jsonl", [line("a")]), acc_lists=("eagle3",))
+    with pytest.raises(ValueError, match="every acc_len list"):
+        to_bundle(recs)
+
+
 def test_acc_lists_must_name_proposers(tmp_path):
     with pytest.raises(ValueError, match="acc_lists"):
         read_specbench(write(tmp_path / "a.jsonl", [line()]), acc_lists=("medusa",))

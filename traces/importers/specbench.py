@@ -389,6 +389,9 @@ def to_bundle(records: list[SpecBenchRecord], *, on_mismatch: str = "error", dat
         if rec.prompt_token_ids is None or rec.generated_token_ids is None:
             raise ValueError(f"request {rec.id!r} was read without its token ids; a bundle needs them "
                              "(read_specbench(..., token_ids=True))")
+        if set(rec.acc_len) != set(PROPOSER_KEYS):
+            raise ValueError(f"request {rec.id!r} was read without every acc_len list (kept: {sorted(rec.acc_len)}); "
+                             "a bundle needs them all (read_specbench(..., acc_lists=None))")
         lengths = {"generated_token_ids": len(rec.generated_token_ids),
                    **{d: len(a) for d, a in rec.acc_len.items()}}
         n = min(lengths.values())
