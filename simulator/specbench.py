@@ -41,6 +41,8 @@ from simulator.latency import LatencyProfile, LinearProfile, resolve_profile
 from traces.importers.specbench import SpecBenchRecord
 
 PROPOSERS = ("eagle3", "ngram", "combined")
+# the acc_len lists of a record each proposer reads (a reader may keep only these: read_specbench(acc_lists=...))
+ACC_LISTS = {"eagle3": ("eagle3",), "ngram": ("ngram",), "combined": ("eagle3", "ngram")}
 POSITION_CONVENTIONS = ("reference", "engine")
 TARGET_PROFILE = "llama3.1-8b-h100-specbench"
 EAGLE_DRAFT_PROFILE = "eagle3-llama3.1-8b-h100-specbench"
@@ -136,6 +138,35 @@ PREFILL_TOKENS = 1
 EAGLE, NGRAM = "eagle", "ngram"  # a copy's drafting cost: EAGLE's own profile, or n-gram's fraction of verify
 
 
+class _Affine:
+    """The sequence scale * (offset + x) for x in xs (KV per step, tokens per step), summed exactly in integers
+    without building it: a chain of tens of thousands of steps is priced from two sums."""
+
+    __slots__ = ("scale", "offset", "xs")
+
+    def __init__(self, scale: int, offset: int, xs: Sequence[int]):
+        self.scale, self.offset, self.xs = scale, offset, xs
+
+    def __len__(self) -> int:
+        return len(self.xs)
+
+    def __iter__(self):
+        scale, offset = self.scale, self.offset
+        return (scale * (offset + x) for x in self.xs)
+
+    def total(self) -> int:
+        return self.scale * (self.offset * len(self.xs) + sum(self.xs))
+
+
+def _total(values: Sequence[int]) -> int:
+    """sum(values), exactly, without a pass where the sequence knows its sum (an `_Affine`, a step-1 range)."""
+    if type(values) is _Affine:
+        return values.total()
+    if type(values) is range and values.step == 1:
+        return len(values) * (values.start + values.stop - 1) // 2 if values else 0
+    return sum(values)
+
+
 def _sum_times(profile: LatencyProfile, seqs: int, batched: int | Sequence[int], kv: Sequence[int],
                weights: Sequence[float] | None = None) -> float:
     """sum_j w_j * profile.step_time(seqs, batched_j, kv_j) over steps j (`batched`: one number for every step or
@@ -143,8 +174,8 @@ def _sum_times(profile: LatencyProfile, seqs: int, batched: int | Sequence[int],
     if isinstance(profile, LinearProfile):
         c = profile.coefficients
         if weights is None:
-            w, kv_sum = len(kv), sum(kv)
-            b_sum = batched * w if isinstance(batched, int) else sum(batched)
+            w, kv_sum = len(kv), _total(kv)
+            b_sum = batched * w if isinstance(batched, int) else _total(batched)
         else:
             w, kv_sum = sum(weights), sum(map(mul, weights, kv))
             b_sum = batched * w if isinstance(batched, int) else sum(map(mul, weights, batched))
@@ -187,7 +218,8 @@ def _view(rec: SpecBenchRecord, proposer: str) -> _RequestView:
     if proposer == "combined":
         e, g = rec.acc_len["eagle3"][:n], rec.acc_len["ngram"][:n]
         return _RequestView(rec.id, rec.prompt_len, n, list(map(max, e, g)), list(map(gt, e, g)))
-    return _RequestView(rec.id, rec.prompt_len, n, list(rec.acc_len[proposer][:n]), None)
+    acc = rec.acc_len[proposer]  # read only, never changed: no copy
+    return _RequestView(rec.id, rec.prompt_len, n, acc if len(acc) == n else acc[:n], None)
 
 
 # ---------------------------------------------------------------- one batch
@@ -273,28 +305,39 @@ def sd_batch_chain(req: _RequestView, batch_size: int, pred: Predictor, proposer
 
     With `match_probability` set (n-gram FIXED_k), each step at acc_len 1 draws one `uniform()` per
     copy, in copy order, steps in order; the unmatched copies send 1 token and pay no drafting.
+    Per-step lists are built only where a rule reads them (FIXED_k EAGLE needs the chain's length and sum only).
     """
     B, k = batch_size, pred.k
     starts, end = (_steps_reference if convention == "reference" else _steps_engine)(req.acc, k)
-    off = _read_offset(convention)
-    idx = [g + off for g in starts] if off else starts  # the acc_len index each step reads
-    acc = [req.acc[i] for i in idx]
-    sent = acc if k is None else [k + 1] * len(acc)  # tokens a copy sends, unless its n-gram lookup failed
-    wins = [req.eagle_wins[i] for i in idx] if req.eagle_wins is not None else [False] * len(idx)
-    kv = [B * (req.prompt_len + g) for g in starts]  # KV at each step's start
-    groups: list[tuple[list[int], list[int] | None]] = [(sent, None)]  # (tokens sent, copies per step; None: B)
+    n = len(starts)
+    kv = _Affine(B, req.prompt_len, starts)  # KV at each step's start: B * (prompt + generated)
+    per_step_acc = k is None or match_probability is not None or req.eagle_wins is not None
+    if per_step_acc:
+        off = _read_offset(convention)
+        idx = [g + off for g in starts] if off else starts  # the acc_len index each step reads
+        acc = [req.acc[i] for i in idx]
+    sent: int | list[int] = acc if k is None else k + 1  # tokens a copy sends, unless its n-gram lookup failed
+    wins = [req.eagle_wins[i] for i in idx] if req.eagle_wins is not None else None
+    groups: list[tuple[int | list[int], list[int] | None]] = [(sent, None)]  # (tokens sent, copies per step; None: B)
     if match_probability is None:
-        batched = [B * s for s in sent]
+        batched: int | Sequence[int] = B * sent if isinstance(sent, int) else _Affine(B, 0, sent)
     else:
         full = [B if a != 1 else _matched(uniform, B, match_probability) for a in acc]
-        groups = [(sent, full), ([1] * len(sent), [B - f for f in full])]
-        batched = [f * s + B - f for f, s in zip(full, sent)]
+        groups = [(sent, full), (1, [B - f for f in full])]
+        batched = [f * sent + B - f for f in full]
     verify = _sum_times(costs.target, B, batched, kv)
     draft = 0.0  # seconds over copies
     for group_sent, copies in groups:
-        kinds = {key: draft_kind(proposer, charge_winner, *key) for key in set(zip(group_sent, wins))}
+        if wins is None:  # no winner mask: each distinct number sent is one key
+            keys = [(s, False) for s in ({group_sent} if isinstance(group_sent, int) else set(group_sent))]
+        else:
+            keys = set(zip(repeat(group_sent, n) if isinstance(group_sent, int) else group_sent, wins))
+        kinds = {key: draft_kind(proposer, charge_winner, *key) for key in keys}
         for kind in set(kinds.values()) - {None}:
-            w = None if len(kinds) == 1 else [float(kinds[key] == kind) for key in zip(group_sent, wins)]
+            w = None
+            if len(kinds) > 1:
+                per_step_sent = repeat(group_sent, n) if isinstance(group_sent, int) else group_sent
+                w = [float(kinds[key] == kind) for key in zip(per_step_sent, wins or repeat(False, n))]
             scale = B if copies is None else 1
             if copies is not None:
                 w = copies if w is None else list(map(mul, w, copies))
@@ -303,8 +346,8 @@ def sd_batch_chain(req: _RequestView, batch_size: int, pred: Predictor, proposer
             else:
                 draft += scale * costs.ngram_fraction * _sum_times(costs.target, B, batched, kv, w)
     ovh = costs.step_overhead_s
-    latency = _prefill(req, B, costs) + ovh + verify + ovh * len(starts) + draft / B
-    return latency, len(starts), B * (end - PREFILL_TOKENS)
+    latency = _prefill(req, B, costs) + ovh + verify + ovh * n + draft / B
+    return latency, n, B * (end - PREFILL_TOKENS)
 
 
 def simulate_batch_per_copy(req: _RequestView, batch_size: int, pred: Predictor, proposer: str,

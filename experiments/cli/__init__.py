@@ -49,14 +49,38 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help formatter, set up (terminal width included) when help is first formatted, not when it is made:
+    argparse makes one for every add_argument only to check a metavar, and the first one imports shutil for the
+    width (~2 ms of a `draftsim specbench` process, ~2% of it). The help text is argparse's own."""
+
+    def __init__(self, *args, **kwargs):
+        self._deferred = (args, kwargs)
+
+    def __getattr__(self, name):  # only reached for what argparse's own __init__ sets: set it up now
+        deferred = self.__dict__.pop("_deferred", None)
+        if deferred is None:
+            raise AttributeError(name)
+        super().__init__(*deferred[0], **deferred[1])
+        return getattr(self, name)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with `HelpFormatter` by default; subcommand parsers are of this class too."""
+
+    def __init__(self, *args, formatter_class: type = HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The `draftsim` parser; when argv starts with a command name only that command is registered (faster start)."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="draftsim",
         description="Trace-driven simulator of LLM serving with speculative decoding.",
     )
     parser.add_argument("--version", action=_VersionAction, help="print the draftsim version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # prog given: argparse would otherwise format a usage line to find it (the parser has no positionals)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog=parser.prog)
     names = [argv[0]] if argv and argv[0] in COMMAND_MODULES else list(COMMAND_MODULES)
     for name in names:
         importlib.import_module(COMMAND_MODULES[name]).register(sub)

@@ -5,6 +5,7 @@ import argparse
 import json
 
 from simulator.specbench import (
+    ACC_LISTS,
     DEFAULT_NUM_REQUESTS,
     DEFAULT_SEED,
     NGRAM_MATCH_PROBABILITY,
@@ -59,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if args.charge_winner and args.proposer != "combined":
         raise ValueError("--charge-winner applies only to --proposer combined")
     dataset = args.dataset or dataset_from_filename(args.trace)
-    records = read_specbench(args.trace, token_ids=False)  # lengths suffice: the ids are checked, not kept
+    # lengths suffice: the ids and the lists the proposer does not read are checked, not kept
+    records = read_specbench(args.trace, token_ids=False, acc_lists=ACC_LISTS[args.proposer])
     result = _simulate(records, args, dataset, args.charge_winner)
     out = result.as_dict()
     other = None

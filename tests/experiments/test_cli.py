@@ -54,6 +54,7 @@ def test_running_specbench_imports_no_heavy_library(tmp_path):
     assert loaded["top"] & HEAVY == set()
     # nor numpy (~0.1-0.2 s of a ~0.3 s process): the reader, the profiles and the replay are plain Python
     assert "numpy" not in loaded["top"]
+    assert "shutil" not in loaded["top"]  # argparse's formatter asks for the terminal width only to print help
     engine = argv + ["--position-convention", "engine"]  # the engine's replay rule (traces.acceptance) does use it
     assert "numpy" in _loaded_after(f"from experiments.cli import main\nassert main({engine!r}) == 0")["top"]
 
@@ -104,3 +105,30 @@ def test_the_program_freezes_the_collector_before_its_exit_and_an_in_process_cal
     before = gc.get_freeze_count()
     assert main(["policies", "--json"]) == 0
     assert gc.get_freeze_count() == before
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    """`parser` and every subcommand parser under it, depth first."""
+    yield parser
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its actions here
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_help_and_usage_are_argparses_own_for_every_command(monkeypatch):
+    """The deferred formatter (experiments.cli.HelpFormatter) prints what argparse's own prints, for every parser,
+    and its errors name the flag the same way."""
+    monkeypatch.setenv("COLUMNS", "100")
+    lazy, plain = list(_parsers(build_parser())), list(_parsers(build_parser()))
+    for p in plain:
+        if p.formatter_class is not argparse.HelpFormatter and issubclass(p.formatter_class, argparse.HelpFormatter) \
+                and p.formatter_class.__module__ == "experiments.cli":
+            p.formatter_class = argparse.HelpFormatter
+    assert len(lazy) == len(plain) > len(COMMAND_MODULES)
+    computed = argparse.ArgumentParser(prog="draftsim").add_subparsers().add_parser("run").prog  # argparse's own
+    assert computed == "draftsim run" and {p.prog for p in lazy} >= {f"draftsim {name}" for name in COMMAND_MODULES}
+    for a, b in zip(lazy, plain):
+        assert a.prog == b.prog
+        assert a.format_help() == b.format_help()
+        assert a.format_usage() == b.format_usage()

@@ -89,3 +89,20 @@ def test_pareto_runs_and_binned_max():
     edges = np.array([0.0, 2.0, 4.0])
     got = binned_time_max(np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.5, 4.0]), np.array([2, 8, 5]), edges)
     assert got.tolist() == [8.0, 5.0]
+
+
+def test_figure_axes_carry_at_most_max_ticks_major_intervals():
+    """_figure caps the major ticks of a linear axis (MAX_TICKS intervals: fewer artists to draw); a log axis keeps
+    its own locator."""
+    from experiments.plots import MAX_TICKS, _figure
+
+    fig, axes = _figure(1, 2, 14, 4, margins=dict(left=0.05, right=0.95, bottom=0.1, top=0.9))
+    axes[0].plot([0.0, 837.3], [0.0, 63.7])
+    axes[1].plot([1.0, 5000.0], [0.0, 1.0])
+    axes[1].set_xscale("log")
+    fig.canvas.draw()
+    for ax in (axes[0].xaxis, axes[0].yaxis, axes[1].yaxis):
+        lo, hi = sorted(ax.get_view_interval())
+        shown = [t for t in ax.get_majorticklocs() if lo <= t <= hi]
+        assert 2 <= len(shown) <= MAX_TICKS + 1
+    assert axes[1].get_xscale() == "log" and type(axes[1].xaxis.get_major_locator()).__name__ == "LogLocator"

@@ -90,6 +90,11 @@ BAD_LINES = [
     (json.dumps(line()).replace("[1, 2, 3]", "[0, 2, 03]"), None),
     (json.dumps(line()).replace("[1, 2, 3]", "[1, , 3]"), None),
     (json.dumps(line()).replace("[1, 2, 3]", "[1 2, 3]"), None),
+    (json.dumps(line()).replace("[1, 2, 3]", "[1,2 3]"), None),  # a comma and a space, but not ", "
+    (json.dumps(line()).replace("[2, 1, 3, 1]", "[2, 1,3 1]"), None),
+    (json.dumps(line()).replace("[2, 1, 3, 1]", "[2, 1, , 1]"), None),
+    (json.dumps(line(ngram=(1, 1, 10, 1))).replace("10", "010"), None),
+    (json.dumps(line(ngram=(1, 1, 1, 2**31))), "acc_ngram.acc_len"),
 ]
 
 
@@ -110,13 +115,56 @@ def test_bad_line_names_file_line_and_field(tmp_path, text, fld):
     assert str(p) in str(e.value) and "line 2" in str(e.value)
 
 
+READ_MODES = [dict(token_ids=False), dict(token_ids=False, acc_lists=("eagle3",)), dict(acc_lists=("ngram",)),
+              dict(token_ids=False, acc_lists=())]
+
+
+@pytest.mark.parametrize("mode", READ_MODES, ids=lambda m: ",".join(f"{k}={v}" for k, v in m.items()))
 @pytest.mark.parametrize("text,fld", BAD_LINES)
-def test_bad_line_is_refused_alike_without_token_ids(tmp_path, text, fld):
-    """The counted lists (token_ids=False) take another path through the text; it must refuse the same lines."""
+def test_bad_line_is_refused_alike_without_token_ids(tmp_path, text, fld, mode):
+    """The counted lists (token_ids=False, acc_lists) take another path through the text; it must refuse the
+    same lines."""
     p = write(tmp_path / "bad.jsonl", [line("ok"), text, line("later")])
     with pytest.raises(TraceFormatError) as e:
-        read_specbench(p, token_ids=False)
+        read_specbench(p, **mode)
     assert (e.value.path, e.value.line, e.value.field) == (str(p), 2, fld)
+
+
+acc_lists_values = st.lists(st.one_of(st.integers(0, 12), st.integers(2**31 - 3, 2**31 + 3)), max_size=20)
+
+
+@settings(max_examples=150, deadline=None)
+@given(acc_lists_values, acc_lists_values, st.sampled_from([(", ", ": "), (",", ":"), (" , ", " : ")]),
+       st.sampled_from([(), ("eagle3",), ("ngram",), ("eagle3", "ngram")]), st.booleans())
+def test_reading_some_acc_lists_keeps_every_length_and_refuses_what_the_full_read_refuses(
+        tmp_path_factory, eagle, ngram, separators, keep, token_ids):
+    """acc_lists: the kept lists equal the full read's, every list's length is kept, and a line the full read
+    refuses (a 0, a value beyond 32 bits, an empty list is fine) is refused with the same line and field."""
+    tmp = tmp_path_factory.mktemp("t")
+    p = tmp / "t.jsonl"
+    p.write_text(json.dumps(line("x", eagle=eagle, ngram=ngram), separators=separators) + "\n", encoding="utf-8")
+    try:
+        (a,) = read_specbench(p)
+    except TraceFormatError as e:
+        with pytest.raises(TraceFormatError) as again:
+            read_specbench(p, token_ids=token_ids, acc_lists=keep)
+        assert (again.value.line, again.value.field) == (e.line, e.field)
+        return
+    (b,) = read_specbench(p, token_ids=token_ids, acc_lists=keep)
+    assert b.acc_len == {name: a.acc_len[name] for name in keep}
+    assert b.acc_lens == a.acc_lens == {"eagle3": len(eagle), "ngram": len(ngram)}
+    assert (b.output_len("combined"), b.lengths_agree) == (a.output_len("combined"), a.lengths_agree)
+
+
+def test_a_bundle_needs_every_acc_list(tmp_path):
+    recs = read_specbench(write(tmp_path / "a.jsonl", [line("a")]), acc_lists=("eagle3",))
+    with pytest.raises(ValueError, match="every acc_len list"):
+        to_bundle(recs)
+
+
+def test_acc_lists_must_name_proposers(tmp_path):
+    with pytest.raises(ValueError, match="acc_lists"):
+        read_specbench(write(tmp_path / "a.jsonl", [line()]), acc_lists=("medusa",))
 
 
 token_lists = st.lists(st.one_of(st.integers(0, 20), st.integers(0, 2**31 - 1), st.integers(2**31 - 10, 2**31 + 10)),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Collection
 
 from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
@@ -38,7 +38,9 @@ def drafter_specs() -> dict[str, DrafterSpec]:
 TARGET = "llama3.1-8b"
 SOURCE_REPOSITORY = "SpecDecode-Bench/simulator"
 MISMATCH_POLICIES = ("error", "shortest", "skip")
-_LINE_KEYS = {"id", "prompt_token_ids", "generated_token_ids", *PROPOSER_KEYS.values()}
+_TOKEN_LISTS = ("prompt_token_ids", "generated_token_ids")
+_LINE_KEYS = {"id", *_TOKEN_LISTS, *PROPOSER_KEYS.values()}
+_SORTED_LINE_KEYS = sorted(_LINE_KEYS)
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class SpecBenchRecord:
     """One line of a SpecDecode-Bench file, each proposer's `acc_len` list kept at its own length.
 
     Read with `token_ids=False`, the token-id lists are checked and counted but not kept (None): the
-    compatibility mode needs only their lengths, and building ~350k integer objects is most of a file's read."""
+    compatibility mode needs only their lengths, and building ~350k integer objects is most of a file's read.
+    Read with `acc_lists`, only the named proposers' lists are kept; every list's length is in `acc_lens`."""
 
     id: str
     line: int
@@ -55,6 +58,8 @@ class SpecBenchRecord:
     acc_len: dict[str, list[int]]  # proposer name ("eagle3", "ngram") -> values >= 1 that fit 32-bit integers
     prompt_len: int = -1  # from prompt_token_ids when they are kept
     generated_len: int = -1  # from generated_token_ids when they are kept
+    # proposer -> length of its acc_len list: given for lists read but not kept, filled in for those in acc_len
+    acc_lens: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for ids, length in (("prompt_token_ids", "prompt_len"), ("generated_token_ids", "generated_len")):
@@ -63,18 +68,24 @@ class SpecBenchRecord:
                 object.__setattr__(self, length, len(values))
             elif getattr(self, length) < 0:
                 raise ValueError(f"SpecBenchRecord {self.id!r}: give {ids} or {length}")
+        lens = dict(self.acc_lens)
+        for name, values in self.acc_len.items():
+            if lens.setdefault(name, len(values)) != len(values):
+                raise ValueError(f"SpecBenchRecord {self.id!r}: acc_lens[{name!r}] is {lens[name]}, "
+                                 f"its list has {len(values)} values")
+        object.__setattr__(self, "acc_lens", lens)
 
     def output_len(self, proposer: str) -> int:
         """Output length as the reference counts it: the proposer's list length (combined: the shorter)."""
         if proposer == "combined":
-            return min(len(a) for a in self.acc_len.values())
-        return len(self.acc_len[proposer])
+            return min(self.acc_lens.values())
+        return self.acc_lens[proposer]
 
     @property
     def lengths_agree(self) -> bool:
         """True when every acc_len list has as many positions as there are generated tokens."""
         n = self.generated_len
-        return all(len(a) == n for a in self.acc_len.values())
+        return all(v == n for v in self.acc_lens.values())
 
 
 @dataclass
@@ -128,12 +139,13 @@ def _int_list(value: Any, path: str, line: int, fld: str, minimum: int, plain_li
 
 
 def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False,
-               counted: dict[str, int] | None = None) -> SpecBenchRecord:
+               counted: dict[str, int] | None = None, keep: Collection[str] | None = None) -> SpecBenchRecord:
     """Validate one parsed JSON line, every value's type and range; every error names file, line and field.
 
     `plain_line`: the line's text holds no `-`, `true` or `false` (a faster check of the integer lists).
-    `counted`: token-id lists already checked in the text and replaced by null there (`_count_token_lists`):
-    key -> length; the record then keeps their lengths only."""
+    `counted`: lists already checked in the text and replaced by null there (`_count_lists`): field
+    (`prompt_token_ids`, `acc_ngram.acc_len`, ...) -> length; the record keeps their lengths only.
+    `keep`: the proposers whose acc_len values the record keeps (None: every one); the others' lengths only."""
     counted = counted or {}
     if not isinstance(doc, dict):
         raise TraceFormatError(path, f"expected a JSON object, got {type(doc).__name__}", line=line)
@@ -141,9 +153,10 @@ def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False,
     if unknown:
         raise TraceFormatError(path, f"unknown key(s) {shorten(sorted(unknown))}; expected only "
                                f"{sorted(_LINE_KEYS)}", line=line)
-    for key in sorted(_LINE_KEYS):
-        if key not in doc:
-            raise TraceFormatError(path, "missing required field", line=line, field=key)
+    if len(doc) != len(_LINE_KEYS):
+        for key in _SORTED_LINE_KEYS:
+            if key not in doc:
+                raise TraceFormatError(path, "missing required field", line=line, field=key)
     rid = doc["id"]
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
         raise TraceFormatError(path, f"expected a non-empty string (or integer), got {shorten(rid)}", line=line, field="id")
@@ -157,23 +170,31 @@ def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False,
         raise TraceFormatError(path, f"expected an integer that fits in 64 bits, got {shorten(rid)}", line=line,
                                field="id")
     ids: dict[str, list[int] | None] = {}
-    for key in ("prompt_token_ids", "generated_token_ids"):
+    for key in _TOKEN_LISTS:
         ids[key] = None if key in counted else _int_list(doc[key], path, line, key, 0, plain_line)
     if not (counted.get("prompt_token_ids") or ids["prompt_token_ids"]):
         raise TraceFormatError(path, "expected at least one prompt token", line=line, field="prompt_token_ids")
     acc: dict[str, list[int]] = {}
+    lens: dict[str, int] = {}
     for name, key in PROPOSER_KEYS.items():
         obj = doc[key]
         if not isinstance(obj, dict) or "acc_len" not in obj:
             raise TraceFormatError(path, "expected an object with key 'acc_len'", line=line, field=key)
-        extra = set(obj) - {"acc_len"}
-        if extra:
-            raise TraceFormatError(path, f"unknown key(s) {shorten(sorted(extra))}; expected only acc_len", line=line,
-                                   field=key)
-        acc[name] = _int_list(obj["acc_len"], path, line, f"{key}.acc_len", 1, plain_line)
+        if len(obj) != 1:
+            raise TraceFormatError(path, f"unknown key(s) {shorten(sorted(set(obj) - {'acc_len'}))}; expected only "
+                                   "acc_len", line=line, field=key)
+        fld = f"{key}.acc_len"
+        if fld in counted:
+            lens[name] = counted[fld]
+            continue
+        values = _int_list(obj["acc_len"], path, line, fld, 1, plain_line)
+        if keep is None or name in keep:
+            acc[name] = values
+        else:
+            lens[name] = len(values)
     return SpecBenchRecord(str(rid), line, ids["prompt_token_ids"], ids["generated_token_ids"], acc,
                            prompt_len=counted.get("prompt_token_ids", -1),
-                           generated_len=counted.get("generated_token_ids", -1))
+                           generated_len=counted.get("generated_token_ids", -1), acc_lens=lens)
 
 
 def _plain_line(text: str) -> bool:
@@ -181,76 +202,137 @@ def _plain_line(text: str) -> bool:
     return "-" not in text and "true" not in text and "false" not in text
 
 
-_TOKEN_LISTS = ("prompt_token_ids", "generated_token_ids")
-_DIGITS_AS_D = str.maketrans("0123456789", "D" * 10)
-_TEN_DIGITS = "D" * 10
+def _byte_classes() -> bytes:
+    """`bytes.translate` table: a digit 1-9 -> 0x01, 0 -> 0x03 (digit and zero bits), `,` -> 0x04, space -> 0x08,
+    any other byte -> 0x10."""
+    table = bytearray([0x10] * 256)
+    table[ord("1"):ord("9") + 1] = b"\x01" * 9
+    table[ord("0")], table[ord(",")], table[ord(" ")] = 0x03, 0x04, 0x08
+    return bytes(table)
 
 
-def _leading_zero(items: str) -> bool:
-    """True if an item of `items` (digits separated by ", ") starts with 0 and is not 0 itself (not JSON)."""
-    if items[0] == "0" and items[1:2] not in ("", ","):
-        return True
-    return items.count(" 0") != items.count(" 0,") + items.endswith(" 0")  # each " 0" must be a whole 0
+_BYTE_CLASSES = _byte_classes()
 
 
-def _count_token_lists(text: str) -> tuple[str, dict[str, int]]:
-    """`text` with each token-id list written as the release writes it (`"key": [12, 0, 345]`) replaced by null,
-    and the lists' lengths; a list in any other form is left for the JSON parser.
+def _item_count(body: str, minimum: int) -> int | None:
+    """How many items `body` holds if it is certainly a list of integers in [minimum, 2**31 - 1] (minimum 0 or
+    1) as the release writes them (`12, 0, 345`: ASCII digits, exactly ", " between items, no leading zero, at
+    most nine digits each); None at any doubt (the JSON parser then decides).
 
-    A list is taken only if it is certainly valid: ASCII digits separated by exactly ", ", the first and last
-    items digits, no empty item, no item with a leading zero or of ten or more digits (so each is a 32-bit
-    id); any doubt leaves the list to the parser (slower, same result). The first `]` after
-    `[` closes such a list, and null is a whole JSON value, so the rest of the line parses as before; the
-    caller checks that the parsed line holds null exactly where a list was counted (else it parses the
-    original text)."""
+    Every byte's class (`_BYTE_CLASSES`) is one bit of a byte of one big integer, so each rule about neighbouring
+    bytes is a shift and an AND over the whole list in C: `x >> 8 * k` moves byte i onto byte i + k, and a shift by
+    8 * k - b also moves bit j onto bit j + b. Only digits, commas and spaces; the first and last bytes digits;
+    a space right after every comma and nowhere else; no comma two bytes after a comma (`, ,`: an empty item) --
+    so the text is digits separated by ", "; no run of ten digits; no item that starts with 0 and goes on."""
+    if not body.isascii():
+        return None
+    raw = body.encode("ascii")
+    if not (raw[:1].isdigit() and raw[-1:].isdigit()):  # also refuses an empty list
+        return None
+    classes = raw.translate(_BYTE_CLASSES)
+    if b"\x10" in classes:  # a byte other than a digit, a comma or a space
+        return None
+    x = int.from_bytes(classes, "big")
+    ones = int.from_bytes(b"\x01" * len(raw), "big")  # bit 0 of every byte
+    digits, commas, spaces = x & ones, x & (ones << 2), x & (ones << 3)
+    if commas >> 7 != spaces or commas >> 16 & commas:  # comma bit 2 of byte i onto space bit 3 of byte i + 1
+        return None
+    two = digits & digits >> 8
+    four = two & two >> 16
+    if four & four >> 32 & two >> 64:  # ten digits in a row: more than 32 bits
+        return None
+    zero_starts = spaces >> 10 & x  # space bit 3 of byte i onto the zero bit 1 of byte i + 1: an item starting with 0
+    if raw[:1] == b"0" and (minimum > 0 or raw[1:2].isdigit()):  # 0 itself (below the minimum), or a leading zero
+        return None
+    if zero_starts and (minimum > 0 or zero_starts >> 9 & digits):
+        return None
+    return commas.bit_count() + 1
+
+
+def _list_head(fld: str) -> str:
+    """How the release writes the start of a list field: `"prompt_token_ids": [`, `"acc_ngram": {"acc_len": [`."""
+    key, _, inner = fld.partition(".")
+    return f'"{key}": {{"{inner}": [' if inner else f'"{key}": ['
+
+
+# the list fields in the order the release writes them, and how each one starts in its text
+_HEADS = {fld: _list_head(fld) for fld in (*_TOKEN_LISTS, *(f"{key}.acc_len" for key in PROPOSER_KEYS.values()))}
+
+
+def _count_lists(text: str, fields: tuple[str, ...]) -> tuple[str, dict[str, int]]:
+    """`text` with each list of `fields` (in line order) written as the release writes it replaced by null, and
+    the lists' lengths; a list in any other form is left for the JSON parser.
+
+    A list is taken only if it is certainly valid (`_item_count`); any doubt leaves it to the parser (slower, same
+    result). The first `]` after `[` closes such a list, and null is a whole JSON value, so the rest of the line
+    parses as before; the caller checks that the parsed line holds null exactly where a list was counted (else it
+    parses the original text)."""
     counted: dict[str, int] = {}
-    for key in _TOKEN_LISTS:
-        head = f'"{key}": ['
-        start = text.find(head)
+    pieces: list[str] = []
+    at = 0  # text[at:] is still to be copied
+    for fld in fields:
+        head = _HEADS[fld]
+        start = text.find(head, at)
         if start < 0:
             continue
         body_start = start + len(head)
         end = text.find("]", body_start)
         if end < 0:
             continue
-        body = text[body_start:end]
-        shape = body.translate(_DIGITS_AS_D)  # each ASCII digit a D (str.isdigit is a slow per-character lookup)
-        commas = shape.count(",")
-        # only D, comma and space; every comma followed by a space and every space after a comma: D+(, D+)*
-        if not (body.isascii() and shape[:1] == "D" and shape[-1:] == "D" and commas == shape.count(", ")
-                == shape.count(" ") and shape.count("D") + 2 * commas == len(shape)) \
-                or ", ," in shape or _TEN_DIGITS in shape or _leading_zero(body):
+        n = _item_count(text[body_start:end], 0 if fld in _TOKEN_LISTS else 1)
+        if n is None:
             continue
-        counted[key] = commas + 1
-        text = text[:body_start - 1] + "null" + text[end + 1:]
-    return text, counted
+        counted[fld] = n
+        pieces += (text[at:body_start - 1], "null")
+        at = end + 1
+    if not counted:
+        return text, counted
+    pieces.append(text[at:])
+    return "".join(pieces), counted
 
 
-def read_specbench(path: str | Path, *, token_ids: bool = True) -> list[SpecBenchRecord]:
+def _null_at(doc: Any, fld: str) -> bool:
+    """True if the parsed line holds null at `fld` (`key` or `key.acc_len`)."""
+    key, _, inner = fld.partition(".")
+    value = doc.get(key, 0) if isinstance(doc, dict) else 0
+    if inner:
+        value = value.get(inner, 0) if isinstance(value, dict) else 0
+    return value is None
+
+
+def read_specbench(path: str | Path, *, token_ids: bool = True,
+                   acc_lists: Collection[str] | None = None) -> list[SpecBenchRecord]:
     """Read a SpecDecode-Bench `.jsonl` (or `.jsonl.gz`) file in file order, fully validated.
 
-    `token_ids=False`: the token-id lists are checked and counted but not kept (`SpecBenchRecord`)."""
+    `token_ids=False`: the token-id lists are checked and counted but not kept (`SpecBenchRecord`).
+    `acc_lists`: the proposers (`eagle3`, `ngram`) whose acc_len values are kept; the other lists are checked
+    and counted alike (default: every one kept)."""
     path = Path(path)
     where = str(path)
+    if acc_lists is not None and not set(acc_lists) <= set(PROPOSER_KEYS):
+        raise ValueError(f"acc_lists: expected some of {sorted(PROPOSER_KEYS)}, got {sorted(acc_lists)}")
     if not path.exists():
         raise TraceFormatError(where, "file not found (expected a SpecDecode-Bench .jsonl file)")
+    fields = (() if token_ids else _TOKEN_LISTS) + tuple(
+        f"{key}.acc_len" for name, key in PROPOSER_KEYS.items() if acc_lists is not None and name not in acc_lists)
     records: list[SpecBenchRecord] = []
     seen: dict[str, int] = {}
     for line_no, text in iter_jsonl_text(path):
         # parse_line checks every value of the schema (unknown keys refused), so the generic walk is not needed
-        doc, counted = None, {}
-        if not token_ids:
-            short, counted = _count_token_lists(text)
+        doc, counted, short = None, {}, text
+        if fields:
+            short, counted = _count_lists(text, fields)
             if counted:
                 try:
                     doc = parse_json(short, where, line_no, check_values=False)
                 except TraceFormatError:
                     doc = None  # the original text's own error is reported below
-                if not (isinstance(doc, dict) and all(k in doc and doc[k] is None for k in counted)):
-                    doc, counted = None, {}
+                if not all(_null_at(doc, fld) for fld in counted):
+                    doc, counted, short = None, {}, text
         if doc is None:
             doc = parse_json(text, where, line_no, check_values=False)
-        rec = parse_line(doc, where, line_no, plain_line=_plain_line(text), counted=counted)
+        # the counted lists hold digits, commas and spaces only, so the text left decides the plain check
+        rec = parse_line(doc, where, line_no, plain_line=_plain_line(short), counted=counted, keep=acc_lists)
         if rec.id in seen:
             raise TraceFormatError(where, f"duplicate id {shorten(rec.id)} (first on line {seen[rec.id]})",
                                    line=line_no, field="id")
@@ -307,6 +389,9 @@ def to_bundle(records: list[SpecBenchRecord], *, on_mismatch: str = "error", dat
         if rec.prompt_token_ids is None or rec.generated_token_ids is None:
             raise ValueError(f"request {rec.id!r} was read without its token ids; a bundle needs them "
                              "(read_specbench(..., token_ids=True))")
+        if set(rec.acc_len) != set(PROPOSER_KEYS):
+            raise ValueError(f"request {rec.id!r} was read without every acc_len list (kept: {sorted(rec.acc_len)}); "
+                             "a bundle needs them all (read_specbench(..., acc_lists=None))")
         lengths = {"generated_token_ids": len(rec.generated_token_ids),
                    **{d: len(a) for d, a in rec.acc_len.items()}}
         n = min(lengths.values())
