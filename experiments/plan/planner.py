@@ -395,10 +395,9 @@ def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, An
     if inputs is None:
         return {"fits": False, "reason": str(sc.info.get("does_not_fit"))}
     rule = PlanStop(inputs.workload.arrival, slo, float(stop["target"]), stop["level"], float(stop["rate"]))
-    hook: dict[str, Any] = {}
-    sim = simulation(sc, inputs, on_step=lambda finished: hook["monitor"].on_step(finished))
-    monitor = hook["monitor"] = StopMonitor(sim.env, sim, len(inputs.workload), rule, rule.every(), rule.check_from())
-    progress = run_until_decided(sim, monitor)
+    monitor = StopMonitor(None, None, len(inputs.workload), rule, rule.every(), rule.check_from())
+    sim = simulation(sc, inputs, on_step=monitor)  # the monitor itself: a compiled run asks it at its checks too
+    progress = run_until_decided(sim, monitor.bind(sim))
     if progress is None:
         res = _full_result(sim, sc)
         return _point_figures(res.requests, slo, summarize_run(res, cfg.slo.model_dump()))
