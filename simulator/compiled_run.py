@@ -177,6 +177,7 @@ class CompiledRun:
         prompt, out = wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64)
         arrival = st.arrival
         blocks_row, itl_parts = [], []
+
         def ask_at(done: int) -> int:
             return min(n, next_check() if next_check is not None else done + check_every)
 
