@@ -24,7 +24,7 @@ from simulator.metrics import summarize
 from simulator.records import stack_tables
 from simulator.scenario import ClusterScenario, Scenario, SimInputs, check_inputs, inputs_for, prepare_runs, simulate
 from simulator.seeds import ExperimentSeeds
-from traces.bundle import TraceBundle, load_bundle
+from traces.bundle import TraceBundle, load_bundle_cached
 from traces.config_base import validate_model
 from traces.workload import WorkloadSpec, workload_and_bundle
 
@@ -53,11 +53,11 @@ def resolve_bundle(ref: "str | dict[str, dict[str, Any]]", seed: int = 0) -> Tra
         if name == "default":
             from traces.default_bundle import default_bundle_path
 
-            return load_bundle(default_bundle_path())
+            return load_bundle_cached(default_bundle_path())
         from traces.builtin_bundles import builtin_bundle_path
 
-        return load_bundle(builtin_bundle_path(name))
-    return load_bundle(ref)
+        return load_bundle_cached(builtin_bundle_path(name))
+    return load_bundle_cached(ref)
 
 
 def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBundle:

@@ -13,7 +13,10 @@ the compiled one for runs below MIN_WORK_TOKENS too.
 
 The kernel runs in segments: it returns when its row buffers are full or when a given number of requests have
 finished, and continues from its state; `CompiledRun.run(stop=...)` uses the latter to let a caller end a run
-early (a callable asked after every `check_every` finishes).
+early (a callable asked after every `check_every` finishes, or at the counts `next_check()` names). While it asks,
+the server's state is what the step path's is after the same step: every finish and first token up to the kernel's
+clock (`now`, the end of the step just taken; the SimPy clock stands still during a compiled run) and
+`n_finished`, so a step hook's snapshot (simulator/early_stop.py progress_of) reads the same on both paths.
 """
 from __future__ import annotations
 
@@ -114,6 +117,7 @@ class CompiledRun:
 
     def __init__(self, server):
         self.srv = server
+        self.running, self.now = False, 0.0  # during run(): the kernel's clock at its last return
         wl, table, policy = server.wl, server.table, server.drafting.policy
         self.drafter = None if policy.drafter is None else table.drafters.index(policy.drafter)
         cfg = server.scenario.server
@@ -151,9 +155,11 @@ class CompiledRun:
         self.iparams, self.fparams = i, f
         self.first, self.last, self.step_prop, self.step_acc = first, last, prop, acc
 
-    def run(self, stop: Callable[[int], bool] | None = None, check_every: int = 1) -> float:
-        """Step the whole run (or until `stop(n_finished)` is true, asked every `check_every` finishes);
-        returns the simulated time it ends at."""
+    def run(self, stop: Callable[[int], bool] | None = None, check_every: int = 1,
+            next_check: Callable[[], int] | None = None) -> float:
+        """Step the whole run (or until `stop(n_finished)` is true, asked every `check_every` finishes, or when
+        `next_check()` finishes have happened if given); returns the simulated time it ends at. While `stop` is
+        asked, `self.now` is the kernel's clock and the server's state holds every finish up to it."""
         from simulator import compiled_kernel as ker
 
         srv = self.srv
@@ -171,7 +177,12 @@ class CompiledRun:
         prompt, out = wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64)
         arrival = st.arrival
         blocks_row, itl_parts = [], []
-        stop_at = n if stop is None else min(n, check_every)
+
+        def ask_at(done: int) -> int:
+            return min(n, next_check() if next_check is not None else done + check_every)
+
+        stop_at = n if stop is None else ask_at(0)
+        self.running, self.now = True, float(fstate[0])
         while True:
             code = ker.run_steps(arrival, client_of, prompt, out, self.first, self.last, self.step_prop, self.step_acc,
                                  self.iparams, self.fparams, istate, fstate, run, st.gen, st.prefill_left,
@@ -183,8 +194,10 @@ class CompiledRun:
                                    f"step path; set {ENGINE_ENV}=steps)")
             r, ni = int(istate[ker.S_ROWS]), int(istate[ker.S_ITL])
             n_fin = int(istate[ker.S_FINISHED])
-            if srv.on_step is not None and code == ker.DONE:  # once, at the end: mid-run the SimPy clock has not
-                srv.on_step(n_fin)  # moved, so a step hook (simulator/early_stop.py) would judge a stale snapshot
+            self.now = float(fstate[0])  # the end of the step just taken: the state is complete up to it
+            st.n_finished = n_fin
+            if srv.on_step is not None and code == ker.DONE:  # told at the end; mid-run through `stop` (Server)
+                srv.on_step(n_fin)
             last = code == ker.DONE or (code == ker.STOPPED and stop(n_fin))
             if last:  # the buffers are not reused: keep views
                 blocks_row.append((rows_i[:, :r], rows_f[:, :r]))
@@ -195,7 +208,8 @@ class CompiledRun:
                 itl_parts.append(itl[:ni].copy())
                 istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
             if code == ker.STOPPED:
-                stop_at = min(n, n_fin + check_every)
+                stop_at = ask_at(n_fin)
+        self.running = False
         self._write(istate, run, dsteps, dprop, dacc, blocks_row, itl_parts)
         return float(fstate[0])
 

@@ -5,7 +5,10 @@ The caller gives a `decide(progress)` function; the monitor calls it every `ever
 (`env.run(until=monitor.stop)`). The snapshot is complete up to `now`: the step hook runs after a step (or a
 macro-step run, simulator/step_runs.py) is applied, so every first token and finish at or before `now` is in it
 (cluster replicas run on the step path: a replica's step still in flight ends at or after `now`), and whatever is
-missing happens at or after `now`. `exceeded_so_far` turns that into SLO misses already certain for requests still
+missing happens at or after `now`. A compiled run (simulator/compiled_run.py) asks the monitor itself, the monitor
+being the server's hook (`Server._compiled_checks`: it reads `next_check`): its kernel stops after the step that
+reaches each check's count, and `now` is the kernel's clock (`Server.clock`), so the snapshot is the step path's
+at that step. `exceeded_so_far` turns that into SLO misses already certain for requests still
 running. What the decision means is the caller's (experiments/plan/early_stop.py); nothing here knows a verdict.
 """
 from __future__ import annotations
@@ -34,10 +37,11 @@ class Progress:
 
 def progress_of(sim: Any) -> Progress:
     """The snapshot of a `ServerSimulation` or a `ClusterSimulation` (each request from the replica it was routed
-    to; unrouted requests: no times yet)."""
+    to; unrouted requests: no times yet); a single server's time is its `clock` (the kernel's during a compiled
+    run)."""
     if hasattr(sim, "server"):
         st, wl = sim.server.state, sim.server.wl
-        return Progress(float(sim.env.now), int(st.n_finished), st.arrival.copy(), st.first_token.copy(),
+        return Progress(float(sim.server.clock), int(st.n_finished), st.arrival.copy(), st.first_token.copy(),
                         st.finish.copy(), wl.output_len)
     first, fin = np.full(len(sim.wl), np.nan), np.full(len(sim.wl), np.nan)
     for j, rep in enumerate(sim.replicas):
@@ -81,17 +85,34 @@ def progress_frame(p: Progress) -> pd.DataFrame:
 
 
 class StopMonitor:
-    """The step hook that asks `decide` every `every` finishes (from `check_from` on) and ends the run on an answer."""
+    """The step hook that asks `decide` every `every` finishes (from `check_from` on) and ends the run on an answer.
 
-    def __init__(self, env: simpy.Environment, sim: Any, total: int, decide: Callable[[Progress], str | None],
+    Give it to the simulation as `on_step=monitor` (then `bind(sim)` before running) so a compiled run asks it at
+    its own check counts (`next_check`); `StopMonitor(env, sim, ...)` with `on_step=monitor.on_step` also works,
+    and then a compiled run tells it only at the end."""
+
+    def __init__(self, env: simpy.Environment | None, sim: Any, total: int, decide: Callable[[Progress], str | None],
                  every: int, check_from: int = 0):
-        self.env, self.sim, self.total, self.decide = env, sim, int(total), decide
+        self.total, self.decide = int(total), decide
         self.every = max(1, int(every))
         self.next_check = max(1, int(check_from))
-        self.stop = env.event()
         self.reason: str | None = None
         self.progress: Progress | None = None
         self.checks = 0
+        self.env = self.sim = self.stop = None
+        if sim is not None:
+            self.bind(sim, env)
+
+    def bind(self, sim: Any, env: simpy.Environment | None = None) -> "StopMonitor":
+        """The simulation this monitor watches (and whose Environment its `stop` event lives in)."""
+        self.sim, self.env = sim, env if env is not None else sim.env
+        self.stop = self.env.event()
+        return self
+
+    def __call__(self, finished: int) -> bool:
+        """The step hook: True once the run is to end (decided, or complete)."""
+        self.on_step(finished)
+        return self.stop.triggered
 
     def on_step(self, finished: int) -> None:
         if self.stop.triggered:

@@ -89,7 +89,7 @@ class Server:
         env, st = self.env, self.state
         n = len(self.wl)
         if self.compiled is not None:  # the whole run in one compiled loop (simulator/compiled_run.py)
-            end = self.compiled.run()
+            end = self.compiled.run(**self._compiled_checks())
             yield env.timeout(max(0.0, end - env.now))
             return
         busy = False
@@ -119,6 +119,22 @@ class Server:
             busy = True
             if self.on_step is not None:
                 self.on_step(st.n_finished)
+
+    @property
+    def clock(self) -> float:
+        """The time this server's state is complete up to: the compiled kernel's clock while a compiled run is
+        stepping (the SimPy clock stands still there), else the Environment's."""
+        c = self.compiled
+        return c.now if c is not None and c.running else float(self.env.now)
+
+    def _compiled_checks(self) -> dict:
+        """How a compiled run tells the step hook: a hook with a `next_check` (simulator/early_stop.py StopMonitor)
+        is asked at the finish counts it names, as the step path would ask it after the step reaching each, and
+        ends the run when it answers true; any other hook is told once, at the end."""
+        hook = self.on_step
+        if hook is None or not hasattr(hook, "next_check"):
+            return {}
+        return {"stop": lambda finished: bool(hook(finished)), "next_check": lambda: int(hook.next_check)}
 
     def _idle(self):
         nxt = self.arrivals.next_time()

@@ -14,6 +14,7 @@ may be read from an overloaded run.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -115,24 +116,30 @@ def batch_means(values: np.ndarray, batches: int = 10) -> np.ndarray:
     return np.array([chunk.mean() for chunk in np.array_split(v, b)])
 
 
+@functools.lru_cache(maxsize=256)
+def _t_quantile(p: float, dof: int) -> float:
+    """Student-t quantile (scipy's, computed once per (p, dof): the plan's early stop asks it at every check)."""
+    from scipy import stats  # only the plan's verdicts need it; a plain run does not import scipy
+
+    return float(stats.t.ppf(p, dof))
+
+
 def mean_interval(samples: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): Student-t interval of the mean of independent samples (batch means); one sample:
     the interval is unbounded on the side it cannot resolve ([-inf, inf] around it). A 2-D array holds one sample
     set per row (the last axis), and the three come back as arrays, one value per row."""
-    from scipy import stats  # only the plan's verdicts need it; a plain run does not import scipy
-
     s = np.asarray(samples, dtype=float)
     n = s.shape[-1]
     if s.ndim == 1:
         m = float(s.mean())
         if n < 2:
             return m, -math.inf, math.inf
-        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * s.std(ddof=1) / math.sqrt(n))
+        half = float(_t_quantile(0.5 + confidence / 2, n - 1) * s.std(ddof=1) / math.sqrt(n))
         return m, m - half, m + half
     m = s.mean(axis=-1)
     if n < 2:
         return m, np.full_like(m, -math.inf), np.full_like(m, math.inf)
-    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * s.std(axis=-1, ddof=1) / math.sqrt(n)
+    half = _t_quantile(0.5 + confidence / 2, n - 1) * s.std(axis=-1, ddof=1) / math.sqrt(n)
     return m, m - half, m + half
 
 

@@ -370,6 +370,32 @@ def load_bundle(path: str | Path) -> TraceBundle:
     return TraceBundle(meta, requests)
 
 
+def load_bundle_cached(path: str | Path) -> TraceBundle:
+    """`load_bundle(path)` parsed once per process while its files are unchanged (traces/file_cache.py: keyed by
+    path, mtime and size; a bundle that fails to load is never kept, so each call names the bad file again).
+    Each call gets its own request list, request and meta objects; the acceptance arrays are shared, read-only."""
+    from dataclasses import replace
+
+    from traces.file_cache import cached_parse
+
+    folder = Path(path)
+    files = [folder / "trace.yaml", *(folder / n for n in REQUEST_FILES)]
+    stored = cached_parse("trace-bundle", files, lambda: _frozen_arrays(load_bundle(folder)))
+    m = stored.meta
+    meta = replace(m, drafters=dict(m.drafters), source=dict(m.source), extra=dict(m.extra))
+    return TraceBundle(meta, [replace(r, drafters=dict(r.drafters)) for r in stored.requests])
+
+
+def _frozen_arrays(bundle: TraceBundle) -> TraceBundle:
+    """Mark every acceptance array read-only: a cached bundle is shared by later loads."""
+    for r in bundle.requests:
+        for t in r.drafters.values():
+            for a in (t.acc_len, t.tv, t.proposal_len):
+                if a is not None:
+                    a.setflags(write=False)
+    return bundle
+
+
 def meta_to_dict(meta: BundleMeta) -> dict[str, Any]:
     """Plain-data form of BundleMeta, as written to trace.yaml."""
     return {

@@ -29,3 +29,27 @@ def service_rate_bound(profile: Any, max_num_seqs: int, max_draft_tokens: int, m
     if not (t_min > 0 and math.isfinite(t_min)):
         return None
     return replicas * b * tokens / (t_min * float(mean_decode_tokens))
+
+
+TPOT_FLOOR_RULE = ("TPOT floor: after its first token a request emits at most k + 1 tokens per target step (k = the "
+                   "policy's largest draft, 0 for AR), the target's steps run one after another, and none is shorter "
+                   "than step_time(1, 1, 0) (a linear fit with non-negative coefficients, or the roofline: both grow "
+                   "with sequences, tokens and context), so every request with two or more output tokens has TPOT >= "
+                   "step_time(1, 1, 0) / (k + 1); when that exceeds the SLO's TPOT bound and every run's workload "
+                   "(each seed's draw) has no request of one output token, no request attains the SLO at any rate: "
+                   "the candidate's max rate is 0 without a simulation")
+
+
+def tpot_floor(profile: Any, max_draft_tokens: int) -> float | None:
+    """The TPOT_FLOOR_RULE lower bound on any multi-token request's TPOT, in seconds; None for a profile the rule
+    does not cover (not a non-negative linear fit or a roofline) or a non-finite figure."""
+    from simulator.latency import LinearProfile
+    from simulator.roofline import RooflineProfile
+
+    if type(profile) is LinearProfile:
+        if not all(c >= 0 for c in (profile._a, profile._b, profile._s, profile._d)):
+            return None
+    elif type(profile) is not RooflineProfile:
+        return None
+    t = float(profile.step_time(1, 1, 0))
+    return t / (int(max_draft_tokens) + 1) if t > 0 and math.isfinite(t) else None

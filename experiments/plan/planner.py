@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from experiments.plan.config import Mode, PlanConfig
-from experiments.plan.bounds import SERVICE_BOUND_RULE, service_rate_bound
+from experiments.plan.bounds import SERVICE_BOUND_RULE, TPOT_FLOOR_RULE, service_rate_bound, tpot_floor
 from experiments.plan.early_stop import EARLY_STOP_RULE
 from experiments.plan.search import (BATCHES, BELOW_SERVICE, FIRST_SEED_RULE, MAX_UTILIZATION, RateSearch, judge,
                                      settled_by_first_seed)
@@ -69,6 +69,7 @@ class Candidate:
     mean_output_tokens: float | None = None  # mean output_len of the requests a run draws (first seed)
     probe: dict[str, Any] | None = None  # the saturated service-rate run (SERVICE_PROBE_RULE) and its figure
     scope_note: str = ""  # search.scope cheapest: why this candidate's search stopped at the target rate
+    floor_note: str = ""  # TPOT_FLOOR_RULE: why no rate can meet the SLO (no simulation)
     search: RateSearch | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
 
@@ -395,10 +396,9 @@ def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, An
     if inputs is None:
         return {"fits": False, "reason": str(sc.info.get("does_not_fit"))}
     rule = PlanStop(inputs.workload.arrival, slo, float(stop["target"]), stop["level"], float(stop["rate"]))
-    hook: dict[str, Any] = {}
-    sim = simulation(sc, inputs, on_step=lambda finished: hook["monitor"].on_step(finished))
-    monitor = hook["monitor"] = StopMonitor(sim.env, sim, len(inputs.workload), rule, rule.every(), rule.check_from())
-    progress = run_until_decided(sim, monitor)
+    monitor = StopMonitor(None, None, len(inputs.workload), rule, rule.every(), rule.check_from())
+    sim = simulation(sc, inputs, on_step=monitor)  # the monitor itself: a compiled run asks it at its checks too
+    progress = run_until_decided(sim, monitor.bind(sim))
     if progress is None:
         res = _full_result(sim, sc)
         return _point_figures(res.requests, slo, summarize_run(res, cfg.slo.model_dump()))
@@ -452,6 +452,29 @@ def candidate_service_bound(c: Candidate, decode_tokens: float) -> float | None:
     profile = prof if hasattr(prof, "step_time") else profile_from_ref(prof, f"candidate {c.id!r} target_profile")
     return service_rate_bound(profile, int(c.config["server"]["max_num_seqs"]), c.max_draft_tokens, decode_tokens,
                               c.replicas)
+
+
+def slo_out_of_reach(c: Candidate, plan: PlanConfig, traffic: "TrafficModel", seeds: list[int]) -> str:
+    """TPOT_FLOOR_RULE: why no rate can meet the SLO ('' when the rule does not say so)."""
+    from experiments.config import load_config
+    from experiments.run import experiment_inputs
+    from simulator.roofline import profile_from_ref
+
+    bound = plan.slo.tpot_s
+    prof = c.config["server"]["target_profile"]
+    if bound is None:
+        return ""
+    profile = prof if hasattr(prof, "step_time") else profile_from_ref(prof, f"candidate {c.id!r} target_profile")
+    floor = tpot_floor(profile, c.max_draft_tokens)
+    if floor is None or not floor > bound:
+        return ""
+    for seed in seeds:  # a one-token request has no TPOT: it could attain
+        doc = {**c.config, "workload": traffic.workload({"kind": "poisson", "rate": 1.0}, c.num_requests),
+               "seed": seed}
+        if int(np.min(experiment_inputs(load_config(doc), need_acceptance=False).workload.output_len)) < 2:
+            return ""
+    return (f"no rate meets the SLO: every request's TPOT is at least {round_sig(floor)} s > the {bound:g} s bound "
+            f"(step_time(1, 1, 0) / (k + 1) = {round_sig(floor)} s; {TPOT_FLOOR_RULE.split(':')[0]}); not simulated")
 
 
 def _point(c: Candidate, workload: dict[str, Any], seed: int, slo: dict[str, Any],
@@ -508,6 +531,8 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
             decode_tokens[c.num_requests] = mean_decode_tokens(c, traffic, seeds[0])
         c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
         c.mean_output_tokens = decode_tokens[c.num_requests] + 1.0
+        if traffic.plan.traffic.arrival != "replay":  # (replay: the same lengths; the rule needs a draw per seed)
+            c.floor_note = slo_out_of_reach(c, plan, traffic, seeds)
     # the total is known only as an upper bound: it shrinks as searches end early and as first seeds settle rates
     total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions) + search.service_probe)
     pending: dict[str, list[dict[str, Any]]] = {}  # candidate id -> its first seed's run at its next rate
@@ -521,11 +546,15 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
 
         def prepare_searches(group: list[Candidate]) -> None:
             if search.service_probe:
-                _service_probes(group, traffic, seeds[0], slo, runner)
+                _service_probes([c for c in group if not c.floor_note], traffic, seeds[0], slo, runner)
             for c in group:
                 probe = (c.probe or {}).get("service_req_s")
                 c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
                                       probe_service=probe)
+                if c.floor_note:  # TPOT_FLOOR_RULE: nothing to simulate
+                    c.search.stop()
+                    bar.add_total(-(search.max_tests * search.seeds + len(search.curve_fractions)
+                                    + search.service_probe))
 
         def run_searches(group: list[Candidate], target_only: bool = False) -> None:
             """Every search of `group` to its end (`target_only`: a search ends at its first rate unless it passes)."""
@@ -602,6 +631,8 @@ def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, b
         prepare(group)
         tried = []
         for c in group:
+            if c.floor_note:  # TPOT_FLOOR_RULE: out of reach, not simulated
+                continue
             start = c.search.next_rate()
             if start < target_rate:  # its start is capped below the target: it cannot sustain it
                 c.search.stop()
@@ -805,6 +836,9 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
         "vllm_serve": _vllm_serve(plan, c),
         "curve": _curve(c),
     })
+    if c.floor_note:  # TPOT_FLOOR_RULE: out of reach at every rate, not simulated
+        doc.update(max_rate_req_s=0.0, bracket_req_s=[0.0, 0.0], interval_req_s=[0.0, 0.0], reason=c.floor_note)
+        return doc
     if c.scope_note:  # search.scope cheapest: tested at the target only
         doc.update(max_rate_req_s=None, bracket_req_s=[None, round_sig(hi) if hi else None],
                    interval_req_s=[None, round_sig(i_hi) if i_hi else None], reason=c.scope_note,
@@ -915,6 +949,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
             "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
                      f"{s.requests_per_replica} requests per replica (given: {traffic.num_requests})"),
             "service_bound": SERVICE_BOUND_RULE,
+            "tpot_floor": TPOT_FLOOR_RULE,
             "search": (f"start at {round_sig(s.rate_start or target)} req/s (or {BELOW_SERVICE:g} x the candidate's "
                        "service bound, or x its probed service rate, when lower), double while passing (never past "
                        f"{MAX_UTILIZATION:g} x a measured service rate)"

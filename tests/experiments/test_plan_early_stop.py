@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from experiments.plan.early_stop import PlanStop
 from experiments.plan.search import (MAX_UTILIZATION, RateSearch, Verdict, judge, settled_by_first_seed,
                                      strict_high_end)
+from simulator.compiled_run import ENGINE_ENV
 from simulator.early_stop import Progress, exceeded_so_far, progress_frame
 from simulator.metrics import goodput_mask
 from simulator.steady_state import batch_means, mean_interval
@@ -128,7 +129,35 @@ def _both(md1, rate, level, n=400, seed=7):
 @settings(max_examples=10, deadline=None)
 def test_a_stopped_run_gets_the_full_runs_verdict(md1, factor, level, seed):
     rate = factor * md1[3]  # around the M/D/1 threshold (6.8 req/s; the service rate is 10)
-    full, early = _both(md1, rate, level, seed=seed)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ENGINE_ENV, "steps")
+        full, early = _both(md1, rate, level, seed=seed)
+    _same_verdict(full, early, rate, level)
+
+
+@given(factor=st.floats(0.6, 1.6), level=st.sampled_from(["settling", "pooled"]), seed=st.integers(0, 3))
+@settings(max_examples=10, deadline=None)
+def test_a_stopped_compiled_run_gets_the_full_runs_verdict(md1, factor, level, seed):
+    """The same on the compiled engine path: its kernel stops at the monitor's checks (simulator/compiled_run.py)."""
+    from simulator.compiled_run import CompiledRun
+
+    rate = factor * md1[3]
+    asked: list[bool] = []
+    real = CompiledRun.run
+
+    def spy(self, stop=None, check_every=1, next_check=None):
+        asked.append(next_check is not None)
+        return real(self, stop, check_every, next_check)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ENGINE_ENV, "compiled")
+        mp.setattr(CompiledRun, "run", spy)
+        full, early = _both(md1, rate, level, seed=seed)
+    assert asked == [False, True]  # both on the compiled path; the stopping one asked by the monitor
+    _same_verdict(full, early, rate, level)
+
+
+def _same_verdict(full, early, rate, level):
     v_full, v_early = judge(rate, [full], Q), judge(rate, [early], Q)
     stopped = early.get("stopped")
     assert stopped is not None and stopped["requests_finished"] < stopped["of"]  # it did stop before the end

@@ -191,3 +191,45 @@ def test_a_step_hook_is_called_once_at_the_end_of_a_compiled_run(monkeypatch):
     res = sim.simulate()
     assert res.extras["engine_path"] == "compiled" and len(res.steps) > 16
     assert [d for d, _ in seen] == [len(wl)]
+
+
+def _snapshots(compiled: bool, traces, wl, stop_after: int | None):
+    """Every snapshot a StopMonitor (the plan's early stop hook) takes, on one path; it stops at check `stop_after`."""
+    from simulator.early_stop import StopMonitor, run_until_decided
+
+    compiled_run.COMPILED, step_runs.MACRO_STEPS = compiled, False
+    try:
+        sim = build(traces=traces, wl=wl)
+        seen = []
+
+        def decide(p):
+            seen.append(p)
+            return "enough" if stop_after is not None and len(seen) >= stop_after else None
+
+        monitor = StopMonitor(None, sim, len(wl), decide, every=3, check_from=5)
+        sim.server.on_step = monitor
+        last = run_until_decided(sim, monitor)
+        assert (sim.server.compiled is not None) == compiled
+        return seen, last, sim
+    finally:
+        compiled_run.COMPILED, step_runs.MACRO_STEPS = True, True
+
+
+@pytest.mark.parametrize("stop_after", [None, 1, 4])
+def test_a_stop_monitor_on_a_compiled_run_sees_the_step_paths_snapshots(monkeypatch, stop_after):
+    """The plan's early stop on the compiled path: asked at the same steps as on the step path, it sees the same
+    time (the kernel's clock, not the SimPy clock), counts and per-request times, and a stop ends the run there."""
+    monkeypatch.setattr(compiled_run, "SEGMENT_ROWS", 16)  # segments too: a full buffer is no check
+    traces = traces_with(10, 4, 0.6, False)
+    wl = workload(traces, 50, rate=80.0, seed=6)
+    steps, last_s, _ = _snapshots(False, traces, wl, stop_after)
+    comp, last_c, sim = _snapshots(True, traces, wl, stop_after)
+    assert len(steps) == len(comp) == (stop_after or len(steps)) and len(comp) >= (stop_after or 3)
+    for a, b in zip(steps, comp):
+        assert (a.now, a.finished) == (b.now, b.finished) and b.now > 0
+        for x, y in ((a.arrival, b.arrival), (a.first_token, b.first_token), (a.finish, b.finish)):
+            assert x.tobytes() == y.tobytes()
+    if stop_after is None:
+        assert last_s is None and last_c is None
+    else:
+        assert last_c is comp[-1] and sim.server.state.n_finished == comp[-1].finished < len(wl)
