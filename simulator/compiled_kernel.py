@@ -18,10 +18,12 @@ from pathlib import Path
 # numba reads its cache folder at import: one under the user's cache works when the package is read-only
 os.environ.setdefault("NUMBA_CACHE_DIR", str(Path.home() / ".cache" / "draftsim" / "numba"))
 
+import math  # noqa: E402
+
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
-DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, -1, -2
+DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT, ERR_TIE = 0, 1, 2, -1, -2, -3
 # row int columns
 R_STEP, R_PHASE, R_NS, R_PT, R_BT, R_KV, R_USED, R_PROP, R_ACC, R_EMIT, R_DRF = range(11)
 ROW_INTS = 11
@@ -29,14 +31,24 @@ ROW_INTS = 11
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # draft cost kinds
 K_NONE, K_CONSTANT, K_FRACTION, K_WHOLE, K_AUTOREGRESSIVE = range(5)
+# policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
+POL_FIXED, POL_ADAPTIVE, POL_COMBINE = range(3)
 # iparams
-I_SD, I_DRAFTER, I_K, I_KIND, I_PREFILL_PROFILE, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, \
-    I_CLOSED = range(12)
-# fparams: target a, b, s, d; overhead; draft seconds, fraction; draft profile a, b, s, d; closed-loop think time
-F_TA, F_TB, F_TS, F_TD, F_OVERHEAD, F_SECONDS, F_FRACTION, F_DA, F_DB, F_DS, F_DD, F_THINK = range(12)
+I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
+    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT = range(18)
+N_IPARAMS = 18
+# fparams: target a, b, s, d; overhead; closed-loop think time; acceptance estimate prior, weight, decay; the
+# relative margin below which an adaptive-k argmax is not decided here (see _best_k)
+F_TA, F_TB, F_TS, F_TD, F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_TIE = range(10)
+N_FPARAMS = 10
+# per drafter slot coefficients (dcoef columns): constant seconds, fraction of verify, profile a, b, s, d
+C_SECONDS, C_FRACTION, C_A, C_B, C_S, C_D = range(6)
 # istate
 S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
-    range(12)
+    range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
+# the step table's drafters column (R_DRF): a bit per slot that drafted (slots in ascending drafter index, joined by
+# "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
+DRF_PASS = 4
 
 
 @njit(cache=True)
@@ -107,33 +119,209 @@ def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop,
     rows_f[1, r] = end
 
 
+
 @njit(cache=True)
-def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc, iparams, fparams, istate, fstate, run,
-              gen, prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish,
-              dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
-    """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code."""
+def _linear(a, b, s, d, num_seqs, batched_tokens, kv_tokens):
+    """latency.LinearProfile.step_time: a * kv + b * tokens + s * seqs + d, in that order."""
+    return a * kv_tokens + b * batched_tokens + s * num_seqs + d
+
+
+@njit(cache=True)
+def _draft_time(kind, coef, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
+    """draft_cost.DraftCost.draft_time of one drafter slot (`coef`: its dcoef row) for its own sub-batch."""
+    if num_seqs <= 0 or proposed_tokens <= 0:
+        return 0.0
+    if kind == K_CONSTANT:
+        return coef[C_SECONDS]
+    if kind == K_FRACTION:
+        return coef[C_FRACTION] * verify_time
+    a, b, s, d = coef[C_A], coef[C_B], coef[C_S], coef[C_D]
+    if kind == K_WHOLE:
+        return _linear(a, b, s, d, num_seqs, proposed_tokens, kv_tokens)
+    total = 0.0
+    for i in range(k_max):
+        total += _linear(a, b, s, d, num_seqs, num_seqs, kv_tokens + i * num_seqs)
+    return total
+
+
+@njit(cache=True)
+def _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, tokens, kv):
+    """Pricing.drafter_prefill_time: each drafter's own prompt pass (DraftCost.prefill_time: its profile, when it
+    has one), summed from 0.0 in the policy's drafters_used order (`pf_order`)."""
+    total = 0.0
+    for j in range(len(pf_order)):
+        g = pf_order[j]
+        if dpf[g] == 1 and n_pre > 0 and tokens > 0:
+            total += _linear(dcoef[g, C_A], dcoef[g, C_B], dcoef[g, C_S], dcoef[g, C_D], n_pre, tokens, kv)
+        else:
+            total += 0.0
+    return total
+
+
+@njit(cache=True)
+def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen, blocks,
+                      prefill_left, prefill_done):
+    """Scheduler.preview_prefills (plan_prefills with new admissions allowed, nothing committed) for a mixed step
+    after `tokens_used` decode and draft tokens: (chunks, their tokens, their KV = cached + chunk)."""
+    budget = B - tokens_used
+    n_pre = 0
+    tokens = 0
+    kv = 0
+    for j in range(n_run):  # partial prefills, admission order
+        i = run[j]
+        left = prefill_left[i]
+        if left == 0:
+            continue
+        c = min(left, budget) if chunked == 1 else left
+        if c <= 0:
+            continue
+        need = (prefill_done[i] + c + (1 if c == left else 0) + bs - 1) // bs - blocks[i]
+        if need > free:
+            continue
+        if need > 0:
+            free -= need
+        budget -= c
+        n_pre += 1
+        tokens += c
+        kv += prefill_done[i] + c
+    running = n_run
+    w = admit
+    while w < ptr and running < max_seqs and budget > 0:  # waiting requests, FIFO
+        total = prompt[w] + gen[w]
+        c = min(total, budget) if chunked == 1 else total
+        if c > budget and (n_pre > 0 or tokens_used > 0):
+            break
+        need = (c + (1 if c == total else 0) + bs - 1) // bs
+        if need > free:
+            break
+        free -= need
+        budget -= c
+        running += 1
+        n_pre += 1
+        tokens += c
+        kv += prefill_done[w] + c
+        w += 1
+    return n_pre, tokens, kv
+
+
+@njit(cache=True)
+def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen,
+                blocks, prefill_left, prefill_done, ta, tb, ts, td, overhead, kind, coef, dpf, dcoef, pf_order):
+    """AdaptiveKPolicy.step_times through Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...): for
+    k = 0..k_max the time of a step in which all `n` decoding sequences draft k (slot 0's cost), with the prompt
+    chunks the step would add after their n (k + 1) tokens; draft + verify + overhead + the drafters' prompt pass."""
+    for k in range(k_max + 1):
+        n_pre, pt, pkv = 0, 0, 0
+        if separate == 0:
+            n_pre, pt, pkv = _preview_prefills(n * (k + 1), B, chunked, bs, free, max_seqs, n_run, run, admit, ptr,
+                                               prompt, gen, blocks, prefill_left, prefill_done)
+        verify = _linear(ta, tb, ts, td, n + n_pre, n + n * k + pt, kv + pkv)
+        draft = 0.0
+        if k > 0:
+            draft = _draft_time(kind, coef, n, n * k, k, kv, verify)
+        own = 0.0
+        if n_pre > 0:
+            own = _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, pt, pkv)
+        times[k] = draft + verify + overhead + own
+
+
+@njit(cache=True)
+def _estimate_value(s, f, prior, weight):
+    """AcceptanceEstimate.value: (successes + prior * w) / (successes + failures + w)."""
+    return (s + prior * weight) / (s + f + weight)
+
+
+@njit(cache=True)
+def _expected_tokens(a, k):
+    """traces/expected_tokens.expected_tokens(a, k): -expm1((k + 1) log a) / (1 - a); k + 1 at a = 1, 1 at k = 0.
+    libm's expm1/log1p here, numpy's (vectorised, possibly SVML) there: equal to a few ulp, not bit for bit."""
+    if k == 0:
+        return 1.0
+    one_minus = 1.0 - a
+    if one_minus > 0:
+        return -math.expm1((k + 1.0) * math.log1p(-one_minus)) / one_minus
+    return k + 1.0
+
+
+@njit(cache=True)
+def _best_k(a, times, top, tie):
+    """AdaptiveKPolicy.best_k: argmax over k <= top of expected_tokens(a, k) / times[k], the first on ties
+    (np.argmax). The expectation is exact only at k = 0 and a = 1, elsewhere a few ulp from numpy's: a runner-up
+    within the relative margin `tie` of the best could be numpy's argmax, so -1 (not decided here) is returned."""
+    best = 0
+    best_r = 1.0 / times[0]
+    if np.isnan(best_r):
+        return 0
+    for k in range(1, top + 1):
+        r = _expected_tokens(a, k) / times[k]
+        if np.isnan(r):
+            return -1
+        if r > best_r:
+            best, best_r = k, r
+    exact_a = a >= 1.0
+    for k in range(top + 1):  # every other candidate below the best by more than the margin, or computed exactly
+        if k == best:
+            continue
+        r = _expected_tokens(a, k) / times[k]
+        if r >= best_r * (1.0 - tie) and not (exact_a or (k == 0 and best == 0)):
+            return -1
+    return best
+
+
+@njit(cache=True)
+def _estimate_update(s, f, accepted, proposed, decay):
+    """AcceptanceEstimate.update: successes and failures decayed, plus the accepted drafts and one failure when the
+    chain stopped short; nothing for an empty proposal. Returns the new (successes, failures)."""
+    if proposed <= 0:
+        return s, f
+    return decay * s + accepted, decay * f + (1.0 if accepted < proposed else 0.0)
+
+
+@njit(cache=True)
+def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
+    """CombineMatchPolicy.choose: (slot, k) = the n-gram drafter with min(k_ngram, match) when the match has at least
+    min_match tokens, else EAGLE with k_eagle."""
+    if match >= min_match:
+        return ngram_slot, min(k_ngram, match)
+    return 1 - ngram_slot, k_eagle
+
+
+@njit(cache=True)
+def run_steps(arrival, client_of, prompt, out, first, last, tab_p, tab_a, cap, dkind, dpf, dcoef, pf_order, est_s,
+              est_f, usage, iparams, fparams, istate, fstate, run, gen, prefill_left, prefill_done, blocks, last_emit,
+              first_sched, first_token, finish, dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
+    """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
+
+    Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost kind `dkind[g]`, coefficients `dcoef[g]`,
+    prompt pass priced when `dpf[g]`; `tab_p[g, k, f]` / `tab_a[g, k, f]` the proposed / accepted drafts when k are
+    asked for at flat trace position f (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
     n = len(arrival)
-    sd, has_drafter, k, kind = iparams[I_SD], iparams[I_DRAFTER], iparams[I_K], iparams[I_KIND]
-    prefill_profile, max_seqs, B = iparams[I_PREFILL_PROFILE], iparams[I_MAX_SEQS], iparams[I_BUDGET]
+    sd, policy, k_fixed, nslot, k_max = iparams[I_SD], iparams[I_POLICY], iparams[I_K], iparams[I_NSLOT], \
+        iparams[I_KMAX]
+    max_seqs, B = iparams[I_MAX_SEQS], iparams[I_BUDGET]
     chunked, separate, bs, total_blocks = iparams[I_CHUNKED], iparams[I_SEPARATE], iparams[I_BLOCK], iparams[I_BLOCKS]
+    shared, has_cap, min_match = iparams[I_SHARED], iparams[I_CAP], iparams[I_MIN_MATCH]
+    k_ngram, k_eagle, ngram_slot = iparams[I_K_NGRAM], iparams[I_K_EAGLE], iparams[I_NGRAM_SLOT]
     ta, tb, ts, td, overhead = fparams[F_TA], fparams[F_TB], fparams[F_TS], fparams[F_TD], fparams[F_OVERHEAD]
-    seconds, fraction = fparams[F_SECONDS], fparams[F_FRACTION]
-    da, db, ds, dd = fparams[F_DA], fparams[F_DB], fparams[F_DS], fparams[F_DD]
+    prior, weight, decay, tie = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY], fparams[F_TIE]
     closed, think = iparams[I_CLOSED], fparams[F_THINK]
     n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
     ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
     step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
-    usage_d, usage_none = istate[S_USAGE_D], istate[S_USAGE_NONE]
     now = fstate[0]
     cap_rows, cap_itl = rows_i.shape[1], len(itl)
     dec = np.empty(max_seqs, np.int64)
     ctx = np.empty(max_seqs, np.int64)
+    flat = np.empty(max_seqs, np.int64)
+    slot = np.empty(max_seqs, np.int64)
+    kk = np.empty(max_seqs, np.int64)
     prop = np.empty(max_seqs, np.int64)
     acc = np.empty(max_seqs, np.int64)
     pre = np.empty(max_seqs, np.int64)
     chunk = np.empty(max_seqs, np.int64)
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
+    times = np.empty(k_max + 1, np.float64)
     code = DONE
     while n_fin < n:
         if r + 3 > cap_rows or ni + max_seqs > cap_itl:
@@ -158,8 +346,6 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
         kv_est = 0
         prop_sum = 0
         acc_sum = 0
-        n_act = 0
-        kv_act = 0
         pre_tokens = 0
         pre_kv = 0
         only_prefill = False
@@ -174,10 +360,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                 pre_kv += prefill_done[pre[j]] + chunk[j]
             tokens = pre_tokens
             kv = pre_kv
-            target_t = ta * kv + tb * tokens + ts * n_pre + td
+            target_t = _linear(ta, tb, ts, td, n_pre, tokens, kv)
             dpt = 0.0
-            if has_drafter == 1 and prefill_profile == 1 and tokens > 0:
-                dpt = 0.0 + (da * kv + db * tokens + ds * n_pre + dd)
+            if nslot > 0:
+                dpt = _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, tokens, kv)
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
@@ -204,21 +390,52 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                     cx = prompt[i] + gen[i]
                     ctx[n_dec] = cx
                     kv_est += cx
-                    if has_drafter == 1:
-                        f = min(first[i] + gen[i], last[i])
-                        p = np.int64(step_prop[f])
-                        a = np.int64(step_acc[f])
-                        prop[n_dec] = p
-                        acc[n_dec] = a
-                        prop_sum += p
-                        acc_sum += a
-                        if p > 0:
-                            n_act += 1
-                            kv_act += cx
-                    else:
-                        prop[n_dec] = 0
-                        acc[n_dec] = 0
+                    flat[n_dec] = min(first[i] + gen[i], last[i])  # Drafting.flat_index
                     n_dec += 1
+            # ---- the policy's (drafter slot, k) per decoding request (Drafting.choose)
+            undecided = False
+            if nslot == 0:
+                for j in range(n_dec):
+                    slot[j] = -1
+                    kk[j] = 0
+            elif policy == POL_FIXED:
+                for j in range(n_dec):
+                    slot[j] = 0
+                    kk[j] = k_fixed
+            elif policy == POL_ADAPTIVE:
+                if n_dec > 0:
+                    _step_times(times, n_dec, kv_est, k_max, separate, B, chunked, bs, total_blocks - used, max_seqs,
+                                n_run, run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, ta, tb, ts,
+                                td, overhead, dkind[0], dcoef[0], dpf, dcoef, pf_order)
+                for j in range(n_dec):
+                    e = 0 if shared == 1 else dec[j]
+                    top = k_max
+                    if has_cap == 1:
+                        top = max(0, min(k_max, np.int64(cap[flat[j]])))
+                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top, tie)
+                    if kb < 0:
+                        undecided = True
+                        break
+                    slot[j] = 0 if kb > 0 else -1
+                    kk[j] = kb
+            else:
+                for j in range(n_dec):
+                    slot[j], kk[j] = _combine_choice(np.int64(cap[flat[j]]), min_match, k_ngram, k_eagle,
+                                                     ngram_slot)
+            if undecided:
+                code = ERR_TIE
+                break
+            for j in range(n_dec):  # proposals capped (traces/acceptance.proposed_tokens) and their replay
+                g = slot[j]
+                if g >= 0:
+                    p = np.int64(tab_p[g, kk[j], flat[j]])
+                    prop[j] = p
+                    acc[j] = np.int64(tab_a[g, kk[j], flat[j]])
+                    prop_sum += p
+                    acc_sum += acc[j]
+                else:
+                    prop[j] = 0
+                    acc[j] = 0
             grow = 0  # Scheduler.reserve: no preemption (the eligibility check bounds KV)
             for j in range(n_dec):
                 i = dec[j]
@@ -276,23 +493,30 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                 pre_kv += prefill_done[pre[j]] + chunk[j]
             tokens = prop_sum + n_dec + pre_tokens
             kv = kv_est + pre_kv
-            verify_t = ta * kv + tb * tokens + ts * nseq + td
-            draft_t = 0.0  # Pricing.draft_time / DraftCost.draft_time
-            if has_drafter == 1 and n_act > 0:
-                if kind == K_CONSTANT:
-                    t = seconds
-                elif kind == K_FRACTION:
-                    t = fraction * verify_t
-                elif kind == K_WHOLE:
-                    t = da * kv_act + db * prop_sum + ds * n_act + dd
-                else:
-                    t = 0.0
-                    for m in range(k):
-                        t += da * (kv_act + m * n_act) + db * n_act + ds * n_act + dd
-                draft_t = 0.0 + t
+            verify_t = _linear(ta, tb, ts, td, nseq, tokens, kv)
+            # Pricing.draft_time: each slot (ascending drafter index) once for its members that propose
+            draft_t = 0.0
+            drf = 0
+            n_act = 0
+            for g in range(nslot):
+                n_g = 0
+                p_g = 0
+                k_g = 0
+                kv_g = 0
+                for j in range(n_dec):
+                    if slot[j] == g and prop[j] > 0:
+                        n_g += 1
+                        p_g += prop[j]
+                        kv_g += ctx[j]
+                        if kk[j] > k_g:
+                            k_g = kk[j]
+                if n_g > 0:
+                    draft_t += _draft_time(dkind[g], dcoef[g], n_g, p_g, k_g, kv_g, verify_t)
+                    drf |= 1 << g
+                    n_act += n_g
             dpt = 0.0  # Pricing.drafter_prefill_time
-            if has_drafter == 1 and n_pre > 0 and prefill_profile == 1 and pre_tokens > 0:
-                dpt = 0.0 + (da * pre_kv + db * pre_tokens + ds * n_pre + dd)
+            if nslot > 0 and n_pre > 0:
+                dpt = _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, pre_tokens, pre_kv)
             duration = draft_t + verify_t + overhead + dpt
             start = now
             now = now + duration
@@ -302,23 +526,26 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
             for j in range(n_dec):
                 i = dec[j]
                 lft = out[i] - gen[i]
-                e = min(1 + acc[j], lft) if has_drafter == 1 else min(1, lft)
+                e = min(1 + acc[j], lft)
                 itl[ni] = now - last_emit[i]
                 ni += 1
                 last_emit[i] = now
                 gen[i] += e
                 emitted_sum += e
                 dsteps[i] += 1
-                if has_drafter == 1:
-                    dprop[i] += prop[j]
-                    dacc[i] += acc[j]
+                dprop[i] += prop[j]
+                dacc[i] += acc[j]
+                g = slot[j]
+                if g >= 0:
+                    usage[g] += 1
+                    if policy == POL_ADAPTIVE:  # feedback, admission order (Policy.observe per request)
+                        x = 0 if shared == 1 else i
+                        est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
+                else:
+                    usage[nslot] += 1
                 if gen[i] >= out[i]:
                     done[n_done] = i
                     n_done += 1
-            if has_drafter == 1:
-                usage_d += n_dec
-            else:
-                usage_none += n_dec
             first_tokens = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token,
                                            now)
             for j in range(n_pre):
@@ -326,7 +553,6 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                 if gen[i] >= out[i] and prefill_left[i] == 0:
                     done[n_done] = i
                     n_done += 1
-            drf = 1 if (has_drafter == 1 and n_act > 0) else 0
             t0 = start
             if draft_t > 0:
                 _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + draft_t, n_act, 0, prop_sum, kv, used,
@@ -344,7 +570,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
             r += 1
             if dpt > 0:
                 _row(rows_i, rows_f, r, step_no, P_DRAFT_PREFILL, end, start + duration, n_pre, pre_tokens,
-                     pre_tokens, kv, used, 0, 0, 0, 1)
+                     pre_tokens, kv, used, 0, 0, 0, DRF_PASS)
                 r += 1
         # ---- finishes (StepOutcome.finish / Scheduler.finish)
         if n_done > 0:
@@ -378,8 +604,6 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
     istate[S_PEAK] = peak
     istate[S_ROWS] = r
     istate[S_ITL] = ni
-    istate[S_USAGE_D] = usage_d
-    istate[S_USAGE_NONE] = usage_none
     istate[S_SUBMITTED] = n_sub
     fstate[0] = now
     return code

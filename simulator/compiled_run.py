@@ -23,7 +23,9 @@ from typing import Callable
 
 import numpy as np
 
+from policies.adaptive_k import AdaptiveKPolicy
 from policies.base import FixedPolicy
+from policies.combine import CombineMatchPolicy
 from simulator.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.latency import LinearProfile
 from simulator.request_state import FINISHED
@@ -36,6 +38,11 @@ MIN_WORK_TOKENS = 200_000
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill")  # compiled_kernel's phase codes
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
+COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy)  # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE
+# adaptive-k: the kernel's expected tokens use libm, the policy's numpy (vectorised, SVML on some CPUs); they agree
+# to a few ulp, so an argmax whose runner-up lies within this relative margin is not decided in the kernel and
+# the run is redone on the step path (never a silent difference)
+TIE_MARGIN = 1e-12
 
 
 def ineligible_reason(server) -> str | None:
@@ -60,26 +67,12 @@ def ineligible_reason(server) -> str | None:
     if any(c.kind == "engine_step" for c in server.pricing.draft_costs.values()):
         return "engine_step draft costs (vLLM V1's proposer)"
     policy = server.drafting.policy
-    if type(policy) is not FixedPolicy:
-        return f"policy {policy.name!r} chooses per step (learning or adaptive): step path"
-    if policy.drafter is not None:
-        if server.drafting.verification != "greedy":
-            return "sampled verification draws per step"
-        if server.pricing.switch_cost_s > 0:
-            return "a drafter switching cost"
-        if policy.drafter not in server.table.acc_len:
-            return f"no acceptance trace for drafter {policy.drafter!r}"
-        cost = server.pricing.draft_costs[policy.drafter]
-        if cost.kind in ("whole_proposal", "autoregressive"):
-            p = cost.profile
-            if type(p) is not LinearProfile:
-                return (f"draft cost profile kind {getattr(p, 'kind', '?')!r} ({type(p).__name__}; the kernel prices "
-                        "LinearProfile only)")
-            if not all(np.isfinite(c) and c >= 0 for c in (p._a, p._b, p._s, p._d)):
-                return "a negative or non-finite draft profile coefficient (the step path names it)"
+    why = _policy_reason(server, policy)
+    if why is not None:
+        return why
     # no preemption: the max_num_seqs largest requests at their largest KV (Scheduler.check_fits's need) fit at once
     wl, pool = server.wl, server.sched.pool
-    lookahead = policy.k if policy.drafter is not None else 0
+    lookahead = policy.max_draft_tokens() if server.mode == "sd" else 0
     need = np.sort(pool.blocks_for(wl.prompt_len + wl.output_len - 1 + max(1, lookahead)))[::-1]
     held = int(need[:server.max_num_seqs].sum())
     if held > pool.total_blocks:
@@ -93,6 +86,39 @@ def ineligible_reason(server) -> str | None:
         import numba  # noqa: F401
     except ImportError:
         return "numba is not installed"
+    return None
+
+
+def _policy_reason(server, policy) -> str | None:
+    """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
+    if type(policy) not in COMPILED_POLICIES:
+        return f"policy {policy.name!r} chooses per step (learning or adaptive): step path"
+    used = policy.drafters_used()
+    if not used:
+        return None
+    if len(set(used)) != len(used):
+        return f"policy {policy.name!r} names drafter {used[0]!r} twice"
+    if server.drafting.verification != "greedy":
+        return "sampled verification draws per step"
+    if server.pricing.switch_cost_s > 0:
+        return "a drafter switching cost"
+    table = server.table
+    for name in used:
+        if name not in table.acc_len:
+            return f"no acceptance trace for drafter {name!r}"
+        p = server.pricing.draft_costs[name].profile
+        if p is not None:
+            if type(p) is not LinearProfile:
+                return (f"draft cost profile kind {getattr(p, 'kind', '?')!r} ({type(p).__name__}; the kernel prices "
+                        "LinearProfile only)")
+            if not all(np.isfinite(c) and c >= 0 for c in (p._a, p._b, p._s, p._d)):
+                return "a negative or non-finite draft profile coefficient (the step path names it)"
+    if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
+        return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
+    if isinstance(policy, AdaptiveKPolicy) and policy.scope == "request":
+        ids = server.wl.request_ids
+        if len(set(ids)) != len(ids):
+            return "adaptive-k per request with repeated request ids (their estimates are shared)"
     return None
 
 
@@ -113,47 +139,97 @@ class CompiledRun:
     """Runs one eligible server in compiled_kernel.run_steps and writes the outcome into its state."""
 
     def __init__(self, server):
+        from simulator import compiled_kernel as ker
+        from traces.acceptance import accepted_drafts, proposed_tokens
+
         self.srv = server
         wl, table, policy = server.wl, server.table, server.drafting.policy
-        self.drafter = None if policy.drafter is None else table.drafters.index(policy.drafter)
+        used = policy.drafters_used() if server.mode == "sd" else ()
+        # drafter slots in ascending drafter index (Pricing.draft_time's group order); prompt passes in `used` order
+        self.slots = sorted(used, key=table.drafters.index)
+        self.drafter_idx = [table.drafters.index(d) for d in self.slots]
+        self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
+        G = len(self.slots)
         cfg = server.scenario.server
         t = server.pricing.target
-        f = np.zeros(12)
-        f[0:5] = t._a, t._b, t._s, t._d, server.pricing.overhead
-        i = np.zeros(12, dtype=np.int64)
-        i[0] = server.mode == "sd"
-        i[5], i[6], i[7], i[8] = server.max_num_seqs, cfg.max_num_batched_tokens, cfg.chunked_prefill, \
-            cfg.prefill == "separate"
-        i[9], i[10] = server.sched.pool.block_size, server.sched.pool.total_blocks
+        f = np.zeros(ker.N_FPARAMS)
+        f[ker.F_TA:ker.F_OVERHEAD + 1] = t._a, t._b, t._s, t._d, server.pricing.overhead
+        f[ker.F_TIE] = TIE_MARGIN
+        i = np.zeros(ker.N_IPARAMS, dtype=np.int64)
+        i[ker.I_SD], i[ker.I_NSLOT] = server.mode == "sd", G
+        i[ker.I_MAX_SEQS], i[ker.I_BUDGET], i[ker.I_CHUNKED] = server.max_num_seqs, cfg.max_num_batched_tokens, \
+            cfg.chunked_prefill
+        i[ker.I_SEPARATE], i[ker.I_BLOCK] = cfg.prefill == "separate", server.sched.pool.block_size
+        i[ker.I_BLOCKS] = server.sched.pool.total_blocks
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
         if self.closed:
-            i[11], f[11] = 1, server.arrivals.think_time
-        first = server.drafting._first.astype(np.int64)
-        last = server.drafting._last.astype(np.int64)
-        prop = acc = np.zeros(1, dtype=np.int32)
-        if self.drafter is not None:
-            name, k = policy.drafter, policy.k
+            i[ker.I_CLOSED], f[ker.F_THINK] = 1, server.arrivals.think_time
+        n_flat = int(table.offsets[-1])
+        cap = np.zeros(1, dtype=np.int32)
+        self.shared_est = None
+        if G == 0 or type(policy) is FixedPolicy:
+            i[ker.I_POLICY], i[ker.I_K] = ker.POL_FIXED, policy.k
+            ks = [policy.k] * G
+        elif type(policy) is AdaptiveKPolicy:
+            i[ker.I_POLICY], i[ker.I_KMAX] = ker.POL_ADAPTIVE, policy.k_max
+            i[ker.I_SHARED] = policy.scope == "shared"
+            f[ker.F_PRIOR], f[ker.F_PRIOR_W], f[ker.F_DECAY] = policy.prior, policy.prior_weight, policy.decay
+            lens = table.proposal_len.get(policy.drafter)
+            if lens is not None:
+                i[ker.I_CAP], cap = 1, lens
+            ks = [policy.k_max]
+        else:  # CombineMatchPolicy
+            i[ker.I_POLICY], i[ker.I_MIN_MATCH] = ker.POL_COMBINE, policy.min_match
+            i[ker.I_K_NGRAM], i[ker.I_K_EAGLE] = policy.k_ngram, policy.k_eagle
+            i[ker.I_NGRAM_SLOT] = self.slots.index(policy.ngram)
+            i[ker.I_CAP], cap = 1, table.proposal_len[policy.ngram]
+            ks = [policy.k_ngram if d == policy.ngram else policy.k_eagle for d in self.slots]
+        K = max(ks, default=0)
+        # the replay rule (traces/acceptance.py) once over the table per slot and k asked for: proposed, accepted
+        tab_p = np.zeros((max(G, 1), K + 1, max(n_flat, 1) if G else 1), dtype=np.int32)
+        tab_a = np.zeros_like(tab_p)
+        dkind, dpf = np.zeros(max(G, 1), dtype=np.int64), np.zeros(max(G, 1), dtype=np.int64)
+        dcoef = np.zeros((max(G, 1), 6))
+        for g, name in enumerate(self.slots):
             cost = server.pricing.draft_costs[name]
-            i[1], i[2], i[3] = 1, k, DRAFT_KINDS[cost.kind]
-            i[4] = cost.kind in ("whole_proposal", "autoregressive")  # DraftCost.prefill_time: a profile prices it
-            f[5], f[6] = cost.seconds, cost.fraction
-            if cost.profile is not None:
+            dkind[g] = DRAFT_KINDS[cost.kind]
+            dcoef[g, ker.C_SECONDS], dcoef[g, ker.C_FRACTION] = cost.seconds, cost.fraction
+            if cost.profile is not None:  # DraftCost.prefill_time: a drafter with a profile prices its prompt pass
+                dpf[g] = 1
                 p = cost.profile
-                f[7:11] = p._a, p._b, p._s, p._d
-            # the replay rule (traces/acceptance.py) once over the table for this drafter and k
-            from traces.acceptance import accepted_drafts, proposed_tokens
-
+                dcoef[g, ker.C_A:ker.C_D + 1] = p._a, p._b, p._s, p._d
             lens, acc_len = table.proposal_len.get(name), table.acc_len[name]
-            prop = np.asarray(proposed_tokens(k, lens) if lens is not None else k, dtype=np.int32)
-            acc = np.asarray(accepted_drafts(acc_len, prop), dtype=np.int32)
-            if prop.ndim == 0:
-                prop = np.full(len(acc_len), k, dtype=np.int32)
+            for k in range(1, ks[g] + 1):
+                if type(policy) is FixedPolicy and k != ks[g]:
+                    continue
+                prop = np.broadcast_to(np.asarray(proposed_tokens(k, lens) if lens is not None else k), n_flat)
+                tab_p[g, k] = prop
+                tab_a[g, k] = accepted_drafts(acc_len, prop)
+        self.pf_order = np.array([self.slots.index(d) for d in used], dtype=np.int64)
         self.iparams, self.fparams = i, f
-        self.first, self.last, self.step_prop, self.step_acc = first, last, prop, acc
+        self.first = server.drafting._first.astype(np.int64)
+        self.last = server.drafting._last.astype(np.int64)
+        self.tab_p, self.tab_a, self.cap = tab_p, tab_a, np.asarray(cap, dtype=np.int32)
+        self.dkind, self.dpf, self.dcoef = dkind, dpf, dcoef
+        self.policy_kind = int(i[ker.I_POLICY])
 
-    def run(self, stop: Callable[[int], bool] | None = None, check_every: int = 1) -> float:
-        """Step the whole run (or until `stop(n_finished)` is true, asked every `check_every` finishes);
-        returns the simulated time it ends at."""
+    def _estimates(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """adaptive-k's acceptance estimates (successes, failures): per request from zero (start_request resets them;
+        the kernel runs without preemption, so each request starts once), or the policy's shared one."""
+        from simulator import compiled_kernel as ker
+
+        policy = self.srv.drafting.policy
+        if self.policy_kind != ker.POL_ADAPTIVE:
+            return np.zeros(1), np.zeros(1)
+        if policy.scope == "shared":
+            est = policy._estimate("")
+            return np.array([est.successes]), np.array([est.failures])
+        return np.zeros(n), np.zeros(n)
+
+    def run(self, stop: Callable[[int], bool] | None = None, check_every: int = 1) -> float | None:
+        """Step the whole run (or until `stop(n_finished)` is true, asked every `check_every` finishes); returns the
+        simulated time it ends at, or None, having changed nothing, when an adaptive-k choice is not decided in the
+        kernel (a near tie, see TIE_MARGIN): the caller then runs it on the step path."""
         from simulator import compiled_kernel as ker
 
         srv = self.srv
@@ -165,18 +241,29 @@ class CompiledRun:
         fstate = np.array([srv.env.now], dtype=np.float64)
         run = np.zeros(srv.max_num_seqs, dtype=np.int64)
         dsteps, dprop, dacc = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        usage = np.zeros(len(self.slots) + 1, dtype=np.int64)
+        est_s, est_f = self._estimates(n)
         rows_i = np.empty((ker.ROW_INTS, SEGMENT_ROWS), dtype=np.int64)  # one line per column
         rows_f = np.empty((2, SEGMENT_ROWS))
         itl = np.empty(SEGMENT_ROWS * 16 + srv.max_num_seqs)
         prompt, out = wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64)
-        arrival = st.arrival
+        # the request state the kernel writes; a copy where a run may be handed back to the step path untouched
+        names = ("arrival", "gen", "prefill_left", "prefill_done", "blocks", "last_emit", "first_sched", "first_token",
+                 "finish")
+        may_undo = self.policy_kind == ker.POL_ADAPTIVE
+        s = {a: getattr(st, a).copy() if may_undo else getattr(st, a) for a in names}
+        if may_undo:
+            client_of = client_of.copy()
         blocks_row, itl_parts = [], []
         stop_at = n if stop is None else min(n, check_every)
         while True:
-            code = ker.run_steps(arrival, client_of, prompt, out, self.first, self.last, self.step_prop, self.step_acc,
-                                 self.iparams, self.fparams, istate, fstate, run, st.gen, st.prefill_left,
-                                 st.prefill_done, st.blocks, st.last_emit, st.first_sched, st.first_token,
-                                 st.finish, dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
+            code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab_p, self.tab_a,
+                                 self.cap, self.dkind, self.dpf, self.dcoef, self.pf_order, est_s, est_f, usage,
+                                 self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
+                                 s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],
+                                 s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
+            if code == ker.ERR_TIE:
+                return None
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
                                    f" at t={fstate[0]:.6f}s (its eligibility check should have sent this run to the "
@@ -196,10 +283,34 @@ class CompiledRun:
                 istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
             if code == ker.STOPPED:
                 stop_at = min(n, n_fin + check_every)
-        self._write(istate, run, dsteps, dprop, dacc, blocks_row, itl_parts)
+        if may_undo:
+            for a in names:
+                getattr(st, a)[:] = s[a]
+            if self.closed:
+                arr.client_of[:] = client_of
+        self._write(istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts)
+        self._write_estimates(est_s, est_f, run[:int(istate[ker.S_NRUN])])
         return float(fstate[0])
 
-    def _write(self, istate, run, dsteps, dprop, dacc, blocks_row, itl_parts) -> None:
+    def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray) -> None:
+        """adaptive-k's estimates back into the policy: the shared one, or those of requests still decoding (a
+        finished request's is dropped, as finish_request does)."""
+        from policies.acceptance_estimate import AcceptanceEstimate
+        from simulator import compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_ADAPTIVE:
+            return
+        policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
+        if policy.scope == "shared":
+            est = policy._estimate("")
+            est.successes, est.failures = float(est_s[0]), float(est_f[0])
+            return
+        for i in running:
+            if not np.isnan(st.first_token[i]):
+                policy._est[ids[i]] = AcceptanceEstimate(policy.prior, policy.prior_weight, policy.decay,
+                                                         float(est_s[i]), float(est_f[i]))
+
+    def _write(self, istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts) -> None:
         """The kernel's outcome into the server's state, counters, KV pool, ITL and step records."""
         from simulator import compiled_kernel as ker
 
@@ -221,11 +332,11 @@ class CompiledRun:
         st.started[~np.isnan(st.first_token)] = True
         st.n_finished = int(istate[ker.S_FINISHED])
         all_idx = np.arange(len(srv.wl))
-        drafted = self.drafter is not None
+        drafted = bool(self.slots)
         st.verify_counts.add_run(all_idx, dsteps, dprop if drafted else None, dacc if drafted else None)
-        if drafted:
-            st.usage[self.drafter] += int(istate[ker.S_USAGE_D])
-        st.usage[-1] += int(istate[ker.S_USAGE_NONE])
+        for g, di in enumerate(self.drafter_idx):
+            st.usage[di] += int(usage[g])
+        st.usage[-1] += int(usage[-1])
         pool.used, pool.peak = int(istate[ker.S_USED]), max(pool.peak, int(istate[ker.S_PEAK]))
         outcome.step_no = int(istate[ker.S_STEP])
         itl = itl_parts[0] if len(itl_parts) == 1 else np.concatenate(itl_parts)
@@ -241,9 +352,13 @@ class CompiledRun:
         from simulator import compiled_kernel as ker
 
         S = ri.shape[1]
-        name = "" if self.drafter is None else self.srv.table.drafters[self.drafter]
         phases = np.array(PHASES, dtype=object)
-        names = np.array(["", name], dtype=object)
+        # compiled_kernel's drafters codes: a bit per slot that drafted; DRF_PASS the prompt pass's drafters
+        names = [""] * (ker.DRF_PASS + 1)
+        for code in range(1, 1 << len(self.slots)):
+            names[code] = "+".join(d for g, d in enumerate(self.slots) if code >> g & 1)
+        names[ker.DRF_PASS] = self.pass_names
+        names = np.array(names, dtype=object)
         col = ri.__getitem__  # a line of the (columns, rows) buffer: contiguous
         # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)
         return {"step": col(ker.R_STEP), "device": np.array(["target"], dtype=object)[np.zeros(S, dtype=np.intp)],

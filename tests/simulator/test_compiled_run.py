@@ -97,6 +97,57 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
     assert_same(fast, slow)
 
 
+def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, weight: float, decay: float, scope: str,
+                min_match: int, k_ngram: int, k_eagle: int) -> dict:
+    """A compiled policy's config: adaptive-k on 'd' or (with n-gram lengths) 'g', or combine-match of 'g' and 'd'."""
+    if name == "adaptive-k":
+        return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "k_max": k_max, "prior": prior,
+                "prior_weight": weight, "decay": decay, "scope": scope}
+    return {"name": name, "ngram": "g", "eagle": "d", "k_ngram": k_ngram, "k_eagle": k_eagle, "min_match": min_match}
+
+
+@settings(max_examples=30, deadline=None)
+@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match"]), seed=st.integers(0, 10_000),
+       n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(), cost=st.sampled_from(sorted(COSTS)),
+       rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
+       arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
+       max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
+       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
+       k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
+       scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
+       k_eagle=st.integers(1, 5))
+def test_compiled_adaptive_k_and_combine_match_equal_the_step_path_bit_for_bit(
+        policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
+        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle):
+    """adaptive-k (per-request or shared estimate, with and without n-gram caps) and combine-match (two drafter
+    groups per step) over the same random configs: every restated rule (estimate, step-time estimate with the
+    previewed prompt chunks, argmax, feedback order, per-group draft cost) is checked by the tables."""
+    ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
+    traces = traces_with(max(1, n // 2), seed, rate, ngram)
+    drafters = ("d", "g") if ngram else ("d",)
+    wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
+                  clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
+    if rules != "chunked" and budget < int(wl.prompt_len.max()):
+        budget = int(wl.prompt_len.max()) + seed % 9
+    spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle)
+    look = k_max if policy == "adaptive-k" else max(k_ngram, k_eagle)
+    kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
+              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
+              block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
+              chunked_prefill=rules == "chunked", prefill="separate" if rules == "separate" else "mixed")
+    old = compiled_run.SEGMENT_ROWS
+    compiled_run.SEGMENT_ROWS = segment
+    try:
+        fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+    finally:
+        compiled_run.SEGMENT_ROWS = old
+    reason = fast.extras.get("engine_path_reason", "")
+    assert fast.extras["engine_path"] == "compiled" or "near tie" in reason, reason
+    slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
+    assert slow.extras["engine_path"] == "steps"
+    assert_same(fast, slow)
+
+
 def test_a_longer_sd_run_with_prefill_chunks_and_draft_prefills_is_equal():
     """150 requests through chunked prefill with an autoregressive drafter (draft and draft-prefill rows)."""
     traces = traces_with(30, 7, 0.7, False)
@@ -117,10 +168,29 @@ def _fallback_cases():
     class Scaled(LinearProfile):
         """A profile kind the kernel does not know."""
 
+    gtraces = traces_with(6, 1, 0.6, True)
+    gbase = dict(traces=gtraces, wl=workload(gtraces, 12, rate=100.0), drafters=("d", "g"))
+    twins = workload(traces, 12, rate=100.0)
+    twins.request_ids[1] = twins.request_ids[0]
+
+    def ADAPTIVE():
+        return make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)
+
+    def COMBINE():
+        return make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0)
+
     return {
         "psd": ({**base, "mode": "psd", "psd": PSDConfig()}, "mode 'psd'"),
-        "learning policy": ({**base, "policy": make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)},
+        "learning policy": ({**base, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3}, seed=0)},
                             "chooses per step"),
+        "combine-adaptive": ({**gbase, "policy": make_policy({"name": "combine-adaptive", "ngram": "g",
+                                                              "eagle": "d"}, seed=0)}, "chooses per step"),
+        "combine-match switch cost": ({**gbase, "policy": COMBINE(), "switch_cost_s": 0.001}, "switching cost"),
+        "combine-match one drafter twice": ({**gbase, "policy": make_policy(
+            {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
+        "adaptive-k repeated ids": ({**base, "wl": twins, "policy": ADAPTIVE()}, "repeated request ids"),
+        "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
+            "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
         "switch cost": ({**base, "switch_cost_s": 0.001}, "switching cost"),
         "vllm-v1": ({**base, "scheduler": "vllm-v1"}, "scheduler 'vllm-v1'"),
         "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
@@ -191,3 +261,48 @@ def test_a_step_hook_is_called_once_at_the_end_of_a_compiled_run(monkeypatch):
     res = sim.simulate()
     assert res.extras["engine_path"] == "compiled" and len(res.steps) > 16
     assert [d for d, _ in seen] == [len(wl)]
+
+
+def test_an_adaptive_k_near_tie_hands_the_whole_run_to_the_step_path_unchanged():
+    """Prior 0 makes every first estimate 0, where each k expects one token; with steps priced the same at every k
+    (no per-token or KV cost, a free drafter) the rates tie, and the kernel's libm expectation may differ from
+    numpy's by an ulp: it does not decide, and the run is redone step by step with the same tables."""
+    traces = traces_with(6, 1, 0.6, False)
+    wl = workload(traces, 12, rate=100.0)
+    kw = dict(traces=traces, wl=wl, cost=COSTS["zero"], target=linear(0.0, 0.0, 5e-3))
+    spec = {"name": "adaptive-k", "drafter": "d", "k_max": 3, "prior": 0.0}
+    sim = build(policy=make_policy(spec, seed=0), **kw)
+    assert sim.server.compiled is not None  # eligible up front
+    res = sim.simulate()
+    assert res.extras["engine_path"] == "steps" and "near tie" in res.extras["engine_path_reason"]
+    assert_same(res, run_path(False, policy=make_policy(spec, seed=0), **kw))
+
+
+def test_combine_match_without_ngram_lengths_takes_the_step_path_which_names_the_problem():
+    traces2 = traces_with(6, 1, 0.6, True)
+    for t in traces2:  # 'g' keeps its acceptance but loses its match lengths
+        t.drafters["g"] = type(t.drafters["g"])(t.drafters["g"].acc_len)
+    sim = build(traces=traces2, wl=workload(traces2, 12, rate=100.0), drafters=("d", "g"),
+                policy=make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0))
+    assert sim.server.compiled is None and "n-gram match lengths" in sim.server.engine_path_reason
+    with pytest.raises(ValueError, match="needs the n-gram match length"):
+        sim.simulate()
+
+
+def test_adaptive_k_estimates_are_left_in_the_policy_as_the_step_path_leaves_them():
+    """After an early stop the per-request estimates of the requests still decoding, and the shared estimate after a
+    full run, are the step path's."""
+    traces = traces_with(10, 4, 0.6, False)
+    wl = workload(traces, 40, rate=60.0, seed=4)
+    spec = {"name": "adaptive-k", "drafter": "d", "k_max": 4, "scope": "shared", "decay": 0.9}
+    fast_pol, slow_pol = make_policy(spec, seed=0), make_policy(spec, seed=0)
+    run_path(True, traces=traces, wl=wl, policy=fast_pol)
+    run_path(False, traces=traces, wl=wl, policy=slow_pol)
+    assert fast_pol._est and fast_pol._est == slow_pol._est
+    spec = {**spec, "scope": "request"}
+    pol = make_policy(spec, seed=0)
+    sim = build(traces=traces, wl=wl, policy=pol)
+    sim.server.compiled.run(stop=lambda done: done >= 9, check_every=4)
+    st = sim.server.state
+    running = [wl.request_ids[i] for i in st.running if not np.isnan(st.first_token[i])]
+    assert running and sorted(pol._est) == sorted(running)
