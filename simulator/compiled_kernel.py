@@ -232,38 +232,43 @@ def _estimate_value(s, f, prior, weight):
 
 
 @njit(cache=True)
-def _expected_tokens(a, k):
-    """traces/expected_tokens.expected_tokens(a, k): -expm1((k + 1) log a) / (1 - a); k + 1 at a = 1, 1 at k = 0.
-    libm's expm1/log1p here, numpy's (vectorised, possibly SVML) there: equal to a few ulp, not bit for bit."""
+def _expected_tokens(a, k, log_a):
+    """traces/expected_tokens.expected_tokens(a, k): -expm1((k + 1) log1p(-(1 - a))) / (1 - a); k + 1 at a = 1, 1 at
+    k = 0 (`log_a`: log1p(-(1 - a)), the same for every k). libm's expm1/log1p here, numpy's (vectorised, SVML on
+    some CPUs) there: equal to a few ulp, not always bit for bit (see _best_k)."""
     if k == 0:
         return 1.0
     one_minus = 1.0 - a
     if one_minus > 0:
-        return -math.expm1((k + 1.0) * math.log1p(-one_minus)) / one_minus
+        return -math.expm1((k + 1.0) * log_a) / one_minus
     return k + 1.0
 
 
 @njit(cache=True)
-def _best_k(a, times, top, tie):
+def _best_k(a, times, top, tie, rates):
     """AdaptiveKPolicy.best_k: argmax over k <= top of expected_tokens(a, k) / times[k], the first on ties
     (np.argmax). The expectation is exact only at k = 0 and a = 1, elsewhere a few ulp from numpy's: a runner-up
-    within the relative margin `tie` of the best could be numpy's argmax, so -1 (not decided here) is returned."""
+    within the relative margin `tie` of the best could be numpy's argmax, so -1 (not decided here) is returned.
+    `rates`: scratch of length >= top + 1."""
+    one_minus = 1.0 - a
+    log_a = math.log1p(-one_minus) if one_minus > 0 else 0.0
     best = 0
     best_r = 1.0 / times[0]
     if np.isnan(best_r):
         return 0
+    rates[0] = best_r
     for k in range(1, top + 1):
-        r = _expected_tokens(a, k) / times[k]
+        r = _expected_tokens(a, k, log_a) / times[k]
         if np.isnan(r):
             return -1
+        rates[k] = r
         if r > best_r:
             best, best_r = k, r
-    exact_a = a >= 1.0
-    for k in range(top + 1):  # every other candidate below the best by more than the margin, or computed exactly
-        if k == best:
-            continue
-        r = _expected_tokens(a, k) / times[k]
-        if r >= best_r * (1.0 - tie) and not (exact_a or (k == 0 and best == 0)):
+    if a >= 1.0:  # every expectation exact: the same rates as numpy's
+        return best
+    floor = best_r * (1.0 - tie)
+    for k in range(top + 1):  # every other candidate below the best by more than the margin (or both exact)
+        if k != best and rates[k] >= floor and not (k == 0 and best == 0):
             return -1
     return best
 
@@ -287,14 +292,14 @@ def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
 
 
 @njit(cache=True)
-def run_steps(arrival, client_of, prompt, out, first, last, tab_p, tab_a, cap, dkind, dpf, dcoef, pf_order, est_s,
+def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, pf_order, est_s,
               est_f, usage, iparams, fparams, istate, fstate, run, gen, prefill_left, prefill_done, blocks, last_emit,
               first_sched, first_token, finish, dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
     """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
 
     Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost kind `dkind[g]`, coefficients `dcoef[g]`,
-    prompt pass priced when `dpf[g]`; `tab_p[g, k, f]` / `tab_a[g, k, f]` the proposed / accepted drafts when k are
-    asked for at flat trace position f (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
+    prompt pass priced when `dpf[g]`; `tab[rowof[g, k], 0 / 1, f]` the proposed / accepted drafts when slot g is
+    asked for k at flat trace position f (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
     n = len(arrival)
     sd, policy, k_fixed, nslot, k_max = iparams[I_SD], iparams[I_POLICY], iparams[I_K], iparams[I_NSLOT], \
         iparams[I_KMAX]
@@ -322,6 +327,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab_p, tab_a, cap, d
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
     times = np.empty(k_max + 1, np.float64)
+    rates = np.empty(k_max + 1, np.float64)
     code = DONE
     while n_fin < n:
         if r + 3 > cap_rows or ni + max_seqs > cap_itl:
@@ -412,7 +418,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab_p, tab_a, cap, d
                     top = k_max
                     if has_cap == 1:
                         top = max(0, min(k_max, np.int64(cap[flat[j]])))
-                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top, tie)
+                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top, tie, rates)
                     if kb < 0:
                         undecided = True
                         break
@@ -428,9 +434,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab_p, tab_a, cap, d
             for j in range(n_dec):  # proposals capped (traces/acceptance.proposed_tokens) and their replay
                 g = slot[j]
                 if g >= 0:
-                    p = np.int64(tab_p[g, kk[j], flat[j]])
+                    row = rowof[g, kk[j]]
+                    p = np.int64(tab[row, 0, flat[j]])
                     prop[j] = p
-                    acc[j] = np.int64(tab_a[g, kk[j], flat[j]])
+                    acc[j] = np.int64(tab[row, 1, flat[j]])
                     prop_sum += p
                     acc_sum += acc[j]
                 else:

@@ -38,6 +38,7 @@ MIN_WORK_TOKENS = 200_000
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill")  # compiled_kernel's phase codes
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
+MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy)  # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE
 # adaptive-k: the kernel's expected tokens use libm, the policy's numpy (vectorised, SVML on some CPUs); they agree
 # to a few ulp, so an argmax whose runner-up lies within this relative margin is not decided in the kernel and
@@ -96,6 +97,8 @@ def _policy_reason(server, policy) -> str | None:
     used = policy.drafters_used()
     if not used:
         return None
+    if policy.max_draft_tokens() > MAX_K:
+        return f"k up to {policy.max_draft_tokens()} (the kernel's draft tables hold k <= {MAX_K})"
     if len(set(used)) != len(used):
         return f"policy {policy.name!r} names drafter {used[0]!r} twice"
     if server.drafting.verification != "greedy":
@@ -184,12 +187,16 @@ class CompiledRun:
             i[ker.I_NGRAM_SLOT] = self.slots.index(policy.ngram)
             i[ker.I_CAP], cap = 1, table.proposal_len[policy.ngram]
             ks = [policy.k_ngram if d == policy.ngram else policy.k_eagle for d in self.slots]
-        K = max(ks, default=0)
-        # the replay rule (traces/acceptance.py) once over the table per slot and k asked for: proposed, accepted
-        tab_p = np.zeros((max(G, 1), K + 1, max(n_flat, 1) if G else 1), dtype=np.int32)
-        tab_a = np.zeros_like(tab_p)
+        # the replay rule (traces/acceptance.py) once over the table for each (slot, k) the policy can ask for:
+        # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
+        # k), from inputs clipped where the rule cannot tell (match lengths at k, acceptance lengths at k + 1)
+        asks = [range(1, k + 1) if type(policy) is AdaptiveKPolicy or name == getattr(policy, "ngram", None) else [k]
+                for name, k in zip(self.slots, ks)]  # adaptive-k and the n-gram side of combine-match: k <= the most
+        rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
+        tab = np.empty((max(1, sum(len(a) for a in asks)), 2, max(n_flat, 1) if G else 1), dtype=np.int8)
         dkind, dpf = np.zeros(max(G, 1), dtype=np.int64), np.zeros(max(G, 1), dtype=np.int64)
         dcoef = np.zeros((max(G, 1), 6))
+        row = 0
         for g, name in enumerate(self.slots):
             cost = server.pricing.draft_costs[name]
             dkind[g] = DRAFT_KINDS[cost.kind]
@@ -198,18 +205,21 @@ class CompiledRun:
                 dpf[g] = 1
                 p = cost.profile
                 dcoef[g, ker.C_A:ker.C_D + 1] = p._a, p._b, p._s, p._d
-            lens, acc_len = table.proposal_len.get(name), table.acc_len[name]
-            for k in range(1, ks[g] + 1):
-                if type(policy) is FixedPolicy and k != ks[g]:
-                    continue
-                prop = np.broadcast_to(np.asarray(proposed_tokens(k, lens) if lens is not None else k), n_flat)
-                tab_p[g, k] = prop
-                tab_a[g, k] = accepted_drafts(acc_len, prop)
+            lens, kmax = table.proposal_len.get(name), ks[g]
+            acc_len = np.minimum(table.acc_len[name], kmax + 1).astype(np.int8)
+            if lens is not None:
+                lens = np.minimum(lens, kmax).astype(np.int8)
+            for k in asks[g]:
+                prop = proposed_tokens(k, lens) if lens is not None else np.int8(k)
+                tab[row, 0] = prop
+                tab[row, 1] = accepted_drafts(acc_len, prop)
+                rowof[g, k] = row
+                row += 1
         self.pf_order = np.array([self.slots.index(d) for d in used], dtype=np.int64)
         self.iparams, self.fparams = i, f
         self.first = server.drafting._first.astype(np.int64)
         self.last = server.drafting._last.astype(np.int64)
-        self.tab_p, self.tab_a, self.cap = tab_p, tab_a, np.asarray(cap, dtype=np.int32)
+        self.tab, self.rowof, self.cap = tab, rowof, np.asarray(cap, dtype=np.int32)
         self.dkind, self.dpf, self.dcoef = dkind, dpf, dcoef
         self.policy_kind = int(i[ker.I_POLICY])
 
@@ -257,7 +267,7 @@ class CompiledRun:
         blocks_row, itl_parts = [], []
         stop_at = n if stop is None else min(n, check_every)
         while True:
-            code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab_p, self.tab_a,
+            code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
                                  self.cap, self.dkind, self.dpf, self.dcoef, self.pf_order, est_s, est_f, usage,
                                  self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
                                  s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],
