@@ -32,15 +32,15 @@ P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # draft cost kinds
 K_NONE, K_CONSTANT, K_FRACTION, K_WHOLE, K_AUTOREGRESSIVE = range(5)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
-POL_FIXED, POL_ADAPTIVE, POL_COMBINE = range(3)
+POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
 # iparams
 I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
-    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT = range(18)
-N_IPARAMS = 18
+    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS = range(19)
+N_IPARAMS = 19
 # fparams: target a, b, s, d; overhead; closed-loop think time; acceptance estimate prior, weight, decay; the
 # relative margin below which an adaptive-k argmax is not decided here (see _best_k)
-F_TA, F_TB, F_TS, F_TD, F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_TIE = range(10)
-N_FPARAMS = 10
+F_TA, F_TB, F_TS, F_TD, F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_TIE, F_BETA = range(11)
+N_FPARAMS = 11
 # per drafter slot coefficients (dcoef columns): constant seconds, fraction of verify, profile a, b, s, d
 C_SECONDS, C_FRACTION, C_A, C_B, C_S, C_D = range(6)
 # istate
@@ -283,6 +283,44 @@ def _estimate_update(s, f, accepted, proposed, decay):
 
 
 @njit(cache=True)
+def _ucb_arm(counts, sums, e, arms, beta, tie, index, log_table):
+    """UCBPolicy._select (and its batch form): the first arm never played, else argmax over arms of
+    ucb_index = sums / counts + beta * sqrt(2 ln max(t, 1) / counts), t = the plays, the first on ties. ln t from
+    `log_table` (numpy's own np.log of each whole t, checked against the policy's call form): the index is numpy's bit
+    for bit. An empty table: libm's log, a few ulp from numpy's, so an arm within the relative margin `tie` of the
+    best, unless its counts and sums are the best's, is not decided here: -1. `index`: scratch of length >= arms."""
+    for a in range(arms):
+        if counts[e, a] <= 0:
+            return a
+    t = 0.0
+    for a in range(arms):
+        t += counts[e, a]
+    exact = len(log_table) > 0
+    log_t = log_table[np.int64(t)] if exact else math.log(max(t, 1.0))
+    best = 0
+    for a in range(arms):
+        index[a] = sums[e, a] / counts[e, a] + beta * math.sqrt(2.0 * log_t / counts[e, a])
+        if index[a] > index[best]:
+            best = a
+    if exact or beta == 0.0:  # beta 0: the index is the mean on both paths
+        return best
+    floor = index[best] * (1.0 - tie)
+    for a in range(arms):
+        if a != best and index[a] >= floor and not (counts[e, a] == counts[e, best] and sums[e, a] == sums[e, best]):
+            return -1
+    return best
+
+
+@njit(cache=True)
+def _arm_of_slot(arm_slot, arms, g):
+    """The bandit arm whose drafter is slot g."""
+    for a in range(arms):
+        if arm_slot[a] == g:
+            return a
+    return -1
+
+
+@njit(cache=True)
 def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
     """CombineMatchPolicy.choose: (slot, k) = the n-gram drafter with min(k_ngram, match) when the match has at least
     min_match tokens, else EAGLE with k_eagle."""
@@ -293,7 +331,7 @@ def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
 
 @njit(cache=True)
 def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, pf_order, est_s,
-              est_f, usage, iparams, fparams, istate, fstate, run, gen, prefill_left, prefill_done, blocks, last_emit,
+              est_f, arm_counts, arm_sums, arm_slot, log_table, usage, iparams, fparams, istate, fstate, run, gen, prefill_left, prefill_done, blocks, last_emit,
               first_sched, first_token, finish, dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
     """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
 
@@ -309,6 +347,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
     k_ngram, k_eagle, ngram_slot = iparams[I_K_NGRAM], iparams[I_K_EAGLE], iparams[I_NGRAM_SLOT]
     ta, tb, ts, td, overhead = fparams[F_TA], fparams[F_TB], fparams[F_TS], fparams[F_TD], fparams[F_OVERHEAD]
     prior, weight, decay, tie = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY], fparams[F_TIE]
+    arms, beta = iparams[I_ARMS], fparams[F_BETA]
     closed, think = iparams[I_CLOSED], fparams[F_THINK]
     n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
     ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
@@ -328,6 +367,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
     newb = np.empty(max_seqs, np.int64)
     times = np.empty(k_max + 1, np.float64)
     rates = np.empty(k_max + 1, np.float64)
+    index = np.empty(max(arms, 1), np.float64)
     code = DONE
     while n_fin < n:
         if r + 3 > cap_rows or ni + max_seqs > cap_itl:
@@ -424,6 +464,17 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                         break
                     slot[j] = 0 if kb > 0 else -1
                     kk[j] = kb
+            elif policy == POL_UCB:  # BanditPolicy.choose_batch; shared: one choice per step (its state is fixed)
+                arm = 0
+                for j in range(n_dec):
+                    if j == 0 or shared == 0:
+                        arm = _ucb_arm(arm_counts, arm_sums, 0 if shared == 1 else dec[j], arms, beta, tie, index,
+                                       log_table)
+                        if arm < 0:
+                            undecided = True
+                            break
+                    slot[j] = arm_slot[arm]
+                    kk[j] = k_fixed
             else:
                 for j in range(n_dec):
                     slot[j], kk[j] = _combine_choice(np.int64(cap[flat[j]]), min_match, k_ngram, k_eagle,
@@ -548,6 +599,11 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                     if policy == POL_ADAPTIVE:  # feedback, admission order (Policy.observe per request)
                         x = 0 if shared == 1 else i
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
+                    elif policy == POL_UCB and prop[j] > 0:  # BanditPolicy.observe_batch: BE reward accepted / N
+                        x = 0 if shared == 1 else i
+                        a = _arm_of_slot(arm_slot, arms, g)
+                        arm_counts[x, a] += 1.0
+                        arm_sums[x, a] += np.float64(acc[j]) / np.float64(prop[j])
                 else:
                     usage[nslot] += 1
                 if gen[i] >= out[i]:

@@ -26,6 +26,7 @@ import numpy as np
 from policies.adaptive_k import AdaptiveKPolicy
 from policies.base import FixedPolicy
 from policies.combine import CombineMatchPolicy
+from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.latency import LinearProfile
 from simulator.request_state import FINISHED
@@ -39,10 +40,11 @@ PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill")  # c
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
-COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy)  # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE
-# adaptive-k: the kernel's expected tokens use libm, the policy's numpy (vectorised, SVML on some CPUs); they agree
-# to a few ulp, so an argmax whose runner-up lies within this relative margin is not decided in the kernel and
-# the run is redone on the step path (never a silent difference)
+# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB with the BE reward)
+COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy)
+# adaptive-k and UCB: the kernel's expected tokens and UCB index use libm, the policies numpy (vectorised, SVML on
+# some CPUs); they agree to a few ulp, so an argmax whose runner-up lies within this relative margin is not decided
+# in the kernel and the run is redone on the step path (never a silent difference)
 TIE_MARGIN = 1e-12
 
 
@@ -118,10 +120,12 @@ def _policy_reason(server, policy) -> str | None:
                 return "a negative or non-finite draft profile coefficient (the step path names it)"
     if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
         return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
-    if isinstance(policy, AdaptiveKPolicy) and policy.scope == "request":
+    if isinstance(policy, UCBPolicy) and policy.reward != "be":
+        return f"policy {policy.name!r} with the {policy.reward!r} reward (the kernel has the BE reward only)"
+    if isinstance(policy, (AdaptiveKPolicy, UCBPolicy)) and policy.scope == "request":
         ids = server.wl.request_ids
         if len(set(ids)) != len(ids):
-            return "adaptive-k per request with repeated request ids (their estimates are shared)"
+            return f"{policy.name} per request with repeated request ids (their estimates are shared)"
     return None
 
 
@@ -181,6 +185,10 @@ class CompiledRun:
             if lens is not None:
                 i[ker.I_CAP], cap = 1, lens
             ks = [policy.k_max]
+        elif isinstance(policy, UCBPolicy):
+            i[ker.I_POLICY], i[ker.I_K], i[ker.I_ARMS] = ker.POL_UCB, policy.k, policy.num_arms
+            i[ker.I_SHARED], f[ker.F_BETA] = policy.scope == "shared", policy.beta
+            ks = [policy.k] * G
         else:  # CombineMatchPolicy
             i[ker.I_POLICY], i[ker.I_MIN_MATCH] = ker.POL_COMBINE, policy.min_match
             i[ker.I_K_NGRAM], i[ker.I_K_EAGLE] = policy.k_ngram, policy.k_eagle
@@ -216,12 +224,49 @@ class CompiledRun:
                 rowof[g, k] = row
                 row += 1
         self.pf_order = np.array([self.slots.index(d) for d in used], dtype=np.int64)
+        self.arm_slot = np.array([self.slots.index(d) for d in getattr(policy, "drafters", ())] or [0],
+                                 dtype=np.int64)  # a bandit's arms (its drafters' order) -> slots
         self.iparams, self.fparams = i, f
         self.first = server.drafting._first.astype(np.int64)
         self.last = server.drafting._last.astype(np.int64)
         self.tab, self.rowof, self.cap = tab, rowof, np.asarray(cap, dtype=np.int32)
         self.dkind, self.dpf, self.dcoef = dkind, dpf, dcoef
         self.policy_kind = int(i[ker.I_POLICY])
+
+    def _log_table(self, counts: np.ndarray) -> np.ndarray:
+        """ln max(t, 1) for every whole play count t a UCB state can reach, by numpy as the policy calls it (request
+        scope: `_select_batch` on a column of t; shared: `_select` on one t, checked at sampled t to agree with the
+        table); empty (libm and the tie margin in the kernel) where the check fails."""
+        from simulator import compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_UCB:
+            return np.zeros(0)
+        wl, policy = self.srv.wl, self.srv.drafting.policy
+        # a state is played at most once per decode step of each request reading it
+        most = int(wl.output_len.max() if policy.scope == "request" else wl.output_len.sum())
+        t = np.arange(int(counts.sum(axis=1).max()) + most + 2, dtype=np.float64)
+        table = np.log(np.maximum(t[:, None], 1.0))[:, 0]
+        probe = np.unique(np.concatenate([np.arange(min(len(t), 64)),
+                                          np.random.default_rng(0).integers(0, len(t), 256)]))
+        if policy.scope == "shared":
+            same = all(np.log(np.maximum(float(x), 1.0)) == table[x] for x in probe)
+        else:  # a step's column of t, of any length: each element as in the table
+            same = all(np.array_equal(np.log(np.maximum(t[probe[:m], None], 1.0))[:, 0], table[probe[:m]])
+                       for m in (1, 3, 8, 17, len(probe)))
+        return table if same else np.zeros(0)
+
+    def _arms(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """UCB's play counts and reward sums per (state, arm): per request from zero (start_request), or the policy's
+        shared state."""
+        from simulator import compiled_kernel as ker
+
+        policy = self.srv.drafting.policy
+        if self.policy_kind != ker.POL_UCB:
+            return np.zeros((1, 1)), np.zeros((1, 1))
+        if policy.scope == "shared":
+            state = policy._state("")
+            return state.counts[None, :].copy(), state.sums[None, :].copy()
+        return np.zeros((n, policy.num_arms)), np.zeros((n, policy.num_arms))
 
     def _estimates(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """adaptive-k's acceptance estimates (successes, failures): per request from zero (start_request resets them;
@@ -253,6 +298,8 @@ class CompiledRun:
         dsteps, dprop, dacc = (np.zeros(n, dtype=np.int64) for _ in range(3))
         usage = np.zeros(len(self.slots) + 1, dtype=np.int64)
         est_s, est_f = self._estimates(n)
+        arm_counts, arm_sums = self._arms(n)
+        log_table = self._log_table(arm_counts)
         rows_i = np.empty((ker.ROW_INTS, SEGMENT_ROWS), dtype=np.int64)  # one line per column
         rows_f = np.empty((2, SEGMENT_ROWS))
         itl = np.empty(SEGMENT_ROWS * 16 + srv.max_num_seqs)
@@ -260,7 +307,7 @@ class CompiledRun:
         # the request state the kernel writes; a copy where a run may be handed back to the step path untouched
         names = ("arrival", "gen", "prefill_left", "prefill_done", "blocks", "last_emit", "first_sched", "first_token",
                  "finish")
-        may_undo = self.policy_kind == ker.POL_ADAPTIVE
+        may_undo = self.policy_kind in (ker.POL_ADAPTIVE, ker.POL_UCB)
         s = {a: getattr(st, a).copy() if may_undo else getattr(st, a) for a in names}
         if may_undo:
             client_of = client_of.copy()
@@ -268,7 +315,8 @@ class CompiledRun:
         stop_at = n if stop is None else min(n, check_every)
         while True:
             code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
-                                 self.cap, self.dkind, self.dpf, self.dcoef, self.pf_order, est_s, est_f, usage,
+                                 self.cap, self.dkind, self.dpf, self.dcoef, self.pf_order, est_s, est_f, arm_counts,
+                                 arm_sums, self.arm_slot, log_table, usage,
                                  self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
                                  s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],
                                  s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
@@ -300,7 +348,24 @@ class CompiledRun:
                 arr.client_of[:] = client_of
         self._write(istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts)
         self._write_estimates(est_s, est_f, run[:int(istate[ker.S_NRUN])])
+        self._write_arms(arm_counts, arm_sums, run[:int(istate[ker.S_NRUN])])
         return float(fstate[0])
+
+    def _write_arms(self, counts: np.ndarray, sums: np.ndarray, running: np.ndarray) -> None:
+        """UCB's statistics back into the policy: the shared state, or those of requests still decoding."""
+        from simulator import compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_UCB:
+            return
+        policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
+        if policy.scope == "shared":
+            state = policy._state("")
+            state.counts[:], state.sums[:] = counts[0], sums[0]
+            return
+        for i in running:
+            if not np.isnan(st.first_token[i]):
+                state = policy._state(ids[i])
+                state.counts[:], state.sums[:] = counts[i], sums[i]
 
     def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray) -> None:
         """adaptive-k's estimates back into the policy: the shared one, or those of requests still decoding (a

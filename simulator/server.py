@@ -93,11 +93,12 @@ class Server:
             if end is not None:
                 yield env.timeout(max(0.0, end - env.now))
                 return
-            # an adaptive-k choice the kernel cannot decide exactly (compiled_run.TIE_MARGIN): nothing was written,
-            # the whole run takes the step path
+            # an adaptive-k or UCB choice the kernel cannot decide exactly (compiled_run.TIE_MARGIN): nothing was
+            # written, the whole run takes the step path
             self.compiled = None
-            self.engine_path_reason = ("adaptive-k: a near tie in the k argmax (within compiled_run.TIE_MARGIN, "
-                                       "where libm and numpy may differ): the run was redone on the step path")
+            self.engine_path_reason = (f"{self.drafting.policy.name}: a near tie in the policy's argmax (within "
+                                       "compiled_run.TIE_MARGIN, where libm and numpy may differ): the run was redone "
+                                       "on the step path")
             self.step_runs = step_runs.for_server(self)
         busy = False
         while st.n_finished < n:

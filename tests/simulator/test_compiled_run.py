@@ -99,15 +99,19 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
 
 def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, weight: float, decay: float, scope: str,
                 min_match: int, k_ngram: int, k_eagle: int) -> dict:
-    """A compiled policy's config: adaptive-k on 'd' or (with n-gram lengths) 'g', or combine-match of 'g' and 'd'."""
+    """A compiled policy's config: adaptive-k on 'd' or (with n-gram lengths) 'g', combine-match of 'g' and 'd', or UCB
+    (BE reward) over 'd' and, with n-gram lengths, 'g'."""
     if name == "adaptive-k":
         return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "k_max": k_max, "prior": prior,
                 "prior_weight": weight, "decay": decay, "scope": scope}
+    if name in ("ucb", "metasd-ucb"):  # arms in either order; beta from the prior draw (0 included)
+        arms = (["g", "d"] if seed % 2 else ["d", "g"]) if ngram else ["d"]
+        return {"name": name, "drafters": arms, "k": k_ngram, "beta": 2.0 * prior, "scope": scope, "reward": "be"}
     return {"name": name, "ngram": "g", "eagle": "d", "k_ngram": k_ngram, "k_eagle": k_eagle, "min_match": min_match}
 
 
-@settings(max_examples=30, deadline=None)
-@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match"]), seed=st.integers(0, 10_000),
+@settings(max_examples=80, deadline=None)
+@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "ucb", "metasd-ucb"]), seed=st.integers(0, 10_000),
        n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(), cost=st.sampled_from(sorted(COSTS)),
        rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
@@ -116,12 +120,13 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
        k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
        k_eagle=st.integers(1, 5))
-def test_compiled_adaptive_k_and_combine_match_equal_the_step_path_bit_for_bit(
+def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle):
-    """adaptive-k (per-request or shared estimate, with and without n-gram caps) and combine-match (two drafter
-    groups per step) over the same random configs: every restated rule (estimate, step-time estimate with the
-    previewed prompt chunks, argmax, feedback order, per-group draft cost) is checked by the tables."""
+    """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
+    per step) and UCB / MetaSD-UCB with the BE reward (per-request or shared statistics, one or two arms) over the
+    same random configs: every restated rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
+    UCB index, feedback order, per-group draft cost) is checked by the tables."""
     ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     drafters = ("d", "g") if ngram else ("d",)
@@ -130,7 +135,7 @@ def test_compiled_adaptive_k_and_combine_match_equal_the_step_path_bit_for_bit(
     if rules != "chunked" and budget < int(wl.prompt_len.max()):
         budget = int(wl.prompt_len.max()) + seed % 9
     spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle)
-    look = k_max if policy == "adaptive-k" else max(k_ngram, k_eagle)
+    look = k_max if policy == "adaptive-k" else k_ngram if "ucb" in policy else max(k_ngram, k_eagle)
     kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
               kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
@@ -171,6 +176,11 @@ def _fallback_cases():
     gtraces = traces_with(6, 1, 0.6, True)
     gbase = dict(traces=gtraces, wl=workload(gtraces, 12, rate=100.0), drafters=("d", "g"))
     twins = workload(traces, 12, rate=100.0)
+    tvtraces = traces_with(6, 1, 0.6, False)
+    for t in tvtraces:  # per-position tv, which the BD reward reads
+        d = t.drafters["d"]
+        t.drafters["d"] = type(d)(d.acc_len, tv=np.full(len(d.acc_len), 0.25, dtype=np.float32))
+    tvbase = dict(traces=tvtraces, wl=workload(tvtraces, 12, rate=100.0))
     twins.request_ids[1] = twins.request_ids[0]
 
     def ADAPTIVE():
@@ -181,8 +191,14 @@ def _fallback_cases():
 
     return {
         "psd": ({**base, "mode": "psd", "psd": PSDConfig()}, "mode 'psd'"),
-        "learning policy": ({**base, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3}, seed=0)},
+        "learning policy": ({**base, "policy": make_policy({"name": "thompson", "drafters": ["d"], "k": 3}, seed=0)},
                             "chooses per step"),
+        "discounted ucb": ({**base, "policy": make_policy({"name": "discounted-ucb", "drafters": ["d"], "k": 3,
+                                                           "reward": "be"}, seed=0)}, "chooses per step"),
+        "ucb bd reward": ({**tvbase, "policy": make_policy({"name": "metasd-ucb", "drafters": ["d"], "k": 3},
+                                                          seed=0)}, "reward"),
+        "ucb repeated ids": ({**base, "wl": twins, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3},
+                                                                         seed=0)}, "repeated request ids"),
         "combine-adaptive": ({**gbase, "policy": make_policy({"name": "combine-adaptive", "ngram": "g",
                                                               "eagle": "d"}, seed=0)}, "chooses per step"),
         "combine-match switch cost": ({**gbase, "policy": COMBINE(), "switch_cost_s": 0.001}, "switching cost"),
