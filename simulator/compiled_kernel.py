@@ -1,4 +1,9 @@
-"""The compiled step loop (numba): one server's AR or fixed-k SD run (open or closed loop), step for step as the step path.
+"""The compiled step loop (numba): one server's AR or SD run (open or closed loop), step for step as the step path.
+
+One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
+fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule or by UCB over drafter arms;
+each slot is priced once for its own sub-batch (Pricing.draft_time). Policy rules the kernel restates live in small
+@njit functions below, each naming the Python rule it mirrors; tests/simulator/test_compiled_run.py guards them.
 
 Imported only by simulator/compiled_run.py when an eligible run starts, so commands that never simulate do not
 import numba. Every float is formed with the step path's operations in its order (simulator/step_sd.py,
@@ -232,39 +237,29 @@ def _estimate_value(s, f, prior, weight):
 
 
 @njit(cache=True)
-def _expected_tokens(a, k, log_a):
-    """traces/expected_tokens.expected_tokens(a, k): -expm1((k + 1) log1p(-(1 - a))) / (1 - a); k + 1 at a = 1, 1 at
-    k = 0 (`log_a`: log1p(-(1 - a)), the same for every k). libm's expm1/log1p here, numpy's (vectorised, SVML on
-    some CPUs) there: equal to a few ulp, not always bit for bit (see _best_k)."""
-    if k == 0:
-        return 1.0
-    one_minus = 1.0 - a
-    if one_minus > 0:
-        return -math.expm1((k + 1.0) * log_a) / one_minus
-    return k + 1.0
-
-
-@njit(cache=True)
 def _best_k(a, times, top, tie, rates):
     """AdaptiveKPolicy.best_k: argmax over k <= top of expected_tokens(a, k) / times[k], the first on ties
-    (np.argmax). The expectation is exact only at k = 0 and a = 1, elsewhere a few ulp from numpy's: a runner-up
-    within the relative margin `tie` of the best could be numpy's argmax, so -1 (not decided here) is returned.
-    `rates`: scratch of length >= top + 1."""
-    one_minus = 1.0 - a
-    log_a = math.log1p(-one_minus) if one_minus > 0 else 0.0
+    (np.argmax). traces/expected_tokens.py's (1 - a^(k+1)) / (1 - a) is summed here as 1 + a + ... + a^k (exact at
+    k = 0 and a = 1, as there; elsewhere within ~2k ulp of the true value, numpy's expm1/log1p form within a few):
+    a runner-up within the relative margin `tie` of the best (unless both are exact) could be numpy's argmax, so -1
+    (not decided here) is returned. `rates`: scratch of length >= top + 1."""
     best = 0
     best_r = 1.0 / times[0]
     if np.isnan(best_r):
         return 0
     rates[0] = best_r
+    term = 1.0
+    expected = 1.0
     for k in range(1, top + 1):
-        r = _expected_tokens(a, k, log_a) / times[k]
+        term *= a
+        expected += term
+        r = expected / times[k]
         if np.isnan(r):
             return -1
         rates[k] = r
         if r > best_r:
             best, best_r = k, r
-    if a >= 1.0:  # every expectation exact: the same rates as numpy's
+    if a >= 1.0:  # every expectation exact (k + 1): the same rates as numpy's
         return best
     floor = best_r * (1.0 - tie)
     for k in range(top + 1):  # every other candidate below the best by more than the margin (or both exact)

@@ -1,14 +1,16 @@
-"""Compiled engine path: an eligible single-server run (AR or fixed-k SD, open or closed loop) in one compiled loop.
+"""Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match or UCB-BE
+policy, open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a cluster
-replica, PSD, a learning policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the
+replica, PSD, another policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the
 kernel does not price, KV that could preempt, numba missing, or the path forced off). An eligible server's
 `CompiledRun.run` steps the whole run in simulator/compiled_kernel.py and writes the outcome into the server's
 state, records and counters, so `Server.result()` builds the same tables as the step path.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/test_compiled_run.py checks it over
-random eligible configs). Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to force the step path, =compiled to take
+random eligible configs); where an adaptive-k or UCB argmax cannot be decided exactly (TIE_MARGIN) `run` hands the
+run back untouched and the server redoes it on the step path. Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to force the step path, =compiled to take
 the compiled one for runs below MIN_WORK_TOKENS too.
 
 The kernel runs in segments: it returns when its row buffers are full or when a given number of requests have
@@ -42,9 +44,10 @@ DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "aut
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
 # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB with the BE reward)
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy)
-# adaptive-k and UCB: the kernel's expected tokens and UCB index use libm, the policies numpy (vectorised, SVML on
-# some CPUs); they agree to a few ulp, so an argmax whose runner-up lies within this relative margin is not decided
-# in the kernel and the run is redone on the step path (never a silent difference)
+# adaptive-k: the kernel sums the expected tokens' series, the policy evaluates numpy's expm1/log1p form (vectorised,
+# SVML on some CPUs); they agree to well under 1e-13 (k <= MAX_K), so an argmax whose runner-up lies within this
+# relative margin is not decided in the kernel and the run is redone on the step path (never a silent difference);
+# the same for UCB where its log table cannot be checked against numpy (libm's log instead)
 TIE_MARGIN = 1e-12
 
 
