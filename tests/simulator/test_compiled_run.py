@@ -338,3 +338,17 @@ def test_longer_ucb_runs_over_two_drafters_are_equal(scope):
         assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
         assert min(fast.extras["drafter_usage"][d] for d in ("d", "g")) > 0  # both arms played
         assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
+
+
+def test_a_fraction_or_constant_drafter_with_a_profile_is_charged_its_prompt_pass():
+    """DraftCost.prefill_time prices a drafter's own prompt pass whenever it has a profile, whatever its kind; the
+    kernel once charged it only for profile kinds (whole_proposal, autoregressive)."""
+    traces = traces_with(20, 5, 0.6, False)
+    wl = workload(traces, 60, rate=80.0, seed=5)
+    for cost in (DraftCost("fraction_of_verify", fraction=0.1, profile=linear(1e-8, 2e-6, 1e-4)),
+                 DraftCost("constant", seconds=1e-3, profile=linear(1e-8, 2e-6, 1e-4))):
+        kw = dict(traces=traces, wl=wl, k=3, cost=cost, max_num_seqs=8, max_num_batched_tokens=64,
+                  chunked_prefill=True)
+        fast, slow = run_path(True, **kw), run_path(False, **kw)
+        assert fast.extras["engine_path"] == "compiled" and "draft_prefill" in set(slow.steps.phase)
+        assert_same(fast, slow)
