@@ -42,6 +42,7 @@ PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill")  # c
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
+POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
 # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB with the BE reward)
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy)
 # adaptive-k: the kernel sums the expected tokens' series, the policy evaluates numpy's expm1/log1p form (vectorised,
@@ -99,6 +100,9 @@ def _policy_reason(server, policy) -> str | None:
     """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
     if type(policy) not in COMPILED_POLICIES:
         return f"policy {policy.name!r} chooses per step (learning or adaptive): step path"
+    patched = sorted(set(vars(policy)) & POLICY_METHODS)
+    if patched:  # a wrapper set on the instance (a recorder, a test spy) would never be called by the kernel
+        return f"policy {policy.name!r} has {', '.join(patched)} replaced on the instance"
     used = policy.drafters_used()
     if not used:
         return None

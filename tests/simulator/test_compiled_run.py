@@ -186,6 +186,11 @@ def _fallback_cases():
     def ADAPTIVE():
         return make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)
 
+    def spied(policy):
+        inner = policy.choose_batch
+        policy.choose_batch = lambda view: inner(view)
+        return policy
+
     def COMBINE():
         return make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0)
 
@@ -197,6 +202,7 @@ def _fallback_cases():
                                                            "reward": "be"}, seed=0)}, "chooses per step"),
         "ucb bd reward": ({**tvbase, "policy": make_policy({"name": "metasd-ucb", "drafters": ["d"], "k": 3},
                                                           seed=0)}, "reward"),
+        "policy method replaced": ({**base, "policy": spied(ADAPTIVE())}, "choose_batch replaced on the instance"),
         "ucb repeated ids": ({**base, "wl": twins, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3},
                                                                          seed=0)}, "repeated request ids"),
         "combine-adaptive": ({**gbase, "policy": make_policy({"name": "combine-adaptive", "ngram": "g",
