@@ -9,8 +9,8 @@ derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.
 Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
   and on request (--runs) adaptive-k (eagle3) and combine-match (ngram / eagle3),
-  on the compiled path (simulator/compiled_run.py; UCB is not eligible and takes the step path), with macro-steps
-  (simulator/step_runs.py) and step by step, in the same process, the tables checked equal: request-steps per CPU
+  on the compiled path (simulator/compiled_run.py; UCB with the BE reward, adaptive-k and combine-match are eligible),
+  with macro-steps (simulator/step_runs.py) and step by step, in the same process, the tables checked equal: request-steps per CPU
   second, mean sequences per step, and the ratios; the compiled kernel's first call (numba import and cache load,
   or compile) is timed on its own before;
 - whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
