@@ -10,9 +10,9 @@ Figures, each printed with `uptime` beside it (the machine is shared: label them
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
   and on request (--runs) adaptive-k (eagle3) and combine-match (ngram / eagle3),
   on the compiled path (simulator/compiled_run.py; UCB with the BE reward, adaptive-k and combine-match are eligible),
-  with macro-steps (simulator/step_runs.py) and step by step, in the same process, the tables checked equal: request-steps per CPU
-  second, mean sequences per step, and the ratios; the compiled kernel's first call (numba import and cache load,
-  or compile) is timed on its own before;
+  with macro-steps (simulator/step_runs.py) and step by step, in the same process, the tables checked equal:
+  request-steps per CPU second, mean sequences per step, and the ratios; the compiled kernel's first call (numba
+  import and cache load, or compile) is timed on its own before;
 - whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
   seconds per wall second.
 Targets (issue 18): engine >= 10M request-steps/CPU-s for AR and fixed-k SD, >= 2M with a learning or adaptive

@@ -326,8 +326,9 @@ def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
 
 @njit(cache=True)
 def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, pf_order, est_s,
-              est_f, arm_counts, arm_sums, arm_slot, log_table, usage, iparams, fparams, istate, fstate, run, gen, prefill_left, prefill_done, blocks, last_emit,
-              first_sched, first_token, finish, dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
+              est_f, arm_counts, arm_sums, arm_slot, log_table, usage, iparams, fparams, istate, fstate, run, gen,
+              prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish, dsteps, dprop, dacc,
+              rows_i, rows_f, itl, stop_finished):
     """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
 
     Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost kind `dkind[g]`, coefficients `dcoef[g]`,

@@ -10,8 +10,8 @@ state, records and counters, so `Server.result()` builds the same tables as the 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/test_compiled_run.py checks it over
 random eligible configs); where an adaptive-k or UCB argmax cannot be decided exactly (TIE_MARGIN) `run` hands the
-run back untouched and the server redoes it on the step path. Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to force the step path, =compiled to take
-the compiled one for runs below MIN_WORK_TOKENS too.
+run back untouched and the server redoes it on the step path. Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to
+force the step path, =compiled to take the compiled one for runs below MIN_WORK_TOKENS too.
 
 The kernel runs in segments: it returns when its row buffers are full or when a given number of requests have
 finished, and continues from its state; `CompiledRun.run(stop=...)` uses the latter to let a caller end a run

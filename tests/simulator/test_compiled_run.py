@@ -111,8 +111,9 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
 
 
 @settings(max_examples=80, deadline=None)
-@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "ucb", "metasd-ucb"]), seed=st.integers(0, 10_000),
-       n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(), cost=st.sampled_from(sorted(COSTS)),
+@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "ucb", "metasd-ucb"]),
+       seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
+       cost=st.sampled_from(sorted(COSTS)),
        rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
