@@ -42,6 +42,7 @@ PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill")  # c
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
+MAX_LOG_TABLE = 1 << 23  # UCB's ln t table (64 MiB); a longer shared run uses libm's log and the tie margin
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
 # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB with the BE reward)
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy)
@@ -251,7 +252,10 @@ class CompiledRun:
         wl, policy = self.srv.wl, self.srv.drafting.policy
         # a state is played at most once per decode step of each request reading it
         most = int(wl.output_len.max() if policy.scope == "request" else wl.output_len.sum())
-        t = np.arange(int(counts.sum(axis=1).max()) + most + 2, dtype=np.float64)
+        size = int(counts.sum(axis=1).max()) + most + 2
+        if size > MAX_LOG_TABLE:
+            return np.zeros(0)
+        t = np.arange(size, dtype=np.float64)
         table = np.log(np.maximum(t[:, None], 1.0))[:, 0]
         probe = np.unique(np.concatenate([np.arange(min(len(t), 64)),
                                           np.random.default_rng(0).integers(0, len(t), 256)]))

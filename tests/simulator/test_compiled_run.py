@@ -331,10 +331,13 @@ def test_adaptive_k_estimates_are_left_in_the_policy_as_the_step_path_leaves_the
     assert running and sorted(pol._est) == sorted(running)
 
 
-@pytest.mark.parametrize("scope", ["request", "shared"])
-def test_longer_ucb_runs_over_two_drafters_are_equal(scope):
+@pytest.mark.parametrize("scope", ["request", "shared", "shared-libm"])
+def test_longer_ucb_runs_over_two_drafters_are_equal(scope, monkeypatch):
     """UCB's index decides between two arms over many plays (per request: up to ~60; shared: thousands), so a change
     to the index or the reward shows in the tables."""
+    if scope == "shared-libm":  # no ln t table: libm's log, decided only outside the tie margin
+        monkeypatch.setattr(compiled_run, "MAX_LOG_TABLE", 0)
+        scope = "shared"
     traces = traces_with(40, 11, 0.55, True)
     wl = workload(traces, 160, rate=120.0, seed=11)
     for beta in (0.2, 1.0, 3.0):
@@ -342,7 +345,7 @@ def test_longer_ucb_runs_over_two_drafters_are_equal(scope):
         kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=12, max_num_batched_tokens=256,
                   chunked_prefill=True, step_overhead_s=1e-4)
         fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
-        assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+        assert fast.extras["engine_path"] == "compiled" or "near tie" in fast.extras["engine_path_reason"]
         assert min(fast.extras["drafter_usage"][d] for d in ("d", "g")) > 0  # both arms played
         assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
 
