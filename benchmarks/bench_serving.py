@@ -8,14 +8,15 @@ derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.
 
 Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
-  on the compiled path (simulator/compiled_run.py; UCB is not eligible and takes the step path), with macro-steps
-  (simulator/step_runs.py) and step by step, in the same process, the tables checked equal: request-steps per CPU
-  second, mean sequences per step, and the ratios; the compiled kernel's first call (numba import and cache load,
-  or compile) is timed on its own before;
+  and on request (--runs) adaptive-k (eagle3) and combine-match (ngram / eagle3),
+  on the compiled path (simulator/compiled_run.py; UCB with the BE reward, adaptive-k and combine-match are eligible),
+  with macro-steps (simulator/step_runs.py) and step by step, in the same process, the tables checked equal:
+  request-steps per CPU second, mean sequences per step, and the ratios; the compiled kernel's first call (numba
+  import and cache load, or compile) is timed on its own before;
 - whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
   seconds per wall second.
-Targets (issue 18): engine >= 10M request-steps/CPU-s for AR and fixed-k SD, >= 2M with a learning policy;
-whole process >= 1000x real time. Nothing is asserted.
+Targets (issue 18): engine >= 10M request-steps/CPU-s for AR and fixed-k SD, >= 2M with a learning or adaptive
+policy; whole process >= 1000x real time. Nothing is asserted.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET_RATE = {"AR": 10_000_000, "SD-k3": 10_000_000, "UCB": 2_000_000}
+TARGET_RATE = {"AR": 10_000_000, "SD-k3": 10_000_000, "UCB": 2_000_000, "adaptive-k": 2_000_000,
+               "combine-match": 2_000_000}
 TARGET_REAL_TIME = 1000.0
 
 # Llama-2-7B (6.74e9 params fp16: 13.5 GB of weights; 32 layers x 2 x 4096 x 2 bytes = 512 KiB of KV per token) on
@@ -65,6 +67,9 @@ RUNS = {
     "AR": {"name": "AR", "mode": "ar"},
     "SD-k3": {"name": "SD-k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}},
     "UCB": {"name": "UCB", "mode": "sd", "policy": {"name": "ucb", "drafters": ["eagle3", "ngram"], "k": 3}},
+    "adaptive-k": {"name": "adaptive-k", "mode": "sd", "policy": {"name": "adaptive-k", "drafter": "eagle3"}},
+    "combine-match": {"name": "combine-match", "mode": "sd",
+                      "policy": {"name": "combine-match", "ngram": "ngram", "eagle": "eagle3"}},
 }
 
 
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=2, help="engine runs per path (best CPU time kept)")
-    ap.add_argument("--runs", default="AR,SD-k3,UCB", help="comma-separated subset of AR, SD-k3, UCB")
+    ap.add_argument("--runs", default="AR,SD-k3,UCB", help="comma-separated subset of " + ", ".join(RUNS))
     ap.add_argument("--rate", type=float, default=12.0, help="Poisson arrival rate of the engine runs (SD k=3 at "
                     "18 req/s: ~38 sequences per step); the whole-process run keeps 12")
     ap.add_argument("--skip-process", action="store_true", help="engine figures only")

@@ -1,4 +1,9 @@
-"""The compiled step loop (numba): one server's AR or fixed-k SD run (open or closed loop), step for step as the step path.
+"""The compiled step loop (numba): one server's AR or SD run (open or closed loop), step for step as the step path.
+
+One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
+fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule or by UCB over drafter arms;
+each slot is priced once for its own sub-batch (Pricing.draft_time). Policy rules the kernel restates live in small
+@njit functions below, each naming the Python rule it mirrors; tests/simulator/test_compiled_run.py guards them.
 
 Imported only by simulator/compiled_run.py when an eligible run starts, so commands that never simulate do not
 import numba. Every float is formed with the step path's operations in its order (simulator/step_sd.py,
@@ -18,10 +23,12 @@ from pathlib import Path
 # numba reads its cache folder at import: one under the user's cache works when the package is read-only
 os.environ.setdefault("NUMBA_CACHE_DIR", str(Path.home() / ".cache" / "draftsim" / "numba"))
 
+import math  # noqa: E402
+
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
-DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, -1, -2
+DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT, ERR_TIE = 0, 1, 2, -1, -2, -3
 # row int columns
 R_STEP, R_PHASE, R_NS, R_PT, R_BT, R_KV, R_USED, R_PROP, R_ACC, R_EMIT, R_DRF = range(11)
 ROW_INTS = 11
@@ -29,14 +36,24 @@ ROW_INTS = 11
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # draft cost kinds
 K_NONE, K_CONSTANT, K_FRACTION, K_WHOLE, K_AUTOREGRESSIVE = range(5)
+# policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
+POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
 # iparams
-I_SD, I_DRAFTER, I_K, I_KIND, I_PREFILL_PROFILE, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, \
-    I_CLOSED = range(12)
-# fparams: target a, b, s, d; overhead; draft seconds, fraction; draft profile a, b, s, d; closed-loop think time
-F_TA, F_TB, F_TS, F_TD, F_OVERHEAD, F_SECONDS, F_FRACTION, F_DA, F_DB, F_DS, F_DD, F_THINK = range(12)
+I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
+    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS = range(19)
+N_IPARAMS = 19
+# fparams: target a, b, s, d; overhead; closed-loop think time; acceptance estimate prior, weight, decay; the
+# relative margin below which an adaptive-k argmax is not decided here (see _best_k)
+F_TA, F_TB, F_TS, F_TD, F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_TIE, F_BETA = range(11)
+N_FPARAMS = 11
+# per drafter slot coefficients (dcoef columns): constant seconds, fraction of verify, profile a, b, s, d
+C_SECONDS, C_FRACTION, C_A, C_B, C_S, C_D = range(6)
 # istate
 S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
-    range(12)
+    range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
+# the step table's drafters column (R_DRF): a bit per slot that drafted (slots in ascending drafter index, joined by
+# "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
+DRF_PASS = 4
 
 
 @njit(cache=True)
@@ -107,33 +124,246 @@ def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop,
     rows_f[1, r] = end
 
 
+
 @njit(cache=True)
-def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc, iparams, fparams, istate, fstate, run,
-              gen, prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish,
-              dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
-    """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code."""
+def _linear(a, b, s, d, num_seqs, batched_tokens, kv_tokens):
+    """latency.LinearProfile.step_time: a * kv + b * tokens + s * seqs + d, in that order."""
+    return a * kv_tokens + b * batched_tokens + s * num_seqs + d
+
+
+@njit(cache=True)
+def _draft_time(kind, coef, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
+    """draft_cost.DraftCost.draft_time of one drafter slot (`coef`: its dcoef row) for its own sub-batch."""
+    if num_seqs <= 0 or proposed_tokens <= 0:
+        return 0.0
+    if kind == K_CONSTANT:
+        return coef[C_SECONDS]
+    if kind == K_FRACTION:
+        return coef[C_FRACTION] * verify_time
+    a, b, s, d = coef[C_A], coef[C_B], coef[C_S], coef[C_D]
+    if kind == K_WHOLE:
+        return _linear(a, b, s, d, num_seqs, proposed_tokens, kv_tokens)
+    total = 0.0
+    for i in range(k_max):
+        total += _linear(a, b, s, d, num_seqs, num_seqs, kv_tokens + i * num_seqs)
+    return total
+
+
+@njit(cache=True)
+def _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, tokens, kv):
+    """Pricing.drafter_prefill_time: each drafter's own prompt pass (DraftCost.prefill_time: its profile, when it
+    has one), summed from 0.0 in the policy's drafters_used order (`pf_order`)."""
+    total = 0.0
+    for j in range(len(pf_order)):
+        g = pf_order[j]
+        if dpf[g] == 1 and n_pre > 0 and tokens > 0:
+            total += _linear(dcoef[g, C_A], dcoef[g, C_B], dcoef[g, C_S], dcoef[g, C_D], n_pre, tokens, kv)
+        else:
+            total += 0.0
+    return total
+
+
+@njit(cache=True)
+def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen, blocks,
+                      prefill_left, prefill_done):
+    """Scheduler.preview_prefills (plan_prefills with new admissions allowed, nothing committed) for a mixed step
+    after `tokens_used` decode and draft tokens: (chunks, their tokens, their KV = cached + chunk)."""
+    budget = B - tokens_used
+    n_pre = 0
+    tokens = 0
+    kv = 0
+    for j in range(n_run):  # partial prefills, admission order
+        i = run[j]
+        left = prefill_left[i]
+        if left == 0:
+            continue
+        c = min(left, budget) if chunked == 1 else left
+        if c <= 0:
+            continue
+        need = (prefill_done[i] + c + (1 if c == left else 0) + bs - 1) // bs - blocks[i]
+        if need > free:
+            continue
+        if need > 0:
+            free -= need
+        budget -= c
+        n_pre += 1
+        tokens += c
+        kv += prefill_done[i] + c
+    running = n_run
+    w = admit
+    while w < ptr and running < max_seqs and budget > 0:  # waiting requests, FIFO
+        total = prompt[w] + gen[w]
+        c = min(total, budget) if chunked == 1 else total
+        if c > budget and (n_pre > 0 or tokens_used > 0):
+            break
+        need = (c + (1 if c == total else 0) + bs - 1) // bs
+        if need > free:
+            break
+        free -= need
+        budget -= c
+        running += 1
+        n_pre += 1
+        tokens += c
+        kv += prefill_done[w] + c
+        w += 1
+    return n_pre, tokens, kv
+
+
+@njit(cache=True)
+def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen,
+                blocks, prefill_left, prefill_done, ta, tb, ts, td, overhead, kind, coef, dpf, dcoef, pf_order):
+    """AdaptiveKPolicy.step_times through Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...): for
+    k = 0..k_max the time of a step in which all `n` decoding sequences draft k (slot 0's cost), with the prompt
+    chunks the step would add after their n (k + 1) tokens; draft + verify + overhead + the drafters' prompt pass."""
+    for k in range(k_max + 1):
+        n_pre, pt, pkv = 0, 0, 0
+        if separate == 0:
+            n_pre, pt, pkv = _preview_prefills(n * (k + 1), B, chunked, bs, free, max_seqs, n_run, run, admit, ptr,
+                                               prompt, gen, blocks, prefill_left, prefill_done)
+        verify = _linear(ta, tb, ts, td, n + n_pre, n + n * k + pt, kv + pkv)
+        draft = 0.0
+        if k > 0:
+            draft = _draft_time(kind, coef, n, n * k, k, kv, verify)
+        own = 0.0
+        if n_pre > 0:
+            own = _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, pt, pkv)
+        times[k] = draft + verify + overhead + own
+
+
+@njit(cache=True)
+def _estimate_value(s, f, prior, weight):
+    """AcceptanceEstimate.value: (successes + prior * w) / (successes + failures + w)."""
+    return (s + prior * weight) / (s + f + weight)
+
+
+@njit(cache=True)
+def _best_k(a, times, top, tie, rates):
+    """AdaptiveKPolicy.best_k: argmax over k <= top of expected_tokens(a, k) / times[k], the first on ties
+    (np.argmax). traces/expected_tokens.py's (1 - a^(k+1)) / (1 - a) is summed here as 1 + a + ... + a^k (exact at
+    k = 0 and a = 1, as there; elsewhere within ~2k ulp of the true value, numpy's expm1/log1p form within a few):
+    a runner-up within the relative margin `tie` of the best (unless both are exact) could be numpy's argmax, so -1
+    (not decided here) is returned. `rates`: scratch of length >= top + 1."""
+    best = 0
+    best_r = 1.0 / times[0]
+    if np.isnan(best_r):
+        return 0
+    rates[0] = best_r
+    term = 1.0
+    expected = 1.0
+    for k in range(1, top + 1):
+        term *= a
+        expected += term
+        r = expected / times[k]
+        if np.isnan(r):
+            return -1
+        rates[k] = r
+        if r > best_r:
+            best, best_r = k, r
+    if a >= 1.0:  # every expectation exact (k + 1): the same rates as numpy's
+        return best
+    floor = best_r * (1.0 - tie)
+    for k in range(top + 1):  # every other candidate below the best by more than the margin (or both exact)
+        if k != best and rates[k] >= floor and not (k == 0 and best == 0):
+            return -1
+    return best
+
+
+@njit(cache=True)
+def _estimate_update(s, f, accepted, proposed, decay):
+    """AcceptanceEstimate.update: successes and failures decayed, plus the accepted drafts and one failure when the
+    chain stopped short; nothing for an empty proposal. Returns the new (successes, failures)."""
+    if proposed <= 0:
+        return s, f
+    return decay * s + accepted, decay * f + (1.0 if accepted < proposed else 0.0)
+
+
+@njit(cache=True)
+def _ucb_arm(counts, sums, e, arms, beta, tie, index, log_table):
+    """UCBPolicy._select (and its batch form): the first arm never played, else argmax over arms of
+    ucb_index = sums / counts + beta * sqrt(2 ln max(t, 1) / counts), t = the plays, the first on ties. ln t from
+    `log_table` (numpy's own np.log of each whole t, checked against the policy's call form): the index is numpy's bit
+    for bit. An empty table: libm's log, a few ulp from numpy's, so an arm within the relative margin `tie` of the
+    best, unless its counts and sums are the best's, is not decided here: -1. `index`: scratch of length >= arms."""
+    for a in range(arms):
+        if counts[e, a] <= 0:
+            return a
+    t = 0.0
+    for a in range(arms):
+        t += counts[e, a]
+    exact = len(log_table) > 0
+    log_t = log_table[np.int64(t)] if exact else math.log(max(t, 1.0))
+    best = 0
+    for a in range(arms):
+        index[a] = sums[e, a] / counts[e, a] + beta * math.sqrt(2.0 * log_t / counts[e, a])
+        if index[a] > index[best]:
+            best = a
+    if exact or beta == 0.0:  # beta 0: the index is the mean on both paths
+        return best
+    floor = index[best] * (1.0 - tie)
+    for a in range(arms):
+        if a != best and index[a] >= floor and not (counts[e, a] == counts[e, best] and sums[e, a] == sums[e, best]):
+            return -1
+    return best
+
+
+@njit(cache=True)
+def _arm_of_slot(arm_slot, arms, g):
+    """The bandit arm whose drafter is slot g."""
+    for a in range(arms):
+        if arm_slot[a] == g:
+            return a
+    return -1
+
+
+@njit(cache=True)
+def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
+    """CombineMatchPolicy.choose: (slot, k) = the n-gram drafter with min(k_ngram, match) when the match has at least
+    min_match tokens, else EAGLE with k_eagle."""
+    if match >= min_match:
+        return ngram_slot, min(k_ngram, match)
+    return 1 - ngram_slot, k_eagle
+
+
+@njit(cache=True)
+def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, pf_order, est_s,
+              est_f, arm_counts, arm_sums, arm_slot, log_table, usage, iparams, fparams, istate, fstate, run, gen,
+              prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish, dsteps, dprop, dacc,
+              rows_i, rows_f, itl, stop_finished):
+    """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
+
+    Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost kind `dkind[g]`, coefficients `dcoef[g]`,
+    prompt pass priced when `dpf[g]`; `tab[rowof[g, k], 0 / 1, f]` the proposed / accepted drafts when slot g is
+    asked for k at flat trace position f (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
     n = len(arrival)
-    sd, has_drafter, k, kind = iparams[I_SD], iparams[I_DRAFTER], iparams[I_K], iparams[I_KIND]
-    prefill_profile, max_seqs, B = iparams[I_PREFILL_PROFILE], iparams[I_MAX_SEQS], iparams[I_BUDGET]
+    sd, policy, k_fixed, nslot, k_max = iparams[I_SD], iparams[I_POLICY], iparams[I_K], iparams[I_NSLOT], \
+        iparams[I_KMAX]
+    max_seqs, B = iparams[I_MAX_SEQS], iparams[I_BUDGET]
     chunked, separate, bs, total_blocks = iparams[I_CHUNKED], iparams[I_SEPARATE], iparams[I_BLOCK], iparams[I_BLOCKS]
+    shared, has_cap, min_match = iparams[I_SHARED], iparams[I_CAP], iparams[I_MIN_MATCH]
+    k_ngram, k_eagle, ngram_slot = iparams[I_K_NGRAM], iparams[I_K_EAGLE], iparams[I_NGRAM_SLOT]
     ta, tb, ts, td, overhead = fparams[F_TA], fparams[F_TB], fparams[F_TS], fparams[F_TD], fparams[F_OVERHEAD]
-    seconds, fraction = fparams[F_SECONDS], fparams[F_FRACTION]
-    da, db, ds, dd = fparams[F_DA], fparams[F_DB], fparams[F_DS], fparams[F_DD]
+    prior, weight, decay, tie = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY], fparams[F_TIE]
+    arms, beta = iparams[I_ARMS], fparams[F_BETA]
     closed, think = iparams[I_CLOSED], fparams[F_THINK]
     n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
     ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
     step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
-    usage_d, usage_none = istate[S_USAGE_D], istate[S_USAGE_NONE]
     now = fstate[0]
     cap_rows, cap_itl = rows_i.shape[1], len(itl)
     dec = np.empty(max_seqs, np.int64)
     ctx = np.empty(max_seqs, np.int64)
+    flat = np.empty(max_seqs, np.int64)
+    slot = np.empty(max_seqs, np.int64)
+    kk = np.empty(max_seqs, np.int64)
     prop = np.empty(max_seqs, np.int64)
     acc = np.empty(max_seqs, np.int64)
     pre = np.empty(max_seqs, np.int64)
     chunk = np.empty(max_seqs, np.int64)
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
+    times = np.empty(k_max + 1, np.float64)
+    rates = np.empty(k_max + 1, np.float64)
+    index = np.empty(max(arms, 1), np.float64)
     code = DONE
     while n_fin < n:
         if r + 3 > cap_rows or ni + max_seqs > cap_itl:
@@ -158,8 +388,6 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
         kv_est = 0
         prop_sum = 0
         acc_sum = 0
-        n_act = 0
-        kv_act = 0
         pre_tokens = 0
         pre_kv = 0
         only_prefill = False
@@ -174,10 +402,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                 pre_kv += prefill_done[pre[j]] + chunk[j]
             tokens = pre_tokens
             kv = pre_kv
-            target_t = ta * kv + tb * tokens + ts * n_pre + td
+            target_t = _linear(ta, tb, ts, td, n_pre, tokens, kv)
             dpt = 0.0
-            if has_drafter == 1 and prefill_profile == 1 and tokens > 0:
-                dpt = 0.0 + (da * kv + db * tokens + ds * n_pre + dd)
+            if nslot > 0:
+                dpt = _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, tokens, kv)
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
@@ -204,21 +432,64 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                     cx = prompt[i] + gen[i]
                     ctx[n_dec] = cx
                     kv_est += cx
-                    if has_drafter == 1:
-                        f = min(first[i] + gen[i], last[i])
-                        p = np.int64(step_prop[f])
-                        a = np.int64(step_acc[f])
-                        prop[n_dec] = p
-                        acc[n_dec] = a
-                        prop_sum += p
-                        acc_sum += a
-                        if p > 0:
-                            n_act += 1
-                            kv_act += cx
-                    else:
-                        prop[n_dec] = 0
-                        acc[n_dec] = 0
+                    flat[n_dec] = min(first[i] + gen[i], last[i])  # Drafting.flat_index
                     n_dec += 1
+            # ---- the policy's (drafter slot, k) per decoding request (Drafting.choose)
+            undecided = False
+            if nslot == 0:
+                for j in range(n_dec):
+                    slot[j] = -1
+                    kk[j] = 0
+            elif policy == POL_FIXED:
+                for j in range(n_dec):
+                    slot[j] = 0
+                    kk[j] = k_fixed
+            elif policy == POL_ADAPTIVE:
+                if n_dec > 0:
+                    _step_times(times, n_dec, kv_est, k_max, separate, B, chunked, bs, total_blocks - used, max_seqs,
+                                n_run, run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, ta, tb, ts,
+                                td, overhead, dkind[0], dcoef[0], dpf, dcoef, pf_order)
+                for j in range(n_dec):
+                    e = 0 if shared == 1 else dec[j]
+                    top = k_max
+                    if has_cap == 1:
+                        top = max(0, min(k_max, np.int64(cap[flat[j]])))
+                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top, tie, rates)
+                    if kb < 0:
+                        undecided = True
+                        break
+                    slot[j] = 0 if kb > 0 else -1
+                    kk[j] = kb
+            elif policy == POL_UCB:  # BanditPolicy.choose_batch; shared: one choice per step (its state is fixed)
+                arm = 0
+                for j in range(n_dec):
+                    if j == 0 or shared == 0:
+                        arm = _ucb_arm(arm_counts, arm_sums, 0 if shared == 1 else dec[j], arms, beta, tie, index,
+                                       log_table)
+                        if arm < 0:
+                            undecided = True
+                            break
+                    slot[j] = arm_slot[arm]
+                    kk[j] = k_fixed
+            else:
+                for j in range(n_dec):
+                    slot[j], kk[j] = _combine_choice(np.int64(cap[flat[j]]), min_match, k_ngram, k_eagle,
+                                                     ngram_slot)
+            if undecided:
+                code = ERR_TIE
+                break
+            for j in range(n_dec):  # proposals capped (traces/acceptance.proposed_tokens) and their replay
+                g = slot[j]
+                if g >= 0:
+                    row = rowof[g, kk[j]]
+                    p = np.int64(tab[row, 0, flat[j]])
+                    prop[j] = p
+                    acc[j] = np.int64(tab[row, 1, flat[j]])
+                    prop_sum += p
+                    acc_sum += acc[j]
+                else:
+                    prop[j] = 0
+                    acc[j] = 0
             grow = 0  # Scheduler.reserve: no preemption (the eligibility check bounds KV)
             for j in range(n_dec):
                 i = dec[j]
@@ -276,23 +547,30 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                 pre_kv += prefill_done[pre[j]] + chunk[j]
             tokens = prop_sum + n_dec + pre_tokens
             kv = kv_est + pre_kv
-            verify_t = ta * kv + tb * tokens + ts * nseq + td
-            draft_t = 0.0  # Pricing.draft_time / DraftCost.draft_time
-            if has_drafter == 1 and n_act > 0:
-                if kind == K_CONSTANT:
-                    t = seconds
-                elif kind == K_FRACTION:
-                    t = fraction * verify_t
-                elif kind == K_WHOLE:
-                    t = da * kv_act + db * prop_sum + ds * n_act + dd
-                else:
-                    t = 0.0
-                    for m in range(k):
-                        t += da * (kv_act + m * n_act) + db * n_act + ds * n_act + dd
-                draft_t = 0.0 + t
+            verify_t = _linear(ta, tb, ts, td, nseq, tokens, kv)
+            # Pricing.draft_time: each slot (ascending drafter index) once for its members that propose
+            draft_t = 0.0
+            drf = 0
+            n_act = 0
+            for g in range(nslot):
+                n_g = 0
+                p_g = 0
+                k_g = 0
+                kv_g = 0
+                for j in range(n_dec):
+                    if slot[j] == g and prop[j] > 0:
+                        n_g += 1
+                        p_g += prop[j]
+                        kv_g += ctx[j]
+                        if kk[j] > k_g:
+                            k_g = kk[j]
+                if n_g > 0:
+                    draft_t += _draft_time(dkind[g], dcoef[g], n_g, p_g, k_g, kv_g, verify_t)
+                    drf |= 1 << g
+                    n_act += n_g
             dpt = 0.0  # Pricing.drafter_prefill_time
-            if has_drafter == 1 and n_pre > 0 and prefill_profile == 1 and pre_tokens > 0:
-                dpt = 0.0 + (da * pre_kv + db * pre_tokens + ds * n_pre + dd)
+            if nslot > 0 and n_pre > 0:
+                dpt = _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, pre_tokens, pre_kv)
             duration = draft_t + verify_t + overhead + dpt
             start = now
             now = now + duration
@@ -302,23 +580,31 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
             for j in range(n_dec):
                 i = dec[j]
                 lft = out[i] - gen[i]
-                e = min(1 + acc[j], lft) if has_drafter == 1 else min(1, lft)
+                e = min(1 + acc[j], lft)
                 itl[ni] = now - last_emit[i]
                 ni += 1
                 last_emit[i] = now
                 gen[i] += e
                 emitted_sum += e
                 dsteps[i] += 1
-                if has_drafter == 1:
-                    dprop[i] += prop[j]
-                    dacc[i] += acc[j]
+                dprop[i] += prop[j]
+                dacc[i] += acc[j]
+                g = slot[j]
+                if g >= 0:
+                    usage[g] += 1
+                    if policy == POL_ADAPTIVE:  # feedback, admission order (Policy.observe per request)
+                        x = 0 if shared == 1 else i
+                        est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
+                    elif policy == POL_UCB and prop[j] > 0:  # BanditPolicy.observe_batch: BE reward accepted / N
+                        x = 0 if shared == 1 else i
+                        a = _arm_of_slot(arm_slot, arms, g)
+                        arm_counts[x, a] += 1.0
+                        arm_sums[x, a] += np.float64(acc[j]) / np.float64(prop[j])
+                else:
+                    usage[nslot] += 1
                 if gen[i] >= out[i]:
                     done[n_done] = i
                     n_done += 1
-            if has_drafter == 1:
-                usage_d += n_dec
-            else:
-                usage_none += n_dec
             first_tokens = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token,
                                            now)
             for j in range(n_pre):
@@ -326,7 +612,6 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
                 if gen[i] >= out[i] and prefill_left[i] == 0:
                     done[n_done] = i
                     n_done += 1
-            drf = 1 if (has_drafter == 1 and n_act > 0) else 0
             t0 = start
             if draft_t > 0:
                 _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + draft_t, n_act, 0, prop_sum, kv, used,
@@ -344,7 +629,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
             r += 1
             if dpt > 0:
                 _row(rows_i, rows_f, r, step_no, P_DRAFT_PREFILL, end, start + duration, n_pre, pre_tokens,
-                     pre_tokens, kv, used, 0, 0, 0, 1)
+                     pre_tokens, kv, used, 0, 0, 0, DRF_PASS)
                 r += 1
         # ---- finishes (StepOutcome.finish / Scheduler.finish)
         if n_done > 0:
@@ -378,8 +663,6 @@ def run_steps(arrival, client_of, prompt, out, first, last, step_prop, step_acc,
     istate[S_PEAK] = peak
     istate[S_ROWS] = r
     istate[S_ITL] = ni
-    istate[S_USAGE_D] = usage_d
-    istate[S_USAGE_NONE] = usage_none
     istate[S_SUBMITTED] = n_sub
     fstate[0] = now
     return code

@@ -1,15 +1,17 @@
-"""Compiled engine path: an eligible single-server run (AR or fixed-k SD, open or closed loop) in one compiled loop.
+"""Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match or UCB-BE
+policy, open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a cluster
-replica, PSD, a learning policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the
+replica, PSD, another policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the
 kernel does not price, KV that could preempt, numba missing, or the path forced off). An eligible server's
 `CompiledRun.run` steps the whole run in simulator/compiled_kernel.py and writes the outcome into the server's
 state, records and counters, so `Server.result()` builds the same tables as the step path.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/test_compiled_run.py checks it over
-random eligible configs). Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to force the step path, =compiled to take
-the compiled one for runs below MIN_WORK_TOKENS too.
+random eligible configs); where an adaptive-k or UCB argmax cannot be decided exactly (TIE_MARGIN) `run` hands the
+run back untouched and the server redoes it on the step path. Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to
+force the step path, =compiled to take the compiled one for runs below MIN_WORK_TOKENS too.
 
 The kernel runs in segments: it returns when its row buffers are full or when a given number of requests have
 finished, and continues from its state; `CompiledRun.run(stop=...)` uses the latter to let a caller end a run
@@ -26,7 +28,10 @@ from typing import Callable
 
 import numpy as np
 
+from policies.adaptive_k import AdaptiveKPolicy
 from policies.base import FixedPolicy
+from policies.combine import CombineMatchPolicy
+from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.latency import LinearProfile
 from simulator.request_state import FINISHED
@@ -39,6 +44,16 @@ MIN_WORK_TOKENS = 200_000
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill")  # compiled_kernel's phase codes
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
+MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
+MAX_LOG_TABLE = 1 << 23  # UCB's ln t table (64 MiB); a longer shared run uses libm's log and the tie margin
+POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
+# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB with the BE reward)
+COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy)
+# adaptive-k: the kernel sums the expected tokens' series, the policy evaluates numpy's expm1/log1p form (vectorised,
+# SVML on some CPUs); they agree to well under 1e-13 (k <= MAX_K), so an argmax whose runner-up lies within this
+# relative margin is not decided in the kernel and the run is redone on the step path (never a silent difference);
+# the same for UCB where its log table cannot be checked against numpy (libm's log instead)
+TIE_MARGIN = 1e-12
 
 
 def ineligible_reason(server) -> str | None:
@@ -63,26 +78,12 @@ def ineligible_reason(server) -> str | None:
     if any(c.kind == "engine_step" for c in server.pricing.draft_costs.values()):
         return "engine_step draft costs (vLLM V1's proposer)"
     policy = server.drafting.policy
-    if type(policy) is not FixedPolicy:
-        return f"policy {policy.name!r} chooses per step (learning or adaptive): step path"
-    if policy.drafter is not None:
-        if server.drafting.verification != "greedy":
-            return "sampled verification draws per step"
-        if server.pricing.switch_cost_s > 0:
-            return "a drafter switching cost"
-        if policy.drafter not in server.table.acc_len:
-            return f"no acceptance trace for drafter {policy.drafter!r}"
-        cost = server.pricing.draft_costs[policy.drafter]
-        if cost.kind in ("whole_proposal", "autoregressive"):
-            p = cost.profile
-            if type(p) is not LinearProfile:
-                return (f"draft cost profile kind {getattr(p, 'kind', '?')!r} ({type(p).__name__}; the kernel prices "
-                        "LinearProfile only)")
-            if not all(np.isfinite(c) and c >= 0 for c in (p._a, p._b, p._s, p._d)):
-                return "a negative or non-finite draft profile coefficient (the step path names it)"
+    why = _policy_reason(server, policy)
+    if why is not None:
+        return why
     # no preemption: the max_num_seqs largest requests at their largest KV (Scheduler.check_fits's need) fit at once
     wl, pool = server.wl, server.sched.pool
-    lookahead = policy.k if policy.drafter is not None else 0
+    lookahead = policy.max_draft_tokens() if server.mode == "sd" else 0
     need = np.sort(pool.blocks_for(wl.prompt_len + wl.output_len - 1 + max(1, lookahead)))[::-1]
     held = int(need[:server.max_num_seqs].sum())
     if held > pool.total_blocks:
@@ -96,6 +97,46 @@ def ineligible_reason(server) -> str | None:
         import numba  # noqa: F401
     except ImportError:
         return "numba is not installed"
+    return None
+
+
+def _policy_reason(server, policy) -> str | None:
+    """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
+    if type(policy) not in COMPILED_POLICIES:
+        return f"policy {policy.name!r} chooses per step (learning or adaptive): step path"
+    patched = sorted(set(vars(policy)) & POLICY_METHODS)
+    if patched:  # a wrapper set on the instance (a recorder, a test spy) would never be called by the kernel
+        return f"policy {policy.name!r} has {', '.join(patched)} replaced on the instance"
+    used = policy.drafters_used()
+    if not used:
+        return None
+    if policy.max_draft_tokens() > MAX_K:
+        return f"k up to {policy.max_draft_tokens()} (the kernel's draft tables hold k <= {MAX_K})"
+    if len(set(used)) != len(used):
+        return f"policy {policy.name!r} names drafter {used[0]!r} twice"
+    if server.drafting.verification != "greedy":
+        return "sampled verification draws per step"
+    if server.pricing.switch_cost_s > 0:
+        return "a drafter switching cost"
+    table = server.table
+    for name in used:
+        if name not in table.acc_len:
+            return f"no acceptance trace for drafter {name!r}"
+        p = server.pricing.draft_costs[name].profile
+        if p is not None:
+            if type(p) is not LinearProfile:
+                return (f"draft cost profile kind {getattr(p, 'kind', '?')!r} ({type(p).__name__}; the kernel prices "
+                        "LinearProfile only)")
+            if not all(np.isfinite(c) and c >= 0 for c in (p._a, p._b, p._s, p._d)):
+                return "a negative or non-finite draft profile coefficient (the step path names it)"
+    if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
+        return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
+    if isinstance(policy, UCBPolicy) and policy.reward != "be":
+        return f"policy {policy.name!r} with the {policy.reward!r} reward (the kernel has the BE reward only)"
+    if isinstance(policy, (AdaptiveKPolicy, UCBPolicy)) and policy.scope == "request":
+        ids = server.wl.request_ids
+        if len(set(ids)) != len(ids):
+            return f"{policy.name} per request with repeated request ids (their estimates are shared)"
     return None
 
 
@@ -116,50 +157,152 @@ class CompiledRun:
     """Runs one eligible server in compiled_kernel.run_steps and writes the outcome into its state."""
 
     def __init__(self, server):
+        from simulator import compiled_kernel as ker
+        from traces.acceptance import accepted_drafts, proposed_tokens
+
         self.srv = server
         self.running, self.now = False, 0.0  # during run(): the kernel's clock at its last return
         wl, table, policy = server.wl, server.table, server.drafting.policy
-        self.drafter = None if policy.drafter is None else table.drafters.index(policy.drafter)
+        used = policy.drafters_used() if server.mode == "sd" else ()
+        # drafter slots in ascending drafter index (Pricing.draft_time's group order); prompt passes in `used` order
+        self.slots = sorted(used, key=table.drafters.index)
+        self.drafter_idx = [table.drafters.index(d) for d in self.slots]
+        self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
+        G = len(self.slots)
         cfg = server.scenario.server
         t = server.pricing.target
-        f = np.zeros(12)
-        f[0:5] = t._a, t._b, t._s, t._d, server.pricing.overhead
-        i = np.zeros(12, dtype=np.int64)
-        i[0] = server.mode == "sd"
-        i[5], i[6], i[7], i[8] = server.max_num_seqs, cfg.max_num_batched_tokens, cfg.chunked_prefill, \
-            cfg.prefill == "separate"
-        i[9], i[10] = server.sched.pool.block_size, server.sched.pool.total_blocks
+        f = np.zeros(ker.N_FPARAMS)
+        f[ker.F_TA:ker.F_OVERHEAD + 1] = t._a, t._b, t._s, t._d, server.pricing.overhead
+        f[ker.F_TIE] = TIE_MARGIN
+        i = np.zeros(ker.N_IPARAMS, dtype=np.int64)
+        i[ker.I_SD], i[ker.I_NSLOT] = server.mode == "sd", G
+        i[ker.I_MAX_SEQS], i[ker.I_BUDGET], i[ker.I_CHUNKED] = server.max_num_seqs, cfg.max_num_batched_tokens, \
+            cfg.chunked_prefill
+        i[ker.I_SEPARATE], i[ker.I_BLOCK] = cfg.prefill == "separate", server.sched.pool.block_size
+        i[ker.I_BLOCKS] = server.sched.pool.total_blocks
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
         if self.closed:
-            i[11], f[11] = 1, server.arrivals.think_time
-        first = server.drafting._first.astype(np.int64)
-        last = server.drafting._last.astype(np.int64)
-        prop = acc = np.zeros(1, dtype=np.int32)
-        if self.drafter is not None:
-            name, k = policy.drafter, policy.k
+            i[ker.I_CLOSED], f[ker.F_THINK] = 1, server.arrivals.think_time
+        n_flat = int(table.offsets[-1])
+        cap = np.zeros(1, dtype=np.int32)
+        self.shared_est = None
+        if G == 0 or type(policy) is FixedPolicy:
+            i[ker.I_POLICY], i[ker.I_K] = ker.POL_FIXED, policy.k
+            ks = [policy.k] * G
+        elif type(policy) is AdaptiveKPolicy:
+            i[ker.I_POLICY], i[ker.I_KMAX] = ker.POL_ADAPTIVE, policy.k_max
+            i[ker.I_SHARED] = policy.scope == "shared"
+            f[ker.F_PRIOR], f[ker.F_PRIOR_W], f[ker.F_DECAY] = policy.prior, policy.prior_weight, policy.decay
+            lens = table.proposal_len.get(policy.drafter)
+            if lens is not None:
+                i[ker.I_CAP], cap = 1, lens
+            ks = [policy.k_max]
+        elif isinstance(policy, UCBPolicy):
+            i[ker.I_POLICY], i[ker.I_K], i[ker.I_ARMS] = ker.POL_UCB, policy.k, policy.num_arms
+            i[ker.I_SHARED], f[ker.F_BETA] = policy.scope == "shared", policy.beta
+            ks = [policy.k] * G
+        else:  # CombineMatchPolicy
+            i[ker.I_POLICY], i[ker.I_MIN_MATCH] = ker.POL_COMBINE, policy.min_match
+            i[ker.I_K_NGRAM], i[ker.I_K_EAGLE] = policy.k_ngram, policy.k_eagle
+            i[ker.I_NGRAM_SLOT] = self.slots.index(policy.ngram)
+            i[ker.I_CAP], cap = 1, table.proposal_len[policy.ngram]
+            ks = [policy.k_ngram if d == policy.ngram else policy.k_eagle for d in self.slots]
+        # the replay rule (traces/acceptance.py) once over the table for each (slot, k) the policy can ask for:
+        # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
+        # k), from inputs clipped where the rule cannot tell (match lengths at k, acceptance lengths at k + 1)
+        asks = [range(1, k + 1) if type(policy) is AdaptiveKPolicy or name == getattr(policy, "ngram", None) else [k]
+                for name, k in zip(self.slots, ks)]  # adaptive-k and the n-gram side of combine-match: k <= the most
+        rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
+        tab = np.empty((max(1, sum(len(a) for a in asks)), 2, max(n_flat, 1) if G else 1), dtype=np.int8)
+        dkind, dpf = np.zeros(max(G, 1), dtype=np.int64), np.zeros(max(G, 1), dtype=np.int64)
+        dcoef = np.zeros((max(G, 1), 6))
+        row = 0
+        for g, name in enumerate(self.slots):
             cost = server.pricing.draft_costs[name]
-            i[1], i[2], i[3] = 1, k, DRAFT_KINDS[cost.kind]
-            i[4] = cost.kind in ("whole_proposal", "autoregressive")  # DraftCost.prefill_time: a profile prices it
-            f[5], f[6] = cost.seconds, cost.fraction
-            if cost.profile is not None:
+            dkind[g] = DRAFT_KINDS[cost.kind]
+            dcoef[g, ker.C_SECONDS], dcoef[g, ker.C_FRACTION] = cost.seconds, cost.fraction
+            if cost.profile is not None:  # DraftCost.prefill_time: a drafter with a profile prices its prompt pass
+                dpf[g] = 1
                 p = cost.profile
-                f[7:11] = p._a, p._b, p._s, p._d
-            # the replay rule (traces/acceptance.py) once over the table for this drafter and k
-            from traces.acceptance import accepted_drafts, proposed_tokens
-
-            lens, acc_len = table.proposal_len.get(name), table.acc_len[name]
-            prop = np.asarray(proposed_tokens(k, lens) if lens is not None else k, dtype=np.int32)
-            acc = np.asarray(accepted_drafts(acc_len, prop), dtype=np.int32)
-            if prop.ndim == 0:
-                prop = np.full(len(acc_len), k, dtype=np.int32)
+                dcoef[g, ker.C_A:ker.C_D + 1] = p._a, p._b, p._s, p._d
+            lens, kmax = table.proposal_len.get(name), ks[g]
+            acc_len = np.minimum(table.acc_len[name], kmax + 1).astype(np.int8)
+            if lens is not None:
+                lens = np.minimum(lens, kmax).astype(np.int8)
+            for k in asks[g]:
+                prop = proposed_tokens(k, lens) if lens is not None else np.int8(k)
+                tab[row, 0] = prop
+                tab[row, 1] = accepted_drafts(acc_len, prop)
+                rowof[g, k] = row
+                row += 1
+        self.pf_order = np.array([self.slots.index(d) for d in used], dtype=np.int64)
+        self.arm_slot = np.array([self.slots.index(d) for d in getattr(policy, "drafters", ())] or [0],
+                                 dtype=np.int64)  # a bandit's arms (its drafters' order) -> slots
         self.iparams, self.fparams = i, f
-        self.first, self.last, self.step_prop, self.step_acc = first, last, prop, acc
+        self.first = server.drafting._first.astype(np.int64)
+        self.last = server.drafting._last.astype(np.int64)
+        self.tab, self.rowof, self.cap = tab, rowof, np.asarray(cap, dtype=np.int32)
+        self.dkind, self.dpf, self.dcoef = dkind, dpf, dcoef
+        self.policy_kind = int(i[ker.I_POLICY])
+
+    def _log_table(self, counts: np.ndarray) -> np.ndarray:
+        """ln max(t, 1) for every whole play count t a UCB state can reach, by numpy as the policy calls it (request
+        scope: `_select_batch` on a column of t; shared: `_select` on one t, checked at sampled t to agree with the
+        table); empty (libm and the tie margin in the kernel) where the check fails."""
+        from simulator import compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_UCB:
+            return np.zeros(0)
+        wl, policy = self.srv.wl, self.srv.drafting.policy
+        # a state is played at most once per decode step of each request reading it
+        most = int(wl.output_len.max() if policy.scope == "request" else wl.output_len.sum())
+        size = int(counts.sum(axis=1).max()) + most + 2
+        if size > MAX_LOG_TABLE:
+            return np.zeros(0)
+        t = np.arange(size, dtype=np.float64)
+        table = np.log(np.maximum(t[:, None], 1.0))[:, 0]
+        probe = np.unique(np.concatenate([np.arange(min(len(t), 64)),
+                                          np.random.default_rng(0).integers(0, len(t), 256)]))
+        if policy.scope == "shared":
+            same = all(np.log(np.maximum(float(x), 1.0)) == table[x] for x in probe)
+        else:  # a step's column of t, of any length: each element as in the table
+            same = all(np.array_equal(np.log(np.maximum(t[probe[:m], None], 1.0))[:, 0], table[probe[:m]])
+                       for m in (1, 3, 8, 17, len(probe)))
+        return table if same else np.zeros(0)
+
+    def _arms(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """UCB's play counts and reward sums per (state, arm): per request from zero (start_request), or the policy's
+        shared state."""
+        from simulator import compiled_kernel as ker
+
+        policy = self.srv.drafting.policy
+        if self.policy_kind != ker.POL_UCB:
+            return np.zeros((1, 1)), np.zeros((1, 1))
+        if policy.scope == "shared":
+            state = policy._state("")
+            return state.counts[None, :].copy(), state.sums[None, :].copy()
+        return np.zeros((n, policy.num_arms)), np.zeros((n, policy.num_arms))
+
+    def _estimates(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """adaptive-k's acceptance estimates (successes, failures): per request from zero (start_request resets them;
+        the kernel runs without preemption, so each request starts once), or the policy's shared one."""
+        from simulator import compiled_kernel as ker
+
+        policy = self.srv.drafting.policy
+        if self.policy_kind != ker.POL_ADAPTIVE:
+            return np.zeros(1), np.zeros(1)
+        if policy.scope == "shared":
+            est = policy._estimate("")
+            return np.array([est.successes]), np.array([est.failures])
+        return np.zeros(n), np.zeros(n)
 
     def run(self, stop: Callable[[int], bool] | None = None, check_every: int = 1,
-            next_check: Callable[[], int] | None = None) -> float:
+            next_check: Callable[[], int] | None = None) -> float | None:
         """Step the whole run (or until `stop(n_finished)` is true, asked every `check_every` finishes, or when
-        `next_check()` finishes have happened if given); returns the simulated time it ends at. While `stop` is
-        asked, `self.now` is the kernel's clock and the server's state holds every finish up to it."""
+        `next_check()` finishes have happened if given); returns the simulated time it ends at, or None, having
+        changed nothing in the server, when an adaptive-k or UCB choice is not decided in the kernel (a near tie, see
+        TIE_MARGIN): the caller then runs it on the step path. While `stop` is asked, `self.now` is the kernel's
+        clock and the server's state holds every finish up to it."""
         from simulator import compiled_kernel as ker
 
         srv = self.srv
@@ -171,11 +314,22 @@ class CompiledRun:
         fstate = np.array([srv.env.now], dtype=np.float64)
         run = np.zeros(srv.max_num_seqs, dtype=np.int64)
         dsteps, dprop, dacc = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        usage = np.zeros(len(self.slots) + 1, dtype=np.int64)
+        est_s, est_f = self._estimates(n)
+        arm_counts, arm_sums = self._arms(n)
+        log_table = self._log_table(arm_counts)
         rows_i = np.empty((ker.ROW_INTS, SEGMENT_ROWS), dtype=np.int64)  # one line per column
         rows_f = np.empty((2, SEGMENT_ROWS))
         itl = np.empty(SEGMENT_ROWS * 16 + srv.max_num_seqs)
         prompt, out = wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64)
-        arrival = st.arrival
+        # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run); saved where a run
+        # may be handed back to the step path untouched
+        names = ("arrival", "gen", "prefill_left", "prefill_done", "blocks", "last_emit", "first_sched", "first_token",
+                 "finish")
+        may_undo = self.policy_kind in (ker.POL_ADAPTIVE, ker.POL_UCB)
+        saved = {a: getattr(st, a).copy() for a in names} if may_undo else None
+        saved_clients, saved_finished = (client_of.copy(), st.n_finished) if may_undo else (None, None)
+        s = {a: getattr(st, a) for a in names}
         blocks_row, itl_parts = [], []
 
         def ask_at(done: int) -> int:
@@ -184,10 +338,19 @@ class CompiledRun:
         stop_at = n if stop is None else ask_at(0)
         self.running, self.now = True, float(fstate[0])
         while True:
-            code = ker.run_steps(arrival, client_of, prompt, out, self.first, self.last, self.step_prop, self.step_acc,
-                                 self.iparams, self.fparams, istate, fstate, run, st.gen, st.prefill_left,
-                                 st.prefill_done, st.blocks, st.last_emit, st.first_sched, st.first_token,
-                                 st.finish, dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
+            code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
+                                 self.cap, self.dkind, self.dpf, self.dcoef, self.pf_order, est_s, est_f, arm_counts,
+                                 arm_sums, self.arm_slot, log_table, usage,
+                                 self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
+                                 s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],
+                                 s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
+            if code == ker.ERR_TIE:
+                for a in names:
+                    getattr(st, a)[:] = saved[a]
+                if self.closed:
+                    arr.client_of[:] = saved_clients
+                st.n_finished, self.running = saved_finished, False
+                return None
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
                                    f" at t={fstate[0]:.6f}s (its eligibility check should have sent this run to the "
@@ -210,10 +373,46 @@ class CompiledRun:
             if code == ker.STOPPED:
                 stop_at = ask_at(n_fin)
         self.running = False
-        self._write(istate, run, dsteps, dprop, dacc, blocks_row, itl_parts)
+        self._write(istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts)
+        self._write_estimates(est_s, est_f, run[:int(istate[ker.S_NRUN])])
+        self._write_arms(arm_counts, arm_sums, run[:int(istate[ker.S_NRUN])])
         return float(fstate[0])
 
-    def _write(self, istate, run, dsteps, dprop, dacc, blocks_row, itl_parts) -> None:
+    def _write_arms(self, counts: np.ndarray, sums: np.ndarray, running: np.ndarray) -> None:
+        """UCB's statistics back into the policy: the shared state, or those of requests still decoding."""
+        from simulator import compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_UCB:
+            return
+        policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
+        if policy.scope == "shared":
+            state = policy._state("")
+            state.counts[:], state.sums[:] = counts[0], sums[0]
+            return
+        for i in running:
+            if not np.isnan(st.first_token[i]):
+                state = policy._state(ids[i])
+                state.counts[:], state.sums[:] = counts[i], sums[i]
+
+    def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray) -> None:
+        """adaptive-k's estimates back into the policy: the shared one, or those of requests still decoding (a
+        finished request's is dropped, as finish_request does)."""
+        from policies.acceptance_estimate import AcceptanceEstimate
+        from simulator import compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_ADAPTIVE:
+            return
+        policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
+        if policy.scope == "shared":
+            est = policy._estimate("")
+            est.successes, est.failures = float(est_s[0]), float(est_f[0])
+            return
+        for i in running:
+            if not np.isnan(st.first_token[i]):
+                policy._est[ids[i]] = AcceptanceEstimate(policy.prior, policy.prior_weight, policy.decay,
+                                                         float(est_s[i]), float(est_f[i]))
+
+    def _write(self, istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts) -> None:
         """The kernel's outcome into the server's state, counters, KV pool, ITL and step records."""
         from simulator import compiled_kernel as ker
 
@@ -235,11 +434,11 @@ class CompiledRun:
         st.started[~np.isnan(st.first_token)] = True
         st.n_finished = int(istate[ker.S_FINISHED])
         all_idx = np.arange(len(srv.wl))
-        drafted = self.drafter is not None
+        drafted = bool(self.slots)
         st.verify_counts.add_run(all_idx, dsteps, dprop if drafted else None, dacc if drafted else None)
-        if drafted:
-            st.usage[self.drafter] += int(istate[ker.S_USAGE_D])
-        st.usage[-1] += int(istate[ker.S_USAGE_NONE])
+        for g, di in enumerate(self.drafter_idx):
+            st.usage[di] += int(usage[g])
+        st.usage[-1] += int(usage[-1])
         pool.used, pool.peak = int(istate[ker.S_USED]), max(pool.peak, int(istate[ker.S_PEAK]))
         outcome.step_no = int(istate[ker.S_STEP])
         itl = itl_parts[0] if len(itl_parts) == 1 else np.concatenate(itl_parts)
@@ -255,9 +454,13 @@ class CompiledRun:
         from simulator import compiled_kernel as ker
 
         S = ri.shape[1]
-        name = "" if self.drafter is None else self.srv.table.drafters[self.drafter]
         phases = np.array(PHASES, dtype=object)
-        names = np.array(["", name], dtype=object)
+        # compiled_kernel's drafters codes: a bit per slot that drafted; DRF_PASS the prompt pass's drafters
+        names = [""] * (ker.DRF_PASS + 1)
+        for code in range(1, 1 << len(self.slots)):
+            names[code] = "+".join(d for g, d in enumerate(self.slots) if code >> g & 1)
+        names[ker.DRF_PASS] = self.pass_names
+        names = np.array(names, dtype=object)
         col = ri.__getitem__  # a line of the (columns, rows) buffer: contiguous
         # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)
         return {"step": col(ker.R_STEP), "device": np.array(["target"], dtype=object)[np.zeros(S, dtype=np.intp)],

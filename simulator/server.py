@@ -90,8 +90,16 @@ class Server:
         n = len(self.wl)
         if self.compiled is not None:  # the whole run in one compiled loop (simulator/compiled_run.py)
             end = self.compiled.run(**self._compiled_checks())
-            yield env.timeout(max(0.0, end - env.now))
-            return
+            if end is not None:
+                yield env.timeout(max(0.0, end - env.now))
+                return
+            # an adaptive-k or UCB choice the kernel cannot decide exactly (compiled_run.TIE_MARGIN): nothing was
+            # written, the whole run takes the step path
+            self.compiled = None
+            self.engine_path_reason = (f"{self.drafting.policy.name}: a near tie in the policy's argmax (within "
+                                       "compiled_run.TIE_MARGIN, where libm and numpy may differ): the run was redone "
+                                       "on the step path")
+            self.step_runs = step_runs.for_server(self)
         busy = False
         while st.n_finished < n:
             if busy and self.gap_s and (st.running or st.waiting):  # vLLM V1: the engine loop's gap, then inputs

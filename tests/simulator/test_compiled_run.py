@@ -97,6 +97,63 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
     assert_same(fast, slow)
 
 
+def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, weight: float, decay: float, scope: str,
+                min_match: int, k_ngram: int, k_eagle: int) -> dict:
+    """A compiled policy's config: adaptive-k on 'd' or (with n-gram lengths) 'g', combine-match of 'g' and 'd', or UCB
+    (BE reward) over 'd' and, with n-gram lengths, 'g'."""
+    if name == "adaptive-k":
+        return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "k_max": k_max, "prior": prior,
+                "prior_weight": weight, "decay": decay, "scope": scope}
+    if name in ("ucb", "metasd-ucb"):  # arms in either order; beta from the prior draw (0 included)
+        arms = (["g", "d"] if seed % 2 else ["d", "g"]) if ngram else ["d"]
+        return {"name": name, "drafters": arms, "k": k_ngram, "beta": 2.0 * prior, "scope": scope, "reward": "be"}
+    return {"name": name, "ngram": "g", "eagle": "d", "k_ngram": k_ngram, "k_eagle": k_eagle, "min_match": min_match}
+
+
+@settings(max_examples=80, deadline=None)
+@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "ucb", "metasd-ucb"]),
+       seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
+       cost=st.sampled_from(sorted(COSTS)),
+       rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
+       arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
+       max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
+       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
+       k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
+       scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
+       k_eagle=st.integers(1, 5))
+def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
+        policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
+        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle):
+    """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
+    per step) and UCB / MetaSD-UCB with the BE reward (per-request or shared statistics, one or two arms) over the
+    same random configs: every restated rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
+    UCB index, feedback order, per-group draft cost) is checked by the tables."""
+    ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
+    traces = traces_with(max(1, n // 2), seed, rate, ngram)
+    drafters = ("d", "g") if ngram else ("d",)
+    wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
+                  clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
+    if rules != "chunked" and budget < int(wl.prompt_len.max()):
+        budget = int(wl.prompt_len.max()) + seed % 9
+    spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle)
+    look = k_max if policy == "adaptive-k" else k_ngram if "ucb" in policy else max(k_ngram, k_eagle)
+    kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
+              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
+              block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
+              chunked_prefill=rules == "chunked", prefill="separate" if rules == "separate" else "mixed")
+    old = compiled_run.SEGMENT_ROWS
+    compiled_run.SEGMENT_ROWS = segment
+    try:
+        fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+    finally:
+        compiled_run.SEGMENT_ROWS = old
+    reason = fast.extras.get("engine_path_reason", "")
+    assert fast.extras["engine_path"] == "compiled" or "near tie" in reason, reason
+    slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
+    assert slow.extras["engine_path"] == "steps"
+    assert_same(fast, slow)
+
+
 def test_a_longer_sd_run_with_prefill_chunks_and_draft_prefills_is_equal():
     """150 requests through chunked prefill with an autoregressive drafter (draft and draft-prefill rows)."""
     traces = traces_with(30, 7, 0.7, False)
@@ -117,10 +174,46 @@ def _fallback_cases():
     class Scaled(LinearProfile):
         """A profile kind the kernel does not know."""
 
+    gtraces = traces_with(6, 1, 0.6, True)
+    gbase = dict(traces=gtraces, wl=workload(gtraces, 12, rate=100.0), drafters=("d", "g"))
+    twins = workload(traces, 12, rate=100.0)
+    tvtraces = traces_with(6, 1, 0.6, False)
+    for t in tvtraces:  # per-position tv, which the BD reward reads
+        d = t.drafters["d"]
+        t.drafters["d"] = type(d)(d.acc_len, tv=np.full(len(d.acc_len), 0.25, dtype=np.float32))
+    tvbase = dict(traces=tvtraces, wl=workload(tvtraces, 12, rate=100.0))
+    twins.request_ids[1] = twins.request_ids[0]
+
+    def ADAPTIVE():
+        return make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)
+
+    def spied(policy):
+        inner = policy.choose_batch
+        policy.choose_batch = lambda view: inner(view)
+        return policy
+
+    def COMBINE():
+        return make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0)
+
     return {
         "psd": ({**base, "mode": "psd", "psd": PSDConfig()}, "mode 'psd'"),
-        "learning policy": ({**base, "policy": make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)},
+        "learning policy": ({**base, "policy": make_policy({"name": "thompson", "drafters": ["d"], "k": 3}, seed=0)},
                             "chooses per step"),
+        "discounted ucb": ({**base, "policy": make_policy({"name": "discounted-ucb", "drafters": ["d"], "k": 3,
+                                                           "reward": "be"}, seed=0)}, "chooses per step"),
+        "ucb bd reward": ({**tvbase, "policy": make_policy({"name": "metasd-ucb", "drafters": ["d"], "k": 3},
+                                                          seed=0)}, "reward"),
+        "policy method replaced": ({**base, "policy": spied(ADAPTIVE())}, "choose_batch replaced on the instance"),
+        "ucb repeated ids": ({**base, "wl": twins, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3},
+                                                                         seed=0)}, "repeated request ids"),
+        "combine-adaptive": ({**gbase, "policy": make_policy({"name": "combine-adaptive", "ngram": "g",
+                                                              "eagle": "d"}, seed=0)}, "chooses per step"),
+        "combine-match switch cost": ({**gbase, "policy": COMBINE(), "switch_cost_s": 0.001}, "switching cost"),
+        "combine-match one drafter twice": ({**gbase, "policy": make_policy(
+            {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
+        "adaptive-k repeated ids": ({**base, "wl": twins, "policy": ADAPTIVE()}, "repeated request ids"),
+        "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
+            "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
         "switch cost": ({**base, "switch_cost_s": 0.001}, "switching cost"),
         "vllm-v1": ({**base, "scheduler": "vllm-v1"}, "scheduler 'vllm-v1'"),
         "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
@@ -193,13 +286,13 @@ def test_a_step_hook_is_called_once_at_the_end_of_a_compiled_run(monkeypatch):
     assert [d for d, _ in seen] == [len(wl)]
 
 
-def _snapshots(compiled: bool, traces, wl, stop_after: int | None):
+def _snapshots(compiled: bool, traces, wl, stop_after: int | None, policy=None):
     """Every snapshot a StopMonitor (the plan's early stop hook) takes, on one path; it stops at check `stop_after`."""
     from simulator.early_stop import StopMonitor, run_until_decided
 
     compiled_run.COMPILED, step_runs.MACRO_STEPS = compiled, False
     try:
-        sim = build(traces=traces, wl=wl)
+        sim = build(traces=traces, wl=wl, **({} if policy is None else {"policy": make_policy(policy, seed=0)}))
         seen = []
 
         def decide(p):
@@ -215,15 +308,19 @@ def _snapshots(compiled: bool, traces, wl, stop_after: int | None):
         compiled_run.COMPILED, step_runs.MACRO_STEPS = True, True
 
 
+@pytest.mark.parametrize("policy", [None, {"name": "adaptive-k", "drafter": "d", "k_max": 4},
+                                    {"name": "ucb", "drafters": ["d"], "k": 3}])
 @pytest.mark.parametrize("stop_after", [None, 1, 4])
-def test_a_stop_monitor_on_a_compiled_run_sees_the_step_paths_snapshots(monkeypatch, stop_after):
+def test_a_stop_monitor_on_a_compiled_run_sees_the_step_paths_snapshots(monkeypatch, stop_after, policy):
     """The plan's early stop on the compiled path: asked at the same steps as on the step path, it sees the same
-    time (the kernel's clock, not the SimPy clock), counts and per-request times, and a stop ends the run there."""
+    time (the kernel's clock, not the SimPy clock), counts and per-request times, and a stop ends the run there;
+    also for the policies whose run may be handed back to the step path (adaptive-k, UCB: the kernel writes the
+    server's state in place and restores it only on a near tie)."""
     monkeypatch.setattr(compiled_run, "SEGMENT_ROWS", 16)  # segments too: a full buffer is no check
     traces = traces_with(10, 4, 0.6, False)
     wl = workload(traces, 50, rate=80.0, seed=6)
-    steps, last_s, _ = _snapshots(False, traces, wl, stop_after)
-    comp, last_c, sim = _snapshots(True, traces, wl, stop_after)
+    steps, last_s, _ = _snapshots(False, traces, wl, stop_after, policy)
+    comp, last_c, sim = _snapshots(True, traces, wl, stop_after, policy)
     assert len(steps) == len(comp) == (stop_after or len(steps)) and len(comp) >= (stop_after or 3)
     for a, b in zip(steps, comp):
         assert (a.now, a.finished) == (b.now, b.finished) and b.now > 0
@@ -233,3 +330,81 @@ def test_a_stop_monitor_on_a_compiled_run_sees_the_step_paths_snapshots(monkeypa
         assert last_s is None and last_c is None
     else:
         assert last_c is comp[-1] and sim.server.state.n_finished == comp[-1].finished < len(wl)
+
+
+def test_an_adaptive_k_near_tie_hands_the_whole_run_to_the_step_path_unchanged():
+    """Prior 0 makes every first estimate 0, where each k expects one token; with steps priced the same at every k
+    (no per-token or KV cost, a free drafter) the rates tie, and the kernel's libm expectation may differ from
+    numpy's by an ulp: it does not decide, and the run is redone step by step with the same tables."""
+    traces = traces_with(6, 1, 0.6, False)
+    wl = workload(traces, 12, rate=100.0)
+    kw = dict(traces=traces, wl=wl, cost=COSTS["zero"], target=linear(0.0, 0.0, 5e-3))
+    spec = {"name": "adaptive-k", "drafter": "d", "k_max": 3, "prior": 0.0}
+    sim = build(policy=make_policy(spec, seed=0), **kw)
+    assert sim.server.compiled is not None  # eligible up front
+    res = sim.simulate()
+    assert res.extras["engine_path"] == "steps" and "near tie" in res.extras["engine_path_reason"]
+    assert_same(res, run_path(False, policy=make_policy(spec, seed=0), **kw))
+
+
+def test_combine_match_without_ngram_lengths_takes_the_step_path_which_names_the_problem():
+    traces2 = traces_with(6, 1, 0.6, True)
+    for t in traces2:  # 'g' keeps its acceptance but loses its match lengths
+        t.drafters["g"] = type(t.drafters["g"])(t.drafters["g"].acc_len)
+    sim = build(traces=traces2, wl=workload(traces2, 12, rate=100.0), drafters=("d", "g"),
+                policy=make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0))
+    assert sim.server.compiled is None and "n-gram match lengths" in sim.server.engine_path_reason
+    with pytest.raises(ValueError, match="needs the n-gram match length"):
+        sim.simulate()
+
+
+def test_adaptive_k_estimates_are_left_in_the_policy_as_the_step_path_leaves_them():
+    """After an early stop the per-request estimates of the requests still decoding, and the shared estimate after a
+    full run, are the step path's."""
+    traces = traces_with(10, 4, 0.6, False)
+    wl = workload(traces, 40, rate=60.0, seed=4)
+    spec = {"name": "adaptive-k", "drafter": "d", "k_max": 4, "scope": "shared", "decay": 0.9}
+    fast_pol, slow_pol = make_policy(spec, seed=0), make_policy(spec, seed=0)
+    run_path(True, traces=traces, wl=wl, policy=fast_pol)
+    run_path(False, traces=traces, wl=wl, policy=slow_pol)
+    assert fast_pol._est and fast_pol._est == slow_pol._est
+    spec = {**spec, "scope": "request"}
+    pol = make_policy(spec, seed=0)
+    sim = build(traces=traces, wl=wl, policy=pol)
+    sim.server.compiled.run(stop=lambda done: done >= 9, check_every=4)
+    st = sim.server.state
+    running = [wl.request_ids[i] for i in st.running if not np.isnan(st.first_token[i])]
+    assert running and sorted(pol._est) == sorted(running)
+
+
+@pytest.mark.parametrize("scope", ["request", "shared", "shared-libm"])
+def test_longer_ucb_runs_over_two_drafters_are_equal(scope, monkeypatch):
+    """UCB's index decides between two arms over many plays (per request: up to ~60; shared: thousands), so a change
+    to the index or the reward shows in the tables."""
+    if scope == "shared-libm":  # no ln t table: libm's log, decided only outside the tie margin
+        monkeypatch.setattr(compiled_run, "MAX_LOG_TABLE", 0)
+        scope = "shared"
+    traces = traces_with(40, 11, 0.55, True)
+    wl = workload(traces, 160, rate=120.0, seed=11)
+    for beta in (0.2, 1.0, 3.0):
+        spec = {"name": "ucb", "drafters": ["g", "d"], "k": 4, "beta": beta, "scope": scope}
+        kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=12, max_num_batched_tokens=256,
+                  chunked_prefill=True, step_overhead_s=1e-4)
+        fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+        assert fast.extras["engine_path"] == "compiled" or "near tie" in fast.extras["engine_path_reason"]
+        assert min(fast.extras["drafter_usage"][d] for d in ("d", "g")) > 0  # both arms played
+        assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
+
+
+def test_a_fraction_or_constant_drafter_with_a_profile_is_charged_its_prompt_pass():
+    """DraftCost.prefill_time prices a drafter's own prompt pass whenever it has a profile, whatever its kind; the
+    kernel once charged it only for profile kinds (whole_proposal, autoregressive)."""
+    traces = traces_with(20, 5, 0.6, False)
+    wl = workload(traces, 60, rate=80.0, seed=5)
+    for cost in (DraftCost("fraction_of_verify", fraction=0.1, profile=linear(1e-8, 2e-6, 1e-4)),
+                 DraftCost("constant", seconds=1e-3, profile=linear(1e-8, 2e-6, 1e-4))):
+        kw = dict(traces=traces, wl=wl, k=3, cost=cost, max_num_seqs=8, max_num_batched_tokens=64,
+                  chunked_prefill=True)
+        fast, slow = run_path(True, **kw), run_path(False, **kw)
+        assert fast.extras["engine_path"] == "compiled" and "draft_prefill" in set(slow.steps.phase)
+        assert_same(fast, slow)
