@@ -42,12 +42,23 @@ POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over d
 I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
     I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS = range(19)
 N_IPARAMS = 19
-# fparams: target a, b, s, d; overhead; closed-loop think time; acceptance estimate prior, weight, decay; the
-# relative margin below which an adaptive-k argmax is not decided here (see _best_k)
-F_TA, F_TB, F_TS, F_TD, F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_TIE, F_BETA = range(11)
-N_FPARAMS = 11
-# per drafter slot coefficients (dcoef columns): constant seconds, fraction of verify, profile a, b, s, d
-C_SECONDS, C_FRACTION, C_A, C_B, C_S, C_D = range(6)
+# fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; the relative margin below
+# which an adaptive-k argmax is not decided here (see _best_k); UCB's beta
+F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_TIE, F_BETA = range(7)
+N_FPARAMS = 7
+# per drafter slot coefficients (dcoef columns): constant seconds, fraction of verify
+C_SECONDS, C_FRACTION = range(2)
+N_DCOEF = 2
+# latency profiles (`prof` rows: 0 the target, 1 + g drafter slot g's profile, if any): the kind, then
+# LinearProfile's a, b, s, d, then RooflineProfile's terms as its own attributes give them (compiled_run.profile_row):
+# 2.0 x matmul params per token, attention FLOPs per pair, _peak, _kv_bytes_per_token_gpu, _bw, tp, 2 (tp - 1) / tp,
+# hidden size, dtype bytes, the link's one-way bytes/s, all-reduce latency, all-reduces per step (2 x layers),
+# floor_s, and the length of its row of `wtab` (weight_bytes_read(n) / tp for n = 0..len-1, the last also for
+# every larger n)
+PK_LINEAR, PK_ROOFLINE = 0, 1
+PR_KIND, PR_A, PR_B, PR_S, PR_D, PR_FLOPS_TOKEN, PR_FLOPS_PAIR, PR_PEAK, PR_KV_BYTES, PR_BW, PR_TP, PR_AR_SHARE, \
+    PR_HIDDEN, PR_DTYPE_BYTES, PR_LINK, PR_AR_LATENCY, PR_AR_COUNT, PR_FLOOR, PR_WLEN = range(19)
+N_PROF = 19
 # istate
 S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
     range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
@@ -132,32 +143,67 @@ def _linear(a, b, s, d, num_seqs, batched_tokens, kv_tokens):
 
 
 @njit(cache=True)
-def _draft_time(kind, coef, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
-    """draft_cost.DraftCost.draft_time of one drafter slot (`coef`: its dcoef row) for its own sub-batch."""
+def _roofline(pr, wt, num_seqs, batched_tokens, kv_tokens):
+    """roofline.RooflineProfile.step_time with its operations in its order (`pr`: the profile's prof row, `wt` its
+    weight bytes per GPU by batched tokens): max(compute_s, memory_s) + allreduce_s, at least floor_s. Python's
+    max(x, y) is x unless y > x."""
+    if batched_tokens <= 0:
+        return 0.0
+    s = max(num_seqs, 1)  # attention_pairs
+    q = batched_tokens / s
+    c = kv_tokens / s
+    if q > c:
+        c = q
+    pairs = s * (q * c - q * (q - 1) / 2.0)
+    compute = (pr[PR_FLOPS_TOKEN] * batched_tokens + pr[PR_FLOPS_PAIR] * pairs) / pr[PR_PEAK]  # compute_s
+    w = min(batched_tokens, np.int64(pr[PR_WLEN]) - 1)  # memory_s: weight_bytes_read(batched_tokens) / tp + KV
+    memory = (wt[w] + kv_tokens * pr[PR_KV_BYTES]) / pr[PR_BW]
+    t = memory if memory > compute else compute
+    allreduce = 0.0
+    if pr[PR_TP] != 1.0:  # allreduce_s
+        nbytes = np.float64(batched_tokens * np.int64(pr[PR_HIDDEN])) * pr[PR_DTYPE_BYTES]
+        one = pr[PR_AR_SHARE] * nbytes / pr[PR_LINK] + pr[PR_AR_LATENCY]
+        allreduce = pr[PR_AR_COUNT] * one
+    t = t + allreduce
+    return pr[PR_FLOOR] if pr[PR_FLOOR] > t else t
+
+
+@njit(cache=True)
+def _price(prof, wtab, p, num_seqs, batched_tokens, kv_tokens):
+    """Profile `p`'s step_time (prof row p: 0 the target, 1 + g drafter slot g): LinearProfile or RooflineProfile."""
+    if prof[p, PR_KIND] == PK_LINEAR:
+        return _linear(prof[p, PR_A], prof[p, PR_B], prof[p, PR_S], prof[p, PR_D], num_seqs, batched_tokens,
+                       kv_tokens)
+    return _roofline(prof[p], wtab[p], num_seqs, batched_tokens, kv_tokens)
+
+
+@njit(cache=True)
+def _draft_time(kind, coef, prof, wtab, p, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
+    """draft_cost.DraftCost.draft_time of one drafter slot (`coef`: its dcoef row, `p`: its prof row) for its own
+    sub-batch."""
     if num_seqs <= 0 or proposed_tokens <= 0:
         return 0.0
     if kind == K_CONSTANT:
         return coef[C_SECONDS]
     if kind == K_FRACTION:
         return coef[C_FRACTION] * verify_time
-    a, b, s, d = coef[C_A], coef[C_B], coef[C_S], coef[C_D]
     if kind == K_WHOLE:
-        return _linear(a, b, s, d, num_seqs, proposed_tokens, kv_tokens)
+        return _price(prof, wtab, p, num_seqs, proposed_tokens, kv_tokens)
     total = 0.0
     for i in range(k_max):
-        total += _linear(a, b, s, d, num_seqs, num_seqs, kv_tokens + i * num_seqs)
+        total += _price(prof, wtab, p, num_seqs, num_seqs, kv_tokens + i * num_seqs)
     return total
 
 
 @njit(cache=True)
-def _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, tokens, kv):
+def _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, tokens, kv):
     """Pricing.drafter_prefill_time: each drafter's own prompt pass (DraftCost.prefill_time: its profile, when it
     has one), summed from 0.0 in the policy's drafters_used order (`pf_order`)."""
     total = 0.0
     for j in range(len(pf_order)):
         g = pf_order[j]
         if dpf[g] == 1 and n_pre > 0 and tokens > 0:
-            total += _linear(dcoef[g, C_A], dcoef[g, C_B], dcoef[g, C_S], dcoef[g, C_D], n_pre, tokens, kv)
+            total += _price(prof, wtab, 1 + g, n_pre, tokens, kv)
         else:
             total += 0.0
     return total
@@ -211,7 +257,7 @@ def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, a
 
 @njit(cache=True)
 def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen,
-                blocks, prefill_left, prefill_done, ta, tb, ts, td, overhead, kind, coef, dpf, dcoef, pf_order):
+                blocks, prefill_left, prefill_done, prof, wtab, overhead, kind, coef, dpf, pf_order):
     """AdaptiveKPolicy.step_times through Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...): for
     k = 0..k_max the time of a step in which all `n` decoding sequences draft k (slot 0's cost), with the prompt
     chunks the step would add after their n (k + 1) tokens; draft + verify + overhead + the drafters' prompt pass."""
@@ -220,13 +266,13 @@ def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n
         if separate == 0:
             n_pre, pt, pkv = _preview_prefills(n * (k + 1), B, chunked, bs, free, max_seqs, n_run, run, admit, ptr,
                                                prompt, gen, blocks, prefill_left, prefill_done)
-        verify = _linear(ta, tb, ts, td, n + n_pre, n + n * k + pt, kv + pkv)
+        verify = _price(prof, wtab, 0, n + n_pre, n + n * k + pt, kv + pkv)
         draft = 0.0
         if k > 0:
-            draft = _draft_time(kind, coef, n, n * k, k, kv, verify)
+            draft = _draft_time(kind, coef, prof, wtab, 1, n, n * k, k, kv, verify)
         own = 0.0
         if n_pre > 0:
-            own = _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, pt, pkv)
+            own = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pt, pkv)
         times[k] = draft + verify + overhead + own
 
 
@@ -325,15 +371,16 @@ def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
 
 
 @njit(cache=True)
-def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, pf_order, est_s,
-              est_f, arm_counts, arm_sums, arm_slot, log_table, usage, iparams, fparams, istate, fstate, run, gen,
+def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, prof, wtab, pf_order,
+              est_s, est_f, arm_counts, arm_sums, arm_slot, log_table, usage, iparams, fparams, istate, fstate, run, gen,
               prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish, dsteps, dprop, dacc,
               rows_i, rows_f, itl, stop_finished):
     """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
 
     Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost kind `dkind[g]`, coefficients `dcoef[g]`,
-    prompt pass priced when `dpf[g]`; `tab[rowof[g, k], 0 / 1, f]` the proposed / accepted drafts when slot g is
-    asked for k at flat trace position f (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
+    latency profile `prof[1 + g]` (the target's: `prof[0]`, weight rows `wtab`), prompt pass priced when `dpf[g]`;
+    `tab[rowof[g, k], 0 / 1, f]` the proposed / accepted drafts when slot g is asked for k at flat trace position f
+    (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
     n = len(arrival)
     sd, policy, k_fixed, nslot, k_max = iparams[I_SD], iparams[I_POLICY], iparams[I_K], iparams[I_NSLOT], \
         iparams[I_KMAX]
@@ -341,7 +388,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
     chunked, separate, bs, total_blocks = iparams[I_CHUNKED], iparams[I_SEPARATE], iparams[I_BLOCK], iparams[I_BLOCKS]
     shared, has_cap, min_match = iparams[I_SHARED], iparams[I_CAP], iparams[I_MIN_MATCH]
     k_ngram, k_eagle, ngram_slot = iparams[I_K_NGRAM], iparams[I_K_EAGLE], iparams[I_NGRAM_SLOT]
-    ta, tb, ts, td, overhead = fparams[F_TA], fparams[F_TB], fparams[F_TS], fparams[F_TD], fparams[F_OVERHEAD]
+    overhead = fparams[F_OVERHEAD]
     prior, weight, decay, tie = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY], fparams[F_TIE]
     arms, beta = iparams[I_ARMS], fparams[F_BETA]
     closed, think = iparams[I_CLOSED], fparams[F_THINK]
@@ -402,10 +449,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                 pre_kv += prefill_done[pre[j]] + chunk[j]
             tokens = pre_tokens
             kv = pre_kv
-            target_t = _linear(ta, tb, ts, td, n_pre, tokens, kv)
+            target_t = _price(prof, wtab, 0, n_pre, tokens, kv)
             dpt = 0.0
             if nslot > 0:
-                dpt = _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, tokens, kv)
+                dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, tokens, kv)
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
@@ -447,8 +494,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
             elif policy == POL_ADAPTIVE:
                 if n_dec > 0:
                     _step_times(times, n_dec, kv_est, k_max, separate, B, chunked, bs, total_blocks - used, max_seqs,
-                                n_run, run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, ta, tb, ts,
-                                td, overhead, dkind[0], dcoef[0], dpf, dcoef, pf_order)
+                                n_run, run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, prof, wtab,
+                                overhead, dkind[0], dcoef[0], dpf, pf_order)
                 for j in range(n_dec):
                     e = 0 if shared == 1 else dec[j]
                     top = k_max
@@ -547,7 +594,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                 pre_kv += prefill_done[pre[j]] + chunk[j]
             tokens = prop_sum + n_dec + pre_tokens
             kv = kv_est + pre_kv
-            verify_t = _linear(ta, tb, ts, td, nseq, tokens, kv)
+            verify_t = _price(prof, wtab, 0, nseq, tokens, kv)
             # Pricing.draft_time: each slot (ascending drafter index) once for its members that propose
             draft_t = 0.0
             drf = 0
@@ -565,12 +612,12 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                         if kk[j] > k_g:
                             k_g = kk[j]
                 if n_g > 0:
-                    draft_t += _draft_time(dkind[g], dcoef[g], n_g, p_g, k_g, kv_g, verify_t)
+                    draft_t += _draft_time(dkind[g], dcoef[g], prof, wtab, 1 + g, n_g, p_g, k_g, kv_g, verify_t)
                     drf |= 1 << g
                     n_act += n_g
             dpt = 0.0  # Pricing.drafter_prefill_time
             if nslot > 0 and n_pre > 0:
-                dpt = _drafter_prefill_time(dpf, dcoef, pf_order, n_pre, pre_tokens, pre_kv)
+                dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pre_tokens, pre_kv)
             duration = draft_t + verify_t + overhead + dpt
             start = now
             now = now + duration

@@ -2,10 +2,11 @@
 policy, open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a cluster
-replica, PSD, another policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the
-kernel does not price, KV that could preempt, numba missing, or the path forced off). An eligible server's
-`CompiledRun.run` steps the whole run in simulator/compiled_kernel.py and writes the outcome into the server's
-state, records and counters, so `Server.result()` builds the same tables as the step path.
+replica, PSD, another policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the kernel does not
+price (it prices linear and roofline profiles, target and drafters), KV that could preempt, numba missing, or the
+path forced off). An eligible server's `CompiledRun.run` steps the whole run in simulator/compiled_kernel.py and
+writes the outcome into the server's state, records and counters, so `Server.result()` builds the same tables as
+the step path.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/test_compiled_run.py checks it over
@@ -22,6 +23,7 @@ clock (`now`, the end of the step just taken; the SimPy clock stands still durin
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Callable
@@ -35,6 +37,7 @@ from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.latency import LinearProfile
 from simulator.request_state import FINISHED
+from simulator.roofline import RooflineProfile
 
 COMPILED = True  # module switch: False keeps every server on the step path (benchmarks compare both)
 ENGINE_ENV = "DRAFTSIM_ENGINE"  # "steps" forces the step path; "compiled": the compiled one whenever eligible
@@ -68,13 +71,11 @@ def ineligible_reason(server) -> str | None:
     cfg = server.scenario.server
     if cfg.scheduler != "draftsim":
         return f"scheduler {cfg.scheduler!r} (token budget shared by decodes, engine-loop gap)"
-    target = server.pricing.target
-    if type(target) is not LinearProfile:
-        return (f"target profile kind {getattr(target, 'kind', '?')!r} ({type(target).__name__}; the kernel prices "
-                "LinearProfile only)")
-    coefs = (target._a, target._b, target._s, target._d, server.pricing.overhead)
-    if not all(np.isfinite(c) and c >= 0 for c in coefs):
-        return "a negative or non-finite target coefficient (the step path names it)"
+    why = profile_reason(server.pricing.target, "target")
+    if why is not None:
+        return why
+    if not (np.isfinite(server.pricing.overhead) and server.pricing.overhead >= 0):
+        return "a negative or non-finite step overhead (the step path names it)"
     if any(c.kind == "engine_step" for c in server.pricing.draft_costs.values()):
         return "engine_step draft costs (vLLM V1's proposer)"
     policy = server.drafting.policy
@@ -124,11 +125,9 @@ def _policy_reason(server, policy) -> str | None:
             return f"no acceptance trace for drafter {name!r}"
         p = server.pricing.draft_costs[name].profile
         if p is not None:
-            if type(p) is not LinearProfile:
-                return (f"draft cost profile kind {getattr(p, 'kind', '?')!r} ({type(p).__name__}; the kernel prices "
-                        "LinearProfile only)")
-            if not all(np.isfinite(c) and c >= 0 for c in (p._a, p._b, p._s, p._d)):
-                return "a negative or non-finite draft profile coefficient (the step path names it)"
+            why = profile_reason(p, "draft cost")
+            if why is not None:
+                return why
     if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
         return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
     if isinstance(policy, UCBPolicy) and policy.reward != "be":
@@ -138,6 +137,75 @@ def _policy_reason(server, policy) -> str | None:
         if len(set(ids)) != len(ids):
             return f"{policy.name} per request with repeated request ids (their estimates are shared)"
     return None
+
+
+def profile_reason(profile, what: str) -> str | None:
+    """Why the kernel cannot price `profile` (the target's or a drafter's), or None: LinearProfile with finite
+    non-negative coefficients, or RooflineProfile whose MoE weight reads settle (roofline_weights)."""
+    if type(profile) is LinearProfile:
+        if not all(np.isfinite(c) and c >= 0 for c in (profile._a, profile._b, profile._s, profile._d)):
+            return f"a negative or non-finite {what} profile coefficient (the step path names it)"
+        return None
+    if type(profile) is RooflineProfile:
+        if roofline_weights(profile) is None:
+            return (f"{what} profile {profile.name!r}: MoE weight reads that settle only past "
+                    f"{MAX_WEIGHT_ROWS:,} batched tokens")
+        return None
+    return (f"{what} profile kind {getattr(profile, 'kind', '?')!r} ({type(profile).__name__}; the kernel prices "
+            "LinearProfile and RooflineProfile only)")
+
+
+# an MoE roofline's weight reads per batched-token count are tabulated up to where they settle (below)
+MAX_WEIGHT_ROWS = 1 << 16
+_SETTLED = 2.0 ** -56  # (1 - p) ** n below this: 1.0 - it is 1.0, and stays so for every larger n (see below)
+
+
+def roofline_weights(profile: RooflineProfile) -> np.ndarray | None:
+    """RooflineProfile.weight_bytes_read(n) / tp by the profile's own code for n = 0..N, where from N on it is the
+    same for every n (the kernel reads row min(n, N)); None where N would pass MAX_WEIGHT_ROWS.
+
+    Dense: one value. MoE: touched = 1 - (1 - p) ** n is exactly 1.0 once (1 - p) ** n < 2^-54; from the first N
+    where Python's power is below 2^-56, every larger n's true power is too small for a power within one ulp (libm's)
+    to reach 2^-54, so touched is 1.0 and the weight read the same for all n >= N. This avoids restating `**`."""
+    m = profile.model
+    if not m.is_moe:
+        return np.array([profile.weight_bytes_read(1) / profile.tp])
+    x = 1.0 - m.experts_per_token / m.num_experts
+    n = 1
+    if x > 0.0:
+        n = max(1, int(math.log(_SETTLED) / math.log(x)))
+        if n >= MAX_WEIGHT_ROWS:
+            return None
+        while n > 1 and x ** (n - 1) < _SETTLED:
+            n -= 1
+        while x ** n >= _SETTLED and n <= MAX_WEIGHT_ROWS:
+            n += 1
+    if n >= MAX_WEIGHT_ROWS:
+        return None
+    return np.array([profile.weight_bytes_read(j) / profile.tp for j in range(n + 1)])
+
+
+def profile_row(profile) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's prof row (compiled_kernel.PR_*) and weight row of an eligible profile (profile_reason None),
+    every term taken from the profile's own attributes and methods."""
+    from simulator import compiled_kernel as ker
+
+    row = np.zeros(ker.N_PROF)
+    if type(profile) is LinearProfile:
+        row[ker.PR_KIND] = ker.PK_LINEAR
+        row[ker.PR_A:ker.PR_D + 1] = profile._a, profile._b, profile._s, profile._d
+        return row, np.zeros(1)
+    m, w = profile.model, roofline_weights(profile)
+    row[ker.PR_KIND] = ker.PK_ROOFLINE
+    row[ker.PR_FLOPS_TOKEN] = 2.0 * m.matmul_params_per_token
+    row[ker.PR_FLOPS_PAIR] = m.attention_flops_per_pair()
+    row[ker.PR_PEAK], row[ker.PR_KV_BYTES], row[ker.PR_BW] = profile._peak, profile._kv_bytes_per_token_gpu, \
+        profile._bw
+    row[ker.PR_TP], row[ker.PR_AR_SHARE] = profile.tp, 2.0 * (profile.tp - 1) / profile.tp
+    row[ker.PR_HIDDEN], row[ker.PR_DTYPE_BYTES] = m.hidden_size, m.dtype_bytes
+    row[ker.PR_LINK], row[ker.PR_AR_LATENCY] = profile.gpu.link_one_way_bytes_s, profile.allreduce_latency_s
+    row[ker.PR_AR_COUNT], row[ker.PR_FLOOR], row[ker.PR_WLEN] = 2 * m.num_layers, profile.floor_s, len(w)
+    return row, w
 
 
 def _kernel_loaded() -> bool:
@@ -170,9 +238,8 @@ class CompiledRun:
         self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
         G = len(self.slots)
         cfg = server.scenario.server
-        t = server.pricing.target
         f = np.zeros(ker.N_FPARAMS)
-        f[ker.F_TA:ker.F_OVERHEAD + 1] = t._a, t._b, t._s, t._d, server.pricing.overhead
+        f[ker.F_OVERHEAD] = server.pricing.overhead
         f[ker.F_TIE] = TIE_MARGIN
         i = np.zeros(ker.N_IPARAMS, dtype=np.int64)
         i[ker.I_SD], i[ker.I_NSLOT] = server.mode == "sd", G
@@ -215,7 +282,8 @@ class CompiledRun:
         rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
         tab = np.empty((max(1, sum(len(a) for a in asks)), 2, max(n_flat, 1) if G else 1), dtype=np.int8)
         dkind, dpf = np.zeros(max(G, 1), dtype=np.int64), np.zeros(max(G, 1), dtype=np.int64)
-        dcoef = np.zeros((max(G, 1), 6))
+        dcoef = np.zeros((max(G, 1), ker.N_DCOEF))
+        rows = [profile_row(server.pricing.target)]  # prof row 0 the target, 1 + g drafter slot g
         row = 0
         for g, name in enumerate(self.slots):
             cost = server.pricing.draft_costs[name]
@@ -223,8 +291,9 @@ class CompiledRun:
             dcoef[g, ker.C_SECONDS], dcoef[g, ker.C_FRACTION] = cost.seconds, cost.fraction
             if cost.profile is not None:  # DraftCost.prefill_time: a drafter with a profile prices its prompt pass
                 dpf[g] = 1
-                p = cost.profile
-                dcoef[g, ker.C_A:ker.C_D + 1] = p._a, p._b, p._s, p._d
+                rows.append(profile_row(cost.profile))
+            else:
+                rows.append((np.zeros(ker.N_PROF), np.zeros(1)))
             lens, kmax = table.proposal_len.get(name), ks[g]
             acc_len = np.minimum(table.acc_len[name], kmax + 1).astype(np.int8)
             if lens is not None:
@@ -243,6 +312,10 @@ class CompiledRun:
         self.last = server.drafting._last.astype(np.int64)
         self.tab, self.rowof, self.cap = tab, rowof, np.asarray(cap, dtype=np.int32)
         self.dkind, self.dpf, self.dcoef = dkind, dpf, dcoef
+        self.prof = np.array([r for r, _ in rows])
+        self.wtab = np.zeros((len(rows), max(len(w) for _, w in rows)))
+        for p, (_, w) in enumerate(rows):
+            self.wtab[p, :len(w)] = w
         self.policy_kind = int(i[ker.I_POLICY])
 
     def _log_table(self, counts: np.ndarray) -> np.ndarray:
@@ -339,8 +412,8 @@ class CompiledRun:
         self.running, self.now = True, float(fstate[0])
         while True:
             code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
-                                 self.cap, self.dkind, self.dpf, self.dcoef, self.pf_order, est_s, est_f, arm_counts,
-                                 arm_sums, self.arm_slot, log_table, usage,
+                                 self.cap, self.dkind, self.dpf, self.dcoef, self.prof, self.wtab, self.pf_order,
+                                 est_s, est_f, arm_counts, arm_sums, self.arm_slot, log_table, usage,
                                  self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
                                  s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],
                                  s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)

@@ -2,9 +2,12 @@
 and ITL tables bit for bit (no float tolerance: the kernel forms every float as the step path does) over random
 eligible configs (AR and fixed-k SD, k and drafters with and without n-gram proposal caps, every draft cost kind,
 mixed/chunked/separate prefill, Poisson, burst and closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large
-enough to pass the no-preemption check, small row buffers that make the kernel run in segments); each ineligible
-case falls back to the step path and says why; an early stop returns the same finishes as the full run."""
+enough to pass the no-preemption check, small row buffers that make the kernel run in segments, linear or roofline
+target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
+the same finishes as the full run."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -20,9 +23,11 @@ from simulator.arrivals import PushedArrivals
 from simulator.draft_cost import DraftCost
 from simulator.engine import ServerSimulation
 from simulator.latency import LinearProfile
+from simulator.roofline import RooflineProfile
 from simulator.server import Server
 from tests.simulator.engine_fixtures import PSDConfig, inputs, linear, scenario, workload
 from tests.simulator.test_step_runs import COSTS, traces_with
+from traces.catalog import get_gpu, get_model
 
 
 def build(traces, wl, *, mode="sd", k=3, drafter="d", drafters=("d",), cost=None, policy=None, kv_tokens=10**6,
@@ -57,6 +62,41 @@ def assert_same(a, b) -> None:
     assert {k: v for k, v in a.extras.items() if k not in drop} == {k: v for k, v in b.extras.items() if k not in drop}
 
 
+# roofline profiles the properties draw: targets (dense and MoE, small to large) and drafters (small models)
+ROOFLINE_TARGETS = ("llama3.1-8b", "qwen3-235b-a22b", "qwen3-14b", "llama3.2-1b", "vicuna-33b")
+ROOFLINE_DRAFTERS = ("qwen3-0.6b", "smollm2-135m", "llama3.2-1b")
+GPUS = ("h100-80gb", "h200-141gb", "a100-80gb", "l40s")
+
+
+def roofline(model: str, gpu: str, tp: int, mfu: float, bw: float, floor_s: float) -> RooflineProfile:
+    """A roofline profile; a TP degree that does not divide the model's heads falls back to 1."""
+    m = get_model(model)
+    return RooflineProfile(m, get_gpu(gpu), tp=tp if m.tp_problem(tp) is None else 1, mfu=mfu, bandwidth_util=bw,
+                           floor_s=floor_s)
+
+
+# (kind, model, gpu, tp, mfu, bandwidth_util, floor_s): None a linear profile
+rooflines = st.one_of(st.none(), st.tuples(
+    st.sampled_from(["target", "target", "drafter", "both"]), st.integers(0, 4), st.sampled_from(GPUS),
+    st.sampled_from([1, 2, 4]), st.floats(0.05, 1.0), st.floats(0.05, 1.0), st.sampled_from([0.0, 0.0, 2e-3, 6e-3])))
+
+
+def with_roofline(kw: dict, drawn, cost: str) -> dict:
+    """`kw` with the drawn roofline target and/or drafter profile (the drafter's: for a profiled cost kind, or a
+    whole_proposal cost of its own where the drawn kind has none)."""
+    if drawn is None:
+        return kw
+    kind, model, gpu, tp, mfu, bw, floor_s = drawn
+    kw = dict(kw)
+    if kind in ("target", "both"):
+        kw["target"] = roofline(ROOFLINE_TARGETS[model], gpu, tp, mfu, bw, floor_s)
+    if kind in ("drafter", "both"):
+        prof = roofline(ROOFLINE_DRAFTERS[model % 3], gpu, 1, mfu, bw, floor_s / 10)
+        base = COSTS[cost]
+        kw["cost"] = DraftCost(base.kind if base.profile is not None else "whole_proposal", profile=prof)
+    return kw
+
+
 def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int) -> int:
     """KV tokens just enough (plus `slack` blocks) for the max_num_seqs largest requests at their largest KV."""
     need = np.sort(-(-(wl.prompt_len + wl.output_len - 1 + max(1, k)) // block_size))[::-1]
@@ -69,9 +109,10 @@ def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int) -> int:
        rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
-       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]))
+       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=rooflines)
 def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
-                                                        req_rate, max_num_seqs, block_size, slack, overhead, segment):
+                                                        req_rate, max_num_seqs, block_size, slack, overhead, segment,
+                                                        roof):
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     drafters = ("d", "g") if ngram else ("d",)
     wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
@@ -85,6 +126,7 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
               max_num_seqs=max_num_seqs, block_size=block_size, step_overhead_s=overhead,
               max_num_batched_tokens=budget, chunked_prefill=rules == "chunked",
               prefill="separate" if rules == "separate" else "mixed")
+    kw = with_roofline(kw, roof, cost)
     old = compiled_run.SEGMENT_ROWS
     compiled_run.SEGMENT_ROWS = segment
     try:
@@ -120,10 +162,10 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
        k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
-       k_eagle=st.integers(1, 5))
+       k_eagle=st.integers(1, 5), roof=rooflines)
 def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
-        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle):
+        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
     per step) and UCB / MetaSD-UCB with the BE reward (per-request or shared statistics, one or two arms) over the
     same random configs: every restated rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
@@ -141,6 +183,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules == "chunked", prefill="separate" if rules == "separate" else "mixed")
+    kw = with_roofline(kw, roof, cost)
     old = compiled_run.SEGMENT_ROWS
     compiled_run.SEGMENT_ROWS = segment
     try:
@@ -152,6 +195,25 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
     assert slow.extras["engine_path"] == "steps"
     assert_same(fast, slow)
+
+
+@settings(max_examples=150, deadline=None)
+@given(model=st.sampled_from(ROOFLINE_TARGETS + ROOFLINE_DRAFTERS), gpu=st.sampled_from(GPUS),
+       tp=st.sampled_from([1, 2, 4]), mfu=st.floats(0.01, 1.0), bw=st.floats(0.01, 1.0),
+       floor_s=st.sampled_from([0.0, 1e-3, 1e-2]), latency=st.floats(0.0, 1e-4), num_seqs=st.integers(0, 512),
+       batched_tokens=st.integers(-1, 20_000), kv_tokens=st.integers(0, 2_000_000))
+def test_the_kernels_roofline_is_the_profiles_step_time_bit_for_bit(model, gpu, tp, mfu, bw, floor_s, latency,
+                                                                    num_seqs, batched_tokens, kv_tokens):
+    """compiled_kernel._price on a roofline row (compiled_run.profile_row) against RooflineProfile.step_time, over
+    batch shapes well past the property runs' (MoE weight reads past where they settle, large KV, every TP)."""
+    from simulator import compiled_kernel as ker
+
+    prof = roofline(model, gpu, tp, mfu, bw, floor_s)
+    prof.allreduce_latency_s = latency
+    row, w = compiled_run.profile_row(prof)
+    got = ker._price(row[None, :], w[None, :], 0, num_seqs, batched_tokens, kv_tokens)
+    want = prof.step_time(num_seqs, batched_tokens, kv_tokens)
+    assert np.float64(got).tobytes() == np.float64(want).tobytes(), (got, want)
 
 
 def test_a_longer_sd_run_with_prefill_chunks_and_draft_prefills_is_equal():
@@ -217,6 +279,9 @@ def _fallback_cases():
         "switch cost": ({**base, "switch_cost_s": 0.001}, "switching cost"),
         "vllm-v1": ({**base, "scheduler": "vllm-v1"}, "scheduler 'vllm-v1'"),
         "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
+        "moe roofline that settles late": ({**base, "target": RooflineProfile(
+            dataclasses.replace(get_model("qwen3-235b-a22b"), num_experts=200_000), get_gpu("h100-80gb"))},
+            "settle only past"),
         "draft profile kind": ({**base, "cost": DraftCost("whole_proposal", profile=Scaled("s", {"const": 1e-3}))},
                                "draft cost profile kind"),
         "engine_step": ({**base, "cost": DraftCost("engine_step", profile=linear())}, "engine_step"),
