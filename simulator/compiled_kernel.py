@@ -210,15 +210,15 @@ def _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, tokens, kv):
 
 
 @njit(cache=True)
-def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen, blocks,
-                      prefill_left, prefill_done):
-    """Scheduler.preview_prefills (plan_prefills with new admissions allowed, nothing committed) for a mixed step
-    after `tokens_used` decode and draft tokens: (chunks, their tokens, their KV = cached + chunk)."""
-    budget = B - tokens_used
-    n_pre = 0
+def _continue_prefills(run, n_run, budget, chunked, bs, free, prefill_left, prefill_done, blocks, pre, chunk, n_pre,
+                       commit):
+    """Scheduler.plan_prefills' partial prefills: each running request with prompt left takes its next chunk (all of
+    it unless chunked) where its KV fits in `free` blocks, in admission order. With `commit` the chunks go to
+    pre/chunk and their blocks to `blocks` (a step); without, nothing is written (preview_prefills). Returns
+    (budget, n_pre, free, the chunks' tokens, their KV = cached + chunk)."""
     tokens = 0
     kv = 0
-    for j in range(n_run):  # partial prefills, admission order
+    for j in range(n_run):
         i = run[j]
         left = prefill_left[i]
         if left == 0:
@@ -231,10 +231,25 @@ def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, a
             continue
         if need > 0:
             free -= need
+            if commit:
+                blocks[i] += need
         budget -= c
+        if commit:
+            pre[n_pre] = i
+            chunk[n_pre] = c
         n_pre += 1
         tokens += c
         kv += prefill_done[i] + c
+    return budget, n_pre, free, tokens, kv
+
+
+@njit(cache=True)
+def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen, blocks,
+                      prefill_left, prefill_done):
+    """Scheduler.preview_prefills (plan_prefills with new admissions allowed, nothing committed) for a mixed step
+    after `tokens_used` decode and draft tokens: (chunks, their tokens, their KV = cached + chunk)."""
+    budget, n_pre, free, tokens, kv = _continue_prefills(run, n_run, B - tokens_used, chunked, bs, free, prefill_left,
+                                                         prefill_done, blocks, run, run, 0, False)
     running = n_run
     w = admit
     while w < ptr and running < max_seqs and budget > 0:  # waiting requests, FIFO
@@ -562,26 +577,12 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                 budget = B - tokens_used
                 n_run0 = n_run
                 if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
-                    for j in range(n_run0):
-                        i = run[j]
-                        left = prefill_left[i]
-                        if left == 0:
-                            continue
-                        c = min(left, budget) if chunked == 1 else left
-                        if c <= 0:
-                            continue
-                        need = (prefill_done[i] + c + (1 if c == left else 0) + bs - 1) // bs - blocks[i]
-                        if need > total_blocks - used:
-                            continue
-                        if need > 0:
-                            used += need
-                            if used > peak:
-                                peak = used
-                            blocks[i] += need
-                        budget -= c
-                        pre[n_pre] = i
-                        chunk[n_pre] = c
-                        n_pre += 1
+                    budget, n_pre, free, _, _ = _continue_prefills(run, n_run0, budget, chunked, bs, total_blocks - used,
+                                                                   prefill_left, prefill_done, blocks, pre, chunk,
+                                                                   n_pre, True)
+                    used = total_blocks - free  # only grows here: the peak is at the end
+                    if used > peak:
+                        peak = used
                     admit, n_run, n_pre, used, peak = _admit_waiting(
                         admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak,
                         prompt, gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
