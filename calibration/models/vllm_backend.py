@@ -88,9 +88,10 @@ def run_vllm_offline(plan: OfflinePlan, out_dir: str | Path, *, python: str | No
 
 
 def run_under_vllm(module: str, plan: dict[str, Any], out_dir: str | Path, *, python: str | None = None,
-                   timeout_s: int = 1800) -> dict[str, Any]:
+                   timeout_s: int = 1800, timeout_key: str = "timeout_s") -> dict[str, Any]:
     """`python -m MODULE PLAN OUT` under vLLM's interpreter with the step recorder on, in its own process
-    group that is killed on any exit (timeout, error, Ctrl-C), so no engine process outlives the call."""
+    group that is killed on any exit (timeout, error, Ctrl-C), so no engine process outlives the call.
+    `timeout_key` names the setting a user raises when the run outlives `timeout_s`."""
     py = python or vllm_python()
     if py is None:
         raise RuntimeError(INSTALL_HINT)
@@ -109,7 +110,9 @@ def run_under_vllm(module: str, plan: dict[str, Any], out_dir: str | Path, *, py
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
-            raise RuntimeError(f"vLLM run timed out after {timeout_s} s ({out})") from e
+            raise RuntimeError(
+                f"vLLM run timed out after {timeout_s} s ({out}; the steps recorded so far are kept in "
+                f"{out / STEPS_FILE}); raise {timeout_key} for a slower mode or machine") from e
         finally:
             kill_group(proc)
     if rc != 0:

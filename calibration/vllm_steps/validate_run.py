@@ -177,4 +177,5 @@ def run_mode(cfg: ValidateConfig, mode: Mode, model_folder: str, prompts: list[l
              *, categories: list[str] | None = None, python: str | None = None) -> dict[str, Any]:
     """One engine for `mode`: calibration groups, then the load levels (vLLM killed on any exit)."""
     return run_under_vllm("calibration.vllm_steps.loadgen", build_plan(cfg, mode, model_folder, prompts, categories),
-                          Path(out) / mode.label, python=python, timeout_s=cfg.timeout_s)
+                          Path(out) / mode.label, python=python, timeout_s=cfg.timeout_s,
+                          timeout_key="`timeout_s` (seconds per mode) in the validate config")

@@ -124,6 +124,13 @@ def test_engine_process_group_never_outlives_the_call(tmp_path, fail):
     assert not _alive(pid)
 
 
+def test_a_timed_out_run_names_the_setting_to_raise(tmp_path):
+    """The draft-model mode outlived the 1800 s default on a 2-core machine: the error says which key to raise."""
+    with pytest.raises(RuntimeError, match=r"timed out after 2 s .*raise `timeout_s` \(seconds per mode\)"):
+        run_under_vllm("tests.calibration.spawn_tree", {"hang": 1}, tmp_path, python=sys.executable, timeout_s=2,
+                       timeout_key="`timeout_s` (seconds per mode) in the validate config")
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
 def test_ctrl_c_ends_the_engine_process_group(tmp_path):
     import signal
