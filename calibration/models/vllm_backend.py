@@ -111,8 +111,9 @@ def run_under_vllm(module: str, plan: dict[str, Any], out_dir: str | Path, *, py
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
             raise RuntimeError(
-                f"vLLM run timed out after {timeout_s} s ({out}; the steps recorded so far are kept in "
-                f"{out / STEPS_FILE}); raise {timeout_key} for a slower mode or machine") from e
+                f"vLLM run timed out after {timeout_s} s; what it finished is kept in {out} (step records, and "
+                f"a validate run's finished phases in result.partial.json); raise {timeout_key} for a slower mode "
+                f"or machine") from e
         finally:
             kill_group(proc)
     if rc != 0:

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,9 @@ async def _one(engine: Any, params: Any, rid: str, prompt: list[int], send_at: f
             "finish_reason": c.finish_reason, "spec_decode_metrics": spec_metrics_json(c)}
 
 
-async def _drive(plan: dict[str, Any]) -> dict[str, Any]:
+async def _drive(plan: dict[str, Any], progress: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Calibration groups, then the load levels; `progress` gets the phases finished so far after each one, so
+    a run stopped by its time limit keeps what it measured."""
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -77,6 +80,7 @@ async def _drive(plan: dict[str, Any]) -> dict[str, Any]:
                                           for i, ids in enumerate(g["prompts"])))
             groups.append({"name": g["name"], "wall_start": wall0, "wall_seconds": time.perf_counter() - t0,
                            "gap_s": gap, "max_tokens": g["max_tokens"], "requests": rows})
+            progress({"calibration": groups, "levels": []})
         measured = [len(g["requests"]) / g["wall_seconds"] for g in groups
                     if g["name"] != "warmup" and not g["gap_s"]]
         capacity = max(measured)
@@ -91,6 +95,7 @@ async def _drive(plan: dict[str, Any]) -> dict[str, Any]:
                                           for i, (ids, off) in enumerate(zip(load["prompts"][li], unit_offsets))))
             levels.append({"fraction": fraction, "rate": rate, "wall_start": start, "load_before": load_before,
                            "load_after": os.getloadavg()[0], "requests": rows})
+            progress({"capacity_req_s": capacity, "calibration": groups, "levels": levels})
         return {"capacity_req_s": capacity, "capacity_by_group": measured, "calibration": groups, "levels": levels}
     finally:
         engine.shutdown()
@@ -104,10 +109,16 @@ def main(plan_path: str, out_path: str) -> int:
 
     plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
     t0 = time.perf_counter()
-    result = asyncio.run(_drive(plan))
+    partial = Path(out_path).with_suffix(".partial.json")
+
+    def progress(done: dict[str, Any]) -> None:
+        atomic_write_text(partial, json.dumps({**done, "complete": False}))
+
+    result = asyncio.run(_drive(plan, progress))
     result.update(vllm_version=version, spec=plan["spec"], dtype=plan["dtype"],
                   wall_seconds=time.perf_counter() - t0)
     atomic_write_text(Path(out_path), json.dumps(result))
+    partial.unlink(missing_ok=True)
     return 0
 
 
