@@ -541,8 +541,9 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     def stop(level: str, rate: float) -> dict[str, Any] | None:
         return {"level": level, "target": target, "rate": rate} if search.early_stop else None
 
-    with ProgressBar(f"plan {plan.name}", total, console, progress) as bar:
-        runner = SweepRunner(evaluate_plan_point, out / "points", backend, workers, address, bar)
+    with ProgressBar(f"plan {plan.name}", total, console, progress) as bar, \
+            SweepRunner(evaluate_plan_point, out / "points", backend, workers, address, bar) as runner:
+        # one executor for every round: the pool's workers start once per plan (keeping their kernel and bundles)
 
         def prepare_searches(group: list[Candidate]) -> None:
             if search.service_probe:

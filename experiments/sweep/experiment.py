@@ -101,8 +101,8 @@ def run_sweep(cfg: ExperimentConfig, out: str | Path, backend: str = "pool", wor
 
     points = sweep_points(cfg)  # a bad point fails before the folder is touched
     out = claim_output_folder(out, SWEEP_ENTRIES)
-    with ProgressBar(f"sweep {cfg.name}", len(points), console, progress) as bar:
-        runner = SweepRunner(evaluate_experiment, out / "points", backend, workers, address, bar)
+    with ProgressBar(f"sweep {cfg.name}", len(points), console, progress) as bar, \
+            SweepRunner(evaluate_experiment, out / "points", backend, workers, address, bar) as runner:
         results = runner.run([p.point() for p in points])
     doc = {"name": cfg.name, "seed": cfg.sweep.seed if cfg.sweep.seed is not None else cfg.seed,
            "sweep": cfg.sweep.model_dump(mode="json"),

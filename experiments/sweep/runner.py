@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.sweep.backends import Evaluate, execute
+from experiments.sweep.backends import Evaluate, Executor
 from experiments.sweep.cache import PointCache
 from experiments.sweep.hashing import content_hash
 
@@ -32,15 +32,23 @@ class RunStats:
 
 
 class SweepRunner:
-    """Executes batches of points with one backend, one cache folder and one progress bar over all batches."""
+    """Executes batches of points with one backend, one cache folder and one progress bar over all batches. Use
+    it as a with-block: its Executor's workers live from the first batch to the block's end (killed at once when
+    the block ends in an error or an interrupt)."""
 
     def __init__(self, evaluate: Evaluate, cache_dir: str | Path | None, backend: str = "pool",
                  workers: int | None = None, address: str | None = None, progress=None):
         self.evaluate = evaluate
         self.cache = PointCache(cache_dir) if cache_dir is not None else None
-        self.backend, self.workers, self.address = backend, workers, address
+        self.executor = Executor(backend, workers, address)
         self.progress = progress  # a rich Progress task wrapper with advance(n) or None
         self.stats = RunStats()
+
+    def __enter__(self) -> "SweepRunner":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return self.executor.__exit__(*exc)
 
     def run(self, points: Sequence[Point]) -> list[Any]:
         """Results of `points`, in order; cached ones are not recomputed, duplicates are computed once."""
@@ -59,8 +67,7 @@ class SweepRunner:
             else:
                 todo[key] = point.payload
         todo_keys = list(todo)
-        for i, result in execute(self.evaluate, [todo[k] for k in todo_keys], self.backend, self.workers,
-                                 self.address):
+        for i, result in self.executor.run(self.evaluate, [todo[k] for k in todo_keys]):
             key = todo_keys[i]
             if self.cache:
                 self.cache.put(key, result)

@@ -14,6 +14,7 @@ from experiments.plan.planner import run_plan
 from experiments.plan.config import load_plan_config
 from experiments.plan.search import MAX_UTILIZATION
 from tests.experiments.cli_helpers import run_cli
+from tests.experiments.test_sweep_run import counting_pool  # noqa: F401  (fixture)
 from traces.bundle import BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle, save_bundle
 
 STEP_S, OUTPUT_LEN = 0.01, 10  # every step 10 ms, 10 output tokens: a lone request takes S = 0.1 s
@@ -211,9 +212,11 @@ SPACE = {
 }
 
 
-def test_serial_and_pool_give_identical_plan_json(tmp_path):
+def test_serial_and_pool_give_identical_plan_json(tmp_path, counting_pool):
     _plan(SPACE, tmp_path / "serial", backend="serial")
+    assert counting_pool == []
     _plan(SPACE, tmp_path / "pool", backend="pool", workers=2)
+    assert len(counting_pool) == 1  # one pool for every round of the plan (probes, search rounds, curves)
     serial = (tmp_path / "serial" / "plan.json").read_bytes()
     assert serial == (tmp_path / "pool" / "plan.json").read_bytes()
     doc = json.loads(serial)

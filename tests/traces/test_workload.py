@@ -243,3 +243,10 @@ def test_category_filter_with_parametric_lengths_draws_only_those_categories():
         lengths={"source": "parametric", "prompt": {"dist": "constant", "value": 64},
                  "output": {"dist": "constant", "value": 32}}), seed=0, need_acceptance=False)
     assert {r.category for r in w.requests} == {"math"} and len(w.requests) == 60
+
+
+@pytest.mark.parametrize("arrival", [{"kind": "poisson", "rate": 3.0}, {"kind": "gamma", "rate": 2.0, "cv": 0.5}])
+def test_arrival_times_are_python_floats_of_the_drawn_times(arrival):
+    w = build_workload(small_bundle(), spec(num_requests=50, arrival=arrival, sample={"with_replacement": True}), 3)
+    times = [r.arrival_time for r in w.requests]
+    assert all(type(t) is float for t in times) and times == sorted(times) and times[0] > 0
