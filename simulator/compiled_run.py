@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from policies.adaptive_k import AdaptiveKPolicy
-from policies.base import FixedPolicy
+from policies.base import NO_DRAFT, FixedPolicy
 from policies.combine import CombineMatchPolicy
 from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.arrivals import ClosedLoopArrivals, OpenLoopArrivals
@@ -44,7 +44,7 @@ ENGINE_ENV = "DRAFTSIM_ENGINE"  # "steps" forces the step path; "compiled": the 
 # below this many output tokens a run takes the step path unless the kernel is already loaded in this process: numba's
 # import and the kernel's cache load (~0.6 s + 0.5 s CPU under load) cost more than the step path's ~0.4 s for it
 MIN_WORK_TOKENS = 200_000
-PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill")  # compiled_kernel's phase codes
+PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill", "sync")  # the kernels' phase codes
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
@@ -64,8 +64,12 @@ def ineligible_reason(server) -> str | None:
     choice = os.environ.get(ENGINE_ENV, "")
     if not COMPILED or choice == "steps":
         return f"step path forced ({ENGINE_ENV}=steps)" if COMPILED else "compiled path switched off"
-    if server.mode not in ("ar", "sd"):
-        return f"mode {server.mode!r} (PSD runs two sub-batches: step path)"
+    if server.mode not in ("ar", "sd", "psd"):
+        return f"mode {server.mode!r}: step path"
+    if server.mode == "psd":
+        why = _psd_reason(server)
+        if why is not None:
+            return why
     if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals):
         return "arrivals pushed at run time (a cluster replica behind a router)"
     cfg = server.scenario.server
@@ -84,7 +88,7 @@ def ineligible_reason(server) -> str | None:
         return why
     # no preemption: the max_num_seqs largest requests at their largest KV (Scheduler.check_fits's need) fit at once
     wl, pool = server.wl, server.sched.pool
-    lookahead = policy.max_draft_tokens() if server.mode == "sd" else 0
+    lookahead = policy.max_draft_tokens() if server.mode in ("sd", "psd") else 0
     need = np.sort(pool.blocks_for(wl.prompt_len + wl.output_len - 1 + max(1, lookahead)))[::-1]
     held = int(need[:server.max_num_seqs].sum())
     if held > pool.total_blocks:
@@ -98,6 +102,19 @@ def ineligible_reason(server) -> str | None:
         import numba  # noqa: F401
     except ImportError:
         return "numba is not installed"
+    return None
+
+
+def _psd_reason(server) -> str | None:
+    """Why a PSD server stays on the step path, or None: the PSD kernel (compiled_psd_kernel) runs one drafter at a
+    fixed k, with a fresh state (no proposal pending)."""
+    policy = server.drafting.policy
+    if type(policy) is not FixedPolicy:
+        return f"PSD with policy {policy.name!r} (the PSD kernel runs the fixed policy only): step path"
+    if len(policy.drafters_used()) != 1 or policy.k < 1:
+        return "PSD without exactly one drafter at k >= 1: step path"
+    if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
+        return "PSD resumed mid-run (proposals pending): step path"
     return None
 
 
@@ -231,7 +248,8 @@ class CompiledRun:
         self.srv = server
         self.running, self.now = False, 0.0  # during run(): the kernel's clock at its last return
         wl, table, policy = server.wl, server.table, server.drafting.policy
-        used = policy.drafters_used() if server.mode == "sd" else ()
+        used = policy.drafters_used() if server.mode in ("sd", "psd") else ()
+        self.psd = server.mode == "psd"
         # drafter slots in ascending drafter index (Pricing.draft_time's group order); prompt passes in `used` order
         self.slots = sorted(used, key=table.drafters.index)
         self.drafter_idx = [table.drafters.index(d) for d in self.slots]
@@ -391,7 +409,20 @@ class CompiledRun:
         est_s, est_f = self._estimates(n)
         arm_counts, arm_sums = self._arms(n)
         log_table = self._log_table(arm_counts)
-        rows_i = np.empty((ker.ROW_INTS, SEGMENT_ROWS), dtype=np.int64)  # one line per column
+        if self.psd:
+            from simulator import compiled_psd_kernel as pker
+
+            row_ints = pker.PSD_ROW_INTS
+            cfg = srv.scenario.psd
+            psd_i = np.array([cfg.split_min_batch, cfg.defer_kv], dtype=np.int64)
+            psd_f = np.array([cfg.sync_s])
+            psd_state = np.array([srv.sched.verify_side, srv.executor.fallback_steps], dtype=np.int64)
+            side = st.sub_batch  # written in place
+            pend = np.zeros(n, dtype=np.int64)  # no proposal pending (_psd_reason)
+            pend_k, pend_p, pend_a = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        else:
+            row_ints = ker.ROW_INTS
+        rows_i = np.empty((row_ints, SEGMENT_ROWS), dtype=np.int64)  # one line per column
         rows_f = np.empty((2, SEGMENT_ROWS))
         itl = np.empty(SEGMENT_ROWS * 16 + srv.max_num_seqs)
         prompt, out = wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64)
@@ -411,7 +442,15 @@ class CompiledRun:
         stop_at = n if stop is None else ask_at(0)
         self.running, self.now = True, float(fstate[0])
         while True:
-            code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
+            if self.psd:
+                code = pker.run_psd_steps(
+                    s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof, self.dkind,
+                    self.dpf, self.dcoef, self.prof, self.wtab, self.pf_order, usage, self.iparams, self.fparams,
+                    istate, fstate, psd_i, psd_f, psd_state, side, pend, pend_k, pend_p, pend_a, run, s["gen"],
+                    s["prefill_left"], s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"],
+                    s["first_token"], s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
+            else:
+                code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
                                  self.cap, self.dkind, self.dpf, self.dcoef, self.prof, self.wtab, self.pf_order,
                                  est_s, est_f, arm_counts, arm_sums, self.arm_slot, log_table, usage,
                                  self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
@@ -447,6 +486,11 @@ class CompiledRun:
                 stop_at = ask_at(n_fin)
         self.running = False
         self._write(istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts)
+        if self.psd:  # PSDExecutor's carry, side and counter (sub_batch was written in place)
+            st.pending_d[:] = np.where(pend == 1, self.drafter_idx[0], NO_DRAFT)
+            st.pending_k[:], st.pending_prop[:] = pend_k, pend_p
+            srv.sched.verify_side = int(psd_state[0])
+            srv.executor.fallback_steps = int(psd_state[1])
         self._write_estimates(est_s, est_f, run[:int(istate[ker.S_NRUN])])
         self._write_arms(arm_counts, arm_sums, run[:int(istate[ker.S_NRUN])])
         return float(fstate[0])
@@ -536,10 +580,13 @@ class CompiledRun:
         names = np.array(names, dtype=object)
         col = ri.__getitem__  # a line of the (columns, rows) buffer: contiguous
         # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)
-        return {"step": col(ker.R_STEP), "device": np.array(["target"], dtype=object)[np.zeros(S, dtype=np.intp)],
+        psd = ri.shape[0] > ker.ROW_INTS  # compiled_psd_kernel's rows: device and sub_batch columns
+        dev = ri[ker.ROW_INTS].astype(np.intp) if psd else np.zeros(S, dtype=np.intp)
+        sub = ri[ker.ROW_INTS + 1] if psd else np.full(S, -1, dtype=np.int64)
+        return {"step": col(ker.R_STEP), "device": np.array(["target", "drafter"], dtype=object)[dev],
                 "phase": phases[col(ker.R_PHASE)], "start": rf[0], "end": rf[1], "num_seqs": col(ker.R_NS),
                 "prefill_tokens": col(ker.R_PT),
                 "batched_tokens": col(ker.R_BT), "kv_tokens": col(ker.R_KV), "kv_blocks_used": col(ker.R_USED),
                 "proposed_tokens": col(ker.R_PROP), "accepted_tokens": col(ker.R_ACC),
-                "emitted_tokens": col(ker.R_EMIT), "sub_batch": np.full(S, -1, dtype=np.int64),
+                "emitted_tokens": col(ker.R_EMIT), "sub_batch": sub,
                 "drafters": names[col(ker.R_DRF)]}

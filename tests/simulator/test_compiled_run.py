@@ -258,7 +258,7 @@ def _fallback_cases():
         return make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0)
 
     return {
-        "psd": ({**base, "mode": "psd", "psd": PSDConfig()}, "mode 'psd'"),
+        "psd adaptive-k": ({**base, "mode": "psd", "psd": PSDConfig(), "policy": ADAPTIVE()}, "PSD with policy"),
         "learning policy": ({**base, "policy": make_policy({"name": "thompson", "drafters": ["d"], "k": 3}, seed=0)},
                             "chooses per step"),
         "discounted ucb": ({**base, "policy": make_policy({"name": "discounted-ucb", "drafters": ["d"], "k": 3,
