@@ -178,7 +178,10 @@ def _drafted_side_kv(defer_kv: bool) -> tuple[int, int]:
     return counts[0], counts[1]
 
 
-def test_psd_defer_kv_reserves_lookahead_on_the_drafted_side():
+def test_psd_defer_kv_reserves_lookahead_on_the_drafted_side(monkeypatch):
+    # the check reads the server after every step: the step path (the compiled one, equal to it bit for bit by
+    # tests/simulator/test_compiled_psd.py, tells a step hook once, at the end)
+    monkeypatch.setenv("DRAFTSIM_ENGINE", "steps")
     drafted, covered = _drafted_side_kv(defer_kv=True)  # MineDraft: slots reserved when drafted
     assert drafted > 100 and covered == drafted
     drafted, covered = _drafted_side_kv(defer_kv=False)  # reserved only when verified
