@@ -16,7 +16,8 @@ ROOT = Path(__file__).parents[2] / "experiments" / "validation"
 CONFIG = ROOT / "validate-vllm-cpu.yaml"
 # folder -> the modes its run measured (the README's command); both analysed with --repeats 3
 SHIPPED = {"vllm-cpu-smollm2-30x128": ["ar", "ngram:4"],
-           "vllm-cpu-smollm2-quiet": ["ar", "ngram:4"]}
+           "vllm-cpu-smollm2-quiet": ["ar", "ngram:4"],
+           "vllm-cpu-smollm2-draft-model": ["draft_model:3:layers:24"]}
 FILES = ("README.md", "validation.json", "validation.md", "provenance.json", "stdout.txt", "uptime-before.txt",
          "uptime-after.txt", "raw-runs.tar.xz")
 
