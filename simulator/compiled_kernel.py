@@ -386,6 +386,50 @@ def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
 
 
 @njit(cache=True)
+def _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run, n_run, n_fin, closed, n_sub, n,
+                     arrival, client_of, think):
+    """StepOutcome.finish / Scheduler.finish: the step's finished requests free their blocks and leave the running
+    list (order kept); closed loop: each one's client submits its next request (ClosedLoopArrivals.on_finish).
+    Returns (used, n_run, n_fin, n_sub)."""
+    for j in range(n_done):
+        i = done[j]
+        finish[i] = now
+        used -= blocks[i]
+        blocks[i] = 0
+        prefill_left[i] = -1  # marks it for removal below
+        n_fin += 1
+        if closed == 1 and n_sub < n:
+            arrival[n_sub] = now + think
+            client_of[n_sub] = client_of[i]
+            n_sub += 1
+    w = 0
+    for j in range(n_run):
+        i = run[j]
+        if prefill_left[i] != -1:
+            run[w] = i
+            w += 1
+    for j in range(n_done):
+        prefill_left[done[j]] = 0
+    return used, w, n_fin, n_sub
+
+
+@njit(cache=True)
+def _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now):
+    """The loop's scalar state back into `istate` / `fstate`, so the caller can empty the buffers and continue."""
+    istate[S_PTR] = ptr
+    istate[S_ADMIT] = admit
+    istate[S_NRUN] = n_run
+    istate[S_FINISHED] = n_fin
+    istate[S_STEP] = step_no
+    istate[S_USED] = used
+    istate[S_PEAK] = peak
+    istate[S_ROWS] = r
+    istate[S_ITL] = ni
+    istate[S_SUBMITTED] = n_sub
+    fstate[0] = now
+
+
+@njit(cache=True)
 def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, prof, wtab, pf_order,
               est_s, est_f, arm_counts, arm_sums, arm_slot, log_table, usage, iparams, fparams, istate, fstate, run, gen,
               prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish, dsteps, dprop, dacc,
@@ -679,38 +723,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                 _row(rows_i, rows_f, r, step_no, P_DRAFT_PREFILL, end, start + duration, n_pre, pre_tokens,
                      pre_tokens, kv, used, 0, 0, 0, DRF_PASS)
                 r += 1
-        # ---- finishes (StepOutcome.finish / Scheduler.finish)
         if n_done > 0:
-            for j in range(n_done):
-                i = done[j]
-                finish[i] = now
-                used -= blocks[i]
-                blocks[i] = 0
-                prefill_left[i] = -1  # marks it for removal below
-                n_fin += 1
-                if closed == 1 and n_sub < n:  # ClosedLoopArrivals.on_finish: its client's next request
-                    arrival[n_sub] = now + think
-                    client_of[n_sub] = client_of[i]
-                    n_sub += 1
-            w = 0
-            for j in range(n_run):
-                i = run[j]
-                if prefill_left[i] != -1:
-                    run[w] = i
-                    w += 1
-            for j in range(n_done):
-                prefill_left[done[j]] = 0
-            n_run = w
+            used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
+                                                         n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
-    istate[S_PTR] = ptr
-    istate[S_ADMIT] = admit
-    istate[S_NRUN] = n_run
-    istate[S_FINISHED] = n_fin
-    istate[S_STEP] = step_no
-    istate[S_USED] = used
-    istate[S_PEAK] = peak
-    istate[S_ROWS] = r
-    istate[S_ITL] = ni
-    istate[S_SUBMITTED] = n_sub
-    fstate[0] = now
+    _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
     return code

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulator.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, FULL, I_BLOCK, I_BLOCKS, I_BUDGET, I_CHUNKED,
-                                       I_CLOSED, I_K, I_MAX_SEQS, I_SEPARATE, F_OVERHEAD, F_THINK, P_MIXED,
-                                       P_PREFILL, P_DRAFT, P_VERIFY, ROW_INTS, S_ADMIT, S_FINISHED, S_ITL, S_NRUN,
-                                       S_PEAK, S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _admit_waiting,
+from simulator.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_OVERHEAD, F_THINK, FULL, I_BLOCK, I_BLOCKS,
+                                       I_BUDGET, I_CHUNKED, I_CLOSED, I_K, I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED,
+                                       P_PREFILL, P_VERIFY, ROW_INTS, S_ADMIT, S_FINISHED, S_ITL, S_NRUN, S_PEAK,
+                                       S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _admit_waiting,
                                        _apply_prefills, _continue_prefills, _draft_time, _drafter_prefill_time,
-                                       _price, _row)
+                                       _finish_requests, _price, _row, _save_state)
 
 P_SYNC = 6  # compiled_run.PHASES[6]
 R_DEV, R_SUB = ROW_INTS, ROW_INTS + 1  # extra row columns: device (0 target, 1 drafter), sub_batch
@@ -101,6 +101,23 @@ def _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs):
 
 
 @njit(cache=True)
+def _side_draft_time(idx, n, member, props, ks, prompt, gen, dkind, dcoef, prof, wtab, verify_t):
+    """Pricing.draft_time for one side's drafting (the one drafter slot): its members that propose, priced once
+    for their sub-batch (proposed tokens, largest k, their context). Returns (seconds, drafter bits)."""
+    n_g, p_g, k_g, kv_g = 0, 0, 0, 0
+    for j in range(n):
+        if member[j] == 1 and props[j] > 0:
+            n_g += 1
+            p_g += props[j]
+            kv_g += prompt[idx[j]] + gen[idx[j]]
+            if ks[j] > k_g:
+                k_g = ks[j]
+    if n_g == 0:
+        return 0.0, 0
+    return _draft_time(dkind[0], dcoef[0], prof, wtab, 1, n_g, p_g, k_g, kv_g, verify_t), 1
+
+
+@njit(cache=True)
 def _set_dev(rows_i, r, dev, sub):
     rows_i[R_DEV, r] = dev
     rows_i[R_SUB, r] = sub
@@ -130,6 +147,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
     dec = np.empty(max_seqs, np.int64)
     V = np.empty(max_seqs, np.int64)
     D = np.empty(max_seqs, np.int64)
+    all_d = np.ones(max_seqs, np.int64)  # every drafted-side request is a member of its drafting
     vk = np.empty(max_seqs, np.int64)
     vp = np.empty(max_seqs, np.int64)
     va = np.empty(max_seqs, np.int64)
@@ -280,38 +298,17 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
             kv = kv_v + pre_kv
             verify_t = _price(prof, wtab, 0, nseq, tokens, kv)
             # Pricing.draft_time over the newly drafted verify side, then over the drafted side (members proposing)
-            n_new, p_new, n_g, p_g, k_g, kv_g = 0, 0, 0, 0, 0, 0
+            n_new, p_new = 0, 0
             for j in range(nv):
                 if vnew[j] == 1:
                     n_new += 1
                     p_new += vp[j]
-                    if vp[j] > 0:
-                        n_g += 1
-                        p_g += vp[j]
-                        kv_g += prompt[V[j]] + gen[V[j]]
-                        if vk[j] > k_g:
-                            k_g = vk[j]
-            pre_draft_t = 0.0
-            drf_pre = 0
-            if n_g > 0:
-                pre_draft_t += _draft_time(dkind[0], dcoef[0], prof, wtab, 1, n_g, p_g, k_g, kv_g, verify_t)
-                drf_pre = 1
-            n_g, p_g, k_g, kv_g = 0, 0, 0, 0
+            pre_draft_t, drf_pre = _side_draft_time(V, nv, vnew, vp, vk, prompt, gen, dkind, dcoef, prof, wtab,
+                                                    verify_t)
             kv_d = 0
             for j in range(nd):
-                cx = prompt[D[j]] + gen[D[j]]
-                kv_d += cx
-                if dp[j] > 0:
-                    n_g += 1
-                    p_g += dp[j]
-                    kv_g += cx
-                    if dk[j] > k_g:
-                        k_g = dk[j]
-            draft_t = 0.0
-            drf_d = 0
-            if n_g > 0:
-                draft_t += _draft_time(dkind[0], dcoef[0], prof, wtab, 1, n_g, p_g, k_g, kv_g, verify_t)
-                drf_d = 1
+                kv_d += prompt[D[j]] + gen[D[j]]
+            draft_t, drf_d = _side_draft_time(D, nd, all_d, dp, dk, prompt, gen, dkind, dcoef, prof, wtab, verify_t)
             dpt = 0.0  # Pricing.drafter_prefill_time
             if n_pre > 0:
                 dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pre_tokens, pre_kv)
@@ -380,40 +377,11 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
                 _set_dev(rows_i, r, 1, -1)
                 r += 1
             vs = _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs)
-        # ---- finishes (StepOutcome.finish / Scheduler.finish)
         if n_done > 0:
-            for j in range(n_done):
-                i = done[j]
-                finish[i] = now
-                used -= blocks[i]
-                blocks[i] = 0
-                prefill_left[i] = -1
-                n_fin += 1
-                if closed == 1 and n_sub < n:  # ClosedLoopArrivals.on_finish
-                    arrival[n_sub] = now + think
-                    client_of[n_sub] = client_of[i]
-                    n_sub += 1
-            w = 0
-            for j in range(n_run):
-                i = run[j]
-                if prefill_left[i] != -1:
-                    run[w] = i
-                    w += 1
-            for j in range(n_done):
-                prefill_left[done[j]] = 0
-            n_run = w
+            used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
+                                                         n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
-    istate[S_PTR] = ptr
-    istate[S_ADMIT] = admit
-    istate[S_NRUN] = n_run
-    istate[S_FINISHED] = n_fin
-    istate[S_STEP] = step_no
-    istate[S_USED] = used
-    istate[S_PEAK] = peak
-    istate[S_ROWS] = r
-    istate[S_ITL] = ni
-    istate[S_SUBMITTED] = n_sub
+    _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
     psd_state[PS_SIDE] = vs
     psd_state[PS_FALLBACK] = fb_steps
-    fstate[0] = now
     return code

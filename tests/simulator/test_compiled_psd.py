@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.registry import make_policy
-from simulator import compiled_run
 from tests.simulator.engine_fixtures import PSDConfig, workload
 from tests.simulator.test_compiled_run import COSTS, assert_same, build, rooflines, run_path, tight_kv, \
     with_roofline
@@ -36,12 +35,7 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
               chunked_prefill=rules == "chunked", prefill="separate" if rules == "separate" else "mixed",
               psd=PSDConfig(split_min_batch=split_min, sync_s=sync_s, defer_kv=defer_kv))
     kw = with_roofline(kw, roof, cost)
-    old = compiled_run.SEGMENT_ROWS
-    compiled_run.SEGMENT_ROWS = segment
-    try:
-        fast = run_path(True, **kw)
-    finally:
-        compiled_run.SEGMENT_ROWS = old
+    fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     slow = run_path(False, **kw)
     assert slow.extras["engine_path"] == "steps"

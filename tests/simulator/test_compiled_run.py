@@ -45,13 +45,16 @@ def build(traces, wl, *, mode="sd", k=3, drafter="d", drafters=("d",), cost=None
         compiled_run.MIN_WORK_TOKENS = old
 
 
-def run_path(compiled: bool, **kw):
-    """One simulation on the compiled path (when eligible) or forced onto the step-by-step path."""
+def run_path(compiled: bool, segment: int | None = None, **kw):
+    """One simulation on the compiled path (when eligible; `segment`: the kernel's rows per call) or forced onto
+    the step-by-step path."""
+    old = compiled_run.SEGMENT_ROWS
     compiled_run.COMPILED, step_runs.MACRO_STEPS = compiled, False
+    compiled_run.SEGMENT_ROWS = old if segment is None else segment
     try:
         return build(**kw).simulate()
     finally:
-        compiled_run.COMPILED, step_runs.MACRO_STEPS = True, True
+        compiled_run.COMPILED, step_runs.MACRO_STEPS, compiled_run.SEGMENT_ROWS = True, True, old
 
 
 def assert_same(a, b) -> None:
@@ -127,12 +130,7 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
               max_num_batched_tokens=budget, chunked_prefill=rules == "chunked",
               prefill="separate" if rules == "separate" else "mixed")
     kw = with_roofline(kw, roof, cost)
-    old = compiled_run.SEGMENT_ROWS
-    compiled_run.SEGMENT_ROWS = segment
-    try:
-        fast = run_path(True, **kw)
-    finally:
-        compiled_run.SEGMENT_ROWS = old
+    fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     slow = run_path(False, **kw)
     assert slow.extras["engine_path"] == "steps"
@@ -184,12 +182,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules == "chunked", prefill="separate" if rules == "separate" else "mixed")
     kw = with_roofline(kw, roof, cost)
-    old = compiled_run.SEGMENT_ROWS
-    compiled_run.SEGMENT_ROWS = segment
-    try:
-        fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
-    finally:
-        compiled_run.SEGMENT_ROWS = old
+    fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
     reason = fast.extras.get("engine_path_reason", "")
     assert fast.extras["engine_path"] == "compiled" or "near tie" in reason, reason
     slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
