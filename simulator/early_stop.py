@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-__all__ = ["Progress", "StopMonitor", "exceeded_so_far", "progress_of", "run_until_decided", "progress_frame"]
+__all__ = ["Progress", "StopMonitor", "exceeded_so_far", "progress_of", "run_until_decided", "progress_columns", "progress_frame"]
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,19 @@ def exceeded_so_far(p: Progress, slo: Mapping[str, float | None]) -> np.ndarray:
     return running & bad
 
 
-def progress_frame(p: Progress) -> pd.DataFrame:
+def progress_columns(p: Progress) -> dict[str, np.ndarray]:
     """The request columns simulator.metrics reads (arrival, finish, ttft, tpot, e2e, output_len) of a snapshot,
-    as simulator/server.py writes them (NaN where not yet)."""
+    as simulator/server.py writes them (NaN where not yet); a plain dict: a stop rule asks for it at every check."""
     out = np.asarray(p.output_len)
     with np.errstate(invalid="ignore"):
         tpot = np.where(out > 1, (p.finish - p.first_token) / np.maximum(out - 1, 1), np.nan)
-    return pd.DataFrame({"arrival_time": p.arrival, "output_len": out.astype(np.int64), "first_token_time": p.first_token,
-                         "finish_time": p.finish, "ttft": p.first_token - p.arrival, "tpot": tpot,
-                         "e2e": p.finish - p.arrival})
+    return {"arrival_time": p.arrival, "output_len": out.astype(np.int64), "first_token_time": p.first_token,
+            "finish_time": p.finish, "ttft": p.first_token - p.arrival, "tpot": tpot, "e2e": p.finish - p.arrival}
+
+
+def progress_frame(p: Progress) -> pd.DataFrame:
+    """`progress_columns` as a requests table."""
+    return pd.DataFrame(progress_columns(p))
 
 
 class StopMonitor:

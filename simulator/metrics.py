@@ -64,17 +64,19 @@ def union_length(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> 
     return float(np.maximum(0.0, e - np.maximum(s, prev_max_end)).sum())
 
 
-def goodput_mask(requests_df: pd.DataFrame, slo: Mapping[str, float | None]) -> np.ndarray:
+def goodput_mask(requests_df: "pd.DataFrame | Mapping[str, np.ndarray]",
+                 slo: Mapping[str, float | None]) -> np.ndarray:
     """Boolean per request: finished and within every SLO bound given (a missing or None bound is no bound).
+    `requests_df`: the requests table, or its columns as arrays (simulator.early_stop.progress_columns).
 
     TPOT is undefined for one-token outputs; such a request meets any TPOT bound.
     """
-    ok = np.isfinite(requests_df["finish_time"].to_numpy(dtype=float))
+    ok = np.isfinite(np.asarray(requests_df["finish_time"], dtype=float))
     for key, column in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e")):
         bound = slo.get(key)
         if bound is None:
             continue
-        vals = requests_df[column].to_numpy(dtype=float)
+        vals = np.asarray(requests_df[column], dtype=float)
         if column == "tpot":
             ok &= np.isnan(vals) | (vals <= bound)
         else:

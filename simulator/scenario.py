@@ -153,18 +153,18 @@ def inputs_for(workload: Workload, bundle: TraceBundle, with_acceptance: bool = 
     """The engine's inputs for a sampled workload over `bundle` (traces in the bundle's order)."""
     traces = bundle.requests
     index = {r.id: i for i, r in enumerate(traces)}
-    reqs = workload.requests
-    missing = [r.trace_id for r in reqs if r.trace_id not in index]
+    missing = [t for t in workload.trace_ids if t not in index]
     if missing:
         raise ValueError(f"workload replays trace ids not in the bundle: {missing[:5]}")
     closed = workload.closed_loop
+    n = len(workload)
     ew = EngineWorkload(
-        request_ids=[r.request_id for r in reqs],
-        trace_index=np.array([index[r.trace_id] for r in reqs], dtype=np.int64),
-        arrival=np.array([r.arrival_time if r.arrival_time is not None else 0.0 for r in reqs], dtype=np.float64),
-        prompt_len=np.array([r.prompt_len for r in reqs], dtype=np.int64),
-        output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
-        categories=[r.category or "" for r in reqs],
+        request_ids=list(workload.request_ids),
+        trace_index=np.array([index[t] for t in workload.trace_ids], dtype=np.int64).reshape(n),
+        arrival=np.zeros(n) if workload.arrival is None else np.array(workload.arrival, dtype=np.float64),
+        prompt_len=np.array(workload.prompt_len, dtype=np.int64),
+        output_len=np.array(workload.output_len, dtype=np.int64),
+        categories=[c or "" for c in workload.categories],
         closed_loop_clients=closed.clients if closed else 0,
         think_time=closed.think_time if closed else 0.0,
     )

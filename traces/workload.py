@@ -9,7 +9,9 @@ the requests, lengths, categories and arrivals are the same, and reading their a
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Iterator, Literal, Mapping, NoReturn, Union
 
@@ -45,12 +47,33 @@ class ClosedLoop:
     think_time: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Workload:
-    """Requests in issue order; open loop when closed_loop is None (every arrival_time set)."""
+    """Requests in issue order, one column per attribute (no object per request: a plan builds millions);
+    open loop when closed_loop is None (every arrival set). `requests` gives them one object each."""
 
-    requests: list[WorkloadRequest]
+    request_ids: tuple[str, ...]
+    trace_ids: tuple[str, ...]
+    arrival: np.ndarray | None  # float64 seconds, read-only; None in a closed loop
+    prompt_len: np.ndarray  # int64, read-only
+    output_len: np.ndarray  # int64, read-only
+    categories: tuple[str | None, ...]
     closed_loop: ClosedLoop | None = None
+
+    def __len__(self) -> int:
+        return len(self.request_ids)
+
+    @cached_property
+    def requests(self) -> list[WorkloadRequest]:
+        arrivals = self.arrival.tolist() if self.arrival is not None else [None] * len(self)
+        return [WorkloadRequest(i, t, a, p, o, c) for i, t, a, p, o, c in
+                zip(self.request_ids, self.trace_ids, arrivals, self.prompt_len.tolist(), self.output_len.tolist(),
+                    self.categories)]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Workload):
+            return NotImplemented
+        return self.closed_loop == other.closed_loop and self.requests == other.requests
 
 
 # ---------------------------------------------------------------- the config section
@@ -212,13 +235,64 @@ def request_ids(trace_ids: list[str]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class RequestDraw:
+    """The rate-independent part of a workload: which traces the requests replay (indices into the bundle after
+    `categories`), their ids, lengths and categories, and the generator's state after the picks (arrival times are
+    drawn from there on). Read-only: shared by every workload built from the same draw."""
+
+    picks: np.ndarray
+    request_ids: tuple[str, ...]
+    trace_ids: tuple[str, ...]
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    categories: tuple[str | None, ...]
+    rng_state: dict
+
+
+DRAW_MEMO_MAX_REQUESTS = 500_000  # requests held by the per-process memo of draws (oldest dropped first)
+_draws: "OrderedDict[tuple, RequestDraw]" = OrderedDict()
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+def draw_requests(bundle: TraceBundle, n: int, sample: Sampling, seed: int) -> RequestDraw:
+    """The traces n requests replay, picked from `seed`'s generator, with their ids (`request_ids`).
+
+    A plan or sweep draws the same requests at many arrival rates (common random numbers), so draws are kept
+    per process, keyed by what they depend on: the bundle's request ids, lengths and categories, n, the sampling
+    rule and the seed. A kept draw is the same draw (the generator's state after it included), so a workload
+    built from it is identical to one built afresh."""
+    reqs = bundle.requests
+    key = (tuple((r.id, r.prompt_len, r.output_len, r.category) for r in reqs), n, sample.with_replacement,
+           sample.shuffle, seed)
+    got = _draws.get(key)
+    if got is not None:
+        _draws.move_to_end(key)
+        return got
+    rng = np.random.default_rng(seed)
+    picks = _readonly(np.asarray(pick_traces(len(reqs), n, sample, rng), dtype=np.int64))
+    order = picks.tolist()
+    trace_ids = tuple(reqs[i].id for i in order)
+    draw = RequestDraw(picks, tuple(request_ids(list(trace_ids))), trace_ids,
+                       _readonly(np.array([reqs[i].prompt_len for i in order], dtype=np.int64).reshape(-1)),
+                       _readonly(np.array([reqs[i].output_len for i in order], dtype=np.int64).reshape(-1)),
+                       tuple(reqs[i].category for i in order), rng.bit_generator.state)
+    _draws[key] = draw
+    while sum(len(d.picks) for d in _draws.values()) > DRAW_MEMO_MAX_REQUESTS and len(_draws) > 1:
+        _draws.popitem(last=False)
+    return draw
+
+
 def build_workload(bundle: TraceBundle, spec: WorkloadSpec, seed: int) -> Workload:
     """Pick traces (seeded), give each request its id and arrival time (open loop) or a closed loop."""
     if isinstance(spec.lengths, ParametricLengths):
         raise ValueError("parametric lengths need acceptance traces of those lengths: "
                          "use workload_and_bundle(bundle, spec, seed), which draws them")
     bundle = select_categories(bundle, spec.categories)
-    rng = np.random.default_rng(seed)
     arrival = spec.arrival
     times: np.ndarray | None = None
     if isinstance(arrival, ReplayArrivals) and arrival.file is not None:
@@ -229,8 +303,11 @@ def build_workload(bundle: TraceBundle, spec: WorkloadSpec, seed: int) -> Worklo
         times = times[:n]
     else:
         n = spec.num_requests or len(bundle.requests)
-    picked = [bundle.requests[i] for i in pick_traces(len(bundle.requests), n, spec.sample, rng)]
+    draw = draw_requests(bundle, n, spec.sample, seed)
+    rng = np.random.default_rng(seed)
+    rng.bit_generator.state = draw.rng_state  # the generator as the picks left it
     closed = None
+    order = None
     if isinstance(arrival, PoissonArrivals):
         times = poisson_arrivals(n, arrival.rate, rng)
     elif isinstance(arrival, GammaArrivals):
@@ -238,18 +315,25 @@ def build_workload(bundle: TraceBundle, spec: WorkloadSpec, seed: int) -> Worklo
     elif isinstance(arrival, ClosedLoopArrivals):
         closed = ClosedLoop(arrival.clients, arrival.think_time)
     elif times is None:  # replay the bundle's own times, in time order
-        missing = [r.id for r in picked if r.arrival_time is None]
+        recorded = [bundle.requests[i].arrival_time for i in draw.picks.tolist()]
+        missing = [t for t, a in zip(draw.trace_ids, recorded) if a is None]
         if missing:
             raise ValueError(f"workload.arrival.kind = replay needs arrival_time on every trace; "
                              f"{len(missing)} lack it (first: {missing[0]!r}); give workload.arrival.file instead")
-        picked.sort(key=lambda r: r.arrival_time)
-        times = np.array([r.arrival_time for r in picked])
-    ids = request_ids([r.id for r in picked])
-    # Python floats in one call (iterating the array makes a numpy scalar per request: most of this loop's time)
-    arrivals = np.asarray(times, dtype=float).tolist() if times is not None else [None] * n
-    reqs = [WorkloadRequest(i, r.id, t, int(r.prompt_len), int(r.output_len), r.category)
-            for i, r, t in zip(ids, picked, arrivals)]
-    return Workload(reqs, closed)
+        times = np.asarray(recorded, dtype=float)
+        order = np.argsort(times, kind="stable")
+        times = times[order]
+    if order is None:
+        ids, trace_ids, prompt, output, cats = (draw.request_ids, draw.trace_ids, draw.prompt_len, draw.output_len,
+                                                draw.categories)
+    else:  # ids follow the time order, as the requests are issued
+        olist = order.tolist()
+        trace_ids = tuple(draw.trace_ids[i] for i in olist)
+        ids = tuple(request_ids(list(trace_ids)))
+        prompt, output = _readonly(draw.prompt_len[order]), _readonly(draw.output_len[order])
+        cats = tuple(draw.categories[i] for i in olist)
+    arrivals = _readonly(np.array(times, dtype=float)) if times is not None else None
+    return Workload(ids, trace_ids, arrivals, prompt, output, cats, closed)
 
 
 class AcceptanceNotDrawnError(RuntimeError):

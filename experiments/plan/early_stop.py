@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from experiments.plan.search import BATCHES, judge, strict_high_end
-from simulator.early_stop import Progress, exceeded_so_far, progress_frame
+from simulator.early_stop import Progress, exceeded_so_far, progress_columns
 from simulator.metrics import goodput_mask, round_sig
 from simulator.steady_state import MIN_WINDOW_REQUESTS, is_overloaded, steady_window
 
@@ -102,7 +102,7 @@ class PlanStop:
         return None
 
     def _strict_fail(self, p: Progress) -> str | None:
-        good = goodput_mask(progress_frame(p), self.slo)
+        good = goodput_mask(progress_columns(p), self.slo)
         bad = exceeded_so_far(p, self.slo) | (np.isfinite(p.finish) & ~good)
         low = np.array([good[c].sum() / c.size for c in self.chunks])
         high = np.array([1.0 - bad[c].sum() / c.size for c in self.chunks])

@@ -547,15 +547,15 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
 
         def prepare_searches(group: list[Candidate]) -> None:
             if search.service_probe:
-                _service_probes([c for c in group if not c.floor_note], traffic, seeds[0], slo, runner)
+                skipped = _service_probes([c for c in group if not c.floor_note], traffic, seeds[0], slo, runner)
+                bar.add_total(-skipped)
             for c in group:
                 probe = (c.probe or {}).get("service_req_s")
                 c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
                                       probe_service=probe)
-                if c.floor_note:  # TPOT_FLOOR_RULE: nothing to simulate
+                if c.floor_note:  # TPOT_FLOOR_RULE: nothing to simulate (its curve points: _curve_points)
                     c.search.stop()
-                    bar.add_total(-(search.max_tests * search.seeds + len(search.curve_fractions)
-                                    + search.service_probe))
+                    bar.add_total(-(search.max_tests * search.seeds + search.service_probe))
 
         def run_searches(group: list[Candidate], target_only: bool = False) -> None:
             """Every search of `group` to its end (`target_only`: a search ends at its first rate unless it passes)."""
@@ -658,8 +658,9 @@ def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, b
 
 
 def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
-                    runner: SweepRunner) -> None:
-    """SERVICE_PROBE_RULE: one saturated run per candidate, its service rate in req/s on the candidate."""
+                    runner: SweepRunner) -> int:
+    """SERVICE_PROBE_RULE: one saturated run per candidate, its service rate in req/s on the candidate; returns
+    how many candidates were not probed (their run would be longer than a search run)."""
     sized = []
     for c in active:  # a probe no shorter than it must be, but never longer than a search run
         need = PROBE_REQUESTS_PER_CLIENT * math.ceil(PROBE_CLIENTS * concurrent_sequences(c))
@@ -674,6 +675,7 @@ def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int,
         tok_s = r.get("tok_s")
         c.probe = {"requests": r.get("requests"), "clients": p.payload["probe"]["clients"], "tok_s": tok_s,
                    "service_req_s": tok_s / c.mean_output_tokens if tok_s and c.mean_output_tokens else None}
+    return len(active) - len(sized)
 
 
 def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,

@@ -54,3 +54,29 @@ def test_the_floor_covers_only_monotone_profiles():
     assert tpot_floor(neg, 0) is None
     ok = LinearProfile("o", {"batched_tokens": 1e-4, "const": 1e-2}, provenance=Provenance("test"))
     assert tpot_floor(ok, 3) == pytest.approx((1e-2 + 1e-4) / 4)
+
+
+def _progress_counts(case, out) -> tuple[int, int]:
+    """(points done, points planned) on the plan's last plain progress line."""
+    import io
+
+    from rich.console import Console
+
+    from experiments.plan.config import load_plan_config
+    from experiments.plan.planner import run_plan
+
+    buf = io.StringIO()
+    run_plan(load_plan_config(case), out, backend="serial", console=Console(file=buf, force_terminal=False))
+    done, total = buf.getvalue().strip().splitlines()[-1].split(": ")[1].split(" points")[0].split("/")
+    return int(done), int(total)
+
+
+@pytest.mark.parametrize("bound", [0.9, 1.1])
+def test_the_progress_total_ends_at_the_points_run(tmp_path, bound):
+    """A candidate the floor rule answers runs nothing, its curve points included (the bar counted them out twice:
+    '1392/1389 points'); one searched ends with every planned point done."""
+    case = make_known_case(tmp_path)
+    case["slo"] = {**case["slo"], "tpot_s": bound * STEP_S}
+    case["search"] = {**case["search"], "seeds": 1, "rel_tol": 0.2}
+    done, total = _progress_counts(case, tmp_path / "p")
+    assert done == total and (total == 0) == (bound < 1)

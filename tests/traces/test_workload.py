@@ -250,3 +250,41 @@ def test_arrival_times_are_python_floats_of_the_drawn_times(arrival):
     w = build_workload(small_bundle(), spec(num_requests=50, arrival=arrival, sample={"with_replacement": True}), 3)
     times = [r.arrival_time for r in w.requests]
     assert all(type(t) is float for t in times) and times == sorted(times) and times[0] > 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 40), seed=st.integers(0, 2**32 - 1), rates=st.lists(st.floats(0.1, 100.0), min_size=1,
+       max_size=4), replace=st.booleans(), shuffle=st.booleans(), kind=st.sampled_from(["poisson", "gamma"]))
+def test_a_kept_draw_builds_the_workload_a_fresh_generator_draws(n, seed, rates, replace, shuffle, kind):
+    """draw_requests keeps draws per process (a plan builds one at many rates): every build equals the rule done by
+    hand on a fresh generator (picks first, then the arrival gaps), whether the draw was kept or not."""
+    import traces.workload as wl
+
+    bundle = small_bundle(40)
+    sample = {"with_replacement": replace, "shuffle": shuffle}
+    for i, rate in enumerate(rates):
+        if i % 2:
+            wl._draws.clear()
+        arrival = {"kind": kind, "rate": rate, **({"cv": 0.7} if kind == "gamma" else {})}
+        w = build_workload(bundle, spec(num_requests=n, arrival=arrival, sample=sample), seed)
+        rng = np.random.default_rng(seed)
+        picks = (rng.integers(0, 40, size=n) if replace else rng.permutation(40)[:n] if shuffle else np.arange(n))
+        gaps = (rng.exponential(1.0 / rate, size=n) if kind == "poisson"
+                else rng.gamma(1.0 / (0.7 * 0.7), 1.0 / (rate * (1.0 / (0.7 * 0.7))), size=n))
+        assert [r.trace_id for r in w.requests] == [f"t{i}" for i in picks]
+        assert np.array_equal(w.arrival, np.cumsum(gaps))
+        assert [r.output_len for r in w.requests] == [3 + int(i) for i in picks]
+        assert w.request_ids == tuple(request_ids([f"t{i}" for i in picks]))
+        with pytest.raises(ValueError):
+            w.output_len[0] = 1  # shared by every build of the draw: read-only
+
+
+def test_draws_kept_are_bounded_by_their_requests(monkeypatch):
+    import traces.workload as wl
+
+    monkeypatch.setattr(wl, "DRAW_MEMO_MAX_REQUESTS", 100)
+    wl._draws.clear()
+    for seed in range(10):
+        build_workload(small_bundle(5), spec(num_requests=30, arrival={"kind": "poisson", "rate": 1.0},
+                                             sample={"with_replacement": True}), seed)
+    assert sum(len(d.picks) for d in wl._draws.values()) <= 100 and len(wl._draws) == 3
