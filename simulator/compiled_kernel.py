@@ -17,16 +17,32 @@ arrays it is given, so the caller empties the buffers and calls it again to cont
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
-# numba reads its cache folder at import: one under the user's cache works when the package is read-only
-os.environ.setdefault("NUMBA_CACHE_DIR", str(Path.home() / ".cache" / "draftsim" / "numba"))
+KERNEL_SOURCES = ("compiled_kernel.py", "compiled_psd_kernel.py")
+
+
+def kernel_cache_dir() -> Path:
+    """The default cache folder of the compiled kernels: under the user's cache (works when the package is
+    read-only), one per digest of the kernel sources, since numba's cache keys a kernel on its own file only and
+    would keep a PSD kernel that inlined an older helper of this file."""
+    digest = hashlib.sha256()
+    for name in KERNEL_SOURCES:
+        digest.update((Path(__file__).with_name(name)).read_bytes())
+    return Path.home() / ".cache" / "draftsim" / "numba" / digest.hexdigest()[:16]
+
+
+os.environ.setdefault("NUMBA_CACHE_DIR", str(kernel_cache_dir()))  # a folder the user set is used as it is
 
 import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
+from numba.core import config as _numba_config  # noqa: E402
+
+_numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
 
 DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT, ERR_TIE = 0, 1, 2, -1, -2, -3
 # row int columns
@@ -100,9 +116,11 @@ def _admit_waiting(admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs
 
 
 @njit(cache=True)
-def _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token, now):
+def _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token, now, out, done,
+                    n_done):
     """StepOutcome.apply's prefill progress: each chunk advances its request; a finished prompt emits its first
-    token at `now`. Returns how many first tokens the step emitted."""
+    token at `now`, and a request whose output that completes joins `done`. Returns (first tokens emitted,
+    n_done)."""
     first_tokens = 0
     for j in range(n_pre):
         i = pre[j]
@@ -114,7 +132,28 @@ def _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emi
             last_emit[i] = now
             if np.isnan(first_token[i]):
                 first_token[i] = now
-    return first_tokens
+            if gen[i] >= out[i]:
+                done[n_done] = i
+                n_done += 1
+    return first_tokens, n_done
+
+
+@njit(cache=True)
+def _emit(i, accepted, proposed, now, out, gen, itl, ni, last_emit, dsteps, dprop, dacc, done, n_done):
+    """StepOutcome.apply for one verified (or decoded) request: 1 + accepted tokens, at most what its output has
+    left, one ITL gap, its drafting counts; a request whose output completes joins `done`. Returns (emitted, ni,
+    n_done)."""
+    e = min(1 + accepted, out[i] - gen[i])
+    itl[ni] = now - last_emit[i]
+    last_emit[i] = now
+    gen[i] += e
+    dsteps[i] += 1
+    dprop[i] += proposed
+    dacc[i] += accepted
+    if gen[i] >= out[i]:
+        done[n_done] = i
+        n_done += 1
+    return e, ni + 1, n_done
 
 
 @njit(cache=True)
@@ -515,14 +554,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
-            first_tokens = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token,
-                                           now)  # StepOutcome.apply: prefill progress
-            n_done = 0
-            for j in range(n_pre):
-                i = pre[j]
-                if gen[i] >= out[i] and prefill_left[i] == 0:
-                    done[n_done] = i
-                    n_done += 1
+            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                   first_token, now, out, done, 0)  # StepOutcome.apply: prefills
             _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
                  used, 0, 0, first_tokens, 0)
             r += 1
@@ -671,16 +704,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
             n_done = 0
             for j in range(n_dec):
                 i = dec[j]
-                lft = out[i] - gen[i]
-                e = min(1 + acc[j], lft)
-                itl[ni] = now - last_emit[i]
-                ni += 1
-                last_emit[i] = now
-                gen[i] += e
+                e, ni, n_done = _emit(i, acc[j], prop[j], now, out, gen, itl, ni, last_emit, dsteps, dprop, dacc, done,
+                                      n_done)
                 emitted_sum += e
-                dsteps[i] += 1
-                dprop[i] += prop[j]
-                dacc[i] += acc[j]
                 g = slot[j]
                 if g >= 0:
                     usage[g] += 1
@@ -694,16 +720,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                         arm_sums[x, a] += np.float64(acc[j]) / np.float64(prop[j])
                 else:
                     usage[nslot] += 1
-                if gen[i] >= out[i]:
-                    done[n_done] = i
-                    n_done += 1
-            first_tokens = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token,
-                                           now)
-            for j in range(n_pre):
-                i = pre[j]
-                if gen[i] >= out[i] and prefill_left[i] == 0:
-                    done[n_done] = i
-                    n_done += 1
+            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                   first_token, now, out, done, n_done)
             t0 = start
             if draft_t > 0:
                 _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + draft_t, n_act, 0, prop_sum, kv, used,

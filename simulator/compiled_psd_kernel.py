@@ -15,7 +15,7 @@ from simulator.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_OVERHEAD,
                                        I_BUDGET, I_CHUNKED, I_CLOSED, I_K, I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED,
                                        P_PREFILL, P_VERIFY, ROW_INTS, S_ADMIT, S_FINISHED, S_ITL, S_NRUN, S_PEAK,
                                        S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _admit_waiting,
-                                       _apply_prefills, _continue_prefills, _draft_time, _drafter_prefill_time,
+                                       _apply_prefills, _continue_prefills, _emit, _draft_time, _drafter_prefill_time,
                                        _finish_requests, _price, _row, _save_state)
 
 P_SYNC = 6  # compiled_run.PHASES[6]
@@ -197,14 +197,8 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
-            first_tokens = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token,
-                                           now)
-            n_done = 0
-            for j in range(n_pre):
-                i = pre[j]
-                if gen[i] >= out[i] and prefill_left[i] == 0:
-                    done[n_done] = i
-                    n_done += 1
+            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                   first_token, now, out, done, 0)
             _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, pre_tokens,
                  pre_kv, used, 0, 0, first_tokens, 0)
             _set_dev(rows_i, r, 0, vs)
@@ -321,30 +315,15 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
             n_done = 0
             for j in range(nv):
                 i = V[j]
-                lft = out[i] - gen[i]
-                e = min(1 + va[j], lft)
-                itl[ni] = now - last_emit[i]
-                ni += 1
-                last_emit[i] = now
-                gen[i] += e
+                e, ni, n_done = _emit(i, va[j], vp[j], now, out, gen, itl, ni, last_emit, dsteps, dprop, dacc, done,
+                                      n_done)
                 emitted_sum += e
-                dsteps[i] += 1
-                dprop[i] += vp[j]
-                dacc[i] += va[j]
                 if vslot[j] >= 0:
                     usage[0] += 1
                 else:
                     usage[1] += 1
-                if gen[i] >= out[i]:
-                    done[n_done] = i
-                    n_done += 1
-            first_tokens = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token,
-                                           now)
-            for j in range(n_pre):
-                i = pre[j]
-                if gen[i] >= out[i] and prefill_left[i] == 0:
-                    done[n_done] = i
-                    n_done += 1
+            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                   first_token, now, out, done, n_done)
             # rows: the target's slices, then the draft device's (StepOutcome._record)
             if nv > 0 or n_pre > 0:
                 phase = P_VERIFY

@@ -466,3 +466,24 @@ def test_a_fraction_or_constant_drafter_with_a_profile_is_charged_its_prompt_pas
         fast, slow = run_path(True, **kw), run_path(False, **kw)
         assert fast.extras["engine_path"] == "compiled" and "draft_prefill" in set(slow.steps.phase)
         assert_same(fast, slow)
+
+
+def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_imported_first(tmp_path):
+    """numba keys a cached kernel on its own file: the PSD kernel inlines helpers of compiled_kernel.py, so a change
+    there would leave a stale PSD kernel; the default cache folder is one per digest of both sources, and it holds
+    even when numba was imported (and read its cache setting) before the kernels."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import simulator
+
+    src = Path(simulator.__file__).parent
+    digest = hashlib.sha256((src / "compiled_kernel.py").read_bytes() + (src / "compiled_psd_kernel.py").read_bytes())
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
+    code = ("import numba, simulator.compiled_kernel\nfrom numba.core import config\nprint(config.CACHE_DIR)")
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=src.parent).stdout.strip()
+    assert got == str(tmp_path / ".cache" / "draftsim" / "numba" / digest.hexdigest()[:16])
