@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from policies.registry import make_policy
 from tests.simulator.engine_fixtures import PSDConfig, workload
-from tests.simulator.test_compiled_run import COSTS, assert_same, build, rooflines, run_path, tight_kv, \
-    with_roofline
+from tests.simulator.test_compiled_run import (COSTS, assert_same, build, drawn_case, rooflines, run_path, tight_kv,
+                                              with_roofline)
 from tests.simulator.test_step_runs import traces_with
 
 
@@ -23,12 +23,7 @@ from tests.simulator.test_step_runs import traces_with
 def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                        req_rate, m, block_size, slack, overhead, segment, split_min,
                                                        sync_s, defer_kv, roof):
-    traces = traces_with(max(1, n // 2), seed, rate, ngram)
-    drafters = ("d", "g") if ngram else ("d",)
-    wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
-                  clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
-    if rules != "chunked" and budget < int(wl.prompt_len.max()):
-        budget = int(wl.prompt_len.max()) + seed % 9
+    traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     kw = dict(traces=traces, wl=wl, mode="psd", k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
               cost=COSTS[cost], kv_tokens=tight_kv(wl, k, block_size, 2 * m, slack), max_num_seqs=m,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,

@@ -106,6 +106,19 @@ def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int) -> int:
     return int(need[:max_num_seqs].sum() + slack) * block_size
 
 
+def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_rate: float, rules: str, budget: int):
+    """(traces, drafter names, workload, token budget) of one drawn equality case, shared by the SD and PSD tests."""
+    traces = traces_with(max(1, n // 2), seed, rate, ngram)
+    drafters = ("d", "g") if ngram else ("d",)
+    wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
+                  clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
+    if rules != "chunked" and budget < int(wl.prompt_len.max()):
+        # without chunked prefill a prompt over the budget is refused up front; just above it, decode and draft
+        # tokens can leave too little budget for the next prompt
+        budget = int(wl.prompt_len.max()) + seed % 9
+    return traces, drafters, wl, budget
+
+
 @settings(max_examples=40, deadline=None)
 @given(mode=st.sampled_from(["ar", "sd", "sd"]), seed=st.integers(0, 10_000), n=st.integers(1, 40),
        rate=st.floats(0.0, 0.9), ngram=st.booleans(), k=st.integers(0, 5), cost=st.sampled_from(sorted(COSTS)),
@@ -116,14 +129,7 @@ def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int) -> int:
 def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                         req_rate, max_num_seqs, block_size, slack, overhead, segment,
                                                         roof):
-    traces = traces_with(max(1, n // 2), seed, rate, ngram)
-    drafters = ("d", "g") if ngram else ("d",)
-    wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
-                  clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
-    if rules != "chunked" and budget < int(wl.prompt_len.max()):
-        # without chunked prefill a prompt over the budget is refused up front; just above it, decode and draft
-        # tokens can leave too little budget for the next prompt
-        budget = int(wl.prompt_len.max()) + seed % 9
+    traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     kw = dict(traces=traces, wl=wl, mode=mode, k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
               cost=COSTS[cost], kv_tokens=tight_kv(wl, k if mode == "sd" else 0, block_size, max_num_seqs, slack),
               max_num_seqs=max_num_seqs, block_size=block_size, step_overhead_s=overhead,
