@@ -15,7 +15,7 @@ import time
 from experiments.config import load_config
 from experiments.run import experiment_inputs, prepare
 from simulator.scenario import simulate
-from simulator.specbench import STEP_OVERHEAD_S
+from simulator.reproductions.specbench import STEP_OVERHEAD_S
 
 RUN = {"name": "eagle3-k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}}
 

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from simulator.specbench import STEP_OVERHEAD_S
+from simulator.reproductions.specbench import STEP_OVERHEAD_S
 
 TARGET = 500.0
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         from experiments.config import load_config
         from experiments.run import prepare, resolve_bundle, run_experiment
         from simulator.scenario import inputs_for, simulate
-        from simulator.metrics import summarize
+        from simulator.measure.metrics import summarize
         from traces.synthetic.fit_cache import clear_memory_cache
         from traces.workload import WorkloadSpec, workload_and_bundle
 

@@ -19,7 +19,7 @@ import time
 from experiments.config import load_config
 from experiments.run import experiment_inputs, prepare, run_experiment
 from simulator.scenario import simulate
-from simulator.specbench import STEP_OVERHEAD_S
+from simulator.reproductions.specbench import STEP_OVERHEAD_S
 
 TARGET_RATE = {"AR": 1_500_000, "SD-k3": 1_000_000}  # request-steps per CPU second (issue 8)
 TARGET_RSS_GB = 2.0
@@ -50,7 +50,7 @@ def measure(n: int, run: dict) -> dict:
     inputs = experiment_inputs(cfg)
     scenario = prepare(cfg)[0]
     c1 = time.process_time()
-    path = simulate(scenario, inputs).extras.get("engine_path", "steps")  # simulator/compiled_run.py or the step path
+    path = simulate(scenario, inputs).extras.get("engine_path", "steps")  # simulator/engine/compiled_run.py or the step path
     engine_cpu = time.process_time() - c1
     return {"name": run["name"], "wall_s": wall, "cpu_s": cpu, "engine_cpu_s": engine_cpu, "request_steps": steps,
             "rate_cpu": steps / cpu, "rate_engine": steps / engine_cpu, "path": path}

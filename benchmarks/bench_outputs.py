@@ -26,7 +26,7 @@ import types
 from pathlib import Path
 
 # modules of the output path, loaded from --before under private names (their imports of each other redirected)
-_BEFORE_MODULES = (("simulator/timeline.py", "simulator.timeline"), ("experiments/plots.py", "experiments.plots"),
+_BEFORE_MODULES = (("simulator/measure/timeline.py", "simulator.measure.timeline"), ("experiments/plots.py", "experiments.plots"),
                    ("experiments/report.py", "experiments.report"))
 
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.plots import write_plots
     from experiments.report import _write_table, print_comparison, write_results_folder
     from experiments.run import run_experiment
-    from simulator.timeline import to_chrome_trace, write_chrome_trace
+    from simulator.measure.timeline import to_chrome_trace, write_chrome_trace
 
     cfg = config(args.requests)
     t0 = time.perf_counter()
@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             old = load_before(args.before)
             before = {
                 "plots": lambda: old["experiments.plots"].write_plots(d / "old-plots", req, steps, res.summary),
-                "timeline (first 2000 steps)": lambda: old["simulator.timeline"].write_chrome_trace(
-                    d / "old-t.json", trace=old["simulator.timeline"].to_chrome_trace(res.steps, max_steps=2000)),
+                "timeline (first 2000 steps)": lambda: old["simulator.measure.timeline"].write_chrome_trace(
+                    d / "old-t.json", trace=old["simulator.measure.timeline"].to_chrome_trace(res.steps, max_steps=2000)),
                 "results folder, all outputs": lambda: old["experiments.report"].write_results_folder(
                     d / "old-out", config_dict=cfg, runs=runs, timeline_max_steps=2000),
             }

@@ -9,7 +9,7 @@ that need them are skipped when absent), the roofline profile from the shipped c
 experiments/configs/psd_vs_sd.yaml (assumed i.i.d. acceptance; no Qwen3 traces are public).
 
 The "Speculative Decoding: Performance or Illusion?" figures are batch-B speedups of EAGLE (k = 3, vLLM
-0.10.1.1); draftsim computes them in its SpecDecode-Bench compatibility mode (simulator/specbench.py:
+0.10.1.1); draftsim computes them in its SpecDecode-Bench compatibility mode (simulator/reproductions/specbench.py:
 closed batches of B copies, AR vs SD, draftsim's replay rule, `position_convention="engine"`).
 
 Run from the repository root: `python -m benchmarks.bench_published_gpu [--requests N] [--json OUT]
@@ -58,7 +58,7 @@ def _records(name: str):
 
 
 def _speedup(records, dataset: str, batch: int, costs=None, requests: int = 300) -> float:
-    from simulator.specbench import simulate_specbench
+    from simulator.reproductions.specbench import simulate_specbench
 
     return simulate_specbench(records, dataset=dataset, proposer="eagle3", predict="FIXED_3", batch_size=batch,
                               costs=costs, num_requests=min(requests, len(records)),
@@ -68,9 +68,9 @@ def _speedup(records, dataset: str, batch: int, costs=None, requests: int = 300)
 def _roofline_costs(model: str, tp: int):
     """`model` on `tp` x H100 by roofline from the catalogs (Llama-3.3-70B has Llama-3-70B's shape); the EAGLE head
     priced with the 8B release's fitted EAGLE profile (no other EAGLE fit is public)."""
-    from simulator.latency import resolve_profile
-    from simulator.roofline import RooflineProfile
-    from simulator.specbench import EAGLE_DRAFT_PROFILE, CompatCosts
+    from simulator.costs.latency import resolve_profile
+    from simulator.costs.roofline import RooflineProfile
+    from simulator.reproductions.specbench import EAGLE_DRAFT_PROFILE, CompatCosts
     from traces.catalog import get_gpu, get_model
 
     return CompatCosts(RooflineProfile(get_model(model), get_gpu("h100-80gb"), tp=tp), resolve_profile(EAGLE_DRAFT_PROFILE))

@@ -9,8 +9,8 @@ derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.
 Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
   and on request (--runs) adaptive-k (eagle3) and combine-match (ngram / eagle3),
-  on the compiled path (simulator/compiled_run.py; UCB with the BE reward, adaptive-k and combine-match are eligible),
-  with macro-steps (simulator/step_runs.py) and step by step, in the same process, the tables checked equal:
+  on the compiled path (simulator/engine/compiled_run.py; UCB with the BE reward, adaptive-k and combine-match are eligible),
+  with macro-steps (simulator/engine/step_runs.py) and step by step, in the same process, the tables checked equal:
   request-steps per CPU second, mean sequences per step, and the ratios; the compiled kernel's first call (numba
   import and cache load, or compile) is timed on its own before;
 - whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
@@ -81,7 +81,7 @@ def uptime() -> str:
         return f"load average: {one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
-PATHS = ("compiled", "macro-steps", "step by step")  # simulator/compiled_run.py, step_runs.py, neither
+PATHS = ("compiled", "macro-steps", "step by step")  # simulator/engine/compiled_run.py, step_runs.py, neither
 
 
 def first_call() -> None:
@@ -90,7 +90,7 @@ def first_call() -> None:
     from experiments.run import experiment_inputs, prepare
     from simulator.scenario import simulate
 
-    from simulator.compiled_run import ENGINE_ENV
+    from simulator.engine.compiled_run import ENGINE_ENV
 
     cfg = load_config(config(3, [RUNS["AR"]]))
     inputs, sc = experiment_inputs(cfg, need_acceptance=False), prepare(cfg)[0]
@@ -109,7 +109,7 @@ def engine(n: int, names: list[str], repeats: int, rate: float = 12.0) -> None:
     """Engine CPU seconds per run on the compiled path, with macro-steps and step by step, in this process."""
     from experiments.config import load_config
     from experiments.run import experiment_inputs, prepare
-    from simulator import compiled_run, step_runs
+    from simulator.engine import compiled_run, step_runs
     from simulator.scenario import simulate
 
     first_call()

@@ -10,7 +10,7 @@ import statistics
 import time
 from pathlib import Path
 
-from simulator.specbench import simulate_specbench
+from simulator.reproductions.specbench import simulate_specbench
 from traces.importers.specbench import dataset_from_filename, read_specbench
 
 DEFAULT_TRACE = (Path(__file__).resolve().parents[1].parent / "shared" / "reference-traces"

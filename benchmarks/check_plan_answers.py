@@ -18,7 +18,7 @@ from experiments.plan.config import load_plan_config
 from experiments.plan.planner import TrafficModel, base_experiment, build_candidates
 from experiments.plan.prices import price_table
 from experiments.run import run_experiment
-from simulator.metrics import steady_state_summary
+from simulator.measure.metrics import steady_state_summary
 
 CHECK_SEED = 12345  # not one of the plan's seeds (those derive from plan.seed)
 

@@ -60,7 +60,7 @@ def profile_models(specs: list[Any], *, device: str, dtype: str, sweep: Any, out
 
     from calibration.models.hf_backend import model_from_config
     from calibration.latency_sweep import fit_profiles, provenance, sweep_model
-    from simulator.latency import save_profile
+    from simulator.costs.latency import save_profile
 
     rows = []
     slug = _device_slug(device)

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from simulator.latency import LinearProfile, Measurement, Provenance, TableProfile, fit_linear
+from simulator.costs.latency import LinearProfile, Measurement, Provenance, TableProfile, fit_linear
 
 
 @dataclass
@@ -145,7 +145,7 @@ class FittedProfiles:
 
 def fit_profiles(name: str, model_name: str, measurements: list[Measurement], prov: Provenance) -> FittedProfiles:
     """Fit linear (all terms) and table profiles; report MAPE overall and when each term is left out."""
-    from simulator.latency import TERMS, mape
+    from simulator.costs.latency import TERMS, mape
 
     full = fit_linear(name, measurements, model=model_name, provenance=prov)
     without = {}
@@ -169,7 +169,7 @@ def calibrate_latency(target: str, drafter_specs: list[str], cfg: SweepConfig, o
     profiles, save them as `<name>[-<drafter>][-table].yaml` in `out_dir`; returns (profile name, fit) pairs."""
     from calibration.models.drafters import LookupDrafter, int8_kernel_copy
     from calibration.models.loading import load_target
-    from simulator.latency import save_profile
+    from simulator.costs.latency import save_profile
 
     loaded = load_target(target, drafter_specs, dtype=dtype, device=device, threads=cfg.threads)
     lm = loaded.lm

@@ -92,7 +92,7 @@ def pool_report_rows(bundle_paths: list[str], cost_ratio: dict[str, float], targ
     the profile named by its cost_model (a file `<profile_dir>/<cost_model>.yaml` first, else a built-in one)."""
     from pathlib import Path
 
-    from simulator.latency import load_profile, resolve_profile
+    from simulator.costs.latency import load_profile, resolve_profile
     from traces.bundle import load_bundle
 
     target = resolve_profile(target_profile) if target_profile else None

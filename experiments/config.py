@@ -10,8 +10,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from experiments.sweep.spec import SweepSpec
-from simulator.cluster_config import ClusterSpec
-from simulator.draft_cost import DRAFT_COST_KINDS
+from simulator.cluster.config import ClusterSpec
+from simulator.costs.draft_cost import DRAFT_COST_KINDS
 from simulator.server_config import RunSpec, ServerConfig, check_replica_overrides
 from traces.config_base import ConfigError, StrictModel, format_validation_error, validate_model
 from traces.errors import TraceFormatError
@@ -57,9 +57,9 @@ class SLO(StrictModel):
 
 
 class DraftCostConfig(StrictModel):
-    """One entry of the `drafters:` section (simulator.draft_cost): how a drafter's drafting phase is priced."""
+    """One entry of the `drafters:` section (simulator.costs.draft_cost): how a drafter's drafting phase is priced."""
 
-    kind: Literal[DRAFT_COST_KINDS]  # the engine's own list (simulator.draft_cost): one list, both sides
+    kind: Literal[DRAFT_COST_KINDS]  # the engine's own list (simulator.costs.draft_cost): one list, both sides
     profile: str | dict[str, Any] | None = Field(None, min_length=1, description="a profile name or file, or "
                                                  "{kind: roofline, model, gpu, tp}: the draft model on its own GPU")
     fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
@@ -148,7 +148,7 @@ class ExperimentConfig(StrictModel):
             if spec.get("profile") is not None:
                 _check_profile_name(spec["profile"], f"drafters.{name}.profile")
             if isinstance(spec.get("profile"), dict):  # an inline roofline: its model and GPU resolve now
-                from simulator.draft_cost import draft_cost_from_config
+                from simulator.costs.draft_cost import draft_cost_from_config
 
                 draft_cost_from_config(spec, where=f"drafters.{name}")
         for i, run in enumerate(self.runs):
@@ -191,7 +191,7 @@ def _check_server(server: ServerConfig, where: str) -> None:
 
 def _check_profile_name(ref: Any, where: str) -> None:
     """A profile given by name must be a built-in one or an existing file (inline mappings are checked at use)."""
-    from simulator.latency import builtin_profiles
+    from simulator.costs.latency import builtin_profiles
 
     if isinstance(ref, str) and ref not in builtin_profiles() and not Path(ref).is_file():
         raise ValueError(f"{where}: {ref!r} is neither a built-in latency profile ({', '.join(builtin_profiles())}) "

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from simulator.metrics import per_request_acceptance_length
+from simulator.measure.metrics import per_request_acceptance_length
 from traces.atomic import atomic_open
 
 if TYPE_CHECKING:  # matplotlib (~0.5 s to import) loads when a figure is drawn, not with the module

@@ -5,7 +5,7 @@ Results folder (complete or absent: built in a hidden temp sibling, renamed into
     config.yaml            resolved experiment config
     requests.parquet       per-request table of every run, `run` column first (or .csv)
     steps.parquet          per-step table of every run, `run` column first (or .csv)
-    summary.json           {run name: summary metrics} in run order (simulator.metrics.summarize);
+    summary.json           {run name: summary metrics} in run order (simulator.measure.metrics.summarize);
                            a run that does not fit appears here only
     timeline.json          Chrome trace JSON, one process per run (open in ui.perfetto.dev)
     plots/*.png            experiments.plots.PLOT_FILES
@@ -31,8 +31,8 @@ import yaml
 
 from experiments.plots import PLOT_FILES, write_plots
 from experiments.tables import print_table, run_table
-from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS, stack_tables
-from simulator.timeline import to_chrome_trace, write_chrome_trace
+from simulator.engine.records import REQUEST_COLUMNS, STEP_COLUMNS, stack_tables
+from simulator.measure.timeline import to_chrome_trace, write_chrome_trace
 from traces.atomic import atomic_open, atomic_write_text
 
 if TYPE_CHECKING:  # rich loads where a table is printed: `draftsim run --json` and the writers do without it

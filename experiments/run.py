@@ -18,10 +18,10 @@ import pandas as pd
 
 import oracle.registry  # noqa: F401  (registers the ground-truth policies)
 from experiments.config import ExperimentConfig, load_config
-from simulator.cluster import ClusterResult
-from simulator.engine import SimResult
-from simulator.metrics import summarize
-from simulator.records import stack_tables
+from simulator.cluster.simulation import ClusterResult
+from simulator.engine.simulation import SimResult
+from simulator.measure.metrics import summarize
+from simulator.engine.records import stack_tables
 from simulator.scenario import ClusterScenario, Scenario, SimInputs, check_inputs, inputs_for, prepare_runs, simulate
 from simulator.seeds import ExperimentSeeds
 from traces.bundle import TraceBundle, load_bundle_cached

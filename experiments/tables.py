@@ -118,7 +118,7 @@ PER_GPU_COLUMN = Column("throughput_tok_s_per_gpu", "tok/s", 0, header="throughp
 SWEEP_METRICS = ("throughput_tok_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "goodput_fraction")
 
 
-# whole-run metric -> its steady-state-window twin in summary.json (simulator/metrics.py), shown when present
+# whole-run metric -> its steady-state-window twin in summary.json (simulator/measure/metrics.py), shown when present
 STEADY_TWINS = {
     "throughput_tok_s": "steady_throughput_tok_s", "throughput_tok_s_per_gpu": "steady_throughput_tok_s_per_gpu",
     "requests_per_s": "steady_requests_per_s", "goodput_req_s": "steady_goodput_req_s",

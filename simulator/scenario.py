@@ -20,15 +20,15 @@ import simpy
 
 from policies.base import Policy
 from policies.registry import make_policy
-from simulator.acceptance_table import AcceptanceTable
-from simulator.cluster import ClusterSimulation, ReplicaArrivals, check_router_workload
-from simulator.cluster_config import ClusterSpec
-from simulator.draft_cost import DraftCost
-from simulator.engine import ServerSimulation
+from simulator.engine.acceptance_table import AcceptanceTable
+from simulator.cluster.simulation import ClusterSimulation, ReplicaArrivals, check_router_workload
+from simulator.cluster.config import ClusterSpec
+from simulator.costs.draft_cost import DraftCost
+from simulator.engine.simulation import ServerSimulation
 from simulator.seeds import ExperimentSeeds, ServerSeeds, as_seed_sequence, replica_seeds
-from simulator.server import Server, SimResult
+from simulator.engine.server import Server, SimResult
 from simulator.server_config import PSDConfig, RunSpec, Scenario, ServerConfig, build_draft_costs
-from simulator.workload_arrays import EngineWorkload, SimInputs
+from simulator.engine.workload_arrays import EngineWorkload, SimInputs
 from traces.bundle import RequestTrace, TraceBundle
 from traces.workload import Workload
 
@@ -93,7 +93,7 @@ def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]
     """KV tokens the server holds: given directly, or from the catalogs via the deployment (0: does not fit)."""
     if server.kv_capacity_tokens is not None:
         return server.kv_capacity_tokens, {}
-    from simulator.placement import kv_capacity_tokens
+    from simulator.costs.placement import kv_capacity_tokens
 
     placement = kv_capacity_tokens(server.deployment, where=f"runs[{run.name}] server.deployment")
     if not placement.fits:

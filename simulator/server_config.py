@@ -9,9 +9,9 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, InstanceOf, field_serializer, model_validator
 
 from policies.base import Policy
-from simulator.cluster_config import ClusterSpec
-from simulator.draft_cost import DraftCost, draft_cost_from_config
-from simulator.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
+from simulator.cluster.config import ClusterSpec
+from simulator.costs.draft_cost import DraftCost, draft_cost_from_config
+from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
 from simulator.seeds import ServerSeeds
 from traces.config_base import StrictModel as _Strict
 
@@ -57,7 +57,7 @@ class ServerConfig(_Strict):
         "sampling temperature; only as a consistency check: > 0 needs verification: sampled, 0 greedy"))
     scheduler: Literal["draftsim", "vllm-v1"] = Field("draftsim", description=(
         "draftsim: decodes are always scheduled and only prefills are limited by max_num_batched_tokens; "
-        "vllm-v1: vLLM V1's rules (simulator/scheduler.py VLLM_V1_RULES): chunked prefill on, one token budget "
+        "vllm-v1: vLLM V1's rules (simulator/engine/scheduler.py VLLM_V1_RULES): chunked prefill on, one token budget "
         "shared by decode, draft and prefill tokens in running order, then waiting requests"))
     num_target_gpus: int = Field(1, ge=1, description="GPUs of the target (for per-GPU figures)")
     num_draft_gpus: int = Field(0, ge=0, description="dedicated draft GPUs (PSD uses 1)")
@@ -122,7 +122,7 @@ class ServerConfig(_Strict):
         """Resolve the target's latency profile (a profile object is used as it is)."""
         if not isinstance(self.target_profile, (str, dict)):
             return self.target_profile
-        from simulator.roofline import profile_from_ref  # catalog-based, optional module
+        from simulator.costs.roofline import profile_from_ref  # catalog-based, optional module
 
         return profile_from_ref(self.target_profile, "server.target_profile")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from calibration.live.batched_kv import BatchedLM
 from calibration.latency_sweep import machine_load, time_repeats
-from simulator.latency import Measurement
+from simulator.costs.latency import Measurement
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def _pin_self(cores: set[int] | None, threads: int) -> None:
 class ModelProfiles:
     """One model's step-time profiles for one placement: linear and table forms, where they came from."""
 
-    linear: Any  # simulator.latency.LinearProfile
+    linear: Any  # simulator.costs.latency.LinearProfile
     table: Any  # TableProfile (the linear one where no table form exists: n-gram, supplied without -table)
     source: str  # "measured" or "supplied <name>"
     fit: dict[str, Any] | None = None  # the fit report of measured points
@@ -152,7 +152,7 @@ def profile_grid(cfg: BatchedLiveConfig, modes: list[BatchMode]) -> Grid:
 def supplied_profiles(name: str, placements: set[str], drafters) -> dict[str, dict[str, ModelProfiles]]:
     """Profiles measured elsewhere (e.g. the packaged CPU set): target `name`, drafter d `name-d`, with the
     `-table` form where one exists; the same for every placement."""
-    from simulator.latency import builtin_profiles, resolve_profile
+    from simulator.costs.latency import builtin_profiles, resolve_profile
     from traces.errors import TraceFormatError
 
     def one(n: str) -> ModelProfiles:
@@ -173,7 +173,7 @@ def measure_profiles(cfg: BatchedLiveConfig, placements: set[str], lm, drafters,
     from calibration.live.batched_kv import BatchedLM
     from calibration.models.drafters import LookupDrafter, ModelDrafter
     from calibration.latency_sweep import SweepConfig, sweep_ngram
-    from simulator.latency import fit_linear
+    from simulator.costs.latency import fit_linear
 
     grid = grid or cfg.grid
     out: dict[str, dict[str, ModelProfiles]] = {}
@@ -204,7 +204,7 @@ def measure_profiles(cfg: BatchedLiveConfig, placements: set[str], lm, drafters,
 def draft_costs_for(prof: dict[str, ModelProfiles], drafters, kind: str = "linear") -> dict:
     """DraftCost per drafter from a placement's profiles (n-gram: one lookup pass per proposal)."""
     from calibration.models.drafters import LookupDrafter
-    from simulator.draft_cost import DraftCost
+    from simulator.costs.draft_cost import DraftCost
 
     return {name: DraftCost(kind="whole_proposal" if isinstance(d, LookupDrafter) else "autoregressive",
                             profile=prof[name].of(kind)) for name, d in drafters.items()}

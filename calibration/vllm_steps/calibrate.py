@@ -27,7 +27,7 @@ from calibration.models.vllm_backend import RUN_FILE, STEPS_FILE, speculative_co
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, save_measured_bundle
 from calibration.vllm_steps.fit import fit_drafter, fit_target, step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
-from simulator.latency import Provenance, save_profile
+from simulator.costs.latency import Provenance, save_profile
 from traces.atomic import atomic_write_text
 from traces.bundle import TraceBundle, save_bundle
 

@@ -4,7 +4,7 @@ Every recorded step is one measurement (no averaging: the fit sees the spread). 
 the engine step (schedule() start to update_from_output() end) minus the drafter's propose time, so it
 includes the scheduler and the hand-off to the worker, as a served request experiences them. The
 drafter's time is the model runner's propose call. Each step also carries its shape (decode sequences, drafts,
-KV, prompt chunks) for the structured step model (simulator/step_model.py); `fit_target` is the one target fit
+KV, prompt chunks) for the structured step model (simulator/costs/step_model.py); `fit_target` is the one target fit
 `validate` and `calibrate vllm` use, with MAPE and bias per phase (decode, verify, prefill).
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 
 from calibration.vllm_steps.records import StepLog, StepRecord
 from traces.errors import TraceFormatError
-from simulator.latency import LatencyProfile, LinearProfile, Measurement, Provenance, fit_linear
-from simulator.step_model import StepShape, holdout_split, phase_bias, phase_mape, select_form
+from simulator.costs.latency import LatencyProfile, LinearProfile, Measurement, Provenance, fit_linear
+from simulator.costs.step_model import StepShape, holdout_split, phase_bias, phase_mape, select_form
 
 PHASES = ("decode", "verify", "prefill")
 
@@ -31,7 +31,7 @@ def phase(st: StepRecord) -> str:
 
 
 def step_shape(st: StepRecord) -> StepShape:
-    """The step's decode/verify and prompt-chunk parts, as simulator/step_model.py prices them."""
+    """The step's decode/verify and prompt-chunk parts, as simulator/costs/step_model.py prices them."""
     dec = [r for r in st.requests if not r.is_prefill]
     pre = [r for r in st.requests if r.is_prefill]
     return StepShape(decode_seqs=len(dec), draft_tokens=sum(r.drafted for r in dec),
@@ -97,7 +97,7 @@ def fit_target(ms: list[Measurement], name: str, model_name: str, prov: Provenan
                seed: int = 0) -> tuple[LatencyProfile, dict[str, Any]]:
     """The target's step profile from engine-step measurements, least squares on absolute error so the fitted
     time is unbiased in total (means are what validation compares; relative weighting fits below the mean of
-    noisy steps): `structured` (simulator/step_model.py, form chosen on held-back steps) or `linear`. The one
+    noisy steps): `structured` (simulator/costs/step_model.py, form chosen on held-back steps) or `linear`. The one
     fit `validate` and `calibrate vllm` use."""
     loads = [m.load for m in ms if m.load is not None]
     report: dict[str, Any] = {"steps": len(ms), "median_load": float(np.median(loads)) if loads else None,

@@ -25,10 +25,10 @@ from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
 from calibration.vllm_steps.fit import MIN_DRAFT_POINTS, busy_gaps, fit_drafter, fit_target, phase, \
     step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
-from simulator.draft_cost import DraftCost
-from simulator.latency import LatencyProfile
-from simulator.step_model import phase_bias, phase_mape
-from simulator.metrics import percentile_summary
+from simulator.costs.draft_cost import DraftCost
+from simulator.costs.latency import LatencyProfile
+from simulator.costs.step_model import phase_bias, phase_mape
+from simulator.measure.metrics import percentile_summary
 from traces.bundle import DrafterTrace, RequestTrace
 from traces.errors import TraceFormatError
 
@@ -351,7 +351,7 @@ def level_drift(profile, cal: StepLog, level: StepLog, label: str, fraction: flo
 def calibrated_profiles(folder: str | Path, mode: Mode) -> Profiles:
     """A `draftsim calibrate vllm` folder's target and drafter profiles and step overhead for `mode` (its
     profiles/NAME-<mode>.yaml, NAME-<mode>-drafter.yaml and calibration.json)."""
-    from simulator.latency import load_profile
+    from simulator.costs.latency import load_profile
 
     folder = Path(folder)
     doc = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))

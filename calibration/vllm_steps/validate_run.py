@@ -92,7 +92,7 @@ class ValidateConfig(_Strict):
     load: LoadPart
     step_model: Literal["structured", "linear"] = Field("structured", description=(
         "target step-time model fitted on the recorded steps: structured (prefill, decode, verify, per-sequence "
-        "and KV-read terms, simulator/step_model.py) or the one linear profile"))
+        "and KV-read terms, simulator/costs/step_model.py) or the one linear profile"))
     tolerances: dict[str, dict[str, float]] = Field(default_factory=lambda: DEFAULT_TOLERANCES)
 
     @model_validator(mode="after")

@@ -59,7 +59,7 @@ def _run_import_specbench(args: argparse.Namespace) -> int:
 def _run_import_minedraft(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from simulator.latency import Measurement, Provenance, fit_linear, save_profile
+    from simulator.costs.latency import Measurement, Provenance, fit_linear, save_profile
     from traces.importers.minedraft import load_minedraft_steps, step_measurements
 
     from experiments.config import check_plain_name

@@ -50,8 +50,8 @@ def _catalog(as_json: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator.placement import Deployment, plan
-    from simulator.roofline import RooflineProfile
+    from simulator.costs.placement import Deployment, plan
+    from simulator.costs.roofline import RooflineProfile
     from traces.catalog import get_gpu, get_model
 
     if args.catalog:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from simulator.specbench import (
+from simulator.reproductions.specbench import (
     ACC_LISTS,
     DEFAULT_NUM_REQUESTS,
     DEFAULT_SEED,

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from experiments.config import check_slo_seconds
-from simulator.cluster_config import RouterSpec
+from simulator.cluster.config import RouterSpec
 from simulator.server_config import PSDConfig
 from traces.config_base import StrictModel as _Strict
 from traces.config_base import validate_document
@@ -173,7 +173,7 @@ class Candidates(_Strict):
                                                                          max_length=MAX_PLAN_CANDIDATES, description="replicas per deployment; N > 1 is simulated as one "
                                                                "cluster of N replicas behind `router`")
     router: RouterSpec = Field(RouterSpec(), description="the router of candidates with replicas > 1 "
-                                                         "(simulator/cluster_config.py; default least_outstanding)")
+                                                         "(simulator/cluster/config.py; default least_outstanding)")
     modes: list[Mode] = Field(min_length=1, max_length=MAX_PLAN_CANDIDATES)
     scheduler: dict[str, list[Any]] = Field(default_factory=dict, description="server key -> values (a grid)")
     profiles: dict[str, dict[int, str]] = Field(default_factory=dict, description="measured target profiles: "
@@ -253,7 +253,7 @@ class Candidates(_Strict):
 
 def _check_profile_model(ref: str, target: str, where: str) -> None:
     """A measured profile must exist and be of the target model (a profile of another model is a mistake)."""
-    from simulator.latency import resolve_profile
+    from simulator.costs.latency import resolve_profile
 
     try:
         profile = resolve_profile(ref)

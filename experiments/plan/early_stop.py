@@ -1,4 +1,4 @@
-"""The plan's early stop: a search run ends once its verdict can no longer change (simulator/early_stop.py runs
+"""The plan's early stop: a search run ends once its verdict can no longer change (simulator/measure/early_stop.py runs
 the check on the server's step hook; this module says when, by the search's own verdict rule, `judge`).
 
 Rules (EARLY_STOP_RULE), asked every CHECK_EVERY of the window's requests finished:
@@ -11,7 +11,7 @@ Rules (EARLY_STOP_RULE), asked every CHECK_EVERY of the window's requests finish
   attainment is not measured.
 - strict fail (a settling search run): each window batch's attainment lies between its certain successes
   (finished within every bound) and those plus its undecided requests (not finished, not yet past a bound:
-  simulator.early_stop.exceeded_so_far). When the 99.9% interval's high end (`strict_high_end`) is below the
+  simulator.measure.early_stop.exceeded_so_far). When the 99.9% interval's high end (`strict_high_end`) is below the
   target at every vertex of that box, every completion of the run fails strictly (the high end, mean + t s /
   sqrt(n), is convex in the batch means, so its largest value on the box is at a vertex): the rate is settled as
   the full run would settle it. The run then reports the most favourable vertex as its batches (judge gives a
@@ -28,9 +28,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from experiments.plan.search import BATCHES, judge, strict_high_end
-from simulator.early_stop import Progress, exceeded_so_far, progress_columns
-from simulator.metrics import goodput_mask, round_sig
-from simulator.steady_state import MIN_WINDOW_REQUESTS, is_overloaded, steady_window
+from simulator.measure.early_stop import Progress, exceeded_so_far, progress_columns
+from simulator.measure.metrics import goodput_mask, round_sig
+from simulator.measure.steady_state import MIN_WINDOW_REQUESTS, is_overloaded, steady_window
 
 CHECK_EVERY = 1 / 40  # of the window's requests: finishes between two checks
 MARGIN = 1e-6  # a strict fail is stopped on only when the best completion's high end is this far below the target

@@ -29,8 +29,8 @@ from experiments.sweep.cache import write_json_atomic
 from experiments.sweep.experiment import json_ready
 from experiments.sweep.hashing import derive_seed
 from experiments.sweep.runner import Point, ProgressBar, SweepRunner
-from simulator.metrics import round_sig
-from simulator.steady_state import SATURATED_TRIM_FRACTION
+from simulator.measure.metrics import round_sig
+from simulator.measure.steady_state import SATURATED_TRIM_FRACTION
 
 EVALUATOR = "plan-point/2"  # bump when what a point returns changes (invalidates caches)
 POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
@@ -38,7 +38,7 @@ POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttf
                  "throughput_tok_s")  # throughput_tok_s: whole run (warm-up and drain included), for reference
 CURVE_SIZE_FRACTION = 0.25  # curve runs: this share of the search runs' size (TrafficModel.curve_requests_for)
 ROOFLINE_NOTE = ("roofline: target step times from catalog datasheet numbers (traces/data/catalog), not "
-                 "measured on that GPU; the absolute capacity is a model (see simulator/roofline.py)")
+                 "measured on that GPU; the absolute capacity is a model (see simulator/costs/roofline.py)")
 
 
 # ---------------------------------------------------------------- candidates
@@ -88,7 +88,7 @@ def _target_profile(plan: PlanConfig, gpu: str, tp: int) -> tuple[Any, str]:
     """The candidate's target profile and a line saying where its costs come from."""
     measured = plan.candidates.profiles.get(gpu, {}).get(tp)
     if measured:
-        from simulator.latency import resolve_profile
+        from simulator.costs.latency import resolve_profile
 
         prov = resolve_profile(measured).provenance
         return measured, f"measured: {measured} ({prov.source}, {prov.device or 'device not recorded'})"
@@ -126,7 +126,7 @@ def _drafter_notes(config: dict[str, Any], mode: Mode, tp: int) -> list[str]:
                          f"{prof.get('name', '')} ({prov.get('source', 'source not given')}, on "
                          f"{prov.get('device') or 'device not recorded'}), the same on every candidate")
         elif kind in ("whole_proposal", "autoregressive"):
-            from simulator.latency import resolve_profile
+            from simulator.costs.latency import resolve_profile
 
             prov = resolve_profile(prof).provenance
             notes.append(f"drafter {name}: profile {prof} measured on {prov.device or '?'}, "
@@ -163,7 +163,7 @@ def base_experiment(plan: PlanConfig) -> dict[str, Any]:
 def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, GpuPrice]) -> list[Candidate]:
     """Every candidate of the space, checked for fit and validated as an experiment before anything runs."""
     from experiments.config import load_config
-    from simulator.placement import kv_capacity_tokens
+    from simulator.costs.placement import kv_capacity_tokens
 
     cands = plan.candidates
     missing = sorted({g.lower() for g in cands.gpus} - set(prices))
@@ -183,7 +183,7 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
                   "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
         config = {**base, "server": server, "runs": [mode.run_spec()],
                   "drafters": _drafters_on(base.get("drafters", {}), gpu)}
-        if replicas > 1:  # one simulation of the whole cluster (simulator/cluster.py)
+        if replicas > 1:  # one simulation of the whole cluster (simulator/cluster/simulation.py)
             config["cluster"] = {"replicas": replicas, "router": cands.router.model_dump(mode="json", exclude_none=True)}
         num_gpus = (tp + mode.draft_gpus) * replicas
         c = Candidate(cid, gpu, tp, replicas, mode, sched, config, target_costs=source,
@@ -252,7 +252,7 @@ class TrafficModel:
         """Requests per simulation: the given number, lengthened so the steady-state window holds
         tail_requests / (1 - attainment) requests and every replica at least requests_per_replica (replay: at most
         the recorded file's length)."""
-        from simulator.steady_state import WARMUP_FRACTION
+        from simulator.measure.steady_state import WARMUP_FRACTION
 
         s, q = self.plan.search, self.plan.slo.attainment
         tail = math.ceil(s.tail_requests / (1.0 - q) / (1.0 - 2 * WARMUP_FRACTION)) if q < 1 else 0
@@ -294,7 +294,7 @@ class TrafficModel:
 
 def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker entry point: simulate one candidate at one rate and seed; its steady-state window counts, SLO
-    attainment batch means and figures (simulator/steady_state.py, the one window rule). With `stop` in the payload
+    attainment batch means and figures (simulator/measure/steady_state.py, the one window rule). With `stop` in the payload
     the run ends once its verdict is decided (experiments/plan/early_stop.py) and says so under `stopped`; a
     `probe` payload is the saturated service-rate run (SERVICE_PROBE_RULE)."""
     from traces.workload import load_arrival_times
@@ -324,8 +324,8 @@ def _point_figures(req, slo: dict[str, Any], summary: dict[str, Any], stopped: d
                    ) -> dict[str, Any]:
     """A point's record from its requests table: window counts, attainment batch means and figures; a stopped run
     (`stopped`) keeps only the figures its stop rule leaves exact (experiments/plan/early_stop.py)."""
-    from simulator.metrics import goodput_mask, steady_state_summary
-    from simulator.steady_state import batch_means, measure
+    from simulator.measure.metrics import goodput_mask, steady_state_summary
+    from simulator.measure.steady_state import batch_means, measure
 
     ok = goodput_mask(req, slo)
     ss = measure(req["arrival_time"].to_numpy(dtype=float), req["finish_time"].to_numpy(dtype=float),
@@ -389,7 +389,7 @@ def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, An
     """A search or curve run that ends once its verdict is decided (experiments/plan/early_stop.py)."""
     from experiments.plan.early_stop import PlanStop
     from experiments.run import summarize_run
-    from simulator.early_stop import StopMonitor, progress_frame, run_until_decided
+    from simulator.measure.early_stop import StopMonitor, progress_frame, run_until_decided
     from simulator.scenario import simulation
 
     cfg, sc, inputs = _prepared(doc)
@@ -411,7 +411,7 @@ PROBE_REQUESTS_PER_CLIENT = 5
 SERVICE_PROBE_RULE = (f"service rate from one saturated run per candidate (first seed, reused by every seed and rate): "
                       f"a closed loop of {PROBE_CLIENTS:g} x the sequences the candidate runs at once (so a queue "
                       f"always waits), at least {PROBE_REQUESTS_PER_CLIENT} requests per client; output tokens per "
-                      "second inside the saturated window (simulator/steady_state.py saturated_window: the first and "
+                      "second inside the saturated window (simulator/measure/steady_state.py saturated_window: the first and "
                       f"last max({SATURATED_TRIM_FRACTION:.0%}, concurrent sequences) finishes dropped) over the workload's "
                       "mean output length (no probe when that run would be longer than a search run); no rate above "
                       f"{MAX_UTILIZATION:g} x it is tested or passes, and the search starts at most at "
@@ -421,7 +421,7 @@ SERVICE_PROBE_RULE = (f"service rate from one saturated run per candidate (first
 def _probe_point(doc: dict[str, Any], probe: dict[str, Any]) -> dict[str, Any]:
     """The saturated probe run of SERVICE_PROBE_RULE: output tokens/s in its saturated window."""
     from simulator.scenario import simulate
-    from simulator.steady_state import saturated_window
+    from simulator.measure.steady_state import saturated_window
 
     cfg, sc, inputs = _prepared(doc)
     if inputs is None:
@@ -446,7 +446,7 @@ def mean_decode_tokens(c: Candidate, traffic: "TrafficModel", seed: int) -> floa
 
 def candidate_service_bound(c: Candidate, decode_tokens: float) -> float | None:
     """The analytic service-rate bound of `c` (experiments/plan/bounds.py) from its target profile."""
-    from simulator.roofline import profile_from_ref
+    from simulator.costs.roofline import profile_from_ref
 
     prof = c.config["server"]["target_profile"]
     profile = prof if hasattr(prof, "step_time") else profile_from_ref(prof, f"candidate {c.id!r} target_profile")
@@ -458,7 +458,7 @@ def slo_out_of_reach(c: Candidate, plan: PlanConfig, traffic: "TrafficModel", se
     """TPOT_FLOOR_RULE: why no rate can meet the SLO ('' when the rule does not say so)."""
     from experiments.config import load_config
     from experiments.run import experiment_inputs
-    from simulator.roofline import profile_from_ref
+    from simulator.costs.roofline import profile_from_ref
 
     bound = plan.slo.tpot_s
     prof = c.config["server"]["target_profile"]
@@ -904,7 +904,7 @@ def _acceptance_note(plan: PlanConfig, base: dict[str, Any]) -> str | None:
 def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, GpuPrice], traffic: TrafficModel,
                   seeds: list[int], base: dict[str, Any] | None = None) -> dict[str, Any]:
     """plan.json: the question, the rule, the prices and every candidate ranked (deterministic: no times)."""
-    from simulator.steady_state import OVERLOAD_RULE, WINDOW_RULE
+    from simulator.measure.steady_state import OVERLOAD_RULE, WINDOW_RULE
 
     target = traffic.target_rate
     ar = {(c.gpu, c.tp, c.replicas, json.dumps(c.scheduler, sort_keys=True)): c for c in cands if c.mode.mode == "ar"}

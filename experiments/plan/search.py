@@ -1,7 +1,7 @@
 """The search rule of `draftsim plan`: the highest arrival rate at which a candidate is stable and meets the SLO.
 
 Judging one rate (stated in every plan.json): every seed's run is measured in its steady-state window
-(simulator/steady_state.py). The rate FAILS when the pooled window backlog says the queue grows (overloaded:
+(simulator/measure/steady_state.py). The rate FAILS when the pooled window backlog says the queue grows (overloaded:
 arrivals above the service rate), whatever the latencies. Otherwise the SLO attainment (share of window requests
 within every bound) is estimated by batch means (BATCHES consecutive groups of window requests per seed, pooled
 over seeds). The rate PASSES (is SUSTAINABLE) only when the LOW end of the STRICT_CONFIDENCE (99.9%) Student-t
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.steady_state import is_overloaded, mean_interval
+from simulator.measure.steady_state import is_overloaded, mean_interval
 
 BATCHES = 10  # batch means per seed
 MAX_UTILIZATION = 0.95  # no rate above this fraction of a measured service rate is sustainable: finite runs do

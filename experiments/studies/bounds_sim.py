@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from oracle.bounds import pipeline_gain, pipeline_saving
-from simulator.draft_cost import DraftCost
-from simulator.steady_state import saturated_window
+from simulator.costs.draft_cost import DraftCost
+from simulator.measure.steady_state import saturated_window
 from simulator.scenario import SimInputs, inputs_from_traces, make_scenario, simulate
 from simulator.server_config import PSDConfig, RunSpec, ServerConfig, constant_profile
 from traces.acceptance import emitted_tokens
@@ -53,7 +53,7 @@ def _inputs(trace: RequestTrace, output_len: np.ndarray, arrival: np.ndarray | N
 
 
 def steady_state(requests, steps, trim: int) -> tuple[float, float]:
-    """Throughput and mean E2E in the steady window (simulator.steady_state.saturated_window) dropping `trim` finishes
+    """Throughput and mean E2E in the steady window (simulator.measure.steady_state.saturated_window) dropping `trim` finishes
     at each end; an error when too few requests leave a window."""
     window = saturated_window(requests, steps, trim)
     if window is None:

@@ -8,7 +8,7 @@ Every point of the config's sweep (recomputed here from the config, `--set` and 
 against sweep.json's config hashes) pairs each PSD run with the SD run of the same point and the same policy.
 Two layouts: a config with an `ar` run is a PSD-vs-SD study (per m = server.max_num_seqs, drafter and k; each
 system at its own best k; whole-run figures, as an offline batch's makespan is its result); one without is a
-bounds study (steady-window figures, simulator.steady_state.saturated_window, against the analytic pipeline curve at the
+bounds study (steady-window figures, simulator.measure.steady_state.saturated_window, against the analytic pipeline curve at the
 measured t/V, one series per grid point). Writes report.md, psd_table.csv and PNGs, atomically.
 """
 from __future__ import annotations
@@ -268,7 +268,7 @@ def bounds_report(df: pd.DataFrame, cfg: ExperimentConfig, out: Path) -> tuple[l
     lo, hi = (float(finite.min()), float(finite.max())) if len(finite) else (0.05, 5.0)
     plots = [plot_pipeline_saving(out / "saving_vs_t_over_v.png", series, lo=lo, hi=hi)]
     body = (f"# {cfg.name}: {cfg.description}\n\nSimulated gain and saving of PSD over SD in the steady window "
-            "(simulator.steady_state.saturated_window), against (t+V)/max(t,V) and min(t,V)/(t+V) at the measured "
+            "(simulator.measure.steady_state.saturated_window), against (t+V)/max(t,V) and min(t,V)/(t+V) at the measured "
             "t/V; psd_over_sd_throughput and psd_e2e_saving are the whole-run figures.\n\n"
             + _markdown(psd.sort_values(["series", "t_over_v"], kind="stable"), BOUNDS_COLUMNS))
     return plots, body

@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 from calibration.gpu_profile import fits, hf_config_for, main, profile_models  # noqa: E402
 from calibration.latency_sweep import SweepConfig  # noqa: E402
-from simulator.latency import load_profile  # noqa: E402
+from simulator.costs.latency import load_profile  # noqa: E402
 from traces.catalog import get_model  # noqa: E402
 
 

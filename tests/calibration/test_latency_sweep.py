@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 from calibration.latency_sweep import (SweepConfig, fit_profiles, provenance, sweep_model, sweep_ngram,  # noqa: E402
                                        time_repeats)
 from calibration.models.ngram import NgramDrafter  # noqa: E402
-from simulator.latency import load_profile, save_profile  # noqa: E402
+from simulator.costs.latency import load_profile, save_profile  # noqa: E402
 
 
 def test_time_repeats_counts_calls():

@@ -39,7 +39,7 @@ def test_missing_cost_is_an_error():
 
 
 def test_measured_profiles_price_verify_and_drafts():
-    from simulator.latency import LinearProfile
+    from simulator.costs.latency import LinearProfile
 
     target = LinearProfile("t", {"batched_tokens": 0.01, "const": 0.1})
     draft = LinearProfile("m", {"const": 0.02})

@@ -6,7 +6,7 @@ import pytest
 
 from calibration.checks import check_trace_consistency
 from calibration.prompts import WORKLOADS
-from simulator.latency import load_profile
+from simulator.costs.latency import load_profile
 from traces.bundle import load_bundle
 
 DATA = Path(__file__).resolve().parents[2] / "traces" / "data"

@@ -15,8 +15,8 @@ import yaml
 from calibration.vllm_steps.calibrate import RUN_CONFIG, VllmCalibration, analyse, calibration_groups, parse_mode
 from calibration.vllm_steps.fit import target_measurements
 from calibration.vllm_steps.records import load_steps
-from simulator.latency import load_profile
-from simulator.step_model import phase_bias
+from simulator.costs.latency import load_profile
+from simulator.costs.step_model import phase_bias
 
 FIX = Path(__file__).parent / "fixtures" / "vllm-validate"
 MODES = ["ar", "ngram:3"]

@@ -5,9 +5,9 @@ import math
 
 from calibration.latency_sweep import fit_profiles
 from calibration.vllm_steps.fit import PHASES, draft_measurements, phase, target_measurements
-from simulator.step_model import phase_mape
+from simulator.costs.step_model import phase_mape
 from calibration.vllm_steps.records import RequestStep, StepRecord, load_steps
-from simulator.latency import Provenance
+from simulator.costs.latency import Provenance
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm-ngram-k3"
 

@@ -41,7 +41,7 @@ def test_errors():
 
 
 def test_drafter_step_times_are_the_draft_model_on_its_own_gpus(capsys):
-    from simulator.roofline import RooflineProfile
+    from simulator.costs.roofline import RooflineProfile
     from traces.catalog import get_gpu, get_model
 
     base = ["--target", "llama3.1-70b", "--gpu", "h100-80gb", "--tp", "4", "--drafter", "llama3.2-1b"]

@@ -177,7 +177,7 @@ def test_answer_holds_in_a_long_plain_run_and_fails_at_1_2x(md1_plan):
     # misses, or 1.2x lies inside the stated interval (the plan says the threshold may lie there); at the interval's
     # top (a decided fail) it misses.
     from experiments.run import run_experiment
-    from simulator.metrics import steady_state_summary
+    from simulator.measure.metrics import steady_state_summary
 
     known_case, c = md1_plan
     rate, top = c["max_rate_req_s"], c["interval_req_s"][1]

@@ -1,4 +1,4 @@
-"""The plan's early stop (experiments/plan/early_stop.py over simulator/early_stop.py) and the saturated probe:
+"""The plan's early stop (experiments/plan/early_stop.py over simulator/measure/early_stop.py) and the saturated probe:
 a stopped run's verdict equals the full run's, its records say it stopped, certain misses are certain, and the
 search never tests above the probe's cap."""
 from __future__ import annotations
@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from experiments.plan.early_stop import PlanStop
 from experiments.plan.search import (MAX_UTILIZATION, RateSearch, Verdict, judge, settled_by_first_seed,
                                      strict_high_end)
-from simulator.compiled_run import ENGINE_ENV
-from simulator.early_stop import Progress, exceeded_so_far, progress_frame
-from simulator.metrics import goodput_mask
-from simulator.steady_state import batch_means, mean_interval
+from simulator.engine.compiled_run import ENGINE_ENV
+from simulator.measure.early_stop import Progress, exceeded_so_far, progress_frame
+from simulator.measure.metrics import goodput_mask
+from simulator.measure.steady_state import batch_means, mean_interval
 from tests.experiments.test_plan import Q, TTFT_S, md1_threshold
 
 SLO = {"ttft_s": 0.3, "tpot_s": 0.02, "e2e_s": None}
@@ -138,8 +138,8 @@ def test_a_stopped_run_gets_the_full_runs_verdict(md1, factor, level, seed):
 @given(factor=st.floats(0.6, 1.6), level=st.sampled_from(["settling", "pooled"]), seed=st.integers(0, 3))
 @settings(max_examples=10, deadline=None)
 def test_a_stopped_compiled_run_gets_the_full_runs_verdict(md1, factor, level, seed):
-    """The same on the compiled engine path: its kernel stops at the monitor's checks (simulator/compiled_run.py)."""
-    from simulator.compiled_run import CompiledRun
+    """The same on the compiled engine path: its kernel stops at the monitor's checks (simulator/engine/compiled_run.py)."""
+    from simulator.engine.compiled_run import CompiledRun
 
     rate = factor * md1[3]
     asked: list[bool] = []

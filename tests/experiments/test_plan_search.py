@@ -108,7 +108,7 @@ def test_a_service_bound_moves_only_the_start(start, threshold, slack, bound_fac
 
 def test_service_rate_bound_by_hand():
     from experiments.plan.bounds import service_rate_bound
-    from simulator.latency import LinearProfile
+    from simulator.costs.latency import LinearProfile
 
     prof = LinearProfile("p", {"const": 0.01, "num_seqs": 1e-4, "batched_tokens": 2e-5, "kv_tokens": 1e-7})
     t = 0.01 + 64 * 1e-4 + 64 * 4 * 2e-5  # a full batch of 64 verifying k + 1 = 4 tokens each, no context

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.plan.bounds import tpot_floor
-from simulator.latency import LinearProfile, Provenance
-from tests.simulator.engine_fixtures import PSDConfig, iid_traces, simulate, workload
+from simulator.costs.latency import LinearProfile, Provenance
+from tests.simulator.engine.engine_fixtures import PSDConfig, iid_traces, simulate, workload
 from tests.experiments.test_plan import OUTPUT_LEN, STEP_S, make_known_case, _plan
 
 

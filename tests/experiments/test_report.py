@@ -17,9 +17,9 @@ from experiments.report import (
     summary_json,
     write_results_folder,
 )
-from simulator.metrics import summarize
-from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS, ColumnBuffer
-from simulator.timeline import validate_chrome_trace
+from simulator.measure.metrics import summarize
+from simulator.engine.records import REQUEST_COLUMNS, STEP_COLUMNS, ColumnBuffer
+from simulator.measure.timeline import validate_chrome_trace
 
 
 def make_run(seed: int, k: int, psd: bool = False, n: int = 6):

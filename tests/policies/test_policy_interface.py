@@ -6,11 +6,11 @@ import pytest
 import oracle.registry  # noqa: F401  (registers the ground-truth policies)
 from policies.base import Choice, Policy
 from policies.registry import POLICIES, make_policy
-from simulator.draft_cost import DraftCost
-from simulator.engine import ServerSimulation
+from simulator.costs.draft_cost import DraftCost
+from simulator.engine.simulation import ServerSimulation
 from simulator.scenario import inputs_from_traces
 from tests.policies.test_ground_truth_hidden import online_specs, with_proposal_len
-from tests.simulator.engine_fixtures import scenario
+from tests.simulator.engine.engine_fixtures import scenario
 from traces.pool import PoolSpec, make_pool_bundle, pool_drafters
 
 SPEC = PoolSpec(num_requests=10, output_len=(40, 90), seed=5)
@@ -87,7 +87,7 @@ class _Silent(Policy):
 
 
 def test_a_policy_that_states_nothing_is_refused_with_what_to_implement():
-    from tests.simulator.engine_fixtures import iid_traces, simulate, workload
+    from tests.simulator.engine.engine_fixtures import iid_traces, simulate, workload
 
     traces = iid_traces(3, seed=1)
     with pytest.raises(NotImplementedError, match=r"must state drafters_used\(\)"):
@@ -97,7 +97,7 @@ def test_a_policy_that_states_nothing_is_refused_with_what_to_implement():
 def test_the_kv_check_uses_the_stated_k():
     """A k-by-batch policy whose largest range k is 40 needs 40 lookahead tokens in KV: it is refused up front
     where the first range's k alone (2) would fit."""
-    from tests.simulator.engine_fixtures import iid_traces, simulate, workload
+    from tests.simulator.engine.engine_fixtures import iid_traces, simulate, workload
 
     traces = iid_traces(2, seed=2, prompt=(100, 101), out=(100, 101))
     pol = make_policy({"name": "k-by-batch", "drafter": "d", "ranges": [

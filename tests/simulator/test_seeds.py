@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 from experiments.config import load_config
 from experiments.run import prepare
 from policies.registry import make_policy
-from simulator.engine import ServerSimulation
+from simulator.engine.simulation import ServerSimulation
 from simulator.seeds import ExperimentSeeds, ServerSeeds, child, replica_seeds
-from tests.simulator.engine_fixtures import DraftCost, iid_traces, inputs, scenario, workload
+from tests.simulator.engine.engine_fixtures import DraftCost, iid_traces, inputs, scenario, workload
 
 
 @given(seed=st.integers(0, 2**63 - 1), i=st.integers(0, 20))

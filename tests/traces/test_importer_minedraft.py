@@ -4,7 +4,7 @@ import json
 import pytest
 
 from experiments.cli import main
-from simulator.latency import load_profile
+from simulator.costs.latency import load_profile
 from traces.errors import TraceFormatError
 from traces.importers.minedraft import load_minedraft_steps, step_measurements
 

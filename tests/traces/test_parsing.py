@@ -117,7 +117,7 @@ def test_the_specbench_profiles_load_without_pyyaml():
     import sys
     from pathlib import Path
 
-    code = ("import sys\nfrom simulator.specbench import CompatCosts\nc = CompatCosts.builtin()\n"
+    code = ("import sys\nfrom simulator.reproductions.specbench import CompatCosts\nc = CompatCosts.builtin()\n"
             "assert c.target.coefficients['const'] > 0\nprint('yaml' in sys.modules)")
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)

@@ -6,7 +6,7 @@ carry `batched_token_num`, `context_token_num`, `batched_requests`, `proposed_le
 `verify_len`, `accepted_num`, `generated_num` and `measured_draft_time`,
 `measured_target_time`, `measured_overhead_time` (recorded only when profiling was on; in
 seconds unless told otherwise). Prefill steps are left out: profiles price decode steps.
-The result is plain data; the CLI fits it with `simulator.latency` (traces/ imports nothing of ours).
+The result is plain data; the CLI fits it with `simulator.costs.latency` (traces/ imports nothing of ours).
 """
 from __future__ import annotations
 

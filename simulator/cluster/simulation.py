@@ -1,0 +1,254 @@
+"""N replicas of a server in one SimPy Environment behind a router (simulator/cluster/router.py).
+
+Arrivals come from one cluster-wide source: open loop, or a closed loop whose clients send their next
+request `think_time` after their last one finishes on whichever replica served it. A request is routed
+when simulated time reaches its arrival (by the router process, or by the first replica that pulls at or
+after that instant), from the replicas' live state, and from then on it waits in that replica's queue.
+Each replica is a full `Server`: its own scheduler, KV pool, drafter placement and seeded policy.
+
+One replica through this path reproduces the single-server engine exactly: an idle replica sleeps until
+the cluster's next arrival with the same arithmetic as a single server, and takes what has arrived by then.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from simulator.engine.arrivals import ClosedLoopArrivals, arrivals_for
+from simulator.cluster.config import RouterSpec
+from simulator.measure.metrics import summarize
+from simulator.cluster.router import RequestInfo, make_router
+from simulator.engine.server import Server, SimResult
+from simulator.engine.workload_arrays import EngineWorkload, SimInputs
+
+
+class ReplicaArrivals:
+    """A replica's arrival source: the requests the router assigned to it, in routing order.
+
+    An idle replica sleeps until the cluster's next arrival (whichever replica it goes to), or, when none is
+    known yet (a closed loop whose clients are all busy), until a push. Arrivals reach the cluster in time order
+    (open loop: sorted; closed loop: finish time + a constant think time), so a replica sleeping until the next
+    arrival never misses an earlier one.
+    """
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.cluster: "ClusterSimulation | None" = None  # set by the cluster that receives the server
+        self.replica = -1
+        self.arrival: np.ndarray | None = None
+        self.queue: deque[int] = deque()
+        self._event: simpy.Event | None = None
+
+    def bind(self, cluster: "ClusterSimulation", replica: int) -> None:
+        """The cluster routing to this source, and the replica's index in it."""
+        self.cluster, self.replica = cluster, replica
+
+    def attach(self, arrival: np.ndarray) -> None:
+        """The replica's arrival-time array, filled as requests are routed to it."""
+        self.arrival = arrival
+        self.arrival[:] = np.nan
+
+    def push(self, i: int, t: float) -> None:
+        """The router gives request `i` (arrived at `t`) to this replica."""
+        self.arrival[i] = t
+        self.queue.append(i)
+        if self._event is not None and not self._event.triggered:
+            self._event.succeed()
+
+    def pull(self, now: float) -> deque[int]:
+        """Everything routed here so far (routing everything due by `now` first)."""
+        self._event = None
+        self.cluster.route_due(now)
+        out, self.queue = self.queue, deque()
+        return out
+
+    def next_time(self) -> float | None:
+        return self.cluster.source.next_time()
+
+    def on_finish(self, i: int, t: float) -> None:
+        self.cluster.on_finish(i, t)
+
+    def wakeup(self) -> simpy.Event:
+        """An event the next push fires."""
+        self._event = self.env.event()
+        return self._event
+
+
+class Replica:
+    """One server of the cluster and the load a router may read from it (simulator.cluster.router.ReplicaLoad)."""
+
+    def __init__(self, server: Server, arrivals: ReplicaArrivals):
+        self.server, self.arrivals = server, arrivals
+        self.routed = 0
+        pool = server.sched.pool
+        self._prompt_blocks = pool.blocks_for(server.wl.prompt_len)
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.server.max_num_seqs
+
+    def outstanding(self) -> int:
+        return self.routed - self.server.state.n_finished
+
+    def kv_load(self) -> float:
+        st, pool, q = self.server.state, self.server.sched.pool, self.arrivals.queue
+        need = 0
+        if st.waiting:
+            need += int(self._prompt_blocks[np.fromiter(st.waiting, dtype=np.int64, count=len(st.waiting))].sum())
+        if q:
+            need += int(self._prompt_blocks[np.fromiter(q, dtype=np.int64, count=len(q))].sum())
+        return (pool.used + need) / pool.total_blocks
+
+
+@dataclass
+class ClusterResult(SimResult):
+    """The cluster's tables (with a `replica` column) and each replica's own result (its routed requests only)."""
+
+    replica_results: list[SimResult] = field(default_factory=list)
+
+    def replica_summaries(self, slo: Mapping[str, float | None] | None) -> list[dict[str, Any]]:
+        """simulator.measure.metrics.summarize of every replica on its own (its GPUs, its KV pool, its requests)."""
+        out = []
+        for j, r in enumerate(self.replica_results):
+            s = summarize(r.requests, r.steps, r.itl, slo=slo, num_target_gpus=r.extras["num_target_gpus"],
+                          num_draft_gpus=r.extras["num_draft_gpus"], extras=r.extras)
+            out.append({"replica": j, **s})
+        return out
+
+
+class ClusterSimulation:
+    """Servers sharing one Environment behind a router; each server pulls from a `ReplicaArrivals` the cluster feeds.
+
+    Build the servers in `env` with `arrivals=ReplicaArrivals(env)` (simulator.scenario.simulation does), then hand
+    them here in replica order."""
+
+    def __init__(self, env: simpy.Environment, servers: Sequence[Server], router: RouterSpec, inputs: SimInputs,
+                 on_step: Callable[[int], None] | None = None):
+        if not servers:
+            raise ValueError("cluster: needs at least one replica")
+        workload = inputs.workload
+        check_router_workload(router, workload)
+        self.env = env
+        self.wl, self.table, self.spec = workload, inputs.table, router
+        self.router = make_router(router)
+        self.arrival = workload.arrival.astype(np.float64).copy()
+        self.source = arrivals_for(workload, self.arrival)
+        self.closed_loop = isinstance(self.source, ClosedLoopArrivals)
+        self.assigned = np.full(len(workload), -1, dtype=np.int64)
+        self.n_routed = 0
+        self.replicas: list[Replica] = []
+        for j, srv in enumerate(servers):
+            if srv.env is not env or not isinstance(srv.arrivals, ReplicaArrivals) or srv.wl is not workload:
+                raise ValueError(f"cluster replica {j}: a server must live in the cluster's Environment, pull from a "
+                                 "ReplicaArrivals and serve the cluster's workload")
+            srv.arrivals.bind(self, j)
+            if on_step is not None:
+                srv.on_step = lambda _: on_step(self.n_finished)
+            self.replicas.append(Replica(srv, srv.arrivals))
+        self._wake: simpy.Event | None = None
+        self.env.process(self._router_loop())
+
+    @property
+    def n_finished(self) -> int:
+        return sum(r.server.state.n_finished for r in self.replicas)
+
+    def route_due(self, now: float) -> None:
+        """Route every request that has arrived by `now` and is not routed yet, in arrival order."""
+        for i in self.source.pull(now):
+            self._route(int(i))
+
+    def _route(self, i: int) -> None:
+        wl = self.wl
+        client = int(self.source.client_of[i]) if self.closed_loop else -1
+        info = RequestInfo(i, wl.categories[i], self.table.trace_ids[int(wl.trace_index[i])], client)
+        j = self.router.route(info, self.replicas)
+        if not 0 <= j < len(self.replicas):
+            raise RuntimeError(f"router {self.router.name!r} chose replica {j} of {len(self.replicas)}")
+        self.assigned[i] = j
+        self.n_routed += 1
+        rep = self.replicas[j]
+        rep.routed += 1
+        rep.arrivals.push(i, float(self.arrival[i]))
+
+    def on_finish(self, i: int, t: float) -> None:
+        """A replica finished request `i`: a closed loop's client submits its next one and the router re-plans
+        (an open loop's arrivals are all known, so nothing changes)."""
+        if not self.closed_loop:
+            return
+        self.source.on_finish(i, t)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _router_loop(self):
+        """Route requests at their arrival time, even while every replica is busy in a step."""
+        env, n = self.env, len(self.wl)
+        while True:
+            self.route_due(env.now)
+            if self.n_routed == n:
+                return
+            self._wake = env.event()
+            nxt = self.source.next_time()
+            yield self._wake if nxt is None else env.timeout(max(0.0, nxt - env.now)) | self._wake
+
+    def simulate(self) -> ClusterResult:
+        self.env.run()
+        missing = int(len(self.wl) - self.n_finished)
+        if missing or self.n_routed != len(self.wl):
+            raise RuntimeError(f"cluster stalled at t={self.env.now:.6f}s: {self.n_routed} of {len(self.wl)} "
+                               f"requests routed, {missing} unfinished")
+        return self.result()
+
+    def result(self) -> ClusterResult:
+        per, req_frames, step_frames, itls = [], [], [], []
+        for j, rep in enumerate(self.replicas):
+            res = rep.server.result()
+            idx = np.flatnonzero(self.assigned == j)
+            mine = res.requests.iloc[idx]
+            req_frames.append(mine.assign(replica=np.int64(j)))
+            step_frames.append(res.steps.assign(replica=np.int64(j)))
+            itls.append(res.itl)
+            extras = {**res.extras, "routed_requests": int(len(idx))}
+            per.append(SimResult(mine.reset_index(drop=True), res.steps, res.itl, extras))
+        requests = pd.concat(req_frames).sort_index(kind="stable").reset_index(drop=True)
+        steps = pd.concat(step_frames, ignore_index=True)
+        return ClusterResult(requests, steps, np.concatenate(itls), self._extras(per), per)
+
+    def _extras(self, per: list[SimResult]) -> dict[str, Any]:
+        """Cluster totals of the replicas' extras (KV blocks and peaks summed, drafter usage summed)."""
+        ex = [r.extras for r in per]
+        usage: dict[str, int] = {}
+        for e in ex:
+            for d, c in e["drafter_usage"].items():
+                usage[d] = usage.get(d, 0) + int(c)
+        sizes = sorted({int(e["block_size"]) for e in ex})
+        out: dict[str, Any] = {
+            "kv_total_blocks": sum(int(e["kv_total_blocks"]) for e in ex),
+            "kv_peak_blocks": sum(int(e["kv_peak_blocks"]) for e in ex),  # sum of each replica's own peak
+            "block_size": sizes[0] if len(sizes) == 1 else sizes,
+            "steps": sum(int(e["steps"]) for e in ex),
+            "request_steps": sum(int(e["request_steps"]) for e in ex),
+            "drafter_usage": usage,
+            "psd_fallback_steps": sum(int(e["psd_fallback_steps"]) for e in ex),
+            "max_num_seqs": sum(int(e["max_num_seqs"]) for e in ex),
+            "replicas": len(per),
+            "router": self.spec.model_dump(exclude_none=True),
+            "routed_requests": [int(e["routed_requests"]) for e in ex],
+            "num_target_gpus": sum(int(e["num_target_gpus"]) for e in ex),
+            "num_draft_gpus": sum(int(e["num_draft_gpus"]) for e in ex),
+        }
+        overflows = getattr(self.router, "overflows", None)
+        if overflows is not None:
+            out["affinity_overflows"] = int(overflows)
+        return out
+
+
+def check_router_workload(router: RouterSpec, workload: EngineWorkload) -> None:
+    """Refuse a router setting the workload cannot support (a client key without clients)."""
+    if router.name == "affinity" and router.affinity_key == "client" and workload.closed_loop_clients == 0:
+        raise ValueError("cluster.router.key: 'client' needs a closed-loop workload (workload.arrival.kind: "
+                         "closed_loop); an open loop has no clients, use key: category or trace")

@@ -1,0 +1,88 @@
+"""Draft cost models: how long one drafter's drafting phase takes for its own sub-batch.
+
+- `autoregressive`: a draft model runs k forward steps of its latency profile, one token per
+  sequence each (a small model, an int8 or layer-truncated copy).
+- `whole_proposal`: one profile evaluation prices the whole phase, batched_tokens = tokens
+  proposed (the published EAGLE-3 fit).
+- `fraction_of_verify`: a fixed fraction of the same step's verify time (prompt lookup n-gram).
+- `constant`: fixed seconds per drafting phase (bounds experiments, tests).
+- `engine_step`: vLLM V1's proposer, run once per engine step after the forward over every token the
+  step scheduled (prefill chunks included: a draft model prefills the prompt there) for the requests
+  that sampled; priced profile(sampling sequences, step tokens, step KV tokens) whether or not anything
+  is proposed (what `draftsim validate` fits from vLLM's step records). Charged by `Pricing.engine_step_draft_time`.
+A drafter that proposes nothing this step costs nothing. `prefill_time` prices the drafter's own pass
+over a prompt (a draft model or EAGLE head runs one; prompt lookup and constant costs have none).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.costs.latency import LatencyProfile
+from simulator.costs.roofline import profile_from_ref
+
+DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "constant", "engine_step")
+
+
+@dataclass
+class DraftCost:
+    """Prices one drafting phase of one drafter over the sequences it drafts for."""
+
+    kind: str
+    profile: LatencyProfile | None = None
+    fraction: float = 0.0
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in DRAFT_COST_KINDS:
+            raise ValueError(f"unknown draft cost kind {self.kind!r}; expected one of {DRAFT_COST_KINDS}")
+        if self.kind in ("autoregressive", "whole_proposal", "engine_step") and self.profile is None:
+            raise ValueError(f"draft cost kind {self.kind!r} needs a latency profile")
+        for name in ("fraction", "seconds"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 <= v < float("inf")):
+                raise ValueError(f"draft cost {name}: expected a finite number >= 0, got {v!r}")
+
+    def draft_time(self, num_seqs: int, proposed_tokens: int, k_max: int, kv_tokens: int,
+                   verify_time: float) -> float:
+        """Seconds to draft for `num_seqs` sequences proposing `proposed_tokens` in all (up to k_max each)."""
+        if num_seqs <= 0 or proposed_tokens <= 0 or self.kind == "engine_step":  # engine_step: per step
+            return 0.0
+        if self.kind == "constant":
+            return self.seconds
+        if self.kind == "fraction_of_verify":
+            return self.fraction * verify_time
+        if self.kind == "whole_proposal":
+            return self.profile.step_time(num_seqs, proposed_tokens, kv_tokens)
+        total = 0.0
+        for i in range(k_max):
+            total += self.profile.step_time(num_seqs, num_seqs, kv_tokens + i * num_seqs)
+        return total
+
+    def engine_step_time(self, sampling_seqs: int, step_tokens: int, kv_tokens: int) -> float:
+        """`engine_step` kind: the proposer's seconds in one engine step (0 for other kinds or no sampling)."""
+        if self.kind != "engine_step" or sampling_seqs <= 0:
+            return 0.0
+        return self.profile.step_time(sampling_seqs, step_tokens, kv_tokens)
+
+    def prefill_time(self, num_seqs: int, prompt_tokens: int, kv_tokens: int) -> float:
+        """Seconds for the drafter's own prefill of `prompt_tokens` over `num_seqs` sequences (`engine_step` drafters
+        price the prompt inside their per-step cost, so none here)."""
+        if num_seqs <= 0 or prompt_tokens <= 0 or self.profile is None or self.kind == "engine_step":
+            return 0.0
+        return self.profile.step_time(num_seqs, prompt_tokens, kv_tokens)
+
+
+def draft_cost_from_config(doc: dict[str, Any], where: str = "drafter cost") -> DraftCost:
+    """Build a DraftCost from `{kind, profile?, fraction?, seconds?}`; errors name the key."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: expected a mapping with 'kind', got {doc!r}")
+    unknown = set(doc) - {"kind", "profile", "fraction", "seconds"}
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; expected kind, profile, fraction, seconds")
+    kind = doc.get("kind")
+    if kind not in DRAFT_COST_KINDS:
+        raise ValueError(f"{where}.kind: expected one of {DRAFT_COST_KINDS}, got {kind!r}")
+    profile = profile_from_ref(doc["profile"], f"{where}.profile") if doc.get("profile") else None
+    return DraftCost(kind=kind, profile=profile, fraction=float(doc.get("fraction", 0.0)),
+                     seconds=float(doc.get("seconds", 0.0)))

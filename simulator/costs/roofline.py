@@ -1,0 +1,155 @@
+"""Roofline latency profile: step time from catalog numbers, for hardware nobody has profiled.
+
+Assumptions (all per forward step of one batch on one tensor-parallel group):
+- Memory traffic = weights read once per step (an MoE model reads only the experts the step's
+  tokens touch, expected over uniform routing) + every KV token in use read once, each split over
+  the TP degree (KV heads are split over TP; with fewer KV heads than GPUs they are replicated).
+  Activations are ignored.
+- Compute = 2 x matmul parameters x batched tokens + attention (4 x layers x heads x head_dim FLOPs
+  per (query, context) pair; causal: per sequence, q = batched_tokens / num_seqs new tokens at the end of
+  c = kv_tokens / num_seqs context tokens attend q c - q (q - 1) / 2 pairs, so a whole prefill costs about
+  half of c^2; sequences assumed equal in length).
+- Time = max(compute / (TP x peak x mfu), traffic / (TP x bandwidth x bandwidth_util))
+  + tensor-parallel all-reduce (2 per layer, ring: 2 (TP-1)/TP x batched_tokens x hidden x dtype
+  bytes sent by each GPU over its link's ONE-WAY bandwidth, half the catalog's bidirectional figure, plus a
+  fixed latency per all-reduce), and never less than `floor_s`.
+- Defaults (stated, not fitted): mfu 0.6, bandwidth_util 0.8, all-reduce latency 8 us, floor 0.
+  Scheduling / sampling overhead per step is a server setting (`step_overhead_s`), not part of this.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.costs.latency import Provenance
+from traces.catalog import GpuSpec, ModelSpec, get_gpu, get_model
+
+DEFAULT_MFU = 0.6
+DEFAULT_BANDWIDTH_UTIL = 0.8
+DEFAULT_ALLREDUCE_LATENCY_S = 8e-6
+
+
+@dataclass
+class RooflineProfile:
+    """Prices one forward step of `model` on `tp` GPUs of type `gpu` from the roofline model."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int = 1
+    mfu: float = DEFAULT_MFU
+    bandwidth_util: float = DEFAULT_BANDWIDTH_UTIL
+    allreduce_latency_s: float = DEFAULT_ALLREDUCE_LATENCY_S
+    floor_s: float = 0.0
+    name: str = ""
+    kind: str = "roofline"
+    provenance: Provenance = field(default_factory=lambda: Provenance("roofline"))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or not 1 <= self.tp <= 4096:
+            raise ValueError(f"roofline profile: tp must be an integer in [1, 4096], got {self.tp!r}")
+        for key, lo, hi in (("mfu", 0, 1), ("bandwidth_util", 0, 1), ("allreduce_latency_s", 0, 60),
+                            ("floor_s", 0, 3600)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi \
+                    or (key in ("mfu", "bandwidth_util") and v == 0):
+                interval = f"({lo}, {hi}]" if key in ("mfu", "bandwidth_util") else f"[{lo}, {hi}]"
+                raise ValueError(f"roofline profile: {key} must be a number in {interval}, got {v!r}")
+        problem = self.model.tp_problem(self.tp)
+        if problem:
+            raise ValueError(f"roofline profile: tp {problem}")
+        if not isinstance(self.name, str):
+            raise ValueError(f"roofline profile: name must be a string, got {self.name!r}")
+        if not self.name:
+            self.name = f"roofline-{self.model.name}-{self.gpu.name}-tp{self.tp}"
+        self.provenance = Provenance("roofline", device=f"{self.tp}x {self.gpu.name}", dtype=self.model.dtype,
+                                     notes=f"mfu={self.mfu}, bandwidth_util={self.bandwidth_util}, "
+                                           f"allreduce_latency_s={self.allreduce_latency_s}, floor_s={self.floor_s}")
+        m = self.model
+        kv_heads_per_gpu = -(-m.num_kv_heads // self.tp)  # ceil: replicated when kv heads < tp
+        self._kv_bytes_per_token_gpu = 2 * m.num_layers * kv_heads_per_gpu * m.head_dim * m.dtype_bytes
+        self._peak = self.tp * self.gpu.flops * self.mfu
+        self._bw = self.gpu.bandwidth_bytes_s * self.bandwidth_util  # per GPU
+
+    def weight_bytes_read(self, batched_tokens: int) -> float:
+        """Weight bytes one step reads in all (MoE: only the experts its tokens are routed to)."""
+        m = self.model
+        dense = m.weight_bytes - (0 if m.tie_word_embeddings else m.embedding_params * m.dtype_bytes)
+        if not m.is_moe:
+            return dense
+        experts = m.expert_params * m.dtype_bytes
+        touched = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** max(batched_tokens, 1)
+        return dense - experts + experts * touched
+
+    @staticmethod
+    def attention_pairs(num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
+        """(query, context) pairs of causal attention: per sequence q new tokens at the end of a context of c
+        (kv_tokens includes them) attend q c - q (q - 1) / 2 positions (a prefill of c: about half of c^2)."""
+        s = max(num_seqs, 1)
+        q = batched_tokens / s
+        c = max(kv_tokens / s, q)
+        return s * (q * c - q * (q - 1) / 2.0)
+
+    def compute_s(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
+        m = self.model
+        pairs = self.attention_pairs(num_seqs, batched_tokens, kv_tokens)
+        flops = 2.0 * m.matmul_params_per_token * batched_tokens + m.attention_flops_per_pair() * pairs
+        return flops / self._peak
+
+    def memory_s(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
+        per_gpu = self.weight_bytes_read(batched_tokens) / self.tp + kv_tokens * self._kv_bytes_per_token_gpu
+        return per_gpu / self._bw
+
+    def allreduce_s(self, batched_tokens: int) -> float:
+        if self.tp == 1:
+            return 0.0
+        m = self.model
+        nbytes = batched_tokens * m.hidden_size * m.dtype_bytes
+        one = 2.0 * (self.tp - 1) / self.tp * nbytes / self.gpu.link_one_way_bytes_s + self.allreduce_latency_s
+        return 2 * m.num_layers * one
+
+    def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
+        if batched_tokens <= 0:
+            return 0.0
+        t = max(self.compute_s(num_seqs, batched_tokens, kv_tokens), self.memory_s(num_seqs, batched_tokens, kv_tokens))
+        return max(t + self.allreduce_s(batched_tokens), self.floor_s)
+
+
+def roofline_from_config(doc: dict[str, Any], where: str = "roofline profile") -> RooflineProfile:
+    """Build from `{model, gpu, tp?, mfu?, bandwidth_util?, allreduce_latency_s?, floor_s?}`; errors name the key."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: expected a mapping, got {doc!r}")
+    allowed = {"kind", "model", "gpu", "tp", "mfu", "bandwidth_util", "allreduce_latency_s", "floor_s", "name"}
+    unknown = sorted(set(doc) - allowed)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(allowed)}")
+    for key in ("model", "gpu"):
+        if key not in doc:
+            raise ValueError(f"{where}.{key}: required (a catalog name)")
+    for key in ("model", "gpu"):
+        if not isinstance(doc[key], str):
+            raise ValueError(f"{where}.{key}: expected a catalog name (string), got {doc[key]!r}")
+    try:
+        model, gpu = get_model(doc["model"]), get_gpu(doc["gpu"])
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+    kwargs = {k: doc[k] for k in ("tp", "mfu", "bandwidth_util", "allreduce_latency_s", "floor_s", "name") if k in doc}
+    try:
+        return RooflineProfile(model=model, gpu=gpu, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from e
+
+
+def profile_from_ref(ref: "str | dict[str, Any]", where: str = "profile"):
+    """A latency profile from a config reference: a built-in name or file, or an inline mapping (linear, table
+    or roofline); the one reader of `server.target_profile` and a drafter's `profile`."""
+    from simulator.costs.latency import profile_from_dict, resolve_profile
+
+    if not isinstance(ref, dict):
+        return resolve_profile(ref)
+    doc = dict(ref)
+    doc.setdefault("name", "inline")
+    if doc.get("kind") == "roofline":
+        return roofline_from_config(doc, where)
+    doc.setdefault("provenance", {"source": "config"})
+    return profile_from_dict(doc, where)

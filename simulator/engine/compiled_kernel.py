@@ -1,0 +1,749 @@
+"""The compiled step loop (numba): one server's AR or SD run (open or closed loop), step for step as the step path.
+
+One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
+fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule or by UCB over drafter arms;
+each slot is priced once for its own sub-batch (Pricing.draft_time). Policy rules the kernel restates live in small
+@njit functions below, each naming the Python rule it mirrors; tests/simulator/engine/test_compiled_run.py guards them.
+
+Imported only by simulator/engine/compiled_run.py when an eligible run starts, so commands that never simulate do not
+import numba. Every float is formed with the step path's operations in its order (simulator/engine/step_sd.py,
+pricing.py, latency.LinearProfile.step_time, draft_cost.py, step_outcome.py; SimPy's `now + delay`), so the tables
+agree bit for bit. Accepted drafts per trace position come precomputed from traces/acceptance.py (the replay rule
+is not restated here); the end-of-output cut is step_outcome's `min(1 + accepted, left)`.
+
+The kernel runs until every request finished, a row or ITL buffer is full, or `stop_finished` requests have
+finished, and returns a code (`DONE`, `FULL`, `STOPPED`; negative: a broken invariant). All state lives in the
+arrays it is given, so the caller empties the buffers and calls it again to continue.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+KERNEL_SOURCES = ("compiled_kernel.py", "compiled_psd_kernel.py")
+
+
+def kernel_cache_dir() -> Path:
+    """The default cache folder of the compiled kernels: under the user's cache (works when the package is
+    read-only), one per digest of the kernel sources, since numba's cache keys a kernel on its own file only and
+    would keep a PSD kernel that inlined an older helper of this file."""
+    digest = hashlib.sha256()
+    for name in KERNEL_SOURCES:
+        digest.update((Path(__file__).with_name(name)).read_bytes())
+    return Path.home() / ".cache" / "draftsim" / "numba" / digest.hexdigest()[:16]
+
+
+os.environ.setdefault("NUMBA_CACHE_DIR", str(kernel_cache_dir()))  # a folder the user set is used as it is
+
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
+from numba.core import config as _numba_config  # noqa: E402
+
+_numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
+
+DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT, ERR_TIE = 0, 1, 2, -1, -2, -3
+# row int columns
+R_STEP, R_PHASE, R_NS, R_PT, R_BT, R_KV, R_USED, R_PROP, R_ACC, R_EMIT, R_DRF = range(11)
+ROW_INTS = 11
+# phases, in simulator/compiled_run.PHASES order
+P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
+# draft cost kinds
+K_NONE, K_CONSTANT, K_FRACTION, K_WHOLE, K_AUTOREGRESSIVE = range(5)
+# policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
+POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
+# iparams
+I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
+    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS = range(19)
+N_IPARAMS = 19
+# fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; the relative margin below
+# which an adaptive-k argmax is not decided here (see _best_k); UCB's beta
+F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_TIE, F_BETA = range(7)
+N_FPARAMS = 7
+# per drafter slot coefficients (dcoef columns): constant seconds, fraction of verify
+C_SECONDS, C_FRACTION = range(2)
+N_DCOEF = 2
+# latency profiles (`prof` rows: 0 the target, 1 + g drafter slot g's profile, if any): the kind, then
+# LinearProfile's a, b, s, d, then RooflineProfile's terms as its own attributes give them (compiled_run.profile_row):
+# 2.0 x matmul params per token, attention FLOPs per pair, _peak, _kv_bytes_per_token_gpu, _bw, tp, 2 (tp - 1) / tp,
+# hidden size, dtype bytes, the link's one-way bytes/s, all-reduce latency, all-reduces per step (2 x layers),
+# floor_s, and the length of its row of `wtab` (weight_bytes_read(n) / tp for n = 0..len-1, the last also for
+# every larger n)
+PK_LINEAR, PK_ROOFLINE = 0, 1
+PR_KIND, PR_A, PR_B, PR_S, PR_D, PR_FLOPS_TOKEN, PR_FLOPS_PAIR, PR_PEAK, PR_KV_BYTES, PR_BW, PR_TP, PR_AR_SHARE, \
+    PR_HIDDEN, PR_DTYPE_BYTES, PR_LINK, PR_AR_LATENCY, PR_AR_COUNT, PR_FLOOR, PR_WLEN = range(19)
+N_PROF = 19
+# istate
+S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
+    range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
+# the step table's drafters column (R_DRF): a bit per slot that drafted (slots in ascending drafter index, joined by
+# "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
+DRF_PASS = 4
+
+
+@njit(cache=True)
+def _admit_waiting(admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak, prompt,
+                   gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre):
+    """Scheduler.prefills' admission of waiting requests in FIFO order (budget, sequence and KV limits); a
+    request that does not fit whole stops admission unless it is the step's first token (`tokens_used`, `n_pre`)."""
+    while admit < ptr and n_run < max_seqs and budget > 0:
+        i = admit
+        total = prompt[i] + gen[i]
+        c = min(total, budget) if chunked == 1 else total
+        if c > budget and (n_pre > 0 or tokens_used > 0):
+            break
+        need = (c + (1 if c == total else 0) + bs - 1) // bs
+        if need > total_blocks - used:
+            break
+        admit += 1
+        used += need
+        if used > peak:
+            peak = used
+        blocks[i] = need
+        run[n_run] = i
+        n_run += 1
+        prefill_left[i] = total
+        prefill_done[i] = 0
+        if np.isnan(first_sched[i]):
+            first_sched[i] = now
+        budget -= c
+        pre[n_pre] = i
+        chunk[n_pre] = c
+        n_pre += 1
+    return admit, n_run, n_pre, used, peak
+
+
+@njit(cache=True)
+def _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token, now, out, done,
+                    n_done):
+    """StepOutcome.apply's prefill progress: each chunk advances its request; a finished prompt emits its first
+    token at `now`, and a request whose output that completes joins `done`. Returns (first tokens emitted,
+    n_done)."""
+    first_tokens = 0
+    for j in range(n_pre):
+        i = pre[j]
+        prefill_left[i] -= chunk[j]
+        prefill_done[i] += chunk[j]
+        if prefill_left[i] == 0:
+            first_tokens += 1
+            gen[i] += 1
+            last_emit[i] = now
+            if np.isnan(first_token[i]):
+                first_token[i] = now
+            if gen[i] >= out[i]:
+                done[n_done] = i
+                n_done += 1
+    return first_tokens, n_done
+
+
+@njit(cache=True)
+def _emit(i, accepted, proposed, now, out, gen, itl, ni, last_emit, dsteps, dprop, dacc, done, n_done):
+    """StepOutcome.apply for one verified (or decoded) request: 1 + accepted tokens, at most what its output has
+    left, one ITL gap, its drafting counts; a request whose output completes joins `done`. Returns (emitted, ni,
+    n_done)."""
+    e = min(1 + accepted, out[i] - gen[i])
+    itl[ni] = now - last_emit[i]
+    last_emit[i] = now
+    gen[i] += e
+    dsteps[i] += 1
+    dprop[i] += proposed
+    dacc[i] += accepted
+    if gen[i] >= out[i]:
+        done[n_done] = i
+        n_done += 1
+    return e, ni + 1, n_done
+
+
+@njit(cache=True)
+def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit, drf):
+    """Row `r` of the step table: one column per line of `rows_i` (ints) and `rows_f` (start, end)."""
+    rows_i[R_STEP, r] = step
+    rows_i[R_PHASE, r] = phase
+    rows_i[R_NS, r] = ns
+    rows_i[R_PT, r] = pt
+    rows_i[R_BT, r] = bt
+    rows_i[R_KV, r] = kv
+    rows_i[R_USED, r] = used
+    rows_i[R_PROP, r] = prop
+    rows_i[R_ACC, r] = acc
+    rows_i[R_EMIT, r] = emit
+    rows_i[R_DRF, r] = drf
+    rows_f[0, r] = start
+    rows_f[1, r] = end
+
+
+
+@njit(cache=True)
+def _linear(a, b, s, d, num_seqs, batched_tokens, kv_tokens):
+    """latency.LinearProfile.step_time: a * kv + b * tokens + s * seqs + d, in that order."""
+    return a * kv_tokens + b * batched_tokens + s * num_seqs + d
+
+
+@njit(cache=True)
+def _roofline(pr, wt, num_seqs, batched_tokens, kv_tokens):
+    """roofline.RooflineProfile.step_time with its operations in its order (`pr`: the profile's prof row, `wt` its
+    weight bytes per GPU by batched tokens): max(compute_s, memory_s) + allreduce_s, at least floor_s. Python's
+    max(x, y) is x unless y > x."""
+    if batched_tokens <= 0:
+        return 0.0
+    s = max(num_seqs, 1)  # attention_pairs
+    q = batched_tokens / s
+    c = kv_tokens / s
+    if q > c:
+        c = q
+    pairs = s * (q * c - q * (q - 1) / 2.0)
+    compute = (pr[PR_FLOPS_TOKEN] * batched_tokens + pr[PR_FLOPS_PAIR] * pairs) / pr[PR_PEAK]  # compute_s
+    w = min(batched_tokens, np.int64(pr[PR_WLEN]) - 1)  # memory_s: weight_bytes_read(batched_tokens) / tp + KV
+    memory = (wt[w] + kv_tokens * pr[PR_KV_BYTES]) / pr[PR_BW]
+    t = memory if memory > compute else compute
+    allreduce = 0.0
+    if pr[PR_TP] != 1.0:  # allreduce_s
+        nbytes = np.float64(batched_tokens * np.int64(pr[PR_HIDDEN])) * pr[PR_DTYPE_BYTES]
+        one = pr[PR_AR_SHARE] * nbytes / pr[PR_LINK] + pr[PR_AR_LATENCY]
+        allreduce = pr[PR_AR_COUNT] * one
+    t = t + allreduce
+    return pr[PR_FLOOR] if pr[PR_FLOOR] > t else t
+
+
+@njit(cache=True)
+def _price(prof, wtab, p, num_seqs, batched_tokens, kv_tokens):
+    """Profile `p`'s step_time (prof row p: 0 the target, 1 + g drafter slot g): LinearProfile or RooflineProfile."""
+    if prof[p, PR_KIND] == PK_LINEAR:
+        return _linear(prof[p, PR_A], prof[p, PR_B], prof[p, PR_S], prof[p, PR_D], num_seqs, batched_tokens,
+                       kv_tokens)
+    return _roofline(prof[p], wtab[p], num_seqs, batched_tokens, kv_tokens)
+
+
+@njit(cache=True)
+def _draft_time(kind, coef, prof, wtab, p, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
+    """draft_cost.DraftCost.draft_time of one drafter slot (`coef`: its dcoef row, `p`: its prof row) for its own
+    sub-batch."""
+    if num_seqs <= 0 or proposed_tokens <= 0:
+        return 0.0
+    if kind == K_CONSTANT:
+        return coef[C_SECONDS]
+    if kind == K_FRACTION:
+        return coef[C_FRACTION] * verify_time
+    if kind == K_WHOLE:
+        return _price(prof, wtab, p, num_seqs, proposed_tokens, kv_tokens)
+    total = 0.0
+    for i in range(k_max):
+        total += _price(prof, wtab, p, num_seqs, num_seqs, kv_tokens + i * num_seqs)
+    return total
+
+
+@njit(cache=True)
+def _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, tokens, kv):
+    """Pricing.drafter_prefill_time: each drafter's own prompt pass (DraftCost.prefill_time: its profile, when it
+    has one), summed from 0.0 in the policy's drafters_used order (`pf_order`)."""
+    total = 0.0
+    for j in range(len(pf_order)):
+        g = pf_order[j]
+        if dpf[g] == 1 and n_pre > 0 and tokens > 0:
+            total += _price(prof, wtab, 1 + g, n_pre, tokens, kv)
+        else:
+            total += 0.0
+    return total
+
+
+@njit(cache=True)
+def _continue_prefills(run, n_run, budget, chunked, bs, free, prefill_left, prefill_done, blocks, pre, chunk, n_pre,
+                       commit):
+    """Scheduler.plan_prefills' partial prefills: each running request with prompt left takes its next chunk (all of
+    it unless chunked) where its KV fits in `free` blocks, in admission order. With `commit` the chunks go to
+    pre/chunk and their blocks to `blocks` (a step); without, nothing is written (preview_prefills). Returns
+    (budget, n_pre, free, the chunks' tokens, their KV = cached + chunk)."""
+    tokens = 0
+    kv = 0
+    for j in range(n_run):
+        i = run[j]
+        left = prefill_left[i]
+        if left == 0:
+            continue
+        c = min(left, budget) if chunked == 1 else left
+        if c <= 0:
+            continue
+        need = (prefill_done[i] + c + (1 if c == left else 0) + bs - 1) // bs - blocks[i]
+        if need > free:
+            continue
+        if need > 0:
+            free -= need
+            if commit:
+                blocks[i] += need
+        budget -= c
+        if commit:
+            pre[n_pre] = i
+            chunk[n_pre] = c
+        n_pre += 1
+        tokens += c
+        kv += prefill_done[i] + c
+    return budget, n_pre, free, tokens, kv
+
+
+@njit(cache=True)
+def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen, blocks,
+                      prefill_left, prefill_done):
+    """Scheduler.preview_prefills (plan_prefills with new admissions allowed, nothing committed) for a mixed step
+    after `tokens_used` decode and draft tokens: (chunks, their tokens, their KV = cached + chunk)."""
+    budget, n_pre, free, tokens, kv = _continue_prefills(run, n_run, B - tokens_used, chunked, bs, free, prefill_left,
+                                                         prefill_done, blocks, run, run, 0, False)
+    running = n_run
+    w = admit
+    while w < ptr and running < max_seqs and budget > 0:  # waiting requests, FIFO
+        total = prompt[w] + gen[w]
+        c = min(total, budget) if chunked == 1 else total
+        if c > budget and (n_pre > 0 or tokens_used > 0):
+            break
+        need = (c + (1 if c == total else 0) + bs - 1) // bs
+        if need > free:
+            break
+        free -= need
+        budget -= c
+        running += 1
+        n_pre += 1
+        tokens += c
+        kv += prefill_done[w] + c
+        w += 1
+    return n_pre, tokens, kv
+
+
+@njit(cache=True)
+def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen,
+                blocks, prefill_left, prefill_done, prof, wtab, overhead, kind, coef, dpf, pf_order):
+    """AdaptiveKPolicy.step_times through Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...): for
+    k = 0..k_max the time of a step in which all `n` decoding sequences draft k (slot 0's cost), with the prompt
+    chunks the step would add after their n (k + 1) tokens; draft + verify + overhead + the drafters' prompt pass."""
+    for k in range(k_max + 1):
+        n_pre, pt, pkv = 0, 0, 0
+        if separate == 0:
+            n_pre, pt, pkv = _preview_prefills(n * (k + 1), B, chunked, bs, free, max_seqs, n_run, run, admit, ptr,
+                                               prompt, gen, blocks, prefill_left, prefill_done)
+        verify = _price(prof, wtab, 0, n + n_pre, n + n * k + pt, kv + pkv)
+        draft = 0.0
+        if k > 0:
+            draft = _draft_time(kind, coef, prof, wtab, 1, n, n * k, k, kv, verify)
+        own = 0.0
+        if n_pre > 0:
+            own = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pt, pkv)
+        times[k] = draft + verify + overhead + own
+
+
+@njit(cache=True)
+def _estimate_value(s, f, prior, weight):
+    """AcceptanceEstimate.value: (successes + prior * w) / (successes + failures + w)."""
+    return (s + prior * weight) / (s + f + weight)
+
+
+@njit(cache=True)
+def _best_k(a, times, top, tie, rates):
+    """AdaptiveKPolicy.best_k: argmax over k <= top of expected_tokens(a, k) / times[k], the first on ties
+    (np.argmax). traces/expected_tokens.py's (1 - a^(k+1)) / (1 - a) is summed here as 1 + a + ... + a^k (exact at
+    k = 0 and a = 1, as there; elsewhere within ~2k ulp of the true value, numpy's expm1/log1p form within a few):
+    a runner-up within the relative margin `tie` of the best (unless both are exact) could be numpy's argmax, so -1
+    (not decided here) is returned. `rates`: scratch of length >= top + 1."""
+    best = 0
+    best_r = 1.0 / times[0]
+    if np.isnan(best_r):
+        return 0
+    rates[0] = best_r
+    term = 1.0
+    expected = 1.0
+    for k in range(1, top + 1):
+        term *= a
+        expected += term
+        r = expected / times[k]
+        if np.isnan(r):
+            return -1
+        rates[k] = r
+        if r > best_r:
+            best, best_r = k, r
+    if a >= 1.0:  # every expectation exact (k + 1): the same rates as numpy's
+        return best
+    floor = best_r * (1.0 - tie)
+    for k in range(top + 1):  # every other candidate below the best by more than the margin (or both exact)
+        if k != best and rates[k] >= floor and not (k == 0 and best == 0):
+            return -1
+    return best
+
+
+@njit(cache=True)
+def _estimate_update(s, f, accepted, proposed, decay):
+    """AcceptanceEstimate.update: successes and failures decayed, plus the accepted drafts and one failure when the
+    chain stopped short; nothing for an empty proposal. Returns the new (successes, failures)."""
+    if proposed <= 0:
+        return s, f
+    return decay * s + accepted, decay * f + (1.0 if accepted < proposed else 0.0)
+
+
+@njit(cache=True)
+def _ucb_arm(counts, sums, e, arms, beta, tie, index, log_table):
+    """UCBPolicy._select (and its batch form): the first arm never played, else argmax over arms of
+    ucb_index = sums / counts + beta * sqrt(2 ln max(t, 1) / counts), t = the plays, the first on ties. ln t from
+    `log_table` (numpy's own np.log of each whole t, checked against the policy's call form): the index is numpy's bit
+    for bit. An empty table: libm's log, a few ulp from numpy's, so an arm within the relative margin `tie` of the
+    best, unless its counts and sums are the best's, is not decided here: -1. `index`: scratch of length >= arms."""
+    for a in range(arms):
+        if counts[e, a] <= 0:
+            return a
+    t = 0.0
+    for a in range(arms):
+        t += counts[e, a]
+    exact = len(log_table) > 0
+    log_t = log_table[np.int64(t)] if exact else math.log(max(t, 1.0))
+    best = 0
+    for a in range(arms):
+        index[a] = sums[e, a] / counts[e, a] + beta * math.sqrt(2.0 * log_t / counts[e, a])
+        if index[a] > index[best]:
+            best = a
+    if exact or beta == 0.0:  # beta 0: the index is the mean on both paths
+        return best
+    floor = index[best] * (1.0 - tie)
+    for a in range(arms):
+        if a != best and index[a] >= floor and not (counts[e, a] == counts[e, best] and sums[e, a] == sums[e, best]):
+            return -1
+    return best
+
+
+@njit(cache=True)
+def _arm_of_slot(arm_slot, arms, g):
+    """The bandit arm whose drafter is slot g."""
+    for a in range(arms):
+        if arm_slot[a] == g:
+            return a
+    return -1
+
+
+@njit(cache=True)
+def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
+    """CombineMatchPolicy.choose: (slot, k) = the n-gram drafter with min(k_ngram, match) when the match has at least
+    min_match tokens, else EAGLE with k_eagle."""
+    if match >= min_match:
+        return ngram_slot, min(k_ngram, match)
+    return 1 - ngram_slot, k_eagle
+
+
+@njit(cache=True)
+def _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run, n_run, n_fin, closed, n_sub, n,
+                     arrival, client_of, think):
+    """StepOutcome.finish / Scheduler.finish: the step's finished requests free their blocks and leave the running
+    list (order kept); closed loop: each one's client submits its next request (ClosedLoopArrivals.on_finish).
+    Returns (used, n_run, n_fin, n_sub)."""
+    for j in range(n_done):
+        i = done[j]
+        finish[i] = now
+        used -= blocks[i]
+        blocks[i] = 0
+        prefill_left[i] = -1  # marks it for removal below
+        n_fin += 1
+        if closed == 1 and n_sub < n:
+            arrival[n_sub] = now + think
+            client_of[n_sub] = client_of[i]
+            n_sub += 1
+    w = 0
+    for j in range(n_run):
+        i = run[j]
+        if prefill_left[i] != -1:
+            run[w] = i
+            w += 1
+    for j in range(n_done):
+        prefill_left[done[j]] = 0
+    return used, w, n_fin, n_sub
+
+
+@njit(cache=True)
+def _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now):
+    """The loop's scalar state back into `istate` / `fstate`, so the caller can empty the buffers and continue."""
+    istate[S_PTR] = ptr
+    istate[S_ADMIT] = admit
+    istate[S_NRUN] = n_run
+    istate[S_FINISHED] = n_fin
+    istate[S_STEP] = step_no
+    istate[S_USED] = used
+    istate[S_PEAK] = peak
+    istate[S_ROWS] = r
+    istate[S_ITL] = ni
+    istate[S_SUBMITTED] = n_sub
+    fstate[0] = now
+
+
+@njit(cache=True)
+def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, prof, wtab, pf_order,
+              est_s, est_f, arm_counts, arm_sums, arm_slot, log_table, usage, iparams, fparams, istate, fstate, run, gen,
+              prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish, dsteps, dprop, dacc,
+              rows_i, rows_f, itl, stop_finished):
+    """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
+
+    Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost kind `dkind[g]`, coefficients `dcoef[g]`,
+    latency profile `prof[1 + g]` (the target's: `prof[0]`, weight rows `wtab`), prompt pass priced when `dpf[g]`;
+    `tab[rowof[g, k], 0 / 1, f]` the proposed / accepted drafts when slot g is asked for k at flat trace position f
+    (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
+    n = len(arrival)
+    sd, policy, k_fixed, nslot, k_max = iparams[I_SD], iparams[I_POLICY], iparams[I_K], iparams[I_NSLOT], \
+        iparams[I_KMAX]
+    max_seqs, B = iparams[I_MAX_SEQS], iparams[I_BUDGET]
+    chunked, separate, bs, total_blocks = iparams[I_CHUNKED], iparams[I_SEPARATE], iparams[I_BLOCK], iparams[I_BLOCKS]
+    shared, has_cap, min_match = iparams[I_SHARED], iparams[I_CAP], iparams[I_MIN_MATCH]
+    k_ngram, k_eagle, ngram_slot = iparams[I_K_NGRAM], iparams[I_K_EAGLE], iparams[I_NGRAM_SLOT]
+    overhead = fparams[F_OVERHEAD]
+    prior, weight, decay, tie = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY], fparams[F_TIE]
+    arms, beta = iparams[I_ARMS], fparams[F_BETA]
+    closed, think = iparams[I_CLOSED], fparams[F_THINK]
+    n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
+    ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
+    step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
+    now = fstate[0]
+    cap_rows, cap_itl = rows_i.shape[1], len(itl)
+    dec = np.empty(max_seqs, np.int64)
+    ctx = np.empty(max_seqs, np.int64)
+    flat = np.empty(max_seqs, np.int64)
+    slot = np.empty(max_seqs, np.int64)
+    kk = np.empty(max_seqs, np.int64)
+    prop = np.empty(max_seqs, np.int64)
+    acc = np.empty(max_seqs, np.int64)
+    pre = np.empty(max_seqs, np.int64)
+    chunk = np.empty(max_seqs, np.int64)
+    done = np.empty(max_seqs, np.int64)
+    newb = np.empty(max_seqs, np.int64)
+    times = np.empty(k_max + 1, np.float64)
+    rates = np.empty(k_max + 1, np.float64)
+    index = np.empty(max(arms, 1), np.float64)
+    code = DONE
+    while n_fin < n:
+        if r + 3 > cap_rows or ni + max_seqs > cap_itl:
+            code = FULL
+            break
+        if n_fin >= stop_finished:
+            code = STOPPED
+            break
+        # OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions come in index order, their times in order
+        while ptr < n_sub and arrival[ptr] <= now:
+            ptr += 1
+        if n_run == 0 and admit == ptr:  # Server._idle: timeout(max(0.0, next - now))
+            if ptr >= n_sub:
+                code = ERR_STALL
+                break
+            delay = arrival[ptr] - now
+            now = now + (delay if delay > 0.0 else 0.0)
+            continue
+        # ---- plan (SDExecutor.plan)
+        n_dec = 0
+        n_pre = 0
+        kv_est = 0
+        prop_sum = 0
+        acc_sum = 0
+        pre_tokens = 0
+        pre_kv = 0
+        only_prefill = False
+        if separate == 1 and admit < ptr and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True, now)
+            admit, n_run, n_pre, used, peak = _admit_waiting(
+                admit, ptr, n_run, max_seqs, B, 0, chunked, bs, total_blocks, used, peak, prompt, gen, blocks,
+                run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+            only_prefill = n_pre > 0
+        if only_prefill:  # step.plan_prefill_only / prefill_step
+            for j in range(n_pre):
+                pre_tokens += chunk[j]
+                pre_kv += prefill_done[pre[j]] + chunk[j]
+            tokens = pre_tokens
+            kv = pre_kv
+            target_t = _price(prof, wtab, 0, n_pre, tokens, kv)
+            dpt = 0.0
+            if nslot > 0:
+                dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, tokens, kv)
+            target_end = target_t + overhead
+            start = now
+            now = now + (target_end + dpt)
+            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                   first_token, now, out, done, 0)  # StepOutcome.apply: prefills
+            _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
+                 used, 0, 0, first_tokens, 0)
+            r += 1
+            if dpt > 0:
+                _row(rows_i, rows_f, r, step_no, P_DRAFT_PREFILL, start + target_end, start + target_end + dpt,
+                     n_pre, pre_tokens, pre_tokens, kv, used, 0, 0, 0, 0)
+                r += 1
+        else:
+            for j in range(n_run):  # decoding: running with no prompt left, admission order
+                i = run[j]
+                if prefill_left[i] == 0:
+                    dec[n_dec] = i
+                    cx = prompt[i] + gen[i]
+                    ctx[n_dec] = cx
+                    kv_est += cx
+                    flat[n_dec] = min(first[i] + gen[i], last[i])  # Drafting.flat_index
+                    n_dec += 1
+            # ---- the policy's (drafter slot, k) per decoding request (Drafting.choose)
+            undecided = False
+            if nslot == 0:
+                for j in range(n_dec):
+                    slot[j] = -1
+                    kk[j] = 0
+            elif policy == POL_FIXED:
+                for j in range(n_dec):
+                    slot[j] = 0
+                    kk[j] = k_fixed
+            elif policy == POL_ADAPTIVE:
+                if n_dec > 0:
+                    _step_times(times, n_dec, kv_est, k_max, separate, B, chunked, bs, total_blocks - used, max_seqs,
+                                n_run, run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, prof, wtab,
+                                overhead, dkind[0], dcoef[0], dpf, pf_order)
+                for j in range(n_dec):
+                    e = 0 if shared == 1 else dec[j]
+                    top = k_max
+                    if has_cap == 1:
+                        top = max(0, min(k_max, np.int64(cap[flat[j]])))
+                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top, tie, rates)
+                    if kb < 0:
+                        undecided = True
+                        break
+                    slot[j] = 0 if kb > 0 else -1
+                    kk[j] = kb
+            elif policy == POL_UCB:  # BanditPolicy.choose_batch; shared: one choice per step (its state is fixed)
+                arm = 0
+                for j in range(n_dec):
+                    if j == 0 or shared == 0:
+                        arm = _ucb_arm(arm_counts, arm_sums, 0 if shared == 1 else dec[j], arms, beta, tie, index,
+                                       log_table)
+                        if arm < 0:
+                            undecided = True
+                            break
+                    slot[j] = arm_slot[arm]
+                    kk[j] = k_fixed
+            else:
+                for j in range(n_dec):
+                    slot[j], kk[j] = _combine_choice(np.int64(cap[flat[j]]), min_match, k_ngram, k_eagle,
+                                                     ngram_slot)
+            if undecided:
+                code = ERR_TIE
+                break
+            for j in range(n_dec):  # proposals capped (traces/acceptance.proposed_tokens) and their replay
+                g = slot[j]
+                if g >= 0:
+                    row = rowof[g, kk[j]]
+                    p = np.int64(tab[row, 0, flat[j]])
+                    prop[j] = p
+                    acc[j] = np.int64(tab[row, 1, flat[j]])
+                    prop_sum += p
+                    acc_sum += acc[j]
+                else:
+                    prop[j] = 0
+                    acc[j] = 0
+            grow = 0  # Scheduler.reserve: no preemption (the eligibility check bounds KV)
+            for j in range(n_dec):
+                i = dec[j]
+                want = ctx[j] + prop[j]
+                if want > blocks[i] * bs:  # past its blocks: ceil(want / bs) > blocks[i], without a division
+                    need = (want + bs - 1) // bs
+                    grow += need - blocks[i]
+                    newb[j] = need
+                else:
+                    newb[j] = 0
+            if grow > total_blocks - used:
+                code = ERR_PREEMPT
+                break
+            if grow > 0:
+                used += grow
+                if used > peak:
+                    peak = used
+                for j in range(n_dec):
+                    if newb[j] > 0:
+                        blocks[dec[j]] = newb[j]
+            if separate == 0:  # Scheduler.prefills(prop_sum + n_dec, True, now)
+                tokens_used = prop_sum + n_dec
+                budget = B - tokens_used
+                n_run0 = n_run
+                if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
+                    budget, n_pre, free, _, _ = _continue_prefills(run, n_run0, budget, chunked, bs, total_blocks - used,
+                                                                   prefill_left, prefill_done, blocks, pre, chunk,
+                                                                   n_pre, True)
+                    used = total_blocks - free  # only grows here: the peak is at the end
+                    if used > peak:
+                        peak = used
+                    admit, n_run, n_pre, used, peak = _admit_waiting(
+                        admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak,
+                        prompt, gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+            nseq = n_dec + n_pre
+            if nseq == 0:
+                code = ERR_STALL
+                break
+            for j in range(n_pre):  # Pricing.target_time
+                pre_tokens += chunk[j]
+                pre_kv += prefill_done[pre[j]] + chunk[j]
+            tokens = prop_sum + n_dec + pre_tokens
+            kv = kv_est + pre_kv
+            verify_t = _price(prof, wtab, 0, nseq, tokens, kv)
+            # Pricing.draft_time: each slot (ascending drafter index) once for its members that propose
+            draft_t = 0.0
+            drf = 0
+            n_act = 0
+            for g in range(nslot):
+                n_g = 0
+                p_g = 0
+                k_g = 0
+                kv_g = 0
+                for j in range(n_dec):
+                    if slot[j] == g and prop[j] > 0:
+                        n_g += 1
+                        p_g += prop[j]
+                        kv_g += ctx[j]
+                        if kk[j] > k_g:
+                            k_g = kk[j]
+                if n_g > 0:
+                    draft_t += _draft_time(dkind[g], dcoef[g], prof, wtab, 1 + g, n_g, p_g, k_g, kv_g, verify_t)
+                    drf |= 1 << g
+                    n_act += n_g
+            dpt = 0.0  # Pricing.drafter_prefill_time
+            if nslot > 0 and n_pre > 0:
+                dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pre_tokens, pre_kv)
+            duration = draft_t + verify_t + overhead + dpt
+            start = now
+            now = now + duration
+            # ---- StepOutcome.apply
+            emitted_sum = 0
+            n_done = 0
+            for j in range(n_dec):
+                i = dec[j]
+                e, ni, n_done = _emit(i, acc[j], prop[j], now, out, gen, itl, ni, last_emit, dsteps, dprop, dacc, done,
+                                      n_done)
+                emitted_sum += e
+                g = slot[j]
+                if g >= 0:
+                    usage[g] += 1
+                    if policy == POL_ADAPTIVE:  # feedback, admission order (Policy.observe per request)
+                        x = 0 if shared == 1 else i
+                        est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
+                    elif policy == POL_UCB and prop[j] > 0:  # BanditPolicy.observe_batch: BE reward accepted / N
+                        x = 0 if shared == 1 else i
+                        a = _arm_of_slot(arm_slot, arms, g)
+                        arm_counts[x, a] += 1.0
+                        arm_sums[x, a] += np.float64(acc[j]) / np.float64(prop[j])
+                else:
+                    usage[nslot] += 1
+            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                   first_token, now, out, done, n_done)
+            t0 = start
+            if draft_t > 0:
+                _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + draft_t, n_act, 0, prop_sum, kv, used,
+                     prop_sum, 0, 0, drf)
+                r += 1
+                t0 = start + draft_t
+            phase = P_VERIFY if sd == 1 else P_DECODE
+            if n_pre > 0 and n_dec > 0:
+                phase = P_MIXED
+            elif n_pre > 0:
+                phase = P_PREFILL
+            end = start + duration - dpt
+            _row(rows_i, rows_f, r, step_no, phase, t0, end, nseq, pre_tokens, tokens, kv, used, prop_sum, acc_sum,
+                 emitted_sum + first_tokens, drf)
+            r += 1
+            if dpt > 0:
+                _row(rows_i, rows_f, r, step_no, P_DRAFT_PREFILL, end, start + duration, n_pre, pre_tokens,
+                     pre_tokens, kv, used, 0, 0, 0, DRF_PASS)
+                r += 1
+        if n_done > 0:
+            used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
+                                                         n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
+        step_no += 1
+    _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
+    return code

@@ -1,0 +1,366 @@
+"""The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, step for step as
+simulator/engine/step_psd.py's PSDExecutor.
+
+It reuses compiled_kernel's pricing, admission, prefill and row helpers. The rules only PSD has are small @njit
+functions below, each naming the Python rule it mirrors: the side a new request joins, the split into
+verified/drafted sides, the step duration, and the carry of the drafted side's proposals with the role flip.
+tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_OVERHEAD, F_THINK, FULL, I_BLOCK, I_BLOCKS,
+                                       I_BUDGET, I_CHUNKED, I_CLOSED, I_K, I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED,
+                                       P_PREFILL, P_VERIFY, ROW_INTS, S_ADMIT, S_FINISHED, S_ITL, S_NRUN, S_PEAK,
+                                       S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _admit_waiting,
+                                       _apply_prefills, _continue_prefills, _emit, _draft_time, _drafter_prefill_time,
+                                       _finish_requests, _price, _row, _save_state)
+
+P_SYNC = 6  # compiled_run.PHASES[6]
+R_DEV, R_SUB = ROW_INTS, ROW_INTS + 1  # extra row columns: device (0 target, 1 drafter), sub_batch
+PSD_ROW_INTS = ROW_INTS + 2
+# psd_i: split_min_batch, defer_kv; psd_state: verify side, fallback steps; psd_f: sync seconds
+PI_SPLIT, PI_DEFER = range(2)
+PS_SIDE, PS_FALLBACK = range(2)
+PF_SYNC = 0
+
+
+@njit(cache=True)
+def _assign_sides(side, run, n_old, n_run, vs):
+    """Scheduler.assign_side for each request admitted as run[n_old:n_run], in admission order: join the side
+    drafted next step (the one verified now) unless it has more running members than the other."""
+    for j in range(n_old, n_run):
+        c0 = 0
+        c1 = 0
+        for q in range(j + 1):  # the running array, the request itself included (its side is still -1)
+            s = side[run[q]]
+            if s == 0:
+                c0 += 1
+            elif s == 1:
+                c1 += 1
+        cv, co = (c0, c1) if vs == 0 else (c1, c0)
+        side[run[j]] = vs if cv <= co else 1 - vs
+
+
+@njit(cache=True)
+def _psd_split(dec, n_dec, side, vs, split_min, V, D):
+    """PSDExecutor.plan's split: V the verify side, D the drafted side (admission order); a fallback step
+    (one side empty or fewer than split_min decoding) verifies everyone as plain SD. Returns (nv, nd, fallback)."""
+    nv = 0
+    nd = 0
+    for j in range(n_dec):
+        i = dec[j]
+        if side[i] == vs:
+            V[nv] = i
+            nv += 1
+        else:
+            D[nd] = i
+            nd += 1
+    fallback = nd == 0 or nv == 0 or n_dec < split_min
+    if fallback and n_dec > 0:
+        for j in range(n_dec):
+            V[j] = dec[j]
+        nv = n_dec
+        nd = 0
+    return nv, nd, fallback
+
+
+@njit(cache=True)
+def _psd_duration(pre_draft_t, verify_t, draft_t, dpt, overhead, sync_s, target_busy, any_seq):
+    """PSDExecutor.plan's step time: both devices finish (target: drafts of new verify-side requests, then the
+    verify pass and overhead; drafter: those drafts, the drafted side, the drafters' prompt pass), then the sync.
+    Returns (target_end, drafter_end, both_done, duration)."""
+    target_end = pre_draft_t + verify_t + (overhead if target_busy else 0.0)
+    drafter_end = pre_draft_t + draft_t + dpt
+    both_done = max(target_end, drafter_end)
+    sync = sync_s if any_seq else 0.0
+    duration = both_done + sync
+    if duration <= 0:
+        duration = overhead
+    return target_end, drafter_end, both_done, duration
+
+
+@njit(cache=True)
+def _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs):
+    """PSDExecutor.after: the verified side's proposals are used up, the drafted side keeps its own (k,
+    proposed and the accepted count replayed at drafting, which holds at verification since D emits nothing in
+    between); roles flip when both sides ran. Returns the next verify side."""
+    for j in range(nv):
+        pend[V[j]] = 0
+    for j in range(nd):
+        i = D[j]
+        pend[i] = 1
+        pend_k[i] = dk[j]
+        pend_p[i] = dp[j]
+        pend_a[i] = da[j]
+    if nd > 0 and nv > 0:
+        return 1 - vs
+    return vs
+
+
+@njit(cache=True)
+def _side_draft_time(idx, n, member, props, ks, prompt, gen, dkind, dcoef, prof, wtab, verify_t):
+    """Pricing.draft_time for one side's drafting (the one drafter slot): its members that propose, priced once
+    for their sub-batch (proposed tokens, largest k, their context). Returns (seconds, drafter bits)."""
+    n_g, p_g, k_g, kv_g = 0, 0, 0, 0
+    for j in range(n):
+        if member[j] == 1 and props[j] > 0:
+            n_g += 1
+            p_g += props[j]
+            kv_g += prompt[idx[j]] + gen[idx[j]]
+            if ks[j] > k_g:
+                k_g = ks[j]
+    if n_g == 0:
+        return 0.0, 0
+    return _draft_time(dkind[0], dcoef[0], prof, wtab, 1, n_g, p_g, k_g, kv_g, verify_t), 1
+
+
+@njit(cache=True)
+def _set_dev(rows_i, r, dev, sub):
+    rows_i[R_DEV, r] = dev
+    rows_i[R_SUB, r] = sub
+
+
+@njit(cache=True)
+def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkind, dpf, dcoef, prof, wtab, pf_order,
+                  usage, iparams, fparams, istate, fstate, psd_i, psd_f, psd_state, side, pend, pend_k, pend_p,
+                  pend_a, run, gen, prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish,
+                  dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
+    """Steps a PSD run (drafter slot 0, fixed k) until done, a buffer is full or `stop_finished` finished."""
+    n = len(arrival)
+    k_fixed = iparams[I_K]
+    max_seqs, B = iparams[I_MAX_SEQS], iparams[I_BUDGET]
+    chunked, separate, bs, total_blocks = iparams[I_CHUNKED], iparams[I_SEPARATE], iparams[I_BLOCK], iparams[I_BLOCKS]
+    overhead = fparams[F_OVERHEAD]
+    closed, think = iparams[I_CLOSED], fparams[F_THINK]
+    split_min, defer = psd_i[PI_SPLIT], psd_i[PI_DEFER]
+    sync_s = psd_f[PF_SYNC]
+    vs, fb_steps = psd_state[PS_SIDE], psd_state[PS_FALLBACK]
+    n_sub = istate[S_SUBMITTED]
+    ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
+    step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
+    now = fstate[0]
+    cap_rows, cap_itl = rows_i.shape[1], len(itl)
+    row_k = rowof[0, k_fixed]
+    dec = np.empty(max_seqs, np.int64)
+    V = np.empty(max_seqs, np.int64)
+    D = np.empty(max_seqs, np.int64)
+    all_d = np.ones(max_seqs, np.int64)  # every drafted-side request is a member of its drafting
+    vk = np.empty(max_seqs, np.int64)
+    vp = np.empty(max_seqs, np.int64)
+    va = np.empty(max_seqs, np.int64)
+    vslot = np.empty(max_seqs, np.int64)
+    vnew = np.empty(max_seqs, np.int64)
+    dk = np.empty(max_seqs, np.int64)
+    dp = np.empty(max_seqs, np.int64)
+    da = np.empty(max_seqs, np.int64)
+    pre = np.empty(max_seqs, np.int64)
+    chunk = np.empty(max_seqs, np.int64)
+    done = np.empty(max_seqs, np.int64)
+    newb = np.empty(max_seqs, np.int64)
+    code = DONE
+    while n_fin < n:
+        if r + 5 > cap_rows or ni + max_seqs > cap_itl:
+            code = FULL
+            break
+        if n_fin >= stop_finished:
+            code = STOPPED
+            break
+        while ptr < n_sub and arrival[ptr] <= now:  # OpenLoopArrivals.pull / ClosedLoopArrivals.pull
+            ptr += 1
+        if n_run == 0 and admit == ptr:  # Server._idle
+            if ptr >= n_sub:
+                code = ERR_STALL
+                break
+            delay = arrival[ptr] - now
+            now = now + (delay if delay > 0.0 else 0.0)
+            continue
+        n_pre = 0
+        pre_tokens = 0
+        pre_kv = 0
+        only_prefill = False
+        if separate == 1 and admit < ptr and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
+            n_old = n_run
+            admit, n_run, n_pre, used, peak = _admit_waiting(
+                admit, ptr, n_run, max_seqs, B, 0, chunked, bs, total_blocks, used, peak, prompt, gen, blocks,
+                run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+            _assign_sides(side, run, n_old, n_run, vs)
+            only_prefill = n_pre > 0
+        if only_prefill:  # step.prefill_step, colocated=False: the drafters' pass on the draft device
+            for j in range(n_pre):
+                pre_tokens += chunk[j]
+                pre_kv += prefill_done[pre[j]] + chunk[j]
+            target_t = _price(prof, wtab, 0, n_pre, pre_tokens, pre_kv)
+            dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pre_tokens, pre_kv)
+            target_end = target_t + overhead
+            start = now
+            now = now + (target_end + dpt)
+            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                   first_token, now, out, done, 0)
+            _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, pre_tokens,
+                 pre_kv, used, 0, 0, first_tokens, 0)
+            _set_dev(rows_i, r, 0, vs)
+            r += 1
+            if dpt > 0:
+                _row(rows_i, rows_f, r, step_no, P_PREFILL, start + target_end, start + target_end + dpt, n_pre,
+                     pre_tokens, pre_tokens, pre_kv, used, 0, 0, 0, 0)
+                _set_dev(rows_i, r, 1, -1)
+                r += 1
+        else:
+            n_dec = 0
+            for j in range(n_run):
+                i = run[j]
+                if prefill_left[i] == 0:
+                    dec[n_dec] = i
+                    n_dec += 1
+            nv, nd, fallback = _psd_split(dec, n_dec, side, vs, split_min, V, D)
+            if fallback and n_dec > 0:
+                fb_steps += 1
+            pv_sum = 0
+            av_sum = 0
+            v_drafted = 0
+            for j in range(nv):  # the verify side: last step's proposal, a fresh draft (fallback) or a plain token
+                i = V[j]
+                vnew[j] = 0
+                if pend[i] == 1:
+                    vslot[j], vk[j], vp[j], va[j] = 0, pend_k[i], pend_p[i], pend_a[i]
+                elif fallback:
+                    f = min(first[i] + gen[i], last[i])
+                    vslot[j], vk[j] = 0, k_fixed
+                    vp[j], va[j] = np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
+                    vnew[j] = 1
+                else:
+                    vslot[j], vk[j], vp[j], va[j] = -1, 0, 0, 0
+                if vslot[j] >= 0:
+                    v_drafted = 1
+                pv_sum += vp[j]
+                av_sum += va[j]
+            pd_sum = 0
+            for j in range(nd):
+                i = D[j]
+                f = min(first[i] + gen[i], last[i])
+                dk[j], dp[j], da[j] = k_fixed, np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
+                pd_sum += dp[j]
+            grow = 0  # Scheduler.reserve, no preemption (eligibility bounds KV); with defer_kv D reserves its drafts
+            for j in range(nv + nd):
+                i = V[j] if j < nv else D[j - nv]
+                want = prompt[i] + gen[i] + (vp[j] if j < nv else (dp[j - nv] if defer == 1 else 0))
+                if want > blocks[i] * bs:
+                    need = (want + bs - 1) // bs
+                    grow += need - blocks[i]
+                    newb[j] = need
+                else:
+                    newb[j] = 0
+            if grow > total_blocks - used:
+                code = ERR_PREEMPT
+                break
+            if grow > 0:
+                used += grow
+                if used > peak:
+                    peak = used
+                for j in range(nv + nd):
+                    if newb[j] > 0:
+                        blocks[V[j] if j < nv else D[j - nv]] = newb[j]
+            if separate == 0:  # Scheduler.prefills(p_v.sum() + len(V), True, now)
+                tokens_used = pv_sum + nv
+                budget = B - tokens_used
+                n_run0 = n_run
+                if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
+                    budget, n_pre, free, _, _ = _continue_prefills(run, n_run0, budget, chunked, bs, total_blocks - used,
+                                                                   prefill_left, prefill_done, blocks, pre, chunk,
+                                                                   n_pre, True)
+                    used = total_blocks - free
+                    if used > peak:
+                        peak = used
+                    admit, n_run, n_pre, used, peak = _admit_waiting(
+                        admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak,
+                        prompt, gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+                    _assign_sides(side, run, n_run0, n_run, vs)
+            nseq = nv + n_pre
+            if nseq == 0:
+                code = ERR_STALL
+                break
+            kv_v = 0
+            for j in range(nv):
+                kv_v += prompt[V[j]] + gen[V[j]]
+            for j in range(n_pre):  # Pricing.target_time
+                pre_tokens += chunk[j]
+                pre_kv += prefill_done[pre[j]] + chunk[j]
+            tokens = pv_sum + nv + pre_tokens
+            kv = kv_v + pre_kv
+            verify_t = _price(prof, wtab, 0, nseq, tokens, kv)
+            # Pricing.draft_time over the newly drafted verify side, then over the drafted side (members proposing)
+            n_new, p_new = 0, 0
+            for j in range(nv):
+                if vnew[j] == 1:
+                    n_new += 1
+                    p_new += vp[j]
+            pre_draft_t, drf_pre = _side_draft_time(V, nv, vnew, vp, vk, prompt, gen, dkind, dcoef, prof, wtab,
+                                                    verify_t)
+            kv_d = 0
+            for j in range(nd):
+                kv_d += prompt[D[j]] + gen[D[j]]
+            draft_t, drf_d = _side_draft_time(D, nd, all_d, dp, dk, prompt, gen, dkind, dcoef, prof, wtab, verify_t)
+            dpt = 0.0  # Pricing.drafter_prefill_time
+            if n_pre > 0:
+                dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pre_tokens, pre_kv)
+            target_end, drafter_end, both_done, duration = _psd_duration(
+                pre_draft_t, verify_t, draft_t, dpt, overhead, sync_s, nv > 0 or n_pre > 0, nv > 0 or nd > 0)
+            start = now
+            now = now + duration
+            # ---- StepOutcome.apply: the verify side only
+            emitted_sum = 0
+            n_done = 0
+            for j in range(nv):
+                i = V[j]
+                e, ni, n_done = _emit(i, va[j], vp[j], now, out, gen, itl, ni, last_emit, dsteps, dprop, dacc, done,
+                                      n_done)
+                emitted_sum += e
+                if vslot[j] >= 0:
+                    usage[0] += 1
+                else:
+                    usage[1] += 1
+            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                   first_token, now, out, done, n_done)
+            # rows: the target's slices, then the draft device's (StepOutcome._record)
+            if nv > 0 or n_pre > 0:
+                phase = P_VERIFY
+                if n_pre > 0 and nv > 0:
+                    phase = P_MIXED
+                elif n_pre > 0:
+                    phase = P_PREFILL
+                _row(rows_i, rows_f, r, step_no, phase, start + pre_draft_t, start + target_end, nseq, pre_tokens,
+                     tokens, kv, used, pv_sum, av_sum, emitted_sum + first_tokens, v_drafted)
+                _set_dev(rows_i, r, 0, vs)
+                r += 1
+            if (nv > 0 or nd > 0) and sync_s > 0:
+                _row(rows_i, rows_f, r, step_no, P_SYNC, start + both_done, start + duration, nv + nd, 0, 0, 0, used,
+                     0, 0, 0, 0)
+                _set_dev(rows_i, r, 0, vs)
+                r += 1
+            if pre_draft_t > 0:
+                _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + pre_draft_t, n_new, 0, p_new, kv, used,
+                     p_new, 0, 0, drf_pre)
+                _set_dev(rows_i, r, 1, vs)
+                r += 1
+            if draft_t > 0:
+                _row(rows_i, rows_f, r, step_no, P_DRAFT, start + pre_draft_t, start + pre_draft_t + draft_t, nd, 0,
+                     pd_sum, kv_d, used, pd_sum, 0, 0, drf_d)
+                _set_dev(rows_i, r, 1, 1 - vs)
+                r += 1
+            if dpt > 0:
+                _row(rows_i, rows_f, r, step_no, P_PREFILL, start + pre_draft_t + draft_t, start + drafter_end, n_pre,
+                     pre_tokens, pre_tokens, pre_kv, used, 0, 0, 0, 0)
+                _set_dev(rows_i, r, 1, -1)
+                r += 1
+            vs = _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs)
+        if n_done > 0:
+            used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
+                                                         n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
+        step_no += 1
+    _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
+    psd_state[PS_SIDE] = vs
+    psd_state[PS_FALLBACK] = fb_steps
+    return code

@@ -1,0 +1,592 @@
+"""Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match or UCB-BE
+policy, open or closed loop) in one compiled loop.
+
+`for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a cluster
+replica, PSD, another policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the kernel does not
+price (it prices linear and roofline profiles, target and drafters), KV that could preempt, numba missing, or the
+path forced off). An eligible server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py and
+writes the outcome into the server's state, records and counters, so `Server.result()` builds the same tables as
+the step path.
+
+Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
+every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
+random eligible configs); where an adaptive-k or UCB argmax cannot be decided exactly (TIE_MARGIN) `run` hands the
+run back untouched and the server redoes it on the step path. Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to
+force the step path, =compiled to take the compiled one for runs below MIN_WORK_TOKENS too.
+
+The kernel runs in segments: it returns when its row buffers are full or when a given number of requests have
+finished, and continues from its state; `CompiledRun.run(stop=...)` uses the latter to let a caller end a run
+early (a callable asked after every `check_every` finishes, or at the counts `next_check()` names). While it asks,
+the server's state is what the step path's is after the same step: every finish and first token up to the kernel's
+clock (`now`, the end of the step just taken; the SimPy clock stands still during a compiled run) and
+`n_finished`, so a step hook's snapshot (simulator/measure/early_stop.py progress_of) reads the same on both paths.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Callable
+
+import numpy as np
+
+from policies.adaptive_k import AdaptiveKPolicy
+from policies.base import NO_DRAFT, FixedPolicy
+from policies.combine import CombineMatchPolicy
+from policies.ucb import MetaSDUCBPolicy, UCBPolicy
+from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
+from simulator.costs.latency import LinearProfile
+from simulator.engine.request_state import FINISHED
+from simulator.costs.roofline import RooflineProfile
+
+COMPILED = True  # module switch: False keeps every server on the step path (benchmarks compare both)
+ENGINE_ENV = "DRAFTSIM_ENGINE"  # "steps" forces the step path; "compiled": the compiled one whenever eligible
+# below this many output tokens a run takes the step path unless the kernel is already loaded in this process: numba's
+# import and the kernel's cache load (~0.6 s + 0.5 s CPU under load) cost more than the step path's ~0.4 s for it
+MIN_WORK_TOKENS = 200_000
+PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill", "sync")  # the kernels' phase codes
+SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
+DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
+MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
+MAX_LOG_TABLE = 1 << 23  # UCB's ln t table (64 MiB); a longer shared run uses libm's log and the tie margin
+POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
+# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB with the BE reward)
+COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy)
+# adaptive-k: the kernel sums the expected tokens' series, the policy evaluates numpy's expm1/log1p form (vectorised,
+# SVML on some CPUs); they agree to well under 1e-13 (k <= MAX_K), so an argmax whose runner-up lies within this
+# relative margin is not decided in the kernel and the run is redone on the step path (never a silent difference);
+# the same for UCB where its log table cannot be checked against numpy (libm's log instead)
+TIE_MARGIN = 1e-12
+
+
+def ineligible_reason(server) -> str | None:
+    """Why `server` must take the step path, or None when the compiled path reproduces it exactly."""
+    choice = os.environ.get(ENGINE_ENV, "")
+    if not COMPILED or choice == "steps":
+        return f"step path forced ({ENGINE_ENV}=steps)" if COMPILED else "compiled path switched off"
+    if server.mode not in ("ar", "sd", "psd"):
+        return f"mode {server.mode!r}: step path"
+    if server.mode == "psd":
+        why = _psd_reason(server)
+        if why is not None:
+            return why
+    if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals):
+        return "arrivals pushed at run time (a cluster replica behind a router)"
+    cfg = server.scenario.server
+    if cfg.scheduler != "draftsim":
+        return f"scheduler {cfg.scheduler!r} (token budget shared by decodes, engine-loop gap)"
+    why = profile_reason(server.pricing.target, "target")
+    if why is not None:
+        return why
+    if not (np.isfinite(server.pricing.overhead) and server.pricing.overhead >= 0):
+        return "a negative or non-finite step overhead (the step path names it)"
+    if any(c.kind == "engine_step" for c in server.pricing.draft_costs.values()):
+        return "engine_step draft costs (vLLM V1's proposer)"
+    policy = server.drafting.policy
+    why = _policy_reason(server, policy)
+    if why is not None:
+        return why
+    # no preemption: the max_num_seqs largest requests at their largest KV (Scheduler.check_fits's need) fit at once
+    wl, pool = server.wl, server.sched.pool
+    lookahead = policy.max_draft_tokens() if server.mode in ("sd", "psd") else 0
+    need = np.sort(pool.blocks_for(wl.prompt_len + wl.output_len - 1 + max(1, lookahead)))[::-1]
+    held = int(need[:server.max_num_seqs].sum())
+    if held > pool.total_blocks:
+        return (f"KV could preempt: the {min(len(need), server.max_num_seqs)} largest requests need {held} blocks, "
+                f"the server has {pool.total_blocks}")
+    tokens = int(wl.output_len.sum())
+    if tokens < MIN_WORK_TOKENS and choice != "compiled" and not _kernel_loaded():
+        return (f"a small run ({tokens:,} output tokens < {MIN_WORK_TOKENS:,}): loading the compiled kernel costs more "
+                f"(set {ENGINE_ENV}=compiled to use it)")
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return "numba is not installed"
+    return None
+
+
+def _psd_reason(server) -> str | None:
+    """Why a PSD server stays on the step path, or None: the PSD kernel (compiled_psd_kernel) runs one drafter at a
+    fixed k, with a fresh state (no proposal pending)."""
+    policy = server.drafting.policy
+    if type(policy) is not FixedPolicy:
+        return f"PSD with policy {policy.name!r} (the PSD kernel runs the fixed policy only): step path"
+    if len(policy.drafters_used()) != 1 or policy.k < 1:
+        return "PSD without exactly one drafter at k >= 1: step path"
+    if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
+        return "PSD resumed mid-run (proposals pending): step path"
+    return None
+
+
+def _policy_reason(server, policy) -> str | None:
+    """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
+    if type(policy) not in COMPILED_POLICIES:
+        return f"policy {policy.name!r} chooses per step (learning or adaptive): step path"
+    patched = sorted(set(vars(policy)) & POLICY_METHODS)
+    if patched:  # a wrapper set on the instance (a recorder, a test spy) would never be called by the kernel
+        return f"policy {policy.name!r} has {', '.join(patched)} replaced on the instance"
+    used = policy.drafters_used()
+    if not used:
+        return None
+    if policy.max_draft_tokens() > MAX_K:
+        return f"k up to {policy.max_draft_tokens()} (the kernel's draft tables hold k <= {MAX_K})"
+    if len(set(used)) != len(used):
+        return f"policy {policy.name!r} names drafter {used[0]!r} twice"
+    if server.drafting.verification != "greedy":
+        return "sampled verification draws per step"
+    if server.pricing.switch_cost_s > 0:
+        return "a drafter switching cost"
+    table = server.table
+    for name in used:
+        if name not in table.acc_len:
+            return f"no acceptance trace for drafter {name!r}"
+        p = server.pricing.draft_costs[name].profile
+        if p is not None:
+            why = profile_reason(p, "draft cost")
+            if why is not None:
+                return why
+    if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
+        return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
+    if isinstance(policy, UCBPolicy) and policy.reward != "be":
+        return f"policy {policy.name!r} with the {policy.reward!r} reward (the kernel has the BE reward only)"
+    if isinstance(policy, (AdaptiveKPolicy, UCBPolicy)) and policy.scope == "request":
+        ids = server.wl.request_ids
+        if len(set(ids)) != len(ids):
+            return f"{policy.name} per request with repeated request ids (their estimates are shared)"
+    return None
+
+
+def profile_reason(profile, what: str) -> str | None:
+    """Why the kernel cannot price `profile` (the target's or a drafter's), or None: LinearProfile with finite
+    non-negative coefficients, or RooflineProfile whose MoE weight reads settle (roofline_weights)."""
+    if type(profile) is LinearProfile:
+        if not all(np.isfinite(c) and c >= 0 for c in (profile._a, profile._b, profile._s, profile._d)):
+            return f"a negative or non-finite {what} profile coefficient (the step path names it)"
+        return None
+    if type(profile) is RooflineProfile:
+        if roofline_weights(profile) is None:
+            return (f"{what} profile {profile.name!r}: MoE weight reads that settle only past "
+                    f"{MAX_WEIGHT_ROWS:,} batched tokens")
+        return None
+    return (f"{what} profile kind {getattr(profile, 'kind', '?')!r} ({type(profile).__name__}; the kernel prices "
+            "LinearProfile and RooflineProfile only)")
+
+
+# an MoE roofline's weight reads per batched-token count are tabulated up to where they settle (below)
+MAX_WEIGHT_ROWS = 1 << 16
+_SETTLED = 2.0 ** -56  # (1 - p) ** n below this: 1.0 - it is 1.0, and stays so for every larger n (see below)
+
+
+def roofline_weights(profile: RooflineProfile) -> np.ndarray | None:
+    """RooflineProfile.weight_bytes_read(n) / tp by the profile's own code for n = 0..N, where from N on it is the
+    same for every n (the kernel reads row min(n, N)); None where N would pass MAX_WEIGHT_ROWS.
+
+    Dense: one value. MoE: touched = 1 - (1 - p) ** n is exactly 1.0 once (1 - p) ** n < 2^-54; from the first N
+    where Python's power is below 2^-56, every larger n's true power is too small for a power within one ulp (libm's)
+    to reach 2^-54, so touched is 1.0 and the weight read the same for all n >= N. This avoids restating `**`."""
+    m = profile.model
+    if not m.is_moe:
+        return np.array([profile.weight_bytes_read(1) / profile.tp])
+    x = 1.0 - m.experts_per_token / m.num_experts
+    n = 1
+    if x > 0.0:
+        n = max(1, int(math.log(_SETTLED) / math.log(x)))
+        if n >= MAX_WEIGHT_ROWS:
+            return None
+        while n > 1 and x ** (n - 1) < _SETTLED:
+            n -= 1
+        while x ** n >= _SETTLED and n <= MAX_WEIGHT_ROWS:
+            n += 1
+    if n >= MAX_WEIGHT_ROWS:
+        return None
+    return np.array([profile.weight_bytes_read(j) / profile.tp for j in range(n + 1)])
+
+
+def profile_row(profile) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's prof row (compiled_kernel.PR_*) and weight row of an eligible profile (profile_reason None),
+    every term taken from the profile's own attributes and methods."""
+    import simulator.engine.compiled_kernel as ker
+
+    row = np.zeros(ker.N_PROF)
+    if type(profile) is LinearProfile:
+        row[ker.PR_KIND] = ker.PK_LINEAR
+        row[ker.PR_A:ker.PR_D + 1] = profile._a, profile._b, profile._s, profile._d
+        return row, np.zeros(1)
+    m, w = profile.model, roofline_weights(profile)
+    row[ker.PR_KIND] = ker.PK_ROOFLINE
+    row[ker.PR_FLOPS_TOKEN] = 2.0 * m.matmul_params_per_token
+    row[ker.PR_FLOPS_PAIR] = m.attention_flops_per_pair()
+    row[ker.PR_PEAK], row[ker.PR_KV_BYTES], row[ker.PR_BW] = profile._peak, profile._kv_bytes_per_token_gpu, \
+        profile._bw
+    row[ker.PR_TP], row[ker.PR_AR_SHARE] = profile.tp, 2.0 * (profile.tp - 1) / profile.tp
+    row[ker.PR_HIDDEN], row[ker.PR_DTYPE_BYTES] = m.hidden_size, m.dtype_bytes
+    row[ker.PR_LINK], row[ker.PR_AR_LATENCY] = profile.gpu.link_one_way_bytes_s, profile.allreduce_latency_s
+    row[ker.PR_AR_COUNT], row[ker.PR_FLOOR], row[ker.PR_WLEN] = 2 * m.num_layers, profile.floor_s, len(w)
+    return row, w
+
+
+def _kernel_loaded() -> bool:
+    """The kernel was already compiled or loaded from its cache in this process."""
+    ker = sys.modules.get("simulator.engine.compiled_kernel")
+    return ker is not None and bool(ker.run_steps.signatures)
+
+
+def for_server(server) -> CompiledRun | None:
+    """The compiled run of `server`, or None (its reason in `server.engine_path_reason`)."""
+    reason = ineligible_reason(server)
+    server.engine_path_reason = reason
+    return None if reason is not None else CompiledRun(server)
+
+
+class CompiledRun:
+    """Runs one eligible server in compiled_kernel.run_steps and writes the outcome into its state."""
+
+    def __init__(self, server):
+        import simulator.engine.compiled_kernel as ker
+        from traces.acceptance import accepted_drafts, proposed_tokens
+
+        self.srv = server
+        self.running, self.now = False, 0.0  # during run(): the kernel's clock at its last return
+        wl, table, policy = server.wl, server.table, server.drafting.policy
+        used = policy.drafters_used() if server.mode in ("sd", "psd") else ()
+        self.psd = server.mode == "psd"
+        # drafter slots in ascending drafter index (Pricing.draft_time's group order); prompt passes in `used` order
+        self.slots = sorted(used, key=table.drafters.index)
+        self.drafter_idx = [table.drafters.index(d) for d in self.slots]
+        self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
+        G = len(self.slots)
+        cfg = server.scenario.server
+        f = np.zeros(ker.N_FPARAMS)
+        f[ker.F_OVERHEAD] = server.pricing.overhead
+        f[ker.F_TIE] = TIE_MARGIN
+        i = np.zeros(ker.N_IPARAMS, dtype=np.int64)
+        i[ker.I_SD], i[ker.I_NSLOT] = server.mode == "sd", G
+        i[ker.I_MAX_SEQS], i[ker.I_BUDGET], i[ker.I_CHUNKED] = server.max_num_seqs, cfg.max_num_batched_tokens, \
+            cfg.chunked_prefill
+        i[ker.I_SEPARATE], i[ker.I_BLOCK] = cfg.prefill == "separate", server.sched.pool.block_size
+        i[ker.I_BLOCKS] = server.sched.pool.total_blocks
+        self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
+        if self.closed:
+            i[ker.I_CLOSED], f[ker.F_THINK] = 1, server.arrivals.think_time
+        n_flat = int(table.offsets[-1])
+        cap = np.zeros(1, dtype=np.int32)
+        self.shared_est = None
+        if G == 0 or type(policy) is FixedPolicy:
+            i[ker.I_POLICY], i[ker.I_K] = ker.POL_FIXED, policy.k
+            ks = [policy.k] * G
+        elif type(policy) is AdaptiveKPolicy:
+            i[ker.I_POLICY], i[ker.I_KMAX] = ker.POL_ADAPTIVE, policy.k_max
+            i[ker.I_SHARED] = policy.scope == "shared"
+            f[ker.F_PRIOR], f[ker.F_PRIOR_W], f[ker.F_DECAY] = policy.prior, policy.prior_weight, policy.decay
+            lens = table.proposal_len.get(policy.drafter)
+            if lens is not None:
+                i[ker.I_CAP], cap = 1, lens
+            ks = [policy.k_max]
+        elif isinstance(policy, UCBPolicy):
+            i[ker.I_POLICY], i[ker.I_K], i[ker.I_ARMS] = ker.POL_UCB, policy.k, policy.num_arms
+            i[ker.I_SHARED], f[ker.F_BETA] = policy.scope == "shared", policy.beta
+            ks = [policy.k] * G
+        else:  # CombineMatchPolicy
+            i[ker.I_POLICY], i[ker.I_MIN_MATCH] = ker.POL_COMBINE, policy.min_match
+            i[ker.I_K_NGRAM], i[ker.I_K_EAGLE] = policy.k_ngram, policy.k_eagle
+            i[ker.I_NGRAM_SLOT] = self.slots.index(policy.ngram)
+            i[ker.I_CAP], cap = 1, table.proposal_len[policy.ngram]
+            ks = [policy.k_ngram if d == policy.ngram else policy.k_eagle for d in self.slots]
+        # the replay rule (traces/acceptance.py) once over the table for each (slot, k) the policy can ask for:
+        # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
+        # k), from inputs clipped where the rule cannot tell (match lengths at k, acceptance lengths at k + 1)
+        asks = [range(1, k + 1) if type(policy) is AdaptiveKPolicy or name == getattr(policy, "ngram", None) else [k]
+                for name, k in zip(self.slots, ks)]  # adaptive-k and the n-gram side of combine-match: k <= the most
+        rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
+        tab = np.empty((max(1, sum(len(a) for a in asks)), 2, max(n_flat, 1) if G else 1), dtype=np.int8)
+        dkind, dpf = np.zeros(max(G, 1), dtype=np.int64), np.zeros(max(G, 1), dtype=np.int64)
+        dcoef = np.zeros((max(G, 1), ker.N_DCOEF))
+        rows = [profile_row(server.pricing.target)]  # prof row 0 the target, 1 + g drafter slot g
+        row = 0
+        for g, name in enumerate(self.slots):
+            cost = server.pricing.draft_costs[name]
+            dkind[g] = DRAFT_KINDS[cost.kind]
+            dcoef[g, ker.C_SECONDS], dcoef[g, ker.C_FRACTION] = cost.seconds, cost.fraction
+            if cost.profile is not None:  # DraftCost.prefill_time: a drafter with a profile prices its prompt pass
+                dpf[g] = 1
+                rows.append(profile_row(cost.profile))
+            else:
+                rows.append((np.zeros(ker.N_PROF), np.zeros(1)))
+            lens, kmax = table.proposal_len.get(name), ks[g]
+            acc_len = np.minimum(table.acc_len[name], kmax + 1).astype(np.int8)
+            if lens is not None:
+                lens = np.minimum(lens, kmax).astype(np.int8)
+            for k in asks[g]:
+                prop = proposed_tokens(k, lens) if lens is not None else np.int8(k)
+                tab[row, 0] = prop
+                tab[row, 1] = accepted_drafts(acc_len, prop)
+                rowof[g, k] = row
+                row += 1
+        self.pf_order = np.array([self.slots.index(d) for d in used], dtype=np.int64)
+        self.arm_slot = np.array([self.slots.index(d) for d in getattr(policy, "drafters", ())] or [0],
+                                 dtype=np.int64)  # a bandit's arms (its drafters' order) -> slots
+        self.iparams, self.fparams = i, f
+        self.first = server.drafting._first.astype(np.int64)
+        self.last = server.drafting._last.astype(np.int64)
+        self.tab, self.rowof, self.cap = tab, rowof, np.asarray(cap, dtype=np.int32)
+        self.dkind, self.dpf, self.dcoef = dkind, dpf, dcoef
+        self.prof = np.array([r for r, _ in rows])
+        self.wtab = np.zeros((len(rows), max(len(w) for _, w in rows)))
+        for p, (_, w) in enumerate(rows):
+            self.wtab[p, :len(w)] = w
+        self.policy_kind = int(i[ker.I_POLICY])
+
+    def _log_table(self, counts: np.ndarray) -> np.ndarray:
+        """ln max(t, 1) for every whole play count t a UCB state can reach, by numpy as the policy calls it (request
+        scope: `_select_batch` on a column of t; shared: `_select` on one t, checked at sampled t to agree with the
+        table); empty (libm and the tie margin in the kernel) where the check fails."""
+        import simulator.engine.compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_UCB:
+            return np.zeros(0)
+        wl, policy = self.srv.wl, self.srv.drafting.policy
+        # a state is played at most once per decode step of each request reading it
+        most = int(wl.output_len.max() if policy.scope == "request" else wl.output_len.sum())
+        size = int(counts.sum(axis=1).max()) + most + 2
+        if size > MAX_LOG_TABLE:
+            return np.zeros(0)
+        t = np.arange(size, dtype=np.float64)
+        table = np.log(np.maximum(t[:, None], 1.0))[:, 0]
+        probe = np.unique(np.concatenate([np.arange(min(len(t), 64)),
+                                          np.random.default_rng(0).integers(0, len(t), 256)]))
+        if policy.scope == "shared":
+            same = all(np.log(np.maximum(float(x), 1.0)) == table[x] for x in probe)
+        else:  # a step's column of t, of any length: each element as in the table
+            same = all(np.array_equal(np.log(np.maximum(t[probe[:m], None], 1.0))[:, 0], table[probe[:m]])
+                       for m in (1, 3, 8, 17, len(probe)))
+        return table if same else np.zeros(0)
+
+    def _arms(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """UCB's play counts and reward sums per (state, arm): per request from zero (start_request), or the policy's
+        shared state."""
+        import simulator.engine.compiled_kernel as ker
+
+        policy = self.srv.drafting.policy
+        if self.policy_kind != ker.POL_UCB:
+            return np.zeros((1, 1)), np.zeros((1, 1))
+        if policy.scope == "shared":
+            state = policy._state("")
+            return state.counts[None, :].copy(), state.sums[None, :].copy()
+        return np.zeros((n, policy.num_arms)), np.zeros((n, policy.num_arms))
+
+    def _estimates(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """adaptive-k's acceptance estimates (successes, failures): per request from zero (start_request resets them;
+        the kernel runs without preemption, so each request starts once), or the policy's shared one."""
+        import simulator.engine.compiled_kernel as ker
+
+        policy = self.srv.drafting.policy
+        if self.policy_kind != ker.POL_ADAPTIVE:
+            return np.zeros(1), np.zeros(1)
+        if policy.scope == "shared":
+            est = policy._estimate("")
+            return np.array([est.successes]), np.array([est.failures])
+        return np.zeros(n), np.zeros(n)
+
+    def run(self, stop: Callable[[int], bool] | None = None, check_every: int = 1,
+            next_check: Callable[[], int] | None = None) -> float | None:
+        """Step the whole run (or until `stop(n_finished)` is true, asked every `check_every` finishes, or when
+        `next_check()` finishes have happened if given); returns the simulated time it ends at, or None, having
+        changed nothing in the server, when an adaptive-k or UCB choice is not decided in the kernel (a near tie, see
+        TIE_MARGIN): the caller then runs it on the step path. While `stop` is asked, `self.now` is the kernel's
+        clock and the server's state holds every finish up to it."""
+        import simulator.engine.compiled_kernel as ker
+
+        srv = self.srv
+        st, wl, n = srv.state, srv.wl, len(srv.wl)
+        istate = np.zeros(12, dtype=np.int64)
+        arr = srv.arrivals
+        istate[ker.S_SUBMITTED] = arr._next if self.closed else n
+        client_of = arr.client_of if self.closed else np.zeros(1, dtype=np.int64)
+        fstate = np.array([srv.env.now], dtype=np.float64)
+        run = np.zeros(srv.max_num_seqs, dtype=np.int64)
+        dsteps, dprop, dacc = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        usage = np.zeros(len(self.slots) + 1, dtype=np.int64)
+        est_s, est_f = self._estimates(n)
+        arm_counts, arm_sums = self._arms(n)
+        log_table = self._log_table(arm_counts)
+        if self.psd:
+            import simulator.engine.compiled_psd_kernel as pker
+
+            row_ints = pker.PSD_ROW_INTS
+            cfg = srv.scenario.psd
+            psd_i = np.array([cfg.split_min_batch, cfg.defer_kv], dtype=np.int64)
+            psd_f = np.array([cfg.sync_s])
+            psd_state = np.array([srv.sched.verify_side, srv.executor.fallback_steps], dtype=np.int64)
+            side = st.sub_batch  # written in place
+            pend = np.zeros(n, dtype=np.int64)  # no proposal pending (_psd_reason)
+            pend_k, pend_p, pend_a = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        else:
+            row_ints = ker.ROW_INTS
+        rows_i = np.empty((row_ints, SEGMENT_ROWS), dtype=np.int64)  # one line per column
+        rows_f = np.empty((2, SEGMENT_ROWS))
+        itl = np.empty(SEGMENT_ROWS * 16 + srv.max_num_seqs)
+        prompt, out = wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64)
+        # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run); saved where a run
+        # may be handed back to the step path untouched
+        names = ("arrival", "gen", "prefill_left", "prefill_done", "blocks", "last_emit", "first_sched", "first_token",
+                 "finish")
+        may_undo = self.policy_kind in (ker.POL_ADAPTIVE, ker.POL_UCB)
+        saved = {a: getattr(st, a).copy() for a in names} if may_undo else None
+        saved_clients, saved_finished = (client_of.copy(), st.n_finished) if may_undo else (None, None)
+        s = {a: getattr(st, a) for a in names}
+        blocks_row, itl_parts = [], []
+
+        def ask_at(done: int) -> int:
+            return min(n, next_check() if next_check is not None else done + check_every)
+
+        stop_at = n if stop is None else ask_at(0)
+        self.running, self.now = True, float(fstate[0])
+        while True:
+            if self.psd:
+                code = pker.run_psd_steps(
+                    s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof, self.dkind,
+                    self.dpf, self.dcoef, self.prof, self.wtab, self.pf_order, usage, self.iparams, self.fparams,
+                    istate, fstate, psd_i, psd_f, psd_state, side, pend, pend_k, pend_p, pend_a, run, s["gen"],
+                    s["prefill_left"], s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"],
+                    s["first_token"], s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
+            else:
+                code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
+                                 self.cap, self.dkind, self.dpf, self.dcoef, self.prof, self.wtab, self.pf_order,
+                                 est_s, est_f, arm_counts, arm_sums, self.arm_slot, log_table, usage,
+                                 self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
+                                 s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],
+                                 s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
+            if code == ker.ERR_TIE:
+                for a in names:
+                    getattr(st, a)[:] = saved[a]
+                if self.closed:
+                    arr.client_of[:] = saved_clients
+                st.n_finished, self.running = saved_finished, False
+                return None
+            if code < 0:
+                raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
+                                   f" at t={fstate[0]:.6f}s (its eligibility check should have sent this run to the "
+                                   f"step path; set {ENGINE_ENV}=steps)")
+            r, ni = int(istate[ker.S_ROWS]), int(istate[ker.S_ITL])
+            n_fin = int(istate[ker.S_FINISHED])
+            self.now = float(fstate[0])  # the end of the step just taken: the state is complete up to it
+            st.n_finished = n_fin
+            if srv.on_step is not None and code == ker.DONE:  # told at the end; mid-run through `stop` (Server)
+                srv.on_step(n_fin)
+            last = code == ker.DONE or (code == ker.STOPPED and stop(n_fin))
+            if last:  # the buffers are not reused: keep views
+                blocks_row.append((rows_i[:, :r], rows_f[:, :r]))
+                itl_parts.append(itl[:ni])
+                break
+            if r or code == ker.FULL:
+                blocks_row.append((rows_i[:, :r].copy(), rows_f[:, :r].copy()))
+                itl_parts.append(itl[:ni].copy())
+                istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
+            if code == ker.STOPPED:
+                stop_at = ask_at(n_fin)
+        self.running = False
+        self._write(istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts)
+        if self.psd:  # PSDExecutor's carry, side and counter (sub_batch was written in place)
+            st.pending_d[:] = np.where(pend == 1, self.drafter_idx[0], NO_DRAFT)
+            st.pending_k[:], st.pending_prop[:] = pend_k, pend_p
+            srv.sched.verify_side = int(psd_state[0])
+            srv.executor.fallback_steps = int(psd_state[1])
+        self._write_estimates(est_s, est_f, run[:int(istate[ker.S_NRUN])])
+        self._write_arms(arm_counts, arm_sums, run[:int(istate[ker.S_NRUN])])
+        return float(fstate[0])
+
+    def _write_arms(self, counts: np.ndarray, sums: np.ndarray, running: np.ndarray) -> None:
+        """UCB's statistics back into the policy: the shared state, or those of requests still decoding."""
+        import simulator.engine.compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_UCB:
+            return
+        policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
+        if policy.scope == "shared":
+            state = policy._state("")
+            state.counts[:], state.sums[:] = counts[0], sums[0]
+            return
+        for i in running:
+            if not np.isnan(st.first_token[i]):
+                state = policy._state(ids[i])
+                state.counts[:], state.sums[:] = counts[i], sums[i]
+
+    def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray) -> None:
+        """adaptive-k's estimates back into the policy: the shared one, or those of requests still decoding (a
+        finished request's is dropped, as finish_request does)."""
+        from policies.acceptance_estimate import AcceptanceEstimate
+        import simulator.engine.compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_ADAPTIVE:
+            return
+        policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
+        if policy.scope == "shared":
+            est = policy._estimate("")
+            est.successes, est.failures = float(est_s[0]), float(est_f[0])
+            return
+        for i in running:
+            if not np.isnan(st.first_token[i]):
+                policy._est[ids[i]] = AcceptanceEstimate(policy.prior, policy.prior_weight, policy.decay,
+                                                         float(est_s[i]), float(est_f[i]))
+
+    def _write(self, istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts) -> None:
+        """The kernel's outcome into the server's state, counters, KV pool, ITL and step records."""
+        import simulator.engine.compiled_kernel as ker
+
+        srv = self.srv
+        st, outcome, pool = srv.state, srv.outcome, srv.sched.pool
+        n_run, ptr, admit = int(istate[ker.S_NRUN]), int(istate[ker.S_PTR]), int(istate[ker.S_ADMIT])
+        if self.closed:  # submitted, not yet pulled: the heap's entries; ids in order, as _submit numbers them
+            srv.arrivals._next = int(istate[ker.S_SUBMITTED])
+            srv.arrivals._heap = [(float(st.arrival[i]), i) for i in range(ptr, srv.arrivals._next)]
+        else:
+            srv.arrivals._ptr = ptr
+        fin = ~np.isnan(st.finish)
+        st.status[:ptr] = 1  # WAITING; then running and finished
+        st.status[run[:n_run]] = 2
+        st.status[fin] = FINISHED
+        st.running = [int(i) for i in run[:n_run]]
+        st.prefilling = {int(i): None for i in run[:n_run] if st.prefill_left[i] > 0}
+        st.waiting.extend(range(admit, ptr))
+        st.started[~np.isnan(st.first_token)] = True
+        st.n_finished = int(istate[ker.S_FINISHED])
+        all_idx = np.arange(len(srv.wl))
+        drafted = bool(self.slots)
+        st.verify_counts.add_run(all_idx, dsteps, dprop if drafted else None, dacc if drafted else None)
+        for g, di in enumerate(self.drafter_idx):
+            st.usage[di] += int(usage[g])
+        st.usage[-1] += int(usage[-1])
+        pool.used, pool.peak = int(istate[ker.S_USED]), max(pool.peak, int(istate[ker.S_PEAK]))
+        outcome.step_no = int(istate[ker.S_STEP])
+        itl = itl_parts[0] if len(itl_parts) == 1 else np.concatenate(itl_parts)
+        if len(itl):
+            outcome.itl_chunks.append(itl)
+        ri = blocks_row[0][0] if len(blocks_row) == 1 else np.concatenate([b[0] for b in blocks_row], axis=1)
+        rf = blocks_row[0][1] if len(blocks_row) == 1 else np.concatenate([b[1] for b in blocks_row], axis=1)
+        if ri.shape[1]:
+            outcome.steps.append_columns(self._columns(ri, rf))
+
+    def _columns(self, ri: np.ndarray, rf: np.ndarray) -> dict[str, np.ndarray]:
+        """Step-table columns (records.STEP_COLUMNS) of the kernel's rows."""
+        import simulator.engine.compiled_kernel as ker
+
+        S = ri.shape[1]
+        phases = np.array(PHASES, dtype=object)
+        # compiled_kernel's drafters codes: a bit per slot that drafted; DRF_PASS the prompt pass's drafters
+        names = [""] * (ker.DRF_PASS + 1)
+        for code in range(1, 1 << len(self.slots)):
+            names[code] = "+".join(d for g, d in enumerate(self.slots) if code >> g & 1)
+        names[ker.DRF_PASS] = self.pass_names
+        names = np.array(names, dtype=object)
+        col = ri.__getitem__  # a line of the (columns, rows) buffer: contiguous
+        # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)
+        psd = ri.shape[0] > ker.ROW_INTS  # compiled_psd_kernel's rows: device and sub_batch columns
+        dev = ri[ker.ROW_INTS].astype(np.intp) if psd else np.zeros(S, dtype=np.intp)
+        sub = ri[ker.ROW_INTS + 1] if psd else np.full(S, -1, dtype=np.int64)
+        return {"step": col(ker.R_STEP), "device": np.array(["target", "drafter"], dtype=object)[dev],
+                "phase": phases[col(ker.R_PHASE)], "start": rf[0], "end": rf[1], "num_seqs": col(ker.R_NS),
+                "prefill_tokens": col(ker.R_PT),
+                "batched_tokens": col(ker.R_BT), "kv_tokens": col(ker.R_KV), "kv_blocks_used": col(ker.R_USED),
+                "proposed_tokens": col(ker.R_PROP), "accepted_tokens": col(ker.R_ACC),
+                "emitted_tokens": col(ker.R_EMIT), "sub_batch": sub,
+                "drafters": names[col(ker.R_DRF)]}

@@ -1,0 +1,190 @@
+"""Policy dispatch and trace replay for one server: which drafter and k each request uses, and what
+verification accepts (greedy: the replay rule of traces/acceptance.py; sampled: 1 - tv per token).
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from policies.base import NO_DRAFT, BatchFeedback, BatchView, FixedPolicy, Policy
+from simulator.engine.acceptance_table import AcceptanceTable
+from simulator.engine.pricing import masked, groups
+from simulator.engine.request_state import RequestState
+from simulator.engine.workload_arrays import EngineWorkload
+from traces.acceptance import accepted_drafts
+
+Verification = Literal["greedy", "sampled"]
+
+
+class Drafting:
+    """Asks the policy for (drafter, k) per request, caps proposals, replays acceptance, reports feedback."""
+
+    def __init__(self, policy: Policy | None, mode: str, table: AcceptanceTable, wl: EngineWorkload,
+                 state: RequestState, verification: Verification = "greedy", rng: np.random.Generator | None = None,
+                 traces: Sequence[Any] | None = None, live: bool = False):
+        if verification not in ("greedy", "sampled"):
+            raise ValueError(f"verification: expected 'greedy' or 'sampled', got {verification!r}")
+        self.policy = policy if (policy is not None and mode != "ar") else FixedPolicy(None, 0)
+        self.mode, self.table, self.wl, self.state = mode, table, wl, state
+        self.drafters = table.drafters
+        self.verification = verification
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.learns = self.policy.learns
+        self._group_cache: tuple = (None, [])
+        # each request's first and last flat trace index (AcceptanceTable.flat_index, precomputed per request)
+        self._first = table.offsets[wl.trace_index]
+        self._last = table.offsets[wl.trace_index + 1] - 1
+        pol = self.policy
+        if pol.reads_ground_truth:
+            if live:
+                raise ValueError(f"policy {pol.name!r} reads the ground truth (an oracle) and cannot run live")
+            if traces is None:
+                raise ValueError(f"policy {pol.name!r} is an oracle and needs the ground-truth traces")
+            # the oracle sees each request's own trace, keyed by the id it is served under
+            pol.bind_ground_truth({rid: traces[t] for rid, t in zip(wl.request_ids, wl.trace_index)})
+        if pol.needs_tv:
+            wanted = pol.drafters_used()
+            missing = [d for d in wanted if d not in table.tv]
+            if missing:
+                raise ValueError(f"policy {pol.name!r} uses the block-divergence reward, which needs per-position "
+                                 f"tv, but the traces have none for {missing}; use reward: be (block efficiency)")
+        if verification == "sampled" and mode != "ar":
+            wanted = pol.drafters_used()
+            missing = [d for d in wanted if d in self.drafters and d not in table.tv]
+            if missing:
+                raise ValueError(f"verification: sampled needs per-position tv in the traces, but drafter(s) "
+                                 f"{missing} have none; use verification: greedy or collect traces with tv")
+            from traces.sampled_acceptance import sample_accepted
+
+            self._sampler = sample_accepted
+
+    def groups_of(self, d_idx: np.ndarray):
+        """`groups(d_idx)`, remembered for the array the policy returned this step (reused 3-4 times)."""
+        if self._group_cache[0] is d_idx:
+            return self._group_cache[1]
+        g = groups(d_idx)
+        self._group_cache = (d_idx, g)
+        return g
+
+    def flat_index(self, idx: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Flat trace positions of requests `idx` at output positions `pos`, clipped into each trace."""
+        return np.minimum(self._first[idx] + pos, self._last[idx])
+
+    def choose(self, idx: np.ndarray, now: float, estimator):
+        """Drafter, k and proposed tokens of requests `idx` (n-gram proposals capped), plus their flat trace index."""
+        m = len(idx)
+        if m == 0 or self.mode == "ar":
+            return _no_draft(m), _zeros(m), _zeros(m), None
+        pos = self.state.gen[idx]  # output position of the first drafted token
+        flat = self.flat_index(idx, pos)
+        prop_known = {d: a[flat] for d, a in self.table.proposal_len.items()}
+        view = BatchView(now=now, drafters=self.drafters, request_ids=_Gather(self.wl.request_ids, idx),
+                         positions=pos, categories=_Gather(self.wl.categories, idx), proposal_len=prop_known,
+                         step_time_estimate=estimator)
+        d_idx, k = self.policy.choose_batch(view)
+        d_idx = np.asarray(d_idx, dtype=np.int64)
+        k = np.asarray(k, dtype=np.int64)
+        grp = self.groups_of(d_idx)
+        if not (len(grp) == 1 and grp[0][1] is None):  # some requests do not draft: their k is 0
+            k = np.where(d_idx == NO_DRAFT, 0, k)
+        if k.min() < 0:
+            raise ValueError(f"policy {self.policy.name!r} returned a negative k")
+        proposed = k
+        if prop_known:
+            proposed = k.copy()
+            for di, mask in grp:
+                d = self.drafters[di]
+                if d in prop_known:
+                    if mask is None:
+                        proposed = np.minimum(k, prop_known[d])
+                    else:
+                        proposed[mask] = np.minimum(k[mask], prop_known[d][mask])
+        return d_idx, k, proposed, flat
+
+    def accept(self, idx: np.ndarray, d_idx: np.ndarray, proposed: np.ndarray,
+               flat: np.ndarray | None = None) -> np.ndarray:
+        """Draft tokens verification accepts per request (before the end-of-output cut)."""
+        grp = self.groups_of(d_idx)
+        if not grp:
+            return _zeros(len(idx))
+        acc = np.zeros(len(idx), dtype=np.int64)
+        pos = self.state.gen[idx]
+        if flat is None and self.verification == "greedy":
+            flat = self.flat_index(idx, pos)
+        for di, mask in grp:
+            d = self.drafters[di]
+            prop = masked(proposed, mask)
+            if self.verification == "sampled" and d in self.table.tv:
+                kmax = int(prop.max())
+                if kmax == 0:
+                    continue
+                tix = self.wl.trace_index[masked(idx, mask)]
+                got = self._sampler(self.table.tv_window(d, tix, masked(pos, mask), kmax), prop, self.rng)
+            else:
+                if flat is None:
+                    flat = self.flat_index(idx, pos)
+                got = accepted_drafts(self.table.acc_len[d][masked(flat, mask)], prop)
+            if mask is None:
+                acc = np.asarray(got, dtype=np.int64)
+            else:
+                acc[mask] = got
+        return acc
+
+    def feedback(self, idx, pos, d_idx, k, proposed, accepted, step_time) -> None:
+        """Tell the policy what was accepted; TV over the proposed positions where the trace has it."""
+        tv = None
+        if self.table.tv:
+            tv = []
+            for j, i in enumerate(idx):
+                d = self.drafters[d_idx[j]]
+                if d in self.table.tv and proposed[j] > 0:
+                    w = self.table.tv_window(d, self.wl.trace_index[i:i + 1], pos[j:j + 1], int(proposed[j]))[0]
+                    tv.append(w[~np.isnan(w)])
+                else:
+                    tv.append(None)
+        ids = list(map(self.wl.request_ids.__getitem__, idx.tolist()))
+        self.policy.observe_batch(BatchFeedback(
+            drafters=self.drafters, request_ids=ids, positions=pos, drafter_idx=d_idx, k=k, proposed=proposed,
+            accepted=accepted, tv=tv, step_time=step_time))
+
+
+_ZEROS: dict[int, np.ndarray] = {}
+_NO_DRAFT: dict[int, np.ndarray] = {}
+
+
+def _zeros(n: int) -> np.ndarray:
+    """A read-only int64 zero array of length n, shared (steps of the same size reuse it)."""
+    a = _ZEROS.get(n)
+    if a is None:
+        a = _ZEROS[n] = np.zeros(n, dtype=np.int64)
+        a.setflags(write=False)
+    return a
+
+
+def _no_draft(n: int) -> np.ndarray:
+    a = _NO_DRAFT.get(n)
+    if a is None:
+        a = _NO_DRAFT[n] = np.full(n, NO_DRAFT, dtype=np.int64)
+        a.setflags(write=False)
+    return a
+
+
+class _Gather:
+    """A read-only sequence view `seq[idx[i]]`, so a step does not copy ids it may never read."""
+
+    __slots__ = ("seq", "idx")
+
+    def __init__(self, seq, idx):
+        self.seq, self.idx = seq, idx
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.seq[j] for j in self.idx[i]]
+        return self.seq[self.idx[i]]
+
+    def __iter__(self):
+        return map(self.seq.__getitem__, self.idx.tolist())

@@ -1,0 +1,191 @@
+"""Step pricing: target forward time and each drafter's drafting / prefill time for the batch a step has.
+
+Every duration passes `checked`, so a NaN, infinite or negative value (a bad profile coefficient, draft
+fraction or overhead) is an error naming its source instead of a SimPy loop that never ends.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from policies.base import NO_DRAFT
+from simulator.costs.draft_cost import DraftCost
+from simulator.costs.latency import LatencyProfile
+from simulator.engine.request_state import RequestState
+from simulator.costs.step_model import StepShape
+from simulator.engine.workload_arrays import EngineWorkload
+
+
+def checked(seconds: float, source: str) -> float:
+    """`seconds` if it is a finite non-negative duration, else a ValueError naming `source`."""
+    if not (seconds >= 0.0 and seconds != math.inf):  # also catches NaN
+        raise ValueError(f"step duration from {source} is {seconds!r}; expected a finite number >= 0 "
+                         "(check that profile's coefficients, the drafter's cost and the step overhead)")
+    return seconds
+
+
+class Pricing:
+    """Prices target and drafter work of one server from its latency profiles and draft costs."""
+
+    def __init__(self, target: LatencyProfile, draft_costs: Mapping[str, DraftCost], drafters: tuple[str, ...],
+                 overhead_s: float, switch_cost_s: float, state: RequestState, wl: EngineWorkload):
+        self.target = target
+        self.draft_costs = dict(draft_costs)
+        self.drafters = drafters
+        self.overhead = checked(overhead_s, "server.step_overhead_s")
+        self.switch_cost_s = checked(switch_cost_s, "run.switch_cost_s")
+        self.state, self.wl = state, wl
+        self._by_shape = hasattr(target, "shape_time")  # simulator/costs/step_model.py: priced by step shape
+        self._target_src = f"target profile {getattr(target, 'name', type(target).__name__)!r}"
+
+    def cost_of(self, name: str) -> DraftCost:
+        cost = self.draft_costs.get(name)
+        if cost is None:
+            raise ValueError(f"policy chose drafter {name!r} but the experiment's 'drafters:' gives no cost for it "
+                             f"(have: {sorted(self.draft_costs)})")
+        return cost
+
+    def context(self, idx: np.ndarray) -> np.ndarray:
+        """KV tokens of each request in `idx` (prompt + output so far)."""
+        return self.wl.prompt_len[idx] + self.state.gen[idx]
+
+    def step_shape(self, n_dec: int, drafts: int, kv_dec: int, pre: np.ndarray, chunk: np.ndarray) -> StepShape:
+        """The shape of a target step: `n_dec` decoding sequences with `drafts` draft tokens over `kv_dec` KV,
+        plus the prompt chunks `chunk` of requests `pre` (their KV before the chunk from the request state)."""
+        if not len(pre):
+            return StepShape(n_dec, drafts, kv_dec)
+        done = self.state.prefill_done[pre]
+        return StepShape(n_dec, drafts, kv_dec, len(pre), int(chunk.sum()), int((done + chunk).sum()),
+                         int((chunk * (done + chunk)).sum()))
+
+    def price(self, shape: StepShape) -> float:
+        """The target's forward time for `shape`: the one pricing rule of simulated steps and policy estimates
+        (a structured profile reads the whole shape, a batch profile its sequences, tokens and KV)."""
+        if self._by_shape:
+            return checked(self.target.shape_time(shape), self._target_src)
+        return checked(self.target.step_time(shape.num_seqs, batch_tokens(shape), batch_kv(shape)), self._target_src)
+
+    def target_time(self, dec: np.ndarray, proposed: np.ndarray, pre: np.ndarray, chunk: np.ndarray,
+                    kv_dec: int | None = None, prop_sum: int | None = None) -> tuple[float, int, int, int]:
+        """Verify/decode (+ prefill) forward time for the batch the target actually runs; (time, seqs, tokens, kv)."""
+        n = len(dec) + len(pre)
+        if n == 0:
+            return 0.0, 0, 0, 0
+        if kv_dec is None:
+            kv_dec = int(self.context(dec).sum())
+        drafts = int(proposed.sum()) if prop_sum is None else prop_sum
+        shape = self.step_shape(len(dec), drafts, kv_dec, pre, chunk)
+        return self.price(shape), n, batch_tokens(shape), batch_kv(shape)
+
+    def draft_time(self, groups, idx: np.ndarray, d_idx: np.ndarray, k: np.ndarray, proposed: np.ndarray,
+                   verify_time: float, ctx: np.ndarray | None = None) -> tuple[float, list[str]]:
+        """Each drafter used is charged once for its own sub-batch; plus switching cost. `groups` = groups(d_idx)."""
+        total = 0.0
+        used: list[str] = []
+        if len(idx) == 0:
+            return 0.0, used
+        for di, mask in groups:
+            prop = masked(proposed, mask)
+            active = prop > 0
+            n = int(np.count_nonzero(active))
+            if n == 0:
+                continue
+            members = masked(idx, mask)
+            kk = masked(k, mask)
+            cx = None if ctx is None else masked(ctx, mask)
+            if n < len(prop):
+                prop, members, kk = prop[active], members[active], kk[active]
+                cx = None if cx is None else cx[active]
+            name = self.drafters[di]
+            kv = int(cx.sum()) if cx is not None else int(self.context(members).sum())
+            t = self.cost_of(name).draft_time(n, int(prop.sum()), int(kk.max()), kv, verify_time)
+            total += checked(t, f"drafter {name!r} draft cost")
+            used.append(name)
+            if self.switch_cost_s > 0:
+                prev = self.state.last_drafter[members]
+                if ((prev != NO_DRAFT) & (prev != di)).any():
+                    total += self.switch_cost_s
+        return total, used
+
+    def engine_step_draft_time(self, sampling_seqs: int, step_tokens: int, kv_tokens: int) -> tuple[float, list[str]]:
+        """Drafters of kind `engine_step` (vLLM V1's proposer): each runs once per step over the step's tokens."""
+        total, used = 0.0, []
+        for name in self.drafters:
+            cost = self.draft_costs.get(name)
+            if cost is None or cost.kind != "engine_step":
+                continue
+            t = cost.engine_step_time(sampling_seqs, step_tokens, kv_tokens)
+            if t > 0:
+                total += checked(t, f"drafter {name!r} engine-step cost")
+                used.append(name)
+        return total, used
+
+    def drafter_prefill_time(self, pre: np.ndarray, chunk: np.ndarray, names: tuple[str, ...]) -> float:
+        """The drafters' own prefill of the prompt chunks the target prefilled (PSD: on the draft device)."""
+        if len(pre) == 0 or not names:
+            return 0.0
+        tokens = int(chunk.sum())
+        kv = int((self.state.prefill_done[pre] + chunk).sum())
+        total = 0.0
+        for name in names:
+            t = self.cost_of(name).prefill_time(len(pre), tokens, kv)
+            total += checked(t, f"drafter {name!r} prefill cost")
+        return total
+
+    def estimator(self, n_batch: int, kv: int, pipelined: bool, prompts=None, engine_step: bool = False,
+                  prefill_drafters: tuple[str, ...] = ()):
+        """Step-time estimate a policy may ask for: (drafter, k) -> seconds of a step in which `n_batch` decoding
+        sequences over `kv` KV tokens each verify k drafts, priced as the simulated step is (`price` on its full
+        shape, the drafter's cost, vLLM V1 proposer costs when `engine_step`, `prefill_drafters`' own prompt
+        passes). `prompts(tokens_used)` -> (requests, chunks, chunks ending their prompt) is the prompt part the
+        step would add after the decodes' tokens (Scheduler.preview_prefills); None: no prompt chunk."""
+        costs, overhead = self.draft_costs, self.overhead
+
+        def estimate(drafter: str | None, k: int) -> float:
+            k = k if drafter is not None else 0
+            pre, chunk, ending = prompts(n_batch * (k + 1)) if prompts is not None else (_NONE, _NONE, 0)
+            shape = self.step_shape(n_batch, n_batch * k, kv, pre, chunk)
+            verify = self.price(shape)
+            draft = 0.0
+            if k > 0:
+                draft = checked(costs[drafter].draft_time(n_batch, n_batch * k, k, kv, verify),
+                                f"drafter {drafter!r} draft cost")
+            if engine_step:
+                draft += self.engine_step_draft_time(n_batch + ending, batch_tokens(shape), batch_kv(shape))[0]
+            own_prefill = self.drafter_prefill_time(pre, chunk, prefill_drafters) if len(pre) else 0.0
+            if pipelined:  # PSD: drafting and the drafters' prompt passes run on the draft device
+                return max(verify + overhead, draft + own_prefill)
+            return draft + verify + overhead + own_prefill
+
+        return estimate
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def batch_tokens(shape: StepShape) -> int:
+    """Query tokens of a step: one per decoding sequence, its drafts, and the prompt chunks."""
+    return shape.decode_seqs + shape.draft_tokens + shape.prefill_tokens
+
+
+def batch_kv(shape: StepShape) -> int:
+    """KV tokens a step attends over: the decoding sequences' context and the chunks' (cached + chunk)."""
+    return shape.decode_kv + shape.prefill_kv
+
+
+def groups(d_idx: np.ndarray):
+    """(drafter index, mask) per drafter used; mask None when the whole batch uses one drafter."""
+    if len(d_idx) == 0:
+        return []
+    lo, hi = d_idx.min(), d_idx.max()
+    if lo == hi:
+        return [] if lo == NO_DRAFT else [(int(lo), None)]
+    present = np.flatnonzero(np.bincount(d_idx - NO_DRAFT)) + NO_DRAFT  # the drafters used, ascending
+    return [(di, d_idx == di) for di in present.tolist() if di != NO_DRAFT]
+
+
+def masked(a: np.ndarray, mask):
+    """`a` where `mask` (None: all of it)."""
+    return a if mask is None else a[mask]

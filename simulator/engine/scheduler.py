@@ -1,0 +1,263 @@
+"""vLLM-like scheduler of one server: FIFO admission within max_num_seqs, the token budget and free KV
+blocks; paged KV growth; preemption of the newest request by recompute; prefill chunks.
+
+`prefill` = "mixed": prefills join decode/verify steps (vLLM V1, or V0 with chunked prefill);
+"separate": vLLM V0 without chunked prefill (MineDraft): a step that schedules prefills schedules no
+decodes. PSD sub-batch sides are kept here too (MineDraft's scheduler owns them).
+
+`rules` = "vllm-v1" (server `scheduler: vllm-v1`) follows vLLM V1's `Scheduler.schedule()` (vLLM 0.32,
+vllm/v1/core/sched/scheduler.py) where it matters for timing; see VLLM_V1_RULES.
+"""
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import numpy as np
+
+from simulator.engine.kv_pool import BlockPool
+from simulator.engine.request_state import FINISHED, RUNNING, WAITING, RequestState
+from simulator.engine.workload_arrays import EngineWorkload
+
+PrefillMode = Literal["mixed", "separate"]
+SchedulerRules = Literal["draftsim", "vllm-v1"]
+
+VLLM_V1_RULES = {
+    "modelled": (
+        "chunked prefill always on; a prefill chunk is min(prompt left, token budget left)",
+        "one token budget (max_num_batched_tokens) per step shared by decode tokens, draft tokens and prefill "
+        "chunks; running requests are served first, in admission order, each taking min(1 + drafts, budget left); "
+        "a request cut to 1 token verifies no drafts, one cut to 0 waits for the next step",
+        "waiting requests are admitted FIFO after the running ones, while budget, max_num_seqs and free KV blocks "
+        "allow, and only in steps that preempted nobody",
+        "KV in blocks of the server's block_size (vLLM CPU: 128, CUDA: 16); a verify step reserves slots for "
+        "its drafts; when KV runs out the newest running request is preempted and recomputed later",
+        "proposals: the n-gram proposer and the draft model run once per step for every decoding request and "
+        "their time is part of the step (vLLM proposes right after the forward, for the next step: the same "
+        "total per step, shifted by one step)",
+        "the prefill's last chunk samples the first output token",
+    ),
+    "not_modelled": (
+        "long_prefill_token_threshold / adaptive thresholds (off by default)",
+        "max_model_len trimming of draft tokens near the context limit",
+        "async scheduling (the next schedule() overlapping this step's forward): draftsim times sync steps",
+        "prefix caching, encoder budgets, structured output, LoRA, priorities other than FCFS, pipeline and "
+        "data parallelism, KV connectors",
+        "a partial prefill that was admitted before some decoding request is scheduled after it here "
+        "(vLLM walks one running list; draftsim serves decodes first, then partial prefills)",
+        "the draft model's own prefill and KV (its time is in the drafter's per-step cost only)",
+        "client/API-server overheads (tokenisation, detokenisation, HTTP): the step recorder times engine steps",
+    ),
+}
+EMPTY = np.zeros(0, dtype=np.int64)
+EMPTY.setflags(write=False)
+
+
+class PlannedChunk(NamedTuple):
+    """One prompt chunk a step would schedule."""
+
+    request: int
+    tokens: int
+    blocks: int  # KV blocks it allocates
+    new: bool  # admitted from the waiting queue by this step
+    last: bool  # ends the prompt (samples the first output token)
+
+
+class Scheduler:
+    """Admission, KV reservation and preemption over the shared request state."""
+
+    def __init__(self, state: RequestState, wl: EngineWorkload, pool: BlockPool, *, max_num_seqs: int,
+                 max_num_batched_tokens: int, chunked: bool, prefill: PrefillMode = "mixed", psd: bool = False,
+                 rules: SchedulerRules = "draftsim"):
+        if rules not in ("draftsim", "vllm-v1"):
+            raise ValueError(f"scheduler: expected 'draftsim' or 'vllm-v1', got {rules!r}")
+        if rules == "vllm-v1" and (not chunked or prefill != "mixed"):
+            raise ValueError("scheduler: 'vllm-v1' needs chunked prefill with prefill: mixed")
+        if prefill not in ("mixed", "separate"):
+            raise ValueError(f"prefill: expected 'mixed' or 'separate', got {prefill!r}")
+        if prefill == "separate" and chunked:
+            raise ValueError("prefill: 'separate' (prefill-only steps, vLLM V0) cannot be combined with "
+                             "chunked_prefill, which mixes prefill chunks into decode steps; use prefill: mixed")
+        self.state, self.wl, self.pool = state, wl, pool
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.chunked = chunked
+        self.separate = prefill == "separate"
+        self.psd = psd
+        self.decodes_in_budget = rules == "vllm-v1"
+        self.verify_side = 0  # PSD: the sub-batch verified this step
+
+    def check_fits(self, lookahead_tokens: int) -> None:
+        """Refuse up front a request that could never run alone: its prompt + output + draft lookahead in KV."""
+        wl = self.wl
+        # largest KV a request ever asks for: context (prompt + output - 1) plus the tokens drafted on it,
+        # or its (re)compute prefill prompt + output
+        need_tokens = wl.prompt_len + wl.output_len - 1 + max(1, lookahead_tokens)
+        need = self.pool.blocks_for(need_tokens)
+        i = int(need.argmax())
+        if int(need[i]) > self.pool.total_blocks:
+            cap = self.pool.total_blocks * self.pool.block_size
+            raise ValueError(
+                f"request {wl.request_ids[i]!r} needs {int(need[i])} KV blocks ({int(wl.prompt_len[i])} prompt + "
+                f"{int(wl.output_len[i])} output - 1 + {max(1, lookahead_tokens)} draft lookahead tokens, block size "
+                f"{self.pool.block_size}) but the server holds {self.pool.total_blocks} blocks ({cap} tokens); "
+                f"raise kv_capacity_tokens or lower k")
+        if not self.chunked and int(wl.prompt_len.max()) > self.budget:
+            i = int(wl.prompt_len.argmax())
+            raise ValueError(f"request {wl.request_ids[i]!r} has a {int(wl.prompt_len[i])}-token prompt, more than "
+                             f"max_num_batched_tokens={self.budget}; enable chunked_prefill or raise it")
+
+    def fit_decodes(self, proposed: np.ndarray) -> tuple[int, np.ndarray]:
+        """vLLM V1: decoding requests (admission order) take 1 + drafts tokens each from the step's budget
+        until it runs out. Returns how many are scheduled and their (possibly cut) draft counts."""
+        if not self.decodes_in_budget or int(proposed.sum()) + len(proposed) <= self.budget:
+            return len(proposed), proposed
+        want = proposed + 1
+        before = np.concatenate([[0], np.cumsum(want)[:-1]])
+        n = int(np.count_nonzero(before < self.budget))
+        cut = np.minimum(want[:n], self.budget - before[:n]) - 1
+        return n, cut.astype(proposed.dtype)
+
+    def reserve(self, run: np.ndarray, need_blocks: np.ndarray) -> tuple[int, bool]:
+        """Grow each running request's KV to `need_blocks`; preempt the newest until it fits.
+
+        Returns how many of `run` (admission order) keep running, and whether any was preempted.
+        """
+        st = self.state
+        extra = np.maximum(need_blocks - st.blocks[run], 0)
+        if int(extra.sum()) <= self.pool.free:
+            keep = len(run)
+        else:
+            cum_extra = np.concatenate([[0], np.cumsum(extra)])
+            held = st.blocks[run]
+            suffix = np.concatenate([np.cumsum(held[::-1])[::-1], [0]])  # blocks freed by preempting run[L:]
+            ok = cum_extra - (self.pool.free + suffix) <= 0
+            keep = int(np.nonzero(ok)[0].max())
+            for i in run[keep:][::-1]:
+                self.preempt(int(i))
+        grow = extra[:keep]
+        total = int(grow.sum())
+        if total:
+            self.pool.allocate(total)
+            st.blocks[run[:keep]] += grow
+        return keep, keep < len(run)
+
+    def preempt(self, i: int) -> None:
+        """Recompute preemption: free its KV, back to the front of the queue."""
+        st = self.state
+        st.running.remove(i)
+        self.pool.release(int(st.blocks[i]))
+        st.blocks[i] = 0
+        st.status[i] = WAITING
+        st.waiting.appendleft(i)
+        st.prefill_left[i] = 0  # set on re-admission
+        st.prefilling.pop(i, None)
+        st.prefill_done[i] = 0
+        st.pending_d[i] = -1
+        st.sub_batch[i] = -1
+        st.preemptions[i] += 1
+
+    def can_admit(self) -> bool:
+        st = self.state
+        return bool(st.waiting) and len(st.running) < self.max_num_seqs
+
+    def plan_prefills(self, tokens_used: int, allow_new: bool) -> list[PlannedChunk]:
+        """The prompt chunks a step schedules after `tokens_used` decode/draft tokens, changing nothing:
+        partial prefills first, then waiting requests in FIFO order within budget, max_num_seqs and free KV.
+        `prefills` commits this plan; `preview_prefills` hands it to a policy's step estimate."""
+        st, pool = self.state, self.pool
+        budget = self.budget - tokens_used
+        if not st.prefilling and not (allow_new and self.can_admit()):
+            return []
+        plan: list[PlannedChunk] = []
+        free = pool.free
+        for i in st.prefilling:  # admission order; preempted ones were removed
+            left = int(st.prefill_left[i])
+            c = min(left, budget) if self.chunked else left
+            if c <= 0:
+                continue
+            need = pool.blocks_for(int(st.prefill_done[i]) + c + int(c == left)) - int(st.blocks[i])
+            if need > free:
+                continue
+            need = max(need, 0)
+            free -= need
+            budget -= c
+            plan.append(PlannedChunk(int(i), c, need, False, c == left))
+        running = len(st.running)
+        for i in st.waiting:
+            if not (allow_new and running < self.max_num_seqs and budget > 0):
+                break
+            total = int(self.wl.prompt_len[i] + st.gen[i])  # recompute after preemption includes output so far
+            c = min(total, budget) if self.chunked else total
+            if c > budget and (plan or tokens_used > 0):
+                break  # an oversized recompute prefill runs alone rather than never
+            need = pool.blocks_for(c + int(c == total))
+            if need > free:
+                break
+            free -= need
+            budget -= c
+            running += 1
+            plan.append(PlannedChunk(int(i), c, need, True, c == total))
+        return plan
+
+    def prefills(self, tokens_used: int, allow_new: bool, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV
+        (`plan_prefills`, committed: KV allocated, new requests running)."""
+        st, pool = self.state, self.pool
+        plan = self.plan_prefills(tokens_used, allow_new)
+        if not plan:
+            return EMPTY, EMPTY
+        for i, c, need, new, _ in plan:
+            if not new:
+                if need > 0:
+                    pool.allocate(need)
+                    st.blocks[i] += need
+                continue
+            st.waiting.popleft()
+            pool.allocate(need)
+            st.blocks[i] = need
+            st.status[i] = RUNNING
+            st.running.append(i)
+            st.prefill_left[i] = int(self.wl.prompt_len[i] + st.gen[i])
+            st.prefilling[i] = None
+            st.prefill_done[i] = 0
+            if np.isnan(st.first_sched[i]):
+                st.first_sched[i] = now
+            if self.psd:
+                self.assign_side(i)
+        return (np.asarray([q.request for q in plan], dtype=np.int64),
+                np.asarray([q.tokens for q in plan], dtype=np.int64))
+
+    def preview_prefills(self, tokens_used: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """(requests, chunks, how many chunks end their prompt) a mixed step would add after `tokens_used`
+        tokens if it preempts nobody; nothing changes (a policy's step estimate, Pricing.estimator)."""
+        if self.separate:
+            return EMPTY, EMPTY, 0
+        plan = self.plan_prefills(tokens_used, True)
+        if not plan:
+            return EMPTY, EMPTY, 0
+        return (np.asarray([q.request for q in plan], dtype=np.int64),
+                np.asarray([q.tokens for q in plan], dtype=np.int64), sum(q.last for q in plan))
+
+    def prefill_only(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Separate mode: admit what fits now; a non-empty result makes this a prefill-only step."""
+        if not self.separate or not self.can_admit():
+            return EMPTY, EMPTY
+        return self.prefills(0, True, now)
+
+    def assign_side(self, i: int) -> None:
+        """MineDraft: join the side drafted next step; a balance counter keeps the sides within one."""
+        st = self.state
+        flags = st.sub_batch[st.running_array()]
+        counts = (int((flags == 0).sum()), int((flags == 1).sum()))
+        drafted_next = self.verify_side  # the side verified now is drafted next step
+        st.sub_batch[i] = drafted_next if counts[drafted_next] <= counts[1 - drafted_next] else 1 - drafted_next
+
+    def finish(self, i: int, t: float) -> None:
+        st = self.state
+        st.status[i] = FINISHED
+        st.finish[i] = t
+        st.running.remove(i)
+        self.pool.release(int(st.blocks[i]))
+        st.blocks[i] = 0
+        st.pending_d[i] = -1
+        st.n_finished += 1

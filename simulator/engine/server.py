@@ -1,0 +1,215 @@
+"""One simulated server as a SimPy process: pull arrivals, plan a step, let time pass, apply it.
+
+A `Server` lives in a `simpy.Environment` it is given, so several servers (replicas behind a router)
+can share one; with `PushedArrivals` a router hands it requests at run time. `ServerSimulation`
+(simulator/engine/simulation.py) is the one-server convenience wrapper.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from simulator.engine.arrivals import PushedArrivals, arrivals_for
+from simulator.engine.drafting import Drafting
+from simulator.engine.kv_pool import BlockPool
+from simulator.engine.pricing import Pricing
+from simulator.engine.records import REQUEST_COLUMNS
+from simulator.engine.request_state import RequestState
+from simulator.engine.scheduler import Scheduler
+from simulator.server_config import Scenario
+from simulator.engine.step_outcome import StepOutcome
+from simulator.engine import compiled_run, step_runs
+from simulator.engine.step_psd import PSDExecutor
+from simulator.engine.step_sd import SDExecutor
+from simulator.engine.workload_arrays import SimInputs
+
+
+@dataclass
+class SimResult:
+    """Everything one simulated server produced."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    itl: np.ndarray  # gap between consecutive emissions of a request, one per decode step it took part in
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Server:
+    """One server running one scenario (mode, policy, costs) over the simulation's inputs, as a process in `env`.
+
+    Reads its settings from `scenario.server` (a `ServerConfig`), as vLLM's scheduler reads `scheduler_config`.
+    """
+
+    def __init__(self, env: simpy.Environment, scenario: Scenario, inputs: SimInputs, *, live: bool = False,
+                 on_step: Callable[[int], None] | None = None, arrivals: PushedArrivals | None = None):
+        if not scenario.fits:
+            raise ValueError(f"run {scenario.name!r}: {scenario.info.get('does_not_fit', 'deployment does not fit')}")
+        cfg, workload, table = scenario.server, inputs.workload, inputs.table
+        self.env, self.scenario, self.wl, self.table, self.mode = env, scenario, workload, table, scenario.mode
+        self.on_step = on_step
+        m = scenario.psd.sub_batch_max_num_seqs or cfg.max_num_seqs
+        self.max_num_seqs = 2 * m if self.mode == "psd" else cfg.max_num_seqs
+        self.state = st = RequestState(workload, len(table.drafters))
+        pool = BlockPool(scenario.kv_capacity_tokens // cfg.block_size, cfg.block_size)
+        self.sched = Scheduler(st, workload, pool, max_num_seqs=self.max_num_seqs,
+                               max_num_batched_tokens=cfg.max_num_batched_tokens, chunked=cfg.chunked_prefill,
+                               prefill=cfg.prefill, psd=self.mode == "psd", rules=cfg.scheduler)
+        self.drafting = Drafting(scenario.policy, self.mode, table, workload, st, verification=cfg.verification,
+                                 rng=scenario.seeds.verification_rng(), traces=inputs.traces, live=live)
+        # vLLM V1 (vllm/v1/engine/core.py run_busy_loop: _process_input_queue() then step() = schedule(),
+        # execute, update_from_output(), outputs out): the gap between busy steps falls after a step's tokens are
+        # out and before the input queue is read, so arrivals during it join the next step (see loop).
+        self.gap_s = cfg.step_overhead_s if cfg.scheduler == "vllm-v1" else 0.0
+        self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s - self.gap_s,
+                               scenario.switch_cost_s, st, workload)
+        if self.mode == "psd" and any(c.kind == "engine_step" for c in scenario.draft_costs.values()):
+            raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
+                             "steps; PSD drafts on its own device: use whole_proposal or autoregressive")
+        drafters = self._drafters_used()
+        self.sched.check_fits(0 if self.mode == "ar" else self.drafting.policy.max_draft_tokens())
+        if self.mode == "psd":
+            self.executor = PSDExecutor(scenario.psd, st, self.sched, self.drafting, self.pricing, drafters)
+        else:
+            self.executor = SDExecutor(self.mode, st, self.sched, self.drafting, self.pricing,
+                                       drafters if self.mode == "sd" else ())
+        self.outcome = StepOutcome(self)
+        if arrivals is not None:
+            arrivals.attach(st.arrival)
+        self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
+        self.compiled = compiled_run.for_server(self)  # None: the step path (reason in engine_path_reason)
+        self.step_runs = step_runs.for_server(self) if self.compiled is None else None  # None: step by step
+        self.process = env.process(self.loop())
+
+    def loop(self):
+        """The server: pull arrivals; idle until the next one, or run one step and apply it."""
+        env, st = self.env, self.state
+        n = len(self.wl)
+        if self.compiled is not None:  # the whole run in one compiled loop (simulator/engine/compiled_run.py)
+            end = self.compiled.run(**self._compiled_checks())
+            if end is not None:
+                yield env.timeout(max(0.0, end - env.now))
+                return
+            # an adaptive-k or UCB choice the kernel cannot decide exactly (compiled_run.TIE_MARGIN): nothing was
+            # written, the whole run takes the step path
+            self.compiled = None
+            self.engine_path_reason = (f"{self.drafting.policy.name}: a near tie in the policy's argmax (within "
+                                       "compiled_run.TIE_MARGIN, where libm and numpy may differ): the run was redone "
+                                       "on the step path")
+            self.step_runs = step_runs.for_server(self)
+        busy = False
+        while st.n_finished < n:
+            if busy and self.gap_s and (st.running or st.waiting):  # vLLM V1: the engine loop's gap, then inputs
+                yield env.timeout(self.gap_s)
+            busy = False
+            for i in self.arrivals.pull(env.now):
+                st.arrive(i)
+            if not st.running and not st.waiting:
+                yield self._idle()
+                continue
+            run = self.step_runs.plan(env.now) if self.step_runs is not None else None
+            if run is not None:  # a macro-step: several determined steps at once (simulator/engine/step_runs.py)
+                yield env.timeout(run.end - env.now)
+                self.step_runs.apply(run)
+                if self.on_step is not None:
+                    self.on_step(st.n_finished)
+                continue
+            step = self.executor.plan(env.now)
+            if step.empty:
+                raise RuntimeError(f"engine stalled at t={env.now:.6f}s: {len(st.running)} running, "
+                                   f"{len(st.waiting)} waiting, {self.sched.pool.free} of "
+                                   f"{self.sched.pool.total_blocks} KV blocks free")
+            yield env.timeout(step.duration)
+            self.outcome.apply(step, env.now)
+            busy = True
+            if self.on_step is not None:
+                self.on_step(st.n_finished)
+
+    @property
+    def clock(self) -> float:
+        """The time this server's state is complete up to: the compiled kernel's clock while a compiled run is
+        stepping (the SimPy clock stands still there), else the Environment's."""
+        c = self.compiled
+        return c.now if c is not None and c.running else float(self.env.now)
+
+    def _compiled_checks(self) -> dict:
+        """How a compiled run tells the step hook: a hook with a `next_check` (simulator/measure/early_stop.py StopMonitor)
+        is asked at the finish counts it names, as the step path would ask it after the step reaching each, and
+        ends the run when it answers true; any other hook is told once, at the end."""
+        hook = self.on_step
+        if hook is None or not hasattr(hook, "next_check"):
+            return {}
+        return {"stop": lambda finished: bool(hook(finished)), "next_check": lambda: int(hook.next_check)}
+
+    def _idle(self):
+        nxt = self.arrivals.next_time()
+        if nxt is not None:
+            return self.env.timeout(max(0.0, nxt - self.env.now))
+        ev = self.arrivals.wakeup()
+        if ev is None:
+            raise RuntimeError("engine stalled: requests left but none running, waiting or arriving")
+        return ev
+
+    def _drafters_used(self) -> tuple[str, ...]:
+        """The policy's drafters (`Policy.drafters_used`), each checked to be in the traces and priced."""
+        if self.mode == "ar":
+            return ()
+        used = self.drafting.policy.drafters_used()
+        name = self.drafting.policy.name
+        for d in used:
+            if d not in self.table.drafters:
+                raise ValueError(f"run {self.scenario.name!r}: policy {name!r} uses drafter {d!r}, which the traces "
+                                 f"do not have (have {list(self.table.drafters)})")
+            self.pricing.cost_of(d)  # a clear error when the experiment's 'drafters:' gives it no cost
+        return tuple(used)
+
+    def result(self) -> SimResult:
+        st, wl = self.state, self.wl
+        decode_steps, proposed, accepted = st.verify_counts.totals()
+        out = wl.output_len
+        tpot = np.where(out > 1, (st.finish - st.first_token) / np.maximum(out - 1, 1), np.nan)
+        req = {
+            "request_id": np.asarray(wl.request_ids, dtype=object),
+            "trace_id": np.asarray([self.table.trace_ids[t] for t in wl.trace_index], dtype=object),
+            "category": np.asarray(wl.categories, dtype=object),
+            "arrival_time": st.arrival,
+            "prompt_len": wl.prompt_len.astype(np.int64),
+            "output_len": out.astype(np.int64),
+            "first_scheduled_time": st.first_sched,
+            "first_token_time": st.first_token,
+            "finish_time": st.finish,
+            "ttft": st.first_token - st.arrival,
+            "tpot": tpot,
+            "e2e": st.finish - st.arrival,
+            "queue_delay": st.first_sched - st.arrival,
+            "decode_steps": decode_steps,
+            "proposed_tokens": proposed,
+            "accepted_tokens": accepted,
+            "preemptions": st.preemptions,
+            "sub_batch": st.sub_batch if self.mode == "psd" else np.full(len(wl), -1, dtype=np.int64),
+        }
+        requests = pd.DataFrame({c: req[c] for c in REQUEST_COLUMNS})
+        chunks = self.outcome.itl_chunks
+        itl = np.concatenate(chunks) if chunks else np.zeros(0)
+        usage = {d: int(st.usage[i]) for i, d in enumerate(self.table.drafters)}
+        usage["none"] = int(st.usage[-1])
+        pool = self.sched.pool
+        extras = {
+            "kv_total_blocks": pool.total_blocks,
+            "kv_peak_blocks": pool.peak,
+            "block_size": pool.block_size,
+            "steps": self.outcome.step_no,
+            "request_steps": int(decode_steps.sum()),
+            "drafter_usage": usage,
+            "psd_fallback_steps": self.executor.fallback_steps,
+            "max_num_seqs": self.max_num_seqs,
+            "engine_path": "steps" if self.compiled is None else "compiled",
+            **({"engine_path_reason": self.engine_path_reason} if self.compiled is None else {}),
+            **self.scenario.info,
+            "num_target_gpus": self.scenario.num_target_gpus,
+            "num_draft_gpus": self.scenario.num_draft_gpus,
+        }
+        return SimResult(requests, self.outcome.steps.frame(), itl, extras)

@@ -1,0 +1,134 @@
+"""Two-batch PSD steps (MineDraft): while the target verifies sub-batch V with the proposals drafted
+last step, the dedicated draft device drafts sub-batch D; both finish, a sync (rejection sampling on the
+driver) follows, and the roles flip. One empty side (or a batch under `split_min_batch`) makes the step
+plain SD. Prefills: mixed into the verify pass, or (separate mode) prefill-only steps after which the
+draft device runs the drafter's own prefill. New requests' drafter prefill is always priced on the
+draft device."""
+from __future__ import annotations
+
+import numpy as np
+
+from policies.base import NO_DRAFT
+from simulator.engine.drafting import Drafting
+from simulator.engine.pricing import Pricing
+from simulator.engine.request_state import RequestState
+from simulator.engine.scheduler import EMPTY, Scheduler
+from simulator.server_config import PSDConfig
+from simulator.engine.step import Step, StepSlice, plan_prefill_only
+
+
+class PSDExecutor:
+    """Plans one PSD step and carries the drafted side's proposals to the next one."""
+
+    def __init__(self, psd: PSDConfig, state: RequestState, sched: Scheduler, drafting: Drafting, pricing: Pricing,
+                 drafter_names: tuple[str, ...]):
+        self.psd, self.state, self.sched, self.drafting, self.pricing = psd, state, sched, drafting, pricing
+        self.drafter_names = drafter_names  # drafters whose own prefill runs on the draft device
+        self.fallback_steps = 0
+
+    def plan(self, now: float) -> Step:
+        st, sched, pricing, drafting, psd = self.state, self.sched, self.pricing, self.drafting, self.psd
+        vs = sched.verify_side
+        prefill = plan_prefill_only(now, sched, pricing, self.drafter_names, colocated=False, sub_batch=vs)
+        if prefill is not None:
+            return prefill
+        run = st.running_array()
+        dec_mask = st.prefill_left[run] == 0
+        dec_all = run[dec_mask]
+        kv_est = int(pricing.context(dec_all).sum())
+        on_v = st.sub_batch[dec_all] == vs
+        V, D = dec_all[on_v], dec_all[~on_v]
+        fallback = len(D) == 0 or len(V) == 0 or len(dec_all) < psd.split_min_batch
+        if fallback and len(dec_all):
+            # one sub-batch empty: this step is plain SD for everyone (draft, then verify)
+            V, D = dec_all, dec_all[:0]
+            self.fallback_steps += 1
+        has_prop = st.pending_d[V] != NO_DRAFT
+        # Without a proposal from the previous step a verify-side request is drafted first, in sequence,
+        # only in a fallback step (plain SD); otherwise it decodes one plain token in the verify pass
+        # (a request that just joined), so the pipeline never stalls for it.
+        V_new = V[~has_prop] if fallback else V[:0]
+        d_c, k_c, p_c, _ = drafting.choose(np.concatenate([V_new, D]), now,
+                                           pricing.estimator(len(dec_all), kv_est, True, sched.preview_prefills,
+                                                             prefill_drafters=self.drafter_names))
+        nv = len(V_new)
+        d_v, k_v, p_v = st.pending_d[V].copy(), st.pending_k[V].copy(), st.pending_prop[V].copy()
+        no_prop = ~has_prop
+        k_v[no_prop], p_v[no_prop] = 0, 0
+        if fallback:
+            d_v[no_prop], k_v[no_prop], p_v[no_prop] = d_c[:nv], k_c[:nv], p_c[:nv]
+        d_d, k_d, p_d = d_c[nv:], k_c[nv:], p_c[nv:]
+
+        # KV: with defer_kv (MineDraft) the drafted side reserves its lookahead slots now and the verify side
+        # appends none (it holds them since it was drafted); without, slots are reserved only when verified.
+        idx_all = np.concatenate([V, D])
+        lookahead = np.concatenate([p_v, p_d if psd.defer_kv else np.zeros(len(D), np.int64)])
+        need = np.zeros(len(st.status), dtype=np.int64)
+        need[idx_all] = sched.pool.blocks_for(pricing.context(idx_all) + lookahead)
+        keep, preempted = sched.reserve(run, need[run])
+        if preempted:
+            alive = np.zeros(len(st.status), dtype=bool)
+            alive[run[:keep]] = True
+            mv, md = alive[V], alive[D]
+            V, d_v, k_v, p_v, has_prop = V[mv], d_v[mv], k_v[mv], p_v[mv], has_prop[mv]
+            D, d_d, k_d, p_d = D[md], d_d[md], k_d[md], p_d[md]
+        if sched.separate:
+            pre, chunk = EMPTY, EMPTY
+        else:
+            pre, chunk = sched.prefills(int(p_v.sum()) + len(V), not preempted, now)
+        verify_t, nseq, tokens, kv = pricing.target_time(V, p_v, pre, chunk)
+        newv = ~has_prop & (d_v != NO_DRAFT)
+        g_new = drafting.groups_of(d_v[newv])
+        pre_draft_t, used_pre = pricing.draft_time(g_new, V[newv], d_v[newv], k_v[newv], p_v[newv], verify_t)
+        draft_t, used_d = pricing.draft_time(drafting.groups_of(d_d), D, d_d, k_d, p_d, verify_t)
+        drafter_prefill_t = pricing.drafter_prefill_time(pre, chunk, self.drafter_names)
+        accepted = drafting.accept(V, d_v, p_v)
+        target_end = pre_draft_t + verify_t + (pricing.overhead if (len(V) or len(pre)) else 0.0)
+        drafter_end = pre_draft_t + draft_t + drafter_prefill_t
+        both_done = max(target_end, drafter_end)
+        sync = psd.sync_s if (len(V) or len(D)) else 0.0
+        duration = both_done + sync
+        if duration <= 0:
+            duration = pricing.overhead
+        t_slices, d_slices = [], []
+        if pre_draft_t > 0:
+            p_new = int(p_v[newv].sum())
+            d_slices.append(StepSlice("draft", now, now + pre_draft_t, num_seqs=int(newv.sum()), batched_tokens=p_new,
+                                      kv_tokens=kv, proposed_tokens=p_new, drafters="+".join(used_pre), sub_batch=vs))
+        if draft_t > 0:
+            kv_d = int(pricing.context(D).sum())
+            p_draft = int(p_d.sum())
+            d_slices.append(StepSlice("draft", now + pre_draft_t, now + pre_draft_t + draft_t, num_seqs=len(D),
+                                      batched_tokens=p_draft, kv_tokens=kv_d, proposed_tokens=p_draft,
+                                      drafters="+".join(used_d), sub_batch=1 - vs))
+        if drafter_prefill_t > 0:
+            pre_tokens = int(chunk.sum())
+            d_slices.append(StepSlice("prefill", now + pre_draft_t + draft_t, now + drafter_end, num_seqs=len(pre),
+                                      prefill_tokens=pre_tokens, batched_tokens=pre_tokens,
+                                      kv_tokens=int((st.prefill_done[pre] + chunk).sum())))
+        if len(V) or len(pre):
+            phase = "mixed" if (len(pre) and len(V)) else ("prefill" if len(pre) else "verify")
+            t_slices.append(StepSlice(
+                phase, now + pre_draft_t, now + target_end, num_seqs=nseq, prefill_tokens=int(chunk.sum()),
+                batched_tokens=tokens, kv_tokens=kv, proposed_tokens=int(p_v.sum()),
+                accepted_tokens=int(accepted.sum()),
+                drafters="+".join(sorted(set(drafting.drafters[i] for i in np.unique(d_v) if i != NO_DRAFT))),
+                sub_batch=vs))
+        if sync > 0:
+            t_slices.append(StepSlice("sync", now + both_done, now + duration, num_seqs=len(V) + len(D), sub_batch=vs))
+        step = Step(V, d_v, k_v, p_v, accepted, pre, chunk, duration, t_slices, d_slices)
+        step.drafted, step.drafted_drafter_idx, step.drafted_k, step.drafted_proposed = D, d_d, k_d, p_d
+        return step
+
+    def after(self, s: Step) -> None:
+        """The verified side's proposals are used up; the drafted side keeps its own; roles flip."""
+        st = self.state
+        if len(s.decoding):
+            st.pending_d[s.decoding] = NO_DRAFT
+        D = s.drafted
+        if len(D):
+            st.pending_d[D] = s.drafted_drafter_idx
+            st.pending_k[D] = s.drafted_k
+            st.pending_prop[D] = s.drafted_proposed
+            if len(s.decoding):
+                self.sched.verify_side = 1 - self.sched.verify_side

@@ -1,0 +1,77 @@
+"""Small builders for engine tests: synthetic traces, workloads and a one-call simulate."""
+from __future__ import annotations
+
+import numpy as np
+
+from policies.base import FixedPolicy
+from simulator.engine.acceptance_table import AcceptanceTable
+from simulator.costs.draft_cost import DraftCost
+from simulator.engine.simulation import ServerSimulation
+from simulator.costs.latency import LinearProfile, Provenance
+from simulator.seeds import ServerSeeds
+from simulator.server_config import PSDConfig, Scenario, ServerConfig, constant_profile
+from simulator.engine.workload_arrays import EngineWorkload, SimInputs
+from traces.bundle import DrafterTrace, RequestTrace
+
+
+def iid_traces(n: int, seed: int = 0, rate: float = 0.6, out=(20, 120), prompt=(10, 200),
+               drafters=("d",)) -> list[RequestTrace]:
+    """Requests whose acc_len follows i.i.d. acceptance with the given rate."""
+    rng = np.random.default_rng(seed)
+    traces = []
+    for t in range(n):
+        o = int(rng.integers(*out))
+        dt = {}
+        for d in drafters:
+            acc = rng.geometric(1 - rate, o) if rate > 0 else np.ones(o, dtype=np.int64)
+            dt[d] = DrafterTrace(acc.astype(np.int32))
+        traces.append(RequestTrace(f"t{t}", int(rng.integers(*prompt)), o, dt))
+    return traces
+
+
+def workload(traces, n: int | None = None, *, rate: float | None = 50.0, clients: int = 0, seed: int = 0,
+             think: float = 0.0) -> EngineWorkload:
+    rng = np.random.default_rng(seed + 1)
+    n = n or len(traces)
+    ti = np.arange(n) % len(traces)
+    arrival = np.cumsum(rng.exponential(1 / rate, n)) if rate else np.zeros(n)
+    return EngineWorkload([f"r{i}" for i in range(n)], ti, arrival,
+                          np.array([traces[t].prompt_len for t in ti]), np.array([traces[t].output_len for t in ti]),
+                          ["c"] * n, closed_loop_clients=clients, think_time=think)
+
+
+def linear(a_kv=1e-7, b_tok=2e-5, const=5e-3) -> LinearProfile:
+    return LinearProfile("test", {"kv_tokens": a_kv, "batched_tokens": b_tok, "const": const},
+                         provenance=Provenance("test"))
+
+
+def scenario(mode="sd", policy=None, *, target=None, costs=None, kv_tokens=10**6, seed=0, psd=None,
+             switch_cost_s=0.0, name=None, **server) -> Scenario:
+    """A resolved Scenario with a policy object (no config spec): `server` are ServerConfig fields."""
+    cfg = ServerConfig(target_profile=target or linear(), kv_capacity_tokens=kv_tokens, **server)
+    return Scenario(name=name or mode, mode=mode, server=cfg, target=cfg.target(), draft_costs=dict(costs or {}),
+                    policy=policy, seeds=ServerSeeds.of(seed), kv_capacity_tokens=kv_tokens,
+                    psd=psd or PSDConfig(), switch_cost_s=switch_cost_s)
+
+
+def inputs(traces, wl, drafters=("d",)) -> SimInputs:
+    return SimInputs(wl, AcceptanceTable.from_traces(traces, list(drafters)), traces)
+
+
+def simulate(traces, wl, *, mode="sd", k=3, drafter="d", target=None, draft=None, policy=None, kv_tokens=10**6,
+             max_num_seqs=16, budget=4096, overhead=0.0, chunked=False, psd=None, seed=0, drafters=("d",),
+             prefill="mixed", verification="greedy", on_step=None, scheduler="draftsim", switch_cost_s=0.0):
+    if policy is None and mode != "ar":
+        policy = FixedPolicy(drafter, k)
+    costs = {d: (draft or DraftCost("constant", seconds=0.0)) for d in drafters}
+    server = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, step_overhead_s=overhead,
+                  prefill=prefill, scheduler=scheduler, verification=verification)
+    if chunked or scheduler != "vllm-v1":
+        server["chunked_prefill"] = chunked
+    sc = scenario(mode, policy, target=target, costs=costs, kv_tokens=kv_tokens, seed=seed,
+                  psd=psd if mode == "psd" else None, switch_cost_s=switch_cost_s, **server)
+    return ServerSimulation(sc, inputs(traces, wl, drafters), on_step=on_step).simulate()
+
+
+__all__ = ["iid_traces", "workload", "linear", "scenario", "inputs", "simulate", "constant_profile", "PSDConfig",
+           "DraftCost"]

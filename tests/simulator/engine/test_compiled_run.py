@@ -1,0 +1,495 @@
+"""The compiled engine path (simulator/engine/compiled_run.py) against the step-by-step path: the same requests, steps
+and ITL tables bit for bit (no float tolerance: the kernel forms every float as the step path does) over random
+eligible configs (AR and fixed-k SD, k and drafters with and without n-gram proposal caps, every draft cost kind,
+mixed/chunked/separate prefill, Poisson, burst and closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large
+enough to pass the no-preemption check, small row buffers that make the kernel run in segments, linear or roofline
+target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
+the same finishes as the full run."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.base import FixedPolicy
+from policies.registry import make_policy
+from simulator.engine import compiled_run, step_runs
+from simulator.engine.arrivals import PushedArrivals
+from simulator.costs.draft_cost import DraftCost
+from simulator.engine.simulation import ServerSimulation
+from simulator.costs.latency import LinearProfile
+from simulator.costs.roofline import RooflineProfile
+from simulator.engine.server import Server
+from tests.simulator.engine.engine_fixtures import PSDConfig, inputs, linear, scenario, workload
+from tests.simulator.engine.test_step_runs import COSTS, traces_with
+from traces.catalog import get_gpu, get_model
+
+
+def build(traces, wl, *, mode="sd", k=3, drafter="d", drafters=("d",), cost=None, policy=None, kv_tokens=10**6,
+          psd=None, switch_cost_s=0.0, target=None, **server):
+    if policy is None and mode != "ar":
+        policy = FixedPolicy(drafter, k)
+    costs = {d: cost or COSTS["fraction"] for d in drafters}
+    server.setdefault("max_num_seqs", 8)
+    sc = scenario(mode, policy, target=target or linear(1e-7, 2e-5, 5e-3), costs=costs, kv_tokens=kv_tokens,
+                  psd=psd, switch_cost_s=switch_cost_s, **server)
+    old, compiled_run.MIN_WORK_TOKENS = compiled_run.MIN_WORK_TOKENS, 0  # these small runs take it too
+    try:
+        return ServerSimulation(sc, inputs(traces, wl, drafters))
+    finally:
+        compiled_run.MIN_WORK_TOKENS = old
+
+
+def run_path(compiled: bool, segment: int | None = None, **kw):
+    """One simulation on the compiled path (when eligible; `segment`: the kernel's rows per call) or forced onto
+    the step-by-step path."""
+    old = compiled_run.SEGMENT_ROWS
+    compiled_run.COMPILED, step_runs.MACRO_STEPS = compiled, False
+    compiled_run.SEGMENT_ROWS = old if segment is None else segment
+    try:
+        return build(**kw).simulate()
+    finally:
+        compiled_run.COMPILED, step_runs.MACRO_STEPS, compiled_run.SEGMENT_ROWS = True, True, old
+
+
+def assert_same(a, b) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    assert a.itl.tobytes() == b.itl.tobytes()
+    drop = ("engine_path", "engine_path_reason")
+    assert {k: v for k, v in a.extras.items() if k not in drop} == {k: v for k, v in b.extras.items() if k not in drop}
+
+
+# roofline profiles the properties draw: targets (dense and MoE, small to large) and drafters (small models)
+ROOFLINE_TARGETS = ("llama3.1-8b", "qwen3-235b-a22b", "qwen3-14b", "llama3.2-1b", "vicuna-33b")
+ROOFLINE_DRAFTERS = ("qwen3-0.6b", "smollm2-135m", "llama3.2-1b")
+GPUS = ("h100-80gb", "h200-141gb", "a100-80gb", "l40s")
+
+
+def roofline(model: str, gpu: str, tp: int, mfu: float, bw: float, floor_s: float) -> RooflineProfile:
+    """A roofline profile; a TP degree that does not divide the model's heads falls back to 1."""
+    m = get_model(model)
+    return RooflineProfile(m, get_gpu(gpu), tp=tp if m.tp_problem(tp) is None else 1, mfu=mfu, bandwidth_util=bw,
+                           floor_s=floor_s)
+
+
+# (kind, model, gpu, tp, mfu, bandwidth_util, floor_s): None a linear profile
+rooflines = st.one_of(st.none(), st.tuples(
+    st.sampled_from(["target", "target", "drafter", "both"]), st.integers(0, 4), st.sampled_from(GPUS),
+    st.sampled_from([1, 2, 4]), st.floats(0.05, 1.0), st.floats(0.05, 1.0), st.sampled_from([0.0, 0.0, 2e-3, 6e-3])))
+
+
+def with_roofline(kw: dict, drawn, cost: str) -> dict:
+    """`kw` with the drawn roofline target and/or drafter profile (the drafter's: for a profiled cost kind, or a
+    whole_proposal cost of its own where the drawn kind has none)."""
+    if drawn is None:
+        return kw
+    kind, model, gpu, tp, mfu, bw, floor_s = drawn
+    kw = dict(kw)
+    if kind in ("target", "both"):
+        kw["target"] = roofline(ROOFLINE_TARGETS[model], gpu, tp, mfu, bw, floor_s)
+    if kind in ("drafter", "both"):
+        prof = roofline(ROOFLINE_DRAFTERS[model % 3], gpu, 1, mfu, bw, floor_s / 10)
+        base = COSTS[cost]
+        kw["cost"] = DraftCost(base.kind if base.profile is not None else "whole_proposal", profile=prof)
+    return kw
+
+
+def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int) -> int:
+    """KV tokens just enough (plus `slack` blocks) for the max_num_seqs largest requests at their largest KV."""
+    need = np.sort(-(-(wl.prompt_len + wl.output_len - 1 + max(1, k)) // block_size))[::-1]
+    return int(need[:max_num_seqs].sum() + slack) * block_size
+
+
+def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_rate: float, rules: str, budget: int):
+    """(traces, drafter names, workload, token budget) of one drawn equality case, shared by the SD and PSD tests."""
+    traces = traces_with(max(1, n // 2), seed, rate, ngram)
+    drafters = ("d", "g") if ngram else ("d",)
+    wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
+                  clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
+    if rules != "chunked" and budget < int(wl.prompt_len.max()):
+        # without chunked prefill a prompt over the budget is refused up front; just above it, decode and draft
+        # tokens can leave too little budget for the next prompt
+        budget = int(wl.prompt_len.max()) + seed % 9
+    return traces, drafters, wl, budget
+
+
+@settings(max_examples=40, deadline=None)
+@given(mode=st.sampled_from(["ar", "sd", "sd"]), seed=st.integers(0, 10_000), n=st.integers(1, 40),
+       rate=st.floats(0.0, 0.9), ngram=st.booleans(), k=st.integers(0, 5), cost=st.sampled_from(sorted(COSTS)),
+       rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
+       arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
+       max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
+       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=rooflines)
+def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
+                                                        req_rate, max_num_seqs, block_size, slack, overhead, segment,
+                                                        roof):
+    traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
+    kw = dict(traces=traces, wl=wl, mode=mode, k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
+              cost=COSTS[cost], kv_tokens=tight_kv(wl, k if mode == "sd" else 0, block_size, max_num_seqs, slack),
+              max_num_seqs=max_num_seqs, block_size=block_size, step_overhead_s=overhead,
+              max_num_batched_tokens=budget, chunked_prefill=rules == "chunked",
+              prefill="separate" if rules == "separate" else "mixed")
+    kw = with_roofline(kw, roof, cost)
+    fast = run_path(True, segment=segment, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    slow = run_path(False, **kw)
+    assert slow.extras["engine_path"] == "steps"
+    assert_same(fast, slow)
+
+
+def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, weight: float, decay: float, scope: str,
+                min_match: int, k_ngram: int, k_eagle: int) -> dict:
+    """A compiled policy's config: adaptive-k on 'd' or (with n-gram lengths) 'g', combine-match of 'g' and 'd', or UCB
+    (BE reward) over 'd' and, with n-gram lengths, 'g'."""
+    if name == "adaptive-k":
+        return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "k_max": k_max, "prior": prior,
+                "prior_weight": weight, "decay": decay, "scope": scope}
+    if name in ("ucb", "metasd-ucb"):  # arms in either order; beta from the prior draw (0 included)
+        arms = (["g", "d"] if seed % 2 else ["d", "g"]) if ngram else ["d"]
+        return {"name": name, "drafters": arms, "k": k_ngram, "beta": 2.0 * prior, "scope": scope, "reward": "be"}
+    return {"name": name, "ngram": "g", "eagle": "d", "k_ngram": k_ngram, "k_eagle": k_eagle, "min_match": min_match}
+
+
+@settings(max_examples=80, deadline=None)
+@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "ucb", "metasd-ucb"]),
+       seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
+       cost=st.sampled_from(sorted(COSTS)),
+       rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
+       arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
+       max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
+       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
+       k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
+       scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
+       k_eagle=st.integers(1, 5), roof=rooflines)
+def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
+        policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
+        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof):
+    """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
+    per step) and UCB / MetaSD-UCB with the BE reward (per-request or shared statistics, one or two arms) over the
+    same random configs: every restated rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
+    UCB index, feedback order, per-group draft cost) is checked by the tables."""
+    ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
+    traces = traces_with(max(1, n // 2), seed, rate, ngram)
+    drafters = ("d", "g") if ngram else ("d",)
+    wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
+                  clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
+    if rules != "chunked" and budget < int(wl.prompt_len.max()):
+        budget = int(wl.prompt_len.max()) + seed % 9
+    spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle)
+    look = k_max if policy == "adaptive-k" else k_ngram if "ucb" in policy else max(k_ngram, k_eagle)
+    kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
+              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
+              block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
+              chunked_prefill=rules == "chunked", prefill="separate" if rules == "separate" else "mixed")
+    kw = with_roofline(kw, roof, cost)
+    fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
+    reason = fast.extras.get("engine_path_reason", "")
+    assert fast.extras["engine_path"] == "compiled" or "near tie" in reason, reason
+    slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
+    assert slow.extras["engine_path"] == "steps"
+    assert_same(fast, slow)
+
+
+@settings(max_examples=150, deadline=None)
+@given(model=st.sampled_from(ROOFLINE_TARGETS + ROOFLINE_DRAFTERS), gpu=st.sampled_from(GPUS),
+       tp=st.sampled_from([1, 2, 4]), mfu=st.floats(0.01, 1.0), bw=st.floats(0.01, 1.0),
+       floor_s=st.sampled_from([0.0, 1e-3, 1e-2]), latency=st.floats(0.0, 1e-4), num_seqs=st.integers(0, 512),
+       batched_tokens=st.integers(-1, 20_000), kv_tokens=st.integers(0, 2_000_000))
+def test_the_kernels_roofline_is_the_profiles_step_time_bit_for_bit(model, gpu, tp, mfu, bw, floor_s, latency,
+                                                                    num_seqs, batched_tokens, kv_tokens):
+    """compiled_kernel._price on a roofline row (compiled_run.profile_row) against RooflineProfile.step_time, over
+    batch shapes well past the property runs' (MoE weight reads past where they settle, large KV, every TP)."""
+    import simulator.engine.compiled_kernel as ker
+
+    prof = roofline(model, gpu, tp, mfu, bw, floor_s)
+    prof.allreduce_latency_s = latency
+    row, w = compiled_run.profile_row(prof)
+    got = ker._price(row[None, :], w[None, :], 0, num_seqs, batched_tokens, kv_tokens)
+    want = prof.step_time(num_seqs, batched_tokens, kv_tokens)
+    assert np.float64(got).tobytes() == np.float64(want).tobytes(), (got, want)
+
+
+def test_a_longer_sd_run_with_prefill_chunks_and_draft_prefills_is_equal():
+    """150 requests through chunked prefill with an autoregressive drafter (draft and draft-prefill rows)."""
+    traces = traces_with(30, 7, 0.7, False)
+    wl = workload(traces, 150, rate=80.0, seed=7)
+    kw = dict(traces=traces, wl=wl, mode="sd", k=4, cost=COSTS["autoregressive"], max_num_seqs=10,
+              max_num_batched_tokens=48, chunked_prefill=True, step_overhead_s=1e-4)
+    fast, slow = run_path(True, **kw), run_path(False, **kw)
+    assert fast.extras["engine_path"] == "compiled"
+    assert set(fast.steps.phase) >= {"draft", "verify", "mixed", "draft_prefill"}
+    assert_same(fast, slow)
+
+
+def _fallback_cases():
+    traces = traces_with(6, 1, 0.6, False)
+    wl = workload(traces, 12, rate=100.0)
+    base = dict(traces=traces, wl=wl)
+
+    class Scaled(LinearProfile):
+        """A profile kind the kernel does not know."""
+
+    gtraces = traces_with(6, 1, 0.6, True)
+    gbase = dict(traces=gtraces, wl=workload(gtraces, 12, rate=100.0), drafters=("d", "g"))
+    twins = workload(traces, 12, rate=100.0)
+    tvtraces = traces_with(6, 1, 0.6, False)
+    for t in tvtraces:  # per-position tv, which the BD reward reads
+        d = t.drafters["d"]
+        t.drafters["d"] = type(d)(d.acc_len, tv=np.full(len(d.acc_len), 0.25, dtype=np.float32))
+    tvbase = dict(traces=tvtraces, wl=workload(tvtraces, 12, rate=100.0))
+    twins.request_ids[1] = twins.request_ids[0]
+
+    def ADAPTIVE():
+        return make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)
+
+    def spied(policy):
+        inner = policy.choose_batch
+        policy.choose_batch = lambda view: inner(view)
+        return policy
+
+    def COMBINE():
+        return make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0)
+
+    return {
+        "psd adaptive-k": ({**base, "mode": "psd", "psd": PSDConfig(), "policy": ADAPTIVE()}, "PSD with policy"),
+        "learning policy": ({**base, "policy": make_policy({"name": "thompson", "drafters": ["d"], "k": 3}, seed=0)},
+                            "chooses per step"),
+        "discounted ucb": ({**base, "policy": make_policy({"name": "discounted-ucb", "drafters": ["d"], "k": 3,
+                                                           "reward": "be"}, seed=0)}, "chooses per step"),
+        "ucb bd reward": ({**tvbase, "policy": make_policy({"name": "metasd-ucb", "drafters": ["d"], "k": 3},
+                                                          seed=0)}, "reward"),
+        "policy method replaced": ({**base, "policy": spied(ADAPTIVE())}, "choose_batch replaced on the instance"),
+        "ucb repeated ids": ({**base, "wl": twins, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3},
+                                                                         seed=0)}, "repeated request ids"),
+        "combine-adaptive": ({**gbase, "policy": make_policy({"name": "combine-adaptive", "ngram": "g",
+                                                              "eagle": "d"}, seed=0)}, "chooses per step"),
+        "combine-match switch cost": ({**gbase, "policy": COMBINE(), "switch_cost_s": 0.001}, "switching cost"),
+        "combine-match one drafter twice": ({**gbase, "policy": make_policy(
+            {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
+        "adaptive-k repeated ids": ({**base, "wl": twins, "policy": ADAPTIVE()}, "repeated request ids"),
+        "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
+            "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
+        "switch cost": ({**base, "switch_cost_s": 0.001}, "switching cost"),
+        "vllm-v1": ({**base, "scheduler": "vllm-v1"}, "scheduler 'vllm-v1'"),
+        "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
+        "moe roofline that settles late": ({**base, "target": RooflineProfile(
+            dataclasses.replace(get_model("qwen3-235b-a22b"), num_experts=200_000), get_gpu("h100-80gb"))},
+            "settle only past"),
+        "draft profile kind": ({**base, "cost": DraftCost("whole_proposal", profile=Scaled("s", {"const": 1e-3}))},
+                               "draft cost profile kind"),
+        "engine_step": ({**base, "cost": DraftCost("engine_step", profile=linear())}, "engine_step"),
+        "kv pressure": ({**base, "kv_tokens": int((wl.prompt_len + wl.output_len).max()) + 16}, "KV could preempt"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_fallback_cases()))
+def test_an_ineligible_run_falls_back_to_the_step_path_and_says_why(case):
+    kw, why = _fallback_cases()[case]
+    res = build(**kw).simulate()
+    assert res.extras["engine_path"] == "steps"
+    assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
+
+
+def test_a_cluster_replica_and_a_forced_step_path_fall_back(monkeypatch):
+    traces = traces_with(4, 2, 0.5, False)
+    wl = workload(traces, 8)
+    sim = build(traces=traces, wl=wl)
+    assert sim.server.compiled is not None
+    env = simpy.Environment()
+    srv = Server(env, sim.server.scenario, inputs(traces, wl), arrivals=PushedArrivals(env))
+    assert srv.compiled is None and "pushed" in srv.engine_path_reason
+    monkeypatch.setenv(compiled_run.ENGINE_ENV, "steps")
+    res = build(traces=traces, wl=wl).simulate()
+    assert res.extras["engine_path"] == "steps" and "forced" in res.extras["engine_path_reason"]
+
+
+def test_a_small_run_takes_the_step_path_until_the_kernel_is_loaded_or_asked_for(monkeypatch):
+    traces = traces_with(4, 2, 0.5, False)
+    wl = workload(traces, 8)
+    sc = build(traces=traces, wl=wl).server.scenario
+    monkeypatch.setattr(compiled_run, "_kernel_loaded", lambda: False)
+    small = ServerSimulation(sc, inputs(traces, wl)).server
+    assert small.compiled is None and "small run" in small.engine_path_reason
+    monkeypatch.setenv(compiled_run.ENGINE_ENV, "compiled")
+    assert ServerSimulation(sc, inputs(traces, wl)).server.compiled is not None
+
+
+def test_an_early_stop_ends_the_run_with_the_full_runs_finishes():
+    """`run(stop=...)`: the kernel returns every `check_every` finishes; what finished matches the full run."""
+    traces = traces_with(10, 4, 0.6, False)
+    wl = workload(traces, 40, rate=60.0, seed=4)
+    full = build(traces=traces, wl=wl).simulate()
+    sim = build(traces=traces, wl=wl)
+    asked: list[int] = []
+    end = sim.server.compiled.run(stop=lambda done: asked.append(done) or done >= 9, check_every=4)
+    st = sim.server.state
+    assert asked[0] >= 4 and asked[-1] >= 9 and st.n_finished == asked[-1] < len(wl)
+    fin = ~np.isnan(st.finish)
+    assert fin.sum() == st.n_finished
+    np.testing.assert_array_equal(st.finish[fin], full.requests.finish_time.to_numpy()[fin])
+    assert end == st.finish[fin].max()
+
+
+def test_a_step_hook_is_called_once_at_the_end_of_a_compiled_run(monkeypatch):
+    """Mid-run the SimPy clock stands still on the compiled path, so a step hook (the plan's early stop) would see a
+    stale time: it is told once, when every request has finished, and the run completes as a full run."""
+    monkeypatch.setattr(compiled_run, "SEGMENT_ROWS", 16)  # many segments, so a per-segment call would show
+    traces = traces_with(10, 4, 0.6, False)
+    wl = workload(traces, 60, rate=60.0, seed=5)
+    sim = build(traces=traces, wl=wl)
+    seen: list[tuple[int, float]] = []
+    sim.server.on_step = lambda done: seen.append((done, sim.env.now))
+    res = sim.simulate()
+    assert res.extras["engine_path"] == "compiled" and len(res.steps) > 16
+    assert [d for d, _ in seen] == [len(wl)]
+
+
+def _snapshots(compiled: bool, traces, wl, stop_after: int | None, policy=None):
+    """Every snapshot a StopMonitor (the plan's early stop hook) takes, on one path; it stops at check `stop_after`."""
+    from simulator.measure.early_stop import StopMonitor, run_until_decided
+
+    compiled_run.COMPILED, step_runs.MACRO_STEPS = compiled, False
+    try:
+        sim = build(traces=traces, wl=wl, **({} if policy is None else {"policy": make_policy(policy, seed=0)}))
+        seen = []
+
+        def decide(p):
+            seen.append(p)
+            return "enough" if stop_after is not None and len(seen) >= stop_after else None
+
+        monitor = StopMonitor(None, sim, len(wl), decide, every=3, check_from=5)
+        sim.server.on_step = monitor
+        last = run_until_decided(sim, monitor)
+        assert (sim.server.compiled is not None) == compiled
+        return seen, last, sim
+    finally:
+        compiled_run.COMPILED, step_runs.MACRO_STEPS = True, True
+
+
+@pytest.mark.parametrize("policy", [None, {"name": "adaptive-k", "drafter": "d", "k_max": 4},
+                                    {"name": "ucb", "drafters": ["d"], "k": 3}])
+@pytest.mark.parametrize("stop_after", [None, 1, 4])
+def test_a_stop_monitor_on_a_compiled_run_sees_the_step_paths_snapshots(monkeypatch, stop_after, policy):
+    """The plan's early stop on the compiled path: asked at the same steps as on the step path, it sees the same
+    time (the kernel's clock, not the SimPy clock), counts and per-request times, and a stop ends the run there;
+    also for the policies whose run may be handed back to the step path (adaptive-k, UCB: the kernel writes the
+    server's state in place and restores it only on a near tie)."""
+    monkeypatch.setattr(compiled_run, "SEGMENT_ROWS", 16)  # segments too: a full buffer is no check
+    traces = traces_with(10, 4, 0.6, False)
+    wl = workload(traces, 50, rate=80.0, seed=6)
+    steps, last_s, _ = _snapshots(False, traces, wl, stop_after, policy)
+    comp, last_c, sim = _snapshots(True, traces, wl, stop_after, policy)
+    assert len(steps) == len(comp) == (stop_after or len(steps)) and len(comp) >= (stop_after or 3)
+    for a, b in zip(steps, comp):
+        assert (a.now, a.finished) == (b.now, b.finished) and b.now > 0
+        for x, y in ((a.arrival, b.arrival), (a.first_token, b.first_token), (a.finish, b.finish)):
+            assert x.tobytes() == y.tobytes()
+    if stop_after is None:
+        assert last_s is None and last_c is None
+    else:
+        assert last_c is comp[-1] and sim.server.state.n_finished == comp[-1].finished < len(wl)
+
+
+def test_an_adaptive_k_near_tie_hands_the_whole_run_to_the_step_path_unchanged():
+    """Prior 0 makes every first estimate 0, where each k expects one token; with steps priced the same at every k
+    (no per-token or KV cost, a free drafter) the rates tie, and the kernel's libm expectation may differ from
+    numpy's by an ulp: it does not decide, and the run is redone step by step with the same tables."""
+    traces = traces_with(6, 1, 0.6, False)
+    wl = workload(traces, 12, rate=100.0)
+    kw = dict(traces=traces, wl=wl, cost=COSTS["zero"], target=linear(0.0, 0.0, 5e-3))
+    spec = {"name": "adaptive-k", "drafter": "d", "k_max": 3, "prior": 0.0}
+    sim = build(policy=make_policy(spec, seed=0), **kw)
+    assert sim.server.compiled is not None  # eligible up front
+    res = sim.simulate()
+    assert res.extras["engine_path"] == "steps" and "near tie" in res.extras["engine_path_reason"]
+    assert_same(res, run_path(False, policy=make_policy(spec, seed=0), **kw))
+
+
+def test_combine_match_without_ngram_lengths_takes_the_step_path_which_names_the_problem():
+    traces2 = traces_with(6, 1, 0.6, True)
+    for t in traces2:  # 'g' keeps its acceptance but loses its match lengths
+        t.drafters["g"] = type(t.drafters["g"])(t.drafters["g"].acc_len)
+    sim = build(traces=traces2, wl=workload(traces2, 12, rate=100.0), drafters=("d", "g"),
+                policy=make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0))
+    assert sim.server.compiled is None and "n-gram match lengths" in sim.server.engine_path_reason
+    with pytest.raises(ValueError, match="needs the n-gram match length"):
+        sim.simulate()
+
+
+def test_adaptive_k_estimates_are_left_in_the_policy_as_the_step_path_leaves_them():
+    """After an early stop the per-request estimates of the requests still decoding, and the shared estimate after a
+    full run, are the step path's."""
+    traces = traces_with(10, 4, 0.6, False)
+    wl = workload(traces, 40, rate=60.0, seed=4)
+    spec = {"name": "adaptive-k", "drafter": "d", "k_max": 4, "scope": "shared", "decay": 0.9}
+    fast_pol, slow_pol = make_policy(spec, seed=0), make_policy(spec, seed=0)
+    run_path(True, traces=traces, wl=wl, policy=fast_pol)
+    run_path(False, traces=traces, wl=wl, policy=slow_pol)
+    assert fast_pol._est and fast_pol._est == slow_pol._est
+    spec = {**spec, "scope": "request"}
+    pol = make_policy(spec, seed=0)
+    sim = build(traces=traces, wl=wl, policy=pol)
+    sim.server.compiled.run(stop=lambda done: done >= 9, check_every=4)
+    st = sim.server.state
+    running = [wl.request_ids[i] for i in st.running if not np.isnan(st.first_token[i])]
+    assert running and sorted(pol._est) == sorted(running)
+
+
+@pytest.mark.parametrize("scope", ["request", "shared", "shared-libm"])
+def test_longer_ucb_runs_over_two_drafters_are_equal(scope, monkeypatch):
+    """UCB's index decides between two arms over many plays (per request: up to ~60; shared: thousands), so a change
+    to the index or the reward shows in the tables."""
+    if scope == "shared-libm":  # no ln t table: libm's log, decided only outside the tie margin
+        monkeypatch.setattr(compiled_run, "MAX_LOG_TABLE", 0)
+        scope = "shared"
+    traces = traces_with(40, 11, 0.55, True)
+    wl = workload(traces, 160, rate=120.0, seed=11)
+    for beta in (0.2, 1.0, 3.0):
+        spec = {"name": "ucb", "drafters": ["g", "d"], "k": 4, "beta": beta, "scope": scope}
+        kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=12, max_num_batched_tokens=256,
+                  chunked_prefill=True, step_overhead_s=1e-4)
+        fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+        assert fast.extras["engine_path"] == "compiled" or "near tie" in fast.extras["engine_path_reason"]
+        assert min(fast.extras["drafter_usage"][d] for d in ("d", "g")) > 0  # both arms played
+        assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
+
+
+def test_a_fraction_or_constant_drafter_with_a_profile_is_charged_its_prompt_pass():
+    """DraftCost.prefill_time prices a drafter's own prompt pass whenever it has a profile, whatever its kind; the
+    kernel once charged it only for profile kinds (whole_proposal, autoregressive)."""
+    traces = traces_with(20, 5, 0.6, False)
+    wl = workload(traces, 60, rate=80.0, seed=5)
+    for cost in (DraftCost("fraction_of_verify", fraction=0.1, profile=linear(1e-8, 2e-6, 1e-4)),
+                 DraftCost("constant", seconds=1e-3, profile=linear(1e-8, 2e-6, 1e-4))):
+        kw = dict(traces=traces, wl=wl, k=3, cost=cost, max_num_seqs=8, max_num_batched_tokens=64,
+                  chunked_prefill=True)
+        fast, slow = run_path(True, **kw), run_path(False, **kw)
+        assert fast.extras["engine_path"] == "compiled" and "draft_prefill" in set(slow.steps.phase)
+        assert_same(fast, slow)
+
+
+def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_imported_first(tmp_path):
+    """numba keys a cached kernel on its own file: the PSD kernel inlines helpers of compiled_kernel.py, so a change
+    there would leave a stale PSD kernel; the default cache folder is one per digest of both sources, and it holds
+    even when numba was imported (and read its cache setting) before the kernels."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import simulator
+
+    src = Path(simulator.__file__).parent / "engine"
+    digest = hashlib.sha256((src / "compiled_kernel.py").read_bytes() + (src / "compiled_psd_kernel.py").read_bytes())
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
+    code = ("import numba, simulator.engine.compiled_kernel\nfrom numba.core import config\nprint(config.CACHE_DIR)")
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=src.parent.parent).stdout.strip()
+    assert got == str(tmp_path / ".cache" / "draftsim" / "numba" / digest.hexdigest()[:16])

@@ -1,0 +1,108 @@
+"""`scheduler: vllm-v1`: the shared token budget (decode + draft + prefill tokens), the preset's config rules,
+the budget cut as a property, and engine_step drafter costs (vLLM V1's proposer)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.engine.kv_pool import BlockPool
+from simulator.engine.request_state import RequestState
+from simulator.engine.scheduler import VLLM_V1_RULES, Scheduler
+from simulator.server_config import ServerConfig
+from tests.simulator.engine.engine_fixtures import iid_traces, simulate, workload
+
+
+def test_preset_turns_chunked_prefill_on_and_refuses_contradictions():
+    s = ServerConfig(target_profile="x", kv_capacity_tokens=1000, scheduler="vllm-v1")
+    assert s.chunked_prefill and s.prefill == "mixed"
+    with pytest.raises(ValueError, match="always chunks prefills"):
+        ServerConfig(target_profile="x", kv_capacity_tokens=1000, scheduler="vllm-v1", chunked_prefill=False)
+    with pytest.raises(ValueError, match="drop prefill: separate"):
+        ServerConfig(target_profile="x", kv_capacity_tokens=1000, scheduler="vllm-v1", prefill="separate")
+    assert ServerConfig(target_profile="x", kv_capacity_tokens=1000).scheduler == "draftsim"
+
+
+def test_rules_are_listed_both_ways():
+    assert VLLM_V1_RULES["modelled"] and VLLM_V1_RULES["not_modelled"]
+
+
+@pytest.mark.parametrize("mode", ["ar", "sd"])
+def test_vllm_v1_keeps_every_step_within_the_token_budget(mode):
+    traces = iid_traces(20, seed=3, rate=0.7, prompt=(3, 8), out=(40, 80))
+    wl = workload(traces, 40, rate=400.0)
+    budget = 20  # 12 decoding requests x (1 + 4 drafts) would need 60
+    v1 = simulate(traces, wl, mode=mode, k=4, max_num_seqs=12, budget=budget, chunked=True, scheduler="vllm-v1")
+    old = simulate(traces, wl, mode=mode, k=4, max_num_seqs=12, budget=budget, chunked=True)
+    tgt = v1.steps[v1.steps.device == "target"]
+    assert (tgt.batched_tokens <= budget).all(), tgt.batched_tokens.max()
+    assert v1.requests.finish_time.notna().all()
+    assert int(tgt.emitted_tokens.sum()) == int(wl.output_len.sum())
+    if mode == "sd":  # draftsim's own rule schedules every decode with its drafts, over the budget
+        o = old.steps[old.steps.device == "target"]
+        assert (o.batched_tokens > budget).any()
+
+
+def _sched(budget: int) -> Scheduler:
+    tr = iid_traces(2, seed=0)
+    wl = workload(tr, 2)
+    return Scheduler(RequestState(wl, 1), wl, BlockPool(100, 16), max_num_seqs=8, max_num_batched_tokens=budget,
+                     chunked=True, rules="vllm-v1")
+
+
+@settings(max_examples=60, deadline=None)
+@given(budget=st.integers(1, 40), proposed=st.lists(st.integers(0, 6), min_size=0, max_size=12))
+def test_budget_cut_serves_running_requests_in_order(budget, proposed):
+    prop = np.array(proposed, dtype=np.int64)
+    n, cut = _sched(budget).fit_decodes(prop)
+    assert len(cut) == n and 0 <= n <= len(prop)
+    assert int((cut + 1).sum()) <= budget  # each scheduled request takes at least its 1 token
+    assert (cut >= 0).all() and (cut <= prop[:n]).all()
+    if n:
+        assert (cut[:-1] == prop[:n - 1]).all()  # only the last one served may be cut
+    if n < len(prop):
+        assert int((cut + 1).sum()) == budget  # stopped because the budget ran out
+
+
+def test_other_rules_are_refused():
+    tr = iid_traces(2, seed=0)
+    wl = workload(tr, 2)
+    with pytest.raises(ValueError, match="expected 'draftsim' or 'vllm-v1'"):
+        Scheduler(RequestState(wl, 1), wl, BlockPool(10, 16), max_num_seqs=2, max_num_batched_tokens=8,
+                  chunked=True, rules="sglang")
+
+
+def test_engine_step_drafter_is_charged_once_per_step_including_prefill_steps():
+    """vLLM V1's proposer runs after every forward in which a request samples (the prefill's last chunk too)."""
+    from simulator.costs.draft_cost import DraftCost
+    from simulator.costs.latency import LinearProfile, Provenance
+
+    per_step = LinearProfile("p", {"const": 0.004, "batched_tokens": 1e-5}, provenance=Provenance("test"))
+    traces = iid_traces(6, seed=5, prompt=(20, 40), out=(5, 15))
+    wl = workload(traces, 6, rate=5.0)  # arrivals far apart: some steps are prefill-only
+    res = simulate(traces, wl, mode="sd", k=3, chunked=True, scheduler="vllm-v1",
+                   draft=DraftCost("engine_step", per_step))
+    s = res.steps
+    target = s[(s.device == "target") & (s.phase != "draft")]
+    drafts = s[s.phase == "draft"]
+    assert len(drafts) == len(target)  # every step samples something here, so every step pays the proposer
+    expected = 0.004 + 1e-5 * target.batched_tokens.to_numpy()
+    assert np.allclose((drafts.end - drafts.start).to_numpy(), expected)
+    assert (target.phase == "prefill").any()
+
+
+def test_engine_step_drafter_is_refused_for_psd():
+    from simulator.costs.draft_cost import DraftCost
+    from simulator.server_config import PSDConfig
+
+    traces = iid_traces(3, seed=1)
+    with pytest.raises(ValueError, match="engine_step draft costs"):
+        simulate(traces, workload(traces, 3), mode="psd", psd=PSDConfig(),
+                 draft=DraftCost("engine_step", _one_ms_profile()))
+
+
+def _one_ms_profile():
+    from simulator.costs.latency import LinearProfile, Provenance
+
+    return LinearProfile("p", {"const": 0.001}, provenance=Provenance("test"))
