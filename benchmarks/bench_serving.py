@@ -10,7 +10,7 @@ Figures, each printed with `uptime` beside it (the machine is shared: label them
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
   and on request (--runs) adaptive-k (eagle3) and combine-match (ngram / eagle3),
   on the compiled path (simulator/engine/compiled_run.py; UCB with the BE reward, adaptive-k and combine-match are eligible),
-  with macro-steps (simulator/engine/step_runs.py) and step by step, in the same process, the tables checked equal:
+  and step by step (compiled_run.COMPILED off), in the same process, the tables checked equal:
   request-steps per CPU second, mean sequences per step, and the ratios; the compiled kernel's first call (numba
   import and cache load, or compile) is timed on its own before;
 - whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
@@ -81,7 +81,7 @@ def uptime() -> str:
         return f"load average: {one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
-PATHS = ("compiled", "macro-steps", "step by step")  # simulator/engine/compiled_run.py, step_runs.py, neither
+PATHS = ("compiled", "step by step")  # simulator/engine/compiled_run.py, or the step path
 
 
 def first_call() -> None:
@@ -90,26 +90,20 @@ def first_call() -> None:
     from experiments.run import experiment_inputs, prepare
     from simulator.scenario import simulate
 
-    from simulator.engine.compiled_run import ENGINE_ENV
-
     cfg = load_config(config(3, [RUNS["AR"]]))
     inputs, sc = experiment_inputs(cfg, need_acceptance=False), prepare(cfg)[0]
-    os.environ[ENGINE_ENV] = "compiled"  # a run this small takes the step path otherwise (MIN_WORK_TOKENS)
-    try:
-        c0, t0 = time.process_time(), time.perf_counter()
-        res = simulate(sc, inputs)
-        c, w = time.process_time() - c0, time.perf_counter() - t0
-    finally:
-        del os.environ[ENGINE_ENV]
+    c0, t0 = time.process_time(), time.perf_counter()
+    res = simulate(sc, inputs)
+    c, w = time.process_time() - c0, time.perf_counter() - t0
     print(f"  first compiled call (numba import + kernel cache load or compile, 3 requests): {c:.2f} s cpu, "
           f"{w:.2f} s wall; path {res.extras['engine_path']}  [{uptime()}]")
 
 
 def engine(n: int, names: list[str], repeats: int, rate: float = 12.0) -> None:
-    """Engine CPU seconds per run on the compiled path, with macro-steps and step by step, in this process."""
+    """Engine CPU seconds per run on the compiled path and step by step, in this process."""
     from experiments.config import load_config
     from experiments.run import experiment_inputs, prepare
-    from simulator.engine import compiled_run, step_runs
+    from simulator.engine import compiled_run
     from simulator.scenario import simulate
 
     first_call()
@@ -121,15 +115,14 @@ def engine(n: int, names: list[str], repeats: int, rate: float = 12.0) -> None:
         for _ in range(repeats):
             for path in PATHS:
                 compiled_run.COMPILED = path == "compiled"
-                step_runs.MACRO_STEPS = path == "macro-steps"
                 sc = prepare(cfg)[0]
                 c0 = time.process_time()
                 res[path] = simulate(sc, inputs)
                 c = time.process_time() - c0
                 cpu[path] = min(cpu.get(path, c), c)
-        compiled_run.COMPILED, step_runs.MACRO_STEPS = True, True
+        compiled_run.COMPILED = True
         ref = res["step by step"]
-        for path in PATHS[:2]:  # the same tables on every path
+        for path in PATHS[:1]:  # the same tables on both paths
             same = (res[path].requests.equals(ref.requests) and res[path].steps.equals(ref.steps)
                     and res[path].itl.tobytes() == ref.itl.tobytes())
             if not same:
@@ -143,8 +136,7 @@ def engine(n: int, names: list[str], repeats: int, rate: float = 12.0) -> None:
               f"{sim_s:.0f} simulated s; compiled run took the {got} path "
               f"{res['compiled'].extras.get('engine_path_reason') or ''}")
         print("         engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {per_cpu[p]:,.0f}/cpu-s" for p in PATHS))
-        print(f"         ratios: compiled / macro-steps {per_cpu['compiled'] / per_cpu['macro-steps']:.1f}x, compiled / step "
-              f"by step {per_cpu['compiled'] / per_cpu['step by step']:.1f}x; compiled engine "
+        print(f"         ratios: compiled / step by step {per_cpu['compiled'] / per_cpu['step by step']:.1f}x; compiled engine "
               f"{sim_s / cpu['compiled']:,.0f}x real time (target {TARGET_RATE[name]:,} request-steps/cpu-s: "
               f"{'met' if per_cpu['compiled'] >= TARGET_RATE[name] else 'NOT met'})  [{uptime()}]")
 

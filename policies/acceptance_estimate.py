@@ -9,6 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def estimate_value(s: float, f: float, prior: float, weight: float) -> float:
+    """(successes + prior * w) / (successes + failures + w): the rule the policy and the compiled engine both run."""
+    return (s + prior * weight) / (s + f + weight)
+
+
+def estimate_update(s: float, f: float, accepted: int, proposed: int, decay: float) -> tuple[float, float]:
+    """Successes and failures decayed, plus the accepted drafts and one failure when the chain stopped short;
+    nothing for an empty proposal. Returns the new (successes, failures)."""
+    if proposed <= 0:
+        return s, f
+    return decay * s + accepted, decay * f + (1.0 if accepted < proposed else 0.0)
+
+
 @dataclass
 class AcceptanceEstimate:
     """Decayed success/failure counts of one drafter, with a Beta-like prior."""
@@ -20,15 +33,11 @@ class AcceptanceEstimate:
     failures: float = 0.0
 
     def update(self, accepted: int, proposed: int) -> None:
-        if proposed <= 0:
-            return
-        self.successes = self.decay * self.successes + accepted
-        self.failures = self.decay * self.failures + (1.0 if accepted < proposed else 0.0)
+        self.successes, self.failures = estimate_update(self.successes, self.failures, accepted, proposed, self.decay)
 
     @property
     def value(self) -> float:
-        s, f, w = self.successes, self.failures, self.prior_weight
-        return (s + self.prior * w) / (s + f + w)
+        return estimate_value(self.successes, self.failures, self.prior, self.prior_weight)
 
 
 def check_estimate_params(prior: float, prior_weight: float, decay: float, where: str) -> None:

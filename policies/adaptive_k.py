@@ -1,7 +1,7 @@
 """Adaptive k: from the running acceptance estimate and this batch's step costs, maximise tokens per second.
 
-For each k in 0..k_max the expected tokens of one step are Leviathan's (1 - a^(k+1)) / (1 - a) and
-its time is `view.step_time_estimate(drafter, k)` (the whole batch's step time if every request
+For each k in 0..k_max the expected tokens of one step are Leviathan's (1 - a^(k+1)) / (1 - a), summed as
+1 + a + ... + a^k (`best_k_rule`, which the compiled engine runs too), and its time is `view.step_time_estimate(drafter, k)` (the whole batch's step time if every request
 drafted k); the policy takes the k with the most expected tokens per unit time. Without an
 estimate (plain loop) the time is 1 + draft_cost_ratio * k target steps.
 """
@@ -14,9 +14,24 @@ import numpy as np
 from policies.acceptance_estimate import AcceptanceEstimate, check_estimate_params
 from policies.base import NO_DRAFT, BatchView, Choice, Feedback, Policy, RequestView
 from policies.bandit import SCOPES
-from traces.expected_tokens import expected_tokens
 
 _SHARED = "\x00shared"
+
+
+def best_k_rule(a: float, times: np.ndarray, top: int) -> int:
+    """argmax over k <= top of (1 + a + ... + a^k) / times[k], the first on ties: Leviathan's expected tokens per
+    second. Plain Python over an array, so the step path calls it and the compiled engine compiles it (one rule)."""
+    best = 0
+    best_r = 1.0 / times[0]
+    term = 1.0
+    expected = 1.0
+    for k in range(1, top + 1):
+        term *= a
+        expected += term
+        r = expected / times[k]
+        if r > best_r:
+            best, best_r = k, r
+    return best
 
 
 class AdaptiveKPolicy(Policy):
@@ -71,10 +86,9 @@ class AdaptiveKPolicy(Policy):
         return np.array([estimate(None, 0)] + [estimate(self.drafter, int(k)) for k in ks[1:]], dtype=float)
 
     def best_k(self, a: float, times: np.ndarray, cap: int | None) -> int:
-        """argmax over k <= cap of expected_tokens(a, k) / times[k]."""
+        """argmax over k <= cap of the expected tokens per second (`best_k_rule`)."""
         top = self.k_max if cap is None else max(0, min(self.k_max, int(cap)))
-        ks = np.arange(top + 1)
-        return int(np.argmax(expected_tokens(a, ks) / times[: top + 1]))
+        return best_k_rule(float(a), np.asarray(times, dtype=np.float64), top)
 
     def choose(self, view: RequestView) -> Choice:
         times = self.step_times(view.step_time_estimate)

@@ -6,18 +6,35 @@ keeps only the last `window` rounds. Both follow drift inside a long generation.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from policies.bandit import BanditPolicy, first_unplayed
+from policies.bandit import BanditPolicy
 
 
-def ucb_index(means: np.ndarray, counts: np.ndarray, t, beta: float) -> np.ndarray:
-    """mean + beta * sqrt(2 ln t / n) per arm (counts must be > 0); also row-wise on (states x arms), t (states, 1)."""
-    return means + beta * np.sqrt(2.0 * np.log(np.maximum(t, 1.0)) / counts)
+def ucb_arm_rule(counts: np.ndarray, sums: np.ndarray, beta: float) -> int:
+    """The first arm never played, else argmax over arms of sums / counts + beta * sqrt(2 ln max(t, 1) / counts),
+    t = the plays, the first on ties. Plain Python over two arrays (libm's log and sqrt), so the step path calls it
+    and the compiled engine compiles it (one rule)."""
+    arms = len(counts)
+    for a in range(arms):
+        if counts[a] <= 0:
+            return a
+    t = 0.0
+    for a in range(arms):
+        t += counts[a]
+    log_t = math.log(max(t, 1.0))
+    best = 0
+    best_index = -math.inf
+    for a in range(arms):
+        index = sums[a] / counts[a] + beta * math.sqrt(2.0 * log_t / counts[a])
+        if index > best_index:
+            best, best_index = a, index
+    return best
 
 
 @dataclass
@@ -101,36 +118,20 @@ class UCBPolicy(BanditPolicy):
         super().finish_request(request_id)
 
     def _select(self, state: UCBState) -> int:
-        arm = first_unplayed(state.counts)
-        if arm is not None:
-            return arm
-        t = float(state.counts.sum())
-        return int(np.argmax(ucb_index(state.sums / state.counts, state.counts, t, self.beta)))
+        return ucb_arm_rule(state.counts, state.sums, self.beta)
 
     def _update(self, state: UCBState, arm: int, reward: float) -> None:
         state.counts[arm] += 1.0
         state.sums[arm] += reward
 
     def _select_batch(self, states: list) -> np.ndarray:
-        """`_select` over a step's states as one (requests x arms) pass; the same floats as the scalar path."""
+        """`_select` over a step's states (a shared state once: it does not change between the step's choices)."""
         n = len(states)
         if not self._rows_select:
             return super()._select_batch(states)
-        if n == 0 or self.scope == "shared":  # one state, unchanged between the step's choices
+        if n == 0 or self.scope == "shared":
             return np.full(n, self._select(states[0]) if n else 0, dtype=np.int64)
-        rows = self._rows_of(states)
-        if rows is None:
-            counts, sums = np.array([s.counts for s in states]), np.array([s.sums for s in states])
-        else:
-            counts, sums = self._rows.counts[rows], self._rows.sums[rows]
-        unplayed = counts <= 0
-        with np.errstate(divide="ignore", invalid="ignore"):  # unplayed rows are overridden below
-            index = ucb_index(sums / counts, counts, counts.sum(axis=1)[:, None], self.beta)
-        arms = np.argmax(index, axis=1)
-        first = unplayed.any(axis=1)
-        if first.any():
-            arms = np.where(first, np.argmax(unplayed, axis=1), arms)
-        return arms.astype(np.int64)
+        return np.fromiter((ucb_arm_rule(s.counts, s.sums, self.beta) for s in states), dtype=np.int64, count=n)
 
     def _rows_of(self, states: list) -> np.ndarray | None:
         """Rows of `states` in the StateRows, or None when one has arrays of its own."""

@@ -21,7 +21,10 @@ import hashlib
 import os
 from pathlib import Path
 
-KERNEL_SOURCES = ("compiled_kernel.py", "compiled_psd_kernel.py")
+# the kernels and the policy rules they compile (numba keys a cached kernel on its own file only)
+KERNEL_SOURCES = tuple(Path(__file__).resolve().parents[2] / p for p in (
+    "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
+    "policies/acceptance_estimate.py", "policies/ucb.py"))
 
 
 def kernel_cache_dir() -> Path:
@@ -29,8 +32,8 @@ def kernel_cache_dir() -> Path:
     read-only), one per digest of the kernel sources, since numba's cache keys a kernel on its own file only and
     would keep a PSD kernel that inlined an older helper of this file."""
     digest = hashlib.sha256()
-    for name in KERNEL_SOURCES:
-        digest.update((Path(__file__).with_name(name)).read_bytes())
+    for path in KERNEL_SOURCES:
+        digest.update(path.read_bytes())
     return Path.home() / ".cache" / "draftsim" / "numba" / digest.hexdigest()[:16]
 
 
@@ -42,9 +45,13 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 from numba.core import config as _numba_config  # noqa: E402
 
+from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
+from policies.adaptive_k import best_k_rule  # noqa: E402
+from policies.ucb import ucb_arm_rule  # noqa: E402
+
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
 
-DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT, ERR_TIE = 0, 1, 2, -1, -2, -3
+DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, -1, -2
 # row int columns
 R_STEP, R_PHASE, R_NS, R_PT, R_BT, R_KV, R_USED, R_PROP, R_ACC, R_EMIT, R_DRF = range(11)
 ROW_INTS = 11
@@ -58,10 +65,9 @@ POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over d
 I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
     I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS = range(19)
 N_IPARAMS = 19
-# fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; the relative margin below
-# which an adaptive-k argmax is not decided here (see _best_k); UCB's beta
-F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_TIE, F_BETA = range(7)
-N_FPARAMS = 7
+# fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; UCB's beta
+F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_BETA = range(6)
+N_FPARAMS = 6
 # per drafter slot coefficients (dcoef columns): constant seconds, fraction of verify
 C_SECONDS, C_FRACTION = range(2)
 N_DCOEF = 2
@@ -330,80 +336,11 @@ def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n
         times[k] = draft + verify + overhead + own
 
 
-@njit(cache=True)
-def _estimate_value(s, f, prior, weight):
-    """AcceptanceEstimate.value: (successes + prior * w) / (successes + failures + w)."""
-    return (s + prior * weight) / (s + f + weight)
-
-
-@njit(cache=True)
-def _best_k(a, times, top, tie, rates):
-    """AdaptiveKPolicy.best_k: argmax over k <= top of expected_tokens(a, k) / times[k], the first on ties
-    (np.argmax). traces/expected_tokens.py's (1 - a^(k+1)) / (1 - a) is summed here as 1 + a + ... + a^k (exact at
-    k = 0 and a = 1, as there; elsewhere within ~2k ulp of the true value, numpy's expm1/log1p form within a few):
-    a runner-up within the relative margin `tie` of the best (unless both are exact) could be numpy's argmax, so -1
-    (not decided here) is returned. `rates`: scratch of length >= top + 1."""
-    best = 0
-    best_r = 1.0 / times[0]
-    if np.isnan(best_r):
-        return 0
-    rates[0] = best_r
-    term = 1.0
-    expected = 1.0
-    for k in range(1, top + 1):
-        term *= a
-        expected += term
-        r = expected / times[k]
-        if np.isnan(r):
-            return -1
-        rates[k] = r
-        if r > best_r:
-            best, best_r = k, r
-    if a >= 1.0:  # every expectation exact (k + 1): the same rates as numpy's
-        return best
-    floor = best_r * (1.0 - tie)
-    for k in range(top + 1):  # every other candidate below the best by more than the margin (or both exact)
-        if k != best and rates[k] >= floor and not (k == 0 and best == 0):
-            return -1
-    return best
-
-
-@njit(cache=True)
-def _estimate_update(s, f, accepted, proposed, decay):
-    """AcceptanceEstimate.update: successes and failures decayed, plus the accepted drafts and one failure when the
-    chain stopped short; nothing for an empty proposal. Returns the new (successes, failures)."""
-    if proposed <= 0:
-        return s, f
-    return decay * s + accepted, decay * f + (1.0 if accepted < proposed else 0.0)
-
-
-@njit(cache=True)
-def _ucb_arm(counts, sums, e, arms, beta, tie, index, log_table):
-    """UCBPolicy._select (and its batch form): the first arm never played, else argmax over arms of
-    ucb_index = sums / counts + beta * sqrt(2 ln max(t, 1) / counts), t = the plays, the first on ties. ln t from
-    `log_table` (numpy's own np.log of each whole t, checked against the policy's call form): the index is numpy's bit
-    for bit. An empty table: libm's log, a few ulp from numpy's, so an arm within the relative margin `tie` of the
-    best, unless its counts and sums are the best's, is not decided here: -1. `index`: scratch of length >= arms."""
-    for a in range(arms):
-        if counts[e, a] <= 0:
-            return a
-    t = 0.0
-    for a in range(arms):
-        t += counts[e, a]
-    exact = len(log_table) > 0
-    log_t = log_table[np.int64(t)] if exact else math.log(max(t, 1.0))
-    best = 0
-    for a in range(arms):
-        index[a] = sums[e, a] / counts[e, a] + beta * math.sqrt(2.0 * log_t / counts[e, a])
-        if index[a] > index[best]:
-            best = a
-    if exact or beta == 0.0:  # beta 0: the index is the mean on both paths
-        return best
-    floor = index[best] * (1.0 - tie)
-    for a in range(arms):
-        if a != best and index[a] >= floor and not (counts[e, a] == counts[e, best] and sums[e, a] == sums[e, best]):
-            return -1
-    return best
+# the built-in policies' rules, written once in policies/ as plain Python and compiled here
+_estimate_value = njit(cache=True)(estimate_value)
+_estimate_update = njit(cache=True)(estimate_update)
+_best_k = njit(cache=True)(best_k_rule)
+_ucb_arm = njit(cache=True)(ucb_arm_rule)
 
 
 @njit(cache=True)
@@ -470,7 +407,7 @@ def _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r
 
 @njit(cache=True)
 def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, prof, wtab, pf_order,
-              est_s, est_f, arm_counts, arm_sums, arm_slot, log_table, usage, iparams, fparams, istate, fstate, run, gen,
+              est_s, est_f, arm_counts, arm_sums, arm_slot, usage, iparams, fparams, istate, fstate, run, gen,
               prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish, dsteps, dprop, dacc,
               rows_i, rows_f, itl, stop_finished):
     """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
@@ -487,7 +424,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
     shared, has_cap, min_match = iparams[I_SHARED], iparams[I_CAP], iparams[I_MIN_MATCH]
     k_ngram, k_eagle, ngram_slot = iparams[I_K_NGRAM], iparams[I_K_EAGLE], iparams[I_NGRAM_SLOT]
     overhead = fparams[F_OVERHEAD]
-    prior, weight, decay, tie = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY], fparams[F_TIE]
+    prior, weight, decay = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY]
     arms, beta = iparams[I_ARMS], fparams[F_BETA]
     closed, think = iparams[I_CLOSED], fparams[F_THINK]
     n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
@@ -507,8 +444,6 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
     times = np.empty(k_max + 1, np.float64)
-    rates = np.empty(k_max + 1, np.float64)
-    index = np.empty(max(arms, 1), np.float64)
     code = DONE
     while n_fin < n:
         if r + 3 > cap_rows or ni + max_seqs > cap_itl:
@@ -574,7 +509,6 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                     flat[n_dec] = min(first[i] + gen[i], last[i])  # Drafting.flat_index
                     n_dec += 1
             # ---- the policy's (drafter slot, k) per decoding request (Drafting.choose)
-            undecided = False
             if nslot == 0:
                 for j in range(n_dec):
                     slot[j] = -1
@@ -593,30 +527,21 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                     top = k_max
                     if has_cap == 1:
                         top = max(0, min(k_max, np.int64(cap[flat[j]])))
-                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top, tie, rates)
-                    if kb < 0:
-                        undecided = True
-                        break
+                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top)
                     slot[j] = 0 if kb > 0 else -1
                     kk[j] = kb
             elif policy == POL_UCB:  # BanditPolicy.choose_batch; shared: one choice per step (its state is fixed)
                 arm = 0
                 for j in range(n_dec):
                     if j == 0 or shared == 0:
-                        arm = _ucb_arm(arm_counts, arm_sums, 0 if shared == 1 else dec[j], arms, beta, tie, index,
-                                       log_table)
-                        if arm < 0:
-                            undecided = True
-                            break
+                        e = 0 if shared == 1 else dec[j]
+                        arm = _ucb_arm(arm_counts[e, :arms], arm_sums[e, :arms], beta)
                     slot[j] = arm_slot[arm]
                     kk[j] = k_fixed
             else:
                 for j in range(n_dec):
                     slot[j], kk[j] = _combine_choice(np.int64(cap[flat[j]]), min_match, k_ngram, k_eagle,
                                                      ngram_slot)
-            if undecided:
-                code = ERR_TIE
-                break
             for j in range(n_dec):  # proposals capped (traces/acceptance.proposed_tokens) and their replay
                 g = slot[j]
                 if g >= 0:

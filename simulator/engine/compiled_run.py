@@ -10,9 +10,10 @@ the step path.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
-random eligible configs); where an adaptive-k or UCB argmax cannot be decided exactly (TIE_MARGIN) `run` hands the
-run back untouched and the server redoes it on the step path. Set DRAFTSIM_ENGINE=steps (or `COMPILED = False`) to
-force the step path, =compiled to take the compiled one for runs below MIN_WORK_TOKENS too.
+random eligible configs); the built-in policies' choices are their own rules (policies/adaptive_k.py best_k_rule,
+policies/ucb.py ucb_arm_rule, policies/acceptance_estimate.py), compiled. Which path a run takes depends on its config alone
+(never on what ran before in the process); `COMPILED = False` keeps every server on the step path (tests and
+benchmarks that compare the two).
 
 The kernel runs in segments: it returns when its row buffers are full or when a given number of requests have
 finished, and continues from its state; `CompiledRun.run(stop=...)` uses the latter to let a caller end a run
@@ -24,8 +25,6 @@ clock (`now`, the end of the step just taken; the SimPy clock stands still durin
 from __future__ import annotations
 
 import math
-import os
-import sys
 from typing import Callable
 
 import numpy as np
@@ -39,31 +38,20 @@ from simulator.costs.latency import LinearProfile
 from simulator.engine.request_state import FINISHED
 from simulator.costs.roofline import RooflineProfile
 
-COMPILED = True  # module switch: False keeps every server on the step path (benchmarks compare both)
-ENGINE_ENV = "DRAFTSIM_ENGINE"  # "steps" forces the step path; "compiled": the compiled one whenever eligible
-# below this many output tokens a run takes the step path unless the kernel is already loaded in this process: numba's
-# import and the kernel's cache load (~0.6 s + 0.5 s CPU under load) cost more than the step path's ~0.4 s for it
-MIN_WORK_TOKENS = 200_000
+COMPILED = True  # module switch: False keeps every server on the step path (tests and benchmarks compare both)
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill", "sync")  # the kernels' phase codes
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
-MAX_LOG_TABLE = 1 << 23  # UCB's ln t table (64 MiB); a longer shared run uses libm's log and the tie margin
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
 # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB with the BE reward)
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy)
-# adaptive-k: the kernel sums the expected tokens' series, the policy evaluates numpy's expm1/log1p form (vectorised,
-# SVML on some CPUs); they agree to well under 1e-13 (k <= MAX_K), so an argmax whose runner-up lies within this
-# relative margin is not decided in the kernel and the run is redone on the step path (never a silent difference);
-# the same for UCB where its log table cannot be checked against numpy (libm's log instead)
-TIE_MARGIN = 1e-12
 
 
 def ineligible_reason(server) -> str | None:
     """Why `server` must take the step path, or None when the compiled path reproduces it exactly."""
-    choice = os.environ.get(ENGINE_ENV, "")
-    if not COMPILED or choice == "steps":
-        return f"step path forced ({ENGINE_ENV}=steps)" if COMPILED else "compiled path switched off"
+    if not COMPILED:
+        return "compiled path switched off (compiled_run.COMPILED)"
     if server.mode not in ("ar", "sd", "psd"):
         return f"mode {server.mode!r}: step path"
     if server.mode == "psd":
@@ -94,10 +82,6 @@ def ineligible_reason(server) -> str | None:
     if held > pool.total_blocks:
         return (f"KV could preempt: the {min(len(need), server.max_num_seqs)} largest requests need {held} blocks, "
                 f"the server has {pool.total_blocks}")
-    tokens = int(wl.output_len.sum())
-    if tokens < MIN_WORK_TOKENS and choice != "compiled" and not _kernel_loaded():
-        return (f"a small run ({tokens:,} output tokens < {MIN_WORK_TOKENS:,}): loading the compiled kernel costs more "
-                f"(set {ENGINE_ENV}=compiled to use it)")
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -225,12 +209,6 @@ def profile_row(profile) -> tuple[np.ndarray, np.ndarray]:
     return row, w
 
 
-def _kernel_loaded() -> bool:
-    """The kernel was already compiled or loaded from its cache in this process."""
-    ker = sys.modules.get("simulator.engine.compiled_kernel")
-    return ker is not None and bool(ker.run_steps.signatures)
-
-
 def for_server(server) -> CompiledRun | None:
     """The compiled run of `server`, or None (its reason in `server.engine_path_reason`)."""
     reason = ineligible_reason(server)
@@ -258,7 +236,6 @@ class CompiledRun:
         cfg = server.scenario.server
         f = np.zeros(ker.N_FPARAMS)
         f[ker.F_OVERHEAD] = server.pricing.overhead
-        f[ker.F_TIE] = TIE_MARGIN
         i = np.zeros(ker.N_IPARAMS, dtype=np.int64)
         i[ker.I_SD], i[ker.I_NSLOT] = server.mode == "sd", G
         i[ker.I_MAX_SEQS], i[ker.I_BUDGET], i[ker.I_CHUNKED] = server.max_num_seqs, cfg.max_num_batched_tokens, \
@@ -336,31 +313,6 @@ class CompiledRun:
             self.wtab[p, :len(w)] = w
         self.policy_kind = int(i[ker.I_POLICY])
 
-    def _log_table(self, counts: np.ndarray) -> np.ndarray:
-        """ln max(t, 1) for every whole play count t a UCB state can reach, by numpy as the policy calls it (request
-        scope: `_select_batch` on a column of t; shared: `_select` on one t, checked at sampled t to agree with the
-        table); empty (libm and the tie margin in the kernel) where the check fails."""
-        import simulator.engine.compiled_kernel as ker
-
-        if self.policy_kind != ker.POL_UCB:
-            return np.zeros(0)
-        wl, policy = self.srv.wl, self.srv.drafting.policy
-        # a state is played at most once per decode step of each request reading it
-        most = int(wl.output_len.max() if policy.scope == "request" else wl.output_len.sum())
-        size = int(counts.sum(axis=1).max()) + most + 2
-        if size > MAX_LOG_TABLE:
-            return np.zeros(0)
-        t = np.arange(size, dtype=np.float64)
-        table = np.log(np.maximum(t[:, None], 1.0))[:, 0]
-        probe = np.unique(np.concatenate([np.arange(min(len(t), 64)),
-                                          np.random.default_rng(0).integers(0, len(t), 256)]))
-        if policy.scope == "shared":
-            same = all(np.log(np.maximum(float(x), 1.0)) == table[x] for x in probe)
-        else:  # a step's column of t, of any length: each element as in the table
-            same = all(np.array_equal(np.log(np.maximum(t[probe[:m], None], 1.0))[:, 0], table[probe[:m]])
-                       for m in (1, 3, 8, 17, len(probe)))
-        return table if same else np.zeros(0)
-
     def _arms(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """UCB's play counts and reward sums per (state, arm): per request from zero (start_request), or the policy's
         shared state."""
@@ -390,9 +342,7 @@ class CompiledRun:
     def run(self, stop: Callable[[int], bool] | None = None, check_every: int = 1,
             next_check: Callable[[], int] | None = None) -> float | None:
         """Step the whole run (or until `stop(n_finished)` is true, asked every `check_every` finishes, or when
-        `next_check()` finishes have happened if given); returns the simulated time it ends at, or None, having
-        changed nothing in the server, when an adaptive-k or UCB choice is not decided in the kernel (a near tie, see
-        TIE_MARGIN): the caller then runs it on the step path. While `stop` is asked, `self.now` is the kernel's
+        `next_check()` finishes have happened if given); returns the simulated time it ends at. While `stop` is asked, `self.now` is the kernel's
         clock and the server's state holds every finish up to it."""
         import simulator.engine.compiled_kernel as ker
 
@@ -408,7 +358,6 @@ class CompiledRun:
         usage = np.zeros(len(self.slots) + 1, dtype=np.int64)
         est_s, est_f = self._estimates(n)
         arm_counts, arm_sums = self._arms(n)
-        log_table = self._log_table(arm_counts)
         if self.psd:
             import simulator.engine.compiled_psd_kernel as pker
 
@@ -426,13 +375,9 @@ class CompiledRun:
         rows_f = np.empty((2, SEGMENT_ROWS))
         itl = np.empty(SEGMENT_ROWS * 16 + srv.max_num_seqs)
         prompt, out = wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64)
-        # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run); saved where a run
-        # may be handed back to the step path untouched
+        # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run)
         names = ("arrival", "gen", "prefill_left", "prefill_done", "blocks", "last_emit", "first_sched", "first_token",
                  "finish")
-        may_undo = self.policy_kind in (ker.POL_ADAPTIVE, ker.POL_UCB)
-        saved = {a: getattr(st, a).copy() for a in names} if may_undo else None
-        saved_clients, saved_finished = (client_of.copy(), st.n_finished) if may_undo else (None, None)
         s = {a: getattr(st, a) for a in names}
         blocks_row, itl_parts = [], []
 
@@ -452,21 +397,14 @@ class CompiledRun:
             else:
                 code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
                                  self.cap, self.dkind, self.dpf, self.dcoef, self.prof, self.wtab, self.pf_order,
-                                 est_s, est_f, arm_counts, arm_sums, self.arm_slot, log_table, usage,
+                                 est_s, est_f, arm_counts, arm_sums, self.arm_slot, usage,
                                  self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
                                  s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],
                                  s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
-            if code == ker.ERR_TIE:
-                for a in names:
-                    getattr(st, a)[:] = saved[a]
-                if self.closed:
-                    arr.client_of[:] = saved_clients
-                st.n_finished, self.running = saved_finished, False
-                return None
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
                                    f" at t={fstate[0]:.6f}s (its eligibility check should have sent this run to the "
-                                   f"step path; set {ENGINE_ENV}=steps)")
+                                   "step path: a bug, please report it with the config)")
             r, ni = int(istate[ker.S_ROWS]), int(istate[ker.S_ITL])
             n_fin = int(istate[ker.S_FINISHED])
             self.now = float(fstate[0])  # the end of the step just taken: the state is complete up to it

@@ -67,7 +67,7 @@ def stack_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
 @dataclass
 class ColumnBuffer:
     """Append-only rows in schema order: one tuple at a time (`append_row`) or a block of column arrays
-    (`append_columns`, a macro-step's rows); `frame()` builds the typed DataFrame once at the end, rows in
+    (`append_columns`, a compiled run's rows); `frame()` builds the typed DataFrame once at the end, rows in
     the order they were appended."""
 
     schema: dict[str, tuple[str, str]]
@@ -76,8 +76,6 @@ class ColumnBuffer:
         self._rows: list[tuple] = []
         self._blocks: list[tuple[int, dict[str, np.ndarray]]] = []  # (rows appended before it, columns)
         self._block_rows = 0
-        self._deferred: list[tuple] = []  # (callable returning columns or None, column ordering the rows)
-        self._order_by: str | None = None  # set once a deferred source has given rows
         self.append_row = self._rows.append  # hot path: one tuple per row, in schema order
 
     def __len__(self) -> int:
@@ -100,22 +98,11 @@ class ColumnBuffer:
         self._blocks.append((len(self._rows), columns))
         self._block_rows += n.pop()
 
-    def defer(self, columns, order_by: str) -> None:
-        """`columns()` returns the rows added since its last call (or None) when a frame is built; rows are then
-        stable-sorted by the `order_by` column, so each source's rows must already be in that order."""
-        self._deferred.append((columns, order_by))
-
     def _dtype(self, t: str):
         return object if t == "str" else t
 
     def frame(self) -> pd.DataFrame:
         cols = list(self.schema)
-        for fn, key in self._deferred:
-            block = fn()
-            if block is not None:
-                self.append_columns(block)
-                self._order_by = key
-        order_by = self._order_by
         if not self._blocks:
             df = pd.DataFrame.from_records(self._rows, columns=cols) if self._rows else pd.DataFrame(columns=cols)
             return df.astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})
@@ -131,9 +118,6 @@ class ColumnBuffer:
                 parts.append(block)
         data = {c: np.concatenate([np.asarray(p[c], dtype=self._dtype(t)) for p in parts])
                 for c, (t, _) in self.schema.items()}
-        if order_by is not None:
-            order = np.argsort(data[order_by], kind="stable")
-            data = {c: v[order] for c, v in data.items()}
         # string columns as object Series: a bare object array would be inferred as pandas' str dtype and converted back
         data = {c: pd.Series(v, dtype=object, copy=False) if v.dtype == object else v for c, v in data.items()}
         return pd.DataFrame(data, columns=cols).astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})

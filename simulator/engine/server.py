@@ -22,7 +22,7 @@ from simulator.engine.request_state import RequestState
 from simulator.engine.scheduler import Scheduler
 from simulator.server_config import Scenario
 from simulator.engine.step_outcome import StepOutcome
-from simulator.engine import compiled_run, step_runs
+from simulator.engine import compiled_run
 from simulator.engine.step_psd import PSDExecutor
 from simulator.engine.step_sd import SDExecutor
 from simulator.engine.workload_arrays import SimInputs
@@ -81,7 +81,6 @@ class Server:
             arrivals.attach(st.arrival)
         self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
         self.compiled = compiled_run.for_server(self)  # None: the step path (reason in engine_path_reason)
-        self.step_runs = step_runs.for_server(self) if self.compiled is None else None  # None: step by step
         self.process = env.process(self.loop())
 
     def loop(self):
@@ -90,16 +89,8 @@ class Server:
         n = len(self.wl)
         if self.compiled is not None:  # the whole run in one compiled loop (simulator/engine/compiled_run.py)
             end = self.compiled.run(**self._compiled_checks())
-            if end is not None:
-                yield env.timeout(max(0.0, end - env.now))
-                return
-            # an adaptive-k or UCB choice the kernel cannot decide exactly (compiled_run.TIE_MARGIN): nothing was
-            # written, the whole run takes the step path
-            self.compiled = None
-            self.engine_path_reason = (f"{self.drafting.policy.name}: a near tie in the policy's argmax (within "
-                                       "compiled_run.TIE_MARGIN, where libm and numpy may differ): the run was redone "
-                                       "on the step path")
-            self.step_runs = step_runs.for_server(self)
+            yield env.timeout(max(0.0, end - env.now))
+            return
         busy = False
         while st.n_finished < n:
             if busy and self.gap_s and (st.running or st.waiting):  # vLLM V1: the engine loop's gap, then inputs
@@ -109,13 +100,6 @@ class Server:
                 st.arrive(i)
             if not st.running and not st.waiting:
                 yield self._idle()
-                continue
-            run = self.step_runs.plan(env.now) if self.step_runs is not None else None
-            if run is not None:  # a macro-step: several determined steps at once (simulator/engine/step_runs.py)
-                yield env.timeout(run.end - env.now)
-                self.step_runs.apply(run)
-                if self.on_step is not None:
-                    self.on_step(st.n_finished)
                 continue
             step = self.executor.plan(env.now)
             if step.empty:

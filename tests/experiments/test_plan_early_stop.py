@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from experiments.plan.early_stop import PlanStop
 from experiments.plan.search import (MAX_UTILIZATION, RateSearch, Verdict, judge, settled_by_first_seed,
                                      strict_high_end)
-from simulator.engine.compiled_run import ENGINE_ENV
+from simulator.engine import compiled_run
 from simulator.measure.early_stop import Progress, exceeded_so_far, progress_frame
 from simulator.measure.metrics import goodput_mask
 from simulator.measure.steady_state import batch_means, mean_interval
@@ -130,7 +130,7 @@ def _both(md1, rate, level, n=400, seed=7):
 def test_a_stopped_run_gets_the_full_runs_verdict(md1, factor, level, seed):
     rate = factor * md1[3]  # around the M/D/1 threshold (6.8 req/s; the service rate is 10)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(ENGINE_ENV, "steps")
+        mp.setattr(compiled_run, "COMPILED", False)
         full, early = _both(md1, rate, level, seed=seed)
     _same_verdict(full, early, rate, level)
 
@@ -150,7 +150,6 @@ def test_a_stopped_compiled_run_gets_the_full_runs_verdict(md1, factor, level, s
         return real(self, stop, check_every, next_check)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(ENGINE_ENV, "compiled")
         mp.setattr(CompiledRun, "run", spy)
         full, early = _both(md1, rate, level, seed=seed)
     assert asked == [False, True]  # both on the compiled path; the stopping one asked by the monitor

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from policies.base import FixedPolicy
 from simulator.engine.acceptance_table import AcceptanceTable
@@ -75,3 +76,34 @@ def simulate(traces, wl, *, mode="sd", k=3, drafter="d", target=None, draft=None
 
 __all__ = ["iid_traces", "workload", "linear", "scenario", "inputs", "simulate", "constant_profile", "PSDConfig",
            "DraftCost"]
+
+
+def traces_with(n: int, seed: int, rate: float, ngram: bool) -> list[RequestTrace]:
+    """i.i.d. acceptance for drafter 'd'; with `ngram`, drafter 'g' with proposal lengths (0 = no match)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(n):
+        o = int(rng.integers(1, 60))
+        dt = {"d": DrafterTrace(rng.geometric(1 - rate, o).astype(np.int32))}
+        if ngram:
+            dt["g"] = DrafterTrace(rng.geometric(0.5, o).astype(np.int32),
+                                   proposal_len=rng.integers(0, 5, o).astype(np.int32))
+        out.append(RequestTrace(f"t{t}", int(rng.integers(1, 120)), o, dt))
+    return out
+
+
+def assert_same(a, b) -> None:
+    """Two results with the same requests, steps and ITL tables, bit for bit, and the same extras."""
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    assert a.itl.tobytes() == b.itl.tobytes()
+    assert a.extras == b.extras
+
+
+COSTS = {
+    "constant": DraftCost("constant", seconds=0.002),
+    "zero": DraftCost("constant", seconds=0.0),
+    "fraction": DraftCost("fraction_of_verify", fraction=0.13),
+    "whole": DraftCost("whole_proposal", profile=linear(3e-8, 1e-5, 1e-3)),
+    "autoregressive": DraftCost("autoregressive", profile=linear(2e-8, 3e-6, 4e-4)),
+}

@@ -10,7 +10,7 @@ from policies.registry import make_policy
 from tests.simulator.engine.engine_fixtures import PSDConfig, workload
 from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build, drawn_case, rooflines, run_path, tight_kv,
                                               with_roofline)
-from tests.simulator.engine.test_step_runs import traces_with
+from tests.simulator.engine.engine_fixtures import traces_with
 
 
 @settings(max_examples=80, deadline=None)

@@ -18,15 +18,14 @@ from hypothesis import strategies as st
 
 from policies.base import FixedPolicy
 from policies.registry import make_policy
-from simulator.engine import compiled_run, step_runs
+from simulator.engine import compiled_run
 from simulator.engine.arrivals import PushedArrivals
 from simulator.costs.draft_cost import DraftCost
 from simulator.engine.simulation import ServerSimulation
 from simulator.costs.latency import LinearProfile
 from simulator.costs.roofline import RooflineProfile
 from simulator.engine.server import Server
-from tests.simulator.engine.engine_fixtures import PSDConfig, inputs, linear, scenario, workload
-from tests.simulator.engine.test_step_runs import COSTS, traces_with
+from tests.simulator.engine.engine_fixtures import COSTS, PSDConfig, inputs, linear, scenario, traces_with, workload
 from traces.catalog import get_gpu, get_model
 
 
@@ -38,23 +37,19 @@ def build(traces, wl, *, mode="sd", k=3, drafter="d", drafters=("d",), cost=None
     server.setdefault("max_num_seqs", 8)
     sc = scenario(mode, policy, target=target or linear(1e-7, 2e-5, 5e-3), costs=costs, kv_tokens=kv_tokens,
                   psd=psd, switch_cost_s=switch_cost_s, **server)
-    old, compiled_run.MIN_WORK_TOKENS = compiled_run.MIN_WORK_TOKENS, 0  # these small runs take it too
-    try:
-        return ServerSimulation(sc, inputs(traces, wl, drafters))
-    finally:
-        compiled_run.MIN_WORK_TOKENS = old
+    return ServerSimulation(sc, inputs(traces, wl, drafters))
 
 
 def run_path(compiled: bool, segment: int | None = None, **kw):
     """One simulation on the compiled path (when eligible; `segment`: the kernel's rows per call) or forced onto
     the step-by-step path."""
     old = compiled_run.SEGMENT_ROWS
-    compiled_run.COMPILED, step_runs.MACRO_STEPS = compiled, False
+    compiled_run.COMPILED = compiled
     compiled_run.SEGMENT_ROWS = old if segment is None else segment
     try:
         return build(**kw).simulate()
     finally:
-        compiled_run.COMPILED, step_runs.MACRO_STEPS, compiled_run.SEGMENT_ROWS = True, True, old
+        compiled_run.COMPILED, compiled_run.SEGMENT_ROWS = True, old
 
 
 def assert_same(a, b) -> None:
@@ -189,8 +184,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               chunked_prefill=rules == "chunked", prefill="separate" if rules == "separate" else "mixed")
     kw = with_roofline(kw, roof, cost)
     fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
-    reason = fast.extras.get("engine_path_reason", "")
-    assert fast.extras["engine_path"] == "compiled" or "near tie" in reason, reason
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
     assert slow.extras["engine_path"] == "steps"
     assert_same(fast, slow)
@@ -304,20 +298,24 @@ def test_a_cluster_replica_and_a_forced_step_path_fall_back(monkeypatch):
     env = simpy.Environment()
     srv = Server(env, sim.server.scenario, inputs(traces, wl), arrivals=PushedArrivals(env))
     assert srv.compiled is None and "pushed" in srv.engine_path_reason
-    monkeypatch.setenv(compiled_run.ENGINE_ENV, "steps")
+    monkeypatch.setattr(compiled_run, "COMPILED", False)
     res = build(traces=traces, wl=wl).simulate()
-    assert res.extras["engine_path"] == "steps" and "forced" in res.extras["engine_path_reason"]
+    assert res.extras["engine_path"] == "steps" and "switched off" in res.extras["engine_path_reason"]
 
 
-def test_a_small_run_takes_the_step_path_until_the_kernel_is_loaded_or_asked_for(monkeypatch):
+def test_the_path_depends_on_the_config_alone_not_on_what_ran_before():
+    """A small eligible run takes the compiled path in a fresh process, before any other run, as after one."""
+    code = ("from tests.simulator.engine.test_compiled_run import build, traces_with, workload\n"
+            "t = traces_with(4, 2, 0.5, False)\n"
+            "print(build(traces=t, wl=workload(t, 8)).simulate().extras['engine_path'])")
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[3]
+    first = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert first.stdout.split() == ["compiled"]
     traces = traces_with(4, 2, 0.5, False)
-    wl = workload(traces, 8)
-    sc = build(traces=traces, wl=wl).server.scenario
-    monkeypatch.setattr(compiled_run, "_kernel_loaded", lambda: False)
-    small = ServerSimulation(sc, inputs(traces, wl)).server
-    assert small.compiled is None and "small run" in small.engine_path_reason
-    monkeypatch.setenv(compiled_run.ENGINE_ENV, "compiled")
-    assert ServerSimulation(sc, inputs(traces, wl)).server.compiled is not None
+    assert build(traces=traces, wl=workload(traces, 8)).simulate().extras["engine_path"] == "compiled"
 
 
 def test_an_early_stop_ends_the_run_with_the_full_runs_finishes():
@@ -354,7 +352,7 @@ def _snapshots(compiled: bool, traces, wl, stop_after: int | None, policy=None):
     """Every snapshot a StopMonitor (the plan's early stop hook) takes, on one path; it stops at check `stop_after`."""
     from simulator.measure.early_stop import StopMonitor, run_until_decided
 
-    compiled_run.COMPILED, step_runs.MACRO_STEPS = compiled, False
+    compiled_run.COMPILED = compiled
     try:
         sim = build(traces=traces, wl=wl, **({} if policy is None else {"policy": make_policy(policy, seed=0)}))
         seen = []
@@ -369,7 +367,7 @@ def _snapshots(compiled: bool, traces, wl, stop_after: int | None, policy=None):
         assert (sim.server.compiled is not None) == compiled
         return seen, last, sim
     finally:
-        compiled_run.COMPILED, step_runs.MACRO_STEPS = True, True
+        compiled_run.COMPILED = True
 
 
 @pytest.mark.parametrize("policy", [None, {"name": "adaptive-k", "drafter": "d", "k_max": 4},
@@ -378,8 +376,7 @@ def _snapshots(compiled: bool, traces, wl, stop_after: int | None, policy=None):
 def test_a_stop_monitor_on_a_compiled_run_sees_the_step_paths_snapshots(monkeypatch, stop_after, policy):
     """The plan's early stop on the compiled path: asked at the same steps as on the step path, it sees the same
     time (the kernel's clock, not the SimPy clock), counts and per-request times, and a stop ends the run there;
-    also for the policies whose run may be handed back to the step path (adaptive-k, UCB: the kernel writes the
-    server's state in place and restores it only on a near tie)."""
+    also for the learning policies (adaptive-k, UCB), whose state the kernel writes in place."""
     monkeypatch.setattr(compiled_run, "SEGMENT_ROWS", 16)  # segments too: a full buffer is no check
     traces = traces_with(10, 4, 0.6, False)
     wl = workload(traces, 50, rate=80.0, seed=6)
@@ -396,10 +393,10 @@ def test_a_stop_monitor_on_a_compiled_run_sees_the_step_paths_snapshots(monkeypa
         assert last_c is comp[-1] and sim.server.state.n_finished == comp[-1].finished < len(wl)
 
 
-def test_an_adaptive_k_near_tie_hands_the_whole_run_to_the_step_path_unchanged():
+def test_an_adaptive_k_exact_tie_is_decided_alike_on_both_paths():
     """Prior 0 makes every first estimate 0, where each k expects one token; with steps priced the same at every k
-    (no per-token or KV cost, a free drafter) the rates tie, and the kernel's libm expectation may differ from
-    numpy's by an ulp: it does not decide, and the run is redone step by step with the same tables."""
+    (no per-token or KV cost, a free drafter) the rates tie exactly: both paths run the one rule (best_k_rule) and take
+    the first k, so the compiled run's tables are the step path's."""
     traces = traces_with(6, 1, 0.6, False)
     wl = workload(traces, 12, rate=100.0)
     kw = dict(traces=traces, wl=wl, cost=COSTS["zero"], target=linear(0.0, 0.0, 5e-3))
@@ -407,7 +404,7 @@ def test_an_adaptive_k_near_tie_hands_the_whole_run_to_the_step_path_unchanged()
     sim = build(policy=make_policy(spec, seed=0), **kw)
     assert sim.server.compiled is not None  # eligible up front
     res = sim.simulate()
-    assert res.extras["engine_path"] == "steps" and "near tie" in res.extras["engine_path_reason"]
+    assert res.extras["engine_path"] == "compiled"
     assert_same(res, run_path(False, policy=make_policy(spec, seed=0), **kw))
 
 
@@ -441,13 +438,10 @@ def test_adaptive_k_estimates_are_left_in_the_policy_as_the_step_path_leaves_the
     assert running and sorted(pol._est) == sorted(running)
 
 
-@pytest.mark.parametrize("scope", ["request", "shared", "shared-libm"])
+@pytest.mark.parametrize("scope", ["request", "shared"])
 def test_longer_ucb_runs_over_two_drafters_are_equal(scope, monkeypatch):
     """UCB's index decides between two arms over many plays (per request: up to ~60; shared: thousands), so a change
     to the index or the reward shows in the tables."""
-    if scope == "shared-libm":  # no ln t table: libm's log, decided only outside the tie margin
-        monkeypatch.setattr(compiled_run, "MAX_LOG_TABLE", 0)
-        scope = "shared"
     traces = traces_with(40, 11, 0.55, True)
     wl = workload(traces, 160, rate=120.0, seed=11)
     for beta in (0.2, 1.0, 3.0):
@@ -455,7 +449,7 @@ def test_longer_ucb_runs_over_two_drafters_are_equal(scope, monkeypatch):
         kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=12, max_num_batched_tokens=256,
                   chunked_prefill=True, step_overhead_s=1e-4)
         fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
-        assert fast.extras["engine_path"] == "compiled" or "near tie" in fast.extras["engine_path_reason"]
+        assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
         assert min(fast.extras["drafter_usage"][d] for d in ("d", "g")) > 0  # both arms played
         assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
 
@@ -486,10 +480,12 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
 
     import simulator
 
-    src = Path(simulator.__file__).parent / "engine"
-    digest = hashlib.sha256((src / "compiled_kernel.py").read_bytes() + (src / "compiled_psd_kernel.py").read_bytes())
+    root = Path(simulator.__file__).parent.parent
+    digest = hashlib.sha256(b"".join((root / f).read_bytes() for f in (
+        "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
+        "policies/acceptance_estimate.py", "policies/ucb.py")))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
     code = ("import numba, simulator.engine.compiled_kernel\nfrom numba.core import config\nprint(config.CACHE_DIR)")
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                         cwd=src.parent.parent).stdout.strip()
+                         cwd=root).stdout.strip()
     assert got == str(tmp_path / ".cache" / "draftsim" / "numba" / digest.hexdigest()[:16])

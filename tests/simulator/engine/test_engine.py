@@ -181,7 +181,8 @@ def _drafted_side_kv(defer_kv: bool) -> tuple[int, int]:
 def test_psd_defer_kv_reserves_lookahead_on_the_drafted_side(monkeypatch):
     # the check reads the server after every step: the step path (the compiled one, equal to it bit for bit by
     # tests/simulator/engine/test_compiled_psd.py, tells a step hook once, at the end)
-    monkeypatch.setenv("DRAFTSIM_ENGINE", "steps")
+    from simulator.engine import compiled_run
+    monkeypatch.setattr(compiled_run, "COMPILED", False)
     drafted, covered = _drafted_side_kv(defer_kv=True)  # MineDraft: slots reserved when drafted
     assert drafted > 100 and covered == drafted
     drafted, covered = _drafted_side_kv(defer_kv=False)  # reserved only when verified
