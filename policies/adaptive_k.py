@@ -57,6 +57,10 @@ class AdaptiveKPolicy(Policy):
         self.scope = scope
         self._est: dict[str, AcceptanceEstimate] = {}
 
+    def estimate(self, request_id: str) -> AcceptanceEstimate:
+        """The acceptance estimate a request's choices read (the shared one in shared scope); made on first use."""
+        return self._estimate(request_id)
+
     def _estimate(self, request_id: str) -> AcceptanceEstimate:
         key = request_id if self.scope == "request" else _SHARED
         est = self._est.get(key)

@@ -58,6 +58,10 @@ class BanditPolicy(Policy):
     def _key(self, request_id: str) -> str:
         return request_id if self.scope == "request" else _SHARED
 
+    def state(self, request_id: str) -> Any:
+        """The statistics a request's choices read (the shared ones in shared scope); made on first use."""
+        return self._state(request_id)
+
     def _state(self, request_id: str) -> Any:
         key = self._key(request_id)
         state = self._states.get(key)

@@ -1,4 +1,4 @@
-"""DESIGN.md's layering, checked on the source: every import (module level or inside a function) points down the
+"""The layering of docs/architecture.md, checked on the source: every import (module level or inside a function) points down the
 table, and the module graph has no import circle, lazy imports included."""
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_every_import_points_down_the_table():
     assert len(graph) > 50  # the walk found the code
     up = sorted((m, t) for m, ts in graph.items() for t in ts
                 if t.split(".")[0] != m.split(".")[0] and t.split(".")[0] not in MAY_IMPORT[m.split(".")[0]])
-    assert up == [], f"imports that run up DESIGN.md's table: {up[:10]}"
+    assert up == [], f"imports that run up the layering of docs/architecture.md: {up[:10]}"
 
 
 def test_no_import_circles_lazy_imports_included():

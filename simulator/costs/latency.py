@@ -30,6 +30,12 @@ class LatencyProfile(Protocol):
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float: ...
 
 
+def linear_step_time(a, b, s, d, num_seqs, batched_tokens, kv_tokens):
+    """a * kv_tokens + b * batched_tokens + s * num_seqs + d, in that order: the one linear-profile rule (plain
+    Python; the compiled engine compiles it)."""
+    return a * kv_tokens + b * batched_tokens + s * num_seqs + d
+
+
 @dataclass
 class LinearProfile:
     """t = kv_tokens*a + batched_tokens*b + num_seqs*c + const."""
@@ -51,8 +57,13 @@ class LinearProfile:
         self._a, self._b = float(c.get("kv_tokens", 0.0)), float(c.get("batched_tokens", 0.0))
         self._s, self._d = float(c.get("num_seqs", 0.0)), float(c.get("const", 0.0))
 
+    @property
+    def terms(self) -> tuple[float, float, float, float]:
+        """(a, b, s, d): seconds per KV token, per batched token, per sequence, and per step."""
+        return self._a, self._b, self._s, self._d
+
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
-        return self._a * kv_tokens + self._b * batched_tokens + self._s * num_seqs + self._d
+        return linear_step_time(self._a, self._b, self._s, self._d, num_seqs, batched_tokens, kv_tokens)
 
 
 @dataclass

@@ -34,6 +34,15 @@ class OpenLoopArrivals:
     def next_time(self) -> float | None:
         return float(self.arrival[self._ptr]) if self._ptr < len(self.arrival) else None
 
+    @property
+    def pulled(self) -> int:
+        """How many arrivals were pulled so far (they are pulled in order)."""
+        return self._ptr
+
+    def resume(self, pulled: int) -> None:
+        """Continue after a compiled run that pulled the first `pulled` arrivals."""
+        self._ptr = int(pulled)
+
     def on_finish(self, i: int, t: float) -> None:
         pass
 
@@ -62,6 +71,18 @@ class ClosedLoopArrivals:
         self.client_of[i] = client
         self.arrival[i] = t
         heapq.heappush(self._heap, (t, i))
+
+    @property
+    def submitted(self) -> int:
+        """How many requests the clients have sent so far (numbered in order)."""
+        return self._next
+
+    def resume(self, submitted: int, pulled: int) -> None:
+        """Continue after a compiled run: `submitted` requests sent (times in `arrival`, clients in `client_of`), the
+        first `pulled` of them taken; the rest are pending."""
+        self._next = int(submitted)
+        self._heap = [(float(self.arrival[i]), i) for i in range(int(pulled), self._next)]
+        heapq.heapify(self._heap)
 
     def pull(self, now: float) -> list[int]:
         out = []

@@ -24,7 +24,7 @@ from pathlib import Path
 # the kernels and the policy rules they compile (numba keys a cached kernel on its own file only)
 KERNEL_SOURCES = tuple(Path(__file__).resolve().parents[2] / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
-    "policies/acceptance_estimate.py", "policies/ucb.py"))
+    "policies/acceptance_estimate.py", "policies/ucb.py", "simulator/costs/latency.py"))
 
 
 def kernel_cache_dir() -> Path:
@@ -48,6 +48,7 @@ from numba.core import config as _numba_config  # noqa: E402
 from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
 from policies.adaptive_k import best_k_rule  # noqa: E402
 from policies.ucb import ucb_arm_rule  # noqa: E402
+from simulator.costs.latency import linear_step_time  # noqa: E402
 
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
 
@@ -181,10 +182,7 @@ def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop,
 
 
 
-@njit(cache=True)
-def _linear(a, b, s, d, num_seqs, batched_tokens, kv_tokens):
-    """latency.LinearProfile.step_time: a * kv + b * tokens + s * seqs + d, in that order."""
-    return a * kv_tokens + b * batched_tokens + s * num_seqs + d
+_linear = njit(cache=True)(linear_step_time)  # latency.LinearProfile.step_time's one rule
 
 
 @njit(cache=True)

@@ -144,7 +144,7 @@ def profile_reason(profile, what: str) -> str | None:
     """Why the kernel cannot price `profile` (the target's or a drafter's), or None: LinearProfile with finite
     non-negative coefficients, or RooflineProfile whose MoE weight reads settle (roofline_weights)."""
     if type(profile) is LinearProfile:
-        if not all(np.isfinite(c) and c >= 0 for c in (profile._a, profile._b, profile._s, profile._d)):
+        if not all(np.isfinite(c) and c >= 0 for c in profile.terms):
             return f"a negative or non-finite {what} profile coefficient (the step path names it)"
         return None
     if type(profile) is RooflineProfile:
@@ -194,7 +194,7 @@ def profile_row(profile) -> tuple[np.ndarray, np.ndarray]:
     row = np.zeros(ker.N_PROF)
     if type(profile) is LinearProfile:
         row[ker.PR_KIND] = ker.PK_LINEAR
-        row[ker.PR_A:ker.PR_D + 1] = profile._a, profile._b, profile._s, profile._d
+        row[ker.PR_A:ker.PR_D + 1] = profile.terms
         return row, np.zeros(1)
     m, w = profile.model, roofline_weights(profile)
     row[ker.PR_KIND] = ker.PK_ROOFLINE
@@ -303,8 +303,8 @@ class CompiledRun:
         self.arm_slot = np.array([self.slots.index(d) for d in getattr(policy, "drafters", ())] or [0],
                                  dtype=np.int64)  # a bandit's arms (its drafters' order) -> slots
         self.iparams, self.fparams = i, f
-        self.first = server.drafting._first.astype(np.int64)
-        self.last = server.drafting._last.astype(np.int64)
+        self.first = server.drafting.first_flat.astype(np.int64)
+        self.last = server.drafting.last_flat.astype(np.int64)
         self.tab, self.rowof, self.cap = tab, rowof, np.asarray(cap, dtype=np.int32)
         self.dkind, self.dpf, self.dcoef = dkind, dpf, dcoef
         self.prof = np.array([r for r, _ in rows])
@@ -322,7 +322,7 @@ class CompiledRun:
         if self.policy_kind != ker.POL_UCB:
             return np.zeros((1, 1)), np.zeros((1, 1))
         if policy.scope == "shared":
-            state = policy._state("")
+            state = policy.state("")
             return state.counts[None, :].copy(), state.sums[None, :].copy()
         return np.zeros((n, policy.num_arms)), np.zeros((n, policy.num_arms))
 
@@ -335,7 +335,7 @@ class CompiledRun:
         if self.policy_kind != ker.POL_ADAPTIVE:
             return np.zeros(1), np.zeros(1)
         if policy.scope == "shared":
-            est = policy._estimate("")
+            est = policy.estimate("")
             return np.array([est.successes]), np.array([est.failures])
         return np.zeros(n), np.zeros(n)
 
@@ -350,7 +350,7 @@ class CompiledRun:
         st, wl, n = srv.state, srv.wl, len(srv.wl)
         istate = np.zeros(12, dtype=np.int64)
         arr = srv.arrivals
-        istate[ker.S_SUBMITTED] = arr._next if self.closed else n
+        istate[ker.S_SUBMITTED] = arr.submitted if self.closed else n
         client_of = arr.client_of if self.closed else np.zeros(1, dtype=np.int64)
         fstate = np.array([srv.env.now], dtype=np.float64)
         run = np.zeros(srv.max_num_seqs, dtype=np.int64)
@@ -441,31 +441,30 @@ class CompiledRun:
             return
         policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
         if policy.scope == "shared":
-            state = policy._state("")
+            state = policy.state("")
             state.counts[:], state.sums[:] = counts[0], sums[0]
             return
         for i in running:
             if not np.isnan(st.first_token[i]):
-                state = policy._state(ids[i])
+                state = policy.state(ids[i])
                 state.counts[:], state.sums[:] = counts[i], sums[i]
 
     def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray) -> None:
         """adaptive-k's estimates back into the policy: the shared one, or those of requests still decoding (a
         finished request's is dropped, as finish_request does)."""
-        from policies.acceptance_estimate import AcceptanceEstimate
         import simulator.engine.compiled_kernel as ker
 
         if self.policy_kind != ker.POL_ADAPTIVE:
             return
         policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
         if policy.scope == "shared":
-            est = policy._estimate("")
+            est = policy.estimate("")
             est.successes, est.failures = float(est_s[0]), float(est_f[0])
             return
         for i in running:
             if not np.isnan(st.first_token[i]):
-                policy._est[ids[i]] = AcceptanceEstimate(policy.prior, policy.prior_weight, policy.decay,
-                                                         float(est_s[i]), float(est_f[i]))
+                est = policy.estimate(ids[i])
+                est.successes, est.failures = float(est_s[i]), float(est_f[i])
 
     def _write(self, istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts) -> None:
         """The kernel's outcome into the server's state, counters, KV pool, ITL and step records."""
@@ -474,11 +473,10 @@ class CompiledRun:
         srv = self.srv
         st, outcome, pool = srv.state, srv.outcome, srv.sched.pool
         n_run, ptr, admit = int(istate[ker.S_NRUN]), int(istate[ker.S_PTR]), int(istate[ker.S_ADMIT])
-        if self.closed:  # submitted, not yet pulled: the heap's entries; ids in order, as _submit numbers them
-            srv.arrivals._next = int(istate[ker.S_SUBMITTED])
-            srv.arrivals._heap = [(float(st.arrival[i]), i) for i in range(ptr, srv.arrivals._next)]
+        if self.closed:  # submitted, not yet pulled: pending; ids in order, as the clients number them
+            srv.arrivals.resume(int(istate[ker.S_SUBMITTED]), ptr)
         else:
-            srv.arrivals._ptr = ptr
+            srv.arrivals.resume(ptr)
         fin = ~np.isnan(st.finish)
         st.status[:ptr] = 1  # WAITING; then running and finished
         st.status[run[:n_run]] = 2

@@ -33,8 +33,8 @@ class Drafting:
         self.learns = self.policy.learns
         self._group_cache: tuple = (None, [])
         # each request's first and last flat trace index (AcceptanceTable.flat_index, precomputed per request)
-        self._first = table.offsets[wl.trace_index]
-        self._last = table.offsets[wl.trace_index + 1] - 1
+        self.first_flat = table.offsets[wl.trace_index]
+        self.last_flat = table.offsets[wl.trace_index + 1] - 1
         pol = self.policy
         if pol.reads_ground_truth:
             if live:
@@ -69,7 +69,7 @@ class Drafting:
 
     def flat_index(self, idx: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Flat trace positions of requests `idx` at output positions `pos`, clipped into each trace."""
-        return np.minimum(self._first[idx] + pos, self._last[idx])
+        return np.minimum(self.first_flat[idx] + pos, self.last_flat[idx])
 
     def choose(self, idx: np.ndarray, now: float, estimator):
         """Drafter, k and proposed tokens of requests `idx` (n-gram proposals capped), plus their flat trace index."""
