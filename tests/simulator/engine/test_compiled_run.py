@@ -489,3 +489,44 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          cwd=root).stdout.strip()
     assert got == str(tmp_path / ".cache" / "draftsim" / "numba" / digest.hexdigest()[:16])
+
+
+def test_the_kernel_is_plain_python_numba_off_gives_the_same_tables(tmp_path):
+    """The compiled path's rules are readable Python over arrays: with numba's JIT switched off
+    (NUMBA_DISABLE_JIT=1, the kernel run as plain Python) the requests, steps and ITL tables of fixed-k SD,
+    adaptive-k, UCB and PSD runs are bit for bit the compiled ones (the same IEEE operations in the same order;
+    tolerance zero)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import pickle
+from policies.registry import make_policy
+from tests.simulator.engine.test_compiled_run import build, traces_with, workload, PSDConfig
+t = traces_with(8, 3, 0.6, True)
+wl = workload(t, 14, rate=90.0, seed=3)
+specs = [None, {{"name": "adaptive-k", "drafter": "d", "k_max": 4}},
+         {{"name": "ucb", "drafters": ["g", "d"], "k": 3}}]
+out = []
+for spec in specs:
+    pol = None if spec is None else make_policy(spec, seed=0)
+    res = build(traces=t, wl=wl, drafters=("d", "g"), policy=pol).simulate()
+    out.append((res.extras["engine_path"], res.requests, res.steps, res.itl.tobytes()))
+res = build(traces=t, wl=wl, mode="psd", psd=PSDConfig()).simulate()
+out.append((res.extras["engine_path"], res.requests, res.steps, res.itl.tobytes()))
+pickle.dump(out, open({str(tmp_path / "OUT")!r}, "wb"))
+"""
+    root = Path(__file__).resolve().parents[3]
+    tables = []
+    for jit_off in ("0", "1"):
+        env = dict(os.environ, NUMBA_DISABLE_JIT=jit_off)
+        subprocess.run([sys.executable, "-c", code.replace("OUT", f"out{jit_off}")], cwd=root, env=env, check=True)
+        tables.append(pickle.loads((tmp_path / f"out{jit_off}").read_bytes()))
+    for (path_a, req_a, steps_a, itl_a), (path_b, req_b, steps_b, itl_b) in zip(*tables):
+        assert path_a == path_b == "compiled"
+        pd.testing.assert_frame_equal(req_a, req_b, check_exact=True)
+        pd.testing.assert_frame_equal(steps_a, steps_b, check_exact=True)
+        assert itl_a == itl_b
