@@ -126,11 +126,9 @@ class ExperimentConfig(StrictModel):
 
             parse_synth_spec(v["synthetic"], "traces.synthetic")
         if isinstance(v, str):
-            if v.startswith("builtin:"):
-                from traces.builtin_bundles import builtin_bundle_path
+            from traces.builtin_bundles import bundle_folder
 
-                builtin_bundle_path(v.split(":", 1)[1])
-            elif not Path(v).is_dir():
+            if not bundle_folder(v).is_dir():
                 raise ValueError(f"{v!r} is not a trace bundle folder (nor builtin:NAME)")
         return v
 
