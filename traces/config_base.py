@@ -41,8 +41,8 @@ _UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|constrained-\w+|(list|dic
 _KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-\[\]]+)*): (?P<rest>.*)$", re.S)
 
 
-def _key_path(loc: tuple, prefix: str = "") -> str:
-    parts = [str(p) for p in loc if not _UNION_BRANCH.match(str(p))]
+def _key_path(loc: tuple, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    parts = [str(p) for p in _walk(model, loc)[0]]
     return ".".join(p for p in (prefix, *parts) if p)
 
 
@@ -76,15 +76,36 @@ def _members(annotation: Any) -> list[Any]:
     return [annotation]
 
 
-def _keys_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
-    """The keys `model` accepts in the mapping at `loc` (a pydantic error location, its last part the key
-    itself), found by walking the field annotations; [] where the walk meets no model."""
+def _models(current: list[Any]) -> list[type[BaseModel]]:
+    return [a for c in current for a in _members(c) if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def _tagged(models: list[type[BaseModel]], part: Any) -> list[type[BaseModel]]:
+    """The members of a discriminated union whose tag (a one-value Literal field) is `part`."""
+    return [m for m in models for f in m.model_fields.values()
+            if typing.get_origin(f.annotation) is typing.Literal and typing.get_args(f.annotation) == (part,)]
+
+
+def _walk(model: type[BaseModel] | None, loc: tuple) -> tuple[tuple, list[str]]:
+    """(`loc` without its union-branch and discriminator-tag parts, the keys the model takes in the mapping
+    holding `loc`'s last part), found by walking the field annotations; ([], ...) keys where the walk meets no
+    model. Without a model, only the branch names pydantic adds are dropped."""
     if model is None:
-        return []
+        return tuple(p for p in loc if not _UNION_BRANCH.match(str(p))), []
     current: list[Any] = [model]
-    for part in loc[:-1]:
+    kept: list[Any] = []
+    for j, part in enumerate(loc):
         if _UNION_BRANCH.match(str(part)):
             continue
+        models = _models(current)
+        last = j == len(loc) - 1
+        if models and not any(isinstance(part, str) and part in m.model_fields for m in models) \
+                and _tagged(models, part) and not last:
+            current = list(_tagged(models, part))  # a discriminated union's tag: not a key the user wrote
+            continue
+        kept.append(part)
+        if last:
+            break
         nxt: list[Any] = []
         for a in (m for c in current for m in _members(c)):
             if isinstance(a, type) and issubclass(a, BaseModel):
@@ -93,8 +114,7 @@ def _keys_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
             elif typing.get_origin(a) in (list, tuple, dict) and typing.get_args(a):
                 nxt.append(typing.get_args(a)[-1])
         current = nxt
-    return sorted({k for c in current for a in _members(c) if isinstance(a, type) and issubclass(a, BaseModel)
-                   for k in a.model_fields})
+    return tuple(kept), sorted({k for m in _models(current) for k in m.model_fields})
 
 
 def _close(word: str, candidates: list[str]) -> str | None:
@@ -118,14 +138,14 @@ def error_lines(err: ValidationError, prefix: str = "", model: type[BaseModel] |
     by_loc: dict[str, list[str]] = {}
     got_at: dict[str, str] = {}
     for e in errors:
-        loc = _key_path(e["loc"], prefix)
+        loc = _key_path(e["loc"], prefix, model)
         msg = _expectation(e)
         nested = _KEYED_MESSAGE.match(msg) if e["type"] in ("value_error", "assertion_error") else None
         if nested:  # a validator's message that already names the key below `loc`
             loc, msg = _join_keys(loc, nested["key"]), nested["rest"]
         if e["type"] == "extra_forbidden" and e["loc"]:
             key, parent = str(e["loc"][-1]), tuple(e["loc"][:-1])
-            near = _close(key, missing.get(parent, [])) or _close(key, _keys_at(model, tuple(e["loc"])))
+            near = _close(key, missing.get(parent, [])) or _close(key, _walk(model, tuple(e["loc"]))[1])
             if near:
                 msg += f" (did you mean {near!r}?)"
         if e["type"] == "missing" and e["loc"]:

@@ -172,6 +172,10 @@ def test_errors_from_set_items_name_the_item_not_the_base_file(tmp_path):
     text = _message("default", ["workload.arival.rate=3"])
     assert text.splitlines()[0].startswith("--set 'workload.arival.rate=3': invalid experiment config")
     assert "workload.arival: unknown key (did you mean 'arrival'?)" in text
+    # inside a discriminated union (arrival kinds) the path is the keys the user wrote, without the union's tag
+    text = _message("default", ["workload.arrival.rat=3"])
+    assert text.startswith("--set 'workload.arrival.rat=3'")
+    assert "  workload.arrival.rat: unknown key (did you mean 'rate'?)" in text
     # an item's negative index names the run it reached; a value set whole credits the keys missing below it
     assert _message("default", ["runs.-1.policy.k=1000"]).startswith("--set 'runs.-1.policy.k=1000'")
     assert _message("default", ["workload={num_requests: 5}"]).startswith("--set 'workload={num_requests: 5}'")
