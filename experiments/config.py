@@ -5,15 +5,15 @@ import copy
 import importlib.resources
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from experiments.sweep.spec import SweepSpec
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.draft_cost import DRAFT_COST_KINDS
 from simulator.server_config import RunSpec, ServerConfig, check_replica_overrides
-from traces.config_base import ConfigError, StrictModel, format_validation_error, validate_model
+from traces.config_base import ConfigError, StrictModel, error_lines, validate_model
 from traces.errors import TraceFormatError
 from traces.parsing import check_plain_data, parse_yaml, read_text
 
@@ -126,11 +126,9 @@ class ExperimentConfig(StrictModel):
 
             parse_synth_spec(v["synthetic"], "traces.synthetic")
         if isinstance(v, str):
-            if v.startswith("builtin:"):
-                from traces.builtin_bundles import builtin_bundle_path
+            from traces.builtin_bundles import bundle_folder
 
-                builtin_bundle_path(v.split(":", 1)[1])
-            elif not Path(v).is_dir():
+            if not bundle_folder(v).is_dir():
                 raise ValueError(f"{v!r} is not a trace bundle folder (nor builtin:NAME)")
         return v
 
@@ -291,6 +289,31 @@ def _child(node: Any, part: str, key: str, create: bool) -> Any:
     raise ConfigError(f"--set {key}: cannot descend into {part!r}")
 
 
+def validation_message(err: ValidationError, where: str, what: str, model: type[BaseModel], doc: dict[str, Any],
+                       overrides: Sequence[str] = ()) -> str:
+    """The failed validation's message (traces.config_base.error_lines) with every error at, above or below a
+    `--set` key credited to that item: the header names the items when they account for every error, else
+    `where` (the file) with each item named on its own lines."""
+    keys = []
+    for item in overrides:
+        try:
+            keys.append((item, [str(p) for p in override_path(doc, item.split("=", 1)[0])]))
+        except ConfigError:
+            continue
+    lines = []
+    for loc, msg in error_lines(err, model=model):
+        parts = loc.split(".")
+        items = [item for item, k in keys if parts[:len(k)] == k[:len(parts)]]
+        lines.append((loc, msg, items))
+    every = [i for _, _, items in lines for i in items]
+    if lines and all(items for _, _, items in lines):
+        head = ", ".join(f"--set {i!r}" for i in dict.fromkeys(every))
+        return "\n".join([f"{head}: invalid {what} (applied to {where})"] + [f"  {loc}: {msg}" for loc, msg, _ in lines])
+    return "\n".join([f"{where}: invalid {what}"] + [
+        f"  {loc}: {msg}" + (f" (from {', '.join(f'--set {i!r}' for i in items)})" if items else "")
+        for loc, msg, items in lines])
+
+
 def load_config(source: "str | Path | dict[str, Any] | ExperimentConfig", overrides=(), seed: int | None = None,
                 label: str | None = None) -> ExperimentConfig:
     """Validate a config given as a path, built-in name, dict or object; apply --set and --seed."""
@@ -313,4 +336,4 @@ def load_config(source: "str | Path | dict[str, Any] | ExperimentConfig", overri
     except TraceFormatError as e:
         raise ConfigError(str(e)) from None
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, where, "experiment config")) from None
+        raise ConfigError(validation_message(e, where, "experiment config", ExperimentConfig, doc, overrides)) from None

@@ -48,16 +48,9 @@ def resolve_bundle(ref: "str | dict[str, dict[str, Any]]", seed: int = 0) -> Tra
     if isinstance(ref, dict):
         (kind, params), = ref.items()
         return _generated_bundle(kind, dict(params or {}), seed)
-    if ref.startswith("builtin:"):
-        name = ref.split(":", 1)[1]
-        if name == "default":
-            from traces.default_bundle import default_bundle_path
+    from traces.builtin_bundles import bundle_folder
 
-            return load_bundle_cached(default_bundle_path())
-        from traces.builtin_bundles import builtin_bundle_path
-
-        return load_bundle_cached(builtin_bundle_path(name))
-    return load_bundle_cached(ref)
+    return load_bundle_cached(bundle_folder(ref))
 
 
 def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBundle:

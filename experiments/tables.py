@@ -122,7 +122,7 @@ SWEEP_METRICS = ("throughput_tok_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "g
 STEADY_TWINS = {
     "throughput_tok_s": "steady_throughput_tok_s", "throughput_tok_s_per_gpu": "steady_throughput_tok_s_per_gpu",
     "requests_per_s": "steady_requests_per_s", "goodput_req_s": "steady_goodput_req_s",
-    "goodput_fraction": "steady_goodput_fraction_of_offered", "ttft_p99_s": "steady_ttft_p99_s",
+    "goodput_fraction": "steady_slo_attainment", "ttft_p99_s": "steady_ttft_p99_s",
     "tpot_p99_s": "steady_tpot_p99_s", "e2e_p99_s": "steady_e2e_p99_s",
 }
 

@@ -216,7 +216,7 @@ def check_parameters(cls: type[Policy], params: dict[str, Any], where: str) -> N
     try:
         model.model_validate(params)
     except ValidationError as e:
-        raise ValueError(first_error(e, where)) from None
+        raise ValueError(first_error(e, where, model)) from None
     stack: list[tuple[str, Any, bool]] = [(k, v, False) for k, v in params.items()]
     while stack:
         key, value, nested = stack.pop()

@@ -118,6 +118,16 @@ class ServerConfig(_Strict):
             return v
         return f"<in-memory profile {getattr(v, 'name', type(v).__name__)}>"
 
+    @property
+    def max_model_len(self) -> int | None:
+        """The deployment's max_model_len when the config sets one (requests longer than it are refused), else
+        None: without it draftsim's placement default sizes KV but no request length is bounded."""
+        if not isinstance(self.deployment, dict) or "max_model_len" not in self.deployment:
+            return None
+        from simulator.costs.placement import deployment_from_config
+
+        return deployment_from_config(self.deployment, "server.deployment").max_model_len
+
     def target(self) -> LatencyProfile:
         """Resolve the target's latency profile (a profile object is used as it is)."""
         if not isinstance(self.target_profile, (str, dict)):

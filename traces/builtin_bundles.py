@@ -19,3 +19,15 @@ def builtin_bundle_path(name: str) -> Path:
     if name not in found:
         raise ValueError(f"no built-in trace bundle {name!r}; built-in: {', '.join(found) or 'none'}")
     return found[name]
+
+
+BUILTIN_PREFIX = "builtin:"
+
+
+def bundle_folder(ref: str | Path) -> Path:
+    """The folder a bundle reference names, as configs and `draftsim traces` read it: `builtin:NAME` (a shipped
+    bundle; ValueError naming those that exist) or a folder path (not checked here)."""
+    text = str(ref)
+    if text.startswith(BUILTIN_PREFIX):
+        return builtin_bundle_path(text[len(BUILTIN_PREFIX):])
+    return Path(ref)

@@ -8,7 +8,10 @@ what was expected and a short excerpt of what was given.
 """
 from __future__ import annotations
 
+import difflib
 import re
+import types
+import typing
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -38,8 +41,8 @@ _UNION_BRANCH = re.compile(r"^(str|int|float|bool|none|constrained-\w+|(list|dic
 _KEYED_MESSAGE = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-\[\]]+)*): (?P<rest>.*)$", re.S)
 
 
-def _key_path(loc: tuple, prefix: str = "") -> str:
-    parts = [str(p) for p in loc if not _UNION_BRANCH.match(str(p))]
+def _key_path(loc: tuple, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    parts = [str(p) for p in _walk(model, loc)[0]]
     return ".".join(p for p in (prefix, *parts) if p)
 
 
@@ -63,18 +66,92 @@ def _expectation(err: dict[str, Any]) -> str:
     return msg.replace("Input should be", "expected")
 
 
-def error_lines(err: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
+def _members(annotation: Any) -> list[Any]:
+    """The types a value of `annotation` may take (Optional and unions unwrapped)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        return [m for a in typing.get_args(annotation) for m in _members(a)]
+    if origin is typing.Annotated:
+        return _members(typing.get_args(annotation)[0])
+    return [annotation]
+
+
+def _models(current: list[Any]) -> list[type[BaseModel]]:
+    return [a for c in current for a in _members(c) if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def _tagged(models: list[type[BaseModel]], part: Any) -> list[type[BaseModel]]:
+    """The members of a discriminated union whose tag (a one-value Literal field) is `part`."""
+    return [m for m in models for f in m.model_fields.values()
+            if typing.get_origin(f.annotation) is typing.Literal and typing.get_args(f.annotation) == (part,)]
+
+
+def _walk(model: type[BaseModel] | None, loc: tuple) -> tuple[tuple, list[str]]:
+    """(`loc` without its union-branch and discriminator-tag parts, the keys the model takes in the mapping
+    holding `loc`'s last part), found by walking the field annotations; ([], ...) keys where the walk meets no
+    model. Without a model, only the branch names pydantic adds are dropped."""
+    if model is None:
+        return tuple(p for p in loc if not _UNION_BRANCH.match(str(p))), []
+    current: list[Any] = [model]
+    kept: list[Any] = []
+    for j, part in enumerate(loc):
+        if _UNION_BRANCH.match(str(part)):
+            continue
+        models = _models(current)
+        last = j == len(loc) - 1
+        if models and not any(isinstance(part, str) and part in m.model_fields for m in models) \
+                and _tagged(models, part) and not last:
+            current = list(_tagged(models, part))  # a discriminated union's tag: not a key the user wrote
+            continue
+        kept.append(part)
+        if last:
+            break
+        nxt: list[Any] = []
+        for a in (m for c in current for m in _members(c)):
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                if isinstance(part, str) and part in a.model_fields:
+                    nxt.append(a.model_fields[part].annotation)
+            elif typing.get_origin(a) in (list, tuple, dict) and typing.get_args(a):
+                nxt.append(typing.get_args(a)[-1])
+        current = nxt
+    return tuple(kept), sorted({k for m in _models(current) for k in m.model_fields})
+
+
+def _close(word: str, candidates: list[str]) -> str | None:
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def error_lines(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
     """(key path, what was expected and what was given) of every error in `err`; `prefix` is prepended.
 
-    The errors of the members of a union at one key are joined into one line ("expected A, or B")."""
+    The errors of the members of a union at one key are joined into one line ("expected A, or B"). An unknown
+    key close to a key the model takes (`model`: the model validated) or to a required key reported missing
+    beside it gets "did you mean"; that missing key names the likely misspelling."""
+    errors = err.errors(include_url=False)
+    missing: dict[tuple, list[str]] = {}  # parent location -> required keys missing there
+    unknown: dict[tuple, list[str]] = {}  # parent location -> unknown keys given there
+    for e in errors:
+        if e["type"] in ("missing", "extra_forbidden") and e["loc"]:
+            into = missing if e["type"] == "missing" else unknown
+            into.setdefault(tuple(e["loc"][:-1]), []).append(str(e["loc"][-1]))
     by_loc: dict[str, list[str]] = {}
     got_at: dict[str, str] = {}
-    for e in err.errors(include_url=False):
-        loc = _key_path(e["loc"], prefix)
+    for e in errors:
+        loc = _key_path(e["loc"], prefix, model)
         msg = _expectation(e)
         nested = _KEYED_MESSAGE.match(msg) if e["type"] in ("value_error", "assertion_error") else None
         if nested:  # a validator's message that already names the key below `loc`
             loc, msg = _join_keys(loc, nested["key"]), nested["rest"]
+        if e["type"] == "extra_forbidden" and e["loc"]:
+            key, parent = str(e["loc"][-1]), tuple(e["loc"][:-1])
+            near = _close(key, missing.get(parent, [])) or _close(key, _walk(model, tuple(e["loc"]))[1])
+            if near:
+                msg += f" (did you mean {near!r}?)"
+        if e["type"] == "missing" and e["loc"]:
+            typo = _close(str(e["loc"][-1]), unknown.get(tuple(e["loc"][:-1]), []))
+            if typo:
+                msg += f" (given as {typo!r}?)"
         got = e.get("input")
         if e["type"] not in ("missing", "extra_forbidden") and not isinstance(got, (dict, list, BaseModel)):
             got_at.setdefault(loc, f" (got {shorten(got)})")
@@ -84,16 +161,17 @@ def error_lines(err: ValidationError, prefix: str = "") -> list[tuple[str, str]]
     return [(loc or "(top level)", ", or ".join(msgs) + got_at.get(loc, "")) for loc, msgs in by_loc.items()]
 
 
-def format_validation_error(err: ValidationError, source: str, what: str = "config", prefix: str = "") -> str:
+def format_validation_error(err: ValidationError, source: str, what: str = "config", prefix: str = "",
+                            model: type[BaseModel] | None = None) -> str:
     """The one message for a failed validation: '<source>: invalid <what>' then '  <key path>: <expected>'."""
     lines = [f"{source}: invalid {what}"]
-    lines += [f"  {loc}: {msg}" for loc, msg in error_lines(err, prefix)]
+    lines += [f"  {loc}: {msg}" for loc, msg in error_lines(err, prefix, model)]
     return "\n".join(lines)
 
 
-def first_error(err: ValidationError, prefix: str = "") -> str:
+def first_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     """'<key path>: <expected> (got ...)' of the first error: for a validator nested in another model."""
-    loc, msg = error_lines(err, prefix)[0]
+    loc, msg = error_lines(err, prefix, model)[0]
     return f"{loc}: {msg}"
 
 
@@ -102,7 +180,7 @@ def validate_model(model: type[M], doc: Any, where: str = "") -> M:
     try:
         return model.model_validate(doc)
     except ValidationError as e:
-        raise ValueError(first_error(e, where)) from None
+        raise ValueError(first_error(e, where, model)) from None
 
 
 def validate_document(model: type[M], doc: Any, source: str, what: str = "config") -> M:
@@ -110,4 +188,4 @@ def validate_document(model: type[M], doc: Any, source: str, what: str = "config
     try:
         return model.model_validate(doc)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, source, what)) from None
+        raise ConfigError(format_validation_error(e, source, what, model=model)) from None

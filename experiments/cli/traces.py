@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from traces.builtin_bundles import bundle_folder
 from traces.synthetic import MODEL_NAMES
 
 if TYPE_CHECKING:  # the heavy modules are imported by the command that runs, not by `draftsim --help`
@@ -26,17 +27,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_usage(p))
 
     v = sub.add_parser("validate", help="load a bundle with full validation; print OK with counts or the error")
-    v.add_argument("path", help="bundle folder")
+    v.add_argument("path", help="bundle folder or builtin:NAME")
     v.set_defaults(func=run_validate)
 
     s = sub.add_parser("stats", help="tokens per step at k = 1..8 and uncapped, per-position acceptance, lengths")
-    s.add_argument("path", help="bundle folder")
+    s.add_argument("path", help="bundle folder or builtin:NAME")
     s.add_argument("--k", type=int, default=5, help="k of the per-position acceptance rates (default 5)")
     s.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
     s.set_defaults(func=run_stats)
 
     f = sub.add_parser("fit", help="fit a synthetic spec (lengths + acceptance models) to measured bundles",
-                       description="Each SOURCE is [CATEGORY=]PATH: a bundle folder or a SpecDecode-Bench "
+                       description="Each SOURCE is [CATEGORY=]PATH: a bundle folder, builtin:NAME or a SpecDecode-Bench "
                                    ".jsonl file; each source becomes one category of the spec.")
     f.add_argument("sources", nargs="+", metavar="SOURCE")
     f.add_argument("--out", required=True, help="spec YAML to write")
@@ -74,8 +75,8 @@ def run_validate(args: argparse.Namespace) -> int:
     from traces.errors import TraceFormatError
 
     try:
-        b = load_bundle(args.path)
-    except TraceFormatError as e:
+        b = load_bundle(bundle_folder(args.path))
+    except (TraceFormatError, ValueError) as e:
         print(f"INVALID: {e}", file=sys.stderr)
         return 1
     positions = sum(r.output_len for r in b.requests)
@@ -152,8 +153,8 @@ def run_stats(args: argparse.Namespace) -> int:
     from traces.stats import bundle_stats
 
     try:
-        bundle = load_bundle(args.path)
-    except TraceFormatError as e:
+        bundle = load_bundle(bundle_folder(args.path))
+    except (TraceFormatError, ValueError) as e:
         print(f"INVALID: {e}", file=sys.stderr)
         return 1
     stats = bundle_stats(bundle, k=args.k)
@@ -170,14 +171,14 @@ def run_stats(args: argparse.Namespace) -> int:
 def _load_source(path: str, on_mismatch: str) -> TraceBundle:
     from traces.bundle import load_bundle
 
-    p = Path(path)
+    p = bundle_folder(path)
     if p.is_dir():
         return load_bundle(p)
     if p.name.endswith((".jsonl", ".jsonl.gz")):
         from traces.importers.specbench import import_specbench
 
         return import_specbench(p, on_mismatch=on_mismatch)[0]
-    raise ValueError(f"{path}: expected a bundle folder or a SpecDecode-Bench .jsonl file")
+    raise ValueError(f"{path}: expected a bundle folder, builtin:NAME or a SpecDecode-Bench .jsonl file")
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:

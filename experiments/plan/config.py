@@ -20,13 +20,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from experiments.config import check_slo_seconds
 from simulator.cluster.config import RouterSpec
 from simulator.server_config import PSDConfig
 from traces.config_base import StrictModel as _Strict
-from traces.config_base import validate_document
+from traces.config_base import ConfigError
 from traces.limits import MAX_NUM_REQUESTS, MAX_PLAN_CANDIDATES, MAX_REPLICAS
 
 MAX_RATE = 1e9  # req/s: far above any deployment; a typo fails here, not as an overflow in a search
@@ -306,11 +306,14 @@ class PlanConfig(_Strict):
 
 def load_plan_config(source: str | Path | dict[str, Any], overrides=(), where: str | None = None) -> PlanConfig:
     """Validate a plan config file (or built-in name, or dict); `--set` overrides apply first."""
-    from experiments.config import apply_overrides, read_config_doc
+    from experiments.config import apply_overrides, read_config_doc, validation_message
 
     if isinstance(source, dict):
         doc, where = source, where or "<dict plan config>"
     else:
         doc, where = read_config_doc(source)
     doc = apply_overrides(doc, list(overrides))
-    return validate_document(PlanConfig, doc, where, "plan config")
+    try:
+        return PlanConfig.model_validate(doc)
+    except ValidationError as e:
+        raise ConfigError(validation_message(e, where, "plan config", PlanConfig, doc, list(overrides))) from None

@@ -72,46 +72,64 @@ def plot_per_m(df, metric: str, label: str, path: str | Path) -> Path:
     drafters = [d for d in dict.fromkeys(df["drafter"]) if d != "-"]
     colors = dict(zip(drafters, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     fig, axes = plt.subplots(1, len(ms), figsize=(3.4 * len(ms), 3.4), sharey=False, squeeze=False)
+    handles: dict[str, object] = {}
     for ax, m in zip(axes[0], ms):
         sub = df[(df["sub_batch_m"] == m) & df["fits"]]
         for d in drafters:
             for mode, ls in (("sd", "--"), ("psd", "-")):
                 s = sub[(sub["drafter"] == d) & (sub["mode"] == mode)].sort_values("k")
                 if len(s):
-                    ax.plot(s["k"], s[metric], ls=ls, marker="o", ms=3, color=colors[d], label=f"{mode.upper()} {d}")
+                    (line,) = ax.plot(s["k"], s[metric], ls=ls, marker="o", ms=3, color=colors[d])
+                    handles.setdefault(f"{mode.upper()} {d}", line)
         ar = sub[sub["mode"] == "ar"]
         if len(ar):
-            ax.axhline(float(ar[metric].iloc[0]), color="grey", lw=0.8, ls=":", label="AR")
+            handles.setdefault("AR", ax.axhline(float(ar[metric].iloc[0]), color="grey", lw=0.8, ls=":"))
         gpus = {mode: sub.loc[sub["mode"] == mode, "gpus"].max() for mode in ("sd", "psd")}
         ax.set_title(f"m = {m} (SD {m} on {gpus['sd']:g} GPUs, PSD {2 * m} on {gpus['psd']:g})", fontsize=8)
         ax.set_xlabel("k (draft tokens per step)")
+        ax.set_ylim(bottom=0)  # from zero: a 5% gap looks like 5%
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(label)
-    if axes[0][-1].get_legend_handles_labels()[0]:
-        axes[0][-1].legend(fontsize=6, loc="best")
+    if handles:  # under the panels (SD dashed, PSD solid), never over the data
+        fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=min(len(handles), 9), fontsize=7, frameon=False)
     return save_psd_figure(fig, path)
 
 
+def comparison_column(best) -> str:
+    """The throughput PSD and SD are compared on: per GPU when their rows use different GPU counts."""
+    per_gpu = best.loc[best["mode"].isin(["sd", "psd"]), "gpus"].dropna().nunique() > 1
+    return "throughput_tok_s_per_gpu" if per_gpu else "throughput_tok_s"
+
+
 def plot_drafter_tradeoff(best, path: str | Path) -> Path:
-    """Best-k PSD/SD throughput and PSD's draft/verify time ratio vs drafter parameters (catalog sizes), per m."""
+    """Best-k PSD/SD throughput (per GPU when the two use different GPU counts, as PSD's draft GPU makes them)
+    and PSD's draft/verify time ratio vs drafter parameters (catalog sizes), per m."""
     from traces.catalog import get_model
 
     drafters = [d for d in dict.fromkeys(best["drafter"]) if d != "-"]
     sizes = {d: get_model(d).params / 1e9 for d in drafters}
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    col = comparison_column(best)
+    per_gpu = col.endswith("_per_gpu")
     for m in sorted(best["sub_batch_m"].unique()):
         psd = best[(best["mode"] == "psd") & (best["sub_batch_m"] == m)]
         sdb = best[(best["mode"] == "sd") & (best["sub_batch_m"] == m)].set_index("drafter")
         xs = np.array([sizes[d] for d in psd["drafter"]], dtype=float)
-        gains = np.array([r / sdb["throughput_tok_s"].get(d, np.nan)
-                          for r, d in zip(psd["throughput_tok_s"], psd["drafter"])], dtype=float)
+        gains = np.array([r / sdb[col].get(d, np.nan) for r, d in zip(psd[col], psd["drafter"])], dtype=float)
         ok = np.isfinite(gains)
         if ok.any():
             ax1.plot(xs[ok], gains[ok], marker="o", label=f"m = {m}")
         ax2.plot(xs, psd["t_over_v"], marker="o", label=f"m = {m}")
     ax1.axhline(1.0, color="grey", lw=0.8)
     ax1.set_xlabel("drafter parameters (B)")
-    ax1.set_ylabel("PSD / SD throughput (each at its best k)")
+    if per_gpu:
+        gpus = best.groupby("mode")["gpus"].max()
+        ax1.set_ylabel("PSD / SD throughput per GPU (each at its best k)")
+        ax1.set_title(f"per GPU: PSD uses {gpus.get('psd', np.nan):g} GPUs, SD {gpus.get('sd', np.nan):g}",
+                      fontsize=8)
+    else:
+        ax1.set_ylabel("PSD / SD throughput (each at its best k)")
     ax2.axhline(1.0, color="tab:red", ls="--", lw=1, label="t = V (full overlap)")
     ax2.set_xlabel("drafter parameters (B)")
     ax2.set_ylabel("PSD draft time / verify time per step")

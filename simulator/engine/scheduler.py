@@ -86,20 +86,32 @@ class Scheduler:
         self.decodes_in_budget = rules == "vllm-v1"
         self.verify_side = 0  # PSD: the sub-batch verified this step
 
-    def check_fits(self, lookahead_tokens: int) -> None:
-        """Refuse up front a request that could never run alone: its prompt + output + draft lookahead in KV."""
+    def check_fits(self, lookahead_tokens: int, max_model_len: int | None = None) -> None:
+        """Refuse up front requests that could never run: prompt + output above `max_model_len` (vLLM refuses
+        them at the API), or prompt + output + draft lookahead above the whole KV pool; the error counts them."""
         wl = self.wl
+        n = len(wl.prompt_len)
+        total = wl.prompt_len + wl.output_len
+        if max_model_len is not None and n and int(total.max()) > max_model_len:
+            over = total > max_model_len
+            i = int(total.argmax())
+            raise ValueError(
+                f"{int(over.sum())} of {n} requests have prompt + output above deployment.max_model_len="
+                f"{max_model_len} (the longest: request {wl.request_ids[i]!r}, {int(wl.prompt_len[i])} prompt + "
+                f"{int(wl.output_len[i])} output tokens); vLLM refuses them: raise max_model_len or bound the "
+                f"workload's lengths")
         # largest KV a request ever asks for: context (prompt + output - 1) plus the tokens drafted on it,
         # or its (re)compute prefill prompt + output
-        need_tokens = wl.prompt_len + wl.output_len - 1 + max(1, lookahead_tokens)
+        need_tokens = total - 1 + max(1, lookahead_tokens)
         need = self.pool.blocks_for(need_tokens)
-        i = int(need.argmax())
-        if int(need[i]) > self.pool.total_blocks:
+        i = int(need.argmax()) if n else 0
+        if n and int(need[i]) > self.pool.total_blocks:
             cap = self.pool.total_blocks * self.pool.block_size
             raise ValueError(
-                f"request {wl.request_ids[i]!r} needs {int(need[i])} KV blocks ({int(wl.prompt_len[i])} prompt + "
-                f"{int(wl.output_len[i])} output - 1 + {max(1, lookahead_tokens)} draft lookahead tokens, block size "
-                f"{self.pool.block_size}) but the server holds {self.pool.total_blocks} blocks ({cap} tokens); "
+                f"{int((need > self.pool.total_blocks).sum())} of {n} requests need more KV than the server holds "
+                f"({self.pool.total_blocks} blocks, {cap} tokens); the largest, request {wl.request_ids[i]!r}, needs "
+                f"{int(need[i])} KV blocks ({int(wl.prompt_len[i])} prompt + {int(wl.output_len[i])} output - 1 + "
+                f"{max(1, lookahead_tokens)} draft lookahead tokens, block size {self.pool.block_size}); "
                 f"raise kv_capacity_tokens or lower k")
         if not self.chunked and int(wl.prompt_len.max()) > self.budget:
             i = int(wl.prompt_len.argmax())

@@ -154,3 +154,16 @@ def test_registered_in_the_draftsim_cli(capsys):
     assert capsys.readouterr().out.startswith("OK")
     assert main(["traces", "synth", "--spec", "/nonexistent.yaml", "--out", "/tmp/never"]) == 2
     assert "cannot be read" in capsys.readouterr().err
+
+
+def test_validate_and_stats_take_builtin_names_as_configs_do(capsys):
+    from traces.default_bundle import default_bundle_path
+
+    for cmd in (["validate"], ["stats", "--json"]):
+        assert run_cli(cmd_traces, ["traces", *cmd, str(default_bundle_path())]) == 0
+        by_path = capsys.readouterr().out
+        assert run_cli(cmd_traces, ["traces", *cmd, "builtin:default"]) == 0
+        by_name = capsys.readouterr().out
+        assert by_name.replace("builtin:default", str(default_bundle_path())) == by_path
+    assert run_cli(cmd_traces, ["traces", "stats", "builtin:nope"]) == 1
+    assert "no built-in trace bundle 'nope'; built-in: " in capsys.readouterr().err

@@ -132,3 +132,68 @@ def test_duplicate_key_in_a_config_file_names_file_and_line(tmp_path):
     p.write_bytes(b"name: caf\xe9\n")
     with pytest.raises(ConfigError, match=rf"{p}, line 1: not UTF-8 text"):
         load_config(str(p))
+
+
+def _message(source, overrides=()) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_config(source, list(overrides))
+    return str(e.value)
+
+
+def test_a_typo_in_a_required_key_is_named_beside_the_missing_key(tmp_path):
+    doc = _doc()
+    doc["workload"]["arival"] = doc["workload"].pop("arrival")
+    text = _message(str(_write(tmp_path, doc)))
+    assert "workload.arrival: required key is missing (given as 'arival'?)" in text
+
+
+@pytest.mark.parametrize("path, typo, meant", [
+    (("server",), "max_num_seqz", "max_num_seqs"),  # an optional key of a nested model
+    (("runs", 1), "polcy", "policy"),  # a model inside a list
+    ((), "baselin", "baseline"),  # the top level
+])
+def test_a_typo_in_an_optional_key_gets_did_you_mean(tmp_path, path, typo, meant):
+    doc = _doc()
+    node = doc
+    for part in path:
+        node = node[part]
+    node[typo] = node.pop(meant) if meant in node else "AR"
+    text = _message(str(_write(tmp_path, doc)))
+    loc = ".".join([*map(str, path), typo])
+    assert f"{loc}: unknown key (did you mean {meant!r}?)" in text
+
+
+def test_an_unknown_key_like_no_known_key_gets_no_guess(tmp_path):
+    text = _message(str(_write(tmp_path, _doc(zzzz=1))))
+    assert "zzzz: unknown key" in text and "did you mean" not in text
+
+
+def test_errors_from_set_items_name_the_item_not_the_base_file(tmp_path):
+    text = _message("default", ["workload.arival.rate=3"])
+    assert text.splitlines()[0].startswith("--set 'workload.arival.rate=3': invalid experiment config")
+    assert "workload.arival: unknown key (did you mean 'arrival'?)" in text
+    # inside a discriminated union (arrival kinds) the path is the keys the user wrote, without the union's tag
+    text = _message("default", ["workload.arrival.rat=3"])
+    assert text.startswith("--set 'workload.arrival.rat=3'")
+    assert "  workload.arrival.rat: unknown key (did you mean 'rate'?)" in text
+    # an item's negative index names the run it reached; a value set whole credits the keys missing below it
+    assert _message("default", ["runs.-1.policy.k=1000"]).startswith("--set 'runs.-1.policy.k=1000'")
+    assert _message("default", ["workload={num_requests: 5}"]).startswith("--set 'workload={num_requests: 5}'")
+    # errors of the file and of an item: the file heads the message, the item's line names it; a valid item is
+    # credited with nothing
+    p = _write(tmp_path, _doc(zzzz=1))
+    text = _message(str(p), ["server.max_num_seqs=0", "seed=3"])
+    lines = text.splitlines()
+    assert lines[0] == f"{p}: invalid experiment config"
+    assert any(ln.startswith("  server.max_num_seqs:") and ln.endswith("(from --set 'server.max_num_seqs=0')")
+               for ln in lines)
+    assert any(ln == "  zzzz: unknown key" for ln in lines) and "seed=3" not in text
+
+
+def test_plan_config_set_errors_name_the_item():
+    from experiments.plan.config import load_plan_config
+
+    with pytest.raises(ConfigError) as e:
+        load_plan_config("plan_llama8b", ["traffic.target_rat=3"])
+    assert str(e.value).startswith("--set 'traffic.target_rat=3': invalid plan config")
+    assert "traffic.target_rat: unknown key (did you mean 'target_rate'?)" in str(e.value)

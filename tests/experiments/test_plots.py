@@ -106,3 +106,39 @@ def test_figure_axes_carry_at_most_max_ticks_major_intervals():
         shown = [t for t in ax.get_majorticklocs() if lo <= t <= hi]
         assert 2 <= len(shown) <= MAX_TICKS + 1
     assert axes[1].get_xscale() == "log" and type(axes[1].xaxis.get_major_locator()).__name__ == "LogLocator"
+
+
+def test_identical_acceptance_is_one_group_in_first_seen_order():
+    from experiments.plots import identical_groups
+
+    a, b = np.array([1.0, 2.5, 3.0]), np.array([1.0, 2.5, 3.5])
+    groups = identical_groups({"sd-k3": a, "sd-k5": b, "psd-k3": a.copy(), "psd-k5": b.copy(), "x": a[:2]})
+    assert groups == [["sd-k3", "psd-k3"], ["sd-k5", "psd-k5"], ["x"]]
+
+
+def test_runs_on_different_gpu_counts_are_compared_per_gpu():
+    from experiments.plots import throughput_key
+
+    sd, psd = {"num_gpus": 4, "throughput_tok_s": 400.0}, {"num_gpus": 5, "throughput_tok_s": 450.0}
+    assert throughput_key({"sd": sd, "psd": psd}) == "throughput_tok_s_per_gpu"
+    assert throughput_key({"sd": sd, "sd2": dict(sd)}) == "throughput_tok_s"
+
+
+def test_overloaded_runs_are_marked_and_many_runs_stay_readable(tmp_path, runs):
+    from experiments.plots import overloaded_runs
+
+    reqs, steps, summ = split(runs)
+    summ = {r: {**s, "overloaded": r == "AR"} for r, s in summ.items()}
+    assert overloaded_runs(summ) == {"AR"}
+    # 30 runs with distinct acceptance: a panel per histogram (a taller image than the 3-run overlay), the
+    # throughput bars one row per run, the legends in columns: every figure drawn, none cut to the old size
+    many = {f"run-{i}": make_run(100 + i, 1 + i % 5) for i in range(30)}
+    mreqs, msteps, msumm = split(many)
+    few = write_plots(tmp_path / "few", reqs, steps, summ)
+    lots = write_plots(tmp_path / "many", mreqs, msteps, msumm)
+    size = {p.name: imread(p).shape[0] for p in few}
+    for p in lots:
+        img = imread(p)
+        assert img[..., :3].std() > 0.01
+        if p.name in ("acceptance_length.png", "throughput_latency.png", "latency_cdf.png"):
+            assert img.shape[0] > size[p.name], p.name

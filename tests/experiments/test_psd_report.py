@@ -122,3 +122,11 @@ def test_report_refuses_a_sweep_of_another_config(tmp_path, capsys):
 def test_run_points_a_swept_config_to_sweep(capsys):
     assert main(["run", "psd_vs_sd", "--no-out"]) == 2
     assert "draftsim sweep" in capsys.readouterr().err
+
+
+def test_psd_and_sd_on_different_gpu_counts_are_compared_per_gpu():
+    from experiments.studies.psd_plots import comparison_column
+
+    best = pd.DataFrame({"mode": ["sd", "psd", "ar"], "gpus": [4, 5, 4]})
+    assert comparison_column(best) == "throughput_tok_s_per_gpu"
+    assert comparison_column(best.assign(gpus=[4, 4, 4])) == "throughput_tok_s"

@@ -90,7 +90,7 @@ def test_the_caption_states_the_slo_in_display_units(summaries):
 
 
 def test_a_steady_state_window_is_preferred_when_present(summaries):
-    s = {**summaries["AR"], "steady_throughput_tok_s": 12345.0, "steady_goodput_fraction_of_offered": 0.25,
+    s = {**summaries["AR"], "steady_throughput_tok_s": 12345.0, "steady_slo_attainment": 0.25,
          "steady_e2e_p99_s": 9.87, "overloaded": True}
     text = render(run_table({"AR": s}, "AR"))
     assert "12,345" in text and "25%" in text and "9.87" in text and "steady-state window" in text

@@ -55,7 +55,7 @@ def test_yaml_round_trip(tmp_path):
 
 @pytest.mark.parametrize("mutate, field", [
     (lambda d: d.update(surprise=1), "surprise"),
-    (lambda d: d["categories"]["a"]["acceptance"]["e"].update(rate=2), "categories.a.acceptance.e.iid.rate"),
+    (lambda d: d["categories"]["a"]["acceptance"]["e"].update(rate=2), "categories.a.acceptance.e.rate"),  # the keys written, not the union tag
     (lambda d: d["categories"]["a"]["acceptance"].pop("n"), "categories"),
     (lambda d: d["categories"]["b"]["output"].update(dist="zipf"), "categories.b.output"),
     (lambda d: d["categories"]["a"].update(weight=0), "categories.a.weight"),

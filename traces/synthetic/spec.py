@@ -72,7 +72,7 @@ def parse_synth_spec(doc: Any, path: str) -> SynthSpec:
     try:
         return SynthSpec.model_validate(doc)
     except ValidationError as e:
-        loc, msg = error_lines(e)[0]
+        loc, msg = error_lines(e, model=SynthSpec)[0]
         raise TraceFormatError(path, msg, field=None if loc == "(top level)" else loc) from None
 
 

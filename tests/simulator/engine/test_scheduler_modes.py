@@ -15,6 +15,7 @@ from policies.base import FixedPolicy
 from simulator.engine.arrivals import PushedArrivals
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LinearProfile, Provenance
+from simulator.engine.simulation import ServerSimulation
 from simulator.engine.server import Server
 from simulator.server_config import PSDConfig, ServerConfig, constant_profile
 from tests.simulator.engine.engine_fixtures import iid_traces, inputs, scenario, simulate, workload
@@ -120,6 +121,37 @@ def test_kv_check_counts_the_draft_lookahead():
         simulate(traces, wl, mode="sd", k=40, kv_tokens=224, max_num_seqs=1)
     res = simulate(traces, wl, mode="sd", k=40, kv_tokens=240, max_num_seqs=1)  # enough: never stalls
     assert res.requests.finish_time.notna().all()
+
+
+def _fixed_length_traces(lengths):
+    """One trace per (prompt, output), acceptance 1 everywhere."""
+    return [RequestTrace(f"t{i}", p, o, {"d": DrafterTrace(np.ones(o, np.int32))}) for i, (p, o) in enumerate(lengths)]
+
+
+def test_requests_longer_than_max_model_len_are_refused_with_their_count():
+    # prompt + output: 150, 250, 400, replayed twice -> the two 400-token requests exceed 300
+    traces = _fixed_length_traces([(100, 50), (200, 50), (300, 100)])
+    wl = workload(traces, 6, rate=None)
+    dep = {"target": "llama3.1-8b", "gpu": "h100-80gb", "max_model_len": 300}
+    sc = scenario("ar", kv_tokens=10**5, deployment=dep)
+    with pytest.raises(ValueError, match=r"2 of 6 requests have prompt \+ output above deployment.max_model_len=300 "
+                                         r"\(the longest: request 'r2', 300 prompt \+ 100 output tokens\)"):
+        ServerSimulation(sc, inputs(traces, wl)).simulate()
+    # at the limit (prompt + output == max_model_len, as vLLM admits) every request runs
+    ok = scenario("ar", kv_tokens=10**5, deployment={**dep, "max_model_len": 400})
+    assert ServerSimulation(ok, inputs(traces, wl)).simulate().requests.finish_time.notna().all()
+    # a deployment without max_model_len bounds no request length
+    assert scenario("ar", kv_tokens=10**5, deployment={k: v for k, v in dep.items() if k != "max_model_len"}) \
+        .server.max_model_len is None
+
+
+def test_kv_check_counts_every_request_that_cannot_fit():
+    # AR needs prompt + output KV tokens: 150, 250, 400 -> 10, 16, 25 blocks of 16; 16 blocks (256 tokens) hold two
+    traces = _fixed_length_traces([(100, 50), (200, 50), (300, 100)])
+    wl = workload(traces, 6, rate=None)
+    with pytest.raises(ValueError, match=r"2 of 6 requests need more KV than the server holds \(16 blocks, 256 "
+                                         r"tokens\); the largest, request 'r2', needs 25 KV blocks"):
+        simulate(traces, wl, mode="ar", kv_tokens=256)
 
 
 def test_sampled_verification_without_tv_names_the_drafter():

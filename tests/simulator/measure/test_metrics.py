@@ -316,3 +316,20 @@ def test_a_cluster_counts_steps_per_replica_and_averages_busy_fractions_over_rep
     # without the replica column the union across replicas would hide that both were busy
     merged = summarize(REQS, two_steps.drop(columns="replica"), ITL, slo={})
     assert merged["busy_fraction_target"] != two["busy_fraction_target"]
+
+
+@pytest.mark.parametrize("rate", [4.0, 200.0])  # below capacity, and overloaded (a warm-up queue drains late)
+def test_every_fraction_share_and_attainment_in_a_summary_is_at_most_one(rate):
+    from experiments.run import run_experiment
+
+    runs = "runs=[{name: AR, mode: ar}, {name: sd, mode: sd, policy: {name: fixed, drafter: eagle3, k: 3}}]"
+    res = run_experiment("default", overrides=[runs, "workload.num_requests=120", f"workload.arrival.rate={rate}"],
+                         seed=3)
+    checked = 0
+    for run, s in res.summary.items():
+        for key, v in s.items():
+            if key.endswith(("_fraction", "_share", "_attainment")) or "_fraction_" in key:
+                if v is not None:
+                    assert 0.0 <= v <= 1.0, (run, key, v)
+                    checked += 1
+    assert checked >= 2 * 8

@@ -65,6 +65,42 @@ def test_no_window_for_an_offline_batch():
     assert set(steady_state_summary(df, {"ttft_s": 1.0}).values()) == {None}
 
 
+def _requests(a: np.ndarray, f: np.ndarray) -> pd.DataFrame:
+    e2e = f - a
+    return pd.DataFrame({"arrival_time": a, "finish_time": f, "output_len": np.full(a.size, 4), "ttft": e2e,
+                         "tpot": np.zeros(a.size), "e2e": e2e})
+
+
+def test_the_goodput_share_counts_the_windows_arrivals_even_while_a_backlog_drains():
+    a = np.arange(100, dtype=float)  # window [9.9, 89.1]: arrivals 10..89, 80 of them
+    f = a + 0.5
+    f[:10] = 15.0  # warm-up's 10 requests finish inside the window: 89 departures for 80 arrivals
+    f[20:30] = a[20:30] + 2.0  # 10 of the window's arrivals miss e2e <= 1 s
+    out = steady_state_summary(_requests(a, f), {"e2e_s": 1.0})
+    assert out["steady_slo_attainment"] == 70 / 80
+    # the rate ratio is no share: 69 good departures (10..88 less 20..29) per 79.2 s over 80 arrivals per 79.2 s
+    assert out["steady_goodput_req_s"] / out["steady_arrival_rate_req_s"] == pytest.approx(69 / 80, rel=1e-6)
+    assert out["steady_requests_per_s"] / out["steady_arrival_rate_req_s"] == pytest.approx(89 / 80, rel=1e-6)
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(30, 300), seed=st.integers(0, 10_000), slo=st.floats(0.01, 10.0))
+def test_the_goodput_share_is_a_share(n, seed, slo):
+    rng = np.random.default_rng(seed)
+    a = np.sort(rng.uniform(0, 100, n))
+    f = a + rng.exponential(rng.uniform(0.1, 20.0), n)
+    f[rng.random(n) < 0.05] = np.nan  # a few never finish
+    out = steady_state_summary(_requests(a, f), {"e2e_s": slo})
+    if out["steady_slo_attainment"] is None:
+        return
+    span = a[-1] - a[0]  # the stated rule: the middle of the arrival span
+    lo, hi = a[0] + WARMUP_FRACTION * span, a[-1] - WARMUP_FRACTION * span
+    inside = (a >= lo) & (a <= hi)
+    want = float((np.isfinite(f) & (f - a <= slo))[inside].mean())
+    assert 0.0 <= out["steady_slo_attainment"] <= 1.0
+    assert out["steady_slo_attainment"] == pytest.approx(want, rel=1e-6)
+
+
 def test_batch_means_interval_covers_the_mean():
     rng = np.random.default_rng(0)
     covered = 0
