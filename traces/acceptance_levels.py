@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from traces.atomic import atomic_write_text
+from traces.atomic import atomic_write_text, check_output_file
 from traces.bundle import DrafterSpec, DrafterTrace, TraceBundle
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
+from traces.limits import MAX_DRAFT_TOKENS
 from traces.expected_tokens import expected_tokens
 from traces.parsing import iter_jsonl, load_yaml_file
 
@@ -222,8 +223,13 @@ def source_to_dict(src: AcceptanceSource) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None and v != []}
 
 
-def save_source(src: AcceptanceSource, path: str | Path) -> None:
-    atomic_write_text(path, yaml.safe_dump(source_to_dict(src), sort_keys=False))
+def save_source(src: AcceptanceSource, path: str | Path, inputs: tuple | list = ()) -> None:
+    """Write `src` atomically after checking it with the rules load_source applies (source_from_dict), so no
+    importer writes a file that cannot be loaded or describes impossible acceptance."""
+    doc = source_to_dict(src)
+    source_from_dict(doc, str(path))
+    check_output_file(path, inputs, "acceptance file")
+    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
 
 
 def _fail(where: str, msg: str, fld: str) -> None:
@@ -238,8 +244,9 @@ def source_from_dict(doc: Any, where: str) -> AcceptanceSource:
     if unknown:
         _fail(where, f"unknown key(s) {sorted(unknown)}; expected some of {sorted(SOURCE_KEYS)}", sorted(unknown)[0])
     k = doc.get("measured_k")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        _fail(where, f"expected the k the acceptance was measured at (an integer >= 1), got {k!r}", "measured_k")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_DRAFT_TOKENS:
+        _fail(where, f"expected the k the acceptance was measured at (an integer in [1, {MAX_DRAFT_TOKENS}]), "
+                     f"got {shorten(k)}", "measured_k")
     mean = doc.get("mean_length")
     if mean is not None and (isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 1 <= mean <= k + 1):
         _fail(where, f"expected a number in [1, measured_k + 1 = {k + 1}], got {mean!r}", "mean_length")

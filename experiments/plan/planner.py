@@ -610,10 +610,13 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
         searched = [c for c in active if c.status == "ok"]
         _curve_points(plan, searched, traffic, seeds[0], slo, runner, bar, search.early_stop)
     doc = plan_document(plan, cands, prices, traffic, seeds, base)
-    write_json_atomic(out / "plan.json", doc, indent=1)
     from experiments.plan.report import write_plots
 
+    # plan.json last, the previous one removed first: a folder with plan.json is complete (plots included),
+    # one that ran out of disk while plotting holds no plan.json that could be taken for this run's result
+    (out / "plan.json").unlink(missing_ok=True)
     write_plots(doc, out)
+    write_json_atomic(out / "plan.json", doc, indent=1)
     return {**doc, "_stats": {"computed": runner.stats.computed, "cached": runner.stats.cached}}
 
 
