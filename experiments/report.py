@@ -34,6 +34,7 @@ from experiments.tables import print_table, run_table
 from simulator.records import REQUEST_COLUMNS, STEP_COLUMNS, stack_tables
 from simulator.timeline import to_chrome_trace, write_chrome_trace
 from traces.atomic import atomic_open, atomic_write_text
+from traces.parsing import resolved_path
 
 if TYPE_CHECKING:  # rich loads where a table is printed: `draftsim run --json` and the writers do without it
     from rich.console import Console
@@ -125,7 +126,7 @@ def check_results_target(out: str | os.PathLike, entries: frozenset[str] | None 
     if given.is_symlink():
         raise ValueError(f"results folder {given}: is a symbolic link; refusing to write through it (its target "
                          "may be a user's folder); give the folder itself")
-    out = given.resolve()
+    out = resolved_path(given)
     if out == Path(out.anchor):
         raise ValueError(f"results folder {out}: refusing to write into the root folder; choose another --out")
     for parent in out.parents:
@@ -143,7 +144,8 @@ def check_results_target(out: str | os.PathLike, entries: frozenset[str] | None 
             raise ValueError(f"results folder {out}: exists, is not empty and was not written by draftsim (no "
                              f"{MARKER} file in it); refusing to replace it; choose another --out")
         for src in inputs:
-            if out in Path(src).expanduser().resolve().parents or Path(src).expanduser().resolve() == out:
+            real = resolved_path(src)
+            if out == real or out in real.parents:
                 raise ValueError(f"results folder {out}: holds {src}, an input of this command; refusing to "
                                  "replace it; choose another --out")
         foreign = sorted(names - entries) if entries is not None else []

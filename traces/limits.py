@@ -8,5 +8,6 @@ MAX_DRAFT_TOKENS = 64  # tokens a policy may propose per sequence and step (k)
 MAX_REPLICAS = 1024  # replicas of one simulated cluster (each is a whole simulated server)
 MAX_PLAN_CANDIDATES = 10_000  # deployments one capacity plan searches (each takes several simulations)
 MAX_SWEEP_POINTS = 10_000  # points of one sweep (checked before the points are expanded)
+MAX_SECONDS = 1e7  # one measured time (a send time, TTFT, E2E latency): about 116 days
 MAX_TEXT_BYTES = 1 << 28  # 256 MiB: one YAML/JSON/text input file read whole
 MAX_LINE_BYTES = 1 << 28  # 256 MiB: one JSONL line (a 16M-token request's lists fit)
