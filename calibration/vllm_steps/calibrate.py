@@ -28,6 +28,7 @@ from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, save_
 from calibration.vllm_steps.fit import fit_drafter, fit_target, step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.latency import Provenance, save_profile
+from calibration.vllm_steps.record_files import read_json_record, read_run_result, require_engine_settings
 from traces.atomic import atomic_write_text
 from traces.bundle import TraceBundle, save_bundle
 
@@ -221,7 +222,8 @@ def analyse_mode(cal: VllmCalibration, out: Path, mode: Mode, name: str) -> Mode
     folder = out / mode.label
     where = str(folder / STEPS_FILE)
     log = load_steps(folder / STEPS_FILE)
-    result = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    require_engine_settings(log.header, where)
+    result = read_run_result(folder / RUN_FILE)
     clients = _clients(result)
     start = _measure_start(result)
     steps = StepLog(log.header, [s for s in log.steps if s.wall_start >= start])
@@ -237,7 +239,7 @@ def analyse_mode(cal: VllmCalibration, out: Path, mode: Mode, name: str) -> Mode
                               "capacity_req_s": result.get("capacity_req_s")}
     load_file = folder / "load.json"
     if load_file.is_file():
-        report["load"] = json.loads(load_file.read_text(encoding="utf-8"))
+        report["load"] = read_json_record(load_file, "load record")
     bundle = drafter_path = None
     if mode.method is None:
         _check_kept(log, clients, where)

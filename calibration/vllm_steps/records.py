@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from traces.errors import TraceFormatError
+from traces.parsing import iter_jsonl
 
 STEPS_ENV = "DRAFTSIM_VLLM_STEPS"
 RECORD_VERSION = 1
@@ -210,25 +211,22 @@ def worker_files(path: Path) -> list[Path]:
 
 
 def _read_jsonl(path: Path) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
+    """(header, [(line, record)]) of a step-record file, read by traces.parsing.iter_jsonl (regular files only,
+    bounded lines, file and line in every error)."""
     header: dict[str, Any] | None = None
     rows: list[tuple[int, Any]] = []
-    with open(path, encoding="utf-8") as f:
-        for i, text in enumerate(f, start=1):
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise TraceFormatError(str(path), f"not valid JSON: {e.msg} at column {e.colno}", line=i) from e
-            if i == 1:
-                if not isinstance(doc, dict) or not isinstance(doc.get("header"), dict):
-                    raise TraceFormatError(str(path), "first line must be {\"header\": {...}}", line=1,
-                                           field="header")
-                header = doc["header"]
-                if header.get("record_version") != RECORD_VERSION:
-                    raise TraceFormatError(str(path), f"record_version {header.get('record_version')!r} is not "
-                                           f"supported (expected {RECORD_VERSION})", line=1,
-                                           field="header.record_version")
-                continue
-            rows.append((i, doc))
+    for i, doc in iter_jsonl(path):
+        if i == 1:
+            if not isinstance(doc, dict) or not isinstance(doc.get("header"), dict):
+                raise TraceFormatError(str(path), "first line must be {\"header\": {...}}", line=1,
+                                       field="header")
+            header = doc["header"]
+            if header.get("record_version") != RECORD_VERSION:
+                raise TraceFormatError(str(path), f"record_version {header.get('record_version')!r} is not "
+                                       f"supported (expected {RECORD_VERSION})", line=1,
+                                       field="header.record_version")
+            continue
+        rows.append((i, doc))
     if header is None:
         raise TraceFormatError(str(path), "empty file (expected a header line and record lines)")
     return header, rows
@@ -259,6 +257,9 @@ def load_steps(path: str | Path) -> StepLog:
     if not path.is_file():
         raise TraceFormatError(str(path), "step-record file not found")
     header, rows = _read_jsonl(path)
+    from calibration.vllm_steps.record_files import check_step_header
+
+    check_step_header(header, path)
     steps = [parse_step(doc, str(path), line) for line, doc in rows]
     for prev, cur in zip(steps, steps[1:]):
         if cur.step <= prev.step:
