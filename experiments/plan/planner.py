@@ -31,6 +31,7 @@ from experiments.sweep.hashing import derive_seed
 from experiments.sweep.runner import Point, ProgressBar, SweepRunner
 from simulator.metrics import round_sig
 from simulator.steady_state import SATURATED_TRIM_FRACTION
+from simulator.scenario import check_cluster_size
 
 EVALUATOR = "plan-point/2"  # bump when what a point returns changes (invalidates caches)
 POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
@@ -524,9 +525,12 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(search.seeds)]
     start = search.rate_start or traffic.target_rate
     decode_tokens: dict[int, float] = {}
-    for c in active:
+    for c in active:  # sizes first, each checked before any candidate is simulated
         c.num_requests = traffic.requests_for(c.replicas)
         c.curve_requests = traffic.curve_requests_for(c.replicas)
+        check_cluster_size(c.replicas, c.num_requests, f"candidate {c.id} (search.requests_per_replica, "
+                           "search.tail_requests)")
+    for c in active:
         if c.num_requests not in decode_tokens:
             decode_tokens[c.num_requests] = mean_decode_tokens(c, traffic, seeds[0])
         c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
