@@ -11,6 +11,7 @@ same time is refused instead of mixing its files with the first one's.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 from pathlib import Path
@@ -55,3 +56,4 @@ def _lock(path: Path) -> None:
         raise ValueError(f"output folder {path}: another draftsim command is writing into it now; wait for it "
                          "to finish or choose another --out") from None
     _HELD[path] = f
+    atexit.register(f.close)  # released when the process exits (the OS would too; this keeps exit quiet)

@@ -249,7 +249,7 @@ def source_from_dict(doc: Any, where: str) -> AcceptanceSource:
                      f"got {shorten(k)}", "measured_k")
     mean = doc.get("mean_length")
     if mean is not None and (isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 1 <= mean <= k + 1):
-        _fail(where, f"expected a number in [1, measured_k + 1 = {k + 1}], got {mean!r}", "mean_length")
+        _fail(where, f"expected a number in [1, measured_k + 1 = {k + 1}], got {shorten(mean)}", "mean_length")
     pp = doc.get("per_position")
     if pp is not None:
         if not isinstance(pp, list) or len(pp) != k or not all(
@@ -352,7 +352,7 @@ def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, whe
                                     "per_position": p.get("per_position")}, f)
         level = p.get("level") or src.levels()[-1]
         if level not in LEVELS:
-            raise ValueError(f"{f}.level: expected one of {', '.join(LEVELS)}, got {level!r}")
+            raise ValueError(f"{f}.level: expected one of {', '.join(LEVELS)}, got {shorten(level)}")
         spec = None
         if name not in bundle.meta.drafters:
             if "kind" not in p or "cost_model" not in p:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from traces.atomic import atomic_open, atomic_write_text
 from traces.config_base import validate_document
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_DRAFT_TOKENS, MAX_NUM_REQUESTS, MAX_SECONDS, MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl, parse_json, read_text
 
@@ -105,13 +105,13 @@ def number(doc: dict[str, Any], key: str, where: str, field_name: str, *, minimu
         raise TraceFormatError(where, "missing", field=field_name, line=line)
     v = doc[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
-        raise TraceFormatError(where, f"expected {'an integer' if integer else 'a number'}, got {v!r}",
+        raise TraceFormatError(where, f"expected {'an integer' if integer else 'a number'}, got {shorten(v)}",
                                field=field_name, line=line)
     if not math.isfinite(v) or v < minimum:
-        raise TraceFormatError(where, f"expected a finite number >= {minimum:g}, got {v!r}", field=field_name,
+        raise TraceFormatError(where, f"expected a finite number >= {minimum:g}, got {shorten(v)}", field=field_name,
                                line=line)
     if maximum is not None and v > maximum:
-        raise TraceFormatError(where, f"expected at most {maximum:g}, got {v!r}", field=field_name, line=line)
+        raise TraceFormatError(where, f"expected at most {maximum:g}, got {shorten(v)}", field=field_name, line=line)
     return int(v) if integer else float(v)
 
 
@@ -189,7 +189,7 @@ def load_measured(path: str | Path) -> MeasuredRun:
             raise TraceFormatError(where, "expected a JSON object", line=line)
         rid = doc.get("id")
         if not isinstance(rid, str) or not rid or rid in seen:
-            raise TraceFormatError(where, f"expected a unique non-empty string id, got {rid!r}", line=line, field="id")
+            raise TraceFormatError(where, f"expected a unique non-empty string id, got {shorten(rid)}", line=line, field="id")
         seen.add(rid)
         itl = doc.get("itl", [])
         if itl is not None and (not isinstance(itl, list) or not all(
@@ -197,7 +197,7 @@ def load_measured(path: str | Path) -> MeasuredRun:
             raise TraceFormatError(where, "expected a list of numbers", line=line, field="itl")
         tid = doc.get("trace_id")
         if tid is not None and not isinstance(tid, str):
-            raise TraceFormatError(where, f"expected a string, got {tid!r}", line=line, field="trace_id")
+            raise TraceFormatError(where, f"expected a string, got {shorten(tid)}", line=line, field="trace_id")
         r = MeasuredRequest(rid, number(doc, "send_time", where, "send_time", line=line, maximum=MAX_SECONDS),
                             number(doc, "prompt_len", where, "prompt_len", integer=True, line=line),
                             number(doc, "output_len", where, "output_len", minimum=1, integer=True, line=line),
@@ -226,8 +226,8 @@ def _gaps(path: Path) -> np.ndarray:
         try:
             v = float(s)
         except ValueError:
-            raise TraceFormatError(str(path), f"expected one gap in seconds, got {s!r}", line=i) from None
+            raise TraceFormatError(str(path), f"expected one gap in seconds, got {shorten(s)}", line=i) from None
         if not math.isfinite(v) or v < 0:
-            raise TraceFormatError(str(path), f"expected a finite gap >= 0, got {s!r}", line=i)
+            raise TraceFormatError(str(path), f"expected a finite gap >= 0, got {shorten(s)}", line=i)
         out.append(v)
     return np.asarray(out, dtype=float)

@@ -10,6 +10,7 @@ fit is `validate`'s (calibration/vllm_steps/fit.py `fit_target`): one fit functi
 """
 from __future__ import annotations
 
+from traces.errors import shorten
 import dataclasses
 import datetime as _dt
 import json
@@ -131,7 +132,7 @@ class VllmCalibration:
                                            any(not 0 < g <= 1000 for g in self.gap_steps)):
             raise ValueError(f"gap steps: expected one number in (0, 1000] per staggered group, got {self.gap_steps}")
         if self.step_model not in ("structured", "linear"):
-            raise ValueError(f"step model: expected structured or linear, got {self.step_model!r}")
+            raise ValueError(f"step model: expected structured or linear, got {shorten(self.step_model)}")
         if self.categories is not None and len(self.categories) != len(self.prompts):
             raise ValueError(f"{len(self.categories)} categories for {len(self.prompts)} prompts")
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.parsing import iter_jsonl
 
 STEPS_ENV = "DRAFTSIM_VLLM_STEPS"
@@ -147,7 +147,7 @@ def _int(doc: dict, key: str, path: str, line: int, fld: str, *, optional: bool 
     if v is None and optional and key in doc:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise TraceFormatError(path, f"expected an integer >= 0, got {v!r}", line=line, field=fld)
+        raise TraceFormatError(path, f"expected an integer >= 0, got {shorten(v)}", line=line, field=fld)
     return v
 
 
@@ -156,7 +156,7 @@ def _num(doc: dict, key: str, path: str, line: int, *, optional: bool = False) -
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise TraceFormatError(path, f"expected a finite number >= 0, got {v!r}", line=line, field=key)
+        raise TraceFormatError(path, f"expected a finite number >= 0, got {shorten(v)}", line=line, field=key)
     return float(v)
 
 
@@ -168,7 +168,7 @@ def parse_request_step(doc: Any, path: str, line: int, j: int) -> RequestStep:
     if unknown:
         raise TraceFormatError(path, f"unknown key(s) {sorted(unknown)}", line=line, field=where)
     if not isinstance(doc.get("id"), str) or not doc["id"]:
-        raise TraceFormatError(path, f"expected a non-empty string, got {doc.get('id')!r}", line=line,
+        raise TraceFormatError(path, f"expected a non-empty string, got {shorten(doc.get('id'))}", line=line,
                                field=where + ".id")
     vals = {k: _int(doc, k, path, line, f"{where}.{k}") for k in _REQ_INT}
     r = RequestStep(id=doc["id"], finished=bool(doc.get("finished", False)), **vals)

@@ -381,7 +381,7 @@ def to_bundle(records: list[SpecBenchRecord], *, on_mismatch: str = "error", dat
     from traces.bundle import TOOL_VERSION, BundleMeta, DrafterTrace, RequestTrace, TraceBundle
 
     if on_mismatch not in MISMATCH_POLICIES:
-        raise ValueError(f"on_mismatch: expected one of {MISMATCH_POLICIES}, got {on_mismatch!r}")
+        raise ValueError(f"on_mismatch: expected one of {MISMATCH_POLICIES}, got {shorten(on_mismatch)}")
     where = str(source_path) if source_path is not None else "<records>"
     report = MismatchReport(on_mismatch, positions_cut={"generated_token_ids": 0, **{d: 0 for d in PROPOSER_KEYS}})
     requests: list[RequestTrace] = []
