@@ -143,6 +143,13 @@ def check_request(r: MeasuredRequest, where: str, fld: str) -> None:
                                f"{r.e2e - r.ttft:.6g} s", field=f"{fld}.itl")
 
 
+def run_document(run: MeasuredRun, where: str) -> dict[str, Any]:
+    """run.json's content for `run`, checked against RunFile (what load_measured accepts); errors name `where`."""
+    doc = {"format_version": FORMAT_VERSION, "name": run.name, "requests": len(run.requests), **run.info}
+    validate_document(RunFile, doc, where, "measured-run file")
+    return doc
+
+
 def save_measured(run: MeasuredRun, out: str | Path) -> Path:
     """Write the folder atomically (each file via temp + rename); requests are checked first."""
     folder = Path(out)
@@ -155,8 +162,7 @@ def save_measured(run: MeasuredRun, out: str | Path) -> Path:
                                    f"the first send in [0, {MAX_SECONDS:g}]", field=f"[{i}].send_time")
         if (r.itl is None) != (run.pooled_itl is not None):
             raise ValueError(f"{run.name}: request {r.id}: give per-request gaps or the run's pooled gaps, not both")
-    run_doc = {"format_version": FORMAT_VERSION, "name": run.name, "requests": len(run.requests), **run.info}
-    validate_document(RunFile, run_doc, str(folder / RUN_FILE), "measured-run file")  # what load_measured accepts
+    run_doc = run_document(run, str(folder / RUN_FILE))
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_open(folder / REQUESTS_FILE, "w") as f:
         for r in run.requests:

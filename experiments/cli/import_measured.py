@@ -37,7 +37,7 @@ MEASURED_ENTRIES = frozenset({".draftsim-results", "run.json", "requests.jsonl",
 def _run_import_measured(args: argparse.Namespace) -> int:
     from experiments.config import plain_name_from
     from experiments.report import check_results_target, staged_results_folder
-    from traces.measured_run import save_measured
+    from traces.measured_run import run_document, save_measured
 
     if args.importer_name == "vllm-bench":
         from traces.importers.vllm_bench import import_vllm_bench as read
@@ -45,6 +45,8 @@ def _run_import_measured(args: argparse.Namespace) -> int:
         from traces.importers.guidellm import import_guidellm as read
     check_results_target(args.out, None, [args.file])  # refused before the file is read
     runs = read(args.file)
+    for j, run in enumerate(runs):  # every run checked before anything is written; errors name the input
+        run_document(run, f"{args.file} (run {j})")
     one = len(runs) == 1
     # a folder name from the file's content (a run label, a rate) is made plain: it never leaves OUT
     names = [f"{j:02d}-{plain_name_from(run.name)}" for j, run in enumerate(runs)]
