@@ -239,7 +239,7 @@ def analyse_mode(cal: VllmCalibration, out: Path, mode: Mode, name: str) -> Mode
     report: dict[str, Any] = {"target": rep, "step_overhead_s": overhead, "busy_gaps": gaps,
                               "capacity_req_s": result.get("capacity_req_s")}
     load_file = folder / "load.json"
-    if load_file.is_file():
+    if os.path.lexists(load_file):  # optional; when there, read like every record (a device or FIFO is refused)
         report["load"] = read_json_record(load_file, "load record")
     bundle = drafter_path = None
     if mode.method is None:

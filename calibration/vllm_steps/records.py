@@ -254,7 +254,7 @@ def load_steps(path: str | Path) -> StepLog:
     """Load and validate a step-record file (and join its worker file when there is exactly one);
     errors name the file, line and field."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise TraceFormatError(str(path), "step-record file not found")
     header, rows = _read_jsonl(path)
     from calibration.vllm_steps.record_files import check_step_header
