@@ -28,6 +28,13 @@ def shorten(value: Any, limit: int = MAX_SHOWN) -> str:
     return f"a {type(value).__name__} value"
 
 
+def key_names(keys: Any, limit: int = MAX_SHOWN) -> str:
+    """Mapping keys named in an error (an unknown key is what the user must fix), sorted, cut to `limit` characters;
+    their values are never shown (see shorten)."""
+    text = repr(sorted(str(k) for k in keys))
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(keys):,} keys)"
+
+
 class TraceFormatError(ValueError):
     """A trace, profile, catalog or config file is malformed.
 
