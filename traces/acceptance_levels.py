@@ -220,7 +220,7 @@ def source_to_dict(src: AcceptanceSource) -> dict[str, Any]:
     d = {"target": src.target, "dataset": src.dataset, "drafter_kind": src.drafter_kind,
          "measured_k": src.measured_k, "mean_length": src.mean_length, "per_position": src.per_position,
          "requests": [dataclasses.asdict(r) for r in src.requests], "source": src.source}
-    return {k: v for k, v in d.items() if v is not None and v != []}
+    return {k: v for k, v in d.items() if v is not None and not (k == "requests" and v == [])}  # nothing else dropped
 
 
 def save_source(src: AcceptanceSource, path: str | Path, inputs: tuple | list = ()) -> None:
