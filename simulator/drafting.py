@@ -60,6 +60,13 @@ class Drafting:
             self._sampler = sample_accepted
         self.max_k: int | None = None  # the policy's stated max_draft_tokens(), read at its first choice
 
+    def stated_max_k(self) -> int:
+        """The policy's max_draft_tokens(), checked once (an integer in [0, MAX_DRAFT_TOKENS]): the bound the
+        server's KV check uses and every choice is held to."""
+        if self.max_k is None:
+            self.max_k = _stated_max_k(self.policy)
+        return self.max_k
+
     def groups_of(self, d_idx: np.ndarray):
         """`groups(d_idx)`, remembered for the array the policy returned this step (reused 3-4 times)."""
         if self._group_cache[0] is d_idx:
@@ -83,9 +90,8 @@ class Drafting:
         view = BatchView(now=now, drafters=self.drafters, request_ids=_Gather(self.wl.request_ids, idx),
                          positions=pos, categories=_Gather(self.wl.categories, idx), proposal_len=prop_known,
                          step_time_estimate=estimator)
-        if self.max_k is None:
-            self.max_k = _stated_max_k(self.policy)
-        d_idx, k = checked_choice(self.policy, self.policy.choose_batch(view), m, len(self.drafters), self.max_k)
+        d_idx, k = checked_choice(self.policy, self.policy.choose_batch(view), m, len(self.drafters),
+                                  self.stated_max_k())
         grp = self.groups_of(d_idx)
         if not (len(grp) == 1 and grp[0][1] is None):  # some requests do not draft: their k is 0
             k = np.where(d_idx == NO_DRAFT, 0, k)
