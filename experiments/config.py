@@ -30,6 +30,14 @@ def check_plain_name(name: str, where: str = "name") -> str:
     return name
 
 
+def plain_name_from(text: str, fallback: str = "run") -> str:
+    """A plain name (check_plain_name) made from `text` taken from a file's content: every character outside
+    letters, digits and . _ + - becomes '_', leading dots and underscores go, at most 100 characters; a name that
+    is left empty is `fallback`. A folder named so never leaves the folder it is created in."""
+    name = re.sub(r"[^A-Za-z0-9._+-]", "_", str(text)).lstrip("._")[:100]
+    return name if name and NAME_PATTERN.fullmatch(name) else fallback
+
+
 # Largest SLO values that are plausible in seconds: a bigger one was almost surely typed in milliseconds
 SLO_PLAUSIBLE_MAX_S = {"ttft_s": 60.0, "tpot_s": 2.0, "itl_s": 2.0}
 

@@ -19,7 +19,7 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from experiments.tables import print_table, run_table
 from simulator.engine.records import REQUEST_COLUMNS, STEP_COLUMNS, stack_tables
 from simulator.measure.timeline import to_chrome_trace, write_chrome_trace
 from traces.atomic import atomic_open, atomic_write_text
+from traces.parsing import resolved_path
 
 if TYPE_CHECKING:  # rich loads where a table is printed: `draftsim run --json` and the writers do without it
     from rich.console import Console
@@ -108,16 +109,26 @@ def _write_table(df: pd.DataFrame, path: Path, fmt: str) -> None:
             df.to_csv(f, index=False, lineterminator="\n")
 
 
-def check_results_target(out: str | os.PathLike, entries: frozenset[str] | None = RESULT_ENTRIES) -> Path:
+def check_results_target(out: str | os.PathLike, entries: frozenset[str] | None = RESULT_ENTRIES,
+                         inputs: Iterable[str | os.PathLike] = ()) -> Path:
     """The resolved `out` if a results folder may be written there, else ValueError saying why.
 
     Allowed: a path that does not exist yet (its parent may be created), an empty folder, or a folder that
     draftsim wrote (it holds the `.draftsim-results` marker) and that holds nothing but `entries` (None: any
     names, for studies whose file names vary).
     A user's folder, e.g. the one holding the config (`draftsim run myexp/config.yaml --out myexp`), is
-    never replaced.
+    never replaced; neither is `""` (the working folder), `/` or a symbolic link (its target may be anyone's),
+    nor a folder that holds one of the command's `inputs`.
     """
-    out = Path(out).expanduser().resolve()
+    if not str(out).strip():
+        raise ValueError("results folder: an empty path is not a folder; give the folder to write")
+    given = Path(out).expanduser()
+    if given.is_symlink():
+        raise ValueError(f"results folder {given}: is a symbolic link; refusing to write through it (its target "
+                         "may be a user's folder); give the folder itself")
+    out = resolved_path(given)
+    if out == Path(out.anchor):
+        raise ValueError(f"results folder {out}: refusing to write into the root folder; choose another --out")
     for parent in out.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -132,6 +143,11 @@ def check_results_target(out: str | os.PathLike, entries: frozenset[str] | None 
         if names and MARKER not in names:
             raise ValueError(f"results folder {out}: exists, is not empty and was not written by draftsim (no "
                              f"{MARKER} file in it); refusing to replace it; choose another --out")
+        for src in inputs:
+            real = resolved_path(src)
+            if out == real or out in real.parents:
+                raise ValueError(f"results folder {out}: holds {src}, an input of this command; refusing to "
+                                 "replace it; choose another --out")
         foreign = sorted(names - entries) if entries is not None else []
         if foreign:
             raise ValueError(f"results folder {out}: holds files a results folder does not ({foreign[:5]}); "

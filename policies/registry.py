@@ -35,6 +35,7 @@ from policies.thompson import ThompsonPolicy
 from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy
 from traces.config_base import STRICT_CONFIG, first_error
 from traces.limits import MAX_DRAFT_TOKENS
+from traces.parsing import resolved_path
 
 MAX_INT_PARAM = 2**62
 # keys of nested parameter mappings (k-by-batch `ranges`) that hold integers
@@ -90,7 +91,7 @@ def _checked_class(obj: Any, what: str) -> type[Policy]:
 def _load_module(target: str) -> Any:
     """The module named by `target`: a dotted module name, or a `.py` file (loaded once under a private name)."""
     if target.endswith(".py"):
-        path = Path(target).expanduser().resolve()
+        path = resolved_path(target)
         if not path.is_file():
             raise ValueError(f"policy file {target!r} not found (relative paths are taken from the working "
                              f"directory {Path.cwd()})")

@@ -207,6 +207,17 @@ def check_inputs(sc: Scenario | ClusterScenario, inputs: SimInputs) -> None:
         check_router_workload(sc.cluster.router, inputs.workload)
 
 
+def check_cluster_size(replicas: int, num_requests: int, where: str) -> None:
+    """Refuse, before any allocation, a cluster whose replicas x requests exceeds traces.limits.MAX_CLUSTER_SLOTS
+    (each replica holds per-request state for the whole workload)."""
+    from traces.limits import MAX_CLUSTER_SLOTS
+
+    if replicas > 1 and replicas * num_requests > MAX_CLUSTER_SLOTS:
+        raise ValueError(f"{where}: {replicas:,} replicas x {num_requests:,} requests = {replicas * num_requests:,} "
+                         f"request slots; a cluster simulation holds at most {MAX_CLUSTER_SLOTS:,} (each replica "
+                         "keeps state for every request); use fewer replicas or requests")
+
+
 def simulation(sc: Scenario | ClusterScenario, inputs: SimInputs, *, live: bool = False,
                on_step: Callable[[int], None] | None = None) -> ServerSimulation | ClusterSimulation:
     """The simulation of one prepared run: a `Server` in its own Environment, or the replicas' `Server`s in one
@@ -217,6 +228,7 @@ def simulation(sc: Scenario | ClusterScenario, inputs: SimInputs, *, live: bool 
         return ServerSimulation(sc, inputs, live=live, on_step=on_step)
     if live:
         raise ValueError(f"run {sc.name!r}: a cluster cannot run live")
+    check_cluster_size(len(sc.replicas), len(inputs.workload), f"run {sc.name!r}")
     env = simpy.Environment()
     servers = [Server(env, rep, inputs, arrivals=ReplicaArrivals(env)) for rep in sc.replicas]
     return ClusterSimulation(env, servers, sc.cluster.router, inputs, on_step=on_step)

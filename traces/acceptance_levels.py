@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from traces.atomic import atomic_write_text
+from traces.atomic import atomic_write_text, check_output_file
 from traces.bundle import DrafterSpec, DrafterTrace, TraceBundle
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
+from traces.limits import MAX_DRAFT_TOKENS
 from traces.expected_tokens import expected_tokens
 from traces.parsing import iter_jsonl, load_yaml_file
 
@@ -219,11 +220,16 @@ def source_to_dict(src: AcceptanceSource) -> dict[str, Any]:
     d = {"target": src.target, "dataset": src.dataset, "drafter_kind": src.drafter_kind,
          "measured_k": src.measured_k, "mean_length": src.mean_length, "per_position": src.per_position,
          "requests": [dataclasses.asdict(r) for r in src.requests], "source": src.source}
-    return {k: v for k, v in d.items() if v is not None and v != []}
+    return {k: v for k, v in d.items() if v is not None and not (k == "requests" and v == [])}  # nothing else dropped
 
 
-def save_source(src: AcceptanceSource, path: str | Path) -> None:
-    atomic_write_text(path, yaml.safe_dump(source_to_dict(src), sort_keys=False))
+def save_source(src: AcceptanceSource, path: str | Path, inputs: tuple | list = ()) -> None:
+    """Write `src` atomically after checking it with the rules load_source applies (source_from_dict), so no
+    importer writes a file that cannot be loaded or describes impossible acceptance."""
+    doc = source_to_dict(src)
+    source_from_dict(doc, str(path))
+    check_output_file(path, inputs, "acceptance file")
+    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
 
 
 def _fail(where: str, msg: str, fld: str) -> None:
@@ -238,11 +244,12 @@ def source_from_dict(doc: Any, where: str) -> AcceptanceSource:
     if unknown:
         _fail(where, f"unknown key(s) {sorted(unknown)}; expected some of {sorted(SOURCE_KEYS)}", sorted(unknown)[0])
     k = doc.get("measured_k")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        _fail(where, f"expected the k the acceptance was measured at (an integer >= 1), got {k!r}", "measured_k")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_DRAFT_TOKENS:
+        _fail(where, f"expected the k the acceptance was measured at (an integer in [1, {MAX_DRAFT_TOKENS}]), "
+                     f"got {shorten(k)}", "measured_k")
     mean = doc.get("mean_length")
     if mean is not None and (isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 1 <= mean <= k + 1):
-        _fail(where, f"expected a number in [1, measured_k + 1 = {k + 1}], got {mean!r}", "mean_length")
+        _fail(where, f"expected a number in [1, measured_k + 1 = {k + 1}], got {shorten(mean)}", "mean_length")
     pp = doc.get("per_position")
     if pp is not None:
         if not isinstance(pp, list) or len(pp) != k or not all(
@@ -345,7 +352,7 @@ def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, whe
                                     "per_position": p.get("per_position")}, f)
         level = p.get("level") or src.levels()[-1]
         if level not in LEVELS:
-            raise ValueError(f"{f}.level: expected one of {', '.join(LEVELS)}, got {level!r}")
+            raise ValueError(f"{f}.level: expected one of {', '.join(LEVELS)}, got {shorten(level)}")
         spec = None
         if name not in bundle.meta.drafters:
             if "kind" not in p or "cost_model" not in p:

@@ -17,7 +17,7 @@ import numpy as np
 from traces.atomic import atomic_open, atomic_write_text
 from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
-from traces.parsing import iter_jsonl, load_yaml_file
+from traces.parsing import iter_jsonl, load_yaml_file, resolved_path
 
 SCHEMA_VERSION = 1
 TOOL_VERSION = "0.1.0"
@@ -326,8 +326,8 @@ def _inside(path: Path, folder: Path) -> Path:
     """`path` if it is a regular file inside `folder` (a symlink may point within the bundle, never out of it);
     else TraceFormatError naming it, without reading it."""
     if path.is_symlink():
-        target = path.resolve()
-        if folder.resolve() not in target.parents:
+        target = resolved_path(path)
+        if resolved_path(folder) not in target.parents:
             raise TraceFormatError(str(path), "is a symbolic link to a file outside the bundle folder; bundle files "
                                    "must be regular files inside it (copy the file in instead)")
     if path.exists() and not path.is_file():
@@ -441,7 +441,7 @@ def check_bundle_target(path: str | Path, compress: bool = False) -> Path:
     folder (nothing but trace.yaml and its requests file) in the same format. Nothing is ever deleted: a
     requests file of the other format (which may be the user's only copy) is refused, not replaced."""
     folder = Path(path).expanduser()
-    resolved = folder.resolve()
+    resolved = resolved_path(folder)
     if resolved == Path(resolved.anchor):
         raise ValueError(f"{folder}: refusing to write a bundle into the root folder; choose another folder")
     if folder.exists() or folder.is_symlink():

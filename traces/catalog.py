@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.parsing import load_yaml_file
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -182,17 +182,17 @@ def _check_entry(cls: type, name: str, doc: Any, path: str) -> dict[str, Any]:
             continue
         if typ is bool:
             if not isinstance(value, bool):
-                raise TraceFormatError(path, f"expected true or false, got {value!r}", field=where)
+                raise TraceFormatError(path, f"expected true or false, got {shorten(value)}", field=where)
         elif typ is str:
             if not isinstance(value, str) or not value:
-                raise TraceFormatError(path, f"expected a non-empty string, got {value!r}", field=where)
+                raise TraceFormatError(path, f"expected a non-empty string, got {shorten(value)}", field=where)
         else:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise TraceFormatError(path, f"expected a finite number, got {value!r}", field=where)
+                raise TraceFormatError(path, f"expected a finite number, got {shorten(value)}", field=where)
             if typ is int and not isinstance(value, int):
-                raise TraceFormatError(path, f"expected an integer, got {value!r}", field=where)
+                raise TraceFormatError(path, f"expected an integer, got {shorten(value)}", field=where)
             if not 0 <= value <= MAX_CATALOG_NUMBER:
-                raise TraceFormatError(path, f"expected a number in [0, {MAX_CATALOG_NUMBER:.0e}], got {value!r}",
+                raise TraceFormatError(path, f"expected a number in [0, {MAX_CATALOG_NUMBER:.0e}], got {shorten(value)}",
                                        field=where)
             value = typ(value)
         out[key] = value
@@ -219,7 +219,7 @@ def load_models(path: str | Path) -> dict[str, ModelSpec]:
         name = str(name)
         entry = _check_entry(ModelSpec, name, doc, str(path))
         if entry["dtype"] not in DTYPE_BYTES:
-            raise TraceFormatError(str(path), f"expected one of {sorted(DTYPE_BYTES)}, got {entry['dtype']!r}",
+            raise TraceFormatError(str(path), f"expected one of {sorted(DTYPE_BYTES)}, got {shorten(entry['dtype'])}",
                                    field=f"{name}.dtype")
         for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "params"):
             if entry[key] <= 0:

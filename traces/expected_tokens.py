@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from traces.errors import shorten
+
 
 def _check(a: np.ndarray, k: np.ndarray) -> None:
     if np.any(~(a >= 0) | ~(a <= 1)):
-        raise ValueError(f"acceptance must be in [0, 1], got {a.tolist()!r}")
+        raise ValueError(f"acceptance must be in [0, 1], got {shorten(a.tolist())}")
     if np.any(~(k >= 0)):
-        raise ValueError(f"k must be >= 0, got {k.tolist()!r}")
+        raise ValueError(f"k must be >= 0, got {shorten(k.tolist())}")
 
 
 def expected_tokens(a, k):
@@ -34,6 +36,6 @@ def wall_time_gain(a, k, c):
     """Expected speed-up over plain decoding: expected_tokens(a, k) / (k c + 1), c = draft / target step time."""
     c = np.asarray(c, dtype=np.float64)
     if np.any(~(c >= 0)):
-        raise ValueError(f"draft cost ratio c must be >= 0, got {c.tolist()!r}")
+        raise ValueError(f"draft cost ratio c must be >= 0, got {shorten(c.tolist())}")
     out = np.asarray(expected_tokens(a, k)) / (np.asarray(k, dtype=np.float64) * c + 1.0)
     return float(out) if out.ndim == 0 else out

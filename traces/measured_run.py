@@ -13,17 +13,48 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from traces.atomic import atomic_open, atomic_write_text
-from traces.errors import TraceFormatError
-from traces.limits import MAX_TOKENS_PER_REQUEST
+from traces.config_base import validate_document
+from traces.errors import TraceFormatError, shorten
+from traces.limits import MAX_DRAFT_TOKENS, MAX_NUM_REQUESTS, MAX_SECONDS, MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl, parse_json, read_text
 
 FORMAT_VERSION = 1
 RUN_FILE, REQUESTS_FILE, ARRIVALS_FILE, ITL_FILE = "run.json", "requests.jsonl", "arrivals.txt", "itl.txt"
+
+
+class SpecDecodeCounters(BaseModel):
+    """run.json `spec_decode`: vLLM's spec-decode counter deltas over the run (traces/importers/vllm_bench.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    acceptance_length: float = Field(ge=1, le=MAX_DRAFT_TOKENS + 1)
+    acceptance_rate_pct: float = Field(ge=0, le=100)
+    num_drafts: float = Field(ge=0)
+    draft_tokens: float = Field(ge=0)
+    accepted_tokens: float = Field(ge=0)
+    per_position_acceptance_rates: list[Annotated[float, Field(ge=0, le=1)]] = Field(max_length=MAX_DRAFT_TOKENS)
+
+
+class RunFile(BaseModel):
+    """run.json: what `draftsim compare` reads from it is typed and bounded; other keys the importer kept (the
+    benchmark's own settings) are carried as they are, for provenance."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+    format_version: Literal[1]
+    name: str = Field(max_length=1000)
+    requests: int = Field(ge=1, le=MAX_NUM_REQUESTS)
+    source: dict[str, Any] = Field(default_factory=dict)
+    model_id: str | None = None
+    request_rate: float | Literal["inf"] | None = None
+    max_concurrency: int | None = None
+    itl: str | None = None
+    left_out: dict[str, Any] = Field(default_factory=dict)
+    spec_decode: SpecDecodeCounters | None = None
 
 
 @dataclass
@@ -67,17 +98,20 @@ class MeasuredRun:
 
 
 def number(doc: dict[str, Any], key: str, where: str, field_name: str, *, minimum: float = 0.0,
-           integer: bool = False, line: int | None = None) -> float:
-    """doc[key] as a finite number >= minimum (an integer when asked); otherwise an error naming file and field."""
+           integer: bool = False, line: int | None = None, maximum: float | None = None) -> float:
+    """doc[key] as a finite number in [minimum, maximum] (an integer when asked); otherwise an error naming file
+    and field."""
     if key not in doc:
         raise TraceFormatError(where, "missing", field=field_name, line=line)
     v = doc[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
-        raise TraceFormatError(where, f"expected {'an integer' if integer else 'a number'}, got {v!r}",
+        raise TraceFormatError(where, f"expected {'an integer' if integer else 'a number'}, got {shorten(v)}",
                                field=field_name, line=line)
     if not math.isfinite(v) or v < minimum:
-        raise TraceFormatError(where, f"expected a finite number >= {minimum:g}, got {v!r}", field=field_name,
+        raise TraceFormatError(where, f"expected a finite number >= {minimum:g}, got {shorten(v)}", field=field_name,
                                line=line)
+    if maximum is not None and v > maximum:
+        raise TraceFormatError(where, f"expected at most {maximum:g}, got {shorten(v)}", field=field_name, line=line)
     return int(v) if integer else float(v)
 
 
@@ -89,16 +123,31 @@ def check_request(r: MeasuredRequest, where: str, fld: str) -> None:
     if not 0 <= r.prompt_len <= MAX_TOKENS_PER_REQUEST:
         raise TraceFormatError(where, f"prompt length {r.prompt_len}: expected 0..{MAX_TOKENS_PER_REQUEST}",
                                field=f"{fld}.prompt_len")
+    for name in ("ttft", "e2e"):  # durations (a send time may still be a clock reading while importing)
+        v = getattr(r, name)
+        if not 0 <= v <= MAX_SECONDS:
+            raise TraceFormatError(where, f"{name} {v!r}: expected seconds in [0, {MAX_SECONDS:g}]",
+                                   field=f"{fld}.{name}")
     if r.ttft > r.e2e * (1 + 1e-9) + 1e-9:
         raise TraceFormatError(where, f"TTFT {r.ttft} s is later than the end-to-end latency {r.e2e} s",
                                field=f"{fld}.ttft")
     if r.itl is None:
         return
+    if r.itl.size > r.output_len - 1:
+        raise TraceFormatError(where, f"{r.itl.size} inter-token latencies for {r.output_len} output tokens: "
+                               "expected at most output_len - 1 gaps", field=f"{fld}.itl")
     if r.itl.size and (not np.all(np.isfinite(r.itl)) or r.itl.min() < 0):
         raise TraceFormatError(where, "inter-token latencies must be finite and >= 0", field=f"{fld}.itl")
     if r.itl.sum() > (r.e2e - r.ttft) * (1 + 1e-6) + 1e-6:
         raise TraceFormatError(where, f"inter-token latencies sum to {r.itl.sum():.6g} s, more than E2E - TTFT = "
                                f"{r.e2e - r.ttft:.6g} s", field=f"{fld}.itl")
+
+
+def run_document(run: MeasuredRun, where: str) -> dict[str, Any]:
+    """run.json's content for `run`, checked against RunFile (what load_measured accepts); errors name `where`."""
+    doc = {"format_version": FORMAT_VERSION, "name": run.name, "requests": len(run.requests), **run.info}
+    validate_document(RunFile, doc, where, "measured-run file")
+    return doc
 
 
 def save_measured(run: MeasuredRun, out: str | Path) -> Path:
@@ -108,8 +157,12 @@ def save_measured(run: MeasuredRun, out: str | Path) -> Path:
         raise ValueError(f"{run.name}: no completed requests to write")
     for i, r in enumerate(run.requests):
         check_request(r, str(folder / REQUESTS_FILE), f"[{i}]")
+        if not 0 <= r.send_time <= MAX_SECONDS:
+            raise TraceFormatError(str(folder / REQUESTS_FILE), f"send time {r.send_time!r}: expected seconds since "
+                                   f"the first send in [0, {MAX_SECONDS:g}]", field=f"[{i}].send_time")
         if (r.itl is None) != (run.pooled_itl is not None):
             raise ValueError(f"{run.name}: request {r.id}: give per-request gaps or the run's pooled gaps, not both")
+    run_doc = run_document(run, str(folder / RUN_FILE))
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_open(folder / REQUESTS_FILE, "w") as f:
         for r in run.requests:
@@ -122,8 +175,7 @@ def save_measured(run: MeasuredRun, out: str | Path) -> Path:
     if run.pooled_itl is not None:
         atomic_write_text(folder / ITL_FILE, "".join(f"{float(x)!r}\n" for x in run.pooled_itl))
     atomic_write_text(folder / ARRIVALS_FILE, "".join(f"{r.send_time!r}\n" for r in run.requests))
-    atomic_write_text(folder / RUN_FILE, json.dumps({"format_version": FORMAT_VERSION, "name": run.name,
-                                                     "requests": len(run.requests), **run.info}, indent=1) + "\n")
+    atomic_write_text(folder / RUN_FILE, json.dumps(run_doc, indent=1) + "\n")
     return folder
 
 
@@ -134,10 +186,8 @@ def load_measured(path: str | Path) -> MeasuredRun:
     if not meta_path.is_file():
         raise TraceFormatError(str(meta_path), "missing: not a measured-run folder (write one with "
                                "`draftsim import vllm-bench FILE OUT` or `draftsim import guidellm FILE OUT`)")
-    meta = parse_json(read_text(meta_path), str(meta_path))
-    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
-        raise TraceFormatError(str(meta_path), f"expected an object with format_version {FORMAT_VERSION}",
-                               field="format_version")
+    meta = validate_document(RunFile, parse_json(read_text(meta_path), str(meta_path)), str(meta_path),
+                             "measured-run file").model_dump()
     where = str(folder / REQUESTS_FILE)
     reqs, seen = [], set()
     for line, doc in iter_jsonl(folder / REQUESTS_FILE):
@@ -145,7 +195,7 @@ def load_measured(path: str | Path) -> MeasuredRun:
             raise TraceFormatError(where, "expected a JSON object", line=line)
         rid = doc.get("id")
         if not isinstance(rid, str) or not rid or rid in seen:
-            raise TraceFormatError(where, f"expected a unique non-empty string id, got {rid!r}", line=line, field="id")
+            raise TraceFormatError(where, f"expected a unique non-empty string id, got {shorten(rid)}", line=line, field="id")
         seen.add(rid)
         itl = doc.get("itl", [])
         if itl is not None and (not isinstance(itl, list) or not all(
@@ -153,8 +203,8 @@ def load_measured(path: str | Path) -> MeasuredRun:
             raise TraceFormatError(where, "expected a list of numbers", line=line, field="itl")
         tid = doc.get("trace_id")
         if tid is not None and not isinstance(tid, str):
-            raise TraceFormatError(where, f"expected a string, got {tid!r}", line=line, field="trace_id")
-        r = MeasuredRequest(rid, number(doc, "send_time", where, "send_time", line=line),
+            raise TraceFormatError(where, f"expected a string, got {shorten(tid)}", line=line, field="trace_id")
+        r = MeasuredRequest(rid, number(doc, "send_time", where, "send_time", line=line, maximum=MAX_SECONDS),
                             number(doc, "prompt_len", where, "prompt_len", integer=True, line=line),
                             number(doc, "output_len", where, "output_len", minimum=1, integer=True, line=line),
                             number(doc, "ttft", where, "ttft", line=line), number(doc, "e2e", where, "e2e", line=line),
@@ -163,8 +213,8 @@ def load_measured(path: str | Path) -> MeasuredRun:
         reqs.append(r)
     if not reqs:
         raise TraceFormatError(where, "contains no requests")
-    if meta.get("requests") != len(reqs):
-        raise TraceFormatError(str(meta_path), f"says {meta.get('requests')!r} requests but {where} has "
+    if meta["requests"] != len(reqs):
+        raise TraceFormatError(str(meta_path), f"says {meta['requests']} requests but {where} has "
                                f"{len(reqs)}; the folder is incomplete", field="requests")
     info = {k: v for k, v in meta.items() if k not in ("format_version", "name", "requests")}
     pooled = None
@@ -173,7 +223,7 @@ def load_measured(path: str | Path) -> MeasuredRun:
             raise TraceFormatError(where, f"some requests have no itl list; then every request has none and "
                                    f"{folder / ITL_FILE} holds the run's gaps", field="itl")
         pooled = _gaps(folder / ITL_FILE)
-    return MeasuredRun(str(meta.get("name", folder.name)), reqs, info, pooled)
+    return MeasuredRun(meta["name"], reqs, info, pooled)
 
 
 def _gaps(path: Path) -> np.ndarray:
@@ -182,8 +232,8 @@ def _gaps(path: Path) -> np.ndarray:
         try:
             v = float(s)
         except ValueError:
-            raise TraceFormatError(str(path), f"expected one gap in seconds, got {s!r}", line=i) from None
+            raise TraceFormatError(str(path), f"expected one gap in seconds, got {shorten(s)}", line=i) from None
         if not math.isfinite(v) or v < 0:
-            raise TraceFormatError(str(path), f"expected a finite gap >= 0, got {s!r}", line=i)
+            raise TraceFormatError(str(path), f"expected a finite gap >= 0, got {shorten(s)}", line=i)
         out.append(v)
     return np.asarray(out, dtype=float)

@@ -41,6 +41,16 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def resolved_path(path: str | os.PathLike) -> Path:
+    """`path` made absolute with every symbolic link followed; a link loop (`trace.yaml -> trace.yaml`) is a
+    TraceFormatError naming the path (pathlib raises RuntimeError or OSError for it, by Python version)."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (RuntimeError, OSError) as e:
+        raise TraceFormatError(str(path), f"cannot be resolved: a symbolic link loop or an unreadable link "
+                               f"({e.strerror if isinstance(e, OSError) else 'symlink loop'})") from None
+
+
 def open_regular(path: str | Path) -> IO[bytes]:
     """`path` opened for binary reading if it is a regular file (symlinks followed); else TraceFormatError.
 

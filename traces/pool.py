@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from traces.bundle import TOOL_VERSION, BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
+from traces.errors import shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
 
 MAX_POOL_TOKENS = 100_000_000  # num_requests x longest output: the generated traces are held in memory
@@ -47,7 +48,7 @@ class PoolSpec:
         if params is None:
             params = {}
         if not isinstance(params, dict):
-            raise ValueError(f"pool: expected a mapping of PoolSpec fields, got {params!r}")
+            raise ValueError(f"pool: expected a mapping of PoolSpec fields, got {shorten(params)}")
         known = {f.name for f in fields(cls)}
         unknown = set(params) - known
         if unknown:
@@ -64,21 +65,21 @@ class PoolSpec:
             if v is None and name == "generalist":
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"pool.{name}: expected a finite number, got {v!r}")
+                raise ValueError(f"pool.{name}: expected a finite number, got {shorten(v)}")
         for name in ("num_requests", "segments", "seed"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**63 - 1:
-                raise ValueError(f"pool.{name}: expected an integer >= 0, got {v!r}")
+                raise ValueError(f"pool.{name}: expected an integer >= 0, got {shorten(v)}")
         for name in ("output_len", "prompt_len"):
             v = getattr(self, name)
             if not isinstance(v, tuple) or len(v) != 2 or not all(
                     isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_TOKENS_PER_REQUEST for x in v):
                 raise ValueError(f"pool.{name}: expected [lo, hi], integers in [1, {MAX_TOKENS_PER_REQUEST}], "
-                                 f"got {v!r}")
+                                 f"got {shorten(v)}")
         if not isinstance(self.drift, bool):
-            raise ValueError(f"pool.drift: expected true or false, got {self.drift!r}")
+            raise ValueError(f"pool.drift: expected true or false, got {shorten(self.drift)}")
         if not isinstance(self.categories, tuple) or not all(isinstance(c, str) and c for c in self.categories):
-            raise ValueError(f"pool.categories: expected a list of names, got {self.categories!r}")
+            raise ValueError(f"pool.categories: expected a list of names, got {shorten(self.categories)}")
 
     def validate(self) -> None:
         """Raise ValueError naming the parameter that is out of range."""
@@ -87,7 +88,7 @@ class PoolSpec:
             raise ValueError(f"pool: num_requests x output_len[1] = {self.num_requests * self.output_len[1]:,} "
                              f"tokens is more than {MAX_POOL_TOKENS:,}; generate a smaller pool")
         if len(self.categories) < 2 or len(set(self.categories)) != len(self.categories):
-            raise ValueError(f"pool: categories must be >= 2 distinct names, got {self.categories!r}")
+            raise ValueError(f"pool: categories must be >= 2 distinct names, got {shorten(self.categories)}")
         for name in ("strong", "weak"):
             v = getattr(self, name)
             if not 0.0 < v < 1.0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl
 
@@ -36,7 +36,7 @@ class PromptEntry:
 
 def _length(v, where: str, line: int, name: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS_PER_REQUEST:
-        raise TraceFormatError(where, f"expected an integer in [1, {MAX_TOKENS_PER_REQUEST}], got {v!r}",
+        raise TraceFormatError(where, f"expected an integer in [1, {MAX_TOKENS_PER_REQUEST}], got {shorten(v)}",
                                field=name, line=line)
     return v
 
@@ -66,7 +66,7 @@ def read_prompt_jsonl(path: str | Path) -> list[PromptEntry]:
             ids = tuple(raw)
         cat = doc.get("category", "")
         if not isinstance(cat, str):
-            raise TraceFormatError(where, f"expected a string, got {cat!r}", field="category", line=line)
+            raise TraceFormatError(where, f"expected a string, got {shorten(cat)}", field="category", line=line)
         outs = [k for k in ("output_tokens", "output_len") if k in doc]
         if len(outs) > 1:
             raise TraceFormatError(where, "give output_tokens or output_len, not both", field="output_len", line=line)

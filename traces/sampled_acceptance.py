@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from traces.errors import shorten
+
 REWARDS = ("be", "bd")
 
 
@@ -80,6 +82,6 @@ def reward_bd(tv) -> float:
 def check_reward(reward: str, has_tv: bool, where: str = "reward") -> None:
     """Fail early (before a run) when `reward` is unknown or is BD on a trace without tv."""
     if reward not in REWARDS:
-        raise ValueError(f"{where}: expected one of {REWARDS}, got {reward!r}")
+        raise ValueError(f"{where}: expected one of {REWARDS}, got {shorten(reward)}")
     if reward == "bd" and not has_tv:
         reward_bd(None)

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from traces.bundle import BundleMeta, DrafterTrace, RequestTrace, TraceBundle
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.lengths import LengthDist
 from traces.limits import MAX_NUM_REQUESTS
 from traces.synthetic.fit_cache import fit_synth_spec_cached
@@ -198,7 +198,7 @@ def load_arrival_times(path: str | Path) -> np.ndarray:
         try:
             t = float(s)
         except ValueError:
-            raise TraceFormatError(path, f"expected one arrival time in seconds, got {s[:40]!r}", line=line_no) from None
+            raise TraceFormatError(path, f"expected one arrival time in seconds, got {shorten(s)}", line=line_no) from None
         if not math.isfinite(t) or t < 0:
             raise TraceFormatError(path, f"expected a finite time >= 0, got {s}", line=line_no)
         if times and t < times[-1]:

@@ -123,7 +123,9 @@ def run_under_vllm(module: str, plan: dict[str, Any], out_dir: str | Path, *, py
         raise RuntimeError(f"vLLM ran but wrote no step records ({out / STEPS_FILE}): the draftsim step recorder is "
                            f"not registered in {py}'s environment; run `{Path(py).parent}/pip install --no-deps -e "
                            f"{repo}`")
-    return json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+    from calibration.vllm_steps.record_files import read_json_record
+
+    return read_json_record(out / RUN_FILE, "run result")
 
 
 def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
@@ -167,7 +169,9 @@ def _run_inside_vllm(plan_path: str, out_path: str) -> int:
 
     from traces.atomic import atomic_write_text
 
-    plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+    from calibration.vllm_steps.record_files import read_json_record
+
+    plan = read_json_record(plan_path, "run plan")
     spec = plan["spec"]
     kwargs: dict[str, Any] = {}
     if spec is not None:

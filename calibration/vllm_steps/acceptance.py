@@ -22,6 +22,7 @@ from calibration.vllm_steps.records import RequestStep, StepLog
 from traces.atomic import atomic_write_text
 from traces.bundle import BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle, save_bundle
 from traces.errors import TraceFormatError
+from traces.parsing import iter_jsonl
 
 CENSORING_FILE = "censoring.jsonl"
 _ENGINE_SUFFIX = re.compile(r"^(?P<client>.+)-[0-9a-f]{8}$")
@@ -153,11 +154,7 @@ def load_censoring(path: str | Path) -> dict[str, dict[str, dict[str, list[int]]
     """request id -> drafter -> {"measured": positions, "censored": positions}; errors name file and line."""
     path = Path(path)
     out: dict[str, dict[str, dict[str, list[int]]]] = {}
-    for i, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(str(path), f"not valid JSON: {e.msg}", line=i) from e
+    for i, doc in iter_jsonl(path):
         if not isinstance(doc, dict) or not isinstance(doc.get("id"), str) or not isinstance(doc.get("drafters"), dict):
             raise TraceFormatError(str(path), "expected {\"id\": str, \"drafters\": {...}}", line=i)
         for d, masks in doc["drafters"].items():

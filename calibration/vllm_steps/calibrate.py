@@ -10,6 +10,7 @@ fit is `validate`'s (calibration/vllm_steps/fit.py `fit_target`): one fit functi
 """
 from __future__ import annotations
 
+from traces.errors import shorten
 import dataclasses
 import datetime as _dt
 import json
@@ -28,6 +29,7 @@ from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, save_
 from calibration.vllm_steps.fit import fit_drafter, fit_target, step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.costs.latency import Provenance, save_profile
+from calibration.vllm_steps.record_files import read_json_record, read_run_result, require_engine_settings
 from traces.atomic import atomic_write_text
 from traces.bundle import TraceBundle, save_bundle
 
@@ -130,7 +132,7 @@ class VllmCalibration:
                                            any(not 0 < g <= 1000 for g in self.gap_steps)):
             raise ValueError(f"gap steps: expected one number in (0, 1000] per staggered group, got {self.gap_steps}")
         if self.step_model not in ("structured", "linear"):
-            raise ValueError(f"step model: expected structured or linear, got {self.step_model!r}")
+            raise ValueError(f"step model: expected structured or linear, got {shorten(self.step_model)}")
         if self.categories is not None and len(self.categories) != len(self.prompts):
             raise ValueError(f"{len(self.categories)} categories for {len(self.prompts)} prompts")
 
@@ -221,7 +223,8 @@ def analyse_mode(cal: VllmCalibration, out: Path, mode: Mode, name: str) -> Mode
     folder = out / mode.label
     where = str(folder / STEPS_FILE)
     log = load_steps(folder / STEPS_FILE)
-    result = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    require_engine_settings(log.header, where)
+    result = read_run_result(folder / RUN_FILE)
     clients = _clients(result)
     start = _measure_start(result)
     steps = StepLog(log.header, [s for s in log.steps if s.wall_start >= start])
@@ -236,8 +239,8 @@ def analyse_mode(cal: VllmCalibration, out: Path, mode: Mode, name: str) -> Mode
     report: dict[str, Any] = {"target": rep, "step_overhead_s": overhead, "busy_gaps": gaps,
                               "capacity_req_s": result.get("capacity_req_s")}
     load_file = folder / "load.json"
-    if load_file.is_file():
-        report["load"] = json.loads(load_file.read_text(encoding="utf-8"))
+    if os.path.lexists(load_file):  # optional; when there, read like every record (a device or FIFO is refused)
+        report["load"] = read_json_record(load_file, "load record")
     bundle = drafter_path = None
     if mode.method is None:
         _check_kept(log, clients, where)

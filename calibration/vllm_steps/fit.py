@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from calibration.vllm_steps.records import StepLog, StepRecord
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from simulator.costs.latency import LatencyProfile, LinearProfile, Measurement, Provenance, fit_linear
 from simulator.costs.step_model import StepShape, holdout_split, phase_bias, phase_mape, select_form
 
@@ -115,7 +115,7 @@ def fit_target(ms: list[Measurement], name: str, model_name: str, prov: Provenan
                                                         "held_back_mape_percent": phase_mape(p, back),
                                                         "held_back_bias_percent": phase_bias(p, back)}}})
     else:
-        raise ValueError(f"step_model: expected 'structured' or 'linear', got {step_model!r}")
+        raise ValueError(f"step_model: expected 'structured' or 'linear', got {shorten(step_model)}")
     report.update(coefficients=dict(prof.coefficients), mape_percent=phase_mape(prof, ms),
                   bias_percent=phase_bias(prof, ms))
     return prof, report

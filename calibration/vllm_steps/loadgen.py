@@ -107,7 +107,9 @@ def main(plan_path: str, out_path: str) -> int:
     version = prepare_environment()
     from traces.atomic import atomic_write_text
 
-    plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+    from calibration.vllm_steps.record_files import read_json_record
+
+    plan = read_json_record(plan_path, "run plan")
     t0 = time.perf_counter()
     partial = Path(out_path).with_suffix(".partial.json")
 

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
+from traces.parsing import iter_jsonl
 
 STEPS_ENV = "DRAFTSIM_VLLM_STEPS"
 RECORD_VERSION = 1
@@ -146,7 +147,7 @@ def _int(doc: dict, key: str, path: str, line: int, fld: str, *, optional: bool 
     if v is None and optional and key in doc:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise TraceFormatError(path, f"expected an integer >= 0, got {v!r}", line=line, field=fld)
+        raise TraceFormatError(path, f"expected an integer >= 0, got {shorten(v)}", line=line, field=fld)
     return v
 
 
@@ -155,7 +156,7 @@ def _num(doc: dict, key: str, path: str, line: int, *, optional: bool = False) -
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise TraceFormatError(path, f"expected a finite number >= 0, got {v!r}", line=line, field=key)
+        raise TraceFormatError(path, f"expected a finite number >= 0, got {shorten(v)}", line=line, field=key)
     return float(v)
 
 
@@ -167,7 +168,7 @@ def parse_request_step(doc: Any, path: str, line: int, j: int) -> RequestStep:
     if unknown:
         raise TraceFormatError(path, f"unknown key(s) {sorted(unknown)}", line=line, field=where)
     if not isinstance(doc.get("id"), str) or not doc["id"]:
-        raise TraceFormatError(path, f"expected a non-empty string, got {doc.get('id')!r}", line=line,
+        raise TraceFormatError(path, f"expected a non-empty string, got {shorten(doc.get('id'))}", line=line,
                                field=where + ".id")
     vals = {k: _int(doc, k, path, line, f"{where}.{k}") for k in _REQ_INT}
     r = RequestStep(id=doc["id"], finished=bool(doc.get("finished", False)), **vals)
@@ -210,25 +211,22 @@ def worker_files(path: Path) -> list[Path]:
 
 
 def _read_jsonl(path: Path) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
+    """(header, [(line, record)]) of a step-record file, read by traces.parsing.iter_jsonl (regular files only,
+    bounded lines, file and line in every error)."""
     header: dict[str, Any] | None = None
     rows: list[tuple[int, Any]] = []
-    with open(path, encoding="utf-8") as f:
-        for i, text in enumerate(f, start=1):
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise TraceFormatError(str(path), f"not valid JSON: {e.msg} at column {e.colno}", line=i) from e
-            if i == 1:
-                if not isinstance(doc, dict) or not isinstance(doc.get("header"), dict):
-                    raise TraceFormatError(str(path), "first line must be {\"header\": {...}}", line=1,
-                                           field="header")
-                header = doc["header"]
-                if header.get("record_version") != RECORD_VERSION:
-                    raise TraceFormatError(str(path), f"record_version {header.get('record_version')!r} is not "
-                                           f"supported (expected {RECORD_VERSION})", line=1,
-                                           field="header.record_version")
-                continue
-            rows.append((i, doc))
+    for i, doc in iter_jsonl(path):
+        if i == 1:
+            if not isinstance(doc, dict) or not isinstance(doc.get("header"), dict):
+                raise TraceFormatError(str(path), "first line must be {\"header\": {...}}", line=1,
+                                       field="header")
+            header = doc["header"]
+            if header.get("record_version") != RECORD_VERSION:
+                raise TraceFormatError(str(path), f"record_version {header.get('record_version')!r} is not "
+                                       f"supported (expected {RECORD_VERSION})", line=1,
+                                       field="header.record_version")
+            continue
+        rows.append((i, doc))
     if header is None:
         raise TraceFormatError(str(path), "empty file (expected a header line and record lines)")
     return header, rows
@@ -256,9 +254,12 @@ def load_steps(path: str | Path) -> StepLog:
     """Load and validate a step-record file (and join its worker file when there is exactly one);
     errors name the file, line and field."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise TraceFormatError(str(path), "step-record file not found")
     header, rows = _read_jsonl(path)
+    from calibration.vllm_steps.record_files import check_step_header
+
+    check_step_header(header, path)
     steps = [parse_step(doc, str(path), line) for line, doc in rows]
     for prev, cur in zip(steps, steps[1:]):
         if cur.step <= prev.step:

@@ -30,6 +30,7 @@ from simulator.costs.latency import LatencyProfile
 from simulator.costs.step_model import phase_bias, phase_mape
 from simulator.measure.metrics import percentile_summary
 from traces.bundle import DrafterTrace, RequestTrace
+from calibration.vllm_steps.record_files import read_json_record, read_run_result, require_engine_settings
 from traces.errors import TraceFormatError
 
 KINDS = ("replay", "predictive")
@@ -138,7 +139,11 @@ def load_mode(folder: Path, mode: Mode) -> ModeData:
     """Read a mode's result.json and step records and join every client request to one engine request."""
     where = str(folder / STEPS_FILE)
     log = load_steps(folder / STEPS_FILE)
-    result = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    require_engine_settings(log.header, where)
+    result = read_run_result(folder / RUN_FILE)
+    if result.get("calibration") is None or result.get("levels") is None:
+        raise TraceFormatError(str(folder / RUN_FILE), "expected the load generator's `calibration` and `levels` "
+                               "(a `draftsim validate` run)", field="levels")
     cal = _clients([q for g in result["calibration"] if g["name"] != WARMUP for q in g["requests"]])
     per_level = [_clients(lv["requests"]) for lv in result["levels"]]
     engine_ids = sorted({r.id for s in log.steps for r in s.requests})
@@ -153,7 +158,7 @@ def plan_categories(plan_path: Path, result: dict[str, Any]) -> dict[str, str]:
     """Request id -> workload category, from the plan's per-prompt categories (empty when the plan has none)."""
     if not plan_path.is_file():
         return {}
-    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    plan = read_json_record(plan_path, "run plan")
     out = {}
     for g, rg in zip(plan["calibration"], result["calibration"]):
         out.update({q["id"]: c for q, c in zip(rg["requests"], g.get("categories", []))})
@@ -354,7 +359,7 @@ def calibrated_profiles(folder: str | Path, mode: Mode) -> Profiles:
     from simulator.costs.latency import load_profile
 
     folder = Path(folder)
-    doc = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
+    doc = read_json_record(folder / "calibration.json", "calibration summary")
     if mode.label not in doc.get("modes", {}):
         raise TraceFormatError(str(folder / "calibration.json"), f"no mode {mode.label!r} (has "
                                f"{sorted(doc.get('modes', {}))})", field="modes")

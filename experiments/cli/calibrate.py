@@ -90,7 +90,10 @@ def _register_latency(sub) -> None:
 def _run_latency(args: argparse.Namespace) -> int:
     from calibration.latency_sweep import SweepConfig, calibrate_latency
     from calibration.models.loading import split_specs
+    from experiments.config import check_plain_name
 
+    if args.name is not None:  # profiles are named <name>[-<drafter>].yaml inside --out-dir
+        check_plain_name(args.name, "--name")
     cfg = SweepConfig(batch_sizes=_ints(args.batch_sizes), query_tokens=_ints(args.query_tokens),
                       context_lens=_ints(args.context_lens), warmup=args.warmup, repeats=args.repeats,
                       threads=args.threads)
@@ -253,8 +256,10 @@ def _run_vllm(args: argparse.Namespace) -> int:
 
     from calibration.models.loading import vllm_target, vllm_target_prompts, with_drafter_folder
     from calibration.vllm_steps.calibrate import RUN_CONFIG, VllmCalibration, analyse, parse_mode, run
-    from experiments.config import load_config
+    from experiments.config import check_plain_name, load_config
 
+    if args.name is not None:  # profile files are named <name>-<mode>.yaml: checked before anything is written
+        check_plain_name(args.name, "--name")
     staggered = _ints(args.staggered)
     need = sum(_ints(args.batch_sizes)) + sum(staggered) + 1
     if args.prompts:
@@ -273,9 +278,10 @@ def _run_vllm(args: argparse.Namespace) -> int:
                           gap_steps=_floats(args.gap_steps, "--gap-steps") if args.gap_steps else None, max_tokens=args.max_tokens, dtype=args.dtype,
                           dataset=dataset, categories=categories, seed=args.seed, max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens, step_model=args.step_model)
+    profile_name = check_plain_name(args.name or f"{name}-vllm-{args.dtype}", "--name (or <target>-vllm-<dtype>)")
     if not args.analyse_only:
         run(cal, args.out)
-    doc = analyse(cal, args.out, args.name or f"{name}-vllm-{args.dtype}")
+    doc = analyse(cal, args.out, profile_name)
     load_config(str(Path(args.out) / RUN_CONFIG))  # the written config loads (profiles, bundle, runs resolve)
     print(doc["table"])
     print(f"wrote {args.out}/calibration.json, {args.out}/profiles/, {args.out}/bundle/ and {args.out}/{RUN_CONFIG} "

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 DEFAULT_REPEATS = 5
+MAX_REPEATS = 1000  # seeds per prediction (each repeat simulates every run once)
 
 
 def register(sub) -> None:
@@ -105,11 +106,13 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
     from simulator.seeds import child, seed_int
     from traces.measured_run import load_measured
 
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise ValueError(f"repeats: expected an integer in [1, {MAX_REPEATS}], got {repeats:,}")
     run = load_measured(measured_path)
     cfg = load_config(config, list(overrides))
     measured = measured_latencies(run)
     root = np.random.SeedSequence(cfg.seed)  # repeat j: an experiment seed from its own child
-    seeds = [cfg.seed] + [seed_int(child(root, j)) for j in range(max(0, repeats - 1))]
+    seeds = [cfg.seed] + [seed_int(child(root, j)) for j in range(repeats - 1)]
     sims = [simulate_measured(cfg, run, s, names) for s in seeds]
     span = measured.end - measured.start
     rate = run.info.get("request_rate")
@@ -163,8 +166,14 @@ def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
 def _run(args: argparse.Namespace) -> int:
     from experiments.validate_report import format_table, write_outputs
 
+    from experiments.report import check_results_target, staged_results_folder
+
     names = [n.strip() for n in args.runs.split(",")] if args.runs else None
-    report = compare(args.measured, args.config, args.overrides, max(1, args.repeats), names)
+    if not 1 <= args.repeats <= MAX_REPEATS:  # before anything is read or allocated
+        raise ValueError(f"--repeats: expected an integer in [1, {MAX_REPEATS}], got {args.repeats:,}")
+    if args.out is not None:
+        check_results_target(args.out, None, [args.measured, args.config])  # before anything is simulated
+    report = compare(args.measured, args.config, args.overrides, args.repeats, names)
     if not report.rows:
         print("draftsim: error: no config run could be simulated: " + "; ".join(report.info["notes"][3:]),
               file=sys.stderr)
@@ -172,10 +181,12 @@ def _run(args: argparse.Namespace) -> int:
     print(format_table(report))
     for n in report.info["notes"]:
         print(n)
-    if args.out:
-        write_outputs(report, args.out, args.config, {}, stem="comparison", command_name="compare",
-                      title="draftsim compare: measured vs draftsim predicted",
-                      plot_metrics=("ttft", "tpot", "itl", "e2e"), measured_label="measured")
+    if args.out is not None:  # written into a temp folder, renamed into place only when complete
+        check_results_target(args.out, None, [args.measured, args.config])  # again: after the simulations
+        with staged_results_folder(args.out, None) as tmp:
+            write_outputs(report, tmp, args.config, {}, stem="comparison", command_name="compare",
+                          title="draftsim compare: measured vs draftsim predicted",
+                          plot_metrics=("ttft", "tpot", "itl", "e2e"), measured_label="measured")
         print(f"wrote {os.path.join(args.out, 'comparison.json')}, comparison.md and CDF plots")
     return 0
 

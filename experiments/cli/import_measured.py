@@ -30,27 +30,47 @@ def register_measured(sub: argparse._SubParsersAction) -> None:
     a.set_defaults(func=_run_import_acceptance)
 
 
+MEASURED_ENTRIES = frozenset({".draftsim-results", "run.json", "requests.jsonl", "arrivals.txt", "itl.txt",
+                              "acceptance.yaml"})
+
+
 def _run_import_measured(args: argparse.Namespace) -> int:
-    from traces.measured_run import save_measured
+    from experiments.config import plain_name_from
+    from experiments.report import check_results_target, staged_results_folder
+    from traces.measured_run import run_document, save_measured
 
     if args.importer_name == "vllm-bench":
         from traces.importers.vllm_bench import import_vllm_bench as read
     else:
         from traces.importers.guidellm import import_guidellm as read
+    check_results_target(args.out, None, [args.file])  # refused before the file is read
     runs = read(args.file)
+    for j, run in enumerate(runs):  # every run checked before anything is written; errors name the input
+        run_document(run, f"{args.file} (run {j})")
+    one = len(runs) == 1
+    # a folder name from the file's content (a run label, a rate) is made plain: it never leaves OUT
+    names = [f"{j:02d}-{plain_name_from(run.name)}" for j, run in enumerate(runs)]
+    acceptance = None
+    with staged_results_folder(args.out, MEASURED_ENTRIES if one else None) as tmp:
+        for name, run in zip(names, runs):
+            save_measured(run, tmp if one else tmp / name)
+            if one and run.info.get("spec_decode"):
+                acceptance = _write_bench_acceptance(run, tmp / "acceptance.yaml")
     out = Path(args.out)
-    for j, run in enumerate(runs):
-        folder = save_measured(run, out if len(runs) == 1 else out / f"{j:02d}-{run.name}")
+    for name, run in zip(names, runs):
         left = run.info.get("left_out", {})
-        print(f"wrote {folder}: {len(run.requests)} requests ({', '.join(f'{k} {v}' for k, v in left.items() if k != 'ids') or 'none left out'})"
+        print(f"wrote {out if one else out / name}: {len(run.requests)} requests "
+              f"({', '.join(f'{k} {v}' for k, v in left.items() if k != 'ids') or 'none left out'})"
               + (f"; acceptance length {run.info['spec_decode']['acceptance_length']:.3f}"
                  if run.info.get("spec_decode") else ""))
-        if len(runs) == 1 and run.info.get("spec_decode"):
-            _write_bench_acceptance(run, folder / "acceptance.yaml")
+    if acceptance is not None:
+        print(f"wrote {out / 'acceptance.yaml'}: mean acceptance length {acceptance.mean_length:.3f} at k = "
+              f"{acceptance.measured_k}")
     return 0
 
 
-def _write_bench_acceptance(run, path: Path) -> None:
+def _write_bench_acceptance(run, path: Path):
+    """The run's spec-decode counters as an acceptance source at `path`; the source, or None (said why)."""
     from traces.acceptance_levels import save_source, source_from_vllm_counters
 
     sd = run.info["spec_decode"]
@@ -61,18 +81,25 @@ def _write_bench_acceptance(run, path: Path) -> None:
                                         {"format": "vllm bench serve spec_decode_*", **run.info["source"]})
     except ValueError as e:
         print(f"no acceptance source written: {e}", file=sys.stderr)
-        return
+        return None
     src.target = run.info.get("model_id")
-    save_source(src, path)
-    print(f"wrote {path}: mean acceptance length {src.mean_length:.3f} at k = {src.measured_k}")
+    try:
+        save_source(src, path)
+    except ValueError as e:
+        print(f"no acceptance source written: {e}", file=sys.stderr)
+        return None
+    return src
 
 
 def _run_import_acceptance(args: argparse.Namespace) -> int:
     from traces.acceptance_levels import save_source, source_from_per_request, source_from_vllm_counters
 
+    from traces.atomic import check_output_file
+
+    check_output_file(args.out, [args.file], "acceptance file")  # before reading: OUT is never the input
     if args.per_request:
         src = source_from_per_request(args.file)
-    elif Path(args.file).is_file() and Path(args.file).read_text(encoding="utf-8", errors="replace").lstrip().startswith("{"):
+    elif _starts_with_brace(args.file):
         from traces.importers.vllm_bench import import_vllm_bench
 
         runs = import_vllm_bench(args.file)
@@ -94,7 +121,14 @@ def _run_import_acceptance(args: argparse.Namespace) -> int:
     src.target = args.target or src.target
     src.dataset = args.dataset or src.dataset
     src.drafter_kind = args.drafter_kind or src.drafter_kind
-    save_source(src, args.out)
+    save_source(src, args.out, inputs=[args.file])
     print(f"wrote {args.out}: levels {', '.join(src.levels())}; mean acceptance length {src.mean_length:.3f} at "
           f"k = {src.measured_k}")
     return 0
+
+
+def _starts_with_brace(path: str) -> bool:
+    """True when `path` is JSON (a `vllm bench serve` result), read through the one bounded reader."""
+    from traces.parsing import read_text
+
+    return read_text(path).lstrip().startswith("{")

@@ -64,11 +64,13 @@ def _run_import_minedraft(args: argparse.Namespace) -> int:
 
     from experiments.config import check_plain_name
 
+    from experiments.output_folder import claim_output_folder
+    from experiments.report import check_results_target
+
     check_plain_name(args.name, "--name")  # profile files are named <name>-<role>.yaml inside --out-dir
+    check_results_target(args.out_dir, None, [args.path])  # run's folder rules, before the trace is read
     steps = load_minedraft_steps(args.path, args.time_unit)
-    out = Path(args.out_dir)
-    if out.resolve() == Path(out.resolve().anchor):
-        raise ValueError(f"--out-dir {out}: refusing to write profiles into the root folder")
+    out = claim_output_folder(args.out_dir, None)
     for role, rows in step_measurements(steps).items():
         if len(rows) < 2:
             print(f"{role}: {len(rows)} usable step(s), not enough to fit; skipped")

@@ -203,9 +203,14 @@ def run_fit(args: argparse.Namespace) -> int:
     from traces.atomic import atomic_write_text
     from traces.synthetic.spec import fit_synth_spec, spec_to_yaml
 
+    from traces.atomic import check_output_file
+    from traces.bundle import BUNDLE_FILES
+
     check_num_requests(args.num_requests)
-    if Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out}: is a folder; give the spec YAML file to write")
+    # before any source is read: OUT is a new path or a regular file that is no source (nor in a source bundle)
+    paths = [item.rpartition("=")[2] for item in args.sources]
+    inputs = paths + [Path(p) / f for p in paths if Path(p).is_dir() for f in sorted(BUNDLE_FILES)]
+    check_output_file(args.out, inputs, "--out")
 
     sources: dict[str, TraceBundle] = {}
     for item in args.sources:

@@ -31,6 +31,7 @@ from experiments.sweep.hashing import derive_seed
 from experiments.sweep.runner import Point, ProgressBar, SweepRunner
 from simulator.measure.metrics import round_sig
 from simulator.measure.steady_state import SATURATED_TRIM_FRACTION
+from simulator.scenario import check_cluster_size
 
 EVALUATOR = "plan-point/2"  # bump when what a point returns changes (invalidates caches)
 POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
@@ -524,9 +525,12 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(search.seeds)]
     start = search.rate_start or traffic.target_rate
     decode_tokens: dict[int, float] = {}
-    for c in active:
+    for c in active:  # sizes first, each checked before any candidate is simulated
         c.num_requests = traffic.requests_for(c.replicas)
         c.curve_requests = traffic.curve_requests_for(c.replicas)
+        check_cluster_size(c.replicas, c.num_requests, f"candidate {c.id} (search.requests_per_replica, "
+                           "search.tail_requests)")
+    for c in active:
         if c.num_requests not in decode_tokens:
             decode_tokens[c.num_requests] = mean_decode_tokens(c, traffic, seeds[0])
         c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
@@ -610,10 +614,13 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
         searched = [c for c in active if c.status == "ok"]
         _curve_points(plan, searched, traffic, seeds[0], slo, runner, bar, search.early_stop)
     doc = plan_document(plan, cands, prices, traffic, seeds, base)
-    write_json_atomic(out / "plan.json", doc, indent=1)
     from experiments.plan.report import write_plots
 
+    # plan.json last, the previous one removed first: a folder with plan.json is complete (plots included),
+    # one that ran out of disk while plotting holds no plan.json that could be taken for this run's result
+    (out / "plan.json").unlink(missing_ok=True)
     write_plots(doc, out)
+    write_json_atomic(out / "plan.json", doc, indent=1)
     return {**doc, "_stats": {"computed": runner.stats.computed, "cached": runner.stats.cached}}
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from traces.catalog import _read_yaml
+from traces.errors import shorten
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ def builtin_price_file() -> Path:
 
 def _positive(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{where}: expected a positive number of dollars per GPU-hour, got {value!r}")
+        raise ValueError(f"{where}: expected a positive number of dollars per GPU-hour, got {shorten(value)}")
     return float(value)
 
 
@@ -35,7 +36,7 @@ def load_price_file(path: str | Path) -> dict[str, GpuPrice]:
     for gpu, entry in doc.items():
         where = f"{path}: {gpu}"
         if not isinstance(entry, dict) or set(entry) - {"usd_per_hour", "source"} or "usd_per_hour" not in entry:
-            raise ValueError(f"{where}: expected {{usd_per_hour: NUMBER, source: TEXT}}, got {entry!r}")
+            raise ValueError(f"{where}: expected {{usd_per_hour: NUMBER, source: TEXT}}, got {shorten(entry)}")
         source = entry.get("source")
         if not isinstance(source, str) or not source.strip():
             raise ValueError(f"{where}.source: say where the price comes from (a non-empty string)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import traces
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from simulator.costs.profile_records import MAX_COEFFICIENT_S, Measurement, Provenance
 from traces.parsing import load_yaml_file
 
@@ -132,7 +132,7 @@ def fit_linear(name: str, measurements: list[Measurement], terms: tuple[str, ...
     X = np.array([cols[t] for t in terms], dtype=float).T
     y = np.array([m.seconds for m in measurements], dtype=float)
     if weighting not in ("relative", "absolute"):
-        raise ValueError(f"weighting: expected 'relative' or 'absolute', got {weighting!r}")
+        raise ValueError(f"weighting: expected 'relative' or 'absolute', got {shorten(weighting)}")
     w = 1.0 / np.maximum(y, 1e-12) if weighting == "relative" else np.ones_like(y)
     coef, _ = nnls(X * w[:, None], y * w)
     pred = X @ coef
@@ -204,7 +204,7 @@ def profile_from_dict(doc: Any, path: str) -> LinearProfile | TableProfile:
     if unknown:
         raise TraceFormatError(path, f"unknown key(s) {sorted(unknown)}; expected some of {sorted(allowed)}")
     if kind not in ("linear", "table", "structured"):
-        raise TraceFormatError(path, f"expected 'linear', 'table' or 'structured', got {kind!r}", field="kind")
+        raise TraceFormatError(path, f"expected 'linear', 'table' or 'structured', got {shorten(kind)}", field="kind")
     name = doc.get("name")
     if not isinstance(name, str) or not name:
         raise TraceFormatError(path, "expected a non-empty string", field="name")
@@ -218,9 +218,9 @@ def profile_from_dict(doc: Any, path: str) -> LinearProfile | TableProfile:
                                field="provenance")
     for key in ("fit",):
         if doc.get(key) is not None and not isinstance(doc[key], dict):
-            raise TraceFormatError(path, f"expected a mapping, got {doc[key]!r}", field=key)
+            raise TraceFormatError(path, f"expected a mapping, got {shorten(doc[key])}", field=key)
     if doc.get("model") is not None and not isinstance(doc["model"], str):
-        raise TraceFormatError(path, f"expected a model name (string), got {doc['model']!r}", field="model")
+        raise TraceFormatError(path, f"expected a model name (string), got {shorten(doc['model'])}", field="model")
     raw = doc.get("measurements") or []
     if not isinstance(raw, list):
         raise TraceFormatError(path, f"expected a list of measurements, got {type(raw).__name__}",
@@ -236,7 +236,7 @@ def profile_from_dict(doc: Any, path: str) -> LinearProfile | TableProfile:
             if t not in TERMS:
                 raise TraceFormatError(path, f"unknown term; expected one of {TERMS}", field=f"coefficients.{t}")
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_COEFFICIENT_S:
-                raise TraceFormatError(path, f"expected a number in [0, {MAX_COEFFICIENT_S}] (seconds), got {v!r}",
+                raise TraceFormatError(path, f"expected a number in [0, {MAX_COEFFICIENT_S}] (seconds), got {shorten(v)}",
                                        field=f"coefficients.{t}")
         return LinearProfile(name=name, coefficients={k: float(v) for k, v in coef.items()},
                              model=str(doc.get("model", "")), provenance=prov, measurements=meas,
@@ -254,7 +254,7 @@ def _structured(doc: dict[str, Any], path: str, name: str, prov: Provenance, mea
 
     form = doc.get("form", "linear")
     if form not in FORMS:
-        raise TraceFormatError(path, f"expected one of {FORMS}, got {form!r}", field="form")
+        raise TraceFormatError(path, f"expected one of {FORMS}, got {shorten(form)}", field="form")
     terms = ROOFLINE_TERMS if form == "roofline" else LINEAR_TERMS
     coef = doc.get("coefficients")
     if not isinstance(coef, dict) or not coef:
@@ -263,7 +263,7 @@ def _structured(doc: dict[str, Any], path: str, name: str, prov: Provenance, mea
         if t not in terms:
             raise TraceFormatError(path, f"unknown term; expected one of {terms}", field=f"coefficients.{t}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_COEFFICIENT_S:
-            raise TraceFormatError(path, f"expected a number in [0, {MAX_COEFFICIENT_S}] (seconds), got {v!r}",
+            raise TraceFormatError(path, f"expected a number in [0, {MAX_COEFFICIENT_S}] (seconds), got {shorten(v)}",
                                    field=f"coefficients.{t}")
     return StructuredProfile(name, {k: float(v) for k, v in coef.items()}, form, model=str(doc.get("model", "")),
                              provenance=prov, measurements=meas, fit=dict(doc.get("fit") or {}))
@@ -287,15 +287,15 @@ def _measurement(m: Any, path: str, where: str) -> Measurement:
     for key in _MEASUREMENT_INTS:
         v = m.get(key, 1)
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**40:
-            raise TraceFormatError(path, f"expected an integer in [0, 2**40], got {v!r}", field=f"{where}.{key}")
+            raise TraceFormatError(path, f"expected an integer in [0, 2**40], got {shorten(v)}", field=f"{where}.{key}")
     for key in _MEASUREMENT_FLOATS:
         v = m.get(key, 0.0)
         if key == "load" and v is None:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1e6:
-            raise TraceFormatError(path, f"expected a finite number in [0, 1e6], got {v!r}", field=f"{where}.{key}")
+            raise TraceFormatError(path, f"expected a finite number in [0, 1e6], got {shorten(v)}", field=f"{where}.{key}")
     if m.get("extra") is not None and not isinstance(m["extra"], dict):
-        raise TraceFormatError(path, f"expected a mapping, got {m['extra']!r}", field=f"{where}.extra")
+        raise TraceFormatError(path, f"expected a mapping, got {shorten(m['extra'])}", field=f"{where}.extra")
     return Measurement(**{k: v for k, v in m.items() if not (k == "extra" and v is None)})
 
 

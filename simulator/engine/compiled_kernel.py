@@ -56,7 +56,7 @@ DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, -1, -2
 # row int columns
 R_STEP, R_PHASE, R_NS, R_PT, R_BT, R_KV, R_USED, R_PROP, R_ACC, R_EMIT, R_DRF = range(11)
 ROW_INTS = 11
-# phases, in simulator/compiled_run.PHASES order
+# phases, in simulator/engine/compiled_run.PHASES order
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # draft cost kinds
 K_NONE, K_CONSTANT, K_FRACTION, K_WHOLE, K_AUTOREGRESSIVE = range(5)

@@ -58,6 +58,14 @@ class Drafting:
             from traces.sampled_acceptance import sample_accepted
 
             self._sampler = sample_accepted
+        self.max_k: int | None = None  # the policy's stated max_draft_tokens(), read at its first choice
+
+    def stated_max_k(self) -> int:
+        """The policy's max_draft_tokens(), checked once (an integer in [0, MAX_DRAFT_TOKENS]): the bound the
+        server's KV check uses and every choice is held to."""
+        if self.max_k is None:
+            self.max_k = _stated_max_k(self.policy)
+        return self.max_k
 
     def groups_of(self, d_idx: np.ndarray):
         """`groups(d_idx)`, remembered for the array the policy returned this step (reused 3-4 times)."""
@@ -82,14 +90,11 @@ class Drafting:
         view = BatchView(now=now, drafters=self.drafters, request_ids=_Gather(self.wl.request_ids, idx),
                          positions=pos, categories=_Gather(self.wl.categories, idx), proposal_len=prop_known,
                          step_time_estimate=estimator)
-        d_idx, k = self.policy.choose_batch(view)
-        d_idx = np.asarray(d_idx, dtype=np.int64)
-        k = np.asarray(k, dtype=np.int64)
+        d_idx, k = checked_choice(self.policy, self.policy.choose_batch(view), m, len(self.drafters),
+                                  self.stated_max_k())
         grp = self.groups_of(d_idx)
         if not (len(grp) == 1 and grp[0][1] is None):  # some requests do not draft: their k is 0
             k = np.where(d_idx == NO_DRAFT, 0, k)
-        if k.min() < 0:
-            raise ValueError(f"policy {self.policy.name!r} returned a negative k")
         proposed = k
         if prop_known:
             proposed = k.copy()
@@ -160,6 +165,55 @@ def _zeros(n: int) -> np.ndarray:
         a = _ZEROS[n] = np.zeros(n, dtype=np.int64)
         a.setflags(write=False)
     return a
+
+
+def _stated_max_k(policy: Policy) -> int:
+    """The policy's own max_draft_tokens(), checked: an integer in [0, traces.limits.MAX_DRAFT_TOKENS]."""
+    from traces.limits import MAX_DRAFT_TOKENS
+
+    k = policy.max_draft_tokens()
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or not 0 <= k <= MAX_DRAFT_TOKENS:
+        raise ValueError(f"policy {policy.name!r} ({type(policy).__name__}): max_draft_tokens() returned "
+                         f"{_short(k)}; expected an integer in [0, {MAX_DRAFT_TOKENS}]")
+    return int(k)
+
+
+def checked_choice(policy: Policy, choice: Any, n: int, n_drafters: int, max_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`choose_batch`'s answer as (drafter index, k) int64 arrays of length `n`, checked at the one place the
+    engine takes it: drafter indices NO_DRAFT or in [0, n_drafters), k integers in [0, max_k] (the policy's own
+    max_draft_tokens(), which the server's KV check relied on); else ValueError naming the policy and value."""
+    who = f"policy {policy.name!r} ({type(policy).__name__})"
+    if not isinstance(choice, (tuple, list)) or len(choice) != 2:
+        raise ValueError(f"{who}: choose_batch returned {_short(choice)}; expected a pair (drafter indices, k)")
+    out = []
+    for what, value in zip(("drafter indices", "k"), choice):
+        try:
+            a = np.asarray(value)
+        except Exception:  # noqa: BLE001 - any value numpy cannot take is the policy's error
+            a = np.asarray(None)
+        if a.shape != (n,) or not (np.issubdtype(a.dtype, np.integer) or (a.size == 0 and a.dtype == float)):
+            raise ValueError(f"{who}: choose_batch returned {what} {_short(value)}; expected {n} integers "
+                             "(one per request)")
+        out.append(a.astype(np.int64, copy=False))
+    d_idx, k = out
+    if n:
+        bad = (d_idx != NO_DRAFT) & ((d_idx < 0) | (d_idx >= n_drafters))
+        if bad.any():
+            raise ValueError(f"{who}: chose drafter index {int(d_idx[bad][0])}; expected {NO_DRAFT} (no draft) or "
+                             f"0..{n_drafters - 1}")
+        drafting = d_idx != NO_DRAFT
+        if drafting.any():
+            kk = k[drafting]
+            if kk.min() < 0 or kk.max() > max_k:
+                v = int(kk.min()) if kk.min() < 0 else int(kk.max())
+                raise ValueError(f"{who}: chose k = {v}; expected 0..{max_k} (its max_draft_tokens())")
+    return d_idx, k
+
+
+def _short(value: Any) -> str:
+    from traces.errors import shorten
+
+    return shorten(value, 60)
 
 
 def _no_draft(n: int) -> np.ndarray:

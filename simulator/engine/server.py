@@ -70,8 +70,7 @@ class Server:
             raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
                              "steps; PSD drafts on its own device: use whole_proposal or autoregressive")
         drafters = self._drafters_used()
-        self.sched.check_fits(0 if self.mode == "ar" else self.drafting.policy.max_draft_tokens(),
-                              cfg.max_model_len)
+        self.sched.check_fits(0 if self.mode == "ar" else self.drafting.stated_max_k(), cfg.max_model_len)
         if self.mode == "psd":
             self.executor = PSDExecutor(scenario.psd, st, self.sched, self.drafting, self.pricing, drafters)
         else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.parsing import parse_json, read_text
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -63,7 +63,7 @@ def load_minedraft_steps(path: str | Path, time_unit: str = "s") -> list[MineDra
     """Decode steps of a MineDraft trace file (JSON lines of bundles, or one JSON list of records)."""
     path = Path(path)
     if time_unit not in TIME_UNITS:
-        raise ValueError(f"time_unit must be one of {sorted(TIME_UNITS)}, got {time_unit!r}")
+        raise ValueError(f"time_unit must be one of {sorted(TIME_UNITS)}, got {shorten(time_unit)}")
     if not path.exists():
         raise TraceFormatError(str(path), "MineDraft trace file not found")
     scale = TIME_UNITS[time_unit]

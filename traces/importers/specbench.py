@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection
 
-from traces.errors import TraceFormatError, shorten
+from traces.errors import TraceFormatError, key_names, shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl_text, parse_json
 
@@ -151,7 +151,7 @@ def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False,
         raise TraceFormatError(path, f"expected a JSON object, got {type(doc).__name__}", line=line)
     unknown = set(doc) - _LINE_KEYS
     if unknown:
-        raise TraceFormatError(path, f"unknown key(s) {shorten(sorted(unknown))}; expected only "
+        raise TraceFormatError(path, f"unknown key(s) {key_names(unknown)}; expected only "
                                f"{sorted(_LINE_KEYS)}", line=line)
     if len(doc) != len(_LINE_KEYS):
         for key in _SORTED_LINE_KEYS:
@@ -181,7 +181,7 @@ def parse_line(doc: Any, path: str, line: int, *, plain_line: bool = False,
         if not isinstance(obj, dict) or "acc_len" not in obj:
             raise TraceFormatError(path, "expected an object with key 'acc_len'", line=line, field=key)
         if len(obj) != 1:
-            raise TraceFormatError(path, f"unknown key(s) {shorten(sorted(set(obj) - {'acc_len'}))}; expected only "
+            raise TraceFormatError(path, f"unknown key(s) {key_names(set(obj) - {'acc_len'})}; expected only "
                                    "acc_len", line=line, field=key)
         fld = f"{key}.acc_len"
         if fld in counted:
@@ -381,7 +381,7 @@ def to_bundle(records: list[SpecBenchRecord], *, on_mismatch: str = "error", dat
     from traces.bundle import TOOL_VERSION, BundleMeta, DrafterTrace, RequestTrace, TraceBundle
 
     if on_mismatch not in MISMATCH_POLICIES:
-        raise ValueError(f"on_mismatch: expected one of {MISMATCH_POLICIES}, got {on_mismatch!r}")
+        raise ValueError(f"on_mismatch: expected one of {MISMATCH_POLICIES}, got {shorten(on_mismatch)}")
     where = str(source_path) if source_path is not None else "<records>"
     report = MismatchReport(on_mismatch, positions_cut={"generated_token_ids": 0, **{d: 0 for d in PROPOSER_KEYS}})
     requests: list[RequestTrace] = []

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.measured_run import MeasuredRequest, MeasuredRun, check_request, number
 from traces.parsing import parse_json, read_text
 
@@ -99,7 +99,7 @@ def run_from_document(doc: dict[str, Any], where: str, index: int = 0) -> Measur
     ok = []
     for i, err in enumerate(cols["errors"]):
         if err is not None and not isinstance(err, str):
-            raise TraceFormatError(where, f"{run}: expected an error string, got {err!r}", field=f"errors[{i}]")
+            raise TraceFormatError(where, f"{run}: expected an error string, got {shorten(err)}", field=f"errors[{i}]")
         if not err:
             ok.append(i)
     if not ok:

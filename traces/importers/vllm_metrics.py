@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from traces.errors import TraceFormatError
+from traces.errors import TraceFormatError, shorten
 from traces.parsing import parse_json, read_text
 
 MAX_POSITIONS = 1024  # per-position counters: far above any proposal length vLLM allows
@@ -100,7 +100,7 @@ def parse_prometheus(text: str, path: str = "<text>") -> SpecDecodeStats:
             continue
         m = _LINE.match(line.strip())
         if not m:
-            raise TraceFormatError(path, f"not a Prometheus sample line: {line[:80]!r}", line=i)
+            raise TraceFormatError(path, "not a Prometheus sample line (expected NAME{LABELS} VALUE)", line=i)
         short = _short(m.group(1))
         if short is None:
             continue
@@ -147,7 +147,7 @@ def parse_metrics_json(doc: Any, path: str = "<json>") -> SpecDecodeStats:
             continue
         v = m.get("value")
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TraceFormatError(path, f"metric {j}: expected a number, got {str(v)[:40]!r}", field=f"[{j}].value")
+            raise TraceFormatError(path, f"metric {j}: expected a number, got {shorten(str(v))}", field=f"[{j}].value")
         _accumulate(totals, per_pos, short, labels, float(v), path, None)
     return _finish(totals, per_pos, path)
 

@@ -14,6 +14,7 @@ from traces.config_base import StrictModel as _Strict
 from traces.config_base import error_lines
 from traces.errors import TraceFormatError
 from traces.lengths import LengthDist, fit_lognormal
+from traces.limits import MAX_NUM_REQUESTS
 from traces.synthetic import MODEL_NAMES
 from traces.synthetic.bursty import BurstyAcceptance
 from traces.synthetic.iid import IidAcceptance
@@ -48,7 +49,7 @@ class SynthSpec(_Strict):
     dataset: str = "synthetic"
     temperature: float = Field(0.0, ge=0)
     description: str = ""
-    num_requests: int = Field(300, ge=1)
+    num_requests: int = Field(300, ge=1, le=MAX_NUM_REQUESTS)
     drafters: dict[str, DrafterDecl] = Field(min_length=1)
     categories: dict[str, CategorySpec] = Field(min_length=1)
 
@@ -188,6 +189,8 @@ def make_synthetic_bundle(spec: SynthSpec, *, seed: int, num_requests: int | Non
                           command: str | None = None) -> TraceBundle:
     """Draw a whole bundle from `spec`: categories by weight, lengths, then acceptance traces (all seeded)."""
     n = num_requests or spec.num_requests
+    if not 1 <= n <= MAX_NUM_REQUESTS:  # before anything is drawn or allocated
+        raise ValueError(f"num_requests: expected an integer in [1, {MAX_NUM_REQUESTS:,}], got {n:,}")
     rng = np.random.default_rng(seed)
     cats, prompt, output = draw_shapes(spec.categories, n, rng)
     requests = synth_requests(spec, cats, prompt, output, rng)
