@@ -136,6 +136,7 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
 def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
     """The measured run's acceptance (vLLM's counters) beside the config's at each fixed-k run, and warnings when
     the config's acceptance is implausible or from another target: a gap here explains a TPOT gap."""
+    from experiments.cli.import_measured import describe
     from experiments.run import resolve_bundle
     from traces.acceptance_levels import AcceptanceSource, plausibility, source_from_bundle
 
@@ -149,15 +150,24 @@ def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
             continue
         bundle = bundle or resolve_bundle(cfg.traces, cfg.seed)
         ours = source_from_bundle(bundle, pol["drafter"], int(pol["k"]))
-        line = f"{name}: the config's acceptance gives mean acceptance length {ours.mean_length:.3f} at k = {pol['k']}"
+        line = f"{name}: the config's acceptance: {describe(ours)}"
         if sd:
-            line += f"; the measured run's vLLM counters give {sd['acceptance_length']:.3f}"
+            line += f"; the measured run's vLLM counters: {describe(_measured_source(sd, int(pol['k'])))}"
         out.append(line)
         model = run.info.get("model_id")
         measured = AcceptanceSource(int(pol["k"]), target=bundle.meta.target, dataset=bundle.meta.dataset)
         out += [f"{name}: warning: {m}" for m in plausibility(measured, bundle.meta.drafters[pol["drafter"]].kind,
                                                                model, None)]
     return out
+
+
+def _measured_source(sd: dict, k: int):
+    """The measured run's counters as an acceptance source (mean length per proposing step, proposal rate)."""
+    from traces.acceptance_levels import AcceptanceSource
+    from traces.importers.vllm_bench import proposal_of
+
+    p = proposal_of(sd)
+    return AcceptanceSource(k, sd["acceptance_length"], proposal_rate=None if p is None else p.rate)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -39,6 +39,10 @@ def _run_import_measured(args: argparse.Namespace) -> int:
         from traces.importers.guidellm import import_guidellm as read
     runs = read(args.file)
     out = Path(args.out)
+    for run in runs:
+        note = (run.info.get("spec_decode") or {}).get("proposal_rate_note")
+        if note:
+            print(f"warning: {run.name}: proposal rate {note}", file=sys.stderr)
     for j, run in enumerate(runs):
         folder = save_measured(run, out if len(runs) == 1 else out / f"{j:02d}-{run.name}")
         left = run.info.get("left_out", {})
@@ -50,21 +54,37 @@ def _run_import_measured(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_bench_acceptance(run, path: Path) -> None:
-    from traces.acceptance_levels import save_source, source_from_vllm_counters
+def _bench_source(run, k: int | None, origin: dict):
+    """The acceptance source of an imported run's spec-decode counters, with its proposal rate."""
+    from traces.acceptance_levels import source_from_vllm_counters
+    from traces.importers.vllm_bench import proposal_of
 
     sd = run.info["spec_decode"]
     rates = sd["per_position_acceptance_rates"]
+    return source_from_vllm_counters(sd["num_drafts"], sd["accepted_tokens"],
+                                     [r * sd["num_drafts"] for r in rates] or None, k, origin, proposal_of(sd))
+
+
+def describe(src) -> str:
+    """Mean acceptance length per proposing step, the proposal rate and tokens per decode step, in one line."""
+    line = f"mean acceptance length {src.mean_length:.3f} per proposing step at k = {src.measured_k}"
+    if src.proposal_rate is None:
+        return line + "; proposal rate unknown (replayed as proposing on every decode step)"
+    return line + (f"; drafter proposed on {100 * src.proposal_rate:.1f}% of decode steps; "
+                   f"{src.tokens_per_decode_step():.3f} tokens per decode step")
+
+
+def _write_bench_acceptance(run, path: Path) -> None:
+    from traces.acceptance_levels import save_source
+
     try:
-        src = source_from_vllm_counters(sd["num_drafts"], sd["accepted_tokens"],
-                                        [r * sd["num_drafts"] for r in rates] or None, None,
-                                        {"format": "vllm bench serve spec_decode_*", **run.info["source"]})
+        src = _bench_source(run, None, {"format": "vllm bench serve spec_decode_*", **run.info["source"]})
     except ValueError as e:
         print(f"no acceptance source written: {e}", file=sys.stderr)
         return
     src.target = run.info.get("model_id")
     save_source(src, path)
-    print(f"wrote {path}: mean acceptance length {src.mean_length:.3f} at k = {src.measured_k}")
+    print(f"wrote {path}: {describe(src)}")
 
 
 def _run_import_acceptance(args: argparse.Namespace) -> int:
@@ -81,20 +101,17 @@ def _run_import_acceptance(args: argparse.Namespace) -> int:
             print(f"draftsim: error: {args.file}: no spec_decode_* fields (was speculative decoding on?)",
                   file=sys.stderr)
             return 2
-        rates = sd["per_position_acceptance_rates"]
-        src = source_from_vllm_counters(sd["num_drafts"], sd["accepted_tokens"],
-                                        [r * sd["num_drafts"] for r in rates] or None, args.k,
-                                        {"format": "vllm bench serve spec_decode_*", "file": args.file})
+        src = _bench_source(runs[0], args.k, {"format": "vllm bench serve spec_decode_*", "file": args.file})
     else:
         from traces.importers.vllm_metrics import load_vllm_metrics
 
         stats = load_vllm_metrics(args.file)
         src = source_from_vllm_counters(stats.num_drafts, stats.num_accepted_tokens, stats.accepted_per_pos or None,
-                                        args.k, {"format": "vLLM spec_decode counters", "file": args.file})
+                                        args.k, {"format": "vLLM spec_decode counters", "file": args.file},
+                                        stats.proposal(args.k))
     src.target = args.target or src.target
     src.dataset = args.dataset or src.dataset
     src.drafter_kind = args.drafter_kind or src.drafter_kind
     save_source(src, args.out)
-    print(f"wrote {args.out}: levels {', '.join(src.levels())}; mean acceptance length {src.mean_length:.3f} at "
-          f"k = {src.measured_k}")
+    print(f"wrote {args.out}: levels {', '.join(src.levels())}; {describe(src)}")
     return 0
