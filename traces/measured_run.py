@@ -54,6 +54,13 @@ class MeasuredRun:
     info: dict[str, Any] = field(default_factory=dict)  # source, model, request_rate, spec_decode, failed, ...
     pooled_itl: np.ndarray | None = None  # every gap of the run, when the source kept no per-request gaps
 
+    def delivered_rate(self) -> float | None:
+        """Requests per second the client actually sent: (requests - 1) / (last send - first send); None for a
+        single request or sends all at once."""
+        sends = [r.send_time for r in self.requests]
+        span = max(sends) - min(sends) if sends else 0.0
+        return (len(sends) - 1) / span if len(sends) > 1 and span > 0 else None
+
     def arrays(self) -> dict[str, np.ndarray]:
         """Per-request columns as arrays (send, ttft, e2e, tpot, prompt_len, output_len) and all ITLs pooled."""
         rs = self.requests

@@ -1,0 +1,89 @@
+"""`calibrate vllm --from-server` on a shipped served run: its step log plus a `vllm bench serve` JSON of its
+three load levels (written from the clients' records by tests/traces/client_writers.py) finds exactly the
+levels' engine requests, fits the same profiles validate's replay fit gets from those steps, profiles within
+the fit's error of the calibration groups' (today's calibration), and writes a run.yaml that loads."""
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from calibration.vllm_steps.calibrate import parse_mode
+from calibration.vllm_steps.fit import target_measurements
+from calibration.vllm_steps.from_server import calibrate_from_server
+from calibration.vllm_steps.validate_compare import fit_mode_profiles, load_mode
+from experiments.config import load_config
+from simulator.latency import load_profile
+from simulator.step_model import phase_bias, phase_mape
+from tests.traces.client_writers import ClientRecord, bench_document, counters_of
+
+ROOT = Path(__file__).parents[2] / "experiments" / "validation"
+
+
+def _records(level) -> list[ClientRecord]:
+    return [ClientRecord(q["send_time"], len(q["prompt_token_ids"]), len(q["output_token_ids"]), q["chunk_times"],
+                         q.get("spec_decode_metrics")) for q in level["requests"]]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("served")
+    with tarfile.open(ROOT / "vllm-cpu-smollm2-quiet" / "raw-runs.tar.xz") as tar:
+        tar.extractall(tmp, filter="data")
+    return tmp
+
+
+@pytest.mark.slow  # three structured fits per mode (~2 min on the 2-core machine)
+@pytest.mark.parametrize("mode_text", ["ar", "ngram:4"])
+def test_refit_from_the_served_log_matches_validate_and_calibration(served, tmp_path, mode_text):
+    mode = parse_mode(mode_text)
+    folder = served / mode.label
+    data = load_mode(folder, mode)
+    bench = tmp_path / "bench.jsonl"  # --append-result: one run object per line, one per load level
+    lines = []
+    for lv in data.levels:
+        recs = _records(lv)
+        lines.append(json.dumps(bench_document(recs, perf_offset=1.7e9, request_rate=lv["rate"],
+                                               counters=counters_of(recs, mode.k) if mode.k else None)))
+    bench.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "cal"
+    doc = calibrate_from_server(folder / "steps.jsonl", [bench], out, name="served", model_name="smollm2")
+    fs = doc["from_server"]
+    assert [c["requests"] for c in fs["clients"]] == [len(lv["requests"]) for lv in data.levels]
+    n_cal = sum(len(g["requests"]) for g in data.result["calibration"])  # warm-up + calibration groups
+    assert fs["left_out_engine_requests"] == n_cal
+
+    # the same steps validate's replay profiles are fitted on: the same profile, overhead and drafter cost
+    replay = fit_mode_profiles(data, data.load_log, "x", "smollm2")
+    target = load_profile(out / "profiles" / f"served-{mode.label}.yaml")
+    assert target.coefficients == pytest.approx(replay.target.coefficients, rel=1e-9, abs=1e-12)
+    rep = doc["modes"][mode.label]
+    assert rep["step_overhead_s"] == pytest.approx(replay.step_overhead_s)
+    if mode.k:
+        drafter = load_profile(out / "profiles" / f"served-{mode.label}-drafter.yaml")
+        assert drafter.coefficients == pytest.approx(replay.drafter.profile.coefficients)
+
+    # today's calibration (the calibration groups of the same engine) agrees within its own fit error: per phase,
+    # the two profiles' total predicted time on the served steps differs by less than the calibration fit's MAPE
+    cal = fit_mode_profiles(data, data.cal_log, "y", "smollm2")
+    ms = target_measurements(data.load_log, mode.label)
+    cal_mape, cal_bias, bias = phase_mape(cal.target, ms), phase_bias(cal.target, ms), phase_bias(target, ms)
+    for ph in ("decode", "verify", "prefill"):
+        if ph in cal_mape:
+            assert abs(bias[ph] - cal_bias[ph]) <= cal_mape[ph], (ph, bias, cal_bias, cal_mape)
+
+    cfg = load_config(str(out / "run.yaml"))
+    rate = cfg.workload["arrival"]["rate"]
+    sends = sorted(q["send_time"] for q in data.levels[0]["requests"])
+    assert rate == pytest.approx((len(sends) - 1) / (sends[-1] - sends[0]), rel=1e-5)
+    if mode.k:  # the bundle holds exactly the levels' requests, with the acceptance vLLM measured on them
+        from traces.bundle import load_bundle
+
+        bundle = load_bundle(out / "bundle")
+        client_ids = {q["id"] for lv in data.levels for q in lv["requests"]}
+        assert {r.id.rsplit("-", 1)[0] for r in bundle.requests} == client_ids
+        drafted = sum(int((r.drafters[mode.label].proposal_len > 0).sum()) for r in bundle.requests)
+        assert drafted == sum(q["spec_decode_metrics"]["num_spec_steps"] for lv in data.levels
+                              for q in lv["requests"])
