@@ -87,3 +87,47 @@ def test_refit_from_the_served_log_matches_validate_and_calibration(served, tmp_
         drafted = sum(int((r.drafters[mode.label].proposal_len > 0).sum()) for r in bundle.requests)
         assert drafted == sum(q["spec_decode_metrics"]["num_spec_steps"] for lv in data.levels
                               for q in lv["requests"])
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "vllm-validate" / "ngram-k3"
+
+
+def _fixture_bench(tmp_path, change=None) -> Path:
+    result = json.loads((FIXTURE / "result.json").read_text())
+    docs = []
+    for lv in result["levels"]:
+        recs = _records(lv)
+        if change:
+            change(recs)
+        docs.append(json.dumps(bench_document(recs, perf_offset=1.0e9, request_rate=lv["rate"])))
+    p = tmp_path / "bench.jsonl"
+    p.write_text("\n".join(docs) + "\n")
+    return p
+
+
+def test_from_server_through_the_cli(tmp_path, capsys):
+    from experiments.cli import main
+
+    bench = _fixture_bench(tmp_path)
+    out = tmp_path / "cal"
+    assert main(["calibrate", "vllm", "--from-server", str(FIXTURE / "steps.jsonl"), str(bench), "--out", str(out),
+                 "--step-model", "linear", "--name", "fx"]) == 0
+    text = capsys.readouterr().out
+    assert "requests matched" in text and "left out" in text
+    assert (out / "run.yaml").is_file() and (out / "profiles" / "fx-ngram-k3.yaml").is_file()
+    assert load_config(str(out / "run.yaml")).runs[0].policy == {"name": "fixed", "drafter": "ngram-k3", "k": 3}
+
+
+def test_from_server_refuses_a_client_run_it_did_not_serve(tmp_path, capsys):
+    from experiments.cli import main
+
+    def longer(recs):
+        recs[0].output_len += 1000
+    bench = _fixture_bench(tmp_path, longer)
+    assert main(["calibrate", "vllm", "--from-server", str(FIXTURE / "steps.jsonl"), str(bench), "--out",
+                 str(tmp_path / "cal"), "--step-model", "linear"]) != 0
+    err = capsys.readouterr().err
+    assert str(bench) in err and "consecutive engine requests" in err
+    assert main(["calibrate", "vllm", "--from-server", str(FIXTURE / "steps.jsonl"), "--out",
+                 str(tmp_path / "cal2")]) != 0
+    assert "at least one client result" in capsys.readouterr().err
