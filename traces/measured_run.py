@@ -73,6 +73,31 @@ class MeasuredRun:
                 "itl": self.pooled_itl if self.pooled_itl is not None else np.concatenate([r.itl for r in rs])}
 
 
+POISSON_SIGMAS = 3.0  # a Poisson run's delivered rate is off by more than this many standard errors: warn
+CONSTANT_TOLERANCE = 0.05  # a constant-rate run's delivered rate is off by more than 5%: warn
+
+
+def arrival_check(run: MeasuredRun, poisson: bool) -> dict[str, Any]:
+    """The delivered rate beside the nominal one and, when they disagree beyond sampling, a warning: a Poisson
+    rate estimated from n - 1 gaps has relative standard error 1 / sqrt(n - 1); a constant rate has none."""
+    nominal = run.info.get("request_rate")
+    delivered = run.delivered_rate()
+    out: dict[str, Any] = {"delivered_rate": delivered, "arrival_warnings": []}
+    if delivered is None or isinstance(nominal, bool) or not isinstance(nominal, (int, float)) or \
+            not math.isfinite(nominal) or nominal <= 0:
+        return out
+    n = len(run.requests)
+    tol = POISSON_SIGMAS / math.sqrt(n - 1) if poisson else CONSTANT_TOLERANCE
+    if abs(delivered / nominal - 1) > tol:
+        cap = run.info.get("max_concurrency")
+        out["arrival_warnings"].append(
+            f"{run.name}: the client delivered {delivered:.4g} req/s, {delivered / nominal:.2f}x the nominal "
+            f"{nominal:g} ({'Poisson' if poisson else 'constant'} arrivals: more than "
+            f"{100 * tol:.0f}% off over {n} requests)" + (f"; max concurrency {cap} can hold sends back" if cap else "")
+            + "; compare replays the send times as delivered")
+    return out
+
+
 def number(doc: dict[str, Any], key: str, where: str, field_name: str, *, minimum: float = 0.0,
            integer: bool = False, line: int | None = None) -> float:
     """doc[key] as a finite number >= minimum (an integer when asked); otherwise an error naming file and field."""

@@ -111,9 +111,9 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
     root = np.random.SeedSequence(cfg.seed)  # repeat j: an experiment seed from its own child
     seeds = [cfg.seed] + [seed_int(child(root, j)) for j in range(max(0, repeats - 1))]
     sims = [simulate_measured(cfg, run, s, names) for s in seeds]
-    span = measured.end - measured.start
-    rate = run.info.get("request_rate")
-    rate = float(rate) if isinstance(rate, (int, float)) else (len(run.requests) / span if span > 0 else 0.0)
+    delivered = run.delivered_rate()
+    nominal = run.info.get("request_rate")
+    rate = delivered if delivered is not None else (float(nominal) if isinstance(nominal, (int, float)) else 0.0)
     levels, rows, skipped = [], [], {}
     for name, lat in sims[0].items():
         if isinstance(lat, dict):
@@ -122,12 +122,22 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
         lv = LevelResult(name, None, rate, None, measured, {"predicted": lat})
         levels.append(lv)
         rows += level_rows(lv, p99=True, repeats={"predicted": [s[name] for s in sims[1:]]} if repeats > 1 else None)
+    if run.info.get("itl_percentiles") is False:  # per-request means only: the pooled mean is exact, percentiles not
+        rows = [r for r in rows if not r["metric"].startswith("itl_p")]
     notes = [f"measured: {measured_path} ({len(run.requests)} requests; {run.info.get('source', {}).get('format')})",
              f"predicted: {config} with seed {cfg.seed}; interval = range over {len(seeds)} seeds (borrowed "
              "acceptance redrawn, policies reseeded)",
-             "throughput = output tokens / (last finish - first send), the same for both sides"]
+             "throughput = output tokens / (last finish - first send), the same for both sides",
+             f"req/s = the rate the client delivered ((requests - 1) / (last send - first send)); nominal "
+             f"{nominal if nominal is not None else '-'}",
+             "TPOT = (finish - first token) / (output tokens - 1) on both sides (vLLM's definition)"]
     if run.info.get("itl"):
         notes.append(f"measured ITL: {run.info['itl']}")
+    for who, t in (run.info.get("tpot_mean_s") or {}).items():
+        if who != "draftsim" and t is not None:
+            notes.append(f"the source's own TPOT ({who}: {run.info['tpot_definitions'][who]}) has mean "
+                         f"{1e3 * t:.2f} ms; not the TPOT compared here")
+    notes += [f"warning: {w}" for w in run.info.get("arrival_warnings", [])]
     notes += acceptance_notes(cfg, run, [lv.mode for lv in levels])
     notes += [f"run {k} not simulated: {v}" for k, v in skipped.items()]
     return ValidationReport(rows, levels, {"notes": notes, "measured": run.info, "seeds": seeds})

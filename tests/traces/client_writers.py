@@ -47,3 +47,31 @@ def counters_of(records: list[ClientRecord], k: int) -> dict[str, Any]:
     acc = np.concatenate(steps) if steps else np.zeros(0, dtype=int)
     return {"num_drafts": int(acc.size), "draft_tokens": int(sum(sum(r.spec["per_step_drafted"]) for r in records)),
             "accepted_tokens": int(acc.sum()), "accepted_per_pos": [int((acc > i).sum()) for i in range(k)]}
+
+
+def guidellm_report(benchmarks: list[tuple[dict[str, Any], list[ClientRecord]]], *, version: str = "0.8.1"
+                    ) -> dict[str, Any]:
+    """A GuideLLM 0.8.1 benchmarks report (`GenerativeBenchmarksReport.model_dump(mode="json")`, the fields the
+    importer reads): per benchmark its strategy ({type_, rate?, streams?}) and successful requests with
+    `info.timings` (epoch s: request_start, first/last_token_iteration, request_end, token_iterations = the
+    streamed chunks), prompt/output tokens and, when a record has them, vLLM's per-request metrics as
+    `response_metrics.speculative_decoding`."""
+    out = []
+    for j, (strategy, records) in enumerate(benchmarks):
+        reqs = []
+        for i, r in enumerate(records):
+            q: dict[str, Any] = {
+                "type_": "generative_request_stats", "request_id": f"b{j}-r{i}",
+                "info": {"request_id": f"b{j}-r{i}", "status": "completed",
+                         "timings": {"request_start": r.send, "first_token_iteration": r.chunk_times[0],
+                                     "last_token_iteration": r.chunk_times[-1], "request_end": r.chunk_times[-1],
+                                     "token_iterations": len(r.chunk_times)}},
+                "prompt_tokens": r.prompt_len, "output_tokens": r.output_len, "response_metrics": None}
+            if r.spec is not None:
+                q["response_metrics"] = {"speculative_decoding": {
+                    k: r.spec[k] for k in ("acceptance_histogram", "num_spec_tokens", "num_spec_steps",
+                                           "num_accepted_draft_tokens", "num_draft_tokens") if k in r.spec}}
+            reqs.append(q)
+        out.append({"type_": "generative_benchmark", "config": {"strategy": strategy},
+                    "requests": {"successful": reqs, "errored": [], "incomplete": []}})
+    return {"metadata": {"version": 2, "guidellm_version": version}, "config": {}, "benchmarks": out}

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from traces.errors import TraceFormatError
-from traces.measured_run import MeasuredRequest, MeasuredRun, check_request, number
+from traces.measured_run import MeasuredRequest, MeasuredRun, arrival_check, check_request, number
 from traces.parsing import parse_json, read_text
 
 PER_REQUEST = ("start_times", "input_lens", "output_lens", "ttfts", "itls", "latencies", "errors")
@@ -94,7 +94,7 @@ def _spec(doc: dict[str, Any], where: str, run: str) -> dict[str, Any] | None:
     return out
 
 
-def _proposal(sd: dict[str, Any], reqs: list[MeasuredRequest], where: str, run: str) -> dict[str, Any]:
+def proposal_block(sd: dict[str, Any], reqs: list[MeasuredRequest], run: str) -> dict[str, Any]:
     """The proposal rate of the run's decode steps (traces/acceptance_levels.py `proposal_rate_from_counts`), or
     None with the reason when the counters cannot come from these requests alone."""
     from traces.acceptance_levels import proposal_rate_from_counts
@@ -157,9 +157,13 @@ def run_from_document(doc: dict[str, Any], where: str, index: int = 0) -> Measur
     info["left_out"] = {"failed_requests": len(failed), "ids": [str(i) for i in failed[:20]]}
     info["spec_decode"] = _spec(doc, where, run)
     if info["spec_decode"] and info["spec_decode"]["num_drafts"]:
-        info["spec_decode"].update(_proposal(info["spec_decode"], reqs, where, run))
+        info["spec_decode"].update(proposal_block(info["spec_decode"], reqs, run))
     label = doc.get("label") or doc.get("backend") or "vllm"
-    return MeasuredRun(f"{label}-{doc.get('request_rate', 'rate')}", reqs, info)
+    run = MeasuredRun(f"{label}-{doc.get('request_rate', 'rate')}", reqs, info)
+    # burstiness 1 is Poisson; other values draw gamma gaps of the same mean (a wider tolerance would be needed)
+    info.update(arrival_check(run, poisson=True) if doc.get("burstiness", 1.0) == 1.0
+                else {"delivered_rate": run.delivered_rate(), "arrival_warnings": []})
+    return run
 
 
 def import_vllm_bench(path: str | Path) -> list[MeasuredRun]:
