@@ -359,6 +359,7 @@ def source_from_per_request(path: str | Path) -> AcceptanceSource:
     (and levels 1-2 from the summed counts)."""
     where = str(path)
     reqs: list[RequestHistogram] = []
+    outs: list[int | None] = []
     for line, doc in iter_jsonl(path):
         sd = doc.get("metrics", {}).get("speculative_decoding") if isinstance(doc, dict) and "metrics" in doc else doc
         if not isinstance(sd, dict):
@@ -380,14 +381,39 @@ def source_from_per_request(path: str | Path) -> AcceptanceSource:
             raise TraceFormatError(where, f"k = {k} differs from the first request's {reqs[0].k}", line=line,
                                    field="num_spec_tokens")
         reqs.append(RequestHistogram(str(doc.get("id", line)), k, h))
+        outs.append(_output_tokens(doc))
     if not reqs:
         raise TraceFormatError(where, "no requests")
     k = reqs[0].k
     tot = np.sum([r.histogram for r in reqs], axis=0).astype(float)
     steps = tot.sum()
     per_pos = [float(tot[i + 1:].sum() / steps) for i in range(k)]
-    return AcceptanceSource(k, 1.0 + float(sum(per_pos)), per_pos, reqs,
-                            source={"format": "vLLM per-request metrics.speculative_decoding", "file": where})
+    origin: dict[str, Any] = {"format": "vLLM per-request metrics.speculative_decoding", "file": where}
+    proposal = None
+    if all(o is not None for o in outs):
+        accepted = float(sum(j * c for j, c in enumerate(tot)))
+        try:
+            proposal = proposal_rate_from_counts(float(sum(outs)), len(outs), float(steps), accepted, k, where)
+        except ValueError as e:
+            raise TraceFormatError(where, str(e), field="usage.completion_tokens") from None
+        origin["proposal_rate"] = {"decode_steps": proposal.decode_steps, "drafts": proposal.drafts,
+                                   "rate_low": proposal.rate_low,
+                                   "rule": "drafts / (output tokens - requests - accepted tokens)"}
+    else:
+        origin["proposal_rate"] = "unknown: the lines have no usage.completion_tokens; replayed as proposing every step"
+    return AcceptanceSource(k, 1.0 + float(sum(per_pos)), per_pos, reqs, source=origin,
+                            proposal_rate=None if proposal is None else proposal.rate)
+
+
+def _output_tokens(doc: Any) -> int | None:
+    """A response line's output token count (`usage.completion_tokens`, or `output_token_ids`), when present."""
+    if not isinstance(doc, dict):
+        return None
+    usage = doc.get("usage")
+    n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if n is None and isinstance(doc.get("output_token_ids"), list):
+        n = len(doc["output_token_ids"])
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 
 def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, where: str = "traces.acceptance"

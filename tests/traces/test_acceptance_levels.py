@@ -169,3 +169,15 @@ def test_proposal_rate_round_trips_and_bad_value_names_the_field(tmp_path):
     assert load_source(tmp_path / "a.yaml").proposal_rate == 0.25
     with pytest.raises(TraceFormatError, match="proposal_rate"):
         source_from_dict({"measured_k": 2, "mean_length": 2.0, "proposal_rate": 1.5}, "x.yaml")
+
+
+def test_per_request_lines_with_output_counts_carry_the_proposal_rate(tmp_path):
+    """Two responses: 20 tokens with histogram [2, 1, 0, 1] (4 proposing steps, 1 + 3 = 4 accepted) and 12 tokens
+    with [1, 0, 1, 0] (2 steps, 2 accepted): decode steps 32 - 2 - 6 = 24, of which 6 proposed."""
+    p = tmp_path / "resp.jsonl"
+    p.write_text('{"id": "a", "usage": {"completion_tokens": 20}, "metrics": {"speculative_decoding": '
+                 '{"acceptance_histogram": [2, 1, 0, 1], "num_spec_steps": 4, "num_spec_tokens": 3}}}\n'
+                 '{"id": "b", "usage": {"completion_tokens": 12}, "metrics": {"speculative_decoding": '
+                 '{"acceptance_histogram": [1, 0, 1, 0], "num_spec_steps": 2, "num_spec_tokens": 3}}}\n')
+    src = source_from_per_request(p)
+    assert src.proposal_rate == pytest.approx(6 / 24) and src.source["proposal_rate"]["decode_steps"] == 24
