@@ -221,8 +221,11 @@ def plausibility(src: AcceptanceSource, drafter_kind: str | None, target: str | 
 
 
 def same_model(a: str, b: str) -> bool:
-    """The same model under two names: equal, or one is the other's catalog entry's Hugging Face id."""
-    if a == b:
+    """The same model under two names: equal, the same folder name (a local path and the name draftsim records,
+    e.g. `/root/.cache/draftsim/models/smollm2-135m-instruct` and `smollm2-135m-instruct`), or one is the other's
+    catalog entry's Hugging Face id."""
+    if a == b or a.rstrip("/").rsplit("/", 1)[-1].lower() == b.rstrip("/").rsplit("/", 1)[-1].lower() and \
+            (a.startswith(("/", ".")) or b.startswith(("/", "."))):
         return True
     from traces.catalog import get_model
 

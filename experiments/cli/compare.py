@@ -148,7 +148,7 @@ def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
     the config's acceptance is implausible or from another target: a gap here explains a TPOT gap."""
     from experiments.cli.import_measured import describe
     from experiments.run import resolve_bundle
-    from traces.acceptance_levels import AcceptanceSource, plausibility, source_from_bundle
+    from traces.acceptance_levels import AcceptanceSource, plausibility, same_model, source_from_bundle
 
     sd = run.info.get("spec_decode")
     runs = {r.name: r for r in cfg.runs}
@@ -164,7 +164,10 @@ def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
         if sd:
             line += f"; the measured run's vLLM counters: {describe(_measured_source(sd, int(pol['k'])))}"
         out.append(line)
-        model = run.info.get("model_id")
+        # vllm bench's model_id is the served name (--served-model-name may be any alias); its tokenizer_id is
+        # usually the model's path: the target is another model only when neither names it
+        names_ = [m for m in (run.info.get("model_id"), run.info.get("tokenizer_id")) if m]
+        model = None if any(same_model(m, bundle.meta.target) for m in names_) or not names_ else names_[0]
         measured = AcceptanceSource(int(pol["k"]), target=bundle.meta.target, dataset=bundle.meta.dataset)
         out += [f"{name}: warning: {m}" for m in plausibility(measured, bundle.meta.drafters[pol["drafter"]].kind,
                                                                model, None)]
