@@ -98,6 +98,24 @@ def arrival_check(run: MeasuredRun, poisson: bool) -> dict[str, Any]:
     return out
 
 
+COLD_FACTOR = 3.0  # a first request whose TTFT is this many times the others' median: a cold server
+COLD_MIN_REQUESTS = 5
+
+
+def cold_first_request(run: MeasuredRun) -> str | None:
+    """A warning when the first request sent waited far longer for its first token than the rest (the server's
+    first-request warm-up: compilation, caches), which no simulation of a warm server reproduces; else None."""
+    if len(run.requests) < COLD_MIN_REQUESTS:
+        return None
+    first = min(run.requests, key=lambda r: r.send_time)
+    rest = float(np.median([r.ttft for r in run.requests if r is not first]))
+    if rest > 0 and first.ttft > COLD_FACTOR * rest:
+        return (f"{run.name}: the first request sent ({first.id}) has TTFT {first.ttft:.3g} s, "
+                f"{first.ttft / rest:.1f}x the other requests' median {rest:.3g} s: a cold server? (warm it up "
+                "before measuring, or leave the request out of the client's results)")
+    return None
+
+
 def number(doc: dict[str, Any], key: str, where: str, field_name: str, *, minimum: float = 0.0,
            integer: bool = False, line: int | None = None) -> float:
     """doc[key] as a finite number >= minimum (an integer when asked); otherwise an error naming file and field."""

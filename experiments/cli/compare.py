@@ -137,7 +137,8 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
         if who != "draftsim" and t is not None:
             notes.append(f"the source's own TPOT ({who}: {run.info['tpot_definitions'][who]}) has mean "
                          f"{1e3 * t:.2f} ms; not the TPOT compared here")
-    notes += [f"warning: {w}" for w in run.info.get("arrival_warnings", [])]
+    notes += [f"warning: {w}" for w in run.info.get("arrival_warnings", []) + [run.info.get("cold_first_request")]
+              if w]
     notes += acceptance_notes(cfg, run, [lv.mode for lv in levels])
     notes += [f"run {k} not simulated: {v}" for k, v in skipped.items()]
     return ValidationReport(rows, levels, {"notes": notes, "measured": run.info, "seeds": seeds})

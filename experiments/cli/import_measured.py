@@ -43,8 +43,9 @@ def _run_import_measured(args: argparse.Namespace) -> int:
         note = (run.info.get("spec_decode") or {}).get("proposal_rate_note")
         if note:
             print(f"warning: {run.name}: proposal rate {note}", file=sys.stderr)
-        for w in run.info.get("arrival_warnings", []):
-            print(f"warning: {w}", file=sys.stderr)
+        for w in run.info.get("arrival_warnings", []) + [run.info.get("cold_first_request")]:
+            if w:
+                print(f"warning: {w}", file=sys.stderr)
     for j, run in enumerate(runs):
         folder = save_measured(run, out if len(runs) == 1 else out / f"{j:02d}-{run.name}")
         left = run.info.get("left_out", {})

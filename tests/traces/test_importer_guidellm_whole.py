@@ -85,3 +85,16 @@ def test_spec_metrics_on_some_requests_only_is_an_error(tmp_path):
     with pytest.raises(TraceFormatError, match="expected all or none") as e:
         import_guidellm(p)
     assert str(p) in str(e.value)
+
+
+def test_a_cold_first_request_is_flagged(tmp_path, capsys):
+    """Six requests 1 s apart with TTFT 0.1 s, the first 3.1 s (the issue's cold vLLM): 31x the others' median."""
+    recs = [ClientRecord(float(i), 20, 3, [i + 0.1, i + 0.2, i + 0.3]) for i in range(6)]
+    recs[0] = ClientRecord(0.0, 20, 3, [3.1, 3.2, 3.3])
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps(guidellm_report([({"type_": "constant", "rate": 1.0}, recs)])))
+    (run,) = import_guidellm(p)
+    assert "b0-r0" in run.info["cold_first_request"] and "31.0x" in run.info["cold_first_request"]
+    recs[0] = ClientRecord(0.0, 20, 3, [0.25, 0.3, 0.4])  # 2.5x: not flagged
+    p.write_text(json.dumps(guidellm_report([({"type_": "constant", "rate": 1.0}, recs)])))
+    assert import_guidellm(p)[0].info["cold_first_request"] is None

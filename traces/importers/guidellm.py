@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from traces.errors import TraceFormatError
-from traces.measured_run import MeasuredRequest, MeasuredRun, arrival_check, check_request, number
+from traces.measured_run import (MeasuredRequest, MeasuredRun, arrival_check, check_request, cold_first_request,
+                                 number)
 from traces.parsing import load_yaml_file, parse_json, read_text
 
 READ_AT = "guidellm 0.8.1 (PyPI wheel) src/guidellm/benchmark/schemas/report.py, schemas/base/request_stats.py"
@@ -162,6 +163,7 @@ def benchmark_run(b: Any, where: str, j: int, meta: dict[str, Any]) -> MeasuredR
         info.update(arrival_check(run, poisson=kind == "poisson"))
     else:
         info["delivered_rate"] = run.delivered_rate()
+    info["cold_first_request"] = cold_first_request(run)
     return run
 
 

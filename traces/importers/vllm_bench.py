@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from traces.errors import TraceFormatError
-from traces.measured_run import MeasuredRequest, MeasuredRun, arrival_check, check_request, number
+from traces.measured_run import (MeasuredRequest, MeasuredRun, arrival_check, check_request, cold_first_request,
+                                 number)
 from traces.parsing import parse_json, read_text
 
 PER_REQUEST = ("start_times", "input_lens", "output_lens", "ttfts", "itls", "latencies", "errors")
@@ -163,6 +164,7 @@ def run_from_document(doc: dict[str, Any], where: str, index: int = 0) -> Measur
     # burstiness 1 is Poisson; other values draw gamma gaps of the same mean (a wider tolerance would be needed)
     info.update(arrival_check(run, poisson=True) if doc.get("burstiness", 1.0) == 1.0
                 else {"delivered_rate": run.delivered_rate(), "arrival_warnings": []})
+    info["cold_first_request"] = cold_first_request(run)
     return run
 
 
