@@ -131,3 +131,18 @@ def test_from_server_refuses_a_client_run_it_did_not_serve(tmp_path, capsys):
     assert main(["calibrate", "vllm", "--from-server", str(FIXTURE / "steps.jsonl"), "--out",
                  str(tmp_path / "cal2")]) != 0
     assert "at least one client result" in capsys.readouterr().err
+
+
+def test_from_server_reads_a_guidellm_report(tmp_path):
+    """The same served levels as a GuideLLM report (epoch send times): the same requests matched, the same fit."""
+    from tests.traces.client_writers import guidellm_report
+
+    result = json.loads((FIXTURE / "result.json").read_text())
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps(guidellm_report([({"type_": "poisson", "rate": lv["rate"]}, _records(lv))
+                                             for lv in result["levels"]])))
+    a = calibrate_from_server(FIXTURE / "steps.jsonl", [p], tmp_path / "g", name="fx", step_model="linear")
+    b = calibrate_from_server(FIXTURE / "steps.jsonl", [_fixture_bench(tmp_path)], tmp_path / "b", name="fx",
+                              step_model="linear")
+    assert [c["requests"] for c in a["from_server"]["clients"]] == [len(lv["requests"]) for lv in result["levels"]]
+    assert a["modes"]["ngram-k3"]["target"]["coefficients"] == b["modes"]["ngram-k3"]["target"]["coefficients"]
