@@ -421,7 +421,8 @@ def _output_tokens(doc: Any) -> int | None:
 
 def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, where: str = "traces.acceptance"
                    ) -> TraceBundle:
-    """Apply `{drafter: {level, mean_length+k | per_position | file, kind?, cost_model?}}` to a bundle, warning
+    """Apply `{drafter: {level, mean_length+k | per_position | file, proposal_rate?, kind?, cost_model?}}` to a
+    bundle (a file's own proposal rate, or the inline one: the share of decode steps that propose), warning
     about implausible or borrowed acceptance."""
     if not isinstance(drafters, dict) or not drafters:
         raise ValueError(f"{where}.drafters: expected a mapping drafter -> acceptance level")
@@ -429,7 +430,7 @@ def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, whe
         f = f"{where}.drafters.{name}"
         if not isinstance(p, dict):
             raise ValueError(f"{f}: expected a mapping")
-        allowed = {"level", "file", "mean_length", "per_position", "k", "kind", "cost_model"}
+        allowed = {"level", "file", "mean_length", "per_position", "k", "proposal_rate", "kind", "cost_model"}
         if set(p) - allowed:
             raise ValueError(f"{f}: unknown key(s) {sorted(set(p) - allowed)}; expected some of {sorted(allowed)}")
         if "file" in p:
@@ -437,7 +438,7 @@ def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, whe
         else:
             k = p.get("k", len(p["per_position"]) if "per_position" in p else None)
             src = source_from_dict({"measured_k": k, "mean_length": p.get("mean_length"),
-                                    "per_position": p.get("per_position")}, f)
+                                    "per_position": p.get("per_position"), "proposal_rate": p.get("proposal_rate")}, f)
         level = p.get("level") or src.levels()[-1]
         if level not in LEVELS:
             raise ValueError(f"{f}.level: expected one of {', '.join(LEVELS)}, got {level!r}")

@@ -181,3 +181,15 @@ def test_per_request_lines_with_output_counts_carry_the_proposal_rate(tmp_path):
                  '{"acceptance_histogram": [1, 0, 1, 0], "num_spec_steps": 2, "num_spec_tokens": 3}}}\n')
     src = source_from_per_request(p)
     assert src.proposal_rate == pytest.approx(6 / 24) and src.source["proposal_rate"]["decode_steps"] == 24
+
+
+def test_inline_proposal_rate_in_a_config_reaches_the_replay():
+    """`{mean_length, k, proposal_rate}` inline: the replayed drafter proposes (k drafts) at about that share of
+    positions and nothing elsewhere."""
+    bundle = bundle_from(IidAcceptance(rate=0.5), n=40, length=300)
+    b = resolve_levels(bundle, {"d": {"mean_length": 2.0, "k": 3, "proposal_rate": 0.3}}, seed=0)
+    prop = np.concatenate([r.drafters["d"].proposal_len for r in b.requests])
+    assert set(np.unique(prop)) == {0, 3}
+    assert abs((prop > 0).mean() - 0.3) < 4 * np.sqrt(0.3 * 0.7 / prop.size)
+    with pytest.raises(TraceFormatError, match="proposal_rate"):
+        resolve_levels(bundle, {"d": {"mean_length": 2.0, "k": 3, "proposal_rate": 0}}, seed=0)
