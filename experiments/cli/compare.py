@@ -32,6 +32,9 @@ def register(sub) -> None:
     a.add_argument("--runs", default=None, help="comma-separated run names to compare (default: all)")
     a.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                    help=f"seeds per prediction for the interval (default {DEFAULT_REPEATS}; 1: no interval)")
+    a.add_argument("--bootstrap", action="store_true", help="price each repeat after the first with the runs' "
+                   "target profile refit on a resample of the steps it was fitted on (profiles that keep their "
+                   "measurements: `calibrate vllm`'s): the interval spans the calibration's own uncertainty")
     a.set_defaults(func=_run)
 
 
@@ -65,13 +68,15 @@ def measured_traces(run, bundle, rng: np.random.Generator) -> list:
     return out
 
 
-def simulate_measured(cfg, run, seed: int, names: list[str] | None = None) -> dict[str, Any]:
+def simulate_measured(cfg, run, seed: int, names: list[str] | None = None,
+                      refit: np.random.SeedSequence | None = None) -> dict[str, Any]:
     """Every config run on the measured workload with `seed` (the config's seed reproduces `draftsim run`):
-    run name -> Latencies, or the reason it could not run."""
+    run name -> Latencies, or the reason it could not run. With `refit`, each run's target profile is first refit
+    on a resample of its own measurements (calibration/vllm_steps/bootstrap.py), run i from child i of `refit`."""
     from calibration.vllm_steps.validate_compare import simulated_latencies
     from experiments.run import prepare, resolve_bundle
     from simulator.scenario import check_inputs, inputs_from_traces, simulate
-    from simulator.seeds import ExperimentSeeds
+    from simulator.seeds import ExperimentSeeds, child
     from traces.acceptance_levels import check_k
 
     cfg = cfg.model_copy(update={"seed": seed})
@@ -85,9 +90,11 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None) -> di
                                 with_acceptance=any(sc.mode != "ar" for sc in scenarios))
     out: dict[str, Any] = {}
     specs = {r.name: r for r in cfg.runs}
-    for sc in scenarios:
+    for i, sc in enumerate(scenarios):
         if names and sc.name not in names:
             continue
+        if refit is not None:
+            sc = _refit_scenario(sc, np.random.default_rng(child(refit, i)))
         pol = specs[sc.name].policy or {}
         if sc.mode != "ar" and "k" in pol and "drafter" in pol:
             check_k(bundle, pol["drafter"], int(pol["k"]), f"runs[{sc.name}]")
@@ -97,9 +104,22 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None) -> di
     return out
 
 
+def _refit_scenario(sc, rng: np.random.Generator):
+    """The scenario priced by its target profile refit on a bootstrap resample of the profile's measurements."""
+    from calibration.vllm_steps.bootstrap import refit_target
+
+    if not hasattr(sc, "target"):
+        raise ValueError(f"--bootstrap: run {sc.name} is a cluster run; bootstrap one server's profile at a time")
+    try:
+        return dataclasses.replace(sc, target=refit_target(sc.target, rng))
+    except ValueError as e:
+        raise ValueError(f"--bootstrap: run {sc.name}: {e} (a profile from `calibrate vllm` keeps its steps)") from None
+
+
 def compare(measured_path: str, config: str, overrides: list[str] = (), repeats: int = DEFAULT_REPEATS,
-            names: list[str] | None = None):
-    """The ValidationReport of one measured run against every (named) run of the config."""
+            names: list[str] | None = None, bootstrap: bool = False):
+    """The ValidationReport of one measured run against every (named) run of the config; with `bootstrap`, repeats
+    after the first are also priced by refit target profiles (the first is the config's own prediction)."""
     from calibration.vllm_steps.validate_compare import LevelResult, ValidationReport, level_rows
     from experiments.config import load_config
     from simulator.seeds import child, seed_int
@@ -110,7 +130,9 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
     measured = measured_latencies(run)
     root = np.random.SeedSequence(cfg.seed)  # repeat j: an experiment seed from its own child
     seeds = [cfg.seed] + [seed_int(child(root, j)) for j in range(max(0, repeats - 1))]
-    sims = [simulate_measured(cfg, run, s, names) for s in seeds]
+    boot = child(np.random.SeedSequence([cfg.seed, 2]), 0) if bootstrap else None
+    sims = [simulate_measured(cfg, run, s, names, child(boot, j) if boot is not None and j else None)
+            for j, s in enumerate(seeds)]
     delivered = run.delivered_rate()
     nominal = run.info.get("request_rate")
     rate = delivered if delivered is not None else (float(nominal) if isinstance(nominal, (int, float)) else 0.0)
@@ -126,7 +148,8 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
         rows = [r for r in rows if not r["metric"].startswith("itl_p")]
     notes = [f"measured: {measured_path} ({len(run.requests)} requests; {run.info.get('source', {}).get('format')})",
              f"predicted: {config} with seed {cfg.seed}; interval = range over {len(seeds)} seeds (borrowed "
-             "acceptance redrawn, policies reseeded)",
+             "acceptance redrawn, policies reseeded" + ("; target profiles refit on resampled calibration steps)"
+                                                         if bootstrap else ")"),
              "throughput = output tokens / (last finish - first send), the same for both sides",
              f"req/s = the rate the client delivered ((requests - 1) / (last send - first send)); nominal "
              f"{nominal if nominal is not None else '-'}",
@@ -188,7 +211,7 @@ def _run(args: argparse.Namespace) -> int:
     from experiments.validate_report import format_table, write_outputs
 
     names = [n.strip() for n in args.runs.split(",")] if args.runs else None
-    report = compare(args.measured, args.config, args.overrides, max(1, args.repeats), names)
+    report = compare(args.measured, args.config, args.overrides, max(1, args.repeats), names, args.bootstrap)
     if not report.rows:
         print("draftsim: error: no config run could be simulated: " + "; ".join(report.info["notes"][3:]),
               file=sys.stderr)

@@ -146,3 +146,26 @@ def test_from_server_reads_a_guidellm_report(tmp_path):
                               step_model="linear")
     assert [c["requests"] for c in a["from_server"]["clients"]] == [len(lv["requests"]) for lv in result["levels"]]
     assert a["modes"]["ngram-k3"]["target"]["coefficients"] == b["modes"]["ngram-k3"]["target"]["coefficients"]
+
+
+def test_compare_bootstrap_widens_the_interval_around_the_same_prediction(tmp_path):
+    """A --from-server calibration (its profiles keep their steps) compared with the client's own first level:
+    --bootstrap keeps the point prediction and prices the other repeats with refit profiles; a table profile
+    (nothing to refit) is refused naming the run."""
+    from experiments.cli.compare import compare
+    from traces.importers.vllm_bench import import_vllm_bench
+    from traces.measured_run import save_measured
+
+    bench = _fixture_bench(tmp_path)
+    calibrate_from_server(FIXTURE / "steps.jsonl", [bench], tmp_path / "cal", name="fx", step_model="linear")
+    run = import_vllm_bench(bench)[0]
+    save_measured(run, tmp_path / "m")
+    cfg = str(tmp_path / "cal" / "run.yaml")
+    plain = compare(str(tmp_path / "m"), cfg, [], repeats=3)
+    boot = compare(str(tmp_path / "m"), cfg, [], repeats=3, bootstrap=True)
+    assert [r["predicted"] for r in plain.rows] == [r["predicted"] for r in boot.rows]
+    assert any(a["interval"] != b["interval"] for a, b in zip(plain.rows, boot.rows))
+    table = "smollm2-135m-instruct-cpu-table"  # a measured table: nothing to refit
+    with pytest.raises(ValueError, match="--bootstrap: run ngram-k3: .*cannot resample a TableProfile"):
+        compare(str(tmp_path / "m"), cfg, [f"server.target_profile={table}", f"runs.0.server.target_profile={table}"],
+                repeats=2, bootstrap=True)
