@@ -39,11 +39,20 @@ def _interval(r: dict[str, Any], metric: str) -> str:
     return f"[{_value(metric, iv[0])}, {_value(metric, iv[1])}] {'in' if r.get('inside') else 'OUT'}"
 
 
-def _value(metric: str, x: float | None) -> str:
-    """A measured or predicted value in the table convention's unit (experiments/tables.py: ms, s, tok/s)."""
-    from experiments.tables import metric_cell
+SIGNIFICANT = 3  # digits a measured/predicted cell keeps at least (a CPU run's 6.4 tok/s is not "6")
 
-    return "-" if x is None else metric_cell(metric, x)
+
+def _value(metric: str, x: float | None) -> str:
+    """A measured or predicted value in the table convention's unit (experiments/tables.py: ms, s, tok/s), with
+    at least SIGNIFICANT significant digits so a small throughput is not printed as an integer."""
+    from experiments.tables import UNIT_SCALE, format_value, metric_column
+
+    if x is None:
+        return "-"
+    col = metric_column(metric)
+    scaled = abs(x) * UNIT_SCALE.get(col.unit, 1.0)
+    need = SIGNIFICANT - 1 - int(np.floor(np.log10(scaled))) if scaled > 0 and np.isfinite(scaled) else 0
+    return format_value(x, col.unit, max(col.digits, min(need, 6)))
 
 
 def _label(metric: str) -> str:

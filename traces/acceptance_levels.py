@@ -8,8 +8,14 @@
 3. `per_request`: a trace bundle (acc_len per request and position), or vLLM's per-request
    `metrics.speculative_decoding` histograms (each request replays draws from its own histogram).
 Levels 1 and 2 know nothing beyond the k they were measured at: their acc_len is capped at k + 1 (a run at a
-larger k gains nothing from the extra drafts; `check_k` refuses one, `draftsim compare` calls it). Levels 1-2 also drop `proposal_len` (an n-gram step with no match drafts nothing;
-at these levels it drafts k and has them rejected) and every correlation between positions and requests.
+larger k gains nothing from the extra drafts; `check_k` refuses one, `draftsim compare` calls it). They drop
+every correlation between positions and requests.
+
+vLLM counts a draft only on a decode step where the drafter proposed something (an n-gram step with no match
+drafts nothing and emits one token): its counters, and the levels built from them, are conditional on
+proposing. `proposal_rate` is the fraction of decode steps that proposed, derived from what the source records
+(`proposal_rate_from_counts`: output tokens, requests, drafts and accepted tokens); a replay draws each position's
+`proposal_len` (k with that probability, else 0) beside acc_len, so the non-proposing steps are modelled.
 
 A source file (`acceptance.yaml`, written by `draftsim import vllm-bench|vllm-acceptance`) holds what was
 measured: {target, dataset, drafter_kind, measured_k, mean_length, per_position, requests: [{id, k,
@@ -36,7 +42,8 @@ from traces.parsing import iter_jsonl, load_yaml_file
 LEVELS = ("mean_length", "per_position", "per_request")
 LEARNED_KINDS = ("eagle", "draft_model", "mtp", "int8", "truncated")
 NEAR_ONE = 1.15  # a learned drafter whose mean acceptance length is below this accepts almost nothing
-SOURCE_KEYS = {"target", "dataset", "drafter_kind", "measured_k", "mean_length", "per_position", "requests", "source"}
+SOURCE_KEYS = {"target", "dataset", "drafter_kind", "measured_k", "mean_length", "per_position", "proposal_rate",
+               "requests", "source"}
 
 
 class AcceptanceWarning(UserWarning):
@@ -64,10 +71,49 @@ class AcceptanceSource:
     dataset: str | None = None
     drafter_kind: str | None = None
     source: dict[str, Any] = field(default_factory=dict)
+    proposal_rate: float | None = None  # fraction of decode steps that proposed; None: every step (or unknown)
 
     def levels(self) -> list[str]:
         return [lv for lv, have in zip(LEVELS, (self.mean_length is not None, self.per_position is not None,
                                                 bool(self.requests))) if have]
+
+    def tokens_per_decode_step(self) -> float | None:
+        """Tokens per decode step over all of them: 1 + proposal_rate * (mean_length - 1)."""
+        if self.mean_length is None:
+            return None
+        return 1.0 + (1.0 if self.proposal_rate is None else self.proposal_rate) * (self.mean_length - 1.0)
+
+
+@dataclass(frozen=True)
+class ProposalRate:
+    """Decode steps of finished requests and the share of them that proposed (vLLM's `num_drafts`).
+
+    Each decode step emits 1 + its accepted drafts and the prefill emits the first token, so the decode steps
+    are output tokens - requests - accepted tokens. vLLM also counts drafts accepted past a request's end (the
+    stop trims them; at most k per request), so that count can be up to k * requests short: `rate` is an upper
+    bound and `rate_low` the lower one."""
+
+    rate: float
+    rate_low: float
+    decode_steps: float
+    drafts: float
+
+
+def proposal_rate_from_counts(output_tokens: float, requests: float, drafts: float, accepted: float, k: int,
+                              where: str = "counters") -> ProposalRate:
+    """The proposal rate from run totals (see ProposalRate); counts that cannot come from one run are an error."""
+    decode = output_tokens - requests - accepted
+    if requests < 1 or drafts < 0 or accepted < 0:
+        raise ValueError(f"{where}: expected requests >= 1 and counts >= 0, got requests {requests:g}, drafts "
+                         f"{drafts:g}, accepted {accepted:g}")
+    if decode < drafts and drafts - decode > k * requests:
+        raise ValueError(f"{where}: {drafts:g} drafts but only {decode:g} decode steps (output tokens "
+                         f"{output_tokens:g} - requests {requests:g} - accepted {accepted:g}): the counters cover "
+                         "requests other than these (another client, or a counter not reset between runs)")
+    if decode <= 0:
+        raise ValueError(f"{where}: no decode steps (output tokens {output_tokens:g}, requests {requests:g}, "
+                         f"accepted {accepted:g})")
+    return ProposalRate(min(1.0, drafts / decode), min(1.0, drafts / (decode + k * requests)), decode, drafts)
 
 
 # ------------------------------------------------------------------ level -> rates
@@ -131,17 +177,21 @@ def with_level(bundle: TraceBundle, drafter: str, src: AcceptanceSource, level: 
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(bundle.requests))]
     shared = None if level == "per_request" else survival(level, src)
     reqs = []
+    rate = src.proposal_rate
     for i, (r, rng) in enumerate(zip(bundle.requests, rngs)):
         surv = shared if shared is not None else survival(level, src, int(rng.integers(len(src.requests))))
         drafters = dict(r.drafters)
-        drafters[drafter] = DrafterTrace(acc_len=_draw(surv, r.output_len, rng))
+        acc = _draw(surv, r.output_len, rng)
+        prop = None if rate is None or rate >= 1 else \
+            np.where(rng.random(r.output_len) < rate, src.measured_k, 0).astype(np.int32)
+        drafters[drafter] = DrafterTrace(acc_len=acc, proposal_len=prop)
         reqs.append(dataclasses.replace(r, drafters=drafters))
     meta_drafters = dict(bundle.meta.drafters)
     if spec is not None:
         meta_drafters[drafter] = spec
     extra = dict(bundle.meta.extra)
     extra.setdefault("acceptance_levels", {})[drafter] = {"level": level, "measured_k": src.measured_k,
-                                                          "source": src.source}
+                                                          "proposal_rate": rate, "source": src.source}
     meta = dataclasses.replace(bundle.meta, drafters=meta_drafters, extra=extra)
     return TraceBundle(meta, reqs)
 
@@ -172,8 +222,11 @@ def plausibility(src: AcceptanceSource, drafter_kind: str | None, target: str | 
 
 
 def same_model(a: str, b: str) -> bool:
-    """The same model under two names: equal, or one is the other's catalog entry's Hugging Face id."""
-    if a == b:
+    """The same model under two names: equal, the same folder name (a local path and the name draftsim records,
+    e.g. `/root/.cache/draftsim/models/smollm2-135m-instruct` and `smollm2-135m-instruct`), or one is the other's
+    catalog entry's Hugging Face id."""
+    if a == b or a.rstrip("/").rsplit("/", 1)[-1].lower() == b.rstrip("/").rsplit("/", 1)[-1].lower() and \
+            (a.startswith(("/", ".")) or b.startswith(("/", "."))):
         return True
     from traces.catalog import get_model
 
@@ -199,16 +252,18 @@ def source_from_bundle(bundle: TraceBundle, drafter: str, k: int) -> AcceptanceS
     from traces.walk import walk
 
     drafted = np.zeros(k)
-    steps = 0
+    steps = all_steps = 0
     for r in bundle.requests:
         w = walk(r.drafters[drafter], k)
         acc = w.accepted[w.proposed > 0]  # vLLM counts a draft only when the drafter proposed something
         steps += acc.size
+        all_steps += w.accepted.size
         drafted += (acc[:, None] > np.arange(k)[None, :]).sum(axis=0)
     if not steps:
         raise ValueError(f"{drafter} proposed nothing at k = {k} on this bundle")
     per_pos = (drafted / steps).tolist()
     return AcceptanceSource(measured_k=k, mean_length=1.0 + float(sum(per_pos)), per_position=per_pos,
+                            proposal_rate=steps / all_steps,
                             target=bundle.meta.target, dataset=bundle.meta.dataset,
                             drafter_kind=bundle.meta.drafters[drafter].kind,
                             source={"bundle": bundle.meta.dataset, "drafter": drafter, "k": k})
@@ -219,7 +274,8 @@ def source_from_bundle(bundle: TraceBundle, drafter: str, k: int) -> AcceptanceS
 def source_to_dict(src: AcceptanceSource) -> dict[str, Any]:
     d = {"target": src.target, "dataset": src.dataset, "drafter_kind": src.drafter_kind,
          "measured_k": src.measured_k, "mean_length": src.mean_length, "per_position": src.per_position,
-         "requests": [dataclasses.asdict(r) for r in src.requests], "source": src.source}
+         "proposal_rate": src.proposal_rate, "requests": [dataclasses.asdict(r) for r in src.requests],
+         "source": src.source}
     return {k: v for k, v in d.items() if v is not None and not (k == "requests" and v == [])}  # nothing else dropped
 
 
@@ -259,6 +315,9 @@ def source_from_dict(doc: Any, where: str) -> AcceptanceSource:
             conditional_rates(pp)
         except ValueError as e:
             _fail(where, str(e), "per_position")
+    rate = doc.get("proposal_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= 1):
+        _fail(where, f"expected the fraction of decode steps that proposed, in (0, 1], got {rate!r}", "proposal_rate")
     reqs = []
     for i, r in enumerate(doc.get("requests") or []):
         f = f"requests[{i}]"
@@ -274,7 +333,8 @@ def source_from_dict(doc: Any, where: str) -> AcceptanceSource:
     src = doc.get("source") or {}
     return AcceptanceSource(k, None if mean is None else float(mean), None if pp is None else [float(x) for x in pp],
                             reqs, doc.get("target"), doc.get("dataset"), doc.get("drafter_kind"),
-                            src if isinstance(src, dict) else {"note": str(src)})
+                            src if isinstance(src, dict) else {"note": str(src)},
+                            None if rate is None else float(rate))
 
 
 def load_source(path: str | Path) -> AcceptanceSource:
@@ -282,8 +342,10 @@ def load_source(path: str | Path) -> AcceptanceSource:
 
 
 def source_from_vllm_counters(num_drafts: float, num_accepted: float, accepted_per_pos: list[float] | None,
-                              k: int | None, origin: dict[str, Any]) -> AcceptanceSource:
-    """vLLM's spec-decode counters (Prometheus totals or `vllm bench serve` deltas) -> levels 1 and 2."""
+                              k: int | None, origin: dict[str, Any], proposal: ProposalRate | None = None
+                              ) -> AcceptanceSource:
+    """vLLM's spec-decode counters (Prometheus totals or `vllm bench serve` deltas) -> levels 1 and 2, with the
+    proposal rate when the source recorded the output tokens to derive it (else unknown, and the source says so)."""
     if num_drafts <= 0:
         raise ValueError("no drafts counted: speculative decoding did not run")
     per_pos = [a / num_drafts for a in accepted_per_pos] if accepted_per_pos else None
@@ -292,7 +354,15 @@ def source_from_vllm_counters(num_drafts: float, num_accepted: float, accepted_p
         raise ValueError("the served k is unknown: give --k (num_speculative_tokens)")
     if per_pos is not None and len(per_pos) != k:
         raise ValueError(f"{len(per_pos)} per-position counters but k = {k}")
-    return AcceptanceSource(k, 1.0 + num_accepted / num_drafts, per_pos, source=origin)
+    origin = dict(origin)
+    if proposal is None:
+        origin["proposal_rate"] = "unknown: the source has no output token count; replayed as proposing every step"
+    else:
+        origin["proposal_rate"] = {"decode_steps": proposal.decode_steps, "drafts": proposal.drafts,
+                                   "rate_low": proposal.rate_low,
+                                   "rule": "drafts / (output tokens - requests - accepted tokens)"}
+    return AcceptanceSource(k, 1.0 + num_accepted / num_drafts, per_pos, source=origin,
+                            proposal_rate=None if proposal is None else proposal.rate)
 
 
 def source_from_per_request(path: str | Path) -> AcceptanceSource:
@@ -300,6 +370,7 @@ def source_from_per_request(path: str | Path) -> AcceptanceSource:
     (and levels 1-2 from the summed counts)."""
     where = str(path)
     reqs: list[RequestHistogram] = []
+    outs: list[int | None] = []
     for line, doc in iter_jsonl(path):
         sd = doc.get("metrics", {}).get("speculative_decoding") if isinstance(doc, dict) and "metrics" in doc else doc
         if not isinstance(sd, dict):
@@ -321,19 +392,45 @@ def source_from_per_request(path: str | Path) -> AcceptanceSource:
             raise TraceFormatError(where, f"k = {k} differs from the first request's {reqs[0].k}", line=line,
                                    field="num_spec_tokens")
         reqs.append(RequestHistogram(str(doc.get("id", line)), k, h))
+        outs.append(_output_tokens(doc))
     if not reqs:
         raise TraceFormatError(where, "no requests")
     k = reqs[0].k
     tot = np.sum([r.histogram for r in reqs], axis=0).astype(float)
     steps = tot.sum()
     per_pos = [float(tot[i + 1:].sum() / steps) for i in range(k)]
-    return AcceptanceSource(k, 1.0 + float(sum(per_pos)), per_pos, reqs,
-                            source={"format": "vLLM per-request metrics.speculative_decoding", "file": where})
+    origin: dict[str, Any] = {"format": "vLLM per-request metrics.speculative_decoding", "file": where}
+    proposal = None
+    if all(o is not None for o in outs):
+        accepted = float(sum(j * c for j, c in enumerate(tot)))
+        try:
+            proposal = proposal_rate_from_counts(float(sum(outs)), len(outs), float(steps), accepted, k, where)
+        except ValueError as e:
+            raise TraceFormatError(where, str(e), field="usage.completion_tokens") from None
+        origin["proposal_rate"] = {"decode_steps": proposal.decode_steps, "drafts": proposal.drafts,
+                                   "rate_low": proposal.rate_low,
+                                   "rule": "drafts / (output tokens - requests - accepted tokens)"}
+    else:
+        origin["proposal_rate"] = "unknown: the lines have no usage.completion_tokens; replayed as proposing every step"
+    return AcceptanceSource(k, 1.0 + float(sum(per_pos)), per_pos, reqs, source=origin,
+                            proposal_rate=None if proposal is None else proposal.rate)
+
+
+def _output_tokens(doc: Any) -> int | None:
+    """A response line's output token count (`usage.completion_tokens`, or `output_token_ids`), when present."""
+    if not isinstance(doc, dict):
+        return None
+    usage = doc.get("usage")
+    n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if n is None and isinstance(doc.get("output_token_ids"), list):
+        n = len(doc["output_token_ids"])
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 
 def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, where: str = "traces.acceptance"
                    ) -> TraceBundle:
-    """Apply `{drafter: {level, mean_length+k | per_position | file, kind?, cost_model?}}` to a bundle, warning
+    """Apply `{drafter: {level, mean_length+k | per_position | file, proposal_rate?, kind?, cost_model?}}` to a
+    bundle (a file's own proposal rate, or the inline one: the share of decode steps that propose), warning
     about implausible or borrowed acceptance."""
     if not isinstance(drafters, dict) or not drafters:
         raise ValueError(f"{where}.drafters: expected a mapping drafter -> acceptance level")
@@ -341,7 +438,7 @@ def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, whe
         f = f"{where}.drafters.{name}"
         if not isinstance(p, dict):
             raise ValueError(f"{f}: expected a mapping")
-        allowed = {"level", "file", "mean_length", "per_position", "k", "kind", "cost_model"}
+        allowed = {"level", "file", "mean_length", "per_position", "k", "proposal_rate", "kind", "cost_model"}
         if set(p) - allowed:
             raise ValueError(f"{f}: unknown key(s) {sorted(set(p) - allowed)}; expected some of {sorted(allowed)}")
         if "file" in p:
@@ -349,7 +446,7 @@ def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, whe
         else:
             k = p.get("k", len(p["per_position"]) if "per_position" in p else None)
             src = source_from_dict({"measured_k": k, "mean_length": p.get("mean_length"),
-                                    "per_position": p.get("per_position")}, f)
+                                    "per_position": p.get("per_position"), "proposal_rate": p.get("proposal_rate")}, f)
         level = p.get("level") or src.levels()[-1]
         if level not in LEVELS:
             raise ValueError(f"{f}.level: expected one of {', '.join(LEVELS)}, got {shorten(level)}")
@@ -365,6 +462,6 @@ def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, whe
     return bundle
 
 
-__all__ = ["AcceptanceSource", "RequestHistogram", "AcceptanceWarning", "LEVELS", "iid_rate", "conditional_rates",
+__all__ = ["AcceptanceSource", "ProposalRate", "proposal_rate_from_counts", "RequestHistogram", "AcceptanceWarning", "LEVELS", "iid_rate", "conditional_rates",
            "survival", "with_level", "check_k", "plausibility", "source_from_bundle", "save_source", "load_source",
            "source_from_dict", "source_from_vllm_counters", "source_from_per_request", "resolve_levels"]

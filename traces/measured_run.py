@@ -85,6 +85,13 @@ class MeasuredRun:
     info: dict[str, Any] = field(default_factory=dict)  # source, model, request_rate, spec_decode, failed, ...
     pooled_itl: np.ndarray | None = None  # every gap of the run, when the source kept no per-request gaps
 
+    def delivered_rate(self) -> float | None:
+        """Requests per second the client actually sent: (requests - 1) / (last send - first send); None for a
+        single request or sends all at once."""
+        sends = [r.send_time for r in self.requests]
+        span = max(sends) - min(sends) if sends else 0.0
+        return (len(sends) - 1) / span if len(sends) > 1 and span > 0 else None
+
     def arrays(self) -> dict[str, np.ndarray]:
         """Per-request columns as arrays (send, ttft, e2e, tpot, prompt_len, output_len) and all ITLs pooled."""
         rs = self.requests
@@ -95,6 +102,49 @@ class MeasuredRun:
                 "prompt_len": np.array([r.prompt_len for r in rs], dtype=np.int64),
                 "output_len": np.array([r.output_len for r in rs], dtype=np.int64),
                 "itl": self.pooled_itl if self.pooled_itl is not None else np.concatenate([r.itl for r in rs])}
+
+
+POISSON_SIGMAS = 3.0  # a Poisson run's delivered rate is off by more than this many standard errors: warn
+CONSTANT_TOLERANCE = 0.05  # a constant-rate run's delivered rate is off by more than 5%: warn
+
+
+def arrival_check(run: MeasuredRun, poisson: bool) -> dict[str, Any]:
+    """The delivered rate beside the nominal one and, when they disagree beyond sampling, a warning: a Poisson
+    rate estimated from n - 1 gaps has relative standard error 1 / sqrt(n - 1); a constant rate has none."""
+    nominal = run.info.get("request_rate")
+    delivered = run.delivered_rate()
+    out: dict[str, Any] = {"delivered_rate": delivered, "arrival_warnings": []}
+    if delivered is None or isinstance(nominal, bool) or not isinstance(nominal, (int, float)) or \
+            not math.isfinite(nominal) or nominal <= 0:
+        return out
+    n = len(run.requests)
+    tol = POISSON_SIGMAS / math.sqrt(n - 1) if poisson else CONSTANT_TOLERANCE
+    if abs(delivered / nominal - 1) > tol:
+        cap = run.info.get("max_concurrency")
+        out["arrival_warnings"].append(
+            f"{run.name}: the client delivered {delivered:.4g} req/s, {delivered / nominal:.2f}x the nominal "
+            f"{nominal:g} ({'Poisson' if poisson else 'constant'} arrivals: more than "
+            f"{100 * tol:.0f}% off over {n} requests)" + (f"; max concurrency {cap} can hold sends back" if cap else "")
+            + "; compare replays the send times as delivered")
+    return out
+
+
+COLD_FACTOR = 3.0  # a first request whose TTFT is this many times the others' median: a cold server
+COLD_MIN_REQUESTS = 5
+
+
+def cold_first_request(run: MeasuredRun) -> str | None:
+    """A warning when the first request sent waited far longer for its first token than the rest (the server's
+    first-request warm-up: compilation, caches), which no simulation of a warm server reproduces; else None."""
+    if len(run.requests) < COLD_MIN_REQUESTS:
+        return None
+    first = min(run.requests, key=lambda r: r.send_time)
+    rest = float(np.median([r.ttft for r in run.requests if r is not first]))
+    if rest > 0 and first.ttft > COLD_FACTOR * rest:
+        return (f"{run.name}: the first request sent ({first.id}) has TTFT {first.ttft:.3g} s, "
+                f"{first.ttft / rest:.1f}x the other requests' median {rest:.3g} s: a cold server? (warm it up "
+                "before measuring, or leave the request out of the client's results)")
+    return None
 
 
 def number(doc: dict[str, Any], key: str, where: str, field_name: str, *, minimum: float = 0.0,

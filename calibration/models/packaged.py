@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-class MissingPackageError(RuntimeError):
-    """A package that ships a model or data set is not installed; the message says how to fix it."""
+class MissingPackageError(RuntimeError, ValueError):
+    """A package that ships a model or data set is not installed; the message says how to fix it (a ValueError
+    too, so the CLI prints it as one line, not a traceback)."""
 
 
 @dataclass(frozen=True)

@@ -124,16 +124,44 @@ def build_bundle(log: StepLog, clients: list[ClientRequest], *, drafter: str, ki
     request is joined, summed and checked against vLLM's metrics first."""
     per_req = request_steps(log)
     ids = join_ids([c.id for c in clients], list(per_req), where)
-    requests, censoring = [], {}
+    measured = []
     for c in clients:
         rwhere = f"{where} (request {c.id})"
         m = measure_acceptance(per_req[ids[c.id]], len(c.output_token_ids), rwhere)
         check_against_vllm(m, c.spec_metrics, rwhere)
-        requests.append(RequestTrace(id=c.id, prompt_len=len(c.prompt_token_ids), output_len=len(c.output_token_ids),
+        measured.append((RequestTrace(id=c.id, prompt_len=len(c.prompt_token_ids), output_len=len(c.output_token_ids),
+                                      drafters={}, prompt_token_ids=list(c.prompt_token_ids),
+                                      output_token_ids=list(c.output_token_ids)), m))
+    return assemble_bundle(measured, drafter=drafter, kind=kind, cost_model=cost_model, params=params, target=target,
+                           dataset=dataset, source=source)
+
+
+def bundle_from_steps(log: StepLog, engine_ids: list[str], *, drafter: str, kind: str, cost_model: str,
+                      params: dict[str, Any], target: str, dataset: str, source: dict[str, Any],
+                      where: str) -> tuple[TraceBundle, dict[str, dict[str, Any]]]:
+    """The bundle of engine requests from the step records alone (a served run whose client kept no token ids
+    nor vLLM's per-request metrics): output length = the kept tokens, prompt length as the engine saw it."""
+    per_req = request_steps(log)
+    measured = []
+    for e in engine_ids:
+        steps = per_req[e]
+        out_len = sum(s.kept for s in steps)
+        m = measure_acceptance(steps, out_len, f"{where} (request {e})")
+        measured.append((RequestTrace(id=e, prompt_len=steps[0].prompt_len, output_len=out_len, drafters={}), m))
+    return assemble_bundle(measured, drafter=drafter, kind=kind, cost_model=cost_model, params=params, target=target,
+                           dataset=dataset, source=source)
+
+
+def assemble_bundle(measured: list[tuple[RequestTrace, MeasuredAcceptance]], *, drafter: str, kind: str,
+                    cost_model: str, params: dict[str, Any], target: str, dataset: str,
+                    source: dict[str, Any]) -> tuple[TraceBundle, dict[str, dict[str, Any]]]:
+    """Requests with their measured acceptance -> the bundle and its censoring table."""
+    requests, censoring = [], {}
+    for r, m in measured:
+        requests.append(RequestTrace(id=r.id, prompt_len=r.prompt_len, output_len=r.output_len,
                                      drafters={drafter: DrafterTrace(acc_len=m.acc_len, proposal_len=m.proposal_len)},
-                                     prompt_token_ids=list(c.prompt_token_ids),
-                                     output_token_ids=list(c.output_token_ids)))
-        censoring[c.id] = {drafter: {"measured": np.flatnonzero(m.measured).tolist(),
+                                     prompt_token_ids=r.prompt_token_ids, output_token_ids=r.output_token_ids))
+        censoring[r.id] = {drafter: {"measured": np.flatnonzero(m.measured).tolist(),
                                      "censored": np.flatnonzero(m.censored & m.measured).tolist()}}
     meta = BundleMeta(target=target, drafters={drafter: DrafterSpec(drafter, kind, cost_model, params)},
                       dataset=dataset, source={**source, "censoring": CENSORING_FILE,

@@ -289,21 +289,9 @@ def run_config(cal: VllmCalibration, fits: list[ModeFit], name: str, bundle_path
     """A `draftsim run` config of the calibrated setup: vLLM V1's scheduler with the engine's limits, block size
     and KV pool; one run per mode with its own target profile and step overhead; Poisson arrivals at
     `load_fraction` of the lowest measured capacity."""
-    header = fits[0].header
     cap = min(f.capacity_req_s for f in fits if f.capacity_req_s > 0)
-    server = {"target_profile": str(fits[0].target_path), "scheduler": "vllm-v1",
-              "max_num_seqs": int(header["max_num_seqs"]), "max_num_batched_tokens": int(header["max_num_batched_tokens"]),
-              "block_size": int(header["block_size"]), "kv_capacity_tokens": min(f.kv_capacity_tokens for f in fits),
-              "step_overhead_s": round(fits[0].step_overhead_s, 6)}
-    runs, drafters = [], {}
-    for f in fits:
-        over = {"target_profile": str(f.target_path), "step_overhead_s": round(f.step_overhead_s, 6)}
-        if f.mode.method is None:
-            runs.append({"name": f.mode.label, "mode": "ar", "server": over})
-        else:
-            drafters[f.mode.label] = {"kind": "engine_step", "profile": str(f.drafter_path)}
-            runs.append({"name": f.mode.label, "mode": "sd", "server": over,
-                         "policy": {"name": "fixed", "drafter": f.mode.label, "k": f.mode.k}})
+    server, drafters, runs = server_and_runs(fits)
+    header = fits[0].header
     workload: dict[str, Any] = {"num_requests": num_requests,
                                 "arrival": {"kind": "poisson", "rate": round(load_fraction * cap, 4)}}
     if bundle_path is not None:
@@ -320,6 +308,26 @@ def run_config(cal: VllmCalibration, fits: list[ModeFit], name: str, bundle_path
                            f"{load_fraction:g} x the measured capacity {cap:.3g} req/s",
             "seed": cal.seed, "traces": traces, "workload": workload, "server": server, "drafters": drafters,
             "runs": runs, "baseline": runs[0]["name"]}
+
+
+def server_and_runs(fits: list[ModeFit]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """The config's server (vLLM V1's scheduler with the engine's limits, block size, KV pool), drafters and
+    runs (one per mode with its own target profile and step overhead): shared by every calibrated config."""
+    header = fits[0].header
+    server = {"target_profile": str(fits[0].target_path), "scheduler": "vllm-v1",
+              "max_num_seqs": int(header["max_num_seqs"]), "max_num_batched_tokens": int(header["max_num_batched_tokens"]),
+              "block_size": int(header["block_size"]), "kv_capacity_tokens": min(f.kv_capacity_tokens for f in fits),
+              "step_overhead_s": round(fits[0].step_overhead_s, 6)}
+    runs, drafters = [], {}
+    for f in fits:
+        over = {"target_profile": str(f.target_path), "step_overhead_s": round(f.step_overhead_s, 6)}
+        if f.mode.method is None:
+            runs.append({"name": f.mode.label, "mode": "ar", "server": over})
+        else:
+            drafters[f.mode.label] = {"kind": "engine_step", "profile": str(f.drafter_path)}
+            runs.append({"name": f.mode.label, "mode": "sd", "server": over,
+                         "policy": {"name": "fixed", "drafter": f.mode.label, "k": f.mode.k}})
+    return server, drafters, runs
 
 
 def analyse(cal: VllmCalibration, out: str | Path, name: str) -> dict[str, Any]:

@@ -375,10 +375,12 @@ def calibrated_profiles(folder: str | Path, mode: Mode) -> Profiles:
 
 
 def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
-                  repeats: int = 1, step_model: str = "structured", profiles_from: str | Path | None = None) -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
+                  repeats: int = 1, step_model: str = "structured", profiles_from: str | Path | None = None,
+                  bootstrap: bool = False) -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
     """Both simulations of every load level of one mode; with repeats > 1 the predictive one again under
     repeats - 1 more seeds (other calibration requests borrowed), for its interval (replay has no random input
-    under a fixed policy)."""
+    under a fixed policy); with `bootstrap`, repeat j is also priced by the predictive profile refit on a resample
+    of its calibration steps and busy gaps (calibration/vllm_steps/bootstrap.py), the same refit at every level."""
     from simulator.seeds import child
 
     profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name, step_model),
@@ -391,6 +393,15 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
                                       float(lv["fraction"])) for lv, log in zip(data.levels, data.level_logs)]}
     out, again, level_fitted = [], [], []
     root = np.random.SeedSequence(seed)
+    refits = [profiles["predictive"]] * repeats
+    if bootstrap and repeats > 1:
+        from calibration.vllm_steps.bootstrap import bootstrap_profiles
+
+        gaps = busy_gaps(data.cal_log) if profiles_from is None else np.zeros(0)
+        boot = child(np.random.SeedSequence([seed, 1]), 0)  # its own stream: the other draws are unchanged
+        refits = [profiles["predictive"]] + [bootstrap_profiles(profiles["predictive"], gaps,
+                                                                np.random.default_rng(child(boot, j)))
+                                             for j in range(1, repeats)]
     for i, lv in enumerate(data.levels):
         rows = client_rows(lv, str(data.folder / RUN_FILE))
         level = child(root, i)  # per level: the predictive traces' draws and the simulation, one stream each
@@ -403,7 +414,7 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
         for j in range(1, repeats):  # repeat j: its own borrowed traces and simulation stream
             again_node = child(level, 1 + j)
             tr = predictive_traces(data, i, model_name, np.random.default_rng(child(again_node, 0)))
-            extra.append(simulated_latencies(simulate_level(data, i, tr, profiles["predictive"], child(again_node, 1))))
+            extra.append(simulated_latencies(simulate_level(data, i, tr, refits[j], child(again_node, 1))))
         again.append({"predictive": extra} if extra else {})
         own = fit_mode_profiles(data, data.level_logs[i], f"{name}-level{i}", model_name, step_model)
         own_lat = simulated_latencies(simulate_level(data, i, traces["replay"], own, child(level, 1)))
@@ -421,7 +432,7 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
 
 
 def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: int = 1,
-                 profiles_from: str | Path | None = None) -> ValidationReport:
+                 profiles_from: str | Path | None = None, bootstrap: bool = False) -> ValidationReport:
     """Every configured mode's runs in OUT, compared with both simulations (the predictive one with an interval
     over `repeats` seeds when repeats > 1)."""
     out = Path(out)
@@ -431,7 +442,7 @@ def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: i
         folder = _mode_folder(out, mode)
         data = load_mode(folder, dataclasses.replace(mode, label=folder.name))
         lv, mi, ag = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed, repeats,
-                                   getattr(cfg, "step_model", "structured"), profiles_from)
+                                   getattr(cfg, "step_model", "structured"), profiles_from, bootstrap)
         levels += lv
         again += ag
         info["modes"][data.mode.label] = mi

@@ -240,6 +240,11 @@ def _register_vllm(sub) -> None:
     a.add_argument("--dtype", default="float32")
     a.add_argument("--name", default=None, help="profile name prefix (NAME-<mode>); default <target>-vllm-<dtype>")
     a.add_argument("--analyse-only", action="store_true", help="skip running vLLM; refit from the records in --out")
+    a.add_argument("--from-server", nargs="+", default=None, metavar="FILE",
+                   help="STEP_LOG MEASURED...: calibrate from a `vllm serve` you already ran with the step recorder "
+                   "(DRAFTSIM_VLLM_STEPS=STEP_LOG) and its clients' results (`vllm bench serve --save-result "
+                   "--save-detailed` JSON or a GuideLLM report); runs nothing, loads no model; writes --out's "
+                   "profiles, bundle, calibration.json and run.yaml")
     a.add_argument("--seed", type=int, default=0)
     a.set_defaults(func=_run_vllm)
 
@@ -251,8 +256,37 @@ def _floats(text: str, flag: str) -> list[float]:
         raise ValueError(f"{flag}: expected a comma list of numbers, got {text!r}") from None
 
 
+def _run_from_server(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from calibration.vllm_steps.calibrate import RUN_CONFIG
+    from calibration.vllm_steps.from_server import calibrate_from_server
+    from experiments.config import load_config
+
+    if len(args.from_server) < 2:
+        raise ValueError("--from-server: expected the step log and at least one client result file "
+                         "(vllm bench serve JSON or GuideLLM report)")
+    doc = calibrate_from_server(args.from_server[0], args.from_server[1:], args.out, args.name,
+                                step_model=args.step_model, seed=args.seed)
+    load_config(str(Path(args.out) / RUN_CONFIG))  # the written config loads (profiles, bundle, runs resolve)
+    fs = doc["from_server"]
+    print(doc["table"])
+    for c in fs["clients"]:
+        rate = c["delivered_rate_req_s"]
+        print(f"{c['file']} {c['run']}: {c['requests']} requests matched; delivered "
+              f"{'-' if rate is None else f'{rate:.4g}'} req/s (nominal {c['nominal_rate']})")
+    print(f"{fs['engine_requests']} engine requests in the step log, {fs['left_out_engine_requests']} served no "
+          f"client result given (left out); {fs['steps_fitted']} steps fitted")
+    print(f"wrote {args.out}/calibration.json, {args.out}/profiles/, {args.out}/{RUN_CONFIG} "
+          f"(draftsim run {args.out}/{RUN_CONFIG}; draftsim compare MEASURED {args.out}/{RUN_CONFIG})")
+    return 0
+
+
 def _run_vllm(args: argparse.Namespace) -> int:
     from pathlib import Path
+
+    if args.from_server:
+        return _run_from_server(args)
 
     from calibration.models.loading import vllm_target, vllm_target_prompts, with_drafter_folder
     from calibration.vllm_steps.calibrate import RUN_CONFIG, VllmCalibration, analyse, parse_mode, run

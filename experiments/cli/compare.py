@@ -33,6 +33,9 @@ def register(sub) -> None:
     a.add_argument("--runs", default=None, help="comma-separated run names to compare (default: all)")
     a.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                    help=f"seeds per prediction for the interval (default {DEFAULT_REPEATS}; 1: no interval)")
+    a.add_argument("--bootstrap", action="store_true", help="price each repeat after the first with the runs' "
+                   "target profile refit on a resample of the steps it was fitted on (profiles that keep their "
+                   "measurements: `calibrate vllm`'s): the interval spans the calibration's own uncertainty")
     a.set_defaults(func=_run)
 
 
@@ -66,13 +69,15 @@ def measured_traces(run, bundle, rng: np.random.Generator) -> list:
     return out
 
 
-def simulate_measured(cfg, run, seed: int, names: list[str] | None = None) -> dict[str, Any]:
+def simulate_measured(cfg, run, seed: int, names: list[str] | None = None,
+                      refit: np.random.SeedSequence | None = None) -> dict[str, Any]:
     """Every config run on the measured workload with `seed` (the config's seed reproduces `draftsim run`):
-    run name -> Latencies, or the reason it could not run."""
+    run name -> Latencies, or the reason it could not run. With `refit`, each run's target profile is first refit
+    on a resample of its own measurements (calibration/vllm_steps/bootstrap.py), run i from child i of `refit`."""
     from calibration.vllm_steps.validate_compare import simulated_latencies
     from experiments.run import prepare, resolve_bundle
     from simulator.scenario import check_inputs, inputs_from_traces, simulate
-    from simulator.seeds import ExperimentSeeds
+    from simulator.seeds import ExperimentSeeds, child
     from traces.acceptance_levels import check_k
 
     cfg = cfg.model_copy(update={"seed": seed})
@@ -86,9 +91,11 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None) -> di
                                 with_acceptance=any(sc.mode != "ar" for sc in scenarios))
     out: dict[str, Any] = {}
     specs = {r.name: r for r in cfg.runs}
-    for sc in scenarios:
+    for i, sc in enumerate(scenarios):
         if names and sc.name not in names:
             continue
+        if refit is not None:
+            sc = _refit_scenario(sc, np.random.default_rng(child(refit, i)))
         pol = specs[sc.name].policy or {}
         if sc.mode != "ar" and "k" in pol and "drafter" in pol:
             check_k(bundle, pol["drafter"], int(pol["k"]), f"runs[{sc.name}]")
@@ -98,9 +105,22 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None) -> di
     return out
 
 
+def _refit_scenario(sc, rng: np.random.Generator):
+    """The scenario priced by its target profile refit on a bootstrap resample of the profile's measurements."""
+    from calibration.vllm_steps.bootstrap import refit_target
+
+    if not hasattr(sc, "target"):
+        raise ValueError(f"--bootstrap: run {sc.name} is a cluster run; bootstrap one server's profile at a time")
+    try:
+        return dataclasses.replace(sc, target=refit_target(sc.target, rng))
+    except ValueError as e:
+        raise ValueError(f"--bootstrap: run {sc.name}: {e} (a profile from `calibrate vllm` keeps its steps)") from None
+
+
 def compare(measured_path: str, config: str, overrides: list[str] = (), repeats: int = DEFAULT_REPEATS,
-            names: list[str] | None = None):
-    """The ValidationReport of one measured run against every (named) run of the config."""
+            names: list[str] | None = None, bootstrap: bool = False):
+    """The ValidationReport of one measured run against every (named) run of the config; with `bootstrap`, repeats
+    after the first are also priced by refit target profiles (the first is the config's own prediction)."""
     from calibration.vllm_steps.validate_compare import LevelResult, ValidationReport, level_rows
     from experiments.config import load_config
     from simulator.seeds import child, seed_int
@@ -112,11 +132,13 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
     cfg = load_config(config, list(overrides))
     measured = measured_latencies(run)
     root = np.random.SeedSequence(cfg.seed)  # repeat j: an experiment seed from its own child
-    seeds = [cfg.seed] + [seed_int(child(root, j)) for j in range(repeats - 1)]
-    sims = [simulate_measured(cfg, run, s, names) for s in seeds]
-    span = measured.end - measured.start
-    rate = run.info.get("request_rate")
-    rate = float(rate) if isinstance(rate, (int, float)) else (len(run.requests) / span if span > 0 else 0.0)
+    seeds = [cfg.seed] + [seed_int(child(root, j)) for j in range(max(0, repeats - 1))]
+    boot = child(np.random.SeedSequence([cfg.seed, 2]), 0) if bootstrap else None
+    sims = [simulate_measured(cfg, run, s, names, child(boot, j) if boot is not None and j else None)
+            for j, s in enumerate(seeds)]
+    delivered = run.delivered_rate()
+    nominal = run.info.get("request_rate")
+    rate = delivered if delivered is not None else (float(nominal) if isinstance(nominal, (int, float)) else 0.0)
     levels, rows, skipped = [], [], {}
     for name, lat in sims[0].items():
         if isinstance(lat, dict):
@@ -125,12 +147,24 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
         lv = LevelResult(name, None, rate, None, measured, {"predicted": lat})
         levels.append(lv)
         rows += level_rows(lv, p99=True, repeats={"predicted": [s[name] for s in sims[1:]]} if repeats > 1 else None)
+    if run.info.get("itl_percentiles") is False:  # per-request means only: the pooled mean is exact, percentiles not
+        rows = [r for r in rows if not r["metric"].startswith("itl_p")]
     notes = [f"measured: {measured_path} ({len(run.requests)} requests; {run.info.get('source', {}).get('format')})",
              f"predicted: {config} with seed {cfg.seed}; interval = range over {len(seeds)} seeds (borrowed "
-             "acceptance redrawn, policies reseeded)",
-             "throughput = output tokens / (last finish - first send), the same for both sides"]
+             "acceptance redrawn, policies reseeded" + ("; target profiles refit on resampled calibration steps)"
+                                                         if bootstrap else ")"),
+             "throughput = output tokens / (last finish - first send), the same for both sides",
+             f"req/s = the rate the client delivered ((requests - 1) / (last send - first send)); nominal "
+             f"{nominal if nominal is not None else '-'}",
+             "TPOT = (finish - first token) / (output tokens - 1) on both sides (vLLM's definition)"]
     if run.info.get("itl"):
         notes.append(f"measured ITL: {run.info['itl']}")
+    for who, t in (run.info.get("tpot_mean_s") or {}).items():
+        if who != "draftsim" and t is not None:
+            notes.append(f"the source's own TPOT ({who}: {run.info['tpot_definitions'][who]}) has mean "
+                         f"{1e3 * t:.2f} ms; not the TPOT compared here")
+    notes += [f"warning: {w}" for w in run.info.get("arrival_warnings", []) + [run.info.get("cold_first_request")]
+              if w]
     notes += acceptance_notes(cfg, run, [lv.mode for lv in levels])
     notes += [f"run {k} not simulated: {v}" for k, v in skipped.items()]
     return ValidationReport(rows, levels, {"notes": notes, "measured": run.info, "seeds": seeds})
@@ -139,8 +173,9 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
 def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
     """The measured run's acceptance (vLLM's counters) beside the config's at each fixed-k run, and warnings when
     the config's acceptance is implausible or from another target: a gap here explains a TPOT gap."""
+    from experiments.cli.import_measured import describe
     from experiments.run import resolve_bundle
-    from traces.acceptance_levels import AcceptanceSource, plausibility, source_from_bundle
+    from traces.acceptance_levels import AcceptanceSource, plausibility, same_model, source_from_bundle
 
     sd = run.info.get("spec_decode")
     runs = {r.name: r for r in cfg.runs}
@@ -152,15 +187,27 @@ def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
             continue
         bundle = bundle or resolve_bundle(cfg.traces, cfg.seed)
         ours = source_from_bundle(bundle, pol["drafter"], int(pol["k"]))
-        line = f"{name}: the config's acceptance gives mean acceptance length {ours.mean_length:.3f} at k = {pol['k']}"
+        line = f"{name}: the config's acceptance: {describe(ours)}"
         if sd:
-            line += f"; the measured run's vLLM counters give {sd['acceptance_length']:.3f}"
+            line += f"; the measured run's vLLM counters: {describe(_measured_source(sd, int(pol['k'])))}"
         out.append(line)
-        model = run.info.get("model_id")
+        # vllm bench's model_id is the served name (--served-model-name may be any alias); its tokenizer_id is
+        # usually the model's path: the target is another model only when neither names it
+        names_ = [m for m in (run.info.get("model_id"), run.info.get("tokenizer_id")) if m]
+        model = None if any(same_model(m, bundle.meta.target) for m in names_) or not names_ else names_[0]
         measured = AcceptanceSource(int(pol["k"]), target=bundle.meta.target, dataset=bundle.meta.dataset)
         out += [f"{name}: warning: {m}" for m in plausibility(measured, bundle.meta.drafters[pol["drafter"]].kind,
                                                                model, None)]
     return out
+
+
+def _measured_source(sd: dict, k: int):
+    """The measured run's counters as an acceptance source (mean length per proposing step, proposal rate)."""
+    from traces.acceptance_levels import AcceptanceSource
+    from traces.importers.vllm_bench import proposal_of
+
+    p = proposal_of(sd)
+    return AcceptanceSource(k, sd["acceptance_length"], proposal_rate=None if p is None else p.rate)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -173,7 +220,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeats: expected an integer in [1, {MAX_REPEATS}], got {args.repeats:,}")
     if args.out is not None:
         check_results_target(args.out, None, [args.measured, args.config])  # before anything is simulated
-    report = compare(args.measured, args.config, args.overrides, args.repeats, names)
+    report = compare(args.measured, args.config, args.overrides, args.repeats, names, args.bootstrap)
     if not report.rows:
         print("draftsim: error: no config run could be simulated: " + "; ".join(report.info["notes"][3:]),
               file=sys.stderr)

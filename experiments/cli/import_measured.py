@@ -47,6 +47,13 @@ def _run_import_measured(args: argparse.Namespace) -> int:
     runs = read(args.file)
     for j, run in enumerate(runs):  # every run checked before anything is written; errors name the input
         run_document(run, f"{args.file} (run {j})")
+    for run in runs:
+        note = (run.info.get("spec_decode") or {}).get("proposal_rate_note")
+        if note:
+            print(f"warning: {run.name}: proposal rate {note}", file=sys.stderr)
+        for w in run.info.get("arrival_warnings", []) + [run.info.get("cold_first_request")]:
+            if w:
+                print(f"warning: {w}", file=sys.stderr)
     one = len(runs) == 1
     # a folder name from the file's content (a run label, a rate) is made plain: it never leaves OUT
     names = [f"{j:02d}-{plain_name_from(run.name)}" for j, run in enumerate(runs)]
@@ -59,26 +66,64 @@ def _run_import_measured(args: argparse.Namespace) -> int:
     out = Path(args.out)
     for name, run in zip(names, runs):
         left = run.info.get("left_out", {})
+        rate = run.info.get("delivered_rate")
         print(f"wrote {out if one else out / name}: {len(run.requests)} requests "
               f"({', '.join(f'{k} {v}' for k, v in left.items() if k != 'ids') or 'none left out'})"
+              + f"; delivered {'-' if rate is None else f'{rate:.4g}'} req/s (nominal {run.info.get('request_rate')})"
               + (f"; acceptance length {run.info['spec_decode']['acceptance_length']:.3f}"
                  if run.info.get("spec_decode") else ""))
+        for who, t in (run.info.get("tpot_mean_s") or {}).items():
+            print(f"  mean TPOT ({who}: {run.info['tpot_definitions'][who]}): "
+                  f"{'-' if t is None else f'{1e3 * t:.2f} ms'}")
     if acceptance is not None:
-        print(f"wrote {out / 'acceptance.yaml'}: mean acceptance length {acceptance.mean_length:.3f} at k = "
-              f"{acceptance.measured_k}")
+        print(f"wrote {out / 'acceptance.yaml'}: {describe(acceptance)}")
     return 0
+
+
+def _bench_source(runs, k: int | None, origin: dict):
+    """One acceptance source from the spec-decode counters of imported runs (a bench JSON's runs, a GuideLLM
+    report's benchmarks), pooled: counters summed, the proposal rate from all their requests' output tokens,
+    and the per-request histograms where the source had them (GuideLLM's response_metrics)."""
+    from traces.acceptance_levels import RequestHistogram, proposal_rate_from_counts, source_from_vllm_counters
+
+    with_sd = [r for r in runs if r.info.get("spec_decode")]
+    sds = [r.info["spec_decode"] for r in with_sd]
+    drafts = sum(sd["num_drafts"] for sd in sds)
+    accepted = sum(sd["accepted_tokens"] for sd in sds)
+    widths = {len(sd["per_position_acceptance_rates"]) for sd in sds}
+    if len(widths) > 1:
+        raise ValueError(f"the runs report different numbers of positions ({sorted(widths)}): not one k")
+    per_pos = [sum(sd["per_position_acceptance_rates"][i] * sd["num_drafts"] for sd in sds)
+               for i in range(widths.pop())] if widths else []
+    kk = k or len(per_pos) or None
+    proposal = None
+    if kk and all(sd.get("proposal_rate") is not None for sd in sds):
+        proposal = proposal_rate_from_counts(sum(q.output_len for r in with_sd for q in r.requests),
+                                             sum(len(r.requests) for r in with_sd), drafts, accepted, kk)
+    origin = {**origin, "runs_pooled": [r.name for r in with_sd],
+              "runs_without_spec_decode": [r.name for r in runs if not r.info.get("spec_decode")]}
+    src = source_from_vllm_counters(drafts, accepted, per_pos or None, k, origin, proposal)
+    src.requests = [RequestHistogram(f"{r.name}/{h['id']}", h["k"], h["histogram"])
+                    for r in with_sd for h in r.info["spec_decode"].get("requests", [])]
+    return src
+
+
+def describe(src) -> str:
+    """Mean acceptance length per proposing step, the proposal rate and tokens per decode step, in one line."""
+    line = f"mean acceptance length {src.mean_length:.3f} per proposing step at k = {src.measured_k}"
+    if src.proposal_rate is None:
+        return line + "; proposal rate unknown (replayed as proposing on every decode step)"
+    return line + (f"; drafter proposed on {100 * src.proposal_rate:.1f}% of decode steps; "
+                   f"{src.tokens_per_decode_step():.3f} tokens per decode step")
 
 
 def _write_bench_acceptance(run, path: Path):
     """The run's spec-decode counters as an acceptance source at `path`; the source, or None (said why)."""
-    from traces.acceptance_levels import save_source, source_from_vllm_counters
+    from traces.acceptance_levels import save_source
 
-    sd = run.info["spec_decode"]
-    rates = sd["per_position_acceptance_rates"]
     try:
-        src = source_from_vllm_counters(sd["num_drafts"], sd["accepted_tokens"],
-                                        [r * sd["num_drafts"] for r in rates] or None, None,
-                                        {"format": "vllm bench serve spec_decode_*", **run.info["source"]})
+        src = _bench_source([run], None, {"format": run.info["source"]["format"] + " spec-decode counters",
+                                          **run.info["source"]})
     except ValueError as e:
         print(f"no acceptance source written: {e}", file=sys.stderr)
         return None
@@ -93,37 +138,36 @@ def _write_bench_acceptance(run, path: Path):
 
 def _run_import_acceptance(args: argparse.Namespace) -> int:
     from traces.acceptance_levels import save_source, source_from_per_request, source_from_vllm_counters
-
     from traces.atomic import check_output_file
 
     check_output_file(args.out, [args.file], "acceptance file")  # before reading: OUT is never the input
     if args.per_request:
         src = source_from_per_request(args.file)
-    elif _starts_with_brace(args.file):
-        from traces.importers.vllm_bench import import_vllm_bench
+    elif args.file.endswith((".yaml", ".yml")) or _starts_with_brace(args.file):
+        from calibration.vllm_steps.from_server import read_measured
 
-        runs = import_vllm_bench(args.file)
-        sd = runs[0].info.get("spec_decode")
-        if not sd:
-            print(f"draftsim: error: {args.file}: no spec_decode_* fields (was speculative decoding on?)",
-                  file=sys.stderr)
+        runs = read_measured(args.file)  # a vllm bench JSON (one run a line) or a GuideLLM report
+        if not any(r.info.get("spec_decode") for r in runs):
+            print(f"draftsim: error: {args.file}: no spec-decode counters (vllm bench: spec_decode_* fields; GuideLLM: "
+                  "response_metrics.speculative_decoding per request; was speculative decoding on?)", file=sys.stderr)
             return 2
-        rates = sd["per_position_acceptance_rates"]
-        src = source_from_vllm_counters(sd["num_drafts"], sd["accepted_tokens"],
-                                        [r * sd["num_drafts"] for r in rates] or None, args.k,
-                                        {"format": "vllm bench serve spec_decode_*", "file": args.file})
+        src = _bench_source(runs, args.k, {"format": runs[0].info["source"]["format"] + " spec-decode counters",
+                                           "file": args.file})
+        print(f"{args.file}: pooled the spec-decode counters of {len(src.source['runs_pooled'])} run(s)"
+              + (f"; {len(src.source['runs_without_spec_decode'])} without them" if src.source['runs_without_spec_decode']
+                 else ""))
     else:
         from traces.importers.vllm_metrics import load_vllm_metrics
 
         stats = load_vllm_metrics(args.file)
         src = source_from_vllm_counters(stats.num_drafts, stats.num_accepted_tokens, stats.accepted_per_pos or None,
-                                        args.k, {"format": "vLLM spec_decode counters", "file": args.file})
+                                        args.k, {"format": "vLLM spec_decode counters", "file": args.file},
+                                        stats.proposal(args.k))
     src.target = args.target or src.target
     src.dataset = args.dataset or src.dataset
     src.drafter_kind = args.drafter_kind or src.drafter_kind
     save_source(src, args.out, inputs=[args.file])
-    print(f"wrote {args.out}: levels {', '.join(src.levels())}; mean acceptance length {src.mean_length:.3f} at "
-          f"k = {src.measured_k}")
+    print(f"wrote {args.out}: levels {', '.join(src.levels())}; {describe(src)}")
     return 0
 
 

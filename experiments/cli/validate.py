@@ -16,6 +16,9 @@ def register(sub) -> None:
                    "interval (the calibration request each load request borrows is redrawn; 1: no interval)")
     a.add_argument("--profiles-from", default=None, help="predictive step profiles and overhead from a `draftsim "
                    "calibrate vllm` folder instead of the run's own calibration groups (acceptance stays the run's)")
+    a.add_argument("--bootstrap", action="store_true", help="each predictive repeat after the first is also priced "
+                   "by the calibration profile refit on a resample of its steps (and the overhead of its busy gaps): "
+                   "the interval spans the fit's own uncertainty")
     a.add_argument("--modes", default=None, help="comma list: only these of the config's modes (e.g. ar,ngram:4)")
     a.add_argument("--step-model", default=None, choices=("structured", "linear"),
                    help="target step-time model (default: the config's step_model)")
@@ -69,7 +72,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"vLLM {mode.label}: calibration groups {cfg.calibration.batch_sizes}, then "
                   f"{len(cfg.load.fractions)} Poisson levels x {cfg.load.requests} requests", flush=True)
             run_mode(cfg, mode, folder, prompts, out, categories=categories)
-    report = validate_all(cfg, out, repeats=max(1, args.repeats), profiles_from=args.profiles_from)
+    report = validate_all(cfg, out, repeats=max(1, args.repeats), profiles_from=args.profiles_from,
+                          bootstrap=args.bootstrap)
     write_outputs(report, out, args.config, cfg.tolerances)
     print(format_table(report))
     bad = failures(report.rows, cfg.tolerances)

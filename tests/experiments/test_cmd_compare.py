@@ -82,3 +82,44 @@ def test_compare_states_the_measured_and_the_configs_acceptance(tmp_path):
     line = next(n for n in notes if n.startswith("eagle3-k3: the config's acceptance"))
     assert "2.600" in line  # 1 + 16 accepted / 10 drafts, as vLLM counted
     assert not any("warning" in n for n in notes)  # llama3.1-8b is meta-llama/Llama-3.1-8B-Instruct
+
+
+@pytest.mark.parametrize("model_id, tokenizer_id, warned", [
+    ("my-alias", "meta-llama/Llama-3.1-8B-Instruct", False),  # --served-model-name alias; the tokenizer names it
+    ("meta-llama/Llama-3.1-8B-Instruct", None, False),
+    ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", True)])
+def test_served_model_name_alias_is_not_warned_about(model_id, tokenizer_id, warned):
+    from experiments.cli.compare import acceptance_notes
+    from experiments.config import load_config
+    from traces.importers.vllm_bench import import_vllm_bench
+
+    (run,) = import_vllm_bench(FIX / "vllm_bench_detailed.json")
+    run.info.update(model_id=model_id, tokenizer_id=tokenizer_id)
+    notes = acceptance_notes(load_config("default", []), run, ["eagle3-k3"])
+    assert any("is used for target" in n for n in notes) is warned, notes
+
+
+def test_same_model_matches_a_local_path_to_its_folder_name():
+    from traces.acceptance_levels import same_model
+
+    assert same_model("/root/.cache/draftsim/models/smollm2-135m-instruct", "smollm2-135m-instruct")
+    assert not same_model("org-a/smollm2", "org-b/smollm2")  # two hub ids: different models
+
+
+def test_acceptance_note_gives_both_sides_proposal_rates(tmp_path):
+    """Counters 4 drafts / 6 accepted over 19 output tokens of 3 requests: 10 decode steps, 40% proposed; the
+    config's n-gram side states its own rate from a walk of its bundle."""
+    from experiments.cli.compare import acceptance_notes
+    from experiments.config import load_config
+    from traces.importers.vllm_bench import import_vllm_bench
+
+    doc = json.loads((FIX / "vllm_bench_detailed.json").read_text())
+    doc.update(spec_decode_num_drafts=4, spec_decode_draft_tokens=12, spec_decode_accepted_tokens=6,
+               spec_decode_acceptance_length=2.5, spec_decode_per_position_acceptance_rates=[0.75, 0.5, 0.25])
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    (run,) = import_vllm_bench(tmp_path / "b.json")
+    (line,) = [n for n in acceptance_notes(load_config("default", []), run, ["ngram-k3"]) if "counters" in n]
+    config_side, measured_side = line.split("; the measured run's vLLM counters: ")
+    assert "% of decode steps" in config_side
+    assert measured_side.startswith("mean acceptance length 2.500 per proposing step at k = 3; drafter proposed "
+                                    "on 40.0% of decode steps; 1.600 tokens per decode step")

@@ -31,6 +31,21 @@ def test_prometheus_counters_to_acceptance_source(tmp_path):
     assert src.per_position == pytest.approx([0.75, 0.55, 0.35]) and src.target == "llama3.1-8b"
 
 
+def test_counters_with_run_totals_carry_the_proposal_rate(tmp_path, capsys):
+    """200 drafts, 330 accepted; 20 requests finished with 750 tokens: 750 - 20 - 330 = 400 decode steps, half
+    proposed; the replay's tokens per decode step is 1 + 0.5 * 1.65."""
+    text = PROM + 'vllm:generation_tokens_total{model_name="m"} 750\nvllm:request_success_total{model_name="m"} 20\n'
+    (tmp_path / "metrics.txt").write_text(text)
+    assert main(["import", "vllm-acceptance", str(tmp_path / "metrics.txt"), str(tmp_path / "a.yaml")]) == 0
+    src = load_source(tmp_path / "a.yaml")
+    assert src.proposal_rate == pytest.approx(0.5) and src.source["proposal_rate"]["decode_steps"] == 400
+    assert "proposed on 50.0% of decode steps; 1.825 tokens per decode step" in capsys.readouterr().out
+    (tmp_path / "plain.txt").write_text(PROM)
+    assert main(["import", "vllm-acceptance", str(tmp_path / "plain.txt"), str(tmp_path / "b.yaml")]) == 0
+    assert load_source(tmp_path / "b.yaml").proposal_rate is None
+    assert "proposal rate unknown" in capsys.readouterr().out
+
+
 def test_bench_result_and_guidellm_through_the_cli(tmp_path):
     assert main(["import", "vllm-acceptance", str(FIX / "vllm_bench_detailed.json"), str(tmp_path / "a.yaml")]) == 0
     assert load_source(tmp_path / "a.yaml").mean_length == pytest.approx(2.6)

@@ -69,3 +69,14 @@ def test_predictive_interval_over_seeds_keeps_the_point_prediction(report):
     assert all(base[(r["mode"], r["fraction"], r["metric"], r["kind"])] == r["predicted"] for r in rep3.rows)
     assert all("interval" not in r for r in rep3.rows if r["kind"] == "replay")
     assert "in" in format_table(rep3) or "OUT" in format_table(rep3)
+
+
+def test_small_throughput_keeps_three_significant_digits():
+    """A CPU run's 6.43 tok/s is printed as 6.43, not 6; large values keep the table convention (no decimals)."""
+    from experiments.validate_report import _value
+
+    assert _value("throughput_tok_s", 6.4321) == "6.43"
+    assert _value("throughput_tok_s", 17.46) == "17.5"
+    assert _value("throughput_tok_s", 30512.4) == "30,512"
+    assert _value("tpot_mean_s", 0.18004) == "180.04" and _value("e2e_mean_s", 21.64) == "21.64"
+    assert _value("ttft_mean_s", 0.0004567) == "0.457"

@@ -32,6 +32,23 @@ def test_vllm_bench_reads_requests_settings_and_acceptance():
     assert run.info["spec_decode"]["per_position_acceptance_rates"] == [0.8, 0.5, 0.3]
 
 
+def test_vllm_bench_proposal_rate_from_output_tokens(tmp_path):
+    """Successful requests of 8, 6 and 5 tokens (19), counters 4 drafts / 6 accepted: decode steps
+    19 - 3 - 6 = 10, 40% proposed. The shipped fixture's counters (10 drafts, 16 accepted) cannot come from 19
+    tokens: the run still imports, with the reason and no rate."""
+    doc = json.loads(VLLM.read_text())
+    doc.update(spec_decode_num_drafts=4, spec_decode_draft_tokens=12, spec_decode_accepted_tokens=6,
+               spec_decode_acceptance_length=2.5, spec_decode_per_position_acceptance_rates=[0.75, 0.5, 0.25])
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    (run,) = import_vllm_bench(tmp_path / "b.json")
+    sd = run.info["spec_decode"]
+    assert (sd["decode_steps"], sd["proposal_rate"]) == (10, pytest.approx(0.4))
+    assert sd["proposal_rate_low"] == pytest.approx(4 / (10 + 3 * 3))
+    (bad,) = import_vllm_bench(VLLM)
+    assert bad.info["spec_decode"]["proposal_rate"] is None
+    assert "cover requests other than these" in bad.info["spec_decode"]["proposal_rate_note"]
+
+
 def test_vllm_bench_append_result_gives_one_run_per_line(tmp_path):
     doc = json.loads(VLLM.read_text())
     p = tmp_path / "r.json"

@@ -39,7 +39,27 @@ def test_get_metrics_json_matches_prometheus(tmp_path):
            {"name": "vllm:generation_tokens", "value": 999}]
     p = tmp_path / "m.json"
     p.write_text(json.dumps(doc))
-    assert load_vllm_metrics(p).to_dict() == parse_prometheus(PROM).to_dict()
+    got = load_vllm_metrics(p).to_dict()
+    assert got.pop("generation_tokens") == 999 and got["finished_requests"] is None  # no request count: no rate
+    want = parse_prometheus(PROM).to_dict()
+    want.pop("generation_tokens")
+    assert got == want
+
+
+def test_proposal_rate_from_generation_tokens_and_finished_requests():
+    """100 drafts accepted 150 tokens; 10 requests finished (two finish reasons summed) with 460 output tokens:
+    decode steps = 460 - 10 - 150 = 300, so a third of them proposed; up to k = 3 accepted tokens per request
+    may have been trimmed past the end: the lower bound is 100 / (300 + 30)."""
+    text = PROM + ('vllm:generation_tokens_total{model_name="m"} 460.0\n'
+                   'vllm:generation_tokens_created{model_name="m"} 1.7e9\n'
+                   'vllm:request_success_total{finished_reason="length",model_name="m"} 7.0\n'
+                   'vllm:request_success_total{finished_reason="stop",model_name="m"} 3.0\n')
+    s = parse_prometheus(text)
+    assert (s.generation_tokens, s.finished_requests) == (460, 10)
+    p = s.proposal()
+    assert (p.decode_steps, p.rate) == (300, pytest.approx(1 / 3))
+    assert p.rate_low == pytest.approx(100 / 330)
+    assert parse_prometheus(PROM).proposal() is None
 
 
 def test_missing_counters_and_bad_lines(tmp_path):

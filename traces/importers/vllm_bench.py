@@ -9,7 +9,9 @@ request succeeded). Run fields: `model_id`, `backend`, `request_rate` (number or
 `max_concurrency`, `duration`, and with speculative decoding `spec_decode_acceptance_length`,
 `spec_decode_acceptance_rate` (percent), `spec_decode_num_drafts`, `spec_decode_draft_tokens`,
 `spec_decode_accepted_tokens`, `spec_decode_per_position_acceptance_rates` (Prometheus counter deltas over
-the run: accepted_at_pos[i] / drafts).
+the run: accepted_at_pos[i] / drafts). Those counters cover only decode steps that proposed drafts; the share of
+decode steps that did (`proposal_rate`, traces/acceptance_levels.py) is derived from the successful requests'
+output tokens beside them.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from traces.errors import TraceFormatError, shorten
-from traces.measured_run import MeasuredRequest, MeasuredRun, check_request, number
+from traces.measured_run import (MeasuredRequest, MeasuredRun, arrival_check, check_request, cold_first_request,
+                                 number)
 from traces.parsing import parse_json, read_text
 
 PER_REQUEST = ("start_times", "input_lens", "output_lens", "ttfts", "itls", "latencies", "errors")
@@ -92,6 +95,29 @@ def _spec(doc: dict[str, Any], where: str, run: str) -> dict[str, Any] | None:
     return out
 
 
+def proposal_block(sd: dict[str, Any], reqs: list[MeasuredRequest], run: str) -> dict[str, Any]:
+    """The proposal rate of the run's decode steps (traces/acceptance_levels.py `proposal_rate_from_counts`), or
+    None with the reason when the counters cannot come from these requests alone."""
+    from traces.acceptance_levels import proposal_rate_from_counts
+
+    k = max(len(sd["per_position_acceptance_rates"]), int(np.ceil(sd["draft_tokens"] / sd["num_drafts"])))
+    try:
+        p = proposal_rate_from_counts(sum(r.output_len for r in reqs), len(reqs), sd["num_drafts"],
+                                      sd["accepted_tokens"], k, run)
+    except ValueError as e:  # the latencies stand; the acceptance says why it has no proposal rate
+        return {"proposal_rate": None, "proposal_rate_note": f"not derived: {e}"}
+    return {"proposal_rate": p.rate, "proposal_rate_low": p.rate_low, "decode_steps": p.decode_steps}
+
+
+def proposal_of(sd: dict[str, Any]):
+    """The ProposalRate an imported run's spec_decode block carries, or None."""
+    from traces.acceptance_levels import ProposalRate
+
+    if sd.get("proposal_rate") is None:
+        return None
+    return ProposalRate(sd["proposal_rate"], sd["proposal_rate_low"], sd["decode_steps"], sd["num_drafts"])
+
+
 def run_from_document(doc: dict[str, Any], where: str, index: int = 0) -> MeasuredRun:
     """One run object -> MeasuredRun; failed requests (a non-empty `errors` entry) are left out and counted."""
     run = f"run {index}"
@@ -131,8 +157,15 @@ def run_from_document(doc: dict[str, Any], where: str, index: int = 0) -> Measur
     failed = [i for i in range(len(cols["errors"])) if i not in kept]
     info["left_out"] = {"failed_requests": len(failed), "ids": [str(i) for i in failed[:20]]}
     info["spec_decode"] = _spec(doc, where, run)
+    if info["spec_decode"] and info["spec_decode"]["num_drafts"]:
+        info["spec_decode"].update(proposal_block(info["spec_decode"], reqs, run))
     label = doc.get("label") or doc.get("backend") or "vllm"
-    return MeasuredRun(f"{label}-{doc.get('request_rate', 'rate')}", reqs, info)
+    run = MeasuredRun(f"{label}-{doc.get('request_rate', 'rate')}", reqs, info)
+    # burstiness 1 is Poisson; other values draw gamma gaps of the same mean (a wider tolerance would be needed)
+    info.update(arrival_check(run, poisson=True) if doc.get("burstiness", 1.0) == 1.0
+                else {"delivered_rate": run.delivered_rate(), "arrival_warnings": []})
+    info["cold_first_request"] = cold_first_request(run)
+    return run
 
 
 def import_vllm_bench(path: str | Path) -> list[MeasuredRun]:

@@ -7,6 +7,11 @@ Reads the Prometheus text of a server's /metrics, or the JSON form of offline
 `vllm:spec_decode_num_accepted_tokens_per_pos` (label `position`); a `_total` suffix is
 accepted, and label sets (engines, models) are summed. vLLM's per-position counter is
 unconditional: accepted_at_pos[i] / drafts = P(positions 0..i all accepted).
+
+The spec-decode counters cover only decode steps that proposed drafts. With `vllm:generation_tokens` and
+`vllm:request_success` (finished requests, all finish reasons summed) beside them, the share of decode steps
+that proposed is derived too (traces/acceptance_levels.py `proposal_rate_from_counts`); it is exact only when
+no request was running when the metrics were read.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from traces.parsing import parse_json, read_text
 MAX_POSITIONS = 1024  # per-position counters: far above any proposal length vLLM allows
 
 _PREFIX = "vllm:spec_decode_"
+_RUN_COUNTERS = {"vllm:generation_tokens": "generation_tokens", "vllm:request_success": "finished_requests"}
 _LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+([-+0-9.eEinfNa]+)(\s+\d+)?\s*$')
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -34,6 +40,18 @@ class SpecDecodeStats:
     num_draft_tokens: float
     num_accepted_tokens: float
     accepted_per_pos: list[float]
+    generation_tokens: float | None = None  # vllm:generation_tokens (output tokens), when present
+    finished_requests: float | None = None  # vllm:request_success summed over finish reasons, when present
+
+    def proposal(self, k: int | None = None):
+        """The proposal rate of the decode steps (ProposalRate), or None without the run counters or drafts."""
+        from traces.acceptance_levels import proposal_rate_from_counts
+
+        if self.generation_tokens is None or not self.finished_requests or not self.num_drafts:
+            return None
+        k = k or len(self.accepted_per_pos) or int(math.ceil(self.num_draft_tokens / self.num_drafts))
+        return proposal_rate_from_counts(self.generation_tokens, self.finished_requests, self.num_drafts,
+                                         self.num_accepted_tokens, k, "vLLM metrics")
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -61,17 +79,23 @@ class SpecDecodeStats:
         return rates
 
     def to_dict(self) -> dict[str, Any]:
+        p = self.proposal()
         return {"num_drafts": self.num_drafts, "num_draft_tokens": self.num_draft_tokens,
                 "num_accepted_tokens": self.num_accepted_tokens, "accepted_per_pos": self.accepted_per_pos,
                 "acceptance_rate": self.acceptance_rate, "mean_acceptance_length": self.mean_acceptance_length,
-                "per_pos_rate": self.per_pos_rate, "conditional_rate": self.conditional_rate}
+                "per_pos_rate": self.per_pos_rate, "conditional_rate": self.conditional_rate,
+                "generation_tokens": self.generation_tokens, "finished_requests": self.finished_requests,
+                "proposal_rate": None if p is None else p.rate, "proposal_rate_low": None if p is None else p.rate_low,
+                "decode_steps": None if p is None else p.decode_steps}
 
 
 def _short(name: str) -> str | None:
+    base = name[:-len("_total")] if name.endswith("_total") else name
+    if base in _RUN_COUNTERS:
+        return _RUN_COUNTERS[base]
     if not name.startswith(_PREFIX):
         return None
-    name = name[len(_PREFIX):]
-    return name[:-len("_total")] if name.endswith("_total") else name
+    return base[len(_PREFIX):]
 
 
 def _accumulate(totals: dict[str, float], per_pos: dict[int, float], short: str, labels: dict[str, str],
@@ -87,7 +111,7 @@ def _accumulate(totals: dict[str, float], per_pos: dict[int, float], short: str,
                                    line=line, field=short)
         pos = int(raw)
         per_pos[pos] = per_pos.get(pos, 0.0) + value
-    elif short in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+    elif short in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "generation_tokens", "finished_requests"):
         totals[short] = totals.get(short, 0.0) + value
 
 
@@ -173,7 +197,8 @@ def _finish(totals: dict[str, float], per_pos: dict[int, float], path: str) -> S
     if per_pos and sum(per_pos.values()) > totals["num_accepted_tokens"] * (1 + 1e-9) + 1e-9:
         raise TraceFormatError(path, "the per-position accepted counts sum to more than num_accepted_tokens")
     return SpecDecodeStats(totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"],
-                           [per_pos[i] for i in range(len(per_pos))])
+                           [per_pos[i] for i in range(len(per_pos))], totals.get("generation_tokens"),
+                           totals.get("finished_requests"))
 
 
 def load_vllm_metrics(path: str | Path) -> SpecDecodeStats:

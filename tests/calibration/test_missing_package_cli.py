@@ -1,0 +1,19 @@
+"""A calibration data package that is not installed (flexeval for the chat prompts) is one error line naming
+the pip command, not a traceback."""
+from __future__ import annotations
+
+from experiments.cli import main
+
+
+def test_missing_prompt_package_is_a_clear_cli_error(tmp_path, monkeypatch, capsys):
+    import calibration.models.loading as loading
+    from calibration.prompts import _data_file
+
+    def no_flexeval(*args, **kwargs):  # the chat prompts' data file, from a package that is not installed
+        return _data_file("draftsim_no_such_flexeval", "flexeval==0.18.3", "core/x.jsonl")
+
+    monkeypatch.setattr(loading, "vllm_target", no_flexeval)
+    assert main(["calibrate", "vllm", "--out", str(tmp_path / "o"), "--analyse-only"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("draftsim: error: ") and "pip install --no-deps flexeval==0.18.3" in err
+    assert "Traceback" not in err
