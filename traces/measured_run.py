@@ -28,6 +28,15 @@ FORMAT_VERSION = 1
 RUN_FILE, REQUESTS_FILE, ARRIVALS_FILE, ITL_FILE = "run.json", "requests.jsonl", "arrivals.txt", "itl.txt"
 
 
+class RequestHistogramDoc(BaseModel):
+    """One request's spec-decode histogram (GuideLLM's per-request metrics): histogram[j] = steps accepting j."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    id: str = Field(max_length=1000)
+    k: int = Field(ge=1, le=MAX_DRAFT_TOKENS)
+    histogram: list[Annotated[int, Field(ge=0)]] = Field(max_length=MAX_DRAFT_TOKENS + 1)
+
+
 class SpecDecodeCounters(BaseModel):
     """run.json `spec_decode`: vLLM's spec-decode counter deltas over the run (traces/importers/vllm_bench.py)."""
 
@@ -38,6 +47,14 @@ class SpecDecodeCounters(BaseModel):
     draft_tokens: float = Field(ge=0)
     accepted_tokens: float = Field(ge=0)
     per_position_acceptance_rates: list[Annotated[float, Field(ge=0, le=1)]] = Field(max_length=MAX_DRAFT_TOKENS)
+    # the share of decode steps that proposed (traces/acceptance_levels.py proposal_rate_from_counts), its lower
+    # bound and the decode steps it counts; or why it was not derived
+    proposal_rate: Annotated[float, Field(ge=0, le=1)] | None = None
+    proposal_rate_low: Annotated[float, Field(ge=0, le=1)] | None = None
+    decode_steps: Annotated[int | float, Field(ge=0)] | None = None
+    proposal_rate_note: str | None = Field(None, max_length=2000)
+    from_: str | None = Field(None, alias="from", max_length=2000)  # how the counters were formed
+    requests: list[RequestHistogramDoc] = Field(default_factory=list, max_length=MAX_NUM_REQUESTS)
 
 
 class RunFile(BaseModel):
@@ -236,8 +253,11 @@ def load_measured(path: str | Path) -> MeasuredRun:
     if not meta_path.is_file():
         raise TraceFormatError(str(meta_path), "missing: not a measured-run folder (write one with "
                                "`draftsim import vllm-bench FILE OUT` or `draftsim import guidellm FILE OUT`)")
-    meta = validate_document(RunFile, parse_json(read_text(meta_path), str(meta_path)), str(meta_path),
-                             "measured-run file").model_dump()
+    checked = validate_document(RunFile, parse_json(read_text(meta_path), str(meta_path)), str(meta_path),
+                                "measured-run file")
+    meta = checked.model_dump(by_alias=True)
+    if checked.spec_decode is not None:  # the counters as written (optional keys the file left out stay out)
+        meta["spec_decode"] = checked.spec_decode.model_dump(by_alias=True, exclude_unset=True)
     where = str(folder / REQUESTS_FILE)
     reqs, seen = [], set()
     for line, doc in iter_jsonl(folder / REQUESTS_FILE):
