@@ -78,7 +78,8 @@ class RunProvenance:
     def lines(self) -> list[str]:
         """This run's statements, one per line (without the run's name)."""
         out = [f"step prices: {self.step_prices} ({self.step_profile}"
-               f"{', ' + self.step_device if self.step_device else ''})"]
+               f"{', ' + self.step_device if self.step_device else ''})"
+               + (f" for {self.target}" if self.target else "")]
         out += [f"acceptance of {a.drafter}: {a.note}" for a in self.acceptance]
         out += [f"cost of {d.drafter}: {d.note}" for d in self.draft_costs]
         out += [f"note: {n}" for n in self.notes]
@@ -161,10 +162,10 @@ def _is_synthetic(meta: BundleMeta) -> bool:
     return "synth" in gen or str(meta.dataset).startswith("synthetic")
 
 
-def draft_cost_provenance(name: str, cost: Any, drafter_kind: str | None, target: str | None,
-                          target_device: str) -> DraftCostProvenance:
-    """Where one drafter's cost came from; a head drafter (EAGLE, MTP) priced for another target or on another
-    device is borrowed."""
+def draft_cost_provenance(name: str, cost: Any, drafter_kind: str | None, target: str | None
+                          ) -> DraftCostProvenance:
+    """Where one drafter's cost came from; a head drafter (EAGLE, MTP) whose profile names another target's head
+    is borrowed (device names are free text in profiles, so they are shown, not compared)."""
     profile = getattr(cost, "profile", None)
     if profile is None:
         what = {"fraction_of_verify": f"{cost.fraction:g} of the step's verify time",
@@ -177,10 +178,7 @@ def draft_cost_provenance(name: str, cost: Any, drafter_kind: str | None, target
     borrowed, why = False, []
     if drafter_kind in HEAD_KINDS and tgt and model and tgt not in model.lower():
         borrowed = True
-        why.append(f"a {drafter_kind} head priced as {model}, not one for {target}")
-    if prov.device and target_device and prov.device != target_device:
-        borrowed = True
-        why.append(f"priced on {prov.device}, the target on {target_device}")
+        why.append(f"the {drafter_kind} head's price is {model}'s, not one for {target}")
     note = f"{cost.kind}: {source} {profile.name}" + (f" ({prov.device})" if prov.device else "")
     if borrowed:
         note += "; borrowed: " + "; ".join(why)
@@ -211,7 +209,7 @@ def run_provenance(scenario: Any, meta: BundleMeta | None) -> RunProvenance:
             acceptance.append(acceptance_provenance(meta, target, d, k))
         if d in sc.draft_costs:
             kind = meta.drafters[d].kind if meta is not None and d in meta.drafters else None
-            costs.append(draft_cost_provenance(d, sc.draft_costs[d], kind, target, device))
+            costs.append(draft_cost_provenance(d, sc.draft_costs[d], kind, target))
     scalar = sorted({a.level for a in acceptance if a.level in SCALAR_LEVELS})
     if scalar:
         notes.append(TAIL_NOTE.format(level=" / ".join(scalar)))
