@@ -185,6 +185,24 @@ def draft_cost_provenance(name: str, cost: Any, drafter_kind: str | None, target
     return DraftCostProvenance(name, cost.kind, source, profile.name, model, prov.device or None, borrowed, note)
 
 
+def _mtp_note(cost: Any, k: int | None) -> str | None:
+    """A drafter priced as an MTP head (`TARGET:mtp`) run at k above its n_predict reuses the head (traces/mtp.py)."""
+    from traces.catalog import MTP_SUFFIX, get_model
+    from traces.mtp import check_mtp_k, reuses_head
+
+    model = getattr(getattr(cost, "profile", None), "model", None)
+    name = str(getattr(model, "name", model) or "")
+    if not name.endswith(MTP_SUFFIX) or k is None:
+        return None
+    n_predict = get_model(name[: -len(MTP_SUFFIX)]).mtp_layers
+    check_mtp_k(k, n_predict, f"{name} at k = {k}")
+    if not reuses_head(k, n_predict):
+        return None
+    return (f"{name}: k = {k} runs its {n_predict} MTP layer(s) {k // n_predict} times per step (vLLM reuses the "
+            f"head and warns of lower acceptance; the acceptance used is whatever was measured at that k, or its "
+            f"extrapolation)")
+
+
 def run_target(scenario: Any) -> str | None:
     """The model a run serves: its deployment's target, else the model its target profile names."""
     dep = scenario.server.deployment
@@ -210,6 +228,7 @@ def run_provenance(scenario: Any, meta: BundleMeta | None) -> RunProvenance:
         if d in sc.draft_costs:
             kind = meta.drafters[d].kind if meta is not None and d in meta.drafters else None
             costs.append(draft_cost_provenance(d, sc.draft_costs[d], kind, target))
+    notes += [n for d in drafters if (n := _mtp_note(sc.draft_costs.get(d), k))]
     scalar = sorted({a.level for a in acceptance if a.level in SCALAR_LEVELS})
     if scalar:
         notes.append(TAIL_NOTE.format(level=" / ".join(scalar)))

@@ -134,6 +134,8 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
     inputs, meta = experiment_inputs_and_meta(cfg, need_acceptance=any(sc.mode != "ar" for sc in scenarios))
     for sc in scenarios:  # a router the workload cannot serve (a client key in an open loop) fails before any run
         check_inputs(sc, inputs)
+    # what each run borrowed (experiments/provenance.py); an MTP k vLLM would refuse fails here, before any run
+    provenances = {sc.name: run_provenance(sc, meta).to_dict() for sc in scenarios}
     n = len(inputs.workload)
     summary: dict[str, dict[str, Any]] = {}
     extras: dict[str, dict[str, Any]] = {}
@@ -144,7 +146,7 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
             task = bar.add_task(sc.name, total=n) if bar else None
             on_step = _throttled(bar, task, n) if bar else None
             res = simulate(sc, inputs, on_step=on_step)
-            provenance = run_provenance(sc, meta).to_dict()  # what the run borrowed (experiments/provenance.py)
+            provenance = provenances[sc.name]
             if isinstance(res, dict):
                 summary[sc.name] = {"fits": False, **res, "provenance": provenance}
                 extras[sc.name] = res
