@@ -179,7 +179,8 @@ def draft_cost_provenance(name: str, cost: Any, drafter_kind: str | None, target
     if drafter_kind in HEAD_KINDS and tgt and model and tgt not in model.lower():
         borrowed = True
         why.append(f"the {drafter_kind} head's price is {model}'s, not one for {target}")
-    note = f"{cost.kind}: {source} {profile.name}" + (f" ({prov.device})" if prov.device else "")
+    note = (f"{cost.kind}: {source} {profile.name}" + (f" of {model}" if model and model not in profile.name else "")
+            + (f" ({prov.device})" if prov.device else ""))
     if borrowed:
         note += "; borrowed: " + "; ".join(why)
     return DraftCostProvenance(name, cost.kind, source, profile.name, model, prov.device or None, borrowed, note)

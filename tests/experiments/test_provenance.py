@@ -90,3 +90,28 @@ def test_the_plans_note_reads_the_same_rule():
     assert note is not None and "llama3.1-8b" in note and "qwen3-32b" in note and "eagle3" in note
     plan.candidates.target = "meta-llama/Llama-3.1-8B-Instruct"
     assert _acceptance_note(plan, {"traces": "builtin:default"}) is None
+
+
+def test_an_mtp_run_places_its_head_prices_it_and_says_it_reuses_it(tmp_path):
+    cfg = {
+        "name": "mtp", "seed": 0,
+        "traces": {"acceptance": {"base": "builtin:default", "drafters": {
+            "mtp": {"per_position": [0.8], "kind": "mtp", "cost_model": "mimo-7b:mtp"}}}},
+        "workload": {"num_requests": 30, "arrival": {"kind": "poisson", "rate": 4.0}},
+        "server": {"target_profile": {"kind": "roofline", "model": "mimo-7b", "gpu": "h100-80gb"},
+                   "max_num_seqs": 16,
+                   "deployment": {"target": "mimo-7b", "gpu": "h100-80gb", "drafter": "mimo-7b:mtp"}},
+        "drafters": {"mtp": {"kind": "autoregressive",
+                             "profile": {"kind": "roofline", "model": "mimo-7b:mtp", "gpu": "h100-80gb"}}},
+        "runs": [{"name": "k1", "mode": "sd", "policy": {"name": "fixed", "drafter": "mtp", "k": 1}},
+                 {"name": "k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "mtp", "k": 3}}],
+    }
+    p = tmp_path / "mtp.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    res = run_experiment(p, out=None)
+    k1, k3 = (RunProvenance.from_dict(res.summary[n]["provenance"]) for n in ("k1", "k3"))
+    assert "mimo-7b:mtp" in k1.draft_costs[0].note and k1.draft_costs[0].source == "roofline"
+    assert not any("MTP layer" in n for n in k1.notes)  # k = n_predict = 1: no reuse
+    assert any("runs its 1 MTP layer(s) 3 times per step" in n for n in k3.notes)
+    assert k3.acceptance[0].extrapolated and k3.acceptance[0].measured_k == 1
+    assert res.summary["k3"]["mean_acceptance_length"] > res.summary["k1"]["mean_acceptance_length"]
