@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tests.traces.synth_helpers import bundle_from
 from traces.acceptance_levels import (AcceptanceSource, AcceptanceWarning, check_k, extrapolated_mean_length,
@@ -95,3 +96,24 @@ def test_held_back_k_of_the_reference_traces(name):
         for level, bound in BOUND.items():
             pred = extrapolated_mean_length(level, at3, 5)
             assert abs(pred / at5.mean_length - 1) <= bound, (name, d, level, pred, at5.mean_length)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=6), st.integers(0, 8))
+def test_extrapolation_invariants(conds, extra):
+    """For any measured per-position rates: the measured positions are kept, survival never rises, the mean length
+    grows with k and stays below the geometric series' limit."""
+    surv, s = [], 1.0
+    for c in conds:
+        s *= c
+        surv.append(s)
+    src = AcceptanceSource(measured_k=len(surv), per_position=surv)
+    k = len(surv) + extra
+    ext = extrapolated_survival("per_position", src, k)
+    assert ext[: len(surv) + 1] == pytest.approx([1.0, *surv])
+    assert np.all(np.diff(ext) <= 1e-12)
+    means = [extrapolated_mean_length("per_position", src, j) for j in range(1, k + 1)]
+    assert np.all(np.diff(means) >= -1e-12)
+    a = tail_rate("per_position", src)
+    if a < 1:
+        assert means[-1] <= 1 + sum(surv) + surv[-1] * a / (1 - a) + 1e-9
