@@ -403,8 +403,9 @@ def source_from_per_request(path: str | Path) -> AcceptanceSource:
 
 def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, where: str = "traces.acceptance"
                    ) -> TraceBundle:
-    """Apply `{drafter: {level, mean_length+k | per_position | file, kind?, cost_model?}}` to a bundle, warning
-    about implausible or borrowed acceptance."""
+    """Apply `{drafter: {level, mean_length+k | per_position | file, kind?, cost_model?, extrapolate?}}` to a bundle,
+    warning about implausible or borrowed acceptance and about the extrapolation past the measured k
+    (`extrapolate: geometric`, the default; `none` caps at it)."""
     if not isinstance(drafters, dict) or not drafters:
         raise ValueError(f"{where}.drafters: expected a mapping drafter -> acceptance level")
     for j, (name, p) in enumerate(drafters.items()):
