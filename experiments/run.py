@@ -18,13 +18,14 @@ import pandas as pd
 
 import oracle.registry  # noqa: F401  (registers the ground-truth policies)
 from experiments.config import ExperimentConfig, load_config
+from experiments.provenance import run_provenance
 from simulator.cluster.simulation import ClusterResult
 from simulator.engine.simulation import SimResult
 from simulator.measure.metrics import summarize
 from simulator.engine.records import stack_tables
 from simulator.scenario import ClusterScenario, Scenario, SimInputs, check_inputs, inputs_for, prepare_runs, simulate
 from simulator.seeds import ExperimentSeeds
-from traces.bundle import TraceBundle, load_bundle_cached
+from traces.bundle import BundleMeta, TraceBundle, load_bundle_cached
 from traces.config_base import validate_model
 from traces.workload import WorkloadSpec, workload_and_bundle
 
@@ -97,11 +98,16 @@ def prepare(cfg: ExperimentConfig) -> list[Scenario | ClusterScenario]:
 def experiment_inputs(cfg: ExperimentConfig, need_acceptance: bool = True) -> SimInputs:
     """The config's trace bundle and sampled workload as the engine's inputs (pool and workload each from their
     own child of the seed tree, simulator/seeds.py)."""
+    return experiment_inputs_and_meta(cfg, need_acceptance)[0]
+
+
+def experiment_inputs_and_meta(cfg: ExperimentConfig, need_acceptance: bool = True) -> tuple[SimInputs, BundleMeta]:
+    """`experiment_inputs` and the replayed bundle's metadata (what the runs' provenance reads)."""
     seeds = ExperimentSeeds.of(cfg.seed)
     bundle = resolve_bundle(cfg.traces, seeds.pool)
     spec = validate_model(WorkloadSpec, cfg.workload, "workload")
     workload, bundle = workload_and_bundle(bundle, spec, seed=seeds.workload, need_acceptance=need_acceptance)
-    return inputs_for(workload, bundle, with_acceptance=need_acceptance)
+    return inputs_for(workload, bundle, with_acceptance=need_acceptance), bundle.meta
 
 
 def summarize_run(res: SimResult, slo: dict[str, Any]) -> dict[str, Any]:
@@ -125,9 +131,11 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
         raise ValueError(f"config {cfg.name!r} has a sweep: block: run it point by point with "
                          "experiments.sweep (or `draftsim sweep`), not as one experiment")
     scenarios = prepare(cfg)  # a bad policy or server override in any run fails here, before any simulation
-    inputs = experiment_inputs(cfg, need_acceptance=any(sc.mode != "ar" for sc in scenarios))  # AR-only: none drawn
+    inputs, meta = experiment_inputs_and_meta(cfg, need_acceptance=any(sc.mode != "ar" for sc in scenarios))
     for sc in scenarios:  # a router the workload cannot serve (a client key in an open loop) fails before any run
         check_inputs(sc, inputs)
+    # what each run borrowed (experiments/provenance.py); an MTP k vLLM would refuse fails here, before any run
+    provenances = {sc.name: run_provenance(sc, meta).to_dict() for sc in scenarios}
     n = len(inputs.workload)
     summary: dict[str, dict[str, Any]] = {}
     extras: dict[str, dict[str, Any]] = {}
@@ -138,14 +146,16 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
             task = bar.add_task(sc.name, total=n) if bar else None
             on_step = _throttled(bar, task, n) if bar else None
             res = simulate(sc, inputs, on_step=on_step)
+            provenance = provenances[sc.name]
             if isinstance(res, dict):
-                summary[sc.name] = {"fits": False, **res}
+                summary[sc.name] = {"fits": False, **res, "provenance": provenance}
                 extras[sc.name] = res
                 tables[sc.name] = (None, None, summary[sc.name])
                 continue
             if bar:
                 bar.update(task, completed=n)
             s = summarize_run(res, cfg.slo.model_dump())
+            s["provenance"] = provenance
             summary[sc.name] = s
             extras[sc.name] = res.extras
             req_frames.append(res.requests.assign(run=sc.name))

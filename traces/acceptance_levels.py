@@ -7,15 +7,19 @@
    as positional acceptance with conditional rates S[i+1] / S[i] (traces/synthetic/positional.py).
 3. `per_request`: a trace bundle (acc_len per request and position), or vLLM's per-request
    `metrics.speculative_decoding` histograms (each request replays draws from its own histogram).
-Levels 1 and 2 know nothing beyond the k they were measured at: their acc_len is capped at k + 1 (a run at a
-larger k gains nothing from the extra drafts; `check_k` refuses one, `draftsim compare` calls it). They drop
-every correlation between positions and requests.
+Levels 1 and 2 were measured at one k; beyond it they are extrapolated by a stated model (`extrapolate: geometric`,
+the default in configs): every further draft is accepted with the i.i.d. rate a that gives the measured mean length
+at the measured k (Leviathan's expectation solved for a, `tail_rate`), so a run at a larger k sees the measured
+positions as measured and a geometric tail after them. Loading warns, and each run names the extrapolation
+(experiments/provenance.py). `extrapolate: none` caps acc_len at k + 1 instead (`check_k` then refuses a larger k).
+Levels 1-2 drop every correlation between positions and requests.
 
 vLLM counts a draft only on a decode step where the drafter proposed something (an n-gram step with no match
 drafts nothing and emits one token): its counters, and the levels built from them, are conditional on
 proposing. `proposal_rate` is the fraction of decode steps that proposed, derived from what the source records
 (`proposal_rate_from_counts`: output tokens, requests, drafts and accepted tokens); a replay draws each position's
-`proposal_len` (k with that probability, else 0) beside acc_len, so the non-proposing steps are modelled.
+`proposal_len` (a full proposal with that probability, else 0) beside acc_len, so the non-proposing steps are
+modelled.
 
 A source file (`acceptance.yaml`, written by `draftsim import vllm-bench|vllm-acceptance`) holds what was
 measured: {target, dataset, drafter_kind, measured_k, mean_length, per_position, requests: [{id, k,
@@ -164,42 +168,111 @@ def survival(level: str, src: AcceptanceSource, request: int | None = None) -> n
     return histogram_survival(src.requests[request].histogram)
 
 
+EXTRAPOLATIONS = ("geometric", "none")
+EXTRAPOLATION_RULE = ("beyond the measured k, each further draft is accepted with the i.i.d. rate a that gives the "
+                      "measured mean length at the measured k (Leviathan's expectation solved for a)")
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """How a level-1/2 acceptance measured at `measured_k` is carried to larger k: a geometric tail of `rate`."""
+
+    model: str
+    measured_k: int
+    rate: float
+    fitted_from: str  # the level whose mean length the rate was solved from
+
+
+def tail_rate(level: str, src: AcceptanceSource) -> float:
+    """The per-draft rate of the geometric tail beyond measured_k: iid_rate of the level's mean length at that k."""
+    if level not in ("mean_length", "per_position"):
+        raise ValueError(f"only levels mean_length and per_position extrapolate, not {level!r}")
+    mean = src.mean_length if level == "mean_length" else 1.0 + float(np.sum(src.per_position[:src.measured_k]))
+    return iid_rate(min(mean, src.measured_k + 1.0), src.measured_k)
+
+
+def extrapolation(level: str, src: AcceptanceSource) -> Extrapolation:
+    """The geometric extrapolation of a level-1/2 source (the rule in EXTRAPOLATION_RULE)."""
+    return Extrapolation("geometric", src.measured_k, tail_rate(level, src), level)
+
+
+def extrapolated_survival(level: str, src: AcceptanceSource, k: int) -> np.ndarray:
+    """P(acc_len > j), j = 0..k, for a level-1/2 source served at any k: as measured up to measured_k, then
+    times the tail rate per further draft (at k <= measured_k: `survival` cut to k + 1 entries)."""
+    s = survival(level, src)
+    if k <= src.measured_k:
+        return s[: k + 1]
+    a = tail_rate(level, src)
+    return np.concatenate([s, s[-1] * a ** np.arange(1, k - src.measured_k + 1)])
+
+
+def extrapolated_mean_length(level: str, src: AcceptanceSource, k: int) -> float:
+    """Expected tokens per verify step at k under the extrapolation (sum of `extrapolated_survival`)."""
+    return float(extrapolated_survival(level, src, k).sum())
+
+
+def _draw_tail(acc: np.ndarray, measured_k: int, rate: float, cap: int, rng: np.random.Generator) -> np.ndarray:
+    """Draws that accepted all measured_k drafts continue geometrically: extra accepted drafts m with
+    P(m >= j) = rate^j. The tail stops at `cap` (the output length: tokens past the output's end are never
+    emitted, so a longer draw changes nothing)."""
+    full = acc == measured_k + 1
+    if not full.any() or rate <= 0.0:
+        return acc
+    u = rng.random(int(full.sum()))
+    extra = np.full(u.shape, cap, dtype=np.int64) if rate >= 1.0 else np.minimum(
+        np.floor(np.log(u) / np.log(rate)), cap).astype(np.int64)
+    out = acc.astype(np.int64)
+    out[full] += extra
+    return np.minimum(out, measured_k + 1 + cap).astype(np.int32)
+
+
 # ------------------------------------------------------------------ applying a level to a bundle
 
 def with_level(bundle: TraceBundle, drafter: str, src: AcceptanceSource, level: str, seed: int,
-               spec: DrafterSpec | None = None) -> TraceBundle:
+               spec: DrafterSpec | None = None, extrapolate: str = "none") -> TraceBundle:
     """The bundle with `drafter`'s acceptance replaced by draws at `level` (lengths, ids, other drafters kept);
-    a drafter not in the bundle is added with `spec`. Request i draws from stream i of `seed`."""
+    a drafter not in the bundle is added with `spec`. Request i draws from stream i of `seed`. With
+    `extrapolate="geometric"` a level-1/2 draw that accepted all measured_k drafts continues with the tail
+    (`extrapolation`); the first measured_k + 1 outcomes are the same draws either way."""
+    if extrapolate not in EXTRAPOLATIONS:
+        raise ValueError(f"extrapolate: expected one of {EXTRAPOLATIONS}, got {extrapolate!r}")
     if level not in src.levels():
         raise ValueError(f"acceptance level {level!r} is not in the source (has {', '.join(src.levels()) or 'none'})")
     if drafter not in bundle.meta.drafters and spec is None:
         raise ValueError(f"drafter {drafter!r} is not in the bundle; give its kind and cost_model")
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(bundle.requests))]
     shared = None if level == "per_request" else survival(level, src)
+    tail = extrapolation(level, src) if extrapolate == "geometric" and shared is not None else None
     reqs = []
     rate = src.proposal_rate
     for i, (r, rng) in enumerate(zip(bundle.requests, rngs)):
         surv = shared if shared is not None else survival(level, src, int(rng.integers(len(src.requests))))
         drafters = dict(r.drafters)
         acc = _draw(surv, r.output_len, rng)
+        if tail is not None:
+            acc = _draw_tail(acc, src.measured_k, tail.rate, r.output_len, rng)
+        # a proposing step offers k drafts (measured_k; any k when the tail extrapolates past it)
+        full = src.measured_k if tail is None else MAX_DRAFT_TOKENS
         prop = None if rate is None or rate >= 1 else \
-            np.where(rng.random(r.output_len) < rate, src.measured_k, 0).astype(np.int32)
+            np.where(rng.random(r.output_len) < rate, full, 0).astype(np.int32)
         drafters[drafter] = DrafterTrace(acc_len=acc, proposal_len=prop)
         reqs.append(dataclasses.replace(r, drafters=drafters))
     meta_drafters = dict(bundle.meta.drafters)
     if spec is not None:
         meta_drafters[drafter] = spec
     extra = dict(bundle.meta.extra)
-    extra.setdefault("acceptance_levels", {})[drafter] = {"level": level, "measured_k": src.measured_k,
-                                                          "proposal_rate": rate, "source": src.source}
+    extra.setdefault("acceptance_levels", {})[drafter] = {
+        "level": level, "measured_k": src.measured_k, "proposal_rate": rate, "source": src.source,
+        "extrapolation": None if tail is None else dataclasses.asdict(tail),
+        "target": src.target, "dataset": src.dataset}
     meta = dataclasses.replace(bundle.meta, drafters=meta_drafters, extra=extra)
     return TraceBundle(meta, reqs)
 
 
 def check_k(bundle: TraceBundle, drafter: str, k: int, where: str) -> None:
-    """Refuse a run at a k the drafter's level-1/2 acceptance was not measured at or below."""
+    """Refuse a run at a k the drafter's level-1/2 acceptance was not measured at or below (unless extrapolated)."""
     info = bundle.meta.extra.get("acceptance_levels", {}).get(drafter)
-    if info and k > info["measured_k"]:
+    if info and k > info["measured_k"] and not info.get("extrapolation"):
         raise ValueError(f"{where}: k = {k} but {drafter}'s acceptance ({info['level']}) was measured at "
                          f"k = {info['measured_k']}; it says nothing about longer drafts")
 
@@ -237,6 +310,12 @@ def same_model(a: str, b: str) -> bool:
         except (KeyError, ValueError):
             continue
     return False
+
+
+def extrapolation_note(drafter: str, ex: Extrapolation) -> str:
+    """The label of an extrapolated acceptance: the model, its rate and the measured k beside it."""
+    return (f"{drafter}'s acceptance ({ex.fitted_from}) was measured at k = {ex.measured_k}; at larger k it is "
+            f"extrapolated ({ex.model}: each further draft accepted with a = {ex.rate:.3f})")
 
 
 def warn(messages: list[str]) -> None:
@@ -429,16 +508,18 @@ def _output_tokens(doc: Any) -> int | None:
 
 def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, where: str = "traces.acceptance"
                    ) -> TraceBundle:
-    """Apply `{drafter: {level, mean_length+k | per_position | file, proposal_rate?, kind?, cost_model?}}` to a
-    bundle (a file's own proposal rate, or the inline one: the share of decode steps that propose), warning
-    about implausible or borrowed acceptance."""
+    """Apply `{drafter: {level, mean_length+k | per_position | file, proposal_rate?, kind?, cost_model?,
+    extrapolate?}}` to a bundle (a file's own proposal rate, or the inline one: the share of decode steps that
+    propose), warning about implausible or borrowed acceptance and about the extrapolation past the measured k
+    (`extrapolate: geometric`, the default; `none` caps at it)."""
     if not isinstance(drafters, dict) or not drafters:
         raise ValueError(f"{where}.drafters: expected a mapping drafter -> acceptance level")
     for j, (name, p) in enumerate(drafters.items()):
         f = f"{where}.drafters.{name}"
         if not isinstance(p, dict):
             raise ValueError(f"{f}: expected a mapping")
-        allowed = {"level", "file", "mean_length", "per_position", "k", "proposal_rate", "kind", "cost_model"}
+        allowed = {"level", "file", "mean_length", "per_position", "k", "proposal_rate", "kind", "cost_model",
+                   "extrapolate"}
         if set(p) - allowed:
             raise ValueError(f"{f}: unknown key(s) {sorted(set(p) - allowed)}; expected some of {sorted(allowed)}")
         if "file" in p:
@@ -456,12 +537,20 @@ def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, whe
                 raise ValueError(f"{f}: {name!r} is not in the base bundle; give kind and cost_model")
             spec = DrafterSpec(name, p["kind"], p["cost_model"])
         kind = spec.kind if spec else bundle.meta.drafters[name].kind
-        warn([f"{f}: {m}" for m in plausibility(src, kind, bundle.meta.target, bundle.meta.dataset)])
+        extrapolate = p.get("extrapolate", "geometric")
+        if extrapolate not in EXTRAPOLATIONS:
+            raise ValueError(f"{f}.extrapolate: expected one of {', '.join(EXTRAPOLATIONS)}, got {extrapolate!r}")
+        notes = plausibility(src, kind, bundle.meta.target, bundle.meta.dataset)
+        if level != "per_request" and extrapolate == "geometric":
+            notes.append(extrapolation_note(name, extrapolation(level, src)))
+        warn([f"{f}: {m}" for m in notes])
         bundle = with_level(bundle, name, src, level, int(np.random.SeedSequence([seed, j]).generate_state(1)[0]),
-                            spec)
+                            spec, extrapolate if level != "per_request" else "none")
     return bundle
 
 
 __all__ = ["AcceptanceSource", "ProposalRate", "proposal_rate_from_counts", "RequestHistogram", "AcceptanceWarning", "LEVELS", "iid_rate", "conditional_rates",
            "survival", "with_level", "check_k", "plausibility", "source_from_bundle", "save_source", "load_source",
-           "source_from_dict", "source_from_vllm_counters", "source_from_per_request", "resolve_levels"]
+           "source_from_dict", "source_from_vllm_counters", "source_from_per_request", "resolve_levels",
+           "EXTRAPOLATIONS", "EXTRAPOLATION_RULE", "Extrapolation", "tail_rate", "extrapolation", "extrapolated_survival",
+           "extrapolated_mean_length", "extrapolation_note"]

@@ -9,6 +9,9 @@ Catalog files are YAML mappings `name -> fields`; the built-in ones are
 - Weight bytes = stated parameter count x dtype bytes (all weights, shared embeddings counted once).
 - Matmul parameters per token = active parameters minus the input embedding when it is not tied
   to the output head (an embedding lookup does no FLOPs); MoE models count only the routed experts.
+- An MTP-capable model (`mtp_layers` = config.json num_nextn_predict_layers) has a head `NAME:mtp`
+  (`ModelSpec.mtp_head`): its weights and KV are placed beside the target's, and its forward is priced
+  like any model's.
 """
 from __future__ import annotations
 
@@ -50,6 +53,8 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     sliding_window: int = 0
     full_attention_layers: int | None = None
+    mtp_layers: int = 0  # config.json num_nextn_predict_layers: the MTP head's layers (vLLM's n_predict)
+    shared_params: float = 0.0  # parameters a forward reads but another model holds (an MTP head's LM head)
 
     @property
     def dtype_bytes(self) -> float:
@@ -75,8 +80,42 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> float:
-        """All weights in memory (every expert of an MoE model)."""
+        """All weights this model adds to memory (every expert of an MoE model; shared_params excluded)."""
+        return (self.params - self.shared_params) * self.dtype_bytes
+
+    @property
+    def read_weight_bytes(self) -> float:
+        """All weights one forward may read, shared ones included."""
         return self.params * self.dtype_bytes
+
+    def layer_params(self) -> float:
+        """One decoder layer (gated MLP, GQA attention, every expert; norms ignored), as `derived_params` counts it."""
+        h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        mlp = 3 * h * self.intermediate_size
+        if self.is_moe:
+            mlp += self.num_experts * 3 * h * self.moe_intermediate_size + h * self.num_experts
+        return float(h * q + 2 * h * kv + q * h + mlp)
+
+    def mtp_head(self) -> "ModelSpec":
+        """The model's MTP head as a model of its own (`<name>:mtp`): one decoder layer of the target's shape plus
+        the projection of [embedding; hidden] (2h x h), as vLLM's DeepSeek/MiMo/GLM MTP layers are built; it
+        reads the target's LM head (vocab x h) every forward, and vLLM's proposer shares that and the embedding
+        with the target (vllm/v1/spec_decode/eagle.py load_model), so they are `shared_params`, not memory."""
+        if self.mtp_layers != 1:
+            raise ValueError(f"{self.name} has {self.mtp_layers} MTP layers; only one-layer MTP heads are modelled "
+                             "(every MTP-capable catalog entry has one)")
+        h = self.hidden_size
+        layer = self.layer_params() + 2 * h * h
+        lm_head = float(self.vocab_size * h)
+        active = None
+        if self.is_moe:
+            routed_off = (self.num_experts - self.experts_per_token) * 3 * h * self.moe_intermediate_size
+            active = layer - routed_off + lm_head
+        return replace(self, name=f"{self.name}:mtp", num_layers=1, params=layer + lm_head, active_params=active,
+                       tie_word_embeddings=True, shared_params=lm_head, mtp_layers=0, sliding_window=0,
+                       full_attention_layers=None,
+                       source=f"MTP head of {self.name}: one decoder layer + 2h x h projection, LM head shared "
+                              f"({self.source})")
 
     @property
     def embedding_params(self) -> int:
@@ -104,13 +143,8 @@ class ModelSpec:
 
     def derived_params(self) -> float:
         """Parameter count re-derived from the architecture (gated MLP, GQA attention, norms ignored)."""
-        h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        attn = h * q + 2 * h * kv + q * h
-        mlp = 3 * h * self.intermediate_size
-        if self.is_moe:
-            mlp += self.num_experts * 3 * h * self.moe_intermediate_size + h * self.num_experts
         emb = self.embedding_params * (1 if self.tie_word_embeddings else 2)
-        return float(self.num_layers * (attn + mlp) + emb)
+        return float(self.num_layers * self.layer_params() + emb)
 
 
 @dataclass(frozen=True)
@@ -308,10 +342,20 @@ def did_you_mean(name: object, known) -> str:
 def get_model(name: str) -> ModelSpec:
     """A built-in model by name (case-insensitive); ValueError lists the known names."""
     models = builtin_models()
-    spec = models.get(name.lower())
+    base, head = (name[: -len(MTP_SUFFIX)], True) if name.lower().endswith(MTP_SUFFIX) else (name, False)
+    spec = models.get(base.lower())
     if spec is None:
         raise _unknown("model", name, models)
+    if head:
+        if not spec.mtp_layers:
+            mtp = sorted(n for n, m in models.items() if m.mtp_layers)
+            raise ValueError(f"model {base!r} has no MTP head (num_nextn_predict_layers = 0); the catalog's "
+                             f"MTP-capable models are {mtp}")
+        return spec.mtp_head()
     return spec
+
+
+MTP_SUFFIX = ":mtp"  # `mimo-7b:mtp`: the MTP head of a catalog model, as a drafter or a roofline model
 
 
 def get_gpu(name: str) -> GpuSpec:

@@ -68,11 +68,23 @@ def main(args: argparse.Namespace) -> int:
     for name, s in res.summary.items():
         if not s.get("fits", True):
             console.print(f"[yellow]{name}: does not fit: {s.get('does_not_fit')}[/yellow]")
+    print_provenance(res.summary, console)
     if res.out_dir is not None:
         console.print(f"results: {res.out_dir}  (summary.json, requests/steps tables, "
                       f"{'' if args.no_plots else 'plots, '}timeline.json — open timeline.json in "
                       f"https://ui.perfetto.dev)")
     return 0
+
+
+def print_provenance(summary: dict, console) -> None:
+    """Under the table: what each run borrowed (summary.json `provenance`; experiments/provenance.py)."""
+    from experiments.provenance import provenance_lines
+
+    lines = provenance_lines(summary)
+    if lines:
+        console.print("what the runs borrowed (summary.json: provenance):", markup=False, highlight=False)
+        for line in lines:
+            console.print(line, markup=False, highlight=False)
 
 
 def _console(stderr: bool):

@@ -885,27 +885,22 @@ def _rank_key(d: dict[str, Any]) -> tuple:
 
 
 def _acceptance_note(plan: PlanConfig, base: dict[str, Any]) -> str | None:
-    """Names acceptance traces recorded for another target than the one planned for."""
+    """Names acceptance traces recorded for another target than the one planned for (the rule of
+    experiments/provenance.py, as `draftsim run` states it)."""
+    from experiments.provenance import acceptance_provenance
     from experiments.run import resolve_bundle
-    from traces.catalog import get_model
 
     try:
         meta = resolve_bundle(base["traces"], plan.seed).meta
     except Exception:  # noqa: BLE001  (a bundle that cannot be read fails later with its own error)
         return None
-
-    def canon(name: str) -> str:
-        try:
-            return get_model(name).name
-        except ValueError:
-            return name.lower()
-
-    recorded, planned = canon(str(meta.target)), canon(plan.candidates.target)
-    if recorded == planned:
+    borrowed = [a for a in (acceptance_provenance(meta, plan.candidates.target, d) for d in sorted(meta.drafters))
+                if a.origin == "borrowed"]
+    if not borrowed:
         return None
     return (f"acceptance borrowed: the traces ({base['traces'] if isinstance(base['traces'], str) else 'generated'}) "
-            f"were recorded for target {meta.target}, not {plan.candidates.target}; drafters "
-            f"{sorted(meta.drafters)} keep that acceptance here")
+            f"were recorded for target {borrowed[0].recorded_target}, not {plan.candidates.target}; drafters "
+            f"{[a.drafter for a in borrowed]} keep that acceptance here")
 
 
 def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, GpuPrice], traffic: TrafficModel,

@@ -2,7 +2,9 @@
 
 A deployment names the target's GPU type, count and tensor-parallel (TP) degree, and where the
 drafter lives: `colocated` (on the target's GPUs, sharded over `drafter_tp` of them, as standard
-SD) or `dedicated` (its own `drafter_gpus` GPUs, as MineDraft's PSD). Per GPU:
+SD) or `dedicated` (its own `drafter_gpus` GPUs, as MineDraft's PSD). An MTP head is the drafter
+`TARGET:mtp` (traces/catalog.py `ModelSpec.mtp_head`: its layer's weights and KV, the LM head shared),
+colocated with its own target. Per GPU:
 
     usable   = memory x gpu_memory_utilization            (vLLM's knob)
     weights  = target weights / TP (+ colocated drafter weights / drafter_tp on the GPUs holding it)
@@ -21,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from traces.catalog import GIB, GpuSpec, ModelSpec, get_gpu, get_model
+from traces.catalog import GIB, MTP_SUFFIX, GpuSpec, ModelSpec, get_gpu, get_model
 from traces.limits import MAX_TOKENS_PER_REQUEST
 
 MAX_GPUS = 4096  # GPUs in one deployment
@@ -193,6 +195,12 @@ def validate(dep: Deployment) -> None:
         problem = get_model(dep.drafter).tp_problem(dtp)
         if problem:
             raise ValueError(f"deployment.drafter_tp: the drafter is sharded {dtp} ways: {problem}; set drafter_tp")
+    if dep.drafter is not None and dep.drafter.lower().endswith(MTP_SUFFIX):
+        if get_model(dep.drafter).name != get_model(dep.target).name + MTP_SUFFIX:
+            raise ValueError(f"deployment.drafter: the MTP head {dep.drafter!r} drafts only for its own model, "
+                             f"not {dep.target!r}")
+        if dep.drafter_placement != "colocated":
+            raise ValueError("deployment.drafter_placement: an MTP head runs inside the target's model: colocated")
     if dep.drafter_gpu is not None and dep.drafter_placement != "dedicated":
         raise ValueError("deployment.drafter_gpu: only a dedicated drafter has its own GPU type")
     if not 0 < dep.gpu_memory_utilization <= 1:

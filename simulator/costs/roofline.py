@@ -74,7 +74,7 @@ class RooflineProfile:
     def weight_bytes_read(self, batched_tokens: int) -> float:
         """Weight bytes one step reads in all (MoE: only the experts its tokens are routed to)."""
         m = self.model
-        dense = m.weight_bytes - (0 if m.tie_word_embeddings else m.embedding_params * m.dtype_bytes)
+        dense = m.read_weight_bytes - (0 if m.tie_word_embeddings else m.embedding_params * m.dtype_bytes)
         if not m.is_moe:
             return dense
         experts = m.expert_params * m.dtype_bytes
