@@ -184,12 +184,16 @@ def test_per_request_lines_with_output_counts_carry_the_proposal_rate(tmp_path):
 
 
 def test_inline_proposal_rate_in_a_config_reaches_the_replay():
-    """`{mean_length, k, proposal_rate}` inline: the replayed drafter proposes (k drafts) at about that share of
-    positions and nothing elsewhere."""
+    """`{mean_length, k, proposal_rate}` inline: the replayed drafter proposes at about that share of positions and
+    nothing elsewhere: k drafts when capped at the measured k, any k (MAX_DRAFT_TOKENS) when extrapolated past it."""
+    from traces.limits import MAX_DRAFT_TOKENS
+
     bundle = bundle_from(IidAcceptance(rate=0.5), n=40, length=300)
-    b = resolve_levels(bundle, {"d": {"mean_length": 2.0, "k": 3, "proposal_rate": 0.3}}, seed=0)
-    prop = np.concatenate([r.drafters["d"].proposal_len for r in b.requests])
-    assert set(np.unique(prop)) == {0, 3}
-    assert abs((prop > 0).mean() - 0.3) < 4 * np.sqrt(0.3 * 0.7 / prop.size)
+    for extrapolate, full in (("none", 3), ("geometric", MAX_DRAFT_TOKENS)):
+        b = resolve_levels(bundle, {"d": {"mean_length": 2.0, "k": 3, "proposal_rate": 0.3,
+                                          "extrapolate": extrapolate}}, seed=0)
+        prop = np.concatenate([r.drafters["d"].proposal_len for r in b.requests])
+        assert set(np.unique(prop)) == {0, full}
+        assert abs((prop > 0).mean() - 0.3) < 4 * np.sqrt(0.3 * 0.7 / prop.size)
     with pytest.raises(TraceFormatError, match="proposal_rate"):
         resolve_levels(bundle, {"d": {"mean_length": 2.0, "k": 3, "proposal_rate": 0}}, seed=0)
