@@ -69,7 +69,7 @@ def fit_grid(name: str, step: OpStepModel, grid: list[StepShape], provenance: Pr
     best = None
     tried = {}
     for form in FORMS:
-        p = fit_structured(name, points, form, model=step.model.name, provenance=provenance)
+        p = fit_structured(name, points, form, model=step.model.name, provenance=provenance, weighting="relative")
         err = phase_mape(p, points)
         tried[form] = err
         if best is None or err["all"] < best.fit["mape_percent"]:

@@ -1,0 +1,85 @@
+"""Measured-ops step prices (calibration/op_profile.py) against the measured Llama-3.1-8B / H100 fit, per shape.
+
+The reference is the SpecDecode-Bench release's fitted target step of Llama-3.1-8B on one H100 under vLLM 0.10.1
+(built-in profile `llama3.1-8b-h100-specbench`, its fixed per-step overhead excluded as in draftsim); the
+measured-ops side is aiconfigurator-core's vLLM tables for h100_sxm (`--version`, default 0.24.0): the op model
+itself (calibration/op_step.py) and the structured profile fitted to it. Shapes: decode and verify at k = 1..5
+drafts per sequence, batch 1..128, context `--context` tokens per sequence; lone prompt chunks of 256..8192
+tokens. Also the draftsim roofline (simulator/roofline.py, stated defaults) for the verify / decode ratio.
+
+Run from the repository root: `python -m benchmarks.bench_measured_ops [--markdown]` (needs the optional extra
+`aiconfigurator`). Prints errors in percent of the fit; asserts nothing. Figures are computed, not timed.
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+KS = (0, 1, 2, 3, 4, 5)
+PROMPTS = (256, 512, 1024, 2048, 4096, 8192)
+
+
+def rows(context: int, version: str) -> list[tuple[str, int, int, float, float, float, float]]:
+    """(phase, batch, k or prompt tokens, fit s, op model s, op profile s, roofline s) per shape."""
+    from calibration.op_profile import SYSTEMS, build_profile
+    from calibration.op_step import OpStepModel
+    from calibration.op_tables import load_op_tables
+    from simulator.latency import resolve_profile
+    from simulator.roofline import RooflineProfile
+    from simulator.step_model import StepShape
+    from traces.catalog import get_gpu, get_model
+
+    model, gpu = get_model("llama3.1-8b"), get_gpu("h100-80gb")
+    fit = resolve_profile("llama3.1-8b-h100-specbench")
+    ops = OpStepModel(model, gpu, load_op_tables(SYSTEMS[gpu.name], version))
+    prof = build_profile(model.name, gpu.name, 1, version)
+    roof = RooflineProfile(model, gpu)
+    out = []
+    for b in BATCHES:
+        for k in KS:
+            s = StepShape(decode_seqs=b, draft_tokens=b * k, decode_kv=b * (context + k))
+            args = (b, b * (k + 1), b * (context + k))
+            out.append(("decode" if k == 0 else "verify", b, k, fit.step_time(*args), ops.shape_time(s),
+                        prof.shape_time(s), roof.step_time(*args)))
+    for t in PROMPTS:
+        s = StepShape(0, 0, 0, prefill_seqs=1, prefill_tokens=t, prefill_kv=t, prefill_attn=t * t)
+        out.append(("prefill", 1, t, fit.step_time(1, t, t), ops.shape_time(s), prof.shape_time(s),
+                    roof.step_time(1, t, t)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--context", type=int, default=1100, help="context tokens per decoding sequence")
+    ap.add_argument("--version", default="0.24.0", help="vLLM version of the tables")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args(argv)
+    rs = rows(args.context, args.version)
+    err = lambda a, f: 100.0 * (a / f - 1.0)
+    if args.markdown:
+        print("| phase | batch | k / prompt | fit ms | op model ms (err %) | op profile ms (err %) | roofline ms (err %) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+    for ph, b, k, f, o, p, r in rs:
+        if args.markdown:
+            print(f"| {ph} | {b} | {k} | {f * 1e3:.2f} | {o * 1e3:.2f} ({err(o, f):+.1f}) | {p * 1e3:.2f} "
+                  f"({err(p, f):+.1f}) | {r * 1e3:.2f} ({err(r, f):+.1f}) |")
+        else:
+            print(f"{ph:8s} B={b:4d} {k:5d}: fit {f * 1e3:7.2f} ms  ops {o * 1e3:7.2f} ({err(o, f):+6.1f}%)  "
+                  f"profile {p * 1e3:7.2f} ({err(p, f):+6.1f}%)  roofline {r * 1e3:7.2f} ({err(r, f):+6.1f}%)")
+    print("\nmean absolute error per phase, % of the fit (op model / op profile / roofline):")
+    for ph in ("decode", "verify", "prefill"):
+        sel = [x for x in rs if x[0] == ph]
+        m = [np.mean([abs(err(x[i], x[3])) for x in sel]) for i in (4, 5, 6)]
+        print(f"  {ph}: {m[0]:.1f} / {m[1]:.1f} / {m[2]:.1f}  ({len(sel)} shapes)")
+    print("\nverify / decode at batch 128 (fit / op model / op profile / roofline):")
+    by = {(x[0] != "prefill", x[1], x[2]): x for x in rs}
+    for k in KS[1:]:
+        v, d = by[(True, 128, k)], by[(True, 128, 0)]
+        print(f"  k = {k}: " + " / ".join(f"{v[i] / d[i]:.2f}" for i in (3, 4, 5, 6)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
