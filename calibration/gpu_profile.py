@@ -102,6 +102,13 @@ def _device_slug(device: str) -> str:
     return "cpu"
 
 
+def _outputs(out_dir: Path, name: str, drafter: bool) -> list[Path]:
+    """The files one model's profiling writes."""
+    if drafter:
+        return [out_dir / f"{name}-drafter.yaml", out_dir / f"{name}-drafter-table.yaml"]
+    return [out_dir / f"{name}.yaml", out_dir / f"{name}-table.yaml", out_dir / f"{name}-structured.yaml"]
+
+
 def profile_models(specs: list[Any], *, device: str, dtype: str, sweep: Any, out_dir: Path,
                    progress: bool = True, prefill_lens: list[int] | tuple[int, ...] = (),
                    drafter_specs: list[Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
@@ -118,6 +125,10 @@ def profile_models(specs: list[Any], *, device: str, dtype: str, sweep: Any, out
     rows = []
     slug = _device_slug(device)
     jobs = [(spec, False) for spec in specs] + [(spec, True) for spec in drafter_specs]
+    taken = [p for spec, drafter in jobs for p in _outputs(out_dir, f"{spec.name}-{slug}-hf-{dtype}", drafter)
+             if p.exists()]
+    if taken:  # checked before any measuring: a user's profiles are never overwritten
+        raise FileExistsError(f"gpu_profile: {', '.join(map(str, taken))} exist(s); choose another --out-dir")
     for spec, drafter in jobs:
         free = torch.cuda.mem_get_info(torch.device(device))[0] if device.startswith("cuda") else float("inf")
         queries = [1] if drafter else sweep.query_tokens
@@ -185,9 +196,13 @@ def main(argv: list[str] | None = None) -> int:
                         context_lens=ints(args.context_lens), warmup=args.warmup, repeats=args.repeats)
     specs = [get_model(m.strip()) for m in args.models.split(",") if m.strip()]
     drafters = [get_model(m.strip()) for m in args.drafters.split(",") if m.strip()]
-    rows = profile_models(specs, device=args.device, dtype=args.dtype, sweep=sweep, out_dir=Path(args.out_dir),
-                          progress=not args.no_progress, prefill_lens=ints(args.prefill_lens),
-                          drafter_specs=drafters)
+    try:
+        rows = profile_models(specs, device=args.device, dtype=args.dtype, sweep=sweep, out_dir=Path(args.out_dir),
+                              progress=not args.no_progress, prefill_lens=ints(args.prefill_lens),
+                              drafter_specs=drafters)
+    except FileExistsError as e:
+        print(e, file=sys.stderr)
+        return 2
     for r in rows:
         print(r)
     return 0

@@ -59,6 +59,11 @@ def test_verify_width_surface_prefills_and_drafters_on_cpu(tmp_path):
     d = load_profile(tmp_path / "qwen3-0.6b-cpu-hf-float32-drafter.yaml")
     assert {m.extra["query_tokens"] for m in d.measurements} == {1} and len(d.measurements) == 4
     assert not (tmp_path / "qwen3-0.6b-cpu-hf-float32-drafter-structured.yaml").exists()
+    before = (tmp_path / "llama3.2-1b-cpu-hf-float32.yaml").read_bytes()
+    with pytest.raises(FileExistsError, match="llama3.2-1b-cpu-hf-float32.yaml"):
+        profile_models([_tiny("llama3.2-1b")], device="cpu", dtype="float32", sweep=sweep, out_dir=tmp_path,
+                       progress=False)
+    assert (tmp_path / "llama3.2-1b-cpu-hf-float32.yaml").read_bytes() == before
 
 
 def test_main_refuses_without_cuda(capsys):
