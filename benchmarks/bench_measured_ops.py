@@ -75,6 +75,21 @@ def rows(context: int, version: str, host_s: float) -> list[tuple[str, int, int,
     return out
 
 
+def eagle_rows(context: int, version: str, k: int) -> list[tuple[int, float, float]]:
+    """(batch, op-model seconds of k EAGLE-3 head steps, the release's EAGLE fit) per batch."""
+    from calibration.op_profile import SYSTEMS
+    from calibration.op_step import OpStepModel
+    from calibration.op_tables import load_op_tables
+    from simulator.latency import resolve_profile
+    from traces.catalog import get_gpu, get_model
+
+    model, gpu = get_model("llama3.1-8b"), get_gpu("h100-80gb")
+    ops = OpStepModel(model, gpu, load_op_tables(SYSTEMS[gpu.name], version))
+    fit = resolve_profile("eagle3-llama3.1-8b-h100-specbench")
+    return [(b, sum(ops.eagle_head_s(b, b * context + i * b) for i in range(k)), fit.step_time(b, b * k, b * context))
+            for b in BATCHES]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--context", type=int, default=1100, help="context tokens per decoding sequence")
@@ -103,6 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         sel = [x for x in rs if x[0] == ph]
         m = [np.mean([abs(err(x[i], x[3])) for x in sel]) for i in (4, 5, 6, 7)]
         print(f"  {ph}: " + " / ".join(f"{v:.1f}" for v in m) + f"  ({len(sel)} shapes)")
+    print("\nEAGLE-3 drafting phase (k proposal steps of the head, op model) against the release's EAGLE fit; the "
+          "residual is host-side proposal work no GPU table holds:")
+    resid = []
+    for k in (1, 3, 5):
+        for b, o, f in eagle_rows(args.context, args.version, k):
+            resid.append(f - o)
+            print(f"  k = {k} B = {b:4d}: op model {o * 1e3:6.3f} ms  fit {f * 1e3:6.3f} ms  residual {(f - o) * 1e3:6.3f} ms")
+    print(f"  residual: mean {np.mean(resid) * 1e3:.3f} ms, range {min(resid) * 1e3:.3f}..{max(resid) * 1e3:.3f} ms")
     print("\nverify / decode at batch 128 (fit / op model / op profile / roofline / roofline op):")
     by = {(x[0] != "prefill", x[1], x[2]): x for x in rs}
     for k in KS[1:]:

@@ -33,6 +33,7 @@ from traces.catalog import GpuSpec, ModelSpec
 
 ELEMENTWISE_BANDWIDTH_UTIL = 0.8  # AIConfigurator's stated efficiency for memory-bound elementwise ops
 GRAPH_MAX_TOKENS = 512  # vLLM's largest CUDA-graph capture size by default
+EAGLE3_DRAFT_VOCAB = 32000  # draft_vocab_size of the published EAGLE-3 head for Llama-3.1-8B-Instruct
 
 
 class OpLookup(Protocol):
@@ -151,6 +152,21 @@ class OpStepModel:
 
     def shape_time(self, shape: StepShape) -> float:
         return self.parts(shape).total
+
+    def eagle_head_s(self, seqs: int, kv_tokens: int, draft_vocab: int = EAGLE3_DRAFT_VOCAB) -> float:
+        """One EAGLE-3 proposal step for `seqs` sequences over `kv_tokens` of context, from the same tables: one
+        decoder layer of the target's shape (GEMMs at m = seqs, generation attention), the fusion of three target
+        hidden states (m = seqs, n = hidden, k = 3 x hidden) and the LM head over the draft vocabulary; no
+        all-reduce (the head runs unsharded here) and no host work."""
+        if seqs <= 0:
+            return 0.0
+        m, h, d = self.model, self.model.hidden_size, self.model.head_dim
+        layer = (self.ops.gemm_s(seqs, (self.heads + 2 * self.kv_heads) * d, h)
+                 + self.ops.gemm_s(seqs, h, self.heads * d)
+                 + self.ops.gemm_s(seqs, 2 * m.intermediate_size // self.tp, h)
+                 + self.ops.gemm_s(seqs, h, m.intermediate_size // self.tp)
+                 + self.ops.generation_attention_s(seqs, max(kv_tokens / seqs, 1.0), self.heads, self.kv_heads, d))
+        return layer + self.ops.gemm_s(seqs, h, 3 * h) + self.ops.gemm_s(seqs, draft_vocab, h)
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
         """A plain batch read as all decoding (StepShape.uniform), as the engine's three-number callers ask."""
