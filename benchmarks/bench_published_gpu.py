@@ -9,11 +9,18 @@ that need them are skipped when absent), the roofline profile from the shipped c
 experiments/configs/psd_vs_sd.yaml (assumed i.i.d. acceptance; no Qwen3 traces are public).
 
 The "Speculative Decoding: Performance or Illusion?" figures are batch-B speedups of EAGLE (k = 3, vLLM
-0.10.1.1); draftsim computes them in its SpecDecode-Bench compatibility mode (simulator/reproductions/specbench.py:
-closed batches of B copies, AR vs SD, draftsim's replay rule, `position_convention="engine"`).
+0.10.1.1); draftsim computes them two ways: in serving mode (`--serving`: the engine with continuous batching,
+B closed-loop clients and max_num_seqs B, max(`--per-batch` x B, `--min-requests`) requests drawn from the
+traces with replacement,
+AR vs SD output throughput over the steady-state window, simulator/measure/steady_state.py) and in its SpecDecode-Bench
+compatibility mode (simulator/reproductions/specbench.py: closed batches of B copies, AR vs SD, draftsim's replay rule,
+`position_convention="engine"`). Serving targets: the release's fit, the measured-ops profile of
+calibration/op_profile.py (when aiconfigurator-core is installed) and the roofline with `overlap: op` and its
+fitted `host_s` (docs/accuracy.md).
 
-Run from the repository root: `python -m benchmarks.bench_published_gpu [--requests N] [--json OUT]
-[--markdown]`. Prints the table; asserts nothing. Figures are simulated (not timed).
+Run from the repository root: `python -m benchmarks.bench_published_gpu [--requests N] [--serving]
+[--per-batch N] [--min-requests N] [--seed S] [--json OUT] [--markdown]`. Prints the table; asserts nothing. Figures are simulated
+(not timed).
 """
 from __future__ import annotations
 
@@ -74,6 +81,101 @@ def _roofline_costs(model: str, tp: int):
     from traces.catalog import get_gpu, get_model
 
     return CompatCosts(RooflineProfile(get_model(model), get_gpu("h100-80gb"), tp=tp), resolve_profile(EAGLE_DRAFT_PROFILE))
+
+
+ROOFLINE_OP_HOST_S = 0.000842  # fitted to the release's 8B/H100 fit (benchmarks/bench_measured_ops.py)
+STEP_OVERHEAD_S = 0.00120683946  # the release's fitted per-step overhead (experiments/configs/default.yaml)
+KV_CAPACITY_TOKENS = 430000  # as experiments/configs/default.yaml (8B on one H100); no request set here nears it
+
+
+def _bundle(name: str, folder: Path) -> Path | None:
+    """The reference traces of `name` as a bundle in `folder` (None when the traces are absent)."""
+    from traces.bundle import save_bundle
+    from traces.importers.specbench import import_specbench
+
+    path = REFERENCE / f"combined_{name}.jsonl"
+    if not path.is_file():
+        return None
+    out = folder / name
+    if not out.exists():
+        bundle, _ = import_specbench(path, on_mismatch="shortest")
+        save_bundle(bundle, out)
+    return out
+
+
+def serving_speedup(bundle: Path, batch: int, target: Any, requests: int, seed: int) -> float:
+    """EAGLE-3 k = 3 over AR in serving mode: `batch` closed-loop clients, max_num_seqs `batch`, `requests`
+    requests; output throughput over the steady-state window (simulator/measure/steady_state.py)."""
+    from experiments.run import run_experiment
+
+    cfg = {"name": "published-serving", "seed": seed, "traces": str(bundle),
+           "workload": {"num_requests": requests, "arrival": {"kind": "closed_loop", "clients": batch},
+                        "lengths": {"source": "bundle"}, "sample": {"with_replacement": True}},
+           "server": {"target_profile": target, "step_overhead_s": STEP_OVERHEAD_S, "max_num_seqs": batch,
+                      "max_num_batched_tokens": 8192, "block_size": 16, "kv_capacity_tokens": KV_CAPACITY_TOKENS},
+           "drafters": {"eagle3": {"kind": "whole_proposal", "profile": "eagle3-llama3.1-8b-h100-specbench"}},
+           "runs": [{"name": "AR", "mode": "ar"},
+                    {"name": "eagle3-k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}}],
+           "baseline": "AR"}
+    res = run_experiment(cfg, plots=False)
+    ar, sd = res.summary["AR"], res.summary["eagle3-k3"]
+    for name, s in (("AR", ar), ("SD", sd)):
+        if s.get("overloaded") or not s.get("steady_throughput_tok_s"):
+            raise RuntimeError(f"serving run {name} at batch {batch}: no steady window ({s.get('overloaded')})")
+    return sd["steady_throughput_tok_s"] / ar["steady_throughput_tok_s"]
+
+
+def serving_targets(model: str, tp: int, folder: Path) -> dict[str, Any]:
+    """Target profiles of the serving rows: the release fit (8B only), the measured-ops profile (when
+    aiconfigurator-core is installed) and the roofline with `overlap: op`."""
+    out: dict[str, Any] = {}
+    if model == "llama3.1-8b":
+        out["release fits"] = "llama3.1-8b-h100-specbench"
+    try:
+        from calibration.op_profile import build_profile
+        from simulator.costs.latency import save_profile
+
+        path = folder / f"{model}-tp{tp}-ops.yaml"
+        if not path.exists():
+            save_profile(build_profile(model, "h100-80gb", tp=tp, version="0.24.0"), path)
+        out["measured-ops profile"] = str(path)
+    except ModuleNotFoundError:
+        print("measured-ops serving variant skipped: aiconfigurator-core is not installed")
+    out["roofline op"] = {"kind": "roofline", "model": model, "gpu": "h100-80gb", "tp": tp, "overlap": "op",
+                          "host_s": ROOFLINE_OP_HOST_S}
+    return out
+
+
+def serving_rows(rows: list[Row], per_batch: int, min_requests: int, seed: int) -> None:
+    """Add the serving-mode predictions to the paper's rows (keys prefixed 'serving, ')."""
+    import tempfile
+
+    done: dict[str, float] = {}  # the 70B batch-1 runs serve two rows: simulated once
+
+    def speedup(bundle: Path, batch: int, target: Any) -> float:
+        key = json.dumps([str(bundle), batch, target], sort_keys=True)
+        if key not in done:
+            done[key] = serving_speedup(bundle, batch, target, max(per_batch * batch, min_requests), seed)
+        return done[key]
+
+    with tempfile.TemporaryDirectory(prefix="published-gpu-") as tmp:
+        folder = Path(tmp)
+        bundles = {n: b for n in ("gsm8k", "instructcoder") if (b := _bundle(n, folder)) is not None}
+        t8, t70 = serving_targets("llama3.1-8b", 1, folder), serving_targets("llama3.3-70b", 4, folder)
+        for r in rows:
+            if r.claim.startswith("EAGLE speedup at batch 128"):
+                for label, t in t8.items():
+                    r.predicted[f"serving, gsm8k, {label}"] = speedup(bundles["gsm8k"], 128, t)
+            elif r.claim.startswith("EAGLE speedup at batch 1,"):
+                for name, b in bundles.items():
+                    for label, t in t70.items():
+                        r.predicted[f"serving, {name}, {label}"] = speedup(b, 1, t)
+            elif r.claim.startswith("EAGLE speedup change"):
+                targets = t8 if "8B" in r.claim else t70
+                for name, b in bundles.items():
+                    for label, t in targets.items():
+                        s1, s32 = speedup(b, 1, t), speedup(b, 32, t)
+                        r.predicted[f"serving, {name}, {label}"] = 100.0 * (s32 / s1 - 1.0)
 
 
 def paper_rows(requests: int) -> list[Row]:
@@ -186,9 +288,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--psd-results", default=None, help="a finished `draftsim sweep psd_vs_sd --out DIR` (MineDraft rows)")
     ap.add_argument("--markdown", action="store_true", help="print the README table")
+    ap.add_argument("--serving", action="store_true", help="add the serving-mode figures of the paper's rows")
+    ap.add_argument("--per-batch", type=int, default=30, help="serving: requests per row = this x batch size")
+    ap.add_argument("--min-requests", type=int, default=1500, help="serving: at least this many requests per run "
+                    "(small batches need many for a stable steady window)")
+    ap.add_argument("--seed", type=int, default=0, help="serving: the runs' seed")
     args = ap.parse_args(argv)
     print(f"load 1-min {os.getloadavg()[0]:.2f} (figures are simulated, not timed)")
-    rows = paper_rows(args.requests) + minedraft_rows(args.psd_results)
+    paper = paper_rows(args.requests)
+    if args.serving and paper:
+        serving_rows(paper, args.per_batch, args.min_requests, args.seed)
+    rows = paper + minedraft_rows(args.psd_results)
     print(table(rows, args.markdown))
     if args.json:
         doc: list[dict[str, Any]] = [{**asdict(r), "error": r.errors(),

@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from experiments.config import check_slo_seconds
 from simulator.cluster.config import RouterSpec
+from simulator.costs.roofline import OVERLAPS
 from simulator.server_config import PSDConfig
 from traces.config_base import StrictModel as _Strict
 from traces.config_base import ConfigError
@@ -31,7 +32,7 @@ from traces.limits import MAX_NUM_REQUESTS, MAX_PLAN_CANDIDATES, MAX_REPLICAS
 
 MAX_RATE = 1e9  # req/s: far above any deployment; a typo fails here, not as an overflow in a search
 ROOFLINE_KNOBS = {"mfu": (0.0, 1.0, False), "bandwidth_util": (0.0, 1.0, False),  # (low, high, low allowed)
-                  "allreduce_latency_s": (0.0, 1.0, True), "floor_s": (0.0, 10.0, True)}
+                  "allreduce_latency_s": (0.0, 1.0, True), "floor_s": (0.0, 10.0, True), "host_s": (0.0, 1.0, True)}
 
 
 class Traffic(_Strict):
@@ -178,8 +179,8 @@ class Candidates(_Strict):
     scheduler: dict[str, list[Any]] = Field(default_factory=dict, description="server key -> values (a grid)")
     profiles: dict[str, dict[int, str]] = Field(default_factory=dict, description="measured target profiles: "
                                                 "gpu -> {tp: profile}; every other (gpu, tp) is priced by roofline")
-    roofline: dict[str, float] = Field(default_factory=dict, description="roofline knobs: mfu, bandwidth_util, "
-                                                                         "allreduce_latency_s, floor_s")
+    roofline: dict[str, float | str] = Field(default_factory=dict, description="roofline knobs: mfu, bandwidth_util, "
+                                             "allreduce_latency_s, floor_s, host_s, overlap (step or op)")
     deployment: dict[str, Any] = Field(default_factory=dict, description="placement knobs: gpu_memory_utilization, "
                                                                          "reserve_gib, max_model_len, ...")
 
@@ -198,7 +199,7 @@ class Candidates(_Strict):
                                  "scheduler setting")
             if not values:
                 raise ValueError(f"candidates.scheduler.{key}: expected a non-empty list of values")
-        unknown = set(self.roofline) - {"mfu", "bandwidth_util", "allreduce_latency_s", "floor_s"}
+        unknown = set(self.roofline) - set(ROOFLINE_KNOBS) - {"overlap"}
         if unknown:
             raise ValueError(f"candidates.roofline: unknown key(s) {sorted(unknown)}")
         fixed = {"target", "gpu", "num_gpus", "tp", "drafter", "drafter_placement", "drafter_gpus"}
@@ -207,8 +208,12 @@ class Candidates(_Strict):
         self._check_size()
         self._check_catalog()
         for knob, value in self.roofline.items():
+            if knob == "overlap":
+                if value not in OVERLAPS:
+                    raise ValueError(f"candidates.roofline.overlap: expected one of {OVERLAPS}, got {value!r}")
+                continue
             low, high, low_ok = ROOFLINE_KNOBS[knob]
-            if not (low <= value if low_ok else low < value) or value > high:
+            if isinstance(value, str) or not (low <= value if low_ok else low < value) or value > high:
                 raise ValueError(f"candidates.roofline.{knob}: expected a number in {'[' if low_ok else '('}{low:g}, "
                                  f"{high:g}], got {value!r}")
         return self

@@ -15,6 +15,11 @@ Assumptions (all per forward step of one batch on one tensor-parallel group):
   fixed latency per all-reduce), and never less than `floor_s`.
 - Defaults (stated, not fitted): mfu 0.6, bandwidth_util 0.8, all-reduce latency 8 us, floor 0.
   Scheduling / sampling overhead per step is a server setting (`step_overhead_s`), not part of this.
+- `overlap: op` (default `step`): the GEMMs and attention are separate kernels, each bound by its own roofline,
+  so the step costs max(GEMM FLOPs, weight read) + max(attention FLOPs, KV read) instead of one max over the
+  whole step (under which a verify step's extra query tokens hide under the weight and KV read, nearly free);
+  `host_s` adds fixed seconds per step (host work inside the step). Fitted to the measured Llama-3.1-8B / H100
+  fit: docs/accuracy.md.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from traces.catalog import GpuSpec, ModelSpec, get_gpu, get_model
 DEFAULT_MFU = 0.6
 DEFAULT_BANDWIDTH_UTIL = 0.8
 DEFAULT_ALLREDUCE_LATENCY_S = 8e-6
+OVERLAPS = ("step", "op")
 
 
 @dataclass
@@ -41,6 +47,8 @@ class RooflineProfile:
     bandwidth_util: float = DEFAULT_BANDWIDTH_UTIL
     allreduce_latency_s: float = DEFAULT_ALLREDUCE_LATENCY_S
     floor_s: float = 0.0
+    overlap: str = "step"
+    host_s: float = 0.0
     name: str = ""
     kind: str = "roofline"
     provenance: Provenance = field(default_factory=lambda: Provenance("roofline"))
@@ -48,8 +56,10 @@ class RooflineProfile:
     def __post_init__(self) -> None:
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or not 1 <= self.tp <= 4096:
             raise ValueError(f"roofline profile: tp must be an integer in [1, 4096], got {self.tp!r}")
+        if self.overlap not in OVERLAPS:
+            raise ValueError(f"roofline profile: overlap must be one of {OVERLAPS}, got {self.overlap!r}")
         for key, lo, hi in (("mfu", 0, 1), ("bandwidth_util", 0, 1), ("allreduce_latency_s", 0, 60),
-                            ("floor_s", 0, 3600)):
+                            ("floor_s", 0, 3600), ("host_s", 0, 60)):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi \
                     or (key in ("mfu", "bandwidth_util") and v == 0):
@@ -64,7 +74,8 @@ class RooflineProfile:
             self.name = f"roofline-{self.model.name}-{self.gpu.name}-tp{self.tp}"
         self.provenance = Provenance("roofline", device=f"{self.tp}x {self.gpu.name}", dtype=self.model.dtype,
                                      notes=f"mfu={self.mfu}, bandwidth_util={self.bandwidth_util}, "
-                                           f"allreduce_latency_s={self.allreduce_latency_s}, floor_s={self.floor_s}")
+                                           f"allreduce_latency_s={self.allreduce_latency_s}, floor_s={self.floor_s}, "
+                                           f"overlap={self.overlap}, host_s={self.host_s}")
         m = self.model
         kv_heads_per_gpu = -(-m.num_kv_heads // self.tp)  # ceil: replicated when kv heads < tp
         self._kv_bytes_per_token_gpu = 2 * m.num_layers * kv_heads_per_gpu * m.head_dim * m.dtype_bytes
@@ -100,6 +111,15 @@ class RooflineProfile:
         per_gpu = self.weight_bytes_read(batched_tokens) / self.tp + kv_tokens * self._kv_bytes_per_token_gpu
         return per_gpu / self._bw
 
+    def per_op_s(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
+        """`overlap: op`: max(GEMM FLOPs, weight read) + max(attention FLOPs, KV read), each its own kernel."""
+        m = self.model
+        gemm = 2.0 * m.matmul_params_per_token * batched_tokens / self._peak
+        attn = m.attention_flops_per_pair() * self.attention_pairs(num_seqs, batched_tokens, kv_tokens) / self._peak
+        weights = self.weight_bytes_read(batched_tokens) / self.tp / self._bw
+        kv = kv_tokens * self._kv_bytes_per_token_gpu / self._bw
+        return max(gemm, weights) + max(attn, kv)
+
     def allreduce_s(self, batched_tokens: int) -> float:
         if self.tp == 1:
             return 0.0
@@ -111,15 +131,21 @@ class RooflineProfile:
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
         if batched_tokens <= 0:
             return 0.0
-        t = max(self.compute_s(num_seqs, batched_tokens, kv_tokens), self.memory_s(num_seqs, batched_tokens, kv_tokens))
-        return max(t + self.allreduce_s(batched_tokens), self.floor_s)
+        if self.overlap == "step":
+            t = max(self.compute_s(num_seqs, batched_tokens, kv_tokens),
+                    self.memory_s(num_seqs, batched_tokens, kv_tokens))
+        else:
+            t = self.per_op_s(num_seqs, batched_tokens, kv_tokens)
+        return max(t + self.allreduce_s(batched_tokens) + self.host_s, self.floor_s)
 
 
 def roofline_from_config(doc: dict[str, Any], where: str = "roofline profile") -> RooflineProfile:
-    """Build from `{model, gpu, tp?, mfu?, bandwidth_util?, allreduce_latency_s?, floor_s?}`; errors name the key."""
+    """Build from `{model, gpu, tp?, mfu?, bandwidth_util?, allreduce_latency_s?, floor_s?, overlap?, host_s?}`;
+    errors name the key."""
     if not isinstance(doc, dict):
         raise ValueError(f"{where}: expected a mapping, got {doc!r}")
-    allowed = {"kind", "model", "gpu", "tp", "mfu", "bandwidth_util", "allreduce_latency_s", "floor_s", "name"}
+    allowed = {"kind", "model", "gpu", "tp", "mfu", "bandwidth_util", "allreduce_latency_s", "floor_s", "overlap",
+               "host_s", "name"}
     unknown = sorted(set(doc) - allowed)
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(allowed)}")
@@ -133,7 +159,8 @@ def roofline_from_config(doc: dict[str, Any], where: str = "roofline profile") -
         model, gpu = get_model(doc["model"]), get_gpu(doc["gpu"])
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from e
-    kwargs = {k: doc[k] for k in ("tp", "mfu", "bandwidth_util", "allreduce_latency_s", "floor_s", "name") if k in doc}
+    kwargs = {k: doc[k] for k in ("tp", "mfu", "bandwidth_util", "allreduce_latency_s", "floor_s", "overlap", "host_s",
+                                  "name") if k in doc}
     try:
         return RooflineProfile(model=model, gpu=gpu, **kwargs)
     except (TypeError, ValueError) as e:

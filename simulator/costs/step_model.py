@@ -125,8 +125,11 @@ def _design(shapes: list[StepShape], terms: tuple[str, ...]) -> np.ndarray:
 
 
 def fit_structured(name: str, measurements: list[Measurement], form: Literal["linear", "roofline"] = "linear", *,
-                   model: str = "", provenance: Provenance | None = None) -> StructuredProfile:
-    """Least squares on absolute error, non-negative coefficients; `roofline` starts from the linear fit."""
+                   model: str = "", provenance: Provenance | None = None,
+                   weighting: Literal["absolute", "relative"] = "absolute") -> StructuredProfile:
+    """Least squares, non-negative coefficients; `roofline` starts from the linear fit. `absolute` error keeps
+    noisy measured step totals unbiased; `relative` makes a 6 ms decode step count as much as a 90 ms prefill
+    (for noiseless step prices, e.g. calibration/op_profile.py's grid)."""
     from scipy.optimize import least_squares, nnls
 
     if len(measurements) < 2:
@@ -134,9 +137,12 @@ def fit_structured(name: str, measurements: list[Measurement], form: Literal["li
     if form not in FORMS:
         raise ValueError(f"form: expected one of {FORMS}, got {form!r}")
     shapes = [shape_of(m, f"{name}: measurement {i}") for i, m in enumerate(measurements)]
+    if weighting not in ("absolute", "relative"):
+        raise ValueError(f"weighting: expected 'absolute' or 'relative', got {weighting!r}")
     y = np.array([m.seconds for m in measurements], dtype=float)
+    w = 1.0 / np.maximum(y, 1e-12) if weighting == "relative" else np.ones_like(y)
     X = _design(shapes, LINEAR_TERMS)
-    lin, _ = nnls(X, y)
+    lin, _ = nnls(X * w[:, None], y * w)
     coef = dict(zip(LINEAR_TERMS, lin.tolist()))
     if form == "roofline":
         feats = [s.features() for s in shapes]
@@ -145,7 +151,7 @@ def fit_structured(name: str, measurements: list[Measurement], form: Literal["li
 
         def resid(x: np.ndarray) -> np.ndarray:
             c = dict(zip(terms, (x / scale).tolist()))
-            return np.array([_time(c, "roofline", f) for f in feats]) - y
+            return (np.array([_time(c, "roofline", f) for f in feats]) - y) * w
 
         # two starts: the linear fit (compute never binding) and one where compute binds at the larger steps
         flops = np.array([f["flop_tokens"] for f in feats])
@@ -161,7 +167,7 @@ def fit_structured(name: str, measurements: list[Measurement], form: Literal["li
     coef = {t: float(min(max(v, 0.0), MAX_COEFFICIENT_S)) for t, v in coef.items()}
     prof = StructuredProfile(name, coef, form, model=model, provenance=provenance or Provenance("measured"),
                              measurements=list(measurements))
-    prof.fit = {"method": f"structured {form}, least squares on absolute error, non-negative",
+    prof.fit = {"method": f"structured {form}, least squares on {weighting} error, non-negative",
                 "mape_percent": phase_mape(prof, measurements)["all"], "steps": len(measurements)}
     return prof
 

@@ -77,11 +77,11 @@ N_DCOEF = 2
 # 2.0 x matmul params per token, attention FLOPs per pair, _peak, _kv_bytes_per_token_gpu, _bw, tp, 2 (tp - 1) / tp,
 # hidden size, dtype bytes, the link's one-way bytes/s, all-reduce latency, all-reduces per step (2 x layers),
 # floor_s, and the length of its row of `wtab` (weight_bytes_read(n) / tp for n = 0..len-1, the last also for
-# every larger n)
+# every larger n), 1.0 for `overlap: op` (0.0: step), host_s
 PK_LINEAR, PK_ROOFLINE = 0, 1
 PR_KIND, PR_A, PR_B, PR_S, PR_D, PR_FLOPS_TOKEN, PR_FLOPS_PAIR, PR_PEAK, PR_KV_BYTES, PR_BW, PR_TP, PR_AR_SHARE, \
-    PR_HIDDEN, PR_DTYPE_BYTES, PR_LINK, PR_AR_LATENCY, PR_AR_COUNT, PR_FLOOR, PR_WLEN = range(19)
-N_PROF = 19
+    PR_HIDDEN, PR_DTYPE_BYTES, PR_LINK, PR_AR_LATENCY, PR_AR_COUNT, PR_FLOOR, PR_WLEN, PR_OVERLAP_OP, PR_HOST = range(21)
+N_PROF = 21
 # istate
 S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
     range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
@@ -188,8 +188,8 @@ _linear = njit(cache=True)(linear_step_time)  # latency.LinearProfile.step_time'
 @njit(cache=True)
 def _roofline(pr, wt, num_seqs, batched_tokens, kv_tokens):
     """roofline.RooflineProfile.step_time with its operations in its order (`pr`: the profile's prof row, `wt` its
-    weight bytes per GPU by batched tokens): max(compute_s, memory_s) + allreduce_s, at least floor_s. Python's
-    max(x, y) is x unless y > x."""
+    weight bytes per GPU by batched tokens): max(compute_s, memory_s) (`overlap: op`: per_op_s) + allreduce_s +
+    host_s, at least floor_s. Python's max(x, y) is x unless y > x."""
     if batched_tokens <= 0:
         return 0.0
     s = max(num_seqs, 1)  # attention_pairs
@@ -198,16 +198,23 @@ def _roofline(pr, wt, num_seqs, batched_tokens, kv_tokens):
     if q > c:
         c = q
     pairs = s * (q * c - q * (q - 1) / 2.0)
-    compute = (pr[PR_FLOPS_TOKEN] * batched_tokens + pr[PR_FLOPS_PAIR] * pairs) / pr[PR_PEAK]  # compute_s
-    w = min(batched_tokens, np.int64(pr[PR_WLEN]) - 1)  # memory_s: weight_bytes_read(batched_tokens) / tp + KV
-    memory = (wt[w] + kv_tokens * pr[PR_KV_BYTES]) / pr[PR_BW]
-    t = memory if memory > compute else compute
+    w = min(batched_tokens, np.int64(pr[PR_WLEN]) - 1)  # weight_bytes_read(batched_tokens) / tp
+    if pr[PR_OVERLAP_OP] == 0.0:
+        compute = (pr[PR_FLOPS_TOKEN] * batched_tokens + pr[PR_FLOPS_PAIR] * pairs) / pr[PR_PEAK]  # compute_s
+        memory = (wt[w] + kv_tokens * pr[PR_KV_BYTES]) / pr[PR_BW]  # memory_s
+        t = memory if memory > compute else compute
+    else:  # per_op_s
+        gemm = pr[PR_FLOPS_TOKEN] * batched_tokens / pr[PR_PEAK]
+        attn = pr[PR_FLOPS_PAIR] * pairs / pr[PR_PEAK]
+        weights = wt[w] / pr[PR_BW]
+        kv = kv_tokens * pr[PR_KV_BYTES] / pr[PR_BW]
+        t = (weights if weights > gemm else gemm) + (kv if kv > attn else attn)
     allreduce = 0.0
     if pr[PR_TP] != 1.0:  # allreduce_s
         nbytes = np.float64(batched_tokens * np.int64(pr[PR_HIDDEN])) * pr[PR_DTYPE_BYTES]
         one = pr[PR_AR_SHARE] * nbytes / pr[PR_LINK] + pr[PR_AR_LATENCY]
         allreduce = pr[PR_AR_COUNT] * one
-    t = t + allreduce
+    t = t + allreduce + pr[PR_HOST]
     return pr[PR_FLOOR] if pr[PR_FLOOR] > t else t
 
 

@@ -206,6 +206,7 @@ def profile_row(profile) -> tuple[np.ndarray, np.ndarray]:
     row[ker.PR_HIDDEN], row[ker.PR_DTYPE_BYTES] = m.hidden_size, m.dtype_bytes
     row[ker.PR_LINK], row[ker.PR_AR_LATENCY] = profile.gpu.link_one_way_bytes_s, profile.allreduce_latency_s
     row[ker.PR_AR_COUNT], row[ker.PR_FLOOR], row[ker.PR_WLEN] = 2 * m.num_layers, profile.floor_s, len(w)
+    row[ker.PR_OVERLAP_OP], row[ker.PR_HOST] = float(profile.overlap == "op"), profile.host_s
     return row, w
 
 

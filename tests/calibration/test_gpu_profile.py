@@ -41,6 +41,31 @@ def test_tiny_models_profile_on_cpu(tmp_path):
     assert load_profile(tmp_path / "qwen3-0.6b-cpu-hf-float32-table.yaml").kind == "table"
 
 
+def test_verify_width_surface_prefills_and_drafters_on_cpu(tmp_path):
+    from simulator.costs.step_model import shape_of
+
+    sweep = SweepConfig(batch_sizes=[1, 2], query_tokens=[1, 3], context_lens=[8, 16], warmup=1, repeats=2)
+    rows = profile_models([_tiny("llama3.2-1b")], device="cpu", dtype="float32", sweep=sweep, out_dir=tmp_path,
+                          progress=False, prefill_lens=[8, 24], drafter_specs=[_tiny("qwen3-0.6b")])
+    assert [r["profile"] for r in rows] == ["llama3.2-1b-cpu-hf-float32", "qwen3-0.6b-cpu-hf-float32-drafter"]
+    s = load_profile(tmp_path / "llama3.2-1b-cpu-hf-float32-structured.yaml")
+    shapes = [shape_of(m) for m in s.measurements]
+    assert sorted({x.phase for x in shapes}) == ["decode", "prefill", "verify"] and len(shapes) == 8 + 2
+    # a batch-2 verify of 2 drafts each over 16 cached tokens; a lone 24-token prompt
+    assert any((x.decode_seqs, x.draft_tokens, x.decode_kv) == (2, 4, 32) for x in shapes)
+    assert any((x.prefill_seqs, x.prefill_tokens, x.prefill_attn) == (1, 24, 576) for x in shapes)
+    assert "grid: batch [1, 2] x query tokens [1, 3] x context [8, 16]; lone prompts of [8, 24]" in s.provenance.notes
+    assert s.provenance.versions["torch"] and rows[0]["structured"]["form"] in ("linear", "roofline")
+    d = load_profile(tmp_path / "qwen3-0.6b-cpu-hf-float32-drafter.yaml")
+    assert {m.extra["query_tokens"] for m in d.measurements} == {1} and len(d.measurements) == 4
+    assert not (tmp_path / "qwen3-0.6b-cpu-hf-float32-drafter-structured.yaml").exists()
+    before = (tmp_path / "llama3.2-1b-cpu-hf-float32.yaml").read_bytes()
+    with pytest.raises(FileExistsError, match="llama3.2-1b-cpu-hf-float32.yaml"):
+        profile_models([_tiny("llama3.2-1b")], device="cpu", dtype="float32", sweep=sweep, out_dir=tmp_path,
+                       progress=False)
+    assert (tmp_path / "llama3.2-1b-cpu-hf-float32.yaml").read_bytes() == before
+
+
 def test_main_refuses_without_cuda(capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")

@@ -277,10 +277,26 @@ def test_ray_gives_the_same_plan_json_and_sweep_json(tmp_path):
                                                        "policy": {"name": "fixed", "drafter": "ngram", "k": 1}}]}},
      "PSD drafts on a dedicated GPU"),
     ({"candidates": {**SPACE["candidates"], "scheduler": {"kv_capacity_tokens": [1]}}}, "set by the candidate"),
+    ({"candidates": {**SPACE["candidates"], "roofline": {"overlap": "kernel"}}},
+     r"candidates.roofline.overlap: expected one of \('step', 'op'\)"),
+    ({"candidates": {**SPACE["candidates"], "roofline": {"host_s": "0.001"}}},
+     r"candidates.roofline.host_s: expected a number in \[0, 1\], got '0.001'"),
 ])
 def test_bad_plan_configs_name_the_key(change, message):
     with pytest.raises(ConfigError, match=message):
         load_plan_config({**SPACE, **change})
+
+
+def test_roofline_overlap_and_host_reach_the_candidates_profile():
+    from experiments.plan.planner import _target_profile
+    from simulator.costs.roofline import profile_from_ref
+
+    plan = load_plan_config({**SPACE, "candidates": {**SPACE["candidates"],
+                                                     "roofline": {"overlap": "op", "host_s": 8e-4}}})
+    gpu = next(g for g in plan.candidates.gpus if not plan.candidates.profiles.get(g))
+    doc, _ = _target_profile(plan, gpu, 1)
+    prof = profile_from_ref(doc)
+    assert (prof.overlap, prof.host_s) == ("op", 8e-4)
 
 
 def test_errors_found_before_any_simulation(tmp_path):

@@ -123,3 +123,34 @@ def test_roofline_drafter_profile_prices_the_draft_model_on_its_own_gpu():
         draft_cost_from_config({"kind": "autoregressive", "profile": {"kind": "roofline", "model": "llama3.2-1b"}})
     with pytest.raises(ValueError, match=r"drafter cost.profile, field 'coefficients'"):  # inline linear: checked too
         draft_cost_from_config({"kind": "autoregressive", "profile": {"kind": "linear"}})
+
+
+def test_per_op_overlap_by_hand():
+    r = _r(overlap="op", host_s=1e-3)
+    m, g = get_model("llama3.1-8b"), get_gpu("h100-80gb")
+    peak, bw = g.flops * 0.6, g.bandwidth_bytes_s * 0.8
+    s, q, c = 128, 4, 1100  # a k = 3 verify of 128 sequences with 1,100 tokens of context each
+    pairs = s * (q * c - q * (q - 1) / 2)
+    gemm, weights = 2 * m.matmul_params_per_token * s * q / peak, (m.weight_bytes - m.embedding_params * 2) / bw
+    attn, kv = 4 * 32 * 32 * 128 * pairs / peak, s * c * (2 * 32 * 8 * 128 * 2) / bw
+    assert r.step_time(s, s * q, s * c) == pytest.approx(max(gemm, weights) + max(attn, kv) + 1e-3)
+    assert r.provenance.notes.endswith("overlap=op, host_s=0.001")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 256), st.integers(1, 4096), st.integers(0, 8192))
+def test_per_op_overlap_lies_between_one_max_and_the_sum(seqs, q, context):
+    step, op = _r(), _r(overlap="op")
+    shape = (seqs, seqs * q, seqs * (context + q))
+    both = step.compute_s(*shape) + step.memory_s(*shape)
+    assert step.step_time(*shape) <= op.step_time(*shape) * (1 + 1e-12)
+    assert op.step_time(*shape) <= both * (1 + 1e-12)
+
+
+def test_overlap_and_host_config_keys():
+    r = roofline_from_config({"model": "llama3.1-8b", "gpu": "h100-80gb", "overlap": "op", "host_s": 8e-4})
+    assert (r.overlap, r.host_s) == ("op", 8e-4)
+    with pytest.raises(ValueError, match=r"overlap must be one of \('step', 'op'\)"):
+        roofline_from_config({"model": "llama3.1-8b", "gpu": "h100-80gb", "overlap": "kernel"})
+    with pytest.raises(ValueError, match="host_s must be a number in"):
+        roofline_from_config({"model": "llama3.1-8b", "gpu": "h100-80gb", "host_s": -1})

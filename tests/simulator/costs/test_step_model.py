@@ -63,6 +63,18 @@ def test_absolute_fit_is_unbiased_in_total_under_noise():
     assert sum(fit.shape_time(s) for s in shapes) == pytest.approx(sum(y), rel=1e-9)
 
 
+@pytest.mark.parametrize("form", ["linear", "roofline"])
+def test_relative_weighting_by_hand(form):
+    # one step shape measured at 1 s and 3 s: absolute least squares predicts their mean, 2 s; relative least
+    # squares minimises (c - 1)^2 + (c / 3 - 1)^2, so c (1 + 1/9) = 1 + 1/3: c = 1.2 s
+    s = StepShape(decode_seqs=4, draft_tokens=0, decode_kv=400)
+    ms = measured([s, s], [1.0, 3.0])
+    assert fit_structured("a", ms, form).shape_time(s) == pytest.approx(2.0, rel=1e-4)
+    assert fit_structured("r", ms, form, weighting="relative").shape_time(s) == pytest.approx(1.2, rel=1e-4)
+    with pytest.raises(ValueError, match="weighting"):
+        fit_structured("x", ms, form, weighting="squared")
+
+
 def test_roofline_form_is_chosen_when_steps_are_compute_bound_past_a_knee():
     rng = np.random.default_rng(7)
     shapes = random_shapes(300, rng)

@@ -66,17 +66,19 @@ ROOFLINE_DRAFTERS = ("qwen3-0.6b", "smollm2-135m", "llama3.2-1b")
 GPUS = ("h100-80gb", "h200-141gb", "a100-80gb", "l40s")
 
 
-def roofline(model: str, gpu: str, tp: int, mfu: float, bw: float, floor_s: float) -> RooflineProfile:
+def roofline(model: str, gpu: str, tp: int, mfu: float, bw: float, floor_s: float, overlap: str = "step",
+             host_s: float = 0.0) -> RooflineProfile:
     """A roofline profile; a TP degree that does not divide the model's heads falls back to 1."""
     m = get_model(model)
     return RooflineProfile(m, get_gpu(gpu), tp=tp if m.tp_problem(tp) is None else 1, mfu=mfu, bandwidth_util=bw,
-                           floor_s=floor_s)
+                           floor_s=floor_s, overlap=overlap, host_s=host_s)
 
 
-# (kind, model, gpu, tp, mfu, bandwidth_util, floor_s): None a linear profile
+# (kind, model, gpu, tp, mfu, bandwidth_util, floor_s, overlap, host_s): None a linear profile
 rooflines = st.one_of(st.none(), st.tuples(
     st.sampled_from(["target", "target", "drafter", "both"]), st.integers(0, 4), st.sampled_from(GPUS),
-    st.sampled_from([1, 2, 4]), st.floats(0.05, 1.0), st.floats(0.05, 1.0), st.sampled_from([0.0, 0.0, 2e-3, 6e-3])))
+    st.sampled_from([1, 2, 4]), st.floats(0.05, 1.0), st.floats(0.05, 1.0), st.sampled_from([0.0, 0.0, 2e-3, 6e-3]),
+    st.sampled_from(["step", "op"]), st.sampled_from([0.0, 0.0, 5e-4])))
 
 
 def with_roofline(kw: dict, drawn, cost: str) -> dict:
@@ -84,12 +86,12 @@ def with_roofline(kw: dict, drawn, cost: str) -> dict:
     whole_proposal cost of its own where the drawn kind has none)."""
     if drawn is None:
         return kw
-    kind, model, gpu, tp, mfu, bw, floor_s = drawn
+    kind, model, gpu, tp, mfu, bw, floor_s, overlap, host_s = drawn
     kw = dict(kw)
     if kind in ("target", "both"):
-        kw["target"] = roofline(ROOFLINE_TARGETS[model], gpu, tp, mfu, bw, floor_s)
+        kw["target"] = roofline(ROOFLINE_TARGETS[model], gpu, tp, mfu, bw, floor_s, overlap, host_s)
     if kind in ("drafter", "both"):
-        prof = roofline(ROOFLINE_DRAFTERS[model % 3], gpu, 1, mfu, bw, floor_s / 10)
+        prof = roofline(ROOFLINE_DRAFTERS[model % 3], gpu, 1, mfu, bw, floor_s / 10, overlap, host_s / 10)
         base = COSTS[cost]
         kw["cost"] = DraftCost(base.kind if base.profile is not None else "whole_proposal", profile=prof)
     return kw
@@ -194,14 +196,16 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
 @given(model=st.sampled_from(ROOFLINE_TARGETS + ROOFLINE_DRAFTERS), gpu=st.sampled_from(GPUS),
        tp=st.sampled_from([1, 2, 4]), mfu=st.floats(0.01, 1.0), bw=st.floats(0.01, 1.0),
        floor_s=st.sampled_from([0.0, 1e-3, 1e-2]), latency=st.floats(0.0, 1e-4), num_seqs=st.integers(0, 512),
-       batched_tokens=st.integers(-1, 20_000), kv_tokens=st.integers(0, 2_000_000))
+       batched_tokens=st.integers(-1, 20_000), kv_tokens=st.integers(0, 2_000_000),
+       overlap=st.sampled_from(["step", "op"]), host_s=st.sampled_from([0.0, 3e-4, 1.7e-3]))
 def test_the_kernels_roofline_is_the_profiles_step_time_bit_for_bit(model, gpu, tp, mfu, bw, floor_s, latency,
-                                                                    num_seqs, batched_tokens, kv_tokens):
+                                                                    num_seqs, batched_tokens, kv_tokens, overlap,
+                                                                    host_s):
     """compiled_kernel._price on a roofline row (compiled_run.profile_row) against RooflineProfile.step_time, over
     batch shapes well past the property runs' (MoE weight reads past where they settle, large KV, every TP)."""
     import simulator.engine.compiled_kernel as ker
 
-    prof = roofline(model, gpu, tp, mfu, bw, floor_s)
+    prof = roofline(model, gpu, tp, mfu, bw, floor_s, overlap, host_s)
     prof.allreduce_latency_s = latency
     row, w = compiled_run.profile_row(prof)
     got = ker._price(row[None, :], w[None, :], 0, num_seqs, batched_tokens, kv_tokens)

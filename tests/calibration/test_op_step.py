@@ -1,0 +1,114 @@
+"""The step price from op tables (calibration/op_step.py): its attention, prompt-chunk and TP-communication rules
+checked against hand-worked values on a fake table that records what it is asked."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from calibration.op_step import OpStepModel, allreduce_step_s, prefill_pair_share
+from simulator.costs.step_model import StepShape
+from traces.catalog import get_gpu, get_model
+
+
+class FakeOps:
+    """Closed-form 'tables': GEMM = m n k ns, attention = batch x len x heads ns, all-reduce = elements ns (+1 us
+    eager); every call recorded."""
+
+    def __init__(self):
+        self.calls = []
+
+    def gemm_s(self, m, n, k):
+        self.calls.append(("gemm", m, n, k))
+        return m * n * k * 1e-9
+
+    def generation_attention_s(self, batch, kv_len, heads, kv_heads, head_dim):
+        self.calls.append(("gen", batch, kv_len, heads, kv_heads, head_dim))
+        return batch * kv_len * heads * 1e-9
+
+    def context_attention_s(self, batch, isl, heads, kv_heads, head_dim):
+        self.calls.append(("ctx", batch, isl, heads, kv_heads, head_dim))
+        return batch * isl * heads * 1e-9
+
+    def allreduce_s(self, elements, gpus, graph=True):
+        self.calls.append(("ar", elements, gpus, graph))
+        return elements * 1e-9 + (0 if graph else 1e-6)
+
+
+def _model(tp=1):
+    ops = FakeOps()
+    return OpStepModel(get_model("llama3.1-8b"), get_gpu("h100-80gb"), ops, tp=tp), ops
+
+
+def test_verify_attention_is_one_kv_pass_with_k_plus_1_times_the_query_heads():
+    step, ops = _model(tp=2)
+    # 4 sequences verifying 3 drafts each over 1,000 context tokens apiece: q = 4 queries per sequence
+    t = step.decode_attention_s(seqs=4, query_tokens=16, kv_tokens=4000)
+    assert ops.calls == [("gen", 4, 1000.0, 4 * 16, 4, 128)]  # 32 heads / tp 2 = 16, x q = 4; 8 KV heads / 2 = 4
+    assert t == pytest.approx(32 * 4 * 1000 * 64 * 1e-9)  # 32 layers
+
+
+def test_prefill_pair_share_by_hand():
+    assert prefill_pair_share(10, 10) == pytest.approx(1.0)
+    assert prefill_pair_share(1, 9) == pytest.approx(9 / 45)  # the last token sees all 9 of 45 pairs
+    assert prefill_pair_share(0, 9) == 0.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=8))
+def test_chunk_shares_of_a_prompt_add_up_to_the_whole(chunks):
+    total, ctx = 0.0, 0
+    for q in chunks:
+        ctx += q
+        total += prefill_pair_share(q, ctx) * ctx * (ctx + 1) / 2
+    assert total == pytest.approx(ctx * (ctx + 1) / 2)
+
+
+def test_prefill_chunk_priced_as_whole_context_times_its_pair_share():
+    step, ops = _model()
+    t = step.prefill_attention_s(chunks=1, tokens=100, context=300)
+    assert ops.calls == [("ctx", 1, 300.0, 32, 8, 128)]
+    assert t == pytest.approx(32 * 300 * 32 * 1e-9 * prefill_pair_share(100, 300))
+
+
+def test_tp_communication_rule():
+    ops = FakeOps()
+    assert allreduce_step_s(ops, 100, 4096, 32, 1) == 0.0 and ops.calls == []
+    assert allreduce_step_s(ops, 100, 4096, 32, 4) == pytest.approx(65 * 100 * 4096 * 1e-9)
+    assert ops.calls == [("ar", 409600, 4, True)]
+    assert allreduce_step_s(ops, 1000, 4096, 32, 4, graph_max_tokens=512) == pytest.approx(
+        65 * (1000 * 4096 * 1e-9 + 1e-6))  # above the CUDA-graph sizes: the eager kernel
+
+
+def test_gemms_of_a_verify_step_by_hand():
+    step, ops = _model(tp=1)
+    shape = StepShape(decode_seqs=2, draft_tokens=6, decode_kv=2000)
+    parts = step.parts(shape)
+    T, h, i, v = 8, 4096, 14336, 128256  # 2 + 6 tokens; every one needs logits (verify)
+    per_layer = T * ((32 + 16) * 128) * h + T * h * (32 * 128) + T * (2 * i) * h + T * h * i
+    assert parts.gemm == pytest.approx((32 * per_layer + T * v * h) * 1e-9)
+    assert parts.allreduce == 0.0 and parts.prefill_attention == 0.0
+    assert step.shape_time(shape) == pytest.approx(sum(parts))
+
+
+def test_logits_once_per_prompt_chunk_and_per_decode_and_draft_token():
+    step, ops = _model()
+    step.parts(StepShape(decode_seqs=3, draft_tokens=0, decode_kv=30, prefill_seqs=2, prefill_tokens=50,
+                         prefill_kv=50, prefill_attn=1250))
+    lm = [c for c in ops.calls if c[0] == "gemm" and c[2] == 128256]
+    assert lm == [("gemm", 5, 128256, 4096)]
+
+
+def test_rejects_moe_and_bad_tp():
+    with pytest.raises(ValueError, match="mixture of experts"):
+        OpStepModel(get_model("qwen3-235b-a22b"), get_gpu("h100-80gb"), FakeOps())
+    with pytest.raises(ValueError, match="tp 3 does not divide"):
+        OpStepModel(get_model("llama3.1-8b"), get_gpu("h100-80gb"), FakeOps(), tp=3)
+
+
+def test_eagle_head_step_by_hand():
+    step, ops = _model(tp=1)
+    t = step.eagle_head_s(seqs=4, kv_tokens=4000, draft_vocab=32000)
+    h, i = 4096, 14336
+    gemms = 4 * (48 * 128) * h + 4 * h * 4096 + 4 * 2 * i * h + 4 * h * i + 4 * h * 3 * h + 4 * 32000 * h
+    assert t == pytest.approx(gemms * 1e-9 + 4 * 1000 * 32 * 1e-9)  # one layer's attention, 32 query heads
+    assert ("gen", 4, 1000.0, 32, 8, 128) in ops.calls and step.eagle_head_s(0, 0) == 0.0
