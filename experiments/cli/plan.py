@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=25, help="rows of the table to print (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print plan.json to stdout")
+    p.add_argument("--explain", action="store_true", help="also print every rule and note (always in plan.json)")
     p.set_defaults(func=main)
 
 
@@ -48,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return 0
-    print_plan(doc, console, limit=args.top)
+    print_plan(doc, console, limit=args.top, explain=args.explain)
     console.print(f"{stats['computed']} simulations, {stats['cached']} from the cache; results: {out} "
                   "(plan.json, curves.png, pareto.png)")
     return 0

@@ -21,8 +21,10 @@ PLAN_COLUMNS: tuple[Column, ...] = (
     Column("interval_req_s", "req/s", 0, header="interval"),
     Column("throughput_tok_s_at_max_rate", "tok/s", 0, header="steady\nthrpt\nat max"),
     Column("usd_per_mtok_at_target_rate", "$/Mtok", 3, header="usd per\nmtok at\ntarget"),
-    Column("sd_vs_ar_crossover_req_s", "req/s", 2, header="sd=ar\nat"),
+    Column("sd_vs_ar_crossover_req_s", "req/s", 2, header="SD\nfaster\nthan AR\nup to"),
 )
+RULE_KEYS = ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
+             "service_probe", "early_stop", "scope", "search", "comparison", "draft_transfer", "deploy")
 
 
 def _interval_cell(c: dict[str, Any]) -> str:
@@ -48,7 +50,9 @@ def plan_rows(doc: dict[str, Any], limit: int | None = None) -> list[dict[str, A
     rows = []
     for i, c in enumerate(doc["candidates"] if limit is None else doc["candidates"][:limit], 1):
         rate = c.get("max_rate_req_s")
+        deploy = c.get("deploy") or {}
         rows.append({**c, "#": str(i), "candidate": c["id"] + ("" if c["target_costs"].startswith("measured") else " *"),
+                     "vLLM": "yes" if deploy.get("deployable") else "research",
                      "max_rate_req_s": f"{rate:,.2f}+" if rate is not None and c.get("at_search_ceiling") else rate,
                      "interval_req_s": _interval_cell(c), "sd_vs_ar_crossover_req_s": _crossover_cell(c),
                      "status": _status(c)})
@@ -58,47 +62,70 @@ def plan_rows(doc: dict[str, Any], limit: int | None = None) -> list[dict[str, A
 def plan_table(doc: dict[str, Any], limit: int | None = None):
     """The ranked candidates as one table of the project's convention (experiments/tables.py)."""
     q = doc["question"]
-    return build_table(plan_rows(doc, limit), PLAN_COLUMNS, labels=("#", "candidate", "status"),
+    return build_table(plan_rows(doc, limit), PLAN_COLUMNS, labels=("#", "candidate", "vLLM", "status"),
                        wrap_labels=("status",),
                        title=f"plan {doc['name']}: {q['target']} at {q['target_rate_req_s']:g} req/s "
                              f"({len(doc['candidates'])} candidates)",
-                       caption="*: target step times from the roofline model (no measured profile); max rate '+': "
-                               "sustains its search ceiling; interval 'open': no tested rate was a "
-                               "decided fail; sd=ar at: the rate where this mode's mean E2E reaches AR's on the "
-                               "same GPUs ('>x': faster up to x, the top of both stable ranges); steady throughput "
-                               "and $/Mtok over the steady-state window (rule (window) below); $/Mtok at the max rate and every "
-                               "tested rate: plan.json.")
+                       caption="*: target step times from the roofline model (no measured profile). vLLM: yes = "
+                               "the deploy line runs what was simulated; research = vLLM cannot run it. max rate "
+                               "'+': sustains its search ceiling; interval 'open': no tested rate was a decided fail. "
+                               "SD faster than AR up to: the arrival rate where this mode's mean E2E latency reaches "
+                               "AR's on the same GPUs ('>x': faster at every rate both sustain, up to x; 'never': "
+                               "slower already at the lowest). Throughput and $/Mtok over the steady-state window; "
+                               "the rules: --explain or plan.json.")
 
 
-def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
-    """The ranked table, then the answer, the deployment, the rule and the notes."""
+def does_not_fit_line(doc: dict[str, Any]) -> str | None:
+    """One summary line for every candidate that does not fit (each reason is in plan.json)."""
+    bad = [c for c in doc["candidates"] if c["status"] == "does_not_fit"]
+    if not bad:
+        return None
+    where = sorted({f"{c['gpu']} tp{c['tp']}" + (f" x{c['replicas']}" if c["replicas"] > 1 else "") for c in bad})
+    modes = sorted({c["mode"] for c in bad})
+    return (f"does not fit: {len(bad)} candidate(s) on {', '.join(where)} (modes {', '.join(modes)}): weights, "
+            "drafter and KV exceed the GPUs' memory; each reason in plan.json")
+
+
+def print_plan(doc: dict[str, Any], console, limit: int | None = None, explain: bool = False) -> None:
+    """The ranked table, the answer, its deploy line, the best research row and a short assumptions block; with
+    `explain` the rules and notes too (always in plan.json)."""
     print_table(plan_table(doc, limit), console)
     if limit is not None and len(doc["candidates"]) > limit:
         console.print(f"... {len(doc['candidates']) - limit} more candidates in plan.json")
-    for c in doc["candidates"]:
-        if c["status"] == "does_not_fit":
-            console.print(f"does not fit: {c['id']}: {c['reason']}")
+    line = does_not_fit_line(doc)
+    if line:
+        console.print(line)
     skipped = sum(c["status"] == "not_searched" for c in doc["candidates"])
     if skipped:
         console.print(f"not searched: {skipped} candidate(s), each with its reason in plan.json (rule (scope))")
     q = doc["question"]
     best = doc["cheapest"]
-    console.print(f"[bold]cheapest for {q['target_rate_req_s']:g} req/s:[/bold] "
-                  + (best if best else "none of the candidates sustains the target rate"))
+    console.print(f"[bold]cheapest deployable for {q['target_rate_req_s']:g} req/s:[/bold] "
+                  + (best if best else "none of the deployable candidates sustains the target rate"))
     deploy = doc.get("deploy")
     if deploy:
-        console.print(f"deploy ({deploy['replicas']} replica(s)): {deploy['command']}", soft_wrap=True)
-        if deploy.get("note"):
-            console.print(f"  {deploy['note']}")
+        console.print(f"deploy ({deploy['replicas']} replica(s), vLLM {deploy['vllm_version']}; {deploy['runs']}): "
+                      f"{deploy['command']}", soft_wrap=True)
+    research = doc.get("best_research")
+    if research:
+        console.print(f"best research row: {research['id']} (${research['usd_per_hour']:g}/h, "
+                      f"{research['max_rate_req_s']:g} req/s): gain {research['gain']}; not deployable: "
+                      f"{research['why_not_deployable']}", soft_wrap=True)
+    for kind, lines in (doc.get("assumptions") or {}).items():
+        for text in lines:
+            console.print(f"{kind}: {text}", soft_wrap=True)
+    console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g}" for g, p in doc["prices"].items())
+                  + " (sources in plan.json)")
+    if not explain:
+        return
     rule = doc["rule"]
-    for key in ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
-                "service_probe", "early_stop", "scope", "search", "comparison"):
+    for key in RULE_KEYS:
         if key in rule:
             console.print(f"rule ({key}): {rule[key]}", soft_wrap=True)
     for note in doc["notes"]:
         console.print(f"note: {note}", soft_wrap=True)
-    console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g} ({p['source']})"
-                                                       for g, p in doc["prices"].items()))
+    console.print("prices: " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g} ({p['source']})"
+                                         for g, p in doc["prices"].items()), soft_wrap=True)
 
 
 def _status(c: dict[str, Any]) -> str:

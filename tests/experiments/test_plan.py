@@ -308,10 +308,17 @@ def test_cli_prints_the_ranked_table_and_the_answer(known_case, tmp_path, capsys
     last = captured.err.strip().splitlines()[-1]
     done, total = last.split(": ")[1].split(" points")[0].split("/")
     assert last.startswith("plan known: ") and done == total and int(total) > 0
-    assert "cheapest for 5 req/s: h100-80gb tp1 x1 AR" in out
-    assert "2.50" in out and "override in prices" in out and "SLO attainment of the window requests" in out
-    assert "deploy (1 replica(s)): vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1 " \
-           "--max-num-seqs 1" in out
+    assert "cheapest deployable for 5 req/s: h100-80gb tp1 x1 AR" in out
+    assert "2.50" in out and "measured: target step times on h100-80gb TP 1" in out
+    assert "deploy (1 replica(s), vLLM 0.32.0; autoregressive: no speculative config): vllm serve " \
+           "meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1 --max-num-seqs 1" in out
+    # the rules only behind --explain (always in plan.json)
+    assert "rule (" not in out and "SLO attainment of the window requests" not in out
+    assert run_cli(cmd_plan, ["plan", str(path), "--out", str(tmp_path / "o"), "--backend", "serial", "--explain",
+                              "--set", "prices.usd_per_gpu_hour.h100-80gb=2.5"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rule (sustainable):" in out and "SLO attainment of the window requests" in out
+    assert "override in prices" in out and "rule (deploy): the answer is the cheapest candidate" in out
 
 
 def test_cheapest_scope_searches_only_what_the_ranking_needs(md1_plan, tmp_path):
