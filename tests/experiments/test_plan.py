@@ -234,7 +234,9 @@ def test_serial_and_pool_give_identical_plan_json(tmp_path, counting_pool):
     psd2 = next(c for c in ok if c["mode"] == "psd" and c["gpu"] == "h100-80gb" and c["replicas"] == 2)
     assert psd2["num_gpus"] == 4 and psd2["usd_per_hour"] == pytest.approx(2 * psd["usd_per_hour"])
     assert "split over its two sub-batches" in psd["comparison"] and psd["num_requests_per_run"] == 60
-    assert psd["vllm_serve"]["note"].startswith("mode 'psd' gives no vllm_speculative_config")
+    # PSD is not in vLLM: a research row, never a deploy line
+    assert psd["vllm_serve"] is None and not psd["deploy"]["deployable"] and "research row" in psd["deploy"]["why"]
+    assert doc["cheapest"] is None or not doc["cheapest"].endswith(" psd")
     # every drafting candidate carries its SD-vs-AR comparison against the AR candidate on the same GPUs
     assert all(c["sd_vs_ar"]["rule"].startswith("first rate where") for c in ok if c["mode"] != "AR")
     assert all(c["sd_vs_ar"] is None for c in ok if c["mode"] == "AR")
