@@ -17,7 +17,7 @@ from experiments.report import MARKER, check_results_target
 from traces.atomic import atomic_write_text
 
 SWEEP_ENTRIES = frozenset({MARKER, "points", "sweep.json", "table.csv"})
-PLAN_ENTRIES = frozenset({MARKER, "points", "plan.json", "curves.png", "pareto.png"})
+PLAN_ENTRIES = frozenset({MARKER, "points", "plan.json", "curves.png", "pareto.png", "pareto_user_gpu.png"})
 
 
 def claim_output_folder(out: str | os.PathLike, entries: frozenset[str] | None) -> Path:

@@ -8,7 +8,7 @@ from typing import Any
 from experiments.plots import _figure, save_figure
 from experiments.tables import Column, build_table, print_table
 
-PLOT_FILES = ("curves.png", "pareto.png")
+PLOT_FILES = ("curves.png", "pareto.png", "pareto_user_gpu.png")
 CURVES_MAX = 12  # candidates drawn in the curves (the best ranked), so lines stay readable
 
 
@@ -152,7 +152,28 @@ def pareto_front(points: list[tuple[float, float, str]]) -> list[tuple[float, fl
 def write_plots(doc: dict[str, Any], out: str | Path) -> list[Path]:
     out = Path(out)
     searched = [c for c in doc["candidates"] if c["status"] == "ok" and c.get("curve")]
-    return [_curves(searched[:CURVES_MAX], doc, out / PLOT_FILES[0]), _pareto(searched, doc, out / PLOT_FILES[1])]
+    return [_curves(searched[:CURVES_MAX], doc, out / PLOT_FILES[0]), _pareto(searched, doc, out / PLOT_FILES[1]),
+            _user_gpu(searched, doc, out / PLOT_FILES[2])]
+
+
+def user_gpu_points(c: dict[str, Any]) -> list[tuple[float, float]]:
+    """(output tokens/s per user, output tokens/s per GPU) at each stable tested rate of a candidate: per user 1 /
+    the window's mean TPOT, per GPU the steady-state throughput over every GPU (draft GPUs included)."""
+    out = []
+    for p in c.get("curve") or []:
+        tpot, thr = p.get("steady_tpot_mean_s_mean"), p.get("steady_throughput_tok_s_mean")
+        if tpot and thr and not p.get("overloaded"):
+            out.append((1.0 / tpot, thr / c["num_gpus"]))
+    return out
+
+
+def upper_right_front(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """(x, y, id) not dominated by another point at least as high on both axes (more is better on both)."""
+    front = []
+    for x, y, cid in sorted(points, key=lambda p: (-p[0], -p[1], p[2])):
+        if not front or y > front[-1][1]:
+            front.append((x, y, cid))
+    return front
 
 
 def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Path:
@@ -176,6 +197,31 @@ def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
     if axes[0].get_legend_handles_labels()[0]:  # no curve point drawn (all overloaded): no legend to draw
         axes[0].legend(fontsize=6, loc="upper left")
     fig.suptitle(f"{doc['name']}: throughput-latency (search rates: mean over seeds; 25-75% of max: first seed) ({len(cands)} best candidates)")
+    return save_figure(fig, path)
+
+
+def _user_gpu(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Path:
+    """Output tokens/s per user against tokens/s per GPU (the convention of `vllm bench sweep plot_pareto` and
+    AIConfigurator): every stable tested rate of every candidate, the upper-right front labelled."""
+    fig, (ax,) = _figure(1, 1, 7.5, 5.2)
+    pts = [(x, y, c["id"]) for c in cands for x, y in user_gpu_points(c)]
+    deployable = {c["id"] for c in cands if (c.get("deploy") or {}).get("deployable")}
+    if pts:
+        for label, keep, color in (("deployable (vLLM)", True, "C0"), ("research", False, "C1")):
+            sel = [p for p in pts if (p[2] in deployable) == keep]
+            if sel:
+                ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=12, color=color, alpha=0.6, label=label)
+        front = upper_right_front(pts)
+        ax.plot([p[0] for p in front], [p[1] for p in front], color="C3", marker="o", ms=4, label="Pareto front")
+        for x, y, cid in front:
+            ax.annotate(cid, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.legend(fontsize=7)
+    ax.set_xlabel("output tokens/s per user (1 / mean TPOT)")
+    ax.set_ylabel("output tokens/s per GPU (draft GPUs included)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{doc['name']}: per-user speed vs per-GPU throughput\n(each stable tested rate; steady-state "
+                 "window)", fontsize=9)
     return save_figure(fig, path)
 
 
