@@ -439,7 +439,8 @@ SERVICE_PROBE_RULE = (f"service rate from one saturated run per candidate (first
                       f"always waits), at least {PROBE_REQUESTS_PER_CLIENT} requests per client; output tokens per "
                       "second inside the saturated window (simulator/steady_state.py saturated_window: the first and "
                       f"last max({SATURATED_TRIM_FRACTION:.0%}, concurrent sequences) finishes dropped) over the workload's "
-                      "mean output length (no probe when that run would be longer than a search run); no rate above "
+                      "mean output length (whatever the size of the search runs: one overloaded small search "
+                      "run measures it more noisily); no rate above "
                       f"{MAX_UTILIZATION:g} x it is tested or passes, and the search starts at most at "
                       f"{BELOW_SERVICE:g} x it")
 
@@ -575,8 +576,7 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
 
         def prepare_searches(group: list[Candidate]) -> None:
             if search.service_probe:
-                skipped = _service_probes([c for c in group if not c.floor_note], traffic, seeds[0], slo, runner)
-                bar.add_total(-skipped)
+                _service_probes([c for c in group if not c.floor_note], traffic, seeds[0], slo, runner)
             for c in group:
                 probe = (c.probe or {}).get("service_req_s")
                 c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
@@ -687,24 +687,16 @@ def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, b
 
 
 def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
-                    runner: SweepRunner) -> int:
-    """SERVICE_PROBE_RULE: one saturated run per candidate, its service rate in req/s on the candidate; returns
-    how many candidates were not probed (their run would be longer than a search run)."""
-    sized = []
-    for c in active:  # a probe no shorter than it must be, but never longer than a search run
-        need = PROBE_REQUESTS_PER_CLIENT * math.ceil(PROBE_CLIENTS * concurrent_sequences(c))
-        if need > c.num_requests:
-            c.probe = {"skipped": f"a saturated run needs {need} requests, more than a search run's {c.num_requests}"}
-        else:
-            sized.append(c)
-    points = [probe_point(c, traffic, seed, slo) for c in sized]
-    for c, p, r in zip(sized, points, runner.run(points)):
+                    runner: SweepRunner) -> None:
+    """SERVICE_PROBE_RULE: one saturated run per candidate, whatever the size of its search runs; its service rate
+    in req/s on the candidate."""
+    points = [probe_point(c, traffic, seed, slo) for c in active]
+    for c, p, r in zip(active, points, runner.run(points)):
         if not r["fits"]:
             continue  # the search's first run reports the reason
         tok_s = r.get("tok_s")
         c.probe = {"requests": r.get("requests"), "clients": p.payload["probe"]["clients"], "tok_s": tok_s,
                    "service_req_s": tok_s / c.mean_output_tokens if tok_s and c.mean_output_tokens else None}
-    return len(active) - len(sized)
 
 
 def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,

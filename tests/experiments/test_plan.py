@@ -340,3 +340,13 @@ def test_cheapest_scope_searches_only_what_the_ranking_needs(md1_plan, tmp_path)
     assert slow["status"] == "not_searched" and "cannot sustain the target" in slow["reason"]
     assert (fast["max_rate_req_s"], fast["interval_req_s"]) == (searched["max_rate_req_s"], searched["interval_req_s"])
     assert doc["rule"]["scope"].startswith("search.scope: cheapest")
+
+
+def test_the_service_probe_runs_whatever_the_run_size(known_case, tmp_path):
+    # 64 sequences at once: the probe's closed loop (1.25 x 64 clients, 5 requests each) is longer than a search run
+    known_case["candidates"]["scheduler"] = {"max_num_seqs": [64]}
+    known_case["search"] = {**known_case["search"], "seeds": 1, "max_tests": 1, "tail_requests": 1,
+                            "requests_per_replica": 50}
+    (c,) = _plan(known_case, tmp_path / "probe", backend="serial")["candidates"]
+    assert c["num_requests_per_run"] < c["service_probe"]["requests"] == 5 * 80
+    assert c["service_probe"]["tok_s"] > 0 and c["service_rate_req_s"] is not None
