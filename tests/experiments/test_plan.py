@@ -243,6 +243,7 @@ def test_serial_and_pool_give_identical_plan_json(tmp_path, counting_pool):
     assert any("replicas > 1: the whole cluster is simulated" in n for n in doc["notes"])
     assert any(c["target_costs"].startswith("roofline") for c in ok) and any("roofline" in n for n in doc["notes"])
     assert (tmp_path / "serial" / "curves.png").stat().st_size > 0 and (tmp_path / "serial" / "pareto.png").exists()
+    assert (tmp_path / "serial" / "pareto_user_gpu.png").stat().st_size > 0
     ranks = [c["status"] for c in doc["candidates"]]
     assert ranks == sorted(ranks, key=["ok", "does_not_fit"].index)
 
