@@ -135,8 +135,9 @@ def check_speculative_config(doc: Any, where: str) -> dict[str, Any]:
     if method not in METHODS:
         from traces.catalog import did_you_mean
 
-        raise ValueError(f"{where}.method: {method!r} is not a vLLM {VLLM_VERSION} method{did_you_mean(method, METHODS)}"
-                         f"; expected one of {sorted(METHODS - MTP_ALIASES)}")
+        hint = did_you_mean(method, METHODS)
+        raise ValueError(f"{where}.method: {method!r} is not a vLLM {VLLM_VERSION} method{hint}; expected one of "
+                         f"{sorted(METHODS - MTP_ALIASES)}")
     if method in MTP_ALIASES:
         out["method"] = "mtp"  # vLLM rewrites the deprecated aliases (with a warning)
     if "num_speculative_tokens" in doc:

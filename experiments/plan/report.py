@@ -114,8 +114,8 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None, explain: 
     for kind, lines in (doc.get("assumptions") or {}).items():
         for text in lines:
             console.print(f"{kind}: {text}", soft_wrap=True)
-    console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g}" for g, p in doc["prices"].items())
-                  + " (sources in plan.json)")
+    console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g}"
+                                                       for g, p in doc["prices"].items()) + " (sources in plan.json)")
     if not explain:
         return
     rule = doc["rule"]

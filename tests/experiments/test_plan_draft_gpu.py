@@ -60,9 +60,9 @@ def test_the_shipped_plan_prices_eagle3_drafting_on_each_candidates_gpu():
     l40s = by_gpu["l40s"].config["drafters"]["eagle3"]["profile"]
     assert l40s["coefficients"]["const"] == pytest.approx(0.00213526175 * H100[0] / L40S[0], rel=1e-3)
     assert by_gpu["l40s"].config["drafters"]["ngram"] == base["drafters"]["ngram"]  # host-side: the same
+    eagle_k3 = json.dumps([plan.candidates.modes[1].model_dump()])
     refuse = load_plan_config("plan_llama8b", ["candidates.tp=[1]", "candidates.gpus=[l40s]", "candidates.profiles={}",
-                                               "candidates.draft_transfer=refuse",
-                                               f"candidates.modes={json.dumps([plan.candidates.modes[1].model_dump()])}"])
+                                               "candidates.draft_transfer=refuse", f"candidates.modes={eagle_k3}"])
     with pytest.raises(ValueError, match=r"candidate 'l40s tp1 x1 sd-eagle3-k3': drafters.eagle3.profile: "
                                          r"'eagle3-llama3.1-8b-h100-specbench' was measured on h100-80gb"):
         build_candidates(refuse, base_experiment(refuse), price_table(None, {}))
