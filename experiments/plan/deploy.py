@@ -231,7 +231,7 @@ def deploy_of(mode, drafter_specs: dict[str, Any], tp: int, max_num_seqs: int, w
         return Deploy(True, "autoregressive: no speculative config")
     if mode.mode == "psd":
         return Deploy(False, f"PSD (MineDraft's two-batch pipeline on a dedicated draft GPU) is not in vLLM "
-                             f"{VLLM_VERSION} (a plugin of vLLM 0.9.2): a research row")
+                             f"{VLLM_VERSION} (a plugin of vLLM 0.9.2; a research row)")
     policy = _policy(mode.policy, f"{where}.policy")
     from policies.base import FixedPolicy
     from policies.k_by_batch import KByBatchPolicy
@@ -239,7 +239,7 @@ def deploy_of(mode, drafter_specs: dict[str, Any], tp: int, max_num_seqs: int, w
     if not isinstance(policy, (FixedPolicy, KByBatchPolicy)):
         name = policy.name
         return Deploy(False, RESEARCH_POLICIES.get(name, f"policy {name!r} has no vLLM {VLLM_VERSION} equivalent")
-                      + ": a research row")
+                      + " (a research row)")
     if policy.max_draft_tokens() == 0:
         return Deploy(True, "k = 0 everywhere: autoregressive, no speculative config")
     drafter = policy.drafter

@@ -109,10 +109,11 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None, explain: 
     research = doc.get("best_research")
     if research:
         console.print(f"best research row: {research['id']} (${research['usd_per_hour']:g}/h, "
-                      f"{research['max_rate_req_s']:g} req/s): gain {research['gain']}; not deployable: "
+                      f"{research['max_rate_req_s']:g} req/s); gain: {research['gain']}; not deployable: "
                       f"{research['why_not_deployable']}", soft_wrap=True)
-    for kind, lines in (doc.get("assumptions") or {}).items():
-        for text in lines:
+    assumptions = doc.get("assumptions") or {}
+    for kind in ("measured", "borrowed", "modelled"):
+        for text in assumptions.get(kind, ()):
             console.print(f"{kind}: {text}", soft_wrap=True)
     console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g}"
                                                        for g, p in doc["prices"].items()) + " (sources in plan.json)")
@@ -179,7 +180,7 @@ def upper_right_front(points: list[tuple[float, float, str]]) -> list[tuple[floa
 def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Path:
     slo = doc["question"]["slo"]
     metrics = [m for m in ("ttft", "tpot", "e2e") if slo.get(f"{m}_s") is not None]
-    fig, axes = _figure(1, len(metrics), 4.6 * len(metrics), 4.2)
+    fig, axes = _figure(1, len(metrics), 4.6 * len(metrics), 4.2 + 0.16 * ((len(cands) + 2) // 3))
     for ax, m in zip(axes, metrics):
         for i, c in enumerate(cands):
             pts = [(p["steady_throughput_tok_s_mean"], p[f"steady_{m}_p99_s_mean"]) for p in c["curve"]
@@ -190,14 +191,28 @@ def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
                 ax.plot(xs, ys, marker="o", ms=3, color=f"C{i % 10}", label=c["id"],
                         linestyle="-" if i < 10 else "--")
         ax.axhline(slo[f"{m}_s"], color="k", linestyle=":", linewidth=1)
-        ax.set_xlabel("steady-state throughput (output tok/s, mean over seeds; overloaded rates left out)")
+        ax.set_xlabel("steady-state throughput (output tok/s)")
         ax.set_ylabel(f"{m.upper()} p99 (s)")
         ax.set_yscale("log")
-        ax.set_title(f"{m.upper()} p99 vs throughput (dotted: SLO)")
-    if axes[0].get_legend_handles_labels()[0]:  # no curve point drawn (all overloaded): no legend to draw
-        axes[0].legend(fontsize=6, loc="upper left")
-    fig.suptitle(f"{doc['name']}: throughput-latency (search rates: mean over seeds; 25-75% of max: first seed) ({len(cands)} best candidates)")
+        ax.set_title(f"{m.upper()} p99 (dotted: the SLO)", fontsize=9)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # no curve point drawn (all overloaded): no legend to draw
+        fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=6, frameon=False)
+    fig.suptitle(f"{doc['name']}: throughput vs latency, {len(cands)} best candidates\nstable tested rates only "
+                 "(search rates: mean over seeds; curve rates: first seed)", fontsize=9)
     return save_figure(fig, path)
+
+
+def _label_points(ax, pts: list[tuple[float, float, str]], xmax: float, ymax: float) -> None:
+    """Label points inside the axes (x up to xmax, y up to ymax): text to the left of points in the right 40% of the
+    x range, alternately above and below, with head room so no label leaves the figure."""
+    xmax, ymax = xmax or 1.0, ymax or 1.0
+    ax.set_xlim(right=1.05 * xmax)
+    ax.set_ylim(top=1.12 * ymax)
+    for i, (x, y, cid) in enumerate(pts):
+        right = x > 0.6 * xmax
+        ax.annotate(cid, (x, y), fontsize=6, xytext=(-4 if right else 4, 4 if i % 2 == 0 else -10),
+                    textcoords="offset points", ha="right" if right else "left")
 
 
 def _user_gpu(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Path:
@@ -213,9 +228,8 @@ def _user_gpu(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> P
                 ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=12, color=color, alpha=0.6, label=label)
         front = upper_right_front(pts)
         ax.plot([p[0] for p in front], [p[1] for p in front], color="C3", marker="o", ms=4, label="Pareto front")
-        for x, y, cid in front:
-            ax.annotate(cid, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-        ax.legend(fontsize=7)
+        _label_points(ax, front, max(p[0] for p in pts), max(p[1] for p in pts))
+        ax.legend(fontsize=7, loc="lower left")
     ax.set_xlabel("output tokens/s per user (1 / mean TPOT)")
     ax.set_ylabel("output tokens/s per GPU (draft GPUs included)")
     ax.set_xlim(left=0)
@@ -232,8 +246,8 @@ def _pareto(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, color="C0", alpha=0.6, label="candidates")
         front = pareto_front(pts)
         ax.plot([p[0] for p in front], [p[1] for p in front], color="C3", marker="o", label="Pareto front")
-        for cap, cost, cid in front:
-            ax.annotate(cid, (cap, cost), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        _label_points(ax, front, max([p[0] for p in pts] + [doc["question"]["target_rate_req_s"]]),
+                      max(p[1] for p in pts))
     ax.axvline(doc["question"]["target_rate_req_s"], color="k", linestyle=":", linewidth=1, label="target rate")
     ax.set_xlabel("max sustainable rate under the SLO (req/s)")
     ax.set_ylabel("$ per hour (all GPUs, draft GPUs included)")
