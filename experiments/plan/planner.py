@@ -899,7 +899,7 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
         traces = base["traces"] if isinstance(base["traces"], str) else "generated traces"
         borrowed.append(f"acceptance replayed from {traces}" + ("" if not any(n.startswith("acceptance borrowed")
                                                                          for n in notes)
-                                                                 else f", recorded for another target (notes)"))
+                                                                 else ", recorded for another target (notes)"))
     scaled = sorted({n.split(":")[0] for c in drafting for n in c.cost_notes if "roofline-scaled" in n})
     if scaled:
         borrowed.append(f"{', '.join(scaled)}: a profile measured on one GPU, priced on the others by the datasheet "
