@@ -21,7 +21,7 @@ PLAN_COLUMNS: tuple[Column, ...] = (
     Column("interval_req_s", "req/s", 0, header="interval"),
     Column("throughput_tok_s_at_max_rate", "tok/s", 0, header="steady\nthrpt\nat max"),
     Column("usd_per_mtok_at_target_rate", "$/Mtok", 3, header="usd per\nmtok at\ntarget"),
-    Column("sd_vs_ar_crossover_req_s", "req/s", 2, header="SD\nfaster\nthan AR\nup to"),
+    Column("sd_vs_ar_crossover_req_s", "req/s", 2, header="SD\nbeats\nAR\nup to"),
 )
 RULE_KEYS = ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
              "service_probe", "early_stop", "scope", "search", "comparison", "draft_transfer", "deploy")
@@ -50,26 +50,25 @@ def plan_rows(doc: dict[str, Any], limit: int | None = None) -> list[dict[str, A
     rows = []
     for i, c in enumerate(doc["candidates"] if limit is None else doc["candidates"][:limit], 1):
         rate = c.get("max_rate_req_s")
-        deploy = c.get("deploy") or {}
+        research = not (c.get("deploy") or {}).get("deployable", True)
         rows.append({**c, "#": str(i), "candidate": c["id"] + ("" if c["target_costs"].startswith("measured") else " *"),
-                     "vLLM": "yes" if deploy.get("deployable") else "research",
                      "max_rate_req_s": f"{rate:,.2f}+" if rate is not None and c.get("at_search_ceiling") else rate,
                      "interval_req_s": _interval_cell(c), "sd_vs_ar_crossover_req_s": _crossover_cell(c),
-                     "status": _status(c)})
+                     "status": _status(c) + (", research" if research else "")})
     return rows
 
 
 def plan_table(doc: dict[str, Any], limit: int | None = None):
     """The ranked candidates as one table of the project's convention (experiments/tables.py)."""
     q = doc["question"]
-    return build_table(plan_rows(doc, limit), PLAN_COLUMNS, labels=("#", "candidate", "vLLM", "status"),
+    return build_table(plan_rows(doc, limit), PLAN_COLUMNS, labels=("#", "candidate", "status"),
                        wrap_labels=("status",),
                        title=f"plan {doc['name']}: {q['target']} at {q['target_rate_req_s']:g} req/s "
                              f"({len(doc['candidates'])} candidates)",
-                       caption="*: target step times from the roofline model (no measured profile). vLLM: yes = "
-                               "the deploy line runs what was simulated; research = vLLM cannot run it. max rate "
+                       caption="*: target step times from the roofline model (no measured profile). research: "
+                               "vLLM cannot run the mode as simulated, never the deploy line. max rate "
                                "'+': sustains its search ceiling; interval 'open': no tested rate was a decided fail. "
-                               "SD faster than AR up to: the arrival rate where this mode's mean E2E latency reaches "
+                               "SD beats AR up to: the arrival rate where this mode's mean E2E latency reaches "
                                "AR's on the same GPUs ('>x': faster at every rate both sustain, up to x; 'never': "
                                "slower already at the lowest). Throughput and $/Mtok over the steady-state window; "
                                "the rules: --explain or plan.json.")
