@@ -21,7 +21,7 @@ from experiments.report import MARKER, check_results_target
 from traces.atomic import atomic_write_text
 
 SWEEP_ENTRIES = frozenset({MARKER, "points", "sweep.json", "table.csv"})
-PLAN_ENTRIES = frozenset({MARKER, "points", "plan.json", "curves.png", "pareto.png"})
+PLAN_ENTRIES = frozenset({MARKER, "points", "plan.json", "curves.png", "pareto.png", "pareto_user_gpu.png"})
 _HELD: dict[Path, IO] = {}  # folder -> its open, locked marker, for as long as this process lives
 
 

@@ -31,6 +31,17 @@ class PSDConfig(_Strict):
     split_min_batch: int = Field(0, ge=0, description="below this many decoding requests run plain SD on the draft "
                                                      "GPU instead of splitting (0: always split, as MineDraft)")
 
+    def concurrency(self, max_num_seqs: int) -> int:
+        """Sequences PSD runs at once: two sub-batches of sub_batch_max_num_seqs each (default: the server's
+        max_num_seqs each). The one home of this rule: the server, the planner and the live runner read it."""
+        return 2 * (self.sub_batch_max_num_seqs or max_num_seqs)
+
+    @classmethod
+    def split(cls, total: int, **settings: Any) -> "PSDConfig":
+        """PSD settings that run `total` sequences in all, total // 2 per sub-batch (at least 1 each): PSD compared
+        with SD at the same total concurrency."""
+        return cls(sub_batch_max_num_seqs=max(1, int(total) // 2), **settings)
+
 
 class ServerConfig(_Strict):
     """One serving instance: cost profile, batching limits and KV memory."""

@@ -220,7 +220,7 @@ def simulate(cfg: BatchedLiveConfig, mode: BatchMode, bundle, target_profile, co
                                 arrival=None if cfg.clients else np.asarray(arrivals, dtype=float))
     need = max(r.prompt_len + r.output_len for r in reqs) + 64
     sim_mode = "psd" if mode.placement == "psd" else ("sd" if mode.policy else "ar")
-    psd = PSDConfig(sub_batch_max_num_seqs=max(1, cfg.max_num_seqs // 2)) if sim_mode == "psd" else None
+    psd = PSDConfig.split(cfg.max_num_seqs) if sim_mode == "psd" else None
     run = RunSpec(name=mode.name, mode=sim_mode, policy=mode.policy, psd=psd)
     server = ServerConfig(target_profile=target_profile, max_num_seqs=cfg.max_num_seqs,
                           max_num_batched_tokens=4096, kv_capacity_tokens=4 * need * cfg.max_num_seqs,

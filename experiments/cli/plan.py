@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="For every candidate (GPU type x TP x replicas x mode x scheduler setting) find "
                                    "the highest arrival rate that meets the SLO (bisection, repeated seeds) and its "
                                    "cost; rank them and name the cheapest that sustains the target rate. Writes "
-                                   "OUT/plan.json, OUT/curves.png, OUT/pareto.png; points are cached in OUT/points.")
+                                   "OUT/plan.json, OUT/curves.png, OUT/pareto.png, OUT/pareto_user_gpu.png; points are cached "
+                                   "in OUT/points.")
     p.add_argument("config", help="plan YAML file or built-in name (e.g. plan_llama8b)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a plan config value, e.g. --set traffic.target_rate=30 (repeatable)")
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=25, help="rows of the table to print (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print plan.json to stdout")
+    p.add_argument("--explain", action="store_true", help="also print every rule and note (always in plan.json)")
     p.set_defaults(func=main)
 
 
@@ -48,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return 0
-    print_plan(doc, console, limit=args.top)
+    print_plan(doc, console, limit=args.top, explain=args.explain)
     console.print(f"{stats['computed']} simulations, {stats['cached']} from the cache; results: {out} "
-                  "(plan.json, curves.png, pareto.png)")
+                  "(plan.json, curves.png, pareto.png, pareto_user_gpu.png)")
     return 0

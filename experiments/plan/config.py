@@ -137,7 +137,8 @@ class Mode(_Strict):
     drafter_gpus: int = Field(1, ge=1, le=1024, description="GPUs of a dedicated drafter")
     vllm_speculative_config: dict[str, Any] | None = Field(None, description="what `vllm serve "
                                                           "--speculative-config` takes for this mode (printed for "
-                                                          "the chosen candidate; None: no vLLM equivalent given)")
+                                                          "the chosen candidate; checked against vLLM's rules and the "
+                                                          "simulated policy: experiments/plan/deploy.py)")
 
     @model_validator(mode="after")
     def _placement(self) -> "Mode":
@@ -145,6 +146,12 @@ class Mode(_Strict):
             raise ValueError(f"modes[{self.name}].placement: PSD drafts on a dedicated GPU")
         if self.mode == "ar" and (self.drafter_model or self.placement):
             raise ValueError(f"modes[{self.name}]: an AR mode has no drafter")
+        if self.psd is not None and self.psd.sub_batch_max_num_seqs is not None:
+            raise ValueError(f"modes[{self.name}].psd.sub_batch_max_num_seqs: set by the plan: a PSD candidate runs "
+                             "its max_num_seqs sequences in all, split over its two sub-batches (PSDConfig.split)")
+        from experiments.plan.deploy import check_mode
+
+        check_mode(self, f"modes[{self.name}]")
         return self
 
     @property
@@ -155,12 +162,15 @@ class Mode(_Strict):
     def draft_gpus(self) -> int:
         return self.drafter_gpus if self.mode != "ar" and self.where == "dedicated" else 0
 
-    def run_spec(self) -> dict[str, Any]:
+    def run_spec(self, max_num_seqs: int) -> dict[str, Any]:
+        """The run of a candidate at `max_num_seqs` per target replica (PSD: that many in all, split over its two
+        sub-batches: PSDConfig.split)."""
         doc: dict[str, Any] = {"name": self.name, "mode": self.mode, "switch_cost_s": self.switch_cost_s}
         if self.policy is not None:
             doc["policy"] = self.policy
-        if self.psd is not None:
-            doc["psd"] = self.psd.model_dump(mode="json")
+        if self.mode == "psd":
+            doc["psd"] = PSDConfig.split(max_num_seqs, **(self.psd.model_dump(exclude={"sub_batch_max_num_seqs"})
+                                                        if self.psd else {})).model_dump(mode="json")
         return doc
 
 
@@ -183,6 +193,10 @@ class Candidates(_Strict):
                                              "allreduce_latency_s, floor_s, host_s, overlap (step or op)")
     deployment: dict[str, Any] = Field(default_factory=dict, description="placement knobs: gpu_memory_utilization, "
                                                                          "reserve_gib, max_model_len, ...")
+    draft_transfer: Literal["roofline", "refuse"] = Field("roofline", description="a drafter profile measured on "
+                                                          "another GPU than the candidate's: roofline = scaled by "
+                                                          "the two GPUs' datasheet ratio (experiments/plan/draft_gpu.py"
+                                                          "), refuse = an error")
 
     @model_validator(mode="after")
     def _unique(self) -> "Candidates":

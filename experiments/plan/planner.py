@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from experiments.plan.config import Mode, PlanConfig
+from experiments.plan.deploy import VLLM_RULES, VLLM_VERSION, Deploy, deploy_of, lookup_note
+from experiments.plan.draft_gpu import DRAFT_TRANSFER_RULE
 from experiments.plan.bounds import SERVICE_BOUND_RULE, TPOT_FLOOR_RULE, service_rate_bound, tpot_floor
 from experiments.plan.early_stop import EARLY_STOP_RULE
 from experiments.plan.search import (BATCHES, BELOW_SERVICE, FIRST_SEED_RULE, MAX_UTILIZATION, RateSearch, judge,
@@ -73,6 +75,11 @@ class Candidate:
     floor_note: str = ""  # TPOT_FLOOR_RULE: why no rate can meet the SLO (no simulation)
     search: RateSearch | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
+    deploy: Deploy | None = None  # what vLLM runs for this candidate, or why it cannot (experiments/plan/deploy.py)
+
+    @property
+    def deployable(self) -> bool:
+        return self.deploy is not None and self.deploy.deployable
 
 
 def _deployment(plan: PlanConfig, gpu: str, tp: int, mode: Mode) -> dict[str, Any]:
@@ -98,14 +105,20 @@ def _target_profile(plan: PlanConfig, gpu: str, tp: int) -> tuple[Any, str]:
     return doc, f"roofline (mfu {knobs.get('mfu', 0.6)}, bandwidth {knobs.get('bandwidth_util', 0.8)}; not calibrated)"
 
 
-def _drafters_on(drafters: dict[str, Any], gpu: str) -> dict[str, Any]:
+def _drafters_on(drafters: dict[str, Any], gpu: str, transfer: str | None, where: str) -> dict[str, Any]:
     """The drafters section for a candidate on `gpu`: a roofline drafter profile that names no GPU is priced on the
-    candidate's GPU type (its own device, TP 1 unless given), never scaled with the target's TP."""
+    candidate's GPU type (its own device, TP 1 unless given), never scaled with the target's TP; a profile measured
+    on another GPU is scaled to this one or refused (experiments/plan/draft_gpu.py DRAFT_TRANSFER_RULE; transfer
+    None: left as it is, for modes that do not draft)."""
+    from experiments.plan.draft_gpu import drafter_on_gpu
+
     out = {}
     for name, spec in drafters.items():
         prof = spec.get("profile")
         if isinstance(prof, dict) and prof.get("kind") == "roofline":
             spec = {**spec, "profile": {"gpu": gpu, "tp": 1, **prof}}
+        elif transfer is not None:
+            spec, _ = drafter_on_gpu(name, spec, gpu, transfer, f"{where}: drafters.{name}")
         out[name] = spec
     return out
 
@@ -125,13 +138,12 @@ def _drafter_notes(config: dict[str, Any], mode: Mode, tp: int) -> list[str]:
             prov = prof.get("provenance") or {}
             notes.append(f"drafter {name}: {kind}, inline {prof.get('kind', 'linear')} profile "
                          f"{prof.get('name', '')} ({prov.get('source', 'source not given')}, on "
-                         f"{prov.get('device') or 'device not recorded'}), the same on every candidate")
-        elif kind in ("whole_proposal", "autoregressive"):
+                         f"{prov.get('device') or 'device not recorded'})")
+        elif kind in ("whole_proposal", "autoregressive", "engine_step"):
             from simulator.costs.latency import resolve_profile
 
             prov = resolve_profile(prof).provenance
-            notes.append(f"drafter {name}: profile {prof} measured on {prov.device or '?'}, "
-                         "used unchanged on this GPU")
+            notes.append(f"drafter {name}: profile {prof} measured on {prov.device or '?'}")
         elif kind == "fraction_of_verify":
             notes.append(f"drafter {name}: {spec.get('fraction')} x the target's verify time"
                          + (f" (the verify time of TP {tp}: this drafter's cost scales with the target's TP)"
@@ -161,6 +173,15 @@ def base_experiment(plan: PlanConfig) -> dict[str, Any]:
     return doc
 
 
+def _drafter_specs(plan: PlanConfig, base: dict[str, Any]) -> dict[str, Any]:
+    """The trace bundle's DrafterSpec per drafter (kind, recorded proposer settings), when a mode drafts."""
+    if all(m.mode == "ar" for m in plan.candidates.modes):
+        return {}
+    from experiments.run import resolve_bundle
+
+    return dict(resolve_bundle(base["traces"], plan.seed).meta.drafters)
+
+
 def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, GpuPrice]) -> list[Candidate]:
     """Every candidate of the space, checked for fit and validated as an experiment before anything runs."""
     from experiments.config import load_config
@@ -173,6 +194,7 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
                          "prices.usd_per_gpu_hour")
     keys = list(cands.scheduler)
     settings = [dict(zip(keys, combo)) for combo in itertools.product(*(cands.scheduler[k] for k in keys))]
+    drafter_specs = _drafter_specs(plan, base)
     out = []
     for gpu, tp, replicas, mode, sched in itertools.product(cands.gpus, cands.tp, cands.replicas, cands.modes,
                                                             settings):
@@ -182,8 +204,11 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         dep = _deployment(plan, gpu, tp, mode)
         server = {**base["server"], **sched, "target_profile": profile, "deployment": dep, "kv_capacity_tokens": None,
                   "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
-        config = {**base, "server": server, "runs": [mode.run_spec()],
-                  "drafters": _drafters_on(base.get("drafters", {}), gpu)}
+        seqs = int(server["max_num_seqs"])
+        config = {**base, "server": server, "runs": [mode.run_spec(seqs)],
+                  "drafters": _drafters_on(base.get("drafters", {}), gpu,
+                                           cands.draft_transfer if mode.mode != "ar" else None,
+                                           f"{plan.name}: candidate {cid!r}")}
         if replicas > 1:  # one simulation of the whole cluster (simulator/cluster/simulation.py)
             config["cluster"] = {"replicas": replicas, "router": cands.router.model_dump(mode="json", exclude_none=True)}
         num_gpus = (tp + mode.draft_gpus) * replicas
@@ -206,6 +231,7 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
             from policies.registry import make_policy
 
             c.max_draft_tokens = make_policy(mode.policy, where=f"{where}: modes[{mode.name}].policy").max_draft_tokens()
+        c.deploy = deploy_of(mode, drafter_specs, tp, seqs, f"{plan.name}: candidates.modes[{mode.name}]")
         out.append(c)
     return out
 
@@ -414,7 +440,8 @@ SERVICE_PROBE_RULE = (f"service rate from one saturated run per candidate (first
                       f"always waits), at least {PROBE_REQUESTS_PER_CLIENT} requests per client; output tokens per "
                       "second inside the saturated window (simulator/measure/steady_state.py saturated_window: the first and "
                       f"last max({SATURATED_TRIM_FRACTION:.0%}, concurrent sequences) finishes dropped) over the workload's "
-                      "mean output length (no probe when that run would be longer than a search run); no rate above "
+                      "mean output length (whatever the size of the search runs: one overloaded small search "
+                      "run measures it more noisily); no rate above "
                       f"{MAX_UTILIZATION:g} x it is tested or passes, and the search starts at most at "
                       f"{BELOW_SERVICE:g} x it")
 
@@ -489,10 +516,12 @@ def _point(c: Candidate, workload: dict[str, Any], seed: int, slo: dict[str, Any
 
 
 def concurrent_sequences(c: Candidate) -> int:
-    """Sequences the candidate runs at once over all replicas (PSD: both sub-batches)."""
+    """Sequences the candidate runs at once over all replicas (PSD: both sub-batches, PSDConfig.concurrency)."""
+    from simulator.server_config import PSDConfig
+
     m = int(c.config["server"]["max_num_seqs"])
     if c.mode.mode == "psd":
-        m = 2 * int(c.mode.psd.sub_batch_max_num_seqs or m) if c.mode.psd else 2 * m
+        m = PSDConfig.model_validate(c.config["runs"][0]["psd"]).concurrency(m)
     return m * c.replicas
 
 
@@ -551,8 +580,7 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
 
         def prepare_searches(group: list[Candidate]) -> None:
             if search.service_probe:
-                skipped = _service_probes([c for c in group if not c.floor_note], traffic, seeds[0], slo, runner)
-                bar.add_total(-skipped)
+                _service_probes([c for c in group if not c.floor_note], traffic, seeds[0], slo, runner)
             for c in group:
                 probe = (c.probe or {}).get("service_req_s")
                 c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
@@ -652,7 +680,8 @@ def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, b
             else:
                 tried.append(c)
         run(tried, target_only=True)  # first rate = the target: a pass is searched on to its max rate
-        winners = [c for c in tried if c.status == "ok" and c.search.lo >= target_rate]
+        # the answer is the cheapest deployable candidate: a research row sustaining the target does not end the plan
+        winners = [c for c in tried if c.status == "ok" and c.search.lo >= target_rate and c.deployable]
         if winners:
             best = min(winners, key=lambda c: c.id)
             for c in active:
@@ -665,24 +694,16 @@ def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, b
 
 
 def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
-                    runner: SweepRunner) -> int:
-    """SERVICE_PROBE_RULE: one saturated run per candidate, its service rate in req/s on the candidate; returns
-    how many candidates were not probed (their run would be longer than a search run)."""
-    sized = []
-    for c in active:  # a probe no shorter than it must be, but never longer than a search run
-        need = PROBE_REQUESTS_PER_CLIENT * math.ceil(PROBE_CLIENTS * concurrent_sequences(c))
-        if need > c.num_requests:
-            c.probe = {"skipped": f"a saturated run needs {need} requests, more than a search run's {c.num_requests}"}
-        else:
-            sized.append(c)
-    points = [probe_point(c, traffic, seed, slo) for c in sized]
-    for c, p, r in zip(sized, points, runner.run(points)):
+                    runner: SweepRunner) -> None:
+    """SERVICE_PROBE_RULE: one saturated run per candidate, whatever the size of its search runs; its service rate
+    in req/s on the candidate."""
+    points = [probe_point(c, traffic, seed, slo) for c in active]
+    for c, p, r in zip(active, points, runner.run(points)):
         if not r["fits"]:
             continue  # the search's first run reports the reason
         tok_s = r.get("tok_s")
         c.probe = {"requests": r.get("requests"), "clients": p.payload["probe"]["clients"], "tok_s": tok_s,
                    "service_req_s": tok_s / c.mean_output_tokens if tok_s and c.mean_output_tokens else None}
-    return len(active) - len(sized)
 
 
 def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,
@@ -732,10 +753,12 @@ def _curve(c: Candidate) -> list[dict[str, Any]]:
     return rows
 
 
-def _vllm_serve(plan: PlanConfig, c: Candidate) -> dict[str, Any]:
-    """The `vllm serve` command line of a candidate (per replica), or why there is none."""
+def _vllm_serve(plan: PlanConfig, c: Candidate) -> dict[str, Any] | None:
+    """The `vllm serve` command line of a deployable candidate (per replica); None for a research row."""
     from traces.catalog import get_model
 
+    if not c.deployable:
+        return None
     server = c.config["server"]
     args = [f"vllm serve {get_model(plan.candidates.target).hf_id}", f"--tensor-parallel-size {c.tp}",
             f"--max-num-seqs {server.get('max_num_seqs')}"]
@@ -745,16 +768,9 @@ def _vllm_serve(plan: PlanConfig, c: Candidate) -> dict[str, Any]:
         args.append(f"--max-model-len {plan.candidates.deployment['max_model_len']}")
     if plan.candidates.deployment.get("gpu_memory_utilization"):
         args.append(f"--gpu-memory-utilization {plan.candidates.deployment['gpu_memory_utilization']}")
-    doc: dict[str, Any] = {"replicas": c.replicas}
-    if c.mode.mode != "ar":
-        if c.mode.vllm_speculative_config is None:
-            doc["note"] = (f"mode {c.mode.name!r} gives no vllm_speculative_config"
-                           + (" (PSD's two-batch pipeline has no vLLM equivalent)" if c.mode.mode == "psd" else ""))
-        else:
-            spec = json.dumps(c.mode.vllm_speculative_config, sort_keys=True, separators=(",", ":"))
-            args.append(f"--speculative-config '{spec}'")
-    doc["command"] = " ".join(args)
-    return doc
+    if c.deploy.cli_arg():
+        args.append(c.deploy.cli_arg())
+    return {"replicas": c.replicas, "vllm_version": VLLM_VERSION, "runs": c.deploy.why, "command": " ".join(args)}
 
 
 def _interp(curve: list[tuple[float, float]], r: float) -> float:
@@ -807,6 +823,7 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
         "scheduler": c.scheduler, "status": c.status, "reason": c.reason or None, "num_gpus": c.num_gpus,
         "draft_gpus": c.mode.draft_gpus * c.replicas, "usd_per_hour": c.usd_per_hour, "target_costs": c.target_costs,
         "cost_notes": c.cost_notes, "placement": c.placement, "comparison": _comparison(c),
+        "deploy": c.deploy.to_json() if c.deploy else None,
     }
     if c.status != "ok" or c.search is None:
         return doc
@@ -866,12 +883,72 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
 
 
 def _comparison(c: Candidate) -> str:
-    """The rule this candidate is compared at (concurrency per target replica, GPUs)."""
-    seqs = c.config["server"].get("max_num_seqs")
+    """The rule this candidate is compared at (concurrency per target replica, GPUs), from what it runs."""
+    seqs = concurrent_sequences(c) // c.replicas
     if c.mode.mode == "psd":
-        return (f"PSD: {seqs} sequences per target replica in all, split over its two sub-batches; "
+        sub = c.config["runs"][0]["psd"]["sub_batch_max_num_seqs"]
+        return (f"PSD: {seqs} sequences per target replica in all, split over its two sub-batches of {sub}; "
                 f"{c.num_gpus} GPUs ({c.mode.draft_gpus * c.replicas} for drafting)")
     return f"{seqs} sequences per target replica; {c.num_gpus} GPUs"
+
+
+def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] | None, notes: list[str]
+                 ) -> dict[str, list[str]]:
+    """What the answer rests on, in short lines: measured, borrowed, modelled (details: notes, rules)."""
+    measured, borrowed, modelled = [], [], []
+    for gpu, by_tp in sorted(plan.candidates.profiles.items()):
+        for tp, ref in sorted(by_tp.items()):
+            measured.append(f"target step times on {gpu} TP {tp}: {ref}")
+    drafting = [c for c in cands if c.mode.mode != "ar"]
+    for line in sorted({n for c in drafting for n in c.cost_notes if "measured on" in n}):
+        measured.append(line)
+    if base is not None and drafting:
+        traces = base["traces"] if isinstance(base["traces"], str) else "generated traces"
+        borrowed.append(f"acceptance replayed from {traces}" + ("" if not any(n.startswith("acceptance borrowed")
+                                                                         for n in notes)
+                                                                 else ", recorded for another target (notes)"))
+    scaled = sorted({n.split(":")[0] for c in drafting for n in c.cost_notes if "roofline-scaled" in n})
+    if scaled:
+        borrowed.append(f"{', '.join(scaled)}: a profile measured on one GPU, priced on the others by the datasheet "
+                        "roofline ratio (rule draft_transfer)")
+    if any("host CPU" in n for c in drafting for n in c.cost_notes):
+        borrowed.append("n-gram drafting: a published host-side cost, the same on every GPU")
+    roof = sorted({(c.gpu, c.tp) for c in cands if c.target_costs.startswith("roofline")})
+    if roof:
+        modelled.append(f"target step times of {len(roof)} of {len({(c.gpu, c.tp) for c in cands})} (GPU, TP) pairs: "
+                        "roofline model from datasheets, not measured")
+    server = (base or {}).get("server", {})
+    if server.get("scheduler", "draftsim") != "vllm-v1":
+        modelled.append(f"scheduling: draftsim's rules (server.scheduler {server.get('scheduler', 'draftsim')}, "
+                        f"chunked_prefill {server.get('chunked_prefill')}), not vLLM V1's that the deploy line runs")
+    if any(c.mode.mode == "psd" for c in cands):
+        modelled.append("PSD: max_num_seqs sequences in all per target replica, split over its two sub-batches")
+    if any(c.deployable and c.deploy.speculative_config
+           and "num_speculative_tokens_per_batch_size" in c.deploy.speculative_config for c in cands):
+        modelled.append("k by batch size: draftsim's batch is a step's decoding requests; vLLM's every scheduled "
+                        "request (prefill chunks included)")
+    modelled += [n for n in notes if n.startswith("n-gram acceptance replayed")]
+    return {k: v for k, v in (("measured", measured), ("borrowed", borrowed), ("modelled", modelled)) if v}
+
+
+def _best_research(meets: list[dict[str, Any]], answer: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The first-ranked research row meeting the target, with what it would gain over the deployable answer."""
+    row = next((d for d in meets if not d["deploy"]["deployable"]), None)
+    if row is None:
+        return None
+    doc = {"id": row["id"], "why_not_deployable": row["deploy"]["why"], "usd_per_hour": row["usd_per_hour"],
+           "max_rate_req_s": row["max_rate_req_s"]}
+    if answer is None:
+        doc["gain"] = "meets the target where no deployable candidate does"
+    elif row["usd_per_hour"] < answer["usd_per_hour"]:
+        saved = answer["usd_per_hour"] - row["usd_per_hour"]
+        doc["gain"] = f"${round_sig(saved, 3):g}/h less ({saved / answer['usd_per_hour']:.0%} of the answer's cost)"
+    elif row["usd_per_hour"] == answer["usd_per_hour"] and row["max_rate_req_s"] > answer["max_rate_req_s"]:
+        doc["gain"] = (f"same $/h, max rate {row['max_rate_req_s'] / answer['max_rate_req_s'] - 1:+.0%} "
+                       f"({round_sig(row['max_rate_req_s'], 3):g} vs {round_sig(answer['max_rate_req_s'], 3):g} req/s)")
+    else:
+        doc["gain"] = "none: the deployable answer is no dearer"
+    return doc
 
 
 def _rank_key(d: dict[str, Any]) -> tuple:
@@ -913,7 +990,9 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
     ranked = sorted((candidate_result(c, target, plan, ar.get((c.gpu, c.tp, c.replicas,
                                                                json.dumps(c.scheduler, sort_keys=True))))
                      for c in cands), key=_rank_key)
-    cheapest = next((d["id"] for d in ranked if d["status"] == "ok" and d.get("meets_target_rate")), None)
+    meets = [d for d in ranked if d["status"] == "ok" and d.get("meets_target_rate")]
+    cheapest = next((d["id"] for d in meets if d["deploy"]["deployable"]), None)
+    research = _best_research(meets, next((d for d in meets if d["id"] == cheapest), None))
     s = plan.search
     used = sorted({c.gpu for c in cands})
     notes = []
@@ -928,6 +1007,9 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
         borrowed = _acceptance_note(plan, base)
         if borrowed:
             notes.append(borrowed)
+        lookup = lookup_note([(c.id, c.deploy) for c in cands if c.deploy], _drafter_specs(plan, base))
+        if lookup:
+            notes.append(lookup)
     sized = sorted({c.num_requests for c in cands if c.num_requests})
     q = plan.slo.attainment
     doc = {
@@ -964,13 +1046,22 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                        f"bracket is within {s.rel_tol:g} of its top, at most {s.max_tests} rates; then, for the "
                        f"curves only, one run (first seed, {CURVE_SIZE_FRACTION:g} x the search runs' size: the "
                        f"curves read means) at {', '.join(f'{f:g}' for f in s.curve_fractions)} x the max rate"),
-            "comparison": ("modes compared at the same max_num_seqs per target replica (PSD: split over its two "
-                           "sub-batches) and priced per GPU, draft GPUs included"),
+            "comparison": ("modes compared at the same max_num_seqs per target replica (PSD: that many in all, "
+                           "split over its two sub-batches: simulator/server_config.py PSDConfig.split) and priced "
+                           "per GPU, draft GPUs included"),
+            "draft_transfer": (DRAFT_TRANSFER_RULE if plan.candidates.draft_transfer == "roofline" else
+                               "refuse: a drafter profile measured on another GPU than the candidate's is an error"),
+            "deploy": (f"the answer is the cheapest candidate that meets the target and that vLLM can run as simulated "
+                       f"({VLLM_RULES}): AR, fixed k (--speculative-config with the simulated method, k and proposer "
+                       "settings) or k by batch size (num_speculative_tokens_per_batch_size); acceptance-driven k, "
+                       "bandits, per-request drafter choice and PSD are research rows, never the deploy line"),
             "seeds": seeds, "seeds_per_rate": s.seeds,
         },
         "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_hour, "source": prices[g].source} for g in used},
         "cheapest": cheapest,
         "deploy": next((d["vllm_serve"] for d in ranked if d["id"] == cheapest), None),
+        "best_research": research,
+        "assumptions": _assumptions(plan, cands, base, notes),
         "notes": notes,
         "candidates": ranked,
     }

@@ -8,7 +8,7 @@ from typing import Any
 from experiments.plots import _figure, save_figure
 from experiments.tables import Column, build_table, print_table
 
-PLOT_FILES = ("curves.png", "pareto.png")
+PLOT_FILES = ("curves.png", "pareto.png", "pareto_user_gpu.png")
 CURVES_MAX = 12  # candidates drawn in the curves (the best ranked), so lines stay readable
 
 
@@ -21,8 +21,10 @@ PLAN_COLUMNS: tuple[Column, ...] = (
     Column("interval_req_s", "req/s", 0, header="interval"),
     Column("throughput_tok_s_at_max_rate", "tok/s", 0, header="steady\nthrpt\nat max"),
     Column("usd_per_mtok_at_target_rate", "$/Mtok", 3, header="usd per\nmtok at\ntarget"),
-    Column("sd_vs_ar_crossover_req_s", "req/s", 2, header="sd=ar\nat"),
+    Column("sd_vs_ar_crossover_req_s", "req/s", 2, header="SD\nbeats\nAR\nup to"),
 )
+RULE_KEYS = ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
+             "service_probe", "early_stop", "scope", "search", "comparison", "draft_transfer", "deploy")
 
 
 def _interval_cell(c: dict[str, Any]) -> str:
@@ -48,10 +50,11 @@ def plan_rows(doc: dict[str, Any], limit: int | None = None) -> list[dict[str, A
     rows = []
     for i, c in enumerate(doc["candidates"] if limit is None else doc["candidates"][:limit], 1):
         rate = c.get("max_rate_req_s")
+        research = not (c.get("deploy") or {}).get("deployable", True)
         rows.append({**c, "#": str(i), "candidate": c["id"] + ("" if c["target_costs"].startswith("measured") else " *"),
                      "max_rate_req_s": f"{rate:,.2f}+" if rate is not None and c.get("at_search_ceiling") else rate,
                      "interval_req_s": _interval_cell(c), "sd_vs_ar_crossover_req_s": _crossover_cell(c),
-                     "status": _status(c)})
+                     "status": _status(c) + (", research" if research else "")})
     return rows
 
 
@@ -62,43 +65,67 @@ def plan_table(doc: dict[str, Any], limit: int | None = None):
                        wrap_labels=("status",),
                        title=f"plan {doc['name']}: {q['target']} at {q['target_rate_req_s']:g} req/s "
                              f"({len(doc['candidates'])} candidates)",
-                       caption="*: target step times from the roofline model (no measured profile); max rate '+': "
-                               "sustains its search ceiling; interval 'open': no tested rate was a "
-                               "decided fail; sd=ar at: the rate where this mode's mean E2E reaches AR's on the "
-                               "same GPUs ('>x': faster up to x, the top of both stable ranges); steady throughput "
-                               "and $/Mtok over the steady-state window (rule (window) below); $/Mtok at the max rate and every "
-                               "tested rate: plan.json.")
+                       caption="*: target step times from the roofline model (no measured profile). research: "
+                               "vLLM cannot run the mode as simulated, never the deploy line. max rate "
+                               "'+': sustains its search ceiling; interval 'open': no tested rate was a decided fail. "
+                               "SD beats AR up to: the arrival rate where this mode's mean E2E latency reaches "
+                               "AR's on the same GPUs ('>x': faster at every rate both sustain, up to x; 'never': "
+                               "slower already at the lowest). Throughput and $/Mtok over the steady-state window; "
+                               "the rules: --explain or plan.json.")
 
 
-def print_plan(doc: dict[str, Any], console, limit: int | None = None) -> None:
-    """The ranked table, then the answer, the deployment, the rule and the notes."""
+def does_not_fit_line(doc: dict[str, Any]) -> str | None:
+    """One summary line for every candidate that does not fit (each reason is in plan.json)."""
+    bad = [c for c in doc["candidates"] if c["status"] == "does_not_fit"]
+    if not bad:
+        return None
+    where = sorted({f"{c['gpu']} tp{c['tp']}" + (f" x{c['replicas']}" if c["replicas"] > 1 else "") for c in bad})
+    modes = sorted({c["mode"] for c in bad})
+    return (f"does not fit: {len(bad)} candidate(s) on {', '.join(where)} (modes {', '.join(modes)}): weights, "
+            "drafter and KV exceed the GPUs' memory; each reason in plan.json")
+
+
+def print_plan(doc: dict[str, Any], console, limit: int | None = None, explain: bool = False) -> None:
+    """The ranked table, the answer, its deploy line, the best research row and a short assumptions block; with
+    `explain` the rules and notes too (always in plan.json)."""
     print_table(plan_table(doc, limit), console)
     if limit is not None and len(doc["candidates"]) > limit:
         console.print(f"... {len(doc['candidates']) - limit} more candidates in plan.json")
-    for c in doc["candidates"]:
-        if c["status"] == "does_not_fit":
-            console.print(f"does not fit: {c['id']}: {c['reason']}")
+    line = does_not_fit_line(doc)
+    if line:
+        console.print(line)
     skipped = sum(c["status"] == "not_searched" for c in doc["candidates"])
     if skipped:
         console.print(f"not searched: {skipped} candidate(s), each with its reason in plan.json (rule (scope))")
     q = doc["question"]
     best = doc["cheapest"]
-    console.print(f"[bold]cheapest for {q['target_rate_req_s']:g} req/s:[/bold] "
-                  + (best if best else "none of the candidates sustains the target rate"))
+    console.print(f"[bold]cheapest deployable for {q['target_rate_req_s']:g} req/s:[/bold] "
+                  + (best if best else "none of the deployable candidates sustains the target rate"))
     deploy = doc.get("deploy")
     if deploy:
-        console.print(f"deploy ({deploy['replicas']} replica(s)): {deploy['command']}", soft_wrap=True)
-        if deploy.get("note"):
-            console.print(f"  {deploy['note']}")
+        console.print(f"deploy ({deploy['replicas']} replica(s), vLLM {deploy['vllm_version']}; {deploy['runs']}): "
+                      f"{deploy['command']}", soft_wrap=True)
+    research = doc.get("best_research")
+    if research:
+        console.print(f"best research row: {research['id']} (${research['usd_per_hour']:g}/h, "
+                      f"{research['max_rate_req_s']:g} req/s); gain: {research['gain']}; not deployable: "
+                      f"{research['why_not_deployable']}", soft_wrap=True)
+    assumptions = doc.get("assumptions") or {}
+    for kind in ("measured", "borrowed", "modelled"):
+        for text in assumptions.get(kind, ()):
+            console.print(f"{kind}: {text}", soft_wrap=True)
+    console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g}"
+                                                       for g, p in doc["prices"].items()) + " (sources in plan.json)")
+    if not explain:
+        return
     rule = doc["rule"]
-    for key in ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
-                "service_probe", "early_stop", "scope", "search", "comparison"):
+    for key in RULE_KEYS:
         if key in rule:
             console.print(f"rule ({key}): {rule[key]}", soft_wrap=True)
     for note in doc["notes"]:
         console.print(f"note: {note}", soft_wrap=True)
-    console.print("prices ($/GPU-hour): " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g} ({p['source']})"
-                                                       for g, p in doc["prices"].items()))
+    console.print("prices: " + "; ".join(f"{g} {p['usd_per_gpu_hour']:g} ({p['source']})"
+                                         for g, p in doc["prices"].items()), soft_wrap=True)
 
 
 def _status(c: dict[str, Any]) -> str:
@@ -125,13 +152,34 @@ def pareto_front(points: list[tuple[float, float, str]]) -> list[tuple[float, fl
 def write_plots(doc: dict[str, Any], out: str | Path) -> list[Path]:
     out = Path(out)
     searched = [c for c in doc["candidates"] if c["status"] == "ok" and c.get("curve")]
-    return [_curves(searched[:CURVES_MAX], doc, out / PLOT_FILES[0]), _pareto(searched, doc, out / PLOT_FILES[1])]
+    return [_curves(searched[:CURVES_MAX], doc, out / PLOT_FILES[0]), _pareto(searched, doc, out / PLOT_FILES[1]),
+            _user_gpu(searched, doc, out / PLOT_FILES[2])]
+
+
+def user_gpu_points(c: dict[str, Any]) -> list[tuple[float, float]]:
+    """(output tokens/s per user, output tokens/s per GPU) at each stable tested rate of a candidate: per user 1 /
+    the window's mean TPOT, per GPU the steady-state throughput over every GPU (draft GPUs included)."""
+    out = []
+    for p in c.get("curve") or []:
+        tpot, thr = p.get("steady_tpot_mean_s_mean"), p.get("steady_throughput_tok_s_mean")
+        if tpot and thr and not p.get("overloaded"):
+            out.append((1.0 / tpot, thr / c["num_gpus"]))
+    return out
+
+
+def upper_right_front(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """(x, y, id) not dominated by another point at least as high on both axes (more is better on both)."""
+    front = []
+    for x, y, cid in sorted(points, key=lambda p: (-p[0], -p[1], p[2])):
+        if not front or y > front[-1][1]:
+            front.append((x, y, cid))
+    return front
 
 
 def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Path:
     slo = doc["question"]["slo"]
     metrics = [m for m in ("ttft", "tpot", "e2e") if slo.get(f"{m}_s") is not None]
-    fig, axes = _figure(1, len(metrics), 4.6 * len(metrics), 4.2)
+    fig, axes = _figure(1, len(metrics), 4.6 * len(metrics), 4.2 + 0.16 * ((len(cands) + 2) // 3))
     for ax, m in zip(axes, metrics):
         for i, c in enumerate(cands):
             pts = [(p["steady_throughput_tok_s_mean"], p[f"steady_{m}_p99_s_mean"]) for p in c["curve"]
@@ -142,13 +190,51 @@ def _curves(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
                 ax.plot(xs, ys, marker="o", ms=3, color=f"C{i % 10}", label=c["id"],
                         linestyle="-" if i < 10 else "--")
         ax.axhline(slo[f"{m}_s"], color="k", linestyle=":", linewidth=1)
-        ax.set_xlabel("steady-state throughput (output tok/s, mean over seeds; overloaded rates left out)")
+        ax.set_xlabel("steady-state throughput (output tok/s)")
         ax.set_ylabel(f"{m.upper()} p99 (s)")
         ax.set_yscale("log")
-        ax.set_title(f"{m.upper()} p99 vs throughput (dotted: SLO)")
-    if axes[0].get_legend_handles_labels()[0]:  # no curve point drawn (all overloaded): no legend to draw
-        axes[0].legend(fontsize=6, loc="upper left")
-    fig.suptitle(f"{doc['name']}: throughput-latency (search rates: mean over seeds; 25-75% of max: first seed) ({len(cands)} best candidates)")
+        ax.set_title(f"{m.upper()} p99 (dotted: the SLO)", fontsize=9)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:  # no curve point drawn (all overloaded): no legend to draw
+        fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=6, frameon=False)
+    fig.suptitle(f"{doc['name']}: throughput vs latency, {len(cands)} best candidates\nstable tested rates only "
+                 "(search rates: mean over seeds; curve rates: first seed)", fontsize=9)
+    return save_figure(fig, path)
+
+
+def _label_points(ax, pts: list[tuple[float, float, str]], xmax: float, ymax: float) -> None:
+    """Label points inside the axes (x up to xmax, y up to ymax): text to the left of points in the right 40% of the
+    x range, alternately above and below, with head room so no label leaves the figure."""
+    xmax, ymax = xmax or 1.0, ymax or 1.0
+    ax.set_xlim(right=1.05 * xmax)
+    ax.set_ylim(top=1.12 * ymax)
+    for i, (x, y, cid) in enumerate(pts):
+        right = x > 0.6 * xmax
+        ax.annotate(cid, (x, y), fontsize=6, xytext=(-4 if right else 4, 4 if i % 2 == 0 else -10),
+                    textcoords="offset points", ha="right" if right else "left")
+
+
+def _user_gpu(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Path:
+    """Output tokens/s per user against tokens/s per GPU (the convention of `vllm bench sweep plot_pareto` and
+    AIConfigurator): every stable tested rate of every candidate, the upper-right front labelled."""
+    fig, (ax,) = _figure(1, 1, 7.5, 5.2)
+    pts = [(x, y, c["id"]) for c in cands for x, y in user_gpu_points(c)]
+    deployable = {c["id"] for c in cands if (c.get("deploy") or {}).get("deployable")}
+    if pts:
+        for label, keep, color in (("deployable (vLLM)", True, "C0"), ("research", False, "C1")):
+            sel = [p for p in pts if (p[2] in deployable) == keep]
+            if sel:
+                ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=12, color=color, alpha=0.6, label=label)
+        front = upper_right_front(pts)
+        ax.plot([p[0] for p in front], [p[1] for p in front], color="C3", marker="o", ms=4, label="Pareto front")
+        _label_points(ax, front, max(p[0] for p in pts), max(p[1] for p in pts))
+        ax.legend(fontsize=7, loc="lower left")
+    ax.set_xlabel("output tokens/s per user (1 / mean TPOT)")
+    ax.set_ylabel("output tokens/s per GPU (draft GPUs included)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{doc['name']}: per-user speed vs per-GPU throughput\n(each stable tested rate; steady-state "
+                 "window)", fontsize=9)
     return save_figure(fig, path)
 
 
@@ -159,8 +245,8 @@ def _pareto(cands: list[dict[str, Any]], doc: dict[str, Any], path: Path) -> Pat
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, color="C0", alpha=0.6, label="candidates")
         front = pareto_front(pts)
         ax.plot([p[0] for p in front], [p[1] for p in front], color="C3", marker="o", label="Pareto front")
-        for cap, cost, cid in front:
-            ax.annotate(cid, (cap, cost), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        _label_points(ax, front, max([p[0] for p in pts] + [doc["question"]["target_rate_req_s"]]),
+                      max(p[1] for p in pts))
     ax.axvline(doc["question"]["target_rate_req_s"], color="k", linestyle=":", linewidth=1, label="target rate")
     ax.set_xlabel("max sustainable rate under the SLO (req/s)")
     ax.set_ylabel("$ per hour (all GPUs, draft GPUs included)")

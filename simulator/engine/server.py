@@ -51,8 +51,7 @@ class Server:
         cfg, workload, table = scenario.server, inputs.workload, inputs.table
         self.env, self.scenario, self.wl, self.table, self.mode = env, scenario, workload, table, scenario.mode
         self.on_step = on_step
-        m = scenario.psd.sub_batch_max_num_seqs or cfg.max_num_seqs
-        self.max_num_seqs = 2 * m if self.mode == "psd" else cfg.max_num_seqs
+        self.max_num_seqs = scenario.psd.concurrency(cfg.max_num_seqs) if self.mode == "psd" else cfg.max_num_seqs
         self.state = st = RequestState(workload, len(table.drafters))
         pool = BlockPool(scenario.kv_capacity_tokens // cfg.block_size, cfg.block_size)
         self.sched = Scheduler(st, workload, pool, max_num_seqs=self.max_num_seqs,

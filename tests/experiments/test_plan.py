@@ -234,13 +234,16 @@ def test_serial_and_pool_give_identical_plan_json(tmp_path, counting_pool):
     psd2 = next(c for c in ok if c["mode"] == "psd" and c["gpu"] == "h100-80gb" and c["replicas"] == 2)
     assert psd2["num_gpus"] == 4 and psd2["usd_per_hour"] == pytest.approx(2 * psd["usd_per_hour"])
     assert "split over its two sub-batches" in psd["comparison"] and psd["num_requests_per_run"] == 60
-    assert psd["vllm_serve"]["note"].startswith("mode 'psd' gives no vllm_speculative_config")
+    # PSD is not in vLLM: a research row, never a deploy line
+    assert psd["vllm_serve"] is None and not psd["deploy"]["deployable"] and "research row" in psd["deploy"]["why"]
+    assert doc["cheapest"] is None or not doc["cheapest"].endswith(" psd")
     # every drafting candidate carries its SD-vs-AR comparison against the AR candidate on the same GPUs
     assert all(c["sd_vs_ar"]["rule"].startswith("first rate where") for c in ok if c["mode"] != "AR")
     assert all(c["sd_vs_ar"] is None for c in ok if c["mode"] == "AR")
     assert any("replicas > 1: the whole cluster is simulated" in n for n in doc["notes"])
     assert any(c["target_costs"].startswith("roofline") for c in ok) and any("roofline" in n for n in doc["notes"])
     assert (tmp_path / "serial" / "curves.png").stat().st_size > 0 and (tmp_path / "serial" / "pareto.png").exists()
+    assert (tmp_path / "serial" / "pareto_user_gpu.png").stat().st_size > 0
     ranks = [c["status"] for c in doc["candidates"]]
     assert ranks == sorted(ranks, key=["ok", "does_not_fit"].index)
 
@@ -324,10 +327,17 @@ def test_cli_prints_the_ranked_table_and_the_answer(known_case, tmp_path, capsys
     last = captured.err.strip().splitlines()[-1]
     done, total = last.split(": ")[1].split(" points")[0].split("/")
     assert last.startswith("plan known: ") and done == total and int(total) > 0
-    assert "cheapest for 5 req/s: h100-80gb tp1 x1 AR" in out
-    assert "2.50" in out and "override in prices" in out and "SLO attainment of the window requests" in out
-    assert "deploy (1 replica(s)): vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1 " \
-           "--max-num-seqs 1" in out
+    assert "cheapest deployable for 5 req/s: h100-80gb tp1 x1 AR" in out
+    assert "2.50" in out and "measured: target step times on h100-80gb TP 1" in out
+    assert "deploy (1 replica(s), vLLM 0.32.0; autoregressive: no speculative config): vllm serve " \
+           "meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1 --max-num-seqs 1" in out
+    # the rules only behind --explain (always in plan.json)
+    assert "rule (" not in out and "SLO attainment of the window requests" not in out
+    assert run_cli(cmd_plan, ["plan", str(path), "--out", str(tmp_path / "o"), "--backend", "serial", "--explain",
+                              "--set", "prices.usd_per_gpu_hour.h100-80gb=2.5"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rule (sustainable):" in out and "SLO attainment of the window requests" in out
+    assert "override in prices" in out and "rule (deploy): the answer is the cheapest candidate" in out
 
 
 def test_cheapest_scope_searches_only_what_the_ranking_needs(md1_plan, tmp_path):
@@ -347,3 +357,13 @@ def test_cheapest_scope_searches_only_what_the_ranking_needs(md1_plan, tmp_path)
     assert slow["status"] == "not_searched" and "cannot sustain the target" in slow["reason"]
     assert (fast["max_rate_req_s"], fast["interval_req_s"]) == (searched["max_rate_req_s"], searched["interval_req_s"])
     assert doc["rule"]["scope"].startswith("search.scope: cheapest")
+
+
+def test_the_service_probe_runs_whatever_the_run_size(known_case, tmp_path):
+    # 64 sequences at once: the probe's closed loop (1.25 x 64 clients, 5 requests each) is longer than a search run
+    known_case["candidates"]["scheduler"] = {"max_num_seqs": [64]}
+    known_case["search"] = {**known_case["search"], "seeds": 1, "max_tests": 1, "tail_requests": 1,
+                            "requests_per_replica": 50}
+    (c,) = _plan(known_case, tmp_path / "probe", backend="serial")["candidates"]
+    assert c["num_requests_per_run"] < c["service_probe"]["requests"] == 5 * 80
+    assert c["service_probe"]["tok_s"] > 0 and c["service_rate_req_s"] is not None
