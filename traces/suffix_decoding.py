@@ -17,7 +17,8 @@ What vLLM runs (read at vllm-project/vllm `vllm/v1/spec_decode/suffix_decoding.p
   max_tokens = min(num_speculative_tokens, floor(m * `max_spec_factor` + 1e-6)) (factor default 1.0; vLLM
   passes no offset). Score = sum of the tokens' probabilities; the best score wins, ties go to the longer match.
   The global tree's best replaces the local one's only if its score is strictly higher.
-  `num_speculative_tokens` defaults to the tree depth for this method (vLLM's SpeculativeConfig).
+  `num_speculative_tokens` defaults to the tree depth for this method (vLLM's SpeculativeConfig). vLLM also caps
+  a proposal at max_model_len - num_tokens - 1; this pass assumes no request comes that close to max_model_len.
 - float32 probabilities and scores, as the C++ computes them. Ties between children with equal counts: the C++
   takes the first in its hash map / sibling order, which this pass cannot see; it takes the smallest token id.
   That is the one place a proposal may differ from vLLM's.
@@ -140,7 +141,8 @@ class SubstringCounts:
             ctx = pattern[len(pattern) - m:]
             if self.count.get(ctx, 0) == 0:
                 break
-            max_tokens = max(0, min(max_spec_tokens, int(m * max_spec_factor + 1e-6)))
+            # the C++ multiplies in float32 and adds 1e-6 in double
+            max_tokens = max(0, min(max_spec_tokens, int(float(np.float32(m) * np.float32(max_spec_factor)) + 1e-6)))
             draft = Draft()
             prob = np.float32(1.0)
             cur = ctx
