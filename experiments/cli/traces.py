@@ -299,5 +299,5 @@ def run_suffix(args: argparse.Namespace) -> int:
     proposing = sum(int((r.drafters[args.name].proposal_len > 0).sum()) for r in bundle.requests)
     accepted = sum(int(r.drafters[args.name].acc_len.sum()) for r in bundle.requests)
     print(f"wrote {folder}: {len(bundle.requests)} requests, {n} output positions; {args.name}: proposes at "
-          f"{proposing / n:.1%} of positions, mean tokens per step {accepted / n:.3f} (uncapped by the engine's k)")
+          f"{proposing / n:.1%} of positions, mean tokens per verify step {accepted / n:.3f} at k = {bundle.meta.drafters[args.name].params['num_speculative_tokens']}")
     return 0
