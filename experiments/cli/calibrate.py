@@ -115,6 +115,9 @@ def _register_suffix_cost(sub) -> None:
     a.add_argument("--repeats", type=int, default=5)
     a.add_argument("--max-tree-depth", type=int, default=24)
     a.add_argument("--num-speculative-tokens", type=int, default=None)
+    a.add_argument("--backend", default="python", choices=("python", "arctic"),
+                   help="time this project's pass (python) or ArcticInference's SuffixDecodingCache (arctic, what "
+                        "vLLM runs; needs arctic_inference importable)")
     a.set_defaults(func=_run_suffix_cost)
 
 
@@ -127,10 +130,10 @@ def _run_suffix_cost(args: argparse.Namespace) -> int:
         cfg = SweepConfig(batch_sizes=_ints(args.batch_sizes), context_lens=_ints(args.context_lens),
                           warmup=args.warmup, repeats=args.repeats)
         scfg = SuffixConfig(max_tree_depth=args.max_tree_depth, num_speculative_tokens=args.num_speculative_tokens)
+        path, report = calibrate_suffix_cost(cfg, scfg, args.out, args.name, backend=args.backend)
     except ValueError as e:
         print(f"draftsim calibrate suffix-cost: {e}", file=sys.stderr)
         return 2
-    path, report = calibrate_suffix_cost(cfg, scfg, args.out, args.name)
     print(f"wrote {path}: {report['points']} points, MAPE {report['mape_percent']:.2f}%, "
           f"load/core~{report['median_load_per_core']:.2f}")
     return 0

@@ -23,3 +23,17 @@ def test_writes_a_measured_profile(tmp_path):
     prof = load_profile(path)
     assert prof.name == "s-cpu" and prof.provenance.source == "measured"
     assert "suffix-decoding proposer" in prof.provenance.notes and report["points"] == 4
+
+
+def test_an_unknown_or_missing_backend_is_refused_before_timing(monkeypatch):
+    import sys
+
+    import pytest
+
+    cfg = SweepConfig(batch_sizes=[1], context_lens=[8], warmup=0, repeats=1)
+    with pytest.raises(ValueError, match="expected one of python, arctic"):
+        sweep_suffix(cfg, SuffixConfig(), backend="cpp")
+    monkeypatch.setitem(sys.modules, "arctic_inference", None)  # not importable
+    monkeypatch.setitem(sys.modules, "arctic_inference.suffix_decoding", None)
+    with pytest.raises(ValueError, match="arctic_inference"):
+        sweep_suffix(cfg, SuffixConfig(), backend="arctic")
