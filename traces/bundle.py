@@ -21,7 +21,7 @@ from traces.parsing import iter_jsonl, load_yaml_file, resolved_path
 
 SCHEMA_VERSION = 1
 TOOL_VERSION = "0.1.0"
-DRAFTER_KINDS = ("eagle", "ngram", "draft_model", "int8", "truncated", "mtp", "synthetic")
+DRAFTER_KINDS = ("eagle", "ngram", "draft_model", "int8", "truncated", "mtp", "suffix", "synthetic")
 
 _META_KEYS = {"schema_version", "target", "temperature", "drafters", "dataset", "source", "tool_version", "extra"}
 _REQUEST_KEYS = {"id", "prompt_len", "output_len", "category", "arrival_time", "prompt_token_ids",

@@ -10,6 +10,7 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="calibrate_command", metavar="WHAT")
     _register_acceptance(sub)
     _register_latency(sub)
+    _register_suffix_cost(sub)
     _register_check(sub)
     _register_pool_report(sub)
     _register_vllm(sub)
@@ -104,6 +105,40 @@ def _run_latency(args: argparse.Namespace) -> int:
         coef = " ".join(f"{k}={v:.3g}" for k, v in f.linear.coefficients.items())
         print(f"{prof_name:40s} {f.report['points']:6d} {f.report['mape_percent']:7.2f}  {coef}  "
               f"{f.report['mape_percent_without_term']}  load/core~{f.report['median_load_per_core']:.2f}")
+    return 0
+
+
+def _register_suffix_cost(sub) -> None:
+    a = sub.add_parser("suffix-cost", help="time the suffix-decoding proposer per step; fit and write its profile")
+    a.add_argument("--out", required=True, help="profile YAML to write")
+    a.add_argument("--name", default="suffix-cpu", help="profile name (default suffix-cpu)")
+    a.add_argument("--batch-sizes", default="1,2,4,8")
+    a.add_argument("--context-lens", default="64,256,512,1024")
+    a.add_argument("--warmup", type=int, default=2)
+    a.add_argument("--repeats", type=int, default=5)
+    a.add_argument("--max-tree-depth", type=int, default=24)
+    a.add_argument("--num-speculative-tokens", type=int, default=None)
+    a.add_argument("--backend", default="python", choices=("python", "arctic"),
+                   help="time this project's pass (python) or ArcticInference's SuffixDecodingCache (arctic, what "
+                        "vLLM runs; needs arctic_inference importable)")
+    a.set_defaults(func=_run_suffix_cost)
+
+
+def _run_suffix_cost(args: argparse.Namespace) -> int:
+    from calibration.latency_sweep import SweepConfig
+    from calibration.suffix_cost import calibrate_suffix_cost
+    from traces.suffix_decoding import SuffixConfig
+
+    try:
+        cfg = SweepConfig(batch_sizes=_ints(args.batch_sizes), context_lens=_ints(args.context_lens),
+                          warmup=args.warmup, repeats=args.repeats)
+        scfg = SuffixConfig(max_tree_depth=args.max_tree_depth, num_speculative_tokens=args.num_speculative_tokens)
+        path, report = calibrate_suffix_cost(cfg, scfg, args.out, args.name, backend=args.backend)
+    except ValueError as e:
+        print(f"draftsim calibrate suffix-cost: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}: {report['points']} points, MAPE {report['mape_percent']:.2f}%, "
+          f"load/core~{report['median_load_per_core']:.2f}")
     return 0
 
 

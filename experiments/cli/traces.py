@@ -58,6 +58,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--compress", action="store_true", help="write requests.jsonl.gz")
     g.set_defaults(func=run_synth)
 
+    x = sub.add_parser("suffix", help="add a suffix-decoding drafter (vLLM method suffix) computed from the token ids",
+                       description="Replay vLLM's suffix-decoding proposer offline over a bundle's token ids (requests "
+                                   "in arrival order, each finished before the next) and write the bundle with a "
+                                   "drafter of kind suffix (proposal_len and acc_len per position).")
+    x.add_argument("path", help="bundle folder or builtin:NAME with prompt_token_ids and output_token_ids")
+    x.add_argument("--out", required=True, help="bundle folder to write (never the source)")
+    x.add_argument("--name", default="suffix", help="drafter name in the new bundle (default suffix)")
+    x.add_argument("--cost-model", default="suffix", help="cost model name the drafter points at (default suffix)")
+    x.add_argument("--num-speculative-tokens", type=int, default=None,
+                   help="cap on tokens per proposal (default: the tree depth, as vLLM)")
+    x.add_argument("--max-tree-depth", type=int, default=24, help="suffix_decoding_max_tree_depth (default 24)")
+    x.add_argument("--max-spec-factor", type=float, default=1.0, help="suffix_decoding_max_spec_factor (default 1.0)")
+    x.add_argument("--min-token-prob", type=float, default=0.1, help="suffix_decoding_min_token_prob (default 0.1)")
+    x.add_argument("--max-cached-requests", type=int, default=10000,
+                   help="suffix_decoding_max_cached_requests (default 10000; 0 = no global cache, -1 = no limit)")
+    x.add_argument("--compress", action="store_true", help="write requests.jsonl.gz")
+    x.set_defaults(func=run_suffix)
+
 
 def _usage(parser: argparse.ArgumentParser):
     """`draftsim traces` with no subcommand: print its help and exit 2."""
@@ -261,4 +279,30 @@ def run_synth(args: argparse.Namespace) -> int:
     folder = save_bundle(bundle, args.out, compress=args.compress)
     print(f"wrote {folder}: {len(bundle.requests)} requests, "
           f"{sum(r.output_len for r in bundle.requests)} output positions")
+    return 0
+
+
+def run_suffix(args: argparse.Namespace) -> int:
+    from traces.bundle import check_bundle_target, load_bundle, save_bundle
+    from traces.errors import TraceFormatError
+    from traces.suffix_decoding import SuffixConfig, with_suffix_decoding
+
+    try:
+        src = bundle_folder(args.path)
+        if Path(args.out).expanduser().resolve() == src.resolve():
+            raise ValueError(f"--out {args.out}: is the source bundle; choose another folder")
+        check_bundle_target(args.out, args.compress)
+        cfg = SuffixConfig(max_tree_depth=args.max_tree_depth, max_spec_factor=args.max_spec_factor,
+                           min_token_prob=args.min_token_prob, max_cached_requests=args.max_cached_requests,
+                           num_speculative_tokens=args.num_speculative_tokens)
+        bundle = with_suffix_decoding(load_bundle(src), cfg, name=args.name, cost_model=args.cost_model)
+        folder = save_bundle(bundle, args.out, compress=args.compress)
+    except (TraceFormatError, ValueError) as e:
+        print(f"draftsim traces suffix: {e}", file=sys.stderr)
+        return 2
+    n = sum(r.output_len for r in bundle.requests)
+    proposing = sum(int((r.drafters[args.name].proposal_len > 0).sum()) for r in bundle.requests)
+    accepted = sum(int(r.drafters[args.name].acc_len.sum()) for r in bundle.requests)
+    print(f"wrote {folder}: {len(bundle.requests)} requests, {n} output positions; {args.name}: proposes at "
+          f"{proposing / n:.1%} of positions, mean tokens per verify step {accepted / n:.3f} at k = {bundle.meta.drafters[args.name].params['num_speculative_tokens']}")
     return 0
