@@ -213,6 +213,14 @@ def run_target(scenario: Any) -> str | None:
     return str(getattr(model, "name", model)) if model else None
 
 
+def _stated_k(policy: Any) -> int | None:
+    """The policy's largest k before it runs: an oracle without k_max takes it from the ground truth it is bound to
+    when the run starts, so it has none yet (None: no statement about k)."""
+    if getattr(policy, "reads_ground_truth", False) and getattr(policy, "k_max", None) is None:
+        return None
+    return policy.max_draft_tokens()
+
+
 def run_provenance(scenario: Any, meta: BundleMeta | None) -> RunProvenance:
     """The provenance record of one resolved run (a cluster: of its first replica, all replicas share a config)."""
     sc = scenario.replicas[0] if hasattr(scenario, "replicas") else scenario
@@ -222,7 +230,7 @@ def run_provenance(scenario: Any, meta: BundleMeta | None) -> RunProvenance:
     acceptance, costs, notes = [], [], []
     policy = sc.policy
     drafters = policy.drafters_used() if policy is not None and sc.mode != "ar" else ()
-    k = policy.max_draft_tokens() if drafters else None
+    k = _stated_k(policy) if drafters else None
     for d in drafters:
         if meta is not None and d in meta.drafters:
             acceptance.append(acceptance_provenance(meta, target, d, k))
