@@ -88,4 +88,7 @@ def col(res: SimResult, name: str, phase: str | None = None, device: str = "targ
 
 
 def req(res: SimResult, name: str) -> list:
-    return res.requests[name].tolist()
+    """A requests-table column in request order r0, r1, ... (the table itself is in arrival order)."""
+    rq = res.requests
+    order = rq.request_id.str[1:].astype(int).argsort().to_numpy()
+    return rq[name].to_numpy()[order].tolist()
