@@ -21,12 +21,13 @@ def step_durations(res) -> list[float]:
     return (s.end.max() - s.start.min()).tolist()
 
 
-@pytest.mark.parametrize("draft_s", [0.5, 1.5])
-def test_rule_psd_step_time_is_max_plus_sync(engine_path, draft_s):
+@pytest.mark.parametrize("draft_s, split_min_batch", [(0.5, 0), (1.5, 0), (0.5, 2)])
+def test_rule_psd_step_time_is_max_plus_sync(engine_path, draft_s, split_min_batch):
     # r0 joins side 0, r1 side 1. Step 0: both prefill (1.0, nothing to sync). Steps 1-5: one side verifies (1.0 on
     # the target) while the other drafts (draft_s on the drafter): max(1.0, draft_s) + 0.25. r0 finishes in step 5;
-    # step 6 has r1 alone: a fallback step, verifying the proposal it holds (1.0 + 0.25, no drafting)
-    res = psd_run(engine_path, [Req(0.0, 4, 4), Req(0.0, 4, 4)], draft_s)
+    # step 6 has r1 alone: a fallback step, verifying the proposal it holds (1.0 + 0.25, no drafting).
+    # split_min_batch 2 splits the 2 decoding requests all the same (fallback below 2 only)
+    res = psd_run(engine_path, [Req(0.0, 4, 4), Req(0.0, 4, 4)], draft_s, split_min_batch=split_min_batch)
     pair = max(1.0, draft_s) + 0.25
     assert step_durations(res) == pytest.approx([1.0] + [pair] * 5 + [1.25], rel=1e-12)
     assert req(res, "sub_batch") == [0, 1]
