@@ -9,8 +9,13 @@ does not compile). `rule_cases.run` checks that the run took the path asked for.
 from __future__ import annotations
 
 import pytest
+from hypothesis import Phase, settings
 
 from simulator.engine import compiled_run, step_runs
+
+# `pytest --hypothesis-profile=rules-no-shrink`: report a failing drawn case without shrinking it (the mutation
+# check of MUTATIONS.md only needs to know which rule test fails)
+settings.register_profile("rules-no-shrink", phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 
 def _force(path: str, monkeypatch) -> str:
