@@ -57,3 +57,10 @@ def test_rule_admission_free_kv(step_path):
     assert req(res, "first_scheduled_time") == [0.0, 0.0, 2.0]
     assert req(res, "finish_time") == [2.0, 2.0, 4.0]
     assert col(res, "kv_blocks_used") == [4, 4, 1, 1]  # r2 decodes at context 4: still its one block
+
+
+def test_rule_admission_reserves_first_token_slot(engine_path):
+    # a whole prompt of 8 (block 4) is admitted with ceil((8 + 1)/4) = 3 blocks: the prefill samples the first
+    # output token, whose KV slot it holds; the decode at context 9 needs no more
+    res = run(engine_path, [Req(0.0, 8, 2)])
+    assert col(res, "kv_blocks_used") == [3, 3]
