@@ -67,8 +67,15 @@ def test_rule_preemption_newest_by_recompute(step_path):
 
 
 def test_rule_preemption_blocks_admission_in_that_step(step_path):
-    # as above plus r2 (prompt 1, output 2) arriving at 4.5: free KV after the preemption (2 blocks) would admit
-    # it in step 5, but a step that preempted admits nobody: r2 waits behind r1 and both come in step 6
-    res = run(step_path, [Req(0.0, 4, 6), Req(0.0, 4, 6), Req(4.5, 1, 2)], kv_tokens=20, max_num_seqs=3)
-    assert req(res, "preemptions") == [0, 1, 0]
-    assert req(res, "first_scheduled_time") == [0.0, 0.0, 6.0]
+    # block 1 (a block per token), 17 blocks, SD k=3, nothing accepted: r0, r1 (prompt 4, output 6) hold 5 each
+    # after admission and context + 3 after each verify: 8 + 8 after step 1. Step 2 needs 9 + 9 with 1 free:
+    # r1 is preempted (8 freed), r0 grows to 9; r1's recompute (prompt 4 + 2 tokens: 7 blocks) would fit in the 8
+    # free, but a step that preempted admits nobody: it comes back in step 3 (6 prompt tokens). Step 4 preempts it
+    # again (r0 needs 11, r1 10, nothing free); step 5 has no room for its 8; r0 finishes at 6, r1 recomputes 7
+    # tokens in step 6 and verifies in steps 7, 8.
+    res = run(step_path, [Req(0.0, 4, 6), Req(0.0, 4, 6)], mode="sd", k=3, block_size=1, kv_tokens=17,
+              max_num_seqs=2)
+    assert col(res, "prefill_tokens") == [8, 0, 0, 6, 0, 0, 7, 0, 0]
+    assert col(res, "kv_blocks_used") == [10, 16, 9, 17, 11, 12, 8, 11, 12]
+    assert req(res, "preemptions") == [0, 2]
+    assert req(res, "finish_time") == [6.0, 9.0]
