@@ -52,6 +52,14 @@ def test_rule_kv_released_at_finish(engine_path):
     assert res.extras["kv_peak_blocks"] == 3
 
 
+def test_rule_kv_released_at_finish_mid_batch(engine_path):
+    # r0 (output 3) and r1 (output 6) decode together; r0 finishes in step 2 and its 2 blocks are free from step 3:
+    # r1 alone holds ceil(7/4) = 2, ceil(8/4) = 2, ceil(9/4) = 3
+    res = run(engine_path, [Req(0.0, 4, 3), Req(0.0, 4, 6)])
+    assert col(res, "kv_blocks_used") == [4, 4, 4, 2, 2, 3]
+    assert req(res, "finish_time") == [3.0, 6.0]
+
+
 def test_rule_preemption_newest_by_recompute(step_path):
     # 5 blocks; r0, r1 (prompt 4, output 6) take 2 blocks each at admission (free 1). At step 5 both need a third
     # block (context 9): 2 > 1 free, so the newest (r1) is preempted, its 2 blocks freed, r0 grows to 3 and
