@@ -64,7 +64,8 @@ def ucb(path: str, beta: float):
     # k = 2, BE reward accepted / proposed. Step 1: arm a (first unplayed), position 1 rejects: a = 0/1. Step 2:
     # arm b (unplayed), position 2 accepts 1 of 2: b = 0.5/1. Step 3 (t = 2, equal bonus): b, position 4 rejects:
     # b = 0.5/2. Step 4 (t = 3): a's index 0 + beta sqrt(2 ln 3) = 1.482 beta, b's 0.25 + beta sqrt(ln 3) =
-    # 0.25 + 1.048 beta: a for beta 1 (1.48 > 1.30), b for beta 0.1 (0.148 < 0.355)
+    # 0.25 + 1.048 beta: a for beta 1 (1.48 > 1.30), b for beta 0.1 (0.148 < 0.355) and for beta 0.5 (0.741 <
+    # 0.774; had b's first reward been 1/3 instead of 1/2 it would be a: 0.691)
     acc_a = [1] * 10
     acc_b = [1, 1, 2, 1, 1, 1, 1, 1, 1, 1]
     r = Req(0.0, 4, 10, acc={"a": acc_a, "b": acc_b})
@@ -74,3 +75,4 @@ def ucb(path: str, beta: float):
 def test_rule_ucb_explores_then_exploits(engine_path):
     assert col(ucb(engine_path, 1.0), "drafters")[1:5] == ["a", "b", "b", "a"]
     assert col(ucb(engine_path, 0.1), "drafters")[1:5] == ["a", "b", "b", "b"]
+    assert col(ucb(engine_path, 0.5), "drafters")[1:5] == ["a", "b", "b", "b"]
