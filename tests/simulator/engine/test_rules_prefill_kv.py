@@ -43,6 +43,13 @@ def test_rule_kv_growth_reserves_draft_lookahead(engine_path):
     assert col(res, "proposed_tokens") == [0, 3, 3, 3, 3, 3]
 
 
+def test_rule_kv_growth_to_exact_block_boundary(engine_path):
+    # SD k=3, prompt 4: the prefill holds 2 blocks; step 1 reserves 5 + 3 = 8 tokens (still 2 blocks) and accepts 3
+    # (acc_len 4); step 2 reserves 9 + 3 = 12 tokens: exactly 3 blocks; step 3: 10 + 3 = 13 -> 4
+    res = run(engine_path, [Req(0.0, 4, 7, acc={"d": [1, 4, 1, 1, 1, 1, 1]})], mode="sd", k=3)
+    assert col(res, "kv_blocks_used") == [2, 2, 3, 4]
+
+
 def test_rule_kv_released_at_finish(engine_path):
     # r0 (prompt 8, output 1) finishes with its prefill at 1 and frees its 3 blocks; r1 arrives at 1.5 into an
     # empty pool: step 1 holds only r1's 1 block
