@@ -79,6 +79,9 @@ def test_rule_finish_with_prefill_when_output_is_one_token(engine_path):
     assert req(res, "finish_time") == [1.0, 3.0]
     assert req(res, "decode_steps") == [0, 2]
     assert col(res, "num_seqs") == [2, 1, 1]
+    alone = run(engine_path, [Req(0.0, 4, 1), Req(1.5, 4, 1)], mode="sd", k=2)  # each prefilled by itself
+    assert req(alone, "finish_time") == [1.0, 2.5]
+    assert req(alone, "decode_steps") == [0, 0]
 
 
 def test_rule_emission_itl_and_tpot(engine_path):
