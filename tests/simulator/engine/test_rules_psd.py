@@ -1,0 +1,62 @@
+"""PSD's rules (step_psd.PSDExecutor, Scheduler.assign_side; compiled_psd_kernel._assign_sides, _psd_split,
+_psd_duration, _psd_after): the side a new request joins, the split into a verified and a drafted side, the step
+time max(target, drafter) + sync, and the carry of proposals with the role flip. Target steps cost 1.0 s, the
+drafter a constant per step, sync 0.25 s, k = 2, nothing accepted."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.costs.draft_cost import DraftCost
+from simulator.server_config import PSDConfig
+from tests.simulator.engine.rule_cases import Req, col, req, run
+
+
+def psd_run(path, reqs, draft_s: float, **psd):
+    return run(path, reqs, mode="psd", k=2, costs={"d": DraftCost("constant", seconds=draft_s)},
+               psd=PSDConfig(sync_s=0.25, **psd))
+
+
+def step_durations(res) -> list[float]:
+    s = res.steps.groupby("step")
+    return (s.end.max() - s.start.min()).tolist()
+
+
+@pytest.mark.parametrize("draft_s, split_min_batch", [(0.5, 0), (1.5, 0), (0.5, 2)])
+def test_rule_psd_step_time_is_max_plus_sync(engine_path, draft_s, split_min_batch):
+    # r0 joins side 0, r1 side 1. Step 0: both prefill (1.0, nothing to sync). Steps 1-5: one side verifies (1.0 on
+    # the target) while the other drafts (draft_s on the drafter): max(1.0, draft_s) + 0.25. r0 finishes in step 5;
+    # step 6 has r1 alone: a fallback step, verifying the proposal it holds (1.0 + 0.25, no drafting).
+    # split_min_batch 2 splits the 2 decoding requests all the same (fallback below 2 only)
+    res = psd_run(engine_path, [Req(0.0, 4, 4), Req(0.0, 4, 4)], draft_s, split_min_batch=split_min_batch)
+    pair = max(1.0, draft_s) + 0.25
+    assert step_durations(res) == pytest.approx([1.0] + [pair] * 5 + [1.25], rel=1e-12)
+    assert req(res, "sub_batch") == [0, 1]
+    assert req(res, "finish_time") == pytest.approx([1.0 + 5 * pair, 2.25 + 5 * pair], rel=1e-12)
+    # step 1 verifies r0 with no proposal yet (a plain token); from step 2 each verify carries the 2 drafted before
+    assert col(res, "proposed_tokens", phase="verify") == [0, 2, 2, 2, 2, 2]
+    assert col(res, "proposed_tokens", phase="draft", device="drafter") == [2, 2, 2, 2, 2]
+    assert res.extras["psd_fallback_steps"] == 1
+
+
+def test_rule_psd_side_assignment(engine_path):
+    # at t=0 four requests alternate sides 0, 1, 0, 1 (join the side verified now, drafted next, unless it has more)
+    res = psd_run(engine_path, [Req(0.0, 4, 3)] * 4, 0.5)
+    assert req(res, "sub_batch") == [0, 1, 0, 1]
+
+
+def test_rule_psd_new_request_joins_side_drafted_next(engine_path):
+    # r2 arrives at 1.5; step 2 (from 2.25) verifies side 1, so side 1 is drafted next: with the sides even (1, 1)
+    # r2 joins side 1
+    res = psd_run(engine_path, [Req(0.0, 4, 6), Req(0.0, 4, 6), Req(1.5, 4, 3)], 0.5)
+    assert req(res, "sub_batch") == [0, 1, 1]
+    assert req(res, "first_scheduled_time") == [0.0, 0.0, 2.25]
+
+
+def test_rule_psd_split_min_batch_fallback(engine_path):
+    # split_min_batch 3 with 2 decoding: every step is plain SD: drafts for both first (0.5, charged once), then the
+    # verify (1.0), then the sync: 1.75; output 4 = prefill + 3 steps
+    res = psd_run(engine_path, [Req(0.0, 4, 4), Req(0.0, 4, 4)], 0.5, split_min_batch=3)
+    assert step_durations(res) == pytest.approx([1.0, 1.75, 1.75, 1.75], rel=1e-12)
+    assert col(res, "proposed_tokens", phase="verify") == [4, 4, 4]
+    assert res.extras["psd_fallback_steps"] == 3
+    assert req(res, "finish_time") == pytest.approx([6.25, 6.25], rel=1e-12)
