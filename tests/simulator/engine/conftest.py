@@ -1,17 +1,17 @@
 """The one switch of the engine path a rule test runs on (tests/simulator/engine/test_rules_*.py).
 
-`engine_path` parametrizes a test over every path that restates the step rules: "steps" (step by step: the
-scheduler, step executors and step outcome), "macro" (the step path with numpy macro-steps, step_runs.py) and
-"compiled" (the numba kernels, forced with DRAFTSIM_ENGINE=compiled so small runs take them too). `step_path`
-is the same without "compiled", for rules the compiled path never reaches (preemption, vLLM V1 rules, policies it
-does not compile). `rule_cases.run` checks that the run took the path asked for.
+`engine_path` parametrizes a test over both paths that hold the step rules: "steps" (step by step: the scheduler,
+step executors and step outcome; `compiled_run.COMPILED = False`) and "compiled" (the numba kernels, which every
+eligible run takes, docs/architecture.md). `step_path` is the step path alone, for rules the compiled path never
+reaches (preemption, vLLM V1 rules, policies it does not compile). `rule_cases.run` checks that the run took the
+path asked for.
 """
 from __future__ import annotations
 
 import pytest
 from hypothesis import Phase, settings
 
-from simulator.engine import compiled_run, step_runs
+from simulator.engine import compiled_run
 
 # `pytest --hypothesis-profile=rules-no-shrink`: report a failing drawn case without shrinking it (the mutation
 # check of MUTATIONS.md only needs to know which rule test fails)
@@ -19,22 +19,15 @@ settings.register_profile("rules-no-shrink", phases=[Phase.explicit, Phase.reuse
 
 
 def _force(path: str, monkeypatch) -> str:
-    if path == "compiled":
-        monkeypatch.setattr(compiled_run, "COMPILED", True)
-        monkeypatch.setattr(step_runs, "MACRO_STEPS", False)
-        monkeypatch.setenv(compiled_run.ENGINE_ENV, "compiled")
-    else:
-        monkeypatch.delenv(compiled_run.ENGINE_ENV, raising=False)
-        monkeypatch.setattr(compiled_run, "COMPILED", False)
-        monkeypatch.setattr(step_runs, "MACRO_STEPS", path == "macro")
+    monkeypatch.setattr(compiled_run, "COMPILED", path == "compiled")
     return path
 
 
-@pytest.fixture(params=["steps", "macro", "compiled"])
+@pytest.fixture(params=["steps", "compiled"])
 def engine_path(request, monkeypatch) -> str:
     return _force(request.param, monkeypatch)
 
 
-@pytest.fixture(params=["steps", "macro"])
-def step_path(request, monkeypatch) -> str:
-    return _force(request.param, monkeypatch)
+@pytest.fixture
+def step_path(monkeypatch) -> str:
+    return _force("steps", monkeypatch)

@@ -48,10 +48,9 @@ def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int
         costs: dict | None = None, target=None, block_size: int = 4, kv_tokens: int = 10**6,
         max_num_seqs: int = 8, budget: int = 4096, chunked: bool = False, prefill: str = "mixed",
         overhead: float = 0.0, psd=None, scheduler: str = "draftsim", seed: int = 0,
-        skip_step_only: bool = True) -> SimResult:
-    """Simulate `reqs` on `path` ("steps", "macro", "compiled"); fails when "compiled" was asked for and the run
-    is not eligible (the case is then on the wrong path). On "macro" a case without macro-steps is skipped (the
-    "steps" case covers it), or with `skip_step_only=False` (drawn cases) run step by step."""
+        ) -> SimResult:
+    """Simulate `reqs` on `path` ("steps" or "compiled"); fails when "compiled" was asked for and the run is not
+    eligible (the case is then on the wrong path)."""
     traces = traces_of(reqs, drafters)
     n = len(reqs)
     wl = EngineWorkload([f"r{i}" for i in range(n)], np.arange(n), np.array([r.arrival for r in reqs], float),
@@ -67,8 +66,6 @@ def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int
                   psd=psd if mode == "psd" else None, **server)
     sim = ServerSimulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, list(drafters)), traces))
     srv = sim.server
-    if path == "macro" and srv.step_runs is None and skip_step_only:
-        pytest.skip("no macro-steps for this case (step_runs.for_server): the 'steps' case covers it")
     if path == "compiled":
         assert srv.compiled is not None, f"case meant for the compiled path: {compiled_reason(srv)}"
     res = sim.simulate()

@@ -40,7 +40,7 @@ def configs(draw, path: str, mode: str | None = None):
     kv_blocks = 10**5 if path == "compiled" else need + draw(st.integers(0, 3 * need))
     kw = dict(mode=mode, k=k if mode != "ar" else 0, block_size=bs, kv_tokens=kv_blocks * bs,
               max_num_seqs=draw(st.integers(1, 4)), budget=budget, chunked=chunked, prefill=prefill,
-              scheduler=scheduler, skip_step_only=False, target=linear(draw(st.sampled_from([0.0, 1e-3])), draw(st.sampled_from([0.0, 1e-2])),
+              scheduler=scheduler, target=linear(draw(st.sampled_from([0.0, 1e-3])), draw(st.sampled_from([0.0, 1e-2])),
                                                   1.0))
     return reqs, kw
 
