@@ -23,7 +23,7 @@ def register_measured(sub: argparse._SubParsersAction) -> None:
                                 "or (--per-request) JSONL of responses with metrics.speculative_decoding")
     a.add_argument("out", help="acceptance.yaml to write")
     a.add_argument("--per-request", action="store_true", help="FILE is per-request metrics JSONL")
-    a.add_argument("--k", type=int, default=None, help="num_speculative_tokens (when the counters do not say)")
+    a.add_argument("--k", type=int, default=None, help="num_speculative_tokens, when the counters do not give it (per-position counters, or draft tokens / drafts a whole number)")
     a.add_argument("--target", default=None, help="target model the acceptance was measured with")
     a.add_argument("--dataset", default=None, help="dataset / workload it was measured on")
     a.add_argument("--drafter-kind", default=None, help="eagle, ngram, draft_model, mtp, ...")
@@ -160,9 +160,10 @@ def _run_import_acceptance(args: argparse.Namespace) -> int:
         from traces.importers.vllm_metrics import load_vllm_metrics
 
         stats = load_vllm_metrics(args.file)
+        k = args.k or (None if stats.accepted_per_pos else stats.served_k)  # drafts x k = draft tokens
         src = source_from_vllm_counters(stats.num_drafts, stats.num_accepted_tokens, stats.accepted_per_pos or None,
-                                        args.k, {"format": "vLLM spec_decode counters", "file": args.file},
-                                        stats.proposal(args.k))
+                                        k, {"format": "vLLM spec_decode counters", "file": args.file},
+                                        stats.proposal(k))
     src.target = args.target or src.target
     src.dataset = args.dataset or src.dataset
     src.drafter_kind = args.drafter_kind or src.drafter_kind

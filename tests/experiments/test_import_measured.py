@@ -31,6 +31,19 @@ def test_prometheus_counters_to_acceptance_source(tmp_path):
     assert src.per_position == pytest.approx([0.75, 0.55, 0.35]) and src.target == "llama3.1-8b"
 
 
+def test_counters_without_per_position_totals_give_k_from_drafted_tokens(tmp_path):
+    """600 draft tokens over 200 drafts: every draft proposed 3, so k = 3 needs no --k; 610 over 200 is no whole k,
+    and the k must then be given."""
+    text = "\n".join(line for line in PROM.splitlines() if "per_pos" not in line) + "\n"
+    (tmp_path / "m.txt").write_text(text)
+    assert main(["import", "vllm-acceptance", str(tmp_path / "m.txt"), str(tmp_path / "a.yaml")]) == 0
+    src = load_source(tmp_path / "a.yaml")
+    assert src.measured_k == 3 and src.mean_length == pytest.approx(1 + 330 / 200)
+    (tmp_path / "odd.txt").write_text(text.replace("} 600.0", "} 610.0"))
+    assert main(["import", "vllm-acceptance", str(tmp_path / "odd.txt"), str(tmp_path / "b.yaml")]) != 0
+    assert main(["import", "vllm-acceptance", str(tmp_path / "odd.txt"), str(tmp_path / "c.yaml"), "--k", "4"]) == 0
+
+
 def test_counters_with_run_totals_carry_the_proposal_rate(tmp_path, capsys):
     """200 drafts, 330 accepted; 20 requests finished with 750 tokens: 750 - 20 - 330 = 400 decode steps, half
     proposed; the replay's tokens per decode step is 1 + 0.5 * 1.65."""

@@ -43,6 +43,15 @@ class SpecDecodeStats:
     generation_tokens: float | None = None  # vllm:generation_tokens (output tokens), when present
     finished_requests: float | None = None  # vllm:request_success summed over finish reasons, when present
 
+    @property
+    def served_k(self) -> int | None:
+        """num_speculative_tokens when the counters give it exactly: every draft proposes k tokens, so
+        draft tokens / drafts is a whole number k >= 1; None otherwise (then the k must be given)."""
+        if not self.num_drafts:
+            return None
+        ratio = self.num_draft_tokens / self.num_drafts
+        return int(ratio) if ratio >= 1 and ratio == int(ratio) else None
+
     def proposal(self, k: int | None = None):
         """The proposal rate of the decode steps (ProposalRate), or None without the run counters or drafts."""
         from traces.acceptance_levels import proposal_rate_from_counts
