@@ -108,7 +108,7 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None, explain: 
     research = doc.get("best_research")
     if research:
         console.print(f"best research row: {research['id']} (${research['usd_per_hour']:g}/h, "
-                      f"{research['max_rate_req_s']:g} req/s); gain: {research['gain']}; not deployable: "
+                      f"{research['max_rate_req_s']:.4g} req/s); gain: {research['gain']}; not deployable: "
                       f"{research['why_not_deployable']}", soft_wrap=True)
     assumptions = doc.get("assumptions") or {}
     for kind in ("measured", "borrowed", "modelled"):
