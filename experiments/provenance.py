@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from traces.acceptance_levels import same_model
 from traces.bundle import BundleMeta
+from traces.catalog import catalog_name
 
 STEP_PRICE_SOURCES = {"measured": "measured profile", "published": "published fit", "roofline": "roofline",
                       "config": "given in the config", "imported": "imported profile", "unknown": "unknown origin"}
@@ -97,22 +99,6 @@ def provenance_lines(summary: dict[str, dict[str, Any]]) -> list[str]:
             for line, who in holds.items()]
 
 
-def canonical_model(name: object) -> str | None:
-    """A model's catalog name (a catalog entry's Hugging Face id maps to it), else the name lower-cased."""
-    if name is None or name == "":
-        return None
-    from traces.catalog import builtin_models, get_model
-
-    text = str(getattr(name, "name", name))
-    try:
-        return get_model(text).name
-    except ValueError:
-        for spec in builtin_models().values():
-            if spec.hf_id.lower() == text.lower():
-                return spec.name
-        return text.lower()
-
-
 def acceptance_provenance(meta: BundleMeta, target: str | None, drafter: str, k: int | None = None
                           ) -> AcceptanceProvenance:
     """Where `drafter`'s acceptance in a bundle came from, for a run on `target` drafting up to `k` per step (the
@@ -125,10 +111,10 @@ def acceptance_provenance(meta: BundleMeta, target: str | None, drafter: str, k:
     else:
         level, measured_k = "per_request", None
         rec_target, rec_dataset = meta.target, meta.dataset
-    tgt, rec = canonical_model(target), canonical_model(rec_target)
+    other_target = target is not None and rec_target is not None and not same_model(str(rec_target), str(target))
     if level_info and rec_target is None:
         origin = "unattributed"
-    elif tgt is not None and rec is not None and tgt != rec:
+    elif other_target:
         origin = "borrowed"
     elif level_info and rec_dataset and meta.dataset and rec_dataset != meta.dataset:
         origin = "borrowed"
@@ -141,11 +127,11 @@ def acceptance_provenance(meta: BundleMeta, target: str | None, drafter: str, k:
     words = {"measured": f"measured for {rec_target}",
              "synthetic": f"synthetic (generated, fitted for target {rec_target})",
              "unattributed": "given without a target (none recorded)",
-             "borrowed": (f"borrowed from target {rec_target}" if tgt != rec else
+             "borrowed": (f"borrowed from target {rec_target}" if other_target else
                           f"borrowed from dataset {rec_dataset}")}[origin]
     if origin == "borrowed" and synthetic and not level_info:
         words = f"borrowed: synthetic traces fitted for target {rec_target}"
-    if origin == "borrowed" and tgt != rec:
+    if origin == "borrowed" and other_target:
         words += f", used for {target}"
     where = f"dataset {rec_dataset}" if rec_dataset else "no dataset recorded"
     note = f"{words} ({where}; level {level}" + (f", measured at k = {measured_k}" if measured_k else "") + ")"
@@ -174,7 +160,7 @@ def draft_cost_provenance(name: str, cost: Any, drafter_kind: str | None, target
     prov = profile.provenance
     source = STEP_PRICE_SOURCES.get(prov.source, prov.source)
     model = str(getattr(getattr(profile, "model", None), "name", getattr(profile, "model", "")) or "") or None
-    tgt = canonical_model(target)
+    tgt = catalog_name(target) or (str(target).lower() if target else None)
     borrowed, why = False, []
     if drafter_kind in HEAD_KINDS and tgt and model and tgt not in model.lower():
         borrowed = True
@@ -247,4 +233,4 @@ def run_provenance(scenario: Any, meta: BundleMeta | None) -> RunProvenance:
 
 
 __all__ = ["RunProvenance", "provenance_lines", "AcceptanceProvenance", "DraftCostProvenance", "acceptance_provenance",
-           "draft_cost_provenance", "run_provenance", "run_target", "canonical_model"]
+           "draft_cost_provenance", "run_provenance", "run_target"]

@@ -296,20 +296,15 @@ def plausibility(src: AcceptanceSource, drafter_kind: str | None, target: str | 
 
 def same_model(a: str, b: str) -> bool:
     """The same model under two names: equal, the same folder name (a local path and the name draftsim records,
-    e.g. `/root/.cache/draftsim/models/smollm2-135m-instruct` and `smollm2-135m-instruct`), or one is the other's
-    catalog entry's Hugging Face id."""
+    e.g. `/root/.cache/draftsim/models/smollm2-135m-instruct` and `smollm2-135m-instruct`), or one catalog entry
+    (its name, an alias or its Hugging Face id, `traces.catalog.catalog_name`)."""
     if a == b or a.rstrip("/").rsplit("/", 1)[-1].lower() == b.rstrip("/").rsplit("/", 1)[-1].lower() and \
             (a.startswith(("/", ".")) or b.startswith(("/", "."))):
         return True
-    from traces.catalog import get_model
+    from traces.catalog import catalog_name
 
-    for name, other in ((a, b), (b, a)):
-        try:
-            if get_model(name).hf_id == other:
-                return True
-        except (KeyError, ValueError):
-            continue
-    return False
+    name = catalog_name(a)
+    return name is not None and name == catalog_name(b)
 
 
 def extrapolation_note(drafter: str, ex: Extrapolation) -> str:

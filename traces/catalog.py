@@ -339,6 +339,18 @@ def did_you_mean(name: object, known) -> str:
     return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
+def catalog_name(name: object) -> str | None:
+    """The catalog's name of a model given by its name, an alias or its Hugging Face id (any case); None when the
+    catalog does not have it."""
+    text = str(getattr(name, "name", name) or "")
+    if not text:
+        return None
+    try:
+        return get_model(text).name
+    except ValueError:
+        return next((spec.name for spec in builtin_models().values() if spec.hf_id.lower() == text.lower()), None)
+
+
 def get_model(name: str) -> ModelSpec:
     """A built-in model by name (case-insensitive); ValueError lists the known names."""
     models = builtin_models()

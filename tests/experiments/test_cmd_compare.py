@@ -123,3 +123,11 @@ def test_acceptance_note_gives_both_sides_proposal_rates(tmp_path):
     assert "% of decode steps" in config_side
     assert measured_side.startswith("mean acceptance length 2.500 per proposing step at k = 3; drafter proposed "
                                     "on 40.0% of decode steps; 1.600 tokens per decode step")
+
+
+def test_same_model_matches_one_catalog_entry_under_its_name_and_hub_id():
+    from traces.acceptance_levels import same_model
+
+    assert same_model("llama3.1-8b", "meta-llama/Llama-3.1-8B-Instruct")
+    assert same_model("META-LLAMA/Llama-3.1-8B-Instruct", "Llama3.1-8B")
+    assert not same_model("llama3.1-8b", "qwen3-32b")
