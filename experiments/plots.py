@@ -231,15 +231,22 @@ def plot_throughput_latency(summary_by_run: Mapping[str, Mapping], path: str | o
     ax = axes[1]
     named = len(shown) <= NAMED_POINTS
     labelled = sorted((r for r in shown if named or r in front), key=lambda r: shown[r])
+    # labels of points close in latency (within 8% of the axis) stack outwards, alternating above and below
+    span = max((shown[r][0] for r in labelled), default=1.0) or 1.0
+    offset: dict[str, float] = {}
+    run_of_close = 0
+    for j, r in enumerate(labelled):
+        run_of_close = run_of_close + 1 if j and shown[r][0] - shown[labelled[j - 1]][0] < 0.08 * span else 0
+        tier = run_of_close // 2
+        offset[r] = 5 + 10 * tier if run_of_close % 2 == 0 else -11 - 10 * tier
     for i, r in enumerate(runs):
         if r not in shown:
             continue
         on = r in front
         ax.scatter(p50[i], thr[i], s=70 if on else 30, color=colors[i], zorder=3, marker="o" if on else "s",
                    edgecolors="k" if on else "none")
-        if r in labelled:  # neighbours in latency alternate above and below their point
-            up = labelled.index(r) % 2 == 0
-            ax.annotate(r, (p50[i], thr[i]), xytext=(6, 5 if up else -11), textcoords="offset points", fontsize=7,
+        if r in labelled:
+            ax.annotate(r, (p50[i], thr[i]), xytext=(6, offset[r]), textcoords="offset points", fontsize=7,
                         fontweight="bold" if on else "normal")
     if front:
         pts = sorted(shown[r] for r in front)
