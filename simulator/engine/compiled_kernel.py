@@ -22,9 +22,11 @@ import os
 from pathlib import Path
 
 # the kernels and the policy rules they compile (numba keys a cached kernel on its own file only)
-KERNEL_SOURCES = tuple(Path(__file__).resolve().parents[2] / p for p in (
+_ROOT = Path(__file__).resolve().parents[2]
+KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
-    "policies/acceptance_estimate.py", "policies/ucb.py", "simulator/costs/latency.py"))
+    "policies/acceptance_estimate.py", "policies/ucb.py", "simulator/costs/latency.py")) + tuple(
+    sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
 
 
 def kernel_cache_dir() -> Path:
