@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.engine.rules.kv import blocks_for
+
 
 @dataclass
 class BlockPool:
@@ -25,7 +27,8 @@ class BlockPool:
 
     def blocks_for(self, tokens):
         """Blocks needed to hold `tokens` (scalar or array)."""
-        return -(-np.asarray(tokens) // self.block_size) if np.ndim(tokens) else -(-int(tokens) // self.block_size)
+        return blocks_for(np.asarray(tokens), self.block_size) if np.ndim(tokens) else blocks_for(int(tokens),
+                                                                                                   self.block_size)
 
     def allocate(self, n: int) -> None:
         if n < 0 or n > self.free:
