@@ -11,11 +11,12 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from experiments.sweep.spec import SweepSpec
 from simulator.cluster.config import ClusterSpec
-from simulator.costs.draft_cost import DRAFT_COST_KINDS
+from simulator.costs.draft_cost import DraftCostConfig
 from simulator.server_config import RunSpec, ServerConfig, check_replica_overrides
 from traces.config_base import ConfigError, StrictModel, error_lines, validate_model
 from traces.errors import TraceFormatError
 from traces.parsing import check_plain_data, parse_yaml, read_text
+from traces.workload import WorkloadSpec
 
 # A config name becomes a folder under results/: a plain name, never a path.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -64,22 +65,6 @@ class SLO(StrictModel):
         return self
 
 
-class DraftCostConfig(StrictModel):
-    """One entry of the `drafters:` section (simulator.costs.draft_cost): how a drafter's drafting phase is priced."""
-
-    kind: Literal[DRAFT_COST_KINDS]  # the engine's own list (simulator.costs.draft_cost): one list, both sides
-    profile: str | dict[str, Any] | None = Field(None, min_length=1, description="a profile name or file, or "
-                                                 "{kind: roofline, model, gpu, tp}: the draft model on its own GPU")
-    fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
-    seconds: float = Field(0.0, ge=0, le=3600, description="constant: seconds per drafting phase")
-
-    @model_validator(mode="after")
-    def _needs(self) -> "DraftCostConfig":
-        if self.kind in ("autoregressive", "whole_proposal", "engine_step") and not self.profile:
-            raise ValueError(f"kind {self.kind!r} needs a latency profile (key 'profile')")
-        return self
-
-
 class ExperimentConfig(StrictModel):
     """A whole experiment: traces, workload, server, drafter costs and the runs to compare."""
 
@@ -91,9 +76,9 @@ class ExperimentConfig(StrictModel):
         description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool), {synthetic: SynthSpec} "
                     "(acceptance models and length distributions, traces/synthetic/spec.py) or "
                     "{specbench: {file, on_mismatch, prompt_lookup}} (import a SpecDecode-Bench trace)")
-    workload: dict[str, Any] = Field(description="traces.workload.WorkloadSpec fields")
+    workload: WorkloadSpec
     server: ServerConfig
-    drafters: dict[str, dict[str, Any]] = Field(default_factory=dict, description="draft cost per drafter")
+    drafters: dict[str, DraftCostConfig] = Field(default_factory=dict, description="draft cost per drafter")
     runs: list[RunSpec] = Field(min_length=1)
     cluster: ClusterSpec | None = Field(None, description="replicas of the server behind a router (default: one "
                                                           "server, no router); a run's own cluster block replaces it")
@@ -106,21 +91,6 @@ class ExperimentConfig(StrictModel):
     @classmethod
     def _plain_name(cls, v: str) -> str:
         return check_plain_name(v, "name")
-
-    @field_validator("drafters")
-    @classmethod
-    def _draft_costs(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for name, spec in v.items():
-            _validate(DraftCostConfig, spec, name)
-        return v
-
-    @field_validator("workload")
-    @classmethod
-    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from traces.workload import WorkloadSpec
-
-        _validate(WorkloadSpec, v, "")
-        return v
 
     @field_validator("traces")
     @classmethod
@@ -151,9 +121,9 @@ class ExperimentConfig(StrictModel):
         _check_profile_name(self.server.target_profile, "server.target_profile")
         check_replica_overrides(self.cluster, "cluster.")
         for name, spec in self.drafters.items():
-            if spec.get("profile") is not None:
-                _check_profile_name(spec["profile"], f"drafters.{name}.profile")
-            if isinstance(spec.get("profile"), dict):  # an inline roofline: its model and GPU resolve now
+            if spec.profile is not None:
+                _check_profile_name(spec.profile, f"drafters.{name}.profile")
+            if isinstance(spec.profile, dict):  # an inline roofline: its model and GPU resolve now
                 from simulator.costs.draft_cost import draft_cost_from_config
 
                 draft_cost_from_config(spec, where=f"drafters.{name}")

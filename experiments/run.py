@@ -26,8 +26,7 @@ from simulator.engine.records import stack_tables
 from simulator.scenario import ClusterScenario, Scenario, SimInputs, check_inputs, inputs_for, prepare_runs, simulate
 from simulator.seeds import ExperimentSeeds
 from traces.bundle import BundleMeta, TraceBundle, load_bundle_cached
-from traces.config_base import validate_model
-from traces.workload import WorkloadSpec, workload_and_bundle
+from traces.workload import workload_and_bundle
 
 
 @dataclass
@@ -105,8 +104,7 @@ def experiment_inputs_and_meta(cfg: ExperimentConfig, need_acceptance: bool = Tr
     """`experiment_inputs` and the replayed bundle's metadata (what the runs' provenance reads)."""
     seeds = ExperimentSeeds.of(cfg.seed)
     bundle = resolve_bundle(cfg.traces, seeds.pool)
-    spec = validate_model(WorkloadSpec, cfg.workload, "workload")
-    workload, bundle = workload_and_bundle(bundle, spec, seed=seeds.workload, need_acceptance=need_acceptance)
+    workload, bundle = workload_and_bundle(bundle, cfg.workload, seed=seeds.workload, need_acceptance=need_acceptance)
     return inputs_for(workload, bundle, with_acceptance=need_acceptance), bundle.meta
 
 

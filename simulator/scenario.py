@@ -23,11 +23,11 @@ from policies.registry import make_policy
 from simulator.engine.acceptance_table import AcceptanceTable
 from simulator.cluster.simulation import ClusterSimulation, ReplicaArrivals, check_router_workload
 from simulator.cluster.config import ClusterSpec
-from simulator.costs.draft_cost import DraftCost
+from simulator.costs.draft_cost import DraftCost, DraftCostConfig, draft_cost_from_config
 from simulator.engine.simulation import ServerSimulation
 from simulator.seeds import ExperimentSeeds, ServerSeeds, as_seed_sequence, replica_seeds
 from simulator.engine.server import Server, SimResult
-from simulator.server_config import PSDConfig, RunSpec, Scenario, ServerConfig, build_draft_costs
+from simulator.server_config import PSDConfig, RunSpec, Scenario, ServerConfig
 from simulator.engine.workload_arrays import EngineWorkload, SimInputs
 from traces.bundle import RequestTrace, TraceBundle
 from traces.workload import Workload
@@ -101,12 +101,13 @@ def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]
     return int(placement.kv_capacity_tokens), {"placement": placement.summary()}
 
 
-def make_scenario(run: RunSpec, server: ServerConfig, drafters: Mapping[str, Any],
+def make_scenario(run: RunSpec, server: ServerConfig, drafters: Mapping[str, DraftCostConfig | DraftCost | dict],
                   seed: int | np.random.SeedSequence | ServerSeeds) -> Scenario:
     """One run resolved: the run's server overrides, KV capacity, target profile (`server.target_profile`: a name,
-    inline profile or profile object), drafter costs (config mappings or DraftCost objects) and its policy,
-    seeded from `seed` (an integer, or the run's node of the seed tree)."""
-    costs = {name: c if isinstance(c, DraftCost) else build_draft_costs({name: c})[name] for name, c in drafters.items()}
+    inline profile or profile object), drafter costs (validated `DraftCostConfig`s, mappings or DraftCost objects)
+    and its policy, seeded from `seed` (an integer, or the run's node of the seed tree)."""
+    costs = {name: c if isinstance(c, DraftCost) else draft_cost_from_config(c, where=f"drafters.{name}")
+             for name, c in drafters.items()}
     seeds = seed if isinstance(seed, ServerSeeds) else ServerSeeds.of(seed)
     srv = server_for(server, run)
     cap, info = kv_capacity(srv, run)

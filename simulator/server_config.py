@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field, InstanceOf, field_serializer, model_vali
 
 from policies.base import Policy
 from simulator.cluster.config import ClusterSpec
-from simulator.costs.draft_cost import DraftCost, draft_cost_from_config
+from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
 from simulator.seeds import ServerSeeds
 from traces.config_base import StrictModel as _Strict
@@ -218,8 +218,3 @@ def constant_profile(seconds: float, name: str = "constant") -> LinearProfile:
     return LinearProfile(name=name, coefficients={"const": seconds}, provenance=Provenance("config"))
 
 
-def build_draft_costs(doc: dict[str, Any]) -> dict[str, DraftCost]:
-    """Drafter name -> DraftCost from the experiment's `drafters` mapping."""
-    if not isinstance(doc, dict):
-        raise ValueError(f"drafters: expected a mapping of drafter name -> cost, got {doc!r}")
-    return {name: draft_cost_from_config(spec, where=f"drafters.{name}") for name, spec in doc.items()}

@@ -16,12 +16,32 @@ over a prompt (a draft model or EAGLE head runs one; prompt lookup and constant 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
 
 from simulator.costs.latency import LatencyProfile
 from simulator.costs.roofline import profile_from_ref
+from traces.config_base import StrictModel, validate_model
 
 DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "constant", "engine_step")
+
+
+class DraftCostConfig(StrictModel):
+    """One entry of an experiment's `drafters:` section: how a drafter's drafting phase is priced (validated once,
+    at load; `draft_cost_from_config` builds the DraftCost from it)."""
+
+    kind: Literal[DRAFT_COST_KINDS]
+    profile: str | dict[str, Any] | None = Field(None, min_length=1, description="a profile name or file, or "
+                                                 "{kind: roofline, model, gpu, tp}: the draft model on its own GPU")
+    fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
+    seconds: float = Field(0.0, ge=0, le=3600, description="constant: seconds per drafting phase")
+
+    @model_validator(mode="after")
+    def _needs(self) -> "DraftCostConfig":
+        if self.kind in ("autoregressive", "whole_proposal", "engine_step") and not self.profile:
+            raise ValueError(f"kind {self.kind!r} needs a latency profile (key 'profile')")
+        return self
 
 
 @dataclass
@@ -73,16 +93,11 @@ class DraftCost:
         return self.profile.step_time(num_seqs, prompt_tokens, kv_tokens)
 
 
-def draft_cost_from_config(doc: dict[str, Any], where: str = "drafter cost") -> DraftCost:
-    """Build a DraftCost from `{kind, profile?, fraction?, seconds?}`; errors name the key."""
-    if not isinstance(doc, dict):
-        raise ValueError(f"{where}: expected a mapping with 'kind', got {doc!r}")
-    unknown = set(doc) - {"kind", "profile", "fraction", "seconds"}
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; expected kind, profile, fraction, seconds")
-    kind = doc.get("kind")
-    if kind not in DRAFT_COST_KINDS:
-        raise ValueError(f"{where}.kind: expected one of {DRAFT_COST_KINDS}, got {kind!r}")
-    profile = profile_from_ref(doc["profile"], f"{where}.profile") if doc.get("profile") else None
-    return DraftCost(kind=kind, profile=profile, fraction=float(doc.get("fraction", 0.0)),
-                     seconds=float(doc.get("seconds", 0.0)))
+def draft_cost_from_config(spec: "DraftCostConfig | dict[str, Any]", where: str = "drafter cost") -> DraftCost:
+    """Build a DraftCost from a validated `DraftCostConfig` (or a mapping, validated here); errors name the key."""
+    if not isinstance(spec, DraftCostConfig):
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where}: expected a mapping with 'kind', got {spec!r}")
+        spec = validate_model(DraftCostConfig, spec, where)
+    profile = profile_from_ref(spec.profile, f"{where}.profile") if spec.profile else None
+    return DraftCost(kind=spec.kind, profile=profile, fraction=spec.fraction, seconds=spec.seconds)

@@ -62,7 +62,7 @@ def test_duplicate_run_names_and_unknown_baseline_are_refused():
 def test_set_overrides_nested_keys_and_list_items_and_seed():
     cfg = load_config("default", ["workload.arrival.rate=12.5", "runs.1.policy.k=4", "server.chunked_prefill=true"],
                       seed=9)
-    assert cfg.workload["arrival"]["rate"] == 12.5
+    assert cfg.workload.arrival.rate == 12.5
     assert cfg.runs[1].policy["k"] == 4
     assert cfg.server.chunked_prefill is True and cfg.seed == 9
 
