@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from experiments.sweep.spec import SweepSpec
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.draft_cost import DraftCostConfig
-from simulator.server_config import RunSpec, ServerConfig, check_replica_overrides
+from simulator.server_config import RunSpec, ServerConfig, check_replica_overrides, server_for
 from traces.config_base import ConfigError, StrictModel, error_lines, validate_model
 from traces.errors import TraceFormatError
 from traces.parsing import check_plain_data, parse_yaml, read_text
@@ -129,7 +129,7 @@ class ExperimentConfig(StrictModel):
                 draft_cost_from_config(spec, where=f"drafters.{name}")
         for i, run in enumerate(self.runs):
             if run.server:
-                server = _validate(ServerConfig, {**self.server.model_dump(), **run.server}, f"runs.{i}.server")
+                server = server_for(self.server, run, f"runs.{i}.server")
                 _check_server(server, f"runs.{i}.server")
                 _check_profile_name(server.target_profile, f"runs.{i}.server.target_profile")
             if run.policy is not None:

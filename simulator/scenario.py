@@ -27,7 +27,7 @@ from simulator.costs.draft_cost import DraftCost, DraftCostConfig, draft_cost_fr
 from simulator.engine.simulation import ServerSimulation
 from simulator.seeds import ExperimentSeeds, ServerSeeds, as_seed_sequence, replica_seeds
 from simulator.engine.server import Server, SimResult
-from simulator.server_config import PSDConfig, RunSpec, Scenario, ServerConfig
+from simulator.server_config import PSDConfig, RunSpec, Scenario, ServerConfig, server_for
 from simulator.engine.workload_arrays import EngineWorkload, SimInputs
 from traces.bundle import RequestTrace, TraceBundle
 from traces.workload import Workload
@@ -75,18 +75,6 @@ def build_policy(run: RunSpec, seed: int, where: str | None = None) -> Policy | 
     if run.mode == "ar" or not run.policy:
         return None
     return make_policy(run.policy, where=where or f"runs[{run.name}].policy", seed=seed)
-
-
-def server_for(server: ServerConfig, run: RunSpec) -> ServerConfig:
-    """The experiment's server with the run's overrides applied, validated."""
-    if not run.server:
-        return server
-    doc = server.model_dump()
-    doc.update(run.server)
-    try:
-        return ServerConfig.model_validate(doc)
-    except Exception as e:
-        raise ValueError(f"runs[{run.name}].server: {e}") from None
 
 
 def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]]:

@@ -14,6 +14,7 @@ from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
 from simulator.seeds import ServerSeeds
 from traces.config_base import StrictModel as _Strict
+from traces.config_base import validate_model
 
 
 class PSDConfig(_Strict):
@@ -170,6 +171,14 @@ class RunSpec(_Strict):
         if self.mode != "psd" and self.psd is not None:
             raise ValueError(f"run {self.name!r}: 'psd' settings only apply to mode psd")
         return self
+
+
+def server_for(server: ServerConfig, run: RunSpec, where: str | None = None) -> ServerConfig:
+    """The experiment's server with the run's overrides applied, validated (errors name `where`, by default
+    `runs[<name>].server`, and the key)."""
+    if not run.server:
+        return server
+    return validate_model(ServerConfig, {**server.model_dump(), **run.server}, where or f"runs[{run.name}].server")
 
 
 def check_replica_overrides(cluster: ClusterSpec | None, where: str = "") -> None:
