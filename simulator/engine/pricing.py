@@ -14,6 +14,7 @@ from policies.base import NO_DRAFT
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile
 from simulator.engine.request_state import RequestState
+from simulator.engine.rules.pricing import drafters_prefill_time, sd_step_time
 from simulator.costs.step_model import StepShape
 from simulator.engine.workload_arrays import EngineWorkload
 
@@ -128,11 +129,10 @@ class Pricing:
             return 0.0
         tokens = int(chunk.sum())
         kv = int((self.state.prefill_done[pre] + chunk).sum())
-        total = 0.0
-        for name in names:
-            t = self.cost_of(name).prefill_time(len(pre), tokens, kv)
-            total += checked(t, f"drafter {name!r} prefill cost")
-        return total
+        costs = [self.cost_of(name) for name in names]
+        t = drafters_prefill_time([c.terms for c in costs], [c.profile for c in costs], range(len(names)), len(pre),
+                                  tokens, kv)
+        return checked(t, f"the prompt pass of drafters {list(names)}")
 
     def estimator(self, n_batch: int, kv: int, pipelined: bool, prompts=None, engine_step: bool = False,
                   prefill_drafters: tuple[str, ...] = ()):
@@ -157,7 +157,7 @@ class Pricing:
             own_prefill = self.drafter_prefill_time(pre, chunk, prefill_drafters) if len(pre) else 0.0
             if pipelined:  # PSD: drafting and the drafters' prompt passes run on the draft device
                 return max(verify + overhead, draft + own_prefill)
-            return draft + verify + overhead + own_prefill
+            return sd_step_time(draft, verify, overhead, own_prefill)
 
         return estimate
 

@@ -201,14 +201,13 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
 def test_the_kernels_roofline_is_the_profiles_step_time_bit_for_bit(model, gpu, tp, mfu, bw, floor_s, latency,
                                                                     num_seqs, batched_tokens, kv_tokens, overlap,
                                                                     host_s):
-    """compiled_kernel._price on a roofline row (compiled_run.profile_row) against RooflineProfile.step_time, over
-    batch shapes well past the property runs' (MoE weight reads past where they settle, large KV, every TP)."""
+    """compiled_kernel._price on a roofline record (compiled_run.profile_terms: its tabulated weight reads) against
+    RooflineProfile.step_time, over batch shapes well past the property runs' (MoE weight reads past where they
+    settle, large KV, every TP)."""
     import simulator.engine.compiled_kernel as ker
 
-    prof = roofline(model, gpu, tp, mfu, bw, floor_s, overlap, host_s)
-    prof.allreduce_latency_s = latency
-    row, w = compiled_run.profile_row(prof)
-    got = ker._price(row[None, :], w[None, :], 0, num_seqs, batched_tokens, kv_tokens)
+    prof = dataclasses.replace(roofline(model, gpu, tp, mfu, bw, floor_s, overlap, host_s), allreduce_latency_s=latency)
+    got = ker._price(compiled_run.profile_terms(prof), num_seqs, batched_tokens, kv_tokens)
     want = prof.step_time(num_seqs, batched_tokens, kv_tokens)
     assert np.float64(got).tobytes() == np.float64(want).tobytes(), (got, want)
 
