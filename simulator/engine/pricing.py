@@ -132,7 +132,10 @@ class Pricing:
         costs = [self.cost_of(name) for name in names]
         t = drafters_prefill_time([c.terms for c in costs], [c.profile for c in costs], range(len(names)), len(pre),
                                   tokens, kv)
-        return checked(t, f"the prompt pass of drafters {list(names)}")
+        if not (t >= 0.0 and t != math.inf):  # name the drafter whose pass is bad
+            for name, cost in zip(names, costs):
+                checked(cost.prefill_time(len(pre), tokens, kv), f"drafter {name!r} prefill cost")
+        return checked(t, f"drafters {list(names)} prefill cost")
 
     def estimator(self, n_batch: int, kv: int, pipelined: bool, prompts=None, engine_step: bool = False,
                   prefill_drafters: tuple[str, ...] = ()):
