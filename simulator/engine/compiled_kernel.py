@@ -180,7 +180,8 @@ def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop,
 # ProfileTerms records (the step path asks its profile objects)
 for _rule in (linear_step_time, roofline.attention_pairs, roofline.roofline_compute_s, roofline.roofline_memory_s,
               roofline.roofline_per_op_s, roofline.roofline_allreduce_s, roofline.roofline_step_time,
-              pricing.terms_step_time, pricing.prefill_time):
+              pricing.terms_step_time, pricing.draft_time, pricing.prefill_time, pricing.drafters_prefill_time,
+              pricing.sd_step_time):
     register_jitable(_rule)
 
 
@@ -193,6 +194,7 @@ _price = njit(cache=True)(pricing.terms_step_time)  # a ProfileTerms record's st
 _draft_time = njit(cache=True)(pricing.draft_time)
 _drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
 _sd_step_time = njit(cache=True)(pricing.sd_step_time)
+_step_estimate = njit(cache=True)(pricing.step_estimate)
 
 
 @njit(cache=True)
@@ -259,22 +261,17 @@ def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, a
 @njit(cache=True)
 def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen,
                 blocks, prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
-    """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it, by the
-    same pricing rules: for k = 0..k_max a step in which all `n` decoding sequences draft k (slot 0's cost), with the
-    prompt chunks the step would add after their n (k + 1) tokens."""
+    """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
+    k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
+    prompt chunks it would add after their n (k + 1) tokens, then the step-estimate rule (rules.pricing)."""
     for k in range(k_max + 1):
         n_pre, pt, pkv = 0, 0, 0
         if separate == 0:
             n_pre, pt, pkv = _preview_prefills(n * (k + 1), B, chunked, bs, free, max_seqs, n_run, run, admit, ptr,
                                                prompt, gen, blocks, prefill_left, prefill_done)
         verify = _price(target, n + n_pre, n + n * k + pt, kv + pkv)
-        draft = 0.0
-        if k > 0:
-            draft = _draft_time(drafts[0], dprofiles[0], n, n * k, k, kv, verify)
-        own = 0.0
-        if n_pre > 0:
-            own = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pt, pkv)
-        times[k] = _sd_step_time(draft, verify, overhead, own)
+        times[k] = _step_estimate(verify, drafts[0], dprofiles[0], drafts, dprofiles, pf_order, overhead, 0.0, False,
+                                  n, kv, k, n_pre, pt, pkv)
 
 
 # the built-in policies' rules, written once in policies/ as plain Python and compiled here

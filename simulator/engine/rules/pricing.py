@@ -100,3 +100,23 @@ def sd_step_time(draft_s, verify_s, overhead_s, prefill_s):
     """A sequential step's seconds: drafting, then the target's forward and its overhead, then the drafters' prompt
     pass."""
     return draft_s + verify_s + overhead_s + prefill_s
+
+
+def step_estimate(verify_s, cost, profile, pass_costs, pass_profiles, pass_order, overhead_s, proposer_s, pipelined,
+                  num_seqs, kv_tokens, k, prefill_seqs, prefill_tokens, prefill_kv):
+    """A policy's estimate of a step in which `num_seqs` decoding sequences over `kv_tokens` KV verify k drafts each
+    (drafter `cost`, `profile`) beside `prefill_seqs` prompt chunks, the target taking `verify_s`: the drafting
+    (+ `proposer_s`, vLLM V1 proposers) and the drafters' prompt passes, added up as a sequential step or, PSD
+    (`pipelined`), the target's side beside the draft device's."""
+    draft = 0.0
+    if k > 0:
+        draft = draft_time(cost, profile, num_seqs, num_seqs * k, k, kv_tokens, verify_s)
+    draft = draft + proposer_s
+    own = 0.0
+    if prefill_seqs > 0:
+        own = drafters_prefill_time(pass_costs, pass_profiles, pass_order, prefill_seqs, prefill_tokens, prefill_kv)
+    if pipelined:
+        target_side = verify_s + overhead_s
+        draft_side = draft + own
+        return draft_side if draft_side > target_side else target_side
+    return sd_step_time(draft, verify_s, overhead_s, own)

@@ -24,10 +24,11 @@ ROOFLINE = ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), ROOF, np.array([
 def _rules(which: str):
     """The rules as the step path runs them (plain) or as the kernel compiled them."""
     if which == "plain":
-        return pricing.draft_time, pricing.drafters_prefill_time, pricing.sd_step_time, pricing.terms_step_time
+        return (pricing.draft_time, pricing.drafters_prefill_time, pricing.sd_step_time, pricing.terms_step_time,
+                pricing.step_estimate)
     import simulator.engine.compiled_kernel as ker
 
-    return ker._draft_time, ker._drafters_prefill_time, ker._sd_step_time, ker._price
+    return ker._draft_time, ker._drafters_prefill_time, ker._sd_step_time, ker._price, ker._step_estimate
 
 
 PATHS = ["plain", "compiled"]
@@ -108,3 +109,24 @@ def test_terms_step_time_roofline_reads_weights_by_batched_tokens(which):
     # memory (100 + 50) / 50 = 3; all-reduce 4 x (30 / 6 + 0.5) = 22
     assert price(ROOFLINE, 5, 5, 5) == pytest.approx(3.0 + 22 + 0.25, rel=1e-15)
     assert price(ROOFLINE, 2, 0, 4) == 0.0
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_step_estimate_by_hand(which):
+    estimate = _rules(which)[4]
+    whole = DraftTerms(DRAFT_WHOLE, 0.0, 0.0, True)
+    passes = (whole,)
+    order = np.array([0])
+    # 3 sequences over 50 KV verify k = 2 drafts each; the target's forward 2.0 s, overhead 0.01 s.
+    # Drafting: one pass at (3 seqs, 6 tokens, 50 KV) = 1.41; no prompt chunk: 1.41 + 2.0 + 0.01
+    args = (whole, LINEAR, passes, (LINEAR,), order, 0.01)
+    assert estimate(2.0, *args, 0.0, False, 3, 50, 2, 0, 0, 0) == pytest.approx(3.42, rel=1e-15)
+    # a vLLM V1 proposer's 0.5 s adds to the drafting
+    assert estimate(2.0, *args, 0.5, False, 3, 50, 2, 0, 0, 0) == pytest.approx(3.92, rel=1e-15)
+    # with 2 prompt chunks of 40 tokens over 40 KV: the drafter's own pass 1.64 after the step
+    assert estimate(2.0, *args, 0.0, False, 3, 50, 2, 2, 40, 40) == pytest.approx(3.42 + 1.64, rel=1e-15)
+    # k = 0: no drafting; the prompt pass still runs
+    assert estimate(2.0, *args, 0.0, False, 3, 50, 0, 2, 40, 40) == pytest.approx(2.01 + 1.64, rel=1e-15)
+    # pipelined (PSD): the target's 2.01 beside the draft device's 1.41 + 1.64 = 3.05; without the prompt pass 2.01
+    assert estimate(2.0, *args, 0.0, True, 3, 50, 2, 2, 40, 40) == pytest.approx(3.05, rel=1e-15)
+    assert estimate(2.0, *args, 0.0, True, 3, 50, 2, 0, 0, 0) == pytest.approx(2.01, rel=1e-15)
