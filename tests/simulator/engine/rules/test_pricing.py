@@ -130,3 +130,7 @@ def test_step_estimate_by_hand(which):
     # pipelined (PSD): the target's 2.01 beside the draft device's 1.41 + 1.64 = 3.05; without the prompt pass 2.01
     assert estimate(2.0, *args, 0.0, True, 3, 50, 2, 2, 40, 40) == pytest.approx(3.05, rel=1e-15)
     assert estimate(2.0, *args, 0.0, True, 3, 50, 2, 0, 0, 0) == pytest.approx(2.01, rel=1e-15)
+    # an autoregressive drafter drafts k one-token passes: (3, 3, 50) + (3, 3, 53) = 1.38 + 1.383
+    ar = DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True)
+    assert estimate(2.0, ar, LINEAR, passes, (LINEAR,), order, 0.01, 0.0, False, 3, 50, 2, 0, 0, 0) == pytest.approx(
+        2.763 + 2.01, rel=1e-15)
