@@ -37,7 +37,7 @@ OVERLAPS = ("step", "op")
 
 
 class RooflineTerms(NamedTuple):
-    """A roofline profile's numbers as its step-time rule reads them (floats, so every profile's record has one type)."""
+    """A roofline profile's numbers as its step-time rule reads them (floats: every profile's record has one type)."""
 
     flops_per_token: float  # 2 x matmul parameters per token
     flops_per_pair: float  # attention FLOPs per (query, context) pair, all layers

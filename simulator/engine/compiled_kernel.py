@@ -7,11 +7,12 @@ each slot is priced once for its own sub-batch (Pricing.draft_time). Policy rule
 
 Imported only by simulator/engine/compiled_run.py when an eligible run starts, so commands that never simulate do not
 import numba. Step prices are the step path's own rules, compiled: latency.linear_step_time,
-roofline.roofline_step_time and simulator/engine/rules/pricing.py (draft and prompt-pass costs, a step's sum), over
-the profile and drafter records compiled_run builds (rules.pricing.ProfileTerms, DraftTerms). Every other float is
-formed with the step path's operations in its order (simulator/engine/step_sd.py, pricing.py, step_outcome.py; SimPy's
-`now + delay`), so the tables agree bit for bit. Accepted drafts per trace position come precomputed from traces/acceptance.py (the replay rule
-is not restated here); the end-of-output cut is step_outcome's `min(1 + accepted, left)`.
+roofline.roofline_step_time and simulator/engine/rules/pricing.py (draft and prompt-pass costs, a step's sum, the
+step estimate), over the profile and drafter records compiled_run builds (rules.pricing.ProfileTerms, DraftTerms).
+Every other float is formed with the step path's operations in its order (simulator/engine/step_sd.py, pricing.py,
+step_outcome.py; SimPy's `now + delay`), so the tables agree bit for bit. Accepted drafts per trace position come
+precomputed from traces/acceptance.py (the replay rule is not restated here); the end-of-output cut is
+step_outcome's `min(1 + accepted, left)`.
 
 The kernel runs until every request finished, a row or ITL buffer is full, or `stop_finished` requests have
 finished, and returns a code (`DONE`, `FULL`, `STOPPED`; negative: a broken invariant). All state lives in the

@@ -293,6 +293,17 @@ def test_an_ineligible_run_falls_back_to_the_step_path_and_says_why(case):
     assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
 
 
+def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
+    """The kernel takes its drafters' records padded to compiled_run.MAX_SLOTS (one numba type for every run): a
+    policy using more drafters takes the step path and says why."""
+    gtraces = traces_with(6, 1, 0.6, True)
+    monkeypatch.setattr(compiled_run, "MAX_SLOTS", 1)
+    res = build(traces=gtraces, wl=workload(gtraces, 12, rate=100.0), drafters=("d", "g"),
+                policy=make_policy({"name": "ucb", "drafters": ["d", "g"], "k": 3}, seed=0)).simulate()
+    assert res.extras["engine_path"] == "steps"
+    assert "uses 2 drafters (the kernel takes up to 1)" in res.extras["engine_path_reason"]
+
+
 def test_a_cluster_replica_and_a_forced_step_path_fall_back(monkeypatch):
     traces = traces_with(4, 2, 0.5, False)
     wl = workload(traces, 8)
