@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from simulator.costs.latency import LatencyProfile
 from simulator.costs.roofline import profile_from_ref
+from simulator.engine.rules.pricing import DRAFT_KIND_CODES, DraftTerms, draft_time, prefill_time
 from traces.config_base import StrictModel, validate_model
 
 DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "constant", "engine_step")
@@ -62,22 +63,13 @@ class DraftCost:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0.0 <= v < float("inf")):
                 raise ValueError(f"draft cost {name}: expected a finite number >= 0, got {v!r}")
+        self.terms = DraftTerms(DRAFT_KIND_CODES[self.kind], float(self.seconds), float(self.fraction),
+                                self.profile is not None and self.kind != "engine_step")
 
     def draft_time(self, num_seqs: int, proposed_tokens: int, k_max: int, kv_tokens: int,
                    verify_time: float) -> float:
         """Seconds to draft for `num_seqs` sequences proposing `proposed_tokens` in all (up to k_max each)."""
-        if num_seqs <= 0 or proposed_tokens <= 0 or self.kind == "engine_step":  # engine_step: per step
-            return 0.0
-        if self.kind == "constant":
-            return self.seconds
-        if self.kind == "fraction_of_verify":
-            return self.fraction * verify_time
-        if self.kind == "whole_proposal":
-            return self.profile.step_time(num_seqs, proposed_tokens, kv_tokens)
-        total = 0.0
-        for i in range(k_max):
-            total += self.profile.step_time(num_seqs, num_seqs, kv_tokens + i * num_seqs)
-        return total
+        return draft_time(self.terms, self.profile, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time)
 
     def engine_step_time(self, sampling_seqs: int, step_tokens: int, kv_tokens: int) -> float:
         """`engine_step` kind: the proposer's seconds in one engine step (0 for other kinds or no sampling)."""
@@ -88,9 +80,7 @@ class DraftCost:
     def prefill_time(self, num_seqs: int, prompt_tokens: int, kv_tokens: int) -> float:
         """Seconds for the drafter's own prefill of `prompt_tokens` over `num_seqs` sequences (`engine_step` drafters
         price the prompt inside their per-step cost, so none here)."""
-        if num_seqs <= 0 or prompt_tokens <= 0 or self.profile is None or self.kind == "engine_step":
-            return 0.0
-        return self.profile.step_time(num_seqs, prompt_tokens, kv_tokens)
+        return prefill_time(self.terms, self.profile, num_seqs, prompt_tokens, kv_tokens)
 
 
 def draft_cost_from_config(spec: "DraftCostConfig | dict[str, Any]", where: str = "drafter cost") -> DraftCost:

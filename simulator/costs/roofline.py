@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from simulator.costs.latency import Provenance
 from traces.catalog import GpuSpec, ModelSpec, get_gpu, get_model
@@ -34,6 +34,82 @@ DEFAULT_MFU = 0.6
 DEFAULT_BANDWIDTH_UTIL = 0.8
 DEFAULT_ALLREDUCE_LATENCY_S = 8e-6
 OVERLAPS = ("step", "op")
+
+
+class RooflineTerms(NamedTuple):
+    """A roofline profile's numbers as its step-time rule reads them (floats: every profile's record has one type)."""
+
+    flops_per_token: float  # 2 x matmul parameters per token
+    flops_per_pair: float  # attention FLOPs per (query, context) pair, all layers
+    peak_flops: float  # tp x peak x mfu
+    kv_bytes_per_token: float  # per GPU (KV heads split over tp, replicated below one per GPU)
+    bandwidth: float  # per GPU: bandwidth x bandwidth_util
+    tp: float
+    allreduce_share: float  # 2 (tp - 1) / tp: the ring's bytes sent per byte of the message
+    hidden_size: float
+    dtype_bytes: float
+    link_bytes_s: float  # one way
+    allreduce_latency_s: float
+    allreduces: float  # per step: 2 x layers
+    floor_s: float
+    overlap_op: bool  # `overlap: op`
+    host_s: float
+
+
+def attention_pairs(num_seqs, batched_tokens, kv_tokens):
+    """(query, context) pairs of causal attention: per sequence q new tokens at the end of a context of c (kv_tokens
+    includes them) attend q c - q (q - 1) / 2 positions (a prefill of c: about half of c^2)."""
+    s = max(num_seqs, 1)
+    q = batched_tokens / s
+    c = kv_tokens / s
+    if q > c:
+        c = q
+    return s * (q * c - q * (q - 1) / 2.0)
+
+
+def roofline_compute_s(terms, pairs, batched_tokens):
+    """Matmul and attention FLOPs of the step over the peak rate."""
+    return (terms.flops_per_token * batched_tokens + terms.flops_per_pair * pairs) / terms.peak_flops
+
+
+def roofline_memory_s(terms, weight_bytes, kv_tokens):
+    """Weight bytes per GPU plus every KV token read once, over the bandwidth."""
+    return (weight_bytes + kv_tokens * terms.kv_bytes_per_token) / terms.bandwidth
+
+
+def roofline_per_op_s(terms, weight_bytes, pairs, batched_tokens, kv_tokens):
+    """`overlap: op`: max(GEMM FLOPs, weight read) + max(attention FLOPs, KV read), each its own kernel."""
+    gemm = terms.flops_per_token * batched_tokens / terms.peak_flops
+    attn = terms.flops_per_pair * pairs / terms.peak_flops
+    weights = weight_bytes / terms.bandwidth
+    kv = kv_tokens * terms.kv_bytes_per_token / terms.bandwidth
+    return (weights if weights > gemm else gemm) + (kv if kv > attn else attn)
+
+
+def roofline_allreduce_s(terms, batched_tokens):
+    """Tensor-parallel all-reduces of one step (ring, one-way link bandwidth, a fixed latency each); 0 at tp 1."""
+    if terms.tp == 1.0:
+        return 0.0
+    nbytes = batched_tokens * terms.hidden_size * terms.dtype_bytes
+    one = terms.allreduce_share * nbytes / terms.link_bytes_s + terms.allreduce_latency_s
+    return terms.allreduces * one
+
+
+def roofline_step_time(terms, weight_bytes, num_seqs, batched_tokens, kv_tokens):
+    """The roofline rule: max(compute, memory) (`overlap: op`: per-op maxima) + all-reduces + host_s, at least
+    floor_s; `weight_bytes`: the weight bytes per GPU this step reads. Plain Python; the compiled engine compiles it.
+    (x if x > y else y keeps Python's max(y, x) in both.)"""
+    if batched_tokens <= 0:
+        return 0.0
+    pairs = attention_pairs(num_seqs, batched_tokens, kv_tokens)
+    if terms.overlap_op:
+        t = roofline_per_op_s(terms, weight_bytes, pairs, batched_tokens, kv_tokens)
+    else:
+        compute = roofline_compute_s(terms, pairs, batched_tokens)
+        memory = roofline_memory_s(terms, weight_bytes, kv_tokens)
+        t = memory if memory > compute else compute
+    t = t + roofline_allreduce_s(terms, batched_tokens) + terms.host_s
+    return terms.floor_s if terms.floor_s > t else t
 
 
 @dataclass
@@ -78,9 +154,15 @@ class RooflineProfile:
                                            f"overlap={self.overlap}, host_s={self.host_s}")
         m = self.model
         kv_heads_per_gpu = -(-m.num_kv_heads // self.tp)  # ceil: replicated when kv heads < tp
-        self._kv_bytes_per_token_gpu = 2 * m.num_layers * kv_heads_per_gpu * m.head_dim * m.dtype_bytes
-        self._peak = self.tp * self.gpu.flops * self.mfu
-        self._bw = self.gpu.bandwidth_bytes_s * self.bandwidth_util  # per GPU
+        self.terms = RooflineTerms(
+            flops_per_token=float(2.0 * m.matmul_params_per_token), flops_per_pair=float(m.attention_flops_per_pair()),
+            peak_flops=float(self.tp * self.gpu.flops * self.mfu),
+            kv_bytes_per_token=float(2 * m.num_layers * kv_heads_per_gpu * m.head_dim * m.dtype_bytes),
+            bandwidth=float(self.gpu.bandwidth_bytes_s * self.bandwidth_util), tp=float(self.tp),
+            allreduce_share=2.0 * (self.tp - 1) / self.tp, hidden_size=float(m.hidden_size),
+            dtype_bytes=float(m.dtype_bytes), link_bytes_s=float(self.gpu.link_one_way_bytes_s),
+            allreduce_latency_s=float(self.allreduce_latency_s), allreduces=float(2 * m.num_layers),
+            floor_s=float(self.floor_s), overlap_op=self.overlap == "op", host_s=float(self.host_s))
 
     def weight_bytes_read(self, batched_tokens: int) -> float:
         """Weight bytes one step reads in all (MoE: only the experts its tokens are routed to)."""
@@ -92,51 +174,24 @@ class RooflineProfile:
         touched = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** max(batched_tokens, 1)
         return dense - experts + experts * touched
 
-    @staticmethod
-    def attention_pairs(num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
-        """(query, context) pairs of causal attention: per sequence q new tokens at the end of a context of c
-        (kv_tokens includes them) attend q c - q (q - 1) / 2 positions (a prefill of c: about half of c^2)."""
-        s = max(num_seqs, 1)
-        q = batched_tokens / s
-        c = max(kv_tokens / s, q)
-        return s * (q * c - q * (q - 1) / 2.0)
+    attention_pairs = staticmethod(attention_pairs)
 
     def compute_s(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
-        m = self.model
-        pairs = self.attention_pairs(num_seqs, batched_tokens, kv_tokens)
-        flops = 2.0 * m.matmul_params_per_token * batched_tokens + m.attention_flops_per_pair() * pairs
-        return flops / self._peak
+        return roofline_compute_s(self.terms, attention_pairs(num_seqs, batched_tokens, kv_tokens), batched_tokens)
 
     def memory_s(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
-        per_gpu = self.weight_bytes_read(batched_tokens) / self.tp + kv_tokens * self._kv_bytes_per_token_gpu
-        return per_gpu / self._bw
+        return roofline_memory_s(self.terms, self.weight_bytes_read(batched_tokens) / self.tp, kv_tokens)
 
     def per_op_s(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
-        """`overlap: op`: max(GEMM FLOPs, weight read) + max(attention FLOPs, KV read), each its own kernel."""
-        m = self.model
-        gemm = 2.0 * m.matmul_params_per_token * batched_tokens / self._peak
-        attn = m.attention_flops_per_pair() * self.attention_pairs(num_seqs, batched_tokens, kv_tokens) / self._peak
-        weights = self.weight_bytes_read(batched_tokens) / self.tp / self._bw
-        kv = kv_tokens * self._kv_bytes_per_token_gpu / self._bw
-        return max(gemm, weights) + max(attn, kv)
+        return roofline_per_op_s(self.terms, self.weight_bytes_read(batched_tokens) / self.tp,
+                                 attention_pairs(num_seqs, batched_tokens, kv_tokens), batched_tokens, kv_tokens)
 
     def allreduce_s(self, batched_tokens: int) -> float:
-        if self.tp == 1:
-            return 0.0
-        m = self.model
-        nbytes = batched_tokens * m.hidden_size * m.dtype_bytes
-        one = 2.0 * (self.tp - 1) / self.tp * nbytes / self.gpu.link_one_way_bytes_s + self.allreduce_latency_s
-        return 2 * m.num_layers * one
+        return roofline_allreduce_s(self.terms, batched_tokens)
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
-        if batched_tokens <= 0:
-            return 0.0
-        if self.overlap == "step":
-            t = max(self.compute_s(num_seqs, batched_tokens, kv_tokens),
-                    self.memory_s(num_seqs, batched_tokens, kv_tokens))
-        else:
-            t = self.per_op_s(num_seqs, batched_tokens, kv_tokens)
-        return max(t + self.allreduce_s(batched_tokens) + self.host_s, self.floor_s)
+        return roofline_step_time(self.terms, self.weight_bytes_read(batched_tokens) / self.tp, num_seqs,
+                                  batched_tokens, kv_tokens)
 
 
 def roofline_from_config(doc: dict[str, Any], where: str = "roofline profile") -> RooflineProfile:

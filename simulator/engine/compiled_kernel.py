@@ -6,10 +6,13 @@ each slot is priced once for its own sub-batch (Pricing.draft_time). Policy rule
 @njit functions below, each naming the Python rule it mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
 Imported only by simulator/engine/compiled_run.py when an eligible run starts, so commands that never simulate do not
-import numba. Every float is formed with the step path's operations in its order (simulator/engine/step_sd.py,
-pricing.py, latency.LinearProfile.step_time, draft_cost.py, step_outcome.py; SimPy's `now + delay`), so the tables
-agree bit for bit. Accepted drafts per trace position come precomputed from traces/acceptance.py (the replay rule
-is not restated here); the end-of-output cut is step_outcome's `min(1 + accepted, left)`.
+import numba. Step prices are the step path's own rules, compiled: latency.linear_step_time,
+roofline.roofline_step_time and simulator/engine/rules/pricing.py (draft and prompt-pass costs, a step's sum, the
+step estimate), over the profile and drafter records compiled_run builds (rules.pricing.ProfileTerms, DraftTerms).
+Every other float is formed with the step path's operations in its order (simulator/engine/step_sd.py, pricing.py,
+step_outcome.py; SimPy's `now + delay`), so the tables agree bit for bit. Accepted drafts per trace position come
+precomputed from traces/acceptance.py (the replay rule is not restated here); the end-of-output cut is
+step_outcome's `min(1 + accepted, left)`.
 
 The kernel runs until every request finished, a row or ITL buffer is full, or `stop_finished` requests have
 finished, and returns a code (`DONE`, `FULL`, `STOPPED`; negative: a broken invariant). All state lives in the
@@ -25,7 +28,8 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
-    "policies/acceptance_estimate.py", "policies/ucb.py", "simulator/costs/latency.py")) + tuple(
+    "policies/acceptance_estimate.py", "policies/ucb.py", "simulator/costs/latency.py",
+    "simulator/costs/roofline.py")) + tuple(
     sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
 
 
@@ -46,11 +50,14 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 from numba.core import config as _numba_config  # noqa: E402
+from numba.extending import overload, register_jitable  # noqa: E402
 
 from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
 from policies.adaptive_k import best_k_rule  # noqa: E402
 from policies.ucb import ucb_arm_rule  # noqa: E402
+from simulator.costs import roofline  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
+from simulator.engine.rules import pricing  # noqa: E402
 
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
 
@@ -60,8 +67,6 @@ R_STEP, R_PHASE, R_NS, R_PT, R_BT, R_KV, R_USED, R_PROP, R_ACC, R_EMIT, R_DRF = 
 ROW_INTS = 11
 # phases, in simulator/engine/compiled_run.PHASES order
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
-# draft cost kinds
-K_NONE, K_CONSTANT, K_FRACTION, K_WHOLE, K_AUTOREGRESSIVE = range(5)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
 # iparams
@@ -71,19 +76,6 @@ N_IPARAMS = 19
 # fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; UCB's beta
 F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_BETA = range(6)
 N_FPARAMS = 6
-# per drafter slot coefficients (dcoef columns): constant seconds, fraction of verify
-C_SECONDS, C_FRACTION = range(2)
-N_DCOEF = 2
-# latency profiles (`prof` rows: 0 the target, 1 + g drafter slot g's profile, if any): the kind, then
-# LinearProfile's a, b, s, d, then RooflineProfile's terms as its own attributes give them (compiled_run.profile_row):
-# 2.0 x matmul params per token, attention FLOPs per pair, _peak, _kv_bytes_per_token_gpu, _bw, tp, 2 (tp - 1) / tp,
-# hidden size, dtype bytes, the link's one-way bytes/s, all-reduce latency, all-reduces per step (2 x layers),
-# floor_s, and the length of its row of `wtab` (weight_bytes_read(n) / tp for n = 0..len-1, the last also for
-# every larger n), 1.0 for `overlap: op` (0.0: step), host_s
-PK_LINEAR, PK_ROOFLINE = 0, 1
-PR_KIND, PR_A, PR_B, PR_S, PR_D, PR_FLOPS_TOKEN, PR_FLOPS_PAIR, PR_PEAK, PR_KV_BYTES, PR_BW, PR_TP, PR_AR_SHARE, \
-    PR_HIDDEN, PR_DTYPE_BYTES, PR_LINK, PR_AR_LATENCY, PR_AR_COUNT, PR_FLOOR, PR_WLEN, PR_OVERLAP_OP, PR_HOST = range(21)
-N_PROF = 21
 # istate
 S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
     range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
@@ -184,81 +176,26 @@ def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop,
 
 
 
-_linear = njit(cache=True)(linear_step_time)  # latency.LinearProfile.step_time's one rule
+# the pricing rules, written once as plain Python (simulator/costs/latency.py, roofline.py, simulator/engine/rules/
+# pricing.py) and compiled here; the rules they call are compiled into them, and `profile_price` prices the kernel's
+# ProfileTerms records (the step path asks its profile objects)
+for _rule in (linear_step_time, roofline.attention_pairs, roofline.roofline_compute_s, roofline.roofline_memory_s,
+              roofline.roofline_per_op_s, roofline.roofline_allreduce_s, roofline.roofline_step_time,
+              pricing.terms_step_time, pricing.draft_time, pricing.prefill_time, pricing.drafters_prefill_time,
+              pricing.sd_step_time):
+    register_jitable(_rule)
 
 
-@njit(cache=True)
-def _roofline(pr, wt, num_seqs, batched_tokens, kv_tokens):
-    """roofline.RooflineProfile.step_time with its operations in its order (`pr`: the profile's prof row, `wt` its
-    weight bytes per GPU by batched tokens): max(compute_s, memory_s) (`overlap: op`: per_op_s) + allreduce_s +
-    host_s, at least floor_s. Python's max(x, y) is x unless y > x."""
-    if batched_tokens <= 0:
-        return 0.0
-    s = max(num_seqs, 1)  # attention_pairs
-    q = batched_tokens / s
-    c = kv_tokens / s
-    if q > c:
-        c = q
-    pairs = s * (q * c - q * (q - 1) / 2.0)
-    w = min(batched_tokens, np.int64(pr[PR_WLEN]) - 1)  # weight_bytes_read(batched_tokens) / tp
-    if pr[PR_OVERLAP_OP] == 0.0:
-        compute = (pr[PR_FLOPS_TOKEN] * batched_tokens + pr[PR_FLOPS_PAIR] * pairs) / pr[PR_PEAK]  # compute_s
-        memory = (wt[w] + kv_tokens * pr[PR_KV_BYTES]) / pr[PR_BW]  # memory_s
-        t = memory if memory > compute else compute
-    else:  # per_op_s
-        gemm = pr[PR_FLOPS_TOKEN] * batched_tokens / pr[PR_PEAK]
-        attn = pr[PR_FLOPS_PAIR] * pairs / pr[PR_PEAK]
-        weights = wt[w] / pr[PR_BW]
-        kv = kv_tokens * pr[PR_KV_BYTES] / pr[PR_BW]
-        t = (weights if weights > gemm else gemm) + (kv if kv > attn else attn)
-    allreduce = 0.0
-    if pr[PR_TP] != 1.0:  # allreduce_s
-        nbytes = np.float64(batched_tokens * np.int64(pr[PR_HIDDEN])) * pr[PR_DTYPE_BYTES]
-        one = pr[PR_AR_SHARE] * nbytes / pr[PR_LINK] + pr[PR_AR_LATENCY]
-        allreduce = pr[PR_AR_COUNT] * one
-    t = t + allreduce + pr[PR_HOST]
-    return pr[PR_FLOOR] if pr[PR_FLOOR] > t else t
+@overload(pricing.profile_price)
+def _profile_price_of_terms(profile, num_seqs, batched_tokens, kv_tokens):
+    return pricing.terms_step_time
 
 
-@njit(cache=True)
-def _price(prof, wtab, p, num_seqs, batched_tokens, kv_tokens):
-    """Profile `p`'s step_time (prof row p: 0 the target, 1 + g drafter slot g): LinearProfile or RooflineProfile."""
-    if prof[p, PR_KIND] == PK_LINEAR:
-        return _linear(prof[p, PR_A], prof[p, PR_B], prof[p, PR_S], prof[p, PR_D], num_seqs, batched_tokens,
-                       kv_tokens)
-    return _roofline(prof[p], wtab[p], num_seqs, batched_tokens, kv_tokens)
-
-
-@njit(cache=True)
-def _draft_time(kind, coef, prof, wtab, p, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
-    """draft_cost.DraftCost.draft_time of one drafter slot (`coef`: its dcoef row, `p`: its prof row) for its own
-    sub-batch."""
-    if num_seqs <= 0 or proposed_tokens <= 0:
-        return 0.0
-    if kind == K_CONSTANT:
-        return coef[C_SECONDS]
-    if kind == K_FRACTION:
-        return coef[C_FRACTION] * verify_time
-    if kind == K_WHOLE:
-        return _price(prof, wtab, p, num_seqs, proposed_tokens, kv_tokens)
-    total = 0.0
-    for i in range(k_max):
-        total += _price(prof, wtab, p, num_seqs, num_seqs, kv_tokens + i * num_seqs)
-    return total
-
-
-@njit(cache=True)
-def _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, tokens, kv):
-    """Pricing.drafter_prefill_time: each drafter's own prompt pass (DraftCost.prefill_time: its profile, when it
-    has one), summed from 0.0 in the policy's drafters_used order (`pf_order`)."""
-    total = 0.0
-    for j in range(len(pf_order)):
-        g = pf_order[j]
-        if dpf[g] == 1 and n_pre > 0 and tokens > 0:
-            total += _price(prof, wtab, 1 + g, n_pre, tokens, kv)
-        else:
-            total += 0.0
-    return total
+_price = njit(cache=True)(pricing.terms_step_time)  # a ProfileTerms record's step time (target or drafter)
+_draft_time = njit(cache=True)(pricing.draft_time)
+_drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
+_sd_step_time = njit(cache=True)(pricing.sd_step_time)
+_step_estimate = njit(cache=True)(pricing.step_estimate)
 
 
 @njit(cache=True)
@@ -324,23 +261,18 @@ def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, a
 
 @njit(cache=True)
 def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen,
-                blocks, prefill_left, prefill_done, prof, wtab, overhead, kind, coef, dpf, pf_order):
-    """AdaptiveKPolicy.step_times through Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...): for
-    k = 0..k_max the time of a step in which all `n` decoding sequences draft k (slot 0's cost), with the prompt
-    chunks the step would add after their n (k + 1) tokens; draft + verify + overhead + the drafters' prompt pass."""
+                blocks, prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
+    """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
+    k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
+    prompt chunks it would add after their n (k + 1) tokens, then the step-estimate rule (rules.pricing)."""
     for k in range(k_max + 1):
         n_pre, pt, pkv = 0, 0, 0
         if separate == 0:
             n_pre, pt, pkv = _preview_prefills(n * (k + 1), B, chunked, bs, free, max_seqs, n_run, run, admit, ptr,
                                                prompt, gen, blocks, prefill_left, prefill_done)
-        verify = _price(prof, wtab, 0, n + n_pre, n + n * k + pt, kv + pkv)
-        draft = 0.0
-        if k > 0:
-            draft = _draft_time(kind, coef, prof, wtab, 1, n, n * k, k, kv, verify)
-        own = 0.0
-        if n_pre > 0:
-            own = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pt, pkv)
-        times[k] = draft + verify + overhead + own
+        verify = _price(target, n + n_pre, n + n * k + pt, kv + pkv)
+        times[k] = _step_estimate(verify, drafts[0], dprofiles[0], drafts, dprofiles, pf_order, overhead, 0.0, False,
+                                  n, kv, k, n_pre, pt, pkv)
 
 
 # the built-in policies' rules, written once in policies/ as plain Python and compiled here
@@ -413,14 +345,15 @@ def _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r
 
 
 @njit(cache=True)
-def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dkind, dpf, dcoef, prof, wtab, pf_order,
+def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, target, drafts, dprofiles, pf_order,
               est_s, est_f, arm_counts, arm_sums, arm_slot, usage, iparams, fparams, istate, fstate, run, gen,
               prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish, dsteps, dprop, dacc,
               rows_i, rows_f, itl, stop_finished):
     """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
 
-    Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost kind `dkind[g]`, coefficients `dcoef[g]`,
-    latency profile `prof[1 + g]` (the target's: `prof[0]`, weight rows `wtab`), prompt pass priced when `dpf[g]`;
+    Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost `drafts[g]` (rules.pricing.DraftTerms), latency
+    profile `dprofiles[g]` (the target's: `target`; rules.pricing.ProfileTerms; both tuples padded to MAX_SLOTS),
+    prompt passes in the policy's order `pf_order`;
     `tab[rowof[g, k], 0 / 1, f]` the proposed / accepted drafts when slot g is asked for k at flat trace position f
     (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
     n = len(arrival)
@@ -489,10 +422,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                 pre_kv += prefill_done[pre[j]] + chunk[j]
             tokens = pre_tokens
             kv = pre_kv
-            target_t = _price(prof, wtab, 0, n_pre, tokens, kv)
+            target_t = _price(target, n_pre, tokens, kv)
             dpt = 0.0
             if nslot > 0:
-                dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, tokens, kv)
+                dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, tokens, kv)
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
@@ -527,8 +460,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
             elif policy == POL_ADAPTIVE:
                 if n_dec > 0:
                     _step_times(times, n_dec, kv_est, k_max, separate, B, chunked, bs, total_blocks - used, max_seqs,
-                                n_run, run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, prof, wtab,
-                                overhead, dkind[0], dcoef[0], dpf, pf_order)
+                                n_run, run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, target,
+                                drafts, dprofiles, overhead, pf_order)
                 for j in range(n_dec):
                     e = 0 if shared == 1 else dec[j]
                     top = k_max
@@ -604,7 +537,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                 pre_kv += prefill_done[pre[j]] + chunk[j]
             tokens = prop_sum + n_dec + pre_tokens
             kv = kv_est + pre_kv
-            verify_t = _price(prof, wtab, 0, nseq, tokens, kv)
+            verify_t = _price(target, nseq, tokens, kv)
             # Pricing.draft_time: each slot (ascending drafter index) once for its members that propose
             draft_t = 0.0
             drf = 0
@@ -622,13 +555,13 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                         if kk[j] > k_g:
                             k_g = kk[j]
                 if n_g > 0:
-                    draft_t += _draft_time(dkind[g], dcoef[g], prof, wtab, 1 + g, n_g, p_g, k_g, kv_g, verify_t)
+                    draft_t += _draft_time(drafts[g], dprofiles[g], n_g, p_g, k_g, kv_g, verify_t)
                     drf |= 1 << g
                     n_act += n_g
             dpt = 0.0  # Pricing.drafter_prefill_time
             if nslot > 0 and n_pre > 0:
-                dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pre_tokens, pre_kv)
-            duration = draft_t + verify_t + overhead + dpt
+                dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
+            duration = _sd_step_time(draft_t, verify_t, overhead, dpt)
             start = now
             now = now + duration
             # ---- StepOutcome.apply

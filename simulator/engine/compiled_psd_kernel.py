@@ -1,9 +1,9 @@
 """The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, step for step as
 simulator/engine/step_psd.py's PSDExecutor.
 
-It reuses compiled_kernel's pricing, admission, prefill and row helpers. The rules only PSD has are small @njit
-functions below, each naming the Python rule it mirrors: the side a new request joins, the split into
-verified/drafted sides, the step duration, and the carry of the drafted side's proposals with the role flip.
+It reuses compiled_kernel's compiled pricing rules and its admission, prefill and row helpers. The rules only PSD
+has are small @njit functions below, each naming the Python rule it mirrors: the side a new request joins, the split
+into verified/drafted sides, the step duration, and the carry of the drafted side's proposals with the role flip.
 tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_OV
                                        I_BUDGET, I_CHUNKED, I_CLOSED, I_K, I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED,
                                        P_PREFILL, P_VERIFY, ROW_INTS, S_ADMIT, S_FINISHED, S_ITL, S_NRUN, S_PEAK,
                                        S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _admit_waiting,
-                                       _apply_prefills, _continue_prefills, _emit, _draft_time, _drafter_prefill_time,
+                                       _apply_prefills, _continue_prefills, _draft_time, _drafters_prefill_time, _emit,
                                        _finish_requests, _price, _row, _save_state)
 
 P_SYNC = 6  # compiled_run.PHASES[6]
@@ -101,7 +101,7 @@ def _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs):
 
 
 @njit(cache=True)
-def _side_draft_time(idx, n, member, props, ks, prompt, gen, dkind, dcoef, prof, wtab, verify_t):
+def _side_draft_time(idx, n, member, props, ks, prompt, gen, drafts, dprofiles, verify_t):
     """Pricing.draft_time for one side's drafting (the one drafter slot): its members that propose, priced once
     for their sub-batch (proposed tokens, largest k, their context). Returns (seconds, drafter bits)."""
     n_g, p_g, k_g, kv_g = 0, 0, 0, 0
@@ -114,7 +114,7 @@ def _side_draft_time(idx, n, member, props, ks, prompt, gen, dkind, dcoef, prof,
                 k_g = ks[j]
     if n_g == 0:
         return 0.0, 0
-    return _draft_time(dkind[0], dcoef[0], prof, wtab, 1, n_g, p_g, k_g, kv_g, verify_t), 1
+    return _draft_time(drafts[0], dprofiles[0], n_g, p_g, k_g, kv_g, verify_t), 1
 
 
 @njit(cache=True)
@@ -124,7 +124,7 @@ def _set_dev(rows_i, r, dev, sub):
 
 
 @njit(cache=True)
-def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkind, dpf, dcoef, prof, wtab, pf_order,
+def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, target, drafts, dprofiles, pf_order,
                   usage, iparams, fparams, istate, fstate, psd_i, psd_f, psd_state, side, pend, pend_k, pend_p,
                   pend_a, run, gen, prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish,
                   dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
@@ -192,8 +192,8 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
             for j in range(n_pre):
                 pre_tokens += chunk[j]
                 pre_kv += prefill_done[pre[j]] + chunk[j]
-            target_t = _price(prof, wtab, 0, n_pre, pre_tokens, pre_kv)
-            dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pre_tokens, pre_kv)
+            target_t = _price(target, n_pre, pre_tokens, pre_kv)
+            dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
@@ -290,22 +290,22 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
                 pre_kv += prefill_done[pre[j]] + chunk[j]
             tokens = pv_sum + nv + pre_tokens
             kv = kv_v + pre_kv
-            verify_t = _price(prof, wtab, 0, nseq, tokens, kv)
+            verify_t = _price(target, nseq, tokens, kv)
             # Pricing.draft_time over the newly drafted verify side, then over the drafted side (members proposing)
             n_new, p_new = 0, 0
             for j in range(nv):
                 if vnew[j] == 1:
                     n_new += 1
                     p_new += vp[j]
-            pre_draft_t, drf_pre = _side_draft_time(V, nv, vnew, vp, vk, prompt, gen, dkind, dcoef, prof, wtab,
+            pre_draft_t, drf_pre = _side_draft_time(V, nv, vnew, vp, vk, prompt, gen, drafts, dprofiles,
                                                     verify_t)
             kv_d = 0
             for j in range(nd):
                 kv_d += prompt[D[j]] + gen[D[j]]
-            draft_t, drf_d = _side_draft_time(D, nd, all_d, dp, dk, prompt, gen, dkind, dcoef, prof, wtab, verify_t)
+            draft_t, drf_d = _side_draft_time(D, nd, all_d, dp, dk, prompt, gen, drafts, dprofiles, verify_t)
             dpt = 0.0  # Pricing.drafter_prefill_time
             if n_pre > 0:
-                dpt = _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, pre_tokens, pre_kv)
+                dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
             target_end, drafter_end, both_done, duration = _psd_duration(
                 pre_draft_t, verify_t, draft_t, dpt, overhead, sync_s, nv > 0 or n_pre > 0, nv > 0 or nd > 0)
             start = now

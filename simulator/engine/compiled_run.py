@@ -36,12 +36,14 @@ from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
 from simulator.engine.request_state import FINISHED
-from simulator.costs.roofline import RooflineProfile
+from simulator.engine.rules.pricing import DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, DraftTerms, ProfileTerms
+from simulator.costs.roofline import RooflineProfile, RooflineTerms
 
 COMPILED = True  # module switch: False keeps every server on the step path (tests and benchmarks compare both)
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill", "sync")  # the kernels' phase codes
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
-DRAFT_KINDS = {"constant": 1, "fraction_of_verify": 2, "whole_proposal": 3, "autoregressive": 4}
+MAX_SLOTS = 8  # drafters a compiled policy may use: the kernel's drafter records come padded to this many (one
+# numba type for every run, so the kernel compiles once)
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
 # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB with the BE reward)
@@ -112,6 +114,8 @@ def _policy_reason(server, policy) -> str | None:
     used = policy.drafters_used()
     if not used:
         return None
+    if len(used) > MAX_SLOTS:
+        return f"policy {policy.name!r} uses {len(used)} drafters (the kernel takes up to {MAX_SLOTS})"
     if policy.max_draft_tokens() > MAX_K:
         return f"k up to {policy.max_draft_tokens()} (the kernel's draft tables hold k <= {MAX_K})"
     if len(set(used)) != len(used):
@@ -186,28 +190,18 @@ def roofline_weights(profile: RooflineProfile) -> np.ndarray | None:
     return np.array([profile.weight_bytes_read(j) / profile.tp for j in range(n + 1)])
 
 
-def profile_row(profile) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's prof row (compiled_kernel.PR_*) and weight row of an eligible profile (profile_reason None),
-    every term taken from the profile's own attributes and methods."""
-    import simulator.engine.compiled_kernel as ker
+_NO_ROOFLINE = RooflineTerms(*(0.0,) * 13, False, 0.0)
+NO_PROFILE = ProfileTerms(PROFILE_LINEAR, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE, np.zeros(1))  # a drafter without one
+NO_DRAFTER = DraftTerms(DRAFT_NONE, 0.0, 0.0, False)  # a padding slot
 
-    row = np.zeros(ker.N_PROF)
+
+def profile_terms(profile) -> ProfileTerms:
+    """The kernel's record of an eligible profile (profile_reason None), from the profile's public terms: a
+    LinearProfile's (a, b, s, d) or a RooflineProfile's RooflineTerms and weight reads (roofline_weights)."""
     if type(profile) is LinearProfile:
-        row[ker.PR_KIND] = ker.PK_LINEAR
-        row[ker.PR_A:ker.PR_D + 1] = profile.terms
-        return row, np.zeros(1)
-    m, w = profile.model, roofline_weights(profile)
-    row[ker.PR_KIND] = ker.PK_ROOFLINE
-    row[ker.PR_FLOPS_TOKEN] = 2.0 * m.matmul_params_per_token
-    row[ker.PR_FLOPS_PAIR] = m.attention_flops_per_pair()
-    row[ker.PR_PEAK], row[ker.PR_KV_BYTES], row[ker.PR_BW] = profile._peak, profile._kv_bytes_per_token_gpu, \
-        profile._bw
-    row[ker.PR_TP], row[ker.PR_AR_SHARE] = profile.tp, 2.0 * (profile.tp - 1) / profile.tp
-    row[ker.PR_HIDDEN], row[ker.PR_DTYPE_BYTES] = m.hidden_size, m.dtype_bytes
-    row[ker.PR_LINK], row[ker.PR_AR_LATENCY] = profile.gpu.link_one_way_bytes_s, profile.allreduce_latency_s
-    row[ker.PR_AR_COUNT], row[ker.PR_FLOOR], row[ker.PR_WLEN] = 2 * m.num_layers, profile.floor_s, len(w)
-    row[ker.PR_OVERLAP_OP], row[ker.PR_HOST] = float(profile.overlap == "op"), profile.host_s
-    return row, w
+        return ProfileTerms(PROFILE_LINEAR, tuple(float(t) for t in profile.terms), _NO_ROOFLINE, np.zeros(1))
+    return ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), profile.terms,
+                        np.ascontiguousarray(roofline_weights(profile), dtype=np.float64))
 
 
 def for_server(server) -> CompiledRun | None:
@@ -277,19 +271,13 @@ class CompiledRun:
                 for name, k in zip(self.slots, ks)]  # adaptive-k and the n-gram side of combine-match: k <= the most
         rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
         tab = np.empty((max(1, sum(len(a) for a in asks)), 2, max(n_flat, 1) if G else 1), dtype=np.int8)
-        dkind, dpf = np.zeros(max(G, 1), dtype=np.int64), np.zeros(max(G, 1), dtype=np.int64)
-        dcoef = np.zeros((max(G, 1), ker.N_DCOEF))
-        rows = [profile_row(server.pricing.target)]  # prof row 0 the target, 1 + g drafter slot g
+        drafts, dprofiles = [NO_DRAFTER] * MAX_SLOTS, [NO_PROFILE] * MAX_SLOTS  # slot g's cost and profile
         row = 0
         for g, name in enumerate(self.slots):
             cost = server.pricing.draft_costs[name]
-            dkind[g] = DRAFT_KINDS[cost.kind]
-            dcoef[g, ker.C_SECONDS], dcoef[g, ker.C_FRACTION] = cost.seconds, cost.fraction
-            if cost.profile is not None:  # DraftCost.prefill_time: a drafter with a profile prices its prompt pass
-                dpf[g] = 1
-                rows.append(profile_row(cost.profile))
-            else:
-                rows.append((np.zeros(ker.N_PROF), np.zeros(1)))
+            drafts[g] = cost.terms
+            if cost.profile is not None:
+                dprofiles[g] = profile_terms(cost.profile)
             lens, kmax = table.proposal_len.get(name), ks[g]
             acc_len = np.minimum(table.acc_len[name], kmax + 1).astype(np.int8)
             if lens is not None:
@@ -307,11 +295,8 @@ class CompiledRun:
         self.first = server.drafting.first_flat.astype(np.int64)
         self.last = server.drafting.last_flat.astype(np.int64)
         self.tab, self.rowof, self.cap = tab, rowof, np.asarray(cap, dtype=np.int32)
-        self.dkind, self.dpf, self.dcoef = dkind, dpf, dcoef
-        self.prof = np.array([r for r, _ in rows])
-        self.wtab = np.zeros((len(rows), max(len(w) for _, w in rows)))
-        for p, (_, w) in enumerate(rows):
-            self.wtab[p, :len(w)] = w
+        self.target = profile_terms(server.pricing.target)
+        self.drafts, self.dprofiles = tuple(drafts), tuple(dprofiles)
         self.policy_kind = int(i[ker.I_POLICY])
 
     def _arms(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -390,14 +375,14 @@ class CompiledRun:
         while True:
             if self.psd:
                 code = pker.run_psd_steps(
-                    s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof, self.dkind,
-                    self.dpf, self.dcoef, self.prof, self.wtab, self.pf_order, usage, self.iparams, self.fparams,
+                    s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof, self.target,
+                    self.drafts, self.dprofiles, self.pf_order, usage, self.iparams, self.fparams,
                     istate, fstate, psd_i, psd_f, psd_state, side, pend, pend_k, pend_p, pend_a, run, s["gen"],
                     s["prefill_left"], s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"],
                     s["first_token"], s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
             else:
                 code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
-                                 self.cap, self.dkind, self.dpf, self.dcoef, self.prof, self.wtab, self.pf_order,
+                                 self.cap, self.target, self.drafts, self.dprofiles, self.pf_order,
                                  est_s, est_f, arm_counts, arm_sums, self.arm_slot, usage,
                                  self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
                                  s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],

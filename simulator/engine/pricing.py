@@ -14,6 +14,7 @@ from policies.base import NO_DRAFT
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile
 from simulator.engine.request_state import RequestState
+from simulator.engine.rules.pricing import DRAFT_NONE, DraftTerms, drafters_prefill_time, step_estimate
 from simulator.costs.step_model import StepShape
 from simulator.engine.workload_arrays import EngineWorkload
 
@@ -128,11 +129,13 @@ class Pricing:
             return 0.0
         tokens = int(chunk.sum())
         kv = int((self.state.prefill_done[pre] + chunk).sum())
-        total = 0.0
-        for name in names:
-            t = self.cost_of(name).prefill_time(len(pre), tokens, kv)
-            total += checked(t, f"drafter {name!r} prefill cost")
-        return total
+        costs = [self.cost_of(name) for name in names]
+        t = drafters_prefill_time([c.terms for c in costs], [c.profile for c in costs], range(len(names)), len(pre),
+                                  tokens, kv)
+        if not (t >= 0.0 and t != math.inf):  # name the drafter whose pass is bad
+            for name, cost in zip(names, costs):
+                checked(cost.prefill_time(len(pre), tokens, kv), f"drafter {name!r} prefill cost")
+        return checked(t, f"drafters {list(names)} prefill cost")
 
     def estimator(self, n_batch: int, kv: int, pipelined: bool, prompts=None, engine_step: bool = False,
                   prefill_drafters: tuple[str, ...] = ()):
@@ -141,28 +144,29 @@ class Pricing:
         shape, the drafter's cost, vLLM V1 proposer costs when `engine_step`, `prefill_drafters`' own prompt
         passes). `prompts(tokens_used)` -> (requests, chunks, chunks ending their prompt) is the prompt part the
         step would add after the decodes' tokens (Scheduler.preview_prefills); None: no prompt chunk."""
-        costs, overhead = self.draft_costs, self.overhead
+        passes = [self.cost_of(name) for name in prefill_drafters]
+        pass_costs, pass_profiles = [c.terms for c in passes], [c.profile for c in passes]
+        pass_order = range(len(passes))
 
         def estimate(drafter: str | None, k: int) -> float:
             k = k if drafter is not None else 0
+            cost = self.draft_costs[drafter] if k > 0 else None
             pre, chunk, ending = prompts(n_batch * (k + 1)) if prompts is not None else (_NONE, _NONE, 0)
             shape = self.step_shape(n_batch, n_batch * k, kv, pre, chunk)
             verify = self.price(shape)
-            draft = 0.0
-            if k > 0:
-                draft = checked(costs[drafter].draft_time(n_batch, n_batch * k, k, kv, verify),
-                                f"drafter {drafter!r} draft cost")
+            proposer = 0.0
             if engine_step:
-                draft += self.engine_step_draft_time(n_batch + ending, batch_tokens(shape), batch_kv(shape))[0]
-            own_prefill = self.drafter_prefill_time(pre, chunk, prefill_drafters) if len(pre) else 0.0
-            if pipelined:  # PSD: drafting and the drafters' prompt passes run on the draft device
-                return max(verify + overhead, draft + own_prefill)
-            return draft + verify + overhead + own_prefill
+                proposer = self.engine_step_draft_time(n_batch + ending, batch_tokens(shape), batch_kv(shape))[0]
+            t = step_estimate(verify, _NO_COST if cost is None else cost.terms, None if cost is None else cost.profile,
+                              pass_costs, pass_profiles, pass_order, self.overhead, proposer, pipelined, n_batch, kv, k,
+                              shape.prefill_seqs, shape.prefill_tokens, shape.prefill_kv)
+            return checked(t, f"drafter {drafter!r} draft cost or the prompt pass of drafters {list(prefill_drafters)}")
 
         return estimate
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+_NO_COST = DraftTerms(DRAFT_NONE, 0.0, 0.0, False)  # k = 0: nothing drafted
 
 
 def batch_tokens(shape: StepShape) -> int:

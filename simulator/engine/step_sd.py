@@ -7,6 +7,7 @@ import numpy as np
 from simulator.engine.drafting import Drafting
 from simulator.engine.pricing import Pricing
 from simulator.engine.request_state import RequestState
+from simulator.engine.rules.pricing import sd_step_time
 from simulator.engine.scheduler import EMPTY, Scheduler
 from simulator.engine.step import Step, StepSlice, plan_prefill_only
 
@@ -71,7 +72,7 @@ class SDExecutor:
             used += [u for u in step_used if u not in used]
         accepted = drafting.accept(dec, d_idx, proposed, flat)
         drafter_prefill_t = pricing.drafter_prefill_time(pre, chunk, self.drafter_names) if len(pre) else 0.0
-        duration = draft_t + verify_t + pricing.overhead + drafter_prefill_t
+        duration = sd_step_time(draft_t, verify_t, pricing.overhead, drafter_prefill_t)
         slices = []
         t = now
         drafters = "+".join(used)

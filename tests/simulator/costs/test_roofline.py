@@ -154,3 +154,23 @@ def test_overlap_and_host_config_keys():
         roofline_from_config({"model": "llama3.1-8b", "gpu": "h100-80gb", "overlap": "kernel"})
     with pytest.raises(ValueError, match="host_s must be a number in"):
         roofline_from_config({"model": "llama3.1-8b", "gpu": "h100-80gb", "host_s": -1})
+
+
+def test_roofline_step_time_rule_by_hand():
+    """roofline_step_time on hand-made terms: each part of the rule moves the answer by what it should."""
+    from simulator.costs.roofline import RooflineTerms, roofline_step_time
+
+    t = RooflineTerms(flops_per_token=2.0, flops_per_pair=4.0, peak_flops=10.0, kv_bytes_per_token=10.0,
+                      bandwidth=50.0, tp=2.0, allreduce_share=1.0, hidden_size=3.0, dtype_bytes=2.0, link_bytes_s=6.0,
+                      allreduce_latency_s=0.5, allreduces=4.0, floor_s=0.0, overlap_op=False, host_s=0.25)
+    # 2 seqs, 4 tokens, 4 KV, 100 weight bytes per GPU: pairs 2 (2 x 2 - 2 x 1 / 2) = 6; compute (8 + 24) / 10 = 3.2,
+    # memory (100 + 40) / 50 = 2.8; per op: max(8 / 10, 100 / 50) + max(24 / 10, 40 / 50) = 2.0 + 2.4 = 4.4;
+    # all-reduces 4 x (1.0 x 24 / 6 + 0.5) = 18; host 0.25
+    assert roofline_step_time(t, 100.0, 2, 4, 4) == pytest.approx(3.2 + 18 + 0.25, rel=1e-15)
+    assert roofline_step_time(t._replace(overlap_op=True), 100.0, 2, 4, 4) == pytest.approx(4.4 + 18 + 0.25,
+                                                                                           rel=1e-15)
+    assert roofline_step_time(t._replace(tp=1.0), 100.0, 2, 4, 4) == pytest.approx(3.2 + 0.25, rel=1e-15)
+    assert roofline_step_time(t._replace(floor_s=30.0), 100.0, 2, 4, 4) == 30.0
+    # a context shorter than the new tokens counts as the new tokens (c = max(kv / s, q)): as at kv 4
+    assert roofline_step_time(t._replace(tp=1.0, host_s=0.0), 0.0, 2, 4, 0) == pytest.approx(3.2, rel=1e-15)
+    assert roofline_step_time(t, 100.0, 2, 0, 4) == 0.0

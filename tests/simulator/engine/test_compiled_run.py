@@ -201,14 +201,13 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
 def test_the_kernels_roofline_is_the_profiles_step_time_bit_for_bit(model, gpu, tp, mfu, bw, floor_s, latency,
                                                                     num_seqs, batched_tokens, kv_tokens, overlap,
                                                                     host_s):
-    """compiled_kernel._price on a roofline row (compiled_run.profile_row) against RooflineProfile.step_time, over
-    batch shapes well past the property runs' (MoE weight reads past where they settle, large KV, every TP)."""
+    """compiled_kernel._price on a roofline record (compiled_run.profile_terms: its tabulated weight reads) against
+    RooflineProfile.step_time, over batch shapes well past the property runs' (MoE weight reads past where they
+    settle, large KV, every TP)."""
     import simulator.engine.compiled_kernel as ker
 
-    prof = roofline(model, gpu, tp, mfu, bw, floor_s, overlap, host_s)
-    prof.allreduce_latency_s = latency
-    row, w = compiled_run.profile_row(prof)
-    got = ker._price(row[None, :], w[None, :], 0, num_seqs, batched_tokens, kv_tokens)
+    prof = dataclasses.replace(roofline(model, gpu, tp, mfu, bw, floor_s, overlap, host_s), allreduce_latency_s=latency)
+    got = ker._price(compiled_run.profile_terms(prof), num_seqs, batched_tokens, kv_tokens)
     want = prof.step_time(num_seqs, batched_tokens, kv_tokens)
     assert np.float64(got).tobytes() == np.float64(want).tobytes(), (got, want)
 
@@ -292,6 +291,17 @@ def test_an_ineligible_run_falls_back_to_the_step_path_and_says_why(case):
     res = build(**kw).simulate()
     assert res.extras["engine_path"] == "steps"
     assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
+
+
+def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
+    """The kernel takes its drafters' records padded to compiled_run.MAX_SLOTS (one numba type for every run): a
+    policy using more drafters takes the step path and says why."""
+    gtraces = traces_with(6, 1, 0.6, True)
+    monkeypatch.setattr(compiled_run, "MAX_SLOTS", 1)
+    res = build(traces=gtraces, wl=workload(gtraces, 12, rate=100.0), drafters=("d", "g"),
+                policy=make_policy({"name": "ucb", "drafters": ["d", "g"], "k": 3}, seed=0)).simulate()
+    assert res.extras["engine_path"] == "steps"
+    assert "uses 2 drafters (the kernel takes up to 1)" in res.extras["engine_path_reason"]
 
 
 def test_a_cluster_replica_and_a_forced_step_path_fall_back(monkeypatch):
@@ -487,7 +497,8 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
     root = Path(simulator.__file__).parent.parent
     digest = hashlib.sha256(b"".join((root / f).read_bytes() for f in (
         "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
-        "policies/acceptance_estimate.py", "policies/ucb.py", "simulator/costs/latency.py")) + b"".join(
+        "policies/acceptance_estimate.py", "policies/ucb.py", "simulator/costs/latency.py",
+        "simulator/costs/roofline.py")) + b"".join(
         p.read_bytes() for p in sorted((root / "simulator/engine/rules").glob("*.py"))))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
     code = ("import numba, simulator.engine.compiled_kernel\nfrom numba.core import config\nprint(config.CACHE_DIR)")

@@ -1,6 +1,6 @@
 """Verify and draft pricing (pricing.Pricing.target_time / draft_time / drafter_prefill_time, draft_cost.DraftCost;
-compiled_kernel._price, _linear, _roofline, _draft_time, _drafter_prefill_time): each row of the step table lasts
-what its profile gives for the step's shape, worked out by hand here for linear profiles."""
+the rules latency.linear_step_time, roofline.roofline_step_time and rules/pricing.py that both paths run): each row
+of the step table lasts what its profile gives for the step's shape, worked out by hand here for linear profiles."""
 from __future__ import annotations
 
 import pytest

@@ -1,0 +1,122 @@
+"""Pricing rules: a drafter's drafting phase and prompt pass by its cost kind, and how a sequential step's parts add up.
+
+Plain Python over numbers and typed records. The step path calls them with its profile objects (`profile_price`
+asks a profile for its `step_time`); the compiled engine compiles them and prices its ProfileTerms records there
+(compiled_kernel overloads `profile_price` with `terms_step_time`), so both paths run these lines.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from simulator.costs.latency import linear_step_time
+from simulator.costs.roofline import RooflineTerms, roofline_step_time
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# draft cost kinds (draft_cost.DRAFT_COST_KINDS) as the rules read them
+DRAFT_NONE, DRAFT_CONSTANT, DRAFT_FRACTION, DRAFT_WHOLE, DRAFT_AUTOREGRESSIVE, DRAFT_ENGINE_STEP = range(6)
+DRAFT_KIND_CODES = {"constant": DRAFT_CONSTANT, "fraction_of_verify": DRAFT_FRACTION, "whole_proposal": DRAFT_WHOLE,
+                    "autoregressive": DRAFT_AUTOREGRESSIVE, "engine_step": DRAFT_ENGINE_STEP}
+# latency profile kinds a ProfileTerms record holds
+PROFILE_LINEAR, PROFILE_ROOFLINE = 0, 1
+
+
+class DraftTerms(NamedTuple):
+    """A drafter's cost as the rules read it: its kind code, constant seconds, fraction of verify, and whether it
+    runs its own prompt pass (it has a profile and is not priced per engine step)."""
+
+    kind: int
+    seconds: float
+    fraction: float
+    prompt_pass: bool
+
+
+class ProfileTerms(NamedTuple):
+    """A linear or roofline latency profile as numbers (the compiled engine's profile record): the linear terms
+    (a, b, s, d), the roofline terms, and the roofline's weight bytes per GPU by batched tokens (the last entry for
+    every larger count)."""
+
+    kind: int
+    linear: tuple[float, float, float, float]
+    roofline: RooflineTerms
+    weights: np.ndarray
+
+    def step_time(self, num_seqs, batched_tokens, kv_tokens):
+        return terms_step_time(self, num_seqs, batched_tokens, kv_tokens)
+
+
+def terms_step_time(profile, num_seqs, batched_tokens, kv_tokens):
+    """A ProfileTerms record's step time: the linear rule, or the roofline rule at its weight read for this step."""
+    if profile.kind == PROFILE_LINEAR:
+        a, b, s, d = profile.linear
+        return linear_step_time(a, b, s, d, num_seqs, batched_tokens, kv_tokens)
+    w = profile.weights[min(batched_tokens, len(profile.weights) - 1)]
+    return roofline_step_time(profile.roofline, w, num_seqs, batched_tokens, kv_tokens)
+
+
+def profile_price(profile, num_seqs, batched_tokens, kv_tokens):
+    """Seconds of one forward step of `profile` (any latency profile; compiled: a ProfileTerms record)."""
+    return profile.step_time(num_seqs, batched_tokens, kv_tokens)
+
+
+def draft_time(cost, profile, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
+    """One drafting phase for `num_seqs` sequences proposing `proposed_tokens` (up to k_max each): constant seconds,
+    a fraction of the verify time, one profile pass over the whole proposal, or k_max one-token passes with the KV
+    growing by a token per sequence each; nothing proposed (or an engine-step proposer) costs nothing here."""
+    if num_seqs <= 0 or proposed_tokens <= 0:
+        return 0.0
+    if cost.kind == DRAFT_CONSTANT:
+        return cost.seconds
+    if cost.kind == DRAFT_FRACTION:
+        return cost.fraction * verify_time
+    if cost.kind == DRAFT_WHOLE:
+        return profile_price(profile, num_seqs, proposed_tokens, kv_tokens)
+    total = 0.0
+    if cost.kind == DRAFT_AUTOREGRESSIVE:
+        for i in range(k_max):
+            total += profile_price(profile, num_seqs, num_seqs, kv_tokens + i * num_seqs)
+    return total
+
+
+def prefill_time(cost, profile, num_seqs, prompt_tokens, kv_tokens):
+    """A drafter's own pass over `prompt_tokens` prompt tokens of `num_seqs` sequences (its profile at that shape),
+    or 0 when it runs none."""
+    if num_seqs <= 0 or prompt_tokens <= 0 or not cost.prompt_pass:
+        return 0.0
+    return profile_price(profile, num_seqs, prompt_tokens, kv_tokens)
+
+
+def drafters_prefill_time(costs, profiles, order, num_seqs, prompt_tokens, kv_tokens):
+    """The drafters' prompt passes of one step, drafter `order[j]` (costs[g], profiles[g]) in turn, summed from 0."""
+    total = 0.0
+    for j in range(len(order)):
+        g = order[j]
+        total += prefill_time(costs[g], profiles[g], num_seqs, prompt_tokens, kv_tokens)
+    return total
+
+
+def sd_step_time(draft_s, verify_s, overhead_s, prefill_s):
+    """A sequential step's seconds: drafting, then the target's forward and its overhead, then the drafters' prompt
+    pass."""
+    return draft_s + verify_s + overhead_s + prefill_s
+
+
+def step_estimate(verify_s, cost, profile, pass_costs, pass_profiles, pass_order, overhead_s, proposer_s, pipelined,
+                  num_seqs, kv_tokens, k, prefill_seqs, prefill_tokens, prefill_kv):
+    """A policy's estimate of a step in which `num_seqs` decoding sequences over `kv_tokens` KV verify k drafts each
+    (drafter `cost`, `profile`) beside `prefill_seqs` prompt chunks, the target taking `verify_s`: the drafting
+    (+ `proposer_s`, vLLM V1 proposers) and the drafters' prompt passes, added up as a sequential step or, PSD
+    (`pipelined`), the target's side beside the draft device's."""
+    draft = 0.0
+    if k > 0:
+        draft = draft_time(cost, profile, num_seqs, num_seqs * k, k, kv_tokens, verify_s)
+    draft = draft + proposer_s
+    own = 0.0
+    if prefill_seqs > 0:
+        own = drafters_prefill_time(pass_costs, pass_profiles, pass_order, prefill_seqs, prefill_tokens, prefill_kv)
+    if pipelined:
+        target_side = verify_s + overhead_s
+        draft_side = draft + own
+        return draft_side if draft_side > target_side else target_side
+    return sd_step_time(draft, verify_s, overhead_s, own)

@@ -1,0 +1,136 @@
+"""The pricing rules (simulator/engine/rules/pricing.py) against hand-worked prices, each as plain Python (what the
+step path runs) and as compiled_kernel compiles it (what the compiled path runs)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from simulator.costs.roofline import RooflineTerms
+from simulator.engine.rules import pricing
+from simulator.engine.rules.pricing import (DRAFT_AUTOREGRESSIVE, DRAFT_CONSTANT, DRAFT_ENGINE_STEP, DRAFT_FRACTION,
+                                            DRAFT_WHOLE, PROFILE_LINEAR, PROFILE_ROOFLINE, DraftTerms, ProfileTerms)
+
+NO_ROOFLINE = RooflineTerms(*(0.0,) * 13, False, 0.0)
+# 1e-3 x kv + 1e-2 x batched tokens + 0.1 x seqs + 1.0
+LINEAR = ProfileTerms(PROFILE_LINEAR, (1e-3, 1e-2, 0.1, 1.0), NO_ROOFLINE, np.zeros(1))
+# a roofline whose every number is easy by hand: see test_terms_step_time_roofline_reads_weights_by_batched_tokens
+ROOF = RooflineTerms(flops_per_token=2.0, flops_per_pair=4.0, peak_flops=10.0, kv_bytes_per_token=10.0,
+                     bandwidth=50.0, tp=2.0, allreduce_share=1.0, hidden_size=3.0, dtype_bytes=2.0, link_bytes_s=6.0,
+                     allreduce_latency_s=0.5, allreduces=4.0, floor_s=0.0, overlap_op=False, host_s=0.25)
+ROOFLINE = ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), ROOF, np.array([999.0, 60.0, 80.0, 90.0, 100.0]))
+
+
+def _rules(which: str):
+    """The rules as the step path runs them (plain) or as the kernel compiled them."""
+    if which == "plain":
+        return (pricing.draft_time, pricing.drafters_prefill_time, pricing.sd_step_time, pricing.terms_step_time,
+                pricing.step_estimate)
+    import simulator.engine.compiled_kernel as ker
+
+    return ker._draft_time, ker._drafters_prefill_time, ker._sd_step_time, ker._price, ker._step_estimate
+
+
+PATHS = ["plain", "compiled"]
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_draft_time_each_kind_by_hand(which):
+    draft_time = _rules(which)[0]
+    # 3 sequences propose 6 tokens (k_max 2) over 50 KV tokens; the step's verify took 2.0 s
+    args = (3, 6, 2, 50, 2.0)
+    assert draft_time(DraftTerms(DRAFT_CONSTANT, 0.25, 0.0, False), LINEAR, *args) == 0.25
+    assert draft_time(DraftTerms(DRAFT_FRACTION, 0.0, 0.5, False), LINEAR, *args) == 1.0
+    # whole proposal: one pass at (3 seqs, 6 tokens, 50 KV): 0.05 + 0.06 + 0.3 + 1 = 1.41
+    assert draft_time(DraftTerms(DRAFT_WHOLE, 0.0, 0.0, True), LINEAR, *args) == pytest.approx(1.41, rel=1e-15)
+    # autoregressive: k_max one-token passes, KV + 3 per pass: (0.05 + 0.03 + 0.3 + 1) + (0.053 + 0.03 + 0.3 + 1)
+    assert draft_time(DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True), LINEAR, *args) == pytest.approx(
+        2.763, rel=1e-15)
+    # an engine-step proposer is priced per engine step, not per drafting phase
+    assert draft_time(DraftTerms(DRAFT_ENGINE_STEP, 0.25, 0.5, False), LINEAR, *args) == 0.0
+
+
+@pytest.mark.parametrize("which", PATHS)
+@pytest.mark.parametrize("kind", [DRAFT_CONSTANT, DRAFT_FRACTION, DRAFT_WHOLE, DRAFT_AUTOREGRESSIVE])
+def test_nothing_proposed_costs_nothing(which, kind):
+    draft_time = _rules(which)[0]
+    cost = DraftTerms(kind, 0.25, 0.5, True)
+    assert draft_time(cost, LINEAR, 0, 0, 2, 50, 2.0) == 0.0
+    assert draft_time(cost, LINEAR, 3, 0, 2, 50, 2.0) == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 64), k=st.integers(1, 12), kv=st.integers(0, 100_000))
+def test_autoregressive_is_the_closed_form_sum_of_its_passes(n, k, kv):
+    # pass i prices (n seqs, n tokens, kv + i n KV): sum = k (s n + b n + d) + a (k kv + n k (k - 1) / 2)
+    a, b, s, d = LINEAR.linear
+    want = k * (s * n + b * n + d) + a * (k * kv + n * k * (k - 1) / 2)
+    got = pricing.draft_time(DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True), LINEAR, n, n * k, k, kv, 0.0)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_drafters_prefill_time_sums_each_drafters_own_pass_in_order(which):
+    prefill = _rules(which)[1]
+    other = ProfileTerms(PROFILE_LINEAR, (2e-3, 3e-2, 0.2, 0.05), NO_ROOFLINE, np.zeros(1))
+    costs = (DraftTerms(DRAFT_WHOLE, 0.0, 0.0, True), DraftTerms(DRAFT_FRACTION, 0.0, 0.5, False),
+             DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True))
+    profiles = (LINEAR, LINEAR, other)
+    # 2 prompt chunks of 40 tokens in all over 40 KV: LINEAR 0.04 + 0.4 + 0.2 + 1 = 1.64; other 0.08 + 1.2 + 0.4
+    # + 0.05 = 1.73; the fraction-of-verify drafter (no profile) runs no prompt pass
+    order = np.array([2, 1, 0])
+    assert prefill(costs, profiles, order, 2, 40, 40) == pytest.approx(1.73 + 1.64, rel=1e-15)
+    assert prefill(costs, profiles, np.array([1]), 2, 40, 40) == 0.0
+    assert prefill(costs, profiles, order, 0, 0, 0) == 0.0
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_sd_step_time_adds_draft_verify_overhead_then_prompt_pass(which):
+    sd_step_time = _rules(which)[2]
+    assert sd_step_time(0.25, 1.5, 0.01, 0.125) == 0.25 + 1.5 + 0.01 + 0.125
+    # left to right, as the step path always added them: the 1.0 is lost in 1e16 before the -1e16 cancels it
+    assert sd_step_time(1e16, 1.0, -1e16, 1.0) == 1.0
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_terms_step_time_linear_by_hand(which):
+    price = _rules(which)[3]
+    # 2 seqs, 6 tokens, 10 KV: 0.01 + 0.06 + 0.2 + 1 = 1.27
+    assert price(LINEAR, 2, 6, 10) == pytest.approx(1.27, rel=1e-15)
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_terms_step_time_roofline_reads_weights_by_batched_tokens(which):
+    price = _rules(which)[3]
+    # 2 seqs, 4 tokens, 4 KV: q = c = 2, pairs = 2 (2 x 2 - 2 x 1 / 2) = 6; compute (2 x 4 + 4 x 6) / 10 = 3.2;
+    # weights[4] = 100: memory (100 + 4 x 10) / 50 = 2.8; all-reduce 4 x (24 / 6 + 0.5) = 18; + host 0.25
+    assert price(ROOFLINE, 2, 4, 4) == pytest.approx(3.2 + 18 + 0.25, rel=1e-15)
+    # past the table the last entry holds; 5 tokens over 5 KV for 5 seqs: pairs 5, compute (10 + 20) / 10 = 3,
+    # memory (100 + 50) / 50 = 3; all-reduce 4 x (30 / 6 + 0.5) = 22
+    assert price(ROOFLINE, 5, 5, 5) == pytest.approx(3.0 + 22 + 0.25, rel=1e-15)
+    assert price(ROOFLINE, 2, 0, 4) == 0.0
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_step_estimate_by_hand(which):
+    estimate = _rules(which)[4]
+    whole = DraftTerms(DRAFT_WHOLE, 0.0, 0.0, True)
+    passes = (whole,)
+    order = np.array([0])
+    # 3 sequences over 50 KV verify k = 2 drafts each; the target's forward 2.0 s, overhead 0.01 s.
+    # Drafting: one pass at (3 seqs, 6 tokens, 50 KV) = 1.41; no prompt chunk: 1.41 + 2.0 + 0.01
+    args = (whole, LINEAR, passes, (LINEAR,), order, 0.01)
+    assert estimate(2.0, *args, 0.0, False, 3, 50, 2, 0, 0, 0) == pytest.approx(3.42, rel=1e-15)
+    # a vLLM V1 proposer's 0.5 s adds to the drafting
+    assert estimate(2.0, *args, 0.5, False, 3, 50, 2, 0, 0, 0) == pytest.approx(3.92, rel=1e-15)
+    # with 2 prompt chunks of 40 tokens over 40 KV: the drafter's own pass 1.64 after the step
+    assert estimate(2.0, *args, 0.0, False, 3, 50, 2, 2, 40, 40) == pytest.approx(3.42 + 1.64, rel=1e-15)
+    # k = 0: no drafting; the prompt pass still runs
+    assert estimate(2.0, *args, 0.0, False, 3, 50, 0, 2, 40, 40) == pytest.approx(2.01 + 1.64, rel=1e-15)
+    # pipelined (PSD): the target's 2.01 beside the draft device's 1.41 + 1.64 = 3.05; without the prompt pass 2.01
+    assert estimate(2.0, *args, 0.0, True, 3, 50, 2, 2, 40, 40) == pytest.approx(3.05, rel=1e-15)
+    assert estimate(2.0, *args, 0.0, True, 3, 50, 2, 0, 0, 0) == pytest.approx(2.01, rel=1e-15)
+    # an autoregressive drafter drafts k one-token passes: (3, 3, 50) + (3, 3, 53) = 1.38 + 1.383
+    ar = DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True)
+    assert estimate(2.0, ar, LINEAR, passes, (LINEAR,), order, 0.01, 0.0, False, 3, 50, 2, 0, 0, 0) == pytest.approx(
+        2.763 + 2.01, rel=1e-15)
