@@ -2,14 +2,16 @@
 
 One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
 fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule or by UCB over drafter arms;
-each slot is priced once for its own sub-batch (Pricing.draft_time). Policy rules the kernel restates live in small
-@njit functions below, each naming the Python rule it mirrors; tests/simulator/engine/test_compiled_run.py guards them.
+each slot is priced once for its own sub-batch (Pricing.draft_time). The step rules of simulator/engine/rules/
+(emission, prefill progress, finish, KV growth) and the built-in policies' rules are compiled here once; the step path
+calls the same compiled functions. Rules the kernel still restates live in small @njit functions below, each naming
+the Python rule it mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
-Imported only by simulator/engine/compiled_run.py when an eligible run starts, so commands that never simulate do not
-import numba. Every float is formed with the step path's operations in its order (simulator/engine/step_sd.py,
-pricing.py, latency.LinearProfile.step_time, draft_cost.py, step_outcome.py; SimPy's `now + delay`), so the tables
-agree bit for bit. Accepted drafts per trace position come precomputed from traces/acceptance.py (the replay rule
-is not restated here); the end-of-output cut is step_outcome's `min(1 + accepted, left)`.
+Imported when a server is built (its scheduler and step outcome call the compiled rules) or an eligible run starts,
+so commands that never simulate do not import numba. Every float is formed with the step path's operations in its
+order (simulator/engine/step_sd.py, pricing.py, latency.LinearProfile.step_time, draft_cost.py; SimPy's
+`now + delay`), so the tables agree bit for bit. Accepted drafts per trace position come precomputed from
+traces/acceptance.py (the replay rule is not restated here); the end-of-output cut is rules/emission.emit_decoded's.
 
 The kernel runs until every request finished, a row or ITL buffer is full, or `stop_finished` requests have
 finished, and returns a code (`DONE`, `FULL`, `STOPPED`; negative: a broken invariant). All state lives in the
@@ -466,7 +468,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
             start = now
             now = now + (target_end + dpt)
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
-                                                    first_token, now, out, done, 0)  # StepOutcome.apply: prefills
+                                                    first_token, now, out, done, 0)
             _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
                  used, 0, 0, first_tokens, 0)
             r += 1

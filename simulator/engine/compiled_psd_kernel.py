@@ -1,7 +1,8 @@
 """The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, step for step as
 simulator/engine/step_psd.py's PSDExecutor.
 
-It reuses compiled_kernel's pricing, admission, prefill and row helpers. The rules only PSD has are small @njit
+It reuses compiled_kernel's pricing, admission, prefill and row helpers and its compiled step rules (emission,
+prefill progress, finish, KV growth: simulator/engine/rules/). The rules only PSD has are small @njit
 functions below, each naming the Python rule it mirrors: the side a new request joins, the split into
 verified/drafted sides, the step duration, and the carry of the drafted side's proposals with the role flip.
 tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.

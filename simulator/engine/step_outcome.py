@@ -1,9 +1,9 @@
 """Applying a finished step: emitted tokens (the replay rule's end-of-output cut), prefill progress,
 policy feedback, the step record and finishes.
 
-The arithmetic is the engine's rules (simulator/engine/rules/emission.py, finish.py), compiled once in
-compiled_kernel.py and run by both paths; this module keeps the Python side: policy and arrival-source calls, the
-running/prefilling bookkeeping and the step record."""
+The arithmetic is the engine's rules, run by both paths (compiled once in compiled_kernel.py): emission and prompt
+progress (simulator/engine/rules/emission.py) here, finishes through Scheduler.finish (rules/finish.py). This module
+keeps the Python side: policy and arrival-source calls, the prefilling bookkeeping and the step record."""
 from __future__ import annotations
 
 import numpy as np
