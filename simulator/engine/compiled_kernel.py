@@ -2,17 +2,19 @@
 
 One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
 fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule or by UCB over drafter arms;
-each slot is priced once for its own sub-batch (Pricing.draft_time). Policy rules the kernel restates live in small
-@njit functions below, each naming the Python rule it mirrors; tests/simulator/engine/test_compiled_run.py guards them.
+each slot is priced once for its own sub-batch (Pricing.draft_time). The step rules of simulator/engine/rules/
+(emission, prefill progress, finish, KV growth) and the built-in policies' rules are compiled here once; the step path
+calls the same compiled functions. Rules the kernel still restates live in small @njit functions below, each naming
+the Python rule it mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
-Imported only by simulator/engine/compiled_run.py when an eligible run starts, so commands that never simulate do not
-import numba. Step prices are the step path's own rules, compiled: latency.linear_step_time,
-roofline.roofline_step_time and simulator/engine/rules/pricing.py (draft and prompt-pass costs, a step's sum, the
-step estimate), over the profile and drafter records compiled_run builds (rules.pricing.ProfileTerms, DraftTerms).
-Every other float is formed with the step path's operations in its order (simulator/engine/step_sd.py, pricing.py,
-step_outcome.py; SimPy's `now + delay`), so the tables agree bit for bit. Accepted drafts per trace position come
-precomputed from traces/acceptance.py (the replay rule is not restated here); the end-of-output cut is
-step_outcome's `min(1 + accepted, left)`.
+Imported when a server is built (its scheduler and step outcome call the compiled rules) or an eligible run starts,
+so commands that never simulate do not import numba. Step prices are the step path's own rules, compiled:
+latency.linear_step_time, roofline.roofline_step_time and simulator/engine/rules/pricing.py (draft and prompt-pass
+costs, a step's sum, the step estimate), over the profile and drafter records compiled_run builds
+(rules.pricing.ProfileTerms, DraftTerms). Every other float is formed with the step path's operations in its order
+(simulator/engine/step_sd.py, pricing.py; SimPy's `now + delay`), so the tables agree bit for bit. Accepted drafts
+per trace position come precomputed from traces/acceptance.py (the replay rule is not restated here); the
+end-of-output cut is rules/emission.emit_decoded's.
 
 The kernel runs until every request finished, a row or ITL buffer is full, or `stop_finished` requests have
 finished, and returns a code (`DONE`, `FULL`, `STOPPED`; negative: a broken invariant). All state lives in the
@@ -57,9 +59,19 @@ from policies.adaptive_k import best_k_rule  # noqa: E402
 from policies.ucb import ucb_arm_rule  # noqa: E402
 from simulator.costs import roofline  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
+from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
 from simulator.engine.rules import pricing  # noqa: E402
 
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
+
+# the step rules of simulator/engine/rules/, compiled once here: the kernels below and the step path
+# (step_outcome.py, scheduler.py) call these same functions. A rule that other rules call is registered first.
+register_jitable(kv_rules.blocks_for)
+emit_decoded = njit(cache=True)(emission_rules.emit_decoded)
+advance_prefills = njit(cache=True)(emission_rules.advance_prefills)
+release_finished = njit(cache=True)(finish_rules.release_finished)
+kv_growth = njit(cache=True)(kv_rules.kv_growth)
+add_blocks = njit(cache=True)(kv_rules.add_blocks)
 
 DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, -1, -2
 # row int columns
@@ -114,47 +126,6 @@ def _admit_waiting(admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs
         chunk[n_pre] = c
         n_pre += 1
     return admit, n_run, n_pre, used, peak
-
-
-@njit(cache=True)
-def _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit, first_token, now, out, done,
-                    n_done):
-    """StepOutcome.apply's prefill progress: each chunk advances its request; a finished prompt emits its first
-    token at `now`, and a request whose output that completes joins `done`. Returns (first tokens emitted,
-    n_done)."""
-    first_tokens = 0
-    for j in range(n_pre):
-        i = pre[j]
-        prefill_left[i] -= chunk[j]
-        prefill_done[i] += chunk[j]
-        if prefill_left[i] == 0:
-            first_tokens += 1
-            gen[i] += 1
-            last_emit[i] = now
-            if np.isnan(first_token[i]):
-                first_token[i] = now
-            if gen[i] >= out[i]:
-                done[n_done] = i
-                n_done += 1
-    return first_tokens, n_done
-
-
-@njit(cache=True)
-def _emit(i, accepted, proposed, now, out, gen, itl, ni, last_emit, dsteps, dprop, dacc, done, n_done):
-    """StepOutcome.apply for one verified (or decoded) request: 1 + accepted tokens, at most what its output has
-    left, one ITL gap, its drafting counts; a request whose output completes joins `done`. Returns (emitted, ni,
-    n_done)."""
-    e = min(1 + accepted, out[i] - gen[i])
-    itl[ni] = now - last_emit[i]
-    last_emit[i] = now
-    gen[i] += e
-    dsteps[i] += 1
-    dprop[i] += proposed
-    dacc[i] += accepted
-    if gen[i] >= out[i]:
-        done[n_done] = i
-        n_done += 1
-    return e, ni + 1, n_done
 
 
 @njit(cache=True)
@@ -303,16 +274,14 @@ def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
 @njit(cache=True)
 def _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run, n_run, n_fin, closed, n_sub, n,
                      arrival, client_of, think):
-    """StepOutcome.finish / Scheduler.finish: the step's finished requests free their blocks and leave the running
-    list (order kept); closed loop: each one's client submits its next request (ClosedLoopArrivals.on_finish).
-    Returns (used, n_run, n_fin, n_sub)."""
+    """The step's finished requests: the finish rule (release_finished, as Scheduler.finish), then the kernel's own
+    lists: out of the running array (order kept) and, closed loop, each client's next request
+    (ClosedLoopArrivals.on_finish). Returns (used, n_run, n_fin, n_sub)."""
+    used -= release_finished(done, n_done, now, finish, blocks)
+    n_fin += n_done
     for j in range(n_done):
         i = done[j]
-        finish[i] = now
-        used -= blocks[i]
-        blocks[i] = 0
         prefill_left[i] = -1  # marks it for removal below
-        n_fin += 1
         if closed == 1 and n_sub < n:
             arrival[n_sub] = now + think
             client_of[n_sub] = client_of[i]
@@ -383,6 +352,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     chunk = np.empty(max_seqs, np.int64)
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
+    hold = np.empty(max_seqs, np.int64)
     times = np.empty(k_max + 1, np.float64)
     code = DONE
     while n_fin < n:
@@ -429,8 +399,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
-            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
-                                                   first_token, now, out, done, 0)  # StepOutcome.apply: prefills
+            first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                    first_token, now, out, done, 0)
             _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
                  used, 0, 0, first_tokens, 0)
             r += 1
@@ -494,16 +464,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                 else:
                     prop[j] = 0
                     acc[j] = 0
-            grow = 0  # Scheduler.reserve: no preemption (the eligibility check bounds KV)
-            for j in range(n_dec):
-                i = dec[j]
-                want = ctx[j] + prop[j]
-                if want > blocks[i] * bs:  # past its blocks: ceil(want / bs) > blocks[i], without a division
-                    need = (want + bs - 1) // bs
-                    grow += need - blocks[i]
-                    newb[j] = need
-                else:
-                    newb[j] = 0
+            for j in range(n_dec):  # Scheduler.reserve: KV for the context and its drafts, no preemption
+                hold[j] = ctx[j] + prop[j]  # (the eligibility check bounds KV)
+            grow = kv_growth(dec, n_dec, hold, blocks, bs, newb)
             if grow > total_blocks - used:
                 code = ERR_PREEMPT
                 break
@@ -511,9 +474,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                 used += grow
                 if used > peak:
                     peak = used
-                for j in range(n_dec):
-                    if newb[j] > 0:
-                        blocks[dec[j]] = newb[j]
+                add_blocks(dec, n_dec, newb, blocks)
             if separate == 0:  # Scheduler.prefills(prop_sum + n_dec, True, now)
                 tokens_used = prop_sum + n_dec
                 budget = B - tokens_used
@@ -565,13 +526,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
             start = now
             now = now + duration
             # ---- StepOutcome.apply
-            emitted_sum = 0
-            n_done = 0
+            emitted_sum, ni, n_done = emit_decoded(dec, n_dec, acc, prop, now, out, gen, last_emit, itl, ni, dsteps,
+                                                   dprop, dacc, done, 0)
             for j in range(n_dec):
                 i = dec[j]
-                e, ni, n_done = _emit(i, acc[j], prop[j], now, out, gen, itl, ni, last_emit, dsteps, dprop, dacc, done,
-                                      n_done)
-                emitted_sum += e
                 g = slot[j]
                 if g >= 0:
                     usage[g] += 1
@@ -585,8 +543,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                         arm_sums[x, a] += np.float64(acc[j]) / np.float64(prop[j])
                 else:
                     usage[nslot] += 1
-            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
-                                                   first_token, now, out, done, n_done)
+            first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                    first_token, now, out, done, n_done)
             t0 = start
             if draft_t > 0:
                 _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + draft_t, n_act, 0, prop_sum, kv, used,

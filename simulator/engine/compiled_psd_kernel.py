@@ -1,9 +1,10 @@
 """The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, step for step as
 simulator/engine/step_psd.py's PSDExecutor.
 
-It reuses compiled_kernel's compiled pricing rules and its admission, prefill and row helpers. The rules only PSD
-has are small @njit functions below, each naming the Python rule it mirrors: the side a new request joins, the split
-into verified/drafted sides, the step duration, and the carry of the drafted side's proposals with the role flip.
+It reuses compiled_kernel's compiled pricing rules, its admission, prefill and row helpers and its compiled step rules
+(emission, prefill progress, finish, KV growth: simulator/engine/rules/). The rules only PSD has are small @njit
+functions below, each naming the Python rule it mirrors: the side a new request joins, the split into
+verified/drafted sides, the step duration, and the carry of the drafted side's proposals with the role flip.
 tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.
 """
 from __future__ import annotations
@@ -15,8 +16,9 @@ from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_OV
                                        I_BUDGET, I_CHUNKED, I_CLOSED, I_K, I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED,
                                        P_PREFILL, P_VERIFY, ROW_INTS, S_ADMIT, S_FINISHED, S_ITL, S_NRUN, S_PEAK,
                                        S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _admit_waiting,
-                                       _apply_prefills, _continue_prefills, _draft_time, _drafters_prefill_time, _emit,
-                                       _finish_requests, _price, _row, _save_state)
+                                       _continue_prefills, _draft_time, _drafters_prefill_time, _finish_requests,
+                                       _price, _row, _save_state, add_blocks, advance_prefills, emit_decoded,
+                                       kv_growth)
 
 P_SYNC = 6  # compiled_run.PHASES[6]
 R_DEV, R_SUB = ROW_INTS, ROW_INTS + 1  # extra row columns: device (0 target, 1 drafter), sub_batch
@@ -160,6 +162,8 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
     chunk = np.empty(max_seqs, np.int64)
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
+    vd = np.empty(max_seqs, np.int64)
+    hold = np.empty(max_seqs, np.int64)
     code = DONE
     while n_fin < n:
         if r + 5 > cap_rows or ni + max_seqs > cap_itl:
@@ -197,8 +201,8 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
             target_end = target_t + overhead
             start = now
             now = now + (target_end + dpt)
-            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
-                                                   first_token, now, out, done, 0)
+            first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                    first_token, now, out, done, 0)
             _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, pre_tokens,
                  pre_kv, used, 0, 0, first_tokens, 0)
             _set_dev(rows_i, r, 0, vs)
@@ -243,16 +247,11 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                 f = min(first[i] + gen[i], last[i])
                 dk[j], dp[j], da[j] = k_fixed, np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
                 pd_sum += dp[j]
-            grow = 0  # Scheduler.reserve, no preemption (eligibility bounds KV); with defer_kv D reserves its drafts
-            for j in range(nv + nd):
-                i = V[j] if j < nv else D[j - nv]
-                want = prompt[i] + gen[i] + (vp[j] if j < nv else (dp[j - nv] if defer == 1 else 0))
-                if want > blocks[i] * bs:
-                    need = (want + bs - 1) // bs
-                    grow += need - blocks[i]
-                    newb[j] = need
-                else:
-                    newb[j] = 0
+            for j in range(nv + nd):  # Scheduler.reserve, no preemption (eligibility bounds KV): V then D hold
+                i = V[j] if j < nv else D[j - nv]  # their context and drafts (D its drafts only with defer_kv)
+                vd[j] = i
+                hold[j] = prompt[i] + gen[i] + (vp[j] if j < nv else (dp[j - nv] if defer == 1 else 0))
+            grow = kv_growth(vd, nv + nd, hold, blocks, bs, newb)
             if grow > total_blocks - used:
                 code = ERR_PREEMPT
                 break
@@ -260,9 +259,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                 used += grow
                 if used > peak:
                     peak = used
-                for j in range(nv + nd):
-                    if newb[j] > 0:
-                        blocks[V[j] if j < nv else D[j - nv]] = newb[j]
+                add_blocks(vd, nv + nd, newb, blocks)
             if separate == 0:  # Scheduler.prefills(p_v.sum() + len(V), True, now)
                 tokens_used = pv_sum + nv
                 budget = B - tokens_used
@@ -311,19 +308,15 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
             start = now
             now = now + duration
             # ---- StepOutcome.apply: the verify side only
-            emitted_sum = 0
-            n_done = 0
+            emitted_sum, ni, n_done = emit_decoded(V, nv, va, vp, now, out, gen, last_emit, itl, ni, dsteps, dprop,
+                                                   dacc, done, 0)
             for j in range(nv):
-                i = V[j]
-                e, ni, n_done = _emit(i, va[j], vp[j], now, out, gen, itl, ni, last_emit, dsteps, dprop, dacc, done,
-                                      n_done)
-                emitted_sum += e
                 if vslot[j] >= 0:
                     usage[0] += 1
                 else:
                     usage[1] += 1
-            first_tokens, n_done = _apply_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
-                                                   first_token, now, out, done, n_done)
+            first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
+                                                    first_token, now, out, done, n_done)
             # rows: the target's slices, then the draft device's (StepOutcome._record)
             if nv > 0 or n_pre > 0:
                 phase = P_VERIFY

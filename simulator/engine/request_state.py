@@ -53,51 +53,21 @@ class RequestState:
 
 
 class StepCounters:
-    """Per-request sums over verify/decode steps (steps taken, drafts proposed, drafts accepted).
-
-    Steps append their index arrays; the sums are formed in batches with bincount (a few per run), which
-    is cheaper than three scattered read-modify-writes per step and keeps memory bounded.
-    """
-
-    FLUSH_ENTRIES = 1 << 16
+    """Per-request sums over verify/decode steps: steps taken, drafts proposed, drafts accepted. The emission rule
+    (simulator/engine/rules/emission.py) adds into the arrays each step; a compiled run adds its totals."""
 
     def __init__(self, n: int):
-        self.n = n
-        self._steps = np.zeros(n, dtype=np.int64)
-        self._proposed = np.zeros(n, dtype=np.int64)
-        self._accepted = np.zeros(n, dtype=np.int64)
-        self._idx: list[np.ndarray] = []
-        self._drafted: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._pending = 0
-
-    def add(self, idx: np.ndarray, proposed: np.ndarray | None, accepted: np.ndarray | None) -> None:
-        """One step over requests `idx`; proposed/accepted None when nothing was drafted."""
-        self._idx.append(idx)
-        if proposed is not None:
-            self._drafted.append((idx, proposed, accepted))
-        self._pending += len(idx)
-        if self._pending >= self.FLUSH_ENTRIES:
-            self._flush()
+        self.steps = np.zeros(n, dtype=np.int64)
+        self.proposed = np.zeros(n, dtype=np.int64)
+        self.accepted = np.zeros(n, dtype=np.int64)
 
     def add_run(self, idx: np.ndarray, steps: int, proposed: np.ndarray | None, accepted: np.ndarray | None) -> None:
         """`steps` steps over requests `idx` (distinct) at once, with their summed proposed/accepted drafts."""
-        self._steps[idx] += steps
+        self.steps[idx] += steps
         if proposed is not None:
-            self._proposed[idx] += proposed
-            self._accepted[idx] += accepted
-
-    def _flush(self) -> None:
-        n = self.n
-        if self._idx:
-            self._steps += np.bincount(np.concatenate(self._idx), minlength=n)
-        if self._drafted:
-            idx = np.concatenate([d[0] for d in self._drafted])
-            for out, j in ((self._proposed, 1), (self._accepted, 2)):
-                w = np.concatenate([d[j] for d in self._drafted])
-                out += np.bincount(idx, weights=w, minlength=n).astype(np.int64)
-        self._idx, self._drafted, self._pending = [], [], 0
+            self.proposed[idx] += proposed
+            self.accepted[idx] += accepted
 
     def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(decode steps, proposed drafts, accepted drafts) per request so far."""
-        self._flush()
-        return self._steps, self._proposed, self._accepted
+        return self.steps, self.proposed, self.accepted

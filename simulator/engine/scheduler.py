@@ -85,6 +85,10 @@ class Scheduler:
         self.psd = psd
         self.decodes_in_budget = rules == "vllm-v1"
         self.verify_side = 0  # PSD: the sub-batch verified this step
+        from simulator.engine import compiled_kernel as compiled  # the step rules, compiled (imports numba)
+
+        self._kv_growth, self._add_blocks = compiled.kv_growth, compiled.add_blocks
+        self._release_finished = compiled.release_finished
 
     def check_fits(self, lookahead_tokens: int, max_model_len: int | None = None) -> None:
         """Refuse up front requests that could never run: prompt + output above `max_model_len` (vLLM refuses
@@ -129,14 +133,16 @@ class Scheduler:
         cut = np.minimum(want[:n], self.budget - before[:n]) - 1
         return n, cut.astype(proposed.dtype)
 
-    def reserve(self, run: np.ndarray, need_blocks: np.ndarray) -> tuple[int, bool]:
-        """Grow each running request's KV to `need_blocks`; preempt the newest until it fits.
+    def reserve(self, run: np.ndarray, tokens: np.ndarray) -> tuple[int, bool]:
+        """Grow each running request's KV to hold `tokens` (rules.kv.kv_growth; 0 for one that only prefills);
+        preempt the newest until it fits.
 
         Returns how many of `run` (admission order) keep running, and whether any was preempted.
         """
         st = self.state
-        extra = np.maximum(need_blocks - st.blocks[run], 0)
-        if int(extra.sum()) <= self.pool.free:
+        extra = np.empty(len(run), dtype=np.int64)
+        total = self._kv_growth(run, len(run), tokens, st.blocks, self.pool.block_size, extra)
+        if total <= self.pool.free:
             keep = len(run)
         else:
             cum_extra = np.concatenate([[0], np.cumsum(extra)])
@@ -146,11 +152,10 @@ class Scheduler:
             keep = int(np.nonzero(ok)[0].max())
             for i in run[keep:][::-1]:
                 self.preempt(int(i))
-        grow = extra[:keep]
-        total = int(grow.sum())
+            total = int(extra[:keep].sum())
         if total:
             self.pool.allocate(total)
-            st.blocks[run[:keep]] += grow
+            self._add_blocks(run, keep, extra, st.blocks)
         return keep, keep < len(run)
 
     def preempt(self, i: int) -> None:
@@ -264,12 +269,13 @@ class Scheduler:
         drafted_next = self.verify_side  # the side verified now is drafted next step
         st.sub_batch[i] = drafted_next if counts[drafted_next] <= counts[1 - drafted_next] else 1 - drafted_next
 
-    def finish(self, i: int, t: float) -> None:
+    def finish(self, done: np.ndarray, t: float) -> None:
+        """Running requests `done` finished at `t`: their KV freed (rules.finish.release_finished), out of the running
+        list."""
         st = self.state
-        st.status[i] = FINISHED
-        st.finish[i] = t
-        st.running.remove(i)
-        self.pool.release(int(st.blocks[i]))
-        st.blocks[i] = 0
-        st.pending_d[i] = -1
-        st.n_finished += 1
+        self.pool.release(int(self._release_finished(done, len(done), t, st.finish, st.blocks)))
+        st.status[done] = FINISHED
+        st.pending_d[done] = -1
+        for i in done.tolist():
+            st.running.remove(i)
+        st.n_finished += len(done)

@@ -1,5 +1,9 @@
 """Applying a finished step: emitted tokens (the replay rule's end-of-output cut), prefill progress,
-policy feedback, the step record and finishes."""
+policy feedback, the step record and finishes.
+
+The arithmetic is the engine's rules, run by both paths (compiled once in compiled_kernel.py): emission and prompt
+progress (simulator/engine/rules/emission.py) here, finishes through Scheduler.finish (rules/finish.py). This module
+keeps the Python side: policy and arrival-source calls, the prefilling bookkeeping and the step record."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +11,6 @@ import numpy as np
 from policies.base import NO_DRAFT
 from simulator.engine.pricing import masked
 from simulator.engine.records import STEP_COLUMNS, ColumnBuffer
-from simulator.engine.request_state import FINISHED
 from simulator.engine.step import Step
 
 
@@ -15,33 +18,31 @@ class StepOutcome:
     """Writes a step's effects into the server's state; one instance per server."""
 
     def __init__(self, server):
+        from simulator.engine import compiled_kernel as compiled  # the step rules, compiled (imports numba)
+
         self.srv = server
         self.itl_chunks: list[np.ndarray] = []
         self.steps = ColumnBuffer(STEP_COLUMNS)
         self.step_no = 0
         self.tracks_drafter = server.pricing.switch_cost_s > 0
+        self._emit_decoded, self._advance_prefills = compiled.emit_decoded, compiled.advance_prefills
 
     def apply(self, s: Step, end: float) -> None:
         srv = self.srv
         st, wl, drafting = srv.state, srv.wl, srv.drafting
-        dec = s.decoding
-        done_dec = dec[:0]
+        dec, pre = s.decoding, s.prefilled
+        done = np.empty(len(dec) + len(pre), dtype=np.int64)
+        n_done = 0
         emitted_sum = 0
         if len(dec):
-            gen = st.gen[dec]
-            out = wl.output_len[dec]
-            # accepted drafts (traces.acceptance.accepted_drafts) + the corrected/bonus token, cut at the output's end
+            gen = st.gen[dec]  # before this step's tokens: the policy's feedback reads the positions drafted at
+            gap = np.empty(len(dec))
+            counts = st.verify_counts
+            emitted_sum, _, n_done = self._emit_decoded(
+                dec, len(dec), s.accepted, s.proposed, end, wl.output_len, st.gen, st.last_emit, gap, 0, counts.steps,
+                counts.proposed, counts.accepted, done, 0)
+            self.itl_chunks.append(gap)  # every decoding request emitted before
             grp = drafting.groups_of(s.drafter_idx)
-            left = out - gen
-            emitted = np.minimum(1 + s.accepted, left) if grp else np.minimum(1, left)
-            emitted_sum = int(emitted.sum())
-            self.itl_chunks.append(end - st.last_emit[dec])  # every decoding request emitted before
-            st.last_emit[dec] = end
-            new_gen = gen + emitted
-            st.gen[dec] = new_gen
-            done_dec = dec[new_gen >= out]
-            # accepted as verification reports it, before the max-tokens cut; nothing drafted without a drafter
-            st.verify_counts.add(dec, s.proposed if grp else None, s.accepted if grp else None)
             n_drafted = 0
             for di, mask in grp:
                 c = len(dec) if mask is None else int(np.count_nonzero(mask))
@@ -58,39 +59,28 @@ class StepOutcome:
                                       s.duration)
         srv.executor.after(s)
         first_tokens = 0
-        policy = drafting.policy
-        for i, c in zip(s.prefilled, s.prefill_chunk):
-            st.prefill_left[i] -= c
-            st.prefill_done[i] += c
-            if st.prefill_left[i] == 0:
+        if len(pre):
+            first_tokens, n_done = self._advance_prefills(
+                pre, s.prefill_chunk, len(pre), st.prefill_left, st.prefill_done, st.gen, st.last_emit,
+                st.first_token, end, wl.output_len, done, n_done)
+            policy = drafting.policy
+            for i in pre[st.prefill_left[pre] == 0].tolist():  # prompts that ended this step
                 del st.prefilling[i]
-                first_tokens += 1
-                st.gen[i] += 1
-                st.last_emit[i] = end
-                if np.isnan(st.first_token[i]):
-                    st.first_token[i] = end
                 if not st.started[i]:
                     st.started[i] = True
                     policy.start_request(wl.request_ids[i])
         self._record(s, emitted_sum + first_tokens)
-        done = done_dec
-        if len(s.prefilled):  # a prefill can finish a request whose output is one token
-            pre = s.prefilled
-            fin = pre[(st.gen[pre] >= wl.output_len[pre]) & (st.prefill_left[pre] == 0)]
-            if len(fin):
-                done = np.concatenate([done_dec, fin])
-        self.finish(done, end)
+        if n_done:
+            self.finish(done[:n_done], end)
         self.step_no += 1
 
     def finish(self, done: np.ndarray, end: float) -> None:
-        """Requests `done` finished at `end`: free their KV, tell the policy and the arrival source."""
+        """Requests `done` (running, each once) finished at `end`: the scheduler frees their KV, then the policy and
+        the arrival source hear of each, in order."""
         srv = self.srv
         st, wl, policy = srv.state, srv.wl, srv.drafting.policy
-        for i in done:
-            i = int(i)
-            if st.status[i] == FINISHED:
-                continue
-            srv.sched.finish(i, end)
+        srv.sched.finish(done, end)
+        for i in done.tolist():
             if st.started[i]:
                 policy.finish_request(wl.request_ids[i])
             srv.arrivals.on_finish(i, end)

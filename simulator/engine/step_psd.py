@@ -63,9 +63,9 @@ class PSDExecutor:
         # appends none (it holds them since it was drafted); without, slots are reserved only when verified.
         idx_all = np.concatenate([V, D])
         lookahead = np.concatenate([p_v, p_d if psd.defer_kv else np.zeros(len(D), np.int64)])
-        need = np.zeros(len(st.status), dtype=np.int64)
-        need[idx_all] = sched.pool.blocks_for(pricing.context(idx_all) + lookahead)
-        keep, preempted = sched.reserve(run, need[run])
+        hold = np.zeros(len(st.status), dtype=np.int64)
+        hold[idx_all] = pricing.context(idx_all) + lookahead
+        keep, preempted = sched.reserve(run, hold[run])
         if preempted:
             alive = np.zeros(len(st.status), dtype=bool)
             alive[run[:keep]] = True

@@ -46,12 +46,12 @@ class SDExecutor:
             dec, d_idx, k, ctx = dec[:n_fit], d_idx[:n_fit], k[:n_fit], ctx[:n_fit]
             flat = None if flat is None else flat[:n_fit]
             kv_est = int(ctx.sum())
-        if dec_mask is None:
-            need = sched.pool.blocks_for(ctx + proposed)
+        if dec_mask is None:  # KV to hold: the context and its drafts; nothing new for a request that prefills
+            hold = ctx + proposed
         else:
-            need = np.zeros(len(run), dtype=np.int64)
-            need[dec_mask] = sched.pool.blocks_for(ctx + proposed)
-        keep, preempted = sched.reserve(run, need)
+            hold = np.zeros(len(run), dtype=np.int64)
+            hold[dec_mask] = ctx + proposed
+        keep, preempted = sched.reserve(run, hold)
         if preempted:
             kept = np.isin(dec, run[:keep])
             dec, d_idx, k, proposed, ctx = dec[kept], d_idx[kept], k[kept], proposed[kept], ctx[kept]

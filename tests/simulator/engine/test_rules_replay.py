@@ -1,6 +1,7 @@
 """Acceptance replay, emission, ITL and finish (drafting.Drafting.choose/accept with traces/acceptance.py,
-step_outcome.StepOutcome.apply/finish; compiled_run's replay table, compiled_kernel._emit, _apply_prefills and
-_finish_requests). Hand-worked: every step costs 1.0 s unless the case says otherwise."""
+compiled_run's replay table; the emission and finish rules of simulator/engine/rules/ through
+step_outcome.StepOutcome.apply/finish and the kernels). Hand-worked: every step costs 1.0 s unless the case says
+otherwise."""
 from __future__ import annotations
 
 import numpy as np
