@@ -1,8 +1,8 @@
 """One simulated server as a SimPy process: pull arrivals, plan a step, let time pass, apply it.
 
 A `Server` lives in a `simpy.Environment` it is given, so several servers (replicas behind a router)
-can share one; with `PushedArrivals` (a cluster's `ReplicaArrivals`) requests are handed to it at run time. `ServerSimulation`
-(simulator/engine/simulation.py) is the one-server convenience wrapper.
+can share one; with `PushedArrivals` (a cluster's `ReplicaArrivals`) requests are handed to it at run
+time. `ServerSimulation` (simulator/engine/simulation.py) is the one-server convenience wrapper.
 """
 from __future__ import annotations
 
