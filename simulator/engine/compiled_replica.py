@@ -28,6 +28,8 @@ def exact_delay(now: float, end: float) -> float:
         d = math.nextafter(d, math.inf)
     while now + d > end:
         d = math.nextafter(d, -math.inf)
+    if now + d != end:  # rounding to nearest cannot step over `end` (its neighbours are at most one ulp(d) apart)
+        raise ArithmeticError(f"no SimPy delay from t={now!r} lands on t={end!r}")
     return d
 
 

@@ -294,7 +294,9 @@ def test_an_ineligible_run_falls_back_to_the_step_path_and_says_why(case):
     assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
 
 
-def test_a_cluster_replica_and_a_forced_step_path_fall_back(monkeypatch):
+def test_arrivals_pushed_by_other_than_a_router_and_a_forced_step_path_fall_back(monkeypatch):
+    """A server fed by a bare PushedArrivals (not a cluster's router: compiled_replica.py) and a path switched off
+    take the step path and say why."""
     traces = traces_with(4, 2, 0.5, False)
     wl = workload(traces, 8)
     sim = build(traces=traces, wl=wl)
