@@ -457,14 +457,14 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
     times = np.empty(k_max + 1, np.float64)
     code = DONE
     while n_fin < n:
+        if now >= until and step_no > step0:  # the caller's next event comes first (a cluster's router)
+            code = PAUSED
+            break
         if r + 3 > cap_rows or ni + max_seqs > cap_itl:
             code = FULL
             break
         if n_fin >= stop_finished:
             code = STOPPED
-            break
-        if now >= until and step_no > step0:  # the caller's next event comes first (a cluster's router)
-            code = PAUSED
             break
         # OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions come in index order, their times in order
         while ptr < n_sub and arrival[ptr] <= now:

@@ -16,7 +16,8 @@ import math
 
 import numpy as np
 
-from simulator.engine.compiled_run import SEGMENT_ROWS, CompiledRun
+from simulator.engine import compiled_run
+from simulator.engine.compiled_run import CompiledRun
 from simulator.engine.request_state import FINISHED, RUNNING, WAITING
 
 
@@ -115,12 +116,14 @@ class CompiledReplica(CompiledRun):
                 srv.on_step(st.n_finished)
 
     def _step(self, now: float) -> None:
-        """One kernel step from `now` (buffers emptied into the server's tables when full)."""
+        """One kernel step from `now` (the kernel checks `until` before its buffers, so a full buffer is reported
+        before the step, never after it: the buffers are emptied into the server's tables and the step taken)."""
         ker = self.ker
         if self.rows_i is None:
-            self.rows_i = np.empty((ker.ROW_INTS, SEGMENT_ROWS), dtype=np.int64)
-            self.rows_f = np.empty((2, SEGMENT_ROWS))
-            self.itl = np.empty(SEGMENT_ROWS * 16 + self.srv.max_num_seqs)
+            rows = compiled_run.SEGMENT_ROWS
+            self.rows_i = np.empty((ker.ROW_INTS, rows), dtype=np.int64)
+            self.rows_f = np.empty((2, rows))
+            self.itl = np.empty(rows * 16 + self.srv.max_num_seqs)
         while True:
             self.fstate[0] = now
             code = ker.run_steps(

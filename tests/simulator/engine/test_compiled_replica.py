@@ -1,7 +1,8 @@
 """Cluster replicas on the compiled path (simulator/engine/compiled_replica.py) against the step path: the same
 cluster requests, steps and ITL tables bit for bit, and the same per-replica extras, over random small clusters
 (1-4 replicas, every router and affinity key, AR and SD with the fixed, adaptive-k and UCB policies, Poisson, burst
-and closed-loop arrivals with and without think time, prefill modes, heterogeneous replicas); the plan's early stop
+and closed-loop arrivals with and without think time, prefill modes, heterogeneous replicas, row buffers small
+enough to fill every few steps); the plan's early stop
 sees the same snapshots; a PSD replica stays on the step path and says why. The routing reads each replica's
 outstanding requests and KV load mid-step, so any difference in what a replica shows while a step is in flight moves
 requests to other replicas and shows in the tables."""
@@ -61,10 +62,11 @@ def assert_same_cluster(a, b) -> None:
        arrivals=st.sampled_from(["poisson", "poisson", "burst", "closed", "closed_think"]),
        rate=st.sampled_from([30.0, 300.0]), seqs=st.integers(1, 6),
        prefill=st.sampled_from(["mixed", "separate", "chunked"]), block_size=st.sampled_from([1, 16]),
-       overhead=st.sampled_from([0.0, 1e-3]), n=st.integers(1, 40), seed=st.integers(0, 1000))
+       overhead=st.sampled_from([0.0, 1e-3]), n=st.integers(1, 40), segment=st.sampled_from([4, 1 << 16]),
+       seed=st.integers(0, 1000))
 def test_a_compiled_cluster_equals_the_step_path_bit_for_bit(mode, policy, replicas, hetero, router, key, max_out,
                                                               arrivals, rate, seqs, prefill, block_size, overhead, n,
-                                                              seed):
+                                                              segment, seed):
     traces = iid_traces(10, seed=seed, out=(1, 60))
     closed = arrivals.startswith("closed")
     wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
@@ -82,7 +84,12 @@ def test_a_compiled_cluster_equals_the_step_path_bit_for_bit(mode, policy, repli
     assert all(r.server.compiled is not None for r in fast.replicas), fast.replicas[0].server.engine_path_reason
     slow = cluster_sim(False, traces, wl, **kw)
     assert all(r.server.compiled is None for r in slow.replicas)
-    a, b = fast.simulate(), slow.simulate()
+    rows, compiled_run.SEGMENT_ROWS = compiled_run.SEGMENT_ROWS, segment  # 4: full row buffers every few steps
+    try:
+        a = fast.simulate()
+    finally:
+        compiled_run.SEGMENT_ROWS = rows
+    b = slow.simulate()
     assert {r.extras["engine_path"] for r in a.replica_results} == {"compiled"}
     assert_same_cluster(a, b)
 
