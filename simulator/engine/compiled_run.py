@@ -213,17 +213,18 @@ def profile_row(profile) -> tuple[np.ndarray, np.ndarray]:
     return row, w
 
 
-def for_server(server) -> CompiledRun | None:
-    """The compiled run of `server` (a cluster replica's: simulator/engine/compiled_replica.py), or None (its reason
-    in `server.engine_path_reason`)."""
+def for_server(server, replica_run: type | None = None) -> CompiledRun | None:
+    """The compiled run of `server`, or None (its reason in `server.engine_path_reason`); a cluster replica's is a
+    `replica_run` (simulator/engine/compiled_replica.py CompiledReplica, given by the caller: that module builds on
+    this one)."""
     reason = ineligible_reason(server)
     server.engine_path_reason = reason
     if reason is not None:
         return None
     if getattr(server.arrivals, "routed", False):
-        from simulator.engine.compiled_replica import CompiledReplica
-
-        return CompiledReplica(server)
+        if replica_run is None:
+            raise ValueError("compiled_run.for_server: a cluster replica needs its replica_run class")
+        return replica_run(server)
     return CompiledRun(server)
 
 

@@ -23,6 +23,7 @@ from simulator.engine.scheduler import Scheduler
 from simulator.server_config import Scenario
 from simulator.engine.step_outcome import StepOutcome
 from simulator.engine import compiled_run
+from simulator.engine.compiled_replica import CompiledReplica
 from simulator.engine.step_psd import PSDExecutor
 from simulator.engine.step_sd import SDExecutor
 from simulator.engine.workload_arrays import SimInputs
@@ -79,7 +80,8 @@ class Server:
         if arrivals is not None:
             arrivals.attach(st.arrival)
         self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
-        self.compiled = compiled_run.for_server(self)  # None: the step path (reason in engine_path_reason)
+        # None: the step path (reason in engine_path_reason)
+        self.compiled = compiled_run.for_server(self, CompiledReplica)
         self.process = env.process(self.loop())
 
     def loop(self):
