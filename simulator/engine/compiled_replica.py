@@ -79,9 +79,9 @@ class CompiledReplica(CompiledRun):
 
     def _take(self, pulled) -> None:
         """Requests the router pushed (workload indices, routing order) become the kernel's next requests."""
-        idx = np.fromiter(pulled, dtype=np.int64)
-        if not len(idx):
+        if not pulled:
             return
+        idx = np.fromiter(pulled, dtype=np.int64, count=len(pulled))
         k = self.n_known
         sl = slice(k, k + len(idx))
         self.gidx[sl] = idx
