@@ -5,8 +5,9 @@ policy, open or closed loop) in one compiled loop.
 replica, PSD beyond the fixed policy and one drafter, another policy, sampled verification, vLLM V1 rules, a profile
 or draft cost kind the kernel does not price (it prices linear and roofline profiles, target and drafters), KV that
 could preempt, numba missing, or the path forced off). An eligible server's `CompiledRun.run` steps the whole run
-in simulator/engine/compiled_kernel.py and writes the outcome into the server's state, records and counters, so `Server.result()` builds the same tables as
-the step path. A cluster replica's run is a `compiled_replica.CompiledReplica`, stepped by its SimPy process.
+in simulator/engine/compiled_kernel.py and writes the outcome into the server's state, records and counters, so
+`Server.result()` builds the same tables as the step path. A cluster replica's run is a
+`compiled_replica.CompiledReplica`: the same kernel, one step per SimPy timeout of the replica's process.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
