@@ -36,6 +36,8 @@ class ReplicaArrivals:
     arrival never misses an earlier one.
     """
 
+    routed = True  # a router's pushes: the server may take the compiled path (simulator/engine/compiled_replica.py)
+
     def __init__(self, env: simpy.Environment):
         self.env = env
         self.cluster: "ClusterSimulation | None" = None  # set by the cluster that receives the server
@@ -98,7 +100,9 @@ class Replica:
     def kv_load(self) -> float:
         st, pool, q = self.server.state, self.server.sched.pool, self.arrivals.queue
         need = 0
-        if st.waiting:
+        if self.server.compiled is not None:  # its requests not admitted yet, as the kernel holds them
+            need += int(self._prompt_blocks[self.server.compiled.waiting()].sum())
+        elif st.waiting:
             need += int(self._prompt_blocks[np.fromiter(st.waiting, dtype=np.int64, count=len(st.waiting))].sum())
         if q:
             need += int(self._prompt_blocks[np.fromiter(q, dtype=np.int64, count=len(q))].sum())

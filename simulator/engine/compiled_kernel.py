@@ -16,9 +16,11 @@ costs, a step's sum, the step estimate), over the profile and drafter records co
 per trace position come precomputed from traces/acceptance.py (the replay rule is not restated here); the
 end-of-output cut is rules/emission.emit_decoded's.
 
-The kernel runs until every request finished, a row or ITL buffer is full, or `stop_finished` requests have
-finished, and returns a code (`DONE`, `FULL`, `STOPPED`; negative: a broken invariant). All state lives in the
-arrays it is given, so the caller empties the buffers and calls it again to continue.
+The kernel runs until every request finished, a row or ITL buffer is full, `stop_finished` requests have
+finished, or, having taken a step, the next step would start at or after `until` (the caller's next external event:
+a cluster replica passes its SimPy clock, so it takes one step per call), and returns a code (`DONE`, `FULL`,
+`STOPPED`, `PAUSED`; negative: a broken invariant). All state lives in the arrays it is given, so the caller empties
+the buffers, adds the arrivals pushed since (`S_SUBMITTED`: how many of `arrival` are known) and calls it again.
 """
 from __future__ import annotations
 
@@ -73,7 +75,7 @@ release_finished = njit(cache=True)(finish_rules.release_finished)
 kv_growth = njit(cache=True)(kv_rules.kv_growth)
 add_blocks = njit(cache=True)(kv_rules.add_blocks)
 
-DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, -1, -2
+DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
 # row int columns
 R_STEP, R_PHASE, R_NS, R_PT, R_BT, R_KV, R_USED, R_PROP, R_ACC, R_EMIT, R_DRF = range(11)
 ROW_INTS = 11
@@ -317,8 +319,9 @@ def _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r
 def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, target, drafts, dprofiles, pf_order,
               est_s, est_f, arm_counts, arm_sums, arm_slot, usage, iparams, fparams, istate, fstate, run, gen,
               prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish, dsteps, dprop, dacc,
-              rows_i, rows_f, itl, stop_finished):
-    """Steps until done, a buffer is full or `stop_finished` requests finished; returns the code.
+              rows_i, rows_f, itl, stop_finished, until):
+    """Steps until done, a buffer is full, `stop_finished` requests finished or (after a step) the next step would
+    start at or after `until`; returns the code.
 
     Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost `drafts[g]` (rules.pricing.DraftTerms), latency
     profile `dprofiles[g]` (the target's: `target`; rules.pricing.ProfileTerms; both tuples padded to MAX_SLOTS),
@@ -340,6 +343,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
     step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
     now = fstate[0]
+    step0 = step_no
     cap_rows, cap_itl = rows_i.shape[1], len(itl)
     dec = np.empty(max_seqs, np.int64)
     ctx = np.empty(max_seqs, np.int64)
@@ -356,6 +360,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     times = np.empty(k_max + 1, np.float64)
     code = DONE
     while n_fin < n:
+        if now >= until and step_no > step0:  # the caller's next event comes first (a cluster's router)
+            code = PAUSED
+            break
         if r + 3 > cap_rows or ni + max_seqs > cap_itl:
             code = FULL
             break

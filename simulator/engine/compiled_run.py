@@ -1,12 +1,13 @@
 """Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match or UCB-BE
 policy, open or closed loop) in one compiled loop.
 
-`for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a cluster
-replica, PSD, another policy, sampled verification, vLLM V1 rules, a profile or draft cost kind the kernel does not
-price (it prices linear and roofline profiles, target and drafters), KV that could preempt, numba missing, or the
-path forced off). An eligible server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py and
-writes the outcome into the server's state, records and counters, so `Server.result()` builds the same tables as
-the step path.
+`for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a PSD cluster
+replica, PSD beyond the fixed policy and one drafter, another policy, sampled verification, vLLM V1 rules, a profile
+or draft cost kind the kernel does not price (it prices linear and roofline profiles, target and drafters), KV that
+could preempt, numba missing, or the path forced off). An eligible server's `CompiledRun.run` steps the whole run
+in simulator/engine/compiled_kernel.py and writes the outcome into the server's state, records and counters, so
+`Server.result()` builds the same tables as the step path. A cluster replica's run is a
+`compiled_replica.CompiledReplica`: the same kernel, one step per SimPy timeout of the replica's process.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
@@ -60,8 +61,11 @@ def ineligible_reason(server) -> str | None:
         why = _psd_reason(server)
         if why is not None:
             return why
-    if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals):
-        return "arrivals pushed at run time (a cluster replica behind a router)"
+    routed = getattr(server.arrivals, "routed", False)  # a cluster replica (simulator/cluster/simulation.py)
+    if routed and server.mode == "psd":
+        return "a PSD cluster replica (the PSD kernel does not take routed arrivals): step path"
+    if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
+        return "arrivals pushed at run time by something other than a cluster's router"
     cfg = server.scenario.server
     if cfg.scheduler != "draftsim":
         return f"scheduler {cfg.scheduler!r} (token budget shared by decodes, engine-loop gap)"
@@ -204,15 +208,25 @@ def profile_terms(profile) -> ProfileTerms:
                         np.ascontiguousarray(roofline_weights(profile), dtype=np.float64))
 
 
-def for_server(server) -> CompiledRun | None:
-    """The compiled run of `server`, or None (its reason in `server.engine_path_reason`)."""
+def for_server(server, replica_run: type | None = None) -> CompiledRun | None:
+    """The compiled run of `server`, or None (its reason in `server.engine_path_reason`); a cluster replica's is a
+    `replica_run` (simulator/engine/compiled_replica.py CompiledReplica, given by the caller: that module builds on
+    this one)."""
     reason = ineligible_reason(server)
     server.engine_path_reason = reason
-    return None if reason is not None else CompiledRun(server)
+    if reason is not None:
+        return None
+    if getattr(server.arrivals, "routed", False):
+        if replica_run is None:
+            raise ValueError("compiled_run.for_server: a cluster replica needs its replica_run class")
+        return replica_run(server)
+    return CompiledRun(server)
 
 
 class CompiledRun:
     """Runs one eligible server in compiled_kernel.run_steps and writes the outcome into its state."""
+
+    stepwise = False  # True: a cluster replica's, stepped by its SimPy process (compiled_replica.CompiledReplica)
 
     def __init__(self, server):
         import simulator.engine.compiled_kernel as ker
@@ -386,7 +400,7 @@ class CompiledRun:
                                  est_s, est_f, arm_counts, arm_sums, self.arm_slot, usage,
                                  self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
                                  s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],
-                                 s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
+                                 s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at, math.inf)
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
                                    f" at t={fstate[0]:.6f}s (its eligibility check should have sent this run to the "
@@ -419,8 +433,10 @@ class CompiledRun:
         self._write_arms(arm_counts, arm_sums, run[:int(istate[ker.S_NRUN])])
         return float(fstate[0])
 
-    def _write_arms(self, counts: np.ndarray, sums: np.ndarray, running: np.ndarray) -> None:
-        """UCB's statistics back into the policy: the shared state, or those of requests still decoding."""
+    def _write_arms(self, counts: np.ndarray, sums: np.ndarray, running: np.ndarray,
+                    number: np.ndarray | None = None) -> None:
+        """UCB's statistics back into the policy: the shared state, or those of requests still decoding (`number`:
+        the kernel's request k is workload request number[k]; default the same)."""
         import simulator.engine.compiled_kernel as ker
 
         if self.policy_kind != ker.POL_UCB:
@@ -431,13 +447,15 @@ class CompiledRun:
             state.counts[:], state.sums[:] = counts[0], sums[0]
             return
         for i in running:
-            if not np.isnan(st.first_token[i]):
-                state = policy.state(ids[i])
+            w = i if number is None else number[i]
+            if not np.isnan(st.first_token[w]):
+                state = policy.state(ids[w])
                 state.counts[:], state.sums[:] = counts[i], sums[i]
 
-    def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray) -> None:
+    def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray,
+                         number: np.ndarray | None = None) -> None:
         """adaptive-k's estimates back into the policy: the shared one, or those of requests still decoding (a
-        finished request's is dropped, as finish_request does)."""
+        finished request's is dropped, as finish_request does; `number` as in _write_arms)."""
         import simulator.engine.compiled_kernel as ker
 
         if self.policy_kind != ker.POL_ADAPTIVE:
@@ -448,8 +466,9 @@ class CompiledRun:
             est.successes, est.failures = float(est_s[0]), float(est_f[0])
             return
         for i in running:
-            if not np.isnan(st.first_token[i]):
-                est = policy.estimate(ids[i])
+            w = i if number is None else number[i]
+            if not np.isnan(st.first_token[w]):
+                est = policy.estimate(ids[w])
                 est.successes, est.failures = float(est_s[i]), float(est_f[i])
 
     def _write(self, istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts) -> None:

@@ -1,8 +1,8 @@
 """One simulated server as a SimPy process: pull arrivals, plan a step, let time pass, apply it.
 
 A `Server` lives in a `simpy.Environment` it is given, so several servers (replicas behind a router)
-can share one; with `PushedArrivals` a router hands it requests at run time. `ServerSimulation`
-(simulator/engine/simulation.py) is the one-server convenience wrapper.
+can share one; with `PushedArrivals` (a cluster's `ReplicaArrivals`) requests are handed to it at run
+time. `ServerSimulation` (simulator/engine/simulation.py) is the one-server convenience wrapper.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from simulator.engine.scheduler import Scheduler
 from simulator.server_config import Scenario
 from simulator.engine.step_outcome import StepOutcome
 from simulator.engine import compiled_run
+from simulator.engine.compiled_replica import CompiledReplica
 from simulator.engine.step_psd import PSDExecutor
 from simulator.engine.step_sd import SDExecutor
 from simulator.engine.workload_arrays import SimInputs
@@ -79,13 +80,17 @@ class Server:
         if arrivals is not None:
             arrivals.attach(st.arrival)
         self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
-        self.compiled = compiled_run.for_server(self)  # None: the step path (reason in engine_path_reason)
+        # None: the step path (reason in engine_path_reason)
+        self.compiled = compiled_run.for_server(self, CompiledReplica)
         self.process = env.process(self.loop())
 
     def loop(self):
         """The server: pull arrivals; idle until the next one, or run one step and apply it."""
         env, st = self.env, self.state
         n = len(self.wl)
+        if self.compiled is not None and self.compiled.stepwise:  # a cluster replica: each step compiled
+            yield from self.compiled.loop()  # simulator/engine/compiled_replica.py
+            return
         if self.compiled is not None:  # the whole run in one compiled loop (simulator/engine/compiled_run.py)
             end = self.compiled.run(**self._compiled_checks())
             yield env.timeout(max(0.0, end - env.now))
@@ -150,6 +155,8 @@ class Server:
         return tuple(used)
 
     def result(self) -> SimResult:
+        if self.compiled is not None and self.compiled.stepwise:
+            self.compiled.settle()
         st, wl = self.state, self.wl
         decode_steps, proposed, accepted = st.verify_counts.totals()
         out = wl.output_len

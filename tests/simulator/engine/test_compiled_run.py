@@ -304,7 +304,9 @@ def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
     assert "uses 2 drafters (the kernel takes up to 1)" in res.extras["engine_path_reason"]
 
 
-def test_a_cluster_replica_and_a_forced_step_path_fall_back(monkeypatch):
+def test_arrivals_pushed_by_other_than_a_router_and_a_forced_step_path_fall_back(monkeypatch):
+    """A server fed by a bare PushedArrivals (not a cluster's router: compiled_replica.py) and a path switched off
+    take the step path and say why."""
     traces = traces_with(4, 2, 0.5, False)
     wl = workload(traces, 8)
     sim = build(traces=traces, wl=wl)

@@ -1,0 +1,194 @@
+"""Cluster replicas on the compiled path (simulator/engine/compiled_replica.py) against the step path: the same
+cluster requests, steps and ITL tables bit for bit, and the same per-replica extras, over random small clusters
+(1-4 replicas, every router and affinity key, AR and SD with the fixed, adaptive-k and UCB policies, Poisson, burst
+and closed-loop arrivals with and without think time, prefill modes, heterogeneous replicas, row buffers small
+enough to fill every few steps); the plan's early stop
+sees the same snapshots; a PSD replica stays on the step path and says why. The routing reads each replica's
+outstanding requests and KV load mid-step, so any difference in what a replica shows while a step is in flight moves
+requests to other replicas and shows in the tables."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.cluster.config import ClusterSpec
+from simulator.engine import compiled_run
+from simulator.engine.acceptance_table import AcceptanceTable
+from simulator.engine.compiled_replica import exact_delay
+from simulator.scenario import SimInputs, make_cluster_scenario, simulation
+from simulator.server_config import RunSpec
+from tests.simulator.cluster.test_cluster import DRAFTERS, server
+from tests.simulator.engine.engine_fixtures import iid_traces, workload
+
+POLICIES = {"fixed": {"name": "fixed", "drafter": "d", "k": 3},
+            "adaptive-k": {"name": "adaptive-k", "drafter": "d", "k_max": 4},
+            "adaptive-k-shared": {"name": "adaptive-k", "drafter": "d", "k_max": 3, "scope": "shared"},
+            "ucb": {"name": "ucb", "drafters": ["d"], "k": 2}}
+
+
+def cluster_sim(compiled: bool, traces, wl, *, mode: str, policy: str, replicas, router: dict, srv, seed: int,
+                on_step=None):
+    """The cluster simulation on one path (compiled_run.COMPILED), not yet run."""
+    spec = ClusterSpec(replicas=replicas, router=router)
+    run = RunSpec(name=mode, mode=mode, policy=None if mode == "ar" else POLICIES[policy])
+    compiled_run.COMPILED = compiled
+    try:
+        sc = make_cluster_scenario(run, srv, DRAFTERS, seed, spec)
+        return simulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, ["d"]), traces), on_step=on_step)
+    finally:
+        compiled_run.COMPILED = True
+
+
+def assert_same_cluster(a, b) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    assert a.itl.tobytes() == b.itl.tobytes()
+    drop = ("engine_path", "engine_path_reason")
+    for x, y in zip(a.replica_results, b.replica_results):
+        assert {k: v for k, v in x.extras.items() if k not in drop} == {k: v for k, v in y.extras.items()
+                                                                           if k not in drop}
+    assert a.extras == b.extras
+
+
+@settings(max_examples=40, deadline=None)
+@given(mode=st.sampled_from(["ar", "sd", "sd"]), policy=st.sampled_from(sorted(POLICIES)),
+       replicas=st.integers(1, 4), hetero=st.booleans(),
+       router=st.sampled_from(["round_robin", "least_outstanding", "least_kv", "affinity"]),
+       key=st.sampled_from(["category", "trace", "client"]), max_out=st.sampled_from([None, 2]),
+       arrivals=st.sampled_from(["poisson", "poisson", "burst", "closed", "closed_think"]),
+       rate=st.sampled_from([30.0, 300.0]), seqs=st.integers(1, 6),
+       prefill=st.sampled_from(["mixed", "separate", "chunked"]), block_size=st.sampled_from([1, 16]),
+       overhead=st.sampled_from([0.0, 1e-3]), n=st.integers(1, 40), segment=st.sampled_from([4, 1 << 16]),
+       seed=st.integers(0, 1000))
+def test_a_compiled_cluster_equals_the_step_path_bit_for_bit(mode, policy, replicas, hetero, router, key, max_out,
+                                                              arrivals, rate, seqs, prefill, block_size, overhead, n,
+                                                              segment, seed):
+    traces = iid_traces(10, seed=seed, out=(1, 60))
+    closed = arrivals.startswith("closed")
+    wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
+                  think=0.013 if arrivals == "closed_think" else 0.0, seed=seed)
+    wl.categories = [f"c{i % 3}" for i in range(n)]
+    sched = ({"chunked_prefill": True, "max_num_batched_tokens": 64} if prefill == "chunked"
+             else {"prefill": prefill})
+    srv = server(max_num_seqs=seqs, block_size=block_size, step_overhead_s=overhead, **sched)
+    reps = [{"max_num_seqs": 1 + (seqs + j) % 5} for j in range(replicas)] if hetero else replicas
+    spec = {"name": router}
+    if router == "affinity":
+        spec.update(key=key if closed or key != "client" else "trace", max_outstanding=max_out)
+    kw = dict(mode=mode, policy=policy, replicas=reps, router=spec, srv=srv, seed=seed)
+    fast = cluster_sim(True, traces, wl, **kw)
+    assert all(r.server.compiled is not None for r in fast.replicas), fast.replicas[0].server.engine_path_reason
+    slow = cluster_sim(False, traces, wl, **kw)
+    assert all(r.server.compiled is None for r in slow.replicas)
+    rows, compiled_run.SEGMENT_ROWS = compiled_run.SEGMENT_ROWS, segment  # 4: full row buffers every few steps
+    try:
+        a = fast.simulate()
+    finally:
+        compiled_run.SEGMENT_ROWS = rows
+    b = slow.simulate()
+    assert {r.extras["engine_path"] for r in a.replica_results} == {"compiled"}
+    assert_same_cluster(a, b)
+
+
+def _snapshots(compiled: bool, traces, wl, stop_after: int | None, router: str):
+    """Every snapshot the plan's early stop (a StopMonitor on the cluster's step hook) takes, on one path."""
+    from simulator.measure.early_stop import StopMonitor, run_until_decided
+
+    seen = []
+
+    def decide(p):
+        seen.append(p)
+        return "enough" if stop_after is not None and len(seen) >= stop_after else None
+
+    monitor = StopMonitor(None, None, len(wl), decide, every=3, check_from=5)
+    sim = cluster_sim(compiled, traces, wl, mode="sd", policy="fixed", replicas=3, router={"name": router},
+                      srv=server(max_num_seqs=4), seed=2, on_step=monitor)  # as experiments/plan/planner.py does
+    last = run_until_decided(sim, monitor.bind(sim))
+    assert all((r.server.compiled is not None) == compiled for r in sim.replicas)
+    return seen, last
+
+
+@pytest.mark.parametrize("router", ["least_outstanding", "least_kv"])
+@pytest.mark.parametrize("stop_after", [None, 2])
+def test_the_early_stop_sees_the_same_snapshots_on_a_compiled_cluster(stop_after, router):
+    traces = iid_traces(10, seed=7, out=(1, 60))
+    wl = workload(traces, 40, rate=120.0, seed=7)
+    steps, last_s = _snapshots(False, traces, wl, stop_after, router)
+    comp, last_c = _snapshots(True, traces, wl, stop_after, router)
+    assert len(steps) == len(comp) >= (stop_after or 3)
+    for a, b in zip(steps, comp):
+        assert (a.now, a.finished) == (b.now, b.finished) and b.now > 0
+        for x, y in ((a.arrival, b.arrival), (a.first_token, b.first_token), (a.finish, b.finish)):
+            assert x.tobytes() == y.tobytes()
+    assert (last_s is None) == (last_c is None) == (stop_after is None)
+
+
+def test_a_psd_replica_stays_on_the_step_path_and_says_why():
+    traces = iid_traces(6, seed=1, out=(1, 30))
+    sim = cluster_sim(True, traces, workload(traces, 8, seed=1), mode="psd", policy="fixed", replicas=2,
+                      router={"name": "round_robin"}, srv=server(), seed=1)
+    for rep in sim.replicas:
+        assert rep.server.compiled is None and "PSD cluster replica" in rep.server.engine_path_reason
+
+
+@settings(max_examples=200, deadline=None)
+@given(now=st.floats(0.0, 1e6), dur=st.floats(0.0, 1e3))
+def test_exact_delay_lands_a_timeout_on_the_kernels_clock(now, dur):
+    """SimPy schedules at now + delay: the delay exact_delay gives lands on `end` itself, whatever the rounding of
+    end - now."""
+    end = now + dur
+    d = exact_delay(now, end)
+    assert now + d == end and d >= 0.0 and math.isfinite(d)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 1000), replicas=st.integers(1, 3), prefill=st.sampled_from(["mixed", "separate"]))
+def test_closed_loop_clients_get_their_next_request_in_the_step_paths_finish_order(seed, replicas, prefill):
+    """A step that finishes decoding requests and one-token requests (finished by their prefill) tells the clients
+    in StepOutcome's order; client affinity shows which client got which request."""
+    traces = iid_traces(10, seed=seed, out=(1, 4), prompt=(5, 40))
+    wl = workload(traces, 40, rate=None, clients=6, think=0.0, seed=seed)
+    kw = dict(mode="sd", policy="fixed", replicas=replicas, router={"name": "affinity", "key": "client"},
+              srv=server(max_num_seqs=4, prefill=prefill), seed=seed)
+    a, b = cluster_sim(True, traces, wl, **kw), cluster_sim(False, traces, wl, **kw)
+    assert_same_cluster(a.simulate(), b.simulate())
+    assert (a.source.client_of == b.source.client_of).all()
+
+
+def test_numba_off_gives_the_compiled_clusters_tables(tmp_path):
+    """With numba's JIT switched off (NUMBA_DISABLE_JIT=1: the kernel as plain Python) a compiled cluster's tables
+    are bit for bit those of the compiled kernel (tolerance zero: the same IEEE operations in the same order)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import pickle
+from tests.simulator.engine.test_compiled_replica import cluster_sim, server, iid_traces, workload
+t = iid_traces(10, seed=4, out=(1, 60))
+out = []
+for router, wl in (("least_kv", workload(t, 30, rate=150.0, seed=4)),
+                   ("least_outstanding", workload(t, 30, rate=None, clients=4, seed=4))):
+    sim = cluster_sim(True, t, wl, mode="sd", policy="adaptive-k", replicas=3, router={{"name": router}},
+                      srv=server(max_num_seqs=3), seed=4)
+    res = sim.simulate()
+    out.append(([r.extras["engine_path"] for r in res.replica_results], res.requests, res.steps, res.itl.tobytes()))
+pickle.dump(out, open({str(tmp_path / "OUT")!r}, "wb"))
+"""
+    root = Path(__file__).resolve().parents[3]
+    tables = []
+    for jit_off in ("0", "1"):
+        env = dict(os.environ, NUMBA_DISABLE_JIT=jit_off)
+        subprocess.run([sys.executable, "-c", code.replace("OUT", f"out{jit_off}")], cwd=root, env=env, check=True)
+        tables.append(pickle.loads((tmp_path / f"out{jit_off}").read_bytes()))
+    for (path_a, req_a, steps_a, itl_a), (path_b, req_b, steps_b, itl_b) in zip(*tables):
+        assert set(path_a) == set(path_b) == {"compiled"}
+        pd.testing.assert_frame_equal(req_a, req_b, check_exact=True)
+        pd.testing.assert_frame_equal(steps_a, steps_b, check_exact=True)
+        assert itl_a == itl_b
