@@ -230,6 +230,7 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         server = {**base["server"], **sched, "target_profile": profile, "deployment": dep, "kv_capacity_tokens": None,
                   "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
         seqs = int(server["max_num_seqs"])
+        dep.setdefault("max_num_seqs", seqs)  # placement holds each running sequence's linear-attention state
         config = {**base, "server": server, "runs": [mode.run_spec(seqs)],
                   "drafters": _drafters_on(base.get("drafters", {}), gpu,
                                            cands.draft_transfer if mode.mode != "ar" else None,

@@ -77,18 +77,17 @@ class RooflineProfile:
                                            f"allreduce_latency_s={self.allreduce_latency_s}, floor_s={self.floor_s}, "
                                            f"overlap={self.overlap}, host_s={self.host_s}")
         m = self.model
-        kv_heads_per_gpu = -(-m.num_kv_heads // self.tp)  # ceil: replicated when kv heads < tp
-        self._kv_bytes_per_token_gpu = 2 * m.num_layers * kv_heads_per_gpu * m.head_dim * m.dtype_bytes
+        self._kv_bytes_per_token_gpu = m.kv_bytes_per_token_gpu(self.tp)  # KV heads split (MLA: replicated)
         self._peak = self.tp * self.gpu.flops * self.mfu
         self._bw = self.gpu.bandwidth_bytes_s * self.bandwidth_util  # per GPU
 
     def weight_bytes_read(self, batched_tokens: int) -> float:
         """Weight bytes one step reads in all (MoE: only the experts its tokens are routed to)."""
         m = self.model
-        dense = m.read_weight_bytes - (0 if m.tie_word_embeddings else m.embedding_params * m.dtype_bytes)
+        dense = m.read_weight_bytes - (0 if m.tie_word_embeddings else m.embedding_params * m.weight_dtype_bytes)
         if not m.is_moe:
             return dense
-        experts = m.expert_params * m.dtype_bytes
+        experts = m.expert_params * m.weight_dtype_bytes
         touched = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** max(batched_tokens, 1)
         return dense - experts + experts * touched
 
