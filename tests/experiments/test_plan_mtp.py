@@ -135,3 +135,28 @@ def test_deploy_of_writes_the_mtp_config_and_checks_it_against_the_target():
     with pytest.raises(ValueError, match=r"method: 'mtp' but the simulated drafter 'eagle3' replays acceptance of "
                                          r"kind 'eagle'"):
         deploy_of(eagle, specs, 1, 16, "w", target="mimo-7b")
+
+
+def test_a_linear_attention_target_holds_each_candidates_sequences_state():
+    """Qwen3-Next: the plan places its MTP head and the recurrent state of the candidate's max_num_seqs sequences."""
+    from experiments.plan.planner import base_experiment, build_candidates
+    from experiments.plan.prices import price_table
+    from simulator.costs.placement import Deployment, plan as place
+
+    traces = {"acceptance": {"base": "builtin:default", "drafters": {
+        "mtp": {"per_position": [0.8], "kind": "mtp", "cost_model": "qwen3-next-80b-a3b:mtp"}}}}
+    mode = {"name": "mtp-k1", "mode": "sd", "policy": {"name": "fixed", "drafter": "mtp", "k": 1},
+            "drafter_model": "qwen3-next-80b-a3b:mtp"}
+    doc = {**_plan_doc([{"name": "AR", "mode": "ar"}, mode], target="qwen3-next-80b-a3b"), "traces": traces}
+    doc["candidates"].update(tp=[4], scheduler={"max_num_seqs": [16, 64]})
+    plan = load_plan_config(doc)
+    for c in build_candidates(plan, base_experiment(plan), price_table()):
+        seqs = c.scheduler["max_num_seqs"]
+        drafter = "qwen3-next-80b-a3b:mtp" if c.mode.name == "mtp-k1" else None
+        expect = place(Deployment("qwen3-next-80b-a3b", "h100-80gb", num_gpus=4, tp=4, drafter=drafter,
+                                  max_model_len=4096, max_num_seqs=seqs))
+        assert c.placement["kv_capacity_tokens"] == expect.kv_capacity_tokens, c.id
+        if drafter:
+            assert c.deploy.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
+            assert c.config["drafters"]["mtp"]["profile"] == {"kind": "roofline", "model": "qwen3-next-80b-a3b:mtp",
+                                                              "gpu": "h100-80gb", "tp": 4}
