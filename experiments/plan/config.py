@@ -219,7 +219,7 @@ class Candidates(_Strict):
         unknown = set(self.roofline) - set(ROOFLINE_KNOBS) - {"overlap"}
         if unknown:
             raise ValueError(f"candidates.roofline: unknown key(s) {sorted(unknown)}")
-        fixed = {"target", "gpu", "num_gpus", "tp", "drafter", "drafter_placement", "drafter_gpus"}
+        fixed = {"target", "gpu", "num_gpus", "tp", "drafter", "drafter_placement", "drafter_gpus", "max_num_seqs"}
         if set(self.deployment) & fixed:
             raise ValueError(f"candidates.deployment: {sorted(set(self.deployment) & fixed)} are set per candidate")
         self._check_size()
