@@ -216,6 +216,10 @@ def check_mtp(mode, target: str, where: str) -> int:
     if mode.mode != "sd":
         raise ValueError(f"{where}.mode: an MTP head runs inside the target's forward (colocated): expected sd, got "
                          f"{mode.mode!r}")
+    given = (mode.vllm_speculative_config or {}).get("model")
+    if given is not None and given != spec.hf_id:
+        raise ValueError(f"{where}.vllm_speculative_config.model: an MTP mode drafts with the target's own head, in "
+                         f"{spec.hf_id!r} (vLLM's default when model is left out), got {given!r}")
     policy = _policy(mode.policy, f"{where}.policy")
     from policies.base import FixedPolicy
     from policies.k_by_batch import KByBatchPolicy

@@ -84,6 +84,8 @@ def test_a_target_without_an_mtp_head_is_refused_naming_the_file_and_field():
     ({"drafter_model": "glm-4.5-air:mtp"}, r"modes\[mtp-k2\]\.drafter_model: .* expected 'mimo-7b:mtp'"),
     ({"drafter_model": None, "vllm_speculative_config": {"method": "mtp"}}, r"expected 'mimo-7b:mtp'.*got None"),
     ({"mode": "psd"}, r"modes\[mtp-k2\]\.mode: an MTP head runs inside the target's forward .* expected sd"),
+    ({"vllm_speculative_config": {"method": "mtp", "model": "other/model"}},
+     r"vllm_speculative_config\.model: .* in 'XiaomiMiMo/MiMo-7B-RL' .* got 'other/model'"),
 ])
 def test_an_mtp_mode_must_be_the_targets_own_head_in_sequential_sd(change, message):
     with pytest.raises(ValueError, match=message):
