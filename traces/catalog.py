@@ -12,6 +12,14 @@ Catalog files are YAML mappings `name -> fields`; the built-in ones are
 - An MTP-capable model (`mtp_layers` = config.json num_nextn_predict_layers) has a head `NAME:mtp`
   (`ModelSpec.mtp_head`): its weights and KV are placed beside the target's, and its forward is priced
   like any model's.
+- Multi-head latent attention (MLA, DeepSeek-V3: `kv_lora_rank` > 0) caches one latent of kv_lora_rank +
+  qk_rope_head_dim values per token and layer, whatever the heads, replicated on every TP rank (vLLM's MLA cache);
+  its projections are counted from the config's low ranks.
+- Linear-attention layers (Qwen3-Next's Gated DeltaNet: `linear_attention_layers`) hold no per-token KV but a
+  recurrent state per running sequence (`linear_state_bytes_per_seq`: the conv window and the delta-rule state),
+  which placement reserves for max_num_seqs sequences.
+- `weight_dtype` (default: dtype) is a quantized checkpoint's weight type (DeepSeek-V3 ships fp8 blocks);
+  activations and the KV cache stay in `dtype` (vLLM's kv_cache_dtype auto is the model dtype).
 """
 from __future__ import annotations
 
@@ -55,10 +63,65 @@ class ModelSpec:
     full_attention_layers: int | None = None
     mtp_layers: int = 0  # config.json num_nextn_predict_layers: the MTP head's layers (vLLM's n_predict)
     shared_params: float = 0.0  # parameters a forward reads but another model holds (an MTP head's LM head)
+    weight_dtype: str = ""  # a quantized checkpoint's weight dtype ("": dtype); activations and KV stay in dtype
+    attn_output_gate: bool = False  # gated attention output: q_proj also emits the gate (heads x head_dim more)
+    first_k_dense_replace: int = 0  # MoE models: leading layers with a dense MLP of dense_intermediate_size
+    dense_intermediate_size: int = 0
+    q_lora_rank: int = 0  # MLA (config.json names): the query's low rank (0: a full-rank query projection)
+    kv_lora_rank: int = 0  # MLA: the cached latent's rank (0: GQA attention)
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    linear_attention_layers: int = 0  # Gated DeltaNet layers (config.json layer_types "linear_attention")
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
 
     @property
     def dtype_bytes(self) -> float:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def weight_dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.weight_dtype or self.dtype]
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers that cache KV per token (all but the linear-attention ones)."""
+        return self.num_layers - self.linear_attention_layers
+
+    def _kv_layer_bytes(self, kv_heads: int) -> float:
+        """One token's KV in one attention layer holding `kv_heads` KV heads (MLA: the one latent, any heads)."""
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.dtype_bytes
+        return 2 * kv_heads * self.head_dim * self.dtype_bytes
+
+    def kv_bytes_per_token_gpu(self, shards: int) -> float:
+        """KV bytes per token on one GPU of the model sharded `shards` ways: KV heads split (replicated when fewer
+        than the shards); an MLA latent is replicated on every shard."""
+        if self.is_mla:
+            return self.attention_layers * self._kv_layer_bytes(1)
+        heads = -(-self.num_kv_heads // shards)
+        return 2 * self.attention_layers * heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def linear_state_bytes_per_seq(self) -> float:
+        """The recurrent state one running sequence holds in the linear-attention layers: per layer the causal conv
+        window ((kernel - 1) x (2 x key heads x key dim + value heads x value dim)) and the delta-rule state (value
+        heads x key dim x value dim), in dtype (vLLM's mamba cache dtypes auto: the model dtype)."""
+        if not self.linear_attention_layers:
+            return 0.0
+        key, value = self.linear_num_key_heads * self.linear_key_head_dim, \
+            self.linear_num_value_heads * self.linear_value_head_dim
+        conv = (self.linear_conv_kernel_dim - 1) * (2 * key + value)
+        delta = self.linear_num_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
+        return self.linear_attention_layers * (conv + delta) * self.dtype_bytes
 
     @property
     def is_moe(self) -> bool:
@@ -71,9 +134,9 @@ class ModelSpec:
 
     def kv_bytes_per_token(self, context_len: int | None = None) -> float:
         """KV cache bytes one token occupies; with `context_len`, sliding-window layers hold at most their window."""
-        per_layer = 2 * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        per_layer = self._kv_layer_bytes(self.num_kv_heads)
         if not self.sliding_window or context_len is None or self.full_attention_layers is None:
-            return self.num_layers * per_layer
+            return self.attention_layers * per_layer
         sliding_layers = self.num_layers - self.full_attention_layers
         share = min(1.0, self.sliding_window / max(context_len, 1))
         return per_layer * (self.full_attention_layers + sliding_layers * share)
@@ -81,20 +144,50 @@ class ModelSpec:
     @property
     def weight_bytes(self) -> float:
         """All weights this model adds to memory (every expert of an MoE model; shared_params excluded)."""
-        return (self.params - self.shared_params) * self.dtype_bytes
+        return (self.params - self.shared_params) * self.weight_dtype_bytes
 
     @property
     def read_weight_bytes(self) -> float:
         """All weights one forward may read, shared ones included."""
-        return self.params * self.dtype_bytes
+        return self.params * self.weight_dtype_bytes
 
-    def layer_params(self) -> float:
-        """One decoder layer (gated MLP, GQA attention, every expert; norms ignored), as `derived_params` counts it."""
-        h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+    def attention_params(self) -> float:
+        """One attention layer's projections. GQA: q (x2 with an output gate), k, v, o. MLA: q down (h x q_lora)
+        and up (q_lora x heads x (nope + rope)), the joint KV down (h x (kv_lora + rope)) and up (kv_lora x heads x
+        (nope + v)), o (heads x v x h)."""
+        h, n = self.hidden_size, self.num_heads
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * n * qk) if self.q_lora_rank else h * n * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + \
+                self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
+            return float(q + kv + n * self.v_head_dim * h)
+        q, kv = n * self.head_dim, self.num_kv_heads * self.head_dim
+        return float(h * q * (2 if self.attn_output_gate else 1) + 2 * h * kv + q * h)
+
+    def linear_attention_params(self) -> float:
+        """One Gated DeltaNet layer: the q/k/v/z and b/a input projections, the causal conv over q, k, v, and the
+        output projection (norms ignored)."""
+        h = self.hidden_size
+        key, value = self.linear_num_key_heads * self.linear_key_head_dim, \
+            self.linear_num_value_heads * self.linear_value_head_dim
+        return float(h * (2 * key + 2 * value) + h * 2 * self.linear_num_value_heads
+                     + (2 * key + value) * self.linear_conv_kernel_dim + value * h)
+
+    def mlp_params(self, dense: bool = False) -> float:
+        """One layer's MLP: gated (3 matrices); an MoE layer's shared expert (intermediate_size), every routed expert
+        and the router; `dense`: a leading dense layer of an MoE model (dense_intermediate_size)."""
+        h = self.hidden_size
+        if dense:
+            return float(3 * h * self.dense_intermediate_size)
         mlp = 3 * h * self.intermediate_size
         if self.is_moe:
             mlp += self.num_experts * 3 * h * self.moe_intermediate_size + h * self.num_experts
-        return float(h * q + 2 * h * kv + q * h + mlp)
+        return float(mlp)
+
+    def layer_params(self) -> float:
+        """One (attention, MoE when the model is MoE) decoder layer, every expert counted; norms ignored."""
+        return self.attention_params() + self.mlp_params()
 
     def mtp_head(self) -> "ModelSpec":
         """The model's MTP head as a model of its own (`<name>:mtp`): one decoder layer of the target's shape plus
@@ -113,7 +206,7 @@ class ModelSpec:
             active = layer - routed_off + lm_head
         return replace(self, name=f"{self.name}:mtp", num_layers=1, params=layer + lm_head, active_params=active,
                        tie_word_embeddings=True, shared_params=lm_head, mtp_layers=0, sliding_window=0,
-                       full_attention_layers=None,
+                       full_attention_layers=None, first_k_dense_replace=0, linear_attention_layers=0,
                        source=f"MTP head of {self.name}: one decoder layer + 2h x h projection, LM head shared "
                               f"({self.source})")
 
@@ -128,12 +221,18 @@ class ModelSpec:
 
     @property
     def expert_params(self) -> float:
-        """Parameters in all routed experts (0 for dense models)."""
-        return float(self.num_layers * self.num_experts * 3 * self.hidden_size * self.moe_intermediate_size)
+        """Parameters in all routed experts (0 for dense models; leading dense layers have none)."""
+        return float((self.num_layers - self.first_k_dense_replace) * self.num_experts * 3 * self.hidden_size
+                     * self.moe_intermediate_size)
 
     def attention_flops_per_pair(self) -> float:
-        """FLOPs for one (query token, context token) pair over all layers: QK^T and AV, 2 FLOPs per MAC."""
-        return 4.0 * self.num_layers * self.num_heads * self.head_dim
+        """FLOPs for one (query token, context token) pair over the attention layers: QK^T and AV, 2 FLOPs per MAC
+        (MLA: the absorbed form vLLM decodes with, each head's query against the kv_lora + rope latent and the value
+        read from the kv_lora latent; linear-attention layers pair with no context)."""
+        if self.is_mla:
+            per_head = 2 * (self.kv_lora_rank + self.qk_rope_head_dim) + 2 * self.kv_lora_rank
+            return float(self.attention_layers * self.num_heads * per_head)
+        return 4.0 * self.attention_layers * self.num_heads * self.head_dim
 
     def tp_problem(self, tp: int) -> str | None:
         """Why this model cannot be sharded `tp` ways (vLLM needs tp to divide the attention heads), or None."""
@@ -142,9 +241,16 @@ class ModelSpec:
         return None
 
     def derived_params(self) -> float:
-        """Parameter count re-derived from the architecture (gated MLP, GQA attention, norms ignored)."""
+        """Parameter count re-derived from the architecture (gated MLP, GQA or MLA attention, linear-attention
+        layers, leading dense layers; norms ignored)."""
         emb = self.embedding_params * (1 if self.tie_word_embeddings else 2)
-        return float(self.num_layers * self.layer_params() + emb)
+        if not (self.linear_attention_layers or self.first_k_dense_replace):
+            return float(self.num_layers * self.layer_params() + emb)
+        attn = self.attention_layers * self.attention_params() + \
+            self.linear_attention_layers * self.linear_attention_params()
+        mlp = (self.first_k_dense_replace * self.mlp_params(dense=True)
+               + (self.num_layers - self.first_k_dense_replace) * self.mlp_params())
+        return float(attn + mlp + emb)
 
 
 @dataclass(frozen=True)
@@ -267,8 +373,35 @@ def load_models(path: str | Path) -> dict[str, ModelSpec]:
                                    "moe_intermediate_size > 0", field=f"{name}.experts_per_token")
         if entry.get("active_params") is not None and entry["active_params"] > entry["params"]:
             raise TraceFormatError(str(path), "active_params exceeds params", field=f"{name}.active_params")
+        _check_architecture(entry, name, str(path))
         out[name] = ModelSpec(**entry)
     return out
+
+
+def _check_architecture(entry: dict[str, Any], name: str, path: str) -> None:
+    """The optional architecture groups are complete and consistent (MLA ranks, linear-attention shapes, dense
+    leading layers, the weight dtype)."""
+    def need(keys: tuple[str, ...], why: str) -> None:
+        for key in keys:
+            if not entry.get(key):
+                raise TraceFormatError(path, f"expected a number > 0 ({why})", field=f"{name}.{key}")
+
+    if entry.get("weight_dtype") and entry["weight_dtype"] not in DTYPE_BYTES:
+        raise TraceFormatError(path, f"expected one of {sorted(DTYPE_BYTES)}, got {shorten(entry['weight_dtype'])}",
+                               field=f"{name}.weight_dtype")
+    if entry.get("kv_lora_rank"):
+        need(("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"), "an MLA model (kv_lora_rank > 0)")
+    if entry.get("linear_attention_layers"):
+        need(("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+              "linear_conv_kernel_dim"), "a model with linear-attention layers")
+        if entry["linear_attention_layers"] >= entry["num_layers"]:
+            raise TraceFormatError(path, f"expected fewer than num_layers ({entry['num_layers']})",
+                                   field=f"{name}.linear_attention_layers")
+    if entry.get("first_k_dense_replace"):
+        need(("dense_intermediate_size", "num_experts"), "an MoE model with leading dense layers")
+        if entry["first_k_dense_replace"] >= entry["num_layers"]:
+            raise TraceFormatError(path, f"expected fewer than num_layers ({entry['num_layers']})",
+                                   field=f"{name}.first_k_dense_replace")
 
 
 def load_gpus(path: str | Path) -> dict[str, GpuSpec]:

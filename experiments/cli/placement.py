@@ -24,6 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
     p.add_argument("--reserve-gib", type=float, default=2.0)
     p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--max-num-seqs", type=int, help="running sequences whose linear-attention state is held "
+                                                     "(required for a model with linear-attention layers)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                      drafter_placement=args.placement, drafter_tp=args.drafter_tp,
                      drafter_gpu=args.drafter_gpu, drafter_gpus=(args.drafter_tp or 1) if args.placement == "dedicated" else 1,
                      gpu_memory_utilization=args.util, reserve_gib=args.reserve_gib,
-                     max_model_len=args.max_model_len)
+                     max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs)
     p = plan(dep)
     target = RooflineProfile(get_model(args.target), get_gpu(args.gpu), tp=args.tp)
     step = {f"decode_batch_{b}": target.step_time(b, b, b * 1024) for b in (1, 16, 64)}
@@ -80,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     print(p.message)
     for g in p.gpus:
         print(f"  {g.role:15} usable {g.usable_gib:6.1f} GiB, weights {g.weights_gib:6.1f}, reserve {g.reserve_gib:.1f}, "
-              f"KV room {g.kv_room_gib:6.1f} GiB = {g.kv_tokens} tokens at {g.kv_bytes_per_token / 1024:.1f} KiB/token")
+              + (f"linear-attention state {g.state_gib:.1f}, " if g.state_gib else "")
+              + f"KV room {g.kv_room_gib:6.1f} GiB = {g.kv_tokens} tokens at {g.kv_bytes_per_token / 1024:.1f} KiB/token")
     print(f"  GPUs used: {p.total_gpus} (divide throughput by this for per-GPU figures)")
     print("  roofline target step (1 token per sequence, 1024 context each): "
           + ", ".join(f"batch {k.rsplit('_', 1)[1]}: {v * 1e3:.2f} ms" for k, v in step.items()))

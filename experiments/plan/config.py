@@ -131,7 +131,10 @@ class Mode(_Strict):
     psd: PSDConfig | None = None
     switch_cost_s: float = Field(0.0, ge=0, le=3600)
     drafter_model: str | None = Field(None, description="catalog model of the drafter, for its memory (None: "
-                                                        "not counted, e.g. an n-gram or a head too small to matter)")
+                                                        "not counted, e.g. an n-gram or a head too small to matter); "
+                                                        "`TARGET:mtp`: the target's own MTP head (an MTP mode: placed "
+                                                        "beside the target, priced by traces/mtp.py, deployed as "
+                                                        "vLLM method mtp)")
     placement: Literal["colocated", "dedicated"] | None = Field(None, description="default: colocated for sd, "
                                                                                   "dedicated for psd")
     drafter_gpus: int = Field(1, ge=1, le=1024, description="GPUs of a dedicated drafter")
@@ -216,11 +219,16 @@ class Candidates(_Strict):
         unknown = set(self.roofline) - set(ROOFLINE_KNOBS) - {"overlap"}
         if unknown:
             raise ValueError(f"candidates.roofline: unknown key(s) {sorted(unknown)}")
-        fixed = {"target", "gpu", "num_gpus", "tp", "drafter", "drafter_placement", "drafter_gpus"}
+        fixed = {"target", "gpu", "num_gpus", "tp", "drafter", "drafter_placement", "drafter_gpus", "max_num_seqs"}
         if set(self.deployment) & fixed:
             raise ValueError(f"candidates.deployment: {sorted(set(self.deployment) & fixed)} are set per candidate")
         self._check_size()
         self._check_catalog()
+        from experiments.plan.deploy import check_mtp, is_mtp_mode
+
+        for mode in self.modes:
+            if is_mtp_mode(mode):  # the target's own MTP head: vLLM's n_predict rule and the head's placement
+                check_mtp(mode, self.target, f"candidates.modes[{mode.name}]")
         for knob, value in self.roofline.items():
             if knob == "overlap":
                 if value not in OVERLAPS:

@@ -13,6 +13,11 @@ with extra keys forbidden, and vllm/v1/spec_decode/dynamic/utils.py `validate_an
 - k by batch size -> `num_speculative_tokens_per_batch_size: [[lo, hi, k], ...]` (inclusive batch-size ranges,
   positive, sorted without overlap, the first from 1; k >= 0 and capped by `num_speculative_tokens`; past the last
   range its k carries on), with `num_speculative_tokens` = the largest k;
+- MTP (`method: mtp`, or a deprecated model-type alias): the target's own head drafts (vLLM loads it from the
+  target's checkpoint when `model` is not given), so the target must have one (catalog `mtp_layers` = its
+  config's `num_nextn_predict_layers` = vLLM's `n_predict`), and `num_speculative_tokens` > n_predict must be a
+  multiple of it (vLLM reuses the layers in turn: traces/mtp.py `check_mtp_k`); the mode's `drafter_model` is
+  that head (`TARGET:mtp`), so its weights are placed beside the target's (`check_mtp`);
 - `tensor_parallel_size` inside the JSON is refused by vLLM (use `draft_tensor_parallel_size`, 1 or the target's
   TP); keys vLLM sets itself (target/draft model and parallel configs) and unknown keys are refused too.
 
@@ -180,6 +185,51 @@ def schedule_of(ranges: list[tuple[int, int | None, int]], max_num_seqs: int) ->
     return [[lo, hi if hi is not None else max(lo, max_num_seqs), k] for lo, hi, k in ranges]
 
 
+def is_mtp_mode(mode) -> bool:
+    """Whether a plan mode drafts with the target's MTP head: its drafter_model is a head (`TARGET:mtp`) or its
+    speculative config names method mtp (or an alias)."""
+    from traces.catalog import MTP_SUFFIX
+
+    spec = mode.vllm_speculative_config or {}
+    return bool(mode.drafter_model and mode.drafter_model.lower().endswith(MTP_SUFFIX)) or \
+        spec.get("method") in MTP_ALIASES | {"mtp"}
+
+
+def check_mtp(mode, target: str, where: str) -> int:
+    """vLLM's rules for an MTP mode on `target`, with the plan's own: the target has an MTP head (vLLM's n_predict =
+    config.json num_nextn_predict_layers, the catalog's mtp_layers), the mode's drafter_model is that head (its
+    weights placed beside the target's), it runs sequential SD, and a deployable policy's k is within n_predict or
+    a multiple of it (traces/mtp.py check_mtp_k). Returns n_predict."""
+    from traces.catalog import MTP_SUFFIX, builtin_models, get_model
+    from traces.mtp import check_mtp_k
+
+    spec = get_model(target)
+    if not spec.mtp_layers:
+        capable = sorted(n for n, m in builtin_models().items() if m.mtp_layers)
+        raise ValueError(f"{where}: an MTP mode drafts with the target's own MTP head, but the target {target!r} has "
+                         f"none (num_nextn_predict_layers = 0 in the catalog); the catalog's MTP-capable models are "
+                         f"{capable}")
+    head = spec.name + MTP_SUFFIX
+    if mode.drafter_model is None or mode.drafter_model.lower() != head.lower():
+        raise ValueError(f"{where}.drafter_model: an MTP mode's drafter is the target's head: expected {head!r} (its "
+                         f"weights and KV are placed beside the target's), got {mode.drafter_model!r}")
+    if mode.mode != "sd":
+        raise ValueError(f"{where}.mode: an MTP head runs inside the target's forward (colocated): expected sd, got "
+                         f"{mode.mode!r}")
+    given = (mode.vllm_speculative_config or {}).get("model")
+    if given is not None and given != spec.hf_id:
+        raise ValueError(f"{where}.vllm_speculative_config.model: an MTP mode drafts with the target's own head, in "
+                         f"{spec.hf_id!r} (vLLM's default when model is left out), got {given!r}")
+    policy = _policy(mode.policy, f"{where}.policy")
+    from policies.base import FixedPolicy
+    from policies.k_by_batch import KByBatchPolicy
+
+    if isinstance(policy, (FixedPolicy, KByBatchPolicy)) and policy.max_draft_tokens() > 0:
+        check_mtp_k(policy.max_draft_tokens(), spec.mtp_layers,
+                    f"{where}.policy (vLLM {VLLM_VERSION} num_speculative_tokens of {target!r}'s MTP head)")
+    return spec.mtp_layers
+
+
 def check_mode(mode, where: str) -> None:
     """Static checks of a plan mode's vllm_speculative_config against its simulated policy (config load time)."""
     spec = mode.vllm_speculative_config
@@ -224,9 +274,11 @@ def check_mode(mode, where: str) -> None:
         raise ValueError(f"{at}: {why}; the mode is planned as a research row and never deployed: drop it")
 
 
-def deploy_of(mode, drafter_specs: dict[str, Any], tp: int, max_num_seqs: int, where: str) -> Deploy:
+def deploy_of(mode, drafter_specs: dict[str, Any], tp: int, max_num_seqs: int, where: str,
+              target: str | None = None) -> Deploy:
     """What vLLM runs for `mode` on a candidate of target TP `tp` and `max_num_seqs` (drafter_specs: the trace
-    bundle's DrafterSpec per drafter name, for the drafter kind and the lookup bounds the acceptance assumed)."""
+    bundle's DrafterSpec per drafter name, for the drafter kind and the lookup bounds the acceptance assumed;
+    target: the served catalog model, needed to check an MTP mode)."""
     if mode.mode == "ar":
         return Deploy(True, "autoregressive: no speculative config")
     if mode.mode == "psd":
@@ -247,6 +299,8 @@ def deploy_of(mode, drafter_specs: dict[str, Any], tp: int, max_num_seqs: int, w
     kind = getattr(spec, "kind", None)
     given = dict(mode.vllm_speculative_config or {})
     at = f"{where}.vllm_speculative_config"
+    if not given and kind == "mtp":
+        given = {"method": "mtp"}  # the target's own head: vLLM loads it from the target's checkpoint
     if not given:
         if kind != "ngram":
             return Deploy(False, f"no vllm_speculative_config given: the plan cannot name the draft model vLLM "
@@ -257,6 +311,10 @@ def deploy_of(mode, drafter_specs: dict[str, Any], tp: int, max_num_seqs: int, w
     if methods is None or cfg["method"] not in methods:
         raise ValueError(f"{at}.method: {cfg['method']!r} but the simulated drafter {drafter!r} replays acceptance of "
                          f"kind {kind!r}; expected one of {sorted(methods) if methods else 'none (no vLLM method)'}")
+    if cfg["method"] == "mtp":
+        if target is None:
+            raise ValueError(f"{at}: method 'mtp' is checked against the target's MTP head; deploy_of needs the target")
+        check_mtp(mode, target, where)
     params = getattr(spec, "params", {}) or {}
     if cfg["method"] in NGRAM_METHODS and "prompt_lookup_min" in params:
         recorded = (int(params["prompt_lookup_min"]), int(params["prompt_lookup_max"]))

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from experiments.plan.config import Mode, PlanConfig
-from experiments.plan.deploy import VLLM_RULES, VLLM_VERSION, Deploy, deploy_of, lookup_note
+from experiments.plan.deploy import VLLM_RULES, VLLM_VERSION, Deploy, deploy_of, is_mtp_mode, lookup_note
 from experiments.plan.draft_gpu import DRAFT_TRANSFER_RULE
 from experiments.plan.bounds import SERVICE_BOUND_RULE, TPOT_FLOOR_RULE, service_rate_bound, tpot_floor
 from experiments.plan.early_stop import EARLY_STOP_RULE
@@ -34,6 +34,7 @@ from experiments.sweep.runner import Point, ProgressBar, SweepRunner
 from simulator.measure.metrics import round_sig
 from simulator.measure.steady_state import SATURATED_TRIM_FRACTION
 from simulator.scenario import check_cluster_size
+from traces.catalog import MTP_SUFFIX
 
 EVALUATOR = "plan-point/2"  # bump when what a point returns changes (invalidates caches)
 POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
@@ -131,7 +132,11 @@ def _drafter_notes(config: dict[str, Any], mode: Mode, tp: int) -> list[str]:
     for name, spec in sorted(config.get("drafters", {}).items()):
         kind = spec.get("kind")
         prof = spec.get("profile")
-        if isinstance(prof, dict) and prof.get("kind") == "roofline":
+        if isinstance(prof, dict) and prof.get("kind") == "roofline" and str(prof.get("model")).endswith(MTP_SUFFIX):
+            notes.append(f"drafter {name}: the target's MTP head {prof.get('model')}, k forwards of it per step "
+                         f"(traces/mtp.py), roofline on the target's {prof.get('tp')}x {prof.get('gpu')} (not "
+                         "calibrated)")
+        elif isinstance(prof, dict) and prof.get("kind") == "roofline":
             notes.append(f"drafter {name}: {kind}, roofline of {prof.get('model')} on {prof.get('tp')}x "
                          f"{prof.get('gpu')} (its own device; not calibrated)")
         elif isinstance(prof, dict):
@@ -182,6 +187,26 @@ def _drafter_specs(plan: PlanConfig, base: dict[str, Any]) -> dict[str, Any]:
     return dict(resolve_bundle(base["traces"], plan.seed).meta.drafters)
 
 
+def _mtp_drafters(plan: PlanConfig, mode: Mode, config: dict[str, Any], drafter_specs: dict[str, Any], gpu: str,
+                  tp: int) -> None:
+    """An MTP mode's drafters: acceptance of kind mtp from the plan's traces, and (unless the base config prices
+    them) k forwards of the target's head per step on the candidate's own GPUs and TP (traces/mtp.py)."""
+    import oracle.registry  # noqa: F401  (registers the ground-truth policies)
+    from policies.registry import make_policy
+    from traces.mtp import mtp_draft_cost
+
+    where = f"{plan.name}: candidates.modes[{mode.name}].policy"
+    for name in make_policy(mode.policy, where=where).drafters_used():
+        kind = getattr(drafter_specs.get(name), "kind", None)
+        if kind != "mtp":
+            raise ValueError(f"{where}: drafter {name!r} replays acceptance of kind {kind!r} from the plan's traces; "
+                             "an MTP mode replays an MTP head's acceptance (a drafter of kind mtp, e.g. vLLM's "
+                             "per-position rates: traces: {acceptance: {drafters: {NAME: {per_position: [...], "
+                             "kind: mtp, cost_model: TARGET:mtp}}}})")
+        if name not in config["drafters"]:
+            config["drafters"][name] = mtp_draft_cost(plan.candidates.target, gpu, tp)
+
+
 def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, GpuPrice]) -> list[Candidate]:
     """Every candidate of the space, checked for fit and validated as an experiment before anything runs."""
     from experiments.config import load_config
@@ -205,10 +230,13 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         server = {**base["server"], **sched, "target_profile": profile, "deployment": dep, "kv_capacity_tokens": None,
                   "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
         seqs = int(server["max_num_seqs"])
+        dep.setdefault("max_num_seqs", seqs)  # placement holds each running sequence's linear-attention state
         config = {**base, "server": server, "runs": [mode.run_spec(seqs)],
                   "drafters": _drafters_on(base.get("drafters", {}), gpu,
                                            cands.draft_transfer if mode.mode != "ar" else None,
                                            f"{plan.name}: candidate {cid!r}")}
+        if is_mtp_mode(mode):
+            _mtp_drafters(plan, mode, config, drafter_specs, gpu, tp)
         if replicas > 1:  # one simulation of the whole cluster (simulator/cluster/simulation.py)
             config["cluster"] = {"replicas": replicas, "router": cands.router.model_dump(mode="json", exclude_none=True)}
         num_gpus = (tp + mode.draft_gpus) * replicas
@@ -231,7 +259,8 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
             from policies.registry import make_policy
 
             c.max_draft_tokens = make_policy(mode.policy, where=f"{where}: modes[{mode.name}].policy").max_draft_tokens()
-        c.deploy = deploy_of(mode, drafter_specs, tp, seqs, f"{plan.name}: candidates.modes[{mode.name}]")
+        c.deploy = deploy_of(mode, drafter_specs, tp, seqs, f"{plan.name}: candidates.modes[{mode.name}]",
+                             target=cands.target)
         out.append(c)
     return out
 
@@ -904,9 +933,10 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
         measured.append(line)
     if base is not None and drafting:
         traces = base["traces"] if isinstance(base["traces"], str) else "generated traces"
-        borrowed.append(f"acceptance replayed from {traces}" + ("" if not any(n.startswith("acceptance borrowed")
-                                                                         for n in notes)
-                                                                 else ", recorded for another target (notes)"))
+        said = " ".join(n for n in notes if n.startswith("acceptance "))
+        borrowed.append(f"acceptance replayed from {traces}"
+                        + (", recorded for another target (notes)" if "acceptance borrowed" in said else "")
+                        + (", some of it without a recorded target (notes)" if "without a target" in said else ""))
     scaled = sorted({n.split(":")[0] for c in drafting for n in c.cost_notes if "roofline-scaled" in n})
     if scaled:
         borrowed.append(f"{', '.join(scaled)}: a profile measured on one GPU, priced on the others by the datasheet "
@@ -923,6 +953,11 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
                         f"chunked_prefill {server.get('chunked_prefill')}), not vLLM V1's that the deploy line runs")
     if any(c.mode.mode == "psd" for c in cands):
         modelled.append("PSD: max_num_seqs sequences in all per target replica, split over its two sub-batches")
+    mtp = sorted({c.mode.name for c in drafting if is_mtp_mode(c.mode)})
+    if mtp:
+        modelled.append(f"MTP ({', '.join(mtp)}): the target's own head drafts k tokens per step, each a forward of "
+                        "its layer (reused in turn past n_predict, as vLLM does), its weights and KV placed beside "
+                        "the target's; unless the base config prices it, its forward is a roofline (traces/mtp.py)")
     if any(c.deployable and c.deploy.speculative_config
            and "num_speculative_tokens_per_batch_size" in c.deploy.speculative_config for c in cands):
         modelled.append("k by batch size: draftsim's batch is a step's decoding requests; vLLM's every scheduled "
@@ -971,13 +1006,19 @@ def _acceptance_note(plan: PlanConfig, base: dict[str, Any]) -> str | None:
         meta = resolve_bundle(base["traces"], plan.seed).meta
     except Exception:  # noqa: BLE001  (a bundle that cannot be read fails later with its own error)
         return None
-    borrowed = [a for a in (acceptance_provenance(meta, plan.candidates.target, d) for d in sorted(meta.drafters))
-                if a.origin == "borrowed"]
-    if not borrowed:
-        return None
-    return (f"acceptance borrowed: the traces ({base['traces'] if isinstance(base['traces'], str) else 'generated'}) "
-            f"were recorded for target {borrowed[0].recorded_target}, not {plan.candidates.target}; drafters "
-            f"{[a.drafter for a in borrowed]} keep that acceptance here")
+    origins = [acceptance_provenance(meta, plan.candidates.target, d) for d in sorted(meta.drafters)]
+    borrowed = [a for a in origins if a.origin == "borrowed"]
+    unattributed = [a.drafter for a in origins if a.origin == "unattributed"]
+    parts = []
+    if borrowed:
+        traces = base["traces"] if isinstance(base["traces"], str) else "generated"
+        parts.append(f"acceptance borrowed: the traces ({traces}) were recorded for target "
+                     f"{borrowed[0].recorded_target}, not {plan.candidates.target}; drafters "
+                     f"{[a.drafter for a in borrowed]} keep that acceptance here")
+    if unattributed:
+        parts.append(f"acceptance given without a target: drafters {unattributed} replay levels that record no "
+                     f"target (inline rates), so nothing says they were measured on {plan.candidates.target}")
+    return "; ".join(parts) or None
 
 
 def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, GpuPrice], traffic: TrafficModel,
@@ -1053,8 +1094,9 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                                "refuse: a drafter profile measured on another GPU than the candidate's is an error"),
             "deploy": (f"the answer is the cheapest candidate that meets the target and that vLLM can run as simulated "
                        f"({VLLM_RULES}): AR, fixed k (--speculative-config with the simulated method, k and proposer "
-                       "settings) or k by batch size (num_speculative_tokens_per_batch_size); acceptance-driven k, "
-                       "bandits, per-request drafter choice and PSD are research rows, never the deploy line"),
+                       "settings; MTP: method mtp, the target's own head, k within vLLM's n_predict rule) or k by "
+                       "batch size (num_speculative_tokens_per_batch_size); acceptance-driven k, bandits, "
+                       "per-request drafter choice and PSD are research rows, never the deploy line"),
             "seeds": seeds, "seeds_per_rate": s.seeds,
         },
         "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_hour, "source": prices[g].source} for g in used},

@@ -48,6 +48,7 @@ class Deployment:
     reserve_gib: float = 2.0
     max_model_len: int = 2048
     min_kv_tokens: int | None = None
+    max_num_seqs: int | None = None  # sequences whose linear-attention state is held (the server's max_num_seqs)
 
     @property
     def total_gpus(self) -> int:
@@ -67,6 +68,7 @@ class GpuMemory:
     kv_bytes_per_token: float
     kv_room_gib: float
     kv_tokens: int
+    state_gib: float = 0.0  # linear-attention state of max_num_seqs sequences (held whatever their lengths)
 
 
 @dataclass
@@ -97,9 +99,13 @@ class Placement:
 
 
 def _kv_per_gpu(model: ModelSpec, shards: int) -> float:
-    """KV bytes per token on one GPU of a model sharded `shards` ways (KV heads replicated when fewer)."""
-    heads = -(-model.num_kv_heads // shards)
-    return 2 * model.num_layers * heads * model.head_dim * model.dtype_bytes
+    """KV bytes per token on one GPU of a model sharded `shards` ways (traces/catalog.py kv_bytes_per_token_gpu)."""
+    return model.kv_bytes_per_token_gpu(shards)
+
+
+def _state_per_gpu(model: ModelSpec, shards: int, seqs: int | None) -> float:
+    """Linear-attention state bytes on one GPU: every running sequence's, its heads split over the shards."""
+    return model.linear_state_bytes_per_seq * (seqs or 0) / shards
 
 
 def plan(dep: Deployment) -> Placement:
@@ -111,29 +117,33 @@ def plan(dep: Deployment) -> Placement:
     reserve = dep.reserve_gib * GIB
     budgets: list[GpuMemory] = []
 
-    def budget(role: str, g: GpuSpec, weights: float, kv_per_token: float) -> GpuMemory:
+    def budget(role: str, g: GpuSpec, weights: float, kv_per_token: float, state: float = 0.0) -> GpuMemory:
         usable = g.memory_bytes * dep.gpu_memory_utilization
-        room = usable - weights - reserve
+        room = usable - weights - reserve - state
         tokens = int(max(room, 0.0) // kv_per_token) if kv_per_token > 0 else 0
-        return GpuMemory(role, usable / GIB, weights / GIB, dep.reserve_gib, kv_per_token, room / GIB, tokens)
+        return GpuMemory(role, usable / GIB, weights / GIB, dep.reserve_gib, kv_per_token, room / GIB, tokens,
+                         state / GIB)
 
+    seqs = dep.max_num_seqs
     t_weights = target.weight_bytes / dep.tp
-    t_kv = _kv_per_gpu(target, dep.tp)
+    t_kv, t_state = _kv_per_gpu(target, dep.tp), _state_per_gpu(target, dep.tp, seqs)
     if drafter is not None and dep.drafter_placement == "colocated":
         dtp = dep.drafter_tp or dep.tp
         d_w, d_kv = drafter.weight_bytes / dtp, _kv_per_gpu(drafter, dtp)
-        budgets.append(budget("target+drafter", gpu, t_weights + d_w, t_kv + d_kv))
+        budgets.append(budget("target+drafter", gpu, t_weights + d_w, t_kv + d_kv,
+                              t_state + _state_per_gpu(drafter, dtp, seqs)))
         if dtp < dep.tp:  # the other target GPUs hold no drafter shard
-            budgets.append(budget("target", gpu, t_weights, t_kv))
+            budgets.append(budget("target", gpu, t_weights, t_kv, t_state))
     else:
-        budgets.append(budget("target", gpu, t_weights, t_kv))
+        budgets.append(budget("target", gpu, t_weights, t_kv, t_state))
         if drafter is not None:
             dgpu = get_gpu(dep.drafter_gpu or dep.gpu)
             dtp = dep.drafter_tp or dep.drafter_gpus
-            budgets.append(budget("drafter", dgpu, drafter.weight_bytes / dtp, _kv_per_gpu(drafter, dtp)))
+            budgets.append(budget("drafter", dgpu, drafter.weight_bytes / dtp, _kv_per_gpu(drafter, dtp),
+                                  _state_per_gpu(drafter, dtp, seqs)))
 
     def need(b: GpuMemory) -> float:
-        return b.weights_gib + b.reserve_gib + min_kv * b.kv_bytes_per_token / GIB
+        return b.weights_gib + b.reserve_gib + b.state_gib + min_kv * b.kv_bytes_per_token / GIB
 
     tightest = max(budgets, key=lambda b: need(b) - b.usable_gib)
     binding = min(budgets, key=lambda b: b.kv_tokens)
@@ -142,10 +152,14 @@ def plan(dep: Deployment) -> Placement:
     needs, has = need(tightest), tightest.usable_gib
     if fits:
         msg = (f"fits: KV capacity {capacity} tokens (limited by the {binding.role} GPU: needs {needs:.1f} GiB "
-               f"of {has:.1f} GiB for weights, reserve and {min_kv} KV tokens)")
+               f"of {has:.1f} GiB for weights, reserve"
+               + (f", linear-attention state of {dep.max_num_seqs} sequences" if tightest.state_gib else "")
+               + f" and {min_kv} KV tokens)")
     else:
         msg = (f"does not fit: needs {needs:.1f} GiB, has {has:.1f} GiB on the {tightest.role} GPU "
-               f"(weights {tightest.weights_gib:.1f} GiB + reserve {tightest.reserve_gib:.1f} GiB + KV for {min_kv} "
+               f"(weights {tightest.weights_gib:.1f} GiB + reserve {tightest.reserve_gib:.1f} GiB"
+               + (f" + linear-attention state of {dep.max_num_seqs} sequences {tightest.state_gib:.1f} GiB"
+                  if tightest.state_gib else "") + f" + KV for {min_kv} "
                f"tokens {min_kv * tightest.kv_bytes_per_token / GIB:.2f} GiB; usable = {gpu.memory_gb} GB x "
                f"{dep.gpu_memory_utilization})")
     return Placement(dep, fits, capacity, needs, has, msg, budgets, binding.role)
@@ -208,6 +222,18 @@ def validate(dep: Deployment) -> None:
                          f"got {dep.gpu_memory_utilization!r}")
     if dep.reserve_gib < 0:
         raise ValueError(f"deployment.reserve_gib: expected a number >= 0, got {dep.reserve_gib!r}")
+    if dep.max_num_seqs is not None and (isinstance(dep.max_num_seqs, bool) or not isinstance(dep.max_num_seqs, int)
+                                         or not 1 <= dep.max_num_seqs <= MAX_TOKENS_PER_REQUEST):
+        raise ValueError(f"deployment.max_num_seqs: expected an integer in [1, {MAX_TOKENS_PER_REQUEST}], "
+                         f"got {dep.max_num_seqs!r}")
+    for key in ("target", "drafter"):
+        name = getattr(dep, key)
+        spec = get_model(name) if name else None
+        if spec is not None and spec.linear_attention_layers and dep.max_num_seqs is None:
+            raise ValueError(f"deployment.max_num_seqs: required for {key} {name!r}: its "
+                             f"{spec.linear_attention_layers} linear-attention layers hold a recurrent state of "
+                             f"{spec.linear_state_bytes_per_seq / 2**20:.1f} MiB per running sequence; give the "
+                             "server's max_num_seqs (vLLM holds a state for each)")
     if dep.min_kv_tokens is not None and (isinstance(dep.min_kv_tokens, bool) or not isinstance(dep.min_kv_tokens, int)
                                           or not 0 <= dep.min_kv_tokens <= MAX_TOKENS_PER_REQUEST):
         raise ValueError(f"deployment.min_kv_tokens: expected an integer in [0, {MAX_TOKENS_PER_REQUEST}], "

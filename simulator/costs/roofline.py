@@ -153,11 +153,10 @@ class RooflineProfile:
                                            f"allreduce_latency_s={self.allreduce_latency_s}, floor_s={self.floor_s}, "
                                            f"overlap={self.overlap}, host_s={self.host_s}")
         m = self.model
-        kv_heads_per_gpu = -(-m.num_kv_heads // self.tp)  # ceil: replicated when kv heads < tp
         self.terms = RooflineTerms(
             flops_per_token=float(2.0 * m.matmul_params_per_token), flops_per_pair=float(m.attention_flops_per_pair()),
             peak_flops=float(self.tp * self.gpu.flops * self.mfu),
-            kv_bytes_per_token=float(2 * m.num_layers * kv_heads_per_gpu * m.head_dim * m.dtype_bytes),
+            kv_bytes_per_token=float(m.kv_bytes_per_token_gpu(self.tp)),  # KV heads split (MLA: replicated)
             bandwidth=float(self.gpu.bandwidth_bytes_s * self.bandwidth_util), tp=float(self.tp),
             allreduce_share=2.0 * (self.tp - 1) / self.tp, hidden_size=float(m.hidden_size),
             dtype_bytes=float(m.dtype_bytes), link_bytes_s=float(self.gpu.link_one_way_bytes_s),
@@ -167,10 +166,10 @@ class RooflineProfile:
     def weight_bytes_read(self, batched_tokens: int) -> float:
         """Weight bytes one step reads in all (MoE: only the experts its tokens are routed to)."""
         m = self.model
-        dense = m.read_weight_bytes - (0 if m.tie_word_embeddings else m.embedding_params * m.dtype_bytes)
+        dense = m.read_weight_bytes - (0 if m.tie_word_embeddings else m.embedding_params * m.weight_dtype_bytes)
         if not m.is_moe:
             return dense
-        experts = m.expert_params * m.dtype_bytes
+        experts = m.expert_params * m.weight_dtype_bytes
         touched = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** max(batched_tokens, 1)
         return dense - experts + experts * touched
 

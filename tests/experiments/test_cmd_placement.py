@@ -52,3 +52,15 @@ def test_drafter_step_times_are_the_draft_model_on_its_own_gpus(capsys):
     assert doc["roofline_drafter_step_s"]["decode_batch_16"] == pytest.approx(own.step_time(16, 16, 16 * 1024))
     assert _main(base + ["--drafter-tp", "1"]) == 0
     assert "roofline drafter step on 1x h100-80gb" in capsys.readouterr().out
+
+
+def test_a_linear_attention_target_needs_and_holds_max_num_seqs(capsys):
+    base = ["--target", "qwen3-next-80b-a3b", "--gpu", "h100-80gb", "--tp", "4"]
+    with pytest.raises(ValueError, match=r"deployment\.max_num_seqs: required"):
+        _main(base)
+    assert _main(base + ["--max-num-seqs", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "linear-attention state of 64 sequences" in out and "linear-attention state 0.6," in out  # 64 x 37.7 / 4
+    assert _main(base + ["--max-num-seqs", "64", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["gpus"][0]["state_gib"] == pytest.approx(64 * 39518208 / 4 / 2**30)

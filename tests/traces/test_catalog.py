@@ -92,6 +92,12 @@ def test_a_valid_small_catalog_loads(tmp_path):
     (lambda d: d.update(num_kv_heads=3), "tiny.num_kv_heads"),
     (lambda d: d.update(tie_word_embeddings="yes"), "tiny.tie_word_embeddings"),
     (lambda d: d.update(num_experts=4), "tiny.experts_per_token"),
+    (lambda d: d.update(kv_lora_rank=4, qk_nope_head_dim=2, v_head_dim=2), "tiny.qk_rope_head_dim"),
+    (lambda d: d.update(linear_attention_layers=1, linear_num_key_heads=1, linear_num_value_heads=1,
+                        linear_key_head_dim=2, linear_value_head_dim=2), "tiny.linear_conv_kernel_dim"),
+    (lambda d: d.update(linear_attention_layers=2), "tiny.linear_num_key_heads"),
+    (lambda d: d.update(first_k_dense_replace=1), "tiny.dense_intermediate_size"),
+    (lambda d: d.update(weight_dtype="fp7"), "tiny.weight_dtype"),
 ])
 def test_bad_model_entries_name_file_and_key(tmp_path, mutate, field):
     doc = _good_model()
