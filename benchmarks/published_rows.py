@@ -1,0 +1,142 @@
+"""Published real-GPU SD measurements kept as data (benchmarks/data/published_gpu_rows.yaml) and draftsim's
+serving-mode prediction of each from the row's own inputs.
+
+A row holds the measured output throughput without and with speculation (its speedup is their ratio, as its source
+computes it) and the setup: catalog model, GPU and tensor parallelism, concurrency and request count, mean lengths,
+the drafter (vLLM method, model, k) and the acceptance length the same source measured. draftsim replays it as the
+benchmark ran: `concurrency` closed-loop clients, `requests` requests of the row's mean lengths, acceptance i.i.d.
+at the rate whose expected tokens per step at k equal the stated length (traces/acceptance_levels.iid_rate), and
+speedup = SD over AR whole-run output throughput (first arrival to last completion, `vllm bench serve`'s
+"Output token throughput"). Inputs the source does not give are named per row in `borrowed`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from traces.config_base import StrictModel, error_lines
+from traces.errors import TraceFormatError
+
+ROWS_FILE = Path(__file__).resolve().parent / "data" / "published_gpu_rows.yaml"
+STEP_OVERHEAD_S = 0.00120683946  # the SpecDecode-Bench release's fitted per-step overhead (vLLM 0.10.1.1, H100)
+EAGLE_HEAD_PROFILE = "eagle3-llama3.1-8b-h100-specbench"  # the only public EAGLE-3 head fit (Llama-3.1-8B)
+MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's chunked-prefill token budget in the sources' server logs
+KV_CAPACITY_TOKENS = 1_000_000  # no row nears it: at most 32 requests of ~300 tokens each are resident
+
+
+class Drafter(StrictModel):
+    """The speculative method as the source ran it: vLLM's `method`, the draft model and k."""
+
+    method: Literal["draft_model", "eagle3"]
+    model: str
+    k: int = Field(ge=1, le=16)
+    tp: int | None = Field(None, ge=1)  # draft_model: the draft model's tensor parallelism (vLLM: the target's)
+
+
+class PublishedRow(StrictModel):
+    """One published measurement and the inputs draftsim replays it from."""
+
+    claim: str
+    source: str
+    model: str
+    gpu: str
+    tp: int = Field(ge=1)
+    dataset: str
+    concurrency: int = Field(ge=1)
+    requests: int = Field(ge=1)
+    prompt_tokens: int = Field(ge=1)
+    output_tokens: int = Field(ge=2)
+    drafter: Drafter
+    acceptance_length: float = Field(ge=1)
+    throughput_ar_tok_s: float = Field(gt=0)
+    throughput_sd_tok_s: float = Field(gt=0)
+    borrowed: list[str] = Field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        """The measured speedup: SD over AR output throughput."""
+        return self.throughput_sd_tok_s / self.throughput_ar_tok_s
+
+
+class RowsFile(StrictModel):
+    rows: list[PublishedRow] = Field(min_length=1)
+
+
+def load_rows(path: str | Path = ROWS_FILE) -> list[PublishedRow]:
+    """The rows of a data file; a bad file raises TraceFormatError naming the file and the key."""
+    from traces.catalog import get_gpu, get_model
+    from traces.parsing import load_yaml_file
+
+    doc = load_yaml_file(path)
+    if not isinstance(doc, dict):
+        raise TraceFormatError(str(path), f"expected a mapping with key 'rows', got {type(doc).__name__}")
+    try:
+        rows = RowsFile.model_validate(doc).rows
+    except ValidationError as e:
+        loc, msg = error_lines(e, model=RowsFile)[0]
+        raise TraceFormatError(str(path), msg, field=loc) from None
+    for i, r in enumerate(rows):
+        for key, lookup in (("model", get_model), ("gpu", get_gpu)):
+            try:
+                lookup(getattr(r, key))
+            except (KeyError, ValueError) as e:
+                raise TraceFormatError(str(path), f"not in the catalog: {e}", field=f"rows[{i}].{key}") from None
+        if r.drafter.method == "draft_model":
+            try:
+                get_model(r.drafter.model)
+            except (KeyError, ValueError) as e:
+                raise TraceFormatError(str(path), f"a draft_model drafter must be a catalog model: {e}",
+                                       field=f"rows[{i}].drafter.model") from None
+        if r.acceptance_length > r.drafter.k + 1:
+            raise TraceFormatError(str(path), f"acceptance length {r.acceptance_length} exceeds k + 1 = "
+                                   f"{r.drafter.k + 1}", field=f"rows[{i}].acceptance_length")
+    return rows
+
+
+def drafter_cost(row: PublishedRow) -> dict[str, Any]:
+    """The drafter's price: a draft model by the catalog roofline on the row's GPU at its tensor parallelism
+    (vLLM's default: the target's); an EAGLE-3 head by the 8B release's fit (borrowed: no other head fit is public)."""
+    d = row.drafter
+    if d.method == "draft_model":
+        return {"kind": "autoregressive", "profile": {"kind": "roofline", "model": d.model, "gpu": row.gpu,
+                                                      "tp": d.tp or row.tp}}
+    return {"kind": "whole_proposal", "profile": EAGLE_HEAD_PROFILE}
+
+
+def row_config(row: PublishedRow, target: Any, seed: int = 0) -> dict[str, Any]:
+    """The experiment that replays `row` with `target` as the target's profile: AR and SD at the row's k."""
+    from traces.acceptance_levels import iid_rate
+
+    d = row.drafter
+    rate = iid_rate(row.acceptance_length, d.k)
+    return {
+        "name": "published-row", "seed": seed,
+        "traces": {"synthetic": {
+            "target": row.model, "dataset": row.dataset, "num_requests": row.requests,
+            "description": f"{row.claim}: mean lengths, i.i.d. acceptance at the stated length",
+            "drafters": {"d": {"kind": "draft_model" if d.method == "draft_model" else "eagle",
+                               "cost_model": d.model}},
+            "categories": {"all": {"weight": 1.0,
+                                   "prompt": {"dist": "constant", "value": row.prompt_tokens},
+                                   "output": {"dist": "constant", "value": row.output_tokens},
+                                   "acceptance": {"d": {"model": "iid", "rate": rate, "max_acc": d.k + 1}}}}}},
+        "workload": {"num_requests": row.requests, "arrival": {"kind": "closed_loop", "clients": row.concurrency}},
+        "server": {"target_profile": target, "step_overhead_s": STEP_OVERHEAD_S,
+                   "max_num_seqs": max(256, row.concurrency), "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+                   "block_size": 16, "kv_capacity_tokens": KV_CAPACITY_TOKENS, "num_target_gpus": row.tp},
+        "drafters": {"d": drafter_cost(row)},
+        "runs": [{"name": "AR", "mode": "ar"},
+                 {"name": "SD", "mode": "sd", "policy": {"name": "fixed", "drafter": "d", "k": d.k}}],
+        "baseline": "AR",
+    }
+
+
+def predicted_speedup(row: PublishedRow, target: Any, seed: int = 0) -> float:
+    """draftsim's speedup for `row`: SD over AR whole-run output throughput."""
+    from experiments.run import run_experiment
+
+    res = run_experiment(row_config(row, target, seed), plots=False)
+    ar, sd = res.summary["AR"]["throughput_tok_s"], res.summary["SD"]["throughput_tok_s"]
+    return sd / ar
