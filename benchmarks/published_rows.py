@@ -53,6 +53,7 @@ class PublishedRow(StrictModel):
     throughput_ar_tok_s: float = Field(gt=0)
     throughput_sd_tok_s: float = Field(gt=0)
     borrowed: list[str] = Field(default_factory=list)
+    note: str = ""  # what explains a disagreement: the input the source does not give
 
     @property
     def speedup(self) -> float:
@@ -95,18 +96,21 @@ def load_rows(path: str | Path = ROWS_FILE) -> list[PublishedRow]:
     return rows
 
 
-def drafter_cost(row: PublishedRow) -> dict[str, Any]:
+def drafter_cost(row: PublishedRow, bandwidth_util: float | None = None) -> dict[str, Any]:
     """The drafter's price: a draft model by the catalog roofline on the row's GPU at its tensor parallelism
-    (vLLM's default: the target's); an EAGLE-3 head by the 8B release's fit (borrowed: no other head fit is public)."""
+    (vLLM's default: the target's; `bandwidth_util` as the target's when given); an EAGLE-3 head by the 8B
+    release's fit (borrowed: no other head fit is public)."""
     d = row.drafter
     if d.method == "draft_model":
-        return {"kind": "autoregressive", "profile": {"kind": "roofline", "model": d.model, "gpu": row.gpu,
-                                                      "tp": d.tp or row.tp}}
+        prof = {"kind": "roofline", "model": d.model, "gpu": row.gpu, "tp": d.tp or row.tp}
+        return {"kind": "autoregressive", "profile": prof if bandwidth_util is None
+                else {**prof, "bandwidth_util": bandwidth_util}}
     return {"kind": "whole_proposal", "profile": EAGLE_HEAD_PROFILE}
 
 
-def row_config(row: PublishedRow, target: Any, seed: int = 0) -> dict[str, Any]:
-    """The experiment that replays `row` with `target` as the target's profile: AR and SD at the row's k."""
+def row_config(row: PublishedRow, target: Any, seed: int = 0, drafter_bandwidth_util: float | None = None,
+               sd: bool = True) -> dict[str, Any]:
+    """The experiment that replays `row` with `target` as the target's profile: AR and (`sd`) SD at the row's k."""
     from traces.acceptance_levels import iid_rate
 
     d = row.drafter
@@ -126,17 +130,48 @@ def row_config(row: PublishedRow, target: Any, seed: int = 0) -> dict[str, Any]:
         "server": {"target_profile": target, "step_overhead_s": STEP_OVERHEAD_S,
                    "max_num_seqs": max(256, row.concurrency), "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
                    "block_size": 16, "kv_capacity_tokens": KV_CAPACITY_TOKENS, "num_target_gpus": row.tp},
-        "drafters": {"d": drafter_cost(row)},
-        "runs": [{"name": "AR", "mode": "ar"},
-                 {"name": "SD", "mode": "sd", "policy": {"name": "fixed", "drafter": "d", "k": d.k}}],
+        "drafters": {"d": drafter_cost(row, drafter_bandwidth_util)},
+        "runs": [{"name": "AR", "mode": "ar"}] + ([{"name": "SD", "mode": "sd",
+                                                    "policy": {"name": "fixed", "drafter": "d", "k": d.k}}] if sd else []),
         "baseline": "AR",
     }
 
 
-def predicted_speedup(row: PublishedRow, target: Any, seed: int = 0) -> float:
+def predicted_speedup(row: PublishedRow, target: Any, seed: int = 0,
+                      drafter_bandwidth_util: float | None = None) -> float:
     """draftsim's speedup for `row`: SD over AR whole-run output throughput."""
     from experiments.run import run_experiment
 
-    res = run_experiment(row_config(row, target, seed), plots=False)
+    res = run_experiment(row_config(row, target, seed, drafter_bandwidth_util), plots=False)
     ar, sd = res.summary["AR"]["throughput_tok_s"], res.summary["SD"]["throughput_tok_s"]
     return sd / ar
+
+
+def ar_throughput(row: PublishedRow, target: Any, seed: int = 0) -> float:
+    """draftsim's AR whole-run output throughput for `row`'s workload."""
+    from experiments.run import run_experiment
+
+    return run_experiment(row_config(row, target, seed, sd=False), plots=False).summary["AR"]["throughput_tok_s"]
+
+
+def ar_matched_bandwidth_util(row: PublishedRow, seed: int = 0, rel_tol: float = 0.002, max_iter: int = 8) -> float:
+    """The roofline `bandwidth_util` at which draftsim's AR throughput equals the row's measured AR throughput
+    (secant steps on log throughput against log util, from the stated default 0.8). One number fitted to the
+    source's own baseline run: the SD figure is then a prediction of the speedup given the baseline's speed."""
+    import math
+
+    def log_gap(u: float) -> float:
+        t = {"kind": "roofline", "model": row.model, "gpu": row.gpu, "tp": row.tp, "bandwidth_util": u}
+        return math.log(ar_throughput(row, t, seed) / row.throughput_ar_tok_s)
+
+    u0, g0 = 0.8, log_gap(0.8)
+    u1 = min(1.0, u0 * math.exp(-g0))
+    for _ in range(max_iter):
+        g1 = log_gap(u1)
+        if abs(g1) < rel_tol:
+            return u1
+        slope = (g1 - g0) / (math.log(u1) - math.log(u0)) if u1 != u0 else 1.0
+        u0, g0 = u1, g1
+        u1 = min(1.0, u1 * math.exp(-g1 / (slope if slope > 0.05 else 1.0)))
+    raise RuntimeError(f"{row.claim}: no bandwidth_util in (0, 1] matches the measured AR throughput "
+                       f"{row.throughput_ar_tok_s} tok/s within {rel_tol:.1%} after {max_iter} steps")
