@@ -158,7 +158,8 @@ def data_rows(path: str | Path | None, seed: int) -> list[Row]:
     own concurrency, requests, lengths, drafter and stated acceptance (benchmarks/published_rows.py)."""
     import tempfile
 
-    from benchmarks.published_rows import ROWS_FILE, ar_matched_bandwidth_util, load_rows, predicted_speedup
+    from benchmarks.published_rows import (ROWS_FILE, aiconfigurator_speedup, ar_matched_bandwidth_util, load_rows,
+                                           predicted_speedup)
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="published-rows-") as tmp:
@@ -177,8 +178,8 @@ def data_rows(path: str | Path | None, seed: int) -> list[Row]:
             r.predicted[f"roofline, bandwidth_util {u:.2f} fitted to its AR run"] = predicted_speedup(
                 p, {"kind": "roofline", "model": p.model, "gpu": p.gpu, "tp": p.tp, "bandwidth_util": u}, seed,
                 drafter_bandwidth_util=u)
-            r.aiconfigurator = (f"none: {d.method} is outside its speculative path (aiconfigurator-core 0.12.0 "
-                                "models MTP heads only, --nextn)")
+            aic, how = aiconfigurator_speedup(p)
+            r.aiconfigurator = how if aic is None else f"{how}, error {100.0 * (aic / p.speedup - 1.0):+.0f}%"
             rows.append(r)
     return rows
 

@@ -175,3 +175,37 @@ def ar_matched_bandwidth_util(row: PublishedRow, seed: int = 0, rel_tol: float =
         u1 = min(1.0, u1 * math.exp(-g1 / (slope if slope > 0.05 else 1.0)))
     raise RuntimeError(f"{row.claim}: no bandwidth_util in (0, 1] matches the measured AR throughput "
                        f"{row.throughput_ar_tok_s} tok/s within {rel_tol:.1%} after {max_iter} steps")
+
+
+# aiconfigurator-core's model configs by catalog name (Llama-3.3-70B has Llama-3.1-70B's architecture)
+AIC_MODELS = {"llama3.1-8b": "meta-llama/Meta-Llama-3.1-8B", "llama3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+              "llama3.3-70b": "meta-llama/Meta-Llama-3.1-70B"}
+AIC_VERSION = "0.24.0"  # the vLLM version of its h100_sxm tables that calibration/op_profile.py uses
+
+
+def aiconfigurator_speedup(row: PublishedRow) -> tuple[float | None, str]:
+    """AIConfigurator's own speedup for `row` and how it was made, or None and why it cannot make one.
+
+    aiconfigurator-core 0.12.0 models speculation only as MTP: `nextn` extra decoder layers of the target's shape
+    per decode iteration, the accepted tokens applied above it. An EAGLE-3 head is one such layer run k times, so
+    an EAGLE-3 row is priced as nextn = k: speedup = acceptance length x t_decode(nextn 0) / t_decode(nextn k), at
+    the row's concurrency and mean lengths. A separate draft model is outside that path."""
+    from calibration.op_profile import SYSTEMS
+
+    if row.drafter.method != "eagle3":
+        return None, f"none: a separate {row.drafter.method} drafter is outside its speculative path (MTP only)"
+    if row.model not in AIC_MODELS or row.gpu not in SYSTEMS:
+        return None, f"none: no aiconfigurator-core model config or system for {row.model} on {row.gpu}"
+    try:
+        from aiconfigurator_core.sdk.engine import EngineHandle
+    except ModuleNotFoundError:
+        return None, "not run: aiconfigurator-core is not installed (optional extra `aiconfigurator`)"
+
+    def step(nextn: int) -> float:
+        h = EngineHandle.compile(AIC_MODELS[row.model], SYSTEMS[row.gpu], "vllm", backend_version=AIC_VERSION,
+                                 tp_size=row.tp, nextn=nextn)
+        return h.decode_step_latency(row.concurrency, row.prompt_tokens, row.output_tokens)
+
+    s = row.acceptance_length * step(0) / step(row.drafter.k)
+    return s, (f"{s:.2f}x (aiconfigurator-core 0.12.0, vLLM {AIC_VERSION} {SYSTEMS[row.gpu]} tables, "
+               f"{AIC_MODELS[row.model]}, EAGLE head as nextn = {row.drafter.k})")

@@ -112,3 +112,16 @@ def test_table_has_the_aiconfigurator_column():
 
 def test_rows_file_is_the_shipped_one():
     assert ROWS_FILE.is_file() and ROWS_FILE.parent.name == "data"
+
+
+def test_aiconfigurator_prices_eagle_rows_only_and_never_beyond_the_acceptance_length():
+    from benchmarks.published_rows import aiconfigurator_speedup
+
+    s, how = aiconfigurator_speedup(_tiny())
+    assert s is None and "draft_model" in how
+    pytest.importorskip("aiconfigurator_core")
+    for r in load_rows():
+        if r.drafter.method == "eagle3":
+            s, how = aiconfigurator_speedup(r)
+            # speedup = AL x t(nextn 0) / t(nextn k), and k extra layers never make a step cheaper
+            assert 1.0 < s <= r.acceptance_length and f"nextn = {r.drafter.k}" in how
