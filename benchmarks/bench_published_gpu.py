@@ -21,8 +21,9 @@ fitted `host_s` (docs/accuracy.md).
 `--published-rows` adds the rows kept as data in benchmarks/data/published_gpu_rows.yaml (other sources' vLLM
 measurements, each with its own inputs; benchmarks/published_rows.py replays them), priced by the catalog roofline,
 the roofline with `overlap: op`, the measured-ops profile (when aiconfigurator-core is installed) and the roofline
-whose `bandwidth_util` is fitted to the row's own measured AR throughput. Every row also states AIConfigurator's own
-prediction or why it cannot make one (its speculative path models MTP heads only).
+whose `bandwidth_util` is fitted to the row's own measured AR throughput. Each of those rows also states
+AIConfigurator's own prediction (aiconfigurator-core's step model; an EAGLE-3 head as k MTP layers) or why it cannot
+make one (a separate draft model is outside its speculative path).
 
 Run from the repository root: `python -m benchmarks.bench_published_gpu [--requests N] [--serving]
 [--published-rows] [--per-batch N] [--min-requests N] [--seed S] [--json OUT] [--markdown]`. Prints the table;
@@ -54,7 +55,7 @@ class Row:
     inputs: str = ""
     borrowed: list[str] = field(default_factory=list)
     note: str = ""
-    aiconfigurator: str = "not run: its speculative path (aiconfigurator-core 0.12.0, --nextn) models MTP heads only"
+    aiconfigurator: str = "not computed for this row"  # AIConfigurator's own figure, or why there is none
 
     def errors(self) -> dict[str, float]:
         """Error of each prediction: for a speedup, percent of the published figure; for a figure that is itself a
