@@ -169,16 +169,18 @@ def data_rows(path: str | Path | None, seed: int) -> list[Row]:
             r = Row(p.claim, p.source, round(p.speedup, 4), "x", borrowed=list(p.borrowed), note=p.note,
                     inputs=f"{p.model} TP {p.tp} on {p.gpu}, {d.method} {d.model} k = {d.k}, {p.dataset}, concurrency "
                            f"{p.concurrency}, {p.requests} requests of {p.prompt_tokens} + {p.output_tokens} tokens, "
-                           f"acceptance length {p.acceptance_length} (i.i.d.), measured {p.throughput_ar_tok_s} -> "
-                           f"{p.throughput_sd_tok_s} tok/s")
+                           f"acceptance length {p.acceptance_length} (i.i.d.), {p.engine}, measured "
+                           + (f"{p.throughput_ar_tok_s} -> {p.throughput_sd_tok_s} tok/s" if p.stated_speedup is None
+                              else f"speedup {p.stated_speedup}x (no throughputs published)"))
             r.predicted["roofline"] = predicted_speedup(p, {"kind": "roofline", "model": p.model, "gpu": p.gpu,
                                                            "tp": p.tp}, seed)
             for label, t in serving_targets(p.model, p.tp, Path(tmp), p.gpu).items():
                 r.predicted[label] = predicted_speedup(p, t, seed)
-            u = ar_matched_bandwidth_util(p, seed)
-            r.predicted[f"roofline, bandwidth_util {u:.2f} fitted to its AR run"] = predicted_speedup(
-                p, {"kind": "roofline", "model": p.model, "gpu": p.gpu, "tp": p.tp, "bandwidth_util": u}, seed,
-                drafter_bandwidth_util=u)
+            if p.throughput_ar_tok_s is not None:
+                u = ar_matched_bandwidth_util(p, seed)
+                r.predicted[f"roofline, bandwidth_util {u:.2f} fitted to its AR run"] = predicted_speedup(
+                    p, {"kind": "roofline", "model": p.model, "gpu": p.gpu, "tp": p.tp, "bandwidth_util": u}, seed,
+                    drafter_bandwidth_util=u)
             aic, how = aiconfigurator_speedup(p)
             r.aiconfigurator = how if aic is None else f"{how}, error {100.0 * (aic / p.speedup - 1.0):+.0f}%"
             rows.append(r)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from traces.config_base import StrictModel, error_lines
 from traces.errors import TraceFormatError
@@ -29,7 +29,7 @@ KV_CAPACITY_TOKENS = 1_000_000  # no row nears it: at most 32 requests of ~300 t
 class Drafter(StrictModel):
     """The speculative method as the source ran it: vLLM's `method`, the draft model and k."""
 
-    method: Literal["draft_model", "eagle3"]
+    method: Literal["draft_model", "eagle", "eagle3"]
     model: str
     k: int = Field(ge=1, le=16)
     tp: int | None = Field(None, ge=1)  # draft_model: the draft model's tensor parallelism (vLLM: the target's)
@@ -50,14 +50,29 @@ class PublishedRow(StrictModel):
     output_tokens: int = Field(ge=2)
     drafter: Drafter
     acceptance_length: float = Field(ge=1)
-    throughput_ar_tok_s: float = Field(gt=0)
-    throughput_sd_tok_s: float = Field(gt=0)
+    engine: Literal["vllm", "sglang"] = "vllm"  # the serving engine the source measured
+    throughput_ar_tok_s: float | None = Field(None, gt=0)
+    throughput_sd_tok_s: float | None = Field(None, gt=0)
+    stated_speedup: float | None = Field(None, gt=0)  # only where the source gives no throughputs
     borrowed: list[str] = Field(default_factory=list)
     note: str = ""  # what explains a disagreement: the input the source does not give
 
+    @model_validator(mode="after")
+    def _one_measurement(self) -> "PublishedRow":
+        both = self.throughput_ar_tok_s is not None and self.throughput_sd_tok_s is not None
+        either = self.throughput_ar_tok_s is not None or self.throughput_sd_tok_s is not None
+        if either and not both:
+            raise ValueError("give both throughput_ar_tok_s and throughput_sd_tok_s, or neither")
+        if both == (self.stated_speedup is not None):
+            raise ValueError("give either the two throughputs or stated_speedup (when the source gives no "
+                             "throughputs), not both")
+        return self
+
     @property
     def speedup(self) -> float:
-        """The measured speedup: SD over AR output throughput."""
+        """The measured speedup: SD over AR output throughput, or the source's stated figure."""
+        if self.stated_speedup is not None:
+            return self.stated_speedup
         return self.throughput_sd_tok_s / self.throughput_ar_tok_s
 
 
@@ -98,8 +113,8 @@ def load_rows(path: str | Path = ROWS_FILE) -> list[PublishedRow]:
 
 def drafter_cost(row: PublishedRow, bandwidth_util: float | None = None) -> dict[str, Any]:
     """The drafter's price: a draft model by the catalog roofline on the row's GPU at its tensor parallelism
-    (vLLM's default: the target's; `bandwidth_util` as the target's when given); an EAGLE-3 head by the 8B
-    release's fit (borrowed: no other head fit is public)."""
+    (vLLM's default: the target's; `bandwidth_util` as the target's when given); an EAGLE or EAGLE-3 head by the
+    8B release's EAGLE-3 fit (borrowed: no other head fit is public)."""
     d = row.drafter
     if d.method == "draft_model":
         prof = {"kind": "roofline", "model": d.model, "gpu": row.gpu, "tp": d.tp or row.tp}
@@ -160,6 +175,9 @@ def ar_matched_bandwidth_util(row: PublishedRow, seed: int = 0, rel_tol: float =
     source's own baseline run: the SD figure is then a prediction of the speedup given the baseline's speed."""
     import math
 
+    if row.throughput_ar_tok_s is None:
+        raise ValueError(f"{row.claim}: the source gives no AR throughput to fit the bandwidth to")
+
     def log_gap(u: float) -> float:
         t = {"kind": "roofline", "model": row.model, "gpu": row.gpu, "tp": row.tp, "bandwidth_util": u}
         return math.log(ar_throughput(row, t, seed) / row.throughput_ar_tok_s)
@@ -179,20 +197,22 @@ def ar_matched_bandwidth_util(row: PublishedRow, seed: int = 0, rel_tol: float =
 
 # aiconfigurator-core's model configs by catalog name (Llama-3.3-70B has Llama-3.1-70B's architecture)
 AIC_MODELS = {"llama3.1-8b": "meta-llama/Meta-Llama-3.1-8B", "llama3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
-              "llama3.3-70b": "meta-llama/Meta-Llama-3.1-70B"}
-AIC_VERSION = "0.24.0"  # the vLLM version of its h100_sxm tables that calibration/op_profile.py uses
+              "llama3.3-70b": "meta-llama/Meta-Llama-3.1-70B", "qwen3-8b": "Qwen/Qwen3-8B"}
+# the table versions used per engine: vLLM's is the one calibration/op_profile.py uses; SGLang's is h100_sxm's
+# "current" slot (0.5.14; the older 0.5.6.post2 set is outside its queryable slots)
+AIC_VERSIONS = {"vllm": "0.24.0", "sglang": "0.5.14"}
 
 
 def aiconfigurator_speedup(row: PublishedRow) -> tuple[float | None, str]:
     """AIConfigurator's own speedup for `row` and how it was made, or None and why it cannot make one.
 
     aiconfigurator-core 0.12.0 models speculation only as MTP: `nextn` extra decoder layers of the target's shape
-    per decode iteration, the accepted tokens applied above it. An EAGLE-3 head is one such layer run k times, so
-    an EAGLE-3 row is priced as nextn = k: speedup = acceptance length x t_decode(nextn 0) / t_decode(nextn k), at
+    per decode iteration, the accepted tokens applied above it. An EAGLE head is one such layer run k times, so
+    an EAGLE row is priced as nextn = k: speedup = acceptance length x t_decode(nextn 0) / t_decode(nextn k), at
     the row's concurrency and mean lengths. A separate draft model is outside that path."""
     from calibration.op_profile import SYSTEMS
 
-    if row.drafter.method != "eagle3":
+    if row.drafter.method not in ("eagle", "eagle3"):
         return None, f"none: a separate {row.drafter.method} drafter is outside its speculative path (MTP only)"
     if row.model not in AIC_MODELS or row.gpu not in SYSTEMS:
         return None, f"none: no aiconfigurator-core model config or system for {row.model} on {row.gpu}"
@@ -202,10 +222,10 @@ def aiconfigurator_speedup(row: PublishedRow) -> tuple[float | None, str]:
         return None, "not run: aiconfigurator-core is not installed (optional extra `aiconfigurator`)"
 
     def step(nextn: int) -> float:
-        h = EngineHandle.compile(AIC_MODELS[row.model], SYSTEMS[row.gpu], "vllm", backend_version=AIC_VERSION,
-                                 tp_size=row.tp, nextn=nextn)
+        h = EngineHandle.compile(AIC_MODELS[row.model], SYSTEMS[row.gpu], row.engine,
+                                 backend_version=AIC_VERSIONS[row.engine], tp_size=row.tp, nextn=nextn)
         return h.decode_step_latency(row.concurrency, row.prompt_tokens, row.output_tokens)
 
     s = row.acceptance_length * step(0) / step(row.drafter.k)
-    return s, (f"{s:.2f}x (aiconfigurator-core 0.12.0, vLLM {AIC_VERSION} {SYSTEMS[row.gpu]} tables, "
+    return s, (f"{s:.2f}x (aiconfigurator-core 0.12.0, {row.engine} {AIC_VERSIONS[row.engine]} {SYSTEMS[row.gpu]} tables, "
                f"{AIC_MODELS[row.model]}, EAGLE head as nextn = {row.drafter.k})")

@@ -125,3 +125,21 @@ def test_aiconfigurator_prices_eagle_rows_only_and_never_beyond_the_acceptance_l
             s, how = aiconfigurator_speedup(r)
             # speedup = AL x t(nextn 0) / t(nextn k), and k extra layers never make a step cheaper
             assert 1.0 < s <= r.acceptance_length and f"nextn = {r.drafter.k}" in how
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"stated_speedup": 2.0}, "not both"),
+    ({"throughput_sd_tok_s": None}, "or neither"),
+])
+def test_a_row_gives_throughputs_or_a_stated_speedup(extra, words):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=words):
+        _tiny(**extra)
+
+
+def test_a_stated_speedup_row_has_no_ar_run_to_fit():
+    row = _tiny(throughput_ar_tok_s=None, throughput_sd_tok_s=None, stated_speedup=1.65)
+    assert row.speedup == 1.65
+    with pytest.raises(ValueError, match="no AR throughput"):
+        ar_matched_bandwidth_util(row)
