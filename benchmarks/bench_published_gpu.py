@@ -92,7 +92,7 @@ def _roofline_costs(model: str, tp: int):
 
 
 ROOFLINE_OP_HOST_S = 0.000842  # fitted to the release's 8B/H100 fit (benchmarks/bench_measured_ops.py)
-STEP_OVERHEAD_S = 0.00120683946  # the release's fitted per-step overhead (experiments/configs/default.yaml)
+from simulator.reproductions.specbench import STEP_OVERHEAD_S  # noqa: E402  the release's fitted per-step overhead
 KV_CAPACITY_TOKENS = 430000  # as experiments/configs/default.yaml (8B on one H100); no request set here nears it
 
 

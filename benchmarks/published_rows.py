@@ -2,8 +2,9 @@
 serving-mode prediction of each from the row's own inputs.
 
 A row holds the measured output throughput without and with speculation (its speedup is their ratio, as its source
-computes it) and the setup: catalog model, GPU and tensor parallelism, concurrency and request count, mean lengths,
-the drafter (vLLM method, model, k) and the acceptance length the same source measured. draftsim replays it as the
+computes it; a source that publishes only the speedup states it) and the setup: serving engine, catalog model, GPU
+and tensor parallelism, concurrency and request count, mean lengths, the drafter (vLLM method, model, k) and the
+acceptance length the same source measured. draftsim replays it as the
 benchmark ran: `concurrency` closed-loop clients, `requests` requests of the row's mean lengths, acceptance i.i.d.
 at the rate whose expected tokens per step at k equal the stated length (traces/acceptance_levels.iid_rate), and
 speedup = SD over AR whole-run output throughput (first arrival to last completion, `vllm bench serve`'s
@@ -16,12 +17,12 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from simulator.reproductions.specbench import EAGLE_DRAFT_PROFILE as EAGLE_HEAD_PROFILE  # the only public head fit
+from simulator.reproductions.specbench import STEP_OVERHEAD_S  # the release's fitted per-step overhead (vLLM 0.10.1)
 from traces.config_base import StrictModel, error_lines
 from traces.errors import TraceFormatError
 
 ROWS_FILE = Path(__file__).resolve().parent / "data" / "published_gpu_rows.yaml"
-STEP_OVERHEAD_S = 0.00120683946  # the SpecDecode-Bench release's fitted per-step overhead (vLLM 0.10.1.1, H100)
-EAGLE_HEAD_PROFILE = "eagle3-llama3.1-8b-h100-specbench"  # the only public EAGLE-3 head fit (Llama-3.1-8B)
 MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's chunked-prefill token budget in the sources' server logs
 KV_CAPACITY_TOKENS = 1_000_000  # no row nears it: at most 32 requests of ~300 tokens each are resident
 
