@@ -18,9 +18,16 @@ compatibility mode (simulator/reproductions/specbench.py: closed batches of B co
 calibration/op_profile.py (when aiconfigurator-core is installed) and the roofline with `overlap: op` and its
 fitted `host_s` (docs/accuracy.md).
 
+`--published-rows` adds the rows kept as data in benchmarks/data/published_gpu_rows.yaml (other sources' vLLM
+measurements, each with its own inputs; benchmarks/published_rows.py replays them), priced by the catalog roofline,
+the roofline with `overlap: op`, the measured-ops profile (when aiconfigurator-core is installed) and the roofline
+whose `bandwidth_util` is fitted to the row's own measured AR throughput. Each of those rows also states
+AIConfigurator's own prediction (aiconfigurator-core's step model; an EAGLE-3 head as k MTP layers) or why it cannot
+make one (a separate draft model is outside its speculative path).
+
 Run from the repository root: `python -m benchmarks.bench_published_gpu [--requests N] [--serving]
-[--per-batch N] [--min-requests N] [--seed S] [--json OUT] [--markdown]`. Prints the table; asserts nothing. Figures are simulated
-(not timed).
+[--published-rows] [--per-batch N] [--min-requests N] [--seed S] [--json OUT] [--markdown]`. Prints the table;
+asserts nothing. Figures are simulated (not timed).
 """
 from __future__ import annotations
 
@@ -48,6 +55,7 @@ class Row:
     inputs: str = ""
     borrowed: list[str] = field(default_factory=list)
     note: str = ""
+    aiconfigurator: str = "not computed for this row"  # AIConfigurator's own figure, or why there is none
 
     def errors(self) -> dict[str, float]:
         """Error of each prediction: for a speedup, percent of the published figure; for a figure that is itself a
@@ -84,7 +92,7 @@ def _roofline_costs(model: str, tp: int):
 
 
 ROOFLINE_OP_HOST_S = 0.000842  # fitted to the release's 8B/H100 fit (benchmarks/bench_measured_ops.py)
-STEP_OVERHEAD_S = 0.00120683946  # the release's fitted per-step overhead (experiments/configs/default.yaml)
+from simulator.reproductions.specbench import STEP_OVERHEAD_S  # noqa: E402  the release's fitted per-step overhead
 KV_CAPACITY_TOKENS = 430000  # as experiments/configs/default.yaml (8B on one H100); no request set here nears it
 
 
@@ -125,25 +133,58 @@ def serving_speedup(bundle: Path, batch: int, target: Any, requests: int, seed: 
     return sd["steady_throughput_tok_s"] / ar["steady_throughput_tok_s"]
 
 
-def serving_targets(model: str, tp: int, folder: Path) -> dict[str, Any]:
-    """Target profiles of the serving rows: the release fit (8B only), the measured-ops profile (when
+def serving_targets(model: str, tp: int, folder: Path, gpu: str = "h100-80gb") -> dict[str, Any]:
+    """Target profiles of the serving rows: the release fit (8B on H100 only), the measured-ops profile (when
     aiconfigurator-core is installed) and the roofline with `overlap: op`."""
     out: dict[str, Any] = {}
-    if model == "llama3.1-8b":
+    if model == "llama3.1-8b" and gpu == "h100-80gb":
         out["release fits"] = "llama3.1-8b-h100-specbench"
     try:
         from calibration.op_profile import build_profile
         from simulator.costs.latency import save_profile
 
-        path = folder / f"{model}-tp{tp}-ops.yaml"
+        path = folder / f"{model}-{gpu}-tp{tp}-ops.yaml"
         if not path.exists():
-            save_profile(build_profile(model, "h100-80gb", tp=tp, version="0.24.0"), path)
+            save_profile(build_profile(model, gpu, tp=tp, version="0.24.0"), path)
         out["measured-ops profile"] = str(path)
     except ModuleNotFoundError:
         print("measured-ops serving variant skipped: aiconfigurator-core is not installed")
-    out["roofline op"] = {"kind": "roofline", "model": model, "gpu": "h100-80gb", "tp": tp, "overlap": "op",
+    out["roofline op"] = {"kind": "roofline", "model": model, "gpu": gpu, "tp": tp, "overlap": "op",
                           "host_s": ROOFLINE_OP_HOST_S}
     return out
+
+
+def data_rows(path: str | Path | None, seed: int) -> list[Row]:
+    """The rows kept as data (benchmarks/data/published_gpu_rows.yaml), each replayed in serving mode with its
+    own concurrency, requests, lengths, drafter and stated acceptance (benchmarks/published_rows.py)."""
+    import tempfile
+
+    from benchmarks.published_rows import (ROWS_FILE, aiconfigurator_speedup, ar_matched_bandwidth_util, load_rows,
+                                           predicted_speedup)
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="published-rows-") as tmp:
+        for p in load_rows(path or ROWS_FILE):
+            d = p.drafter
+            r = Row(p.claim, p.source, round(p.speedup, 4), "x", borrowed=list(p.borrowed), note=p.note,
+                    inputs=f"{p.model} TP {p.tp} on {p.gpu}, {d.method} {d.model} k = {d.k}, {p.dataset}, concurrency "
+                           f"{p.concurrency}, {p.requests} requests of {p.prompt_tokens} + {p.output_tokens} tokens, "
+                           f"acceptance length {p.acceptance_length} (i.i.d.), {p.engine}, measured "
+                           + (f"{p.throughput_ar_tok_s} -> {p.throughput_sd_tok_s} tok/s" if p.stated_speedup is None
+                              else f"speedup {p.stated_speedup}x (no throughputs published)"))
+            r.predicted["roofline"] = predicted_speedup(p, {"kind": "roofline", "model": p.model, "gpu": p.gpu,
+                                                           "tp": p.tp}, seed)
+            for label, t in serving_targets(p.model, p.tp, Path(tmp), p.gpu).items():
+                r.predicted[label] = predicted_speedup(p, t, seed)
+            if p.throughput_ar_tok_s is not None:
+                u = ar_matched_bandwidth_util(p, seed)
+                r.predicted[f"roofline, bandwidth_util {u:.2f} fitted to its AR run"] = predicted_speedup(
+                    p, {"kind": "roofline", "model": p.model, "gpu": p.gpu, "tp": p.tp, "bandwidth_util": u}, seed,
+                    drafter_bandwidth_util=u)
+            aic, how = aiconfigurator_speedup(p)
+            r.aiconfigurator = how if aic is None else f"{how}, error {100.0 * (aic / p.speedup - 1.0):+.0f}%"
+            rows.append(r)
+    return rows
 
 
 def serving_rows(rows: list[Row], per_batch: int, min_requests: int, seed: int) -> None:
@@ -267,18 +308,19 @@ def fmt(x: float, unit: str) -> str:
 
 
 def table(rows: list[Row], markdown: bool = False) -> str:
-    lines = ["| published measurement | source | measured | draftsim (inputs) | error | borrowed inputs |",
-             "|---|---|---:|---|---:|---|"] if markdown else []
+    lines = ["| published measurement | source | measured | draftsim (inputs) | error | AIConfigurator | borrowed inputs |",
+             "|---|---|---:|---|---:|---|---|"] if markdown else []
     for r in rows:
         errs = r.errors()
         pred = "; ".join(f"{fmt(v, r.unit)} ({k})" for k, v in r.predicted.items()) or "-"
         err = "; ".join(f"{e:+.1f} pp" if r.unit == "%" else f"{e:+.0f}%" for e in errs.values()) or "-"
         if markdown:
             lines.append(f"| {r.claim} | {r.source.split(' (')[0]} | {fmt(r.published, r.unit)} | {pred} | {err} | "
-                         f"{'; '.join(r.borrowed) or 'none'} |")
+                         f"{r.aiconfigurator} | {'; '.join(r.borrowed) or 'none'} |")
         else:
             lines += [f"{r.claim}  [{r.source}]", f"  measured {fmt(r.published, r.unit)}; draftsim {pred}; error {err}",
-                      f"  inputs: {r.inputs}", f"  borrowed: {'; '.join(r.borrowed) or 'none'}", f"  note: {r.note}"]
+                      f"  AIConfigurator: {r.aiconfigurator}", f"  inputs: {r.inputs}",
+                      f"  borrowed: {'; '.join(r.borrowed) or 'none'}", f"  note: {r.note}"]
     return "\n".join(lines)
 
 
@@ -293,12 +335,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-requests", type=int, default=1500, help="serving: at least this many requests per run "
                     "(small batches need many for a stable steady window)")
     ap.add_argument("--seed", type=int, default=0, help="serving: the runs' seed")
+    ap.add_argument("--published-rows", action="store_true",
+                    help="add the rows kept as data (benchmarks/data/published_gpu_rows.yaml)")
+    ap.add_argument("--rows-file", default=None, help="another data file of rows in that format")
     args = ap.parse_args(argv)
     print(f"load 1-min {os.getloadavg()[0]:.2f} (figures are simulated, not timed)")
     paper = paper_rows(args.requests)
     if args.serving and paper:
         serving_rows(paper, args.per_batch, args.min_requests, args.seed)
     rows = paper + minedraft_rows(args.psd_results)
+    if args.published_rows or args.rows_file:
+        rows += data_rows(args.rows_file, args.seed)
     print(table(rows, args.markdown))
     if args.json:
         doc: list[dict[str, Any]] = [{**asdict(r), "error": r.errors(),
