@@ -83,3 +83,23 @@ def test_recorded_run_clocks_agree(label):
         assert len(rows) == len(clients)
         for r in rows:
             assert r.queue >= 0 and r.engine > 0 and r.out >= 0 and r.prefill_chunks >= 1
+
+
+def test_the_bench_split_adds_up_on_a_recorded_run():
+    """benchmarks/bench_first_token.py on the recorded fixture: every level's requests are split into idle and busy
+    arrivals, and each simulation's part differences add up to its TTFT difference (queue + engine + out)."""
+    from benchmarks.bench_first_token import mode_report
+    from calibration.vllm_steps.validate_run import load_config
+
+    cfg = load_config(FIX / "validate.yaml")
+    mode = parse_mode("ngram:3")
+    rep = mode_report(load_mode(FIX / mode.label, mode), cfg)
+    assert rep["mode"] == "ngram-k3" and len(rep["levels"]) == 3
+    for lv in rep["levels"]:
+        n = lv["measured"]["all"]["n"]
+        assert n == 3 and lv["idle_arrivals"] == lv["measured"].get("idle", {"n": 0})["n"]
+        assert lv["measured"].get("busy", {"n": 0})["n"] == n - lv["idle_arrivals"]
+        for kind, groups in lv["simulated"].items():
+            d = groups["all"]["minus_measured"]
+            assert d["queue"] + d["engine"] + d["out"] == pytest.approx(d["ttft"], abs=0.25), kind
+            assert groups["all"]["n"] == n and groups["all"]["out"] == 0.0
