@@ -5,8 +5,9 @@ Per mode and load level: the measured TTFT split into queue, engine and output p
 replay with the level's own step prices, same profiles and seeds as validate), separately for requests that
 arrived at an idle engine and at a busy one; then the candidate causes of a first-token bias measured on the
 steps: the proposer's time in the first-token step, requests passed over or prefilled in several chunks, the loop
-gap a busy arrival waits, the output path, the price of the first-token step by arrival kind, and the predictive
-run with the level's own acceptance instead of the borrowed one.
+gap a busy arrival waits, the output path, the price of the first-token step by arrival kind, the predictive
+run with the level's own acceptance instead of the borrowed one, and how much longer a prefill step is after the
+engine was idle than its shape says.
 
 Run from the repository root: `python -m benchmarks.bench_first_token [--folder
 experiments/validation/vllm-cpu-smollm2-quiet] [--modes ar,ngram:4] [--json OUT]`. Simulated and recorded
@@ -90,7 +91,37 @@ def mode_report(data, cfg) -> dict[str, Any]:
             if groups["idle"] else None,
         }
         levels.append(out)
-    return {"mode": data.mode.label, "levels": levels}
+    return {"mode": data.mode.label, "levels": levels, "after_idle_prefill": after_idle_effect(data)}
+
+
+AFTER_IDLE_TERMS = ("const", "prefill_tokens", "prefill_attn", "decode_seqs", "draft_tokens", "decode_kv")
+
+
+def after_idle_effect(data) -> dict[str, Any]:
+    """Least squares of the load levels' prefill steps' target time (step minus drafting) on their shape and an
+    after-idle indicator (no request of the step ran in the step before it: the engine had been idle): the
+    indicator's coefficient and standard error, ms (terms that never vary are left out)."""
+    from calibration.vllm_steps.fit import phase, step_shape
+
+    load = {s.step for lg in data.level_logs for s in lg.steps}
+    rows, y = [], []
+    for prev, st in zip([None] + data.log.steps[:-1], data.log.steps):
+        if st.step not in load or phase(st) != "prefill":
+            continue
+        sh = step_shape(st)
+        f = {"const": 1.0, "prefill_tokens": sh.prefill_tokens, "prefill_attn": sh.prefill_attn / 1e3,
+             "decode_seqs": sh.decode_seqs, "draft_tokens": sh.draft_tokens, "decode_kv": sh.decode_kv / 1e3}
+        idle = prev is None or not ({r.id for r in st.requests} & {r.id for r in prev.requests})
+        rows.append([f[t] for t in AFTER_IDLE_TERMS] + [float(idle)])
+        y.append(st.duration - (st.draft_seconds or 0.0))
+    X, yv = np.array(rows, dtype=float), np.array(y)
+    keep = [j for j in range(X.shape[1]) if j == 0 or np.ptp(X[:, j]) > 0]
+    X = X[:, keep]
+    coef = np.linalg.lstsq(X, yv, rcond=None)[0]
+    resid = yv - X @ coef
+    cov = np.linalg.pinv(X.T @ X) * float(resid @ resid) / max(len(yv) - X.shape[1], 1)
+    return {"prefill_steps": len(yv), "after_idle_steps": int(X[:, -1].sum()),
+            "after_idle_ms": round(float(coef[-1]) * MS, 1), "standard_error_ms": round(float(np.sqrt(cov[-1, -1])) * MS, 1)}
 
 
 def _previous_end(log, t: float) -> float:
@@ -133,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                                   for g, d in groups.items())
                 print(f"  {kind:27s} {parts}")
             print(f"  causes: {json.dumps(lv['causes'])}")
+        print(f"\n{m['mode']} prefill steps, after-idle term over shape: {json.dumps(m['after_idle_prefill'])}")
     if args.json:
         from traces.atomic import atomic_write_text
 
