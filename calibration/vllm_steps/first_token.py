@@ -31,7 +31,7 @@ class FirstToken:
     first_token: float  # the client received its first output
     prefill_chunks: int  # steps that scheduled part of its prompt
     steps_passed: int  # steps that began after it was sent and did not schedule it (0: the first schedule() took it)
-    idle_at_send: bool  # the engine had no step running when it was sent (the previous step had ended)
+    idle_at_send: bool  # the engine was idle when it was sent: the last step had ended, finished all it ran, left none waiting
     decode_seqs: int  # other requests decoding (or verifying) in its first-token step
     drafted_tokens: int  # drafts verified in its first-token step
     draft_seconds: float  # the proposer's time in its first-token step (0 when not recorded)
@@ -57,6 +57,12 @@ def _end(st: StepRecord) -> float:
     return st.wall_start + st.duration
 
 
+def _idle_after(st: StepRecord, t: float) -> bool:
+    """At wall time `t`, after step `st` (the last to begin before it), the engine was idle: the step had ended,
+    every request in it had finished and none was waiting (a send in the loop's gap between busy steps is not)."""
+    return _end(st) <= t and st.num_waiting == 0 and all(r.finished for r in st.requests)
+
+
 def measured_first_tokens(log: StepLog, clients: Iterable[tuple[str, float, float]], engine_ids: dict[str, str],
                           where: str) -> list[FirstToken]:
     """One FirstToken per client request (id, send time, first-token time), joined to the log through
@@ -76,7 +82,7 @@ def measured_first_tokens(log: StepLog, clients: Iterable[tuple[str, float, floa
         adm = steps[mine[0][0]]
         ft = steps[sampled[0]]
         before = int(np.searchsorted(starts, send))  # steps that began before the send
-        idle = before == 0 or _end(steps[before - 1]) <= send
+        idle = before == 0 or _idle_after(steps[before - 1], send)
         out.append(FirstToken(cid, send, adm.wall_start, _end(ft), first,
                               sum(1 for i, r in mine if i <= sampled[0] and r.is_prefill), mine[0][0] - before, idle,
                               sum(1 for r in ft.requests if r.id != eid and not r.is_prefill), ft.drafted_tokens,

@@ -29,7 +29,7 @@ def _log():
     """a: alone at an idle engine; b: sent during step 0, prompt in two chunks beside a's decode and verify;
     c: sent during step 1, passed over by step 2, admitted by step 3."""
     return StepLog({}, [
-        _step(0, 10.0, 0.5, [_req("a", 10, 0, 10, 10, 1)]),
+        _step(0, 10.0, 0.5, [_req("a", 10, 0, 10, 10, 1)]),  # a goes on running: sends in the gaps are not idle
         _step(1, 10.51, 0.3, [_req("a", 1, 10, 11, 10, 1), _req("b", 12, 0, 20, 20, 0)]),
         _step(2, 10.82, 0.4, [_req("a", 3, 11, 12, 10, 2, drafted=2, accepted=1), _req("b", 8, 12, 20, 20, 1)],
               draft=0.004),
@@ -52,6 +52,17 @@ def test_hand_worked_split():
     assert (s.requests, s.idle_arrivals) == (3, 1)
     assert s.ttft == pytest.approx((0.513 + 1.025 + 0.832) / 3)
     assert s.queue + s.engine + s.out == pytest.approx(s.ttft)
+
+
+def test_idle_only_when_the_last_step_finished_everything():
+    """Sent in the gap after step 0 (a still running): busy; after a last step that finished its request: idle."""
+    log = _log()
+    log.steps.append(_step(4, 12.0, 0.1, [_req("e", 3, 0, 3, 3, 1)]))
+    log.steps[3].requests[0].finished = True  # c ends in step 3; the engine is idle until e
+    log.steps[2].requests[0].finished = True  # a ends in step 2 (b is still running)
+    rows = measured_first_tokens(log, [("d", 10.505, 11.0), ("e", 11.5, 12.11)], {"d": "b", "e": "e"}, "x")
+    assert [r.idle_at_send for r in rows] == [False, True]
+    assert rows[1].queue == pytest.approx(0.5)
 
 
 def test_a_request_never_sampled_is_an_error_naming_the_file():
