@@ -92,7 +92,10 @@ class Search(_Strict):
 
     seeds: int = Field(3, ge=1, le=100, description="runs per tested rate (attainment batch means are pooled "
                                                     "over them)")
-    rel_tol: float = Field(0.05, gt=0, lt=1, description="stop when the highest passing and the lowest failing "
+    max_seeds: int = Field(48, ge=1, le=400, description="a rate still undecided after `seeds` runs gets its seeds "
+                           "doubled up to this many (experiments/plan/search.py SeedSchedule): runs spent near the "
+                           "answer; the stated confidence is checked with the default")
+    rel_tol: float = Field(0.02, gt=0, lt=1, description="stop when the highest passing and the lowest failing "
                                                          "rate are within this fraction of the latter")
     max_tests: int = Field(12, ge=1, le=60, description="rates tested per candidate at most")
     rate_max: float | None = Field(None, gt=0, le=MAX_RATE, description="search ceiling, req/s (default: none)")
@@ -117,6 +120,8 @@ class Search(_Strict):
 
     @model_validator(mode="after")
     def _fractions(self) -> "Search":
+        if self.max_seeds < self.seeds:
+            raise ValueError(f"search.max_seeds: expected at least search.seeds ({self.seeds}), got {self.max_seeds}")
         if any(not 0 < f < 1 for f in self.curve_fractions):
             raise ValueError(f"search.curve_fractions: expected fractions in (0, 1), got {self.curve_fractions}")
         return self

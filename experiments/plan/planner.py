@@ -24,8 +24,8 @@ from experiments.plan.deploy import VLLM_RULES, VLLM_VERSION, Deploy, deploy_of,
 from experiments.plan.draft_gpu import DRAFT_TRANSFER_RULE
 from experiments.plan.bounds import SERVICE_BOUND_RULE, TPOT_FLOOR_RULE, service_rate_bound, tpot_floor
 from experiments.plan.early_stop import EARLY_STOP_RULE
-from experiments.plan.search import (BATCHES, BELOW_SERVICE, FIRST_SEED_RULE, MAX_UTILIZATION, RateSearch, judge,
-                                     settled_by_first_seed)
+from experiments.plan.search import (ANSWER_CONFIDENCE_RULE, BATCHES, BELOW_SERVICE, FIRST_SEED_RULE,
+                                     MAX_UTILIZATION, RateSearch, SeedSchedule)
 from experiments.plan.prices import GpuPrice, price_table
 from experiments.sweep.cache import write_json_atomic
 from experiments.sweep.experiment import json_ready
@@ -551,7 +551,8 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     cands = build_candidates(plan, base, prices)
     active = [c for c in cands if c.status == "ok"]
     search, slo = plan.search, plan.slo.bounds()
-    seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(search.seeds)]
+    all_seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(search.max_seeds)]  # SeedSchedule's
+    seeds = all_seeds[:search.seeds]
     start = search.rate_start or traffic.target_rate
     decode_tokens: dict[int, float] = {}
     for c in active:  # sizes first, each checked before any candidate is simulated
@@ -565,10 +566,10 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
         c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
         c.mean_output_tokens = decode_tokens[c.num_requests] + 1.0
         if traffic.plan.traffic.arrival != "replay":  # (replay: the same lengths; the rule needs a draw per seed)
-            c.floor_note = slo_out_of_reach(c, plan, traffic, seeds)
+            c.floor_note = slo_out_of_reach(c, plan, traffic, all_seeds)
     # the total is known only as an upper bound: it shrinks as searches end early and as first seeds settle rates
     total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions) + search.service_probe)
-    pending: dict[str, list[dict[str, Any]]] = {}  # candidate id -> its first seed's run at its next rate
+    schedules = {c.id: SeedSchedule(search.seeds, search.max_seeds, search.first_seed_settles) for c in active}
     target = plan.slo.attainment
 
     def stop(level: str, rate: float) -> dict[str, Any] | None:
@@ -596,36 +597,41 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
                 if not todo:
                     return
                 batch, wanted = [], []
-                for c in todo:  # FIRST_SEED_RULE: a new rate's first seed alone, then (if unsettled) the others
+                for c in todo:  # FIRST_SEED_RULE (SeedSchedule): a new rate's first seed alone, then the others
                     rate = c.search.next_rate()
                     workload, replay = traffic.at_rate(rate, c.num_requests)
-                    first = seeds[:1] if search.first_seed_settles else seeds
-                    these = seeds[len(pending[c.id]):] if c.id in pending else first
-                    level = "settling" if search.first_seed_settles and c.id not in pending else "pooled"
+                    sched = schedules[c.id]
+                    these = [all_seeds[j] for j in sched.wanted()]
+                    if these and len(sched.runs) >= search.seeds:  # doubled seeds: beyond the bar's estimate
+                        bar.add_total(len(these))
+                    level = "settling" if sched.settling else "pooled"
                     batch += [_point(c, workload, s, slo, replay, stop(level, rate)) for s in these]
                     wanted.append(len(these))
                 results = runner.run(batch)
                 i = 0
                 for c, k in zip(todo, wanted):
                     rate = c.search.next_rate()
-                    runs = pending.pop(c.id, []) + results[i:i + k]
+                    sched = schedules[c.id]
+                    got = results[i:i + k]
                     i += k
-                    if not all(r["fits"] for r in runs):
-                        c.status, c.reason = "does_not_fit", next(r["reason"] for r in runs if not r["fits"])
+                    if not all(r["fits"] for r in got):
+                        runs = sched.runs + got
+                        sched.runs = []
+                        c.status, c.reason = "does_not_fit", next(r["reason"] for r in got if not r["fits"])
                         bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds + len(runs)
                                       - len(search.curve_fractions))
                         continue
-                    verdict = judge(rate, runs, plan.slo.attainment)
-                    if len(runs) < len(seeds):
-                        if not settled_by_first_seed(verdict):
-                            pending[c.id] = runs
-                            continue
-                        bar.add_total(-(len(seeds) - len(runs)))
+                    settled = sched.give(rate, got, plan.slo.attainment)
+                    if settled is None:
+                        continue
+                    verdict, runs = settled
+                    if len(runs) < search.seeds:
+                        bar.add_total(-(search.seeds - len(runs)))
                     c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
                                           "overloaded": verdict.overloaded, "why": verdict.why,
                                           "attainment": verdict.attainment,
                                           "attainment_interval": [verdict.attainment_low, verdict.attainment_high],
-                                          "seeds": [{"seed": s, **r} for s, r in zip(seeds, runs)]})
+                                          "seeds": [{"seed": s, **r} for s, r in zip(all_seeds, runs)]})
                     c.search.record(verdict)
                     if target_only and len(c.search.verdicts) == 1 and not verdict.passed:
                         c.search.stop()
@@ -1022,7 +1028,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
             "window": WINDOW_RULE,
             "overload": OVERLOAD_RULE + "; an overloaded rate is never sustainable",
             "sustainable": (f"stable (not overloaded, seeds pooled) and the SLO attainment of the window "
-                            f"requests reaches {q:g} at the low end of its 99.9% interval (a request attains when it "
+                            f"requests reaches {q:g} at the low end of its 99.99% interval (a request attains when it "
                             "finishes within every bound); the answer is the highest sustainable rate tested, a lower "
                             "confidence bound on the rate where attainment falls to the target"),
             "interval": (f"attainment: Student-t intervals of {BATCHES} batch means per seed pooled over the "
@@ -1030,7 +1036,10 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                          "interval: the answer to the lowest decided fail (or the measured service rate) among the "
                          "tested rates"),
             "scope": SCOPE_RULE if s.scope == "cheapest" else "all: every candidate searched to its max rate",
-            "seeds_per_rate_rule": FIRST_SEED_RULE if s.first_seed_settles else "every seed at every rate",
+            "seeds_per_rate_rule": (FIRST_SEED_RULE if s.first_seed_settles else
+                                    "every seed at every rate; while undecided the seeds are doubled, up to "
+                                    "search.max_seeds"),
+            "confidence": ANSWER_CONFIDENCE_RULE,
             "early_stop": EARLY_STOP_RULE if s.early_stop else "off: every run to its last request",
             "service_probe": SERVICE_PROBE_RULE if s.service_probe else "off",
             "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
@@ -1055,7 +1064,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                        f"({VLLM_RULES}): AR, fixed k (--speculative-config with the simulated method, k and proposer "
                        "settings) or k by batch size (num_speculative_tokens_per_batch_size); acceptance-driven k, "
                        "bandits, per-request drafter choice and PSD are research rows, never the deploy line"),
-            "seeds": seeds, "seeds_per_rate": s.seeds,
+            "seeds": seeds, "seeds_per_rate": s.seeds, "max_seeds_per_rate": s.max_seeds,
         },
         "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_hour, "source": prices[g].source} for g in used},
         "cheapest": cheapest,

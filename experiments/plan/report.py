@@ -23,8 +23,9 @@ PLAN_COLUMNS: tuple[Column, ...] = (
     Column("usd_per_mtok_at_target_rate", "$/Mtok", 3, header="usd per\nmtok at\ntarget"),
     Column("sd_vs_ar_crossover_req_s", "req/s", 2, header="SD\nbeats\nAR\nup to"),
 )
-RULE_KEYS = ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
-             "service_probe", "early_stop", "scope", "search", "comparison", "draft_transfer", "deploy")
+RULE_KEYS = ("window", "overload", "sustainable", "confidence", "interval", "seeds_per_rate_rule", "size",
+             "service_bound", "service_probe", "early_stop", "scope", "search", "comparison", "draft_transfer",
+             "deploy")
 
 
 def _interval_cell(c: dict[str, Any]) -> str:
@@ -101,6 +102,9 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None, explain: 
     best = doc["cheapest"]
     console.print(f"[bold]cheapest deployable for {q['target_rate_req_s']:g} req/s:[/bold] "
                   + (best if best else "none of the deployable candidates sustains the target rate"))
+    confidence = doc["rule"].get("confidence")
+    if confidence:  # the stated bound, without its derivation (--explain)
+        console.print(f"confidence of every max rate: {confidence.split(':')[0]} (rule (confidence))")
     deploy = doc.get("deploy")
     if deploy:
         console.print(f"deploy ({deploy['replicas']} replica(s), vLLM {deploy['vllm_version']}; {deploy['runs']}): "

@@ -159,3 +159,26 @@ def test_sd_vs_ar_crossover_needs_two_stable_rates_and_an_ar_sibling():
     ar = _curve_candidate("ar", [1.0, 2.0], lambda r: 2.0 + 0.1 * r)
     assert sd_vs_ar_crossover(sd, ar)["why"] == "fewer than two stable rates to compare"
     assert sd_vs_ar_crossover(sd, None) is None and sd_vs_ar_crossover(ar, ar) is None
+
+
+def test_the_seed_schedule_runs_one_seed_then_the_rest_then_doubles_while_undecided():
+    from experiments.plan.search import SeedSchedule
+
+    clear = _seed(1000, 1000, [1.0] * 5)  # no miss: a strict pass on its own
+    unclear = _seed(1000, 1000, [0.98, 1.0, 0.985, 1.0, 0.99])  # around the 0.99 target
+    s = SeedSchedule(3, 12)
+    assert list(s.wanted()) == [0] and s.settling
+    v, runs = s.give(5.0, [clear], 0.99)  # settled by the first seed alone
+    assert v.passed and len(runs) == 1 and list(s.wanted()) == [0]
+    assert s.give(5.0, [unclear], 0.99) is None and list(s.wanted()) == [1, 2] and not s.settling
+    assert s.give(5.0, [unclear] * 2, 0.99) is None and list(s.wanted()) == [3, 4, 5]  # undecided: doubled
+    assert s.give(5.0, [unclear] * 3, 0.99) is None and list(s.wanted()) == list(range(6, 12))
+    v, runs = s.give(5.0, [unclear] * 6, 0.99)  # max_seeds reached: the verdict as it stands
+    assert len(runs) == 12 and not v.decided and list(s.wanted()) == [0]
+    # a decided fail after every seed ran is not doubled; without the first-seed rule every seed runs at once
+    every = SeedSchedule(2, 8, first_seed_settles=False)
+    assert list(every.wanted()) == [0, 1]
+    v, runs = every.give(5.0, [_seed(1000, 1000, [0.5, 0.6, 0.55, 0.52, 0.5])] * 2, 0.99)
+    assert v.decided and not v.passed and len(runs) == 2
+    with pytest.raises(ValueError, match="seeds <= max_seeds"):
+        SeedSchedule(4, 2)
