@@ -115,6 +115,9 @@ class Search(_Strict):
                              "EARLY_STOP_RULE); false: every run to its last request")
     service_probe: bool = Field(True, description="one saturated run per candidate measures its service rate first "
                                 "(experiments/plan/planner.py SERVICE_PROBE_RULE): nothing above 0.95 x it is tested")
+    crossover: bool = Field(True, description="search each drafting candidate's SD-vs-AR crossover rate "
+                            "(experiments/plan/crossover.py CROSSOVER_RULE): both modes on the plan's seeds per rate")
+    crossover_max_tests: int = Field(8, ge=2, le=60, description="rates compared per SD-vs-AR crossover at most")
     curve_fractions: list[float] = Field([0.25, 0.5, 0.75], max_length=100, description="after the search, one more simulation "
                                          "(first seed) at each fraction of the max rate, for the latency curves")
 
