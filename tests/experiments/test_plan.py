@@ -238,7 +238,7 @@ def test_serial_and_pool_give_identical_plan_json(tmp_path, counting_pool):
     assert psd["vllm_serve"] is None and not psd["deploy"]["deployable"] and "research row" in psd["deploy"]["why"]
     assert doc["cheapest"] is None or not doc["cheapest"].endswith(" psd")
     # every drafting candidate carries its SD-vs-AR comparison against the AR candidate on the same GPUs
-    assert all(c["sd_vs_ar"]["rule"].startswith("first rate where") for c in ok if c["mode"] != "AR")
+    assert all(c["sd_vs_ar"]["rule"].startswith("SD-vs-AR crossover") for c in ok if c["mode"] != "AR")
     assert all(c["sd_vs_ar"] is None for c in ok if c["mode"] == "AR")
     assert any("replicas > 1: the whole cluster is simulated" in n for n in doc["notes"])
     assert any(c["target_costs"].startswith("roofline") for c in ok) and any("roofline" in n for n in doc["notes"])
