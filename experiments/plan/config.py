@@ -93,7 +93,7 @@ class Search(_Strict):
     seeds: int = Field(3, ge=1, le=100, description="runs per tested rate (attainment batch means are pooled "
                                                     "over them)")
     max_seeds: int = Field(48, ge=1, le=400, description="a rate still undecided after `seeds` runs gets its seeds "
-                           "doubled up to this many (experiments/plan/search.py SeedSchedule): runs spent near the "
+                           "doubled up to this many (default: 48, or `seeds` when more) (experiments/plan/search.py SeedSchedule): runs spent near the "
                            "answer; the stated confidence is checked with the default")
     rel_tol: float = Field(0.02, gt=0, lt=1, description="stop when the highest passing and the lowest failing "
                                                          "rate are within this fraction of the latter")
@@ -124,7 +124,10 @@ class Search(_Strict):
     @model_validator(mode="after")
     def _fractions(self) -> "Search":
         if self.max_seeds < self.seeds:
-            raise ValueError(f"search.max_seeds: expected at least search.seeds ({self.seeds}), got {self.max_seeds}")
+            if "max_seeds" in self.model_fields_set:
+                raise ValueError(f"search.max_seeds: expected at least search.seeds ({self.seeds}), got "
+                                 f"{self.max_seeds}")
+            object.__setattr__(self, "max_seeds", self.seeds)  # the default never asks for fewer seeds than given
         if any(not 0 < f < 1 for f in self.curve_fractions):
             raise ValueError(f"search.curve_fractions: expected fractions in (0, 1), got {self.curve_fractions}")
         return self

@@ -59,7 +59,7 @@ def crossover_line(c: dict[str, Any]) -> str | None:
         return None
     lo, hi = x["interval_req_s"]
     return (f"SD vs AR, {c['id']}: mean E2E reaches AR's at {x['crossover_req_s']:.3g} req/s "
-            f"[{lo:.3g}, {hi:.3g}] (faster at the low end, slower at the high end; rule (crossover))")
+            f"[{lo:.3g}, {hi:.3g}] (faster at the low end, slower at the high end; plan.json rule.crossover)")
 
 
 def plan_rows(doc: dict[str, Any], limit: int | None = None) -> list[dict[str, Any]]:
@@ -120,7 +120,7 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None, explain: 
                   + (best if best else "none of the deployable candidates sustains the target rate"))
     confidence = doc["rule"].get("confidence")
     if confidence:  # the stated bound, without its derivation (--explain)
-        console.print(f"confidence of every max rate: {confidence.split(':')[0]} (rule (confidence))")
+        console.print(f"confidence of every max rate: {confidence.split(':')[0]} (plan.json rule.confidence)")
     deploy = doc.get("deploy")
     if deploy:
         console.print(f"deploy ({deploy['replicas']} replica(s), vLLM {deploy['vllm_version']}; {deploy['runs']}): "
