@@ -22,8 +22,8 @@ probability at most 1 - ANSWER_CONFIDENCE. Each look at a rate passes a rate who
 target with nominal probability (1 - 0.9999) / 2, and a search looks at most max_tests x (1 + log2(max_seeds /
 seeds)) times; but misses come in clusters (a queue that builds up misses many requests in a row), so batch means
 are skewed and a t interval covers less than it says. The stated bound is therefore the one a Monte Carlo of
-many plans on an M/D/1 queue with a known threshold checks (tests/experiments/test_plan_confidence.py), not a
-proof; BATCHES = 5 (fewer, longer batches: less skew per batch), the 99.99% level and the seed doubling up to
+many plans on M/D/1 and M/G/1 queues with known thresholds checks (tests/experiments/test_plan_confidence.py),
+not a proof; BATCHES = 5 (fewer, longer batches: less skew per batch), the 99.99% level and the seed doubling up to
 search.max_seeds (48) are what that check tuned.
 
 Search: start at the target rate, or at BELOW_SERVICE x an analytic upper bound on the candidate's service rate
@@ -68,7 +68,7 @@ ANSWER_CONFIDENCE_RULE = (f"P(answer > the true threshold) <= {1 - ANSWER_CONFID
                           "clustered misses, so the bound is the one a Monte Carlo of many plans on an M/D/1 queue "
                           "with a known threshold checks (tests/experiments/test_plan_confidence.py; measured there "
                           "with the plan's default search: answer above the threshold in 2.0% of 300 plans, median "
-                          "answer 4.5% below it), not a proof")
+                          "answer 4.5% below it; M/G/1: 2.0%, 5.0% below), not a proof")
 
 
 @dataclass(frozen=True)

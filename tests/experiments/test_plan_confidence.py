@@ -41,21 +41,24 @@ def md1_threshold(wait_s: float, q: float) -> float:
 TRUTH = md1_threshold(TTFT_S - STEP_S, Q)  # 6.858 req/s
 
 
-def lindley_waits(arrival: np.ndarray, service_s: float = SERVICE_S) -> np.ndarray:
-    """FCFS waits of one server, W_{n+1} = max(0, W_n + S - gap): the random walk's excess over its running
-    minimum (W = S_n - min(0, min_k<=n S_k))."""
-    walk = np.cumsum(np.concatenate([[0.0], service_s - np.diff(arrival)]))
+def lindley_waits(arrival: np.ndarray, service_s: float | np.ndarray = SERVICE_S) -> np.ndarray:
+    """FCFS waits of one server, W_{n+1} = max(0, W_n + S_n - gap): the random walk's excess over its running
+    minimum (W = S_n - min(0, min_k<=n S_k)); `service_s` one time for all or one per request."""
+    service = np.broadcast_to(np.asarray(service_s, float), arrival.shape)
+    walk = np.cumsum(np.concatenate([[0.0], service[:-1] - np.diff(arrival)]))
     return walk - np.minimum(np.minimum.accumulate(walk), 0.0)
 
 
-def md1_run(gaps: np.ndarray, rate: float) -> dict:
+def md1_run(gaps: np.ndarray, rate: float, lengths: np.ndarray | None = None) -> dict:
     """One run's point record from the Lindley recursion, with the window and batch-means functions the planner's
     record (planner._point_figures) uses: arrivals are the unit draw `gaps` scaled in time, as every seed's arrivals
-    are across the search's rates."""
+    are across the search's rates; `lengths`: output lengths per request (M/G/1), else OUTPUT_LEN each (M/D/1)."""
     arrival = np.cumsum(gaps) / rate
-    wait = lindley_waits(arrival)
+    out = np.full(arrival.size, OUTPUT_LEN) if lengths is None else lengths
+    service = STEP_S * out
+    wait = lindley_waits(arrival, service)
     ok = wait + STEP_S <= TTFT_S
-    ss = measure(arrival, arrival + wait + SERVICE_S, np.full(arrival.size, OUTPUT_LEN), ok)
+    ss = measure(arrival, arrival + wait + service, out, ok)
     return {"window_arrivals": ss.arrivals, "window_departures": ss.departures, "window_length_s": ss.length_s,
             "attainment_batches": batch_means(ok[ss.in_window], BATCHES)}  # arrivals are in order already
 
@@ -69,21 +72,24 @@ def known_plan(tmp_path_factory):
     return plan, TrafficModel(plan, base_experiment(plan)["workload"])
 
 
-def one_plan(plan, n: int, seed: int) -> float:
-    """The answer of one plan of the known case: the planner's search and seed schedule, runs by Lindley."""
+def one_plan(plan, n: int, seed: int, lengths: np.ndarray | None = None) -> float:
+    """The answer of one plan of the known case: the planner's search and seed schedule, runs by Lindley (M/G/1:
+    each seed's output lengths drawn from `lengths`, uniformly)."""
     from simulator.costs.latency import LinearProfile
 
     s = plan.search
     rng = np.random.default_rng(seed)
     gaps = [rng.exponential(1.0, n) for _ in range(s.max_seeds)]
+    outs = [None if lengths is None else rng.choice(lengths, n) for _ in range(s.max_seeds)]
     bound = service_rate_bound(LinearProfile("c", {"const": STEP_S}), 1, 0, OUTPUT_LEN - 1)
-    # the saturated probe of a constant-service queue measures 1/S exactly (test_plan_early_stop.py checks it)
+    # the saturated probe of a constant-service queue measures 1/S exactly (test_plan_early_stop.py checks it); for
+    # M/G/1, 1/E[S] (the mean of the lengths is OUTPUT_LEN)
     search = RateSearch(plan.traffic.target_rate, s.rate_max, s.rel_tol, s.max_tests, bound,
                         probe_service=1.0 / SERVICE_S)
     sched = SeedSchedule(s.seeds, s.max_seeds, s.first_seed_settles)
     while not search.done:
         rate = search.next_rate()
-        settled = sched.give(rate, [md1_run(gaps[j], rate) for j in sched.wanted()], plan.slo.attainment)
+        settled = sched.give(rate, [md1_run(gaps[j], rate, outs[j]) for j in sched.wanted()], plan.slo.attainment)
         if settled is not None:
             search.record(settled[0])
     return search.lo
@@ -123,3 +129,45 @@ def test_the_stated_confidence_holds_over_many_plans(known_plan):
     assert above <= 1 - ANSWER_CONFIDENCE, (above, np.sort(answers)[-10:])
     # the answer is useful as well as safe: the median within 5% below the threshold
     assert 0.95 * TRUTH <= float(np.median(answers)) <= TRUTH, np.median(answers) / TRUTH
+
+
+# ---------------------------------------------------------------- M/G/1: output lengths 5..15 (mean 10)
+
+MG1_LENGTHS = np.arange(5, 16)  # uniform: service STEP_S x L, mean SERVICE_S
+
+
+def mg1_wait_cdf(t: float, rate: float, grid: float = 1e-4) -> float:
+    """P(W <= t) of the M/G/1 queue above by the Pollaczek-Khinchine (Benes) series: W is a Geometric(rho) sum of
+    residual service times (density P(S > x) / E[S]), each convolution on a grid of `grid` seconds."""
+    service = STEP_S * MG1_LENGTHS
+    mean = service.mean()
+    rho = rate * mean
+    x = (np.arange(int(round(t / grid))) + 0.5) * grid  # cell midpoints up to t
+    resid = np.array([np.mean(service > v) for v in x]) / mean * grid  # residual-time mass per cell
+    total, term, k = 1.0 - rho, np.zeros(x.size), 0  # k = 0: no wait
+    term[0] = 1.0  # the k-fold convolution's mass per cell (k = 0: all at 0)
+    while True:
+        k += 1
+        term = np.convolve(term, resid)[: x.size]
+        add = (1 - rho) * rho ** k * term.sum()
+        total += add
+        if add < 1e-12 or k > 2000:
+            return total
+
+
+MG1_TRUTH = brentq(lambda r: mg1_wait_cdf(TTFT_S - STEP_S, r) - Q, 1.0, 9.9, xtol=1e-9)
+
+
+def test_the_mg1_threshold_agrees_with_a_long_lindley_run():
+    rng = np.random.default_rng(11)
+    arrival = np.cumsum(rng.exponential(1.0 / MG1_TRUTH, 400_000))
+    wait = lindley_waits(arrival, STEP_S * rng.choice(MG1_LENGTHS, arrival.size))
+    assert np.mean(wait + STEP_S <= TTFT_S) == pytest.approx(Q, abs=0.005)
+
+
+@pytest.mark.slow  # 300 plans: about a minute of CPU
+def test_the_stated_confidence_holds_over_many_mg1_plans(known_plan):
+    plan, traffic = known_plan
+    answers = np.array([one_plan(plan, traffic.requests_for(1), seed, MG1_LENGTHS) for seed in range(PLANS)])
+    assert float(np.mean(answers > MG1_TRUTH)) <= 1 - ANSWER_CONFIDENCE
+    assert 0.95 * MG1_TRUTH <= float(np.median(answers)) <= MG1_TRUTH, np.median(answers) / MG1_TRUTH
