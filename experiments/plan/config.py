@@ -93,8 +93,9 @@ class Search(_Strict):
     seeds: int = Field(3, ge=1, le=100, description="runs per tested rate (attainment batch means are pooled "
                                                     "over them)")
     max_seeds: int = Field(48, ge=1, le=400, description="a rate still undecided after `seeds` runs gets its seeds "
-                           "doubled up to this many (default: 48, or `seeds` when more) (experiments/plan/search.py SeedSchedule): runs spent near the "
-                           "answer; the stated confidence is checked with the default")
+                           "doubled up to this many (default: 48, or `seeds` when more; experiments/plan/search.py "
+                           "SeedSchedule): runs spent near the answer; the stated confidence is checked with the "
+                           "default")
     rel_tol: float = Field(0.02, gt=0, lt=1, description="stop when the highest passing and the lowest failing "
                                                          "rate are within this fraction of the latter")
     max_tests: int = Field(12, ge=1, le=60, description="rates tested per candidate at most")

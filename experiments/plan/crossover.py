@@ -32,8 +32,8 @@ CROSSOVER_RULE = ("SD-vs-AR crossover: at each rate both modes run the plan's se
                   "common random numbers (a seed: the same arrivals and requests for both); SD is decidedly faster "
                   f"(slower) when the {CROSSOVER_CONFIDENCE:.0%} interval of the paired differences of the window's "
                   "mean E2E (batch means, pooled over the seeds) lies below (above) 0, or when only AR (only SD) is "
-                  f"overloaded; searched over [{CROSSOVER_LOW:g}, 1] x {MAX_UTILIZATION:g} x the lower measured service "
-                  "rate of the two: the top, the bottom, then bisection between the highest decidedly faster and the "
+                  f"overloaded; searched over [{CROSSOVER_LOW:g}, 1] x {MAX_UTILIZATION:g} x the lower measured "
+                  "service rate of the two: the top, the bottom, then bisection between the highest decidedly faster and the "
                   "lowest decidedly slower rate to search.rel_tol; the crossover is where the interpolated mean "
                   "difference changes sign, its interval those two rates (3 significant digits)")
 Kind = Literal["crossing", "faster_throughout", "slower_throughout", "undecided", "no_range"]

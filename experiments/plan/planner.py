@@ -719,7 +719,9 @@ def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int,
 
 def ar_siblings(cands: list[Candidate]) -> dict[str, Candidate]:
     """Drafting candidate id -> the AR candidate on the same GPUs (GPU, TP, replicas, scheduler setting)."""
-    key = lambda c: (c.gpu, c.tp, c.replicas, json.dumps(c.scheduler, sort_keys=True))  # noqa: E731
+    def key(c: Candidate) -> tuple:
+        return c.gpu, c.tp, c.replicas, json.dumps(c.scheduler, sort_keys=True)
+
     ar = {key(c): c for c in cands if c.mode.mode == "ar"}
     return {c.id: ar[key(c)] for c in cands if c.mode.mode != "ar" and key(c) in ar}
 

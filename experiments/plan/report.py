@@ -86,9 +86,10 @@ def plan_table(doc: dict[str, Any], limit: int | None = None):
                                "vLLM cannot run the mode as simulated, never the deploy line. max rate "
                                "'+': sustains its search ceiling; interval 'open': no tested rate was a decided fail. "
                                "SD beats AR up to: the searched rate where this mode's mean E2E latency reaches "
-                               "AR's on the same GPUs (its interval below the answer, or --explain; '>x': faster at every rate decided, up to x; "
-                               "'never': slower already at the lowest; '?': undecided). Throughput and $/Mtok over the steady-state window; "
-                               "the rules: --explain or plan.json.")
+                               "AR's on the same GPUs (its interval below the answer, or --explain; '>x': faster at "
+                               "every rate decided, up to x; 'never': slower already at the lowest; '?': undecided). "
+                               "Throughput and $/Mtok over the steady-state window; the rules: --explain or "
+                               "plan.json.")
 
 
 def does_not_fit_line(doc: dict[str, Any]) -> str | None:

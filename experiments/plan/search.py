@@ -157,7 +157,8 @@ class SeedSchedule:
         """The next run is a rate's first seed under FIRST_SEED_RULE (it may settle the rate alone)."""
         return self.first_seed_settles and not self.runs
 
-    def give(self, rate: float, runs: list[dict[str, Any]], target: float) -> tuple[Verdict, list[dict[str, Any]]] | None:
+    def give(self, rate: float, runs: list[dict[str, Any]], target: float
+             ) -> tuple[Verdict, list[dict[str, Any]]] | None:
         """The runs of `wanted()`; (verdict, every run at this rate) once the rate is settled, else None."""
         runs = self.runs + list(runs)
         v = judge(rate, runs, target)
