@@ -179,7 +179,7 @@ class CrossoverSearch:
             return None
         return (a + b) / 2
 
-    def result(self, range_top: float | None = None) -> Crossover:
+    def result(self) -> Crossover:
         comps = tuple(self.comparisons)
         rng = (self.bottom, self.top)
         lo, hi = self.faster_up_to, self.slower_from
