@@ -92,7 +92,11 @@ class Search(_Strict):
 
     seeds: int = Field(3, ge=1, le=100, description="runs per tested rate (attainment batch means are pooled "
                                                     "over them)")
-    rel_tol: float = Field(0.05, gt=0, lt=1, description="stop when the highest passing and the lowest failing "
+    max_seeds: int = Field(48, ge=1, le=400, description="a rate still undecided after `seeds` runs gets its seeds "
+                           "doubled up to this many (default: 48, or `seeds` when more; experiments/plan/search.py "
+                           "SeedSchedule): runs spent near the answer; the stated confidence is checked with the "
+                           "default")
+    rel_tol: float = Field(0.02, gt=0, lt=1, description="stop when the highest passing and the lowest failing "
                                                          "rate are within this fraction of the latter")
     max_tests: int = Field(12, ge=1, le=60, description="rates tested per candidate at most")
     rate_max: float | None = Field(None, gt=0, le=MAX_RATE, description="search ceiling, req/s (default: none)")
@@ -112,11 +116,19 @@ class Search(_Strict):
                              "EARLY_STOP_RULE); false: every run to its last request")
     service_probe: bool = Field(True, description="one saturated run per candidate measures its service rate first "
                                 "(experiments/plan/planner.py SERVICE_PROBE_RULE): nothing above 0.95 x it is tested")
+    crossover: bool = Field(True, description="search each drafting candidate's SD-vs-AR crossover rate "
+                            "(experiments/plan/crossover.py CROSSOVER_RULE): both modes on the plan's seeds per rate")
+    crossover_max_tests: int = Field(8, ge=2, le=60, description="rates compared per SD-vs-AR crossover at most")
     curve_fractions: list[float] = Field([0.25, 0.5, 0.75], max_length=100, description="after the search, one more simulation "
                                          "(first seed) at each fraction of the max rate, for the latency curves")
 
     @model_validator(mode="after")
     def _fractions(self) -> "Search":
+        if self.max_seeds < self.seeds:
+            if "max_seeds" in self.model_fields_set:
+                raise ValueError(f"search.max_seeds: expected at least search.seeds ({self.seeds}), got "
+                                 f"{self.max_seeds}")
+            object.__setattr__(self, "max_seeds", self.seeds)  # the default never asks for fewer seeds than given
         if any(not 0 < f < 1 for f in self.curve_fractions):
             raise ValueError(f"search.curve_fractions: expected fractions in (0, 1), got {self.curve_fractions}")
         return self

@@ -11,7 +11,7 @@ Rules (EARLY_STOP_RULE), asked every CHECK_EVERY of the window's requests finish
   attainment is not measured.
 - strict fail (a settling search run): each window batch's attainment lies between its certain successes
   (finished within every bound) and those plus its undecided requests (not finished, not yet past a bound:
-  simulator.measure.early_stop.exceeded_so_far). When the 99.9% interval's high end (`strict_high_end`) is below the
+  simulator.measure.early_stop.exceeded_so_far). When the strict (99.99%) interval's high end (`strict_high_end`) is below the
   target at every vertex of that box, every completion of the run fails strictly (the high end, mean + t s /
   sqrt(n), is convex in the batch means, so its largest value on the box is at a vertex): the rate is settled as
   the full run would settle it. The run then reports the most favourable vertex as its batches (judge gives a
@@ -40,7 +40,7 @@ LEVELS = ("pooled", "settling", "curve")  # pooled: window complete only; curve:
 EARLY_STOP_RULE = ("runs stop once the verdict is decided: after the window's end when every window request has "
                    "finished (all runs; exact figures), or when the window's backlog says overloaded (a rate's first "
                    "seed and curve runs), or, for a rate's first seed, when every completion of the window fails the "
-                   "99.9% interval (the most favourable completion is recorded; overload not measured)")
+                   "strict (99.99%) interval (the most favourable completion is recorded; overload not measured)")
 
 
 @dataclass

@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 
 from experiments.plan.config import Mode, PlanConfig
+from experiments.plan.crossover import CROSSOVER_RULE, Crossover, CrossoverSearch, compare, no_crossover
 from experiments.plan.deploy import VLLM_RULES, VLLM_VERSION, Deploy, deploy_of, is_mtp_mode, lookup_note
 from experiments.plan.draft_gpu import DRAFT_TRANSFER_RULE
 from experiments.plan.bounds import SERVICE_BOUND_RULE, TPOT_FLOOR_RULE, service_rate_bound, tpot_floor
 from experiments.plan.early_stop import EARLY_STOP_RULE
-from experiments.plan.search import (BATCHES, BELOW_SERVICE, FIRST_SEED_RULE, MAX_UTILIZATION, RateSearch, judge,
-                                     settled_by_first_seed)
+from experiments.plan.search import (ANSWER_CONFIDENCE_RULE, BATCHES, BELOW_SERVICE, FIRST_SEED_RULE,
+                                     MAX_UTILIZATION, RateSearch, SeedSchedule)
 from experiments.plan.prices import GpuPrice, price_table
 from experiments.sweep.cache import write_json_atomic
 from experiments.sweep.experiment import json_ready
@@ -36,7 +37,7 @@ from simulator.measure.steady_state import SATURATED_TRIM_FRACTION
 from simulator.scenario import check_cluster_size
 from traces.catalog import MTP_SUFFIX
 
-EVALUATOR = "plan-point/2"  # bump when what a point returns changes (invalidates caches)
+EVALUATOR = "plan-point/3"  # bump when what a point returns changes (invalidates caches)
 POINT_METRICS = ("steady_throughput_tok_s", "steady_requests_per_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
                  "steady_e2e_p99_s", "steady_slo_attainment", "overloaded", "mean_acceptance_length",
                  "throughput_tok_s")  # throughput_tok_s: whole run (warm-up and drain included), for reference
@@ -77,6 +78,7 @@ class Candidate:
     search: RateSearch | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     deploy: Deploy | None = None  # what vLLM runs for this candidate, or why it cannot (experiments/plan/deploy.py)
+    crossover: Crossover | None = None  # SD vs AR on the same GPUs (experiments/plan/crossover.py)
 
     @property
     def deployable(self) -> bool:
@@ -316,7 +318,7 @@ class TrafficModel:
         return min(n, self.replay_times.shape[0]) if self.replay_times is not None else n
 
     def curve_requests_for(self, replicas: int) -> int:
-        """Requests per curve run: the curves and the SD-vs-AR crossover read mean latencies, not the SLO's
+        """Requests per curve run: the curves read mean latencies, not the SLO's
         quantile, so CURVE_SIZE_FRACTION of the search size (at least the given number and requests_per_replica
         per replica)."""
         n = max(self.num_requests, self.plan.search.requests_per_replica * replicas,
@@ -395,6 +397,7 @@ def _point_figures(req, slo: dict[str, Any], summary: dict[str, Any], stopped: d
         out.update(window_arrivals=ss.arrivals, window_departures=ss.departures,
                    window_length_s=round_sig(ss.length_s),
                    attainment_batches=[round_sig(x) for x in batch_means(ok[ss.in_window][order], BATCHES)],
+                   e2e_batches=[round_sig(x) for x in batch_means(win["e2e"].to_numpy(dtype=float)[order], BATCHES)],
                    steady_e2e_mean_s=round_sig(float(np.nanmean(win["e2e"].to_numpy(dtype=float)))),
                    steady_tpot_mean_s=round_sig(float(np.nanmean(win["tpot"].to_numpy(dtype=float)))))
     out.update({m: summary.get(m) for m in POINT_METRICS})
@@ -407,7 +410,7 @@ def _point_figures(req, slo: dict[str, Any], summary: dict[str, Any], stopped: d
         for k in ("steady_e2e_mean_s", "steady_tpot_mean_s", "steady_ttft_p99_s", "steady_tpot_p99_s",
                   "steady_e2e_p99_s", "steady_slo_attainment"):
             out[k] = None
-        out["attainment_batches"] = []
+        out["attainment_batches"], out["e2e_batches"] = [], []
     if rule == "strict fail":  # departures not final; the batches of the most favourable completion
         out.update(window_final=False, overloaded=None, steady_throughput_tok_s=None, steady_requests_per_s=None,
                    attainment_batches=stopped["attainment_batches"])
@@ -580,7 +583,8 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     cands = build_candidates(plan, base, prices)
     active = [c for c in cands if c.status == "ok"]
     search, slo = plan.search, plan.slo.bounds()
-    seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(search.seeds)]
+    all_seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(search.max_seeds)]  # SeedSchedule's
+    seeds = all_seeds[:search.seeds]
     start = search.rate_start or traffic.target_rate
     decode_tokens: dict[int, float] = {}
     for c in active:  # sizes first, each checked before any candidate is simulated
@@ -594,10 +598,10 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
         c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
         c.mean_output_tokens = decode_tokens[c.num_requests] + 1.0
         if traffic.plan.traffic.arrival != "replay":  # (replay: the same lengths; the rule needs a draw per seed)
-            c.floor_note = slo_out_of_reach(c, plan, traffic, seeds)
+            c.floor_note = slo_out_of_reach(c, plan, traffic, all_seeds)
     # the total is known only as an upper bound: it shrinks as searches end early and as first seeds settle rates
     total = len(active) * (search.max_tests * search.seeds + len(search.curve_fractions) + search.service_probe)
-    pending: dict[str, list[dict[str, Any]]] = {}  # candidate id -> its first seed's run at its next rate
+    schedules = {c.id: SeedSchedule(search.seeds, search.max_seeds, search.first_seed_settles) for c in active}
     target = plan.slo.attainment
 
     def stop(level: str, rate: float) -> dict[str, Any] | None:
@@ -625,36 +629,41 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
                 if not todo:
                     return
                 batch, wanted = [], []
-                for c in todo:  # FIRST_SEED_RULE: a new rate's first seed alone, then (if unsettled) the others
+                for c in todo:  # FIRST_SEED_RULE (SeedSchedule): a new rate's first seed alone, then the others
                     rate = c.search.next_rate()
                     workload, replay = traffic.at_rate(rate, c.num_requests)
-                    first = seeds[:1] if search.first_seed_settles else seeds
-                    these = seeds[len(pending[c.id]):] if c.id in pending else first
-                    level = "settling" if search.first_seed_settles and c.id not in pending else "pooled"
+                    sched = schedules[c.id]
+                    these = [all_seeds[j] for j in sched.wanted()]
+                    if these and len(sched.runs) >= search.seeds:  # doubled seeds: beyond the bar's estimate
+                        bar.add_total(len(these))
+                    level = "settling" if sched.settling else "pooled"
                     batch += [_point(c, workload, s, slo, replay, stop(level, rate)) for s in these]
                     wanted.append(len(these))
                 results = runner.run(batch)
                 i = 0
                 for c, k in zip(todo, wanted):
                     rate = c.search.next_rate()
-                    runs = pending.pop(c.id, []) + results[i:i + k]
+                    sched = schedules[c.id]
+                    got = results[i:i + k]
                     i += k
-                    if not all(r["fits"] for r in runs):
-                        c.status, c.reason = "does_not_fit", next(r["reason"] for r in runs if not r["fits"])
+                    if not all(r["fits"] for r in got):
+                        runs = sched.runs + got
+                        sched.runs = []
+                        c.status, c.reason = "does_not_fit", next(r["reason"] for r in got if not r["fits"])
                         bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds + len(runs)
                                       - len(search.curve_fractions))
                         continue
-                    verdict = judge(rate, runs, plan.slo.attainment)
-                    if len(runs) < len(seeds):
-                        if not settled_by_first_seed(verdict):
-                            pending[c.id] = runs
-                            continue
-                        bar.add_total(-(len(seeds) - len(runs)))
+                    settled = sched.give(rate, got, plan.slo.attainment)
+                    if settled is None:
+                        continue
+                    verdict, runs = settled
+                    if len(runs) < search.seeds:
+                        bar.add_total(-(search.seeds - len(runs)))
                     c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
                                           "overloaded": verdict.overloaded, "why": verdict.why,
                                           "attainment": verdict.attainment,
                                           "attainment_interval": [verdict.attainment_low, verdict.attainment_high],
-                                          "seeds": [{"seed": s, **r} for s, r in zip(seeds, runs)]})
+                                          "seeds": [{"seed": s, **r} for s, r in zip(all_seeds, runs)]})
                     c.search.record(verdict)
                     if target_only and len(c.search.verdicts) == 1 and not verdict.passed:
                         c.search.stop()
@@ -669,6 +678,8 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
         else:
             _cheapest_scope(active, traffic.target_rate, prepare_searches, run_searches, bar, search)
         searched = [c for c in active if c.status == "ok"]
+        if search.crossover:
+            _crossovers(plan, searched, traffic, seeds, slo, runner, bar)
         _curve_points(plan, searched, traffic, seeds[0], slo, runner, bar, search.early_stop)
     doc = plan_document(plan, cands, prices, traffic, seeds, base)
     from experiments.plan.report import write_plots
@@ -733,6 +744,55 @@ def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int,
         tok_s = r.get("tok_s")
         c.probe = {"requests": r.get("requests"), "clients": p.payload["probe"]["clients"], "tok_s": tok_s,
                    "service_req_s": tok_s / c.mean_output_tokens if tok_s and c.mean_output_tokens else None}
+
+
+def ar_siblings(cands: list[Candidate]) -> dict[str, Candidate]:
+    """Drafting candidate id -> the AR candidate on the same GPUs (GPU, TP, replicas, scheduler setting)."""
+    def key(c: Candidate) -> tuple:
+        return c.gpu, c.tp, c.replicas, json.dumps(c.scheduler, sort_keys=True)
+
+    ar = {key(c): c for c in cands if c.mode.mode == "ar"}
+    return {c.id: ar[key(c)] for c in cands if c.mode.mode != "ar" and key(c) in ar}
+
+
+def _crossovers(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seeds: list[int],
+                slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar) -> None:
+    """CROSSOVER_RULE (experiments/plan/crossover.py) for every searched drafting candidate with a searched AR
+    sibling: its own search, both modes at each rate on the plan's seeds, runs of the SLO search's size."""
+    s = plan.search
+    sibling = ar_siblings(active)
+    todo: dict[str, tuple[Candidate, Candidate, CrossoverSearch]] = {}
+    for c in active:
+        ar = sibling.get(c.id)
+        if ar is None or c.search is None or ar.search is None:
+            continue
+        measured = [x.search.service_rate for x in (c, ar) if x.search.service_rate]
+        if measured:
+            top = MAX_UTILIZATION * min(measured)
+        else:  # neither service rate measured (probe off, never overloaded): up to the higher max rate
+            top = max(c.search.lo, ar.search.lo)
+        if not top > 0:
+            c.crossover = no_crossover("no rate range: neither mode sustains a rate or measured a service rate")
+            continue
+        todo[c.id] = (c, ar, CrossoverSearch(top, s.rel_tol, s.crossover_max_tests))
+    while True:
+        live = [v for v in todo.values() if not v[2].done]
+        if not live:
+            break
+        batch = []
+        for c, ar, cs in live:
+            rate = cs.next_rate()
+            workload, replay = traffic.at_rate(rate, c.num_requests)
+            stop = {"level": "curve", "target": plan.slo.attainment, "rate": rate} if s.early_stop else None
+            batch += [_point(x, workload, seed, slo, replay, stop) for x in (c, ar) for seed in seeds]
+        bar.add_total(len(batch))
+        results = runner.run(batch)
+        k = len(seeds)
+        for i, (c, ar, cs) in enumerate(live):
+            got = results[2 * k * i: 2 * k * (i + 1)]
+            cs.record(compare(cs.next_rate(), got[:k], got[k:]))
+    for c, _, cs in todo.values():
+        c.crossover = cs.result()
 
 
 def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,
@@ -802,50 +862,7 @@ def _vllm_serve(plan: PlanConfig, c: Candidate) -> dict[str, Any] | None:
     return {"replicas": c.replicas, "vllm_version": VLLM_VERSION, "runs": c.deploy.why, "command": " ".join(args)}
 
 
-def _interp(curve: list[tuple[float, float]], r: float) -> float:
-    xs, ys = zip(*curve)
-    return float(np.interp(r, xs, ys))
-
-
-def sd_vs_ar_crossover(sd: Candidate, ar: Candidate | None) -> dict[str, Any] | None:
-    """The arrival rate at which a drafting candidate stops beating AR on the same GPUs (same TP, replicas and
-    scheduler): mean steady-state E2E latency, both curves linearly interpolated over the stable rates they share."""
-    if ar is None or sd.mode.mode == "ar":
-        return None
-    rule = ("first rate where the mean steady-state E2E of this mode reaches AR's on the same GPUs (curves "
-            "interpolated over the stable rates both tested); above both stable ranges SD pays while AR is "
-            "overloaded")
-
-    def pts(c: Candidate) -> list[tuple[float, float]]:
-        out = []
-        for e in sorted(c.evaluations, key=lambda e: e["rate"]):
-            vals = [x.get("steady_e2e_mean_s") for x in e["seeds"]]
-            if not e.get("overloaded") and all(v is not None for v in vals):
-                out.append((e["rate"], sum(vals) / len(vals)))
-        return out
-
-    a, b = pts(sd), pts(ar)
-    if len(a) < 2 or len(b) < 2:
-        return {"crossover_req_s": None, "rule": rule, "why": "fewer than two stable rates to compare"}
-    lo, hi = max(a[0][0], b[0][0]), min(a[-1][0], b[-1][0])
-    if not hi > lo:
-        return {"crossover_req_s": None, "rule": rule, "why": "the stable ranges do not overlap"}
-    grid = np.linspace(lo, hi, 200)
-    diff = np.array([_interp(a, r) - _interp(b, r) for r in grid])
-    if diff[0] >= 0:
-        return {"crossover_req_s": None, "rule": rule, "sd_faster_from_req_s": None,
-                "why": f"no faster than AR at {round_sig(lo)} req/s, the lowest rate both tested"}
-    above = np.nonzero(diff >= 0)[0]
-    if above.size == 0:
-        return {"crossover_req_s": None, "rule": rule, "sd_faster_up_to_req_s": round_sig(hi),
-                "why": f"faster than AR over every shared stable rate (up to {round_sig(hi)} req/s)"}
-    i = int(above[0])
-    r = grid[i - 1] + (grid[i] - grid[i - 1]) * (-diff[i - 1]) / (diff[i] - diff[i - 1])
-    return {"crossover_req_s": round_sig(r), "rule": rule}
-
-
-def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
-                     ar_sibling: Candidate | None = None) -> dict[str, Any]:
+def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig) -> dict[str, Any]:
     """One candidate's entry of plan.json."""
     doc: dict[str, Any] = {
         "id": c.id, "gpu": c.gpu, "tp": c.tp, "replicas": c.replicas, "mode": c.mode.name,
@@ -888,7 +905,7 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig,
         "meets_target_rate": meets,
         "usd_per_mtok_at_target_rate": (round_sig(hourly / (target_rate * out_per_req * 3600) * 1e6)
                                         if meets and out_per_req else None),
-        "sd_vs_ar": sd_vs_ar_crossover(c, ar_sibling),
+        "sd_vs_ar": c.crossover.to_json() if c.crossover else None,
         "vllm_serve": _vllm_serve(plan, c),
         "curve": _curve(c),
     })
@@ -1027,10 +1044,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
     from simulator.measure.steady_state import OVERLOAD_RULE, WINDOW_RULE
 
     target = traffic.target_rate
-    ar = {(c.gpu, c.tp, c.replicas, json.dumps(c.scheduler, sort_keys=True)): c for c in cands if c.mode.mode == "ar"}
-    ranked = sorted((candidate_result(c, target, plan, ar.get((c.gpu, c.tp, c.replicas,
-                                                               json.dumps(c.scheduler, sort_keys=True))))
-                     for c in cands), key=_rank_key)
+    ranked = sorted((candidate_result(c, target, plan) for c in cands), key=_rank_key)
     meets = [d for d in ranked if d["status"] == "ok" and d.get("meets_target_rate")]
     cheapest = next((d["id"] for d in meets if d["deploy"]["deployable"]), None)
     research = _best_research(meets, next((d for d in meets if d["id"] == cheapest), None))
@@ -1063,7 +1077,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
             "window": WINDOW_RULE,
             "overload": OVERLOAD_RULE + "; an overloaded rate is never sustainable",
             "sustainable": (f"stable (not overloaded, seeds pooled) and the SLO attainment of the window "
-                            f"requests reaches {q:g} at the low end of its 99.9% interval (a request attains when it "
+                            f"requests reaches {q:g} at the low end of its 99.99% interval (a request attains when it "
                             "finishes within every bound); the answer is the highest sustainable rate tested, a lower "
                             "confidence bound on the rate where attainment falls to the target"),
             "interval": (f"attainment: Student-t intervals of {BATCHES} batch means per seed pooled over the "
@@ -1071,7 +1085,11 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                          "interval: the answer to the lowest decided fail (or the measured service rate) among the "
                          "tested rates"),
             "scope": SCOPE_RULE if s.scope == "cheapest" else "all: every candidate searched to its max rate",
-            "seeds_per_rate_rule": FIRST_SEED_RULE if s.first_seed_settles else "every seed at every rate",
+            "crossover": CROSSOVER_RULE if s.crossover else "off",
+            "seeds_per_rate_rule": (FIRST_SEED_RULE if s.first_seed_settles else
+                                    "every seed at every rate; while undecided the seeds are doubled, up to "
+                                    "search.max_seeds"),
+            "confidence": ANSWER_CONFIDENCE_RULE,
             "early_stop": EARLY_STOP_RULE if s.early_stop else "off: every run to its last request",
             "service_probe": SERVICE_PROBE_RULE if s.service_probe else "off",
             "size": (f"each run holds at least {s.tail_requests}/(1 - {q:g}) window requests and "
@@ -1097,7 +1115,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                        "settings; MTP: method mtp, the target's own head, k within vLLM's n_predict rule) or k by "
                        "batch size (num_speculative_tokens_per_batch_size); acceptance-driven k, bandits, "
                        "per-request drafter choice and PSD are research rows, never the deploy line"),
-            "seeds": seeds, "seeds_per_rate": s.seeds,
+            "seeds": seeds, "seeds_per_rate": s.seeds, "max_seeds_per_rate": s.max_seeds,
         },
         "prices": {g: {"usd_per_gpu_hour": prices[g].usd_per_hour, "source": prices[g].source} for g in used},
         "cheapest": cheapest,

@@ -21,10 +21,11 @@ PLAN_COLUMNS: tuple[Column, ...] = (
     Column("interval_req_s", "req/s", 0, header="interval"),
     Column("throughput_tok_s_at_max_rate", "tok/s", 0, header="steady\nthrpt\nat max"),
     Column("usd_per_mtok_at_target_rate", "$/Mtok", 3, header="usd per\nmtok at\ntarget"),
-    Column("sd_vs_ar_crossover_req_s", "req/s", 2, header="SD\nbeats\nAR\nup to"),
+    Column("sd_vs_ar_crossover_req_s", "req/s", 1, header="SD\nbeats\nAR\nup to"),
 )
-RULE_KEYS = ("window", "overload", "sustainable", "interval", "seeds_per_rate_rule", "size", "service_bound",
-             "service_probe", "early_stop", "scope", "search", "comparison", "draft_transfer", "deploy")
+RULE_KEYS = ("window", "overload", "sustainable", "confidence", "interval", "seeds_per_rate_rule", "size",
+             "service_bound", "service_probe", "early_stop", "scope", "search", "crossover", "comparison",
+             "draft_transfer", "deploy")
 
 
 def _interval_cell(c: dict[str, Any]) -> str:
@@ -34,15 +35,31 @@ def _interval_cell(c: dict[str, Any]) -> str:
     return f"[{lo:.3g}, {'open' if hi is None else f'{hi:.3g}'}]"
 
 
-def _crossover_cell(c: dict[str, Any]) -> float | str:
+def _crossover_cell(c: dict[str, Any]) -> str:
+    """The searched SD-vs-AR crossover (experiments/plan/crossover.py), 3 significant digits: the estimate where it
+    crosses (its interval: crossover_line), '>x' faster at every rate decided up to x, 'never' slower from the bottom
+    of its range."""
     x = c.get("sd_vs_ar")
     if not x:
         return "\u2013"
-    if x.get("crossover_req_s") is not None:
-        return float(x["crossover_req_s"])
-    if x.get("sd_faster_up_to_req_s") is not None:
-        return f">{x['sd_faster_up_to_req_s']:,.2f}"
-    return "never" if "no faster" in (x.get("why") or "") else "?"
+    lo, hi = x.get("interval_req_s") or (None, None)
+    if x.get("kind") == "crossing":
+        return f"{x['crossover_req_s']:.3g}"
+    if x.get("kind") == "faster_throughout":
+        return f">{lo:.3g}"
+    if x.get("kind") == "slower_throughout":
+        return "never"
+    return "?"
+
+
+def crossover_line(c: dict[str, Any]) -> str | None:
+    """One line with a drafting candidate's searched crossover and its interval (None: not a crossing)."""
+    x = c.get("sd_vs_ar") or {}
+    if x.get("kind") != "crossing":
+        return None
+    lo, hi = x["interval_req_s"]
+    return (f"SD vs AR, {c['id']}: mean E2E reaches AR's at {x['crossover_req_s']:.3g} req/s "
+            f"[{lo:.3g}, {hi:.3g}] (faster at the low end, slower at the high end; plan.json rule.crossover)")
 
 
 def plan_rows(doc: dict[str, Any], limit: int | None = None) -> list[dict[str, Any]]:
@@ -68,10 +85,11 @@ def plan_table(doc: dict[str, Any], limit: int | None = None):
                        caption="*: target step times from the roofline model (no measured profile). research: "
                                "vLLM cannot run the mode as simulated, never the deploy line. max rate "
                                "'+': sustains its search ceiling; interval 'open': no tested rate was a decided fail. "
-                               "SD beats AR up to: the arrival rate where this mode's mean E2E latency reaches "
-                               "AR's on the same GPUs ('>x': faster at every rate both sustain, up to x; 'never': "
-                               "slower already at the lowest). Throughput and $/Mtok over the steady-state window; "
-                               "the rules: --explain or plan.json.")
+                               "SD beats AR up to: the searched rate where this mode's mean E2E latency reaches "
+                               "AR's on the same GPUs (its interval below the answer, or --explain; '>x': faster at "
+                               "every rate decided, up to x; 'never': slower already at the lowest; '?': undecided). "
+                               "Throughput and $/Mtok over the steady-state window; the rules: --explain or "
+                               "plan.json.")
 
 
 def does_not_fit_line(doc: dict[str, Any]) -> str | None:
@@ -101,6 +119,9 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None, explain: 
     best = doc["cheapest"]
     console.print(f"[bold]cheapest deployable for {q['target_rate_req_s']:g} req/s:[/bold] "
                   + (best if best else "none of the deployable candidates sustains the target rate"))
+    confidence = doc["rule"].get("confidence")
+    if confidence:  # the stated bound, without its derivation (--explain)
+        console.print(f"confidence of every max rate: {confidence.split(':')[0]} (plan.json rule.confidence)")
     deploy = doc.get("deploy")
     if deploy:
         console.print(f"deploy ({deploy['replicas']} replica(s), vLLM {deploy['vllm_version']}; {deploy['runs']}): "
@@ -110,6 +131,10 @@ def print_plan(doc: dict[str, Any], console, limit: int | None = None, explain: 
         console.print(f"best research row: {research['id']} (${research['usd_per_hour']:g}/h, "
                       f"{research['max_rate_req_s']:.4g} req/s); gain: {research['gain']}; not deployable: "
                       f"{research['why_not_deployable']}", soft_wrap=True)
+    shown = [doc["cheapest"], (research or {}).get("id")]
+    lines = [crossover_line(c) for c in doc["candidates"] if explain or c["id"] in shown]
+    for text in filter(None, lines):
+        console.print(text, soft_wrap=True)
     assumptions = doc.get("assumptions") or {}
     for kind in ("measured", "borrowed", "modelled"):
         for text in assumptions.get(kind, ()):

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.plan.early_stop import PlanStop
-from experiments.plan.search import (MAX_UTILIZATION, RateSearch, Verdict, judge, settled_by_first_seed,
-                                     strict_high_end)
+from experiments.plan.search import (MAX_UTILIZATION, STRICT_CONFIDENCE, RateSearch, Verdict, judge,
+                                     settled_by_first_seed, strict_high_end)
 from simulator.engine import compiled_run
 from simulator.measure.early_stop import Progress, exceeded_so_far, progress_frame
 from simulator.measure.metrics import goodput_mask
@@ -49,9 +49,9 @@ def test_a_miss_certain_so_far_is_a_miss_of_the_finished_run(run):
 
 def test_mean_interval_by_rows_equals_one_row_at_a_time():
     rows = np.random.default_rng(1).uniform(0.8, 1.0, (50, 10))
-    _, lo, hi = mean_interval(rows, 0.999)
+    _, lo, hi = mean_interval(rows, STRICT_CONFIDENCE)
     for r, l, h in zip(rows, lo, hi):
-        _, l1, h1 = mean_interval(r, 0.999)
+        _, l1, h1 = mean_interval(r, STRICT_CONFIDENCE)
         assert (l, h) == pytest.approx((l1, h1), rel=1e-12)
     assert strict_high_end(rows[0]) == pytest.approx(hi[0], rel=1e-12)
 

@@ -116,46 +116,24 @@ def test_service_rate_bound_by_hand():
     assert service_rate_bound(prof, 64, 0, 0.0) is None
 
 
-def _curve_candidate(mode: str, rates, e2e, overloaded=()):
-    """A Candidate whose evaluations carry mean steady-state E2E `e2e(rate)` at `rates` (one seed each)."""
-    from experiments.plan.config import Mode
-    from experiments.plan.planner import Candidate
+def test_the_seed_schedule_runs_one_seed_then_the_rest_then_doubles_while_undecided():
+    from experiments.plan.search import SeedSchedule
 
-    policy = None if mode == "ar" else {"name": "fixed", "drafter": "d", "k": 3}
-    c = Candidate(mode, "h100-80gb", 1, 1, Mode(name=mode, mode=mode, policy=policy), {}, {})
-    c.evaluations = [{"rate": r, "overloaded": r in overloaded, "seeds": [{"steady_e2e_mean_s": e2e(r)}]}
-                     for r in rates]
-    return c
-
-
-@given(a_sd=st.floats(0.5, 2.0), gap=st.floats(0.05, 1.0), b_ar=st.floats(0.01, 0.1), extra=st.floats(1.2, 5.0))
-@settings(max_examples=100, deadline=None)
-def test_sd_vs_ar_crossover_is_where_the_latency_lines_meet(a_sd, gap, b_ar, extra):
-    # SD: E2E = a_sd + b_sd r (faster at low load, steeper); AR: E2E = (a_sd + gap) + b_ar r. They meet at
-    # r* = gap / (b_sd - b_ar), independently of the planner's grid; tested rates differ between the two modes
-    from experiments.plan.planner import sd_vs_ar_crossover
-
-    b_sd = extra * b_ar
-    cross = gap / (b_sd - b_ar)
-    sd = _curve_candidate("sd", [0.1 * cross, 0.7 * cross, 1.6 * cross, 2.5 * cross, 9 * cross],
-                          lambda r: a_sd + b_sd * r, overloaded={9 * cross})
-    ar = _curve_candidate("ar", [0.05 * cross, 0.5 * cross, 1.3 * cross, 3.0 * cross],
-                          lambda r: a_sd + gap + b_ar * r)
-    got = sd_vs_ar_crossover(sd, ar)
-    assert got["crossover_req_s"] == pytest.approx(cross, rel=1e-3)
-    # SD never slower over the shared stable range: no crossover, and the range is said
-    never = sd_vs_ar_crossover(_curve_candidate("sd", [0.1 * cross, 0.6 * cross], lambda r: a_sd + b_sd * r), ar)
-    assert never["crossover_req_s"] is None and never["sd_faster_up_to_req_s"] == pytest.approx(0.6 * cross)
-    # SD already slower at the lowest shared rate: no crossover either
-    slow = sd_vs_ar_crossover(_curve_candidate("sd", [0.1 * cross, 2 * cross], lambda r: a_sd + gap + 0.1 + b_ar * r),
-                              ar)
-    assert slow["crossover_req_s"] is None and "no faster than AR" in slow["why"]
-
-
-def test_sd_vs_ar_crossover_needs_two_stable_rates_and_an_ar_sibling():
-    from experiments.plan.planner import sd_vs_ar_crossover
-
-    sd = _curve_candidate("sd", [1.0, 2.0, 3.0], lambda r: 1.0 + r, overloaded={2.0, 3.0})
-    ar = _curve_candidate("ar", [1.0, 2.0], lambda r: 2.0 + 0.1 * r)
-    assert sd_vs_ar_crossover(sd, ar)["why"] == "fewer than two stable rates to compare"
-    assert sd_vs_ar_crossover(sd, None) is None and sd_vs_ar_crossover(ar, ar) is None
+    clear = _seed(1000, 1000, [1.0] * 5)  # no miss: a strict pass on its own
+    unclear = _seed(1000, 1000, [0.98, 1.0, 0.985, 1.0, 0.99])  # around the 0.99 target
+    s = SeedSchedule(3, 12)
+    assert list(s.wanted()) == [0] and s.settling
+    v, runs = s.give(5.0, [clear], 0.99)  # settled by the first seed alone
+    assert v.passed and len(runs) == 1 and list(s.wanted()) == [0]
+    assert s.give(5.0, [unclear], 0.99) is None and list(s.wanted()) == [1, 2] and not s.settling
+    assert s.give(5.0, [unclear] * 2, 0.99) is None and list(s.wanted()) == [3, 4, 5]  # undecided: doubled
+    assert s.give(5.0, [unclear] * 3, 0.99) is None and list(s.wanted()) == list(range(6, 12))
+    v, runs = s.give(5.0, [unclear] * 6, 0.99)  # max_seeds reached: the verdict as it stands
+    assert len(runs) == 12 and not v.decided and list(s.wanted()) == [0]
+    # a decided fail after every seed ran is not doubled; without the first-seed rule every seed runs at once
+    every = SeedSchedule(2, 8, first_seed_settles=False)
+    assert list(every.wanted()) == [0, 1]
+    v, runs = every.give(5.0, [_seed(1000, 1000, [0.5, 0.6, 0.55, 0.52, 0.5])] * 2, 0.99)
+    assert v.decided and not v.passed and len(runs) == 2
+    with pytest.raises(ValueError, match="seeds <= max_seeds"):
+        SeedSchedule(4, 2)

@@ -131,7 +131,7 @@ def _plan_doc():
                 "meets_target_rate": rate >= 50, "sd_vs_ar": crossover}
     return {"name": "plan_llama70b", "question": {"target": "llama3.3-70b", "target_rate_req_s": 50.0},
             "candidates": [cand("h100-80gb tp4 x2 eagle3-k3", 8, 61.25, 60.0, 64.5, 12_345.6, 0.5412, "roofline",
-                                {"crossover_req_s": 72.5}),
+                                {"kind": "crossing", "crossover_req_s": 72.5, "interval_req_s": [70.1, 74.0]}),
                            cand("h100-80gb tp4 x2 AR", 8, 53.5, 53.5, 55.0, 10_564.0, 0.658, "measured: profile.yaml"),
                            cand("h200-141gb tp8 x4 psd-ngram-k5", 32, 210.0, 200.0, None, 45_000.0, 1.0123,
                                 "roofline", ceiling=True)]}
@@ -145,7 +145,7 @@ def test_the_plan_table_follows_the_convention_and_fits_80_columns():
     assert all(len(ln) <= 80 for ln in text.splitlines())
     flat = " ".join(text.split())
     # numbers are never folded: each cell appears whole, in its column's unit and decimals
-    for cell in ("61.25", "53.50", "210.00+", "12,346", "10,564", "45,000", "0.541", "0.658", "1.012", "72.50",
+    for cell in ("61.25", "53.50", "210.00+", "12,346", "10,564", "45,000", "0.541", "0.658", "1.012", "72.5",
                  "[60, 64.5]", "[200, open]", "24.00", "96.00"):
         assert cell in flat, cell
     ranks = [ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in ("1", "2", "3")]
