@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         from simulator.scenario import inputs_for, simulate
         from simulator.measure.metrics import summarize
         from traces.synthetic.fit_cache import clear_memory_cache
-        from traces.workload import WorkloadSpec, workload_and_bundle
+        from traces.workload import workload_and_bundle
 
         cfg_doc = config(args.requests)
         print(f"{args.requests:,} AR requests, 512 in / 256 out, 64 concurrent (closed loop); before: {_load()}")
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
         phases: dict[str, float] = {}
         cfg = load_config(cfg_doc)
-        spec = WorkloadSpec.model_validate(cfg.workload)
+        spec = cfg.workload
         with timed(phases, "load bundle"):
             source = resolve_bundle(cfg.traces, cfg.seed)
         clear_memory_cache()

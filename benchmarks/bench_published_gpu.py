@@ -284,7 +284,7 @@ def minedraft_rows(results: str | None) -> list[Row]:
     head = headline(study_table(read_sweep(cfg, results)))
     head = head[head["drafter"] == "qwen3-1.7b"]
     best = head.loc[head["psd_over_sd"].idxmax()]
-    requests = cfg.workload.get("num_requests") if isinstance(cfg.workload, dict) else None
+    requests = cfg.workload.num_requests
     common = dict(source=MINEDRAFT,
                   inputs=f"experiments/configs/psd_vs_sd.yaml: roofline Qwen3-32B TP4 + Qwen3-1.7B on H100, "
                          f"{requests} chat-like requests x 256 tokens, best k per mode, m in "

@@ -21,7 +21,7 @@ def test_the_annotated_config_of_configs_md_validates(monkeypatch):
     monkeypatch.chdir(ROOT)
     cfg = load_config(yaml.safe_load(_blocks("configs.md", "yaml")[0]))
     assert [r.name for r in cfg.runs] == ["AR", "sd", "psd", "bandit", "mine", "big-batch"]
-    assert cfg.workload["categories"] == ["chat"]
+    assert cfg.workload.categories == ["chat"]
 
 
 def test_the_regret_runner_snippet_of_policies_md_runs(monkeypatch):

@@ -75,7 +75,7 @@ def test_refit_from_the_served_log_matches_validate_and_calibration(served, tmp_
             assert abs(bias[ph] - cal_bias[ph]) <= cal_mape[ph], (ph, bias, cal_bias, cal_mape)
 
     cfg = load_config(str(out / "run.yaml"))
-    rate = cfg.workload["arrival"]["rate"]
+    rate = cfg.workload.arrival.rate
     sends = sorted(q["send_time"] for q in data.levels[0]["requests"])
     assert rate == pytest.approx((len(sends) - 1) / (sends[-1] - sends[0]), rel=1e-5)
     if mode.k:  # the bundle holds exactly the levels' requests, with the acceptance vLLM measured on them
