@@ -46,13 +46,23 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 from numba.core import config as _numba_config  # noqa: E402
+from numba.extending import register_jitable  # noqa: E402
 
 from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
 from policies.adaptive_k import best_k_rule  # noqa: E402
 from policies.ucb import ucb_arm_rule  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
+from simulator.engine.rules.kv import blocks_for  # noqa: E402
+from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
+                                                 take_prefill_plan)
 
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
+
+# the engine's rules (simulator/engine/rules/), compiled: a rule that calls another (blocks_for) compiles it in place
+register_jitable(blocks_for)
+_plan_prefills = njit(cache=True)(plan_prefills)
+_take_prefill_plan = njit(cache=True)(take_prefill_plan)
+_plan_buffers = njit(cache=True)(plan_buffers)
 
 DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, -1, -2
 # row int columns
@@ -90,38 +100,6 @@ S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USA
 # the step table's drafters column (R_DRF): a bit per slot that drafted (slots in ascending drafter index, joined by
 # "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
 DRF_PASS = 4
-
-
-@njit(cache=True)
-def _admit_waiting(admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak, prompt,
-                   gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre):
-    """Scheduler.prefills' admission of waiting requests in FIFO order (budget, sequence and KV limits); a
-    request that does not fit whole stops admission unless it is the step's first token (`tokens_used`, `n_pre`)."""
-    while admit < ptr and n_run < max_seqs and budget > 0:
-        i = admit
-        total = prompt[i] + gen[i]
-        c = min(total, budget) if chunked == 1 else total
-        if c > budget and (n_pre > 0 or tokens_used > 0):
-            break
-        need = (c + (1 if c == total else 0) + bs - 1) // bs
-        if need > total_blocks - used:
-            break
-        admit += 1
-        used += need
-        if used > peak:
-            peak = used
-        blocks[i] = need
-        run[n_run] = i
-        n_run += 1
-        prefill_left[i] = total
-        prefill_done[i] = 0
-        if np.isnan(first_sched[i]):
-            first_sched[i] = now
-        budget -= c
-        pre[n_pre] = i
-        chunk[n_pre] = c
-        n_pre += 1
-    return admit, n_run, n_pre, used, peak
 
 
 @njit(cache=True)
@@ -262,77 +240,44 @@ def _drafter_prefill_time(dpf, prof, wtab, pf_order, n_pre, tokens, kv):
 
 
 @njit(cache=True)
-def _continue_prefills(run, n_run, budget, chunked, bs, free, prefill_left, prefill_done, blocks, pre, chunk, n_pre,
-                       commit):
-    """Scheduler.plan_prefills' partial prefills: each running request with prompt left takes its next chunk (all of
-    it unless chunked) where its KV fits in `free` blocks, in admission order. With `commit` the chunks go to
-    pre/chunk and their blocks to `blocks` (a step); without, nothing is written (preview_prefills). Returns
-    (budget, n_pre, free, the chunks' tokens, their KV = cached + chunk)."""
-    tokens = 0
-    kv = 0
-    for j in range(n_run):
-        i = run[j]
-        left = prefill_left[i]
-        if left == 0:
-            continue
-        c = min(left, budget) if chunked == 1 else left
-        if c <= 0:
-            continue
-        need = (prefill_done[i] + c + (1 if c == left else 0) + bs - 1) // bs - blocks[i]
-        if need > free:
-            continue
-        if need > 0:
-            free -= need
-            if commit:
-                blocks[i] += need
-        budget -= c
-        if commit:
-            pre[n_pre] = i
-            chunk[n_pre] = c
-        n_pre += 1
-        tokens += c
-        kv += prefill_done[i] + c
-    return budget, n_pre, free, tokens, kv
+def _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, free, prompt, gen, prefill_left, prefill_done,
+          blocks):
+    """Scheduler.plan_prefills: the prefill plan rule over the running requests (those with prompt left continue)
+    and the waiting queue's first max_num_seqs - running entries (requests admit..ptr-1, copied to `waitq`)."""
+    m = max(0, min(ptr - admit, lim.max_num_seqs - n_run))
+    for t in range(m):
+        waitq[t] = admit + t
+    return _plan_prefills(lim, run, n_run, waitq, m, n_run, tokens_used, free, prompt, gen, prefill_left,
+                          prefill_done, blocks, plan)
 
 
 @njit(cache=True)
-def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen, blocks,
-                      prefill_left, prefill_done):
-    """Scheduler.preview_prefills (plan_prefills with new admissions allowed, nothing committed) for a mixed step
-    after `tokens_used` decode and draft tokens: (chunks, their tokens, their KV = cached + chunk)."""
-    budget, n_pre, free, tokens, kv = _continue_prefills(run, n_run, B - tokens_used, chunked, bs, free, prefill_left,
-                                                         prefill_done, blocks, run, run, 0, False)
-    running = n_run
-    w = admit
-    while w < ptr and running < max_seqs and budget > 0:  # waiting requests, FIFO
-        total = prompt[w] + gen[w]
-        c = min(total, budget) if chunked == 1 else total
-        if c > budget and (n_pre > 0 or tokens_used > 0):
-            break
-        need = (c + (1 if c == total else 0) + bs - 1) // bs
-        if need > free:
-            break
-        free -= need
-        budget -= c
-        running += 1
-        n_pre += 1
-        tokens += c
-        kv += prefill_done[w] + c
-        w += 1
-    return n_pre, tokens, kv
+def _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks, prefill_left, prefill_done,
+               first_sched):
+    """Scheduler.prefills: the plan taken (rules/prefill_plan.take_prefill_plan); its new requests, the waiting
+    queue's head in order, join `run`. Returns (n_run, admit, used, peak)."""
+    used += _take_prefill_plan(plan, n_pre, prompt, gen, blocks, prefill_left, prefill_done, first_sched, now)
+    if used > peak:
+        peak = used
+    for j in range(n_pre):
+        if plan.new[j]:
+            run[n_run] = plan.request[j]
+            n_run += 1
+            admit += 1
+    return n_run, admit, used, peak
 
 
 @njit(cache=True)
-def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen,
-                blocks, prefill_left, prefill_done, prof, wtab, overhead, kind, coef, dpf, pf_order):
+def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, run, admit, ptr, prompt, gen, blocks,
+                prefill_left, prefill_done, prof, wtab, overhead, kind, coef, dpf, pf_order):
     """AdaptiveKPolicy.step_times through Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...): for
     k = 0..k_max the time of a step in which all `n` decoding sequences draft k (slot 0's cost), with the prompt
     chunks the step would add after their n (k + 1) tokens; draft + verify + overhead + the drafters' prompt pass."""
     for k in range(k_max + 1):
         n_pre, pt, pkv = 0, 0, 0
         if separate == 0:
-            n_pre, pt, pkv = _preview_prefills(n * (k + 1), B, chunked, bs, free, max_seqs, n_run, run, admit, ptr,
-                                               prompt, gen, blocks, prefill_left, prefill_done)
+            n_pre, pt, pkv = _plan(lim, plan, waitq, n * (k + 1), run, n_run, admit, ptr, free, prompt, gen,
+                                   prefill_left, prefill_done, blocks)  # Scheduler.preview_prefills
         verify = _price(prof, wtab, 0, n + n_pre, n + n * k + pt, kv + pkv)
         draft = 0.0
         if k > 0:
@@ -446,8 +391,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
     kk = np.empty(max_seqs, np.int64)
     prop = np.empty(max_seqs, np.int64)
     acc = np.empty(max_seqs, np.int64)
-    pre = np.empty(max_seqs, np.int64)
-    chunk = np.empty(max_seqs, np.int64)
+    lim = PrefillLimits(max_seqs, B, chunked == 1, bs)
+    plan = _plan_buffers(max_seqs)  # the step's prefill plan (and a policy's preview of it)
+    pre, chunk = plan.request, plan.tokens
+    waitq = np.empty(max_seqs, np.int64)
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
     times = np.empty(k_max + 1, np.float64)
@@ -479,9 +426,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
         pre_kv = 0
         only_prefill = False
         if separate == 1 and admit < ptr and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True, now)
-            admit, n_run, n_pre, used, peak = _admit_waiting(
-                admit, ptr, n_run, max_seqs, B, 0, chunked, bs, total_blocks, used, peak, prompt, gen, blocks,
-                run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+            n_pre = _plan(lim, plan, waitq, 0, run, n_run, admit, ptr, total_blocks - used, prompt, gen, prefill_left,
+                          prefill_done, blocks).count
+            n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks,
+                                                  prefill_left, prefill_done, first_sched)
             only_prefill = n_pre > 0
         if only_prefill:  # step.plan_prefill_only / prefill_step
             for j in range(n_pre):
@@ -526,9 +474,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                     kk[j] = k_fixed
             elif policy == POL_ADAPTIVE:
                 if n_dec > 0:
-                    _step_times(times, n_dec, kv_est, k_max, separate, B, chunked, bs, total_blocks - used, max_seqs,
-                                n_run, run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, prof, wtab,
-                                overhead, dkind[0], dcoef[0], dpf, pf_order)
+                    _step_times(times, n_dec, kv_est, k_max, separate, lim, plan, waitq, total_blocks - used, n_run,
+                                run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, prof, wtab, overhead,
+                                dkind[0], dcoef[0], dpf, pf_order)
                 for j in range(n_dec):
                     e = 0 if shared == 1 else dec[j]
                     top = k_max
@@ -583,18 +531,11 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                         blocks[dec[j]] = newb[j]
             if separate == 0:  # Scheduler.prefills(prop_sum + n_dec, True, now)
                 tokens_used = prop_sum + n_dec
-                budget = B - tokens_used
-                n_run0 = n_run
-                if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
-                    budget, n_pre, free, _, _ = _continue_prefills(run, n_run0, budget, chunked, bs, total_blocks - used,
-                                                                   prefill_left, prefill_done, blocks, pre, chunk,
-                                                                   n_pre, True)
-                    used = total_blocks - free  # only grows here: the peak is at the end
-                    if used > peak:
-                        peak = used
-                    admit, n_run, n_pre, used, peak = _admit_waiting(
-                        admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak,
-                        prompt, gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+                if n_run > n_dec or (admit < ptr and n_run < max_seqs):
+                    n_pre = _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, total_blocks - used, prompt,
+                                  gen, prefill_left, prefill_done, blocks).count
+                    n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt,
+                                                          gen, blocks, prefill_left, prefill_done, first_sched)
             nseq = n_dec + n_pre
             if nseq == 0:
                 code = ERR_STALL

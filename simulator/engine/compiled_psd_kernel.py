@@ -1,9 +1,10 @@
 """The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, step for step as
 simulator/engine/step_psd.py's PSDExecutor.
 
-It reuses compiled_kernel's pricing, admission, prefill and row helpers. The rules only PSD has are small @njit
-functions below, each naming the Python rule it mirrors: the side a new request joins, the split into
-verified/drafted sides, the step duration, and the carry of the drafted side's proposals with the role flip.
+It reuses compiled_kernel's pricing, prefill plan (simulator/engine/rules/prefill_plan.py), prefill and row
+helpers. The rules only PSD has are small @njit functions below, each naming the Python rule it mirrors: the side a
+new request joins, the split into verified/drafted sides, the step duration, and the carry of the drafted side's
+proposals with the role flip.
 tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.
 """
 from __future__ import annotations
@@ -14,9 +15,10 @@ from numba import njit
 from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_OVERHEAD, F_THINK, FULL, I_BLOCK, I_BLOCKS,
                                        I_BUDGET, I_CHUNKED, I_CLOSED, I_K, I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED,
                                        P_PREFILL, P_VERIFY, ROW_INTS, S_ADMIT, S_FINISHED, S_ITL, S_NRUN, S_PEAK,
-                                       S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _admit_waiting,
-                                       _apply_prefills, _continue_prefills, _emit, _draft_time, _drafter_prefill_time,
-                                       _finish_requests, _price, _row, _save_state)
+                                       S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _apply_prefills,
+                                       _draft_time, _drafter_prefill_time, _emit, _finish_requests, _plan, _plan_buffers,
+                                       _price, _row, _save_state, _take_plan)
+from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
 R_DEV, R_SUB = ROW_INTS, ROW_INTS + 1  # extra row columns: device (0 target, 1 drafter), sub_batch
@@ -156,8 +158,10 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
     dk = np.empty(max_seqs, np.int64)
     dp = np.empty(max_seqs, np.int64)
     da = np.empty(max_seqs, np.int64)
-    pre = np.empty(max_seqs, np.int64)
-    chunk = np.empty(max_seqs, np.int64)
+    lim = PrefillLimits(max_seqs, B, chunked == 1, bs)
+    plan = _plan_buffers(max_seqs)  # the step's prefill plan
+    pre, chunk = plan.request, plan.tokens
+    waitq = np.empty(max_seqs, np.int64)
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
     code = DONE
@@ -183,9 +187,10 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
         only_prefill = False
         if separate == 1 and admit < ptr and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
             n_old = n_run
-            admit, n_run, n_pre, used, peak = _admit_waiting(
-                admit, ptr, n_run, max_seqs, B, 0, chunked, bs, total_blocks, used, peak, prompt, gen, blocks,
-                run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+            n_pre = _plan(lim, plan, waitq, 0, run, n_run, admit, ptr, total_blocks - used, prompt, gen, prefill_left,
+                          prefill_done, blocks).count
+            n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks,
+                                                  prefill_left, prefill_done, first_sched)
             _assign_sides(side, run, n_old, n_run, vs)
             only_prefill = n_pre > 0
         if only_prefill:  # step.prefill_step, colocated=False: the drafters' pass on the draft device
@@ -265,18 +270,12 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, dkin
                         blocks[V[j] if j < nv else D[j - nv]] = newb[j]
             if separate == 0:  # Scheduler.prefills(p_v.sum() + len(V), True, now)
                 tokens_used = pv_sum + nv
-                budget = B - tokens_used
                 n_run0 = n_run
                 if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
-                    budget, n_pre, free, _, _ = _continue_prefills(run, n_run0, budget, chunked, bs, total_blocks - used,
-                                                                   prefill_left, prefill_done, blocks, pre, chunk,
-                                                                   n_pre, True)
-                    used = total_blocks - free
-                    if used > peak:
-                        peak = used
-                    admit, n_run, n_pre, used, peak = _admit_waiting(
-                        admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak,
-                        prompt, gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+                    n_pre = _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, total_blocks - used, prompt,
+                                  gen, prefill_left, prefill_done, blocks).count
+                    n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt,
+                                                          gen, blocks, prefill_left, prefill_done, first_sched)
                     _assign_sides(side, run, n_run0, n_run, vs)
             nseq = nv + n_pre
             if nseq == 0:
