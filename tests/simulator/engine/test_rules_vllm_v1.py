@@ -1,4 +1,4 @@
-"""vLLM V1's token budget (server `scheduler: vllm-v1`; scheduler.Scheduler.fit_decodes): running requests take
+"""vLLM V1's token budget (server `scheduler: vllm-v1`; rules/decode_budget.fit_decodes): running requests take
 1 + drafts tokens each, in admission order, from one step budget; one cut to 1 token verifies no drafts, one cut to
 0 waits. Step path only (the compiled path does not take vllm-v1). Every step costs 1.0 s, k = 2, nothing accepted."""
 from __future__ import annotations
