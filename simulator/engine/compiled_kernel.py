@@ -2,7 +2,9 @@
 
 One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
 fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule or by UCB over drafter arms;
-each slot is priced once for its own sub-batch (Pricing.draft_time). Policy rules the kernel restates live in small
+each slot is priced once for its own sub-batch (Pricing.draft_time). Under `scheduler: vllm-v1` the decodes take their
+tokens from the step budget (rules/decode_budget.py) and the engine loop's gap follows each busy step (Server.loop).
+Policy rules the kernel restates live in small
 @njit functions below, each naming the Python rule it mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
 Imported only by simulator/engine/compiled_run.py when an eligible run starts, so commands that never simulate do not
@@ -52,6 +54,7 @@ from policies.acceptance_estimate import estimate_update, estimate_value  # noqa
 from policies.adaptive_k import best_k_rule  # noqa: E402
 from policies.ucb import ucb_arm_rule  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
+from simulator.engine.rules.decode_budget import fit_decodes  # noqa: E402
 from simulator.engine.rules.kv import blocks_for  # noqa: E402
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
                                                  take_prefill_plan)
@@ -63,6 +66,7 @@ register_jitable(blocks_for)
 _plan_prefills = njit(cache=True)(plan_prefills)
 _take_prefill_plan = njit(cache=True)(take_prefill_plan)
 _plan_buffers = njit(cache=True)(plan_buffers)
+_fit_decodes = njit(cache=True)(fit_decodes)
 
 DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, -1, -2
 # row int columns
@@ -76,11 +80,12 @@ K_NONE, K_CONSTANT, K_FRACTION, K_WHOLE, K_AUTOREGRESSIVE = range(5)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
 # iparams
 I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
-    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS = range(19)
-N_IPARAMS = 19
-# fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; UCB's beta
-F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_BETA = range(6)
-N_FPARAMS = 6
+    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS, I_DECODE_BUDGET = range(20)
+N_IPARAMS = 20  # I_DECODE_BUDGET: vLLM V1's decode budget (scheduler: vllm-v1)
+# fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; UCB's beta; vLLM V1's
+# engine-loop gap between busy steps (Server.gap_s)
+F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_BETA, F_GAP = range(7)
+N_FPARAMS = 7
 # per drafter slot coefficients (dcoef columns): constant seconds, fraction of verify
 C_SECONDS, C_FRACTION = range(2)
 N_DCOEF = 2
@@ -97,6 +102,8 @@ N_PROF = 21
 # istate
 S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
     range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
+S_BUSY = 12  # the last loop turn ran a step (Server.loop's `busy`: the engine-loop gap follows it)
+N_ISTATE = 13
 # the step table's drafters column (R_DRF): a bit per slot that drafted (slots in ascending drafter index, joined by
 # "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
 DRF_PASS = 4
@@ -379,6 +386,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
     prior, weight, decay = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY]
     arms, beta = iparams[I_ARMS], fparams[F_BETA]
     closed, think = iparams[I_CLOSED], fparams[F_THINK]
+    decode_budget, gap = iparams[I_DECODE_BUDGET], fparams[F_GAP]
+    busy = istate[S_BUSY]
     n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
     ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
     step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
@@ -391,6 +400,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
     kk = np.empty(max_seqs, np.int64)
     prop = np.empty(max_seqs, np.int64)
     acc = np.empty(max_seqs, np.int64)
+    cut = np.empty(max_seqs, np.int64)
     lim = PrefillLimits(max_seqs, B, chunked == 1, bs)
     plan = _plan_buffers(max_seqs)  # the step's prefill plan (and a policy's preview of it)
     pre, chunk = plan.request, plan.tokens
@@ -406,6 +416,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
         if n_fin >= stop_finished:
             code = STOPPED
             break
+        if busy == 1 and gap > 0.0 and (n_run > 0 or admit < ptr):  # Server.loop: vLLM V1's engine-loop gap
+            now = now + gap
+        busy = 0
         # OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions come in index order, their times in order
         while ptr < n_sub and arrival[ptr] <= now:
             ptr += 1
@@ -509,6 +522,18 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
                 else:
                     prop[j] = 0
                     acc[j] = 0
+            if decode_budget == 1 and n_dec > 0:  # Scheduler.fit_decodes: the decodes the step budget holds
+                n_dec = _fit_decodes(prop, n_dec, B, cut)
+                prop_sum = 0
+                acc_sum = 0
+                kv_est = 0
+                for j in range(n_dec):
+                    if cut[j] < prop[j]:  # Drafting.accept of the cut proposal: min(acc_len - 1, cut)
+                        prop[j] = cut[j]
+                        acc[j] = min(acc[j], cut[j])
+                    prop_sum += prop[j]
+                    acc_sum += acc[j]
+                    kv_est += ctx[j]
             grow = 0  # Scheduler.reserve: no preemption (the eligibility check bounds KV)
             for j in range(n_dec):
                 i = dec[j]
@@ -618,5 +643,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
+        busy = 1
     _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
+    istate[S_BUSY] = busy
     return code

@@ -109,6 +109,13 @@ def test_the_queue_head_that_does_not_fit_blocks_those_behind_it(rules):
     assert s.plan(rules[0], lim(budget=8, chunked=False), queue=[0, 1], tokens_used=1)[1] == []
 
 
+def test_a_request_whose_kv_fills_the_free_blocks_exactly_is_admitted(rules):
+    # free 3 blocks: r0 (prompt 7: 7 + 1 slot -> 2 blocks) and r1 (prompt 3: 1 block) fill them; r2 has none left
+    s = State([7, 3, 1])
+    _, chunks = s.plan(rules[0], lim(), queue=[0, 1, 2], free=3)
+    assert [(c[0], c[2]) for c in chunks] == [(0, 2), (1, 1)]
+
+
 def test_an_oversized_unchunked_prefill_runs_alone(rules):
     # budget 8, prompt 10, nothing else in the step: it runs (alone) rather than never; behind it nobody joins
     s = State([10, 1])
