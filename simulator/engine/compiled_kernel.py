@@ -55,6 +55,7 @@ from policies.adaptive_k import best_k_rule  # noqa: E402
 from policies.ucb import ucb_arm_rule  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules.decode_budget import fit_decodes  # noqa: E402
+from simulator.engine.rules.engine_loop import engine_loop_gap  # noqa: E402
 from simulator.engine.rules.kv import blocks_for  # noqa: E402
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
                                                  take_prefill_plan)
@@ -67,6 +68,7 @@ _plan_prefills = njit(cache=True)(plan_prefills)
 _take_prefill_plan = njit(cache=True)(take_prefill_plan)
 _plan_buffers = njit(cache=True)(plan_buffers)
 _fit_decodes = njit(cache=True)(fit_decodes)
+_engine_loop_gap = njit(cache=True)(engine_loop_gap)
 
 DONE, FULL, STOPPED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, -1, -2
 # row int columns
@@ -416,8 +418,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, dki
         if n_fin >= stop_finished:
             code = STOPPED
             break
-        if busy == 1 and gap > 0.0 and (n_run > 0 or admit < ptr):  # Server.loop: vLLM V1's engine-loop gap
-            now = now + gap
+        wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)  # Server.loop: vLLM V1's engine-loop gap
+        if wait > 0.0:
+            now = now + wait
         busy = 0
         # OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions come in index order, their times in order
         while ptr < n_sub and arrival[ptr] <= now:
