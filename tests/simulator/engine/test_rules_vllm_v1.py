@@ -33,3 +33,11 @@ def test_rule_vllm_v1_engine_loop_gap_between_busy_steps(engine_path):
     assert col(res, "end") == [1.0, 2.5, 4.0, 11.0, 12.5]
     assert req(res, "first_scheduled_time") == [0.0, 1.5, 10.0]
     assert req(res, "finish_time") == [2.5, 4.0, 12.5]
+
+
+def test_rule_vllm_v1_engine_loop_gap_while_requests_only_wait(engine_path):
+    # max_num_seqs 1, one-token outputs (the prefill samples it and finishes): r0 prefills over [0, 1] and finishes;
+    # r1, waiting with nothing running, still waits out the gap: prefill [1.5, 2.5]
+    res = run(engine_path, [Req(0.0, 2, 1), Req(0.0, 2, 1)], overhead=0.5, max_num_seqs=1, scheduler="vllm-v1")
+    assert col(res, "start") == [0.0, 1.5]
+    assert req(res, "finish_time") == [1.0, 2.5]
