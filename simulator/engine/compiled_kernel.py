@@ -2,10 +2,12 @@
 
 One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
 fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule or by UCB over drafter arms;
-each slot is priced once for its own sub-batch (Pricing.draft_time). The step rules of simulator/engine/rules/
-(emission, prefill progress, finish, KV growth) and the built-in policies' rules are compiled here once; the step path
-calls the same compiled functions. Rules the kernel still restates live in small @njit functions below, each naming
-the Python rule it mirrors; tests/simulator/engine/test_compiled_run.py guards them.
+each slot is priced once for its own sub-batch (Pricing.draft_time). Under `scheduler: vllm-v1` the decodes take their
+tokens from the step budget (rules/decode_budget.py) and the engine loop's gap follows each busy step (Server.loop).
+The step rules of simulator/engine/rules/ (prefill plan, decode budget, engine-loop gap, emission, prefill progress,
+finish, KV growth, pricing) and the built-in policies' rules are compiled here once; the step path calls the same
+functions. Rules the kernel still restates live in small @njit functions below, each naming the Python rule it
+mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
 Imported when a server is built (its scheduler and step outcome call the compiled rules) or an eligible run starts,
 so commands that never simulate do not import numba. Step prices are the step path's own rules, compiled:
@@ -63,17 +65,27 @@ from simulator.costs import roofline  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
 from simulator.engine.rules import pricing  # noqa: E402
+from simulator.engine.rules.decode_budget import fit_decodes  # noqa: E402
+from simulator.engine.rules.engine_loop import engine_loop_gap  # noqa: E402
+from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
+                                                 take_prefill_plan)
 
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
 
 # the step rules of simulator/engine/rules/, compiled once here: the kernels below and the step path
-# (step_outcome.py, scheduler.py) call these same functions. A rule that other rules call is registered first.
+# (step_outcome.py, scheduler.py) call these same functions. A rule that other rules call (blocks_for) is
+# registered first and compiles in place.
 register_jitable(kv_rules.blocks_for)
 emit_decoded = njit(cache=True)(emission_rules.emit_decoded)
 advance_prefills = njit(cache=True)(emission_rules.advance_prefills)
 release_finished = njit(cache=True)(finish_rules.release_finished)
 kv_growth = njit(cache=True)(kv_rules.kv_growth)
 add_blocks = njit(cache=True)(kv_rules.add_blocks)
+_plan_prefills = njit(cache=True)(plan_prefills)
+_take_prefill_plan = njit(cache=True)(take_prefill_plan)
+_plan_buffers = njit(cache=True)(plan_buffers)
+_fit_decodes = njit(cache=True)(fit_decodes)
+_engine_loop_gap = njit(cache=True)(engine_loop_gap)
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
 # row int columns
@@ -85,49 +97,20 @@ P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
 # iparams
 I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
-    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS = range(19)
-N_IPARAMS = 19
-# fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; UCB's beta
-F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_BETA = range(6)
-N_FPARAMS = 6
+    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS, I_DECODE_BUDGET = range(20)
+N_IPARAMS = 20  # I_DECODE_BUDGET: vLLM V1's decode budget (scheduler: vllm-v1)
+# fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; UCB's beta; vLLM V1's
+# engine-loop gap between busy steps (Server.gap_s)
+F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_BETA, F_GAP = range(7)
+N_FPARAMS = 7
 # istate
 S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
     range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
+S_BUSY = 12  # the last loop turn ran a step (Server.loop's `busy`: the engine-loop gap follows it)
+N_ISTATE = 13
 # the step table's drafters column (R_DRF): a bit per slot that drafted (slots in ascending drafter index, joined by
 # "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
 DRF_PASS = 4
-
-
-@njit(cache=True)
-def _admit_waiting(admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak, prompt,
-                   gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre):
-    """Scheduler.prefills' admission of waiting requests in FIFO order (budget, sequence and KV limits); a
-    request that does not fit whole stops admission unless it is the step's first token (`tokens_used`, `n_pre`)."""
-    while admit < ptr and n_run < max_seqs and budget > 0:
-        i = admit
-        total = prompt[i] + gen[i]
-        c = min(total, budget) if chunked == 1 else total
-        if c > budget and (n_pre > 0 or tokens_used > 0):
-            break
-        need = (c + (1 if c == total else 0) + bs - 1) // bs
-        if need > total_blocks - used:
-            break
-        admit += 1
-        used += need
-        if used > peak:
-            peak = used
-        blocks[i] = need
-        run[n_run] = i
-        n_run += 1
-        prefill_left[i] = total
-        prefill_done[i] = 0
-        if np.isnan(first_sched[i]):
-            first_sched[i] = now
-        budget -= c
-        pre[n_pre] = i
-        chunk[n_pre] = c
-        n_pre += 1
-    return admit, n_run, n_pre, used, peak
 
 
 @njit(cache=True)
@@ -172,77 +155,44 @@ _step_estimate = njit(cache=True)(pricing.step_estimate)
 
 
 @njit(cache=True)
-def _continue_prefills(run, n_run, budget, chunked, bs, free, prefill_left, prefill_done, blocks, pre, chunk, n_pre,
-                       commit):
-    """Scheduler.plan_prefills' partial prefills: each running request with prompt left takes its next chunk (all of
-    it unless chunked) where its KV fits in `free` blocks, in admission order. With `commit` the chunks go to
-    pre/chunk and their blocks to `blocks` (a step); without, nothing is written (preview_prefills). Returns
-    (budget, n_pre, free, the chunks' tokens, their KV = cached + chunk)."""
-    tokens = 0
-    kv = 0
-    for j in range(n_run):
-        i = run[j]
-        left = prefill_left[i]
-        if left == 0:
-            continue
-        c = min(left, budget) if chunked == 1 else left
-        if c <= 0:
-            continue
-        need = (prefill_done[i] + c + (1 if c == left else 0) + bs - 1) // bs - blocks[i]
-        if need > free:
-            continue
-        if need > 0:
-            free -= need
-            if commit:
-                blocks[i] += need
-        budget -= c
-        if commit:
-            pre[n_pre] = i
-            chunk[n_pre] = c
-        n_pre += 1
-        tokens += c
-        kv += prefill_done[i] + c
-    return budget, n_pre, free, tokens, kv
+def _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, free, prompt, gen, prefill_left, prefill_done,
+          blocks):
+    """Scheduler.plan_prefills: the prefill plan rule over the running requests (those with prompt left continue)
+    and the waiting queue's first max_num_seqs - running entries (requests admit..ptr-1, copied to `waitq`)."""
+    m = max(0, min(ptr - admit, lim.max_num_seqs - n_run))
+    for t in range(m):
+        waitq[t] = admit + t
+    return _plan_prefills(lim, run, n_run, waitq, m, n_run, tokens_used, free, prompt, gen, prefill_left,
+                          prefill_done, blocks, plan)
 
 
 @njit(cache=True)
-def _preview_prefills(tokens_used, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen, blocks,
-                      prefill_left, prefill_done):
-    """Scheduler.preview_prefills (plan_prefills with new admissions allowed, nothing committed) for a mixed step
-    after `tokens_used` decode and draft tokens: (chunks, their tokens, their KV = cached + chunk)."""
-    budget, n_pre, free, tokens, kv = _continue_prefills(run, n_run, B - tokens_used, chunked, bs, free, prefill_left,
-                                                         prefill_done, blocks, run, run, 0, False)
-    running = n_run
-    w = admit
-    while w < ptr and running < max_seqs and budget > 0:  # waiting requests, FIFO
-        total = prompt[w] + gen[w]
-        c = min(total, budget) if chunked == 1 else total
-        if c > budget and (n_pre > 0 or tokens_used > 0):
-            break
-        need = (c + (1 if c == total else 0) + bs - 1) // bs
-        if need > free:
-            break
-        free -= need
-        budget -= c
-        running += 1
-        n_pre += 1
-        tokens += c
-        kv += prefill_done[w] + c
-        w += 1
-    return n_pre, tokens, kv
+def _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks, prefill_left, prefill_done,
+               first_sched):
+    """Scheduler.prefills: the plan taken (rules/prefill_plan.take_prefill_plan); its new requests, the waiting
+    queue's head in order, join `run`. Returns (n_run, admit, used, peak)."""
+    used += _take_prefill_plan(plan, n_pre, prompt, gen, blocks, prefill_left, prefill_done, first_sched, now)
+    if used > peak:
+        peak = used
+    for j in range(n_pre):
+        if plan.new[j]:
+            run[n_run] = plan.request[j]
+            n_run += 1
+            admit += 1
+    return n_run, admit, used, peak
 
 
 @njit(cache=True)
-def _step_times(times, n, kv, k_max, separate, B, chunked, bs, free, max_seqs, n_run, run, admit, ptr, prompt, gen,
-                blocks, prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
+def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, run, admit, ptr, prompt, gen, blocks,
+                prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
     """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
     k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
     prompt chunks it would add after their n (k + 1) tokens, then the step-estimate rule (rules.pricing)."""
     for k in range(k_max + 1):
         n_pre, pt, pkv = 0, 0, 0
         if separate == 0:
-            n_pre, pt, pkv = _preview_prefills(n * (k + 1), B, chunked, bs, free, max_seqs, n_run, run, admit, ptr,
-                                               prompt, gen, blocks, prefill_left, prefill_done)
+            n_pre, pt, pkv = _plan(lim, plan, waitq, n * (k + 1), run, n_run, admit, ptr, free, prompt, gen,
+                                   prefill_left, prefill_done, blocks)  # Scheduler.preview_prefills
         verify = _price(target, n + n_pre, n + n * k + pt, kv + pkv)
         times[k] = _step_estimate(verify, drafts[0], dprofiles[0], drafts, dprofiles, pf_order, overhead, 0.0, False,
                                   n, kv, k, n_pre, pt, pkv)
@@ -339,6 +289,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     prior, weight, decay = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY]
     arms, beta = iparams[I_ARMS], fparams[F_BETA]
     closed, think = iparams[I_CLOSED], fparams[F_THINK]
+    decode_budget, gap = iparams[I_DECODE_BUDGET], fparams[F_GAP]
+    busy = istate[S_BUSY]
     n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
     ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
     step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
@@ -352,8 +304,11 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     kk = np.empty(max_seqs, np.int64)
     prop = np.empty(max_seqs, np.int64)
     acc = np.empty(max_seqs, np.int64)
-    pre = np.empty(max_seqs, np.int64)
-    chunk = np.empty(max_seqs, np.int64)
+    cut = np.empty(max_seqs, np.int64)
+    lim = PrefillLimits(max_seqs, B, chunked == 1, bs)
+    plan = _plan_buffers(max_seqs)  # the step's prefill plan (and a policy's preview of it)
+    pre, chunk = plan.request, plan.tokens
+    waitq = np.empty(max_seqs, np.int64)
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
     hold = np.empty(max_seqs, np.int64)
@@ -369,6 +324,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
         if n_fin >= stop_finished:
             code = STOPPED
             break
+        wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)  # Server.loop: vLLM V1's engine-loop gap
+        if wait > 0.0:
+            now = now + wait
+        busy = 0
         # OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions come in index order, their times in order
         while ptr < n_sub and arrival[ptr] <= now:
             ptr += 1
@@ -389,9 +348,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
         pre_kv = 0
         only_prefill = False
         if separate == 1 and admit < ptr and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True, now)
-            admit, n_run, n_pre, used, peak = _admit_waiting(
-                admit, ptr, n_run, max_seqs, B, 0, chunked, bs, total_blocks, used, peak, prompt, gen, blocks,
-                run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+            n_pre = _plan(lim, plan, waitq, 0, run, n_run, admit, ptr, total_blocks - used, prompt, gen, prefill_left,
+                          prefill_done, blocks).count
+            n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks,
+                                                  prefill_left, prefill_done, first_sched)
             only_prefill = n_pre > 0
         if only_prefill:  # step.plan_prefill_only / prefill_step
             for j in range(n_pre):
@@ -436,9 +396,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                     kk[j] = k_fixed
             elif policy == POL_ADAPTIVE:
                 if n_dec > 0:
-                    _step_times(times, n_dec, kv_est, k_max, separate, B, chunked, bs, total_blocks - used, max_seqs,
-                                n_run, run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, target,
-                                drafts, dprofiles, overhead, pf_order)
+                    _step_times(times, n_dec, kv_est, k_max, separate, lim, plan, waitq, total_blocks - used, n_run,
+                                run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, target, drafts,
+                                dprofiles, overhead, pf_order)
                 for j in range(n_dec):
                     e = 0 if shared == 1 else dec[j]
                     top = k_max
@@ -471,6 +431,18 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                 else:
                     prop[j] = 0
                     acc[j] = 0
+            if decode_budget == 1 and n_dec > 0:  # Scheduler.fit_decodes: the decodes the step budget holds
+                n_dec = _fit_decodes(prop, n_dec, B, cut)
+                prop_sum = 0
+                acc_sum = 0
+                kv_est = 0
+                for j in range(n_dec):
+                    if cut[j] < prop[j]:  # Drafting.accept of the cut proposal: min(acc_len - 1, cut)
+                        prop[j] = cut[j]
+                        acc[j] = min(acc[j], cut[j])
+                    prop_sum += prop[j]
+                    acc_sum += acc[j]
+                    kv_est += ctx[j]
             for j in range(n_dec):  # Scheduler.reserve: KV for the context and its drafts, no preemption
                 hold[j] = ctx[j] + prop[j]  # (the eligibility check bounds KV)
             grow = kv_growth(dec, n_dec, hold, blocks, bs, newb)
@@ -484,18 +456,11 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                 add_blocks(dec, n_dec, newb, blocks)
             if separate == 0:  # Scheduler.prefills(prop_sum + n_dec, True, now)
                 tokens_used = prop_sum + n_dec
-                budget = B - tokens_used
-                n_run0 = n_run
-                if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
-                    budget, n_pre, free, _, _ = _continue_prefills(run, n_run0, budget, chunked, bs, total_blocks - used,
-                                                                   prefill_left, prefill_done, blocks, pre, chunk,
-                                                                   n_pre, True)
-                    used = total_blocks - free  # only grows here: the peak is at the end
-                    if used > peak:
-                        peak = used
-                    admit, n_run, n_pre, used, peak = _admit_waiting(
-                        admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak,
-                        prompt, gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+                if n_run > n_dec or (admit < ptr and n_run < max_seqs):
+                    n_pre = _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, total_blocks - used, prompt,
+                                  gen, prefill_left, prefill_done, blocks).count
+                    n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt,
+                                                          gen, blocks, prefill_left, prefill_done, first_sched)
             nseq = n_dec + n_pre
             if nseq == 0:
                 code = ERR_STALL
@@ -575,5 +540,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
+        busy = 1
     _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
+    istate[S_BUSY] = busy
     return code

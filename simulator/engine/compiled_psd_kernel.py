@@ -1,10 +1,10 @@
 """The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, step for step as
 simulator/engine/step_psd.py's PSDExecutor.
 
-It reuses compiled_kernel's compiled pricing rules, its admission, prefill and row helpers and its compiled step rules
-(emission, prefill progress, finish, KV growth: simulator/engine/rules/). The rules only PSD has are small @njit
-functions below, each naming the Python rule it mirrors: the side a new request joins, the split into
-verified/drafted sides, the step duration, and the carry of the drafted side's proposals with the role flip.
+It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth:
+simulator/engine/rules/) and its row helpers. The rules only PSD has are small @njit functions below, each naming the
+Python rule it mirrors: the side a new request joins, the split into verified/drafted sides, the step duration, and
+the carry of the drafted side's proposals with the role flip.
 tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ from numba import njit
 from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_OVERHEAD, F_THINK, FULL, I_BLOCK, I_BLOCKS,
                                        I_BUDGET, I_CHUNKED, I_CLOSED, I_K, I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED,
                                        P_PREFILL, P_VERIFY, ROW_INTS, S_ADMIT, S_FINISHED, S_ITL, S_NRUN, S_PEAK,
-                                       S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _admit_waiting,
-                                       _continue_prefills, _draft_time, _drafters_prefill_time, _finish_requests,
-                                       _price, _row, _save_state, add_blocks, advance_prefills, emit_decoded,
-                                       kv_growth)
+                                       S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _draft_time,
+                                       _drafters_prefill_time, _finish_requests, _plan, _plan_buffers, _price, _row,
+                                       _save_state, _take_plan, add_blocks, advance_prefills, emit_decoded, kv_growth)
+from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
 R_DEV, R_SUB = ROW_INTS, ROW_INTS + 1  # extra row columns: device (0 target, 1 drafter), sub_batch
@@ -158,8 +158,10 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
     dk = np.empty(max_seqs, np.int64)
     dp = np.empty(max_seqs, np.int64)
     da = np.empty(max_seqs, np.int64)
-    pre = np.empty(max_seqs, np.int64)
-    chunk = np.empty(max_seqs, np.int64)
+    lim = PrefillLimits(max_seqs, B, chunked == 1, bs)
+    plan = _plan_buffers(max_seqs)  # the step's prefill plan
+    pre, chunk = plan.request, plan.tokens
+    waitq = np.empty(max_seqs, np.int64)
     done = np.empty(max_seqs, np.int64)
     newb = np.empty(max_seqs, np.int64)
     vd = np.empty(max_seqs, np.int64)
@@ -187,9 +189,10 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
         only_prefill = False
         if separate == 1 and admit < ptr and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
             n_old = n_run
-            admit, n_run, n_pre, used, peak = _admit_waiting(
-                admit, ptr, n_run, max_seqs, B, 0, chunked, bs, total_blocks, used, peak, prompt, gen, blocks,
-                run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+            n_pre = _plan(lim, plan, waitq, 0, run, n_run, admit, ptr, total_blocks - used, prompt, gen, prefill_left,
+                          prefill_done, blocks).count
+            n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks,
+                                                  prefill_left, prefill_done, first_sched)
             _assign_sides(side, run, n_old, n_run, vs)
             only_prefill = n_pre > 0
         if only_prefill:  # step.prefill_step, colocated=False: the drafters' pass on the draft device
@@ -262,18 +265,12 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                 add_blocks(vd, nv + nd, newb, blocks)
             if separate == 0:  # Scheduler.prefills(p_v.sum() + len(V), True, now)
                 tokens_used = pv_sum + nv
-                budget = B - tokens_used
                 n_run0 = n_run
                 if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
-                    budget, n_pre, free, _, _ = _continue_prefills(run, n_run0, budget, chunked, bs, total_blocks - used,
-                                                                   prefill_left, prefill_done, blocks, pre, chunk,
-                                                                   n_pre, True)
-                    used = total_blocks - free
-                    if used > peak:
-                        peak = used
-                    admit, n_run, n_pre, used, peak = _admit_waiting(
-                        admit, ptr, n_run, max_seqs, budget, tokens_used, chunked, bs, total_blocks, used, peak,
-                        prompt, gen, blocks, run, prefill_left, prefill_done, first_sched, now, pre, chunk, n_pre)
+                    n_pre = _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, total_blocks - used, prompt,
+                                  gen, prefill_left, prefill_done, blocks).count
+                    n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt,
+                                                          gen, blocks, prefill_left, prefill_done, first_sched)
                     _assign_sides(side, run, n_run0, n_run, vs)
             nseq = nv + n_pre
             if nseq == 0:

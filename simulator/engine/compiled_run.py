@@ -2,12 +2,13 @@
 policy, open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a PSD cluster
-replica, PSD beyond the fixed policy and one drafter, another policy, sampled verification, vLLM V1 rules, a profile
-or draft cost kind the kernel does not price (it prices linear and roofline profiles, target and drafters), KV that
-could preempt, numba missing, or the path forced off). An eligible server's `CompiledRun.run` steps the whole run
-in simulator/engine/compiled_kernel.py and writes the outcome into the server's state, records and counters, so
-`Server.result()` builds the same tables as the step path. A cluster replica's run is a
-`compiled_replica.CompiledReplica`: the same kernel, one step per SimPy timeout of the replica's process.
+replica, a cluster replica under vLLM V1 rules, PSD beyond the fixed policy and one drafter or under vLLM V1 rules,
+another policy, sampled verification, a profile or draft cost kind the kernel does not price (it prices linear and
+roofline profiles, target and drafters), KV that could preempt, numba missing, or the path forced off). An eligible
+server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py and writes the outcome into the
+server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
+replica's run is a `compiled_replica.CompiledReplica`: the same kernel, one step per SimPy timeout of the replica's
+process.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
@@ -67,8 +68,11 @@ def ineligible_reason(server) -> str | None:
     if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
         return "arrivals pushed at run time by something other than a cluster's router"
     cfg = server.scenario.server
-    if cfg.scheduler != "draftsim":
-        return f"scheduler {cfg.scheduler!r} (token budget shared by decodes, engine-loop gap)"
+    if cfg.scheduler != "draftsim" and server.mode == "psd":
+        return f"PSD under scheduler {cfg.scheduler!r} (the PSD kernel has no engine-loop gap): step path"
+    if cfg.scheduler != "draftsim" and routed:
+        return (f"a cluster replica under scheduler {cfg.scheduler!r} (its engine-loop gap is a SimPy wait the "
+                "router sees; the replica's kernel steps do not yield it): step path")
     why = profile_reason(server.pricing.target, "target")
     if why is not None:
         return why
@@ -244,13 +248,14 @@ class CompiledRun:
         G = len(self.slots)
         cfg = server.scenario.server
         f = np.zeros(ker.N_FPARAMS)
-        f[ker.F_OVERHEAD] = server.pricing.overhead
+        f[ker.F_OVERHEAD], f[ker.F_GAP] = server.pricing.overhead, server.gap_s
         i = np.zeros(ker.N_IPARAMS, dtype=np.int64)
         i[ker.I_SD], i[ker.I_NSLOT] = server.mode == "sd", G
         i[ker.I_MAX_SEQS], i[ker.I_BUDGET], i[ker.I_CHUNKED] = server.max_num_seqs, cfg.max_num_batched_tokens, \
             cfg.chunked_prefill
         i[ker.I_SEPARATE], i[ker.I_BLOCK] = cfg.prefill == "separate", server.sched.pool.block_size
         i[ker.I_BLOCKS] = server.sched.pool.total_blocks
+        i[ker.I_DECODE_BUDGET] = server.sched.decodes_in_budget  # scheduler: vllm-v1
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
         if self.closed:
             i[ker.I_CLOSED], f[ker.F_THINK] = 1, server.arrivals.think_time
@@ -348,7 +353,7 @@ class CompiledRun:
 
         srv = self.srv
         st, wl, n = srv.state, srv.wl, len(srv.wl)
-        istate = np.zeros(12, dtype=np.int64)
+        istate = np.zeros(ker.N_ISTATE, dtype=np.int64)
         arr = srv.arrivals
         istate[ker.S_SUBMITTED] = arr.submitted if self.closed else n
         client_of = arr.client_of if self.closed else np.zeros(1, dtype=np.int64)

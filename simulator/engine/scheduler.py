@@ -10,12 +10,15 @@ vllm/v1/core/sched/scheduler.py) where it matters for timing; see VLLM_V1_RULES.
 """
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from itertools import islice
+from typing import Literal
 
 import numpy as np
 
 from simulator.engine.kv_pool import BlockPool
 from simulator.engine.request_state import FINISHED, RUNNING, WAITING, RequestState
+from simulator.engine.rules import decode_budget
+from simulator.engine.rules.prefill_plan import PlanSums, PrefillLimits, plan_buffers, plan_prefills, take_prefill_plan
 from simulator.engine.workload_arrays import EngineWorkload
 
 PrefillMode = Literal["mixed", "separate"]
@@ -50,16 +53,7 @@ VLLM_V1_RULES = {
 }
 EMPTY = np.zeros(0, dtype=np.int64)
 EMPTY.setflags(write=False)
-
-
-class PlannedChunk(NamedTuple):
-    """One prompt chunk a step would schedule."""
-
-    request: int
-    tokens: int
-    blocks: int  # KV blocks it allocates
-    new: bool  # admitted from the waiting queue by this step
-    last: bool  # ends the prompt (samples the first output token)
+NO_PLAN = PlanSums(0, 0, 0)
 
 
 class Scheduler:
@@ -85,6 +79,9 @@ class Scheduler:
         self.psd = psd
         self.decodes_in_budget = rules == "vllm-v1"
         self.verify_side = 0  # PSD: the sub-batch verified this step
+        self.limits = PrefillLimits(max_num_seqs, max_num_batched_tokens, chunked, pool.block_size)
+        # a plan holds at most max_num_seqs chunks (running ones plus those admitted), and one per request
+        self.plan = plan_buffers(max(1, min(max_num_seqs, len(wl.prompt_len))))
         from simulator.engine import compiled_kernel as compiled  # the step rules, compiled (imports numba)
 
         self._kv_growth, self._add_blocks = compiled.kv_growth, compiled.add_blocks
@@ -124,14 +121,13 @@ class Scheduler:
 
     def fit_decodes(self, proposed: np.ndarray) -> tuple[int, np.ndarray]:
         """vLLM V1: decoding requests (admission order) take 1 + drafts tokens each from the step's budget
-        until it runs out. Returns how many are scheduled and their (possibly cut) draft counts."""
-        if not self.decodes_in_budget or int(proposed.sum()) + len(proposed) <= self.budget:
+        until it runs out (rules/decode_budget.fit_decodes). Returns how many are scheduled and their (possibly
+        cut) draft counts; under `draftsim` rules every decode runs with all its drafts."""
+        if not self.decodes_in_budget:
             return len(proposed), proposed
-        want = proposed + 1
-        before = np.concatenate([[0], np.cumsum(want)[:-1]])
-        n = int(np.count_nonzero(before < self.budget))
-        cut = np.minimum(want[:n], self.budget - before[:n]) - 1
-        return n, cut.astype(proposed.dtype)
+        drafts = np.empty_like(proposed)
+        n = int(decode_budget.fit_decodes(proposed, len(proposed), self.budget, drafts))
+        return n, drafts[:n]
 
     def reserve(self, run: np.ndarray, tokens: np.ndarray) -> tuple[int, bool]:
         """Grow each running request's KV to hold `tokens` (rules.kv.kv_growth; 0 for one that only prefills);
@@ -173,91 +169,54 @@ class Scheduler:
         st.sub_batch[i] = -1
         st.preemptions[i] += 1
 
-    def can_admit(self) -> bool:
+    def plan_prefills(self, tokens_used: int, allow_new: bool) -> PlanSums:
+        """The prompt chunks a step schedules after `tokens_used` decode/draft tokens, written to `self.plan`,
+        changing nothing (rules/prefill_plan.plan_prefills over the partial prefills and, when `allow_new`, the
+        waiting queue's first max_num_seqs - running entries: admission cannot take more)."""
         st = self.state
-        return bool(st.waiting) and len(st.running) < self.max_num_seqs
-
-    def plan_prefills(self, tokens_used: int, allow_new: bool) -> list[PlannedChunk]:
-        """The prompt chunks a step schedules after `tokens_used` decode/draft tokens, changing nothing:
-        partial prefills first, then waiting requests in FIFO order within budget, max_num_seqs and free KV.
-        `prefills` commits this plan; `preview_prefills` hands it to a policy's step estimate."""
-        st, pool = self.state, self.pool
-        budget = self.budget - tokens_used
-        if not st.prefilling and not (allow_new and self.can_admit()):
-            return []
-        plan: list[PlannedChunk] = []
-        free = pool.free
-        for i in st.prefilling:  # admission order; preempted ones were removed
-            left = int(st.prefill_left[i])
-            c = min(left, budget) if self.chunked else left
-            if c <= 0:
-                continue
-            need = pool.blocks_for(int(st.prefill_done[i]) + c + int(c == left)) - int(st.blocks[i])
-            if need > free:
-                continue
-            need = max(need, 0)
-            free -= need
-            budget -= c
-            plan.append(PlannedChunk(int(i), c, need, False, c == left))
-        running = len(st.running)
-        for i in st.waiting:
-            if not (allow_new and running < self.max_num_seqs and budget > 0):
-                break
-            total = int(self.wl.prompt_len[i] + st.gen[i])  # recompute after preemption includes output so far
-            c = min(total, budget) if self.chunked else total
-            if c > budget and (plan or tokens_used > 0):
-                break  # an oversized recompute prefill runs alone rather than never
-            need = pool.blocks_for(c + int(c == total))
-            if need > free:
-                break
-            free -= need
-            budget -= c
-            running += 1
-            plan.append(PlannedChunk(int(i), c, need, True, c == total))
-        return plan
+        n_queue = max(0, min(len(st.waiting), self.max_num_seqs - len(st.running))) if allow_new else 0
+        n_partial = len(st.prefilling)
+        if not n_partial and not n_queue:
+            return NO_PLAN
+        partial = np.fromiter(st.prefilling, dtype=np.int64, count=n_partial)  # admission order
+        queue = np.fromiter(islice(st.waiting, n_queue), dtype=np.int64, count=n_queue)
+        return plan_prefills(self.limits, partial, n_partial, queue, n_queue, len(st.running), tokens_used,
+                             self.pool.free, self.wl.prompt_len, st.gen, st.prefill_left, st.prefill_done, st.blocks,
+                             self.plan)
 
     def prefills(self, tokens_used: int, allow_new: bool, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV
-        (`plan_prefills`, committed: KV allocated, new requests running)."""
-        st, pool = self.state, self.pool
-        plan = self.plan_prefills(tokens_used, allow_new)
-        if not plan:
+        """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV: the plan of
+        `plan_prefills`, taken (rules/prefill_plan.take_prefill_plan) and the new requests moved to running."""
+        st, plan = self.state, self.plan
+        n = int(self.plan_prefills(tokens_used, allow_new).count)
+        if not n:
             return EMPTY, EMPTY
-        for i, c, need, new, _ in plan:
-            if not new:
-                if need > 0:
-                    pool.allocate(need)
-                    st.blocks[i] += need
-                continue
-            st.waiting.popleft()
-            pool.allocate(need)
-            st.blocks[i] = need
-            st.status[i] = RUNNING
-            st.running.append(i)
-            st.prefill_left[i] = int(self.wl.prompt_len[i] + st.gen[i])
-            st.prefilling[i] = None
-            st.prefill_done[i] = 0
-            if np.isnan(st.first_sched[i]):
-                st.first_sched[i] = now
-            if self.psd:
-                self.assign_side(i)
-        return (np.asarray([q.request for q in plan], dtype=np.int64),
-                np.asarray([q.tokens for q in plan], dtype=np.int64))
+        self.pool.allocate(int(take_prefill_plan(plan, n, self.wl.prompt_len, st.gen, st.blocks, st.prefill_left,
+                                                 st.prefill_done, st.first_sched, now)))
+        for j in range(n):
+            if plan.new[j]:  # the queue's head (the plan admits in FIFO order)
+                i = st.waiting.popleft()
+                st.status[i] = RUNNING
+                st.running.append(i)
+                st.prefilling[i] = None
+                if self.psd:
+                    self.assign_side(i)
+        return plan.request[:n].copy(), plan.tokens[:n].copy()
 
     def preview_prefills(self, tokens_used: int) -> tuple[np.ndarray, np.ndarray, int]:
         """(requests, chunks, how many chunks end their prompt) a mixed step would add after `tokens_used`
         tokens if it preempts nobody; nothing changes (a policy's step estimate, Pricing.estimator)."""
         if self.separate:
             return EMPTY, EMPTY, 0
-        plan = self.plan_prefills(tokens_used, True)
-        if not plan:
+        n = int(self.plan_prefills(tokens_used, True).count)
+        if not n:
             return EMPTY, EMPTY, 0
-        return (np.asarray([q.request for q in plan], dtype=np.int64),
-                np.asarray([q.tokens for q in plan], dtype=np.int64), sum(q.last for q in plan))
+        plan = self.plan
+        return plan.request[:n].copy(), plan.tokens[:n].copy(), int(np.count_nonzero(plan.last[:n]))
 
     def prefill_only(self, now: float) -> tuple[np.ndarray, np.ndarray]:
         """Separate mode: admit what fits now; a non-empty result makes this a prefill-only step."""
-        if not self.separate or not self.can_admit():
+        if not self.separate:
             return EMPTY, EMPTY
         return self.prefills(0, True, now)
 

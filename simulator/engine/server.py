@@ -19,6 +19,7 @@ from simulator.engine.kv_pool import BlockPool
 from simulator.engine.pricing import Pricing
 from simulator.engine.records import REQUEST_COLUMNS
 from simulator.engine.request_state import RequestState
+from simulator.engine.rules.engine_loop import engine_loop_gap
 from simulator.engine.scheduler import Scheduler
 from simulator.server_config import Scenario
 from simulator.engine.step_outcome import StepOutcome
@@ -97,8 +98,9 @@ class Server:
             return
         busy = False
         while st.n_finished < n:
-            if busy and self.gap_s and (st.running or st.waiting):  # vLLM V1: the engine loop's gap, then inputs
-                yield env.timeout(self.gap_s)
+            gap = engine_loop_gap(busy, self.gap_s, len(st.running), len(st.waiting))  # vLLM V1, then inputs
+            if gap:
+                yield env.timeout(gap)
             busy = False
             for i in self.arrivals.pull(env.now):
                 st.arrive(i)

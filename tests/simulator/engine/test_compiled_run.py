@@ -1,9 +1,9 @@
 """The compiled engine path (simulator/engine/compiled_run.py) against the step-by-step path: the same requests, steps
 and ITL tables bit for bit (no float tolerance: the kernel forms every float as the step path does) over random
 eligible configs (AR and fixed-k SD, k and drafters with and without n-gram proposal caps, every draft cost kind,
-mixed/chunked/separate prefill, Poisson, burst and closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large
-enough to pass the no-preemption check, small row buffers that make the kernel run in segments, linear or roofline
-target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
+mixed/chunked/separate prefill and vLLM V1's scheduler (decode budget, engine-loop gap), Poisson, burst and
+closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large enough to pass the no-preemption check, small
+row buffers that make the kernel run in segments, linear or roofline target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
 the same finishes as the full run."""
 from __future__ import annotations
 
@@ -103,13 +103,18 @@ def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int) -> int:
     return int(need[:max_num_seqs].sum() + slack) * block_size
 
 
+def scheduler_of(rules: str) -> dict:
+    """The server's scheduler setting of a drawn prefill rule: vLLM V1's (chunked, mixed) or the default."""
+    return {"scheduler": "vllm-v1"} if rules == "vllm-v1" else {}
+
+
 def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_rate: float, rules: str, budget: int):
     """(traces, drafter names, workload, token budget) of one drawn equality case, shared by the SD and PSD tests."""
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     drafters = ("d", "g") if ngram else ("d",)
     wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
                   clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
-    if rules != "chunked" and budget < int(wl.prompt_len.max()):
+    if rules not in ("chunked", "vllm-v1") and budget < int(wl.prompt_len.max()):
         # without chunked prefill a prompt over the budget is refused up front; just above it, decode and draft
         # tokens can leave too little budget for the next prompt
         budget = int(wl.prompt_len.max()) + seed % 9
@@ -119,7 +124,7 @@ def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_r
 @settings(max_examples=40, deadline=None)
 @given(mode=st.sampled_from(["ar", "sd", "sd"]), seed=st.integers(0, 10_000), n=st.integers(1, 40),
        rate=st.floats(0.0, 0.9), ngram=st.booleans(), k=st.integers(0, 5), cost=st.sampled_from(sorted(COSTS)),
-       rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
+       rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]), budget=st.sampled_from([16, 64, 4096]),
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=rooflines)
@@ -130,8 +135,8 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
     kw = dict(traces=traces, wl=wl, mode=mode, k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
               cost=COSTS[cost], kv_tokens=tight_kv(wl, k if mode == "sd" else 0, block_size, max_num_seqs, slack),
               max_num_seqs=max_num_seqs, block_size=block_size, step_overhead_s=overhead,
-              max_num_batched_tokens=budget, chunked_prefill=rules == "chunked",
-              prefill="separate" if rules == "separate" else "mixed")
+              max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
+              prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules))
     kw = with_roofline(kw, roof, cost)
     fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
@@ -157,7 +162,7 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
 @given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "ucb", "metasd-ucb"]),
        seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
        cost=st.sampled_from(sorted(COSTS)),
-       rules=st.sampled_from(["mixed", "chunked", "separate"]), budget=st.sampled_from([16, 64, 4096]),
+       rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]), budget=st.sampled_from([16, 64, 4096]),
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
@@ -176,14 +181,15 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     drafters = ("d", "g") if ngram else ("d",)
     wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
                   clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
-    if rules != "chunked" and budget < int(wl.prompt_len.max()):
+    if rules not in ("chunked", "vllm-v1") and budget < int(wl.prompt_len.max()):
         budget = int(wl.prompt_len.max()) + seed % 9
     spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle)
     look = k_max if policy == "adaptive-k" else k_ngram if "ucb" in policy else max(k_ngram, k_eagle)
     kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
               kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
-              chunked_prefill=rules == "chunked", prefill="separate" if rules == "separate" else "mixed")
+              chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
+              **scheduler_of(rules))
     kw = with_roofline(kw, roof, cost)
     fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
@@ -222,6 +228,23 @@ def test_a_longer_sd_run_with_prefill_chunks_and_draft_prefills_is_equal():
     assert fast.extras["engine_path"] == "compiled"
     assert set(fast.steps.phase) >= {"draft", "verify", "mixed", "draft_prefill"}
     assert_same(fast, slow)
+
+
+def test_vllm_v1_budget_cuts_and_engine_loop_gaps_are_equal():
+    """`scheduler: vllm-v1` on the compiled path: 60 requests whose decodes and drafts overrun a 16-token budget (cut
+    drafts, decodes left for the next step) with a 1 ms engine-loop gap between busy steps."""
+    traces = traces_with(20, 11, 0.8, False)
+    wl = workload(traces, 60, rate=300.0, seed=11)
+    kw = dict(traces=traces, wl=wl, mode="sd", k=5, cost=COSTS["fraction"], max_num_seqs=8, scheduler="vllm-v1",
+              max_num_batched_tokens=16, chunked_prefill=True, step_overhead_s=1e-3)
+    fast, slow = run_path(True, **kw), run_path(False, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert_same(fast, slow)
+    tgt = fast.steps[fast.steps.device == "target"]
+    assert (tgt.batched_tokens <= 16).all() and (tgt.batched_tokens == 16).any()
+    assert (tgt.proposed_tokens % 5 != 0).any()  # k = 5 drafts each, except those cut to the budget
+    gaps = np.round(tgt.start.to_numpy()[1:] - tgt.end.to_numpy()[:-1], 9)
+    assert (gaps == 1e-3).sum() > len(gaps) // 2  # busy steps are 1 ms apart (the engine loop's gap)
 
 
 def _fallback_cases():
@@ -273,7 +296,8 @@ def _fallback_cases():
         "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
             "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
         "switch cost": ({**base, "switch_cost_s": 0.001}, "switching cost"),
-        "vllm-v1": ({**base, "scheduler": "vllm-v1"}, "scheduler 'vllm-v1'"),
+        "psd vllm-v1": ({**base, "mode": "psd", "psd": PSDConfig(), "scheduler": "vllm-v1"},
+                        "PSD under scheduler 'vllm-v1'"),
         "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
         "moe roofline that settles late": ({**base, "target": RooflineProfile(
             dataclasses.replace(get_model("qwen3-235b-a22b"), num_experts=200_000), get_gpu("h100-80gb"))},

@@ -1,6 +1,6 @@
-"""Chunked prefill, KV reserve and growth, and preemption by recompute (scheduler.Scheduler.plan_prefills /
-reserve / preempt, kv_pool.BlockPool; compiled_kernel._continue_prefills, _admit_waiting and the reserve loop of
-run_steps). Hand-worked cases: every step costs 1.0 s, KV blocks hold 4 tokens."""
+"""Chunked prefill, KV reserve and growth, and preemption by recompute (rules/prefill_plan.py, which both paths run;
+scheduler.Scheduler.reserve / preempt, kv_pool.BlockPool; the reserve loop of compiled_kernel.run_steps).
+Hand-worked cases: every step costs 1.0 s, KV blocks hold 4 tokens."""
 from __future__ import annotations
 
 from tests.simulator.engine.rule_cases import Req, col, req, run
