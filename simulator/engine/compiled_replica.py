@@ -59,7 +59,7 @@ class CompiledReplica(CompiledRun):
         self.usage = np.zeros(len(self.slots) + 1, dtype=np.int64)
         self.est_s, self.est_f = self._estimates(n)
         self.arm_counts, self.arm_sums = self._arms(n)
-        self.istate = np.zeros(12, dtype=np.int64)
+        self.istate = np.zeros(ker.N_ISTATE, dtype=np.int64)
         self.istate[ker.S_USED] = self.istate[ker.S_PEAK] = srv.sched.pool.used
         self.fstate = np.zeros(1)
         self.run_ = np.zeros(srv.max_num_seqs, dtype=np.int64)
