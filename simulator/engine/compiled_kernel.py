@@ -188,9 +188,10 @@ def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, ru
     """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
     k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
     prompt chunks it would add after their n (k + 1) tokens, then the step-estimate rule (rules.pricing)."""
+    preview = separate == 0 and (n_run > n or admit < ptr)  # nothing to preview: no prompt left, nobody waiting
     for k in range(k_max + 1):
         n_pre, pt, pkv = 0, 0, 0
-        if separate == 0:
+        if preview:
             n_pre, pt, pkv = _plan(lim, plan, waitq, n * (k + 1), run, n_run, admit, ptr, free, prompt, gen,
                                    prefill_left, prefill_done, blocks)  # Scheduler.preview_prefills
         verify = _price(target, n + n_pre, n + n * k + pt, kv + pkv)
