@@ -135,6 +135,16 @@ def test_a_psd_replica_stays_on_the_step_path_and_says_why():
         assert rep.server.compiled is None and "PSD cluster replica" in rep.server.engine_path_reason
 
 
+def test_a_replica_under_vllm_v1_stays_on_the_step_path_and_says_why():
+    """vLLM V1's engine-loop gap is a SimPy wait during which the router may route to the replica; the replica's
+    kernel steps would not yield it, so such a replica takes the step path (a single vllm-v1 server is compiled)."""
+    traces = iid_traces(6, seed=2, out=(1, 30))
+    sim = cluster_sim(True, traces, workload(traces, 8, seed=2), mode="sd", policy="fixed", replicas=2,
+                      router={"name": "round_robin"}, srv=server(scheduler="vllm-v1", step_overhead_s=0.001), seed=2)
+    for rep in sim.replicas:
+        assert rep.server.compiled is None and "vllm-v1" in rep.server.engine_path_reason
+
+
 @settings(max_examples=200, deadline=None)
 @given(now=st.floats(0.0, 1e6), dur=st.floats(0.0, 1e3))
 def test_exact_delay_lands_a_timeout_on_the_kernels_clock(now, dur):
