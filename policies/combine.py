@@ -13,6 +13,14 @@ from policies.base import Choice, Feedback, Policy, RequestView
 from traces.expected_tokens import expected_tokens
 
 
+def combine_match_rule(match: int, min_match: int, k_ngram: int, k_eagle: int) -> tuple[bool, int]:
+    """(use n-gram, k): n-gram with min(k_ngram, match) drafts when the prompt-lookup match has at least
+    `min_match` tokens, else EAGLE with k_eagle. Plain Python; the compiled kernel compiles this same function."""
+    if match >= min_match:
+        return True, min(k_ngram, match)
+    return False, k_eagle
+
+
 class CombineMatchPolicy(Policy):
     """n-gram when prompt lookup has a match of >= min_match tokens, else EAGLE."""
 
@@ -37,9 +45,8 @@ class CombineMatchPolicy(Policy):
         if match is None:
             raise ValueError(f"policy {self.name!r} needs the n-gram match length (proposal_len of drafter "
                              f"{self.ngram!r}), which this trace does not provide; use combine-adaptive")
-        if match >= self.min_match:
-            return Choice(self.ngram, min(self.k_ngram, int(match)))
-        return Choice(self.eagle, self.k_eagle)
+        use_ngram, k = combine_match_rule(int(match), self.min_match, self.k_ngram, self.k_eagle)
+        return Choice(self.ngram if use_ngram else self.eagle, k)
 
 
 class CombineAdaptivePolicy(Policy):

@@ -34,7 +34,7 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
-    "policies/acceptance_estimate.py", "policies/ucb.py", "simulator/costs/latency.py",
+    "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
     "simulator/costs/roofline.py")) + tuple(
     sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
 
@@ -60,6 +60,7 @@ from numba.extending import overload, register_jitable  # noqa: E402
 
 from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
 from policies.adaptive_k import best_k_rule  # noqa: E402
+from policies.combine import combine_match_rule  # noqa: E402
 from policies.ucb import ucb_arm_rule  # noqa: E402
 from simulator.costs import roofline  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
@@ -204,6 +205,7 @@ _estimate_value = njit(cache=True)(estimate_value)
 _estimate_update = njit(cache=True)(estimate_update)
 _best_k = njit(cache=True)(best_k_rule)
 _ucb_arm = njit(cache=True)(ucb_arm_rule)
+_combine_match = njit(cache=True)(combine_match_rule)
 
 
 @njit(cache=True)
@@ -213,15 +215,6 @@ def _arm_of_slot(arm_slot, arms, g):
         if arm_slot[a] == g:
             return a
     return -1
-
-
-@njit(cache=True)
-def _combine_choice(match, min_match, k_ngram, k_eagle, ngram_slot):
-    """CombineMatchPolicy.choose: (slot, k) = the n-gram drafter with min(k_ngram, match) when the match has at least
-    min_match tokens, else EAGLE with k_eagle."""
-    if match >= min_match:
-        return ngram_slot, min(k_ngram, match)
-    return 1 - ngram_slot, k_eagle
 
 
 @njit(cache=True)
@@ -418,8 +411,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                     kk[j] = k_fixed
             else:
                 for j in range(n_dec):
-                    slot[j], kk[j] = _combine_choice(np.int64(cap[flat[j]]), min_match, k_ngram, k_eagle,
-                                                     ngram_slot)
+                    use_ngram, kk[j] = _combine_match(np.int64(cap[flat[j]]), min_match, k_ngram, k_eagle)
+                    slot[j] = ngram_slot if use_ngram else 1 - ngram_slot
             for j in range(n_dec):  # proposals capped (traces/acceptance.proposed_tokens) and their replay
                 g = slot[j]
                 if g >= 0:

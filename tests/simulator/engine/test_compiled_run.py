@@ -523,7 +523,7 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
     root = Path(simulator.__file__).parent.parent
     digest = hashlib.sha256(b"".join((root / f).read_bytes() for f in (
         "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
-        "policies/acceptance_estimate.py", "policies/ucb.py", "simulator/costs/latency.py",
+        "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
         "simulator/costs/roofline.py")) + b"".join(
         p.read_bytes() for p in sorted((root / "simulator/engine/rules").glob("*.py"))))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
