@@ -107,3 +107,29 @@ COSTS = {
     "whole": DraftCost("whole_proposal", profile=linear(3e-8, 1e-5, 1e-3)),
     "autoregressive": DraftCost("autoregressive", profile=linear(2e-8, 3e-6, 4e-4)),
 }
+
+
+def tables_jit_on_and_off(code: str, tmp_path) -> list[tuple]:
+    """Run `code` (a script that pickles a list of (engine_path, requests, steps, itl bytes) to the path named OUT)
+    in a fresh interpreter with numba's JIT on, then off; returns the pairs of those tuples, run by run."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    tables = []
+    for jit_off in ("0", "1"):
+        out = tmp_path / f"out{jit_off}"
+        env = dict(os.environ, NUMBA_DISABLE_JIT=jit_off)
+        subprocess.run([sys.executable, "-c", code.replace("OUT", repr(str(out)))], cwd=root, env=env, check=True)
+        tables.append(pickle.loads(out.read_bytes()))
+    return list(zip(*tables))
+
+
+def assert_same_run_tables(a: tuple, b: tuple) -> None:
+    """Two (engine_path, requests, steps, itl bytes) tuples hold the same tables, bit for bit."""
+    pd.testing.assert_frame_equal(a[1], b[1], check_exact=True)
+    pd.testing.assert_frame_equal(a[2], b[2], check_exact=True)
+    assert a[3] == b[3]

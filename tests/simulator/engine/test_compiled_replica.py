@@ -22,7 +22,7 @@ from simulator.engine.compiled_replica import exact_delay
 from simulator.scenario import SimInputs, make_cluster_scenario, simulation
 from simulator.server_config import RunSpec
 from tests.simulator.cluster.test_cluster import DRAFTERS, server
-from tests.simulator.engine.engine_fixtures import iid_traces, workload
+from tests.simulator.engine.engine_fixtures import assert_same_run_tables, iid_traces, tables_jit_on_and_off, workload
 
 POLICIES = {"fixed": {"name": "fixed", "drafter": "d", "k": 3},
             "adaptive-k": {"name": "adaptive-k", "drafter": "d", "k_max": 4},
@@ -172,12 +172,6 @@ def test_closed_loop_clients_get_their_next_request_in_the_step_paths_finish_ord
 def test_numba_off_gives_the_compiled_clusters_tables(tmp_path):
     """With numba's JIT switched off (NUMBA_DISABLE_JIT=1: the kernel as plain Python) a compiled cluster's tables
     are bit for bit those of the compiled kernel (tolerance zero: the same IEEE operations in the same order)."""
-    import os
-    import pickle
-    import subprocess
-    import sys
-    from pathlib import Path
-
     code = f"""
 import pickle
 from tests.simulator.engine.test_compiled_replica import cluster_sim, server, iid_traces, workload
@@ -189,16 +183,8 @@ for router, wl in (("least_kv", workload(t, 30, rate=150.0, seed=4)),
                       srv=server(max_num_seqs=3), seed=4)
     res = sim.simulate()
     out.append(([r.extras["engine_path"] for r in res.replica_results], res.requests, res.steps, res.itl.tobytes()))
-pickle.dump(out, open({str(tmp_path / "OUT")!r}, "wb"))
+pickle.dump(out, open(OUT, "wb"))
 """
-    root = Path(__file__).resolve().parents[3]
-    tables = []
-    for jit_off in ("0", "1"):
-        env = dict(os.environ, NUMBA_DISABLE_JIT=jit_off)
-        subprocess.run([sys.executable, "-c", code.replace("OUT", f"out{jit_off}")], cwd=root, env=env, check=True)
-        tables.append(pickle.loads((tmp_path / f"out{jit_off}").read_bytes()))
-    for (path_a, req_a, steps_a, itl_a), (path_b, req_b, steps_b, itl_b) in zip(*tables):
-        assert set(path_a) == set(path_b) == {"compiled"}
-        pd.testing.assert_frame_equal(req_a, req_b, check_exact=True)
-        pd.testing.assert_frame_equal(steps_a, steps_b, check_exact=True)
-        assert itl_a == itl_b
+    for a, b in tables_jit_on_and_off(code, tmp_path):
+        assert set(a[0]) == set(b[0]) == {"compiled"}
+        assert_same_run_tables(a, b)

@@ -25,7 +25,8 @@ from simulator.engine.simulation import ServerSimulation
 from simulator.costs.latency import LinearProfile
 from simulator.costs.roofline import RooflineProfile
 from simulator.engine.server import Server
-from tests.simulator.engine.engine_fixtures import COSTS, PSDConfig, inputs, linear, scenario, traces_with, workload
+from tests.simulator.engine.engine_fixtures import (COSTS, PSDConfig, assert_same_run_tables, inputs, linear, scenario,
+                                                 tables_jit_on_and_off, traces_with, workload)
 from traces.catalog import get_gpu, get_model
 
 
@@ -538,12 +539,6 @@ def test_the_kernel_is_plain_python_numba_off_gives_the_same_tables(tmp_path):
     (NUMBA_DISABLE_JIT=1, the kernel run as plain Python) the requests, steps and ITL tables of fixed-k SD,
     adaptive-k, UCB and PSD runs are bit for bit the compiled ones (the same IEEE operations in the same order;
     tolerance zero)."""
-    import os
-    import pickle
-    import subprocess
-    import sys
-    from pathlib import Path
-
     code = f"""
 import pickle
 from policies.registry import make_policy
@@ -559,16 +554,8 @@ for spec in specs:
     out.append((res.extras["engine_path"], res.requests, res.steps, res.itl.tobytes()))
 res = build(traces=t, wl=wl, mode="psd", psd=PSDConfig()).simulate()
 out.append((res.extras["engine_path"], res.requests, res.steps, res.itl.tobytes()))
-pickle.dump(out, open({str(tmp_path / "OUT")!r}, "wb"))
+pickle.dump(out, open(OUT, "wb"))
 """
-    root = Path(__file__).resolve().parents[3]
-    tables = []
-    for jit_off in ("0", "1"):
-        env = dict(os.environ, NUMBA_DISABLE_JIT=jit_off)
-        subprocess.run([sys.executable, "-c", code.replace("OUT", f"out{jit_off}")], cwd=root, env=env, check=True)
-        tables.append(pickle.loads((tmp_path / f"out{jit_off}").read_bytes()))
-    for (path_a, req_a, steps_a, itl_a), (path_b, req_b, steps_b, itl_b) in zip(*tables):
-        assert path_a == path_b == "compiled"
-        pd.testing.assert_frame_equal(req_a, req_b, check_exact=True)
-        pd.testing.assert_frame_equal(steps_a, steps_b, check_exact=True)
-        assert itl_a == itl_b
+    for a, b in tables_jit_on_and_off(code, tmp_path):
+        assert a[0] == b[0] == "compiled"
+        assert_same_run_tables(a, b)

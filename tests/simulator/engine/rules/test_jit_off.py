@@ -3,13 +3,7 @@ Python, and the requests, steps and ITL tables are bit for bit the same (same in
 order; tolerance zero), preemption under KV pressure, PSD and a closed loop included."""
 from __future__ import annotations
 
-import os
-import pickle
-import subprocess
-import sys
-from pathlib import Path
-
-import pandas as pd
+from tests.simulator.engine.engine_fixtures import assert_same_run_tables, tables_jit_on_and_off
 
 CODE = """
 import pickle
@@ -33,18 +27,9 @@ pickle.dump(out, open(OUT, "wb"))
 
 
 def test_step_path_with_jit_off_gives_the_same_tables(tmp_path):
-    root = Path(__file__).resolve().parents[4]
-    tables = []
-    for jit_off in ("0", "1"):
-        out = tmp_path / f"out{jit_off}"
-        env = dict(os.environ, NUMBA_DISABLE_JIT=jit_off)
-        subprocess.run([sys.executable, "-c", CODE.replace("OUT", repr(str(out)))], cwd=root, env=env, check=True)
-        tables.append(pickle.loads(out.read_bytes()))
     preempted = 0
-    for (path_a, req_a, steps_a, itl_a), (path_b, req_b, steps_b, itl_b) in zip(*tables):
-        assert path_a == path_b == "steps"
-        pd.testing.assert_frame_equal(req_a, req_b, check_exact=True)
-        pd.testing.assert_frame_equal(steps_a, steps_b, check_exact=True)
-        assert itl_a == itl_b
-        preempted += int(req_a["preemptions"].sum())
+    for a, b in tables_jit_on_and_off(CODE, tmp_path):
+        assert a[0] == b[0] == "steps"
+        assert_same_run_tables(a, b)
+        preempted += int(a[1]["preemptions"].sum())
     assert preempted > 0  # the KV-pressure runs exercised growth with preemption
