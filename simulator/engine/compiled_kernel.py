@@ -138,31 +138,42 @@ def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop,
 # ProfileTerms records (the step path asks its profile objects)
 for _rule in (linear_step_time, roofline.attention_pairs, roofline.roofline_compute_s, roofline.roofline_memory_s,
               roofline.roofline_per_op_s, roofline.roofline_allreduce_s, roofline.roofline_step_time,
-              pricing.terms_step_time, pricing.draft_time, pricing.prefill_time, pricing.drafters_prefill_time,
-              pricing.sd_step_time):
+              pricing.draft_time, pricing.drafters_prefill_time):
     register_jitable(_rule)
+# the loop-free rules over the typed records are inlined where called (numba IR): a call would pass the drafter and
+# profile records by value and count a reference to each record's array (the step estimate: once per k, per step)
+for _rule in (pricing.terms_step_time, pricing.prefill_time, pricing.sd_step_time):
+    register_jitable(inline="always")(_rule)
 
 
-@overload(pricing.profile_price)
+@overload(pricing.profile_price, inline="always")
 def _profile_price_of_terms(profile, num_seqs, batched_tokens, kv_tokens):
     return pricing.terms_step_time
 
 
-_price = njit(cache=True)(pricing.terms_step_time)  # a ProfileTerms record's step time (target or drafter)
+_price = njit(cache=True, inline="always")(pricing.terms_step_time)  # a ProfileTerms record's step time
 _draft_time = njit(cache=True)(pricing.draft_time)
 _drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
-_sd_step_time = njit(cache=True)(pricing.sd_step_time)
-_step_estimate = njit(cache=True)(pricing.step_estimate)
+_sd_step_time = njit(cache=True, inline="always")(pricing.sd_step_time)
+_step_estimate = njit(cache=True, inline="always")(pricing.step_estimate)
+
+
+@njit(cache=True)
+def _queue_window(lim, waitq, n_run, admit, ptr):
+    """The waiting queue a prefill plan may admit from: its first max_num_seqs - running entries (requests
+    admit..ptr-1), copied to `waitq`; returns how many."""
+    m = max(0, min(ptr - admit, lim.max_num_seqs - n_run))
+    for t in range(m):
+        waitq[t] = admit + t
+    return m
 
 
 @njit(cache=True)
 def _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, free, prompt, gen, prefill_left, prefill_done,
           blocks):
     """Scheduler.plan_prefills: the prefill plan rule over the running requests (those with prompt left continue)
-    and the waiting queue's first max_num_seqs - running entries (requests admit..ptr-1, copied to `waitq`)."""
-    m = max(0, min(ptr - admit, lim.max_num_seqs - n_run))
-    for t in range(m):
-        waitq[t] = admit + t
+    and the waiting queue's window (_queue_window)."""
+    m = _queue_window(lim, waitq, n_run, admit, ptr)
     return _plan_prefills(lim, run, n_run, waitq, m, n_run, tokens_used, free, prompt, gen, prefill_left,
                           prefill_done, blocks, plan)
 
@@ -188,15 +199,23 @@ def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, ru
                 prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
     """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
     k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
-    prompt chunks it would add after their n (k + 1) tokens, then the step-estimate rule (rules.pricing)."""
+    prompt chunks it would add after their n (k + 1) tokens (_plan's rule; the queue window copied once, not per k),
+    then the step-estimate rule (rules.pricing). Adaptive-k drafts with one drafter, slot 0, which is also its only
+    prompt pass (`pf_order` [0]): the rule gets that one record, not the padded tuples, which a call would copy and
+    reference-count per k."""
     preview = separate == 0 and (n_run > n or admit < ptr)  # nothing to preview: no prompt left, nobody waiting
+    m = 0
+    if preview:
+        m = _queue_window(lim, waitq, n_run, admit, ptr)
+    cost, profile = drafts[0], dprofiles[0]
+    pass_costs, pass_profiles = (cost,), (profile,)
     for k in range(k_max + 1):
         n_pre, pt, pkv = 0, 0, 0
-        if preview:
-            n_pre, pt, pkv = _plan(lim, plan, waitq, n * (k + 1), run, n_run, admit, ptr, free, prompt, gen,
-                                   prefill_left, prefill_done, blocks)  # Scheduler.preview_prefills
+        if preview:  # Scheduler.preview_prefills
+            n_pre, pt, pkv = _plan_prefills(lim, run, n_run, waitq, m, n_run, n * (k + 1), free, prompt, gen,
+                                            prefill_left, prefill_done, blocks, plan)
         verify = _price(target, n + n_pre, n + n * k + pt, kv + pkv)
-        times[k] = _step_estimate(verify, drafts[0], dprofiles[0], drafts, dprofiles, pf_order, overhead, 0.0, False,
+        times[k] = _step_estimate(verify, cost, profile, pass_costs, pass_profiles, pf_order, overhead, 0.0, False,
                                   n, kv, k, n_pre, pt, pkv)
 
 
