@@ -184,6 +184,19 @@ def _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blo
 
 
 @njit(cache=True)
+def _fit_proposals(prop, acc, n, budget, cut):
+    """Scheduler.fit_decodes over the kernel's proposals (rules/decode_budget.fit_decodes, the drafts each keeps to
+    `cut`), each cut one then accepted as Drafting.accept would: min(accepted, cut), since the replay rule
+    min(acc_len - 1, proposed) is monotone in proposed. Cuts `prop` and `acc` in place; returns how many run."""
+    m = _fit_decodes(prop, n, budget, cut)
+    for j in range(m):
+        if cut[j] < prop[j]:
+            prop[j] = cut[j]
+            acc[j] = min(acc[j], cut[j])
+    return m
+
+
+@njit(cache=True)
 def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, run, admit, ptr, prompt, gen, blocks,
                 prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
     """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
@@ -426,14 +439,11 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                     prop[j] = 0
                     acc[j] = 0
             if decode_budget == 1 and n_dec > 0:  # Scheduler.fit_decodes: the decodes the step budget holds
-                n_dec = _fit_decodes(prop, n_dec, B, cut)
+                n_dec = _fit_proposals(prop, acc, n_dec, B, cut)
                 prop_sum = 0
                 acc_sum = 0
                 kv_est = 0
                 for j in range(n_dec):
-                    if cut[j] < prop[j]:  # Drafting.accept of the cut proposal: min(acc_len - 1, cut)
-                        prop[j] = cut[j]
-                        acc[j] = min(acc[j], cut[j])
                     prop_sum += prop[j]
                     acc_sum += acc[j]
                     kv_est += ctx[j]

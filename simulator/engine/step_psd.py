@@ -58,6 +58,12 @@ class PSDExecutor:
         if fallback:
             d_v[no_prop], k_v[no_prop], p_v[no_prop] = d_c[:nv], k_c[:nv], p_c[:nv]
         d_d, k_d, p_d = d_c[nv:], k_c[nv:], p_c[nv:]
+        # vLLM V1 (scheduler: vllm-v1): the verify side's 1 + drafts tokens come from the step's one budget, in
+        # admission order (Scheduler.fit_decodes); one left out keeps its proposal and side (the drafted side
+        # takes no target tokens: it is drafted on its own device)
+        n_fit, p_v = sched.fit_decodes(p_v)
+        if n_fit < len(V):
+            V, d_v, k_v, has_prop = V[:n_fit], d_v[:n_fit], k_v[:n_fit], has_prop[:n_fit]
 
         # KV: with defer_kv (MineDraft) the drafted side reserves its lookahead slots now and the verify side
         # appends none (it holds them since it was drafted); without, slots are reserved only when verified.
