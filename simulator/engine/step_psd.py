@@ -3,7 +3,8 @@ last step, the dedicated draft device drafts sub-batch D; both finish, a sync (r
 driver) follows, and the roles flip. One empty side (or a batch under `split_min_batch`) makes the step
 plain SD. Prefills: mixed into the verify pass, or (separate mode) prefill-only steps after which the
 draft device runs the drafter's own prefill. New requests' drafter prefill is always priced on the
-draft device."""
+draft device. Under `scheduler: vllm-v1` the verify side takes its tokens from the step budget
+(Scheduler.fit_decodes); a request the budget leaves out keeps its proposal for a later verify."""
 from __future__ import annotations
 
 import numpy as np
