@@ -82,3 +82,28 @@ def test_rule_vllm_v1_psd_engine_loop_gap(engine_path):
     starts = res.steps.groupby("step").start.min().tolist()
     assert starts == [0.0, 1.5, 3.25, 5.0, 6.75]
     assert req(res, "finish_time") == [6.25, 8.0]
+
+
+def test_rule_vllm_v1_psd_verify_cut_to_zero_waits(engine_path):
+    # budget 3, three 1-token prompts at t=0 (sides 0, 1, 0), output 6, every draft accepted. Step 0 [0, 1]: the
+    # prompts. Step 1 [1, 2.25]: r0, r2 a plain token each (2 -> gen 2), r1 drafted. Step 2: r1 verifies 2 drafts
+    # (3 tokens, gen 4). Step 3 [3.5, 4.75]: r0 takes all 3 tokens (gen 5); r2 gets none and waits, keeping its
+    # proposal. Step 4 [4.75, 6]: r1 its last 2 (finish 6.0) while r0 and r2 are drafted again. Step 5 [6, 7.25]:
+    # side 0 alone (a fallback step): r0 its last token (finish 7.25), r2 waits again. Step 6 [7.25, 8.5]: r2 alone
+    # verifies its proposal: gen 2 -> 5. Step 7 [8.5, 10.25]: r2 has no proposal: a fallback step drafts it first
+    # (0.5), verifies (1.0), syncs (0.25): its last token, finish 10.25
+    acc = {"d": [3] * 6}
+    res = _psd_v1(engine_path, [Req(0.0, 1, 6, acc)] * 3, budget=3)
+    assert col(res, "batched_tokens", device="target", phase="verify") == [2, 3, 3, 3, 3, 3, 3]
+    assert req(res, "finish_time") == [7.25, 6.0, 10.25]
+    assert req(res, "decode_steps") == [3, 2, 3]
+    assert req(res, "proposed_tokens") == [4, 4, 4]
+    assert res.extras["psd_fallback_steps"] == 3
+
+
+def test_rule_vllm_v1_psd_engine_loop_gap_while_requests_only_wait(engine_path):
+    # PSD with max_num_seqs 1 runs 2 at once; one-token outputs (the prefill samples it and finishes): r0, r1
+    # prefill over [0, 1] and finish; r2, waiting with nothing running, still waits out the gap: prefill [1.5, 2.5]
+    res = _psd_v1(engine_path, [Req(0.0, 2, 1)] * 3, overhead=0.5, max_num_seqs=1)
+    assert col(res, "start") == [0.0, 1.5]
+    assert req(res, "finish_time") == [1.0, 1.0, 2.5]
