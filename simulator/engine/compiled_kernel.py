@@ -65,7 +65,7 @@ from policies.ucb import ucb_arm_rule  # noqa: E402
 from simulator.costs import roofline  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
-from simulator.engine.rules import pricing  # noqa: E402
+from simulator.engine.rules import pricing, psd_sides  # noqa: E402
 from simulator.engine.rules.decode_budget import fit_decodes  # noqa: E402
 from simulator.engine.rules.engine_loop import engine_loop_gap  # noqa: E402
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
@@ -87,6 +87,7 @@ _take_prefill_plan = njit(cache=True)(take_prefill_plan)
 _plan_buffers = njit(cache=True)(plan_buffers)
 _fit_decodes = njit(cache=True)(fit_decodes)
 _engine_loop_gap = njit(cache=True)(engine_loop_gap)
+join_side = njit(cache=True)(psd_sides.join_side)  # PSD: the side a new request joins
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
 # row int columns

@@ -3,9 +3,9 @@ simulator/engine/step_psd.py's PSDExecutor.
 
 It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth,
 and under `scheduler: vllm-v1` the decode budget over the verify side and the engine-loop gap after a busy step:
-simulator/engine/rules/) and its row helpers. The rules only PSD has are small @njit functions below, each naming the
-Python rule it mirrors: the side a new request joins, the split into verified/drafted sides, the step duration, and
-the carry of the drafted side's proposals with the role flip.
+simulator/engine/rules/), the side a new request joins (rules/psd_sides.py) and its row helpers. The rest that only
+PSD has are small @njit functions below, each naming the Python rule it mirrors: the split into verified/drafted
+sides, the step duration, and the carry of the drafted side's proposals with the role flip.
 tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_GA
                                               S_STEP, S_SUBMITTED, S_USED, STOPPED, _draft_time,
                                               _drafters_prefill_time, _engine_loop_gap, _finish_requests,
                                               _fit_proposals, _plan, _plan_buffers, _price, _row, _save_state,
-                                              _take_plan, add_blocks, advance_prefills, emit_decoded, kv_growth)
+                                              _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
+                                              kv_growth)
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
@@ -34,19 +35,10 @@ PF_SYNC = 0
 
 @njit(cache=True)
 def _assign_sides(side, run, n_old, n_run, vs):
-    """Scheduler.assign_side for each request admitted as run[n_old:n_run], in admission order: join the side
-    drafted next step (the one verified now) unless it has more running members than the other."""
+    """Scheduler.prefills' side for each request admitted as run[n_old:n_run], in admission order: the side rule
+    (rules/psd_sides.join_side) over the running array up to and including it."""
     for j in range(n_old, n_run):
-        c0 = 0
-        c1 = 0
-        for q in range(j + 1):  # the running array, the request itself included (its side is still -1)
-            s = side[run[q]]
-            if s == 0:
-                c0 += 1
-            elif s == 1:
-                c1 += 1
-        cv, co = (c0, c1) if vs == 0 else (c1, c0)
-        side[run[j]] = vs if cv <= co else 1 - vs
+        side[run[j]] = join_side(side, run, j + 1, vs)
 
 
 @njit(cache=True)
