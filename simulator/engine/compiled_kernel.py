@@ -5,7 +5,7 @@ fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length r
 each slot is priced once for its own sub-batch (Pricing.draft_time). Under `scheduler: vllm-v1` the decodes take their
 tokens from the step budget (rules/decode_budget.py) and the engine loop's gap follows each busy step (Server.loop).
 The step rules of simulator/engine/rules/ (prefill plan, decode budget, engine-loop gap, emission, prefill progress,
-finish, KV growth, pricing) and the built-in policies' rules are compiled here once; the step path calls the same
+finish, KV growth, pricing, PSD's side) and the built-in policies' rules are compiled here once; the step path calls the same
 functions. Rules the kernel still restates live in small @njit functions below, each naming the Python rule it
 mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
