@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from calibration.models.draft_engine import DraftEngine, DraftItem, Proposal
 from calibration.live.batched import BatchedServer, BatchStepRecord, Running
+from simulator.engine.rules.psd_sides import join_side
 
 
 class DrafterDied(RuntimeError):
@@ -219,10 +220,10 @@ class PSDServer(BatchedServer):
         self.psd = PSDState(step_hook=step_hook)
 
     def assign_side(self, r: Running) -> None:
-        """Join the side drafted next step unless it already has more (the simulator's balance rule)."""
-        vs = self.psd.verify_side
-        counts = [sum(1 for x in self.running if x.side == s) for s in (0, 1)]
-        r.side = vs if counts[vs] <= counts[1 - vs] else 1 - vs
+        """Join a side by the simulator's rule (simulator/engine/rules/psd_sides.join_side): the side drafted next
+        step unless it already has more; `r`, just appended to the running list, is on no side yet (-1)."""
+        sides = [x.side for x in self.running]
+        r.side = join_side(sides, range(len(sides)), len(sides), self.psd.verify_side)
 
     def psd_step(self) -> None:
         st, vs = self.psd, self.psd.verify_side

@@ -5,7 +5,7 @@ fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length r
 each slot is priced once for its own sub-batch (Pricing.draft_time). Under `scheduler: vllm-v1` the decodes take their
 tokens from the step budget (rules/decode_budget.py) and the engine loop's gap follows each busy step (Server.loop).
 The step rules of simulator/engine/rules/ (prefill plan, decode budget, engine-loop gap, emission, prefill progress,
-finish, KV growth, pricing) and the built-in policies' rules are compiled here once; the step path calls the same
+finish, KV growth, pricing, PSD's side) and the built-in policies' rules are compiled here once; the step path calls the same
 functions. Rules the kernel still restates live in small @njit functions below, each naming the Python rule it
 mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
@@ -65,7 +65,7 @@ from policies.ucb import ucb_arm_rule  # noqa: E402
 from simulator.costs import roofline  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
-from simulator.engine.rules import pricing  # noqa: E402
+from simulator.engine.rules import pricing, psd_sides  # noqa: E402
 from simulator.engine.rules.decode_budget import fit_decodes  # noqa: E402
 from simulator.engine.rules.engine_loop import engine_loop_gap  # noqa: E402
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
@@ -87,6 +87,7 @@ _take_prefill_plan = njit(cache=True)(take_prefill_plan)
 _plan_buffers = njit(cache=True)(plan_buffers)
 _fit_decodes = njit(cache=True)(fit_decodes)
 _engine_loop_gap = njit(cache=True)(engine_loop_gap)
+join_side = njit(cache=True)(psd_sides.join_side)  # PSD: the side a new request joins
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
 # row int columns
@@ -192,6 +193,19 @@ def _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blo
             n_run += 1
             admit += 1
     return n_run, admit, used, peak
+
+
+@njit(cache=True)
+def _fit_proposals(prop, acc, n, budget, cut):
+    """Scheduler.fit_decodes over the kernel's proposals (rules/decode_budget.fit_decodes, the drafts each keeps to
+    `cut`), each cut one then accepted as Drafting.accept would: min(accepted, cut), since the replay rule
+    min(acc_len - 1, proposed) is monotone in proposed. Cuts `prop` and `acc` in place; returns how many run."""
+    m = _fit_decodes(prop, n, budget, cut)
+    for j in range(m):
+        if cut[j] < prop[j]:
+            prop[j] = cut[j]
+            acc[j] = min(acc[j], cut[j])
+    return m
 
 
 @njit(cache=True)
@@ -445,14 +459,11 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                     prop[j] = 0
                     acc[j] = 0
             if decode_budget == 1 and n_dec > 0:  # Scheduler.fit_decodes: the decodes the step budget holds
-                n_dec = _fit_decodes(prop, n_dec, B, cut)
+                n_dec = _fit_proposals(prop, acc, n_dec, B, cut)
                 prop_sum = 0
                 acc_sum = 0
                 kv_est = 0
                 for j in range(n_dec):
-                    if cut[j] < prop[j]:  # Drafting.accept of the cut proposal: min(acc_len - 1, cut)
-                        prop[j] = cut[j]
-                        acc[j] = min(acc[j], cut[j])
                     prop_sum += prop[j]
                     acc_sum += acc[j]
                     kv_est += ctx[j]

@@ -1,10 +1,11 @@
 """The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, step for step as
 simulator/engine/step_psd.py's PSDExecutor.
 
-It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth:
-simulator/engine/rules/) and its row helpers. The rules only PSD has are small @njit functions below, each naming the
-Python rule it mirrors: the side a new request joins, the split into verified/drafted sides, the step duration, and
-the carry of the drafted side's proposals with the role flip.
+It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth,
+and under `scheduler: vllm-v1` the decode budget over the verify side and the engine-loop gap after a busy step:
+simulator/engine/rules/), the side a new request joins (rules/psd_sides.py) and its row helpers. The rest that only
+PSD has are small @njit functions below, each naming the Python rule it mirrors: the split into verified/drafted
+sides, the step duration, and the carry of the drafted side's proposals with the role flip.
 tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.
 """
 from __future__ import annotations
@@ -12,12 +13,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_OVERHEAD, F_THINK, FULL, I_BLOCK, I_BLOCKS,
-                                       I_BUDGET, I_CHUNKED, I_CLOSED, I_K, I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED,
-                                       P_PREFILL, P_VERIFY, ROW_INTS, S_ADMIT, S_FINISHED, S_ITL, S_NRUN, S_PEAK,
-                                       S_PTR, S_ROWS, S_STEP, S_SUBMITTED, S_USED, STOPPED, _draft_time,
-                                       _drafters_prefill_time, _finish_requests, _plan, _plan_buffers, _price, _row,
-                                       _save_state, _take_plan, add_blocks, advance_prefills, emit_decoded, kv_growth)
+from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_GAP, F_OVERHEAD, F_THINK, FULL, I_BLOCK,
+                                              I_BLOCKS, I_BUDGET, I_CHUNKED, I_CLOSED, I_DECODE_BUDGET, I_K,
+                                              I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY, ROW_INTS,
+                                              S_ADMIT, S_BUSY, S_FINISHED, S_ITL, S_NRUN, S_PEAK, S_PTR, S_ROWS,
+                                              S_STEP, S_SUBMITTED, S_USED, STOPPED, _draft_time,
+                                              _drafters_prefill_time, _engine_loop_gap, _finish_requests,
+                                              _fit_proposals, _plan, _plan_buffers, _price, _row, _save_state,
+                                              _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
+                                              kv_growth)
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
@@ -31,19 +35,10 @@ PF_SYNC = 0
 
 @njit(cache=True)
 def _assign_sides(side, run, n_old, n_run, vs):
-    """Scheduler.assign_side for each request admitted as run[n_old:n_run], in admission order: join the side
-    drafted next step (the one verified now) unless it has more running members than the other."""
+    """Scheduler.prefills' side for each request admitted as run[n_old:n_run], in admission order: the side rule
+    (rules/psd_sides.join_side) over the running array up to and including it."""
     for j in range(n_old, n_run):
-        c0 = 0
-        c1 = 0
-        for q in range(j + 1):  # the running array, the request itself included (its side is still -1)
-            s = side[run[q]]
-            if s == 0:
-                c0 += 1
-            elif s == 1:
-                c1 += 1
-        cv, co = (c0, c1) if vs == 0 else (c1, c0)
-        side[run[j]] = vs if cv <= co else 1 - vs
+        side[run[j]] = join_side(side, run, j + 1, vs)
 
 
 @njit(cache=True)
@@ -130,13 +125,15 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                   usage, iparams, fparams, istate, fstate, psd_i, psd_f, psd_state, side, pend, pend_k, pend_p,
                   pend_a, run, gen, prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish,
                   dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
-    """Steps a PSD run (drafter slot 0, fixed k) until done, a buffer is full or `stop_finished` finished."""
+    """Steps a PSD run (drafter slot 0, fixed k) until done, a buffer is full or `stop_finished` finished; the
+    engine loop's gap after the last busy step carries over to the next call (istate[S_BUSY])."""
     n = len(arrival)
     k_fixed = iparams[I_K]
     max_seqs, B = iparams[I_MAX_SEQS], iparams[I_BUDGET]
     chunked, separate, bs, total_blocks = iparams[I_CHUNKED], iparams[I_SEPARATE], iparams[I_BLOCK], iparams[I_BLOCKS]
     overhead = fparams[F_OVERHEAD]
     closed, think = iparams[I_CLOSED], fparams[F_THINK]
+    decode_budget, gap, busy = iparams[I_DECODE_BUDGET], fparams[F_GAP], istate[S_BUSY]
     split_min, defer = psd_i[PI_SPLIT], psd_i[PI_DEFER]
     sync_s = psd_f[PF_SYNC]
     vs, fb_steps = psd_state[PS_SIDE], psd_state[PS_FALLBACK]
@@ -166,6 +163,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
     newb = np.empty(max_seqs, np.int64)
     vd = np.empty(max_seqs, np.int64)
     hold = np.empty(max_seqs, np.int64)
+    cut = np.empty(max_seqs, np.int64)
     code = DONE
     while n_fin < n:
         if r + 5 > cap_rows or ni + max_seqs > cap_itl:
@@ -174,6 +172,10 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
         if n_fin >= stop_finished:
             code = STOPPED
             break
+        wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)  # Server.loop: vLLM V1's engine-loop gap
+        if wait > 0.0:
+            now = now + wait
+        busy = 0
         while ptr < n_sub and arrival[ptr] <= now:  # OpenLoopArrivals.pull / ClosedLoopArrivals.pull
             ptr += 1
         if n_run == 0 and admit == ptr:  # Server._idle
@@ -225,9 +227,6 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
             nv, nd, fallback = _psd_split(dec, n_dec, side, vs, split_min, V, D)
             if fallback and n_dec > 0:
                 fb_steps += 1
-            pv_sum = 0
-            av_sum = 0
-            v_drafted = 0
             for j in range(nv):  # the verify side: last step's proposal, a fresh draft (fallback) or a plain token
                 i = V[j]
                 vnew[j] = 0
@@ -240,6 +239,12 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                     vnew[j] = 1
                 else:
                     vslot[j], vk[j], vp[j], va[j] = -1, 0, 0, 0
+            if decode_budget == 1 and nv > 0:  # Scheduler.fit_decodes over the verify side (admission order)
+                nv = _fit_proposals(vp, va, nv, B, cut)
+            pv_sum = 0
+            av_sum = 0
+            v_drafted = 0
+            for j in range(nv):
                 if vslot[j] >= 0:
                     v_drafted = 1
                 pv_sum += vp[j]
@@ -350,7 +355,9 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
+        busy = 1
     _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
+    istate[S_BUSY] = busy
     psd_state[PS_SIDE] = vs
     psd_state[PS_FALLBACK] = fb_steps
     return code

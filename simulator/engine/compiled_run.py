@@ -2,9 +2,9 @@
 policy, open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a PSD cluster
-replica, a cluster replica under vLLM V1 rules, PSD beyond the fixed policy and one drafter or under vLLM V1 rules,
-another policy, sampled verification, a profile or draft cost kind the kernel does not price (it prices linear and
-roofline profiles, target and drafters), KV that could preempt, numba missing, or the path forced off). An eligible
+replica, a cluster replica under vLLM V1 rules, PSD beyond the fixed policy and one drafter, another policy, sampled
+verification, a profile or draft cost kind the kernel does not price (it prices linear and roofline profiles, target
+and drafters), KV that could preempt, numba missing, or the path forced off). An eligible
 server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py and writes the outcome into the
 server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
 replica's run is a `compiled_replica.CompiledReplica`: the same kernel, one step per SimPy timeout of the replica's
@@ -68,8 +68,6 @@ def ineligible_reason(server) -> str | None:
     if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
         return "arrivals pushed at run time by something other than a cluster's router"
     cfg = server.scenario.server
-    if cfg.scheduler != "draftsim" and server.mode == "psd":
-        return f"PSD under scheduler {cfg.scheduler!r} (the PSD kernel has no engine-loop gap): step path"
     if cfg.scheduler != "draftsim" and routed:
         return (f"a cluster replica under scheduler {cfg.scheduler!r} (its engine-loop gap is a SimPy wait the "
                 "router sees; the replica's kernel steps do not yield it): step path")

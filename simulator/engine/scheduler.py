@@ -86,6 +86,7 @@ class Scheduler:
 
         self._kv_growth, self._add_blocks = compiled.kv_growth, compiled.add_blocks
         self._release_finished = compiled.release_finished
+        self._join_side = compiled.join_side
 
     def check_fits(self, lookahead_tokens: int, max_model_len: int | None = None) -> None:
         """Refuse up front requests that could never run: prompt + output above `max_model_len` (vLLM refuses
@@ -221,12 +222,11 @@ class Scheduler:
         return self.prefills(0, True, now)
 
     def assign_side(self, i: int) -> None:
-        """MineDraft: join the side drafted next step; a balance counter keeps the sides within one."""
+        """MineDraft: request `i`, just admitted, joins a side (rules/psd_sides.join_side over the running requests'
+        sides, its own still -1: the side drafted next step unless it has more members)."""
         st = self.state
-        flags = st.sub_batch[st.running_array()]
-        counts = (int((flags == 0).sum()), int((flags == 1).sum()))
-        drafted_next = self.verify_side  # the side verified now is drafted next step
-        st.sub_batch[i] = drafted_next if counts[drafted_next] <= counts[1 - drafted_next] else 1 - drafted_next
+        run = st.running_array()
+        st.sub_batch[i] = self._join_side(st.sub_batch, run, len(run), self.verify_side)
 
     def finish(self, done: np.ndarray, t: float) -> None:
         """Running requests `done` finished at `t`: their KV freed (rules.finish.release_finished), out of the running

@@ -3,7 +3,8 @@ last step, the dedicated draft device drafts sub-batch D; both finish, a sync (r
 driver) follows, and the roles flip. One empty side (or a batch under `split_min_batch`) makes the step
 plain SD. Prefills: mixed into the verify pass, or (separate mode) prefill-only steps after which the
 draft device runs the drafter's own prefill. New requests' drafter prefill is always priced on the
-draft device."""
+draft device. Under `scheduler: vllm-v1` the verify side takes its tokens from the step budget
+(Scheduler.fit_decodes); a request the budget leaves out keeps its proposal for a later verify."""
 from __future__ import annotations
 
 import numpy as np
@@ -58,6 +59,12 @@ class PSDExecutor:
         if fallback:
             d_v[no_prop], k_v[no_prop], p_v[no_prop] = d_c[:nv], k_c[:nv], p_c[:nv]
         d_d, k_d, p_d = d_c[nv:], k_c[nv:], p_c[nv:]
+        # vLLM V1 (scheduler: vllm-v1): the verify side's 1 + drafts tokens come from the step's one budget, in
+        # admission order (Scheduler.fit_decodes); one left out keeps its proposal and side (the drafted side
+        # takes no target tokens: it is drafted on its own device)
+        n_fit, p_v = sched.fit_decodes(p_v)
+        if n_fit < len(V):
+            V, d_v, k_v, has_prop = V[:n_fit], d_v[:n_fit], k_v[:n_fit], has_prop[:n_fit]
 
         # KV: with defer_kv (MineDraft) the drafted side reserves its lookahead slots now and the verify side
         # appends none (it holds them since it was drafted); without, slots are reserved only when verified.

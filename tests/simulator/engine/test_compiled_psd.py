@@ -1,21 +1,24 @@
 """Two-batch PSD on the compiled path (simulator/engine/compiled_psd_kernel.py) equals the step path (step_psd.py) bit for
-bit, and PSD runs the PSD kernel cannot reproduce fall back to the step path and say why."""
+bit, under the `draftsim` scheduler and vLLM V1's (the verify side's decode budget, the engine-loop gap), with numba's
+JIT on and off; PSD runs the PSD kernel cannot reproduce fall back to the step path and say why."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.registry import make_policy
-from tests.simulator.engine.engine_fixtures import PSDConfig, workload
-from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build, drawn_case, rooflines, run_path, tight_kv,
-                                              with_roofline)
-from tests.simulator.engine.engine_fixtures import traces_with
+from tests.simulator.engine.engine_fixtures import (PSDConfig, assert_same_run_tables, iid_traces,
+                                                    tables_jit_on_and_off, traces_with, workload)
+from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build, drawn_case, rooflines, run_path,
+                                                      scheduler_of, tight_kv, with_roofline)
 
 
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
-       k=st.integers(1, 6), cost=st.sampled_from(sorted(COSTS)), rules=st.sampled_from(["mixed", "chunked", "separate"]),
+       k=st.integers(1, 6), cost=st.sampled_from(sorted(COSTS)),
+       rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
        budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
        req_rate=st.floats(5.0, 500.0), m=st.integers(1, 8), block_size=st.sampled_from([1, 4, 16]),
        slack=st.integers(0, 3), overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([6, 1 << 16]),
@@ -27,8 +30,8 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
     kw = dict(traces=traces, wl=wl, mode="psd", k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
               cost=COSTS[cost], kv_tokens=tight_kv(wl, k, block_size, 2 * m, slack), max_num_seqs=m,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
-              chunked_prefill=rules == "chunked", prefill="separate" if rules == "separate" else "mixed",
-              psd=PSDConfig(split_min_batch=split_min, sync_s=sync_s, defer_kv=defer_kv))
+              chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
+              psd=PSDConfig(split_min_batch=split_min, sync_s=sync_s, defer_kv=defer_kv), **scheduler_of(rules))
     kw = with_roofline(kw, roof, cost)
     fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
@@ -49,6 +52,45 @@ def test_a_longer_psd_run_with_sync_and_chunked_prefill_is_equal():
     assert_same(fast, run_path(False, **kw))
 
 
+def _psd_v1_case() -> dict:
+    """A PSD run under vLLM V1's scheduler whose verify sides overrun a 16-token budget (k = 5, up to 8 per side)
+    with a 1 ms engine-loop gap between busy steps."""
+    traces = iid_traces(20, seed=11, rate=0.8, out=(20, 60), prompt=(2, 10))  # short prompts: decodes fill the budget
+    wl = workload(traces, 60, rate=300.0, seed=11)
+    return dict(traces=traces, wl=wl, mode="psd", k=5, cost=COSTS["fraction"], max_num_seqs=8, scheduler="vllm-v1",
+                max_num_batched_tokens=16, chunked_prefill=True, step_overhead_s=1e-3,
+                psd=PSDConfig(sync_s=2e-4))
+
+
+def test_psd_vllm_v1_budget_cuts_and_engine_loop_gaps_are_equal():
+    kw = _psd_v1_case()
+    fast = run_path(True, segment=64, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert_same(fast, run_path(False, **kw))
+    tgt = fast.steps[(fast.steps.device == "target") & (fast.steps.phase != "sync")]
+    assert (tgt.batched_tokens <= 16).all() and (tgt.batched_tokens == 16).any()
+    verify = tgt[tgt.phase.isin(["verify", "mixed"])]
+    assert (verify.proposed_tokens % 5 != 0).any()  # k = 5 drafts each, except those cut to the budget
+    s = fast.steps.groupby("step")
+    gaps = np.round(s.start.min().to_numpy()[1:] - s.end.max().to_numpy()[:-1], 9)
+    assert (gaps == 1e-3).sum() > len(gaps) // 2  # busy steps are 1 ms apart (the engine loop's gap)
+
+
+def test_psd_vllm_v1_kernel_as_plain_python_gives_the_same_tables(tmp_path):
+    """The PSD kernel under vLLM V1's scheduler with numba's JIT off (NUMBA_DISABLE_JIT=1, plain Python) gives the
+    compiled tables bit for bit (the same IEEE operations in the same order; tolerance zero)."""
+    code = """
+import pickle
+from tests.simulator.engine.test_compiled_psd import _psd_v1_case
+from tests.simulator.engine.test_compiled_run import build
+res = build(**_psd_v1_case()).simulate()
+pickle.dump([(res.extras["engine_path"], res.requests, res.steps, res.itl.tobytes())], open(OUT, "wb"))
+"""
+    for a, b in tables_jit_on_and_off(code, tmp_path):
+        assert a[0] == b[0] == "compiled"
+        assert_same_run_tables(a, b)
+
+
 def _psd_fallbacks():
     traces = traces_with(6, 1, 0.6, False)
     wl = workload(traces, 12, rate=100.0)
@@ -59,7 +101,6 @@ def _psd_fallbacks():
         "ucb": ({**base, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3}, seed=0)},
                 "PSD with policy"),
         "kv pressure": ({**base, "kv_tokens": int((wl.prompt_len + wl.output_len).max()) + 16}, "KV could preempt"),
-        "vllm-v1": ({**base, "scheduler": "vllm-v1"}, "scheduler 'vllm-v1'"),
     }
 
 

@@ -28,7 +28,7 @@ def test_rules_are_listed_both_ways():
     assert VLLM_V1_RULES["modelled"] and VLLM_V1_RULES["not_modelled"]
 
 
-@pytest.mark.parametrize("mode", ["ar", "sd"])
+@pytest.mark.parametrize("mode", ["ar", "sd", "psd"])
 def test_vllm_v1_keeps_every_step_within_the_token_budget(mode):
     traces = iid_traces(20, seed=3, rate=0.7, prompt=(3, 8), out=(40, 80))
     wl = workload(traces, 40, rate=400.0)
@@ -39,7 +39,7 @@ def test_vllm_v1_keeps_every_step_within_the_token_budget(mode):
     assert (tgt.batched_tokens <= budget).all(), tgt.batched_tokens.max()
     assert v1.requests.finish_time.notna().all()
     assert int(tgt.emitted_tokens.sum()) == int(wl.output_len.sum())
-    if mode == "sd":  # draftsim's own rule schedules every decode with its drafts, over the budget
+    if mode != "ar":  # draftsim's own rule schedules every decode (PSD: every verified one) with its drafts, over it
         o = old.steps[old.steps.device == "target"]
         assert (o.batched_tokens > budget).any()
 
