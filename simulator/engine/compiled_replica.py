@@ -51,6 +51,9 @@ def exact_delays(now: float, end: float) -> list[float]:
             now = now + now
 
 
+CHAIN = 4  # a run's last SimPy events of the step path the replica's process waits through (CompiledReplica.loop)
+
+
 class CompiledReplica(CompiledRun):
     """The compiled step of one cluster replica and the replica state the router and the step hook read."""
 
@@ -85,7 +88,7 @@ class CompiledReplica(CompiledRun):
         self.settled = np.zeros((3, n), dtype=np.int64)  # dsteps, dprop, dacc already in the server's counters
         self.settled_usage = np.zeros_like(self.usage)
         self.iparams[ker.I_ROUTED] = 1  # idle with nothing routed here: the kernel returns to wait for a push
-        self.last_step = (0.0, 0)  # start and KV after the plan of the last step the kernel took
+        self.recent: list[tuple[int, float, float, int]] = []  # the last steps taken (_note_steps)
         self.kernel_calls = 0  # run_steps calls (a count the tests read: runs of steps per call)
 
     @property
@@ -145,15 +148,17 @@ class CompiledReplica(CompiledRun):
             admit0 = int(ist[ker.S_ADMIT])
             each_finish = srv.on_step is not None or arrivals.submits_on_finish
             stop = int(ist[ker.S_FINISHED]) + 1 if each_finish else n
-            taken = self._steps(now, arrivals.quiet_until(now), stop)
+            step0 = int(ist[ker.S_STEP])
+            self._steps(now, arrivals.quiet_until(now), stop)
             touched = np.concatenate([before, np.arange(admit0, int(ist[ker.S_ADMIT]))])
             end = float(self.fstate[0])
-            last_start, last_used = self.last_step
-            if taken > 1:  # the steps before the last one: done before its start
+            hops = self._last_events(step0, srv.gap_s > 0.0)
+            if len(hops) > 1:  # the steps before the last one: done before its start
                 self._show_before(touched, end)
-                for d in exact_delays(float(env.now), last_start):
+            for t in hops[:-1]:
+                for d in exact_delays(float(env.now), t):
                     yield env.timeout(d)
-            pool.used = last_used  # in flight: KV after the last step's plan, its finishes not yet
+            pool.used = self.recent[-1][3]  # in flight: KV after the last step's plan, its finishes not yet
             yield env.timeout(exact_delay(env.now, end))
             self._apply(touched, end)
             if srv.on_step is not None:
@@ -180,7 +185,7 @@ class CompiledReplica(CompiledRun):
                 self.last_emit, self.first_sched, self.first_token, self.finish, self.dsteps, self.dprop, self.dacc,
                 self.rows_i, self.rows_f, self.itl, stop, until)
             self.kernel_calls += 1
-            self._note_last_step()
+            self._note_steps()
             if code == ker.FULL:
                 self._flush()
                 continue
@@ -191,18 +196,38 @@ class CompiledReplica(CompiledRun):
                                    "to the step path: a bug, please report it with the config)")
             return int(self.istate[ker.S_STEP]) - step0
 
-    def _note_last_step(self) -> None:
-        """The start and KV (after its plan) of the last step in the row buffer: a step's rows share its number, the
-        first starts it, each records the KV after its plan (a step's rows never straddle two buffers)."""
-        ker = self.ker
+    def _note_steps(self) -> None:
+        """(number, start, end, KV after its plan) of the last CHAIN steps the kernel took, from the row buffer: a
+        step's rows share its number, the first starts it and the last ends it, each records the KV after its plan (a
+        step's rows never straddle two buffers)."""
+        ker, ri, rf = self.ker, self.rows_i, self.rows_f
         r = int(self.istate[ker.S_ROWS])
-        if r == 0:
-            return
-        no = self.rows_i[ker.R_STEP, r - 1]
-        r0 = r - 1
-        while r0 > 0 and self.rows_i[ker.R_STEP, r0 - 1] == no:
-            r0 -= 1
-        self.last_step = (float(self.rows_f[0, r0]), int(self.rows_i[ker.R_USED, r - 1]))
+        found = []
+        while r > 0 and len(found) < CHAIN:
+            no = int(ri[ker.R_STEP, r - 1])
+            if self.recent and no <= self.recent[-1][0]:
+                break
+            r0 = r - 1
+            while r0 > 0 and ri[ker.R_STEP, r0 - 1] == no:
+                r0 -= 1
+            found.append((no, float(rf[0, r0]), float(rf[1, r - 1]), int(ri[ker.R_USED, r - 1])))
+            r = r0
+        self.recent = (self.recent + found[::-1])[-CHAIN:]
+
+    def _last_events(self, step0: int, gap: bool) -> list[float]:
+        """The times of the replica's last CHAIN SimPy events of the step path over the steps from number `step0`
+        (each step's end; under vLLM V1 also each later step's start, the end of the engine-loop gap before it), the
+        last the run's end. The replica's process waits through them, so each of its events is scheduled at the
+        time of the one before, as on the step path, and events of other processes at the same instant keep their
+        order."""
+        times = []
+        for no, start, end, _ in self.recent:
+            if no < step0:
+                continue
+            if gap and no > step0:
+                times.append(start)
+            times.append(end)
+        return times[-CHAIN:]
 
     def _show_before(self, touched: np.ndarray, end: float) -> None:
         """The first tokens and finishes of the run's steps before its last one (those before `end`), and the count."""

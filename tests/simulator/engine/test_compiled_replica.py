@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -19,6 +20,7 @@ from simulator.cluster.config import ClusterSpec
 from simulator.engine import compiled_run
 from simulator.engine.acceptance_table import AcceptanceTable
 from simulator.engine.compiled_replica import exact_delay, exact_delays
+from simulator.engine.workload_arrays import EngineWorkload
 from simulator.scenario import SimInputs, make_cluster_scenario, simulation
 from simulator.server_config import RunSpec
 from tests.simulator.cluster.test_cluster import DRAFTERS, server
@@ -162,6 +164,33 @@ def test_a_compiled_vllm_v1_cluster_equals_the_step_path_bit_for_bit(mode, polic
     it inside a kernel run when no routing falls in it, else yields it."""
     check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
                          block_size, overhead, n, segment, seed, scheduler="vllm-v1")
+
+
+TICK = 2.0 ** -7  # every step takes exactly one tick: step ends, gap ends and arrivals meet at the same instants
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 1000), router=st.sampled_from(["least_outstanding", "least_kv", "round_robin"]),
+       replicas=st.integers(2, 3), mode=st.sampled_from(["ar", "sd"]), closed=st.booleans(),
+       scheduler=st.sampled_from(["draftsim", "vllm-v1"]))
+def test_replicas_whose_steps_end_at_the_same_instants_as_arrivals_equal_the_step_path(seed, router, replicas, mode,
+                                                                                     closed, scheduler):
+    """A step price of one tick (a power of two: every sum exact) and arrivals on ticks: replicas' step ends, vLLM
+    V1's gap ends and routings fall on the same instants, where SimPy's order among them (by when each was
+    scheduled) decides what the router sees; the replica's process waits through its last events of the step path
+    so that order is kept."""
+    rng = np.random.default_rng(seed)
+    traces = iid_traces(6, seed=seed, out=(5, 40), prompt=(8, 60))
+    n = 30
+    ti = np.arange(n) % len(traces)
+    arrival = np.zeros(n) if closed else np.cumsum(rng.integers(0, 4, n)) * TICK
+    wl = EngineWorkload([f"r{i}" for i in range(n)], ti, arrival, np.array([traces[t].prompt_len for t in ti]),
+                        np.array([traces[t].output_len for t in ti]), ["c"] * n, closed_loop_clients=4 if closed else 0,
+                        think_time=2 * TICK if closed else 0.0)
+    srv = server(max_num_seqs=3, target_profile={"kind": "linear", "coefficients": {"const": TICK}},
+                 scheduler=scheduler, step_overhead_s=TICK if scheduler == "vllm-v1" else 0.0)
+    kw = dict(mode=mode, policy="fixed", replicas=replicas, router={"name": router}, srv=srv, seed=seed)
+    assert_same_cluster(cluster_sim(True, traces, wl, **kw).simulate(), cluster_sim(False, traces, wl, **kw).simulate())
 
 
 @pytest.mark.parametrize("scheduler", ["draftsim", "vllm-v1"])
