@@ -1,14 +1,13 @@
-"""A cluster replica on the compiled path: its SimPy process takes each step in compiled_kernel.run_steps.
+"""A cluster replica on the compiled path: its SimPy process takes runs of steps in compiled_kernel.run_steps.
 
 A replica behind a router (simulator/cluster/simulation.py) is read at run time: the router sees its outstanding
-requests and KV load, an early-stop monitor its per-request times. So the replica advances as the step path does, one
-SimPy timeout per step, with the same yields in the same order (pull, idle or step, apply, step hook), and only
-the planning and applying of a step are the kernel's: `loop` asks the kernel for one step (`until` = the SimPy
-clock), then shows the step path's state while the step is in flight (KV after the step's plan, no finishes yet)
-and, at its end, the step's first tokens, finishes, freed KV and the closed-loop submissions (`on_finish`, in the
-step path's order). The kernel works on the replica's own requests, numbered in routing order (routing order is
-arrival order, so the kernel's FIFO pointers hold); `settle` writes them back into the server's state and tables,
-as `CompiledRun._write` does for a single server.
+requests and KV load when it routes, an early-stop monitor its per-request times after a step that finishes one. So
+the replica keeps the step path's turns (engine-loop gap, pull, idle or steps, apply, step hook), and each kernel call
+runs the steps that start before the next routing (`loop`), then shows the step path's state while the last of them
+is in flight (KV after its plan, its finishes not yet) and, at its end, its first tokens, finishes, freed KV and the
+closed-loop submissions (`on_finish`, in the step path's order). The kernel works on the replica's own requests,
+numbered in routing order (routing order is arrival order, so the kernel's FIFO pointers hold); `settle` writes them
+back into the server's state and tables, as `CompiledRun._write` does for a single server.
 """
 from __future__ import annotations
 
