@@ -22,8 +22,8 @@ The kernel runs until every request finished, a row or ITL buffer is full, `stop
 finished, or, having taken a step, the next step would start (after vLLM V1's engine-loop gap, not yet taken) at or
 after `until` (the caller's next external event: a cluster replica passes its router's next arrival, so it runs the
 steps up to it in one call; simulator/engine/compiled_replica.py), or, for a replica (`I_ROUTED`), it is idle with no
-arrival known, and returns a code (`DONE`, `FULL`, `STOPPED`, `PAUSED`; negative: a broken invariant). All state lives in the arrays it is given, so the caller empties
-the buffers, adds the arrivals pushed since (`S_SUBMITTED`: how many of `arrival` are known) and calls it again.
+arrival known, and returns a code (`DONE`, `FULL`, `STOPPED`, `PAUSED`; negative: a broken invariant). All state
+lives in the arrays it is given, so the caller empties the buffers, adds the arrivals pushed since (`S_SUBMITTED`: how many of `arrival` are known) and calls it again.
 """
 from __future__ import annotations
 

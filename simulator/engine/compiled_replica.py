@@ -124,10 +124,11 @@ class CompiledReplica(CompiledRun):
         every step that starts before then. The replica then shows what the step path shows while the last of them
         is in flight: everything up to its start (first tokens and finishes, shown at the call; the cluster's
         progress snapshot hides those after its clock, simulator/measure/early_stop.progress_of), KV after its plan,
-        from its start (the step's end is scheduled from its start, as on the step path, so events at the same
-        instant keep their order), and at its end its first tokens, finishes and freed KV. A step hook (the plan's
-        early stop) counts finishes, and a closed loop's finish submits a request: then a run also ends at the first
-        step that finishes a request, so each finish shows at its own step's end and the hook is told there."""
+        and at its end its first tokens, finishes and freed KV. Its process waits through its last CHAIN events of
+        the step path (`_last_events`), each scheduled at the time of the one before as there, so events of other
+        processes at the same instant keep their order. A step hook (the plan's early stop) counts finishes, and a
+        closed loop's finish submits a request: then a run also ends at the first step that finishes a request, so
+        each finish shows at its own step's end and the hook is told there."""
         srv, ker = self.srv, self.ker
         env, st, pool, ist = srv.env, srv.state, srv.sched.pool, self.istate
         arrivals = srv.arrivals

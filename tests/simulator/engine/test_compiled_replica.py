@@ -185,8 +185,8 @@ def test_replicas_whose_steps_end_at_the_same_instants_as_arrivals_equal_the_ste
     ti = np.arange(n) % len(traces)
     arrival = np.zeros(n) if closed else np.cumsum(rng.integers(0, 4, n)) * TICK
     wl = EngineWorkload([f"r{i}" for i in range(n)], ti, arrival, np.array([traces[t].prompt_len for t in ti]),
-                        np.array([traces[t].output_len for t in ti]), ["c"] * n, closed_loop_clients=4 if closed else 0,
-                        think_time=2 * TICK if closed else 0.0)
+                        np.array([traces[t].output_len for t in ti]), ["c"] * n,
+                        closed_loop_clients=4 if closed else 0, think_time=2 * TICK if closed else 0.0)
     srv = server(max_num_seqs=3, target_profile={"kind": "linear", "coefficients": {"const": TICK}},
                  scheduler=scheduler, step_overhead_s=TICK if scheduler == "vllm-v1" else 0.0)
     kw = dict(mode=mode, policy="fixed", replicas=replicas, router={"name": router}, srv=srv, seed=seed)
