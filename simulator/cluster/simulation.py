@@ -11,6 +11,7 @@ the cluster's next arrival with the same arithmetic as a single server, and take
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -71,6 +72,16 @@ class ReplicaArrivals:
 
     def next_time(self) -> float | None:
         return self.cluster.source.next_time()
+
+    def quiet_until(self, now: float) -> float:
+        """Before this time nothing outside the replica reads it or routes to it (ClusterSimulation.quiet_until)."""
+        return self.cluster.quiet_until(now)
+
+    @property
+    def submits_on_finish(self) -> bool:
+        """Whether a finish submits a request (a closed loop's clients, in finish order), so each finish must be told
+        at its own step's end."""
+        return self.cluster.closed_loop
 
     def on_finish(self, i: int, t: float) -> None:
         self.cluster.on_finish(i, t)
@@ -178,6 +189,17 @@ class ClusterSimulation:
         rep = self.replicas[j]
         rep.routed += 1
         rep.arrivals.push(i, float(self.arrival[i]))
+
+    def quiet_until(self, now: float) -> float:
+        """The earliest time from `now` at which a request may be routed (the router reads every replica then): the
+        next arrival not yet routed; in a closed loop also `now + think_time`, the earliest arrival a finish from `now`
+        on can submit. Before it nothing outside a replica reads it (a step hook aside: see
+        compiled_replica.CompiledReplica.loop), so a replica may run its steps starting before it in one kernel call."""
+        nxt = self.source.next_time()
+        t = math.inf if nxt is None else float(nxt)
+        if self.closed_loop:
+            t = min(t, now + self.source.think_time)
+        return t
 
     def on_finish(self, i: int, t: float) -> None:
         """A replica finished request `i`: a closed loop's client submits its next one and the router re-plans

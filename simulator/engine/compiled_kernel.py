@@ -19,10 +19,11 @@ per trace position come precomputed from traces/acceptance.py (the replay rule i
 end-of-output cut is rules/emission.emit_decoded's.
 
 The kernel runs until every request finished, a row or ITL buffer is full, `stop_finished` requests have
-finished, or, having taken a step, the next step would start at or after `until` (the caller's next external event:
-a cluster replica passes its SimPy clock, so it takes one step per call), and returns a code (`DONE`, `FULL`,
-`STOPPED`, `PAUSED`; negative: a broken invariant). All state lives in the arrays it is given, so the caller empties
-the buffers, adds the arrivals pushed since (`S_SUBMITTED`: how many of `arrival` are known) and calls it again.
+finished, or, having taken a step, the next step would start (after vLLM V1's engine-loop gap, not yet taken) at or
+after `until` (the caller's next external event: a cluster replica passes its router's next arrival, so it runs the
+steps up to it in one call; simulator/engine/compiled_replica.py), or, for a replica (`I_ROUTED`), it is idle with no
+arrival known, and returns a code (`DONE`, `FULL`, `STOPPED`, `PAUSED`; negative: a broken invariant). All state
+lives in the arrays it is given, so the caller empties the buffers, adds the arrivals pushed since (`S_SUBMITTED`: how many of `arrival` are known) and calls it again.
 """
 from __future__ import annotations
 
@@ -99,8 +100,9 @@ P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
 # iparams
 I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
-    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS, I_DECODE_BUDGET = range(20)
-N_IPARAMS = 20  # I_DECODE_BUDGET: vLLM V1's decode budget (scheduler: vllm-v1)
+    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS, I_DECODE_BUDGET, I_ROUTED = range(21)
+N_IPARAMS = 21  # I_DECODE_BUDGET: vLLM V1's decode budget (scheduler: vllm-v1); I_ROUTED: the caller pushes
+# arrivals (a cluster replica): idle with none known, the kernel returns PAUSED for the caller to wait for one
 # fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; UCB's beta; vLLM V1's
 # engine-loop gap between busy steps (Server.gap_s)
 F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_BETA, F_GAP = range(7)
@@ -341,9 +343,11 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     hold = np.empty(max_seqs, np.int64)
     times = np.empty(k_max + 1, np.float64)
     code = DONE
+    routed = iparams[I_ROUTED]
     while n_fin < n:
-        if now >= until and step_no > step0:  # the caller's next event comes first (a cluster's router)
-            code = PAUSED
+        wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)  # Server.loop: vLLM V1's engine-loop gap
+        if now + wait >= until and (step_no > step0 or busy == 1):  # the caller's next event comes first (a
+            code = PAUSED  # cluster's router): the next step would start at or after it (the gap not yet taken)
             break
         if r + 3 > cap_rows or ni + max_seqs > cap_itl:
             code = FULL
@@ -351,7 +355,6 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
         if n_fin >= stop_finished:
             code = STOPPED
             break
-        wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)  # Server.loop: vLLM V1's engine-loop gap
         if wait > 0.0:
             now = now + wait
         busy = 0
@@ -360,7 +363,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
             ptr += 1
         if n_run == 0 and admit == ptr:  # Server._idle: timeout(max(0.0, next - now))
             if ptr >= n_sub:
-                code = ERR_STALL
+                code = PAUSED if routed == 1 else ERR_STALL  # a replica waits for the router's next push
                 break
             delay = arrival[ptr] - now
             now = now + (delay if delay > 0.0 else 0.0)

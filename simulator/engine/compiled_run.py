@@ -2,13 +2,13 @@
 policy, open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a PSD cluster
-replica, a cluster replica under vLLM V1 rules, PSD beyond the fixed policy and one drafter, another policy, sampled
-verification, a profile or draft cost kind the kernel does not price (it prices linear and roofline profiles, target
-and drafters), KV that could preempt, numba missing, or the path forced off). An eligible
+replica, PSD beyond the fixed policy and one drafter,
+another policy, sampled verification, a profile or draft cost kind the kernel does not price (it prices linear and
+roofline profiles, target and drafters), KV that could preempt, numba missing, or the path forced off). An eligible
 server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py and writes the outcome into the
 server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
-replica's run is a `compiled_replica.CompiledReplica`: the same kernel, one step per SimPy timeout of the replica's
-process.
+replica's run is a `compiled_replica.CompiledReplica`: the same kernel, the steps up to the replica's next external
+event (the router's next routing) per call, in the replica's SimPy process.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
@@ -68,9 +68,6 @@ def ineligible_reason(server) -> str | None:
     if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
         return "arrivals pushed at run time by something other than a cluster's router"
     cfg = server.scenario.server
-    if cfg.scheduler != "draftsim" and routed:
-        return (f"a cluster replica under scheduler {cfg.scheduler!r} (its engine-loop gap is a SimPy wait the "
-                "router sees; the replica's kernel steps do not yield it): step path")
     why = profile_reason(server.pricing.target, "target")
     if why is not None:
         return why

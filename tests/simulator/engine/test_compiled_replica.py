@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -18,7 +19,8 @@ from hypothesis import strategies as st
 from simulator.cluster.config import ClusterSpec
 from simulator.engine import compiled_run
 from simulator.engine.acceptance_table import AcceptanceTable
-from simulator.engine.compiled_replica import exact_delay
+from simulator.engine.compiled_replica import exact_delay, exact_delays
+from simulator.engine.workload_arrays import EngineWorkload
 from simulator.scenario import SimInputs, make_cluster_scenario, simulation
 from simulator.server_config import RunSpec
 from tests.simulator.cluster.test_cluster import DRAFTERS, server
@@ -67,6 +69,13 @@ def assert_same_cluster(a, b) -> None:
 def test_a_compiled_cluster_equals_the_step_path_bit_for_bit(mode, policy, replicas, hetero, router, key, max_out,
                                                               arrivals, rate, seqs, prefill, block_size, overhead, n,
                                                               segment, seed):
+    check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
+                         block_size, overhead, n, segment, seed)
+
+
+def check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
+                         block_size, overhead, n, segment, seed, **server_kw):
+    """One random cluster on both paths: the same tables bit for bit (`server_kw`: more ServerConfig fields)."""
     traces = iid_traces(10, seed=seed, out=(1, 60))
     closed = arrivals.startswith("closed")
     wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
@@ -74,7 +83,7 @@ def test_a_compiled_cluster_equals_the_step_path_bit_for_bit(mode, policy, repli
     wl.categories = [f"c{i % 3}" for i in range(n)]
     sched = ({"chunked_prefill": True, "max_num_batched_tokens": 64} if prefill == "chunked"
              else {"prefill": prefill})
-    srv = server(max_num_seqs=seqs, block_size=block_size, step_overhead_s=overhead, **sched)
+    srv = server(max_num_seqs=seqs, block_size=block_size, step_overhead_s=overhead, **sched, **server_kw)
     reps = [{"max_num_seqs": 1 + (seqs + j) % 5} for j in range(replicas)] if hetero else replicas
     spec = {"name": router}
     if router == "affinity":
@@ -94,7 +103,7 @@ def test_a_compiled_cluster_equals_the_step_path_bit_for_bit(mode, policy, repli
     assert_same_cluster(a, b)
 
 
-def _snapshots(compiled: bool, traces, wl, stop_after: int | None, router: str):
+def _snapshots(compiled: bool, traces, wl, stop_after: int | None, router: str, **server_kw):
     """Every snapshot the plan's early stop (a StopMonitor on the cluster's step hook) takes, on one path."""
     from simulator.measure.early_stop import StopMonitor, run_until_decided
 
@@ -106,19 +115,21 @@ def _snapshots(compiled: bool, traces, wl, stop_after: int | None, router: str):
 
     monitor = StopMonitor(None, None, len(wl), decide, every=3, check_from=5)
     sim = cluster_sim(compiled, traces, wl, mode="sd", policy="fixed", replicas=3, router={"name": router},
-                      srv=server(max_num_seqs=4), seed=2, on_step=monitor)  # as experiments/plan/planner.py does
+                      srv=server(max_num_seqs=4, **server_kw), seed=2, on_step=monitor)  # as experiments/plan/planner.py does
     last = run_until_decided(sim, monitor.bind(sim))
     assert all((r.server.compiled is not None) == compiled for r in sim.replicas)
     return seen, last
 
 
+@pytest.mark.parametrize("scheduler", ["draftsim", "vllm-v1"])
 @pytest.mark.parametrize("router", ["least_outstanding", "least_kv"])
 @pytest.mark.parametrize("stop_after", [None, 2])
-def test_the_early_stop_sees_the_same_snapshots_on_a_compiled_cluster(stop_after, router):
+def test_the_early_stop_sees_the_same_snapshots_on_a_compiled_cluster(stop_after, router, scheduler):
     traces = iid_traces(10, seed=7, out=(1, 60))
     wl = workload(traces, 40, rate=120.0, seed=7)
-    steps, last_s = _snapshots(False, traces, wl, stop_after, router)
-    comp, last_c = _snapshots(True, traces, wl, stop_after, router)
+    kw = {} if scheduler == "draftsim" else dict(scheduler=scheduler, step_overhead_s=2e-3)  # the gap: 2 ms
+    steps, last_s = _snapshots(False, traces, wl, stop_after, router, **kw)
+    comp, last_c = _snapshots(True, traces, wl, stop_after, router, **kw)
     assert len(steps) == len(comp) >= (stop_after or 3)
     for a, b in zip(steps, comp):
         assert (a.now, a.finished) == (b.now, b.finished) and b.now > 0
@@ -135,14 +146,80 @@ def test_a_psd_replica_stays_on_the_step_path_and_says_why():
         assert rep.server.compiled is None and "PSD cluster replica" in rep.server.engine_path_reason
 
 
-def test_a_replica_under_vllm_v1_stays_on_the_step_path_and_says_why():
-    """vLLM V1's engine-loop gap is a SimPy wait during which the router may route to the replica; the replica's
-    kernel steps would not yield it, so such a replica takes the step path (a single vllm-v1 server is compiled)."""
+@settings(max_examples=25, deadline=None)
+@given(mode=st.sampled_from(["ar", "sd", "sd"]), policy=st.sampled_from(sorted(POLICIES)),
+       replicas=st.integers(1, 4), hetero=st.booleans(),
+       router=st.sampled_from(["round_robin", "least_outstanding", "least_kv", "affinity"]),
+       key=st.sampled_from(["category", "trace", "client"]), max_out=st.sampled_from([None, 2]),
+       arrivals=st.sampled_from(["poisson", "poisson", "burst", "closed", "closed_think"]),
+       rate=st.sampled_from([30.0, 300.0]), seqs=st.integers(1, 6),
+       prefill=st.sampled_from(["mixed", "chunked"]), block_size=st.sampled_from([1, 16]),
+       overhead=st.sampled_from([0.0, 1e-3, 4e-3]), n=st.integers(1, 40), segment=st.sampled_from([4, 1 << 16]),
+       seed=st.integers(0, 1000))
+def test_a_compiled_vllm_v1_cluster_equals_the_step_path_bit_for_bit(mode, policy, replicas, hetero, router, key,
+                                                                     max_out, arrivals, rate, seqs, prefill,
+                                                                     block_size, overhead, n, segment, seed):
+    """Replicas under vLLM V1's rules (chunked prefill, one token budget; "mixed": its 4096-token budget): the
+    engine-loop gap after a busy step (step_overhead_s) is a SimPy wait the router may route during; a replica takes
+    it inside a kernel run when no routing falls in it, else yields it."""
+    check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
+                         block_size, overhead, n, segment, seed, scheduler="vllm-v1")
+
+
+TICK = 2.0 ** -7  # every step takes exactly one tick: step ends, gap ends and arrivals meet at the same instants
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 1000), router=st.sampled_from(["least_outstanding", "least_kv", "round_robin"]),
+       replicas=st.integers(2, 3), mode=st.sampled_from(["ar", "sd"]), closed=st.booleans(),
+       scheduler=st.sampled_from(["draftsim", "vllm-v1"]))
+def test_replicas_whose_steps_end_at_the_same_instants_as_arrivals_equal_the_step_path(seed, router, replicas, mode,
+                                                                                     closed, scheduler):
+    """A step price of one tick (a power of two: every sum exact) and arrivals on ticks: replicas' step ends, vLLM
+    V1's gap ends and routings fall on the same instants, where SimPy's order among them (by when each was
+    scheduled) decides what the router sees; the replica's process waits through its last events of the step path
+    so that order is kept."""
+    rng = np.random.default_rng(seed)
+    traces = iid_traces(6, seed=seed, out=(5, 40), prompt=(8, 60))
+    n = 30
+    ti = np.arange(n) % len(traces)
+    arrival = np.zeros(n) if closed else np.cumsum(rng.integers(0, 4, n)) * TICK
+    wl = EngineWorkload([f"r{i}" for i in range(n)], ti, arrival, np.array([traces[t].prompt_len for t in ti]),
+                        np.array([traces[t].output_len for t in ti]), ["c"] * n,
+                        closed_loop_clients=4 if closed else 0, think_time=2 * TICK if closed else 0.0)
+    srv = server(max_num_seqs=3, target_profile={"kind": "linear", "coefficients": {"const": TICK}},
+                 scheduler=scheduler, step_overhead_s=TICK if scheduler == "vllm-v1" else 0.0)
+    kw = dict(mode=mode, policy="fixed", replicas=replicas, router={"name": router}, srv=srv, seed=seed)
+    assert_same_cluster(cluster_sim(True, traces, wl, **kw).simulate(), cluster_sim(False, traces, wl, **kw).simulate())
+
+
+@pytest.mark.parametrize("scheduler", ["draftsim", "vllm-v1"])
+def test_a_replica_runs_many_steps_per_kernel_call_when_arrivals_are_sparse(scheduler):
+    """Each kernel call ends at an external event: a routing (each arrival ends at most one run per replica) or the
+    replica going idle (at most once per request routed to it); buffers never fill here. Sparse arrivals with long
+    outputs: tens of steps per request, so the calls stay at those bounds, far below one per step; the tables
+    still equal the step path's."""
+    traces = iid_traces(10, seed=3, out=(150, 200))
+    wl = workload(traces, 12, rate=4.0, seed=3)
+    kw = dict(mode="ar", policy="fixed", replicas=2, router={"name": "least_outstanding"},
+              srv=server(max_num_seqs=4, scheduler=scheduler, step_overhead_s=1e-3), seed=3)
+    fast, slow = cluster_sim(True, traces, wl, **kw), cluster_sim(False, traces, wl, **kw)
+    a, b = fast.simulate(), slow.simulate()
+    assert_same_cluster(a, b)
+    n = len(wl)
+    for rep, res in zip(fast.replicas, a.replica_results):
+        calls, steps = rep.server.compiled.kernel_calls, res.extras["steps"]
+        assert calls <= n + res.extras["routed_requests"]
+        assert steps >= 150 * res.extras["routed_requests"] // 4  # AR: one token per step, 4 at a time at most
+        assert calls < 0.1 * steps, (calls, steps)
+
+
+def test_a_replica_under_vllm_v1_takes_the_compiled_path():
     traces = iid_traces(6, seed=2, out=(1, 30))
     sim = cluster_sim(True, traces, workload(traces, 8, seed=2), mode="sd", policy="fixed", replicas=2,
                       router={"name": "round_robin"}, srv=server(scheduler="vllm-v1", step_overhead_s=0.001), seed=2)
     for rep in sim.replicas:
-        assert rep.server.compiled is None and "vllm-v1" in rep.server.engine_path_reason
+        assert rep.server.compiled is not None, rep.server.engine_path_reason
 
 
 @settings(max_examples=200, deadline=None)
@@ -153,6 +230,31 @@ def test_exact_delay_lands_a_timeout_on_the_kernels_clock(now, dur):
     end = now + dur
     d = exact_delay(now, end)
     assert now + d == end and d >= 0.0 and math.isfinite(d)
+
+
+@settings(max_examples=300, deadline=None)
+@given(now=st.floats(0.0, 1e3), end=st.floats(0.0, 1e6))
+def test_exact_delays_land_on_any_later_time(now, end):
+    """A run's last step may start far from the replica's clock (end - now inexact when end > 2 now): the delays,
+    taken one after another as SimPy adds them, land on it exactly."""
+    if end < now:
+        now, end = end, now
+    t = now
+    for d in exact_delays(now, end):
+        assert d >= 0.0
+        t = t + d
+    assert t == end
+
+
+
+def test_exact_delays_reach_a_time_no_single_delay_reaches():
+    now, end = 0.056953340504613564, 0.32814204050461354  # end - now inexact; ties-to-even skips end
+    with pytest.raises(ArithmeticError):
+        exact_delay(now, end)
+    t = now
+    for d in exact_delays(now, end):
+        t = t + d
+    assert t == end
 
 
 @settings(max_examples=15, deadline=None)
