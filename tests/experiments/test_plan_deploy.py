@@ -229,7 +229,8 @@ def test_deploy_line_and_assumptions_state_async_scheduling_and_lookahead_as_sim
              {"name": "sd-ngram-k2", "mode": "sd", "policy": {"name": "fixed", "drafter": "ngram", "k": 2}}]
     plan = load_plan_config("plan_llama8b", SMALL + [
         "candidates.gpus=[h100-80gb]", "candidates.tp=[1]", f"candidates.modes={json.dumps(modes)}",
-        'candidates.scheduler={"max_num_seqs": [64], "scheduler": ["vllm-v1"], "async_scheduling": [true, false]}'])
+        'candidates.scheduler={"max_num_seqs": [64], "scheduler": ["vllm-v1"], "chunked_prefill": [true], '
+        '"async_scheduling": [true, false]}'])
     doc = run_plan(plan, tmp_path / "plan", backend="serial", progress=False)
     seen = set()
     for c in doc["candidates"]:

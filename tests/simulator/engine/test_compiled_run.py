@@ -578,3 +578,25 @@ pickle.dump(out, open(OUT, "wb"))
     for a, b in tables_jit_on_and_off(code, tmp_path):
         assert a[0] == b[0] == "compiled"
         assert_same_run_tables(a, b)
+
+
+def test_vllm_v1_lookahead_slots_and_async_scheduling_are_equal():
+    """`scheduler: vllm-v1` with an EAGLE drafter (k = 4 lookahead slots per running request) and async scheduling
+    on the compiled path, 60 requests arriving at once, KV just large enough for the no-preemption check with the
+    slots: the tables equal the step path's, the slots show in the peak KV (above the same run's with an n-gram
+    drafter), and each step starts max(its predecessor's forward, the 7 ms host gap) after that one started."""
+    traces = traces_with(20, 5, 0.7, False)
+    wl = workload(traces, 60, rate=None, seed=5)
+    gap = 7e-3
+    kw = dict(traces=traces, wl=wl, mode="sd", k=4, cost=COSTS["fraction"], max_num_seqs=6, scheduler="vllm-v1",
+              async_scheduling=True, max_num_batched_tokens=64, step_overhead_s=gap, block_size=4,
+              kv_tokens=tight_kv(wl, 4, 4, 6, 0, lookahead=4))
+    fast, ngram = run_path(True, kinds={"d": "eagle"}, **kw), run_path(True, kinds={"d": "ngram"}, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert_same(fast, run_path(False, kinds={"d": "eagle"}, **kw))
+    assert fast.extras["kv_peak_blocks"] > ngram.extras["kv_peak_blocks"]
+    steps = fast.steps.groupby("step").agg(start=("start", "min"), end=("end", "max"))
+    start, end = steps.start.to_numpy(), steps.end.to_numpy()
+    forward, period = end[:-1] - start[:-1], start[1:] - start[:-1]
+    assert (forward < gap).any() and (forward > gap).any()  # both sides of the max occur
+    assert np.allclose(period, np.maximum(forward, gap), rtol=0, atol=1e-12)
