@@ -108,6 +108,17 @@ def test_rule_a_server_at_the_kv_edge_admits_one_fewer_eagle_request(step_path, 
     assert req(res, "preemptions") == [0, 0]
 
 
+def test_rule_up_front_kv_check_counts_the_lookahead_slots(step_path):
+    # prompt 8 + output 6 - 1 + 3 drafts = 16 slots fit a 16-slot pool under n-gram; EAGLE's 3 lookahead slots
+    # make 19, which it does not hold: refused before the run (the compiled path's no-preemption check reads the
+    # same peak, rules/kv.peak_tokens)
+    run(step_path, [Req(0.0, 8, 6)], mode="sd", k=3, block_size=1, kv_tokens=16, scheduler="vllm-v1",
+        kinds={"d": "ngram"})
+    with pytest.raises(ValueError, match=r"needs 19 KV blocks .* 3 draft lookahead tokens \+ 3 proposer lookahead"):
+        run(step_path, [Req(0.0, 8, 6)], mode="sd", k=3, block_size=1, kv_tokens=16, scheduler="vllm-v1",
+            kinds={"d": "eagle"})
+
+
 @pytest.mark.parametrize("async_scheduling, starts, ends", [
     (True, [0.0, 1.5, 2.5], [1.5, 2.25, 3.25]),
     (False, [0.0, 2.5, 4.25], [1.5, 3.25, 5.0]),
