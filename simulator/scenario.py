@@ -33,7 +33,7 @@ from traces.bundle import RequestTrace, TraceBundle
 from traces.workload import Workload
 
 __all__ = ["Scenario", "ClusterScenario", "SimInputs", "make_scenario", "make_cluster_scenario", "prepare_runs",
-           "inputs_for", "inputs_from_traces", "simulation", "simulate"]
+           "inputs_for", "inputs_from_traces", "drafter_kinds", "simulation", "simulate"]
 
 
 @dataclass
@@ -161,17 +161,23 @@ def inputs_for(workload: Workload, bundle: TraceBundle, with_acceptance: bool = 
         think_time=closed.think_time if closed else 0.0,
     )
     table = AcceptanceTable.from_traces(traces, tuple(bundle.drafter_names), with_acceptance=with_acceptance)
-    return SimInputs(ew, table, traces)
+    return SimInputs(ew, table, traces, drafter_kinds(bundle))
+
+
+def drafter_kinds(bundle: TraceBundle) -> dict[str, str]:
+    """Each drafter of `bundle` by its kind (trace.yaml `drafters.<name>.kind`)."""
+    return {name: spec.kind for name, spec in bundle.meta.drafters.items()}
 
 
 def inputs_from_traces(traces: Sequence[RequestTrace], drafters: Sequence[str] | None = None, *,
                        arrival: np.ndarray | None = None, clients: int = 0, think_time: float = 0.0,
                        trace_index: np.ndarray | None = None, output_len: np.ndarray | None = None,
                        request_ids: Sequence[str] | None = None, categories: Sequence[str] | None = None,
-                       with_acceptance: bool = True) -> SimInputs:
+                       with_acceptance: bool = True, kinds: Mapping[str, str] | None = None) -> SimInputs:
     """Inputs replaying `traces` directly: request i replays trace `trace_index[i]` (default: trace i), arriving
     at `arrival[i]` (default 0) or from a closed loop of `clients`; prompt and output lengths are the trace's
-    unless `output_len` gives each request's own. `drafters` default to those of the first trace."""
+    unless `output_len` gives each request's own. `drafters` default to those of the first trace; `kinds` names
+    each drafter's kind (scenario.drafter_kinds of its bundle; vLLM V1's lookahead KV reads it)."""
     traces = list(traces)
     if not traces:
         raise ValueError("inputs_from_traces: no traces")
@@ -187,7 +193,8 @@ def inputs_from_traces(traces: Sequence[RequestTrace], drafters: Sequence[str] |
         prompt_len=prompt, output_len=out,
         categories=[traces[t].category or "" for t in ti] if categories is None else list(categories),
         closed_loop_clients=clients, think_time=think_time)
-    return SimInputs(ew, AcceptanceTable.from_traces(traces, names, with_acceptance=with_acceptance), traces)
+    return SimInputs(ew, AcceptanceTable.from_traces(traces, names, with_acceptance=with_acceptance), traces,
+                     dict(kinds or {}))
 
 
 # ---------------------------------------------------------------- simulations

@@ -71,6 +71,10 @@ class ServerConfig(_Strict):
         "draftsim: decodes are always scheduled and only prefills are limited by max_num_batched_tokens; "
         "vllm-v1: vLLM V1's rules (simulator/engine/scheduler.py VLLM_V1_RULES): chunked prefill on, one token budget "
         "shared by decode, draft and prefill tokens in running order, then waiting requests"))
+    async_scheduling: bool = Field(False, description=(
+        "vLLM's --async-scheduling (needs scheduler: vllm-v1): the next step's host work (step_overhead_s, the "
+        "engine-loop gap) overlaps this step's forward, so a step's period is max(forward, host) "
+        "(rules/engine_loop.overlapped_gap)"))
     num_target_gpus: int = Field(1, ge=1, description="GPUs of the target (for per-GPU figures)")
     num_draft_gpus: int = Field(0, ge=0, description="dedicated draft GPUs (PSD uses 1)")
 
@@ -121,6 +125,9 @@ class ServerConfig(_Strict):
         if self.prefill == "separate" and self.chunked_prefill:
             raise ValueError("prefill: 'separate' (prefill-only steps, vLLM V0) cannot be combined with "
                              "chunked_prefill: true, which mixes prefill chunks into decode steps; use prefill: mixed")
+        if self.async_scheduling and self.scheduler != "vllm-v1":
+            raise ValueError(f"async_scheduling: true needs scheduler: vllm-v1 (vLLM V1's engine core overlaps the "
+                             f"next step's scheduling with this step's forward), got scheduler: {self.scheduler!r}")
         return self
 
     @field_serializer("target_profile")

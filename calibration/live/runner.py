@@ -212,12 +212,13 @@ def draft_costs_for(prof: dict[str, ModelProfiles], drafters, kind: str = "linea
 
 def simulate(cfg: BatchedLiveConfig, mode: BatchMode, bundle, target_profile, costs, arrivals) -> Any:
     """The simulator's prediction of one live mode: same requests, batching rules and arrivals."""
-    from simulator.scenario import inputs_from_traces, make_scenario, simulate
+    from simulator.scenario import drafter_kinds, inputs_from_traces, make_scenario, simulate
     from simulator.server_config import PSDConfig, RunSpec, ServerConfig
 
     reqs = bundle.requests
     inputs = inputs_from_traces(reqs, bundle.drafter_names, clients=cfg.clients,
-                                arrival=None if cfg.clients else np.asarray(arrivals, dtype=float))
+                                arrival=None if cfg.clients else np.asarray(arrivals, dtype=float),
+                                kinds=drafter_kinds(bundle))
     need = max(r.prompt_len + r.output_len for r in reqs) + 64
     sim_mode = "psd" if mode.placement == "psd" else ("sd" if mode.policy else "ar")
     psd = PSDConfig.split(cfg.max_num_seqs) if sim_mode == "psd" else None

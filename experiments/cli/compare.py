@@ -76,7 +76,7 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None,
     on a resample of its own measurements (calibration/vllm_steps/bootstrap.py), run i from child i of `refit`."""
     from calibration.vllm_steps.validate_compare import simulated_latencies
     from experiments.run import prepare, resolve_bundle
-    from simulator.scenario import check_inputs, inputs_from_traces, simulate
+    from simulator.scenario import check_inputs, drafter_kinds, inputs_from_traces, simulate
     from simulator.seeds import ExperimentSeeds, child
     from traces.acceptance_levels import check_k
 
@@ -88,7 +88,7 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None,
     inputs = inputs_from_traces(traces, bundle.drafter_names,
                                 arrival=np.array([q.send_time for q in run.requests], dtype=np.float64),
                                 request_ids=[q.id for q in run.requests],
-                                with_acceptance=any(sc.mode != "ar" for sc in scenarios))
+                                with_acceptance=any(sc.mode != "ar" for sc in scenarios), kinds=drafter_kinds(bundle))
     out: dict[str, Any] = {}
     specs = {r.name: r for r in cfg.runs}
     for i, sc in enumerate(scenarios):

@@ -32,6 +32,7 @@ from experiments.sweep.cache import write_json_atomic
 from experiments.sweep.experiment import json_ready
 from experiments.sweep.hashing import derive_seed
 from experiments.sweep.runner import Point, ProgressBar, SweepRunner
+from simulator.engine.rules.kv import lookahead_slots
 from simulator.measure.metrics import round_sig
 from simulator.measure.steady_state import SATURATED_TRIM_FRACTION
 from simulator.scenario import check_cluster_size
@@ -70,6 +71,7 @@ class Candidate:
     num_requests: int = 0
     curve_requests: int = 0
     max_draft_tokens: int = 0
+    kv_lookahead: int = 0  # vLLM V1's KV lookahead slots per running request (simulator/engine/rules/kv.py)
     service_bound: float | None = None  # analytic upper bound on the service rate (experiments/plan/bounds.py)
     mean_output_tokens: float | None = None  # mean output_len of the requests a run draws (first seed)
     probe: dict[str, Any] | None = None  # the saturated service-rate run (SERVICE_PROBE_RULE) and its figure
@@ -260,7 +262,11 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
             import oracle.registry  # noqa: F401  (registers the ground-truth policies)
             from policies.registry import make_policy
 
-            c.max_draft_tokens = make_policy(mode.policy, where=f"{where}: modes[{mode.name}].policy").max_draft_tokens()
+            policy = make_policy(mode.policy, where=f"{where}: modes[{mode.name}].policy")
+            c.max_draft_tokens = policy.max_draft_tokens()
+            if mode.mode == "sd":  # as the simulated server reserves them (Server._lookahead)
+                kinds = [getattr(drafter_specs.get(d), "kind", "") for d in policy.drafters_used()]
+                c.kv_lookahead = lookahead_slots(kinds, c.max_draft_tokens, server.get("scheduler", "draftsim"))
         c.deploy = deploy_of(mode, drafter_specs, tp, seqs, f"{plan.name}: candidates.modes[{mode.name}]",
                              target=cands.target)
         out.append(c)
@@ -857,6 +863,8 @@ def _vllm_serve(plan: PlanConfig, c: Candidate) -> dict[str, Any] | None:
         args.append(f"--max-model-len {plan.candidates.deployment['max_model_len']}")
     if plan.candidates.deployment.get("gpu_memory_utilization"):
         args.append(f"--gpu-memory-utilization {plan.candidates.deployment['gpu_memory_utilization']}")
+    # vLLM VLLM_VERSION schedules asynchronously unless told not to: the line states what was simulated
+    args.append("--async-scheduling" if server.get("async_scheduling") else "--no-async-scheduling")
     if c.deploy.cli_arg():
         args.append(c.deploy.cli_arg())
     return {"replicas": c.replicas, "vllm_version": VLLM_VERSION, "runs": c.deploy.why, "command": " ".join(args)}
@@ -970,6 +978,7 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
                         f"chunked_prefill {server.get('chunked_prefill')}), not vLLM V1's that the deploy line runs")
     if any(c.mode.mode == "psd" for c in cands):
         modelled.append("PSD: max_num_seqs sequences in all per target replica, split over its two sub-batches")
+    modelled += _engine_lines(cands)
     mtp = sorted({c.mode.name for c in drafting if is_mtp_mode(c.mode)})
     if mtp:
         modelled.append(f"MTP ({', '.join(mtp)}): the target's own head drafts k tokens per step, each a forward of "
@@ -981,6 +990,27 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
                         "request (prefill chunks included)")
     modelled += [n for n in notes if n.startswith("n-gram acceptance replayed")]
     return {k: v for k, v in (("measured", measured), ("borrowed", borrowed), ("modelled", modelled)) if v}
+
+
+def _engine_lines(cands: list[Candidate]) -> list[str]:
+    """vLLM V1's KV lookahead slots and async scheduling as the simulated servers ran them (one line each)."""
+    servers = [c.config["server"] for c in cands]
+    if not any(s.get("scheduler") == "vllm-v1" for s in servers):
+        return []
+    slots = sorted({(c.mode.name, c.kv_lookahead) for c in cands if c.mode.mode == "sd"})
+    held = [f"{name} {n}" for name, n in slots if n]
+    lines = ["KV lookahead slots per running request (vLLM V1 reserves k for EAGLE/MTP/draft-model proposers, none "
+             "for n-gram/suffix): " + (", ".join(held) if held else "none")]
+    on = sorted({bool(s.get("async_scheduling")) for s in servers})
+    if on == [True]:
+        lines.append("async scheduling: on (--async-scheduling): each step's host work overlaps the forward before "
+                     "it; a step's period is max(forward, host)")
+    elif on == [False]:
+        lines.append(f"async scheduling: off (--no-async-scheduling; vLLM {VLLM_VERSION} turns it on by default): "
+                     "host work between steps adds to each step")
+    else:
+        lines.append("async scheduling: on for some candidates, off for others (each deploy line says which)")
+    return lines
 
 
 def _best_research(meets: list[dict[str, Any]], answer: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -68,7 +68,8 @@ from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
 from simulator.engine.rules import pricing, psd_sides  # noqa: E402
 from simulator.engine.rules.decode_budget import fit_decodes  # noqa: E402
-from simulator.engine.rules.engine_loop import engine_loop_gap  # noqa: E402
+from simulator.engine.rules.kv import decode_hold  # noqa: E402
+from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap  # noqa: E402
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
                                                  take_prefill_plan)
 
@@ -78,6 +79,7 @@ _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported,
 # (step_outcome.py, scheduler.py) call these same functions. A rule that other rules call (blocks_for) is
 # registered first and compiles in place.
 register_jitable(kv_rules.blocks_for)
+register_jitable(kv_rules.decode_hold)
 emit_decoded = njit(cache=True)(emission_rules.emit_decoded)
 advance_prefills = njit(cache=True)(emission_rules.advance_prefills)
 release_finished = njit(cache=True)(finish_rules.release_finished)
@@ -89,6 +91,7 @@ _plan_buffers = njit(cache=True)(plan_buffers)
 _fit_decodes = njit(cache=True)(fit_decodes)
 _engine_loop_gap = njit(cache=True)(engine_loop_gap)
 join_side = njit(cache=True)(psd_sides.join_side)  # PSD: the side a new request joins
+_overlapped_gap = njit(cache=True)(overlapped_gap)
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
 # row int columns
@@ -100,9 +103,12 @@ P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
 # iparams
 I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
-    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS, I_DECODE_BUDGET, I_ROUTED = range(21)
-N_IPARAMS = 21  # I_DECODE_BUDGET: vLLM V1's decode budget (scheduler: vllm-v1); I_ROUTED: the caller pushes
-# arrivals (a cluster replica): idle with none known, the kernel returns PAUSED for the caller to wait for one
+    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS, I_DECODE_BUDGET, I_LOOKAHEAD, \
+    I_ASYNC, I_ROUTED = range(23)
+N_IPARAMS = 23  # I_DECODE_BUDGET: vLLM V1's decode budget (scheduler: vllm-v1); I_LOOKAHEAD: its lookahead KV
+# slots per running request (rules/kv.lookahead_slots); I_ASYNC: async scheduling (rules/engine_loop.overlapped_gap);
+# I_ROUTED: the caller pushes arrivals (a cluster replica): idle with none known, the kernel returns PAUSED for the
+# caller to wait for one
 # fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; UCB's beta; vLLM V1's
 # engine-loop gap between busy steps (Server.gap_s)
 F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_BETA, F_GAP = range(7)
@@ -112,6 +118,9 @@ S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USA
     range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
 S_BUSY = 12  # the last loop turn ran a step (Server.loop's `busy`: the engine-loop gap follows it)
 N_ISTATE = 13
+# fstate: the clock; the last step's duration (Server.loop's `forward`: async scheduling hides the gap behind it)
+FS_NOW, FS_FORWARD = range(2)
+N_FSTATE = 2
 # the step table's drafters column (R_DRF): a bit per slot that drafted (slots in ascending drafter index, joined by
 # "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
 DRF_PASS = 4
@@ -291,7 +300,7 @@ def _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r
     istate[S_ROWS] = r
     istate[S_ITL] = ni
     istate[S_SUBMITTED] = n_sub
-    fstate[0] = now
+    fstate[FS_NOW] = now
 
 
 @njit(cache=True)
@@ -319,11 +328,13 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     arms, beta = iparams[I_ARMS], fparams[F_BETA]
     closed, think = iparams[I_CLOSED], fparams[F_THINK]
     decode_budget, gap = iparams[I_DECODE_BUDGET], fparams[F_GAP]
+    lookahead, async_sched = iparams[I_LOOKAHEAD], iparams[I_ASYNC]
     busy = istate[S_BUSY]
+    forward = fstate[FS_FORWARD]
     n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
     ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
     step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
-    now = fstate[0]
+    now = fstate[FS_NOW]
     step0 = step_no
     cap_rows, cap_itl = rows_i.shape[1], len(itl)
     dec = np.empty(max_seqs, np.int64)
@@ -334,7 +345,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     prop = np.empty(max_seqs, np.int64)
     acc = np.empty(max_seqs, np.int64)
     cut = np.empty(max_seqs, np.int64)
-    lim = PrefillLimits(max_seqs, B, chunked == 1, bs)
+    lim = PrefillLimits(max_seqs, B, chunked == 1, bs, lookahead)
     plan = _plan_buffers(max_seqs)  # the step's prefill plan (and a policy's preview of it)
     pre, chunk = plan.request, plan.tokens
     waitq = np.empty(max_seqs, np.int64)
@@ -346,6 +357,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     routed = iparams[I_ROUTED]
     while n_fin < n:
         wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)  # Server.loop: vLLM V1's engine-loop gap
+        if wait > 0.0 and async_sched == 1:  # hidden behind the last step's forward
+            wait = _overlapped_gap(wait, forward)
         if now + wait >= until and (step_no > step0 or busy == 1):  # the caller's next event comes first (a
             code = PAUSED  # cluster's router): the next step would start at or after it (the gap not yet taken)
             break
@@ -395,7 +408,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, tokens, kv)
             target_end = target_t + overhead
             start = now
-            now = now + (target_end + dpt)
+            forward = target_end + dpt
+            now = now + forward
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, 0)
             _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
@@ -470,8 +484,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                     prop_sum += prop[j]
                     acc_sum += acc[j]
                     kv_est += ctx[j]
-            for j in range(n_dec):  # Scheduler.reserve: KV for the context and its drafts, no preemption
-                hold[j] = ctx[j] + prop[j]  # (the eligibility check bounds KV)
+            for j in range(n_dec):  # Scheduler.reserve: KV for the context, its drafts and the lookahead slots,
+                hold[j] = decode_hold(ctx[j], prop[j], lookahead)  # no preemption (the eligibility check bounds KV)
             grow = kv_growth(dec, n_dec, hold, blocks, bs, newb)
             if grow > total_blocks - used:
                 code = ERR_PREEMPT
@@ -523,6 +537,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
             duration = _sd_step_time(draft_t, verify_t, overhead, dpt)
             start = now
+            forward = duration
             now = now + duration
             # ---- StepOutcome.apply
             emitted_sum, ni, n_done = emit_decoded(dec, n_dec, acc, prop, now, out, gen, last_emit, itl, ni, dsteps,
@@ -570,4 +585,5 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
         busy = 1
     _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
     istate[S_BUSY] = busy
+    fstate[FS_FORWARD] = forward
     return code

@@ -155,7 +155,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
     dk = np.empty(max_seqs, np.int64)
     dp = np.empty(max_seqs, np.int64)
     da = np.empty(max_seqs, np.int64)
-    lim = PrefillLimits(max_seqs, B, chunked == 1, bs)
+    lim = PrefillLimits(max_seqs, B, chunked == 1, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
     plan = _plan_buffers(max_seqs)  # the step's prefill plan
     pre, chunk = plan.request, plan.tokens
     waitq = np.empty(max_seqs, np.int64)

@@ -80,7 +80,7 @@ class CompiledReplica(CompiledRun):
         self.arm_counts, self.arm_sums = self._arms(n)
         self.istate = np.zeros(ker.N_ISTATE, dtype=np.int64)
         self.istate[ker.S_USED] = self.istate[ker.S_PEAK] = srv.sched.pool.used
-        self.fstate = np.zeros(1)
+        self.fstate = np.zeros(ker.N_FSTATE)
         self.run_ = np.zeros(srv.max_num_seqs, dtype=np.int64)
         self.client_of = np.zeros(1, dtype=np.int64)  # the cluster's source submits closed-loop requests
         self.rows_i = self.rows_f = self.itl = None  # allocated at the first step

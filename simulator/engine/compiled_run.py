@@ -38,6 +38,7 @@ from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
 from simulator.engine.request_state import FINISHED
+from simulator.engine.rules.kv import peak_tokens
 from simulator.engine.rules.pricing import DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, DraftTerms, ProfileTerms
 from simulator.costs.roofline import RooflineProfile, RooflineTerms
 
@@ -68,6 +69,9 @@ def ineligible_reason(server) -> str | None:
     if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
         return "arrivals pushed at run time by something other than a cluster's router"
     cfg = server.scenario.server
+    if routed and cfg.async_scheduling:
+        return ("a cluster replica with async scheduling (its replica process waits the engine-loop gap in SimPy "
+                "without the overlap rule): step path")
     why = profile_reason(server.pricing.target, "target")
     if why is not None:
         return why
@@ -79,10 +83,11 @@ def ineligible_reason(server) -> str | None:
     why = _policy_reason(server, policy)
     if why is not None:
         return why
-    # no preemption: the max_num_seqs largest requests at their largest KV (Scheduler.check_fits's need) fit at once
+    # no preemption: the max_num_seqs largest requests at their largest KV (rules/kv.peak_tokens, as
+    # Scheduler.check_fits: drafts and lookahead slots included) fit at once
     wl, pool = server.wl, server.sched.pool
-    lookahead = policy.max_draft_tokens() if server.mode in ("sd", "psd") else 0
-    need = np.sort(pool.blocks_for(wl.prompt_len + wl.output_len - 1 + max(1, lookahead)))[::-1]
+    k = policy.max_draft_tokens() if server.mode in ("sd", "psd") else 0
+    need = np.sort(pool.blocks_for(peak_tokens(wl.prompt_len, wl.output_len, k, server.sched.lookahead)))[::-1]
     held = int(need[:server.max_num_seqs].sum())
     if held > pool.total_blocks:
         return (f"KV could preempt: the {min(len(need), server.max_num_seqs)} largest requests need {held} blocks, "
@@ -102,6 +107,8 @@ def _psd_reason(server) -> str | None:
         return f"PSD with policy {policy.name!r} (the PSD kernel runs the fixed policy only): step path"
     if len(policy.drafters_used()) != 1 or policy.k < 1:
         return "PSD without exactly one drafter at k >= 1: step path"
+    if server.scenario.server.async_scheduling:
+        return "PSD with async scheduling (the PSD kernel has no overlap rule): step path"
     if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
         return "PSD resumed mid-run (proposals pending): step path"
     return None
@@ -251,6 +258,7 @@ class CompiledRun:
         i[ker.I_SEPARATE], i[ker.I_BLOCK] = cfg.prefill == "separate", server.sched.pool.block_size
         i[ker.I_BLOCKS] = server.sched.pool.total_blocks
         i[ker.I_DECODE_BUDGET] = server.sched.decodes_in_budget  # scheduler: vllm-v1
+        i[ker.I_LOOKAHEAD], i[ker.I_ASYNC] = server.sched.lookahead, server.async_scheduling
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
         if self.closed:
             i[ker.I_CLOSED], f[ker.F_THINK] = 1, server.arrivals.think_time
@@ -352,7 +360,8 @@ class CompiledRun:
         arr = srv.arrivals
         istate[ker.S_SUBMITTED] = arr.submitted if self.closed else n
         client_of = arr.client_of if self.closed else np.zeros(1, dtype=np.int64)
-        fstate = np.array([srv.env.now], dtype=np.float64)
+        fstate = np.zeros(ker.N_FSTATE)
+        fstate[ker.FS_NOW] = srv.env.now
         run = np.zeros(srv.max_num_seqs, dtype=np.int64)
         dsteps, dprop, dacc = (np.zeros(n, dtype=np.int64) for _ in range(3))
         usage = np.zeros(len(self.slots) + 1, dtype=np.int64)

@@ -18,6 +18,7 @@ import numpy as np
 from simulator.engine.kv_pool import BlockPool
 from simulator.engine.request_state import FINISHED, RUNNING, WAITING, RequestState
 from simulator.engine.rules import decode_budget
+from simulator.engine.rules.kv import peak_tokens
 from simulator.engine.rules.prefill_plan import PlanSums, PrefillLimits, plan_buffers, plan_prefills, take_prefill_plan
 from simulator.engine.workload_arrays import EngineWorkload
 
@@ -34,6 +35,13 @@ VLLM_V1_RULES = {
         "allow, and only in steps that preempted nobody",
         "KV in blocks of the server's block_size (vLLM CPU: 128, CUDA: 16); a verify step reserves slots for "
         "its drafts; when KV runs out the newest running request is preempted and recomputed later",
+        "lookahead KV (allocate_slots' num_lookahead_tokens): with an EAGLE/EAGLE-3/MTP or draft-model drafter "
+        "every running request (decoding or continuing its prompt) holds k slots beyond its scheduled tokens, "
+        "a waiting request admitted with nothing computed none; n-gram and suffix drafters reserve none "
+        "(rules/kv.lookahead_slots)",
+        "async scheduling (server async_scheduling: true): the next step's host work overlaps this step's "
+        "forward, so the engine-loop gap after a step is what exceeds its forward (period = max(forward, host); "
+        "rules/engine_loop.overlapped_gap)",
         "proposals: the n-gram proposer and the draft model run once per step for every decoding request and "
         "their time is part of the step (vLLM proposes right after the forward, for the next step: the same "
         "total per step, shifted by one step)",
@@ -41,8 +49,9 @@ VLLM_V1_RULES = {
     ),
     "not_modelled": (
         "long_prefill_token_threshold / adaptive thresholds (off by default)",
-        "max_model_len trimming of draft tokens near the context limit",
-        "async scheduling (the next schedule() overlapping this step's forward): draftsim times sync steps",
+        "max_model_len trimming of draft tokens and lookahead slots near the context limit",
+        "async scheduling's one-step lag: a request admitted while a step runs is scheduled by the host work that "
+        "overlaps it here (vLLM schedules it one step later); draft tokens as placeholders",
         "prefix caching, encoder budgets, structured output, LoRA, priorities other than FCFS, pipeline and "
         "data parallelism, KV connectors",
         "a partial prefill that was admitted before some decoding request is scheduled after it here "
@@ -61,7 +70,7 @@ class Scheduler:
 
     def __init__(self, state: RequestState, wl: EngineWorkload, pool: BlockPool, *, max_num_seqs: int,
                  max_num_batched_tokens: int, chunked: bool, prefill: PrefillMode = "mixed", psd: bool = False,
-                 rules: SchedulerRules = "draftsim"):
+                 rules: SchedulerRules = "draftsim", lookahead: int = 0):
         if rules not in ("draftsim", "vllm-v1"):
             raise ValueError(f"scheduler: expected 'draftsim' or 'vllm-v1', got {rules!r}")
         if rules == "vllm-v1" and (not chunked or prefill != "mixed"):
@@ -79,7 +88,8 @@ class Scheduler:
         self.psd = psd
         self.decodes_in_budget = rules == "vllm-v1"
         self.verify_side = 0  # PSD: the sub-batch verified this step
-        self.limits = PrefillLimits(max_num_seqs, max_num_batched_tokens, chunked, pool.block_size)
+        self.lookahead = lookahead  # KV slots per running request beyond its tokens (rules/kv.lookahead_slots)
+        self.limits = PrefillLimits(max_num_seqs, max_num_batched_tokens, chunked, pool.block_size, lookahead)
         # a plan holds at most max_num_seqs chunks (running ones plus those admitted), and one per request
         self.plan = plan_buffers(max(1, min(max_num_seqs, len(wl.prompt_len))))
         from simulator.engine import compiled_kernel as compiled  # the step rules, compiled (imports numba)
@@ -103,9 +113,8 @@ class Scheduler:
                 f"{int(wl.output_len[i])} output tokens); vLLM refuses them: raise max_model_len or bound the "
                 f"workload's lengths")
         # largest KV a request ever asks for: context (prompt + output - 1) plus the tokens drafted on it,
-        # or its (re)compute prefill prompt + output
-        need_tokens = total - 1 + max(1, lookahead_tokens)
-        need = self.pool.blocks_for(need_tokens)
+        # or its (re)compute prefill prompt + output, plus the lookahead slots (rules/kv.peak_tokens)
+        need = self.pool.blocks_for(peak_tokens(wl.prompt_len, wl.output_len, lookahead_tokens, self.lookahead))
         i = int(need.argmax()) if n else 0
         if n and int(need[i]) > self.pool.total_blocks:
             cap = self.pool.total_blocks * self.pool.block_size
@@ -113,7 +122,8 @@ class Scheduler:
                 f"{int((need > self.pool.total_blocks).sum())} of {n} requests need more KV than the server holds "
                 f"({self.pool.total_blocks} blocks, {cap} tokens); the largest, request {wl.request_ids[i]!r}, needs "
                 f"{int(need[i])} KV blocks ({int(wl.prompt_len[i])} prompt + {int(wl.output_len[i])} output - 1 + "
-                f"{max(1, lookahead_tokens)} draft lookahead tokens, block size {self.pool.block_size}); "
+                f"{max(1, lookahead_tokens)} draft lookahead tokens + {self.lookahead} proposer lookahead slots, "
+                f"block size {self.pool.block_size}); "
                 f"raise kv_capacity_tokens or lower k")
         if not self.chunked and int(wl.prompt_len.max()) > self.budget:
             i = int(wl.prompt_len.argmax())

@@ -19,7 +19,8 @@ from simulator.engine.kv_pool import BlockPool
 from simulator.engine.pricing import Pricing
 from simulator.engine.records import REQUEST_COLUMNS
 from simulator.engine.request_state import RequestState
-from simulator.engine.rules.engine_loop import engine_loop_gap
+from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
+from simulator.engine.rules.kv import lookahead_slots
 from simulator.engine.scheduler import Scheduler
 from simulator.server_config import Scenario
 from simulator.engine.step_outcome import StepOutcome
@@ -56,15 +57,17 @@ class Server:
         self.max_num_seqs = scenario.psd.concurrency(cfg.max_num_seqs) if self.mode == "psd" else cfg.max_num_seqs
         self.state = st = RequestState(workload, len(table.drafters))
         pool = BlockPool(scenario.kv_capacity_tokens // cfg.block_size, cfg.block_size)
-        self.sched = Scheduler(st, workload, pool, max_num_seqs=self.max_num_seqs,
-                               max_num_batched_tokens=cfg.max_num_batched_tokens, chunked=cfg.chunked_prefill,
-                               prefill=cfg.prefill, psd=self.mode == "psd", rules=cfg.scheduler)
         self.drafting = Drafting(scenario.policy, self.mode, table, workload, st, verification=cfg.verification,
                                  rng=scenario.seeds.verification_rng(), traces=inputs.traces, live=live)
+        self.sched = Scheduler(st, workload, pool, max_num_seqs=self.max_num_seqs,
+                               max_num_batched_tokens=cfg.max_num_batched_tokens, chunked=cfg.chunked_prefill,
+                               prefill=cfg.prefill, psd=self.mode == "psd", rules=cfg.scheduler,
+                               lookahead=self._lookahead(inputs))
         # vLLM V1 (vllm/v1/engine/core.py run_busy_loop: _process_input_queue() then step() = schedule(),
         # execute, update_from_output(), outputs out): the gap between busy steps falls after a step's tokens are
         # out and before the input queue is read, so arrivals during it join the next step (see loop).
         self.gap_s = cfg.step_overhead_s if cfg.scheduler == "vllm-v1" else 0.0
+        self.async_scheduling = cfg.async_scheduling  # the gap overlaps the step before it (rules/engine_loop)
         self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s - self.gap_s,
                                scenario.switch_cost_s, st, workload)
         if self.mode == "psd" and any(c.kind == "engine_step" for c in scenario.draft_costs.values()):
@@ -97,8 +100,11 @@ class Server:
             yield env.timeout(max(0.0, end - env.now))
             return
         busy = False
+        forward = 0.0  # the last step's device time (async scheduling hides the gap behind it)
         while st.n_finished < n:
             gap = engine_loop_gap(busy, self.gap_s, len(st.running), len(st.waiting))  # vLLM V1, then inputs
+            if gap and self.async_scheduling:
+                gap = overlapped_gap(gap, forward)
             if gap:
                 yield env.timeout(gap)
             busy = False
@@ -114,7 +120,7 @@ class Server:
                                    f"{self.sched.pool.total_blocks} KV blocks free")
             yield env.timeout(step.duration)
             self.outcome.apply(step, env.now)
-            busy = True
+            busy, forward = True, step.duration
             if self.on_step is not None:
                 self.on_step(st.n_finished)
 
@@ -142,6 +148,15 @@ class Server:
         if ev is None:
             raise RuntimeError("engine stalled: requests left but none running, waiting or arriving")
         return ev
+
+    def _lookahead(self, inputs: SimInputs) -> int:
+        """vLLM V1's lookahead KV slots per running request (rules/kv.lookahead_slots) for an SD run: the policy's
+        largest k when one of its drafters is of a kind whose proposer keeps KV. PSD keeps MineDraft's own KV rule
+        (psd.defer_kv), AR drafts nothing."""
+        if self.mode != "sd":
+            return 0
+        kinds = [inputs.drafter_kinds.get(d, "") for d in self.drafting.policy.drafters_used()]
+        return lookahead_slots(kinds, self.drafting.stated_max_k(), self.scenario.server.scheduler)
 
     def _drafters_used(self) -> tuple[str, ...]:
         """The policy's drafters (`Policy.drafters_used`), each checked to be in the traces and priced."""

@@ -7,6 +7,7 @@ import numpy as np
 from simulator.engine.drafting import Drafting
 from simulator.engine.pricing import Pricing
 from simulator.engine.request_state import RequestState
+from simulator.engine.rules.kv import decode_hold
 from simulator.engine.rules.pricing import sd_step_time
 from simulator.engine.scheduler import EMPTY, Scheduler
 from simulator.engine.step import Step, StepSlice, plan_prefill_only
@@ -46,11 +47,12 @@ class SDExecutor:
             dec, d_idx, k, ctx = dec[:n_fit], d_idx[:n_fit], k[:n_fit], ctx[:n_fit]
             flat = None if flat is None else flat[:n_fit]
             kv_est = int(ctx.sum())
-        if dec_mask is None:  # KV to hold: the context and its drafts; nothing new for a request that prefills
-            hold = ctx + proposed
+        # KV to hold: the context, its drafts and the lookahead slots; nothing new for a request that prefills
+        if dec_mask is None:
+            hold = decode_hold(ctx, proposed, sched.lookahead)
         else:
             hold = np.zeros(len(run), dtype=np.int64)
-            hold[dec_mask] = ctx + proposed
+            hold[dec_mask] = decode_hold(ctx, proposed, sched.lookahead)
         keep, preempted = sched.reserve(run, hold)
         if preempted:
             kept = np.isin(dec, run[:keep])

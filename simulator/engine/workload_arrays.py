@@ -2,8 +2,8 @@
 `SimInputs` a simulation replays (those requests with their acceptance table and traces)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -54,3 +54,6 @@ class SimInputs:
     workload: EngineWorkload
     table: AcceptanceTable
     traces: Sequence[RequestTrace]
+    # drafter name -> its bundle kind (traces/bundle.py DRAFTER_KINDS): vLLM V1's lookahead KV depends on it
+    # (rules/kv.lookahead_slots); a drafter not named here reserves none
+    drafter_kinds: Mapping[str, str] = field(default_factory=dict)

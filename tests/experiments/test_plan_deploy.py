@@ -214,3 +214,33 @@ def test_every_deploy_line_of_a_shipped_plan_runs_the_simulated_mode(name, overr
         assert answer["deploy"]["deployable"] and doc["deploy"] == answer["vllm_serve"]
     if doc["best_research"] is not None:
         assert doc["best_research"]["id"] in research
+
+
+def test_deploy_line_and_assumptions_state_async_scheduling_and_lookahead_as_simulated(tmp_path):
+    """A vLLM V1 plan over async scheduling on and off: each deploy line says which the candidate simulated
+    (vLLM 0.32.0 schedules asynchronously unless told --no-async-scheduling), and the assumptions give the KV
+    lookahead slots each SD mode's servers reserved (k = 3 for EAGLE-3, none for n-gram)."""
+    from experiments.plan.planner import run_plan
+
+    modes = [{"name": "AR", "mode": "ar"},
+             {"name": "sd-eagle3-k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3},
+              "vllm_speculative_config": {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                                          "num_speculative_tokens": 3}},
+             {"name": "sd-ngram-k2", "mode": "sd", "policy": {"name": "fixed", "drafter": "ngram", "k": 2}}]
+    plan = load_plan_config("plan_llama8b", SMALL + [
+        "candidates.gpus=[h100-80gb]", "candidates.tp=[1]", f"candidates.modes={json.dumps(modes)}",
+        'candidates.scheduler={"max_num_seqs": [64], "scheduler": ["vllm-v1"], "chunked_prefill": [true], '
+        '"async_scheduling": [true, false]}'])
+    doc = run_plan(plan, tmp_path / "plan", backend="serial", progress=False)
+    seen = set()
+    for c in doc["candidates"]:
+        if c.get("vllm_serve") is None:
+            continue
+        command, on = c["vllm_serve"]["command"], c["scheduler"]["async_scheduling"]
+        assert (" --async-scheduling" in command) == on and (" --no-async-scheduling" in command) == (not on)
+        seen.add(on)
+    assert seen == {True, False}
+    modelled = doc["assumptions"]["modelled"]
+    assert any(line.startswith("KV lookahead slots per running request") and line.endswith(": sd-eagle3-k3 3")
+               for line in modelled), modelled
+    assert "async scheduling: on for some candidates, off for others (each deploy line says which)" in modelled

@@ -1,6 +1,36 @@
-"""Paged KV: the blocks a request needs to hold its tokens (the one block rule of every path) and a step's growth
-of each request's blocks to what its tokens need."""
+"""Paged KV: the blocks a request needs to hold its tokens (the one block rule of every path), a step's growth
+of each request's blocks to what its tokens need, and vLLM V1's lookahead slots for proposers that keep KV."""
 from __future__ import annotations
+
+# drafter kinds (traces/bundle.py DRAFTER_KINDS) whose vLLM proposer keeps its own KV, so the scheduler reserves
+# lookahead slots for it: eagle/eagle3/mtp (SpeculativeConfig.use_eagle) and draft models (uses_draft_model)
+LOOKAHEAD_KINDS = frozenset({"eagle", "mtp", "draft_model", "int8", "truncated"})
+
+
+def lookahead_slots(kinds, k, scheduler):
+    """KV slots vLLM V1 reserves per running request beyond the tokens it schedules (vllm/v1/core/sched/
+    scheduler.py Scheduler.__init__: num_lookahead_tokens = num_speculative_tokens when the speculative config
+    use_eagle() or uses_draft_model(); Scheduler.schedule passes it to kv_cache_manager.allocate_slots for every
+    running request; vllm/v1/core/kv_cache_manager.py allocate_slots holds computed + new + lookahead). `kinds`:
+    the drafter kinds the policy uses, `k`: its largest k. n-gram, suffix and synthetic drafters reserve none,
+    and neither does the draftsim scheduler."""
+    if scheduler != "vllm-v1" or k <= 0 or not any(kind in LOOKAHEAD_KINDS for kind in kinds):
+        return 0
+    return int(k)
+
+
+def decode_hold(ctx, proposed, lookahead):
+    """KV tokens a decoding request holds in a step: its context (computed tokens + the one sampled last step),
+    the drafts it verifies and the lookahead slots (vLLM allocate_slots: computed + 1 + drafts + lookahead).
+    Scalars or integer arrays."""
+    return ctx + proposed + lookahead
+
+
+def peak_tokens(prompt, output, k, lookahead):
+    """The most KV tokens a request ever holds: its last decode (prompt + output - 1 context, k drafts at least the
+    one slot a recompute's last prefill chunk adds) plus the lookahead slots. The up-front fit check
+    (Scheduler.check_fits) and the compiled path's no-preemption check (compiled_run.ineligible_reason) read it."""
+    return prompt + output - 1 + max(1, k) + lookahead
 
 
 def blocks_for(tokens, block_size):

@@ -16,6 +16,7 @@ class PrefillLimits(NamedTuple):
     max_num_batched_tokens: int  # the step's token budget
     chunked: bool  # a prompt may be split into chunks of the budget left
     block_size: int  # KV tokens per block
+    lookahead: int = 0  # KV slots a running request holds beyond its scheduled tokens (rules/kv.lookahead_slots)
 
 
 class PlanBuffers(NamedTuple):
@@ -44,8 +45,10 @@ def plan_buffers(size: int) -> PlanBuffers:
 
 def plan_prefills(limits, partial, n_partial, queue, n_queue, n_running, tokens_used, free, prompt, gen,
                   prefill_left, prefill_done, blocks, out):
-    """Partial prefills (`partial[:n_partial]`, admission order) take their next chunk where its KV fits, then
-    `queue[:n_queue]` is admitted FIFO while sequences, budget and KV last; writes `out`, commits nothing."""
+    """Partial prefills (`partial[:n_partial]`, admission order) take their next chunk where its KV fits (with the
+    lookahead slots of a running request), then `queue[:n_queue]` is admitted FIFO while sequences, budget and KV
+    last (a request with nothing computed reserves no lookahead: vLLM's effective_lookahead_tokens is 0 for it);
+    writes `out`, commits nothing."""
     budget = limits.max_num_batched_tokens - tokens_used
     bs = limits.block_size
     n = 0
@@ -58,7 +61,8 @@ def plan_prefills(limits, partial, n_partial, queue, n_queue, n_running, tokens_
         if c <= 0:  # nothing left (a decoding request) or no budget left
             continue
         ends = c == left
-        need = blocks_for(prefill_done[i] + c + (1 if ends else 0), bs) - blocks[i]  # the last chunk: +1 token slot
+        # the last chunk: +1 token slot; a running request: its lookahead slots too
+        need = blocks_for(prefill_done[i] + c + (1 if ends else 0) + limits.lookahead, bs) - blocks[i]
         if need > free:  # skipped this step; later requests may still fit
             continue
         need = max(need, 0)

@@ -48,9 +48,9 @@ def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int
         costs: dict | None = None, target=None, block_size: int = 4, kv_tokens: int = 10**6,
         max_num_seqs: int = 8, budget: int = 4096, chunked: bool = False, prefill: str = "mixed",
         overhead: float = 0.0, psd=None, scheduler: str = "draftsim", seed: int = 0,
-        ) -> SimResult:
+        kinds: dict | None = None, async_scheduling: bool = False) -> SimResult:
     """Simulate `reqs` on `path` ("steps" or "compiled"); fails when "compiled" was asked for and the run is not
-    eligible (the case is then on the wrong path)."""
+    eligible (the case is then on the wrong path). `kinds`: each drafter's bundle kind (SimInputs.drafter_kinds)."""
     traces = traces_of(reqs, drafters)
     n = len(reqs)
     wl = EngineWorkload([f"r{i}" for i in range(n)], np.arange(n), np.array([r.arrival for r in reqs], float),
@@ -61,10 +61,13 @@ def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int
                   prefill=prefill, scheduler=scheduler, block_size=block_size)
     if scheduler != "vllm-v1":
         server["chunked_prefill"] = chunked
+    if async_scheduling:
+        server["async_scheduling"] = True
     sc = scenario(mode, policy, target=target or linear(0.0, 0.0, 1.0),
                   costs=costs if costs is not None else {d: FREE for d in drafters}, kv_tokens=kv_tokens, seed=seed,
                   psd=psd if mode == "psd" else None, **server)
-    sim = ServerSimulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, list(drafters)), traces))
+    sim = ServerSimulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, list(drafters)), traces,
+                                         dict(kinds or {})))
     srv = sim.server
     if path == "compiled":
         assert srv.compiled is not None, f"case meant for the compiled path: {compiled_reason(srv)}"

@@ -1,7 +1,8 @@
 """The compiled engine path (simulator/engine/compiled_run.py) against the step-by-step path: the same requests, steps
 and ITL tables bit for bit (no float tolerance: the kernel forms every float as the step path does) over random
 eligible configs (AR and fixed-k SD, k and drafters with and without n-gram proposal caps, every draft cost kind,
-mixed/chunked/separate prefill and vLLM V1's scheduler (decode budget, engine-loop gap), Poisson, burst and
+mixed/chunked/separate prefill and vLLM V1's scheduler (decode budget, engine-loop gap, EAGLE lookahead KV slots,
+async scheduling), Poisson, burst and
 closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large enough to pass the no-preemption check, small
 row buffers that make the kernel run in segments, linear or roofline target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
 the same finishes as the full run."""
@@ -31,14 +32,17 @@ from traces.catalog import get_gpu, get_model
 
 
 def build(traces, wl, *, mode="sd", k=3, drafter="d", drafters=("d",), cost=None, policy=None, kv_tokens=10**6,
-          psd=None, switch_cost_s=0.0, target=None, **server):
+          psd=None, switch_cost_s=0.0, target=None, kinds=None, **server):
     if policy is None and mode != "ar":
         policy = FixedPolicy(drafter, k)
     costs = {d: cost or COSTS["fraction"] for d in drafters}
     server.setdefault("max_num_seqs", 8)
     sc = scenario(mode, policy, target=target or linear(1e-7, 2e-5, 5e-3), costs=costs, kv_tokens=kv_tokens,
                   psd=psd, switch_cost_s=switch_cost_s, **server)
-    return ServerSimulation(sc, inputs(traces, wl, drafters))
+    sim_inputs = inputs(traces, wl, drafters)
+    if kinds:  # each drafter's bundle kind: vLLM V1's lookahead KV reads it
+        sim_inputs = dataclasses.replace(sim_inputs, drafter_kinds=dict(kinds))
+    return ServerSimulation(sc, sim_inputs)
 
 
 def run_path(compiled: bool, segment: int | None = None, **kw):
@@ -98,15 +102,19 @@ def with_roofline(kw: dict, drawn, cost: str) -> dict:
     return kw
 
 
-def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int) -> int:
-    """KV tokens just enough (plus `slack` blocks) for the max_num_seqs largest requests at their largest KV."""
-    need = np.sort(-(-(wl.prompt_len + wl.output_len - 1 + max(1, k)) // block_size))[::-1]
+def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int, lookahead: int = 0) -> int:
+    """KV tokens just enough (plus `slack` blocks) for the max_num_seqs largest requests at their largest KV (with
+    `lookahead` slots each: vLLM V1's for an EAGLE drafter)."""
+    need = np.sort(-(-(wl.prompt_len + wl.output_len - 1 + max(1, k) + lookahead) // block_size))[::-1]
     return int(need[:max_num_seqs].sum() + slack) * block_size
 
 
-def scheduler_of(rules: str) -> dict:
-    """The server's scheduler setting of a drawn prefill rule: vLLM V1's (chunked, mixed) or the default."""
-    return {"scheduler": "vllm-v1"} if rules == "vllm-v1" else {}
+def scheduler_of(rules: str, async_scheduling: bool = False) -> dict:
+    """The server's scheduler setting of a drawn prefill rule: vLLM V1's (chunked, mixed; async scheduling when
+    drawn) or the default."""
+    if rules != "vllm-v1":
+        return {}
+    return {"scheduler": "vllm-v1", **({"async_scheduling": True} if async_scheduling else {})}
 
 
 def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_rate: float, rules: str, budget: int):
@@ -128,16 +136,23 @@ def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_r
        rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]), budget=st.sampled_from([16, 64, 4096]),
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
-       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=rooflines)
+       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=rooflines,
+       eagle=st.booleans(), async_sched=st.booleans())
 def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                         req_rate, max_num_seqs, block_size, slack, overhead, segment,
-                                                        roof):
+                                                        roof, eagle, async_sched):
+    """`eagle`: drafter 'd' is an EAGLE drafter (vLLM V1 reserves k lookahead KV slots per running request for it;
+    'g' is n-gram, none); `async_sched`: vLLM V1 with async scheduling (the engine-loop gap hidden by the forward)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
-    kw = dict(traces=traces, wl=wl, mode=mode, k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
-              cost=COSTS[cost], kv_tokens=tight_kv(wl, k if mode == "sd" else 0, block_size, max_num_seqs, slack),
+    drafter = "g" if ngram and seed % 2 else "d"
+    kind = ("draft_model" if seed % 5 == 0 else "eagle") if eagle else "ngram"  # drafter 'd' (both keep KV)
+    look = k if mode == "sd" and rules == "vllm-v1" and eagle and drafter == "d" else 0
+    kw = dict(traces=traces, wl=wl, mode=mode, k=k, drafter=drafter, drafters=drafters,
+              cost=COSTS[cost], kv_tokens=tight_kv(wl, k if mode == "sd" else 0, block_size, max_num_seqs, slack, look),
               max_num_seqs=max_num_seqs, block_size=block_size, step_overhead_s=overhead,
               max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
-              prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules))
+              prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules, async_sched),
+              kinds={"d": kind, "g": "ngram"})
     kw = with_roofline(kw, roof, cost)
     fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
@@ -169,10 +184,10 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
        k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
-       k_eagle=st.integers(1, 5), roof=rooflines)
+       k_eagle=st.integers(1, 5), roof=rooflines, eagle=st.booleans(), async_sched=st.booleans())
 def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
-        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof):
+        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
     per step) and UCB / MetaSD-UCB with the BE reward (per-request or shared statistics, one or two arms) over the
     same random configs: every restated rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
@@ -186,11 +201,15 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
         budget = int(wl.prompt_len.max()) + seed % 9
     spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle)
     look = k_max if policy == "adaptive-k" else k_ngram if "ucb" in policy else max(k_ngram, k_eagle)
+    # 'd' an EAGLE drafter (when drawn): under vLLM V1 every running request holds `look` lookahead slots when the
+    # policy uses it (adaptive-k on 'g' does not)
+    uses_d = not (policy == "adaptive-k" and spec["drafter"] == "g")
+    slots = look if rules == "vllm-v1" and eagle and uses_d else 0
     kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
-              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
+              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack, slots), max_num_seqs=max_num_seqs,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
-              **scheduler_of(rules))
+              **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"})
     kw = with_roofline(kw, roof, cost)
     fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
@@ -557,3 +576,25 @@ pickle.dump(out, open(OUT, "wb"))
     for a, b in tables_jit_on_and_off(code, tmp_path):
         assert a[0] == b[0] == "compiled"
         assert_same_run_tables(a, b)
+
+
+def test_vllm_v1_lookahead_slots_and_async_scheduling_are_equal():
+    """`scheduler: vllm-v1` with an EAGLE drafter (k = 4 lookahead slots per running request) and async scheduling
+    on the compiled path, 60 requests arriving at once, KV just large enough for the no-preemption check with the
+    slots: the tables equal the step path's, the slots show in the peak KV (above the same run's with an n-gram
+    drafter), and each step starts max(its predecessor's forward, the 7 ms host gap) after that one started."""
+    traces = traces_with(20, 5, 0.7, False)
+    wl = workload(traces, 60, rate=None, seed=5)
+    gap = 7e-3
+    kw = dict(traces=traces, wl=wl, mode="sd", k=4, cost=COSTS["fraction"], max_num_seqs=6, scheduler="vllm-v1",
+              async_scheduling=True, max_num_batched_tokens=64, step_overhead_s=gap, block_size=4,
+              kv_tokens=tight_kv(wl, 4, 4, 6, 0, lookahead=4))
+    fast, ngram = run_path(True, kinds={"d": "eagle"}, **kw), run_path(True, kinds={"d": "ngram"}, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert_same(fast, run_path(False, kinds={"d": "eagle"}, **kw))
+    assert fast.extras["kv_peak_blocks"] > ngram.extras["kv_peak_blocks"]
+    steps = fast.steps.groupby("step").agg(start=("start", "min"), end=("end", "max"))
+    start, end = steps.start.to_numpy(), steps.end.to_numpy()
+    forward, period = end[:-1] - start[:-1], start[1:] - start[:-1]
+    assert (forward < gap).any() and (forward > gap).any()  # both sides of the max occur
+    assert np.allclose(period, np.maximum(forward, gap), rtol=0, atol=1e-12)
