@@ -964,10 +964,7 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
     if roof:
         modelled.append(f"target step times of {len(roof)} of {len({(c.gpu, c.tp) for c in cands})} (GPU, TP) pairs: "
                         "roofline model from datasheets, not measured")
-    server = (base or {}).get("server", {})
-    if server.get("scheduler", "draftsim") != "vllm-v1":
-        modelled.append(f"scheduling: draftsim's rules (server.scheduler {server.get('scheduler', 'draftsim')}, "
-                        f"chunked_prefill {server.get('chunked_prefill')}), not vLLM V1's that the deploy line runs")
+    modelled += _scheduling(cands)
     if any(c.mode.mode == "psd" for c in cands):
         modelled.append("PSD: max_num_seqs sequences in all per target replica, split over its two sub-batches")
     mtp = sorted({c.mode.name for c in drafting if is_mtp_mode(c.mode)})
@@ -981,6 +978,27 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
                         "request (prefill chunks included)")
     modelled += [n for n in notes if n.startswith("n-gram acceptance replayed")]
     return {k: v for k, v in (("measured", measured), ("borrowed", borrowed), ("modelled", modelled)) if v}
+
+
+def _scheduling(cands: list[Candidate]) -> list[str]:
+    """Which scheduler rules the candidates were simulated under (simulator/engine/scheduler.py SCHEDULERS), one
+    line per scheduler; any other than vLLM V1's is flagged, since every deploy line runs vLLM V1."""
+    from simulator.engine.scheduler import DEFAULT_SCHEDULER, scheduler_variant
+
+    by: dict[str, list[Candidate]] = {}
+    for c in cands:
+        by.setdefault(c.config["server"].get("scheduler", DEFAULT_SCHEDULER), []).append(c)
+    lines = []
+    for name, group in sorted(by.items()):
+        variant = scheduler_variant(name)
+        some = "" if len(group) == len(cands) else f" ({len(group)} of {len(cands)} candidates)"
+        chunked = sorted({bool(c.config["server"].get("chunked_prefill")) or variant.always_chunked for c in group})
+        line = (f"scheduling simulated: server.scheduler {name}{some}, chunked prefill "
+                f"{'/'.join('on' if x else 'off' for x in chunked)}: {variant.description}")
+        if name != "vllm-v1":
+            line += "; not vLLM V1's rules, which the deploy line runs"
+        lines.append(line)
+    return lines
 
 
 def _best_research(meets: list[dict[str, Any]], answer: dict[str, Any] | None) -> dict[str, Any] | None:
