@@ -12,7 +12,7 @@ from policies.base import Policy
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
-from simulator.engine.scheduler import DEFAULT_SCHEDULER, SCHEDULERS, scheduler_variant
+from simulator.engine.scheduler import DEFAULT_SCHEDULER, SCHEDULERS, describe_schedulers, scheduler_variant
 from simulator.seeds import ServerSeeds
 from traces.config_base import StrictModel as _Strict
 from traces.config_base import validate_model
@@ -69,10 +69,7 @@ class ServerConfig(_Strict):
     temperature: float | None = Field(None, exclude=True, allow_inf_nan=False, description=(
         "sampling temperature; only as a consistency check: > 0 needs verification: sampled, 0 greedy"))
     scheduler: str = Field(DEFAULT_SCHEDULER, description=(
-        "the scheduler's rules, by name (simulator/engine/scheduler.py SCHEDULERS): vllm-v1 (the default): vLLM "
-        "V1's rules (VLLM_V1_RULES): chunked prefill on, one token budget shared by decode, draft and prefill "
-        "tokens in running order, then waiting requests; draftsim: decodes are always scheduled and only prefills "
-        "are limited by max_num_batched_tokens (chunked prefill off unless set; prefill: separate allowed)"))
+        f"the scheduler's rules, by name (simulator/engine/scheduler.py SCHEDULERS): {describe_schedulers()}"))
     num_target_gpus: int = Field(1, ge=1, description="GPUs of the target (for per-GPU figures)")
     num_draft_gpus: int = Field(0, ge=0, description="dedicated draft GPUs (PSD uses 1)")
 
