@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, InstanceOf, field_serializer, model_validator
+from pydantic import ConfigDict, Field, InstanceOf, field_serializer, field_validator, model_validator
 
 from policies.base import Policy
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
+from simulator.engine.scheduler import DEFAULT_SCHEDULER, SCHEDULERS, describe_schedulers, scheduler_variant
 from simulator.seeds import ServerSeeds
 from traces.config_base import StrictModel as _Strict
 from traces.config_base import validate_model
@@ -67,10 +68,8 @@ class ServerConfig(_Strict):
         "(needs per-position tv in the traces for every drafter used)"))
     temperature: float | None = Field(None, exclude=True, allow_inf_nan=False, description=(
         "sampling temperature; only as a consistency check: > 0 needs verification: sampled, 0 greedy"))
-    scheduler: Literal["draftsim", "vllm-v1"] = Field("draftsim", description=(
-        "draftsim: decodes are always scheduled and only prefills are limited by max_num_batched_tokens; "
-        "vllm-v1: vLLM V1's rules (simulator/engine/scheduler.py VLLM_V1_RULES): chunked prefill on, one token budget "
-        "shared by decode, draft and prefill tokens in running order, then waiting requests"))
+    scheduler: str = Field(DEFAULT_SCHEDULER, description=(
+        f"the scheduler's rules, by name (simulator/engine/scheduler.py SCHEDULERS): {describe_schedulers()}"))
     async_scheduling: bool = Field(False, description=(
         "vLLM's --async-scheduling (needs scheduler: vllm-v1): the next step's host work (step_overhead_s, the "
         "engine-loop gap) overlaps this step's forward, so a step's period is max(forward, host) "
@@ -81,14 +80,29 @@ class ServerConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _vllm_v1_preset(cls, doc: Any) -> Any:
-        """scheduler: vllm-v1 turns chunked prefill on (vLLM V1 always chunks); an explicit `false` is refused."""
-        if not isinstance(doc, dict) or doc.get("scheduler") != "vllm-v1":
+        """A scheduler that always chunks (vllm-v1, the default) turns chunked prefill on; an explicit
+        `chunked_prefill: false` or `prefill: separate` is refused, naming the schedulers that allow it."""
+        if not isinstance(doc, dict):
             return doc
+        name = doc.get("scheduler", DEFAULT_SCHEDULER)
+        variant = SCHEDULERS.get(name) if isinstance(name, str) else None
+        if variant is None or not variant.always_chunked:
+            return doc  # an unknown name: the field's own check names it
+        which = f"scheduler: {name!r}" + (" (the default)" if "scheduler" not in doc else "")
+        others = " or ".join(f"scheduler: {v.name}" for v in SCHEDULERS.values() if not v.always_chunked)
         if doc.get("chunked_prefill") is False:
-            raise ValueError("scheduler: 'vllm-v1' always chunks prefills; drop chunked_prefill: false")
+            raise ValueError(f"chunked_prefill: false needs {others}; {which} always chunks prefills (vLLM V1): "
+                             "drop chunked_prefill: false or set " + others)
         if doc.get("prefill", "mixed") != "mixed":
-            raise ValueError("scheduler: 'vllm-v1' mixes prefill chunks into decode steps; drop prefill: separate")
+            raise ValueError(f"prefill: {doc['prefill']!r} needs {others}; {which} mixes prefill chunks into decode "
+                             "steps (vLLM V1): drop prefill: separate or set " + others)
         return {**doc, "chunked_prefill": True}
+
+    @field_validator("scheduler")
+    @classmethod
+    def _known_scheduler(cls, name: str) -> str:
+        """A registered scheduler name (simulator/engine/scheduler.py SCHEDULERS)."""
+        return scheduler_variant(name).name
 
     @model_validator(mode="before")
     @classmethod

@@ -225,7 +225,7 @@ def simulate(cfg: BatchedLiveConfig, mode: BatchMode, bundle, target_profile, co
     run = RunSpec(name=mode.name, mode=sim_mode, policy=mode.policy, psd=psd)
     server = ServerConfig(target_profile=target_profile, max_num_seqs=cfg.max_num_seqs,
                           max_num_batched_tokens=4096, kv_capacity_tokens=4 * need * cfg.max_num_seqs,
-                          prefill="separate")
+                          prefill="separate", scheduler="draftsim")  # the live runner's prefill-only steps
     return simulate(make_scenario(run, server, costs, cfg.seed), inputs, live=True)
 
 

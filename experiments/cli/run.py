@@ -26,8 +26,12 @@ def results_dir(args: argparse.Namespace, name: str, where: str) -> Path | None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from simulator.engine.scheduler import describe_schedulers  # the registry: the engine runs it anyway
+
     p = sub.add_parser("run", help="run an experiment (default: the built-in AR vs SD comparison)",
-                       description="Simulate every run of an experiment config and compare them.")
+                       description="Simulate every run of an experiment config and compare them.",
+                       epilog=f"Schedulers (server.scheduler, e.g. --set server.scheduler=draftsim): "
+                              f"{describe_schedulers()}.")
     p.add_argument("config", nargs="?", default="default",
                    help="experiment YAML file or built-in name (default: %(default)s)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

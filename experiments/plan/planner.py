@@ -972,10 +972,7 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
     if roof:
         modelled.append(f"target step times of {len(roof)} of {len({(c.gpu, c.tp) for c in cands})} (GPU, TP) pairs: "
                         "roofline model from datasheets, not measured")
-    server = (base or {}).get("server", {})
-    if server.get("scheduler", "draftsim") != "vllm-v1":
-        modelled.append(f"scheduling: draftsim's rules (server.scheduler {server.get('scheduler', 'draftsim')}, "
-                        f"chunked_prefill {server.get('chunked_prefill')}), not vLLM V1's that the deploy line runs")
+    modelled += _scheduling(cands)
     if any(c.mode.mode == "psd" for c in cands):
         modelled.append("PSD: max_num_seqs sequences in all per target replica, split over its two sub-batches")
     modelled += _engine_lines(cands)
@@ -994,8 +991,10 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
 
 def _engine_lines(cands: list[Candidate]) -> list[str]:
     """vLLM V1's KV lookahead slots and async scheduling as the simulated servers ran them (one line each)."""
+    from simulator.engine.scheduler import DEFAULT_SCHEDULER
+
     servers = [c.config["server"] for c in cands]
-    if not any(s.get("scheduler") == "vllm-v1" for s in servers):
+    if not any(s.get("scheduler", DEFAULT_SCHEDULER) == "vllm-v1" for s in servers):
         return []
     slots = sorted({(c.mode.name, c.kv_lookahead) for c in cands if c.mode.mode == "sd"})
     held = [f"{name} {n}" for name, n in slots if n]
@@ -1010,6 +1009,27 @@ def _engine_lines(cands: list[Candidate]) -> list[str]:
                      "host work between steps adds to each step")
     else:
         lines.append("async scheduling: on for some candidates, off for others (each deploy line says which)")
+    return lines
+
+
+def _scheduling(cands: list[Candidate]) -> list[str]:
+    """Which scheduler rules the candidates were simulated under (simulator/engine/scheduler.py SCHEDULERS), one
+    line per scheduler; any other than vLLM V1's is flagged, since every deploy line runs vLLM V1."""
+    from simulator.engine.scheduler import DEFAULT_SCHEDULER, scheduler_variant
+
+    by: dict[str, list[Candidate]] = {}
+    for c in cands:
+        by.setdefault(c.config["server"].get("scheduler", DEFAULT_SCHEDULER), []).append(c)
+    lines = []
+    for name, group in sorted(by.items()):
+        variant = scheduler_variant(name)
+        some = "" if len(group) == len(cands) else f" ({len(group)} of {len(cands)} candidates)"
+        chunked = sorted({bool(c.config["server"].get("chunked_prefill")) or variant.always_chunked for c in group})
+        line = (f"scheduling simulated: server.scheduler {name}{some}, chunked prefill "
+                f"{'/'.join('on' if x else 'off' for x in chunked)}: {variant.description}")
+        if name != "vllm-v1":
+            line += "; not vLLM V1's rules, which the deploy line runs"
+        lines.append(line)
     return lines
 
 

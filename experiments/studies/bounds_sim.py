@@ -66,8 +66,9 @@ def _run(mode: str, t: float, v: float, m: int, inputs: SimInputs, k: int,
          seed: int, prefill: str = "mixed") -> tuple[float, float, int]:
     run = RunSpec(name=mode, mode=mode, policy={"name": "fixed", "drafter": DRAFTER, "k": k},
                   psd=PSDConfig(sub_batch_max_num_seqs=m) if mode == "psd" else None)
+    # draftsim's scheduler rules: the published pipeline bound's model (every decode every step; prefill modes)
     server = ServerConfig(target_profile=constant_profile(v), max_num_seqs=m, max_num_batched_tokens=1_000_000,
-                          kv_capacity_tokens=10_000_000, prefill=prefill)
+                          kv_capacity_tokens=10_000_000, prefill=prefill, scheduler="draftsim")
     sc = make_scenario(run, server, {DRAFTER: DraftCost(kind="constant", seconds=t)}, seed)
     res = simulate(sc, inputs)
     x, e2e = steady_state(res.requests, res.steps, trim=4 * m)

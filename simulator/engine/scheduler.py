@@ -5,11 +5,13 @@ blocks; paged KV growth; preemption of the newest request by recompute; prefill 
 "separate": vLLM V0 without chunked prefill (MineDraft): a step that schedules prefills schedules no
 decodes. PSD sub-batch sides are kept here too (MineDraft's scheduler owns them).
 
-`rules` = "vllm-v1" (server `scheduler: vllm-v1`) follows vLLM V1's `Scheduler.schedule()` (vLLM 0.32,
-vllm/v1/core/sched/scheduler.py) where it matters for timing; see VLLM_V1_RULES.
+`rules` names a variant of the scheduler registry `SCHEDULERS` (server `scheduler:`): "vllm-v1", the default,
+follows vLLM V1's `Scheduler.schedule()` (vLLM 0.32, vllm/v1/core/sched/scheduler.py) where it matters for timing
+(VLLM_V1_RULES); "draftsim" is the older rule set that paper reproductions (MineDraft's V0 runs) keep.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import islice
 from typing import Literal
 
@@ -23,7 +25,7 @@ from simulator.engine.rules.prefill_plan import PlanSums, PrefillLimits, plan_bu
 from simulator.engine.workload_arrays import EngineWorkload
 
 PrefillMode = Literal["mixed", "separate"]
-SchedulerRules = Literal["draftsim", "vllm-v1"]
+SchedulerRules = str  # a name in SCHEDULERS
 
 VLLM_V1_RULES = {
     "modelled": (
@@ -60,6 +62,64 @@ VLLM_V1_RULES = {
         "client/API-server overheads (tokenisation, detokenisation, HTTP): the step recorder times engine steps",
     ),
 }
+DRAFTSIM_RULES = {
+    "modelled": (
+        "every running request decodes (with all its drafts) every step; only prefill chunks are limited by "
+        "max_num_batched_tokens, which they share with the step's decode and draft tokens",
+        "chunked prefill off by default (a prompt is prefilled whole in one step); chunked_prefill: true splits it",
+        "prefill: separate (vLLM V0 without chunked prefill, as MineDraft runs): a step that schedules prefills "
+        "schedules no decodes",
+        "waiting requests are admitted FIFO while budget, max_num_seqs and free KV blocks allow, and only in steps "
+        "that preempted nobody; KV in blocks, the newest running request preempted by recompute",
+        "step_overhead_s is part of every step's time",
+    ),
+    "not_modelled": (
+        "vLLM V1's shared token budget (decodes are never cut or left waiting by it)",
+        "vLLM V1's engine-loop gap between busy steps",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class SchedulerVariant:
+    """One named scheduler rule set, selected by a server's `scheduler:` (the registry SCHEDULERS)."""
+
+    name: str
+    description: str  # one line, for `draftsim run --help` and the docs
+    decodes_in_budget: bool  # decode and draft tokens come out of max_num_batched_tokens (rules/decode_budget.py)
+    engine_loop_gap: bool  # step_overhead_s passes between busy steps (rules/engine_loop.py), not inside a step
+    always_chunked: bool  # chunked prefill always on; prefill: separate and chunked_prefill: false refused
+    modelled: tuple[str, ...]
+    not_modelled: tuple[str, ...]
+
+
+SCHEDULERS: dict[str, SchedulerVariant] = {v.name: v for v in (
+    SchedulerVariant("vllm-v1", "vLLM V1's scheduler (the default): chunked prefill, one token budget shared by "
+                     "decode, draft and prefill tokens, the engine-loop gap between busy steps",
+                     decodes_in_budget=True, engine_loop_gap=True, always_chunked=True, **VLLM_V1_RULES),
+    SchedulerVariant("draftsim", "draftsim's older rules (paper reproductions: MineDraft's vLLM V0 runs): decodes "
+                     "always scheduled, only prefills limited by the token budget; chunked prefill off unless set; "
+                     "prefill: separate allowed",
+                     decodes_in_budget=False, engine_loop_gap=False, always_chunked=False, **DRAFTSIM_RULES),
+)}
+DEFAULT_SCHEDULER = "vllm-v1"
+
+
+def scheduler_variant(name: str) -> SchedulerVariant:
+    """The registered scheduler `name`; else ValueError naming the field and the registered names."""
+    try:
+        return SCHEDULERS[name]
+    except (KeyError, TypeError):
+        names = [repr(n) for n in sorted(SCHEDULERS)]
+        expected = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        raise ValueError(f"scheduler: expected {expected}, got {name!r}") from None
+
+
+def describe_schedulers() -> str:
+    """One line per registered scheduler: name and description (CLI help, docs)."""
+    return "; ".join(f"{v.name}: {v.description}" for v in SCHEDULERS.values())
+
+
 EMPTY = np.zeros(0, dtype=np.int64)
 EMPTY.setflags(write=False)
 NO_PLAN = PlanSums(0, 0, 0)
@@ -70,11 +130,10 @@ class Scheduler:
 
     def __init__(self, state: RequestState, wl: EngineWorkload, pool: BlockPool, *, max_num_seqs: int,
                  max_num_batched_tokens: int, chunked: bool, prefill: PrefillMode = "mixed", psd: bool = False,
-                 rules: SchedulerRules = "draftsim", lookahead: int = 0):
-        if rules not in ("draftsim", "vllm-v1"):
-            raise ValueError(f"scheduler: expected 'draftsim' or 'vllm-v1', got {rules!r}")
-        if rules == "vllm-v1" and (not chunked or prefill != "mixed"):
-            raise ValueError("scheduler: 'vllm-v1' needs chunked prefill with prefill: mixed")
+                 rules: SchedulerRules = DEFAULT_SCHEDULER, lookahead: int = 0):
+        variant = scheduler_variant(rules)
+        if variant.always_chunked and (not chunked or prefill != "mixed"):
+            raise ValueError(f"scheduler: {rules!r} needs chunked prefill with prefill: mixed")
         if prefill not in ("mixed", "separate"):
             raise ValueError(f"prefill: expected 'mixed' or 'separate', got {prefill!r}")
         if prefill == "separate" and chunked:
@@ -86,7 +145,7 @@ class Scheduler:
         self.chunked = chunked
         self.separate = prefill == "separate"
         self.psd = psd
-        self.decodes_in_budget = rules == "vllm-v1"
+        self.decodes_in_budget = variant.decodes_in_budget
         self.verify_side = 0  # PSD: the sub-batch verified this step
         self.lookahead = lookahead  # KV slots per running request beyond its tokens (rules/kv.lookahead_slots)
         self.limits = PrefillLimits(max_num_seqs, max_num_batched_tokens, chunked, pool.block_size, lookahead)

@@ -21,7 +21,7 @@ from simulator.engine.records import REQUEST_COLUMNS
 from simulator.engine.request_state import RequestState
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 from simulator.engine.rules.kv import lookahead_slots
-from simulator.engine.scheduler import Scheduler
+from simulator.engine.scheduler import Scheduler, scheduler_variant
 from simulator.server_config import Scenario
 from simulator.engine.step_outcome import StepOutcome
 from simulator.engine import compiled_run
@@ -66,7 +66,7 @@ class Server:
         # vLLM V1 (vllm/v1/engine/core.py run_busy_loop: _process_input_queue() then step() = schedule(),
         # execute, update_from_output(), outputs out): the gap between busy steps falls after a step's tokens are
         # out and before the input queue is read, so arrivals during it join the next step (see loop).
-        self.gap_s = cfg.step_overhead_s if cfg.scheduler == "vllm-v1" else 0.0
+        self.gap_s = cfg.step_overhead_s if scheduler_variant(cfg.scheduler).engine_loop_gap else 0.0
         self.async_scheduling = cfg.async_scheduling  # the gap overlaps the step before it (rules/engine_loop)
         self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s - self.gap_s,
                                scenario.switch_cost_s, st, workload)

@@ -59,12 +59,15 @@ def summary(res, sc) -> dict:
        router=st.sampled_from(["round_robin", "least_outstanding", "least_kv", "affinity"]),
        rate=st.sampled_from([None, 30.0, 300.0]), clients=st.sampled_from([0, 3]),
        think=st.sampled_from([0.0, 0.05]), seqs=st.integers(1, 6),
-       prefill=st.sampled_from(["mixed", "separate", "chunked"]), seed=st.integers(0, 1000))
+       prefill=st.sampled_from(["mixed", "separate", "chunked", "vllm-v1"]), seed=st.integers(0, 1000))
 def test_every_request_is_served_exactly_once_by_exactly_one_replica(mode, replicas, router, rate, clients, think,
                                                                      seqs, prefill, seed):
     traces = iid_traces(10, seed=seed, out=(1, 60))
     wl = workload(traces, 25, rate=rate if not clients else None, clients=clients, think=think, seed=seed)
-    sched = {"chunked_prefill": True, "max_num_batched_tokens": 64} if prefill == "chunked" else {"prefill": prefill}
+    # draftsim's three prefill modes, and vLLM V1's scheduler (the default) with a budget that cuts decodes
+    sched = {"vllm-v1": {"max_num_batched_tokens": 64},
+             "chunked": {"scheduler": "draftsim", "chunked_prefill": True, "max_num_batched_tokens": 64}}.get(
+        prefill, {"scheduler": "draftsim", "prefill": prefill})
     sim, res, _ = simulate_cluster(traces, wl, mode=mode, replicas=replicas, router=router, seed=seed,
                                    srv=server(max_num_seqs=seqs, **sched))
     rq = res.requests

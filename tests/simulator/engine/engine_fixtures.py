@@ -47,9 +47,10 @@ def linear(a_kv=1e-7, b_tok=2e-5, const=5e-3) -> LinearProfile:
 
 
 def scenario(mode="sd", policy=None, *, target=None, costs=None, kv_tokens=10**6, seed=0, psd=None,
-             switch_cost_s=0.0, name=None, **server) -> Scenario:
-    """A resolved Scenario with a policy object (no config spec): `server` are ServerConfig fields."""
-    cfg = ServerConfig(target_profile=target or linear(), kv_capacity_tokens=kv_tokens, **server)
+             switch_cost_s=0.0, name=None, scheduler="draftsim", **server) -> Scenario:
+    """A resolved Scenario with a policy object (no config spec): `server` are ServerConfig fields. The engine tests
+    hand-work draftsim's scheduler rules, so it is named here unless a test asks for another (as `simulate` does)."""
+    cfg = ServerConfig(target_profile=target or linear(), kv_capacity_tokens=kv_tokens, scheduler=scheduler, **server)
     return Scenario(name=name or mode, mode=mode, server=cfg, target=cfg.target(), draft_costs=dict(costs or {}),
                     policy=policy, seeds=ServerSeeds.of(seed), kv_capacity_tokens=kv_tokens,
                     psd=psd or PSDConfig(), switch_cost_s=switch_cost_s)

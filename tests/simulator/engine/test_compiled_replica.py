@@ -23,13 +23,20 @@ from simulator.engine.compiled_replica import exact_delay, exact_delays
 from simulator.engine.workload_arrays import EngineWorkload
 from simulator.scenario import SimInputs, make_cluster_scenario, simulation
 from simulator.server_config import RunSpec
-from tests.simulator.cluster.test_cluster import DRAFTERS, server
+from tests.simulator.cluster.test_cluster import DRAFTERS
+from tests.simulator.cluster.test_cluster import server as cluster_server
 from tests.simulator.engine.engine_fixtures import assert_same_run_tables, iid_traces, tables_jit_on_and_off, workload
 
 POLICIES = {"fixed": {"name": "fixed", "drafter": "d", "k": 3},
             "adaptive-k": {"name": "adaptive-k", "drafter": "d", "k_max": 4},
             "adaptive-k-shared": {"name": "adaptive-k", "drafter": "d", "k_max": 3, "scope": "shared"},
             "ucb": {"name": "ucb", "drafters": ["d"], "k": 2}}
+
+
+def server(**kw):
+    """The cluster tests' server under draftsim's scheduler unless `scheduler` is given: the compiled replica path
+    these tests compare takes draftsim's rules (a vllm-v1 replica takes the step path and says why)."""
+    return cluster_server(**{"scheduler": "draftsim", **kw})
 
 
 def cluster_sim(compiled: bool, traces, wl, *, mode: str, policy: str, replicas, router: dict, srv, seed: int,

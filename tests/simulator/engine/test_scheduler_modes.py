@@ -46,7 +46,8 @@ def test_separate_prefill_steps_never_mix_decode_and_prefill(mode):
 
 def test_separate_prefill_refuses_chunked_prefill():
     with pytest.raises(ValueError, match="chunked_prefill"):
-        ServerConfig(target_profile="x", kv_capacity_tokens=1000, prefill="separate", chunked_prefill=True)
+        ServerConfig(target_profile="x", kv_capacity_tokens=1000, prefill="separate", chunked_prefill=True,
+                     scheduler="draftsim")
     traces = iid_traces(3, seed=22)
     with pytest.raises(ValueError, match="chunked_prefill"):
         simulate(traces, workload(traces, 3), prefill="separate", chunked=True)

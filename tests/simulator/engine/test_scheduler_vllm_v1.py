@@ -21,7 +21,7 @@ def test_preset_turns_chunked_prefill_on_and_refuses_contradictions():
         ServerConfig(target_profile="x", kv_capacity_tokens=1000, scheduler="vllm-v1", chunked_prefill=False)
     with pytest.raises(ValueError, match="drop prefill: separate"):
         ServerConfig(target_profile="x", kv_capacity_tokens=1000, scheduler="vllm-v1", prefill="separate")
-    assert ServerConfig(target_profile="x", kv_capacity_tokens=1000).scheduler == "draftsim"
+    assert ServerConfig(target_profile="x", kv_capacity_tokens=1000).scheduler == "vllm-v1"  # the default
 
 
 def test_rules_are_listed_both_ways():
