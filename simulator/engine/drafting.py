@@ -36,6 +36,12 @@ class Drafting:
         self.first_flat = table.offsets[wl.trace_index]
         self.last_flat = table.offsets[wl.trace_index + 1] - 1
         pol = self.policy
+        self.tree = pol.tree if mode != "ar" else None  # a static draft tree (traces/tree.py) or None: chains
+        if self.tree is not None:
+            self._check_tree(mode, verification)
+            from simulator.engine.compiled_kernel import accept_tree  # rules/tree.accept_tree, compiled
+
+            self._accept_tree = accept_tree
         if pol.reads_ground_truth:
             if live:
                 raise ValueError(f"policy {pol.name!r} reads the ground truth (an oracle) and cannot run live")
@@ -59,12 +65,6 @@ class Drafting:
 
             self._sampler = sample_accepted
         self.max_k: int | None = None  # the policy's stated max_draft_tokens(), read at its first choice
-        self.tree = pol.tree if mode != "ar" else None  # a static draft tree (traces/tree.py) or None: chains
-        if self.tree is not None:
-            self._check_tree(mode, verification)
-            from simulator.engine.compiled_kernel import accept_tree  # rules/tree.accept_tree, compiled
-
-            self._accept_tree = accept_tree
 
     def _check_tree(self, mode: str, verification: str) -> None:
         """Refuse, before any step, a tree the traces cannot replay: greedy SD only, every drafter the policy
