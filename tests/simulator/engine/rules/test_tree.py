@@ -10,7 +10,7 @@ from simulator.costs.roofline import RooflineTerms
 from simulator.engine.rules import tree as tree_rules
 from simulator.engine.rules.pricing import (DRAFT_AUTOREGRESSIVE, DRAFT_CONSTANT, DRAFT_FRACTION, DRAFT_WHOLE,
                                             PROFILE_LINEAR, DraftTerms, ProfileTerms, draft_time)
-from traces.tree import chain_tree, tree_from_paths
+from traces.tree import chain_tree, tree_from_paths, tree_from_widths
 
 FIVE = tree_from_paths([(0,), (1,), (0, 0), (0, 1), (1, 0)])  # nodes: (0,) (1,) (0,0) (0,1) (1,0)
 # 1e-3 x kv + 1e-2 x batched tokens + 0.1 x seqs + 1.0
@@ -71,6 +71,12 @@ def test_tree_draft_time_one_pass_per_depth_by_hand():
     assert tree_rules.tree_draft_time(DraftTerms(DRAFT_FRACTION, 0.0, 0.25, False), None, 3, 15, passes, 50,
                                       2.0) == 0.5
     assert tree_rules.tree_draft_time(ar, LINEAR, 3, 0, passes, 50, 2.0) == 0.0  # nothing proposed
+    # widths [2, 1, 1]: passes read 1, 2, 2 tokens; one sequence over 10 KV: 1.12, then 2 tokens over 11 KV =
+    # 0.011 + 0.02 + 0.1 + 1 = 1.131, then 2 tokens over 13 KV = 1.133
+    wide = tuple(int(c) for c in tree_from_widths([2, 1, 1]).draft_pass_tokens())
+    assert wide == (1, 2, 2)
+    assert tree_rules.tree_draft_time(ar, LINEAR, 1, 6, wide, 10, 0.0) == pytest.approx(1.12 + 1.131 + 1.133,
+                                                                                         rel=1e-12)
 
 
 @settings(max_examples=40, deadline=None)
