@@ -157,6 +157,15 @@ def test_trees_the_traces_cannot_replay_are_refused(change, match):
         run(traces, policy, top_k=2, **change.get("server", {}))
 
 
+def test_a_tree_outside_sd_mode_is_refused():
+    traces = tree_traces(2, 0, depth=2, top_k=2)
+    wl = workload(traces, rate=40.0)
+    sc = scenario("psd", FixedPolicy("d", tree=FIVE), costs={"d": COSTS["zero"]}, chunked_prefill=False)
+    inputs = SimInputs(wl, AcceptanceTable.from_traces(traces, ["d"], tree_top_k={"d": 2}), traces)
+    with pytest.raises(ValueError, match="a draft tree runs in mode sd only"):
+        ServerSimulation(sc, inputs).simulate()
+
+
 def test_policy_config_errors_name_the_key():
     with pytest.raises(ValueError, match=r"runs\[a\]\.policy: tree: path \[1, 1\] has no parent"):
         make_policy({"name": "fixed", "drafter": "d", "tree": [[0], [1, 1]]}, "runs[a].policy")
