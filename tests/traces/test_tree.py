@@ -39,6 +39,8 @@ def test_five_node_tree_hand_worked():
     assert t.rank.tolist() == [0, 1, 0, 1, 0]
     assert t.level_sizes().tolist() == [2, 3]
     assert t.draft_pass_tokens().tolist() == [1, 2]  # pass 1 reads the root, pass 2 the two depth-1 nodes
+    # a node without children is not read: in [(0,), (1,), (0, 0)] pass 2 reads (0,) only
+    assert tree_from_paths([(0,), (1,), (0, 0)]).draft_pass_tokens().tolist() == [1, 1]
     # rows of tree_rank (depth 3 traced, K = 4):
     assert accepted(t, [1, 0, 0]) == 2  # (1,) then (1, 0); no depth 3 in the tree
     assert accepted(t, [0, 2, 0]) == 1  # (0,) yes, (0, 2) is not a path

@@ -54,10 +54,10 @@ def run(traces, policy, *, cost="zero", top_k=4, rate=40.0, clients=0, **server)
 
 @settings(max_examples=12, deadline=None)
 @given(depth=st.integers(1, 4), seed=st.integers(0, 2**16), cost=st.sampled_from(sorted(COSTS)),
-       v1=st.booleans(), seqs=st.integers(1, 6), budget=st.integers(40, 400))
+       v1=st.booleans(), seqs=st.integers(1, 6), budget=st.integers(4, 40))
 def test_width_one_tree_runs_as_the_chain_of_its_depth(depth, seed, cost, v1, seqs, budget):
     """Whole run tables (requests, steps, ITL) equal, bit for bit, including vLLM V1's decode budget cutting drafts
-    (a cut tree is its leading nodes, a cut chain its leading drafts)."""
+    (a cut tree is its leading nodes, a cut chain its leading drafts): a budget of 4..40 tokens cuts often."""
     traces = tree_traces(6, seed, depth, top_k=4)
     server = dict(max_num_seqs=seqs, scheduler="vllm-v1", max_num_batched_tokens=budget) if v1 else \
         dict(max_num_seqs=seqs)
