@@ -2,7 +2,8 @@
 
 A bundle holds, per request and per drafter, the acceptance trace of DESIGN "Data model":
 `acc_len[p]` (tokens one verify step emits when drafting starts at output position p, uncapped,
->= 1), and optionally `tv[p]` and `proposal_len[p]`.
+>= 1), and optionally `tv[p]`, `proposal_len[p]` and `tree_rank[p]` (the ranks a static draft tree is replayed
+from, traces/tree.py; the drafter's params then declare tree_top_k and tree_depth).
 """
 from __future__ import annotations
 
