@@ -69,7 +69,8 @@ class Server:
         self.gap_s = cfg.step_overhead_s if scheduler_variant(cfg.scheduler).engine_loop_gap else 0.0
         self.async_scheduling = cfg.async_scheduling  # the gap overlaps the step before it (rules/engine_loop)
         self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s - self.gap_s,
-                               scenario.switch_cost_s, st, workload)
+                               scenario.switch_cost_s, st, workload, tree_passes=None if self.drafting.tree is None
+                               else tuple(int(c) for c in self.drafting.tree.draft_pass_tokens()))
         if self.mode == "psd" and any(c.kind == "engine_step" for c in scenario.draft_costs.values()):
             raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
                              "steps; PSD drafts on its own device: use whole_proposal or autoregressive")
