@@ -18,6 +18,7 @@ from traces.atomic import atomic_open, atomic_write_text
 from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_TOKENS_PER_REQUEST
 from traces.parsing import iter_jsonl, load_yaml_file, resolved_path
+from traces.tree import rank_dtype, tail_violation, tree_params
 
 SCHEMA_VERSION = 1
 TOOL_VERSION = "0.1.0"
@@ -26,7 +27,7 @@ DRAFTER_KINDS = ("eagle", "ngram", "draft_model", "int8", "truncated", "mtp", "s
 _META_KEYS = {"schema_version", "target", "temperature", "drafters", "dataset", "source", "tool_version", "extra"}
 _REQUEST_KEYS = {"id", "prompt_len", "output_len", "category", "arrival_time", "prompt_token_ids",
                  "output_token_ids", "drafters"}
-_DRAFTER_TRACE_KEYS = {"acc_len", "tv", "proposal_len"}
+_DRAFTER_TRACE_KEYS = {"acc_len", "tv", "proposal_len", "tree_rank"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class DrafterTrace:
     acc_len: np.ndarray  # int32, >= 1
     tv: np.ndarray | None = None  # float32 in [0, 1]
     proposal_len: np.ndarray | None = None  # int32 >= 0; 0 = drafter has nothing to propose
+    # int8/int16 (output_len, tree_depth): [p, j] = rank of the target's token at p + j among the drafter's top
+    # tree_top_k candidates when drafting from p with the depth < j drafts accepted; tree_top_k = not among them
+    # (traces/tree.py replays a static tree from it)
+    tree_rank: np.ndarray | None = None
 
 
 @dataclass
@@ -124,6 +129,11 @@ def _check_meta(meta: BundleMeta, path: str) -> None:
         if spec.kind not in DRAFTER_KINDS:
             _fail(path, f"unknown kind {shorten(spec.kind)}; expected one of {', '.join(DRAFTER_KINDS)}",
                   fld=f"drafters.{name}.kind")
+        try:
+            tree_params(spec.params)
+        except ValueError as e:
+            key, _, msg = str(e).partition(": ")
+            _fail(path, msg, fld=f"drafters.{name}.{key}")
 
 
 def _check_request(r: RequestTrace, meta: BundleMeta, path: str, line: int) -> None:
@@ -169,6 +179,33 @@ def _check_request(r: RequestTrace, meta: BundleMeta, path: str, line: int) -> N
                 p = int(np.argmin(t.proposal_len))
                 _fail(path, f"expected integers >= 0, got {int(t.proposal_len[p])} at position {p}", line,
                       f + ".proposal_len")
+        if t.tree_rank is not None:
+            _check_tree_rank(t.tree_rank, r, meta.drafters[d], path, line, f + ".tree_rank")
+
+
+def _check_tree_rank(ranks: np.ndarray, r: RequestTrace, spec: DrafterSpec, path: str, line: int, fld: str) -> None:
+    """tree_rank's shape (output_len, tree_depth), range [0, tree_top_k] and its tail (drafts past the output's
+    end are never among the top K) against the drafter's declared params; errors name the request by its line
+    (as every request error here: an id is the file's text, never echoed)."""
+    where = ""  # the field names the drafter: drafters.<name>.tree_rank
+    declared = tree_params(spec.params)
+    if declared is None:
+        _fail(path, where + "given, but this drafter's trace.yaml params declare no "
+              "tree_top_k and tree_depth", line, fld)
+    top_k, depth = declared
+    if ranks.shape != (r.output_len, depth):
+        _fail(path, where + f"expected {r.output_len} rows (output_len) of {depth} ranks (tree_depth), got shape "
+              f"{tuple(ranks.shape)}", line, fld)
+    bad = (ranks < 0) | (ranks > top_k)
+    if bad.any():
+        p, j = (int(x) for x in np.argwhere(bad)[0])
+        _fail(path, where + f"expected ranks in [0, {top_k}] (tree_top_k = not among the top {top_k}), got "
+              f"{int(ranks[p, j])} at position {p}, depth {j}", line, fld)
+    tail = tail_violation(ranks, top_k)
+    if tail is not None:
+        p, j = tail
+        _fail(path, where + f"position {p}, depth {j} lies past the output's end ({r.output_len} tokens) and "
+              f"must be {top_k} (not among the top {top_k}), got {int(ranks[p, j])}", line, fld)
 
 
 _INT32 = np.iinfo(np.int32)
@@ -181,6 +218,22 @@ def _int_array(value: Any, path: str, line: int, fld: str) -> np.ndarray:
         if not _INT32.min <= v <= _INT32.max:
             _fail(path, f"expected 32-bit integers, got {v} at position {p}", line, fld)
     return np.asarray(value, dtype=np.int32)
+
+
+def _rank_table(value: Any, path: str, line: int, fld: str) -> np.ndarray:
+    """tree_rank as a 2-D int32 array (rows of equal length of integers); shape and range are checked against
+    the drafter's params in _check_tree_rank, then parse_request stores it compactly (traces/tree.rank_dtype)."""
+    if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
+        _fail(path, "expected a list (one per output position) of lists of ranks", line, fld)
+    width = len(value[0]) if value else 0
+    for p, row in enumerate(value):
+        if len(row) != width:
+            _fail(path, f"expected every row to hold {width} ranks like row 0, got {len(row)} at position {p}",
+                  line, fld)
+        for v in row:
+            if type(v) is not int or not _INT32.min <= v <= _INT32.max:
+                _fail(path, f"expected 32-bit integers, got {shorten(v)} at position {p}", line, fld)
+    return np.asarray(value, dtype=np.int32).reshape(len(value), width)
 
 
 def _float_array(value: Any, path: str, line: int, fld: str) -> np.ndarray:
@@ -283,6 +336,8 @@ def parse_request(doc: Any, meta: BundleMeta, path: str, line: int) -> RequestTr
             tv=None if t.get("tv") is None else _float_array(t["tv"], path, line, f + ".tv"),
             proposal_len=None if t.get("proposal_len") is None
             else _int_array(t["proposal_len"], path, line, f + ".proposal_len"),
+            tree_rank=None if t.get("tree_rank") is None
+            else _rank_table(t["tree_rank"], path, line, f + ".tree_rank"),
         )
     first = next(iter(drafters.values()), None)
     output_len = doc.get("output_len", None if first is None else int(first.acc_len.shape[0]))
@@ -315,6 +370,9 @@ def parse_request(doc: Any, meta: BundleMeta, path: str, line: int) -> RequestTr
         output_token_ids=output_ids,
     )
     _check_request(req, meta, path, line)
+    for name, t in drafters.items():
+        if t.tree_rank is not None:
+            t.tree_rank = t.tree_rank.astype(rank_dtype(tree_params(meta.drafters[name].params)[0]))
     return req
 
 
@@ -390,7 +448,7 @@ def _frozen_arrays(bundle: TraceBundle) -> TraceBundle:
     """Mark every acceptance array read-only: a cached bundle is shared by later loads."""
     for r in bundle.requests:
         for t in r.drafters.values():
-            for a in (t.acc_len, t.tv, t.proposal_len):
+            for a in (t.acc_len, t.tv, t.proposal_len, t.tree_rank):
                 if a is not None:
                     a.setflags(write=False)
     return bundle
@@ -431,6 +489,8 @@ def request_to_dict(r: RequestTrace) -> dict[str, Any]:
             entry["tv"] = [round(float(x), 5) for x in t.tv]
         if t.proposal_len is not None:
             entry["proposal_len"] = t.proposal_len.astype(int).tolist()
+        if t.tree_rank is not None:
+            entry["tree_rank"] = t.tree_rank.astype(int).tolist()
         drafters[d] = entry
     out["drafters"] = drafters
     return out
