@@ -122,6 +122,9 @@ class Policy:
     reads_ground_truth: ClassVar[bool] = False
     learns: ClassVar[bool] = True  # False: observe() does nothing, so a caller may skip building feedback
     needs_tv: bool = False  # True: feedback must carry TV (the BD reward); a trace without tv is refused
+    # a static draft tree (traces/tree.TreeShape) every drafting request verifies, its k = the tree's nodes; None:
+    # chains (simulator/engine/rules/tree.py)
+    tree: Any = None
 
     def start_request(self, request_id: str) -> None:
         """A request started decoding (per-request policies reset their state here)."""
@@ -171,13 +174,25 @@ class Policy:
 
 
 class FixedPolicy(Policy):
-    """Always the same drafter and k (k = 0 or drafter None: plain autoregressive decoding)."""
+    """Always the same drafter and k (k = 0 or drafter None: plain autoregressive decoding), or the same static
+    draft tree: `tree` a path list (vLLM's speculative_token_tree, e.g. [[0], [1], [0, 0]]) or {widths: [w1, ...]}
+    (traces/tree.py), its k then the tree's node count."""
 
     name = "fixed"
-    description = "Always the same drafter and k."
+    description = "Always the same drafter and k (a chain), or the same draft tree."
     learns = False
 
-    def __init__(self, drafter: str | None, k: int):
+    def __init__(self, drafter: str | None, k: int | None = None,
+                 tree: list[list[int]] | dict[str, list[int]] | str | None = None):
+        if tree is not None:
+            if k is not None:
+                raise ValueError("give k (a chain of k drafts) or tree, not both: a tree's drafts are its nodes")
+            if drafter is None:
+                raise ValueError("tree: needs a drafter")
+            self.tree = _tree_of(tree)
+            k = self.tree.n_nodes
+        if k is None:
+            raise ValueError("give k (drafts per step; 0 = no drafting) or tree (a static draft tree)")
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         self.drafter = drafter if k > 0 else None
@@ -215,3 +230,15 @@ class FixedPolicy(Policy):
 
     def observe_batch(self, feedback: BatchFeedback) -> None:
         return None
+
+
+def _tree_of(spec: Any):
+    """A TreeShape from the fixed policy's `tree`: a path list (or its text) or {widths: [...]}."""
+    from traces.tree import tree_from_paths, tree_from_widths
+
+    if isinstance(spec, dict):
+        if set(spec) != {"widths"}:
+            raise ValueError(f"tree: a mapping holds only 'widths' (children per node at each depth), got keys "
+                             f"{sorted(map(str, spec))[:5]}; or give the path list itself")
+        return tree_from_widths(spec["widths"], "tree.widths")
+    return tree_from_paths(spec, "tree")

@@ -160,18 +160,32 @@ def inputs_for(workload: Workload, bundle: TraceBundle, with_acceptance: bool = 
         closed_loop_clients=closed.clients if closed else 0,
         think_time=closed.think_time if closed else 0.0,
     )
-    table = AcceptanceTable.from_traces(traces, tuple(bundle.drafter_names), with_acceptance=with_acceptance)
+    table = AcceptanceTable.from_traces(traces, tuple(bundle.drafter_names), with_acceptance=with_acceptance,
+                                        tree_top_k=bundle_tree_top_k(bundle))
     return SimInputs(ew, table, traces)
+
+
+def bundle_tree_top_k(bundle: TraceBundle) -> dict[str, int]:
+    """Each drafter's declared params.tree_top_k (the rank meaning "not among the top K" in its tree_rank)."""
+    from traces.tree import tree_params
+
+    out = {}
+    for name, spec in bundle.meta.drafters.items():
+        declared = tree_params(spec.params)
+        if declared is not None:
+            out[name] = declared[0]
+    return out
 
 
 def inputs_from_traces(traces: Sequence[RequestTrace], drafters: Sequence[str] | None = None, *,
                        arrival: np.ndarray | None = None, clients: int = 0, think_time: float = 0.0,
                        trace_index: np.ndarray | None = None, output_len: np.ndarray | None = None,
                        request_ids: Sequence[str] | None = None, categories: Sequence[str] | None = None,
-                       with_acceptance: bool = True) -> SimInputs:
+                       with_acceptance: bool = True, tree_top_k: Mapping[str, int] | None = None) -> SimInputs:
     """Inputs replaying `traces` directly: request i replays trace `trace_index[i]` (default: trace i), arriving
     at `arrival[i]` (default 0) or from a closed loop of `clients`; prompt and output lengths are the trace's
-    unless `output_len` gives each request's own. `drafters` default to those of the first trace."""
+    unless `output_len` gives each request's own. `drafters` default to those of the first trace; `tree_top_k`
+    (per drafter, its bundle's params.tree_top_k) lets a draft tree replay their tree_rank."""
     traces = list(traces)
     if not traces:
         raise ValueError("inputs_from_traces: no traces")
@@ -187,7 +201,8 @@ def inputs_from_traces(traces: Sequence[RequestTrace], drafters: Sequence[str] |
         prompt_len=prompt, output_len=out,
         categories=[traces[t].category or "" for t in ti] if categories is None else list(categories),
         closed_loop_clients=clients, think_time=think_time)
-    return SimInputs(ew, AcceptanceTable.from_traces(traces, names, with_acceptance=with_acceptance), traces)
+    return SimInputs(ew, AcceptanceTable.from_traces(traces, names, with_acceptance=with_acceptance,
+                                                     tree_top_k=tree_top_k), traces)
 
 
 # ---------------------------------------------------------------- simulations

@@ -35,7 +35,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
     "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
-    "simulator/costs/roofline.py")) + tuple(
+    "simulator/costs/roofline.py", "traces/tree.py")) + tuple(
     sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
 
 
@@ -70,6 +70,8 @@ from simulator.engine.rules.decode_budget import fit_decodes  # noqa: E402
 from simulator.engine.rules.engine_loop import engine_loop_gap  # noqa: E402
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
                                                  take_prefill_plan)
+from simulator.engine.rules import tree as tree_rules  # noqa: E402
+from traces import tree as tree_shape  # noqa: E402
 
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
 
@@ -87,6 +89,8 @@ _take_prefill_plan = njit(cache=True)(take_prefill_plan)
 _plan_buffers = njit(cache=True)(plan_buffers)
 _fit_decodes = njit(cache=True)(fit_decodes)
 _engine_loop_gap = njit(cache=True)(engine_loop_gap)
+register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted drafts of one rank row
+accept_tree = njit(cache=True)(tree_rules.accept_tree)  # the step path's tree acceptance (no kernel runs trees)
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
 # row int columns

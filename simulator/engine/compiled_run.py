@@ -81,6 +81,8 @@ def ineligible_reason(server) -> str | None:
     if any(c.kind == "engine_step" for c in server.pricing.draft_costs.values()):
         return "engine_step draft costs (vLLM V1's proposer)"
     policy = server.drafting.policy
+    if server.drafting.tree is not None:
+        return "a draft tree (the fixed policy's tree:): the kernels verify chains only; step path"
     why = _policy_reason(server, policy)
     if why is not None:
         return why

@@ -36,6 +36,12 @@ class Drafting:
         self.first_flat = table.offsets[wl.trace_index]
         self.last_flat = table.offsets[wl.trace_index + 1] - 1
         pol = self.policy
+        self.tree = pol.tree if mode != "ar" else None  # a static draft tree (traces/tree.py) or None: chains
+        if self.tree is not None:
+            self._check_tree(mode, verification)
+            from simulator.engine.compiled_kernel import accept_tree  # rules/tree.accept_tree, compiled
+
+            self._accept_tree = accept_tree
         if pol.reads_ground_truth:
             if live:
                 raise ValueError(f"policy {pol.name!r} reads the ground truth (an oracle) and cannot run live")
@@ -59,6 +65,32 @@ class Drafting:
 
             self._sampler = sample_accepted
         self.max_k: int | None = None  # the policy's stated max_draft_tokens(), read at its first choice
+
+    def _check_tree(self, mode: str, verification: str) -> None:
+        """Refuse, before any step, a tree the traces cannot replay: greedy SD only, every drafter the policy
+        uses with tree_rank traces deep and wide enough, and no proposal-length cap (a chain's n-gram rule)."""
+        from traces.tree import tree_capacity_check
+
+        tree, pol, table = self.tree, self.policy, self.table
+        if mode != "sd":
+            raise ValueError(f"policy {pol.name!r}: a draft tree runs in mode sd only (got mode {mode!r})")
+        if verification != "greedy":
+            raise ValueError(f"policy {pol.name!r}: a draft tree is replayed from tree_rank under greedy "
+                             "verification only; use verification: greedy")
+        for d in pol.drafters_used():
+            if d not in table.tree_rank:
+                raise ValueError(f"policy {pol.name!r} drafts a tree with drafter {d!r}, but the traces carry no "
+                                 f"tree_rank for it in every request (a bundle's requests.jsonl field "
+                                 f"drafters.{d}.tree_rank, with params tree_top_k and tree_depth in trace.yaml)")
+            if d not in table.tree_top_k:
+                raise ValueError(f"policy {pol.name!r}: drafter {d!r}'s tree_top_k is unknown (give the bundle's "
+                                 "params, or tree_top_k to inputs_from_traces)")
+            why = tree_capacity_check(tree, table.tree_top_k[d], int(table.tree_rank[d].shape[1]))
+            if why is not None:
+                raise ValueError(f"policy {pol.name!r}, drafter {d!r}: {why}")
+            if d in table.proposal_len:
+                raise ValueError(f"policy {pol.name!r}, drafter {d!r}: its traces carry proposal_len (a proposer "
+                                 "whose proposal length caps a chain); a tree drafts its whole shape: use k")
 
     def stated_max_k(self) -> int:
         """The policy's max_draft_tokens(), checked once (an integer in [0, MAX_DRAFT_TOKENS]): the bound the
@@ -126,6 +158,12 @@ class Drafting:
                     continue
                 tix = self.wl.trace_index[masked(idx, mask)]
                 got = self._sampler(self.table.tv_window(d, tix, masked(pos, mask), kmax), prop, self.rng)
+            elif self.tree is not None:
+                if flat is None:
+                    flat = self.flat_index(idx, pos)
+                got = np.empty(len(prop), dtype=np.int64)
+                self._accept_tree(self.tree.parent, self.tree.rank, self.table.tree_rank[d], masked(flat, mask),
+                                  prop, len(prop), got)
             else:
                 if flat is None:
                     flat = self.flat_index(idx, pos)

@@ -15,6 +15,7 @@ from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile
 from simulator.engine.request_state import RequestState
 from simulator.engine.rules.pricing import DRAFT_NONE, DraftTerms, drafters_prefill_time, step_estimate
+from simulator.engine.rules.tree import tree_draft_time
 from simulator.costs.step_model import StepShape
 from simulator.engine.workload_arrays import EngineWorkload
 
@@ -31,8 +32,11 @@ class Pricing:
     """Prices target and drafter work of one server from its latency profiles and draft costs."""
 
     def __init__(self, target: LatencyProfile, draft_costs: Mapping[str, DraftCost], drafters: tuple[str, ...],
-                 overhead_s: float, switch_cost_s: float, state: RequestState, wl: EngineWorkload):
+                 overhead_s: float, switch_cost_s: float, state: RequestState, wl: EngineWorkload,
+                 tree_passes: tuple[int, ...] | None = None):
         self.target = target
+        # a static draft tree's tokens read per drafting pass (traces/tree.TreeShape.draft_pass_tokens), or None
+        self.tree_passes = tree_passes
         self.draft_costs = dict(draft_costs)
         self.drafters = drafters
         self.overhead = checked(overhead_s, "server.step_overhead_s")
@@ -101,7 +105,11 @@ class Pricing:
                 cx = None if cx is None else cx[active]
             name = self.drafters[di]
             kv = int(cx.sum()) if cx is not None else int(self.context(members).sum())
-            t = self.cost_of(name).draft_time(n, int(prop.sum()), int(kk.max()), kv, verify_time)
+            cost = self.cost_of(name)
+            if self.tree_passes is None:
+                t = cost.draft_time(n, int(prop.sum()), int(kk.max()), kv, verify_time)
+            else:  # one drafter pass per depth of the tree (rules/tree.py)
+                t = tree_draft_time(cost.terms, cost.profile, n, int(prop.sum()), self.tree_passes, kv, verify_time)
             total += checked(t, f"drafter {name!r} draft cost")
             used.append(name)
             if self.switch_cost_s > 0:

@@ -66,7 +66,8 @@ class Server:
         # out and before the input queue is read, so arrivals during it join the next step (see loop).
         self.gap_s = cfg.step_overhead_s if cfg.scheduler == "vllm-v1" else 0.0
         self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s - self.gap_s,
-                               scenario.switch_cost_s, st, workload)
+                               scenario.switch_cost_s, st, workload, tree_passes=None if self.drafting.tree is None
+                               else tuple(int(c) for c in self.drafting.tree.draft_pass_tokens()))
         if self.mode == "psd" and any(c.kind == "engine_step" for c in scenario.draft_costs.values()):
             raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
                              "steps; PSD drafts on its own device: use whole_proposal or autoregressive")
