@@ -50,3 +50,26 @@ def test_study_shapes_and_a_too_deep_tree():
     b = _bundle([DrafterTrace(acc_len=np.array([1, 1]), tree_rank=np.array([[4, 4], [4, 4]]))], top_k=4, depth=2)
     with pytest.raises(ValueError, match="drafter d: the tree is 3 deep"):
         tokens_per_step(b, "d", chain_tree(3))
+
+
+def test_engine_study_runs_every_shape_on_both_targets(tmp_path):
+    """A smoke run of the figure's sweep on a small synthetic tree bundle: every batch and shape gives a row."""
+    from experiments.studies.chain_vs_tree import EngineStudy, TARGETS, run_engine_study
+    from traces.bundle import save_bundle
+
+    rng = np.random.default_rng(2)
+    traces = []
+    for _ in range(8):
+        rank0 = np.where(rng.random(40) < 0.7, 0, rng.integers(1, 9, size=40))
+        traces.append(DrafterTrace(acc_len=acc_len_from_matches(rank0 == 0), tree_rank=prefix_tree_rank(rank0, 6, 8)))
+    b = _bundle(traces, top_k=8, depth=6)
+    b.meta.drafters = {"int8": DrafterSpec("int8", "int8", "c", {"tree_top_k": 8, "tree_depth": 6})}
+    for r in b.requests:
+        r.drafters = {"int8": r.drafters["d"]}
+    save_bundle(b, tmp_path / "bundle", compress=False)
+    df = run_engine_study(tmp_path, {"synthetic": tmp_path / "bundle"},
+                          EngineStudy(batch_sizes=(1, 4), targets=("llama3.1-8b-h100",), requests_per_client=2,
+                                      min_requests=8))
+    assert len(df) == 2 * len(study_shapes()) and set(df["target"]) == {"llama3.1-8b-h100"}
+    assert (df["speedup"] > 0).all() and (tmp_path / "speedup.png").is_file() and (tmp_path / "speedup.csv").is_file()
+    assert set(TARGETS) == {"smollm2-135m-cpu", "llama3.1-8b-h100"}
