@@ -96,6 +96,7 @@ class EngineStudy:
 
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     targets: tuple[str, ...] = tuple(TARGETS)
+    cpu_verify_profile: str | None = None  # SmolLM2's target profile instead of the shipped one (a tree-verify fit)
     requests_per_client: int = 3
     min_requests: int = 24
     seed: int = 0
@@ -104,6 +105,8 @@ class EngineStudy:
 def study_config(bundle: Path, target: str, batch: int, shapes: list[NamedShape], study: EngineStudy) -> dict:
     """One experiment: AR and every shape drafted by the int8 drafter, `batch` closed-loop clients."""
     t = TARGETS[target]
+    if target == "smollm2-135m-cpu" and study.cpu_verify_profile:
+        t = {**t, "server": {**t["server"], "target_profile": study.cpu_verify_profile}}
     runs = [{"name": "AR", "mode": "ar"}]
     for sh in shapes:
         paths = [list(pth) for pth in sh.tree.paths]
@@ -177,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for acceptance.csv (and speedup.csv/.png with --engine)")
     ap.add_argument("--engine", action="store_true", help="also simulate batch 1..64 on both targets")
+    ap.add_argument("--cpu-verify-profile", default=None,
+                    help="SmolLM2's target profile (name or YAML path) instead of smollm2-135m-instruct-cpu, e.g. a "
+                         "fit of `calibrate latency --verify-mask tree`")
     args = ap.parse_args(argv)
     bundles = {name: load_bundle(BUNDLE_DIR / name) for name in TREE_BUNDLES}
     table = pd.DataFrame(acceptance_rows(bundles, study_shapes()))
@@ -185,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(out / "acceptance.csv", table.to_csv(index=False))
     print(table.pivot_table(index=["bundle", "drafter"], columns="shape", values="tokens_per_step").to_string())
     if args.engine:
-        df = run_engine_study(out, {name: BUNDLE_DIR / name for name in TREE_BUNDLES})
+        df = run_engine_study(out, {name: BUNDLE_DIR / name for name in TREE_BUNDLES},
+                              EngineStudy(cpu_verify_profile=args.cpu_verify_profile))
         print(df.pivot_table(index=["target", "bundle", "shape"], columns="batch", values="speedup").round(2)
               .to_string())
     return 0

