@@ -3,7 +3,8 @@
 The target generates (greedy, or sampled at temperature T) in batches; then each drafter runs
 teacher-forced over the target's output: model drafters give their greedy guess and full
 distribution at every position (acc_len, tv), the n-gram drafter its match (acc_len,
-proposal_len). Progress goes to an append-only partial file (fsync per record) so a crash or
+proposal_len). With a tree option (`tree_top_k`, `tree_depth`) each drafter also gets `tree_rank` from the
+same pass (calibration/tree_ranks.py). Progress goes to an append-only partial file (fsync per record) so a crash or
 Ctrl-C loses at most the work in flight; a rerun with the same settings continues. The final
 bundle is written atomically and the partial file removed.
 """
@@ -49,12 +50,34 @@ class AcceptanceConfig:
     dtype: str = "float32"
     compress: bool = True
     cost_model_prefix: str = ""  # cost_model names become <prefix><drafter name>
+    tree_top_k: int | None = None  # with tree_depth: per position and depth, the target token's rank in the top K
+    tree_depth: int | None = None
+
+    def __post_init__(self) -> None:
+        from calibration.tree_ranks import check_tree_options
+
+        if (self.tree_top_k is None) != (self.tree_depth is None):
+            raise ValueError("tree acceptance needs both --tree-top-k and --tree-depth (got "
+                             f"top_k={self.tree_top_k}, depth={self.tree_depth})")
+        if self.tree_top_k is not None:
+            check_tree_options(self.tree_top_k, self.tree_depth)
+            if self.temperature != 0:
+                raise ValueError(f"tree acceptance (--tree-top-k) is measured under greedy verification only; "
+                                 f"got --temperature {self.temperature}")
+
+    @property
+    def tree(self) -> bool:
+        """Whether each drafter's trace carries tree_rank."""
+        return self.tree_top_k is not None
 
     def fingerprint(self) -> dict[str, Any]:
         """Settings that change the data (not where it goes or how fast it runs)."""
         d = asdict(self)
         for k in ("out", "threads", "compress"):
             d.pop(k)
+        for k in ("tree_top_k", "tree_depth"):  # absent when off, so partial files from before the option resume
+            if d[k] is None:
+                d.pop(k)
         return d
 
 
@@ -148,8 +171,15 @@ def _ngram_sampled(ngram, prompt, output, target_probs, rng) -> tuple[np.ndarray
 
 
 def measure_request(target, drafters, prompt_ids: list[int], output_ids: list[int], *, eos: list[int],
-                    min_new_tokens: int, temperature: float, rng: np.random.Generator) -> tuple[dict, dict]:
-    """Per-drafter traces for one request, plus diagnostics (target argmax mismatches, natural EOS)."""
+                    min_new_tokens: int, temperature: float, rng: np.random.Generator,
+                    tree: tuple[int, int] | None = None) -> tuple[dict, dict]:
+    """Per-drafter traces for one request, plus diagnostics (target argmax mismatches, natural EOS).
+
+    `tree` = (top_k, depth) adds tree_rank to every trace, from the same teacher-forced pass (greedy only): a model
+    drafter's rank of the target's token in its logits at every position (the prefix rule), the n-gram drafter's
+    single candidate per depth (its proposal from p: rank 0 where it matches, else top_k).
+    """
+    from calibration.tree_ranks import prefix_tree_rank, single_candidate_tree_rank, target_token_ranks
     from calibration.models.generation import probs, teacher_forced_logits, teacher_forced_logits_with_exits, tv_from_logits
 
     out = np.asarray(output_ids)
@@ -168,7 +198,10 @@ def measure_request(target, drafters, prompt_ids: list[int], output_ids: list[in
                 acc, prop = _ngram_sampled(d.ngram, prompt_ids, output_ids, t_probs, rng)
             else:
                 acc, prop = d.ngram.trace(prompt_ids, output_ids)
-            traces[d.name] = DrafterTrace(acc_len=acc, proposal_len=prop)
+            ranks = None
+            if tree is not None:
+                ranks = single_candidate_tree_rank(d.ngram.proposal_matches(prompt_ids, output_ids)[0], tree[1], tree[0])
+            traces[d.name] = DrafterTrace(acc_len=acc, proposal_len=prop, tree_rank=ranks)
             continue
         if d.kind == "truncated":  # same computation as running the copy, without a second pass
             d_logits = _masked(exit_logits[d.params["layers"]], eos, k_mask)
@@ -179,7 +212,10 @@ def measure_request(target, drafters, prompt_ids: list[int], output_ids: list[in
             acc = sampled_acc_len(tv, rng)
         else:
             acc = greedy_acc_len(d_logits.argmax(-1).numpy(), out)
-        traces[d.name] = DrafterTrace(acc_len=acc, tv=tv)
+        ranks = None
+        if tree is not None:
+            ranks = prefix_tree_rank(target_token_ranks(d_logits.numpy(), out, tree[0]), tree[1], tree[0])
+        traces[d.name] = DrafterTrace(acc_len=acc, tv=tv, tree_rank=ranks)
     return {k: v for k, v in traces.items()}, diag
 
 
@@ -245,7 +281,8 @@ def collect_acceptance(cfg: AcceptanceConfig, *, progress: bool = True, stop_aft
                 index = chosen.index(p)
                 traces, diag = measure_request(target, drafters, g["prompt"], g["output"], eos=eos,
                                                min_new_tokens=cfg.min_new_tokens, temperature=cfg.temperature,
-                                               rng=_request_rng(cfg.seed, index))
+                                               rng=_request_rng(cfg.seed, index),
+                                               tree=(cfg.tree_top_k, cfg.tree_depth) if cfg.tree else None)
                 req = RequestTrace(id=p.id, prompt_len=len(g["prompt"]), output_len=len(g["output"]),
                                    drafters=traces, category=p.category, prompt_token_ids=g["prompt"],
                                    output_token_ids=g["output"])
@@ -274,8 +311,9 @@ def _assemble(cfg: AcceptanceConfig, header: dict, drafters, chosen: list[Prompt
     from traces.bundle import parse_request
 
     specs = {}
+    tree = {"tree_top_k": cfg.tree_top_k, "tree_depth": cfg.tree_depth} if cfg.tree else {}
     for d in drafters:
-        specs[d.name] = DrafterSpec(d.name, d.kind, f"{cfg.cost_model_prefix}{d.name}", dict(d.params))
+        specs[d.name] = DrafterSpec(d.name, d.kind, f"{cfg.cost_model_prefix}{d.name}", {**d.params, **tree})
     meta = BundleMeta(target=cfg.target, drafters=specs, temperature=cfg.temperature, dataset=cfg.workload)
     reqs = [parse_request(done[p.id]["request"], meta, "<partial>", i) for i, p in enumerate(chosen, start=1)]
     diags = [done[p.id]["diag"] for p in chosen]
@@ -294,4 +332,10 @@ def _assemble(cfg: AcceptanceConfig, header: dict, drafters, chosen: list[Prompt
         "requests_whose_greedy_output_would_end_before_min_new_tokens": int(
             sum(bool(d["natural_eos_before_min"]) for d in diags)),
     }
+    if cfg.tree:
+        meta.extra["tree_rank_rule"] = (
+            "tree_rank[p][j]: rank of the target's token at p+j among the drafter's top-K next-token candidates "
+            "(ties to the lower token id, as argmax), K = not among them or past the end; model drafters (token-prefix "
+            "conditioned): the depth-0 rank at p+j of one teacher-forced pass; ngram: one candidate per depth, its "
+            "proposal from p (rank 0 where it matches, else K)")
     return TraceBundle(meta, reqs)

@@ -5,9 +5,13 @@ context is built once, then one forward of the query tokens is timed `repeats` t
 `warmup` runs (the cache is cropped back after each). Each point keeps its median, spread
 (p90 - p10)/2, the threads used and the machine load when taken. Profiles are fitted linear
 (non-negative least squares) and kept as tables too, with the raw measurements and provenance.
+With `verify_mask="tree"` the query tokens of each sequence form a draft tree verified in one forward (a 4-D
+tree-attention mask, built inside the timed step as a server builds it per step), for tree verifies of up to 64
+tokens per sequence.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import platform
@@ -32,6 +36,7 @@ class SweepConfig:
     repeats: int = 5
     threads: int = 1
     seed: int = 0
+    verify_mask: str = "causal"  # "tree": the query tokens form a draft tree (tree_parents), one 4-D mask per step
 
     def __post_init__(self) -> None:
         for name in ("batch_sizes", "query_tokens", "context_lens"):
@@ -40,6 +45,43 @@ class SweepConfig:
                 raise ValueError(f"latency sweep: {name} must be a non-empty list of integers >= 1, got {vals}")
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError(f"latency sweep: repeats must be >= 1 and warmup >= 0, got {self.repeats}, {self.warmup}")
+        if self.verify_mask not in VERIFY_MASKS:
+            raise ValueError(f"latency sweep: verify_mask must be one of {', '.join(VERIFY_MASKS)}, "
+                             f"got {self.verify_mask!r}")
+
+
+VERIFY_MASKS = ("causal", "tree")
+
+
+def tree_parents(query: int) -> np.ndarray:
+    """The draft tree a tree verify of `query` tokens times: token 0 is the root (the last verified token), token
+    i > 0 hangs below token (i - 1) // 2 (a complete binary tree in breadth-first order). Any tree of q tokens
+    costs the same dense attention; only the mask's pattern differs."""
+    return (np.arange(query, dtype=np.int64) - 1) // 2
+
+
+def tree_attention(parents: np.ndarray, context: int, batch: int, dtype, device):
+    """A tree verify's 4-D additive mask [batch, 1, q, context + q] (each query token sees the context, its
+    ancestors and itself) and its position ids [batch, q] (context + depth): the form transformers takes as a
+    custom 4-D attention mask."""
+    import torch
+
+    parents = np.asarray(parents, dtype=np.int64)
+    q = parents.size
+    sees = np.zeros((q, q), dtype=bool)
+    depth = np.zeros(q, dtype=np.int64)
+    for i in range(q):  # parents come before children
+        if parents[i] >= 0:
+            if parents[i] >= i:
+                raise ValueError(f"tree token {i}'s parent {parents[i]} must come before it")
+            sees[i] = sees[parents[i]]
+            depth[i] = depth[parents[i]] + 1
+        sees[i, i] = True
+    allowed = torch.ones((q, context + q), dtype=torch.bool, device=device)
+    allowed[:, context:] = torch.as_tensor(sees, device=device)
+    mask = torch.zeros((q, context + q), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    pos = torch.as_tensor(context + depth, device=device)
+    return mask.expand(batch, 1, q, context + q), pos.unsqueeze(0).expand(batch, q)
 
 
 def machine_load() -> float:
@@ -77,16 +119,25 @@ def measure_model_step(model, batch: int, query: int, context: int, cfg: SweepCo
         cache = DynamicCache(config=model.config)
         model(input_ids=ctx_ids, cache=cache, use_cache=True)
         pos = torch.arange(context, context + query, device=dev).unsqueeze(0).expand(batch, -1)
+        parents = tree_parents(query)
+        dtype = next(model.parameters()).dtype
+        if not dtype.is_floating_point:
+            dtype = torch.float32
 
         def step():
-            model(input_ids=q_ids, cache=cache, use_cache=True, position_ids=pos)
+            if cfg.verify_mask == "tree":
+                mask, tree_pos = tree_attention(parents, context, batch, dtype, dev)
+                model(input_ids=q_ids, cache=cache, use_cache=True, position_ids=tree_pos, attention_mask=mask)
+            else:
+                model(input_ids=q_ids, cache=cache, use_cache=True, position_ids=pos)
             cache.crop(-query)  # drop the query tokens again (transformers 5: negative = tokens to remove)
 
         load_before = machine_load()
         med, spread, _ = time_repeats(step, cfg.warmup, cfg.repeats, sync)
     return Measurement(num_seqs=batch, batched_tokens=batch * query, kv_tokens=batch * (context + query),
                        seconds=med, spread=spread, repeats=cfg.repeats, load=round(max(load_before, machine_load()), 3),
-                       extra={"query_tokens": query, "context_len": context, "threads": cfg.threads})
+                       extra={"query_tokens": query, "context_len": context, "threads": cfg.threads,
+                              "mask": cfg.verify_mask})
 
 
 def sweep_model(model, cfg: SweepConfig, *, query_tokens: list[int] | None = None, progress: bool = True,
@@ -175,7 +226,10 @@ def calibrate_latency(target: str, drafter_specs: list[str], cfg: SweepConfig, o
     lm = loaded.lm
     name = name or f"{lm.name}-{device.split(':')[0]}"
     out = Path(out_dir)
-    jobs = [(name, lm.model, cfg.query_tokens, "target verify step")]
+    verify = "target verify step" + (" (tree verify: the query tokens form a complete binary draft tree in "
+                                      "breadth-first order, one 4-D tree-attention mask built per step)"
+                                      if cfg.verify_mask == "tree" else "")
+    jobs = [(name, lm.model, cfg.query_tokens, verify)]
     ngrams = []
     for d in loaded.drafters.values():
         if isinstance(d, LookupDrafter):
@@ -188,7 +242,8 @@ def calibrate_latency(target: str, drafter_specs: list[str], cfg: SweepConfig, o
             jobs.append((f"{name}-{d.name}", d.model, [1], f"drafter {d.name} step (one token per sequence)"))
     rows = []
     for prof_name, model, queries, what in jobs:
-        ms = sweep_model(model, cfg, query_tokens=queries, progress=progress, desc=prof_name)
+        job_cfg = cfg if queries is cfg.query_tokens else dataclasses.replace(cfg, verify_mask="causal")
+        ms = sweep_model(model, job_cfg, query_tokens=queries, progress=progress, desc=prof_name)
         prov = provenance("hf", device, dtype, notes=f"{what}; threads={cfg.threads}; "
                           f"warmup={cfg.warmup}; repeats={cfg.repeats}; draftsim calibrate latency")
         fitted = fit_profiles(prof_name, lm.name, ms, prov)

@@ -45,23 +45,28 @@ class NgramDrafter:
         cap = self.max_proposal if k is None else min(k, self.max_proposal)
         return ctx[start:start + cap].tolist()
 
-    def trace(self, prompt: list[int], output: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Per output position p: (acc_len uncapped by max_proposal, proposal_len capped by it)."""
+    def proposal_matches(self, prompt: list[int], output: list[int]) -> tuple[list[np.ndarray], np.ndarray]:
+        """Per output position p: whether each token of the proposal drafted at p (uncapped by max_proposal, cut
+        at the output's end) equals the target's token there, and proposal_len (capped by max_proposal)."""
         seq = np.asarray(list(prompt) + list(output), dtype=np.int64)
         out = seq[len(prompt):]
         n_out = len(output)
-        acc = np.ones(n_out, dtype=np.int32)
         prop = np.zeros(n_out, dtype=np.int32)
+        matches = []
         for p in range(n_out):
             t = len(prompt) + p
             start = self.match_start(seq[:t])
             if start is None:
+                matches.append(np.zeros(0, dtype=bool))
                 continue
             avail = t - start
             prop[p] = min(avail, self.max_proposal)
-            cont = seq[start:t]
             m = min(avail, n_out - p)
-            eq = cont[:m] == out[p:p + m]
-            run = int(np.argmin(eq)) if not eq.all() else m
-            acc[p] = 1 + run
+            matches.append(seq[start:start + m] == out[p:p + m])
+        return matches, prop
+
+    def trace(self, prompt: list[int], output: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per output position p: (acc_len uncapped by max_proposal, proposal_len capped by it)."""
+        matches, prop = self.proposal_matches(prompt, output)
+        acc = np.asarray([1 + (int(np.argmin(eq)) if not eq.all() else eq.size) for eq in matches], dtype=np.int32)
         return acc, prop

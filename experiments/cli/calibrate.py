@@ -38,6 +38,10 @@ def _register_acceptance(sub) -> None:
     a.add_argument("--device", default="cpu")
     a.add_argument("--dtype", default="float32")
     a.add_argument("--cost-model-prefix", default="", help="drafters' cost_model = PREFIX + drafter name")
+    a.add_argument("--tree-top-k", type=int, default=None,
+                   help="with --tree-depth: per position and depth, the rank of the target's token among each "
+                        "drafter's top K candidates (tree_rank; greedy only; n-gram has one candidate)")
+    a.add_argument("--tree-depth", type=int, default=None, help="draft depths per position of tree_rank")
     a.add_argument("--no-compress", action="store_true", help="write requests.jsonl instead of .jsonl.gz")
     a.add_argument("--no-progress", action="store_true")
     a.set_defaults(func=_run_acceptance)
@@ -51,7 +55,8 @@ def _run_acceptance(args: argparse.Namespace) -> int:
                            num_requests=args.requests, max_new_tokens=args.max_new_tokens,
                            min_new_tokens=args.min_new_tokens, temperature=args.temperature, seed=args.seed,
                            batch_size=args.batch_size, threads=args.threads, device=args.device, dtype=args.dtype,
-                           compress=not args.no_compress, cost_model_prefix=args.cost_model_prefix)
+                           compress=not args.no_compress, cost_model_prefix=args.cost_model_prefix,
+                           tree_top_k=args.tree_top_k, tree_depth=args.tree_depth)
     try:
         path = collect_acceptance(cfg, progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -77,7 +82,11 @@ def _register_latency(sub) -> None:
     a.add_argument("--out-dir", required=True, help="folder for the profile YAML files")
     a.add_argument("--name", default=None, help="profile name of the target (drafters get NAME-<drafter>)")
     a.add_argument("--batch-sizes", default="1,2,4,8")
-    a.add_argument("--query-tokens", default="1,2,4,6", help="tokens per sequence in a verify step (1..k+1)")
+    a.add_argument("--query-tokens", default="1,2,4,6", help="tokens per sequence in a verify step (1..k+1; "
+                   "a tree verify: its N + 1 tokens, up to 64 and beyond)")
+    a.add_argument("--verify-mask", choices=["causal", "tree"], default="causal",
+                   help="tree: the target's query tokens form a draft tree verified with a 4-D tree-attention mask "
+                        "(built per step); drafters are timed at one token either way")
     a.add_argument("--context-lens", default="64,256,512")
     a.add_argument("--warmup", type=int, default=2)
     a.add_argument("--repeats", type=int, default=5)
@@ -97,7 +106,7 @@ def _run_latency(args: argparse.Namespace) -> int:
         check_plain_name(args.name, "--name")
     cfg = SweepConfig(batch_sizes=_ints(args.batch_sizes), query_tokens=_ints(args.query_tokens),
                       context_lens=_ints(args.context_lens), warmup=args.warmup, repeats=args.repeats,
-                      threads=args.threads)
+                      threads=args.threads, verify_mask=args.verify_mask)
     rows = calibrate_latency(args.target, split_specs(args.drafters), cfg, args.out_dir, args.name, dtype=args.dtype,
                              device=args.device, progress=not args.no_progress)
     print(f"{'profile':40s} {'points':>6s} {'MAPE%':>7s}  coefficients (s)  [MAPE% without term]")

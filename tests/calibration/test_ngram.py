@@ -53,3 +53,22 @@ def test_trace_matches_step_by_step_proposals(prompt, output, min_n, extra, cap)
     assert acc.tolist() == want_acc
     assert prop.tolist() == want_prop
     assert (acc >= 1).all() and (prop >= 0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=20), st.lists(st.integers(0, 4), min_size=1, max_size=20),
+       st.integers(1, 3), st.integers(1, 6))
+def test_tree_ranks_match_step_by_step_proposals(prompt, output, min_n, depth):
+    """The n-gram's one candidate per depth: rank 0 where the proposal drafted at p has the target's token at
+    depth j, else K (also past the proposal's or the output's end); its leading zeros are the chain's acceptance."""
+    from calibration.tree_ranks import leading_zeros, single_candidate_tree_rank
+
+    d = NgramDrafter(min_n, min_n + 1, 16)
+    ranks = single_candidate_tree_rank(d.proposal_matches(prompt, output)[0], depth, top_k=5)
+    seq = list(prompt) + list(output)
+    for p in range(len(output)):
+        full = NgramDrafter(d.min_n, d.max_n, 10_000).propose(seq[:len(prompt) + p])
+        want = [0 if j < len(full) and p + j < len(output) and full[j] == output[p + j] else 5 for j in range(depth)]
+        assert ranks[p].tolist() == want
+    acc, _ = d.trace(prompt, output)
+    assert (leading_zeros(ranks) == np.minimum(acc - 1, depth)).all()
