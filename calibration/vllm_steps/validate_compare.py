@@ -312,6 +312,21 @@ def level_rows(lv: LevelResult, p99: bool = False,
     return rows
 
 
+def interval_coverage(rows: list[dict[str, Any]], kind: str = "predictive") -> dict[str, dict[str, Any]]:
+    """Per mode: how many of `kind`'s rows with an interval hold the measured value, in all, per metric and per
+    load level ([inside, rows] each)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["kind"] != kind or r.get("inside") is None:
+            continue
+        m = out.setdefault(r["mode"], {"inside": 0, "rows": 0, "by_metric": {}, "by_level": {}})
+        for part in (m, m["by_metric"].setdefault(r["metric"], {"inside": 0, "rows": 0}),
+                     m["by_level"].setdefault(r["fraction"], {"inside": 0, "rows": 0})):
+            part["inside"] += bool(r["inside"])
+            part["rows"] += 1
+    return out
+
+
 HEADLINE_METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s")
 
 
