@@ -74,26 +74,29 @@ def _paired(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, 
     return list(out.values())
 
 
-def interval_header(info: dict[str, Any]) -> str:
-    """The interval column's title with what the interval spans (validate_compare.interval_source)."""
-    return f"interval ({info.get('interval_source', 'repeats')})"
+def interval_header(report: ValidationReport, kind: str) -> str:
+    """A kind's interval column title, with what its intervals span (validate_compare.interval_source) when it has
+    any (replay, never repeated, has none)."""
+    if not any("interval" in r for r in report.rows if r["kind"] == kind):
+        return "interval"
+    return f"interval ({report.info.get('interval_source', 'repeats')})"
 
 
 def format_table(report: ValidationReport, metrics: tuple[str, ...] | None = None) -> str:
     """Per mode x rate x metric: measured, each kind's prediction (replay, predictive) with % error and, where
     repeated, the interval (its source in the header) and whether the measured value is inside it."""
     kinds = kinds_of(report.rows)
-    title = interval_header(report.info)
-    width = max(24, len(title))
+    title = {k: interval_header(report, k) for k in kinds}
+    width = {k: max(24, len(t)) for k, t in title.items()}
     head = f"{'mode':<12} {'req/s':>6} {'load':>9} {'metric':<22} {'measured':>9}" + "".join(
-        f" {k:>10} {'err %':>7} {title:<{width}}" for k in kinds)
+        f" {k:>10} {'err %':>7} {title[k]:<{width[k]}}" for k in kinds)
     lines = [head, "-" * len(head)]
     for m, by in _paired(report.rows):
         if metrics and m["metric"] not in metrics:
             continue
         met = m["metric"]
         cells = "".join(f" {_value(met, by.get(k, {}).get('predicted')):>10} "
-                        f"{_fmt(by.get(k, {}).get('error_pct'), True):>7} {_interval(by.get(k, {}), met):<{width}}"
+                        f"{_fmt(by.get(k, {}).get('error_pct'), True):>7} {_interval(by.get(k, {}), met):<{width[k]}}"
                         for k in kinds)
         lines.append(f"{m['mode']:<12} {m['rate']:>6.3g} {_load(m):>9} {_label(met):<22} "
                      f"{_value(met, m['measured']):>9}" + cells)
@@ -114,7 +117,7 @@ def markdown(report: ValidationReport, command: str, tolerances: dict[str, dict[
     kinds = kinds_of(report.rows)
     for section, metrics in (("Headline (means and throughput)", HEADLINE), ("All metrics", None)):
         lines += ["", f"## {section}", "", "| mode | req/s | load 1-min | metric | measured | " +
-                  " | ".join(f"{k} | err % | {interval_header(report.info)}" for k in kinds) + " |",
+                  " | ".join(f"{k} | err % | {interval_header(report, k)}" for k in kinds) + " |",
                   "|---|---:|---:|---|---:|" + "---:|---:|---|" * len(kinds)]
         for m, by in _paired(report.rows):
             if metrics and m["metric"] not in metrics:
