@@ -18,8 +18,8 @@ from calibration.vllm_steps.validate_run import load_config
 from tests.calibration.test_shipped_validation import CONFIG, FIT_REL, ROOT
 
 REPEATS = 5
-# measured with this test's analysis (python -m benchmarks.bench_bootstrap_coverage [--folder ...] prints the same): rows
-# per level (0.3, 0.6, 0.9 x capacity; 10 metrics each) and per metric (3 levels each)
+# measured with this test's analysis (`python -m benchmarks.bench_bootstrap_coverage [--folder F]` prints the same):
+# rows inside per level (0.3, 0.6, 0.9 x capacity; 10 metrics each) and per metric (3 levels each)
 METRICS = ("ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "e2e_mean_s",
            "e2e_p50_s", "e2e_p90_s", "throughput_tok_s")
 MEASURED = {
