@@ -194,8 +194,8 @@ def level_fitted_section(info: dict[str, Any]) -> list[str]:
         return []
     return ["", "Replay with the target and drafter profiles fitted on each level's own steps and the run's own "
             "acceptance (a diagnostic: step prices at the engine's speed during that level), error in percent:", "",
-            "| mode | x capacity | TTFT mean | TPOT mean | E2E mean | throughput |", "|---|---:|---:|---:|---:|---:|"] + rows \
-        + speed_drift_section(info)
+            "| mode | x capacity | TTFT mean | TPOT mean | E2E mean | throughput |",
+            "|---|---:|---:|---:|---:|---:|"] + rows + speed_drift_section(info)
 
 
 def speed_drift_section(info: dict[str, Any]) -> list[str]:

@@ -314,7 +314,7 @@ def level_rows(lv: LevelResult, p99: bool = False,
 
 def interval_coverage(rows: list[dict[str, Any]], kind: str = "predictive") -> dict[str, dict[str, Any]]:
     """Per mode: how many of `kind`'s rows with an interval hold the measured value, in all, per metric and per
-    load level ([inside, rows] each)."""
+    load level ({"inside", "rows"} each)."""
     out: dict[str, dict[str, Any]] = {}
     for r in rows:
         if r["kind"] != kind or r.get("inside") is None:

@@ -171,5 +171,6 @@ def test_coverage_counts_rows_per_mode_metric_and_level():
              {"kind": "predictive", "mode": "ar", "fraction": 0.9, "metric": "e2e_mean_s", "inside": None}]
     cov = interval_coverage(rows)
     assert cov == {"ar": {"inside": 1, "rows": 3,
-                          "by_metric": {"ttft_mean_s": {"inside": 1, "rows": 2}, "e2e_mean_s": {"inside": 0, "rows": 1}},
+                          "by_metric": {"ttft_mean_s": {"inside": 1, "rows": 2},
+                                        "e2e_mean_s": {"inside": 0, "rows": 1}},
                           "by_level": {0.3: {"inside": 1, "rows": 2}, 0.9: {"inside": 0, "rows": 1}}}}
