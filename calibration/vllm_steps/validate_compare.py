@@ -399,8 +399,12 @@ def mode_drift(data: ModeData, profile):
     predictive target fitted on them."""
     from calibration.vllm_steps.drift import calibration_groups, speed_drift
 
-    groups = calibration_groups(data.cal_log, data.result["calibration"], str(data.folder / RUN_FILE), (WARMUP,))
-    return speed_drift(profile, [(g, target_measurements(log, data.mode.label)) for g, log in groups])
+    where = str(data.folder / RUN_FILE)
+    groups = calibration_groups(data.cal_log, data.result["calibration"], where, (WARMUP,))
+    try:
+        return speed_drift(profile, [(g, target_measurements(log, data.mode.label)) for g, log in groups])
+    except ValueError as e:
+        raise TraceFormatError(where, f"--drift: {e}", field="calibration") from None
 
 
 def validate_mode(data: ModeData, model_name: str, name: str, seed: int,

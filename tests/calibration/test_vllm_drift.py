@@ -164,6 +164,12 @@ def test_drift_is_refused_with_profiles_from_another_calibration(tmp_path):
         validate_all(cfg, FIX, model_name="smollm2", repeats=2, profiles_from=tmp_path, drift=True)
 
 
+def test_drift_on_a_run_with_two_calibration_groups_names_the_file():
+    cfg = load_config(FIX / "validate.yaml").model_copy(update={"modes": ["ar"]})
+    with pytest.raises(TraceFormatError, match=r"ar/result.json.*calibration.*--drift: .*2 calibration group\(s\)"):
+        validate_all(cfg, FIX, model_name="smollm2", repeats=2, drift=True)
+
+
 def test_coverage_counts_rows_per_mode_metric_and_level():
     rows = [{"kind": "predictive", "mode": "ar", "fraction": f, "metric": m, "inside": inside}
             for f, m, inside in ((0.3, "ttft_mean_s", True), (0.3, "e2e_mean_s", False), (0.9, "ttft_mean_s", False))]
