@@ -1,9 +1,9 @@
-"""Coverage of `validate`'s predictive intervals with and without the calibration bootstrap, on a shipped
-`draftsim validate` run (experiments/validation/*/raw-runs.tar.xz).
+"""Coverage of `validate`'s predictive intervals by what they span (seeds; + the calibration refit, `--bootstrap`;
++ the calibration groups' speed drift, `--drift`), on a shipped `draftsim validate` run
+(experiments/validation/*/raw-runs.tar.xz).
 
-Both analyses use the same runs, config, seeds and repeats; `--bootstrap` prices repeats 2..R with the
-calibration profile refit on a resample of its steps (calibration/vllm_steps/bootstrap.py). Printed per mode:
-the share of predictive rows whose measured value falls inside the interval, and each level's TTFT p90 row.
+Every analysis uses the same runs, config, seeds and repeats. Printed per source and mode: the predictive rows whose
+measured value falls inside the interval, in all, per load level and per metric, and each level's TTFT p90 row.
 
 Run from the repository root: `python -m benchmarks.bench_bootstrap_coverage [--folder
 experiments/validation/vllm-cpu-smollm2-quiet] [--modes ar,ngram:4] [--repeats 5] [--json OUT]`. Simulated
@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+SOURCES = {"seeds": {}, "seeds + refit": {"bootstrap": True}, "seeds + refit + drift": {"bootstrap": True,
+                                                                                         "drift": True}}
 
 
 def run(folder: Path, modes: list[str], repeats: int) -> dict[str, Any]:
-    from calibration.vllm_steps.validate_compare import validate_all
+    from calibration.vllm_steps.validate_compare import interval_coverage, validate_all
     from calibration.vllm_steps.validate_run import load_config
 
     cfg = load_config(ROOT / "experiments" / "validation" / "validate-vllm-cpu.yaml").model_copy(
@@ -31,18 +33,18 @@ def run(folder: Path, modes: list[str], repeats: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(folder / "raw-runs.tar.xz") as tar:
             tar.extractall(tmp, filter="data")
-        for boot in (False, True):
-            rows = [r for r in validate_all(cfg, tmp, repeats=repeats, bootstrap=boot).rows
-                    if r["kind"] == "predictive" and r.get("inside") is not None]
-            per_mode: dict[str, Any] = {}
-            for r in rows:
-                m = per_mode.setdefault(r["mode"], {"rows": 0, "inside": 0, "ttft_p90": []})
-                m["rows"] += 1
-                m["inside"] += bool(r["inside"])
-                if r["metric"] == "ttft_p90_s":
-                    m["ttft_p90"].append({"fraction": r["fraction"], "measured": r["measured"],
-                                          "interval": r["interval"], "inside": r["inside"]})
-            out["bootstrap" if boot else "seeds only"] = per_mode
+        for source, flags in SOURCES.items():
+            report = validate_all(cfg, tmp, repeats=repeats, **flags)
+            cov = interval_coverage(report.rows)
+            for r in report.rows:
+                if r["kind"] == "predictive" and r["metric"] == "ttft_p90_s" and r.get("inside") is not None:
+                    cov[r["mode"]].setdefault("ttft_p90", []).append(
+                        {"fraction": r["fraction"], "measured": r["measured"], "interval": r["interval"],
+                         "inside": r["inside"]})
+            for mode, mi in report.info["modes"].items():
+                if "speed_drift" in mi:
+                    cov[mode]["speed_drift"] = mi["speed_drift"]
+            out[source] = cov
     return out
 
 
@@ -54,10 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     res = run(Path(args.folder), [m.strip() for m in args.modes.split(",")], args.repeats)
-    for kind in ("seeds only", "bootstrap"):
-        for mode, m in res[kind].items():
-            print(f"{kind:10s} {mode:10s} inside {m['inside']}/{m['rows']}")
-            for t in m["ttft_p90"]:
+    for source in SOURCES:
+        for mode, m in res[source].items():
+            levels = ", ".join(f"{f:g}x {v['inside']}/{v['rows']}" for f, v in m["by_level"].items())
+            print(f"{source:22s} {mode:10s} inside {m['inside']}/{m['rows']} ({levels})")
+            print("    " + ", ".join(f"{k} {v['inside']}/{v['rows']}" for k, v in m["by_metric"].items()))
+            for t in m.get("ttft_p90", []):
                 lo, hi = t["interval"]
                 print(f"    level {t['fraction']:.2f}: TTFT p90 measured {1e3 * t['measured']:.0f} ms, interval "
                       f"[{1e3 * lo:.0f}, {1e3 * hi:.0f}] ms {'in' if t['inside'] else 'OUT'}")

@@ -74,19 +74,29 @@ def _paired(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, 
     return list(out.values())
 
 
+def interval_header(report: ValidationReport, kind: str) -> str:
+    """A kind's interval column title, with what its intervals span (validate_compare.interval_source) when it has
+    any (replay, never repeated, has none)."""
+    if not any("interval" in r for r in report.rows if r["kind"] == kind):
+        return "interval"
+    return f"interval ({report.info.get('interval_source', 'repeats')})"
+
+
 def format_table(report: ValidationReport, metrics: tuple[str, ...] | None = None) -> str:
     """Per mode x rate x metric: measured, each kind's prediction (replay, predictive) with % error and, where
-    repeated over seeds, the interval and whether the measured value is inside it."""
+    repeated, the interval (its source in the header) and whether the measured value is inside it."""
     kinds = kinds_of(report.rows)
+    title = {k: interval_header(report, k) for k in kinds}
+    width = {k: max(24, len(t)) for k, t in title.items()}
     head = f"{'mode':<12} {'req/s':>6} {'load':>9} {'metric':<22} {'measured':>9}" + "".join(
-        f" {k:>10} {'err %':>7} {'interval (repeats)':<24}" for k in kinds)
+        f" {k:>10} {'err %':>7} {title[k]:<{width[k]}}" for k in kinds)
     lines = [head, "-" * len(head)]
     for m, by in _paired(report.rows):
         if metrics and m["metric"] not in metrics:
             continue
         met = m["metric"]
         cells = "".join(f" {_value(met, by.get(k, {}).get('predicted')):>10} "
-                        f"{_fmt(by.get(k, {}).get('error_pct'), True):>7} {_interval(by.get(k, {}), met):<24}"
+                        f"{_fmt(by.get(k, {}).get('error_pct'), True):>7} {_interval(by.get(k, {}), met):<{width[k]}}"
                         for k in kinds)
         lines.append(f"{m['mode']:<12} {m['rate']:>6.3g} {_load(m):>9} {_label(met):<22} "
                      f"{_value(met, m['measured']):>9}" + cells)
@@ -107,7 +117,7 @@ def markdown(report: ValidationReport, command: str, tolerances: dict[str, dict[
     kinds = kinds_of(report.rows)
     for section, metrics in (("Headline (means and throughput)", HEADLINE), ("All metrics", None)):
         lines += ["", f"## {section}", "", "| mode | req/s | load 1-min | metric | measured | " +
-                  " | ".join(f"{k} | err % | interval" for k in kinds) + " |",
+                  " | ".join(f"{k} | err % | {interval_header(report, k)}" for k in kinds) + " |",
                   "|---|---:|---:|---|---:|" + "---:|---:|---|" * len(kinds)]
         for m, by in _paired(report.rows):
             if metrics and m["metric"] not in metrics:
@@ -184,7 +194,29 @@ def level_fitted_section(info: dict[str, Any]) -> list[str]:
         return []
     return ["", "Replay with the target and drafter profiles fitted on each level's own steps and the run's own "
             "acceptance (a diagnostic: step prices at the engine's speed during that level), error in percent:", "",
-            "| mode | x capacity | TTFT mean | TPOT mean | E2E mean | throughput |", "|---|---:|---:|---:|---:|---:|"] + rows
+            "| mode | x capacity | TTFT mean | TPOT mean | E2E mean | throughput |",
+            "|---|---:|---:|---:|---:|---:|"] + rows + speed_drift_section(info)
+
+
+def speed_drift_section(info: dict[str, Any]) -> list[str]:
+    """With `--drift`: each calibration group's speed factor, the distribution drawn from and each level's draws."""
+    lines = []
+    for mode, mi in info.get("modes", {}).items():
+        d = mi.get("speed_drift")
+        if not d:
+            continue
+        groups = ", ".join(f"{g['name']} {g['factor']:.3f} (jitter sd {g['jitter_sd']:.3f}, {g['steps']} steps)"
+                           for g in d["groups"])
+        draws = "; ".join(f"{lv['fraction']:g}x: " + ", ".join(f"{f:.3f}" for f in lv["factors"])
+                          for lv in d["draws_by_level"])
+        lines.append(f"- {mode}: groups {groups}; between-group sd of ln factor {d['between_sd_log']:.4f}, "
+                     f"t with {d['df']} df, 5-95% factor {d['factor_5_95'][0]:.3f}-{d['factor_5_95'][1]:.3f}; "
+                     f"draws per level {draws}")
+    if not lines:
+        return []
+    return ["", "Speed drift between the calibration groups (each group's measured target seconds over the "
+            "calibration profile's price of its steps; calibration/vllm_steps/drift.py), and the factors the "
+            "predictive repeats after the first were priced with:", ""] + lines
 
 
 def failures(rows: list[dict[str, Any]], tolerances: dict[str, dict[str, float]]) -> list[str]:

@@ -312,6 +312,21 @@ def level_rows(lv: LevelResult, p99: bool = False,
     return rows
 
 
+def interval_coverage(rows: list[dict[str, Any]], kind: str = "predictive") -> dict[str, dict[str, Any]]:
+    """Per mode: how many of `kind`'s rows with an interval hold the measured value, in all, per metric and per
+    load level ({"inside", "rows"} each)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["kind"] != kind or r.get("inside") is None:
+            continue
+        m = out.setdefault(r["mode"], {"inside": 0, "rows": 0, "by_metric": {}, "by_level": {}})
+        for part in (m, m["by_metric"].setdefault(r["metric"], {"inside": 0, "rows": 0}),
+                     m["by_level"].setdefault(r["fraction"], {"inside": 0, "rows": 0})):
+            part["inside"] += bool(r["inside"])
+            part["rows"] += 1
+    return out
+
+
 HEADLINE_METRICS = ("ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "throughput_tok_s")
 
 
@@ -374,14 +389,39 @@ def calibrated_profiles(folder: str | Path, mode: Mode) -> Profiles:
                     {"from": str(folder), "target": rep["target"], "step_overhead_s": rep["step_overhead_s"]})
 
 
+def interval_source(bootstrap: bool, drift: bool) -> str:
+    """What a predictive interval spans, as `validate` and `compare` print it beside the interval."""
+    return "seeds" + (" + refit" if bootstrap else "") + (" + drift" if drift else "")
+
+
+def mode_drift(data: ModeData, profile):
+    """The speed drift between the mode's own calibration groups (calibration/vllm_steps/drift.py), `profile` the
+    predictive target fitted on them."""
+    from calibration.vllm_steps.drift import calibration_groups, speed_drift
+
+    where = str(data.folder / RUN_FILE)
+    groups = calibration_groups(data.cal_log, data.result["calibration"], where, (WARMUP,))
+    try:
+        return speed_drift(profile, [(g, target_measurements(log, data.mode.label)) for g, log in groups])
+    except ValueError as e:
+        raise TraceFormatError(where, f"--drift: {e}", field="calibration") from None
+
+
 def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
                   repeats: int = 1, step_model: str = "structured", profiles_from: str | Path | None = None,
-                  bootstrap: bool = False) -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
+                  bootstrap: bool = False, drift: bool = False
+                  ) -> tuple[list[LevelResult], dict[str, Any], list[dict[str, list[Latencies]]]]:
     """Both simulations of every load level of one mode; with repeats > 1 the predictive one again under
     repeats - 1 more seeds (other calibration requests borrowed), for its interval (replay has no random input
     under a fixed policy); with `bootstrap`, repeat j is also priced by the predictive profile refit on a resample
-    of its calibration steps and busy gaps (calibration/vllm_steps/bootstrap.py), the same refit at every level."""
+    of its calibration steps and busy gaps (calibration/vllm_steps/bootstrap.py), the same refit at every level;
+    with `drift`, repeat j's target prices are also scaled by a speed factor drawn per level from the drift
+    between the calibration groups (calibration/vllm_steps/drift.py; repeat 0 stays the point prediction)."""
     from simulator.seeds import child
+
+    if drift and profiles_from is not None:
+        raise ValueError("--drift: the speed drift is measured between the run's own calibration groups; it does "
+                         "not apply to profiles from --profiles-from")
 
     profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name, step_model),
                 "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name, step_model)
@@ -402,6 +442,9 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
         refits = [profiles["predictive"]] + [bootstrap_profiles(profiles["predictive"], gaps,
                                                                 np.random.default_rng(child(boot, j)))
                                              for j in range(1, repeats)]
+    speed = mode_drift(data, profiles["predictive"].target) if drift and repeats > 1 else None
+    drift_root = np.random.SeedSequence([seed, 3])  # its own stream: the other draws are unchanged
+    level_factors = []
     for i, lv in enumerate(data.levels):
         rows = client_rows(lv, str(data.folder / RUN_FILE))
         level = child(root, i)  # per level: the predictive traces' draws and the simulation, one stream each
@@ -411,10 +454,17 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
         predicted = {k: simulated_latencies(simulate_level(data, i, traces[k], profiles[k], child(level, 1)))
                      for k in KINDS}
         extra = []
+        priced = refits
+        if speed is not None:
+            from calibration.vllm_steps.drift import drifted
+
+            factors = speed.draws(repeats - 1, np.random.default_rng(child(drift_root, i)))
+            level_factors.append({"fraction": float(lv["fraction"]), "factors": [round(float(f), 4) for f in factors]})
+            priced = [refits[0]] + [drifted(refits[j], float(factors[j - 1])) for j in range(1, repeats)]
         for j in range(1, repeats):  # repeat j: its own borrowed traces and simulation stream
             again_node = child(level, 1 + j)
             tr = predictive_traces(data, i, model_name, np.random.default_rng(child(again_node, 0)))
-            extra.append(simulated_latencies(simulate_level(data, i, tr, refits[j], child(again_node, 1))))
+            extra.append(simulated_latencies(simulate_level(data, i, tr, priced[j], child(again_node, 1))))
         again.append({"predictive": extra} if extra else {})
         own = fit_mode_profiles(data, data.level_logs[i], f"{name}-level{i}", model_name, step_model)
         own_lat = simulated_latencies(simulate_level(data, i, traces["replay"], own, child(level, 1)))
@@ -428,13 +478,16 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
             "dtype": data.result.get("dtype"), "torch_threads": data.log.header.get("torch_threads"),
             "fits": {k: p.report for k, p in profiles.items()}, "calibration_fit_on_load_steps": carry,
             "level_fitted_replay": level_fitted}
+    if speed is not None:
+        info["speed_drift"] = {**speed.summary(), "draws_by_level": level_factors}
     return out, info, again
 
 
 def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: int = 1,
-                 profiles_from: str | Path | None = None, bootstrap: bool = False) -> ValidationReport:
+                 profiles_from: str | Path | None = None, bootstrap: bool = False,
+                 drift: bool = False) -> ValidationReport:
     """Every configured mode's runs in OUT, compared with both simulations (the predictive one with an interval
-    over `repeats` seeds when repeats > 1)."""
+    over `repeats` seeds when repeats > 1, also over refits with `bootstrap` and speed factors with `drift`)."""
     out = Path(out)
     model_name = model_name or cfg.target
     levels, again, info = [], [], {"modes": {}}
@@ -442,11 +495,13 @@ def validate_all(cfg, out: str | Path, model_name: str | None = None, repeats: i
         folder = _mode_folder(out, mode)
         data = load_mode(folder, dataclasses.replace(mode, label=folder.name))
         lv, mi, ag = validate_mode(data, model_name, f"{model_name}-vllm-{cfg.dtype}", cfg.seed, repeats,
-                                   getattr(cfg, "step_model", "structured"), profiles_from, bootstrap)
+                                   getattr(cfg, "step_model", "structured"), profiles_from, bootstrap, drift)
         levels += lv
         again += ag
         info["modes"][data.mode.label] = mi
     rows = [r for lv, ag in zip(levels, again) for r in level_rows(lv, repeats=ag or None)]
+    if repeats > 1:
+        info["interval_source"] = interval_source(bootstrap, drift)
     return ValidationReport(rows, levels, info)
 
 

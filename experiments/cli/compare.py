@@ -121,7 +121,7 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
             names: list[str] | None = None, bootstrap: bool = False):
     """The ValidationReport of one measured run against every (named) run of the config; with `bootstrap`, repeats
     after the first are also priced by refit target profiles (the first is the config's own prediction)."""
-    from calibration.vllm_steps.validate_compare import LevelResult, ValidationReport, level_rows
+    from calibration.vllm_steps.validate_compare import LevelResult, ValidationReport, interval_source, level_rows
     from experiments.config import load_config
     from simulator.seeds import child, seed_int
     from traces.measured_run import load_measured
@@ -167,7 +167,10 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
               if w]
     notes += acceptance_notes(cfg, run, [lv.mode for lv in levels])
     notes += [f"run {k} not simulated: {v}" for k, v in skipped.items()]
-    return ValidationReport(rows, levels, {"notes": notes, "measured": run.info, "seeds": seeds})
+    info = {"notes": notes, "measured": run.info, "seeds": seeds}
+    if repeats > 1:
+        info["interval_source"] = interval_source(bootstrap, False)
+    return ValidationReport(rows, levels, info)
 
 
 def acceptance_notes(cfg, run, names: list[str]) -> list[str]:

@@ -19,6 +19,9 @@ def register(sub) -> None:
     a.add_argument("--bootstrap", action="store_true", help="each predictive repeat after the first is also priced "
                    "by the calibration profile refit on a resample of its steps (and the overhead of its busy gaps): "
                    "the interval spans the fit's own uncertainty")
+    a.add_argument("--drift", action="store_true", help="each predictive repeat after the first also has its target "
+                   "step prices scaled by a speed factor drawn from the spread between the run's own calibration "
+                   "groups (calibration/vllm_steps/drift.py): the interval spans the machine's speed drift too")
     a.add_argument("--modes", default=None, help="comma list: only these of the config's modes (e.g. ar,ngram:4)")
     a.add_argument("--step-model", default=None, choices=("structured", "linear"),
                    help="target step-time model (default: the config's step_model)")
@@ -73,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
                   f"{len(cfg.load.fractions)} Poisson levels x {cfg.load.requests} requests", flush=True)
             run_mode(cfg, mode, folder, prompts, out, categories=categories)
     report = validate_all(cfg, out, repeats=max(1, args.repeats), profiles_from=args.profiles_from,
-                          bootstrap=args.bootstrap)
+                          bootstrap=args.bootstrap, drift=args.drift)
     write_outputs(report, out, args.config, cfg.tolerances)
     print(format_table(report))
     bad = failures(report.rows, cfg.tolerances)

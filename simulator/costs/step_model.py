@@ -172,6 +172,14 @@ def fit_structured(name: str, measurements: list[Measurement], form: Literal["li
     return prof
 
 
+def measured_price(profile, m: Measurement, shape: StepShape | None = None) -> float:
+    """The profile's price of a measured step: by its shape when the profile prices shapes, else its three-number
+    batch (sequences, tokens, KV)."""
+    if hasattr(profile, "shape_time"):
+        return profile.shape_time(shape if shape is not None else shape_of(m))
+    return profile.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens)
+
+
 def phase_mape(profile, measurements: list[Measurement]) -> dict[str, float]:
     """MAPE (percent) of `profile` on each phase's steps and on all of them; a profile without `shape_time`
     prices the three-number batch."""
@@ -180,8 +188,7 @@ def phase_mape(profile, measurements: list[Measurement]) -> dict[str, float]:
         if m.seconds <= 0:
             continue
         s = shape_of(m, f"measurement {i}")
-        pred = profile.shape_time(s) if hasattr(profile, "shape_time") else \
-            profile.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens)
+        pred = measured_price(profile, m, s)
         e = abs(pred - m.seconds) / m.seconds * 100.0
         errs["all"].append(e)
         errs.setdefault(s.phase, []).append(e)
@@ -194,8 +201,7 @@ def phase_bias(profile, measurements: list[Measurement]) -> dict[str, float]:
     meas: dict[str, float] = {}
     for i, m in enumerate(measurements):
         s = shape_of(m, f"measurement {i}")
-        p = profile.shape_time(s) if hasattr(profile, "shape_time") else \
-            profile.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens)
+        p = measured_price(profile, m, s)
         for k in (s.phase, "all"):
             pred[k] = pred.get(k, 0.0) + p
             meas[k] = meas.get(k, 0.0) + m.seconds

@@ -9,7 +9,7 @@ import pytest
 
 from calibration.vllm_steps.validate_compare import validate_all
 from calibration.vllm_steps.validate_run import load_config
-from experiments.validate_report import failures, format_table, write_outputs
+from experiments.validate_report import failures, format_table, markdown, write_outputs
 
 FIX = Path(__file__).parents[1] / "calibration" / "fixtures" / "vllm-validate"
 
@@ -80,3 +80,20 @@ def test_small_throughput_keeps_three_significant_digits():
     assert _value("throughput_tok_s", 30512.4) == "30,512"
     assert _value("tpot_mean_s", 0.18004) == "180.04" and _value("e2e_mean_s", 21.64) == "21.64"
     assert _value("ttft_mean_s", 0.0004567) == "0.457"
+
+
+def test_the_interval_column_names_what_the_interval_spans():
+    from calibration.vllm_steps.validate_compare import ValidationReport, interval_source
+
+    row = {"mode": "ar", "rate": 1.0, "fraction": 0.3, "metric": "ttft_mean_s", "measured": 0.1, "load_1min": None}
+    rows = [{**row, "kind": "replay", "predicted": 0.1, "error_pct": 0.0},
+            {**row, "kind": "predictive", "predicted": 0.11, "error_pct": 10.0, "interval": [0.09, 0.12],
+             "inside": True, "repeats": 5}]
+    assert [interval_source(b, d) for b in (False, True) for d in (False, True)] == [
+        "seeds", "seeds + drift", "seeds + refit", "seeds + refit + drift"]
+    rep = ValidationReport(rows, [], {"interval_source": "seeds + refit + drift"})
+    head = format_table(rep).splitlines()[0].split()
+    # replay (never repeated) keeps a plain title; predictive's names its source
+    assert head[head.index("replay") + 3] == "interval" and head[head.index("replay") + 4] == "predictive"
+    assert "interval (seeds + refit + drift)" in format_table(rep).splitlines()[0]
+    assert "| predictive | err % | interval (seeds + refit + drift) |" in markdown(rep, "cmd", {})

@@ -1,0 +1,135 @@
+"""The calibration's own step-speed drift: how far the engine's speed for the same work moved between the
+calibration groups, as a distribution of factors that a predictive repeat's target step prices are scaled by.
+
+Model (calibration data only; the load level being predicted never enters). Each calibration group b (batch 1, 2,
+4, 8, the staggered groups: each run alone, in its own tens of seconds) has the speed factor
+f_b = M_b / P_b, its steps' total measured target seconds over the calibration profile's price of the same steps.
+Its log x_b = ln f_b has a sampling variance from step-to-step jitter alone, v_b = sum_i (m_i - f_b p_i)^2 / M_b^2
+(delta method, steps independent). The between-group variance is tau^2 = max(0, s^2(x) - mean(v_b)) (method of
+moments: the spread left once the steps' own jitter is taken out), and a load level is a new group:
+
+    ln f = mean(x) + tau * sqrt(1 + 1/B) * T,   T ~ Student t with B - 1 degrees of freedom,
+
+the prediction interval of one new draw from a normal sample of B groups (B >= 3). The spread includes what differs
+between the groups' step shapes beyond the profile's form (a group of one shape priced a little off), which is
+uncertainty a level of other shapes carries too. Repeats draw f stratified (one draw per equal-probability stratum,
+strata shuffled), so a few repeats span the distribution; every draw follows the seed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from calibration.vllm_steps.acceptance import join_ids
+from calibration.vllm_steps.records import StepLog
+from simulator.costs.latency import LinearProfile, Measurement
+from simulator.costs.step_model import StructuredProfile, measured_price
+from traces.errors import TraceFormatError
+
+MIN_GROUPS = 3  # two groups leave one degree of freedom: a Cauchy draw, factors without bound
+
+
+@dataclass(frozen=True)
+class GroupFactor:
+    """One calibration group: its steps, speed factor (measured / priced) and the jitter variance of ln factor."""
+
+    name: str
+    steps: int
+    factor: float
+    jitter_var: float
+
+
+@dataclass(frozen=True)
+class SpeedDrift:
+    """The between-group distribution of the speed factor (module doc): ln f = center + scale * T(df)."""
+
+    groups: tuple[GroupFactor, ...]
+    center: float  # mean of the groups' ln factor
+    between: float  # tau: the between-group standard deviation of ln factor
+
+    @property
+    def df(self) -> int:
+        return len(self.groups) - 1
+
+    @property
+    def scale(self) -> float:
+        """tau * sqrt(1 + 1/B): a new group's spread around the estimated center."""
+        return self.between * float(np.sqrt(1.0 + 1.0 / len(self.groups)))
+
+    def factor(self, u: float | np.ndarray) -> float | np.ndarray:
+        """The factor at quantile u in (0, 1)."""
+        return np.exp(self.center + self.scale * stats.t.ppf(u, self.df))
+
+    def draws(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """n factors, one from each of n equal-probability strata in a shuffled order."""
+        u = (rng.permutation(n) + rng.random(n)) / n
+        return np.asarray(self.factor(np.clip(u, 1e-12, 1.0 - 1e-12)), dtype=float)
+
+    def summary(self) -> dict[str, Any]:
+        """For the report: each group's factor and the distribution's parameters and 5-95% range."""
+        lo, hi = self.factor(np.array([0.05, 0.95]))
+        return {"groups": [{"name": g.name, "steps": g.steps, "factor": round(g.factor, 4),
+                            "jitter_sd": round(float(np.sqrt(g.jitter_var)), 4)} for g in self.groups],
+                "center_factor": round(float(np.exp(self.center)), 4), "between_sd_log": round(self.between, 4),
+                "df": self.df, "factor_5_95": [round(float(lo), 4), round(float(hi), 4)]}
+
+
+def group_factor(profile, name: str, ms: list[Measurement]) -> GroupFactor:
+    """The group's total measured target seconds over the profile's price of its steps, and ln factor's jitter."""
+    m = np.array([x.seconds for x in ms], dtype=float)
+    p = np.array([measured_price(profile, x) for x in ms], dtype=float)
+    if not len(m) or m.sum() <= 0 or p.sum() <= 0:
+        raise ValueError(f"calibration group {name!r}: {len(m)} steps, {m.sum():.4g} s measured, priced "
+                         f"{p.sum():.4g} s; expected steps with positive times")
+    f = float(m.sum() / p.sum())
+    return GroupFactor(name, len(m), f, float(((m - f * p) ** 2).sum() / m.sum() ** 2))
+
+
+def speed_drift(profile, groups: list[tuple[str, list[Measurement]]]) -> SpeedDrift:
+    """The drift distribution of the module doc from the calibration groups' steps, priced by `profile`."""
+    if len(groups) < MIN_GROUPS:
+        raise ValueError(f"speed drift: {len(groups)} calibration group(s) ({[g for g, _ in groups]}); expected at "
+                         f"least {MIN_GROUPS} to estimate a spread between them")
+    gs = tuple(group_factor(profile, name, ms) for name, ms in groups)
+    x = np.log([g.factor for g in gs])
+    tau2 = max(0.0, float(np.var(x, ddof=1)) - float(np.mean([g.jitter_var for g in gs])))
+    return SpeedDrift(gs, float(x.mean()), float(np.sqrt(tau2)))
+
+
+def calibration_groups(cal_log: StepLog, groups: list[dict[str, Any]], where: str,
+                       skip: tuple[str, ...] = ()) -> list[tuple[str, StepLog]]:
+    """Each calibration group's steps (the load generator's result.json groups, by request id); the groups ran one
+    after another, so a step that schedules requests of two groups is an error, as is a step of none."""
+    named = [g for g in groups if g["name"] not in skip]
+    engine_ids = sorted({r.id for s in cal_log.steps for r in s.requests})
+    ids = join_ids([str(q["id"]) for g in named for q in g["requests"]], engine_ids, where)
+    group_of = {ids[str(q["id"])]: g["name"] for g in named for q in g["requests"]}
+    out: dict[str, list] = {g["name"]: [] for g in named}
+    for st in cal_log.steps:
+        names = {group_of.get(r.id) for r in st.requests}
+        if len(names) != 1 or None in names:
+            raise TraceFormatError(where, f"calibration step {st.step} schedules requests of groups "
+                                   f"{sorted(str(n) for n in names)}; expected one group per step", field="steps")
+        out[names.pop()].append(st)
+    return [(name, StepLog(cal_log.header, steps)) for name, steps in out.items() if steps]
+
+
+def scaled_profile(profile, factor: float):
+    """The profile with every step priced `factor` times (linear and structured forms are homogeneous in their
+    coefficients, roofline's max included)."""
+    if not (np.isfinite(factor) and factor > 0):
+        raise ValueError(f"speed factor: expected a finite number > 0, got {factor!r}")
+    if isinstance(profile, (LinearProfile, StructuredProfile)):
+        return dataclasses.replace(profile, name=f"{profile.name} x{factor:.4f}",
+                                   coefficients={k: v * factor for k, v in profile.coefficients.items()})
+    raise ValueError(f"profile {profile.name!r}: cannot scale a {type(profile).__name__}")
+
+
+def drifted(profiles, factor: float):
+    """Profiles (validate_compare.Profiles) with the target's step prices scaled by `factor`; the drafter cost
+    and the step overhead are kept (the factor is measured on target step time only)."""
+    return dataclasses.replace(profiles, target=scaled_profile(profiles.target, factor))

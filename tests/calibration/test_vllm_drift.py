@@ -1,0 +1,182 @@
+"""The calibration groups' speed drift (calibration/vllm_steps/drift.py) against hand-worked values: each group's
+factor, the between-group spread with the steps' jitter taken out, Student-t quantiles from the table, stratified
+draws that follow the seed, scaled profiles; and `validate --drift`, whose interval widens with a known drift and
+keeps the point prediction."""
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from calibration.vllm_steps import validate_compare
+from calibration.vllm_steps.drift import GroupFactor, SpeedDrift, calibration_groups, group_factor, scaled_profile, \
+    speed_drift
+from calibration.vllm_steps.validate_compare import interval_coverage, validate_all
+from calibration.vllm_steps.validate_run import load_config
+from simulator.costs.latency import LinearProfile, Measurement, TableProfile
+from simulator.costs.step_model import StepShape, StructuredProfile
+from traces.errors import TraceFormatError
+
+FIX = Path(__file__).parent / "fixtures" / "vllm-validate"
+BASE = LinearProfile("base", {"const": 0.010, "num_seqs": 0.002})
+
+
+def _steps(factor: float, n: int, noise: float = 0.0, seed: int = 0) -> list[Measurement]:
+    """n decode steps of 1-8 sequences taking `factor` x BASE's price, times (1 + noise x N(0, 1))."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        s = int(rng.integers(1, 9))
+        t = factor * (0.010 + 0.002 * s) * (1.0 + noise * rng.normal())
+        out.append(Measurement(num_seqs=s, batched_tokens=s, kv_tokens=100 * s, seconds=t))
+    return out
+
+
+def test_noise_free_groups_give_their_factors_and_the_sample_spread():
+    factors = [0.9, 1.0, 1.2, 1.05]
+    d = speed_drift(BASE, [(f"g{i}", _steps(f, 50, seed=i)) for i, f in enumerate(factors)])
+    for g, f in zip(d.groups, factors):
+        assert g.factor == pytest.approx(f, rel=1e-12) and g.jitter_var == pytest.approx(0.0, abs=1e-20)
+    logs = [math.log(f) for f in factors]
+    assert d.center == pytest.approx(statistics.fmean(logs), rel=1e-12)
+    assert d.between == pytest.approx(statistics.stdev(logs), rel=1e-12)  # no jitter: nothing taken out
+    assert d.df == 3 and d.scale == pytest.approx(statistics.stdev(logs) * math.sqrt(1.25), rel=1e-12)
+    assert d.factor(0.5) == pytest.approx(math.exp(statistics.fmean(logs)), rel=1e-12)
+    # t(3) 97.5% point from the table: 3.182
+    assert d.factor(0.975) == pytest.approx(math.exp(d.center + 3.182 * d.scale), rel=1e-3)
+
+
+def test_the_steps_own_jitter_is_taken_out_of_the_spread():
+    # six groups at the same speed, 10% step jitter: ln factor's jitter variance is 0.1^2 / n (n = 1000)
+    d = speed_drift(BASE, [(f"g{i}", _steps(1.0, 1000, noise=0.1, seed=i)) for i in range(6)])
+    for g in d.groups:
+        assert g.jitter_var == pytest.approx(0.01 / 1000, rel=0.15)
+    raw = statistics.stdev(math.log(g.factor) for g in d.groups)
+    assert d.between < raw
+    # with a real drift (+-20%) on top, the estimate is near the drift's own spread
+    drifted = speed_drift(BASE, [(f"g{i}", _steps(f, 1000, noise=0.1, seed=i))
+                                 for i, f in enumerate([0.8, 1.2, 0.8, 1.2, 0.8, 1.2])])
+    logs = [math.log(f) for f in [0.8, 1.2, 0.8, 1.2, 0.8, 1.2]]
+    assert drifted.between == pytest.approx(statistics.stdev(logs), rel=0.05)
+
+
+def test_fewer_than_three_groups_is_an_error():
+    with pytest.raises(ValueError, match=r"2 calibration group\(s\).*at least 3"):
+        speed_drift(BASE, [("a", _steps(1.0, 5)), ("b", _steps(1.1, 5))])
+    with pytest.raises(ValueError, match="group 'a': 0 steps"):
+        group_factor(BASE, "a", [])
+
+
+def test_draws_are_stratified_and_follow_the_seed():
+    d = SpeedDrift(tuple(GroupFactor(f"g{i}", 10, 1.0, 0.0) for i in range(5)), 0.01, 0.1)
+    a = d.draws(8, np.random.default_rng(3))
+    assert np.array_equal(a, d.draws(8, np.random.default_rng(3)))
+    assert not np.array_equal(a, d.draws(8, np.random.default_rng(4)))
+    u = np.sort(stats.t.cdf((np.log(a) - 0.01) / d.scale, d.df))  # each draw's quantile
+    assert all(k / 8 <= q < (k + 1) / 8 + 1e-9 for k, q in enumerate(u))  # one per stratum
+
+
+def test_a_scaled_profile_prices_every_step_that_many_times():
+    lin = scaled_profile(BASE, 1.25)
+    assert lin.step_time(3, 3, 300) == pytest.approx(1.25 * BASE.step_time(3, 3, 300), rel=1e-12)
+    roof = StructuredProfile("r", {"const": 0.004, "decode_kv": 1e-6, "flop_tokens": 2e-4, "prefill_step": 0.003},
+                             "roofline")
+    for shape in (StepShape(4, 0, 2000), StepShape(1, 0, 10, 1, 500, 500, 250000)):  # memory- and compute-bound
+        assert scaled_profile(roof, 0.8).shape_time(shape) == pytest.approx(0.8 * roof.shape_time(shape), rel=1e-12)
+    table = TableProfile("t", _steps(1.0, 8))
+    with pytest.raises(ValueError, match="cannot scale a TableProfile"):
+        scaled_profile(table, 1.1)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="speed factor"):
+            scaled_profile(BASE, bad)
+
+
+def _ngram_data():
+    import dataclasses
+
+    from calibration.vllm_steps.calibrate import parse_mode
+    from calibration.vllm_steps.validate_compare import load_mode
+
+    return load_mode(FIX / "ngram-k3", dataclasses.replace(parse_mode("ngram:3"), label="ngram-k3"))
+
+
+def test_calibration_groups_partition_the_calibration_steps():
+    data = _ngram_data()
+    where = str(data.folder / "result.json")
+    groups = calibration_groups(data.cal_log, data.result["calibration"], where, ("warmup",))
+    assert [g for g, _ in groups] == ["batch1", "batch2", "stagger3"]
+    assert sum(len(log.steps) for _, log in groups) == len(data.cal_log.steps)
+    # the batch-2 group's two requests called two groups: its steps schedule both, which is refused
+    split = [g for g in data.result["calibration"] if g["name"] != "batch2"] + [
+        {"name": f"half{i}", "requests": [q]} for i, q in enumerate(
+            next(g for g in data.result["calibration"] if g["name"] == "batch2")["requests"])]
+    with pytest.raises(TraceFormatError, match="result.json.*schedules requests of groups.*half0.*half1"):
+        calibration_groups(data.cal_log, split, where, ("warmup",))
+
+
+def _known(between: float):
+    """mode_drift replaced by a known drift: four groups, centred on 1."""
+    return lambda data, profile: SpeedDrift(tuple(GroupFactor(f"g{i}", 10, 1.0, 0.0) for i in range(4)), 0.0,
+                                            between)
+
+
+def _width(row) -> float:
+    return row["interval"][1] - row["interval"][0]
+
+
+@pytest.mark.slow
+def test_the_interval_widens_with_a_known_drift_and_keeps_the_point_prediction(monkeypatch):
+    cfg = load_config(FIX / "validate.yaml")
+    plain = validate_all(cfg, FIX, model_name="smollm2", repeats=3)
+    reports = {}
+    for between in (0.0, 0.05, 0.3):
+        monkeypatch.setattr(validate_compare, "mode_drift", _known(between))
+        reports[between] = validate_all(cfg, FIX, model_name="smollm2", repeats=3, drift=True)
+    assert reports[0.0].rows == plain.rows  # a factor of exactly 1 prices every repeat as before
+    assert reports[0.3].info["interval_source"] == "seeds + drift" and plain.info["interval_source"] == "seeds"
+    rows = {b: [r for r in rep.rows if r["kind"] == "predictive"] for b, rep in reports.items()}
+    for a, b, c in zip(rows[0.0], rows[0.05], rows[0.3]):
+        assert a["predicted"] == b["predicted"] == c["predicted"]  # repeat 0 is never scaled
+        if a["metric"] in ("ttft_mean_s", "e2e_mean_s", "tpot_mean_s"):
+            assert _width(a) <= _width(b) + 1e-12 <= _width(c) + 2e-12, (a["mode"], a["fraction"], a["metric"])
+    assert all(_width(c) > _width(a) for a, c in zip(rows[0.0], rows[0.3]) if c["metric"] == "e2e_mean_s")
+
+
+@pytest.mark.slow
+def test_validate_drift_follows_the_seed():
+    cfg = load_config(FIX / "validate.yaml").model_copy(update={"modes": ["ngram:3"]})
+    a, b = (validate_all(cfg, FIX, model_name="smollm2", repeats=3, bootstrap=True, drift=True) for _ in range(2))
+    assert a.rows == b.rows and a.info["modes"]["ngram-k3"]["speed_drift"] == b.info["modes"]["ngram-k3"]["speed_drift"]
+    other = validate_all(cfg.model_copy(update={"seed": 1}), FIX, model_name="smollm2", repeats=3, bootstrap=True,
+                         drift=True)
+    draws = [lv["factors"] for lv in a.info["modes"]["ngram-k3"]["speed_drift"]["draws_by_level"]]
+    assert draws != [lv["factors"] for lv in other.info["modes"]["ngram-k3"]["speed_drift"]["draws_by_level"]]
+    assert a.info["interval_source"] == "seeds + refit + drift"
+
+
+def test_drift_is_refused_with_profiles_from_another_calibration(tmp_path):
+    cfg = load_config(FIX / "validate.yaml").model_copy(update={"modes": ["ngram:3"]})
+    with pytest.raises(ValueError, match="--drift: .*own calibration groups.*--profiles-from"):
+        validate_all(cfg, FIX, model_name="smollm2", repeats=2, profiles_from=tmp_path, drift=True)
+
+
+def test_drift_on_a_run_with_two_calibration_groups_names_the_file():
+    cfg = load_config(FIX / "validate.yaml").model_copy(update={"modes": ["ar"]})
+    with pytest.raises(TraceFormatError, match=r"ar/result.json.*calibration.*--drift: .*2 calibration group\(s\)"):
+        validate_all(cfg, FIX, model_name="smollm2", repeats=2, drift=True)
+
+
+def test_coverage_counts_rows_per_mode_metric_and_level():
+    rows = [{"kind": "predictive", "mode": "ar", "fraction": f, "metric": m, "inside": inside}
+            for f, m, inside in ((0.3, "ttft_mean_s", True), (0.3, "e2e_mean_s", False), (0.9, "ttft_mean_s", False))]
+    rows += [{"kind": "replay", "mode": "ar", "fraction": 0.3, "metric": "ttft_mean_s"},
+             {"kind": "predictive", "mode": "ar", "fraction": 0.9, "metric": "e2e_mean_s", "inside": None}]
+    cov = interval_coverage(rows)
+    assert cov == {"ar": {"inside": 1, "rows": 3,
+                          "by_metric": {"ttft_mean_s": {"inside": 1, "rows": 2},
+                                        "e2e_mean_s": {"inside": 0, "rows": 1}},
+                          "by_level": {0.3: {"inside": 1, "rows": 2}, 0.9: {"inside": 0, "rows": 1}}}}
