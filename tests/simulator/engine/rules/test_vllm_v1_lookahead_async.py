@@ -58,9 +58,11 @@ def test_overlapped_gap_hand_worked(gap, forward, left):
 
 def test_async_scheduling_needs_vllm_v1():
     with pytest.raises(ValidationError, match="async_scheduling: true needs scheduler: vllm-v1"):
-        ServerConfig(target_profile=linear(), kv_capacity_tokens=100, async_scheduling=True)
+        ServerConfig(target_profile=linear(), kv_capacity_tokens=100, scheduler="draftsim", async_scheduling=True)
     cfg = ServerConfig(target_profile=linear(), kv_capacity_tokens=100, scheduler="vllm-v1", async_scheduling=True)
     assert cfg.async_scheduling and cfg.chunked_prefill
+    default = ServerConfig(target_profile=linear(), kv_capacity_tokens=100, async_scheduling=True)  # vllm-v1 default
+    assert default.scheduler == "vllm-v1" and default.async_scheduling
 
 
 # ---------------------------------------------------------------- hand-worked steps
