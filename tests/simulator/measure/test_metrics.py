@@ -234,6 +234,36 @@ def test_percentiles_are_ordered_and_within_range(vals):
     assert lo - slack <= s["x_mean_s"] <= hi + slack
 
 
+def _percentile_by_hand(sorted_vals: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks: rank (n - 1) p / 100 of the sorted values."""
+    rank = (len(sorted_vals) - 1) * p / 100
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (rank - lo)
+
+
+@given(st.lists(st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([NAN, math.inf, -math.inf])),
+                max_size=60))
+def test_percentiles_of_the_finite_entries_leave_the_input_as_it_was(vals):
+    arr = np.array(vals, dtype=float)
+    before = arr.copy()
+    s = percentile_summary(arr, "x")
+    np.testing.assert_array_equal(arr, before)  # the caller's array (a run's ITLs) is neither reordered nor filtered
+    finite = sorted(v for v in vals if math.isfinite(v))
+    if not finite:
+        assert s == {"x_mean_s": None, "x_p50_s": None, "x_p90_s": None, "x_p99_s": None}
+        return
+    for p in (50, 90, 99):
+        assert s[f"x_p{p}_s"] == pytest.approx(_percentile_by_hand(finite, p), rel=1e-6, abs=1e-9)
+    assert s["x_mean_s"] == pytest.approx(math.fsum(finite) / len(finite), rel=1e-6, abs=1e-9)
+
+
+def test_percentiles_hand_worked():
+    # sorted finite entries 1, 2, 4, 10 (NaN and inf left out): p50 at rank 1.5 -> 3; p90 at rank 2.7 -> 4 + 0.7 * 6
+    s = percentile_summary(np.array([10.0, NAN, 2.0, math.inf, 4.0, 1.0]), "itl", unit="")
+    assert s == {"itl_mean": 4.25, "itl_p50": 3.0, "itl_p90": 8.2, "itl_p99": 9.82}
+
+
 @st.composite
 def request_tables(draw):
     """Random finished/unfinished requests with consistent latency columns."""
