@@ -210,15 +210,24 @@ def _check_tree_rank(ranks: np.ndarray, r: RequestTrace, spec: DrafterSpec, path
 
 
 _INT32 = np.iinfo(np.int32)
+_INT32_MIN, _INT32_MAX = int(_INT32.min), int(_INT32.max)  # plain ints: iinfo's properties are computed per read
 
 
 def _int_array(value: Any, path: str, line: int, fld: str) -> np.ndarray:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    """A JSON list of 32-bit integers (no bools) as int32; checked in C where the list is plain ints in range (a
+    bundle holds hundreds of thousands), element by element only to name the first bad one."""
+    if not isinstance(value, list) or not (set(map(type, value)) <= {int}  # plain ints: JSON's only kind
+                                           or all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
         _fail(path, "expected a list of integers", line, fld)
-    for p, v in enumerate(value):
-        if not _INT32.min <= v <= _INT32.max:
-            _fail(path, f"expected 32-bit integers, got {v} at position {p}", line, fld)
-    return np.asarray(value, dtype=np.int32)
+    try:
+        wide = np.array(value, dtype=np.int64)
+    except OverflowError:  # beyond 64 bits: certainly out of range, found below
+        wide = None
+    if wide is None or (wide.size and (int(wide.min()) < _INT32_MIN or int(wide.max()) > _INT32_MAX)):
+        for p, v in enumerate(value):
+            if not _INT32_MIN <= v <= _INT32_MAX:
+                _fail(path, f"expected 32-bit integers, got {v} at position {p}", line, fld)
+    return wide.astype(np.int32)
 
 
 def _rank_table(value: Any, path: str, line: int, fld: str) -> np.ndarray:
@@ -232,7 +241,7 @@ def _rank_table(value: Any, path: str, line: int, fld: str) -> np.ndarray:
             _fail(path, f"expected every row to hold {width} ranks like row 0, got {len(row)} at position {p}",
                   line, fld)
         for v in row:
-            if type(v) is not int or not _INT32.min <= v <= _INT32.max:
+            if type(v) is not int or not _INT32_MIN <= v <= _INT32_MAX:
                 _fail(path, f"expected 32-bit integers, got {shorten(v)} at position {p}", line, fld)
     return np.asarray(value, dtype=np.int32).reshape(len(value), width)
 

@@ -110,6 +110,32 @@ def test_bad_request_line_names_line_and_field(tmp_path, line_doc, field):
         assert "surprise" in str(e) or "object" in str(e)
 
 
+@pytest.mark.parametrize("ids, message", [
+    ([1, 2, 2 ** 31], "expected 32-bit integers, got 2147483648 at position 2"),
+    ([-(2 ** 31) - 1, 5], "expected 32-bit integers, got -2147483649 at position 0"),
+    ([1, True], "expected a list of integers"),
+    ([1, 2.0], "expected a list of integers"),
+    ("1, 2", "expected a list of integers"),
+])
+def test_integer_lists_name_the_first_bad_entry(tmp_path, ids, message):
+    e = error_of(make(tmp_path / "b", [req("ok"), req("x", prompt_token_ids=ids)]))
+    assert (e.line, e.field) == (2, "prompt_token_ids") and message in str(e)
+
+
+def test_integer_lists_beyond_64_bits_name_the_first_bad_entry():
+    # the JSON reader refuses such numbers first (traces/parsing.py); the list rule names them on its own too
+    from traces.bundle import _int_array
+
+    with pytest.raises(TraceFormatError, match=f"expected 32-bit integers, got {2 ** 70} at position 1"):
+        _int_array([3, 2 ** 70, 2 ** 31], "f.jsonl", 1, "acc_len")
+
+
+def test_integer_lists_keep_the_32_bit_extremes(tmp_path):
+    ids = [-(2 ** 31), 2 ** 31 - 1, 0, 7]
+    b = load_bundle(make(tmp_path / "b", [req("x", prompt_token_ids=ids, acc=(1, 2, 1))]))
+    assert b.requests[0].prompt_token_ids == ids and b.requests[0].drafters["d"].acc_len.dtype == np.int32
+
+
 def test_duplicate_id(tmp_path):
     e = error_of(make(tmp_path / "b", [req("a"), req("b"), req("a")]))
     assert (e.line, e.field) == (3, "id") and "duplicate" in str(e)
