@@ -12,6 +12,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 from typing import Annotated, Iterator, Literal, Mapping, NoReturn, Union
 
@@ -224,6 +225,8 @@ def pick_traces(num_traces: int, n: int, sample: Sampling, rng: np.random.Genera
 
 def request_ids(trace_ids: list[str]) -> list[str]:
     """The first use of a trace keeps its id; the n-th reuse is `<trace_id>#<n>`."""
+    if len(set(trace_ids)) == len(trace_ids):  # no trace reused (a parametric workload's): every id is its trace's
+        return list(trace_ids)
     uses: dict[str, int] = {}
     out = []
     for t in trace_ids:
@@ -267,7 +270,7 @@ def draw_requests(bundle: TraceBundle, n: int, sample: Sampling, seed: int) -> R
     rule and the seed. A kept draw is the same draw (the generator's state after it included), so a workload
     built from it is identical to one built afresh."""
     reqs = bundle.requests
-    key = (tuple((r.id, r.prompt_len, r.output_len, r.category) for r in reqs), n, sample.with_replacement,
+    key = (tuple(map(attrgetter("id", "prompt_len", "output_len", "category"), reqs)), n, sample.with_replacement,
            sample.shuffle, seed)
     got = _draws.get(key)
     if got is not None:
@@ -276,11 +279,12 @@ def draw_requests(bundle: TraceBundle, n: int, sample: Sampling, seed: int) -> R
     rng = np.random.default_rng(seed)
     picks = _readonly(np.asarray(pick_traces(len(reqs), n, sample, rng), dtype=np.int64))
     order = picks.tolist()
-    trace_ids = tuple(reqs[i].id for i in order)
+    ids, prompt_lens, output_lens, cats = zip(*key[0]) if reqs else ((), (), (), ())  # per trace, in bundle order
+    trace_ids = tuple(map(ids.__getitem__, order))
     draw = RequestDraw(picks, tuple(request_ids(list(trace_ids))), trace_ids,
-                       _readonly(np.array([reqs[i].prompt_len for i in order], dtype=np.int64).reshape(-1)),
-                       _readonly(np.array([reqs[i].output_len for i in order], dtype=np.int64).reshape(-1)),
-                       tuple(reqs[i].category for i in order), rng.bit_generator.state)
+                       _readonly(np.array(prompt_lens, dtype=np.int64).reshape(-1)[picks]),
+                       _readonly(np.array(output_lens, dtype=np.int64).reshape(-1)[picks]),
+                       tuple(map(cats.__getitem__, order)), rng.bit_generator.state)
     _draws[key] = draw
     while sum(len(d.picks) for d in _draws.values()) > DRAW_MEMO_MAX_REQUESTS and len(_draws) > 1:
         _draws.popitem(last=False)
@@ -390,9 +394,8 @@ def _shapes_bundle(bundle: TraceBundle, lengths: ParametricLengths, n: int, seed
     shapes = {c: CategoryLengths(category_weight(b), lengths.prompt, lengths.output)
               for c, b in split_by_category(bundle).items()}
     cats, prompt, output = draw_shapes(shapes, n, np.random.default_rng(seed))
-    requests = [RequestTrace(id=rid, prompt_len=int(pl), output_len=int(ol), drafters=AcceptanceNotDrawn(rid),
-                             category=cat)
-                for rid, cat, pl, ol in zip(synth_request_ids(n), cats, prompt, output)]
+    requests = [RequestTrace(id=rid, prompt_len=pl, output_len=ol, drafters=AcceptanceNotDrawn(rid), category=cat)
+                for rid, cat, pl, ol in zip(synth_request_ids(n), cats, prompt.tolist(), output.tolist())]
     m = bundle.meta
     meta = BundleMeta(target=m.target, drafters=dict(m.drafters), temperature=m.temperature,
                       dataset=f"{m.dataset}-parametric",

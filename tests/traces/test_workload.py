@@ -81,6 +81,11 @@ def test_reuse_gets_numbered_ids():
     assert all(i.split("#")[0] == r.trace_id for i, r in zip(ids, w.requests))
 
 
+def test_ids_of_traces_used_once_are_the_trace_ids():
+    assert request_ids(["b", "a#1", "a"]) == ["b", "a#1", "a"]  # no reuse: nothing numbered, nothing collides
+    assert request_ids([]) == []
+
+
 def test_id_collision_is_an_error():
     with pytest.raises(ValueError, match="collide"):
         request_ids(["a", "a#1", "a"])
@@ -274,6 +279,7 @@ def test_a_kept_draw_builds_the_workload_a_fresh_generator_draws(n, seed, rates,
         assert [r.trace_id for r in w.requests] == [f"t{i}" for i in picks]
         assert np.array_equal(w.arrival, np.cumsum(gaps))
         assert [r.output_len for r in w.requests] == [3 + int(i) for i in picks]
+        assert [(r.prompt_len, r.category) for r in w.requests] == [(10 + int(i), "c" if i % 2 else "e") for i in picks]
         assert w.request_ids == tuple(request_ids([f"t{i}" for i in picks]))
         with pytest.raises(ValueError):
             w.output_len[0] = 1  # shared by every build of the draw: read-only
