@@ -427,7 +427,12 @@ class CompiledRun:
                 blocks_row.append((rows_i[:, :r], rows_f[:, :r]))
                 itl_parts.append(itl[:ni])
                 break
-            if r or code == ker.FULL:
+            if code == ker.FULL:  # full buffers are kept as they are; the kernel writes on into fresh ones
+                blocks_row.append((rows_i[:, :r], rows_f[:, :r]))
+                itl_parts.append(itl[:ni])
+                rows_i, rows_f, itl = np.empty_like(rows_i), np.empty_like(rows_f), np.empty_like(itl)
+                istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
+            elif r:  # a stop's few rows: copied out, the buffers reused
                 blocks_row.append((rows_i[:, :r].copy(), rows_f[:, :r].copy()))
                 itl_parts.append(itl[:ni].copy())
                 istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
@@ -510,13 +515,11 @@ class CompiledRun:
         st.usage[-1] += int(usage[-1])
         pool.used, pool.peak = int(istate[ker.S_USED]), max(pool.peak, int(istate[ker.S_PEAK]))
         outcome.step_no = int(istate[ker.S_STEP])
-        itl = itl_parts[0] if len(itl_parts) == 1 else np.concatenate(itl_parts)
-        if len(itl):
-            outcome.itl_chunks.append(itl)
-        ri = blocks_row[0][0] if len(blocks_row) == 1 else np.concatenate([b[0] for b in blocks_row], axis=1)
-        rf = blocks_row[0][1] if len(blocks_row) == 1 else np.concatenate([b[1] for b in blocks_row], axis=1)
-        if ri.shape[1]:
-            outcome.steps.append_columns(self._columns(ri, rf))
+        # one chunk or block per kernel segment: the ITL array and the steps table join them once, at the end
+        outcome.itl_chunks.extend(part for part in itl_parts if len(part))
+        for ri, rf in blocks_row:
+            if ri.shape[1]:
+                outcome.steps.append_columns(self._columns(ri, rf))
 
     def _columns(self, ri: np.ndarray, rf: np.ndarray) -> dict[str, np.ndarray]:
         """Step-table columns (records.STEP_COLUMNS) of the kernel's rows."""
