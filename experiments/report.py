@@ -94,7 +94,7 @@ def _with_run_column(df: pd.DataFrame, run: str, table: str) -> pd.DataFrame:
         if other:
             raise ValueError(f"{table} table of run {run!r} has rows of other run(s) {sorted(other)}")
         df = df.drop(columns="run")
-    out = df.reset_index(drop=True).copy()
+    out = df.reset_index(drop=True)  # a new frame (pandas copies it, or copies on write): the insert leaves df as it was
     out.insert(0, "run", pd.Series([run] * len(out), dtype=object))
     return out
 

@@ -274,3 +274,14 @@ def test_only_misfit_runs_still_give_a_complete_folder(tmp_path):
                                        "summary.json"]
     req = pd.read_parquet(out / "requests.parquet")
     assert len(req) == 0 and list(req.columns) == ["run", *REQUEST_COLUMNS]
+
+
+def test_writing_leaves_the_runs_tables_as_they_were(tmp_path, runs):
+    # the tables written gain a run column and a fresh index; the engine's frames (Results.requests/steps) do not
+    before = {n: (r.copy(deep=True), s.copy(deep=True)) for n, (r, s, _) in runs.items()}
+    write_results_folder(tmp_path / "out", config_dict=CONFIG, runs=runs, plots=False)
+    for n, (r, s, _) in runs.items():
+        pd.testing.assert_frame_equal(r, before[n][0])
+        pd.testing.assert_frame_equal(s, before[n][1])
+    steps = pd.read_parquet(tmp_path / "out" / "steps.parquet")
+    assert list(steps.columns)[0] == "run" and list(steps["run"].unique()) == list(runs)
