@@ -427,12 +427,7 @@ class CompiledRun:
                 blocks_row.append((rows_i[:, :r], rows_f[:, :r]))
                 itl_parts.append(itl[:ni])
                 break
-            if code == ker.FULL:  # full buffers are kept as they are; the kernel writes on into fresh ones
-                blocks_row.append((rows_i[:, :r], rows_f[:, :r]))
-                itl_parts.append(itl[:ni])
-                rows_i, rows_f, itl = np.empty_like(rows_i), np.empty_like(rows_f), np.empty_like(itl)
-                istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
-            elif r:  # a stop's few rows: copied out, the buffers reused
+            if r or code == ker.FULL:
                 blocks_row.append((rows_i[:, :r].copy(), rows_f[:, :r].copy()))
                 itl_parts.append(itl[:ni].copy())
                 istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
