@@ -24,7 +24,7 @@ import yaml
 
 from calibration.vllm_steps.acceptance import bundle_from_steps, request_steps, save_measured_bundle
 from calibration.vllm_steps.calibrate import RUN_CONFIG, Mode, ModeFit, _provenance, format_table, server_and_runs
-from calibration.vllm_steps.fit import fit_drafter, fit_target, step_overhead, target_measurements
+from calibration.vllm_steps.fit import GROUP_FIELD, fit_drafter, fit_target, step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from calibration.vllm_steps.validate_compare import sub_log
 from simulator.costs.latency import save_profile
@@ -90,6 +90,11 @@ def match_run(run: MeasuredRun, engine: list[EngineRequest], taken: set[int], wh
     return list(range(best[1], best[1] + n))
 
 
+def group_labels(names: list[str]) -> list[str]:
+    """Each client run's calibration-group label: its name, with its position (`#i`) when another run shares it."""
+    return [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
+
+
 def mode_of(header: dict[str, Any]) -> Mode:
     """The served mode from the step log's header: ar, or `<method>-k<K>` with the engine's k."""
     method = header.get("spec_method")
@@ -114,14 +119,17 @@ def calibrate_from_server(step_log: str | Path, measured: list[str | Path], out:
     engine = engine_requests(log)
     taken: set[int] = set()
     matched: list[dict[str, Any]] = []
-    for path, run in runs:
+    group_of: dict[str, str] = {}  # engine request id -> its client run: the steps' calibration groups
+    labels = group_labels([run.name for _, run in runs])
+    for (path, run), label in zip(runs, labels):
         idx = match_run(run, engine, taken, path)
         taken.update(idx)
-        matched.append({"file": path, "run": run.name, "requests": len(idx),
+        group_of.update((engine[i].id, label) for i in idx)
+        matched.append({"file": path, "run": run.name, "group": label, "requests": len(idx),
                         "delivered_rate_req_s": run.delivered_rate(), "nominal_rate": run.info.get("request_rate")})
     ids = [engine[i].id for i in sorted(taken)]
     steps = sub_log(log, set(ids))
-    ms = target_measurements(steps, mode.label)
+    ms = target_measurements(steps, mode.label, group_of=group_of)
     loads = [m.load for m in ms if m.load is not None]
     pname = f"{name}-{mode.label}"
     result = {"dtype": header.get("dtype")}
@@ -152,7 +160,8 @@ def calibrate_from_server(step_log: str | Path, measured: list[str | Path], out:
     doc = {"vllm_version": header.get("vllm_version"), "distribution": header.get("distribution"),
            "dtype": header.get("dtype"), "torch_threads": header.get("torch_threads"), "step_model": step_model,
            "from_server": {"step_log": where, "clients": matched, "engine_requests": len(engine),
-                           "left_out_engine_requests": len(engine) - len(taken), "steps_fitted": len(ms)},
+                           "left_out_engine_requests": len(engine) - len(taken), "steps_fitted": len(ms),
+                           "steps_in_several_groups": sum(m.extra[GROUP_FIELD] is None for m in ms)},
            "modes": {mode.label: report}, "run_config": str(out / RUN_CONFIG)}
     atomic_write_text(out / "calibration.json", json.dumps(doc, indent=1, default=float))
     doc["table"] = format_table(doc)
