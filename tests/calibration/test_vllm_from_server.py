@@ -148,6 +148,32 @@ def test_from_server_reads_a_guidellm_report(tmp_path):
     assert a["modes"]["ngram-k3"]["target"]["coefficients"] == b["modes"]["ngram-k3"]["target"]["coefficients"]
 
 
+def test_from_server_steps_record_their_client_run_for_compare_drift(tmp_path):
+    """Each kept step names the client run (load level) it served, the same as the level of its engine requests
+    in the fixture's own ids (L<i>-...); calibration.json lists each run's group; `compare --drift` draws from the
+    three levels."""
+    from experiments.cli.compare import compare
+    from traces.importers.vllm_bench import import_vllm_bench
+    from traces.measured_run import save_measured
+
+    bench = _fixture_bench(tmp_path)
+    doc = calibrate_from_server(FIXTURE / "steps.jsonl", [bench], tmp_path / "cal", name="fx", step_model="linear")
+    labels = [c["group"] for c in doc["from_server"]["clients"]]
+    assert len(set(labels)) == 3 and doc["from_server"]["steps_in_several_groups"] == 0
+    lines = [json.loads(x) for x in (FIXTURE / "steps.jsonl").read_text().splitlines()[1:]]
+    want = []
+    for x in lines:
+        levels = {r["id"].split("-")[0] for r in x["requests"] if r["id"].startswith("L")}
+        if levels:
+            want.append(labels[int(levels.pop()[1:])] if len(levels) == 1 else None)
+    prof = load_profile(tmp_path / "cal" / "profiles" / "fx-ngram-k3.yaml")
+    assert [m.extra["group"] for m in prof.measurements] == want
+    run = import_vllm_bench(bench)[0]
+    save_measured(run, tmp_path / "m")
+    rep = compare(str(tmp_path / "m"), str(tmp_path / "cal" / "run.yaml"), [], repeats=3, drift=True)
+    assert [g["name"] for g in rep.info["speed_drift"]["ngram-k3"]["groups"]] == labels
+
+
 def test_compare_bootstrap_widens_the_interval_around_the_same_prediction(tmp_path):
     """A --from-server calibration (its profiles keep their steps) compared with the client's own first level:
     --bootstrap keeps the point prediction and prices the other repeats with refit profiles; a table profile
