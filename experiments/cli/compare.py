@@ -156,6 +156,7 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
     after the first are also priced by refit target profiles, with `drift` scaled by speed factors drawn per run
     from its calibration groups' drift (the first repeat is the config's own prediction)."""
     from calibration.vllm_steps.validate_compare import LevelResult, ValidationReport, interval_source, level_rows
+    from experiments.cli.import_measured import nominal_text
     from experiments.config import load_config
     from simulator.seeds import child, seed_int
     from traces.measured_run import load_measured
@@ -200,7 +201,7 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
               else ")"),
              "throughput = output tokens / (last finish - first send), the same for both sides",
              f"req/s = the rate the client delivered ((requests - 1) / (last send - first send)); nominal "
-             f"{nominal if nominal is not None else '-'}",
+             f"{nominal_text(nominal)}",
              "TPOT = (finish - first token) / (output tokens - 1) on both sides (vLLM's definition)"]
     if run.info.get("itl"):
         notes.append(f"measured ITL: {run.info['itl']}")

@@ -71,8 +71,7 @@ def _run_import_measured(args: argparse.Namespace) -> int:
         folder = out if one else out / name
         print(f"wrote {folder}: {len(run.requests)} requests "
               f"({', '.join(f'{k} {v}' for k, v in left.items() if k != 'ids') or 'none left out'})"
-              + f"; delivered {'-' if rate is None else f'{rate:.4g}'} req/s (nominal "
-              f"{f'{nominal:.4g}' if isinstance(nominal, float) else nominal})")
+              + f"; delivered {'-' if rate is None else f'{rate:.4g}'} req/s (nominal {nominal_text(nominal)})")
         for who, t in (run.info.get("tpot_mean_s") or {}).items():
             print(f"  mean TPOT ({who}: {run.info['tpot_definitions'][who]}): "
                   f"{'-' if t is None else f'{1e3 * t:.2f} ms'}")
@@ -107,6 +106,14 @@ def _bench_source(runs, k: int | None, origin: dict):
     src.requests = [RequestHistogram(f"{r.name}/{h['id']}", h["k"], h["histogram"])
                     for r in with_sd for h in r.info["spec_decode"].get("requests", [])]
     return src
+
+
+def nominal_text(nominal) -> str:
+    """A client's nominal request rate as printed: a number at 4 significant digits, else as the client wrote it
+    ("inf", a GuideLLM strategy's rate, or - when none)."""
+    if nominal is None:
+        return "-"
+    return f"{nominal:.4g}" if isinstance(nominal, float) else str(nominal)
 
 
 def describe(src) -> str:
