@@ -4,8 +4,9 @@ Input: the step records of a `vllm serve` started with draftsim's recorder (`DRA
 files beside it) and the client's results of the runs it served (`vllm bench serve --save-result
 --save-detailed` JSON, or a GuideLLM report). Neither side names the other's requests (the bench keeps no ids,
 the engine adds its own), so each client run is matched to a window of consecutive engine requests (in order of
-their first step) with the same output lengths and the closest relative send times; engine requests outside
-every window (the bench's initial test prompt, other clients) are counted and left out. The fit is the one
+their first step) with the same output lengths and the closest relative send times, the largest runs first;
+engine requests outside every window (the bench's initial test prompt, other clients) are counted and left out.
+Each fitted step records the client run it served (`extra.group`, for `compare --drift`). The fit is the one
 `calibrate vllm` and `validate` use (calibration/vllm_steps/fit.py) on the steps that scheduled a matched
 request: the target profile, the drafter's propose cost per engine step, the step overhead; the acceptance
 bundle comes from the same steps (calibration/vllm_steps/acceptance.py `bundle_from_steps`). Written to OUT:
@@ -90,6 +91,18 @@ def match_run(run: MeasuredRun, engine: list[EngineRequest], taken: set[int], wh
     return list(range(best[1], best[1] + n))
 
 
+def match_runs(runs: list[tuple[str, MeasuredRun]], engine: list[EngineRequest]) -> list[list[int]]:
+    """Each (file, run)'s window of engine requests (match_run), the largest runs matched first: runs of the same
+    output lengths (fixed-length benchmarks) are told apart by their send times alone, and a smaller all-at-once
+    run fits inside a larger one's window as well as in its own."""
+    out: dict[int, list[int]] = {}
+    taken: set[int] = set()
+    for j in sorted(range(len(runs)), key=lambda j: -len(runs[j][1].requests)):
+        out[j] = match_run(runs[j][1], engine, taken, runs[j][0])
+        taken.update(out[j])
+    return [out[j] for j in range(len(runs))]
+
+
 def group_labels(names: list[str]) -> list[str]:
     """Each client run's calibration-group label: its name, with its position (`#i`) when another run shares it."""
     return [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
@@ -121,8 +134,8 @@ def calibrate_from_server(step_log: str | Path, measured: list[str | Path], out:
     matched: list[dict[str, Any]] = []
     group_of: dict[str, str] = {}  # engine request id -> its client run: the steps' calibration groups
     labels = group_labels([run.name for _, run in runs])
-    for (path, run), label in zip(runs, labels):
-        idx = match_run(run, engine, taken, path)
+    windows = match_runs(runs, engine)
+    for (path, run), label, idx in zip(runs, labels, windows):
         taken.update(idx)
         group_of.update((engine[i].id, label) for i in idx)
         matched.append({"file": path, "run": run.name, "group": label, "requests": len(idx),

@@ -133,6 +133,30 @@ def test_from_server_refuses_a_client_run_it_did_not_serve(tmp_path, capsys):
     assert "at least one client result" in capsys.readouterr().err
 
 
+def test_a_smaller_fixed_length_run_does_not_take_part_of_a_larger_ones_window():
+    """Fixed-length outputs: a run of 4 sent at once whose engine requests started over four steps (1 ms apart),
+    then a run of 8 sent at once, all started in one step. Any 4 of the 8 fit the run of 4 better than its own
+    window (0 against 1.5 ms), so matched in file order the run of 8 found no window; largest first, each gets
+    its own."""
+    import numpy as np
+
+    from calibration.vllm_steps.from_server import EngineRequest, match_run, match_runs
+    from traces.measured_run import MeasuredRequest, MeasuredRun
+
+    engine = [EngineRequest(f"a{i}", 10.0 + 0.001 * i, 5, 16) for i in range(4)] + \
+        [EngineRequest(f"b{i}", 20.0, 5, 16) for i in range(8)]
+
+    def run(name, n):
+        return MeasuredRun(name, [MeasuredRequest(f"{name}{i}", 0.0, 5, 16, 0.1, 1.0, np.zeros(15)) for i in range(n)],
+                           {})
+    runs = [("f.json", run("four", 4)), ("f.json", run("eight", 8))]
+    first = match_run(runs[0][1], engine, set(), "f.json")
+    assert min(first) >= 4  # in file order the run of 4 lands inside the run of 8's requests
+    with pytest.raises(ValueError, match="no 8 consecutive engine requests"):
+        match_run(runs[1][1], engine, set(first), "f.json")
+    assert match_runs(runs, engine) == [[0, 1, 2, 3], list(range(4, 12))]
+
+
 def test_from_server_reads_a_guidellm_report(tmp_path):
     """The same served levels as a GuideLLM report (epoch send times): the same requests matched, the same fit."""
     from tests.traces.client_writers import guidellm_report
