@@ -71,7 +71,8 @@ def read_measured(path: str | Path) -> list[MeasuredRun]:
 def match_run(run: MeasuredRun, engine: list[EngineRequest], taken: set[int], where: str) -> list[int]:
     """Indices of the engine requests that served `run`: the window of len(run) consecutive free engine
     requests whose output lengths are the run's (as multisets) and whose first steps, relative to the window's
-    first, are closest to the run's relative send times (median absolute gap)."""
+    first, are closest to the run's relative send times (mean absolute gap: a window straddling two runs is far
+    off for the other run's requests, which a median overlooks while they are fewer than half)."""
     n = len(run.requests)
     want = sorted(r.output_len for r in run.requests)
     sends = np.sort(np.array([r.send_time for r in run.requests]))
@@ -82,7 +83,7 @@ def match_run(run: MeasuredRun, engine: list[EngineRequest], taken: set[int], wh
         if any(i in taken for i in idx) or sorted(engine[i].output_len for i in idx) != want:
             continue
         starts = np.array([engine[i].first_step for i in idx])
-        score = float(np.median(np.abs((starts - starts[0]) - sends)))
+        score = float(np.mean(np.abs((starts - starts[0]) - sends)))
         if best is None or score < best[0]:
             best = (score, j)
     if best is None:

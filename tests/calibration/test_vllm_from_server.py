@@ -157,6 +157,32 @@ def test_a_smaller_fixed_length_run_does_not_take_part_of_a_larger_ones_window()
     assert match_runs(runs, engine) == [[0, 1, 2, 3], list(range(4, 12))]
 
 
+def test_the_shipped_calibration_groups_as_client_runs_each_find_their_own_requests(served):
+    """The quiet n-gram run's six calibration groups (96 tokens each: lengths tell nothing apart) as all-at-once
+    and staggered bench runs, staggered ones first, then its three load levels: every run is matched to exactly
+    the engine requests of its own group (their ids carry the group's name). A staggered run of 8 once matched a
+    window straddling into the next group (median gap 0.34 s against its own 0.40 s; mean gaps tell them apart)."""
+    from calibration.vllm_steps.from_server import engine_requests, match_runs
+    from calibration.vllm_steps.records import load_steps
+    from traces.importers.vllm_bench import import_vllm_bench
+
+    folder = served / "ngram-k4"
+    result = json.loads((folder / "result.json").read_text())
+    groups = sorted((g for g in result["calibration"] if g["name"] != "warmup"),
+                    key=lambda g: not g["name"].startswith("stagger"))
+    named = [(g["name"], g["requests"]) for g in groups] + [(f"L{i}", lv["requests"])
+                                                           for i, lv in enumerate(result["levels"])]
+    runs = []
+    for name, reqs in named:
+        p = served / f"{name}.json"
+        p.write_text(json.dumps(bench_document(_records({"requests": reqs}), perf_offset=1.7e9)))
+        runs.append((str(p), import_vllm_bench(p)[0]))
+    engine = engine_requests(load_steps(folder / "steps.jsonl"))
+    for (name, reqs), idx in zip(named, match_runs(runs, engine)):
+        assert {engine[i].id.rsplit("-", 2)[0] if name[0] != "L" else engine[i].id.split("-")[0] for i in idx} == \
+            {name}, name
+
+
 def test_from_server_reads_a_guidellm_report(tmp_path):
     """The same served levels as a GuideLLM report (epoch send times): the same requests matched, the same fit."""
     from tests.traces.client_writers import guidellm_report
