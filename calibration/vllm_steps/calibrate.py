@@ -26,7 +26,7 @@ import yaml
 
 from calibration.models.vllm_backend import RUN_FILE, STEPS_FILE, speculative_config
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, save_measured_bundle
-from calibration.vllm_steps.fit import fit_drafter, fit_target, step_overhead, target_measurements
+from calibration.vllm_steps.fit import engine_groups, fit_drafter, fit_target, step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.costs.latency import Provenance, save_profile
 from calibration.vllm_steps.record_files import read_json_record, read_run_result, require_engine_settings
@@ -183,6 +183,13 @@ def _clients(result: dict[str, Any], *, skip_warmup: bool = True) -> list[Client
             for g in _groups(result) if not (skip_warmup and g["name"] == WARMUP) for q in g["requests"]]
 
 
+def _client_groups(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The groups a kept step can run in: the calibration groups (warm-up left out) and any load levels (a
+    `validate` run's folder), each with its requests; a level is named `load<fraction>`."""
+    return [g for g in _groups(result) if g["name"] != WARMUP] + \
+        [{"name": f"load{lv['fraction']:g}", "requests": lv["requests"]} for lv in result.get("levels") or []]
+
+
 def _measure_start(result: dict[str, Any]) -> float:
     """Wall time the first non-warm-up group started: earlier steps are warm-up."""
     starts = [g["wall_start"] for g in _groups(result) if g["name"] != WARMUP]
@@ -228,7 +235,7 @@ def analyse_mode(cal: VllmCalibration, out: Path, mode: Mode, name: str) -> Mode
     clients = _clients(result)
     start = _measure_start(result)
     steps = StepLog(log.header, [s for s in log.steps if s.wall_start >= start])
-    ms = target_measurements(steps, mode.label)
+    ms = target_measurements(steps, mode.label, group_of=engine_groups(log, _client_groups(result), where))
     loads = [m.load for m in ms if m.load is not None]
     pname = f"{name}-{mode.label}"
     target, rep = fit_target(ms, pname, cal.model_name, _provenance(log.header, loads, "target step (engine step "

@@ -14,6 +14,10 @@ the prediction interval of one new draw from a normal sample of B groups (B >= 3
 between the groups' step shapes beyond the profile's form (a group of one shape priced a little off), which is
 uncertainty a level of other shapes carries too. Repeats draw f stratified (one draw per equal-probability stratum,
 strata shuffled), so a few repeats span the distribution; every draw follows the seed.
+
+The groups come from the profile itself: each kept step records the client group it ran in (`extra.group`:
+`calibrate vllm`'s and `validate`'s calibration groups, `--from-server`'s client runs), so `validate --drift` and
+`compare --drift` draw from the same rule.
 """
 from __future__ import annotations
 
@@ -24,8 +28,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from calibration.vllm_steps.acceptance import join_ids
-from calibration.vllm_steps.records import StepLog
+from calibration.vllm_steps.fit import GROUP_FIELD
 from simulator.costs.latency import LinearProfile, Measurement
 from simulator.costs.step_model import StructuredProfile, measured_price
 from traces.errors import TraceFormatError
@@ -50,6 +53,7 @@ class SpeedDrift:
     groups: tuple[GroupFactor, ...]
     center: float  # mean of the groups' ln factor
     between: float  # tau: the between-group standard deviation of ln factor
+    left_out_steps: int = 0  # steps that served requests of several groups at once (no one group's speed)
 
     @property
     def df(self) -> int:
@@ -75,7 +79,8 @@ class SpeedDrift:
         return {"groups": [{"name": g.name, "steps": g.steps, "factor": round(g.factor, 4),
                             "jitter_sd": round(float(np.sqrt(g.jitter_var)), 4)} for g in self.groups],
                 "center_factor": round(float(np.exp(self.center)), 4), "between_sd_log": round(self.between, 4),
-                "df": self.df, "factor_5_95": [round(float(lo), 4), round(float(hi), 4)]}
+                "df": self.df, "factor_5_95": [round(float(lo), 4), round(float(hi), 4)],
+                "left_out_steps": self.left_out_steps}
 
 
 def group_factor(profile, name: str, ms: list[Measurement]) -> GroupFactor:
@@ -100,22 +105,32 @@ def speed_drift(profile, groups: list[tuple[str, list[Measurement]]]) -> SpeedDr
     return SpeedDrift(gs, float(x.mean()), float(np.sqrt(tau2)))
 
 
-def calibration_groups(cal_log: StepLog, groups: list[dict[str, Any]], where: str,
-                       skip: tuple[str, ...] = ()) -> list[tuple[str, StepLog]]:
-    """Each calibration group's steps (the load generator's result.json groups, by request id); the groups ran one
-    after another, so a step that schedules requests of two groups is an error, as is a step of none."""
-    named = [g for g in groups if g["name"] not in skip]
-    engine_ids = sorted({r.id for s in cal_log.steps for r in s.requests})
-    ids = join_ids([str(q["id"]) for g in named for q in g["requests"]], engine_ids, where)
-    group_of = {ids[str(q["id"])]: g["name"] for g in named for q in g["requests"]}
-    out: dict[str, list] = {g["name"]: [] for g in named}
-    for st in cal_log.steps:
-        names = {group_of.get(r.id) for r in st.requests}
-        if len(names) != 1 or None in names:
-            raise TraceFormatError(where, f"calibration step {st.step} schedules requests of groups "
-                                   f"{sorted(str(n) for n in names)}; expected one group per step", field="steps")
-        out[names.pop()].append(st)
-    return [(name, StepLog(cal_log.header, steps)) for name, steps in out.items() if steps]
+def profile_groups(profile, where: str) -> tuple[list[tuple[str, list[Measurement]]], int]:
+    """A profile's kept measurements by the calibration group each step ran in (`extra.group`, written by
+    `calibrate vllm`, `--from-server` and `validate`), groups in order of first appearance; and how many steps
+    ran in several groups at once (`group: null`), left out. A step without the field is an error: the profile
+    predates the tags, so no drift can be measured from it."""
+    groups: dict[str, list[Measurement]] = {}
+    mixed = 0
+    for i, m in enumerate(profile.measurements):
+        if not isinstance(m.extra, dict) or GROUP_FIELD not in m.extra:
+            raise TraceFormatError(where, f"profile {profile.name!r}: step {i} does not record its calibration group; "
+                                   "expected profiles written by `draftsim calibrate vllm` (or --from-server) of "
+                                   "this version: calibrate again to measure the drift",
+                                   field=f"measurements[{i}].extra.{GROUP_FIELD}")
+        g = m.extra[GROUP_FIELD]
+        if g is None:
+            mixed += 1
+        else:
+            groups.setdefault(str(g), []).append(m)
+    return list(groups.items()), mixed
+
+
+def profile_drift(profile, where: str) -> SpeedDrift:
+    """The drift distribution between the calibration groups a profile's kept steps ran in (profile_groups);
+    a ValueError when they are too few (speed_drift)."""
+    groups, mixed = profile_groups(profile, where)
+    return dataclasses.replace(speed_drift(profile, groups), left_out_steps=mixed)
 
 
 def scaled_profile(profile, factor: float):

@@ -10,17 +10,20 @@ KV, prompt chunks) for the structured step model (simulator/costs/step_model.py)
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
+from calibration.vllm_steps.acceptance import join_ids
 from calibration.vllm_steps.records import StepLog, StepRecord
 from traces.errors import TraceFormatError, shorten
 from simulator.costs.latency import LatencyProfile, LinearProfile, Measurement, Provenance, fit_linear
 from simulator.costs.step_model import StepShape, holdout_split, phase_bias, phase_mape, select_form
 
 PHASES = ("decode", "verify", "prefill")
+GROUP_FIELD = "group"  # a measurement's extra field: the client group its step ran in (None: several)
 
 
 def phase(st: StepRecord) -> str:
@@ -52,17 +55,39 @@ def _load_per_core(st: StepRecord, log: StepLog) -> float | None:
     return None if st.load is None else round(st.load / cores, 3)
 
 
-def target_measurements(log: StepLog, run: str, after: float = 0.0) -> list[Measurement]:
-    """One measurement per engine step that began at or after `after` (wall time; skips warm-up)."""
+def step_group(st: StepRecord, group_of: Mapping[str, str]) -> str | None:
+    """The one client group (engine request id -> group name) whose requests the step scheduled; None when it
+    scheduled requests of several (requests of no named group, e.g. a warm-up or another client, do not count)."""
+    names = {group_of[r.id] for r in st.requests if r.id in group_of}
+    return names.pop() if len(names) == 1 else None
+
+
+def engine_groups(log: StepLog, groups: list[dict[str, Any]], where: str,
+                  skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """Engine request id -> the name of the client group (a load generator's calibration group or load level)
+    that sent it; the groups' `requests` carry the client ids, joined to the log's engine ids."""
+    named = [g for g in groups if g["name"] not in skip]
+    engine_ids = sorted({r.id for s in log.steps for r in s.requests})
+    ids = join_ids([str(q["id"]) for g in named for q in g["requests"]], engine_ids, where)
+    return {ids[str(q["id"])]: g["name"] for g in named for q in g["requests"]}
+
+
+def target_measurements(log: StepLog, run: str, after: float = 0.0,
+                        group_of: Mapping[str, str] | None = None) -> list[Measurement]:
+    """One measurement per engine step that began at or after `after` (wall time; skips warm-up); with
+    `group_of`, each records the client group it ran in (`extra.group`, `step_group`), for the speed drift
+    between groups (calibration/vllm_steps/drift.py)."""
     out = []
     for st in log.steps:
         if st.wall_start < after:
             continue
         ph = phase(st)
         seconds = st.duration - (st.draft_seconds or 0.0)
+        extra = _extra(st, ph, run)
+        if group_of is not None:
+            extra[GROUP_FIELD] = step_group(st, group_of)
         out.append(Measurement(num_seqs=len(st.requests), batched_tokens=st.batched_tokens, kv_tokens=st.kv_tokens,
-                               seconds=seconds, load=_load_per_core(st, log),
-                               extra=_extra(st, ph, run)))
+                               seconds=seconds, load=_load_per_core(st, log), extra=extra))
     return out
 
 

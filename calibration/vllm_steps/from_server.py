@@ -4,8 +4,9 @@ Input: the step records of a `vllm serve` started with draftsim's recorder (`DRA
 files beside it) and the client's results of the runs it served (`vllm bench serve --save-result
 --save-detailed` JSON, or a GuideLLM report). Neither side names the other's requests (the bench keeps no ids,
 the engine adds its own), so each client run is matched to a window of consecutive engine requests (in order of
-their first step) with the same output lengths and the closest relative send times; engine requests outside
-every window (the bench's initial test prompt, other clients) are counted and left out. The fit is the one
+their first step) with the same output lengths and the closest relative send times, the largest runs first;
+engine requests outside every window (the bench's initial test prompt, other clients) are counted and left out.
+Each fitted step records the client run it served (`extra.group`, for `compare --drift`). The fit is the one
 `calibrate vllm` and `validate` use (calibration/vllm_steps/fit.py) on the steps that scheduled a matched
 request: the target profile, the drafter's propose cost per engine step, the step overhead; the acceptance
 bundle comes from the same steps (calibration/vllm_steps/acceptance.py `bundle_from_steps`). Written to OUT:
@@ -24,7 +25,7 @@ import yaml
 
 from calibration.vllm_steps.acceptance import bundle_from_steps, request_steps, save_measured_bundle
 from calibration.vllm_steps.calibrate import RUN_CONFIG, Mode, ModeFit, _provenance, format_table, server_and_runs
-from calibration.vllm_steps.fit import fit_drafter, fit_target, step_overhead, target_measurements
+from calibration.vllm_steps.fit import GROUP_FIELD, fit_drafter, fit_target, step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from calibration.vllm_steps.validate_compare import sub_log
 from simulator.costs.latency import save_profile
@@ -70,7 +71,8 @@ def read_measured(path: str | Path) -> list[MeasuredRun]:
 def match_run(run: MeasuredRun, engine: list[EngineRequest], taken: set[int], where: str) -> list[int]:
     """Indices of the engine requests that served `run`: the window of len(run) consecutive free engine
     requests whose output lengths are the run's (as multisets) and whose first steps, relative to the window's
-    first, are closest to the run's relative send times (median absolute gap)."""
+    first, are closest to the run's relative send times (mean absolute gap: a window straddling two runs is far
+    off for the other run's requests, which a median overlooks while they are fewer than half)."""
     n = len(run.requests)
     want = sorted(r.output_len for r in run.requests)
     sends = np.sort(np.array([r.send_time for r in run.requests]))
@@ -81,13 +83,30 @@ def match_run(run: MeasuredRun, engine: list[EngineRequest], taken: set[int], wh
         if any(i in taken for i in idx) or sorted(engine[i].output_len for i in idx) != want:
             continue
         starts = np.array([engine[i].first_step for i in idx])
-        score = float(np.median(np.abs((starts - starts[0]) - sends)))
+        score = float(np.mean(np.abs((starts - starts[0]) - sends)))
         if best is None or score < best[0]:
             best = (score, j)
     if best is None:
         raise TraceFormatError(where, f"run {run.name!r}: no {n} consecutive engine requests of the step log have "
                                f"its output lengths; were these requests served by this server while it recorded?")
     return list(range(best[1], best[1] + n))
+
+
+def match_runs(runs: list[tuple[str, MeasuredRun]], engine: list[EngineRequest]) -> list[list[int]]:
+    """Each (file, run)'s window of engine requests (match_run), the largest runs matched first: runs of the same
+    output lengths (fixed-length benchmarks) are told apart by their send times alone, and a smaller all-at-once
+    run fits inside a larger one's window as well as in its own."""
+    out: dict[int, list[int]] = {}
+    taken: set[int] = set()
+    for j in sorted(range(len(runs)), key=lambda j: -len(runs[j][1].requests)):
+        out[j] = match_run(runs[j][1], engine, taken, runs[j][0])
+        taken.update(out[j])
+    return [out[j] for j in range(len(runs))]
+
+
+def group_labels(names: list[str]) -> list[str]:
+    """Each client run's calibration-group label: its name, with its position (`#i`) when another run shares it."""
+    return [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
 
 
 def mode_of(header: dict[str, Any]) -> Mode:
@@ -114,14 +133,17 @@ def calibrate_from_server(step_log: str | Path, measured: list[str | Path], out:
     engine = engine_requests(log)
     taken: set[int] = set()
     matched: list[dict[str, Any]] = []
-    for path, run in runs:
-        idx = match_run(run, engine, taken, path)
+    group_of: dict[str, str] = {}  # engine request id -> its client run: the steps' calibration groups
+    labels = group_labels([run.name for _, run in runs])
+    windows = match_runs(runs, engine)
+    for (path, run), label, idx in zip(runs, labels, windows):
         taken.update(idx)
-        matched.append({"file": path, "run": run.name, "requests": len(idx),
+        group_of.update((engine[i].id, label) for i in idx)
+        matched.append({"file": path, "run": run.name, "group": label, "requests": len(idx),
                         "delivered_rate_req_s": run.delivered_rate(), "nominal_rate": run.info.get("request_rate")})
     ids = [engine[i].id for i in sorted(taken)]
     steps = sub_log(log, set(ids))
-    ms = target_measurements(steps, mode.label)
+    ms = target_measurements(steps, mode.label, group_of=group_of)
     loads = [m.load for m in ms if m.load is not None]
     pname = f"{name}-{mode.label}"
     result = {"dtype": header.get("dtype")}
@@ -152,7 +174,8 @@ def calibrate_from_server(step_log: str | Path, measured: list[str | Path], out:
     doc = {"vllm_version": header.get("vllm_version"), "distribution": header.get("distribution"),
            "dtype": header.get("dtype"), "torch_threads": header.get("torch_threads"), "step_model": step_model,
            "from_server": {"step_log": where, "clients": matched, "engine_requests": len(engine),
-                           "left_out_engine_requests": len(engine) - len(taken), "steps_fitted": len(ms)},
+                           "left_out_engine_requests": len(engine) - len(taken), "steps_fitted": len(ms),
+                           "steps_in_several_groups": sum(m.extra[GROUP_FIELD] is None for m in ms)},
            "modes": {mode.label: report}, "run_config": str(out / RUN_CONFIG)}
     atomic_write_text(out / "calibration.json", json.dumps(doc, indent=1, default=float))
     doc["table"] = format_table(doc)

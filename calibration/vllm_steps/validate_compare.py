@@ -22,7 +22,7 @@ import numpy as np
 from calibration.models.vllm_backend import PLAN_FILE, RUN_FILE, STEPS_FILE
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, join_ids
 from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
-from calibration.vllm_steps.fit import MIN_DRAFT_POINTS, busy_gaps, fit_drafter, fit_target, phase, \
+from calibration.vllm_steps.fit import MIN_DRAFT_POINTS, busy_gaps, engine_groups, fit_drafter, fit_target, phase, \
     step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.costs.draft_cost import DraftCost
@@ -178,11 +178,11 @@ class Profiles:
 
 
 def fit_mode_profiles(data: ModeData, log: StepLog, name: str, model_name: str,
-                      step_model: str = "structured") -> Profiles:
-    """Target profile (engine step minus drafting, `fit_target`), the drafter's propose cost per step (SD)
-    and the mean gap between busy steps."""
+                      step_model: str = "structured", group_of: dict[str, str] | None = None) -> Profiles:
+    """Target profile (engine step minus drafting, `fit_target`; with `group_of`, each kept step records its
+    client group), the drafter's propose cost per step (SD) and the mean gap between busy steps."""
     mode = data.mode
-    ms = target_measurements(log, mode.label)
+    ms = target_measurements(log, mode.label, group_of=group_of)
     loads = [m.load for m in ms if m.load is not None]
     target, target_report = fit_target(ms, name, model_name,
                                        _provenance(log.header, loads, "target step", data.result), step_model)
@@ -394,15 +394,19 @@ def interval_source(bootstrap: bool, drift: bool) -> str:
     return "seeds" + (" + refit" if bootstrap else "") + (" + drift" if drift else "")
 
 
+def calibration_group_of(data: ModeData) -> dict[str, str]:
+    """Engine request id -> the calibration group (result.json's `calibration`, warm-up left out) that sent it."""
+    return engine_groups(data.cal_log, data.result["calibration"], str(data.folder / RUN_FILE), (WARMUP,))
+
+
 def mode_drift(data: ModeData, profile):
     """The speed drift between the mode's own calibration groups (calibration/vllm_steps/drift.py), `profile` the
-    predictive target fitted on them."""
-    from calibration.vllm_steps.drift import calibration_groups, speed_drift
+    predictive target fitted on them (its kept steps record their group)."""
+    from calibration.vllm_steps.drift import profile_drift
 
     where = str(data.folder / RUN_FILE)
-    groups = calibration_groups(data.cal_log, data.result["calibration"], where, (WARMUP,))
     try:
-        return speed_drift(profile, [(g, target_measurements(log, data.mode.label)) for g, log in groups])
+        return profile_drift(profile, where)
     except ValueError as e:
         raise TraceFormatError(where, f"--drift: {e}", field="calibration") from None
 
@@ -424,7 +428,8 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
                          "not apply to profiles from --profiles-from")
 
     profiles = {"replay": fit_mode_profiles(data, data.load_log, f"{name}-load", model_name, step_model),
-                "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name, step_model)
+                "predictive": fit_mode_profiles(data, data.cal_log, f"{name}-calibration", model_name, step_model,
+                                                calibration_group_of(data))
                 if profiles_from is None else calibrated_profiles(profiles_from, data.mode)}
     load_ms = target_measurements(data.load_log, data.mode.label)
     carry = {"mape_percent": phase_mape(profiles["predictive"].target, load_ms),

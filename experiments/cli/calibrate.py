@@ -310,6 +310,8 @@ def _run_from_server(args: argparse.Namespace) -> int:
     if len(args.from_server) < 2:
         raise ValueError("--from-server: expected the step log and at least one client result file "
                          "(vllm bench serve JSON or GuideLLM report)")
+    from experiments.cli.import_measured import nominal_text
+
     doc = calibrate_from_server(args.from_server[0], args.from_server[1:], args.out, args.name,
                                 step_model=args.step_model, seed=args.seed)
     load_config(str(Path(args.out) / RUN_CONFIG))  # the written config loads (profiles, bundle, runs resolve)
@@ -318,9 +320,13 @@ def _run_from_server(args: argparse.Namespace) -> int:
     for c in fs["clients"]:
         rate = c["delivered_rate_req_s"]
         print(f"{c['file']} {c['run']}: {c['requests']} requests matched; delivered "
-              f"{'-' if rate is None else f'{rate:.4g}'} req/s (nominal {c['nominal_rate']})")
+              f"{'-' if rate is None else f'{rate:.4g}'} req/s (nominal {nominal_text(c['nominal_rate'])}); "
+              f"its steps' calibration group {c['group']!r}")
+    several = fs["steps_in_several_groups"]
     print(f"{fs['engine_requests']} engine requests in the step log, {fs['left_out_engine_requests']} served no "
-          f"client result given (left out); {fs['steps_fitted']} steps fitted")
+          f"client result given (left out); {fs['steps_fitted']} steps fitted"
+          + (f" ({several} served two client runs at once: no group, left out of `compare --drift`)" if several
+             else ""))
     print(f"wrote {args.out}/calibration.json, {args.out}/profiles/, {args.out}/{RUN_CONFIG} "
           f"(draftsim run {args.out}/{RUN_CONFIG}; draftsim compare MEASURED {args.out}/{RUN_CONFIG})")
     return 0

@@ -36,6 +36,9 @@ def register(sub) -> None:
     a.add_argument("--bootstrap", action="store_true", help="price each repeat after the first with the runs' "
                    "target profile refit on a resample of the steps it was fitted on (profiles that keep their "
                    "measurements: `calibrate vllm`'s): the interval spans the calibration's own uncertainty")
+    a.add_argument("--drift", action="store_true", help="also scale each repeat after the first's target step "
+                   "prices by a speed factor drawn from the drift between the calibration groups its profile's "
+                   "steps ran in (profiles from `calibrate vllm` or --from-server of this version record them)")
     a.set_defaults(func=_run)
 
 
@@ -70,10 +73,12 @@ def measured_traces(run, bundle, rng: np.random.Generator) -> list:
 
 
 def simulate_measured(cfg, run, seed: int, names: list[str] | None = None,
-                      refit: np.random.SeedSequence | None = None) -> dict[str, Any]:
+                      refit: np.random.SeedSequence | None = None,
+                      speed: dict[str, float] | None = None) -> dict[str, Any]:
     """Every config run on the measured workload with `seed` (the config's seed reproduces `draftsim run`):
     run name -> Latencies, or the reason it could not run. With `refit`, each run's target profile is first refit
-    on a resample of its own measurements (calibration/vllm_steps/bootstrap.py), run i from child i of `refit`."""
+    on a resample of its own measurements (calibration/vllm_steps/bootstrap.py), run i from child i of `refit`;
+    with `speed` (run name -> factor), a run's target step prices are then scaled by its factor."""
     from calibration.vllm_steps.validate_compare import simulated_latencies
     from experiments.run import prepare, resolve_bundle
     from simulator.scenario import check_inputs, drafter_kinds, inputs_from_traces, simulate
@@ -96,6 +101,10 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None,
             continue
         if refit is not None:
             sc = _refit_scenario(sc, np.random.default_rng(child(refit, i)))
+        if speed is not None and sc.name in speed:
+            from calibration.vllm_steps.drift import scaled_profile
+
+            sc = dataclasses.replace(sc, target=scaled_profile(sc.target, speed[sc.name]))
         pol = specs[sc.name].policy or {}
         if sc.mode != "ar" and "k" in pol and "drafter" in pol:
             check_k(bundle, pol["drafter"], int(pol["k"]), f"runs[{sc.name}]")
@@ -117,24 +126,59 @@ def _refit_scenario(sc, rng: np.random.Generator):
         raise ValueError(f"--bootstrap: run {sc.name}: {e} (a profile from `calibrate vllm` keeps its steps)") from None
 
 
+def run_drifts(cfg, names: list[str] | None) -> dict[str, Any]:
+    """Run name -> the speed drift between the calibration groups its target profile's kept steps ran in
+    (calibration/vllm_steps/drift.py `profile_drift`); errors name the profile file."""
+    from calibration.vllm_steps.drift import profile_drift
+    from experiments.run import prepare
+    from traces.errors import TraceFormatError
+
+    out = {}
+    for sc in prepare(cfg):
+        if names and sc.name not in names:
+            continue
+        if not hasattr(sc, "target"):
+            raise ValueError(f"--drift: run {sc.name} is a cluster run; the drift scales one server's profile")
+        ref = sc.server.target_profile
+        where = ref if isinstance(ref, str) else f"runs[{sc.name}].server.target_profile"
+        try:
+            out[sc.name] = profile_drift(sc.target, where)
+        except TraceFormatError:
+            raise
+        except ValueError as e:
+            raise TraceFormatError(where, f"--drift: run {sc.name}: {e}", field="measurements") from None
+    return out
+
+
 def compare(measured_path: str, config: str, overrides: list[str] = (), repeats: int = DEFAULT_REPEATS,
-            names: list[str] | None = None, bootstrap: bool = False):
+            names: list[str] | None = None, bootstrap: bool = False, drift: bool = False):
     """The ValidationReport of one measured run against every (named) run of the config; with `bootstrap`, repeats
-    after the first are also priced by refit target profiles (the first is the config's own prediction)."""
+    after the first are also priced by refit target profiles, with `drift` scaled by speed factors drawn per run
+    from its calibration groups' drift (the first repeat is the config's own prediction)."""
     from calibration.vllm_steps.validate_compare import LevelResult, ValidationReport, interval_source, level_rows
+    from experiments.cli.import_measured import nominal_text
     from experiments.config import load_config
     from simulator.seeds import child, seed_int
     from traces.measured_run import load_measured
 
     if not 1 <= repeats <= MAX_REPEATS:
         raise ValueError(f"repeats: expected an integer in [1, {MAX_REPEATS}], got {repeats:,}")
+    if drift and repeats < 2:
+        raise ValueError("--drift: the speed factors price repeats 2..N around the point prediction; expected "
+                         f"--repeats >= 2, got {repeats}")
     run = load_measured(measured_path)
     cfg = load_config(config, list(overrides))
     measured = measured_latencies(run)
     root = np.random.SeedSequence(cfg.seed)  # repeat j: an experiment seed from its own child
     seeds = [cfg.seed] + [seed_int(child(root, j)) for j in range(max(0, repeats - 1))]
     boot = child(np.random.SeedSequence([cfg.seed, 2]), 0) if bootstrap else None
-    sims = [simulate_measured(cfg, run, s, names, child(boot, j) if boot is not None and j else None)
+    drifts = run_drifts(cfg, names) if drift else {}
+    drift_root = np.random.SeedSequence([cfg.seed, 3])  # its own stream: the other draws are unchanged
+    index = {r.name: i for i, r in enumerate(cfg.runs)}  # run i's draws from child i, whichever runs are compared
+    factors = {name: d.draws(repeats - 1, np.random.default_rng(child(drift_root, index[name])))
+               for name, d in drifts.items()}
+    sims = [simulate_measured(cfg, run, s, names, child(boot, j) if boot is not None and j else None,
+                              {n: float(f[j - 1]) for n, f in factors.items()} if drift and j else None)
             for j, s in enumerate(seeds)]
     delivered = run.delivered_rate()
     nominal = run.info.get("request_rate")
@@ -151,11 +195,13 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
         rows = [r for r in rows if not r["metric"].startswith("itl_p")]
     notes = [f"measured: {measured_path} ({len(run.requests)} requests; {run.info.get('source', {}).get('format')})",
              f"predicted: {config} with seed {cfg.seed}; interval = range over {len(seeds)} seeds (borrowed "
-             "acceptance redrawn, policies reseeded" + ("; target profiles refit on resampled calibration steps)"
-                                                         if bootstrap else ")"),
+             "acceptance redrawn, policies reseeded" + ("; target profiles refit on resampled calibration steps"
+                                                         if bootstrap else "") +
+             ("; target step prices scaled by speed factors drawn from the calibration groups' drift)" if drift
+              else ")"),
              "throughput = output tokens / (last finish - first send), the same for both sides",
              f"req/s = the rate the client delivered ((requests - 1) / (last send - first send)); nominal "
-             f"{nominal if nominal is not None else '-'}",
+             f"{nominal_text(nominal)}",
              "TPOT = (finish - first token) / (output tokens - 1) on both sides (vLLM's definition)"]
     if run.info.get("itl"):
         notes.append(f"measured ITL: {run.info['itl']}")
@@ -166,11 +212,24 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
     notes += [f"warning: {w}" for w in run.info.get("arrival_warnings", []) + [run.info.get("cold_first_request")]
               if w]
     notes += acceptance_notes(cfg, run, [lv.mode for lv in levels])
+    notes += [drift_note(name, d) for name, d in drifts.items()]
     notes += [f"run {k} not simulated: {v}" for k, v in skipped.items()]
     info = {"notes": notes, "measured": run.info, "seeds": seeds}
     if repeats > 1:
-        info["interval_source"] = interval_source(bootstrap, False)
+        info["interval_source"] = interval_source(bootstrap, drift)
+    if drifts:
+        info["speed_drift"] = {n: {**d.summary(), "factors": [round(float(x), 4) for x in factors[n]]}
+                               for n, d in drifts.items()}
     return ValidationReport(rows, levels, info)
+
+
+def drift_note(name: str, d) -> str:
+    """One line per run: its calibration groups' speed factors and the 5-95% range of the factors drawn from."""
+    lo, hi = d.summary()["factor_5_95"]
+    groups = ", ".join(f"{g.name} {g.factor:.3f}" for g in d.groups)
+    left = f"; {d.left_out_steps} steps of several groups left out" if d.left_out_steps else ""
+    return (f"{name}: speed drift between its {len(d.groups)} calibration groups (measured / priced: {groups}{left}): "
+            f"factors drawn from a Student t with {d.df} df, 5-95% {lo:.3f}-{hi:.3f}")
 
 
 def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
@@ -223,7 +282,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeats: expected an integer in [1, {MAX_REPEATS}], got {args.repeats:,}")
     if args.out is not None:
         check_results_target(args.out, None, [args.measured, args.config])  # before anything is simulated
-    report = compare(args.measured, args.config, args.overrides, args.repeats, names, args.bootstrap)
+    report = compare(args.measured, args.config, args.overrides, args.repeats, names, args.bootstrap, args.drift)
     if not report.rows:
         print("draftsim: error: no config run could be simulated: " + "; ".join(report.info["notes"][3:]),
               file=sys.stderr)

@@ -57,26 +57,26 @@ def _run_import_measured(args: argparse.Namespace) -> int:
     one = len(runs) == 1
     # a folder name from the file's content (a run label, a rate) is made plain: it never leaves OUT
     names = [f"{j:02d}-{plain_name_from(run.name)}" for j, run in enumerate(runs)]
-    acceptance = None
+    acceptance = {}  # run folder name -> its counters' acceptance source (None: said why not)
     with staged_results_folder(args.out, MEASURED_ENTRIES if one else None) as tmp:
         for name, run in zip(names, runs):
             save_measured(run, tmp if one else tmp / name)
-            if one and run.info.get("spec_decode"):
-                acceptance = _write_bench_acceptance(run, tmp / "acceptance.yaml")
+            if run.info.get("spec_decode"):
+                acceptance[name] = _write_bench_acceptance(run, (tmp if one else tmp / name) / "acceptance.yaml")
     out = Path(args.out)
     for name, run in zip(names, runs):
         left = run.info.get("left_out", {})
         rate = run.info.get("delivered_rate")
-        print(f"wrote {out if one else out / name}: {len(run.requests)} requests "
+        nominal = run.info.get("request_rate")
+        folder = out if one else out / name
+        print(f"wrote {folder}: {len(run.requests)} requests "
               f"({', '.join(f'{k} {v}' for k, v in left.items() if k != 'ids') or 'none left out'})"
-              + f"; delivered {'-' if rate is None else f'{rate:.4g}'} req/s (nominal {run.info.get('request_rate')})"
-              + (f"; acceptance length {run.info['spec_decode']['acceptance_length']:.3f}"
-                 if run.info.get("spec_decode") else ""))
+              + f"; delivered {'-' if rate is None else f'{rate:.4g}'} req/s (nominal {nominal_text(nominal)})")
         for who, t in (run.info.get("tpot_mean_s") or {}).items():
             print(f"  mean TPOT ({who}: {run.info['tpot_definitions'][who]}): "
                   f"{'-' if t is None else f'{1e3 * t:.2f} ms'}")
-    if acceptance is not None:
-        print(f"wrote {out / 'acceptance.yaml'}: {describe(acceptance)}")
+        if acceptance.get(name) is not None:
+            print(f"  wrote {folder / 'acceptance.yaml'}: {describe(acceptance[name])}")
     return 0
 
 
@@ -106,6 +106,14 @@ def _bench_source(runs, k: int | None, origin: dict):
     src.requests = [RequestHistogram(f"{r.name}/{h['id']}", h["k"], h["histogram"])
                     for r in with_sd for h in r.info["spec_decode"].get("requests", [])]
     return src
+
+
+def nominal_text(nominal) -> str:
+    """A client's nominal request rate as printed: a number at 4 significant digits, else as the client wrote it
+    ("inf", a GuideLLM strategy's rate, or - when none)."""
+    if nominal is None:
+        return "-"
+    return f"{nominal:.4g}" if isinstance(nominal, float) else str(nominal)
 
 
 def describe(src) -> str:

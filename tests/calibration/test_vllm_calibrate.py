@@ -97,6 +97,38 @@ def test_bundle_holds_the_sd_modes_calibration_requests(calibrated):
     assert [r.id for r in b.requests] == ids
 
 
+def test_kept_steps_record_their_group_and_compare_draws_the_drift_from_them(calibrated, tmp_path):
+    """Each profile's kept step names the group whose requests it scheduled (read here from the raw step lines
+    and result.json: calibration groups, and this validate folder's load levels as load<fraction>), through the
+    profile file; `compare --drift` on the calibrated run.yaml then draws each run's factors from those groups."""
+    from experiments.cli.compare import compare, measured_from_results
+    from experiments.run import run_experiment
+    from traces.measured_run import save_measured
+
+    _, out, _ = calibrated
+    for label in ("ar", "ngram-k3"):
+        result = json.loads((out / label / "result.json").read_text())
+        client = {q["id"]: g["name"] for g in result["calibration"] if g["name"] != "warmup" for q in g["requests"]}
+        client.update({q["id"]: f"load{lv['fraction']}" for lv in result["levels"] for q in lv["requests"]})
+        start = min(g["wall_start"] for g in result["calibration"] if g["name"] != "warmup")
+        lines = [json.loads(x) for x in (out / label / "steps.jsonl").read_text().splitlines()[1:]]
+        want = []
+        for x in lines:
+            if x["wall_start"] >= start:
+                names = {client[r["id"] if r["id"] in client else r["id"].rsplit("-", 1)[0]] for r in x["requests"]}
+                want.append(names.pop() if len(names) == 1 else None)
+        prof = load_profile(out / "profiles" / f"t-{label}.yaml")
+        assert [m.extra["group"] for m in prof.measurements] == want
+        assert None not in want and len(set(want)) >= 4
+    res = run_experiment(str(out / RUN_CONFIG), ["workload.num_requests=12"], plots=False)
+    folder = save_measured(measured_from_results(res, "ngram-k3"), tmp_path / "m")
+    rep = compare(str(folder), str(out / RUN_CONFIG), ["workload.num_requests=12"], repeats=3, names=["ngram-k3"],
+                  drift=True)
+    d = rep.info["speed_drift"]["ngram-k3"]
+    assert [g["name"] for g in d["groups"]] == ["batch1", "batch2", "stagger3", "load0.3", "load0.6", "load0.9"]
+    assert len(d["factors"]) == 2 and rep.info["interval_source"] == "seeds + drift"
+
+
 def test_calibration_groups_take_prompts_in_turn():
     prompts = [[i] for i in range(5)]
     groups, nxt = calibration_groups(prompts, list("abcde"), [1, 2], [(3, 0.5)], 8, start=1)

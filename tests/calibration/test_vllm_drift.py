@@ -4,6 +4,7 @@ draws that follow the seed, scaled profiles; and `validate --drift`, whose inter
 keeps the point prediction."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from pathlib import Path
@@ -13,8 +14,8 @@ import pytest
 from scipy import stats
 
 from calibration.vllm_steps import validate_compare
-from calibration.vllm_steps.drift import GroupFactor, SpeedDrift, calibration_groups, group_factor, scaled_profile, \
-    speed_drift
+from calibration.vllm_steps.drift import GroupFactor, SpeedDrift, group_factor, profile_drift, profile_groups, \
+    scaled_profile, speed_drift
 from calibration.vllm_steps.validate_compare import interval_coverage, validate_all
 from calibration.vllm_steps.validate_run import load_config
 from simulator.costs.latency import LinearProfile, Measurement, TableProfile
@@ -96,26 +97,46 @@ def test_a_scaled_profile_prices_every_step_that_many_times():
 
 
 def _ngram_data():
-    import dataclasses
-
     from calibration.vllm_steps.calibrate import parse_mode
     from calibration.vllm_steps.validate_compare import load_mode
 
     return load_mode(FIX / "ngram-k3", dataclasses.replace(parse_mode("ngram:3"), label="ngram-k3"))
 
 
-def test_calibration_groups_partition_the_calibration_steps():
+def test_the_predictive_profiles_steps_record_their_calibration_group():
+    """validate's predictive profile keeps one step per calibration step, each tagged with the one group whose
+    requests it scheduled (checked against result.json's request ids directly); the drift groups them so."""
+    from calibration.vllm_steps.fit import step_group
+    from calibration.vllm_steps.validate_compare import calibration_group_of, fit_mode_profiles
+
     data = _ngram_data()
-    where = str(data.folder / "result.json")
-    groups = calibration_groups(data.cal_log, data.result["calibration"], where, ("warmup",))
-    assert [g for g, _ in groups] == ["batch1", "batch2", "stagger3"]
-    assert sum(len(log.steps) for _, log in groups) == len(data.cal_log.steps)
-    # the batch-2 group's two requests called two groups: its steps schedule both, which is refused
-    split = [g for g in data.result["calibration"] if g["name"] != "batch2"] + [
-        {"name": f"half{i}", "requests": [q]} for i, q in enumerate(
-            next(g for g in data.result["calibration"] if g["name"] == "batch2")["requests"])]
-    with pytest.raises(TraceFormatError, match="result.json.*schedules requests of groups.*half0.*half1"):
-        calibration_groups(data.cal_log, split, where, ("warmup",))
+    group_of = calibration_group_of(data)
+    prof = fit_mode_profiles(data, data.cal_log, "p", "smollm2", "linear", group_of).target
+    assert len(prof.measurements) == len(data.cal_log.steps)
+    client = {q["id"]: g["name"] for g in data.result["calibration"] if g["name"] != "warmup" for q in g["requests"]}
+    for m, st in zip(prof.measurements, data.cal_log.steps):
+        names = {client[r.id.rsplit("-", 1)[0]] if r.id not in client else client[r.id] for r in st.requests}
+        assert len(names) == 1 and m.extra["group"] == names.pop()
+    groups, mixed = profile_groups(prof, "p.yaml")
+    assert [g for g, _ in groups] == ["batch1", "batch2", "stagger3"] and mixed == 0
+    assert sum(len(ms) for _, ms in groups) == len(prof.measurements)
+    # a step that schedules requests of two groups has no one group's speed: tagged None, left out and counted
+    ids = sorted({r.id for r in data.cal_log.steps[-1].requests} | {r.id for r in data.cal_log.steps[0].requests})
+    st = dataclasses.replace(data.cal_log.steps[0], requests=[dataclasses.replace(data.cal_log.steps[0].requests[0],
+                                                                                   id=i) for i in ids])
+    assert step_group(st, group_of) is None
+    assert step_group(st, {ids[0]: "a"}) == "a"  # requests of no named group (another client) do not count
+
+
+def test_a_profile_without_group_tags_is_refused_naming_the_file_and_field():
+    prof = LinearProfile("old", {"const": 0.01}, measurements=_steps(1.0, 4))
+    with pytest.raises(TraceFormatError, match=r"old\.yaml, field 'measurements\[0\]\.extra\.group'.*calibrat"):
+        profile_drift(prof, "old.yaml")
+    tagged = [dataclasses.replace(m, extra={"group": g})
+              for m, g in zip(_steps(1.0, 6), ["a", "a", "b", "b", "c", None])]
+    groups, mixed = profile_groups(LinearProfile("t", {"const": 0.01}, measurements=tagged), "t.yaml")
+    assert [(g, len(ms)) for g, ms in groups] == [("a", 2), ("b", 2), ("c", 1)] and mixed == 1
+    assert profile_drift(LinearProfile("t", {"const": 0.01}, measurements=tagged), "t.yaml").left_out_steps == 1
 
 
 def _known(between: float):

@@ -133,6 +133,56 @@ def test_from_server_refuses_a_client_run_it_did_not_serve(tmp_path, capsys):
     assert "at least one client result" in capsys.readouterr().err
 
 
+def test_a_smaller_fixed_length_run_does_not_take_part_of_a_larger_ones_window():
+    """Fixed-length outputs: a run of 4 sent at once whose engine requests started over four steps (1 ms apart),
+    then a run of 8 sent at once, all started in one step. Any 4 of the 8 fit the run of 4 better than its own
+    window (0 against 1.5 ms), so matched in file order the run of 8 found no window; largest first, each gets
+    its own."""
+    import numpy as np
+
+    from calibration.vllm_steps.from_server import EngineRequest, match_run, match_runs
+    from traces.measured_run import MeasuredRequest, MeasuredRun
+
+    engine = [EngineRequest(f"a{i}", 10.0 + 0.001 * i, 5, 16) for i in range(4)] + \
+        [EngineRequest(f"b{i}", 20.0, 5, 16) for i in range(8)]
+
+    def run(name, n):
+        return MeasuredRun(name, [MeasuredRequest(f"{name}{i}", 0.0, 5, 16, 0.1, 1.0, np.zeros(15)) for i in range(n)],
+                           {})
+    runs = [("f.json", run("four", 4)), ("f.json", run("eight", 8))]
+    first = match_run(runs[0][1], engine, set(), "f.json")
+    assert min(first) >= 4  # in file order the run of 4 lands inside the run of 8's requests
+    with pytest.raises(ValueError, match="no 8 consecutive engine requests"):
+        match_run(runs[1][1], engine, set(first), "f.json")
+    assert match_runs(runs, engine) == [[0, 1, 2, 3], list(range(4, 12))]
+
+
+def test_the_shipped_calibration_groups_as_client_runs_each_find_their_own_requests(served):
+    """The quiet n-gram run's six calibration groups (96 tokens each: lengths tell nothing apart) as all-at-once
+    and staggered bench runs, staggered ones first, then its three load levels: every run is matched to exactly
+    the engine requests of its own group (their ids carry the group's name). A staggered run of 8 once matched a
+    window straddling into the next group (median gap 0.34 s against its own 0.40 s; mean gaps tell them apart)."""
+    from calibration.vllm_steps.from_server import engine_requests, match_runs
+    from calibration.vllm_steps.records import load_steps
+    from traces.importers.vllm_bench import import_vllm_bench
+
+    folder = served / "ngram-k4"
+    result = json.loads((folder / "result.json").read_text())
+    groups = sorted((g for g in result["calibration"] if g["name"] != "warmup"),
+                    key=lambda g: not g["name"].startswith("stagger"))
+    named = [(g["name"], g["requests"]) for g in groups] + [(f"L{i}", lv["requests"])
+                                                           for i, lv in enumerate(result["levels"])]
+    runs = []
+    for name, reqs in named:
+        p = served / f"{name}.json"
+        p.write_text(json.dumps(bench_document(_records({"requests": reqs}), perf_offset=1.7e9)))
+        runs.append((str(p), import_vllm_bench(p)[0]))
+    engine = engine_requests(load_steps(folder / "steps.jsonl"))
+    for (name, reqs), idx in zip(named, match_runs(runs, engine)):
+        assert {engine[i].id.rsplit("-", 2)[0] if name[0] != "L" else engine[i].id.split("-")[0] for i in idx} == \
+            {name}, name
+
+
 def test_from_server_reads_a_guidellm_report(tmp_path):
     """The same served levels as a GuideLLM report (epoch send times): the same requests matched, the same fit."""
     from tests.traces.client_writers import guidellm_report
@@ -146,6 +196,32 @@ def test_from_server_reads_a_guidellm_report(tmp_path):
                               step_model="linear")
     assert [c["requests"] for c in a["from_server"]["clients"]] == [len(lv["requests"]) for lv in result["levels"]]
     assert a["modes"]["ngram-k3"]["target"]["coefficients"] == b["modes"]["ngram-k3"]["target"]["coefficients"]
+
+
+def test_from_server_steps_record_their_client_run_for_compare_drift(tmp_path):
+    """Each kept step names the client run (load level) it served, the same as the level of its engine requests
+    in the fixture's own ids (L<i>-...); calibration.json lists each run's group; `compare --drift` draws from the
+    three levels."""
+    from experiments.cli.compare import compare
+    from traces.importers.vllm_bench import import_vllm_bench
+    from traces.measured_run import save_measured
+
+    bench = _fixture_bench(tmp_path)
+    doc = calibrate_from_server(FIXTURE / "steps.jsonl", [bench], tmp_path / "cal", name="fx", step_model="linear")
+    labels = [c["group"] for c in doc["from_server"]["clients"]]
+    assert len(set(labels)) == 3 and doc["from_server"]["steps_in_several_groups"] == 0
+    lines = [json.loads(x) for x in (FIXTURE / "steps.jsonl").read_text().splitlines()[1:]]
+    want = []
+    for x in lines:
+        levels = {r["id"].split("-")[0] for r in x["requests"] if r["id"].startswith("L")}
+        if levels:
+            want.append(labels[int(levels.pop()[1:])] if len(levels) == 1 else None)
+    prof = load_profile(tmp_path / "cal" / "profiles" / "fx-ngram-k3.yaml")
+    assert [m.extra["group"] for m in prof.measurements] == want
+    run = import_vllm_bench(bench)[0]
+    save_measured(run, tmp_path / "m")
+    rep = compare(str(tmp_path / "m"), str(tmp_path / "cal" / "run.yaml"), [], repeats=3, drift=True)
+    assert [g["name"] for g in rep.info["speed_drift"]["ngram-k3"]["groups"]] == labels
 
 
 def test_compare_bootstrap_widens_the_interval_around_the_same_prediction(tmp_path):

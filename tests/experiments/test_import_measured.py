@@ -73,3 +73,30 @@ def test_bad_input_exits_nonzero_naming_the_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert str(bad) in err and "--save-detailed" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_every_run_of_a_multi_run_bench_file_gets_its_counters_acceptance_with_the_proposal_rate(tmp_path, capsys):
+    """`--append-result`: two runs in one file, each folder gets acceptance.yaml. Run 0: 2 requests, 42 output
+    tokens, 3 drafts, 3 accepted: 42 - 2 - 3 = 37 decode steps, 3 proposed (8.1%), mean length 2 per proposing
+    step; run 1: 1 request, 11 tokens, 4 drafts of which 0 accepted: 10 decode steps, 40%, length 1."""
+    import json
+
+    from tests.traces.client_writers import ClientRecord, bench_document, counters_of
+
+    def rec(send, n, accepted):
+        spec = {"per_step_accepted": accepted, "per_step_drafted": [3] * len(accepted)}
+        return ClientRecord(send, 5, n, [send + 0.1 + 0.01 * i for i in range(n)], spec)
+
+    runs = [[rec(0.0, 21, [2, 0]), rec(0.5, 21, [1])], [rec(10.0, 11, [0, 0, 0, 0])]]
+    lines = [json.dumps(bench_document(r, request_rate=float(i + 1), counters=counters_of(r, 3)))
+             for i, r in enumerate(runs)]
+    (tmp_path / "b.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["import", "vllm-bench", str(tmp_path / "b.jsonl"), str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    folders = sorted(p for p in (tmp_path / "out").iterdir() if p.is_dir())
+    assert len(folders) == 2
+    a, b = (load_source(f / "acceptance.yaml") for f in folders)
+    assert a.mean_length == pytest.approx(2.0) and a.proposal_rate == pytest.approx(3 / 37)
+    assert b.mean_length == pytest.approx(1.0) and b.proposal_rate == pytest.approx(0.4)
+    assert "mean acceptance length 2.000 per proposing step at k = 3; drafter proposed on 8.1% of decode steps" in out
+    assert "drafter proposed on 40.0% of decode steps" in out and "(nominal 1)" in out and "(nominal 2)" in out
