@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from experiments.plan.config import load_plan_config
-from experiments.plan.planner import TrafficModel, base_experiment, build_candidates
+from experiments.plan.candidates import base_experiment, build_candidates
+from experiments.plan.traffic import TrafficModel
 from experiments.plan.prices import price_table
 from experiments.run import run_experiment
 from simulator.measure.metrics import steady_state_summary

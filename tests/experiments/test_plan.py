@@ -121,7 +121,9 @@ def test_doubling_the_requests_moves_no_answer_outside_its_interval(tmp_path, md
 
 def test_a_rate_settled_by_its_first_seed_gets_the_same_verdict_from_every_seed(md1_plan):
     # FIRST_SEED_RULE stops a rate after one seed when that seed is clear; every seed, pooled, must agree
-    from experiments.plan.planner import TrafficModel, _point, base_experiment, build_candidates, evaluate_plan_point
+    from experiments.plan.candidates import base_experiment, build_candidates
+    from experiments.plan.point import _point, evaluate_plan_point
+    from experiments.plan.traffic import TrafficModel
     from experiments.plan.prices import price_table
     from experiments.plan.search import judge
     from experiments.sweep.hashing import derive_seed
@@ -291,7 +293,7 @@ def test_bad_plan_configs_name_the_key(change, message):
 
 
 def test_roofline_overlap_and_host_reach_the_candidates_profile():
-    from experiments.plan.planner import _target_profile
+    from experiments.plan.candidates import _target_profile
     from simulator.costs.roofline import profile_from_ref
 
     plan = load_plan_config({**SPACE, "candidates": {**SPACE["candidates"],

@@ -102,7 +102,8 @@ def test_a_strict_fail_stop_is_a_strict_fail_of_every_completion(case):
 @pytest.fixture(scope="module")
 def md1(tmp_path_factory):
     from experiments.plan.config import load_plan_config
-    from experiments.plan.planner import TrafficModel, base_experiment, build_candidates
+    from experiments.plan.candidates import base_experiment, build_candidates
+    from experiments.plan.traffic import TrafficModel
     from experiments.plan.prices import price_table
     from tests.experiments.test_plan import make_known_case
 
@@ -114,7 +115,7 @@ def md1(tmp_path_factory):
 
 
 def _both(md1, rate, level, n=400, seed=7):
-    from experiments.plan.planner import _point, evaluate_plan_point
+    from experiments.plan.point import _point, evaluate_plan_point
 
     plan, traffic, cand, _ = md1
     workload, replay = traffic.at_rate(rate, n)

@@ -83,7 +83,7 @@ def test_origin_rule_by_hand():
 
 
 def test_the_plans_note_reads_the_same_rule():
-    from experiments.plan.planner import _acceptance_note
+    from experiments.plan.assumptions import _acceptance_note
 
     plan = SimpleNamespace(seed=0, candidates=SimpleNamespace(target="qwen3-32b"))
     note = _acceptance_note(plan, {"traces": "builtin:default"})
