@@ -8,7 +8,7 @@ from experiments.plan.deploy import VLLM_VERSION, is_mtp_mode
 from experiments.plan.candidates import Candidate
 
 
-def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] | None, notes: list[str]
+def plan_assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] | None, notes: list[str]
                  ) -> dict[str, list[str]]:
     """What the answer rests on, in short lines: measured, borrowed, modelled (details: notes, rules)."""
     measured, borrowed, modelled = [], [], []
@@ -53,16 +53,14 @@ def _assumptions(plan: PlanConfig, cands: list[Candidate], base: dict[str, Any] 
 
 def _engine_lines(cands: list[Candidate]) -> list[str]:
     """vLLM V1's KV lookahead slots and async scheduling as the simulated servers ran them (one line each)."""
-    from simulator.engine.scheduler import DEFAULT_SCHEDULER
-
-    servers = [c.config["server"] for c in cands]
-    if not any(s.get("scheduler", DEFAULT_SCHEDULER) == "vllm-v1" for s in servers):
+    servers = [c.experiment.server for c in cands]
+    if not any(s.scheduler == "vllm-v1" for s in servers):
         return []
     slots = sorted({(c.mode.name, c.kv_lookahead) for c in cands if c.mode.mode == "sd"})
     held = [f"{name} {n}" for name, n in slots if n]
     lines = ["KV lookahead slots per running request (vLLM V1 reserves k for EAGLE/MTP/draft-model proposers, none "
              "for n-gram/suffix): " + (", ".join(held) if held else "none")]
-    on = sorted({bool(s.get("async_scheduling")) for s in servers})
+    on = sorted({s.async_scheduling for s in servers})
     if on == [True]:
         lines.append("async scheduling: on (--async-scheduling): each step's host work overlaps the forward before "
                      "it; a step's period is max(forward, host)")
@@ -77,16 +75,16 @@ def _engine_lines(cands: list[Candidate]) -> list[str]:
 def _scheduling(cands: list[Candidate]) -> list[str]:
     """Which scheduler rules the candidates were simulated under (simulator/engine/scheduler.py SCHEDULERS), one
     line per scheduler; any other than vLLM V1's is flagged, since every deploy line runs vLLM V1."""
-    from simulator.engine.scheduler import DEFAULT_SCHEDULER, scheduler_variant
+    from simulator.engine.scheduler import scheduler_variant
 
     by: dict[str, list[Candidate]] = {}
     for c in cands:
-        by.setdefault(c.config["server"].get("scheduler", DEFAULT_SCHEDULER), []).append(c)
+        by.setdefault(c.experiment.server.scheduler, []).append(c)
     lines = []
     for name, group in sorted(by.items()):
         variant = scheduler_variant(name)
         some = "" if len(group) == len(cands) else f" ({len(group)} of {len(cands)} candidates)"
-        chunked = sorted({bool(c.config["server"].get("chunked_prefill")) or variant.always_chunked for c in group})
+        chunked = sorted({c.experiment.server.chunked_prefill or variant.always_chunked for c in group})
         line = (f"scheduling simulated: server.scheduler {name}{some}, chunked prefill "
                 f"{'/'.join('on' if x else 'off' for x in chunked)}: {variant.description}")
         if name != "vllm-v1":
@@ -95,7 +93,7 @@ def _scheduling(cands: list[Candidate]) -> list[str]:
     return lines
 
 
-def _acceptance_note(plan: PlanConfig, base: dict[str, Any]) -> str | None:
+def acceptance_note(plan: PlanConfig, base: dict[str, Any]) -> str | None:
     """Names acceptance traces recorded for another target than the one planned for (the rule of
     experiments/provenance.py, as `draftsim run` states it)."""
     from experiments.provenance import acceptance_provenance

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.config import ExperimentConfig
 from experiments.plan.config import Mode, PlanConfig
 from experiments.plan.crossover import Crossover
 from experiments.plan.deploy import Deploy, deploy_of, is_mtp_mode
@@ -18,20 +19,44 @@ from experiments.plan.prices import GpuPrice
 from simulator.engine.rules.kv import lookahead_slots
 from simulator.measure.metrics import round_sig
 from traces.catalog import MTP_SUFFIX
+from experiments.plan.point_config import candidate_experiment, point_experiment
 from experiments.plan.traffic import TrafficModel
+
+
+@dataclass(frozen=True)
+class SchedulerSetting:
+    """One point of the plan's `candidates.scheduler` grid: the server keys it sets and their values, in the plan's
+    key order (plan.json `scheduler` is this mapping)."""
+
+    values: tuple[tuple[str, Any], ...] = ()
+
+    def server(self) -> dict[str, Any]:
+        """The server keys this setting sets."""
+        return dict(self.values)
+
+    def label(self, varied: set[str]) -> str:
+        """The candidate id's tail: ` key=value` for each key the grid varies."""
+        return "".join(f" {k}={v}" for k, v in self.values if k in varied)
+
+    def key(self) -> str:
+        """The setting as a canonical string (the AR sibling's match, experiments/plan/candidates.py ar_siblings)."""
+        return json.dumps(self.server(), sort_keys=True)
 
 
 @dataclass
 class Candidate:
-    """One deployment to evaluate, with what is known before any simulation."""
+    """One deployment to evaluate, with what is known before any simulation: its experiment config as the document
+    every point sends (`config`, hashed for the point cache) and as the typed config it validated to (`experiment`,
+    experiments/plan/point_config.py)."""
 
     id: str
     gpu: str
     tp: int
     replicas: int
     mode: Mode
-    scheduler: dict[str, Any]
-    config: dict[str, Any]  # experiment config doc without workload and seed
+    scheduler: SchedulerSetting
+    config: dict[str, Any]  # experiment config document without workload and seed
+    experiment: ExperimentConfig  # `config` validated (a placeholder workload): what the planner reads
     status: str = "ok"  # ok | does_not_fit
     reason: str = ""
     target_costs: str = ""
@@ -133,9 +158,8 @@ def _drafter_notes(config: dict[str, Any], mode: Mode, tp: int) -> list[str]:
     return notes
 
 
-def _candidate_id(gpu: str, tp: int, replicas: int, mode: Mode, sched: dict[str, Any], varied: set[str]) -> str:
-    tail = "".join(f" {k}={v}" for k, v in sched.items() if k in varied)
-    return f"{gpu} tp{tp} x{replicas} {mode.name}{tail}"
+def _candidate_id(gpu: str, tp: int, replicas: int, mode: Mode, sched: SchedulerSetting, varied: set[str]) -> str:
+    return f"{gpu} tp{tp} x{replicas} {mode.name}{sched.label(varied)}"
 
 
 def base_experiment(plan: PlanConfig) -> dict[str, Any]:
@@ -153,7 +177,7 @@ def base_experiment(plan: PlanConfig) -> dict[str, Any]:
     return doc
 
 
-def _drafter_specs(plan: PlanConfig, base: dict[str, Any]) -> dict[str, Any]:
+def bundle_drafter_specs(plan: PlanConfig, base: dict[str, Any]) -> dict[str, Any]:
     """The trace bundle's DrafterSpec per drafter (kind, recorded proposer settings), when a mode drafts."""
     if all(m.mode == "ar" for m in plan.candidates.modes):
         return {}
@@ -184,7 +208,6 @@ def _mtp_drafters(plan: PlanConfig, mode: Mode, config: dict[str, Any], drafter_
 
 def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, GpuPrice]) -> list[Candidate]:
     """Every candidate of the space, checked for fit and validated as an experiment before anything runs."""
-    from experiments.config import load_config
     from simulator.costs.placement import kv_capacity_tokens
 
     cands = plan.candidates
@@ -193,8 +216,9 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         raise ValueError(f"prices: no price for GPU(s) {missing}; add them to the price file or to "
                          "prices.usd_per_gpu_hour")
     keys = list(cands.scheduler)
-    settings = [dict(zip(keys, combo)) for combo in itertools.product(*(cands.scheduler[k] for k in keys))]
-    drafter_specs = _drafter_specs(plan, base)
+    settings = [SchedulerSetting(tuple(zip(keys, combo)))
+                for combo in itertools.product(*(cands.scheduler[k] for k in keys))]
+    drafter_specs = bundle_drafter_specs(plan, base)
     out = []
     for gpu, tp, replicas, mode, sched in itertools.product(cands.gpus, cands.tp, cands.replicas, cands.modes,
                                                             settings):
@@ -202,7 +226,7 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         cid = _candidate_id(gpu, tp, replicas, mode, sched, {k for k in keys if len(cands.scheduler[k]) > 1})
         profile, source = _target_profile(plan, gpu, tp)
         dep = _deployment(plan, gpu, tp, mode)
-        server = {**base["server"], **sched, "target_profile": profile, "deployment": dep, "kv_capacity_tokens": None,
+        server = {**base["server"], **sched.server(), "target_profile": profile, "deployment": dep, "kv_capacity_tokens": None,
                   "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
         seqs = int(server["max_num_seqs"])
         dep.setdefault("max_num_seqs", seqs)  # placement holds each running sequence's linear-attention state
@@ -215,10 +239,12 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         if replicas > 1:  # one simulation of the whole cluster (simulator/cluster/simulation.py)
             config["cluster"] = {"replicas": replicas, "router": cands.router.model_dump(mode="json", exclude_none=True)}
         num_gpus = (tp + mode.draft_gpus) * replicas
-        c = Candidate(cid, gpu, tp, replicas, mode, sched, config, target_costs=source,
+        where = f"{plan.name}: candidate {cid!r}"
+        # a bad scheduler value or policy fails here, before any simulation; typed once, every point derives from it
+        experiment = candidate_experiment(config, label=where)
+        c = Candidate(cid, gpu, tp, replicas, mode, sched, config, experiment, target_costs=source,
                       cost_notes=_drafter_notes(config, mode, tp), num_gpus=num_gpus,
                       usd_per_hour=round_sig(num_gpus * prices[gpu].usd_per_hour))
-        where = f"{plan.name}: candidate {cid!r}"
         try:
             placement = kv_capacity_tokens(dep, where=f"{where} deployment")
         except ValueError as e:
@@ -226,9 +252,6 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         c.placement = placement.summary()
         if not placement.fits:
             c.status, c.reason = "does_not_fit", placement.message
-        # a bad scheduler value or policy fails here, before any simulation
-        load_config({**config, "workload": {"num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0}}},
-                    label=where)
         if mode.mode != "ar":
             import oracle.registry  # noqa: F401  (registers the ground-truth policies)
             from policies.registry import make_policy
@@ -237,7 +260,7 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
             c.max_draft_tokens = policy.max_draft_tokens()
             if mode.mode == "sd":  # as the simulated server reserves them (Server._lookahead)
                 kinds = [getattr(drafter_specs.get(d), "kind", "") for d in policy.drafters_used()]
-                c.kv_lookahead = lookahead_slots(kinds, c.max_draft_tokens, server.get("scheduler", "draftsim"))
+                c.kv_lookahead = lookahead_slots(kinds, c.max_draft_tokens, experiment.server.scheduler)
         c.deploy = deploy_of(mode, drafter_specs, tp, seqs, f"{plan.name}: candidates.modes[{mode.name}]",
                              target=cands.target)
         out.append(c)
@@ -246,61 +269,58 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
 
 def concurrent_sequences(c: Candidate) -> int:
     """Sequences the candidate runs at once over all replicas (PSD: both sub-batches, PSDConfig.concurrency)."""
-    from simulator.server_config import PSDConfig
-
-    m = int(c.config["server"]["max_num_seqs"])
+    m = c.experiment.server.max_num_seqs
     if c.mode.mode == "psd":
-        m = PSDConfig.model_validate(c.config["runs"][0]["psd"]).concurrency(m)
+        m = c.experiment.runs[0].psd.concurrency(m)
     return m * c.replicas
 
 
 def ar_siblings(cands: list[Candidate]) -> dict[str, Candidate]:
     """Drafting candidate id -> the AR candidate on the same GPUs (GPU, TP, replicas, scheduler setting)."""
     def key(c: Candidate) -> tuple:
-        return c.gpu, c.tp, c.replicas, json.dumps(c.scheduler, sort_keys=True)
+        return c.gpu, c.tp, c.replicas, c.scheduler.key()
 
     ar = {key(c): c for c in cands if c.mode.mode == "ar"}
     return {c.id: ar[key(c)] for c in cands if c.mode.mode != "ar" and key(c) in ar}
 
 
-def mean_decode_tokens(c: Candidate, traffic: "TrafficModel", seed: int) -> float:
-    """Mean output_len - 1 over the requests a run of `c` draws (its first seed): the bound's token count."""
-    from experiments.config import load_config
+def _draw(c: Candidate, traffic: "TrafficModel", seed: int) -> np.ndarray:
+    """The output lengths of the requests a run of `c` draws with `seed` (whatever the rate)."""
     from experiments.run import experiment_inputs
 
     doc = {**c.config, "workload": traffic.workload({"kind": "poisson", "rate": 1.0}, c.num_requests), "seed": seed}
-    out = experiment_inputs(load_config(doc), need_acceptance=False).workload.output_len
-    return float(np.mean(out - 1))
+    return experiment_inputs(point_experiment(doc), need_acceptance=False).workload.output_len
+
+
+def mean_decode_tokens(c: Candidate, traffic: "TrafficModel", seed: int) -> float:
+    """Mean output_len - 1 over the requests a run of `c` draws (its first seed): the bound's token count."""
+    return float(np.mean(_draw(c, traffic, seed) - 1))
+
+
+def _step_profile(c: Candidate) -> Any:
+    """The candidate's target latency profile (a reference resolved, an object as given)."""
+    from simulator.costs.roofline import profile_from_ref
+
+    prof = c.experiment.server.target_profile
+    return prof if hasattr(prof, "step_time") else profile_from_ref(prof, f"candidate {c.id!r} target_profile")
 
 
 def candidate_service_bound(c: Candidate, decode_tokens: float) -> float | None:
     """The analytic service-rate bound of `c` (experiments/plan/bounds.py) from its target profile."""
-    from simulator.costs.roofline import profile_from_ref
-
-    prof = c.config["server"]["target_profile"]
-    profile = prof if hasattr(prof, "step_time") else profile_from_ref(prof, f"candidate {c.id!r} target_profile")
-    return service_rate_bound(profile, int(c.config["server"]["max_num_seqs"]), c.max_draft_tokens, decode_tokens,
+    return service_rate_bound(_step_profile(c), c.experiment.server.max_num_seqs, c.max_draft_tokens, decode_tokens,
                               c.replicas)
 
 
 def slo_out_of_reach(c: Candidate, plan: PlanConfig, traffic: "TrafficModel", seeds: list[int]) -> str:
     """TPOT_FLOOR_RULE: why no rate can meet the SLO ('' when the rule does not say so)."""
-    from experiments.config import load_config
-    from experiments.run import experiment_inputs
-    from simulator.costs.roofline import profile_from_ref
-
     bound = plan.slo.tpot_s
-    prof = c.config["server"]["target_profile"]
     if bound is None:
         return ""
-    profile = prof if hasattr(prof, "step_time") else profile_from_ref(prof, f"candidate {c.id!r} target_profile")
-    floor = tpot_floor(profile, c.max_draft_tokens)
+    floor = tpot_floor(_step_profile(c), c.max_draft_tokens)
     if floor is None or not floor > bound:
         return ""
     for seed in seeds:  # a one-token request has no TPOT: it could attain
-        doc = {**c.config, "workload": traffic.workload({"kind": "poisson", "rate": 1.0}, c.num_requests),
-               "seed": seed}
-        if int(np.min(experiment_inputs(load_config(doc), need_acceptance=False).workload.output_len)) < 2:
+        if int(np.min(_draw(c, traffic, seed))) < 2:
             return ""
     return (f"no rate meets the SLO: every request's TPOT is at least {round_sig(floor)} s > the {bound:g} s bound "
             f"(step_time(1, 1, 0) / (k + 1) = {round_sig(floor)} s; {TPOT_FLOOR_RULE.split(':')[0]}); not simulated")

@@ -21,9 +21,9 @@ from simulator.measure.metrics import round_sig
 from simulator.scenario import check_cluster_size
 from experiments.plan.candidates import (Candidate, base_experiment, build_candidates, candidate_service_bound,
                                          mean_decode_tokens, slo_out_of_reach)
-from experiments.plan.point import _point, evaluate_plan_point
+from experiments.plan.point import search_point, evaluate_plan_point
 from experiments.plan.result import plan_document
-from experiments.plan.search_runs import SCOPE_RULE, _cheapest_scope, _crossovers, _curve_points, _service_probes
+from experiments.plan.search_runs import SCOPE_RULE, cheapest_scope, crossover_searches, curve_points, service_probes
 from experiments.plan.traffic import TrafficModel
 
 
@@ -34,7 +34,7 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     out = Path(out)
     base = base_experiment(plan)
     prices = price_table(price_file or plan.prices.file, plan.prices.usd_per_gpu_hour)
-    traffic = TrafficModel(plan, base["workload"])
+    traffic = TrafficModel.of(plan, base)
     cands = build_candidates(plan, base, prices)
     active = [c for c in cands if c.status == "ok"]
     search, slo = plan.search, plan.slo.bounds()
@@ -68,12 +68,12 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
 
         def prepare_searches(group: list[Candidate]) -> None:
             if search.service_probe:
-                _service_probes([c for c in group if not c.floor_note], traffic, seeds[0], slo, runner)
+                service_probes([c for c in group if not c.floor_note], traffic, seeds[0], slo, runner)
             for c in group:
                 probe = (c.probe or {}).get("service_req_s")
                 c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
                                       probe_service=probe)
-                if c.floor_note:  # TPOT_FLOOR_RULE: nothing to simulate (its curve points: _curve_points)
+                if c.floor_note:  # TPOT_FLOOR_RULE: nothing to simulate (its curve points: curve_points)
                     c.search.stop()
                     bar.add_total(-(search.max_tests * search.seeds + search.service_probe))
 
@@ -92,7 +92,7 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
                     if these and len(sched.runs) >= search.seeds:  # doubled seeds: beyond the bar's estimate
                         bar.add_total(len(these))
                     level = "settling" if sched.settling else "pooled"
-                    batch += [_point(c, workload, s, slo, replay, stop(level, rate)) for s in these]
+                    batch += [search_point(c, workload, s, slo, replay, stop(level, rate)) for s in these]
                     wanted.append(len(these))
                 results = runner.run(batch)
                 i = 0
@@ -131,11 +131,11 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
             prepare_searches(active)
             run_searches(active)
         else:
-            _cheapest_scope(active, traffic.target_rate, prepare_searches, run_searches, bar, search)
+            cheapest_scope(active, traffic.target_rate, prepare_searches, run_searches, bar, search)
         searched = [c for c in active if c.status == "ok"]
         if search.crossover:
-            _crossovers(plan, searched, traffic, seeds, slo, runner, bar)
-        _curve_points(plan, searched, traffic, seeds[0], slo, runner, bar, search.early_stop)
+            crossover_searches(plan, searched, traffic, seeds, slo, runner, bar)
+        curve_points(plan, searched, traffic, seeds[0], slo, runner, bar, search.early_stop)
     doc = plan_document(plan, cands, prices, traffic, seeds, base)
     from experiments.plan.report import write_plots
 

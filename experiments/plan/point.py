@@ -14,6 +14,7 @@ from experiments.sweep.experiment import json_ready
 from experiments.sweep.runner import Point
 from simulator.measure.metrics import round_sig
 from simulator.measure.steady_state import SATURATED_TRIM_FRACTION
+from experiments.plan.point_config import point_experiment
 from experiments.plan.candidates import Candidate, concurrent_sequences
 from experiments.plan.traffic import TrafficModel
 
@@ -47,7 +48,7 @@ def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
             return _stopping_point(doc, payload["slo"], payload["stop"])
         from experiments.run import run_experiment
 
-        res = run_experiment(doc)
+        res = run_experiment(point_experiment(doc))
     (summary,) = res.summary.values()
     if not summary.get("fits", True):
         return {"fits": False, "reason": str(summary.get("does_not_fit"))}
@@ -97,11 +98,10 @@ def _point_figures(req, slo: dict[str, Any], summary: dict[str, Any], stopped: d
 
 def _prepared(doc: dict[str, Any]):
     """(scenario, inputs) of a one-run point config, as experiments.run.run_experiment prepares them."""
-    from experiments.config import load_config
     from experiments.run import experiment_inputs, prepare
     from simulator.scenario import check_inputs
 
-    cfg = load_config(doc)
+    cfg = point_experiment(doc)
     (sc,) = prepare(cfg)
     if not sc.fits:
         return cfg, sc, None
@@ -174,8 +174,8 @@ def _probe_point(doc: dict[str, Any], probe: dict[str, Any]) -> dict[str, Any]:
                        "requests": int(len(res.requests)), "trim": int(probe["trim"])})
 
 
-def _point(c: Candidate, workload: dict[str, Any], seed: int, slo: dict[str, Any],
-           replay: dict[str, Any] | None, stop: dict[str, Any] | None = None) -> Point:
+def search_point(c: Candidate, workload: dict[str, Any], seed: int, slo: dict[str, Any],
+                 replay: dict[str, Any] | None, stop: dict[str, Any] | None = None) -> Point:
     """One simulation; `stop` (experiments/plan/early_stop.py: level, target, rate) lets it end once decided."""
     payload = {"evaluator": EVALUATOR, "config": {**c.config, "workload": workload, "seed": seed},
                "slo": slo, "replay": replay}

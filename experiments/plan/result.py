@@ -13,8 +13,8 @@ from experiments.plan.search import ANSWER_CONFIDENCE_RULE, BATCHES, BELOW_SERVI
 from experiments.plan.prices import GpuPrice
 from experiments.sweep.experiment import json_ready
 from simulator.measure.metrics import round_sig
-from experiments.plan.assumptions import _acceptance_note, _assumptions
-from experiments.plan.candidates import Candidate, _drafter_specs, concurrent_sequences
+from experiments.plan.assumptions import acceptance_note, plan_assumptions
+from experiments.plan.candidates import Candidate, bundle_drafter_specs, concurrent_sequences
 from experiments.plan.point import SERVICE_PROBE_RULE
 from experiments.plan.search_runs import SCOPE_RULE
 from experiments.plan.traffic import CURVE_SIZE_FRACTION, TrafficModel
@@ -54,17 +54,17 @@ def _vllm_serve(plan: PlanConfig, c: Candidate) -> dict[str, Any] | None:
 
     if not c.deployable:
         return None
-    server = c.config["server"]
+    server = c.experiment.server
     args = [f"vllm serve {get_model(plan.candidates.target).hf_id}", f"--tensor-parallel-size {c.tp}",
-            f"--max-num-seqs {server.get('max_num_seqs')}"]
-    if server.get("max_num_batched_tokens"):
-        args.append(f"--max-num-batched-tokens {server['max_num_batched_tokens']}")
+            f"--max-num-seqs {server.max_num_seqs}"]
+    if server.max_num_batched_tokens:
+        args.append(f"--max-num-batched-tokens {server.max_num_batched_tokens}")
     if plan.candidates.deployment.get("max_model_len"):
         args.append(f"--max-model-len {plan.candidates.deployment['max_model_len']}")
     if plan.candidates.deployment.get("gpu_memory_utilization"):
         args.append(f"--gpu-memory-utilization {plan.candidates.deployment['gpu_memory_utilization']}")
     # vLLM VLLM_VERSION schedules asynchronously unless told not to: the line states what was simulated
-    args.append("--async-scheduling" if server.get("async_scheduling") else "--no-async-scheduling")
+    args.append("--async-scheduling" if server.async_scheduling else "--no-async-scheduling")
     if c.deploy.cli_arg():
         args.append(c.deploy.cli_arg())
     return {"replicas": c.replicas, "vllm_version": VLLM_VERSION, "runs": c.deploy.why, "command": " ".join(args)}
@@ -74,7 +74,7 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig) -> dict
     """One candidate's entry of plan.json."""
     doc: dict[str, Any] = {
         "id": c.id, "gpu": c.gpu, "tp": c.tp, "replicas": c.replicas, "mode": c.mode.name,
-        "scheduler": c.scheduler, "status": c.status, "reason": c.reason or None, "num_gpus": c.num_gpus,
+        "scheduler": c.scheduler.server(), "status": c.status, "reason": c.reason or None, "num_gpus": c.num_gpus,
         "draft_gpus": c.mode.draft_gpus * c.replicas, "usd_per_hour": c.usd_per_hour, "target_costs": c.target_costs,
         "cost_notes": c.cost_notes, "placement": c.placement, "comparison": _comparison(c),
         "deploy": c.deploy.to_json() if c.deploy else None,
@@ -140,7 +140,7 @@ def _comparison(c: Candidate) -> str:
     """The rule this candidate is compared at (concurrency per target replica, GPUs), from what it runs."""
     seqs = concurrent_sequences(c) // c.replicas
     if c.mode.mode == "psd":
-        sub = c.config["runs"][0]["psd"]["sub_batch_max_num_seqs"]
+        sub = c.experiment.runs[0].psd.sub_batch_max_num_seqs
         return (f"PSD: {seqs} sequences per target replica in all, split over its two sub-batches of {sub}; "
                 f"{c.num_gpus} GPUs ({c.mode.draft_gpus * c.replicas} for drafting)")
     return f"{seqs} sequences per target replica; {c.num_gpus} GPUs"
@@ -197,10 +197,10 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
                      f"scheduler, KV and drafter placement) behind router {router}; GPUs and cost are summed "
                      f"over the replicas")
     if base is not None:
-        borrowed = _acceptance_note(plan, base)
+        borrowed = acceptance_note(plan, base)
         if borrowed:
             notes.append(borrowed)
-        lookup = lookup_note([(c.id, c.deploy) for c in cands if c.deploy], _drafter_specs(plan, base))
+        lookup = lookup_note([(c.id, c.deploy) for c in cands if c.deploy], bundle_drafter_specs(plan, base))
         if lookup:
             notes.append(lookup)
     sized = sorted({c.num_requests for c in cands if c.num_requests})
@@ -259,7 +259,7 @@ def plan_document(plan: PlanConfig, cands: list[Candidate], prices: dict[str, Gp
         "cheapest": cheapest,
         "deploy": next((d["vllm_serve"] for d in ranked if d["id"] == cheapest), None),
         "best_research": research,
-        "assumptions": _assumptions(plan, cands, base, notes),
+        "assumptions": plan_assumptions(plan, cands, base, notes),
         "notes": notes,
         "candidates": ranked,
     }

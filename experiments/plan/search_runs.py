@@ -10,7 +10,7 @@ from experiments.plan.search import MAX_UTILIZATION
 from experiments.sweep.runner import ProgressBar, SweepRunner
 from simulator.measure.metrics import round_sig
 from experiments.plan.candidates import Candidate, ar_siblings
-from experiments.plan.point import _point, probe_point
+from experiments.plan.point import search_point, probe_point
 from experiments.plan.traffic import TrafficModel
 
 
@@ -20,7 +20,7 @@ SCOPE_RULE = ("search.scope: cheapest: price levels in increasing $/h; at each, 
               "searched")
 
 
-def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, bar: ProgressBar, search) -> None:
+def cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, bar: ProgressBar, search) -> None:
     """SCOPE_RULE: only what the ranking needs; every candidate left out says why (status not_searched)."""
     per_candidate = search.max_tests * search.seeds + len(search.curve_fractions) + search.service_probe
     levels = sorted({c.usd_per_hour for c in active})
@@ -55,8 +55,8 @@ def _cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, b
             return
 
 
-def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
-                    runner: SweepRunner) -> None:
+def service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
+                   runner: SweepRunner) -> None:
     """SERVICE_PROBE_RULE: one saturated run per candidate, whatever the size of its search runs; its service rate
     in req/s on the candidate."""
     points = [probe_point(c, traffic, seed, slo) for c in active]
@@ -68,8 +68,8 @@ def _service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int,
                    "service_req_s": tok_s / c.mean_output_tokens if tok_s and c.mean_output_tokens else None}
 
 
-def _crossovers(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seeds: list[int],
-                slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar) -> None:
+def crossover_searches(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seeds: list[int],
+                       slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar) -> None:
     """CROSSOVER_RULE (experiments/plan/crossover.py) for every searched drafting candidate with a searched AR
     sibling: its own search, both modes at each rate on the plan's seeds, runs of the SLO search's size."""
     s = plan.search
@@ -97,7 +97,7 @@ def _crossovers(plan: PlanConfig, active: list[Candidate], traffic: "TrafficMode
             rate = cs.next_rate()
             workload, replay = traffic.at_rate(rate, c.num_requests)
             stop = {"level": "curve", "target": plan.slo.attainment, "rate": rate} if s.early_stop else None
-            batch += [_point(x, workload, seed, slo, replay, stop) for x in (c, ar) for seed in seeds]
+            batch += [search_point(x, workload, seed, slo, replay, stop) for x in (c, ar) for seed in seeds]
         bar.add_total(len(batch))
         results = runner.run(batch)
         k = len(seeds)
@@ -108,8 +108,8 @@ def _crossovers(plan: PlanConfig, active: list[Candidate], traffic: "TrafficMode
         c.crossover = cs.result()
 
 
-def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,
-                  slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar, early_stop: bool = False) -> None:
+def curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,
+                 slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar, early_stop: bool = False) -> None:
     """One simulation (first seed) at each curve fraction of every candidate's max rate: the latency curves."""
     batch, owners = [], []
     for c in active:
@@ -120,7 +120,7 @@ def _curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficMo
         for f in fractions:
             workload, replay = traffic.at_rate(f * c.search.lo, c.curve_requests)
             stop = {"level": "curve", "target": plan.slo.attainment, "rate": f * c.search.lo} if early_stop else None
-            batch.append(_point(c, workload, seed, slo, replay, stop))
+            batch.append(search_point(c, workload, seed, slo, replay, stop))
             owners.append((c, f * c.search.lo))
     for (c, rate), r in zip(owners, runner.run(batch)):
         if r["fits"]:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from experiments.plan.config import PlanConfig
+from traces.workload import WorkloadSpec
 
 
 CURVE_SIZE_FRACTION = 0.25  # curve runs: this share of the search runs' size (TrafficModel.curve_requests_for)
@@ -20,7 +21,7 @@ class TrafficModel:
     """Turns a rate into the workload section of a point (and replay files into time-scaled copies)."""
 
     plan: PlanConfig
-    base_workload: dict[str, Any]
+    base_workload: WorkloadSpec  # the base config's workload: the request count, lengths and sampling not given
     num_requests: int = 0
     replay_times: np.ndarray | None = None
     replay_sha256: str = ""
@@ -28,7 +29,7 @@ class TrafficModel:
 
     def __post_init__(self) -> None:
         t = self.plan.traffic
-        n = t.num_requests or self.base_workload.get("num_requests")
+        n = t.num_requests or self.base_workload.num_requests
         if t.arrival == "replay":
             from traces.workload import load_arrival_times
 
@@ -46,6 +47,11 @@ class TrafficModel:
         if not n:
             raise ValueError("traffic.num_requests: required when the base config does not set workload.num_requests")
         self.num_requests = int(n)
+
+    @classmethod
+    def of(cls, plan: PlanConfig, base: dict[str, Any]) -> "TrafficModel":
+        """The traffic of `plan` over its base experiment document (experiments/plan/candidates.py base_experiment)."""
+        return cls(plan, WorkloadSpec.model_validate(base["workload"]))
 
     @property
     def target_rate(self) -> float:
@@ -74,9 +80,7 @@ class TrafficModel:
         t = self.plan.traffic
         doc = {"num_requests": n, "arrival": arrival}
         for key, given in (("lengths", t.lengths), ("sample", t.sample)):
-            value = given if given is not None else self.base_workload.get(key)
-            if value is not None:
-                doc[key] = value
+            doc[key] = given if given is not None else getattr(self.base_workload, key).model_dump(mode="json")
         return doc
 
     def at_rate(self, rate: float, n: int) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -70,7 +70,7 @@ def known_plan(tmp_path_factory):
     case = make_known_case(tmp_path_factory.mktemp("conf"))
     case["search"] = {"curve_fractions": [0.5]}
     plan = load_plan_config(case)
-    return plan, TrafficModel(plan, base_experiment(plan)["workload"])
+    return plan, TrafficModel.of(plan, base_experiment(plan))
 
 
 def one_plan(plan, n: int, seed: int, lengths: np.ndarray | None = None) -> float:

@@ -154,7 +154,7 @@ def test_a_linear_attention_target_holds_each_candidates_sequences_state():
     doc["candidates"].update(tp=[4], scheduler={"max_num_seqs": [16, 64]})
     plan = load_plan_config(doc)
     for c in build_candidates(plan, base_experiment(plan), price_table()):
-        seqs = c.scheduler["max_num_seqs"]
+        seqs = c.scheduler.server()["max_num_seqs"]
         drafter = "qwen3-next-80b-a3b:mtp" if c.mode.name == "mtp-k1" else None
         expect = place(Deployment("qwen3-next-80b-a3b", "h100-80gb", num_gpus=4, tp=4, drafter=drafter,
                                   max_model_len=4096, max_num_seqs=seqs))
