@@ -324,3 +324,23 @@ def slo_out_of_reach(c: Candidate, plan: PlanConfig, traffic: "TrafficModel", se
             return ""
     return (f"no rate meets the SLO: every request's TPOT is at least {round_sig(floor)} s > the {bound:g} s bound "
             f"(step_time(1, 1, 0) / (k + 1) = {round_sig(floor)} s; {TPOT_FLOOR_RULE.split(':')[0]}); not simulated")
+
+
+def size_candidates(active: list[Candidate], plan: PlanConfig, traffic: "TrafficModel", seeds: list[int]) -> None:
+    """Before any simulation: every candidate's run sizes (each checked against its replicas first), then its
+    analytic service bound, mean output length and TPOT floor (`seeds`: every seed a rate may run)."""
+    from simulator.scenario import check_cluster_size
+
+    for c in active:  # sizes first, each checked before any candidate is simulated
+        c.num_requests = traffic.requests_for(c.replicas)
+        c.curve_requests = traffic.curve_requests_for(c.replicas)
+        check_cluster_size(c.replicas, c.num_requests, f"candidate {c.id} (search.requests_per_replica, "
+                           "search.tail_requests)")
+    decode_tokens: dict[int, float] = {}
+    for c in active:
+        if c.num_requests not in decode_tokens:
+            decode_tokens[c.num_requests] = mean_decode_tokens(c, traffic, seeds[0])
+        c.service_bound = candidate_service_bound(c, decode_tokens[c.num_requests])
+        c.mean_output_tokens = decode_tokens[c.num_requests] + 1.0
+        if traffic.plan.traffic.arrival != "replay":  # (replay: the same lengths; the rule needs a draw per seed)
+            c.floor_note = slo_out_of_reach(c, plan, traffic, seeds)

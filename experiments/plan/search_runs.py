@@ -2,16 +2,102 @@
 searches and the curve points."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from experiments.plan.config import PlanConfig
 from experiments.plan.crossover import CrossoverSearch, compare, no_crossover
-from experiments.plan.search import MAX_UTILIZATION
+from experiments.plan.search import MAX_UTILIZATION, RateSearch, SeedSchedule
 from experiments.sweep.runner import ProgressBar, SweepRunner
 from simulator.measure.metrics import round_sig
 from experiments.plan.candidates import Candidate, ar_siblings
 from experiments.plan.point import search_point, probe_point
 from experiments.plan.traffic import TrafficModel
+
+
+@dataclass
+class SearchRounds:
+    """Every candidate's rate search in rounds on one runner: each round runs the next rate of every unfinished
+    search (FIRST_SEED_RULE: a new rate's first seed alone, then the others; SeedSchedule doubles undecided ones)."""
+
+    plan: PlanConfig
+    traffic: TrafficModel
+    runner: SweepRunner
+    bar: ProgressBar
+    all_seeds: list[int]  # SeedSchedule's seeds, in order
+    slo: dict[str, Any]
+    schedules: dict[str, SeedSchedule] = field(default_factory=dict)
+
+    def stop(self, level: str, rate: float) -> dict[str, Any] | None:
+        """A point's early-stop instruction (experiments/plan/early_stop.py), None when the plan turns it off."""
+        return {"level": level, "target": self.plan.slo.attainment, "rate": rate} if self.plan.search.early_stop else None
+
+    def prepare(self, group: list[Candidate]) -> None:
+        """The service probes of `group`, then a RateSearch (and seed schedule) per candidate."""
+        search = self.plan.search
+        if search.service_probe:
+            service_probes([c for c in group if not c.floor_note], self.traffic, self.all_seeds[0], self.slo,
+                           self.runner)
+        start = search.rate_start or self.traffic.target_rate
+        for c in group:
+            self.schedules[c.id] = SeedSchedule(search.seeds, search.max_seeds, search.first_seed_settles)
+            probe = (c.probe or {}).get("service_req_s")
+            c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
+                                  probe_service=probe)
+            if c.floor_note:  # TPOT_FLOOR_RULE: nothing to simulate (its curve points: curve_points)
+                c.search.stop()
+                self.bar.add_total(-(search.max_tests * search.seeds + search.service_probe))
+
+    def run(self, group: list[Candidate], target_only: bool = False) -> None:
+        """Every search of `group` to its end (`target_only`: a search ends at its first rate unless it passes)."""
+        search, bar, all_seeds = self.plan.search, self.bar, self.all_seeds
+        while True:
+            todo = [c for c in group if c.status == "ok" and not c.search.done]
+            if not todo:
+                return
+            batch, wanted = [], []
+            for c in todo:  # FIRST_SEED_RULE (SeedSchedule): a new rate's first seed alone, then the others
+                rate = c.search.next_rate()
+                workload, replay = self.traffic.at_rate(rate, c.num_requests)
+                sched = self.schedules[c.id]
+                these = [all_seeds[j] for j in sched.wanted()]
+                if these and len(sched.runs) >= search.seeds:  # doubled seeds: beyond the bar's estimate
+                    bar.add_total(len(these))
+                level = "settling" if sched.settling else "pooled"
+                batch += [search_point(c, workload, s, self.slo, replay, self.stop(level, rate)) for s in these]
+                wanted.append(len(these))
+            results = self.runner.run(batch)
+            i = 0
+            for c, k in zip(todo, wanted):
+                rate = c.search.next_rate()
+                sched = self.schedules[c.id]
+                got = results[i:i + k]
+                i += k
+                if not all(r["fits"] for r in got):
+                    runs = sched.runs + got
+                    sched.runs = []
+                    c.status, c.reason = "does_not_fit", next(r["reason"] for r in got if not r["fits"])
+                    bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds + len(runs)
+                                  - len(search.curve_fractions))
+                    continue
+                settled = sched.give(rate, got, self.plan.slo.attainment)
+                if settled is None:
+                    continue
+                verdict, runs = settled
+                if len(runs) < search.seeds:
+                    bar.add_total(-(search.seeds - len(runs)))
+                c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
+                                      "overloaded": verdict.overloaded, "why": verdict.why,
+                                      "attainment": verdict.attainment,
+                                      "attainment_interval": [verdict.attainment_low, verdict.attainment_high],
+                                      "seeds": [{"seed": s, **r} for s, r in zip(all_seeds, runs)]})
+                c.search.record(verdict)
+                if target_only and len(c.search.verdicts) == 1 and not verdict.passed:
+                    c.search.stop()
+                    c.scope_note = (f"fails at the target rate {round_sig(rate)} req/s ({verdict.why}); lower "
+                                    f"rates not searched ({SCOPE_RULE})")
+                if c.search.done:
+                    bar.add_total(-(search.max_tests - len(c.search.verdicts)) * search.seeds)
 
 
 SCOPE_RULE = ("search.scope: cheapest: price levels in increasing $/h; at each, every candidate is probed and tested "
