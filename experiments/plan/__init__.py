@@ -5,6 +5,7 @@
     candidates.py  the candidate grid: each deployment's experiment config, placement and fit, price, bounds
     traffic.py  the workload a candidate is tried at (a rate -> arrivals) and the run sizes
     point.py    one simulation: a candidate at one rate and seed (early stop) or its saturated probe
+    point_config.py  a point's typed config: its candidate's validated once per process, the workload and seed set
     search.py   the rate search per candidate: steady-state runs sized from the SLO quantile, intervals
     search_runs.py  the rounds on the sweep runner: probes, the search scope, crossovers, curve points
     result.py   plan.json: each candidate's entry, the ranking, the answer, the rules

@@ -289,7 +289,7 @@ def _draw(c: Candidate, traffic: "TrafficModel", seed: int) -> np.ndarray:
     from experiments.run import experiment_inputs
 
     doc = {**c.config, "workload": traffic.workload({"kind": "poisson", "rate": 1.0}, c.num_requests), "seed": seed}
-    return experiment_inputs(point_experiment(doc), need_acceptance=False).workload.output_len
+    return experiment_inputs(point_experiment(doc, f"candidate {c.id!r}"), need_acceptance=False).workload.output_len
 
 
 def mean_decode_tokens(c: Candidate, traffic: "TrafficModel", seed: int) -> float:

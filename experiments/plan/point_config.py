@@ -7,11 +7,12 @@ import json
 from typing import Any
 
 from experiments.config import ExperimentConfig, load_config
+from traces.config_base import validate_model
 from traces.workload import WorkloadSpec
 
 POINT_KEYS = ("workload", "seed")  # what a point sets on its candidate's document
 PLACEHOLDER_WORKLOAD = {"num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0}}
-MEMO_SIZE = 512  # typed candidate configs kept per process (a plan's whole candidate space fits: config.py caps it)
+MEMO_SIZE = 512  # typed candidate configs kept per process; past it the memo starts again (a re-validation, no error)
 _typed: dict[str, ExperimentConfig] = {}
 
 
@@ -39,4 +40,5 @@ def point_experiment(doc: dict[str, Any], label: str | None = None) -> Experimen
     are frozen, so the points share the candidate's parts safely. The seed is the planner's own (derive_seed: 31 bits).
     """
     base = candidate_experiment(doc, label)
-    return base.model_copy(update={"workload": WorkloadSpec.model_validate(doc["workload"]), "seed": doc["seed"]})
+    workload = validate_model(WorkloadSpec, doc["workload"], where=f"{label or 'plan point'}: workload")
+    return base.model_copy(update={"workload": workload, "seed": doc["seed"]})
