@@ -8,6 +8,7 @@
     point_config.py  a point's typed config: its candidate's validated once per process, the workload and seed set
     search.py   the rate search per candidate: steady-state runs sized from the SLO quantile, intervals
     search_runs.py  the rounds on the sweep runner: probes, the search scope, crossovers, curve points
+    counts.py   where a plan's simulations go, per stage (printed under the table, not in plan.json)
     result.py   plan.json: each candidate's entry, the ranking, the answer, the rules
     assumptions.py  what the answer rests on (measured, borrowed, modelled)
     deploy.py   what vLLM runs for a simulated mode (vLLM 0.32.0's speculative-config rules) or why not (research)

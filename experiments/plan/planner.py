@@ -50,8 +50,8 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
             cheapest_scope(active, traffic.target_rate, rounds.prepare, rounds.run, bar, search)
         searched = [c for c in active if c.status == "ok"]
         if search.crossover:
-            crossover_searches(plan, searched, traffic, seeds, slo, runner, bar)
-        curve_points(plan, searched, traffic, seeds[0], slo, runner, bar, search.early_stop)
+            crossover_searches(plan, searched, traffic, seeds, slo, runner, bar, rounds.counts)
+        curve_points(plan, searched, traffic, seeds[0], slo, runner, bar, rounds.counts, search.early_stop)
     doc = plan_document(plan, cands, prices, traffic, seeds, base)
     from experiments.plan.report import write_plots
 
@@ -60,4 +60,5 @@ def run_plan(plan: PlanConfig, out: str | Path, backend: str = "pool", workers: 
     (out / "plan.json").unlink(missing_ok=True)
     write_plots(doc, out)
     write_json_atomic(out / "plan.json", doc, indent=1)
-    return {**doc, "_stats": {"computed": runner.stats.computed, "cached": runner.stats.cached}}
+    return {**doc, "_stats": {"computed": runner.stats.computed, "cached": runner.stats.cached,
+                              "stages": rounds.counts}}

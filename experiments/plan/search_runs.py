@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from experiments.plan.config import PlanConfig
+from experiments.plan.counts import SimulationCounts, run_counted
 from experiments.plan.crossover import CrossoverSearch, compare, no_crossover
 from experiments.plan.search import MAX_UTILIZATION, RateSearch, SeedSchedule
 from experiments.sweep.runner import ProgressBar, SweepRunner
@@ -26,6 +27,7 @@ class SearchRounds:
     bar: ProgressBar
     all_seeds: list[int]  # SeedSchedule's seeds, in order
     slo: dict[str, Any]
+    counts: SimulationCounts = field(default_factory=SimulationCounts)
     schedules: dict[str, SeedSchedule] = field(default_factory=dict)
 
     def stop(self, level: str, rate: float) -> dict[str, Any] | None:
@@ -37,7 +39,7 @@ class SearchRounds:
         search = self.plan.search
         if search.service_probe:
             service_probes([c for c in group if not c.floor_note], self.traffic, self.all_seeds[0], self.slo,
-                           self.runner)
+                           self.runner, self.counts)
         start = search.rate_start or self.traffic.target_rate
         for c in group:
             self.schedules[c.id] = SeedSchedule(search.seeds, search.max_seeds, search.first_seed_settles)
@@ -61,12 +63,19 @@ class SearchRounds:
                 workload, replay = self.traffic.at_rate(rate, c.num_requests)
                 sched = self.schedules[c.id]
                 these = [all_seeds[j] for j in sched.wanted()]
+                tiers = self.counts.search_seeds
+                if sched.settling:
+                    tiers.first += len(these)
+                elif len(sched.runs) < search.seeds:
+                    tiers.plan += len(these)
+                else:
+                    tiers.doubled += len(these)
                 if these and len(sched.runs) >= search.seeds:  # doubled seeds: beyond the bar's estimate
                     bar.add_total(len(these))
                 level = "settling" if sched.settling else "pooled"
                 batch += [search_point(c, workload, s, self.slo, replay, self.stop(level, rate)) for s in these]
                 wanted.append(len(these))
-            results = self.runner.run(batch)
+            results = run_counted(self.runner, batch, self.counts.searches)
             i = 0
             for c, k in zip(todo, wanted):
                 rate = c.search.next_rate()
@@ -142,11 +151,11 @@ def cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, ba
 
 
 def service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, slo: dict[str, Any],
-                   runner: SweepRunner) -> None:
+                   runner: SweepRunner, counts: SimulationCounts) -> None:
     """SERVICE_PROBE_RULE: one saturated run per candidate, whatever the size of its search runs; its service rate
     in req/s on the candidate."""
     points = [probe_point(c, traffic, seed, slo) for c in active]
-    for c, p, r in zip(active, points, runner.run(points)):
+    for c, p, r in zip(active, points, run_counted(runner, points, counts.probes)):
         if not r["fits"]:
             continue  # the search's first run reports the reason
         tok_s = r.get("tok_s")
@@ -155,7 +164,7 @@ def service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, 
 
 
 def crossover_searches(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seeds: list[int],
-                       slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar) -> None:
+                       slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar, counts: SimulationCounts) -> None:
     """CROSSOVER_RULE (experiments/plan/crossover.py) for every searched drafting candidate with a searched AR
     sibling: its own search, both modes at each rate on the plan's seeds, runs of the SLO search's size."""
     s = plan.search
@@ -185,7 +194,7 @@ def crossover_searches(plan: PlanConfig, active: list[Candidate], traffic: "Traf
             stop = {"level": "curve", "target": plan.slo.attainment, "rate": rate} if s.early_stop else None
             batch += [search_point(x, workload, seed, slo, replay, stop) for x in (c, ar) for seed in seeds]
         bar.add_total(len(batch))
-        results = runner.run(batch)
+        results = run_counted(runner, batch, counts.crossovers)
         k = len(seeds)
         for i, (c, ar, cs) in enumerate(live):
             got = results[2 * k * i: 2 * k * (i + 1)]
@@ -195,7 +204,8 @@ def crossover_searches(plan: PlanConfig, active: list[Candidate], traffic: "Traf
 
 
 def curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seed: int,
-                 slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar, early_stop: bool = False) -> None:
+                 slo: dict[str, Any], runner: SweepRunner, bar: ProgressBar, counts: SimulationCounts,
+                 early_stop: bool = False) -> None:
     """One simulation (first seed) at each curve fraction of every candidate's max rate: the latency curves."""
     batch, owners = [], []
     for c in active:
@@ -208,7 +218,7 @@ def curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficMod
             stop = {"level": "curve", "target": plan.slo.attainment, "rate": f * c.search.lo} if early_stop else None
             batch.append(search_point(c, workload, seed, slo, replay, stop))
             owners.append((c, f * c.search.lo))
-    for (c, rate), r in zip(owners, runner.run(batch)):
+    for (c, rate), r in zip(owners, run_counted(runner, batch, counts.curves)):
         if r["fits"]:
             c.evaluations.append({"rate": rate, "sustainable": None, "curve_only": True,
                                   "overloaded": bool(r.get("overloaded")), "seeds": [{"seed": seed, **r}]})
