@@ -226,8 +226,8 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         cid = _candidate_id(gpu, tp, replicas, mode, sched, {k for k in keys if len(cands.scheduler[k]) > 1})
         profile, source = _target_profile(plan, gpu, tp)
         dep = _deployment(plan, gpu, tp, mode)
-        server = {**base["server"], **sched.server(), "target_profile": profile, "deployment": dep, "kv_capacity_tokens": None,
-                  "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
+        server = {**base["server"], **sched.server(), "target_profile": profile, "deployment": dep,
+                  "kv_capacity_tokens": None, "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
         seqs = int(server["max_num_seqs"])
         dep.setdefault("max_num_seqs", seqs)  # placement holds each running sequence's linear-attention state
         config = {**base, "server": server, "runs": [mode.run_spec(seqs)],
