@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from experiments.plan.config import load_plan_config
-from experiments.plan.planner import TrafficModel, base_experiment, build_candidates
+from experiments.plan.candidates import base_experiment, build_candidates
+from experiments.plan.traffic import TrafficModel
 from experiments.plan.prices import price_table
 from experiments.run import run_experiment
 from simulator.measure.metrics import steady_state_summary
@@ -34,7 +35,7 @@ def main() -> None:
     doc = json.loads((Path(a.plan_dir) / "plan.json").read_text())
     plan = load_plan_config(a.config, a.overrides)
     base = base_experiment(plan)
-    traffic = TrafficModel(plan, base["workload"])
+    traffic = TrafficModel.of(plan, base)
     cands = {c.id: c for c in build_candidates(plan, base, price_table(plan.prices.file, plan.prices.usd_per_gpu_hour))}
     rows = {c["id"]: c for c in doc["candidates"]}
     if a.candidates == "cheapest":

@@ -53,4 +53,5 @@ def main(args: argparse.Namespace) -> int:
     print_plan(doc, console, limit=args.top, explain=args.explain)
     console.print(f"{stats['computed']} simulations, {stats['cached']} from the cache; results: {out} "
                   "(plan.json, curves.png, pareto.png, pareto_user_gpu.png)")
+    console.print(f"simulations by stage: {stats['stages'].line()}")
     return 0

@@ -29,7 +29,7 @@ search.max_seeds (48) are what that check tuned.
 Search: start at the target rate, or at BELOW_SERVICE x an analytic upper bound on the candidate's service rate
 when that is lower (experiments/plan/bounds.py: a target above it cannot be sustained, so nothing above it is
 worth a first run), or at BELOW_SERVICE x the service rate a saturated probe run measured (`probe_service`,
-experiments/plan/planner.py SERVICE_PROBE_RULE) when that is lower; while every tested rate is sustainable, double
+experiments/plan/point.py SERVICE_PROBE_RULE) when that is lower; while every tested rate is sustainable, double
 it (up to search.rate_max, and never past MAX_UTILIZATION x a measured service rate); a failing
 overloaded run measures the service rate (its window departure rate), and the next rate tried is just below it,
 and no rate above MAX_UTILIZATION (0.95) x that measured service rate counts as passing (a finite run can meet the

@@ -70,7 +70,7 @@ def test_class4_a_plan_at_1024_replicas_is_refused_before_any_simulation(tmp_pat
     from experiments.plan.planner import run_plan
     from tests.experiments.test_plan import make_known_case
 
-    _forbid(monkeypatch, "experiments.plan.planner", "mean_decode_tokens")
+    _forbid(monkeypatch, "experiments.plan.candidates", "mean_decode_tokens")
     case = make_known_case(tmp_path)
     case["candidates"] = {**case["candidates"], "replicas": [1, 1024], "router": {"name": "round_robin"}}
     with pytest.raises(ValueError, match="1,024 replicas x 512,000 requests"):

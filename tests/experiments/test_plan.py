@@ -121,7 +121,9 @@ def test_doubling_the_requests_moves_no_answer_outside_its_interval(tmp_path, md
 
 def test_a_rate_settled_by_its_first_seed_gets_the_same_verdict_from_every_seed(md1_plan):
     # FIRST_SEED_RULE stops a rate after one seed when that seed is clear; every seed, pooled, must agree
-    from experiments.plan.planner import TrafficModel, _point, base_experiment, build_candidates, evaluate_plan_point
+    from experiments.plan.candidates import base_experiment, build_candidates
+    from experiments.plan.point import search_point, evaluate_plan_point
+    from experiments.plan.traffic import TrafficModel
     from experiments.plan.prices import price_table
     from experiments.plan.search import judge
     from experiments.sweep.hashing import derive_seed
@@ -129,7 +131,7 @@ def test_a_rate_settled_by_its_first_seed_gets_the_same_verdict_from_every_seed(
     case, c = md1_plan
     plan = load_plan_config(case)
     base = base_experiment(plan)
-    traffic = TrafficModel(plan, base["workload"])
+    traffic = TrafficModel.of(plan, base)
     (cand,) = build_candidates(plan, base, price_table(None, plan.prices.usd_per_gpu_hour))
     seeds = [derive_seed(plan.seed, f"replicate-{i}") for i in range(plan.search.seeds)]
     settled = [e for e in c["curve"] if e["sustainable"] is not None and e["seeds"] == 1]
@@ -138,7 +140,7 @@ def test_a_rate_settled_by_its_first_seed_gets_the_same_verdict_from_every_seed(
     assert True in {e["sustainable"] for e in settled} and plan.search.seeds > 1
     for e in settled:
         workload, replay = traffic.at_rate(e["rate"], c["num_requests_per_run"])
-        runs = [evaluate_plan_point(_point(cand, workload, s, plan.slo.bounds(), replay).payload) for s in seeds]
+        runs = [evaluate_plan_point(search_point(cand, workload, s, plan.slo.bounds(), replay).payload) for s in seeds]
         assert judge(e["rate"], runs, plan.slo.attainment).passed == e["sustainable"], e
 
 
@@ -291,7 +293,7 @@ def test_bad_plan_configs_name_the_key(change, message):
 
 
 def test_roofline_overlap_and_host_reach_the_candidates_profile():
-    from experiments.plan.planner import _target_profile
+    from experiments.plan.candidates import _target_profile
     from simulator.costs.roofline import profile_from_ref
 
     plan = load_plan_config({**SPACE, "candidates": {**SPACE["candidates"],

@@ -18,7 +18,8 @@ from scipy.optimize import brentq
 
 from experiments.plan.bounds import service_rate_bound
 from experiments.plan.config import load_plan_config
-from experiments.plan.planner import TrafficModel, base_experiment
+from experiments.plan.candidates import base_experiment
+from experiments.plan.traffic import TrafficModel
 from experiments.plan.search import ANSWER_CONFIDENCE, BATCHES, RateSearch, SeedSchedule
 from simulator.measure.steady_state import batch_means, measure
 from tests.experiments.test_plan import OUTPUT_LEN, Q, SERVICE_S, STEP_S, TTFT_S, make_known_case
@@ -51,7 +52,7 @@ def lindley_waits(arrival: np.ndarray, service_s: float | np.ndarray = SERVICE_S
 
 def md1_run(gaps: np.ndarray, rate: float, lengths: np.ndarray | None = None) -> dict:
     """One run's point record from the Lindley recursion, with the window and batch-means functions the planner's
-    record (planner._point_figures) uses: arrivals are the unit draw `gaps` scaled in time, as every seed's arrivals
+    record (experiments/plan/point.py _point_figures) uses: arrivals are the unit draw `gaps` scaled in time, as every seed's arrivals
     are across the search's rates; `lengths`: output lengths per request (M/G/1), else OUTPUT_LEN each (M/D/1)."""
     arrival = np.cumsum(gaps) / rate
     out = np.full(arrival.size, OUTPUT_LEN) if lengths is None else lengths
@@ -69,7 +70,7 @@ def known_plan(tmp_path_factory):
     case = make_known_case(tmp_path_factory.mktemp("conf"))
     case["search"] = {"curve_fractions": [0.5]}
     plan = load_plan_config(case)
-    return plan, TrafficModel(plan, base_experiment(plan)["workload"])
+    return plan, TrafficModel.of(plan, base_experiment(plan))
 
 
 def one_plan(plan, n: int, seed: int, lengths: np.ndarray | None = None) -> float:

@@ -9,7 +9,7 @@ import pytest
 
 from experiments.plan.config import load_plan_config
 from experiments.plan.draft_gpu import drafter_on_gpu, gpu_of_device
-from experiments.plan.planner import base_experiment, build_candidates
+from experiments.plan.candidates import base_experiment, build_candidates
 from experiments.plan.prices import price_table
 from simulator.costs.latency import profile_from_dict
 

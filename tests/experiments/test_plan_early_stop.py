@@ -102,26 +102,27 @@ def test_a_strict_fail_stop_is_a_strict_fail_of_every_completion(case):
 @pytest.fixture(scope="module")
 def md1(tmp_path_factory):
     from experiments.plan.config import load_plan_config
-    from experiments.plan.planner import TrafficModel, base_experiment, build_candidates
+    from experiments.plan.candidates import base_experiment, build_candidates
+    from experiments.plan.traffic import TrafficModel
     from experiments.plan.prices import price_table
     from tests.experiments.test_plan import make_known_case
 
     plan = load_plan_config(make_known_case(tmp_path_factory.mktemp("stop")))
     base = base_experiment(plan)
-    traffic = TrafficModel(plan, base["workload"])
+    traffic = TrafficModel.of(plan, base)
     (cand,) = build_candidates(plan, base, price_table(None, plan.prices.usd_per_gpu_hour))
     return plan, traffic, cand, md1_threshold(TTFT_S, Q)
 
 
 def _both(md1, rate, level, n=400, seed=7):
-    from experiments.plan.planner import _point, evaluate_plan_point
+    from experiments.plan.point import search_point, evaluate_plan_point
 
     plan, traffic, cand, _ = md1
     workload, replay = traffic.at_rate(rate, n)
     slo = plan.slo.bounds()
-    full = evaluate_plan_point(_point(cand, workload, seed, slo, replay).payload)
+    full = evaluate_plan_point(search_point(cand, workload, seed, slo, replay).payload)
     stop = {"level": level, "target": Q, "rate": rate}
-    early = evaluate_plan_point(_point(cand, workload, seed, slo, replay, stop).payload)
+    early = evaluate_plan_point(search_point(cand, workload, seed, slo, replay, stop).payload)
     return full, early
 
 

@@ -36,7 +36,8 @@ MTP_K3_ALIAS = {"name": "mtp-k3", "mode": "sd", "policy": {"name": "fixed", "dra
 
 
 def test_an_mtp_plan_deploys_exactly_the_simulated_mode(tmp_path):
-    from experiments.plan.planner import base_experiment, build_candidates, run_plan
+    from experiments.plan.candidates import base_experiment, build_candidates
+    from experiments.plan.planner import run_plan
     from experiments.plan.prices import price_table
     from simulator.costs.placement import Deployment, plan as place
     from traces.mtp import mtp_draft_cost
@@ -93,7 +94,7 @@ def test_an_mtp_mode_must_be_the_targets_own_head_in_sequential_sd(change, messa
 
 
 def test_an_mtp_mode_replays_mtp_acceptance():
-    from experiments.plan.planner import base_experiment, build_candidates
+    from experiments.plan.candidates import base_experiment, build_candidates
     from experiments.plan.prices import price_table
 
     plan = load_plan_config(_plan_doc([{**MTP_K2, "policy": {"name": "fixed", "drafter": "eagle3", "k": 2}}]))
@@ -141,7 +142,7 @@ def test_deploy_of_writes_the_mtp_config_and_checks_it_against_the_target():
 
 def test_a_linear_attention_target_holds_each_candidates_sequences_state():
     """Qwen3-Next: the plan places its MTP head and the recurrent state of the candidate's max_num_seqs sequences."""
-    from experiments.plan.planner import base_experiment, build_candidates
+    from experiments.plan.candidates import base_experiment, build_candidates
     from experiments.plan.prices import price_table
     from simulator.costs.placement import Deployment, plan as place
 
@@ -153,7 +154,7 @@ def test_a_linear_attention_target_holds_each_candidates_sequences_state():
     doc["candidates"].update(tp=[4], scheduler={"max_num_seqs": [16, 64]})
     plan = load_plan_config(doc)
     for c in build_candidates(plan, base_experiment(plan), price_table()):
-        seqs = c.scheduler["max_num_seqs"]
+        seqs = c.scheduler.server()["max_num_seqs"]
         drafter = "qwen3-next-80b-a3b:mtp" if c.mode.name == "mtp-k1" else None
         expect = place(Deployment("qwen3-next-80b-a3b", "h100-80gb", num_gpus=4, tp=4, drafter=drafter,
                                   max_model_len=4096, max_num_seqs=seqs))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from experiments.plan.config import load_plan_config
-from experiments.plan.planner import _comparison, base_experiment, build_candidates, concurrent_sequences
+from experiments.plan.candidates import base_experiment, build_candidates, concurrent_sequences
+from experiments.plan.result import _comparison
 from experiments.plan.prices import price_table
 from experiments.run import run_experiment
 from simulator.server_config import PSDConfig

@@ -19,7 +19,7 @@ def _plan(scheduler: dict) -> dict:
 
 
 def _candidates(scheduler: dict):
-    from experiments.plan.planner import base_experiment, build_candidates
+    from experiments.plan.candidates import base_experiment, build_candidates
     from experiments.plan.prices import price_table
 
     plan = load_plan_config(_plan(scheduler))
@@ -32,7 +32,7 @@ def _server(c):
 
 
 def test_a_plan_simulates_vllm_v1_by_default_and_says_so():
-    from experiments.plan.planner import _scheduling
+    from experiments.plan.assumptions import _scheduling
 
     (c,) = _candidates({"max_num_seqs": [16]})
     s = _server(c)
@@ -43,7 +43,7 @@ def test_a_plan_simulates_vllm_v1_by_default_and_says_so():
 
 
 def test_draftsim_rules_asked_for_by_name_are_simulated_and_flagged():
-    from experiments.plan.planner import _scheduling
+    from experiments.plan.assumptions import _scheduling
 
     cands = _candidates({"scheduler": ["vllm-v1", "draftsim"]})
     assert [(s.scheduler, s.chunked_prefill) for s in map(_server, cands)] == [("vllm-v1", True), ("draftsim", True)]

@@ -83,13 +83,13 @@ def test_origin_rule_by_hand():
 
 
 def test_the_plans_note_reads_the_same_rule():
-    from experiments.plan.planner import _acceptance_note
+    from experiments.plan.assumptions import acceptance_note
 
     plan = SimpleNamespace(seed=0, candidates=SimpleNamespace(target="qwen3-32b"))
-    note = _acceptance_note(plan, {"traces": "builtin:default"})
+    note = acceptance_note(plan, {"traces": "builtin:default"})
     assert note is not None and "llama3.1-8b" in note and "qwen3-32b" in note and "eagle3" in note
     plan.candidates.target = "meta-llama/Llama-3.1-8B-Instruct"
-    assert _acceptance_note(plan, {"traces": "builtin:default"}) is None
+    assert acceptance_note(plan, {"traces": "builtin:default"}) is None
 
 
 def test_an_mtp_run_places_its_head_prices_it_and_says_it_reuses_it(tmp_path):

@@ -122,7 +122,7 @@ def _snapshots(compiled: bool, traces, wl, stop_after: int | None, router: str, 
 
     monitor = StopMonitor(None, None, len(wl), decide, every=3, check_from=5)
     sim = cluster_sim(compiled, traces, wl, mode="sd", policy="fixed", replicas=3, router={"name": router},
-                      srv=server(max_num_seqs=4, **server_kw), seed=2, on_step=monitor)  # as experiments/plan/planner.py does
+                      srv=server(max_num_seqs=4, **server_kw), seed=2, on_step=monitor)  # as experiments/plan/point.py does
     last = run_until_decided(sim, monitor.bind(sim))
     assert all((r.server.compiled is not None) == compiled for r in sim.replicas)
     return seen, last
