@@ -76,18 +76,31 @@ def rows(context: int, version: str, host_s: float) -> list[tuple[str, int, int,
 
 
 def eagle_rows(context: int, version: str, k: int) -> list[tuple[int, float, float]]:
-    """(batch, op-model seconds of k EAGLE-3 head steps, the release's EAGLE fit) per batch."""
+    """(batch, op-model seconds of k EAGLE-3 head forwards, the release's EAGLE fit) per batch
+    (calibration/op_drafter.py's head of Llama-3.1-8B on one H100)."""
+    from calibration.op_drafter import drafter_step_model, drafting_phase_s
     from calibration.op_profile import SYSTEMS
-    from calibration.op_step import OpStepModel
     from calibration.op_tables import load_op_tables
     from simulator.costs.latency import resolve_profile
     from traces.catalog import get_gpu, get_model
 
     model, gpu = get_model("llama3.1-8b"), get_gpu("h100-80gb")
-    ops = OpStepModel(model, gpu, load_op_tables(SYSTEMS[gpu.name], version))
+    head = drafter_step_model("eagle3", model, gpu, load_op_tables(SYSTEMS[gpu.name], version))
     fit = resolve_profile("eagle3-llama3.1-8b-h100-specbench")
-    return [(b, sum(ops.eagle_head_s(b, b * context + i * b) for i in range(k)), fit.step_time(b, b * k, b * context))
-            for b in BATCHES]
+    return [(b, drafting_phase_s(head, b, k, b * context), fit.step_time(b, b * k, b * context)) for b in BATCHES]
+
+
+def host_fit(version: str):
+    """calibration/op_drafter.py's host term re-fitted on the `version` tables (HostFit)."""
+    from calibration.op_drafter import drafter_step_model, fit_proposal_host_s
+    from calibration.op_profile import SYSTEMS
+    from calibration.op_tables import load_op_tables
+    from simulator.costs.latency import resolve_profile
+    from traces.catalog import get_gpu, get_model
+
+    gpu = get_gpu("h100-80gb")
+    head = drafter_step_model("eagle3", get_model("llama3.1-8b"), gpu, load_op_tables(SYSTEMS[gpu.name], version))
+    return fit_proposal_host_s(head, resolve_profile("eagle3-llama3.1-8b-h100-specbench"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,19 +131,25 @@ def main(argv: list[str] | None = None) -> int:
         sel = [x for x in rs if x[0] == ph]
         m = [np.mean([abs(err(x[i], x[3])) for x in sel]) for i in (4, 5, 6, 7)]
         print(f"  {ph}: " + " / ".join(f"{v:.1f}" for v in m) + f"  ({len(sel)} shapes)")
-    print("\nEAGLE-3 drafting phase (k proposal steps of the head, op model) against the release's EAGLE fit; the "
-          "residual is host-side proposal work no GPU table holds:")
+    hf = host_fit(args.version)
+    print(f"\nEAGLE-3 drafting phase (k head forwards, op model, calibration/op_drafter.py) against the release's "
+          f"EAGLE fit; host term fitted over {hf.points} shapes (batch 1..128, k = 1..5, context 512/1,100/2,048): "
+          f"{hf.host_s * 1e3:.3f} ms per phase (residuals {hf.residual_min_s * 1e3:.3f}..{hf.residual_max_s * 1e3:.3f} "
+          f"ms; forwards + host within {hf.mean_abs_error_percent:.1f}% of the fit on average):")
     resid = []
     for k in (1, 3, 5):
         for b, o, f in eagle_rows(args.context, args.version, k):
             resid.append(f - o)
-            print(f"  k = {k} B = {b:4d}: op model {o * 1e3:6.3f} ms  fit {f * 1e3:6.3f} ms  residual {(f - o) * 1e3:6.3f} ms")
-    print(f"  residual: mean {np.mean(resid) * 1e3:.3f} ms, range {min(resid) * 1e3:.3f}..{max(resid) * 1e3:.3f} ms")
-    print("\nverify / decode at batch 128 (fit / op model / op profile / roofline / roofline op):")
+            print(f"  k = {k} B = {b:4d}: op model {o * 1e3:6.3f} ms  + host {(o + hf.host_s) * 1e3:6.3f} ms  fit "
+                  f"{f * 1e3:6.3f} ms ({100.0 * ((o + hf.host_s) / f - 1.0):+5.1f}%)  residual {(f - o) * 1e3:6.3f} ms")
+    print(f"  residual at k = 1, 3, 5: mean {np.mean(resid) * 1e3:.3f} ms, range {min(resid) * 1e3:.3f}.."
+          f"{max(resid) * 1e3:.3f} ms")
+    print("\nverify / decode at batch 32 and 128 (fit / op model / op profile / roofline / roofline op):")
     by = {(x[0] != "prefill", x[1], x[2]): x for x in rs}
-    for k in KS[1:]:
-        v, d = by[(True, 128, k)], by[(True, 128, 0)]
-        print(f"  k = {k}: " + " / ".join(f"{v[i] / d[i]:.2f}" for i in (3, 4, 5, 6, 7)))
+    for b in (32, 128):
+        for k in KS[1:]:
+            v, d = by[(True, b, k)], by[(True, b, 0)]
+            print(f"  B = {b} k = {k}: " + " / ".join(f"{v[i] / d[i]:.2f}" for i in (3, 4, 5, 6, 7)))
     return 0
 
 

@@ -65,18 +65,24 @@ def measurement(shape: StepShape, seconds: float) -> Measurement:
 
 def fit_grid(name: str, step: OpStepModel, grid: list[StepShape], provenance: Provenance) -> StructuredProfile:
     """Fit both structured forms to the step model's prices on `grid`; keep the lower mean error over the grid."""
-    points = [measurement(s, step.shape_time(s)) for s in grid]
+    return fit_points(name, step.model.name, [measurement(s, step.shape_time(s)) for s in grid], provenance,
+                      "calibration/op_profile.py default_grid")
+
+
+def fit_points(name: str, model: str, points: list[Measurement], provenance: Provenance,
+               grid: str) -> StructuredProfile:
+    """Fit both structured forms to priced grid points (`grid` says which); keep the lower mean error over them."""
     best = None
     tried = {}
     for form in FORMS:
-        p = fit_structured(name, points, form, model=step.model.name, provenance=provenance, weighting="relative")
+        p = fit_structured(name, points, form, model=model, provenance=provenance, weighting="relative")
         err = phase_mape(p, points)
         tried[form] = err
         if best is None or err["all"] < best.fit["mape_percent"]:
             best = p
     worst = max(abs(best.shape_time(shape_of_point(m)) - m.seconds) / m.seconds * 100.0 for m in points)
     best.fit.update({"grid_mape_percent_by_phase": tried[best.form], "grid_max_error_percent": round(worst, 2),
-                     "forms_tried": tried, "grid": f"{len(points)} steps of calibration/op_profile.py default_grid"})
+                     "forms_tried": tried, "grid": f"{len(points)} steps of {grid}"})
     return best
 
 

@@ -21,6 +21,10 @@ a Llama/Qwen-style decoder (the op list AIConfigurator uses for these models):
   2 x hidden in and out, the SiLU-gate of 2 x intermediate / tp in and intermediate / tp out) and the embedding
   read, as bytes moved over 0.8 x the GPU's datasheet bandwidth; sampling, rejection and the host's scheduling
   are not priced here (the step overhead is the server's `step_overhead_s`).
+- A drafter's forward is priced by the same rules at its own shapes (calibration/op_drafter.py): a draft model as
+  the model it is; an EAGLE / EAGLE-3 head as one decoder layer of the target's shape (`fusion_in`: the fusion of
+  the target's hidden states, m = T, n = hidden, k = fusion_in, before the layer; `qkv_in`: the QKV projection's
+  input width, EAGLE-3's embedding + hidden = 2 x hidden) and the LM head over its own vocabulary.
 MoE models are not priced (the MoE tables are not read).
 """
 from __future__ import annotations
@@ -33,7 +37,6 @@ from traces.catalog import GpuSpec, ModelSpec
 
 ELEMENTWISE_BANDWIDTH_UTIL = 0.8  # AIConfigurator's stated efficiency for memory-bound elementwise ops
 GRAPH_MAX_TOKENS = 512  # vLLM's largest CUDA-graph capture size by default
-EAGLE3_DRAFT_VOCAB = 32000  # draft_vocab_size of the published EAGLE-3 head for Llama-3.1-8B-Instruct
 
 
 class OpLookup(Protocol):
@@ -88,6 +91,8 @@ class OpStepModel:
     ops: OpLookup
     tp: int = 1
     graph_max_tokens: int = GRAPH_MAX_TOKENS
+    fusion_in: int = 0  # an EAGLE head's fusion GEMM input width (0: none; module doc)
+    qkv_in: int = 0  # the QKV projection's input width (0: hidden)
 
     def __post_init__(self) -> None:
         m = self.model
@@ -105,12 +110,13 @@ class OpStepModel:
         """The step's GEMMs at m = `tokens` over all layers, plus the LM head at m = `logit_tokens`."""
         m, tp = self.model, self.tp
         h, d = m.hidden_size, m.head_dim
-        per_layer = (self.ops.gemm_s(tokens, (self.heads + 2 * self.kv_heads) * d, h)
+        per_layer = (self.ops.gemm_s(tokens, (self.heads + 2 * self.kv_heads) * d, self.qkv_in or h)
                      + self.ops.gemm_s(tokens, h, self.heads * d)
                      + self.ops.gemm_s(tokens, 2 * m.intermediate_size // tp, h)
                      + self.ops.gemm_s(tokens, h, m.intermediate_size // tp))
         head = self.ops.gemm_s(logit_tokens, m.vocab_size // tp, h) if logit_tokens > 0 else 0.0
-        return m.num_layers * per_layer + head
+        fusion = self.ops.gemm_s(tokens, h, self.fusion_in) if self.fusion_in else 0.0
+        return m.num_layers * per_layer + head + fusion
 
     def decode_attention_s(self, seqs: int, query_tokens: int, kv_tokens: int) -> float:
         """Decode (q = 1) or verify (q = query_tokens / seqs) attention over all layers: one KV pass (module doc)."""
@@ -152,21 +158,6 @@ class OpStepModel:
 
     def shape_time(self, shape: StepShape) -> float:
         return self.parts(shape).total
-
-    def eagle_head_s(self, seqs: int, kv_tokens: int, draft_vocab: int = EAGLE3_DRAFT_VOCAB) -> float:
-        """One EAGLE-3 proposal step for `seqs` sequences over `kv_tokens` of context, from the same tables: one
-        decoder layer of the target's shape (GEMMs at m = seqs, generation attention), the fusion of three target
-        hidden states (m = seqs, n = hidden, k = 3 x hidden) and the LM head over the draft vocabulary; no
-        all-reduce (the head runs unsharded here) and no host work."""
-        if seqs <= 0:
-            return 0.0
-        m, h, d = self.model, self.model.hidden_size, self.model.head_dim
-        layer = (self.ops.gemm_s(seqs, (self.heads + 2 * self.kv_heads) * d, h)
-                 + self.ops.gemm_s(seqs, h, self.heads * d)
-                 + self.ops.gemm_s(seqs, 2 * m.intermediate_size // self.tp, h)
-                 + self.ops.gemm_s(seqs, h, m.intermediate_size // self.tp)
-                 + self.ops.generation_attention_s(seqs, max(kv_tokens / seqs, 1.0), self.heads, self.kv_heads, d))
-        return layer + self.ops.gemm_s(seqs, h, 3 * h) + self.ops.gemm_s(seqs, draft_vocab, h)
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
         """A plain batch read as all decoding (StepShape.uniform), as the engine's three-number callers ask."""
