@@ -9,6 +9,10 @@ tokens. Also the draftsim roofline (simulator/costs/roofline.py, stated defaults
 and with `overlap: op` plus `host_s` fitted here (relative least squares over the fit's decode and verify shapes:
 batch 1..128, k = 0..5, context 512 / 1,100 / 2,048; mfu and bandwidth_util kept at their stated defaults).
 
+Also: the EAGLE-3 head's drafting phase from the same tables (calibration/op_drafter.py) against the release's EAGLE-3
+fit and the host term fitted to it; verify / decode at batch 32 and 128; the SD / AR step ratio of the published
+rows' setup (Llama-3.3-70B TP 2, EAGLE-3 and a Llama-3.2-1B draft model).
+
 Run from the repository root: `python -m benchmarks.bench_measured_ops [--markdown]` (needs the optional extra
 `aiconfigurator`). Prints errors in percent of the fit; asserts nothing. Figures are computed, not timed.
 """
@@ -103,6 +107,31 @@ def host_fit(version: str):
     return fit_proposal_host_s(head, resolve_profile("eagle3-llama3.1-8b-h100-specbench"))
 
 
+def source_step_ratios(version: str) -> list[tuple[str, int, float, float, float]]:
+    """(drafter, batch, AR step s, SD step s, SD / AR) of the published rows' setup (Llama-3.3-70B at TP 2 on H100,
+    298 context tokens): target and drafter from the op tables (calibration/op_drafter.py), the drafter's host term
+    and the release's step overhead on both sides."""
+    from calibration.op_drafter import PROPOSAL_HOST_S, drafter_step_model, drafting_phase_s
+    from calibration.op_profile import SYSTEMS
+    from calibration.op_step import OpStepModel
+    from calibration.op_tables import load_op_tables
+    from simulator.costs.step_model import StepShape
+    from simulator.reproductions.specbench import STEP_OVERHEAD_S
+    from traces.catalog import get_gpu, get_model
+
+    gpu, target = get_gpu("h100-80gb"), get_model("llama3.3-70b")
+    ops = load_op_tables(SYSTEMS[gpu.name], version)
+    step, c, out = OpStepModel(target, gpu, ops, tp=2), 298, []
+    for method, k, drafter in (("eagle3", 3, None), ("draft_model", 7, get_model("llama3.2-1b"))):
+        head = drafter_step_model(method, target, gpu, ops, 2, drafter)
+        for b in (1, 32):
+            ar = step.shape_time(StepShape(b, 0, b * c)) + STEP_OVERHEAD_S
+            sd = (step.shape_time(StepShape(b, b * k, b * (c + k))) + drafting_phase_s(head, b, k, b * c)
+                  + PROPOSAL_HOST_S + STEP_OVERHEAD_S)
+            out.append((f"{method} k = {k}", b, ar, sd, sd / ar))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--context", type=int, default=1100, help="context tokens per decoding sequence")
@@ -150,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         for k in KS[1:]:
             v, d = by[(True, b, k)], by[(True, b, 0)]
             print(f"  B = {b} k = {k}: " + " / ".join(f"{v[i] / d[i]:.2f}" for i in (3, 4, 5, 6, 7)))
+    print("\nSD step / AR step, Llama-3.3-70B TP 2 on H100 at 298 context tokens (the published rows' setup; the "
+          "source's own figures: EAGLE-3 1.56 and draft model 2.7 at concurrency 32, draft model 1.52 at 1):")
+    for what, b, ar, sd, r in source_step_ratios(args.version):
+        print(f"  {what}, batch {b}: AR {ar * 1e3:.2f} ms, SD {sd * 1e3:.2f} ms, ratio {r:.2f}")
     return 0
 
 

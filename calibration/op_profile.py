@@ -26,8 +26,9 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DRAFTS = (0, 1, 2, 3, 4, 5)
 CONTEXTS = (256, 1024, 4096)
 CHUNKS = (128, 512, 2048, 8192)
-ASSUMPTIONS = ("verify attention = one KV pass: generation attention with (k+1) x query heads on the same KV heads; "
-               "causal mask among the k+1 queries ignored",
+ASSUMPTIONS = ("verify attention = the larger of one KV pass (generation attention with (k+1) x query heads on the "
+               "same KV heads; causal mask among the k+1 queries ignored) and the k+1 queries' compute as a prompt "
+               "chunk of k+1 on the context (context attention x the chunk's share of causal pairs)",
                "prompt chunk attention = context attention of the whole context x the chunk's share of its causal pairs",
                "2 all-reduces per layer + 1 after the embedding, tokens x hidden bf16 elements (CUDA-graph kernel up "
                f"to {GRAPH_MAX_TOKENS} tokens, eager above)",

@@ -6,11 +6,13 @@ a Llama/Qwen-style decoder (the op list AIConfigurator uses for these models):
   (n = hidden, k = heads x head_dim / tp), gated FFN up (n = 2 x intermediate / tp, k = hidden), FFN down
   (n = hidden, k = intermediate / tp); once per step the LM head at m = tokens that need logits (every decode and
   draft token, one per prompt chunk), n = vocab / tp.
-- Decode / verify attention (the stated rule for k + 1 queries per sequence): the q = 1 + drafts/sequence query
+- Decode / verify attention (the stated rule for k + 1 queries per sequence; the generation table is measured at
+  one query per sequence only): the larger of two measured sides. Its KV pass: the q = 1 + drafts/sequence query
   tokens of a sequence read its KV once, so a step of B decoding sequences with mean context c is priced as
   generation attention of batch B over c cached tokens with q x (query heads per GPU) query heads on the same KV
-  heads (FlashAttention's packed-GQA decode treats the query positions as more heads of one KV pass); the causal
-  mask among the q new tokens is ignored (at most q(q-1)/2 pairs per sequence).
+  heads (FlashAttention's packed-GQA decode treats the query positions as more heads of one KV pass; the causal
+  mask among the q new tokens ignored). Its compute: the q tokens as a prompt chunk of q on context c (the
+  prompt-chunk rule below, from the context-attention table), which binds once q is wide (draft trees).
 - Prompt-chunk attention: P chunks of mean length q on mean context L (cached + chunk) are priced as context
   attention of batch P over L tokens, scaled by the chunk's share of the causal pairs of a whole prompt of L:
   (q (L - q) + q (q + 1) / 2) / (L (L + 1) / 2).
@@ -119,12 +121,17 @@ class OpStepModel:
         return m.num_layers * per_layer + head + fusion
 
     def decode_attention_s(self, seqs: int, query_tokens: int, kv_tokens: int) -> float:
-        """Decode (q = 1) or verify (q = query_tokens / seqs) attention over all layers: one KV pass (module doc)."""
+        """Decode (q = 1) or verify (q = query_tokens / seqs) attention over all layers: the larger of one KV pass
+        and the q queries' compute as a prompt chunk (module doc)."""
         if seqs <= 0:
             return 0.0
         q = query_tokens / seqs
         ctx = max(kv_tokens / seqs, q)
-        per_layer = self.ops.generation_attention_s(seqs, ctx, q * self.heads, self.kv_heads, self.model.head_dim)
+        d = self.model.head_dim
+        per_layer = self.ops.generation_attention_s(seqs, ctx, q * self.heads, self.kv_heads, d)
+        if q > 1:
+            chunk = self.ops.context_attention_s(seqs, ctx, self.heads, self.kv_heads, d) * prefill_pair_share(q, ctx)
+            per_layer = max(per_layer, chunk)
         return self.model.num_layers * per_layer
 
     def prefill_attention_s(self, chunks: int, tokens: int, context: int) -> float:
