@@ -9,6 +9,10 @@ tokens. Also the draftsim roofline (simulator/costs/roofline.py, stated defaults
 and with `overlap: op` plus `host_s` fitted here (relative least squares over the fit's decode and verify shapes:
 batch 1..128, k = 0..5, context 512 / 1,100 / 2,048; mfu and bandwidth_util kept at their stated defaults).
 
+Also: the EAGLE-3 head's drafting phase from the same tables (calibration/op_drafter.py) against the release's EAGLE-3
+fit and the host term fitted to it; verify / decode at batch 32 and 128; the SD / AR step ratio of the published
+rows' setup (Llama-3.3-70B TP 2, EAGLE-3 and a Llama-3.2-1B draft model).
+
 Run from the repository root: `python -m benchmarks.bench_measured_ops [--markdown]` (needs the optional extra
 `aiconfigurator`). Prints errors in percent of the fit; asserts nothing. Figures are computed, not timed.
 """
@@ -76,18 +80,56 @@ def rows(context: int, version: str, host_s: float) -> list[tuple[str, int, int,
 
 
 def eagle_rows(context: int, version: str, k: int) -> list[tuple[int, float, float]]:
-    """(batch, op-model seconds of k EAGLE-3 head steps, the release's EAGLE fit) per batch."""
+    """(batch, op-model seconds of k EAGLE-3 head forwards, the release's EAGLE fit) per batch
+    (calibration/op_drafter.py's head of Llama-3.1-8B on one H100)."""
+    from calibration.op_drafter import drafter_step_model, drafting_phase_s
     from calibration.op_profile import SYSTEMS
-    from calibration.op_step import OpStepModel
     from calibration.op_tables import load_op_tables
     from simulator.costs.latency import resolve_profile
     from traces.catalog import get_gpu, get_model
 
     model, gpu = get_model("llama3.1-8b"), get_gpu("h100-80gb")
-    ops = OpStepModel(model, gpu, load_op_tables(SYSTEMS[gpu.name], version))
+    head = drafter_step_model("eagle3", model, gpu, load_op_tables(SYSTEMS[gpu.name], version))
     fit = resolve_profile("eagle3-llama3.1-8b-h100-specbench")
-    return [(b, sum(ops.eagle_head_s(b, b * context + i * b) for i in range(k)), fit.step_time(b, b * k, b * context))
-            for b in BATCHES]
+    return [(b, drafting_phase_s(head, b, k, b * context), fit.step_time(b, b * k, b * context)) for b in BATCHES]
+
+
+def host_fit(version: str):
+    """calibration/op_drafter.py's host term re-fitted on the `version` tables (HostFit)."""
+    from calibration.op_drafter import drafter_step_model, fit_proposal_host_s
+    from calibration.op_profile import SYSTEMS
+    from calibration.op_tables import load_op_tables
+    from simulator.costs.latency import resolve_profile
+    from traces.catalog import get_gpu, get_model
+
+    gpu = get_gpu("h100-80gb")
+    head = drafter_step_model("eagle3", get_model("llama3.1-8b"), gpu, load_op_tables(SYSTEMS[gpu.name], version))
+    return fit_proposal_host_s(head, resolve_profile("eagle3-llama3.1-8b-h100-specbench"))
+
+
+def source_step_ratios(version: str) -> list[tuple[str, int, float, float, float]]:
+    """(drafter, batch, AR step s, SD step s, SD / AR) of the published rows' setup (Llama-3.3-70B at TP 2 on H100,
+    298 context tokens): target and drafter from the op tables (calibration/op_drafter.py), the drafter's host term
+    and the release's step overhead on both sides."""
+    from calibration.op_drafter import PROPOSAL_HOST_S, drafter_step_model, drafting_phase_s
+    from calibration.op_profile import SYSTEMS
+    from calibration.op_step import OpStepModel
+    from calibration.op_tables import load_op_tables
+    from simulator.costs.step_model import StepShape
+    from simulator.reproductions.specbench import STEP_OVERHEAD_S
+    from traces.catalog import get_gpu, get_model
+
+    gpu, target = get_gpu("h100-80gb"), get_model("llama3.3-70b")
+    ops = load_op_tables(SYSTEMS[gpu.name], version)
+    step, c, out = OpStepModel(target, gpu, ops, tp=2), 298, []
+    for method, k, drafter in (("eagle3", 3, None), ("draft_model", 7, get_model("llama3.2-1b"))):
+        head = drafter_step_model(method, target, gpu, ops, 2, drafter)
+        for b in (1, 32):
+            ar = step.shape_time(StepShape(b, 0, b * c)) + STEP_OVERHEAD_S
+            sd = (step.shape_time(StepShape(b, b * k, b * (c + k))) + drafting_phase_s(head, b, k, b * c)
+                  + PROPOSAL_HOST_S + STEP_OVERHEAD_S)
+            out.append((f"{method} k = {k}", b, ar, sd, sd / ar))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,19 +160,29 @@ def main(argv: list[str] | None = None) -> int:
         sel = [x for x in rs if x[0] == ph]
         m = [np.mean([abs(err(x[i], x[3])) for x in sel]) for i in (4, 5, 6, 7)]
         print(f"  {ph}: " + " / ".join(f"{v:.1f}" for v in m) + f"  ({len(sel)} shapes)")
-    print("\nEAGLE-3 drafting phase (k proposal steps of the head, op model) against the release's EAGLE fit; the "
-          "residual is host-side proposal work no GPU table holds:")
+    hf = host_fit(args.version)
+    print(f"\nEAGLE-3 drafting phase (k head forwards, op model, calibration/op_drafter.py) against the release's "
+          f"EAGLE fit; host term fitted over {hf.points} shapes (batch 1..128, k = 1..5, context 512/1,100/2,048): "
+          f"{hf.host_s * 1e3:.3f} ms per phase (residuals {hf.residual_min_s * 1e3:.3f}..{hf.residual_max_s * 1e3:.3f} "
+          f"ms; forwards + host within {hf.mean_abs_error_percent:.1f}% of the fit on average):")
     resid = []
     for k in (1, 3, 5):
         for b, o, f in eagle_rows(args.context, args.version, k):
             resid.append(f - o)
-            print(f"  k = {k} B = {b:4d}: op model {o * 1e3:6.3f} ms  fit {f * 1e3:6.3f} ms  residual {(f - o) * 1e3:6.3f} ms")
-    print(f"  residual: mean {np.mean(resid) * 1e3:.3f} ms, range {min(resid) * 1e3:.3f}..{max(resid) * 1e3:.3f} ms")
-    print("\nverify / decode at batch 128 (fit / op model / op profile / roofline / roofline op):")
+            print(f"  k = {k} B = {b:4d}: op model {o * 1e3:6.3f} ms  + host {(o + hf.host_s) * 1e3:6.3f} ms  fit "
+                  f"{f * 1e3:6.3f} ms ({100.0 * ((o + hf.host_s) / f - 1.0):+5.1f}%)  residual {(f - o) * 1e3:6.3f} ms")
+    print(f"  residual at k = 1, 3, 5: mean {np.mean(resid) * 1e3:.3f} ms, range {min(resid) * 1e3:.3f}.."
+          f"{max(resid) * 1e3:.3f} ms")
+    print("\nverify / decode at batch 32 and 128 (fit / op model / op profile / roofline / roofline op):")
     by = {(x[0] != "prefill", x[1], x[2]): x for x in rs}
-    for k in KS[1:]:
-        v, d = by[(True, 128, k)], by[(True, 128, 0)]
-        print(f"  k = {k}: " + " / ".join(f"{v[i] / d[i]:.2f}" for i in (3, 4, 5, 6, 7)))
+    for b in (32, 128):
+        for k in KS[1:]:
+            v, d = by[(True, b, k)], by[(True, b, 0)]
+            print(f"  B = {b} k = {k}: " + " / ".join(f"{v[i] / d[i]:.2f}" for i in (3, 4, 5, 6, 7)))
+    print("\nSD step / AR step, Llama-3.3-70B TP 2 on H100 at 298 context tokens (the published rows' setup; the "
+          "source's own figures: EAGLE-3 1.56 and draft model 2.7 at concurrency 32, draft model 1.52 at 1):")
+    for what, b, ar, sd, r in source_step_ratios(args.version):
+        print(f"  {what}, batch {b}: AR {ar * 1e3:.2f} ms, SD {sd * 1e3:.2f} ms, ratio {r:.2f}")
     return 0
 
 

@@ -15,13 +15,15 @@ traces with replacement,
 AR vs SD output throughput over the steady-state window, simulator/measure/steady_state.py) and in its SpecDecode-Bench
 compatibility mode (simulator/reproductions/specbench.py: closed batches of B copies, AR vs SD, draftsim's replay rule,
 `position_convention="engine"`). Serving targets: the release's fit, the measured-ops profile of
-calibration/op_profile.py (when aiconfigurator-core is installed) and the roofline with `overlap: op` and its
+calibration/op_profile.py (when aiconfigurator-core is installed), the same with the EAGLE-3 head priced from the
+tables too (calibration/op_drafter.py, its host term per drafting phase) and the roofline with `overlap: op` and its
 fitted `host_s` (docs/accuracy.md).
 
 `--published-rows` adds the rows kept as data in benchmarks/data/published_gpu_rows.yaml (other sources' vLLM
 measurements, each with its own inputs; benchmarks/published_rows.py replays them), priced by the catalog roofline,
-the roofline with `overlap: op`, the measured-ops profile (when aiconfigurator-core is installed) and the roofline
-whose `bandwidth_util` is fitted to the row's own measured AR throughput. Each of those rows also states
+the roofline with `overlap: op`, the measured-ops profile (when aiconfigurator-core is installed; also with the
+drafter priced from the same tables, calibration/op_drafter.py) and the roofline whose `bandwidth_util` is fitted to
+the row's own measured AR throughput. Each of those rows also states
 AIConfigurator's own prediction (aiconfigurator-core's step model; an EAGLE-3 head as k MTP layers) or why it cannot
 make one (a separate draft model is outside its speculative path).
 
@@ -111,9 +113,11 @@ def _bundle(name: str, folder: Path) -> Path | None:
     return out
 
 
-def serving_speedup(bundle: Path, batch: int, target: Any, requests: int, seed: int) -> float:
+def serving_speedup(bundle: Path, batch: int, target: Any, requests: int, seed: int,
+                    drafter: dict[str, Any] | None = None) -> float:
     """EAGLE-3 k = 3 over AR in serving mode: `batch` closed-loop clients, max_num_seqs `batch`, `requests`
-    requests; output throughput over the steady-state window (simulator/measure/steady_state.py)."""
+    requests; output throughput over the steady-state window (simulator/measure/steady_state.py). The head is
+    priced by the release's 8B EAGLE-3 fit unless `drafter` gives its cost."""
     from experiments.run import run_experiment
 
     cfg = {"name": "published-serving", "seed": seed, "traces": str(bundle),
@@ -121,7 +125,7 @@ def serving_speedup(bundle: Path, batch: int, target: Any, requests: int, seed: 
                         "lengths": {"source": "bundle"}, "sample": {"with_replacement": True}},
            "server": {"target_profile": target, "step_overhead_s": STEP_OVERHEAD_S, "max_num_seqs": batch,
                       "max_num_batched_tokens": 8192, "block_size": 16, "kv_capacity_tokens": KV_CAPACITY_TOKENS},
-           "drafters": {"eagle3": {"kind": "whole_proposal", "profile": "eagle3-llama3.1-8b-h100-specbench"}},
+           "drafters": {"eagle3": drafter or {"kind": "whole_proposal", "profile": "eagle3-llama3.1-8b-h100-specbench"}},
            "runs": [{"name": "AR", "mode": "ar"},
                     {"name": "eagle3-k3", "mode": "sd", "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}}],
            "baseline": "AR"}
@@ -154,6 +158,24 @@ def serving_targets(model: str, tp: int, folder: Path, gpu: str = "h100-80gb") -
     return out
 
 
+def ops_head(model: str, tp: int, folder: Path, gpu: str = "h100-80gb") -> dict[str, Any] | None:
+    """The EAGLE-3 head of `model` priced from the measured op tables plus the host term (calibration/op_drafter.py),
+    as a draft cost; None without aiconfigurator-core."""
+    try:
+        from calibration.op_drafter import build_drafter_profile, drafter_cost
+        from simulator.costs.latency import save_profile
+
+        path = folder / f"eagle3-head-{model}-{gpu}-tp{tp}-ops.yaml"
+        if not path.exists():
+            save_profile(build_drafter_profile("eagle3", model, gpu, tp, "0.24.0"), path)
+        return drafter_cost(str(path))
+    except ModuleNotFoundError:
+        return None
+
+
+OPS_BOTH = "measured ops, target and drafter"  # the variant whose drafter is priced from the tables too
+
+
 def data_rows(path: str | Path | None, seed: int) -> list[Row]:
     """The rows kept as data (benchmarks/data/published_gpu_rows.yaml), each replayed in serving mode with its
     own concurrency, requests, lengths, drafter and stated acceptance (benchmarks/published_rows.py)."""
@@ -174,8 +196,14 @@ def data_rows(path: str | Path | None, seed: int) -> list[Row]:
                               else f"speedup {p.stated_speedup}x (no throughputs published)"))
             r.predicted["roofline"] = predicted_speedup(p, {"kind": "roofline", "model": p.model, "gpu": p.gpu,
                                                            "tp": p.tp}, seed)
-            for label, t in serving_targets(p.model, p.tp, Path(tmp), p.gpu).items():
+            targets = serving_targets(p.model, p.tp, Path(tmp), p.gpu)
+            for label, t in targets.items():
                 r.predicted[label] = predicted_speedup(p, t, seed)
+            if "measured-ops profile" in targets:
+                from benchmarks.published_rows import ops_drafter_cost
+
+                r.predicted[OPS_BOTH] = predicted_speedup(p, targets["measured-ops profile"], seed,
+                                                          drafter=ops_drafter_cost(p, Path(tmp)))
             if p.throughput_ar_tok_s is not None:
                 u = ar_matched_bandwidth_util(p, seed)
                 r.predicted[f"roofline, bandwidth_util {u:.2f} fitted to its AR run"] = predicted_speedup(
@@ -194,15 +222,24 @@ def serving_rows(rows: list[Row], per_batch: int, min_requests: int, seed: int) 
     done: dict[str, float] = {}  # the 70B batch-1 runs serve two rows: simulated once
 
     def speedup(bundle: Path, batch: int, target: Any) -> float:
-        key = json.dumps([str(bundle), batch, target], sort_keys=True)
+        target, drafter = target if isinstance(target, tuple) else (target, None)
+        key = json.dumps([str(bundle), batch, target, drafter], sort_keys=True)
         if key not in done:
-            done[key] = serving_speedup(bundle, batch, target, max(per_batch * batch, min_requests), seed)
+            done[key] = serving_speedup(bundle, batch, target, max(per_batch * batch, min_requests), seed, drafter)
         return done[key]
+
+    def with_ops_drafter(targets: dict[str, Any], model: str, tp: int) -> dict[str, Any]:
+        """`targets` plus the measured-ops target with the head priced from the tables too (a (target, drafter))."""
+        head = ops_head(model, tp, folder)
+        if head is None or "measured-ops profile" not in targets:
+            return targets
+        return {**targets, OPS_BOTH: (targets["measured-ops profile"], head)}
 
     with tempfile.TemporaryDirectory(prefix="published-gpu-") as tmp:
         folder = Path(tmp)
         bundles = {n: b for n in ("gsm8k", "instructcoder") if (b := _bundle(n, folder)) is not None}
-        t8, t70 = serving_targets("llama3.1-8b", 1, folder), serving_targets("llama3.3-70b", 4, folder)
+        t8 = with_ops_drafter(serving_targets("llama3.1-8b", 1, folder), "llama3.1-8b", 1)
+        t70 = with_ops_drafter(serving_targets("llama3.3-70b", 4, folder), "llama3.3-70b", 4)
         for r in rows:
             if r.claim.startswith("EAGLE speedup at batch 128"):
                 for label, t in t8.items():

@@ -124,9 +124,27 @@ def drafter_cost(row: PublishedRow, bandwidth_util: float | None = None) -> dict
     return {"kind": "whole_proposal", "profile": EAGLE_HEAD_PROFILE}
 
 
+def ops_drafter_cost(row: PublishedRow, folder: Path, version: str = "0.24.0") -> dict[str, Any]:
+    """The drafter priced from aiconfigurator-core's measured op tables (calibration/op_drafter.py: a draft model as
+    itself, an EAGLE / EAGLE-3 head as one layer of the target's shape, at the row's tensor parallelism) plus the
+    stated host term per drafting phase; the profile written into `folder`. Needs the optional extra."""
+    from calibration.op_drafter import build_drafter_profile, drafter_cost as op_cost
+    from simulator.costs.latency import save_profile
+
+    d = row.drafter
+    tp = (d.tp or row.tp) if d.method == "draft_model" else row.tp
+    label = d.model if d.method == "draft_model" else f"{d.method}-head-{row.model}"
+    path = folder / f"{label.replace('/', '_')}-{row.gpu}-tp{tp}-ops.yaml"
+    if not path.exists():
+        save_profile(build_drafter_profile(d.method, row.model, row.gpu, tp, version,
+                                           drafter=d.model if d.method == "draft_model" else None), path)
+    return op_cost(str(path))
+
+
 def row_config(row: PublishedRow, target: Any, seed: int = 0, drafter_bandwidth_util: float | None = None,
-               sd: bool = True) -> dict[str, Any]:
-    """The experiment that replays `row` with `target` as the target's profile: AR and (`sd`) SD at the row's k."""
+               sd: bool = True, drafter: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The experiment that replays `row` with `target` as the target's profile: AR and (`sd`) SD at the row's k;
+    `drafter` replaces the drafter's default price (drafter_cost)."""
     from traces.acceptance_levels import iid_rate
 
     d = row.drafter
@@ -146,7 +164,7 @@ def row_config(row: PublishedRow, target: Any, seed: int = 0, drafter_bandwidth_
         "server": {"target_profile": target, "step_overhead_s": STEP_OVERHEAD_S,
                    "max_num_seqs": max(256, row.concurrency), "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
                    "block_size": 16, "kv_capacity_tokens": KV_CAPACITY_TOKENS, "num_target_gpus": row.tp},
-        "drafters": {"d": drafter_cost(row, drafter_bandwidth_util)},
+        "drafters": {"d": drafter or drafter_cost(row, drafter_bandwidth_util)},
         "runs": [{"name": "AR", "mode": "ar"}] + ([{"name": "SD", "mode": "sd",
                                                     "policy": {"name": "fixed", "drafter": "d", "k": d.k}}] if sd else []),
         "baseline": "AR",
@@ -154,11 +172,11 @@ def row_config(row: PublishedRow, target: Any, seed: int = 0, drafter_bandwidth_
 
 
 def predicted_speedup(row: PublishedRow, target: Any, seed: int = 0,
-                      drafter_bandwidth_util: float | None = None) -> float:
+                      drafter_bandwidth_util: float | None = None, drafter: dict[str, Any] | None = None) -> float:
     """draftsim's speedup for `row`: SD over AR whole-run output throughput."""
     from experiments.run import run_experiment
 
-    res = run_experiment(row_config(row, target, seed, drafter_bandwidth_util), plots=False)
+    res = run_experiment(row_config(row, target, seed, drafter_bandwidth_util, drafter=drafter), plots=False)
     ar, sd = res.summary["AR"]["throughput_tok_s"], res.summary["SD"]["throughput_tok_s"]
     return sd / ar
 

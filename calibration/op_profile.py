@@ -26,8 +26,9 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DRAFTS = (0, 1, 2, 3, 4, 5)
 CONTEXTS = (256, 1024, 4096)
 CHUNKS = (128, 512, 2048, 8192)
-ASSUMPTIONS = ("verify attention = one KV pass: generation attention with (k+1) x query heads on the same KV heads; "
-               "causal mask among the k+1 queries ignored",
+ASSUMPTIONS = ("verify attention = the larger of one KV pass (generation attention with (k+1) x query heads on the "
+               "same KV heads; causal mask among the k+1 queries ignored) and the k+1 queries' compute as a prompt "
+               "chunk of k+1 on the context (context attention x the chunk's share of causal pairs)",
                "prompt chunk attention = context attention of the whole context x the chunk's share of its causal pairs",
                "2 all-reduces per layer + 1 after the embedding, tokens x hidden bf16 elements (CUDA-graph kernel up "
                f"to {GRAPH_MAX_TOKENS} tokens, eager above)",
@@ -65,18 +66,24 @@ def measurement(shape: StepShape, seconds: float) -> Measurement:
 
 def fit_grid(name: str, step: OpStepModel, grid: list[StepShape], provenance: Provenance) -> StructuredProfile:
     """Fit both structured forms to the step model's prices on `grid`; keep the lower mean error over the grid."""
-    points = [measurement(s, step.shape_time(s)) for s in grid]
+    return fit_points(name, step.model.name, [measurement(s, step.shape_time(s)) for s in grid], provenance,
+                      "calibration/op_profile.py default_grid")
+
+
+def fit_points(name: str, model: str, points: list[Measurement], provenance: Provenance,
+               grid: str) -> StructuredProfile:
+    """Fit both structured forms to priced grid points (`grid` says which); keep the lower mean error over them."""
     best = None
     tried = {}
     for form in FORMS:
-        p = fit_structured(name, points, form, model=step.model.name, provenance=provenance, weighting="relative")
+        p = fit_structured(name, points, form, model=model, provenance=provenance, weighting="relative")
         err = phase_mape(p, points)
         tried[form] = err
         if best is None or err["all"] < best.fit["mape_percent"]:
             best = p
     worst = max(abs(best.shape_time(shape_of_point(m)) - m.seconds) / m.seconds * 100.0 for m in points)
     best.fit.update({"grid_mape_percent_by_phase": tried[best.form], "grid_max_error_percent": round(worst, 2),
-                     "forms_tried": tried, "grid": f"{len(points)} steps of calibration/op_profile.py default_grid"})
+                     "forms_tried": tried, "grid": f"{len(points)} steps of {grid}"})
     return best
 
 

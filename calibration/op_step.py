@@ -6,11 +6,13 @@ a Llama/Qwen-style decoder (the op list AIConfigurator uses for these models):
   (n = hidden, k = heads x head_dim / tp), gated FFN up (n = 2 x intermediate / tp, k = hidden), FFN down
   (n = hidden, k = intermediate / tp); once per step the LM head at m = tokens that need logits (every decode and
   draft token, one per prompt chunk), n = vocab / tp.
-- Decode / verify attention (the stated rule for k + 1 queries per sequence): the q = 1 + drafts/sequence query
+- Decode / verify attention (the stated rule for k + 1 queries per sequence; the generation table is measured at
+  one query per sequence only): the larger of two measured sides. Its KV pass: the q = 1 + drafts/sequence query
   tokens of a sequence read its KV once, so a step of B decoding sequences with mean context c is priced as
   generation attention of batch B over c cached tokens with q x (query heads per GPU) query heads on the same KV
-  heads (FlashAttention's packed-GQA decode treats the query positions as more heads of one KV pass); the causal
-  mask among the q new tokens is ignored (at most q(q-1)/2 pairs per sequence).
+  heads (FlashAttention's packed-GQA decode treats the query positions as more heads of one KV pass; the causal
+  mask among the q new tokens ignored). Its compute: the q tokens as a prompt chunk of q on context c (the
+  prompt-chunk rule below, from the context-attention table), which binds once q is wide (draft trees).
 - Prompt-chunk attention: P chunks of mean length q on mean context L (cached + chunk) are priced as context
   attention of batch P over L tokens, scaled by the chunk's share of the causal pairs of a whole prompt of L:
   (q (L - q) + q (q + 1) / 2) / (L (L + 1) / 2).
@@ -21,6 +23,10 @@ a Llama/Qwen-style decoder (the op list AIConfigurator uses for these models):
   2 x hidden in and out, the SiLU-gate of 2 x intermediate / tp in and intermediate / tp out) and the embedding
   read, as bytes moved over 0.8 x the GPU's datasheet bandwidth; sampling, rejection and the host's scheduling
   are not priced here (the step overhead is the server's `step_overhead_s`).
+- A drafter's forward is priced by the same rules at its own shapes (calibration/op_drafter.py): a draft model as
+  the model it is; an EAGLE / EAGLE-3 head as one decoder layer of the target's shape (`fusion_in`: the fusion of
+  the target's hidden states, m = T, n = hidden, k = fusion_in, before the layer; `qkv_in`: the QKV projection's
+  input width, EAGLE-3's embedding + hidden = 2 x hidden) and the LM head over its own vocabulary.
 MoE models are not priced (the MoE tables are not read).
 """
 from __future__ import annotations
@@ -33,7 +39,6 @@ from traces.catalog import GpuSpec, ModelSpec
 
 ELEMENTWISE_BANDWIDTH_UTIL = 0.8  # AIConfigurator's stated efficiency for memory-bound elementwise ops
 GRAPH_MAX_TOKENS = 512  # vLLM's largest CUDA-graph capture size by default
-EAGLE3_DRAFT_VOCAB = 32000  # draft_vocab_size of the published EAGLE-3 head for Llama-3.1-8B-Instruct
 
 
 class OpLookup(Protocol):
@@ -88,6 +93,8 @@ class OpStepModel:
     ops: OpLookup
     tp: int = 1
     graph_max_tokens: int = GRAPH_MAX_TOKENS
+    fusion_in: int = 0  # an EAGLE head's fusion GEMM input width (0: none; module doc)
+    qkv_in: int = 0  # the QKV projection's input width (0: hidden)
 
     def __post_init__(self) -> None:
         m = self.model
@@ -105,20 +112,26 @@ class OpStepModel:
         """The step's GEMMs at m = `tokens` over all layers, plus the LM head at m = `logit_tokens`."""
         m, tp = self.model, self.tp
         h, d = m.hidden_size, m.head_dim
-        per_layer = (self.ops.gemm_s(tokens, (self.heads + 2 * self.kv_heads) * d, h)
+        per_layer = (self.ops.gemm_s(tokens, (self.heads + 2 * self.kv_heads) * d, self.qkv_in or h)
                      + self.ops.gemm_s(tokens, h, self.heads * d)
                      + self.ops.gemm_s(tokens, 2 * m.intermediate_size // tp, h)
                      + self.ops.gemm_s(tokens, h, m.intermediate_size // tp))
         head = self.ops.gemm_s(logit_tokens, m.vocab_size // tp, h) if logit_tokens > 0 else 0.0
-        return m.num_layers * per_layer + head
+        fusion = self.ops.gemm_s(tokens, h, self.fusion_in) if self.fusion_in else 0.0
+        return m.num_layers * per_layer + head + fusion
 
     def decode_attention_s(self, seqs: int, query_tokens: int, kv_tokens: int) -> float:
-        """Decode (q = 1) or verify (q = query_tokens / seqs) attention over all layers: one KV pass (module doc)."""
+        """Decode (q = 1) or verify (q = query_tokens / seqs) attention over all layers: the larger of one KV pass
+        and the q queries' compute as a prompt chunk (module doc)."""
         if seqs <= 0:
             return 0.0
         q = query_tokens / seqs
         ctx = max(kv_tokens / seqs, q)
-        per_layer = self.ops.generation_attention_s(seqs, ctx, q * self.heads, self.kv_heads, self.model.head_dim)
+        d = self.model.head_dim
+        per_layer = self.ops.generation_attention_s(seqs, ctx, q * self.heads, self.kv_heads, d)
+        if q > 1:
+            chunk = self.ops.context_attention_s(seqs, ctx, self.heads, self.kv_heads, d) * prefill_pair_share(q, ctx)
+            per_layer = max(per_layer, chunk)
         return self.model.num_layers * per_layer
 
     def prefill_attention_s(self, chunks: int, tokens: int, context: int) -> float:
@@ -152,21 +165,6 @@ class OpStepModel:
 
     def shape_time(self, shape: StepShape) -> float:
         return self.parts(shape).total
-
-    def eagle_head_s(self, seqs: int, kv_tokens: int, draft_vocab: int = EAGLE3_DRAFT_VOCAB) -> float:
-        """One EAGLE-3 proposal step for `seqs` sequences over `kv_tokens` of context, from the same tables: one
-        decoder layer of the target's shape (GEMMs at m = seqs, generation attention), the fusion of three target
-        hidden states (m = seqs, n = hidden, k = 3 x hidden) and the LM head over the draft vocabulary; no
-        all-reduce (the head runs unsharded here) and no host work."""
-        if seqs <= 0:
-            return 0.0
-        m, h, d = self.model, self.model.hidden_size, self.model.head_dim
-        layer = (self.ops.gemm_s(seqs, (self.heads + 2 * self.kv_heads) * d, h)
-                 + self.ops.gemm_s(seqs, h, self.heads * d)
-                 + self.ops.gemm_s(seqs, 2 * m.intermediate_size // self.tp, h)
-                 + self.ops.gemm_s(seqs, h, m.intermediate_size // self.tp)
-                 + self.ops.generation_attention_s(seqs, max(kv_tokens / seqs, 1.0), self.heads, self.kv_heads, d))
-        return layer + self.ops.gemm_s(seqs, h, 3 * h) + self.ops.gemm_s(seqs, draft_vocab, h)
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
         """A plain batch read as all decoding (StepShape.uniform), as the engine's three-number callers ask."""

@@ -153,10 +153,12 @@ def draft_cost_provenance(name: str, cost: Any, drafter_kind: str | None, target
     """Where one drafter's cost came from; a head drafter (EAGLE, MTP) whose profile names another target's head
     is borrowed (device names are free text in profiles, so they are shown, not compared)."""
     profile = getattr(cost, "profile", None)
+    host = getattr(cost, "host_s", 0.0)
+    host_note = f"; + {host * 1e3:.3g} ms host work per drafting phase" if host else ""
     if profile is None:
         what = {"fraction_of_verify": f"{cost.fraction:g} of the step's verify time",
                 "constant": f"{cost.seconds:g} s per drafting phase"}.get(cost.kind, cost.kind)
-        return DraftCostProvenance(name, cost.kind, "no profile", note=f"{cost.kind}: {what}")
+        return DraftCostProvenance(name, cost.kind, "no profile", note=f"{cost.kind}: {what}{host_note}")
     prov = profile.provenance
     source = STEP_PRICE_SOURCES.get(prov.source, prov.source)
     model = str(getattr(getattr(profile, "model", None), "name", getattr(profile, "model", "")) or "") or None
@@ -166,7 +168,7 @@ def draft_cost_provenance(name: str, cost: Any, drafter_kind: str | None, target
         borrowed = True
         why.append(f"the {drafter_kind} head's price is {model}'s, not one for {target}")
     note = (f"{cost.kind}: {source} {profile.name}" + (f" of {model}" if model and model not in profile.name else "")
-            + (f" ({prov.device})" if prov.device else ""))
+            + (f" ({prov.device})" if prov.device else "") + host_note)
     if borrowed:
         note += "; borrowed: " + "; ".join(why)
     return DraftCostProvenance(name, cost.kind, source, profile.name, model, prov.device or None, borrowed, note)

@@ -10,7 +10,9 @@
   step scheduled (prefill chunks included: a draft model prefills the prompt there) for the requests
   that sampled; priced profile(sampling sequences, step tokens, step KV tokens) whether or not anything
   is proposed (what `draftsim validate` fits from vLLM's step records). Charged by `Pricing.engine_step_draft_time`.
-A drafter that proposes nothing this step costs nothing. `prefill_time` prices the drafter's own pass
+Every kind but `engine_step` may add `host_s`: host-side seconds per drafting phase that proposes anything (the
+proposer's CPU work beside its GPU forwards; a measured-ops drafter's profile prices only the forwards,
+calibration/op_drafter.py). A drafter that proposes nothing this step costs nothing. `prefill_time` prices the drafter's own pass
 over a prompt (a draft model or EAGLE head runs one; prompt lookup and constant costs have none).
 """
 from __future__ import annotations
@@ -37,11 +39,16 @@ class DraftCostConfig(StrictModel):
                                                  "{kind: roofline, model, gpu, tp}: the draft model on its own GPU")
     fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
     seconds: float = Field(0.0, ge=0, le=3600, description="constant: seconds per drafting phase")
+    host_s: float = Field(0.0, ge=0, le=60, allow_inf_nan=False,
+                          description="host-side seconds per drafting phase that proposes anything")
 
     @model_validator(mode="after")
     def _needs(self) -> "DraftCostConfig":
         if self.kind in ("autoregressive", "whole_proposal", "engine_step") and not self.profile:
             raise ValueError(f"kind {self.kind!r} needs a latency profile (key 'profile')")
+        if self.kind == "engine_step" and self.host_s:
+            raise ValueError("kind 'engine_step' prices the proposer's whole per-step work with its profile; "
+                             "host_s applies to the other kinds")
         return self
 
 
@@ -53,18 +60,21 @@ class DraftCost:
     profile: LatencyProfile | None = None
     fraction: float = 0.0
     seconds: float = 0.0
+    host_s: float = 0.0  # host seconds per drafting phase that proposes (not with engine_step)
 
     def __post_init__(self) -> None:
         if self.kind not in DRAFT_COST_KINDS:
             raise ValueError(f"unknown draft cost kind {self.kind!r}; expected one of {DRAFT_COST_KINDS}")
         if self.kind in ("autoregressive", "whole_proposal", "engine_step") and self.profile is None:
             raise ValueError(f"draft cost kind {self.kind!r} needs a latency profile")
-        for name in ("fraction", "seconds"):
+        if self.kind == "engine_step" and self.host_s:
+            raise ValueError("draft cost kind 'engine_step' takes no host_s (its profile prices the whole step)")
+        for name in ("fraction", "seconds", "host_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0.0 <= v < float("inf")):
                 raise ValueError(f"draft cost {name}: expected a finite number >= 0, got {v!r}")
         self.terms = DraftTerms(DRAFT_KIND_CODES[self.kind], float(self.seconds), float(self.fraction),
-                                self.profile is not None and self.kind != "engine_step")
+                                self.profile is not None and self.kind != "engine_step", float(self.host_s))
 
     def draft_time(self, num_seqs: int, proposed_tokens: int, k_max: int, kv_tokens: int,
                    verify_time: float) -> float:
@@ -90,4 +100,4 @@ def draft_cost_from_config(spec: "DraftCostConfig | dict[str, Any]", where: str 
             raise ValueError(f"{where}: expected a mapping with 'kind', got {spec!r}")
         spec = validate_model(DraftCostConfig, spec, where)
     profile = profile_from_ref(spec.profile, f"{where}.profile") if spec.profile else None
-    return DraftCost(kind=spec.kind, profile=profile, fraction=spec.fraction, seconds=spec.seconds)
+    return DraftCost(kind=spec.kind, profile=profile, fraction=spec.fraction, seconds=spec.seconds, host_s=spec.host_s)

@@ -143,3 +143,26 @@ def test_a_stated_speedup_row_has_no_ar_run_to_fit():
     assert row.speedup == 1.65
     with pytest.raises(ValueError, match="no AR throughput"):
         ar_matched_bandwidth_util(row)
+
+
+def test_a_drafter_override_replaces_only_the_drafters_price():
+    target = {"kind": "roofline", "model": "llama3.1-8b", "gpu": "h100-80gb", "tp": 1}
+    own = {"kind": "constant", "seconds": 0.001, "host_s": 0.0005}
+    cfg, base = row_config(_tiny(), target, drafter=own), row_config(_tiny(), target)
+    assert cfg["drafters"] == {"d": own} and base["drafters"]["d"]["kind"] == "autoregressive"
+    assert {k: v for k, v in cfg.items() if k != "drafters"} == {k: v for k, v in base.items() if k != "drafters"}
+
+
+def test_ops_drafter_of_each_row_is_priced_from_the_tables(tmp_path):
+    pytest.importorskip("aiconfigurator_core", reason="needs aiconfigurator-core's tables (optional extra)")
+    from benchmarks.published_rows import ops_drafter_cost
+    from calibration.op_drafter import PROPOSAL_HOST_S
+    from simulator.costs.latency import load_profile
+
+    for r in load_rows():
+        cost = ops_drafter_cost(r, tmp_path)
+        prof = load_profile(cost["profile"])
+        assert cost["kind"] == "autoregressive" and cost["host_s"] == PROPOSAL_HOST_S
+        assert prof.provenance.source == "measured-ops" and f"TP {r.drafter.tp or r.tp}" in prof.provenance.notes
+        assert (r.drafter.model if r.drafter.method == "draft_model" else f"{r.drafter.method} head of") in \
+            prof.provenance.notes

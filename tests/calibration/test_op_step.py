@@ -43,8 +43,30 @@ def test_verify_attention_is_one_kv_pass_with_k_plus_1_times_the_query_heads():
     step, ops = _model(tp=2)
     # 4 sequences verifying 3 drafts each over 1,000 context tokens apiece: q = 4 queries per sequence
     t = step.decode_attention_s(seqs=4, query_tokens=16, kv_tokens=4000)
-    assert ops.calls == [("gen", 4, 1000.0, 4 * 16, 4, 128)]  # 32 heads / tp 2 = 16, x q = 4; 8 KV heads / 2 = 4
+    # 32 heads / tp 2 = 16, x q = 4; 8 KV heads / 2 = 4; then the compute side: 4 queries as a chunk on 1,000 tokens
+    assert ops.calls == [("gen", 4, 1000.0, 4 * 16, 4, 128), ("ctx", 4, 1000.0, 16, 4, 128)]
+    # KV pass 4 x 1000 x 64 ns against 4 x 1000 x 16 ns x (4 x 996 + 10) / 500500 = 0.51 us: the KV pass binds
     assert t == pytest.approx(32 * 4 * 1000 * 64 * 1e-9)  # 32 layers
+
+
+class BandwidthOps(FakeOps):
+    """Generation attention priced by the KV it reads alone (batch x length ns, whatever the heads)."""
+
+    def generation_attention_s(self, batch, kv_len, heads, kv_heads, head_dim):
+        self.calls.append(("gen", batch, kv_len, heads, kv_heads, head_dim))
+        return batch * kv_len * 1e-9
+
+
+def test_a_wide_verify_is_priced_by_its_compute_from_the_context_table():
+    ops = BandwidthOps()
+    step = OpStepModel(get_model("llama3.1-8b"), get_gpu("h100-80gb"), ops)
+    # 2 sequences, 64 query tokens each over 100 context tokens: KV pass 2 x 100 ns; compute: the chunk of 64 on
+    # 100 tokens, 2 x 100 x 32 ns x (64 x 36 + 64 x 65 / 2) / 5050 = 6400 ns x 4384 / 5050
+    t = step.decode_attention_s(seqs=2, query_tokens=128, kv_tokens=200)
+    assert t == pytest.approx(32 * 6400e-9 * 4384 / 5050)
+    ops.calls.clear()  # a decode (q = 1) reads the generation table alone
+    assert step.decode_attention_s(seqs=2, query_tokens=2, kv_tokens=200) == pytest.approx(32 * 200e-9)
+    assert [c[0] for c in ops.calls] == ["gen"]
 
 
 def test_prefill_pair_share_by_hand():
@@ -103,12 +125,3 @@ def test_rejects_moe_and_bad_tp():
         OpStepModel(get_model("qwen3-235b-a22b"), get_gpu("h100-80gb"), FakeOps())
     with pytest.raises(ValueError, match="tp 3 does not divide"):
         OpStepModel(get_model("llama3.1-8b"), get_gpu("h100-80gb"), FakeOps(), tp=3)
-
-
-def test_eagle_head_step_by_hand():
-    step, ops = _model(tp=1)
-    t = step.eagle_head_s(seqs=4, kv_tokens=4000, draft_vocab=32000)
-    h, i = 4096, 14336
-    gemms = 4 * (48 * 128) * h + 4 * h * 4096 + 4 * 2 * i * h + 4 * h * i + 4 * h * 3 * h + 4 * 32000 * h
-    assert t == pytest.approx(gemms * 1e-9 + 4 * 1000 * 32 * 1e-9)  # one layer's attention, 32 query heads
-    assert ("gen", 4, 1000.0, 32, 8, 128) in ops.calls and step.eagle_head_s(0, 0) == 0.0

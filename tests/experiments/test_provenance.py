@@ -115,3 +115,14 @@ def test_an_mtp_run_places_its_head_prices_it_and_says_it_reuses_it(tmp_path):
     assert any("runs its 1 MTP layer(s) 3 times per step" in n for n in k3.notes)
     assert k3.acceptance[0].extrapolated and k3.acceptance[0].measured_k == 1
     assert res.summary["k3"]["mean_acceptance_length"] > res.summary["k1"]["mean_acceptance_length"]
+
+
+def test_a_drafters_host_term_is_stated():
+    from experiments.provenance import draft_cost_provenance
+    from simulator.costs.draft_cost import draft_cost_from_config
+
+    cost = draft_cost_from_config({"kind": "constant", "seconds": 0.002, "host_s": 0.0011})
+    assert draft_cost_provenance("d", cost, None, None).note == ("constant: 0.002 s per drafting phase; + 1.1 ms host "
+                                                                 "work per drafting phase")
+    plain = draft_cost_from_config({"kind": "constant", "seconds": 0.002})
+    assert "host" not in draft_cost_provenance("d", plain, None, None).note

@@ -23,13 +23,15 @@ PROFILE_LINEAR, PROFILE_ROOFLINE = 0, 1
 
 
 class DraftTerms(NamedTuple):
-    """A drafter's cost as the rules read it: its kind code, constant seconds, fraction of verify, and whether it
-    runs its own prompt pass (it has a profile and is not priced per engine step)."""
+    """A drafter's cost as the rules read it: its kind code, constant seconds, fraction of verify, whether it
+    runs its own prompt pass (it has a profile and is not priced per engine step), and the host-side seconds of
+    each drafting phase that proposes anything (`host_s`: the proposer's CPU work beside its GPU forwards)."""
 
     kind: int
     seconds: float
     fraction: float
     prompt_pass: bool
+    host_s: float = 0.0
 
 
 class ProfileTerms(NamedTuple):
@@ -63,19 +65,21 @@ def profile_price(profile, num_seqs, batched_tokens, kv_tokens):
 def draft_time(cost, profile, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
     """One drafting phase for `num_seqs` sequences proposing `proposed_tokens` (up to k_max each): constant seconds,
     a fraction of the verify time, one profile pass over the whole proposal, or k_max one-token passes with the KV
-    growing by a token per sequence each; nothing proposed (or an engine-step proposer) costs nothing here."""
+    growing by a token per sequence each; plus the phase's host seconds (`host_s`); nothing proposed (or an
+    engine-step proposer) costs nothing here."""
     if num_seqs <= 0 or proposed_tokens <= 0:
         return 0.0
     if cost.kind == DRAFT_CONSTANT:
-        return cost.seconds
+        return cost.seconds + cost.host_s
     if cost.kind == DRAFT_FRACTION:
-        return cost.fraction * verify_time
+        return cost.fraction * verify_time + cost.host_s
     if cost.kind == DRAFT_WHOLE:
-        return profile_price(profile, num_seqs, proposed_tokens, kv_tokens)
+        return profile_price(profile, num_seqs, proposed_tokens, kv_tokens) + cost.host_s
     total = 0.0
     if cost.kind == DRAFT_AUTOREGRESSIVE:
         for i in range(k_max):
             total += profile_price(profile, num_seqs, num_seqs, kv_tokens + i * num_seqs)
+        total += cost.host_s
     return total
 
 

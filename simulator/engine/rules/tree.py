@@ -27,8 +27,8 @@ def tree_draft_time(cost, profile, num_seqs, proposed_tokens, pass_tokens, kv_to
     """Drafting a static tree for `num_seqs` sequences proposing `proposed_tokens` nodes in all: an autoregressive
     drafter makes one pass per depth j, reading the pass_tokens[j] nodes of depth j that have children (the root
     for j = 0) of every sequence, over KV grown by the nodes read in the passes before; the other cost kinds price
-    the proposal as rules.pricing.draft_time does (depth = its k_max). A chain of k (pass_tokens all 1) costs what
-    draft_time charges for k."""
+    the proposal as rules.pricing.draft_time does (depth = its k_max). The phase's host seconds (`host_s`) once, as
+    draft_time adds them. A chain of k (pass_tokens all 1) costs what draft_time charges for k."""
     if cost.kind != DRAFT_AUTOREGRESSIVE:
         return draft_time(cost, profile, num_seqs, proposed_tokens, len(pass_tokens), kv_tokens, verify_time)
     if num_seqs <= 0 or proposed_tokens <= 0:
@@ -38,4 +38,4 @@ def tree_draft_time(cost, profile, num_seqs, proposed_tokens, pass_tokens, kv_to
     for j in range(len(pass_tokens)):
         total += profile_price(profile, num_seqs, num_seqs * pass_tokens[j], kv_tokens + read * num_seqs)
         read += pass_tokens[j]
-    return total
+    return total + cost.host_s

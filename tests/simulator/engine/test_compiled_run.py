@@ -98,7 +98,9 @@ def with_roofline(kw: dict, drawn, cost: str) -> dict:
     if kind in ("drafter", "both"):
         prof = roofline(ROOFLINE_DRAFTERS[model % 3], gpu, 1, mfu, bw, floor_s / 10, overlap, host_s / 10)
         base = COSTS[cost]
-        kw["cost"] = DraftCost(base.kind if base.profile is not None else "whole_proposal", profile=prof)
+        # the drafter's host term per drafting phase (draft_cost.host_s) drawn with the roofline's host_s
+        kw["cost"] = DraftCost(base.kind if base.profile is not None else "whole_proposal", profile=prof,
+                               host_s=2 * host_s)
     return kw
 
 

@@ -59,6 +59,32 @@ def test_nothing_proposed_costs_nothing(which, kind):
     assert draft_time(cost, LINEAR, 3, 0, 2, 50, 2.0) == 0.0
 
 
+@pytest.mark.parametrize("which", PATHS)
+def test_host_seconds_once_per_drafting_phase_that_proposes(which):
+    draft_time = _rules(which)[0]
+    args = (3, 6, 2, 50, 2.0)  # as test_draft_time_each_kind_by_hand: the same GPU prices plus 0.125 s, once
+    assert draft_time(DraftTerms(DRAFT_CONSTANT, 0.25, 0.0, False, 0.125), LINEAR, *args) == 0.375
+    assert draft_time(DraftTerms(DRAFT_FRACTION, 0.0, 0.5, False, 0.125), LINEAR, *args) == 1.125
+    assert draft_time(DraftTerms(DRAFT_WHOLE, 0.0, 0.0, True, 0.125), LINEAR, *args) == pytest.approx(1.535,
+                                                                                                     rel=1e-15)
+    # autoregressive: 2 passes (2.763 s), the host term once per phase, not per pass
+    assert draft_time(DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True, 0.125), LINEAR, *args) == pytest.approx(
+        2.888, rel=1e-15)
+    for kind in (DRAFT_CONSTANT, DRAFT_WHOLE, DRAFT_AUTOREGRESSIVE):  # nothing proposed: no host work either
+        assert draft_time(DraftTerms(kind, 0.25, 0.5, True, 0.125), LINEAR, 3, 0, 2, 50, 2.0) == 0.0
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_step_estimate_carries_the_host_term_of_the_drafter(which):
+    estimate = _rules(which)[4]
+    whole, order = DraftTerms(DRAFT_WHOLE, 0.0, 0.0, True), np.array([0])
+    # constant 0.25 s drafting + forward 1.0 + overhead 0.5 = 1.75; with 0.125 s of host work per phase 1.875
+    for cost, want in ((DraftTerms(DRAFT_CONSTANT, 0.25, 0.0, False), 1.75),
+                       (DraftTerms(DRAFT_CONSTANT, 0.25, 0.0, False, 0.125), 1.875)):
+        assert estimate(1.0, cost, LINEAR, (whole,), (LINEAR,), order, 0.5, 0.0, False, 3, 50, 2, 0, 0, 0) == \
+            pytest.approx(want, rel=1e-15)
+
+
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 64), k=st.integers(1, 12), kv=st.integers(0, 100_000))
 def test_autoregressive_is_the_closed_form_sum_of_its_passes(n, k, kv):

@@ -79,11 +79,19 @@ def test_tree_draft_time_one_pass_per_depth_by_hand():
                                                                                          rel=1e-12)
 
 
+def test_tree_draft_time_adds_the_host_term_once_per_phase():
+    passes = tuple(int(c) for c in FIVE.draft_pass_tokens())
+    ar = DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True, 0.5)
+    assert tree_rules.tree_draft_time(ar, LINEAR, 3, 15, passes, 50, 2.0) == pytest.approx(1.38 + 1.413 + 0.5,
+                                                                                          rel=1e-12)
+    assert tree_rules.tree_draft_time(ar, LINEAR, 3, 0, passes, 50, 2.0) == 0.0
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 8), st.integers(1, 5), st.integers(0, 500))
 def test_tree_draft_time_of_a_chain_equals_the_chain_price(k, seqs, kv):
     """A chain as a tree (one token per pass) is priced exactly as the chain's k one-token passes."""
-    ar = DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True)
+    ar = DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True, 0.004)
     passes = tuple(int(c) for c in chain_tree(k).draft_pass_tokens())
     assert tree_rules.tree_draft_time(ar, LINEAR, seqs, seqs * k, passes, kv, 1.0) == \
         draft_time(ar, LINEAR, seqs, seqs * k, k, kv, 1.0)
