@@ -1,11 +1,10 @@
-"""An open-loop cluster on the compiled path: the replicas and the router advance inside one compiled loop
+"""A cluster on the compiled path: the replicas and the router advance inside one compiled loop
 (simulator/cluster/compiled_cluster_kernel.py run_cluster), returning to Python only when a replica's row buffers are
 full, at the early-stop hook's checks, and at the end.
 
 `cluster_ineligible_reason` says why a cluster keeps the per-replica path (each replica's SimPy process calling the
-kernel up to the next routing, simulator/engine/compiled_replica.py): a replica on the step path, a closed loop (a
-finish submits a request), a step hook that does not name its next check, replicas whose step prices, drafters or
-acceptance tables differ. An eligible cluster's replicas keep their `CompiledReplica` (its arrays become rows of the
+kernel up to the next routing, simulator/engine/compiled_replica.py): a replica on the step path, a step hook that
+does not name its next check, replicas whose step prices, drafters or acceptance tables differ. An eligible cluster's replicas keep their `CompiledReplica` (its arrays become rows of the
 loop's stacked arrays, so its `settle` writes the outcome into the server as before); one SimPy process drives the
 loop and moves the clock to each hook's instant, so `progress_of` and `run_until_decided` read it as before.
 """
@@ -31,8 +30,6 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
         c = rep.server.compiled
         if c is None or not c.stepwise:
             return f"replica {j} takes the step path ({rep.server.engine_path_reason})"
-    if cluster.closed_loop:
-        return "a closed loop (a finish submits the client's next request): per-replica path"
     if on_step is not None and not hasattr(on_step, "next_check"):
         return "a step hook without next_check (told after every step): per-replica path"
     c0 = cluster.replicas[0].server.compiled
@@ -103,31 +100,45 @@ class CompiledCluster:
         for j, c in enumerate(comp):
             c.rows_i, c.rows_f, c.itl = self.rows_i[j], self.rows_f[j], self.itl[j]
         c0 = comp[0]
-        self.c_arrival = np.ascontiguousarray(cluster.arrival, dtype=np.float64)
+        self.c_arrival = cluster.arrival  # float64; a closed loop's source fills it (in place)
         self.pblocks = np.stack([r._prompt_blocks.astype(np.int64) for r in reps])
-        router = cluster.router
+        router, source = cluster.router, cluster.source
         self.router_code = ROUTER_CODES[cluster.spec.name]
-        self.key_id, self.homes = np.zeros(1, dtype=np.int64), np.full(1, -1, dtype=np.int64)
+        closed = cluster.closed_loop
+        if source.arrival is not cluster.arrival:
+            raise ValueError("compiled cluster: the arrival source must fill the cluster's arrival array")
+        self.c_client = source.client_of if closed else np.zeros(n, dtype=np.int64)  # written in place
+        self.key_id, self.key_client = np.zeros(n, dtype=np.int64), 0
+        self.homes = np.full(1, -1, dtype=np.int64)
         self.limit = np.zeros(N, dtype=np.int64)
         if cluster.spec.name == "affinity":
-            self.key_id, n_keys = self._affinity_keys(router.key)
+            if router.key == "client":  # known as each request is submitted (the loop writes the later ones)
+                self.key_id[:] = np.maximum(self.c_client, 0)
+                self.key_client, n_keys = 1, max(cluster.wl.closed_loop_clients, 1)
+            else:
+                self.key_id, n_keys = self._affinity_keys(router.key)
             self.homes = np.full(max(n_keys, 1), -1, dtype=np.int64)
             self.limit = router.limits(reps)
         self.assigned = cluster.assigned  # written in place
         self.routed = np.zeros(N, dtype=np.int64)
         self.cum = np.zeros((N, n + 1), dtype=np.int64)  # prompt blocks of a replica's first k routed requests
-        self.ev_time = np.full(N + 1, math.inf)
-        self.ev_prio = np.zeros(N + 1, dtype=np.int64)
-        self.ev_eid = np.arange(N + 1, dtype=np.int64)  # the processes' starts, in the order they were made
-        self.ev_kind = np.full(N + 1, cker.K_TOP, dtype=np.int64)
-        self.ev_kind[N] = cker.K_R_BODY
-        self.ev_time[:] = float(cluster.env.now)
-        self.ev_prio[:] = cker.URGENT
+        self.ev_time = np.full(N + 2, math.inf)  # N: the router's timeout / condition; N + 1: its wake
+        self.ev_prio = np.full(N + 2, cker.URGENT, dtype=np.int64)
+        self.ev_eid = np.arange(N + 2, dtype=np.int64)  # the processes' starts, in the order they were made
+        self.ev_kind = np.full(N + 2, cker.K_TOP, dtype=np.int64)
+        self.ev_kind[N], self.ev_kind[N + 1] = cker.K_R_BODY, cker.K_NONE
+        self.ev_time[:N + 1] = float(cluster.env.now)
+        self.push_wait = np.zeros(N, dtype=np.int64)
         self.cst = np.zeros(cker.N_CST, dtype=np.int64)
         self.cst[cker.C_EID] = N + 1
         self.cst[cker.C_RESUME_REP] = -1
-        self.cft = np.zeros(1)
+        self.cst[cker.C_NEXT] = source.submitted if closed else n
+        self.cst[cker.C_CLOSED] = closed
+        self.cst[cker.C_RMODE] = cker.R_RUNNING
+        self.cft = np.zeros(2)
+        self.cft[cker.CF_THINK] = source.think_time if closed else 0.0
         self.inflight = np.zeros((N, 3), dtype=np.int64)
+        self.fin_list = np.zeros((N, max_seqs), dtype=np.int64)  # a step's finishes in StepOutcome's order
         self.shared = (c0.client_of, c0.tab, c0.rowof, c0.cap, c0.target, c0.drafts, c0.dprofiles, c0.pf_order,
                        c0.arm_slot)
         self.prompt_all, self.out_all = c0.prompt_all, c0.out_all
@@ -142,8 +153,8 @@ class CompiledCluster:
             values = list(wl.categories)
         elif key == "trace":
             values = [cl.table.trace_ids[int(t)] for t in wl.trace_index]
-        else:  # client: an open loop has none (check_router_workload refuses it)
-            values = [-1] * len(wl)
+        else:
+            raise ValueError(f"affinity key {key!r}: not a per-request attribute")
         ids: dict = {}
         out = np.array([ids.setdefault(v, len(ids)) for v in values], dtype=np.int64)
         return out, len(ids)
@@ -151,9 +162,10 @@ class CompiledCluster:
     def _call(self, next_check: int) -> int:
         a = self.arr
         code = self.cker.run_cluster(
-            self.c_arrival, self.prompt_all, self.out_all, self.first_all, self.last_all, self.pblocks, self.key_id,
-            self.homes, self.limit, self.router_code, self.assigned, self.routed, self.ev_time, self.ev_prio,
-            self.ev_eid, self.ev_kind, self.cst, self.cft, self.inflight, next_check, *self.shared,
+            self.c_arrival, self.c_client, self.prompt_all, self.out_all, self.first_all, self.last_all, self.pblocks,
+            self.key_id, self.key_client, self.homes, self.limit, self.router_code, self.assigned, self.routed,
+            self.ev_time, self.ev_prio, self.ev_eid, self.ev_kind, self.push_wait, self.cst, self.cft, self.inflight,
+            self.fin_list, next_check, *self.shared,
             a["gidx"], self.cum, a["arrival"], a["prompt"], a["out"], a["first"], a["last"], a["est_s"], a["est_f"],
             a["arm_counts"], a["arm_sums"], a["usage"], a["iparams"], a["fparams"], a["istate"], a["fstate"],
             a["run_"], a["gen"], a["prefill_left"], a["prefill_done"], a["blocks"], a["last_emit"], a["first_sched"],
@@ -174,7 +186,7 @@ class CompiledCluster:
                 self.comp[int(self.cst[cker.C_FULL_REP])]._flush()
                 continue
             if code == cker.HOOK:
-                for d in exact_delays(float(env.now), float(self.cft[0])):
+                for d in exact_delays(float(env.now), float(self.cft[cker.CF_NOW])):
                     yield env.timeout(d)
                 self._show()
                 if hook(cl.n_finished):
@@ -184,7 +196,7 @@ class CompiledCluster:
                 j = int(self.cst[cker.C_FULL_REP])
                 what = {cker.STALLED: "stalled", self.ker.ERR_STALL: "stalled",
                         self.ker.ERR_PREEMPT: "needed a preemption"}.get(code, f"returned {code}")
-                raise RuntimeError(f"compiled cluster loop (replica {j}): {what} near t={float(self.cft[0]):.6f}s "
+                raise RuntimeError(f"compiled cluster loop (replica {j}): {what} near t={float(self.cft[cker.CF_NOW]):.6f}s "
                                    "(its eligibility check should have sent this run to the per-replica path: a bug, "
                                    "please report it with the config)")
             self._show()
@@ -200,7 +212,10 @@ class CompiledCluster:
         without those of a step still in flight."""
         cl, cker, ker = self.cluster, self.cker, self.ker
         cl.n_routed = int(self.cst[cker.C_ROUTED])
-        cl.source.resume(int(self.cst[cker.C_SRC]))
+        if cl.closed_loop:
+            cl.source.resume(int(self.cst[cker.C_NEXT]), int(self.cst[cker.C_SRC]))
+        else:
+            cl.source.resume(int(self.cst[cker.C_SRC]))
         router = cl.router
         if cl.spec.name == "round_robin":
             router._next = cl.n_routed

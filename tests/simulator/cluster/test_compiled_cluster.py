@@ -1,10 +1,9 @@
-"""The compiled cluster loop (simulator/cluster/compiled_cluster.py): an open-loop cluster routed and stepped in one
-compiled call gives the per-replica path's tables bit for bit (which tests/simulator/engine/test_compiled_replica.py
+"""The compiled cluster loop (simulator/cluster/compiled_cluster.py): a cluster (open or closed loop) routed and
+stepped in one compiled call gives the per-replica path's tables bit for bit (which tests/simulator/engine/test_compiled_replica.py
 holds to the step path), returns to Python only at full buffers, hook checks and the end, and names why a cluster
 keeps the per-replica path."""
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,15 +32,22 @@ def _pair(traces, wl, segment=1 << 16, **kw):
 @given(mode=st.sampled_from(["ar", "sd"]), policy=st.sampled_from(["fixed", "adaptive-k", "ucb"]),
        replicas=st.integers(1, 4), router=st.sampled_from(["round_robin", "least_outstanding", "least_kv",
                                                              "affinity"]),
-       key=st.sampled_from(["category", "trace"]), burst=st.booleans(), rate=st.sampled_from([30.0, 300.0]),
+       key=st.sampled_from(["category", "trace", "client"]),
+       arrivals=st.sampled_from(["poisson", "burst", "closed", "closed_think"]), rate=st.sampled_from([30.0, 300.0]),
        seqs=st.integers(1, 6), scheduler=st.sampled_from(["draftsim", "vllm-v1"]),
        overhead=st.sampled_from([0.0, 1e-3]), n=st.integers(1, 40), segment=st.sampled_from([4, 1 << 16]),
        hetero=st.booleans(), seed=st.integers(0, 1000))
-def test_the_cluster_loop_equals_the_per_replica_path(mode, policy, replicas, router, key, burst, rate, seqs,
+def test_the_cluster_loop_equals_the_per_replica_path(mode, policy, replicas, router, key, arrivals, rate, seqs,
                                                       scheduler, overhead, n, segment, hetero, seed):
+    """Random clusters: a closed loop's finishes submit requests at their step's end and wake the router (think time
+    0: a submission routed at that same instant), burst arrivals route many requests at one instant."""
     traces = iid_traces(10, seed=seed, out=(1, 60))
-    wl = workload(traces, n, rate=None if burst else rate, seed=seed)
+    closed = arrivals.startswith("closed")
+    wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
+                  think=0.013 if arrivals == "closed_think" else 0.0, seed=seed)
     wl.categories = [f"c{i % 3}" for i in range(n)]
+    if key == "client" and not closed:
+        key = "trace"
     spec = {"name": router, **({"key": key} if router == "affinity" else {})}
     reps = [{"max_num_seqs": 1 + (seqs + j) % 5} for j in range(replicas)] if hetero else replicas
     kw = dict(mode=mode, policy=policy, replicas=reps, router=spec, seed=seed,
@@ -87,12 +93,11 @@ def test_the_early_stop_returns_to_python_only_at_its_checks():
     assert sim.compiled.calls == len(seen) + 1  # one return per check, one at the last finish
 
 
-@pytest.mark.parametrize("case, why", [("closed", "closed loop"), ("hook", "step hook without next_check")])
-def test_a_cluster_the_loop_cannot_run_keeps_the_per_replica_path_and_says_why(case, why):
+def test_a_cluster_the_loop_cannot_run_keeps_the_per_replica_path_and_says_why():
     traces = iid_traces(6, seed=1, out=(1, 30))
-    wl = workload(traces, 12, rate=None, clients=3, seed=1) if case == "closed" else workload(traces, 12, seed=1)
+    wl = workload(traces, 12, seed=1)
     sim = cluster_sim(True, traces, wl, mode="sd", policy="fixed", replicas=2, router={"name": "round_robin"},
-                      srv=server(), seed=1, on_step=(lambda finished: None) if case == "hook" else None)
-    assert sim.compiled is None and why in sim.cluster_path_reason
+                      srv=server(), seed=1, on_step=lambda finished: None)
+    assert sim.compiled is None and "step hook without next_check" in sim.cluster_path_reason
     assert all(rep.server.compiled is not None for rep in sim.replicas)
     assert sim.simulate().requests["finish_time"].notna().all()
