@@ -196,9 +196,10 @@ class CompiledCluster:
                 j = int(self.cst[cker.C_FULL_REP])
                 what = {cker.STALLED: "stalled", self.ker.ERR_STALL: "stalled",
                         self.ker.ERR_PREEMPT: "needed a preemption"}.get(code, f"returned {code}")
-                raise RuntimeError(f"compiled cluster loop (replica {j}): {what} near t={float(self.cft[cker.CF_NOW]):.6f}s "
-                                   "(its eligibility check should have sent this run to the per-replica path: a bug, "
-                                   "please report it with the config)")
+                at = float(self.cft[cker.CF_NOW])
+                raise RuntimeError(f"compiled cluster loop (replica {j}): {what} near t={at:.6f}s (its eligibility "
+                                   "check should have sent this run to the per-replica path: a bug, please report it "
+                                   "with the config)")
             self._show()
             end = float(self.arr["fstate"][:, 0].max())  # the last step's end (SimPy's clock at the end)
             if end > env.now:
