@@ -8,6 +8,8 @@ Each replica is a full `Server`: its own scheduler, KV pool, drafter placement a
 
 One replica through this path reproduces the single-server engine exactly: an idle replica sleeps until
 the cluster's next arrival with the same arithmetic as a single server, and takes what has arrived by then.
+Where every replica takes the compiled kernel, the compiled cluster loop (simulator/cluster/compiled_cluster.py)
+replays these processes' events, in SimPy's order, in one call instead (`cluster_path_reason` says why not).
 """
 from __future__ import annotations
 
