@@ -4,9 +4,10 @@ full, at the early-stop hook's checks, and at the end.
 
 `cluster_ineligible_reason` says why a cluster keeps the per-replica path (each replica's SimPy process calling the
 kernel up to the next routing, simulator/engine/compiled_replica.py): a replica on the step path, a step hook that
-does not name its next check, replicas whose step prices, drafters or acceptance tables differ. An eligible cluster's replicas keep their `CompiledReplica` (its arrays become rows of the
-loop's stacked arrays, so its `settle` writes the outcome into the server as before); one SimPy process drives the
-loop and moves the clock to each hook's instant, so `progress_of` and `run_until_decided` read it as before.
+does not name its next check, replicas whose step prices, drafters or acceptance tables differ (the loop shares
+them). An eligible cluster's replicas keep their `CompiledReplica` (its arrays become rows of the loop's stacked
+arrays, so its `settle` writes the outcome into the server as before); one SimPy process drives the loop and moves
+the clock to each hook's instant, so `progress_of` and `run_until_decided` read it as before.
 """
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
     c0 = cluster.replicas[0].server.compiled
     for j, rep in enumerate(cluster.replicas[1:], 1):
         c = rep.server.compiled
-        for name in (("tab",) if c0.slots else ()) + ("rowof", "cap", "pf_order", "arm_slot", "first_all", "last_all", "target", "drafts",
-                                                      "dprofiles", "slots"):
+        shared = ("rowof", "cap", "pf_order", "arm_slot", "first_all", "last_all", "target", "drafts", "dprofiles",
+                  "slots")
+        for name in (("tab",) if c0.slots else ()) + shared:  # an AR run's tab is never read (left unfilled)
             if not _same(getattr(c0, name), getattr(c, name)):
                 return f"replica {j}'s {name} differs from replica 0's (the loop shares them): per-replica path"
         if c.est_s.shape != c0.est_s.shape or c.arm_counts.shape != c0.arm_counts.shape:

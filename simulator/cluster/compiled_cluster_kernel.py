@@ -4,13 +4,13 @@ The loop replays the SimPy events the step path schedules (simulator/cluster/sim
 order (time, priority, then the order they were scheduled in), for N + 1 processes: each replica (its start, the
 engine-loop gap's end, an idle wait's end or the push that ends it, a step's end) and the router (a timeout to the
 next arrival or, in a closed loop, the wake event a finish fires, then the condition event that resumes it). A
-closed loop's finishes submit their clients' next requests at the step's end, in StepOutcome's order. A replica's step is planned and applied by ONE call of
-compiled_kernel.run_steps at the step's start; until its end event the replica shows what the step path shows
-while it is in flight (KV after the step's plan, its finishes not yet), so a routing reads the same outstanding
-requests and KV load. Routings use the router rules of simulator/cluster/router.py, compiled. All state lives in
-the arrays passed in (per replica stacked along the first axis), so the caller may empty a replica's full row
-buffers (`FULL`) or ask the early-stop hook (`HOOK`, once the cluster's finished requests reach `next_check`) and
-call again; the loop resumes where it returned.
+closed loop's finishes submit their clients' next requests at the step's end, in StepOutcome's order. A replica's
+step is planned and applied by ONE call of compiled_kernel.run_steps at the step's start; until its end event the
+replica shows what the step path shows while it is in flight (KV after the step's plan, its finishes not yet), so a
+routing reads the same outstanding requests and KV load. Routings use the router rules of
+simulator/cluster/router.py, compiled. All state lives in the arrays passed in (per replica stacked along the first
+axis), so the caller may empty a replica's full row buffers (`FULL`) or ask the early-stop hook (`HOOK`, once the
+cluster's finished requests reach `next_check`) and call again; the loop resumes where it returned.
 """
 from __future__ import annotations
 

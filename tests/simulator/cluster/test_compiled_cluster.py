@@ -1,7 +1,7 @@
 """The compiled cluster loop (simulator/cluster/compiled_cluster.py): a cluster (open or closed loop) routed and
-stepped in one compiled call gives the per-replica path's tables bit for bit (which tests/simulator/engine/test_compiled_replica.py
-holds to the step path), returns to Python only at full buffers, hook checks and the end, and names why a cluster
-keeps the per-replica path."""
+stepped in one compiled call gives the per-replica path's tables bit for bit (which
+tests/simulator/engine/test_compiled_replica.py holds to the step path), returns to Python only at full buffers,
+hook checks and the end, and names why a cluster keeps the per-replica path."""
 from __future__ import annotations
 
 from hypothesis import given, settings
