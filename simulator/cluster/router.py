@@ -2,13 +2,21 @@
 
 Every rule is deterministic: ties go to the replica with fewer outstanding requests, then the lower index.
 A rule sees replicas only through `ReplicaLoad` (what a real router could observe), never the future.
+Each built-in router's choice is a plain function over arrays (`*_rule` below, written once): the `Router`
+classes call them with what they read from the replicas, and the compiled cluster loop
+(simulator/cluster/compiled_cluster_kernel.py) calls the same functions compiled.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+import numpy as np
+
 from simulator.cluster.config import RouterSpec
+
+# router codes of the compiled cluster loop (simulator/cluster/compiled_cluster_kernel.py)
+ROUTER_CODES = {"round_robin": 0, "least_outstanding": 1, "least_kv": 2, "affinity": 3}
 
 
 class ReplicaLoad(Protocol):
@@ -35,10 +43,53 @@ class RequestInfo:
     client: int  # closed-loop client id, -1 in an open loop
 
 
+def round_robin_rule(routed_so_far, n_replicas):
+    """The replica of the request routed after `routed_so_far` others: routed_so_far mod N."""
+    return routed_so_far % n_replicas
+
+
+def least_outstanding_rule(outstanding):
+    """The replica with the fewest outstanding requests (lowest index on ties)."""
+    best = 0
+    for j in range(1, len(outstanding)):
+        if outstanding[j] < outstanding[best]:
+            best = j
+    return best
+
+
+def least_kv_rule(kv_load, outstanding):
+    """The replica with the lowest KV load fraction; ties to fewer outstanding requests, then the lower index."""
+    best = 0
+    for j in range(1, len(kv_load)):
+        if kv_load[j] < kv_load[best] or (kv_load[j] == kv_load[best] and outstanding[j] < outstanding[best]):
+            best = j
+    return best
+
+
+def affinity_rule(home, outstanding, limit):
+    """(replica, the key's home after, 1 on an overflow else 0): the key's home replica (`home`, -1 for a new key)
+    while its outstanding requests are below its `limit`, else the least-outstanding replica; a new key's home is the
+    replica it goes to, and a key keeps its home when it overflows elsewhere."""
+    if home >= 0 and outstanding[home] < limit[home]:
+        return home, home, 0
+    j = least_outstanding_rule(outstanding)
+    if home < 0:
+        return j, j, 0
+    return j, home, 1 if j != home else 0
+
+
+def kv_load_fraction(used_blocks, queued_prompt_blocks, total_blocks):
+    """A replica's KV load as a router reads it: blocks in use plus those its queued prompts need, over its pool."""
+    return (used_blocks + queued_prompt_blocks) / total_blocks
+
+
 def least_outstanding(replicas: Sequence[ReplicaLoad]) -> int:
-    """Replica with the fewest outstanding requests (lowest index on ties)."""
-    loads = [r.outstanding() for r in replicas]
-    return loads.index(min(loads))
+    """Replica with the fewest outstanding requests (lowest index on ties; least_outstanding_rule)."""
+    return least_outstanding_rule(_outstanding(replicas))
+
+
+def _outstanding(replicas: Sequence[ReplicaLoad]) -> np.ndarray:
+    return np.array([r.outstanding() for r in replicas], dtype=np.int64)
 
 
 class Router:
@@ -59,7 +110,7 @@ class RoundRobin(Router):
         self._next = 0
 
     def route(self, req: RequestInfo, replicas: Sequence[ReplicaLoad]) -> int:
-        j = self._next % len(replicas)
+        j = round_robin_rule(self._next, len(replicas))
         self._next += 1
         return j
 
@@ -79,8 +130,7 @@ class LeastKV(Router):
     name = "least_kv"
 
     def route(self, req: RequestInfo, replicas: Sequence[ReplicaLoad]) -> int:
-        keys = [(r.kv_load(), r.outstanding(), j) for j, r in enumerate(replicas)]
-        return min(keys)[2]
+        return least_kv_rule(np.array([r.kv_load() for r in replicas]), _outstanding(replicas))
 
 
 class Affinity(Router):
@@ -96,19 +146,15 @@ class Affinity(Router):
         self.home: dict[str | int, int] = {}
         self.overflows = 0  # requests sent elsewhere because their key's replica was full
 
-    def _has_room(self, r: ReplicaLoad) -> bool:
-        return r.outstanding() < (self.max_outstanding or r.max_num_seqs)
+    def limits(self, replicas: Sequence[ReplicaLoad]) -> np.ndarray:
+        """Per replica, the outstanding requests below which it has room for its keys."""
+        return np.array([self.max_outstanding or r.max_num_seqs for r in replicas], dtype=np.int64)
 
     def route(self, req: RequestInfo, replicas: Sequence[ReplicaLoad]) -> int:
         key = getattr(req, self.key)
-        home = self.home.get(key)
-        if home is not None and self._has_room(replicas[home]):
-            return home
-        j = least_outstanding(replicas)
-        if home is None:
-            self.home[key] = j
-        elif j != home:
-            self.overflows += 1
+        j, home, overflow = affinity_rule(self.home.get(key, -1), _outstanding(replicas), self.limits(replicas))
+        self.home[key] = home
+        self.overflows += overflow
         return j
 
 

@@ -8,6 +8,8 @@ Each replica is a full `Server`: its own scheduler, KV pool, drafter placement a
 
 One replica through this path reproduces the single-server engine exactly: an idle replica sleeps until
 the cluster's next arrival with the same arithmetic as a single server, and takes what has arrived by then.
+Where every replica takes the compiled kernel, the compiled cluster loop (simulator/cluster/compiled_cluster.py)
+replays these processes' events, in SimPy's order, in one call instead (`cluster_path_reason` says why not).
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ import pandas as pd
 import simpy
 
 from simulator.engine.arrivals import ClosedLoopArrivals, arrivals_for
+from simulator.cluster.compiled_cluster import CompiledCluster, cluster_ineligible_reason
 from simulator.cluster.config import RouterSpec
 from simulator.measure.metrics import summarize
-from simulator.cluster.router import RequestInfo, make_router
+from simulator.cluster.router import RequestInfo, kv_load_fraction, make_router
 from simulator.engine.server import Server, SimResult
 from simulator.engine.workload_arrays import EngineWorkload, SimInputs
 
@@ -117,7 +120,7 @@ class Replica:
             need += int(self._prompt_blocks[np.fromiter(st.waiting, dtype=np.int64, count=len(st.waiting))].sum())
         if q:
             need += int(self._prompt_blocks[np.fromiter(q, dtype=np.int64, count=len(q))].sum())
-        return (pool.used + need) / pool.total_blocks
+        return kv_load_fraction(pool.used, need, pool.total_blocks)
 
 
 @dataclass
@@ -166,7 +169,11 @@ class ClusterSimulation:
                 srv.on_step = lambda _: on_step(self.n_finished)
             self.replicas.append(Replica(srv, srv.arrivals))
         self._wake: simpy.Event | None = None
-        self.env.process(self._router_loop())
+        # the compiled cluster loop (simulator/cluster/compiled_cluster.py) routes and steps every replica in one
+        # call where it can (None); else the router process below and each replica's own process
+        self.cluster_path_reason = cluster_ineligible_reason(self, on_step)
+        self.compiled = None if self.cluster_path_reason is not None else CompiledCluster(self, on_step)
+        self.env.process(self._router_loop() if self.compiled is None else self.compiled.drive())
 
     @property
     def n_finished(self) -> int:

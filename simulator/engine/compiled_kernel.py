@@ -31,12 +31,13 @@ import hashlib
 import os
 from pathlib import Path
 
-# the kernels and the policy rules they compile (numba keys a cached kernel on its own file only)
+# the kernels (the cluster loop's too) and the rules they compile (numba keys a cached kernel on its own file only)
 _ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
     "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
-    "simulator/costs/roofline.py", "traces/tree.py")) + tuple(
+    "simulator/costs/roofline.py", "traces/tree.py", "simulator/cluster/compiled_cluster_kernel.py",
+    "simulator/cluster/router.py")) + tuple(
     sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
 
 

@@ -89,6 +89,7 @@ class CompiledReplica(CompiledRun):
         self.iparams[ker.I_ROUTED] = 1  # idle with nothing routed here: the kernel returns to wait for a push
         self.recent: list[tuple[int, float, float, int]] = []  # the last steps taken (_note_steps)
         self.kernel_calls = 0  # run_steps calls (a count the tests read: runs of steps per call)
+        self.driven = False  # stepped by the compiled cluster loop (simulator/cluster/compiled_cluster.py), not loop
 
     @property
     def n_known(self) -> int:
@@ -129,6 +130,8 @@ class CompiledReplica(CompiledRun):
         processes at the same instant keep their order. A step hook (the plan's early stop) counts finishes, and a
         closed loop's finish submits a request: then a run also ends at the first step that finishes a request, so
         each finish shows at its own step's end and the hook is told there."""
+        if self.driven:
+            return
         srv, ker = self.srv, self.ker
         env, st, pool, ist = srv.env, srv.state, srv.sched.pool, self.istate
         arrivals = srv.arrivals
