@@ -9,6 +9,7 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+import oracle.registry  # noqa: F401  (registers the ground-truth policies before runs' policies are parsed)
 from experiments.sweep.spec import SweepSpec
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.draft_cost import DraftCostConfig
@@ -112,11 +113,8 @@ class ExperimentConfig(StrictModel):
 
     @model_validator(mode="after")
     def _parts_resolve(self) -> "ExperimentConfig":
-        """Latency profiles named by the config exist, and every run's policy builds (types, ranges) before
-        anything is simulated; the error names the key."""
-        import oracle.registry  # noqa: F401  (registers the ground-truth policies)
-        from policies.registry import make_policy
-
+        """Latency profiles named by the config exist before anything is simulated; the error names the key (each
+        run's policy was parsed and built once by RunSpec)."""
         _check_server(self.server, "server")
         _check_profile_name(self.server.target_profile, "server.target_profile")
         check_replica_overrides(self.cluster, "cluster.")
@@ -132,8 +130,6 @@ class ExperimentConfig(StrictModel):
                 server = server_for(self.server, run, f"runs.{i}.server")
                 _check_server(server, f"runs.{i}.server")
                 _check_profile_name(server.target_profile, f"runs.{i}.server.target_profile")
-            if run.policy is not None:
-                make_policy(run.policy, where=f"runs.{i}.policy")
         return self
 
     @model_validator(mode="after")

@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, InstanceOf, field_serializer, field_validator, model_validator
+from pydantic import ConfigDict, Field, InstanceOf, SerializeAsAny, field_serializer, field_validator, model_validator
 
 from policies.base import Policy
+from policies.registry import PolicySpec, policy_spec
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
@@ -175,13 +176,20 @@ class RunSpec(_Strict):
 
     name: str = Field(min_length=1)
     mode: Literal["ar", "sd", "psd"]
-    policy: dict[str, Any] | None = None
+    policy: SerializeAsAny[PolicySpec] | None = Field(None, description=(
+        "{name: ..., **params} (policies/registry.py), parsed once into the policy's PolicySpec record"))
     switch_cost_s: float = Field(0.0, ge=0, le=3600, allow_inf_nan=False,
                                  description="drafter catch-up cost when a request changes drafter")
     psd: PSDConfig | None = None
     server: dict[str, Any] = Field(default_factory=dict, description="overrides of the experiment's server")
     cluster: ClusterSpec | None = Field(None, description="replaces the experiment's cluster block for this run "
                                                           "({replicas: 1} runs one replica through the cluster path)")
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_spec(cls, v: Any) -> Any:
+        """A policy mapping becomes its PolicySpec record (errors name the key below `policy`)."""
+        return v if v is None or isinstance(v, PolicySpec) else policy_spec(v, "policy")
 
     @model_validator(mode="after")
     def _mode_rules(self) -> "RunSpec":
