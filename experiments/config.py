@@ -17,6 +17,7 @@ from simulator.server_config import RunSpec, ServerConfig, check_replica_overrid
 from traces.config_base import ConfigError, StrictModel, error_lines, validate_model
 from traces.errors import TraceFormatError
 from traces.parsing import check_plain_data, parse_yaml, read_text
+from traces.source import TraceSource
 from traces.workload import WorkloadSpec
 
 # A config name becomes a folder under results/: a plain name, never a path.
@@ -72,11 +73,12 @@ class ExperimentConfig(StrictModel):
     name: str = Field(min_length=1, description="plain name; results go to results/<name>")
     description: str = ""
     seed: int = Field(0, ge=0, le=MAX_SEED)
-    traces: str | dict[str, dict[str, Any]] = Field(
-        "builtin:default",
+    traces: TraceSource = Field(
+        "builtin:default", validate_default=True,
         description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool), {synthetic: SynthSpec} "
-                    "(acceptance models and length distributions, traces/synthetic/spec.py) or "
-                    "{specbench: {file, on_mismatch, prompt_lookup}} (import a SpecDecode-Bench trace)")
+                    "(acceptance models and length distributions, traces/synthetic/spec.py), "
+                    "{specbench: {file, on_mismatch, dataset, prompt_lookup}} (import a SpecDecode-Bench trace) or "
+                    "{acceptance: {base, drafters}}; parsed once into a typed source (traces/source.py)")
     workload: WorkloadSpec
     server: ServerConfig
     drafters: dict[str, DraftCostConfig] = Field(default_factory=dict, description="draft cost per drafter")
@@ -92,24 +94,6 @@ class ExperimentConfig(StrictModel):
     @classmethod
     def _plain_name(cls, v: str) -> str:
         return check_plain_name(v, "name")
-
-    @field_validator("traces")
-    @classmethod
-    def _traces_exist(cls, v: "str | dict[str, dict[str, Any]]") -> "str | dict[str, dict[str, Any]]":
-        if isinstance(v, dict) and set(v) == {"pool"}:
-            from traces.pool import PoolSpec
-
-            PoolSpec.from_config(v["pool"])
-        if isinstance(v, dict) and set(v) == {"synthetic"}:
-            from traces.synthetic.spec import parse_synth_spec
-
-            parse_synth_spec(v["synthetic"], "traces.synthetic")
-        if isinstance(v, str):
-            from traces.builtin_bundles import bundle_folder
-
-            if not bundle_folder(v).is_dir():
-                raise ValueError(f"{v!r} is not a trace bundle folder (nor builtin:NAME)")
-        return v
 
     @model_validator(mode="after")
     def _parts_resolve(self) -> "ExperimentConfig":
@@ -134,10 +118,6 @@ class ExperimentConfig(StrictModel):
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":
-        if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {
-                "pool", "synthetic", "specbench", "acceptance"}):
-            raise ValueError(f"traces: a generated source is one of {{pool: ...}}, {{synthetic: ...}}, "
-                             f"{{specbench: ...}} or {{acceptance: {{base, drafters}}}}, got keys {sorted(self.traces)}")
         names = [r.name for r in self.runs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -11,6 +11,7 @@ Plug-ins (docs/policies.md): a `name` holding a colon is an import path, `packag
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import importlib
@@ -23,7 +24,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_serializer
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, create_model, model_serializer
 
 from policies.adaptive_k import AdaptiveKPolicy
 from policies.base import FixedPolicy, Policy
@@ -169,7 +170,7 @@ def policy_class(name: str) -> type[Policy]:
 class PolicySpec(BaseModel):
     """A policy as a config gives it, parsed once (`policy_spec`): the name it was given by and the parameters
     set, typed by the class's `__init__` (one record class per policy class, `spec_model`). It dumps as the
-    mapping it came from (only the parameters given), so `--set`, sweeps and hashing see the config's document;
+    mapping it came from (only the parameters given, as written), so `--set`, sweeps and hashing see the config's document;
     `instantiate` makes a fresh policy object."""
 
     model_config = _PARAMS_CONFIG
@@ -190,8 +191,12 @@ class PolicySpec(BaseModel):
         except (TypeError, ValueError, ArithmeticError) as e:
             raise ValueError(f"{where}: {e}") from e
 
+    _doc: dict[str, Any] | None = PrivateAttr(None)  # the mapping `policy_spec` parsed
+
     @model_serializer(mode="wrap")
     def _as_given(self, handler: Any) -> Any:
+        if self._doc is not None:  # as given: `beta: 1` stays 1, so hashes and sweep seeds do not move
+            return copy.deepcopy(self._doc)
         out = handler(self)
         return {k: v for k, v in out.items() if k == "name" or k in self.model_fields_set}
 
@@ -254,6 +259,7 @@ def policy_spec(doc: "dict[str, Any] | PolicySpec", where: str = "policy") -> Po
         spec = spec_model(cls).model_validate({"name": name, **params})
     except ValidationError as e:
         raise ValueError(first_error(e, where, spec_model(cls))) from None
+    spec._doc = copy.deepcopy({"name": name, **params})
     spec.instantiate(where)  # the constructor's own checks (ranges across parameters), before anything runs
     return spec
 
