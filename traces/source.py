@@ -164,7 +164,7 @@ class AcceptanceLevels(StrictModel):
     """A base source and each drafter's acceptance at a level (traces/acceptance_levels.py `resolve_levels`, which
     checks each drafter's entry against the base bundle when it is loaded)."""
 
-    base: "TraceSource" = DEFAULT_SOURCE
+    base: "TraceSource" = Field(DEFAULT_SOURCE, validate_default=True)
     drafters: dict[str, dict[str, Any]] = Field(min_length=1)
 
 
