@@ -105,10 +105,8 @@ class ExperimentConfig(StrictModel):
         for name, spec in self.drafters.items():
             if spec.profile is not None:
                 _check_profile_name(spec.profile, f"drafters.{name}.profile")
-            if isinstance(spec.profile, dict):  # an inline roofline: its model and GPU resolve now
-                from simulator.costs.draft_cost import draft_cost_from_config
-
-                draft_cost_from_config(spec, where=f"drafters.{name}")
+            if isinstance(spec.profile, dict):  # an inline roofline: its model and GPU resolve now, once (kept)
+                spec.cost(where=f"drafters.{name}")
         for i, run in enumerate(self.runs):
             if run.server:
                 server = server_for(self.server, run, f"runs.{i}.server")

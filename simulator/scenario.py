@@ -82,10 +82,7 @@ def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]
         return server.kv_capacity_tokens, {}
     from simulator.costs.placement import kv_capacity_tokens
 
-    doc = server.deployment
-    if isinstance(doc, dict) and "max_num_seqs" not in doc:  # whose linear-attention state is held: the server's
-        doc = {**doc, "max_num_seqs": server.max_num_seqs}
-    placement = kv_capacity_tokens(doc, where=f"runs[{run.name}] server.deployment")
+    placement = kv_capacity_tokens(server.placement_deployment(), where=f"runs[{run.name}] server.deployment")
     if not placement.fits:
         return 0, {"does_not_fit": placement.message, "placement": placement.summary()}
     return int(placement.kv_capacity_tokens), {"placement": placement.summary()}

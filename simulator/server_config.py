@@ -34,10 +34,14 @@ class PSDConfig(_Strict):
     split_min_batch: int = Field(0, ge=0, description="below this many decoding requests run plain SD on the draft "
                                                      "GPU instead of splitting (0: always split, as MineDraft)")
 
+    def sub_batch(self, max_num_seqs: int) -> int:
+        """Sequences in each of PSD's two sub-batches: sub_batch_max_num_seqs, by default the server's max_num_seqs."""
+        return self.sub_batch_max_num_seqs or max_num_seqs
+
     def concurrency(self, max_num_seqs: int) -> int:
-        """Sequences PSD runs at once: two sub-batches of sub_batch_max_num_seqs each (default: the server's
-        max_num_seqs each). The one home of this rule: the server, the planner and the live runner read it."""
-        return 2 * (self.sub_batch_max_num_seqs or max_num_seqs)
+        """Sequences PSD runs at once: its two sub-batches (`sub_batch`). The one home of this rule: the server, the
+        planner, the live runner and the PSD study read it."""
+        return 2 * self.sub_batch(max_num_seqs)
 
     @classmethod
     def split(cls, total: int, **settings: Any) -> "PSDConfig":
@@ -161,6 +165,14 @@ class ServerConfig(_Strict):
         from simulator.costs.placement import deployment_from_config
 
         return deployment_from_config(self.deployment, "server.deployment").max_model_len
+
+    def placement_deployment(self) -> dict[str, Any] | None:
+        """The deployment as placement reads it: its max_num_seqs (the sequences whose linear-attention state is
+        held) defaults to the server's. The one home of that default."""
+        doc = self.deployment
+        if isinstance(doc, dict) and "max_num_seqs" not in doc:
+            doc = {**doc, "max_num_seqs": self.max_num_seqs}
+        return doc
 
     def target(self) -> LatencyProfile:
         """Resolve the target's latency profile (a profile object is used as it is)."""

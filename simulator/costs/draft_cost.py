@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from simulator.costs.latency import LatencyProfile
 from simulator.costs.roofline import profile_from_ref
@@ -30,7 +30,7 @@ DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "c
 
 class DraftCostConfig(StrictModel):
     """One entry of an experiment's `drafters:` section: how a drafter's drafting phase is priced (validated once,
-    at load; `draft_cost_from_config` builds the DraftCost from it)."""
+    at load; `cost` builds its DraftCost once, so an inline roofline resolves its model and GPU once)."""
 
     kind: Literal[DRAFT_COST_KINDS]
     profile: str | dict[str, Any] | None = Field(None, min_length=1, description="a profile name or file, or "
@@ -38,11 +38,20 @@ class DraftCostConfig(StrictModel):
     fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
     seconds: float = Field(0.0, ge=0, le=3600, description="constant: seconds per drafting phase")
 
+    _cost: "DraftCost | None" = PrivateAttr(None)
+
     @model_validator(mode="after")
     def _needs(self) -> "DraftCostConfig":
         if self.kind in ("autoregressive", "whole_proposal", "engine_step") and not self.profile:
             raise ValueError(f"kind {self.kind!r} needs a latency profile (key 'profile')")
         return self
+
+    def cost(self, where: str = "drafter cost") -> "DraftCost":
+        """The DraftCost this entry prices with, built on first use and kept (errors name `where` and the key)."""
+        if self._cost is None:
+            profile = profile_from_ref(self.profile, f"{where}.profile") if self.profile else None
+            self._cost = DraftCost(kind=self.kind, profile=profile, fraction=self.fraction, seconds=self.seconds)
+        return self._cost
 
 
 @dataclass
@@ -89,5 +98,4 @@ def draft_cost_from_config(spec: "DraftCostConfig | dict[str, Any]", where: str 
         if not isinstance(spec, dict):
             raise ValueError(f"{where}: expected a mapping with 'kind', got {spec!r}")
         spec = validate_model(DraftCostConfig, spec, where)
-    profile = profile_from_ref(spec.profile, f"{where}.profile") if spec.profile else None
-    return DraftCost(kind=spec.kind, profile=profile, fraction=spec.fraction, seconds=spec.seconds)
+    return spec.cost(where)
