@@ -183,7 +183,7 @@ def test_every_deploy_line_of_a_shipped_plan_runs_the_simulated_mode(name, overr
     research = set()
     for c in doc["candidates"]:
         mode, dep = by_mode[c["mode"]], c["deploy"]
-        if mode.mode == "psd" or (mode.policy or {}).get("name") in ("adaptive-k", "combine-match"):
+        if mode.mode == "psd" or (mode.policy is not None and mode.policy.name in ("adaptive-k", "combine-match")):
             assert not dep["deployable"] and c.get("vllm_serve") is None
             research.add(c["id"])
             continue
