@@ -4,7 +4,7 @@ A source is a bundle folder or `builtin:NAME` (`BundleRef`), or one generated so
 `pool` (traces/pool.py PoolSpec), `synthetic` (traces/synthetic/spec.py SynthSpec), `specbench` (a
 SpecDecode-Bench file imported on the fly) or `acceptance` (a base source's lengths with drafters' acceptance at a
 level, traces/acceptance_levels.py). Each dumps back to the document it was given (a string or that one-key
-mapping, only the keys given), so `--set`, sweeps and config hashes read the same document as before parsing;
+mapping, only the keys given, as written), so `--set`, sweeps and config hashes read the document given;
 `bundle(seed)` loads or draws it, the generated ones from `seed` (the run's pool seed) unless they set their own.
 """
 from __future__ import annotations
@@ -23,7 +23,6 @@ from traces.errors import shorten
 from traces.pool import PoolSpec
 from traces.synthetic.spec import SynthSpec
 
-GENERATED = ("pool", "synthetic", "specbench", "acceptance")
 DEFAULT_SOURCE = "builtin:default"
 
 
