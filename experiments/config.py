@@ -9,6 +9,7 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+import oracle.registry  # noqa: F401  (registers the ground-truth policies before runs' policies are parsed)
 from experiments.sweep.spec import SweepSpec
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.draft_cost import DraftCostConfig
@@ -16,6 +17,7 @@ from simulator.server_config import RunSpec, ServerConfig, check_replica_overrid
 from traces.config_base import ConfigError, StrictModel, error_lines, validate_model
 from traces.errors import TraceFormatError
 from traces.parsing import check_plain_data, parse_yaml, read_text
+from traces.source import TraceSource
 from traces.workload import WorkloadSpec
 
 # A config name becomes a folder under results/: a plain name, never a path.
@@ -71,11 +73,12 @@ class ExperimentConfig(StrictModel):
     name: str = Field(min_length=1, description="plain name; results go to results/<name>")
     description: str = ""
     seed: int = Field(0, ge=0, le=MAX_SEED)
-    traces: str | dict[str, dict[str, Any]] = Field(
-        "builtin:default",
+    traces: TraceSource = Field(
+        "builtin:default", validate_default=True,
         description="bundle folder, builtin:NAME, {pool: {...}} (synthetic drafter pool), {synthetic: SynthSpec} "
-                    "(acceptance models and length distributions, traces/synthetic/spec.py) or "
-                    "{specbench: {file, on_mismatch, prompt_lookup}} (import a SpecDecode-Bench trace)")
+                    "(acceptance models and length distributions, traces/synthetic/spec.py), "
+                    "{specbench: {file, on_mismatch, dataset, prompt_lookup}} (import a SpecDecode-Bench trace) or "
+                    "{acceptance: {base, drafters}}; parsed once into a typed source (traces/source.py)")
     workload: WorkloadSpec
     server: ServerConfig
     drafters: dict[str, DraftCostConfig] = Field(default_factory=dict, description="draft cost per drafter")
@@ -92,56 +95,27 @@ class ExperimentConfig(StrictModel):
     def _plain_name(cls, v: str) -> str:
         return check_plain_name(v, "name")
 
-    @field_validator("traces")
-    @classmethod
-    def _traces_exist(cls, v: "str | dict[str, dict[str, Any]]") -> "str | dict[str, dict[str, Any]]":
-        if isinstance(v, dict) and set(v) == {"pool"}:
-            from traces.pool import PoolSpec
-
-            PoolSpec.from_config(v["pool"])
-        if isinstance(v, dict) and set(v) == {"synthetic"}:
-            from traces.synthetic.spec import parse_synth_spec
-
-            parse_synth_spec(v["synthetic"], "traces.synthetic")
-        if isinstance(v, str):
-            from traces.builtin_bundles import bundle_folder
-
-            if not bundle_folder(v).is_dir():
-                raise ValueError(f"{v!r} is not a trace bundle folder (nor builtin:NAME)")
-        return v
-
     @model_validator(mode="after")
     def _parts_resolve(self) -> "ExperimentConfig":
-        """Latency profiles named by the config exist, and every run's policy builds (types, ranges) before
-        anything is simulated; the error names the key."""
-        import oracle.registry  # noqa: F401  (registers the ground-truth policies)
-        from policies.registry import make_policy
-
+        """Latency profiles named by the config exist before anything is simulated; the error names the key (each
+        run's policy was parsed and built once by RunSpec)."""
         _check_server(self.server, "server")
         _check_profile_name(self.server.target_profile, "server.target_profile")
         check_replica_overrides(self.cluster, "cluster.")
         for name, spec in self.drafters.items():
             if spec.profile is not None:
                 _check_profile_name(spec.profile, f"drafters.{name}.profile")
-            if isinstance(spec.profile, dict):  # an inline roofline: its model and GPU resolve now
-                from simulator.costs.draft_cost import draft_cost_from_config
-
-                draft_cost_from_config(spec, where=f"drafters.{name}")
+            if isinstance(spec.profile, dict):  # an inline roofline: its model and GPU resolve now, once (kept)
+                spec.cost(where=f"drafters.{name}")
         for i, run in enumerate(self.runs):
             if run.server:
                 server = server_for(self.server, run, f"runs.{i}.server")
                 _check_server(server, f"runs.{i}.server")
                 _check_profile_name(server.target_profile, f"runs.{i}.server.target_profile")
-            if run.policy is not None:
-                make_policy(run.policy, where=f"runs.{i}.policy")
         return self
 
     @model_validator(mode="after")
     def _names(self) -> "ExperimentConfig":
-        if isinstance(self.traces, dict) and (len(self.traces) != 1 or set(self.traces) - {
-                "pool", "synthetic", "specbench", "acceptance"}):
-            raise ValueError(f"traces: a generated source is one of {{pool: ...}}, {{synthetic: ...}}, "
-                             f"{{specbench: ...}} or {{acceptance: {{base, drafters}}}}, got keys {sorted(self.traces)}")
         names = [r.name for r in self.runs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -25,7 +25,8 @@ from simulator.measure.metrics import summarize
 from simulator.engine.records import stack_tables
 from simulator.scenario import ClusterScenario, Scenario, SimInputs, check_inputs, inputs_for, prepare_runs, simulate
 from simulator.seeds import ExperimentSeeds
-from traces.bundle import BundleMeta, TraceBundle, load_bundle_cached
+from traces.bundle import BundleMeta, TraceBundle
+from traces.source import load_source
 from traces.workload import workload_and_bundle
 
 
@@ -42,51 +43,11 @@ class Results:
     out_dir: Path | None = None
 
 
-def resolve_bundle(ref: "str | dict[str, dict[str, Any]]", seed: int = 0) -> TraceBundle:
-    """The bundle a config names: `builtin:default`, `builtin:NAME` (shipped), a bundle folder, or a
-    generated source: `{pool: PoolSpec fields}`, `{synthetic: SynthSpec fields}` or `{specbench: {file, on_mismatch, dataset, prompt_lookup}}`."""
-    if isinstance(ref, dict):
-        (kind, params), = ref.items()
-        return _generated_bundle(kind, dict(params or {}), seed)
-    from traces.builtin_bundles import bundle_folder
-
-    return load_bundle_cached(bundle_folder(ref))
-
-
-def _generated_bundle(kind: str, params: dict[str, Any], seed: int) -> TraceBundle:
-    if kind == "synthetic":  # a synthetic-bundle spec inline (traces/synthetic/spec.py), drawn from the run's seed
-        from traces.synthetic.spec import make_synthetic_bundle, parse_synth_spec
-
-        return make_synthetic_bundle(parse_synth_spec(params, "traces.synthetic"), seed=seed)
-    if kind == "pool":
-        from traces.pool import PoolSpec, make_pool_bundle
-
-        try:
-            spec = PoolSpec.from_config(params, seed)
-        except ValueError as e:
-            raise ValueError(f"traces.{e}") from None
-        return make_pool_bundle(spec)
-    if kind == "acceptance":  # a base bundle's lengths, drafters' acceptance at a level (traces/acceptance_levels.py)
-        from traces.acceptance_levels import resolve_levels
-
-        return resolve_levels(resolve_bundle(params.get("base", "builtin:default"), seed), params.get("drafters"),
-                              seed)
-    from traces.importers.specbench import import_specbench
-    from traces.prompt_lookup import with_prompt_lookup
-
-    allowed = {"file", "on_mismatch", "dataset", "prompt_lookup"}
-    unknown = set(params) - allowed
-    if unknown or "file" not in params:
-        raise ValueError(f"traces.specbench: expected keys {sorted(allowed)} with 'file' required, got {sorted(params)}")
-    path = Path(params["file"])
-    if not path.is_file():
-        raise ValueError(f"traces.specbench.file: {path} not found (the SpecDecode-Bench reference traces live in "
-                         f"../shared/reference-traces/ beside the repository; run from the repository root)")
-    bundle, _ = import_specbench(path, on_mismatch=params.get("on_mismatch", "error"), dataset=params.get("dataset"))
-    lookup = params.get("prompt_lookup")
-    if lookup:
-        bundle = with_prompt_lookup(bundle, int(lookup.get("min_n", 3)), int(lookup.get("max_n", 4)))
-    return bundle
+def resolve_bundle(ref: Any, seed: int = 0) -> TraceBundle:
+    """The bundle a config's `traces:` names: its parsed source (traces/source.py) or the document (`builtin:NAME`,
+    a bundle folder, `{pool: ...}`, `{synthetic: ...}`, `{specbench: ...}`, `{acceptance: ...}`), generated ones
+    drawn from `seed`."""
+    return load_source(ref, seed)
 
 
 def prepare(cfg: ExperimentConfig) -> list[Scenario | ClusterScenario]:

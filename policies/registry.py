@@ -11,6 +11,7 @@ Plug-ins (docs/policies.md): a `name` holding a colon is an import path, `packag
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import importlib
@@ -23,7 +24,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, create_model, model_serializer
 
 from policies.adaptive_k import AdaptiveKPolicy
 from policies.base import FixedPolicy, Policy
@@ -166,14 +167,79 @@ def policy_class(name: str) -> type[Policy]:
                      "or an import path 'package.module:Class' / 'path/to/file.py:Class'")
 
 
-def make_policy(spec: dict[str, Any], where: str = "policy", seed: int | None = None) -> Policy:
-    """Instantiate a registered policy; unknown names or parameters name the key that is wrong.
+class PolicySpec(BaseModel):
+    """A policy as a config gives it, parsed once (`policy_spec`): the name it was given by and the parameters
+    set, typed by the class's `__init__` (one record class per policy class, `spec_model`). It dumps as the
+    mapping it came from (only the parameters given, as written), so `--set`, sweeps and hashing see the config's document;
+    `instantiate` makes a fresh policy object."""
 
-    `seed` (the run's seed) reaches every policy that takes one, unless the spec sets its own."""
-    if not isinstance(spec, dict) or "name" not in spec:
+    model_config = _PARAMS_CONFIG
+    name: str
+
+    def given(self) -> dict[str, Any]:
+        """The parameters the config set, in the order of the class's signature."""
+        return {k: getattr(self, k) for k in type(self).model_fields if k != "name" and k in self.model_fields_set}
+
+    def instantiate(self, where: str = "policy", seed: int | None = None) -> Policy:
+        """A new policy object; `seed` reaches a policy that takes one unless the spec sets its own."""
+        cls = policy_class(self.name)
+        params = self.given()
+        if seed is not None and "seed" in type(self).model_fields and "seed" not in params:
+            params["seed"] = int(seed)
+        try:
+            return cls(**params)
+        except (TypeError, ValueError, ArithmeticError) as e:
+            raise ValueError(f"{where}: {e}") from e
+
+    _doc: dict[str, Any] | None = PrivateAttr(None)  # the mapping `policy_spec` parsed
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: Any) -> Any:
+        if self._doc is not None:  # as given: `beta: 1` stays 1, so hashes and sweep seeds do not move
+            return copy.deepcopy(self._doc)
+        out = handler(self)
+        return {k: v for k, v in out.items() if k == "name" or k in self.model_fields_set}
+
+    def __reduce__(self) -> Any:  # record classes are made at run time: pickle as the document
+        return policy_spec, (self.model_dump(),)
+
+
+_SPEC_MODELS: dict[type[Policy], type[PolicySpec]] = {}
+
+
+def spec_model(cls: type[Policy]) -> type[PolicySpec]:
+    """The PolicySpec record class of `cls`: a field per `__init__` parameter, typed by its annotation (strict:
+    1.5 or "3" is not an int) with its default."""
+    model = _SPEC_MODELS.get(cls)
+    if model is not None:
+        return model
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception as e:  # a plug-in whose annotations do not resolve
+        raise ValueError(f"the type hints of {cls.__module__}.{cls.__qualname__}.__init__ do not resolve "
+                         f"({type(e).__name__}: {e})") from None
+    sig = inspect.signature(cls.__init__)
+    fields = {n: (hints.get(n, Any), ... if p.default is inspect.Parameter.empty else p.default)
+              for n, p in sig.parameters.items()
+              if n not in ("self", "name") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    try:
+        model = create_model(f"{cls.__name__}Spec", __base__=PolicySpec, __module__=__name__, **fields)
+    except (NameError, TypeError, ValueError) as e:  # a parameter named like a PolicySpec attribute
+        raise ValueError(f"{cls.__module__}.{cls.__qualname__}.__init__: its parameters cannot form a config "
+                         f"record ({type(e).__name__}: {e})") from None
+    _SPEC_MODELS[cls] = model
+    return model
+
+
+def policy_spec(doc: "dict[str, Any] | PolicySpec", where: str = "policy") -> PolicySpec:
+    """A policy's config mapping `{name: ..., **params}` parsed into its class's PolicySpec, after checking that
+    the policy builds (the constructor's own range checks); unknown names or parameters name the key."""
+    if isinstance(doc, PolicySpec):
+        return doc
+    if not isinstance(doc, dict) or "name" not in doc:
         raise ValueError(f"{where}: expected a mapping with 'name' (one of {known_policy_names()} or an import "
-                         f"path), got {spec!r}")
-    name = spec["name"]
+                         f"path), got {doc!r}")
+    name = doc["name"]
     if not isinstance(name, str):
         raise ValueError(f"{where}.name: unknown policy {name!r}; expected a policy name, one of "
                          f"{known_policy_names()}, or an import path")
@@ -181,7 +247,7 @@ def make_policy(spec: dict[str, Any], where: str = "policy", seed: int | None = 
         cls = policy_class(name)
     except ValueError as e:
         raise ValueError(f"{where}.name: {e}") from None
-    params = {k: v for k, v in spec.items() if k != "name"}
+    params = {k: v for k, v in doc.items() if k != "name"}
     accepted = {n for n, p in inspect.signature(cls.__init__).parameters.items()
                 if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     unknown = set(params) - accepted
@@ -189,12 +255,21 @@ def make_policy(spec: dict[str, Any], where: str = "policy", seed: int | None = 
         raise ValueError(f"{where}: unknown parameter(s) {sorted(unknown)} for policy {name!r}; "
                          f"expected some of {sorted(accepted)}")
     check_parameters(cls, params, where)
-    if seed is not None and "seed" in accepted and "seed" not in params:
-        params["seed"] = int(seed)
     try:
-        return cls(**params)
-    except (TypeError, ValueError, ArithmeticError) as e:
-        raise ValueError(f"{where}: {e}") from e
+        spec = spec_model(cls).model_validate({"name": name, **params})
+    except ValidationError as e:
+        raise ValueError(first_error(e, where, spec_model(cls))) from None
+    spec._doc = copy.deepcopy({"name": name, **params})
+    spec.instantiate(where)  # the constructor's own checks (ranges across parameters), before anything runs
+    return spec
+
+
+def make_policy(spec: "dict[str, Any] | PolicySpec", where: str = "policy", seed: int | None = None) -> Policy:
+    """Instantiate a registered policy from its config mapping or parsed PolicySpec; unknown names or
+    parameters name the key that is wrong.
+
+    `seed` (the run's seed) reaches every policy that takes one, unless the spec sets its own."""
+    return policy_spec(spec, where).instantiate(where, seed)
 
 
 def _is_draft_length(key: str) -> bool:
@@ -206,16 +281,11 @@ def check_parameters(cls: type[Policy], params: dict[str, Any], where: str) -> N
     not numbers) and size bounds: a draft length (`k`, `k_*`) in [0, MAX_DRAFT_TOKENS], a seed >= 0, any
     other integer at most 2**62 in size. Raises ValueError naming the parameter and what was expected."""
     try:
-        hints = typing.get_type_hints(cls.__init__)
-    except Exception as e:  # a plug-in whose annotations do not resolve
-        raise ValueError(f"{where}: the type hints of {cls.__module__}.{cls.__qualname__}.__init__ do not resolve "
-                         f"({type(e).__name__}: {e})") from None
-    sig = inspect.signature(cls.__init__)
-    fields = {n: (hints.get(n, Any), ... if p.default is inspect.Parameter.empty else p.default)
-              for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    model = create_model(f"{cls.__name__}Params", __config__=_PARAMS_CONFIG, **fields)
+        model = spec_model(cls)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     try:
-        model.model_validate(params)
+        model.model_validate({"name": "-", **params})
     except ValidationError as e:
         raise ValueError(first_error(e, where, model)) from None
     stack: list[tuple[str, Any, bool]] = [(k, v, False) for k, v in params.items()]

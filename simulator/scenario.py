@@ -19,7 +19,6 @@ import numpy as np
 import simpy
 
 from policies.base import Policy
-from policies.registry import make_policy
 from simulator.engine.acceptance_table import AcceptanceTable
 from simulator.cluster.simulation import ClusterSimulation, ReplicaArrivals, check_router_workload
 from simulator.cluster.config import ClusterSpec
@@ -71,10 +70,10 @@ class ClusterScenario:
 
 
 def build_policy(run: RunSpec, seed: int, where: str | None = None) -> Policy | None:
-    """The run's policy object from its spec, seeded with `seed` unless the spec gives its own."""
-    if run.mode == "ar" or not run.policy:
+    """The run's policy object from its parsed PolicySpec, seeded with `seed` unless the spec gives its own."""
+    if run.mode == "ar" or run.policy is None:
         return None
-    return make_policy(run.policy, where=where or f"runs[{run.name}].policy", seed=seed)
+    return run.policy.instantiate(where or f"runs[{run.name}].policy", seed)
 
 
 def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]]:
@@ -83,10 +82,7 @@ def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]
         return server.kv_capacity_tokens, {}
     from simulator.costs.placement import kv_capacity_tokens
 
-    doc = server.deployment
-    if isinstance(doc, dict) and "max_num_seqs" not in doc:  # whose linear-attention state is held: the server's
-        doc = {**doc, "max_num_seqs": server.max_num_seqs}
-    placement = kv_capacity_tokens(doc, where=f"runs[{run.name}] server.deployment")
+    placement = kv_capacity_tokens(server.placement_deployment(), where=f"runs[{run.name}] server.deployment")
     if not placement.fits:
         return 0, {"does_not_fit": placement.message, "placement": placement.summary()}
     return int(placement.kv_capacity_tokens), {"placement": placement.summary()}

@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, InstanceOf, field_serializer, field_validator, model_validator
+from pydantic import ConfigDict, Field, InstanceOf, SerializeAsAny, field_serializer, field_validator, model_validator
 
 from policies.base import Policy
+from policies.registry import PolicySpec, policy_spec
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
@@ -33,10 +34,14 @@ class PSDConfig(_Strict):
     split_min_batch: int = Field(0, ge=0, description="below this many decoding requests run plain SD on the draft "
                                                      "GPU instead of splitting (0: always split, as MineDraft)")
 
+    def sub_batch(self, max_num_seqs: int) -> int:
+        """Sequences in each of PSD's two sub-batches: sub_batch_max_num_seqs, by default the server's max_num_seqs."""
+        return self.sub_batch_max_num_seqs or max_num_seqs
+
     def concurrency(self, max_num_seqs: int) -> int:
-        """Sequences PSD runs at once: two sub-batches of sub_batch_max_num_seqs each (default: the server's
-        max_num_seqs each). The one home of this rule: the server, the planner and the live runner read it."""
-        return 2 * (self.sub_batch_max_num_seqs or max_num_seqs)
+        """Sequences PSD runs at once: its two sub-batches (`sub_batch`). The one home of this rule: the server, the
+        planner, the live runner and the PSD study read it."""
+        return 2 * self.sub_batch(max_num_seqs)
 
     @classmethod
     def split(cls, total: int, **settings: Any) -> "PSDConfig":
@@ -161,6 +166,14 @@ class ServerConfig(_Strict):
 
         return deployment_from_config(self.deployment, "server.deployment").max_model_len
 
+    def placement_deployment(self) -> dict[str, Any] | None:
+        """The deployment as placement reads it: its max_num_seqs (the sequences whose linear-attention state is
+        held) defaults to the server's. The one home of that default."""
+        doc = self.deployment
+        if isinstance(doc, dict) and "max_num_seqs" not in doc:
+            doc = {**doc, "max_num_seqs": self.max_num_seqs}
+        return doc
+
     def target(self) -> LatencyProfile:
         """Resolve the target's latency profile (a profile object is used as it is)."""
         if not isinstance(self.target_profile, (str, dict)):
@@ -175,13 +188,20 @@ class RunSpec(_Strict):
 
     name: str = Field(min_length=1)
     mode: Literal["ar", "sd", "psd"]
-    policy: dict[str, Any] | None = None
+    policy: SerializeAsAny[PolicySpec] | None = Field(None, description=(
+        "{name: ..., **params} (policies/registry.py), parsed once into the policy's PolicySpec record"))
     switch_cost_s: float = Field(0.0, ge=0, le=3600, allow_inf_nan=False,
                                  description="drafter catch-up cost when a request changes drafter")
     psd: PSDConfig | None = None
     server: dict[str, Any] = Field(default_factory=dict, description="overrides of the experiment's server")
     cluster: ClusterSpec | None = Field(None, description="replaces the experiment's cluster block for this run "
                                                           "({replicas: 1} runs one replica through the cluster path)")
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_spec(cls, v: Any) -> Any:
+        """A policy mapping becomes its PolicySpec record (errors name the key below `policy`)."""
+        return v if v is None or isinstance(v, PolicySpec) else policy_spec(v, "policy")
 
     @model_validator(mode="after")
     def _mode_rules(self) -> "RunSpec":

@@ -105,13 +105,21 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None,
             from calibration.vllm_steps.drift import scaled_profile
 
             sc = dataclasses.replace(sc, target=scaled_profile(sc.target, speed[sc.name]))
-        pol = specs[sc.name].policy or {}
-        if sc.mode != "ar" and "k" in pol and "drafter" in pol:
-            check_k(bundle, pol["drafter"], int(pol["k"]), f"runs[{sc.name}]")
+        drafter, k = _fixed_drafter_k(specs[sc.name])
+        if sc.mode != "ar" and drafter is not None:
+            check_k(bundle, drafter, k, f"runs[{sc.name}]")
         check_inputs(sc, inputs)
         res = simulate(sc, inputs)
         out[sc.name] = res if isinstance(res, dict) else simulated_latencies(res)
     return out
+
+
+def _fixed_drafter_k(run) -> tuple[str | None, int]:
+    """The drafter and k a run's policy sets (both given, as the fixed policy does), else (None, 0)."""
+    given = run.policy.given() if run.policy is not None else {}
+    if "drafter" in given and "k" in given:
+        return given["drafter"], int(given["k"])
+    return None, 0
 
 
 def _refit_scenario(sc, rng: np.random.Generator):
@@ -244,21 +252,21 @@ def acceptance_notes(cfg, run, names: list[str]) -> list[str]:
     out = []
     bundle = None
     for name in names:
-        pol = runs[name].policy or {}
-        if runs[name].mode == "ar" or "k" not in pol or "drafter" not in pol:
+        drafter, k = _fixed_drafter_k(runs[name])
+        if runs[name].mode == "ar" or drafter is None:
             continue
         bundle = bundle or resolve_bundle(cfg.traces, cfg.seed)
-        ours = source_from_bundle(bundle, pol["drafter"], int(pol["k"]))
+        ours = source_from_bundle(bundle, drafter, k)
         line = f"{name}: the config's acceptance: {describe(ours)}"
         if sd:
-            line += f"; the measured run's vLLM counters: {describe(_measured_source(sd, int(pol['k'])))}"
+            line += f"; the measured run's vLLM counters: {describe(_measured_source(sd, k))}"
         out.append(line)
         # vllm bench's model_id is the served name (--served-model-name may be any alias); its tokenizer_id is
         # usually the model's path: the target is another model only when neither names it
         names_ = [m for m in (run.info.get("model_id"), run.info.get("tokenizer_id")) if m]
         model = None if any(same_model(m, bundle.meta.target) for m in names_) or not names_ else names_[0]
-        measured = AcceptanceSource(int(pol["k"]), target=bundle.meta.target, dataset=bundle.meta.dataset)
-        out += [f"{name}: warning: {m}" for m in plausibility(measured, bundle.meta.drafters[pol["drafter"]].kind,
+        measured = AcceptanceSource(k, target=bundle.meta.target, dataset=bundle.meta.dataset)
+        out += [f"{name}: warning: {m}" for m in plausibility(measured, bundle.meta.drafters[drafter].kind,
                                                                model, None)]
     return out
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from experiments.config import check_slo_seconds
+from policies.registry import PolicySpec, policy_spec
 from simulator.cluster.config import RouterSpec
 from simulator.costs.roofline import OVERLAPS
 from simulator.server_config import PSDConfig
@@ -139,7 +140,8 @@ class Mode(_Strict):
 
     name: str = Field(min_length=1)
     mode: Literal["ar", "sd", "psd"]
-    policy: dict[str, Any] | None = None
+    policy: SerializeAsAny[PolicySpec] | None = Field(None, description=(
+        "{name: ..., **params}, parsed once into the policy's PolicySpec record (policies/registry.py)"))
     psd: PSDConfig | None = None
     switch_cost_s: float = Field(0.0, ge=0, le=3600)
     drafter_model: str | None = Field(None, description="catalog model of the drafter, for its memory (None: "
@@ -154,6 +156,12 @@ class Mode(_Strict):
                                                           "--speculative-config` takes for this mode (printed for "
                                                           "the chosen candidate; checked against vLLM's rules and the "
                                                           "simulated policy: experiments/plan/deploy.py)")
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_spec(cls, v: Any) -> Any:
+        """A policy mapping becomes its PolicySpec record, as a run's does (errors name the key below `policy`)."""
+        return v if v is None or isinstance(v, PolicySpec) else policy_spec(v, "policy")
 
     @model_validator(mode="after")
     def _placement(self) -> "Mode":
@@ -182,7 +190,7 @@ class Mode(_Strict):
         sub-batches: PSDConfig.split)."""
         doc: dict[str, Any] = {"name": self.name, "mode": self.mode, "switch_cost_s": self.switch_cost_s}
         if self.policy is not None:
-            doc["policy"] = self.policy
+            doc["policy"] = self.policy.model_dump(mode="json")
         if self.mode == "psd":
             doc["psd"] = PSDConfig.split(max_num_seqs, **(self.psd.model_dump(exclude={"sub_batch_max_num_seqs"})
                                                         if self.psd else {})).model_dump(mode="json")

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from policies.registry import PolicySpec
 
 VLLM_VERSION = "0.32.0"
 VLLM_RULES = (f"vLLM {VLLM_VERSION}: vllm/config/speculative.py (SpeculativeConfig) and "
@@ -172,7 +175,7 @@ def check_speculative_config(doc: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def _policy(policy: dict[str, Any] | None, where: str):
+def _policy(policy: "PolicySpec | dict[str, Any] | None", where: str):
     import oracle.registry  # noqa: F401  (registers the ground-truth policies)
     from policies.registry import make_policy
 
@@ -269,7 +272,7 @@ def check_mode(mode, where: str) -> None:
                 raise ValueError(f"{at}.num_speculative_tokens_per_batch_size: {given} is not the simulated "
                                  f"policy's ranges {mine}; leave it out and the plan writes the simulated one")
     else:
-        name = mode.policy.get("name") if isinstance(mode.policy, dict) else None
+        name = mode.policy.name if mode.policy is not None else None
         why = RESEARCH_POLICIES.get(name, f"policy {name!r} has no vLLM {VLLM_VERSION} equivalent")
         raise ValueError(f"{at}: {why}; the mode is planned as a research row and never deployed: drop it")
 

@@ -89,8 +89,8 @@ def simulate_pipeline(t: float, v: float, *, sub_batch: int = 16, num_requests: 
     trace = RequestTrace(id="t0", prompt_len=prompt_len, output_len=hi,
                          drafters={DRAFTER: DrafterTrace(acc_len=np.full(hi, acc_len, dtype=np.int32))})
     if load is None:
-        arrival, clients = None, 2 * sub_batch
-        desc = f"saturated closed loop, {2 * sub_batch} clients"
+        arrival, clients = None, PSDConfig(sub_batch_max_num_seqs=sub_batch).concurrency(sub_batch)  # PSD's 2m
+        desc = f"saturated closed loop, {clients} clients"
     else:
         if not 0 < load < 1.5:
             raise ValueError(f"load must be in (0, 1.5), got {load!r}")

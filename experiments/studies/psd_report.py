@@ -24,6 +24,7 @@ import pandas as pd
 from experiments.config import ExperimentConfig
 from experiments.sweep.experiment import sweep_points
 from oracle.bounds import pipeline_gain, pipeline_saving
+from simulator.server_config import PSDConfig
 from traces.atomic import atomic_open, atomic_write_text
 from traces.expected_tokens import expected_tokens
 
@@ -95,11 +96,12 @@ def study_table(inputs: StudyInputs) -> pd.DataFrame:
             policy = run.get("policy") or {}
             d, k = policy.get("drafter"), int(policy.get("k", 0) or 0)
             m = int(p["config"]["server"]["max_num_seqs"])
+            psd = PSDConfig.model_validate(run.get("psd") or {}) if run["mode"] == "psd" else None
             t, v = s.get("draft_phase_mean_s"), s.get("verify_step_mean_s")
             fits = bool(s.get("fits", True))
             rows.append({
                 "point": i, "series": _series_label(p["keys"], zip_keys), "sub_batch_m": m, "drafter": d or "-",
-                "k": k, "mode": run["mode"], "run": name, "concurrency": 2 * m if run["mode"] == "psd" else m,
+                "k": k, "mode": run["mode"], "run": name, "concurrency": psd.concurrency(m) if psd else m,
                 "gpus": s.get("num_gpus", np.nan), "fits": fits, "placement": s.get("does_not_fit", ""),
                 "acceptance_rate": acceptance.get(d, np.nan),
                 "leviathan_tokens_per_step": expected_tokens(acceptance[d], k) if d in acceptance else np.nan,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from simulator.costs.latency import LatencyProfile
 from simulator.costs.roofline import profile_from_ref
@@ -32,7 +32,7 @@ DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "c
 
 class DraftCostConfig(StrictModel):
     """One entry of an experiment's `drafters:` section: how a drafter's drafting phase is priced (validated once,
-    at load; `draft_cost_from_config` builds the DraftCost from it)."""
+    at load; `cost` builds its DraftCost once, so an inline roofline resolves its model and GPU once)."""
 
     kind: Literal[DRAFT_COST_KINDS]
     profile: str | dict[str, Any] | None = Field(None, min_length=1, description="a profile name or file, or "
@@ -42,6 +42,8 @@ class DraftCostConfig(StrictModel):
     host_s: float = Field(0.0, ge=0, le=60, allow_inf_nan=False,
                           description="host-side seconds per drafting phase that proposes anything")
 
+    _cost: "DraftCost | None" = PrivateAttr(None)
+
     @model_validator(mode="after")
     def _needs(self) -> "DraftCostConfig":
         if self.kind in ("autoregressive", "whole_proposal", "engine_step") and not self.profile:
@@ -50,6 +52,14 @@ class DraftCostConfig(StrictModel):
             raise ValueError("kind 'engine_step' prices the proposer's whole per-step work with its profile; "
                              "host_s applies to the other kinds")
         return self
+
+    def cost(self, where: str = "drafter cost") -> "DraftCost":
+        """The DraftCost this entry prices with, built on first use and kept (errors name `where` and the key)."""
+        if self._cost is None:
+            profile = profile_from_ref(self.profile, f"{where}.profile") if self.profile else None
+            self._cost = DraftCost(kind=self.kind, profile=profile, fraction=self.fraction, seconds=self.seconds,
+                                   host_s=self.host_s)
+        return self._cost
 
 
 @dataclass
@@ -99,5 +109,4 @@ def draft_cost_from_config(spec: "DraftCostConfig | dict[str, Any]", where: str 
         if not isinstance(spec, dict):
             raise ValueError(f"{where}: expected a mapping with 'kind', got {spec!r}")
         spec = validate_model(DraftCostConfig, spec, where)
-    profile = profile_from_ref(spec.profile, f"{where}.profile") if spec.profile else None
-    return DraftCost(kind=spec.kind, profile=profile, fraction=spec.fraction, seconds=spec.seconds, host_s=spec.host_s)
+    return spec.cost(where)

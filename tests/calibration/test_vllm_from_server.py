@@ -115,7 +115,8 @@ def test_from_server_through_the_cli(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "requests matched" in text and "left out" in text
     assert (out / "run.yaml").is_file() and (out / "profiles" / "fx-ngram-k3.yaml").is_file()
-    assert load_config(str(out / "run.yaml")).runs[0].policy == {"name": "fixed", "drafter": "ngram-k3", "k": 3}
+    assert load_config(str(out / "run.yaml")).runs[0].policy.model_dump() == {"name": "fixed", "drafter": "ngram-k3",
+                                                                                "k": 3}
 
 
 def test_from_server_refuses_a_client_run_it_did_not_serve(tmp_path, capsys):

@@ -63,7 +63,7 @@ def test_set_overrides_nested_keys_and_list_items_and_seed():
     cfg = load_config("default", ["workload.arrival.rate=12.5", "runs.1.policy.k=4", "server.scheduler=draftsim",
                                   "server.chunked_prefill=true"], seed=9)
     assert cfg.workload.arrival.rate == 12.5
-    assert cfg.runs[1].policy["k"] == 4
+    assert cfg.runs[1].policy.k == 4
     # draftsim's rules leave chunked prefill off unless set: the override set it
     assert cfg.server.scheduler == "draftsim" and cfg.server.chunked_prefill is True and cfg.seed == 9
 

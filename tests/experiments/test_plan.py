@@ -307,7 +307,8 @@ def test_roofline_overlap_and_host_reach_the_candidates_profile():
 def test_errors_found_before_any_simulation(tmp_path):
     bad_policy = {**SPACE, "candidates": {**SPACE["candidates"], "replicas": [1],
                                           "modes": [{"name": "x", "mode": "sd", "policy": {"name": "nope"}}]}}
-    with pytest.raises(ValueError, match="candidate 'h100-80gb tp1 x1 x'"):
+    # a mode's policy is parsed with the plan config: the error names its key in the plan
+    with pytest.raises(ValueError, match=r"candidates\.modes\.0\.policy\.name: unknown policy 'nope'"):
         _plan(bad_policy, tmp_path / "p", backend="serial")
     no_price = {**SPACE, "candidates": {**SPACE["candidates"], "gpus": ["h100-80gb"]},
                 "prices": {"file": str(tmp_path / "prices.yaml")}}

@@ -183,7 +183,7 @@ def test_every_deploy_line_of_a_shipped_plan_runs_the_simulated_mode(name, overr
     research = set()
     for c in doc["candidates"]:
         mode, dep = by_mode[c["mode"]], c["deploy"]
-        if mode.mode == "psd" or (mode.policy or {}).get("name") in ("adaptive-k", "combine-match"):
+        if mode.mode == "psd" or (mode.policy is not None and mode.policy.name in ("adaptive-k", "combine-match")):
             assert not dep["deployable"] and c.get("vllm_serve") is None
             research.add(c["id"])
             continue
@@ -199,7 +199,7 @@ def test_every_deploy_line_of_a_shipped_plan_runs_the_simulated_mode(name, overr
         spec = json.loads(found.group(1))
         policy = make_policy(mode.policy)
         assert spec["method"] in KIND_METHODS[kinds[policy.drafter]]
-        if "ranges" in mode.policy:  # the schedule gives the simulated k at every batch size the candidate runs
+        if "ranges" in mode.policy.given():  # the schedule gives the simulated k at every batch size the candidate runs
             seqs = int(re.search(r"--max-num-seqs (\d+)", command).group(1))
             assert spec["num_speculative_tokens"] == policy.max_draft_tokens()
             assert [vllm_k(spec["num_speculative_tokens_per_batch_size"], spec["num_speculative_tokens"], b)

@@ -65,7 +65,7 @@ def test_an_mtp_plan_deploys_exactly_the_simulated_mode(tmp_path):
         assert c["deploy"]["deployable"], c["id"]
         spec = json.loads(re.search(r"--speculative-config '(.*)'", c["vllm_serve"]["command"]).group(1))
         # the line runs what was simulated: vLLM's MTP method (an alias written as its current name) and the k
-        assert spec == {"method": "mtp", "num_speculative_tokens": simulated[c["mode"]]["k"]}
+        assert spec == {"method": "mtp", "num_speculative_tokens": simulated[c["mode"]].k}
         assert check_speculative_config(spec, "deployed") == spec  # and it passes vLLM's own rules
         assert "vllm serve XiaomiMiMo/MiMo-7B-RL " in c["vllm_serve"]["command"]
     # the plan says where the MTP acceptance came from (inline rates: no target recorded) and what it modelled

@@ -12,7 +12,7 @@ def test_config_validates_and_policies_build(name):
     for run in cfg.runs:
         if run.policy:
             make_policy(run.policy, where=f"{name}.runs[{run.name}].policy")
-            drafters = run.policy.get("drafters") or [run.policy.get("drafter")]
+            drafters = getattr(run.policy, "drafters", None) or [getattr(run.policy, "drafter", None)]
             for d in drafters:
                 if d is not None:
                     assert d in cfg.drafters, f"{run.name}: drafter {d} has no cost in drafters:"

@@ -67,7 +67,7 @@ def test_psd_vs_sd_config_pairs_every_psd_run_with_an_sd_run():
     cfg = load_config("psd_vs_sd")
     pol = {r.mode: set() for r in cfg.runs}
     for r in cfg.runs:
-        pol[r.mode].add(json.dumps(r.policy, sort_keys=True))
+        pol[r.mode].add(json.dumps(r.policy and r.policy.model_dump(mode="json"), sort_keys=True))
     assert pol["psd"] == pol["sd"] and len(pol["psd"]) == 4 * 5
     assert {r.server["deployment"]["drafter_placement"] for r in cfg.runs if r.mode == "psd"} == {"dedicated"}
 
