@@ -222,9 +222,9 @@ def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, ru
     """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
     k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
     prompt chunks it would add after their tokens (_plan's rule; the queue window copied once, not per k), the
-    batch rules.pricing.estimate_batch, then the step-estimate rule. Adaptive-k drafts with one drafter, slot 0, which is also its only
-    prompt pass (`pf_order` [0]): the rule gets that one record, not the padded tuples, which a call would copy and
-    reference-count per k."""
+    batch rules.pricing.estimate_batch, then the step-estimate rule. Adaptive-k drafts with one drafter, slot 0,
+    which is also its only prompt pass (`pf_order` [0]): the rule gets that one record, not the padded tuples, which
+    a call would copy and reference-count per k."""
     preview = separate == 0 and (n_run > n or admit < ptr)  # nothing to preview: no prompt left, nobody waiting
     m = 0
     if preview:
