@@ -68,7 +68,7 @@ from simulator.costs import roofline  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
 from simulator.engine.rules import pricing, psd_sides  # noqa: E402
-from simulator.engine.rules.decode_budget import fit_decodes  # noqa: E402
+from simulator.engine.rules import decode_budget as budget_rules  # noqa: E402
 from simulator.engine.rules.kv import decode_hold  # noqa: E402
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap  # noqa: E402
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
@@ -91,9 +91,13 @@ add_blocks = njit(cache=True)(kv_rules.add_blocks)
 _plan_prefills = njit(cache=True)(plan_prefills)
 _take_prefill_plan = njit(cache=True)(take_prefill_plan)
 _plan_buffers = njit(cache=True)(plan_buffers)
-_fit_decodes = njit(cache=True)(fit_decodes)
+register_jitable(budget_rules.fit_decodes)
+register_jitable(budget_rules.cut_accepted)
+# vLLM V1's decode budget over verified chains, each cut one keeping its accepted part (SD and PSD kernels)
+_fit_proposals = njit(cache=True)(budget_rules.fit_proposals)
 _engine_loop_gap = njit(cache=True)(engine_loop_gap)
 join_side = njit(cache=True)(psd_sides.join_side)  # PSD: the side a new request joins
+split_sides = njit(cache=True)(psd_sides.split_sides)  # PSD: a step's verified and drafted sides
 _overlapped_gap = njit(cache=True)(overlapped_gap)
 register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted drafts of one rank row
 accept_tree = njit(cache=True)(tree_rules.accept_tree)  # the step path's tree acceptance (no kernel runs trees)
@@ -159,7 +163,7 @@ for _rule in (linear_step_time, roofline.attention_pairs, roofline.roofline_comp
     register_jitable(_rule)
 # the loop-free rules over the typed records are inlined where called (numba IR): a call would pass the drafter and
 # profile records by value and count a reference to each record's array (the step estimate: once per k, per step)
-for _rule in (pricing.terms_step_time, pricing.prefill_time, pricing.sd_step_time):
+for _rule in (pricing.terms_step_time, pricing.prefill_time, pricing.sd_step_time, pricing.decode_tokens):
     register_jitable(inline="always")(_rule)
 
 
@@ -173,6 +177,8 @@ _draft_time = njit(cache=True)(pricing.draft_time)
 _drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
 _sd_step_time = njit(cache=True, inline="always")(pricing.sd_step_time)
 _step_estimate = njit(cache=True, inline="always")(pricing.step_estimate)
+_decode_tokens = njit(cache=True, inline="always")(pricing.decode_tokens)  # a step estimate's decode tokens at k
+_estimate_batch = njit(cache=True, inline="always")(pricing.estimate_batch)  # and its target batch
 
 
 @njit(cache=True)
@@ -212,27 +218,14 @@ def _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blo
 
 
 @njit(cache=True)
-def _fit_proposals(prop, acc, n, budget, cut):
-    """Scheduler.fit_decodes over the kernel's proposals (rules/decode_budget.fit_decodes, the drafts each keeps to
-    `cut`), each cut one then accepted as Drafting.accept would: min(accepted, cut), since the replay rule
-    min(acc_len - 1, proposed) is monotone in proposed. Cuts `prop` and `acc` in place; returns how many run."""
-    m = _fit_decodes(prop, n, budget, cut)
-    for j in range(m):
-        if cut[j] < prop[j]:
-            prop[j] = cut[j]
-            acc[j] = min(acc[j], cut[j])
-    return m
-
-
-@njit(cache=True)
 def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, run, admit, ptr, prompt, gen, blocks,
                 prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
     """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
     k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
-    prompt chunks it would add after their n (k + 1) tokens (_plan's rule; the queue window copied once, not per k),
-    then the step-estimate rule (rules.pricing). Adaptive-k drafts with one drafter, slot 0, which is also its only
-    prompt pass (`pf_order` [0]): the rule gets that one record, not the padded tuples, which a call would copy and
-    reference-count per k."""
+    prompt chunks it would add after their tokens (_plan's rule; the queue window copied once, not per k), the
+    batch rules.pricing.estimate_batch, then the step-estimate rule. Adaptive-k drafts with one drafter, slot 0,
+    which is also its only prompt pass (`pf_order` [0]): the rule gets that one record, not the padded tuples, which
+    a call would copy and reference-count per k."""
     preview = separate == 0 and (n_run > n or admit < ptr)  # nothing to preview: no prompt left, nobody waiting
     m = 0
     if preview:
@@ -242,9 +235,10 @@ def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, ru
     for k in range(k_max + 1):
         n_pre, pt, pkv = 0, 0, 0
         if preview:  # Scheduler.preview_prefills
-            n_pre, pt, pkv = _plan_prefills(lim, run, n_run, waitq, m, n_run, n * (k + 1), free, prompt, gen,
-                                            prefill_left, prefill_done, blocks, plan)
-        verify = _price(target, n + n_pre, n + n * k + pt, kv + pkv)
+            n_pre, pt, pkv = _plan_prefills(lim, run, n_run, waitq, m, n_run, _decode_tokens(n, k), free, prompt,
+                                            gen, prefill_left, prefill_done, blocks, plan)
+        seqs, tokens, kv_step = _estimate_batch(n, k, kv, n_pre, pt, pkv)
+        verify = _price(target, seqs, tokens, kv_step)
         times[k] = _step_estimate(verify, cost, profile, pass_costs, pass_profiles, pf_order, overhead, 0.0, False,
                                   n, kv, k, n_pre, pt, pkv)
 

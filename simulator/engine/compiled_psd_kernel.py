@@ -3,9 +3,10 @@ simulator/engine/step_psd.py's PSDExecutor.
 
 It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth,
 and under `scheduler: vllm-v1` the decode budget over the verify side and the engine-loop gap after a busy step:
-simulator/engine/rules/), the side a new request joins (rules/psd_sides.py) and its row helpers. The rest that only
-PSD has are small @njit functions below, each naming the Python rule it mirrors: the split into verified/drafted
-sides, the step duration, and the carry of the drafted side's proposals with the role flip.
+simulator/engine/rules/), PSD's side rules (rules/psd_sides.py: the side a new request joins, a step's split into
+verified and drafted sides) and its row helpers. The rest that only PSD has are small @njit functions below, each
+naming the Python rule it mirrors: the step duration, and the carry of the drafted side's proposals with the role
+flip.
 tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_GA
                                               _fit_proposals, _plan, _plan_buffers, _price, _row, _save_state,
                                               _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
                                               kv_growth)
+from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.split_sides, compiled
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
@@ -39,29 +41,6 @@ def _assign_sides(side, run, n_old, n_run, vs):
     (rules/psd_sides.join_side) over the running array up to and including it."""
     for j in range(n_old, n_run):
         side[run[j]] = join_side(side, run, j + 1, vs)
-
-
-@njit(cache=True)
-def _psd_split(dec, n_dec, side, vs, split_min, V, D):
-    """PSDExecutor.plan's split: V the verify side, D the drafted side (admission order); a fallback step
-    (one side empty or fewer than split_min decoding) verifies everyone as plain SD. Returns (nv, nd, fallback)."""
-    nv = 0
-    nd = 0
-    for j in range(n_dec):
-        i = dec[j]
-        if side[i] == vs:
-            V[nv] = i
-            nv += 1
-        else:
-            D[nd] = i
-            nd += 1
-    fallback = nd == 0 or nv == 0 or n_dec < split_min
-    if fallback and n_dec > 0:
-        for j in range(n_dec):
-            V[j] = dec[j]
-        nv = n_dec
-        nd = 0
-    return nv, nd, fallback
 
 
 @njit(cache=True)
@@ -224,7 +203,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                 if prefill_left[i] == 0:
                     dec[n_dec] = i
                     n_dec += 1
-            nv, nd, fallback = _psd_split(dec, n_dec, side, vs, split_min, V, D)
+            nv, nd, fallback = split_sides(dec, n_dec, side, vs, split_min, V, D)
             if fallback and n_dec > 0:
                 fb_steps += 1
             for j in range(nv):  # the verify side: last step's proposal, a fresh draft (fallback) or a plain token

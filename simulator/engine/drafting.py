@@ -10,6 +10,7 @@ import numpy as np
 from policies.base import NO_DRAFT, BatchFeedback, BatchView, FixedPolicy, Policy
 from simulator.engine.acceptance_table import AcceptanceTable
 from simulator.engine.pricing import masked, groups
+from simulator.engine.rules.decode_budget import cut_accepted
 from simulator.engine.request_state import RequestState
 from simulator.engine.workload_arrays import EngineWorkload
 from traces.acceptance import accepted_drafts
@@ -140,8 +141,11 @@ class Drafting:
         return d_idx, k, proposed, flat
 
     def accept(self, idx: np.ndarray, d_idx: np.ndarray, proposed: np.ndarray,
-               flat: np.ndarray | None = None) -> np.ndarray:
-        """Draft tokens verification accepts per request (before the end-of-output cut)."""
+               flat: np.ndarray | None = None, drafted: np.ndarray | None = None) -> np.ndarray:
+        """Draft tokens verification accepts per request (before the end-of-output cut) of the `proposed` drafts
+        the step verifies. `drafted`: the drafts proposed before vLLM V1's budget cut them to `proposed` (None: the
+        same): a chain replays as drafted and keeps the accepted part within its kept drafts
+        (rules/decode_budget.cut_accepted, the kernels' rule); a tree or a sampled check verifies the kept ones."""
         grp = self.groups_of(d_idx)
         if not grp:
             return _zeros(len(idx))
@@ -167,7 +171,11 @@ class Drafting:
             else:
                 if flat is None:
                     flat = self.flat_index(idx, pos)
-                got = accepted_drafts(self.table.acc_len[d][masked(flat, mask)], prop)
+                if drafted is None:
+                    got = accepted_drafts(self.table.acc_len[d][masked(flat, mask)], prop)
+                else:
+                    got = cut_accepted(accepted_drafts(self.table.acc_len[d][masked(flat, mask)],
+                                                       masked(drafted, mask)), prop)
             if mask is None:
                 acc = np.asarray(got, dtype=np.int64)
             else:

@@ -14,7 +14,8 @@ from policies.base import NO_DRAFT
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile
 from simulator.engine.request_state import RequestState
-from simulator.engine.rules.pricing import DRAFT_NONE, DraftTerms, drafters_prefill_time, step_estimate
+from simulator.engine.rules.pricing import (DRAFT_NONE, DraftTerms, decode_tokens, drafters_prefill_time,
+                                            estimate_batch, step_estimate)
 from simulator.engine.rules.tree import tree_draft_time
 from simulator.costs.step_model import StepShape
 from simulator.engine.workload_arrays import EngineWorkload
@@ -159,12 +160,18 @@ class Pricing:
         def estimate(drafter: str | None, k: int) -> float:
             k = k if drafter is not None else 0
             cost = self.draft_costs[drafter] if k > 0 else None
-            pre, chunk, ending = prompts(n_batch * (k + 1)) if prompts is not None else (_NONE, _NONE, 0)
-            shape = self.step_shape(n_batch, n_batch * k, kv, pre, chunk)
-            verify = self.price(shape)
+            decoding = decode_tokens(n_batch, k)
+            pre, chunk, ending = prompts(decoding) if prompts is not None else (_NONE, _NONE, 0)
+            shape = self.step_shape(n_batch, decoding - n_batch, kv, pre, chunk)  # drafts: tokens beyond one each
+            seqs, tokens, kv_step = estimate_batch(n_batch, k, kv, shape.prefill_seqs, shape.prefill_tokens,
+                                                   shape.prefill_kv)
+            if self._by_shape:
+                verify = self.price(shape)
+            else:
+                verify = checked(self.target.step_time(seqs, tokens, kv_step), self._target_src)
             proposer = 0.0
             if engine_step:
-                proposer = self.engine_step_draft_time(n_batch + ending, batch_tokens(shape), batch_kv(shape))[0]
+                proposer = self.engine_step_draft_time(n_batch + ending, tokens, kv_step)[0]
             t = step_estimate(verify, _NO_COST if cost is None else cost.terms, None if cost is None else cost.profile,
                               pass_costs, pass_profiles, pass_order, self.overhead, proposer, pipelined, n_batch, kv, k,
                               shape.prefill_seqs, shape.prefill_tokens, shape.prefill_kv)

@@ -26,6 +26,9 @@ class PSDExecutor:
         self.psd, self.state, self.sched, self.drafting, self.pricing = psd, state, sched, drafting, pricing
         self.drafter_names = drafter_names  # drafters whose own prefill runs on the draft device
         self.fallback_steps = 0
+        from simulator.engine.compiled_kernel import split_sides  # the side split rule, compiled (imports numba)
+
+        self._split = split_sides
 
     def plan(self, now: float) -> Step:
         st, sched, pricing, drafting, psd = self.state, self.sched, self.pricing, self.drafting, self.psd
@@ -37,12 +40,12 @@ class PSDExecutor:
         dec_mask = st.prefill_left[run] == 0
         dec_all = run[dec_mask]
         kv_est = int(pricing.context(dec_all).sum())
-        on_v = st.sub_batch[dec_all] == vs
-        V, D = dec_all[on_v], dec_all[~on_v]
-        fallback = len(D) == 0 or len(V) == 0 or len(dec_all) < psd.split_min_batch
+        # the verified and drafted sides (rules/psd_sides.split_sides); a fallback step (one side empty, or fewer
+        # than split_min_batch decoding) is plain SD for everyone (draft, then verify)
+        V, D = np.empty(len(dec_all), np.int64), np.empty(len(dec_all), np.int64)
+        nv, nd, fallback = self._split(dec_all, len(dec_all), st.sub_batch, vs, psd.split_min_batch, V, D)
+        V, D = V[:nv], D[:nd]
         if fallback and len(dec_all):
-            # one sub-batch empty: this step is plain SD for everyone (draft, then verify)
-            V, D = dec_all, dec_all[:0]
             self.fallback_steps += 1
         has_prop = st.pending_d[V] != NO_DRAFT
         # Without a proposal from the previous step a verify-side request is drafted first, in sequence,
@@ -62,9 +65,10 @@ class PSDExecutor:
         # vLLM V1 (scheduler: vllm-v1): the verify side's 1 + drafts tokens come from the step's one budget, in
         # admission order (Scheduler.fit_decodes); one left out keeps its proposal and side (the drafted side
         # takes no target tokens: it is drafted on its own device)
+        drafted_v = p_v  # before the budget cut: the chain acceptance replays (Drafting.accept)
         n_fit, p_v = sched.fit_decodes(p_v)
         if n_fit < len(V):
-            V, d_v, k_v, has_prop = V[:n_fit], d_v[:n_fit], k_v[:n_fit], has_prop[:n_fit]
+            V, d_v, k_v, has_prop, drafted_v = V[:n_fit], d_v[:n_fit], k_v[:n_fit], has_prop[:n_fit], drafted_v[:n_fit]
 
         # KV: with defer_kv (MineDraft) the drafted side reserves its lookahead slots now and the verify side
         # appends none (it holds them since it was drafted); without, slots are reserved only when verified.
@@ -77,7 +81,7 @@ class PSDExecutor:
             alive = np.zeros(len(st.status), dtype=bool)
             alive[run[:keep]] = True
             mv, md = alive[V], alive[D]
-            V, d_v, k_v, p_v, has_prop = V[mv], d_v[mv], k_v[mv], p_v[mv], has_prop[mv]
+            V, d_v, k_v, p_v, has_prop, drafted_v = V[mv], d_v[mv], k_v[mv], p_v[mv], has_prop[mv], drafted_v[mv]
             D, d_d, k_d, p_d = D[md], d_d[md], k_d[md], p_d[md]
         if sched.separate:
             pre, chunk = EMPTY, EMPTY
@@ -89,7 +93,7 @@ class PSDExecutor:
         pre_draft_t, used_pre = pricing.draft_time(g_new, V[newv], d_v[newv], k_v[newv], p_v[newv], verify_t)
         draft_t, used_d = pricing.draft_time(drafting.groups_of(d_d), D, d_d, k_d, p_d, verify_t)
         drafter_prefill_t = pricing.drafter_prefill_time(pre, chunk, self.drafter_names)
-        accepted = drafting.accept(V, d_v, p_v)
+        accepted = drafting.accept(V, d_v, p_v, drafted=drafted_v)
         target_end = pre_draft_t + verify_t + (pricing.overhead if (len(V) or len(pre)) else 0.0)
         drafter_end = pre_draft_t + draft_t + drafter_prefill_t
         both_done = max(target_end, drafter_end)

@@ -37,6 +37,7 @@ class SDExecutor:
         kv_est = int(ctx.sum())
         d_idx, k, proposed, flat = drafting.choose(dec, now, pricing.estimator(
             len(dec), kv_est, False, sched.preview_prefills, self.mode != "ar", self.drafter_names))
+        drafted = proposed  # before the budget cut: the chain acceptance replays (Drafting.accept)
         n_fit, proposed = sched.fit_decodes(proposed)
         if n_fit < len(dec):  # vllm-v1: the token budget ran out before the last decodes
             if dec_mask is None:
@@ -44,7 +45,7 @@ class SDExecutor:
                 dec_mask[:n_fit] = True
             else:
                 dec_mask[np.flatnonzero(dec_mask)[n_fit:]] = False
-            dec, d_idx, k, ctx = dec[:n_fit], d_idx[:n_fit], k[:n_fit], ctx[:n_fit]
+            dec, d_idx, k, ctx, drafted = dec[:n_fit], d_idx[:n_fit], k[:n_fit], ctx[:n_fit], drafted[:n_fit]
             flat = None if flat is None else flat[:n_fit]
             kv_est = int(ctx.sum())
         # KV to hold: the context, its drafts and the lookahead slots; nothing new for a request that prefills
@@ -57,6 +58,7 @@ class SDExecutor:
         if preempted:
             kept = np.isin(dec, run[:keep])
             dec, d_idx, k, proposed, ctx = dec[kept], d_idx[kept], k[kept], proposed[kept], ctx[kept]
+            drafted = drafted[kept]
             flat = None if flat is None else flat[kept]
             kv_est = int(ctx.sum())
         prop_sum = int(proposed.sum())
@@ -72,7 +74,7 @@ class SDExecutor:
             step_t, step_used = pricing.engine_step_draft_time(sampling, tokens, kv)
             draft_t += step_t
             used += [u for u in step_used if u not in used]
-        accepted = drafting.accept(dec, d_idx, proposed, flat)
+        accepted = drafting.accept(dec, d_idx, proposed, flat, drafted)
         drafter_prefill_t = pricing.drafter_prefill_time(pre, chunk, self.drafter_names) if len(pre) else 0.0
         duration = sd_step_time(draft_t, verify_t, pricing.overhead, drafter_prefill_t)
         slices = []

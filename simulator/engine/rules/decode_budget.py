@@ -2,6 +2,8 @@
 token budget before any prompt chunk (docs/architecture.md)."""
 from __future__ import annotations
 
+import numpy as np
+
 
 def fit_decodes(proposed, n, budget, drafts):
     """Decoding requests (`proposed[:n]` drafts each, admission order) take 1 + drafts tokens from `budget` until it
@@ -15,4 +17,22 @@ def fit_decodes(proposed, n, budget, drafts):
         drafts[j] = take - 1
         left -= take
         m += 1
+    return m
+
+
+def cut_accepted(accepted, kept):
+    """The drafts verification accepts of a chain the budget cut to `kept` drafts, given those it accepts of the
+    whole chain: acceptance is a leading run of the chain, so the cut keeps the part of it within the kept drafts,
+    min(accepted, kept). Scalars or integer arrays."""
+    return np.minimum(accepted, kept)
+
+
+def fit_proposals(proposed, accepted, n, budget, kept):
+    """The decode budget (fit_decodes) over chains already verified: `proposed[:n]` drafts each, of which
+    `accepted[:n]` pass; each that runs keeps `kept[j]` drafts and their accepted part (cut_accepted, as
+    Drafting.accept applies it). Cuts `proposed` and `accepted` in place; returns how many run."""
+    m = fit_decodes(proposed, n, budget, kept)
+    for j in range(m):
+        accepted[j] = cut_accepted(accepted[j], kept[j])
+        proposed[j] = kept[j]
     return m

@@ -62,6 +62,19 @@ def profile_price(profile, num_seqs, batched_tokens, kv_tokens):
     return profile.step_time(num_seqs, batched_tokens, kv_tokens)
 
 
+def decode_tokens(num_seqs, k):
+    """Query tokens of `num_seqs` decoding sequences that verify k drafts each (the sampled token and the drafts):
+    what they take of the step budget before any prompt chunk."""
+    return num_seqs * (k + 1)
+
+
+def estimate_batch(num_seqs, k, kv_tokens, prefill_seqs, prefill_tokens, prefill_kv):
+    """The target batch a step estimate prices at k: `num_seqs` decoding sequences over `kv_tokens` KV verify k
+    drafts each (decode_tokens) beside `prefill_seqs` prompt chunks of `prefill_tokens` tokens over `prefill_kv`
+    KV. Returns (sequences, batched tokens, KV tokens), a batch profile's step_time arguments."""
+    return num_seqs + prefill_seqs, decode_tokens(num_seqs, k) + prefill_tokens, kv_tokens + prefill_kv
+
+
 def draft_time(cost, profile, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
     """One drafting phase for `num_seqs` sequences proposing `proposed_tokens` (up to k_max each): constant seconds,
     a fraction of the verify time, one profile pass over the whole proposal, or k_max one-token passes with the KV

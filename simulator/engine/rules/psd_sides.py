@@ -1,5 +1,5 @@
-"""PSD's sub-batch sides (MineDraft's two-batch scheduler): the side a request joins when it is admitted
-(docs/architecture.md)."""
+"""PSD's sub-batch sides (MineDraft's two-batch scheduler): the side a request joins when it is admitted, and a
+step's split of the decoding requests into the side verified and the side drafted (docs/architecture.md)."""
 from __future__ import annotations
 
 
@@ -18,3 +18,27 @@ def join_side(side, running, n, verify_side):
     if verify_side == 0:
         return 0 if c0 <= c1 else 1
     return 1 if c1 <= c0 else 0
+
+
+def split_sides(dec, n, side, verify_side, split_min, verified, drafted):
+    """A PSD step's split of the decoding requests dec[:n] (admission order): those on `verify_side` are verified
+    (into `verified`), the others drafted (into `drafted`), in order; with one side empty or fewer than `split_min`
+    decoding the step is plain SD (fallback): all are verified, none drafted. Returns (verified count, drafted
+    count, fallback)."""
+    nv = 0
+    nd = 0
+    for j in range(n):
+        i = dec[j]
+        if side[i] == verify_side:
+            verified[nv] = i
+            nv += 1
+        else:
+            drafted[nd] = i
+            nd += 1
+    fallback = nd == 0 or nv == 0 or n < split_min
+    if fallback:
+        for j in range(n):
+            verified[j] = dec[j]
+        nv = n
+        nd = 0
+    return nv, nd, fallback

@@ -1,5 +1,5 @@
-"""PSD's rules (step_psd.PSDExecutor, rules/psd_sides.join_side; compiled_psd_kernel._psd_split,
-_psd_duration, _psd_after): the side a new request joins, the split into a verified and a drafted side, the step
+"""PSD's rules (step_psd.PSDExecutor, rules/psd_sides.join_side and split_sides; compiled_psd_kernel._psd_duration,
+_psd_after): the side a new request joins, the split into a verified and a drafted side, the step
 time max(target, drafter) + sync, and the carry of proposals with the role flip. Target steps cost 1.0 s, the
 drafter a constant per step, sync 0.25 s, k = 2, nothing accepted."""
 from __future__ import annotations

@@ -160,3 +160,53 @@ def test_step_estimate_by_hand(which):
     ar = DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True)
     assert estimate(2.0, ar, LINEAR, passes, (LINEAR,), order, 0.01, 0.0, False, 3, 50, 2, 0, 0, 0) == pytest.approx(
         2.763 + 2.01, rel=1e-15)
+
+
+def _batch_rules(which: str):
+    """(decode_tokens, estimate_batch) as the step path runs them or as the kernel compiled them."""
+    if which == "plain":
+        return pricing.decode_tokens, pricing.estimate_batch
+    import simulator.engine.compiled_kernel as ker
+
+    return ker._decode_tokens, ker._estimate_batch
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_step_estimate_batch_by_hand(which):
+    decode_tokens, estimate_batch = _batch_rules(which)
+    # 4 decoding sequences verify 3 drafts each: 4 sampled tokens + 12 drafts = 16 query tokens
+    assert decode_tokens(4, 3) == 16
+    assert decode_tokens(4, 0) == 4  # no drafts: one token each
+    assert decode_tokens(0, 5) == 0
+    # beside 2 prompt chunks of 50 tokens over 70 KV: 6 sequences, 16 + 50 tokens, 100 + 70 KV
+    assert tuple(estimate_batch(4, 3, 100, 2, 50, 70)) == (6, 66, 170)
+    assert tuple(estimate_batch(4, 0, 100, 2, 50, 70)) == (6, 54, 170)
+    assert tuple(estimate_batch(4, 3, 100, 0, 0, 0)) == (4, 16, 100)
+
+
+def test_estimator_prices_the_batch_at_k_by_hand():
+    """Pricing.estimator (the step path's step estimate) at k: the prompt preview is asked for the decodes' tokens,
+    and the target prices (sequences, tokens, KV) of decodes plus chunks; worked with the LINEAR profile
+    (1e-3 kv + 1e-2 tokens + 0.1 seqs + 1.0) and a constant drafter."""
+    from types import SimpleNamespace
+
+    from simulator.costs.draft_cost import DraftCost
+    from simulator.costs.latency import LinearProfile
+    from simulator.engine.pricing import Pricing
+
+    target = LinearProfile("t", {"kv_tokens": 1e-3, "batched_tokens": 1e-2, "num_seqs": 0.1, "const": 1.0})
+    state = SimpleNamespace(prefill_done=np.array([0, 30], np.int64))  # request 1 has 30 prompt tokens cached
+    pricing_ = Pricing(target, {"d": DraftCost("constant", seconds=0.25)}, ("d",), 0.5, 0.0, state, None)
+    asked = []
+
+    def prompts(tokens_used):  # request 1 continues with a 20-token chunk, whatever is asked
+        asked.append(tokens_used)
+        return np.array([1], np.int64), np.array([20], np.int64), 1
+
+    estimate = pricing_.estimator(4, 100, False, prompts)
+    # k = 3: 4 x 4 = 16 decode tokens; batch (5 seqs, 36 tokens, 100 + 50 KV): 0.15 + 0.36 + 0.5 + 1 = 2.01,
+    # plus the drafting 0.25 and the overhead 0.5
+    assert estimate("d", 3) == pytest.approx(2.76, rel=1e-12)
+    # k = 0: 4 decode tokens; (5, 24, 150): 0.15 + 0.24 + 0.5 + 1 = 1.89, no drafting
+    assert estimate("d", 0) == pytest.approx(2.39, rel=1e-12)
+    assert asked == [16, 4]

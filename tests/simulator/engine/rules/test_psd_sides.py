@@ -1,6 +1,7 @@
-"""PSD's side rule (simulator/engine/rules/psd_sides.py), plain and compiled: a new request joins the side verified
+"""PSD's side rules (simulator/engine/rules/psd_sides.py), plain and compiled: a new request joins the side verified
 now (drafted next step) unless it has more running members than the other; checked against the closed form "the
-smaller side, the verified one on a tie" and the balance it keeps."""
+smaller side, the verified one on a tie" and the balance it keeps. A step splits its decodes into the verified and
+drafted sides, or verifies all (plain SD) when a side is empty or the batch is under split_min_batch."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine import compiled_kernel
-from simulator.engine.rules.psd_sides import join_side
+from simulator.engine.rules.psd_sides import join_side, split_sides
 
 RULE = [pytest.param(join_side, id="plain"), pytest.param(compiled_kernel.join_side, id="compiled")]
 
@@ -47,3 +48,44 @@ def test_joining_the_smaller_side_keeps_a_balance(start, verify, compiled):
         side[n - 1] = got
         c[got] += 1
         assert abs(c[0] - c[1]) == (gap - 1 if gap > 0 else 1)
+
+
+SPLIT = [pytest.param(split_sides, id="plain"), pytest.param(compiled_kernel.split_sides, id="compiled")]
+
+
+def _split(rule, dec, sides, verify_side, split_min):
+    dec = np.array(dec, np.int64)
+    V, D = np.full(len(dec), -7, np.int64), np.full(len(dec), -7, np.int64)
+    nv, nd, fallback = rule(dec, len(dec), np.array(sides, np.int64), verify_side, split_min, V, D)
+    return V[:nv].tolist(), D[:nd].tolist(), bool(fallback)
+
+
+@pytest.mark.parametrize("rule", SPLIT)
+@pytest.mark.parametrize("dec, sides, verify_side, split_min, expected", [
+    # requests 0..4 on sides [0, 1, 0, 1, 1]; decoding 4, 0, 3, 2 in admission order
+    ([4, 0, 3, 2], [0, 1, 0, 1, 1], 0, 0, ([0, 2], [4, 3], False)),
+    ([4, 0, 3, 2], [0, 1, 0, 1, 1], 1, 0, ([4, 3], [0, 2], False)),
+    ([4, 0, 3, 2], [0, 1, 0, 1, 1], 1, 4, ([4, 3], [0, 2], False)),  # 4 decoding: not under split_min 4
+    ([4, 0, 3, 2], [0, 1, 0, 1, 1], 1, 5, ([4, 0, 3, 2], [], True)),  # under split_min: plain SD for all
+    ([1, 3, 4], [0, 1, 0, 1, 1], 0, 0, ([1, 3, 4], [], True)),  # nobody on the verified side: plain SD
+    ([0, 2], [0, 1, 0, 1, 1], 0, 0, ([0, 2], [], True)),  # nobody drafted: plain SD
+    ([], [0, 1], 0, 0, ([], [], True)),
+])
+def test_split_sides_hand_worked(rule, dec, sides, verify_side, split_min, expected):
+    assert _split(rule, dec, sides, verify_side, split_min) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(sides=st.lists(st.sampled_from([0, 1]), max_size=12), data=st.data(), verify_side=st.sampled_from([0, 1]),
+       split_min=st.integers(0, 8), compiled=st.booleans())
+def test_split_sides_partitions_the_decodes_in_order(sides, data, verify_side, split_min, compiled):
+    """The verified and drafted sides are the decodes on the verified side and the others, each in admission order;
+    unless a side is empty or fewer than split_min decode, then all are verified and none drafted."""
+    dec = data.draw(st.permutations(range(len(sides))))
+    dec = dec[:data.draw(st.integers(0, len(dec)))]
+    V, D, fallback = _split(compiled_kernel.split_sides if compiled else split_sides, dec, sides, verify_side,
+                            split_min)
+    on_v = [i for i in dec if sides[i] == verify_side]
+    off_v = [i for i in dec if sides[i] != verify_side]
+    assert fallback == (not on_v or not off_v or len(dec) < split_min)
+    assert (V, D) == ((list(dec), []) if fallback else (on_v, off_v))
