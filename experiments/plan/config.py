@@ -111,12 +111,12 @@ class Search(_Strict):
     first_seed_settles: bool = Field(True, description="a rate's first seed runs alone and settles a clear rate "
                                      "(experiments/plan/search.py FIRST_SEED_RULE); false: every seed at every rate")
     scope: Literal["all", "cheapest"] = Field("all", description="all: every candidate's max rate; cheapest: only "
-                                              "what the ranking needs (experiments/plan/planner.py SCOPE_RULE), every "
+                                              "what the ranking needs (experiments/plan/search_runs.py SCOPE_RULE), every "
                                               "other candidate listed as not searched with the reason")
     early_stop: bool = Field(True, description="a run ends once its verdict is decided (experiments/plan/early_stop.py "
                              "EARLY_STOP_RULE); false: every run to its last request")
     service_probe: bool = Field(True, description="one saturated run per candidate measures its service rate first "
-                                "(experiments/plan/planner.py SERVICE_PROBE_RULE): nothing above 0.95 x it is tested")
+                                "(experiments/plan/point.py SERVICE_PROBE_RULE): nothing above 0.95 x it is tested")
     crossover: bool = Field(True, description="search each drafting candidate's SD-vs-AR crossover rate "
                             "(experiments/plan/crossover.py CROSSOVER_RULE): both modes on the plan's seeds per rate")
     crossover_max_tests: int = Field(8, ge=2, le=60, description="rates compared per SD-vs-AR crossover at most")
