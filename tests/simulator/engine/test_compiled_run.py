@@ -530,7 +530,8 @@ def test_a_fraction_or_constant_drafter_with_a_profile_is_charged_its_prompt_pas
 
 def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_imported_first(tmp_path):
     """numba keys a cached kernel on its own file: the PSD kernel inlines helpers of compiled_kernel.py (and
-    accept_tree inlines traces/tree.tree_accepted), so a change there would leave a stale kernel; the default cache
+    accept_tree inlines traces/tree.tree_accepted, the cluster loop the router's rules), so a change there would
+    leave a stale kernel; the default cache
     folder is one per digest of those sources, and it holds
     even when numba was imported (and read its cache setting) before the kernels."""
     import hashlib
@@ -545,7 +546,8 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
     digest = hashlib.sha256(b"".join((root / f).read_bytes() for f in (
         "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
         "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
-        "simulator/costs/roofline.py", "traces/tree.py")) + b"".join(
+        "simulator/costs/roofline.py", "traces/tree.py", "simulator/cluster/compiled_cluster_kernel.py",
+        "simulator/cluster/router.py")) + b"".join(
         p.read_bytes() for p in sorted((root / "simulator/engine/rules").glob("*.py"))))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
     code = ("import numba, simulator.engine.compiled_kernel\nfrom numba.core import config\nprint(config.CACHE_DIR)")
