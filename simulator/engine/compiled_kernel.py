@@ -103,34 +103,31 @@ register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted draft
 accept_tree = njit(cache=True)(tree_rules.accept_tree)  # the step path's tree acceptance (no kernel runs trees)
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
-# row int columns
-R_STEP, R_PHASE, R_NS, R_PT, R_BT, R_KV, R_USED, R_PROP, R_ACC, R_EMIT, R_DRF = range(11)
-ROW_INTS = 11
 # phases, in simulator/engine/compiled_run.PHASES order
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
-# the step table's drafters column (R_DRF): a bit per slot that drafted (slots in ascending drafter index, joined by
-# "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
+# the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
+# joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
 DRF_PASS = 4
 
 
 @njit(cache=True)
-def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit, drf):
-    """Row `r` of the step table: one column per line of `rows_i` (ints) and `rows_f` (start, end)."""
-    rows_i[R_STEP, r] = step
-    rows_i[R_PHASE, r] = phase
-    rows_i[R_NS, r] = ns
-    rows_i[R_PT, r] = pt
-    rows_i[R_BT, r] = bt
-    rows_i[R_KV, r] = kv
-    rows_i[R_USED, r] = used
-    rows_i[R_PROP, r] = prop
-    rows_i[R_ACC, r] = acc
-    rows_i[R_EMIT, r] = emit
-    rows_i[R_DRF, r] = drf
-    rows_f[0, r] = start
-    rows_f[1, r] = end
+def _row(rows, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit, drf):
+    """Row `r` of the step table (kernel_records.StepRows)."""
+    rows.step[r] = step
+    rows.phase[r] = phase
+    rows.num_seqs[r] = ns
+    rows.prefill_tokens[r] = pt
+    rows.batched_tokens[r] = bt
+    rows.kv_tokens[r] = kv
+    rows.kv_blocks_used[r] = used
+    rows.proposed_tokens[r] = prop
+    rows.accepted_tokens[r] = acc
+    rows.emitted_tokens[r] = emit
+    rows.drafters[r] = drf
+    rows.start[r] = start
+    rows.end[r] = end
 
 
 
@@ -314,7 +311,7 @@ def run_steps(wl, replay, costs, cfg, state, req, pol, bufs, stop_finished, unti
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
     dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
-    rows_i, rows_f, itl = bufs.rows_i, bufs.rows_f, bufs.itl
+    rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
     sd, policy, k_fixed, nslot, k_max = cfg.sd, cfg.policy, cfg.k, cfg.nslot, cfg.k_max
     max_seqs, B = cfg.max_seqs, cfg.budget
@@ -335,7 +332,7 @@ def run_steps(wl, replay, costs, cfg, state, req, pol, bufs, stop_finished, unti
     step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
     now = st.now
     step0 = step_no
-    cap_rows, cap_itl = rows_i.shape[1], len(itl)
+    cap_rows, cap_itl = len(rows.step), len(itl)
     dec = np.empty(max_seqs, np.int64)
     ctx = np.empty(max_seqs, np.int64)
     flat = np.empty(max_seqs, np.int64)
@@ -411,11 +408,11 @@ def run_steps(wl, replay, costs, cfg, state, req, pol, bufs, stop_finished, unti
             now = now + forward
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, 0)
-            _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
+            _row(rows, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
                  used, 0, 0, first_tokens, 0)
             r += 1
             if dpt > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT_PREFILL, start + target_end, start + target_end + dpt,
+                _row(rows, r, step_no, P_DRAFT_PREFILL, start + target_end, start + target_end + dpt,
                      n_pre, pre_tokens, pre_tokens, kv, used, 0, 0, 0, 0)
                 r += 1
         else:
@@ -560,7 +557,7 @@ def run_steps(wl, replay, costs, cfg, state, req, pol, bufs, stop_finished, unti
                                                     first_token, now, out, done, n_done)
             t0 = start
             if draft_t > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + draft_t, n_act, 0, prop_sum, kv, used,
+                _row(rows, r, step_no, P_DRAFT, start, start + draft_t, n_act, 0, prop_sum, kv, used,
                      prop_sum, 0, 0, drf)
                 r += 1
                 t0 = start + draft_t
@@ -570,11 +567,11 @@ def run_steps(wl, replay, costs, cfg, state, req, pol, bufs, stop_finished, unti
             elif n_pre > 0:
                 phase = P_PREFILL
             end = start + duration - dpt
-            _row(rows_i, rows_f, r, step_no, phase, t0, end, nseq, pre_tokens, tokens, kv, used, prop_sum, acc_sum,
+            _row(rows, r, step_no, phase, t0, end, nseq, pre_tokens, tokens, kv, used, prop_sum, acc_sum,
                  emitted_sum + first_tokens, drf)
             r += 1
             if dpt > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT_PREFILL, end, start + duration, n_pre, pre_tokens,
+                _row(rows, r, step_no, P_DRAFT_PREFILL, end, start + duration, n_pre, pre_tokens,
                      pre_tokens, kv, used, 0, 0, 0, DRF_PASS)
                 r += 1
         if n_done > 0:

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, FULL, P_DRAFT, P_MIXED, P_PREFILL,
-                                              P_VERIFY, ROW_INTS, STOPPED, _draft_time,
+                                              P_VERIFY, STOPPED, _draft_time,
                                               _drafters_prefill_time, _engine_loop_gap, _finish_requests,
                                               _fit_proposals, _plan, _plan_buffers, _price, _row, _save_state,
                                               _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
@@ -22,8 +22,6 @@ from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, FULL
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
-R_DEV, R_SUB = ROW_INTS, ROW_INTS + 1  # extra row columns: device (0 target, 1 drafter), sub_batch
-PSD_ROW_INTS = ROW_INTS + 2
 
 
 @njit(cache=True)
@@ -108,9 +106,10 @@ def _side_draft_time(idx, n, member, props, ks, prompt, gen, drafts, dprofiles, 
 
 
 @njit(cache=True)
-def _set_dev(rows_i, r, dev, sub):
-    rows_i[R_DEV, r] = dev
-    rows_i[R_SUB, r] = sub
+def _set_dev(rows, r, dev, sub):
+    """Row `r`'s device (0 target, 1 drafter) and sub-batch."""
+    rows.device[r] = dev
+    rows.sub_batch[r] = sub
 
 
 @njit(cache=True)
@@ -127,7 +126,7 @@ def run_psd_steps(wl, replay, costs, cfg, psd_cfg, state, psd_state, carry, req,
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
     dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
-    rows_i, rows_f, itl = bufs.rows_i, bufs.rows_f, bufs.itl
+    rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
     k_fixed = cfg.k
     max_seqs, B = cfg.max_seqs, cfg.budget
@@ -143,7 +142,7 @@ def run_psd_steps(wl, replay, costs, cfg, psd_cfg, state, psd_state, carry, req,
     ptr, admit, n_run, n_fin = st.ptr, st.admit, st.n_run, st.finished
     step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
     now = st.now
-    cap_rows, cap_itl = rows_i.shape[1], len(itl)
+    cap_rows, cap_itl = len(rows.step), len(itl)
     row_k = rowof[0, k_fixed]
     dec = np.empty(max_seqs, np.int64)
     V = np.empty(max_seqs, np.int64)
@@ -210,14 +209,14 @@ def run_psd_steps(wl, replay, costs, cfg, psd_cfg, state, psd_state, carry, req,
             now = now + (target_end + dpt)
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, 0)
-            _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, pre_tokens,
+            _row(rows, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, pre_tokens,
                  pre_kv, used, 0, 0, first_tokens, 0)
-            _set_dev(rows_i, r, 0, vs)
+            _set_dev(rows, r, 0, vs)
             r += 1
             if dpt > 0:
-                _row(rows_i, rows_f, r, step_no, P_PREFILL, start + target_end, start + target_end + dpt, n_pre,
+                _row(rows, r, step_no, P_PREFILL, start + target_end, start + target_end + dpt, n_pre,
                      pre_tokens, pre_tokens, pre_kv, used, 0, 0, 0, 0)
-                _set_dev(rows_i, r, 1, -1)
+                _set_dev(rows, r, 1, -1)
                 r += 1
         else:
             n_dec = 0
@@ -328,29 +327,29 @@ def run_psd_steps(wl, replay, costs, cfg, psd_cfg, state, psd_state, carry, req,
                     phase = P_MIXED
                 elif n_pre > 0:
                     phase = P_PREFILL
-                _row(rows_i, rows_f, r, step_no, phase, start + pre_draft_t, start + target_end, nseq, pre_tokens,
+                _row(rows, r, step_no, phase, start + pre_draft_t, start + target_end, nseq, pre_tokens,
                      tokens, kv, used, pv_sum, av_sum, emitted_sum + first_tokens, v_drafted)
-                _set_dev(rows_i, r, 0, vs)
+                _set_dev(rows, r, 0, vs)
                 r += 1
             if (nv > 0 or nd > 0) and sync_s > 0:
-                _row(rows_i, rows_f, r, step_no, P_SYNC, start + both_done, start + duration, nv + nd, 0, 0, 0, used,
+                _row(rows, r, step_no, P_SYNC, start + both_done, start + duration, nv + nd, 0, 0, 0, used,
                      0, 0, 0, 0)
-                _set_dev(rows_i, r, 0, vs)
+                _set_dev(rows, r, 0, vs)
                 r += 1
             if pre_draft_t > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + pre_draft_t, n_new, 0, p_new, kv, used,
+                _row(rows, r, step_no, P_DRAFT, start, start + pre_draft_t, n_new, 0, p_new, kv, used,
                      p_new, 0, 0, drf_pre)
-                _set_dev(rows_i, r, 1, vs)
+                _set_dev(rows, r, 1, vs)
                 r += 1
             if draft_t > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT, start + pre_draft_t, start + pre_draft_t + draft_t, nd, 0,
+                _row(rows, r, step_no, P_DRAFT, start + pre_draft_t, start + pre_draft_t + draft_t, nd, 0,
                      pd_sum, kv_d, used, pd_sum, 0, 0, drf_d)
-                _set_dev(rows_i, r, 1, 1 - vs)
+                _set_dev(rows, r, 1, 1 - vs)
                 r += 1
             if dpt > 0:
-                _row(rows_i, rows_f, r, step_no, P_PREFILL, start + pre_draft_t + draft_t, start + drafter_end, n_pre,
+                _row(rows, r, step_no, P_PREFILL, start + pre_draft_t + draft_t, start + drafter_end, n_pre,
                      pre_tokens, pre_tokens, pre_kv, used, 0, 0, 0, 0)
-                _set_dev(rows_i, r, 1, -1)
+                _set_dev(rows, r, 1, -1)
                 r += 1
             vs = _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs)
         if n_done > 0:

@@ -17,7 +17,7 @@ import numpy as np
 
 from simulator.engine import compiled_run
 from simulator.engine.compiled_run import CompiledRun
-from simulator.engine.kernel_records import PolicyState, Requests, StepBuffers, Workload, new_state
+from simulator.engine.kernel_records import PolicyState, Requests, Workload, new_state, rows_head, step_buffers
 from simulator.engine.request_state import FINISHED, RUNNING, WAITING
 from simulator.engine.rules.engine_loop import engine_loop_gap
 
@@ -171,8 +171,7 @@ class CompiledReplica(CompiledRun):
         ker = self.ker
         if self.bufs is None:
             rows = compiled_run.SEGMENT_ROWS
-            self.bufs = StepBuffers(np.empty((ker.ROW_INTS, rows), dtype=np.int64), np.empty((2, rows)),
-                                    np.empty(rows * 16 + self.srv.max_num_seqs))
+            self.bufs = step_buffers(rows, rows * 16 + self.srv.max_num_seqs)
         step0 = int(self.rs.step)
         self.rs.now = now
         while True:
@@ -194,17 +193,17 @@ class CompiledReplica(CompiledRun):
         """(number, start, end, KV after its plan) of the last CHAIN steps the kernel took, from the row buffer: a
         step's rows share its number, the first starts it and the last ends it, each records the KV after its plan (a
         step's rows never straddle two buffers)."""
-        ker, ri, rf = self.ker, self.bufs.rows_i, self.bufs.rows_f
+        rows = self.bufs.rows
         r = int(self.rs.rows)
         found = []
         while r > 0 and len(found) < CHAIN:
-            no = int(ri[ker.R_STEP, r - 1])
+            no = int(rows.step[r - 1])
             if self.recent and no <= self.recent[-1][0]:
                 break
             r0 = r - 1
-            while r0 > 0 and ri[ker.R_STEP, r0 - 1] == no:
+            while r0 > 0 and rows.step[r0 - 1] == no:
                 r0 -= 1
-            found.append((no, float(rf[0, r0]), float(rf[1, r - 1]), int(ri[ker.R_USED, r - 1])))
+            found.append((no, float(rows.start[r0]), float(rows.end[r - 1]), int(rows.kv_blocks_used[r - 1])))
             r = r0
         self.recent = (self.recent + found[::-1])[-CHAIN:]
 
@@ -256,7 +255,7 @@ class CompiledReplica(CompiledRun):
         if ni:
             outcome.itl_chunks.append(bufs.itl[:ni].copy())
         if r:
-            outcome.steps.append_columns(self._columns(bufs.rows_i[:, :r].copy(), bufs.rows_f[:, :r].copy()))
+            outcome.steps.append_columns(self._columns(rows_head(bufs.rows, r, copy=True)))
         rs.rows = rs.itl = 0
 
     def settle(self) -> None:

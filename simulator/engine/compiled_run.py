@@ -38,7 +38,8 @@ from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
 from simulator.engine.kernel_records import (PSD_STATE, Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests,
-                                             Settings, StepBuffers, Workload, new_state, typed)
+                                             Settings, StepRows, Workload, new_state, rows_concat, rows_head,
+                                             step_buffers, typed)
 from simulator.engine.request_state import FINISHED
 from simulator.engine.rules.kv import peak_tokens
 from simulator.engine.rules.pricing import DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, DraftTerms, ProfileTerms
@@ -370,16 +371,12 @@ class CompiledRun:
         if self.psd:
             import simulator.engine.compiled_psd_kernel as pker
 
-            row_ints = pker.PSD_ROW_INTS
             cfg = srv.scenario.psd
             psd_cfg = typed(PSDSettings, split_min=cfg.split_min_batch, defer_kv=cfg.defer_kv, sync_s=cfg.sync_s)
             psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.executor.fallback_steps)
             carry = PSDCarry(st.sub_batch, *(np.zeros(n, dtype=np.int64) for _ in range(4)))  # sides written in
             # place; no proposal pending (_psd_reason)
-        else:
-            row_ints = ker.ROW_INTS
-        bufs = StepBuffers(np.empty((row_ints, SEGMENT_ROWS), dtype=np.int64),  # one line per column
-                           np.empty((2, SEGMENT_ROWS)), np.empty(SEGMENT_ROWS * 16 + srv.max_num_seqs))
+        bufs = step_buffers(SEGMENT_ROWS, SEGMENT_ROWS * 16 + srv.max_num_seqs)
         blocks_row, itl_parts = [], []
 
         def ask_at(done: int) -> int:
@@ -406,11 +403,11 @@ class CompiledRun:
                 srv.on_step(n_fin)
             last = code == ker.DONE or (code == ker.STOPPED and stop(n_fin))
             if last:  # the buffers are not reused: keep views
-                blocks_row.append((bufs.rows_i[:, :r], bufs.rows_f[:, :r]))
+                blocks_row.append(rows_head(bufs.rows, r))
                 itl_parts.append(bufs.itl[:ni])
                 break
             if r or code == ker.FULL:
-                blocks_row.append((bufs.rows_i[:, :r].copy(), bufs.rows_f[:, :r].copy()))
+                blocks_row.append(rows_head(bufs.rows, r, copy=True))
                 itl_parts.append(bufs.itl[:ni].copy())
                 rec.rows = rec.itl = 0
             if code == ker.STOPPED:
@@ -496,16 +493,15 @@ class CompiledRun:
         itl = itl_parts[0] if len(itl_parts) == 1 else np.concatenate(itl_parts)
         if len(itl):
             outcome.itl_chunks.append(itl)
-        ri = blocks_row[0][0] if len(blocks_row) == 1 else np.concatenate([b[0] for b in blocks_row], axis=1)
-        rf = blocks_row[0][1] if len(blocks_row) == 1 else np.concatenate([b[1] for b in blocks_row], axis=1)
-        if ri.shape[1]:
-            outcome.steps.append_columns(self._columns(ri, rf))
+        rows = rows_concat(blocks_row)
+        if len(rows.step):
+            outcome.steps.append_columns(self._columns(rows))
 
-    def _columns(self, ri: np.ndarray, rf: np.ndarray) -> dict[str, np.ndarray]:
+    def _columns(self, rows: StepRows) -> dict[str, np.ndarray]:
         """Step-table columns (records.STEP_COLUMNS) of the kernel's rows."""
         import simulator.engine.compiled_kernel as ker
 
-        S = ri.shape[1]
+        S = len(rows.step)
         phases = np.array(PHASES, dtype=object)
         # compiled_kernel's drafters codes: a bit per slot that drafted; DRF_PASS the prompt pass's drafters
         names = [""] * (ker.DRF_PASS + 1)
@@ -513,15 +509,12 @@ class CompiledRun:
             names[code] = "+".join(d for g, d in enumerate(self.slots) if code >> g & 1)
         names[ker.DRF_PASS] = self.pass_names
         names = np.array(names, dtype=object)
-        col = ri.__getitem__  # a line of the (columns, rows) buffer: contiguous
         # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)
-        psd = ri.shape[0] > ker.ROW_INTS  # compiled_psd_kernel's rows: device and sub_batch columns
-        dev = ri[ker.ROW_INTS].astype(np.intp) if psd else np.zeros(S, dtype=np.intp)
-        sub = ri[ker.ROW_INTS + 1] if psd else np.full(S, -1, dtype=np.int64)
-        return {"step": col(ker.R_STEP), "device": np.array(["target", "drafter"], dtype=object)[dev],
-                "phase": phases[col(ker.R_PHASE)], "start": rf[0], "end": rf[1], "num_seqs": col(ker.R_NS),
-                "prefill_tokens": col(ker.R_PT),
-                "batched_tokens": col(ker.R_BT), "kv_tokens": col(ker.R_KV), "kv_blocks_used": col(ker.R_USED),
-                "proposed_tokens": col(ker.R_PROP), "accepted_tokens": col(ker.R_ACC),
-                "emitted_tokens": col(ker.R_EMIT), "sub_batch": sub,
-                "drafters": names[col(ker.R_DRF)]}
+        dev = rows.device.astype(np.intp) if self.psd else np.zeros(S, dtype=np.intp)  # PSD's rows only
+        sub = rows.sub_batch if self.psd else np.full(S, -1, dtype=np.int64)
+        return {"step": rows.step, "device": np.array(["target", "drafter"], dtype=object)[dev],
+                "phase": phases[rows.phase], "start": rows.start, "end": rows.end, "num_seqs": rows.num_seqs,
+                "prefill_tokens": rows.prefill_tokens, "batched_tokens": rows.batched_tokens,
+                "kv_tokens": rows.kv_tokens, "kv_blocks_used": rows.kv_blocks_used,
+                "proposed_tokens": rows.proposed_tokens, "accepted_tokens": rows.accepted_tokens,
+                "emitted_tokens": rows.emitted_tokens, "sub_batch": sub, "drafters": names[rows.drafters]}

@@ -112,12 +112,47 @@ class PolicyState(NamedTuple):
     usage: np.ndarray  # int64, slots + 1
 
 
+class StepRows(NamedTuple):
+    """The step table's columns the kernels fill, one array each, a row per slice of a step (records.STEP_COLUMNS'
+    names; phase as compiled_kernel's P_* code, drafters as its bit code)."""
+    step: np.ndarray  # int64
+    phase: np.ndarray
+    num_seqs: np.ndarray
+    prefill_tokens: np.ndarray
+    batched_tokens: np.ndarray
+    kv_tokens: np.ndarray
+    kv_blocks_used: np.ndarray
+    proposed_tokens: np.ndarray
+    accepted_tokens: np.ndarray
+    emitted_tokens: np.ndarray
+    drafters: np.ndarray
+    start: np.ndarray  # float64
+    end: np.ndarray
+    device: np.ndarray  # int64, PSD's only (0 target, 1 drafter)
+    sub_batch: np.ndarray  # int64, PSD's only
+
+
 class StepBuffers(NamedTuple):
-    """The kernel's output buffers: step-table rows (int columns one per line of `rows_i`, compiled_kernel R_*;
-    start and end in `rows_f`) and ITL gaps."""
-    rows_i: np.ndarray
-    rows_f: np.ndarray
+    """The kernel's output buffers: the step rows and the ITL gaps."""
+    rows: StepRows
     itl: np.ndarray
+
+
+def step_buffers(rows: int, gaps: int) -> StepBuffers:
+    """Empty buffers for `rows` step rows and `gaps` ITL gaps (untouched pages cost nothing)."""
+    floats = ("start", "end")
+    return StepBuffers(StepRows._make(np.empty(rows, dtype=np.float64 if f in floats else np.int64)
+                                      for f in StepRows._fields), np.empty(gaps))
+
+
+def rows_head(rows: StepRows, r: int, copy: bool = False) -> StepRows:
+    """The first `r` rows (views, or copies when the buffer is reused)."""
+    return StepRows._make(c[:r].copy() if copy else c[:r] for c in rows)
+
+
+def rows_concat(parts: list[StepRows]) -> StepRows:
+    """Row blocks one after another."""
+    return parts[0] if len(parts) == 1 else StepRows._make(np.concatenate(c) for c in zip(*parts))
 
 
 class PSDCarry(NamedTuple):
