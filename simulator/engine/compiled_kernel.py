@@ -21,12 +21,12 @@ end-of-output cut is rules/emission.emit_decoded's.
 The kernel runs until every request finished, a row or ITL buffer is full, `stop_finished` requests have
 finished, or, having taken a step, the next step would start (after vLLM V1's engine-loop gap, not yet taken) at or
 after `until` (the caller's next external event: a cluster replica passes its router's next arrival, so it runs the
-steps up to it in one call; simulator/engine/compiled_replica.py), or, for a replica (`Settings.routed`), it is idle with no
-arrival known, and returns a code (`DONE`, `FULL`, `STOPPED`, `PAUSED`; negative: a broken invariant). It takes a few
-named records (simulator/engine/kernel_records.py: the workload, the acceptance replay, the costs, the settings, the
-run's state record, the per-request arrays, the policy state, the output buffers) and all state lives in them, so the
-caller empties the buffers, adds the arrivals pushed since (the state's `submitted`: how many of `arrival` are known)
-and calls it again.
+steps up to it in one call; simulator/engine/compiled_replica.py), or, for a replica (`Settings.routed`), it is idle
+with no arrival known, and returns a code (`DONE`, `FULL`, `STOPPED`, `PAUSED`; negative: a broken invariant). It
+takes a few named records (simulator/engine/kernel_records.py: the workload, the acceptance replay, the costs, the
+settings, the run's state record, the per-request arrays, the policy state, the output buffers) and all state lives
+in them, so the caller empties the buffers, adds the arrivals pushed since (the state's `submitted`: how many of
+`arrival` are known) and calls it again.
 """
 from __future__ import annotations
 

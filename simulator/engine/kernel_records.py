@@ -1,4 +1,5 @@
-"""The compiled kernels' arguments as a few named records (compiled_kernel.run_steps, compiled_psd_kernel.run_psd_steps).
+"""The compiled kernels' arguments as a few named records (compiled_kernel.run_steps,
+compiled_psd_kernel.run_psd_steps).
 
 NamedTuples of arrays or typed scalars (numba compiles them as they are; plain Python reads the same fields with its
 JIT off) and one-record structured arrays for the scalars a kernel call leaves behind (a numpy record array: `st =
@@ -8,9 +9,12 @@ This module imports no numba: compiled_run builds the records before it imports 
 """
 from __future__ import annotations
 
-from typing import NamedTuple, get_type_hints
+from typing import TYPE_CHECKING, NamedTuple, get_type_hints
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from simulator.engine.rules.pricing import DraftTerms, ProfileTerms
 
 
 class Workload(NamedTuple):
@@ -36,9 +40,9 @@ class Replay(NamedTuple):
 class Costs(NamedTuple):
     """The step prices' records: the target's profile (rules.pricing.ProfileTerms), each drafter slot's draft cost
     (DraftTerms) and profile, padded to compiled_run.MAX_SLOTS, and the prompt passes in the policy's order."""
-    target: tuple
-    drafts: tuple
-    dprofiles: tuple
+    target: ProfileTerms
+    drafts: tuple[DraftTerms, ...]
+    dprofiles: tuple[ProfileTerms, ...]
     pf_order: np.ndarray  # int64 slot indices
 
 
