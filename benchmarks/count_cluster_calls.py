@@ -52,7 +52,7 @@ def main() -> None:
             compiled_cluster.ENABLED = enabled
             out = _stopping_point(p.payload["config"], p.payload["slo"], p.payload["stop"])
             sim = made[-1]
-            steps = sum(int(r.server.compiled.istate[r.server.compiled.ker.S_STEP]) for r in sim.replicas)
+            steps = sum(int(r.server.compiled.rs.step) for r in sim.replicas)
             if sim.compiled is not None:
                 calls = sim.compiled.calls
             elif enabled:

@@ -5,8 +5,8 @@ full, at the early-stop hook's checks, and at the end.
 `cluster_ineligible_reason` says why a cluster keeps the per-replica path (each replica's SimPy process calling the
 kernel up to the next routing, simulator/engine/compiled_replica.py): a replica on the step path, a step hook that
 does not name its next check, replicas whose step prices, drafters or acceptance tables differ (the loop shares
-them). An eligible cluster's replicas keep their `CompiledReplica` (its arrays become rows of the loop's stacked
-arrays, so its `settle` writes the outcome into the server as before); one SimPy process drives the loop and moves
+them). An eligible cluster's replicas keep their `CompiledReplica` (its kernel records become views of rows of the
+loop's stacked records, so its `settle` writes the outcome into the server as before); one SimPy process drives the loop and moves
 the clock to each hook's instant, so `progress_of` and `run_until_decided` read it as before.
 """
 from __future__ import annotations
@@ -18,6 +18,8 @@ import numpy as np
 from simulator.cluster.router import ROUTER_CODES
 from simulator.engine import compiled_run
 from simulator.engine.compiled_replica import exact_delays
+from simulator.engine.kernel_records import (RUN_STATE, PolicyState, Requests, StepBuffers, StepRows, Workload,
+                                             new_state, step_buffers, typed)
 
 ENABLED = True  # module switch: False keeps every cluster on the per-replica path (tests compare both)
 BIG_BUFFER = 4096  # rows per replica's buffer when SEGMENT_ROWS is larger and replicas are many (memory)
@@ -36,12 +38,16 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
     c0 = cluster.replicas[0].server.compiled
     for j, rep in enumerate(cluster.replicas[1:], 1):
         c = rep.server.compiled
-        shared = ("rowof", "cap", "pf_order", "arm_slot", "first_all", "last_all", "target", "drafts", "dprofiles",
-                  "slots")
-        for name in (("tab",) if c0.slots else ()) + shared:  # an AR run's tab is never read (left unfilled)
-            if not _same(getattr(c0, name), getattr(c, name)):
+        shared = (("rowof", c.replay.rowof, c0.replay.rowof), ("cap", c.replay.cap, c0.replay.cap),
+                  ("costs", c.costs, c0.costs),
+                  ("arm_slot", c.pol.arm_slot, c0.pol.arm_slot), ("first_all", c.first_all, c0.first_all),
+                  ("last_all", c.last_all, c0.last_all), ("slots", c.slots, c0.slots))
+        if c0.slots:  # an AR run's tab is never read (left unfilled)
+            shared = (("tab", c.replay.tab, c0.replay.tab),) + shared
+        for name, mine, first in shared:
+            if not _same(first, mine):
                 return f"replica {j}'s {name} differs from replica 0's (the loop shares them): per-replica path"
-        if c.est_s.shape != c0.est_s.shape or c.arm_counts.shape != c0.arm_counts.shape:
+        if c.pol.est_s.shape != c0.pol.est_s.shape or c.pol.arm_counts.shape != c0.pol.arm_counts.shape:
             return f"replica {j}'s policy state differs in shape from replica 0's: per-replica path"
     return None
 
@@ -65,16 +71,30 @@ def _stack(arrays: list[np.ndarray], fill) -> np.ndarray:
     return out
 
 
-# the per-replica arrays of CompiledReplica the loop stacks (name, padding)
-STACKED = (("gidx", 0), ("arrival", np.nan), ("prompt", 0), ("out", 0), ("first", 0), ("last", 0), ("est_s", 0.0),
-           ("est_f", 0.0), ("arm_counts", 0.0), ("arm_sums", 0.0), ("usage", 0), ("iparams", 0), ("fparams", 0.0),
-           ("istate", 0), ("fstate", 0.0), ("run_", 0), ("gen", 0), ("prefill_left", 0), ("prefill_done", 0),
-           ("blocks", 0), ("last_emit", np.nan), ("first_sched", np.nan), ("first_token", np.nan),
-           ("finish", np.nan), ("dsteps", 0), ("dprop", 0), ("dacc", 0))
+# the replicas' kernel records the loop stacks (record attribute of CompiledReplica, its type, the fields the
+# replicas share instead, the padding of a float field)
+STACKED = (("work", Workload, ("client_of",)), ("req", Requests, ()), ("pol", PolicyState, ("arm_slot",)))
+
+
+def _stacked_record(records: list, shared: tuple[str, ...]):
+    """One record of the same type whose fields are the given ones' stacked along a new first axis (floats padded
+    with NaN, integers with 0), but the `shared` fields, taken from the first."""
+    fields = []
+    for name in records[0]._fields:
+        arrays = [getattr(r, name) for r in records]
+        fields.append(arrays[0] if name in shared else _stack(arrays, np.nan if arrays[0].dtype.kind == "f" else 0))
+    return type(records[0])._make(fields)
+
+
+def _row_of(stacked, j: int, shared: tuple[str, ...], like):
+    """Replica j's record: views of its rows of `stacked`, each cut to the shape of the field in `like`."""
+    return type(like)._make(getattr(stacked, f) if f in shared else
+                            getattr(stacked, f)[(j,) + tuple(slice(0, s) for s in getattr(like, f).shape)]
+                            for f in like._fields)
 
 
 class CompiledCluster:
-    """The loop's arrays for one cluster and the SimPy process that drives it (`drive`)."""
+    """The loop's records for one cluster and the SimPy process that drives it (`drive`)."""
 
     def __init__(self, cluster, on_step):
         import simulator.cluster.compiled_cluster_kernel as cker
@@ -86,65 +106,65 @@ class CompiledCluster:
         self.comp = comp = [r.server.compiled for r in reps]
         for c in comp:
             c.driven = True  # its own SimPy process returns at once (CompiledReplica.loop)
-        self.arr = {}
-        for name, fill in STACKED:
-            big = _stack([getattr(c, name) for c in comp], fill)
-            self.arr[name] = big
+        self.stacked = {}
+        for attr, _, shared in STACKED:  # each replica's records become views of the loop's stacked ones
+            own = [getattr(c, attr) for c in comp]
+            big = self.stacked[attr] = _stacked_record(own, shared)
             for j, c in enumerate(comp):
-                setattr(c, name, big[(j,) + tuple(slice(0, s) for s in getattr(c, name).shape)])
+                setattr(c, attr, _row_of(big, j, shared, own[j]))
+        self.state = np.zeros(N, dtype=RUN_STATE).view(np.recarray)
+        self.settings = np.concatenate([c.kernel_settings for c in comp]).view(np.recarray)  # max_num_seqs may differ
+        gidx = _stack([c.gidx for c in comp], 0)
+        for j, c in enumerate(comp):
+            self.state[j] = c.state[0]
+            c.state, c.kernel_settings = self.state[j:j + 1], self.settings[j:j + 1]
+            c.rs = c.state[0]
+            c.gidx = gidx[j, :len(c.gidx)]
         rows = compiled_run.SEGMENT_ROWS
         if rows > BIG_BUFFER:
             rows = max(BIG_BUFFER, rows // N)
         max_seqs = max(r.server.max_num_seqs for r in reps)
-        self.rows_i = np.empty((N, ker.ROW_INTS, rows), dtype=np.int64)
-        self.rows_f = np.empty((N, 2, rows))
-        self.itl = np.empty((N, rows * 16 + max_seqs))
+        one = step_buffers(rows, rows * 16 + max_seqs)
+        self.bufs = StepBuffers(StepRows._make(np.empty((N,) + c.shape, dtype=c.dtype) for c in one.rows),
+                                np.empty((N,) + one.itl.shape))
         for j, c in enumerate(comp):
-            c.rows_i, c.rows_f, c.itl = self.rows_i[j], self.rows_f[j], self.itl[j]
+            c.bufs = StepBuffers(StepRows._make(col[j] for col in self.bufs.rows), self.bufs.itl[j])
         c0 = comp[0]
-        self.c_arrival = cluster.arrival  # float64; a closed loop's source fills it (in place)
-        self.pblocks = np.stack([r._prompt_blocks.astype(np.int64) for r in reps])
         router, source = cluster.router, cluster.source
-        self.router_code = ROUTER_CODES[cluster.spec.name]
         closed = cluster.closed_loop
         if source.arrival is not cluster.arrival:
             raise ValueError("compiled cluster: the arrival source must fill the cluster's arrival array")
-        self.c_client = source.client_of if closed else np.zeros(n, dtype=np.int64)  # written in place
-        self.key_id, self.key_client = np.zeros(n, dtype=np.int64), 0
-        self.homes = np.full(1, -1, dtype=np.int64)
-        self.limit = np.zeros(N, dtype=np.int64)
+        key_id, key_client = np.zeros(n, dtype=np.int64), False
+        client = source.client_of if closed else np.zeros(n, dtype=np.int64)  # written in place
+        homes, limit = np.full(1, -1, dtype=np.int64), np.zeros(N, dtype=np.int64)
         if cluster.spec.name == "affinity":
             if router.key == "client":  # known as each request is submitted (the loop writes the later ones)
-                self.key_id[:] = np.maximum(self.c_client, 0)
-                self.key_client, n_keys = 1, max(cluster.wl.closed_loop_clients, 1)
+                key_id[:] = np.maximum(client, 0)
+                key_client, n_keys = True, max(cluster.wl.closed_loop_clients, 1)
             else:
-                self.key_id, n_keys = self._affinity_keys(router.key)
-            self.homes = np.full(max(n_keys, 1), -1, dtype=np.int64)
-            self.limit = router.limits(reps)
-        self.assigned = cluster.assigned  # written in place
-        self.routed = np.zeros(N, dtype=np.int64)
-        self.cum = np.zeros((N, n + 1), dtype=np.int64)  # prompt blocks of a replica's first k routed requests
-        self.ev_time = np.full(N + 2, math.inf)  # N: the router's timeout / condition; N + 1: its wake
-        self.ev_prio = np.full(N + 2, cker.URGENT, dtype=np.int64)
-        self.ev_eid = np.arange(N + 2, dtype=np.int64)  # the processes' starts, in the order they were made
-        self.ev_kind = np.full(N + 2, cker.K_TOP, dtype=np.int64)
-        self.ev_kind[N], self.ev_kind[N + 1] = cker.K_R_BODY, cker.K_NONE
-        self.ev_time[:N + 1] = float(cluster.env.now)
-        self.push_wait = np.zeros(N, dtype=np.int64)
-        self.cst = np.zeros(cker.N_CST, dtype=np.int64)
-        self.cst[cker.C_EID] = N + 1
-        self.cst[cker.C_RESUME_REP] = -1
-        self.cst[cker.C_NEXT] = source.submitted if closed else n
-        self.cst[cker.C_CLOSED] = closed
-        self.cst[cker.C_RMODE] = cker.R_RUNNING
-        self.cft = np.zeros(2)
-        self.cft[cker.CF_THINK] = source.think_time if closed else 0.0
-        self.inflight = np.zeros((N, 3), dtype=np.int64)
-        self.fin_list = np.zeros((N, max_seqs), dtype=np.int64)  # a step's finishes in StepOutcome's order
-        self.shared = (c0.client_of, c0.tab, c0.rowof, c0.cap, c0.target, c0.drafts, c0.dprofiles, c0.pf_order,
-                       c0.arm_slot)
-        self.prompt_all, self.out_all = c0.prompt_all, c0.out_all
-        self.first_all, self.last_all = c0.first_all, c0.last_all
+                key_id, n_keys = self._affinity_keys(router.key)
+            homes = np.full(max(n_keys, 1), -1, dtype=np.int64)
+            limit = router.limits(reps)
+        # the cluster's arrival array: a closed loop's source fills it (in place); assigned: written in place
+        self.routing = cker.Routing(cluster.arrival, client, c0.prompt_all, c0.out_all, c0.first_all, c0.last_all,
+                                    np.stack([r._prompt_blocks.astype(np.int64) for r in reps]), key_id, homes,
+                                    limit, cluster.assigned)
+        self.cset = typed(cker.ClusterSettings, router=ROUTER_CODES[cluster.spec.name], closed=closed,
+                          key_client=key_client, think=source.think_time if closed else 0.0)
+        # the processes' starts (the replicas', then the router's), in the order they were made; N + 1: the wake
+        self.ev = cker.Processes(np.full(N + 2, math.inf), np.full(N + 2, cker.URGENT, dtype=np.int64),
+                                 np.arange(N + 2, dtype=np.int64), np.full(N + 2, cker.K_TOP, dtype=np.int64))
+        self.ev.kind[N], self.ev.kind[N + 1] = cker.K_R_BODY, cker.K_NONE
+        self.ev.time[:N + 1] = float(cluster.env.now)
+        self.cstate = new_state(cker.CLUSTER_STATE, eid=N + 1, resume_rep=-1, full_rep=-1, hook_rep=-1,
+                                next=source.submitted if closed else n, rmode=cker.R_RUNNING)
+        self.cs = self.cstate[0]
+
+        def z():
+            return np.zeros(N, dtype=np.int64)
+
+        self.views = cker.ReplicaViews(z(), z(), gidx, np.zeros((N, n + 1), dtype=np.int64), z(), z(), z(),
+                                       np.zeros((N, max_seqs), dtype=np.int64))
         self.calls = 0  # run_cluster calls from Python (a count the tests and docs/speed.md read)
 
     def _affinity_keys(self, key: str) -> tuple[np.ndarray, int]:
@@ -162,16 +182,10 @@ class CompiledCluster:
         return out, len(ids)
 
     def _call(self, next_check: int) -> int:
-        a = self.arr
-        code = self.cker.run_cluster(
-            self.c_arrival, self.c_client, self.prompt_all, self.out_all, self.first_all, self.last_all, self.pblocks,
-            self.key_id, self.key_client, self.homes, self.limit, self.router_code, self.assigned, self.routed,
-            self.ev_time, self.ev_prio, self.ev_eid, self.ev_kind, self.push_wait, self.cst, self.cft, self.inflight,
-            self.fin_list, next_check, *self.shared,
-            a["gidx"], self.cum, a["arrival"], a["prompt"], a["out"], a["first"], a["last"], a["est_s"], a["est_f"],
-            a["arm_counts"], a["arm_sums"], a["usage"], a["iparams"], a["fparams"], a["istate"], a["fstate"],
-            a["run_"], a["gen"], a["prefill_left"], a["prefill_done"], a["blocks"], a["last_emit"], a["first_sched"],
-            a["first_token"], a["finish"], a["dsteps"], a["dprop"], a["dacc"], self.rows_i, self.rows_f, self.itl)
+        c0, big = self.comp[0], self.stacked
+        code = self.cker.run_cluster(self.routing, self.cset, self.cstate, self.ev, self.views, next_check,
+                                     c0.replay, c0.costs, self.settings, big["work"], self.state, big["req"],
+                                     big["pol"], self.bufs)
         self.calls += 1
         return int(code)
 
@@ -185,25 +199,25 @@ class CompiledCluster:
             check = -1 if hook is None else min(int(hook.next_check), total)
             code = self._call(check)
             if code == cker.FULL:
-                self.comp[int(self.cst[cker.C_FULL_REP])]._flush()
+                self.comp[int(self.cs.full_rep)]._flush()
                 continue
             if code == cker.HOOK:
-                for d in exact_delays(float(env.now), float(self.cft[cker.CF_NOW])):
+                for d in exact_delays(float(env.now), float(self.cs.now)):
                     yield env.timeout(d)
                 self._show()
                 if hook(cl.n_finished):
                     return
                 continue
             if code != cker.DONE:
-                j = int(self.cst[cker.C_FULL_REP])
+                j = int(self.cs.full_rep)
                 what = {cker.STALLED: "stalled", self.ker.ERR_STALL: "stalled",
                         self.ker.ERR_PREEMPT: "needed a preemption"}.get(code, f"returned {code}")
-                at = float(self.cft[cker.CF_NOW])
+                at = float(self.cs.now)
                 raise RuntimeError(f"compiled cluster loop (replica {j}): {what} near t={at:.6f}s (its eligibility "
                                    "check should have sent this run to the per-replica path: a bug, please report it "
                                    "with the config)")
             self._show()
-            end = float(self.arr["fstate"][:, 0].max())  # the last step's end (SimPy's clock at the end)
+            end = float(self.state.now.max())  # the last step's end (SimPy's clock at the end)
             if end > env.now:
                 for d in exact_delays(float(env.now), end):
                     yield env.timeout(d)
@@ -214,28 +228,29 @@ class CompiledCluster:
         counts, arrival times, the router's state), and each replica's first tokens, finishes and finished count,
         without those of a step still in flight."""
         cl, cker, ker = self.cluster, self.cker, self.ker
-        cl.n_routed = int(self.cst[cker.C_ROUTED])
+        cs = self.cs
+        cl.n_routed = int(cs.routed)
         if cl.closed_loop:
-            cl.source.resume(int(self.cst[cker.C_NEXT]), int(self.cst[cker.C_SRC]))
+            cl.source.resume(int(cs.next), int(cs.src))
         else:
-            cl.source.resume(int(self.cst[cker.C_SRC]))
+            cl.source.resume(int(cs.src))
         router = cl.router
         if cl.spec.name == "round_robin":
             router._next = cl.n_routed
         elif cl.spec.name == "affinity":
-            router.overflows = int(self.cst[cker.C_OVERFLOWS])
+            router.overflows = int(cs.overflows)
         for j, (rep, c) in enumerate(zip(cl.replicas, self.comp)):
-            rep.routed = int(self.routed[j])
+            rep.routed = int(self.views.routed[j])
             st = rep.server.state
-            k = int(c.istate[ker.S_SUBMITTED])
+            k = int(c.rs.submitted)
             g = c.gidx[:k]
-            st.arrival[g] = c.arrival[:k]
-            ft, fin = c.first_token[:k].copy(), c.finish[:k].copy()
-            n_fin = int(c.istate[ker.S_FINISHED])
-            if self.inflight[j, cker.IF_ON]:
-                end = float(c.fstate[ker.FS_NOW])
+            st.arrival[g] = c.work.arrival[:k]
+            ft, fin = c.req.first_token[:k].copy(), c.req.finish[:k].copy()
+            n_fin = int(c.rs.finished)
+            if self.views.flight_on[j]:
+                end = float(c.rs.now)
                 ft[ft >= end] = np.nan
                 fin[fin >= end] = np.nan
-                n_fin -= int(self.inflight[j, cker.IF_FIN])
+                n_fin -= int(self.views.flight_fin[j])
             st.first_token[g], st.finish[g] = ft, fin
             st.n_finished = n_fin

@@ -21,9 +21,12 @@ end-of-output cut is rules/emission.emit_decoded's.
 The kernel runs until every request finished, a row or ITL buffer is full, `stop_finished` requests have
 finished, or, having taken a step, the next step would start (after vLLM V1's engine-loop gap, not yet taken) at or
 after `until` (the caller's next external event: a cluster replica passes its router's next arrival, so it runs the
-steps up to it in one call; simulator/engine/compiled_replica.py), or, for a replica (`I_ROUTED`), it is idle with no
-arrival known, and returns a code (`DONE`, `FULL`, `STOPPED`, `PAUSED`; negative: a broken invariant). All state
-lives in the arrays it is given, so the caller empties the buffers, adds the arrivals pushed since (`S_SUBMITTED`: how many of `arrival` are known) and calls it again.
+steps up to it in one call; simulator/engine/compiled_replica.py), or, for a replica (`Settings.routed`), it is idle
+with no arrival known, and returns a code (`DONE`, `FULL`, `STOPPED`, `PAUSED`; negative: a broken invariant). It
+takes a few named records (simulator/engine/kernel_records.py: the workload, the acceptance replay, the costs, the
+settings, the run's state record, the per-request arrays, the policy state, the output buffers) and all state lives
+in them, so the caller empties the buffers, adds the arrivals pushed since (the state's `submitted`: how many of
+`arrival` are known) and calls it again.
 """
 from __future__ import annotations
 
@@ -31,10 +34,12 @@ import hashlib
 import os
 from pathlib import Path
 
-# the kernels (the cluster loop's too) and the rules they compile (numba keys a cached kernel on its own file only)
+# the kernels (the cluster loop's too), the records they take and the rules they compile (numba keys a cached
+# kernel on its own file only; a record's fields are compiled in by name)
 _ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SOURCES = tuple(_ROOT / p for p in (
-    "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
+    "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
+    "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
     "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
     "simulator/costs/roofline.py", "traces/tree.py", "simulator/cluster/compiled_cluster_kernel.py",
     "simulator/cluster/router.py")) + tuple(
@@ -103,54 +108,31 @@ register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted draft
 accept_tree = njit(cache=True)(tree_rules.accept_tree)  # the step path's tree acceptance (no kernel runs trees)
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
-# row int columns
-R_STEP, R_PHASE, R_NS, R_PT, R_BT, R_KV, R_USED, R_PROP, R_ACC, R_EMIT, R_DRF = range(11)
-ROW_INTS = 11
 # phases, in simulator/engine/compiled_run.PHASES order
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
-# iparams
-I_SD, I_POLICY, I_K, I_NSLOT, I_KMAX, I_MAX_SEQS, I_BUDGET, I_CHUNKED, I_SEPARATE, I_BLOCK, I_BLOCKS, I_CLOSED, \
-    I_SHARED, I_CAP, I_MIN_MATCH, I_K_NGRAM, I_K_EAGLE, I_NGRAM_SLOT, I_ARMS, I_DECODE_BUDGET, I_LOOKAHEAD, \
-    I_ASYNC, I_ROUTED = range(23)
-N_IPARAMS = 23  # I_DECODE_BUDGET: vLLM V1's decode budget (scheduler: vllm-v1); I_LOOKAHEAD: its lookahead KV
-# slots per running request (rules/kv.lookahead_slots); I_ASYNC: async scheduling (rules/engine_loop.overlapped_gap);
-# I_ROUTED: the caller pushes arrivals (a cluster replica): idle with none known, the kernel returns PAUSED for the
-# caller to wait for one
-# fparams: overhead; closed-loop think time; acceptance estimate prior, weight, decay; UCB's beta; vLLM V1's
-# engine-loop gap between busy steps (Server.gap_s)
-F_OVERHEAD, F_THINK, F_PRIOR, F_PRIOR_W, F_DECAY, F_BETA, F_GAP = range(7)
-N_FPARAMS = 7
-# istate
-S_PTR, S_ADMIT, S_NRUN, S_FINISHED, S_STEP, S_USED, S_PEAK, S_ROWS, S_ITL, S_USAGE_D, S_USAGE_NONE, S_SUBMITTED = \
-    range(12)  # S_USAGE_D: unused (per-slot usage is the `usage` array)
-S_BUSY = 12  # the last loop turn ran a step (Server.loop's `busy`: the engine-loop gap follows it)
-N_ISTATE = 13
-# fstate: the clock; the last step's duration (Server.loop's `forward`: async scheduling hides the gap behind it)
-FS_NOW, FS_FORWARD = range(2)
-N_FSTATE = 2
-# the step table's drafters column (R_DRF): a bit per slot that drafted (slots in ascending drafter index, joined by
-# "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
+# the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
+# joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
 DRF_PASS = 4
 
 
 @njit(cache=True)
-def _row(rows_i, rows_f, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit, drf):
-    """Row `r` of the step table: one column per line of `rows_i` (ints) and `rows_f` (start, end)."""
-    rows_i[R_STEP, r] = step
-    rows_i[R_PHASE, r] = phase
-    rows_i[R_NS, r] = ns
-    rows_i[R_PT, r] = pt
-    rows_i[R_BT, r] = bt
-    rows_i[R_KV, r] = kv
-    rows_i[R_USED, r] = used
-    rows_i[R_PROP, r] = prop
-    rows_i[R_ACC, r] = acc
-    rows_i[R_EMIT, r] = emit
-    rows_i[R_DRF, r] = drf
-    rows_f[0, r] = start
-    rows_f[1, r] = end
+def _row(rows, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit, drf):
+    """Row `r` of the step table (kernel_records.StepRows)."""
+    rows.step[r] = step
+    rows.phase[r] = phase
+    rows.num_seqs[r] = ns
+    rows.prefill_tokens[r] = pt
+    rows.batched_tokens[r] = bt
+    rows.kv_tokens[r] = kv
+    rows.kv_blocks_used[r] = used
+    rows.proposed_tokens[r] = prop
+    rows.accepted_tokens[r] = acc
+    rows.emitted_tokens[r] = emit
+    rows.drafters[r] = drf
+    rows.start[r] = start
+    rows.end[r] = end
 
 
 
@@ -271,7 +253,7 @@ def _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
     for j in range(n_done):
         i = done[j]
         prefill_left[i] = -1  # marks it for removal below
-        if closed == 1 and n_sub < n:
+        if closed and n_sub < n:
             arrival[n_sub] = now + think
             client_of[n_sub] = client_of[i]
             n_sub += 1
@@ -287,55 +269,67 @@ def _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
 
 
 @njit(cache=True)
-def _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now):
-    """The loop's scalar state back into `istate` / `fstate`, so the caller can empty the buffers and continue."""
-    istate[S_PTR] = ptr
-    istate[S_ADMIT] = admit
-    istate[S_NRUN] = n_run
-    istate[S_FINISHED] = n_fin
-    istate[S_STEP] = step_no
-    istate[S_USED] = used
-    istate[S_PEAK] = peak
-    istate[S_ROWS] = r
-    istate[S_ITL] = ni
-    istate[S_SUBMITTED] = n_sub
-    fstate[FS_NOW] = now
+def _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward):
+    """The loop's scalars back into the run's state record (kernel_records.RUN_STATE), so the caller can empty the
+    buffers and continue."""
+    st.ptr = ptr
+    st.admit = admit
+    st.n_run = n_run
+    st.finished = n_fin
+    st.step = step_no
+    st.used = used
+    st.peak = peak
+    st.rows = r
+    st.itl = ni
+    st.submitted = n_sub
+    st.now = now
+    st.busy = busy
+    st.forward = forward
 
 
 @njit(cache=True)
-def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, target, drafts, dprofiles, pf_order,
-              est_s, est_f, arm_counts, arm_sums, arm_slot, usage, iparams, fparams, istate, fstate, run, gen,
-              prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish, dsteps, dprop, dacc,
-              rows_i, rows_f, itl, stop_finished, until):
+def run_steps(wl, replay, costs, settings, state, req, pol, bufs, stop_finished, until):
     """Steps until done, a buffer is full, `stop_finished` requests finished or (after a step) the next step would
-    start at or after `until`; returns the code.
+    start at or after `until`; returns the code. The records are simulator/engine/kernel_records.py's: the
+    Workload, Replay, Costs, the SETTINGS record array `settings` (settings_record), the RUN_STATE record array
+    `state`, Requests, PolicyState and StepBuffers.
 
     Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost `drafts[g]` (rules.pricing.DraftTerms), latency
     profile `dprofiles[g]` (the target's: `target`; rules.pricing.ProfileTerms; both tuples padded to MAX_SLOTS),
     prompt passes in the policy's order `pf_order`;
     `tab[rowof[g, k], 0 / 1, f]` the proposed / accepted drafts when slot g is asked for k at flat trace position f
     (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
+    arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
+    tab, rowof, cap = replay.tab, replay.rowof, replay.cap
+    target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
+    est_s, est_f, arm_counts, arm_sums = pol.est_s, pol.est_f, pol.arm_counts, pol.arm_sums
+    arm_slot, usage = pol.arm_slot, pol.usage
+    run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
+    last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
+    dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
+    rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
-    sd, policy, k_fixed, nslot, k_max = iparams[I_SD], iparams[I_POLICY], iparams[I_K], iparams[I_NSLOT], \
-        iparams[I_KMAX]
-    max_seqs, B = iparams[I_MAX_SEQS], iparams[I_BUDGET]
-    chunked, separate, bs, total_blocks = iparams[I_CHUNKED], iparams[I_SEPARATE], iparams[I_BLOCK], iparams[I_BLOCKS]
-    shared, has_cap, min_match = iparams[I_SHARED], iparams[I_CAP], iparams[I_MIN_MATCH]
-    k_ngram, k_eagle, ngram_slot = iparams[I_K_NGRAM], iparams[I_K_EAGLE], iparams[I_NGRAM_SLOT]
-    overhead = fparams[F_OVERHEAD]
-    prior, weight, decay = fparams[F_PRIOR], fparams[F_PRIOR_W], fparams[F_DECAY]
-    arms, beta = iparams[I_ARMS], fparams[F_BETA]
-    closed, think = iparams[I_CLOSED], fparams[F_THINK]
-    decode_budget, gap = iparams[I_DECODE_BUDGET], fparams[F_GAP]
-    lookahead, async_sched = iparams[I_LOOKAHEAD], iparams[I_ASYNC]
-    busy = istate[S_BUSY]
-    forward = fstate[FS_FORWARD]
-    n_sub = istate[S_SUBMITTED]  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
-    ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
-    step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
-    now = fstate[FS_NOW]
+    cfg = settings[0]
+    sd, policy, k_fixed, nslot, k_max = cfg.sd, cfg.policy, cfg.k, cfg.nslot, cfg.k_max
+    max_seqs, B = cfg.max_seqs, cfg.budget
+    chunked, separate, bs, total_blocks = cfg.chunked, cfg.separate, cfg.block_size, cfg.total_blocks
+    shared, has_cap, min_match = cfg.shared, cfg.has_cap, cfg.min_match
+    k_ngram, k_eagle, ngram_slot = cfg.k_ngram, cfg.k_eagle, cfg.ngram_slot
+    overhead = cfg.overhead
+    prior, weight, decay = cfg.prior, cfg.prior_weight, cfg.decay
+    arms, beta = cfg.arms, cfg.beta
+    closed, think = cfg.closed, cfg.think
+    decode_budget, gap = cfg.decode_budget, cfg.gap
+    lookahead, async_sched = cfg.lookahead, cfg.async_sched
+    st = state[0]
+    busy = st.busy
+    forward = st.forward
+    n_sub = st.submitted  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
+    ptr, admit, n_run, n_fin = st.ptr, st.admit, st.n_run, st.finished
+    step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
+    now = st.now
     step0 = step_no
-    cap_rows, cap_itl = rows_i.shape[1], len(itl)
+    cap_rows, cap_itl = len(rows.step), len(itl)
     dec = np.empty(max_seqs, np.int64)
     ctx = np.empty(max_seqs, np.int64)
     flat = np.empty(max_seqs, np.int64)
@@ -344,7 +338,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     prop = np.empty(max_seqs, np.int64)
     acc = np.empty(max_seqs, np.int64)
     cut = np.empty(max_seqs, np.int64)
-    lim = PrefillLimits(max_seqs, B, chunked == 1, bs, lookahead)
+    lim = PrefillLimits(max_seqs, B, chunked, bs, lookahead)
     plan = _plan_buffers(max_seqs)  # the step's prefill plan (and a policy's preview of it)
     pre, chunk = plan.request, plan.tokens
     waitq = np.empty(max_seqs, np.int64)
@@ -353,10 +347,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
     hold = np.empty(max_seqs, np.int64)
     times = np.empty(k_max + 1, np.float64)
     code = DONE
-    routed = iparams[I_ROUTED]
+    routed = cfg.routed
     while n_fin < n:
         wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)  # Server.loop: vLLM V1's engine-loop gap
-        if wait > 0.0 and async_sched == 1:  # hidden behind the last step's forward
+        if wait > 0.0 and async_sched:  # hidden behind the last step's forward
             wait = _overlapped_gap(wait, forward)
         if now + wait >= until and (step_no > step0 or busy == 1):  # the caller's next event comes first (a
             code = PAUSED  # cluster's router): the next step would start at or after it (the gap not yet taken)
@@ -375,7 +369,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
             ptr += 1
         if n_run == 0 and admit == ptr:  # Server._idle: timeout(max(0.0, next - now))
             if ptr >= n_sub:
-                code = PAUSED if routed == 1 else ERR_STALL  # a replica waits for the router's next push
+                code = PAUSED if routed else ERR_STALL  # a replica waits for the router's next push
                 break
             delay = arrival[ptr] - now
             now = now + (delay if delay > 0.0 else 0.0)
@@ -389,7 +383,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
         pre_tokens = 0
         pre_kv = 0
         only_prefill = False
-        if separate == 1 and admit < ptr and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True, now)
+        if separate and admit < ptr and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True, now)
             n_pre = _plan(lim, plan, waitq, 0, run, n_run, admit, ptr, total_blocks - used, prompt, gen, prefill_left,
                           prefill_done, blocks).count
             n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks,
@@ -411,11 +405,11 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
             now = now + forward
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, 0)
-            _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
+            _row(rows, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, tokens, kv,
                  used, 0, 0, first_tokens, 0)
             r += 1
             if dpt > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT_PREFILL, start + target_end, start + target_end + dpt,
+                _row(rows, r, step_no, P_DRAFT_PREFILL, start + target_end, start + target_end + dpt,
                      n_pre, pre_tokens, pre_tokens, kv, used, 0, 0, 0, 0)
                 r += 1
         else:
@@ -443,9 +437,9 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                                 run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, target, drafts,
                                 dprofiles, overhead, pf_order)
                 for j in range(n_dec):
-                    e = 0 if shared == 1 else dec[j]
+                    e = 0 if shared else dec[j]
                     top = k_max
-                    if has_cap == 1:
+                    if has_cap:
                         top = max(0, min(k_max, np.int64(cap[flat[j]])))
                     kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top)
                     slot[j] = 0 if kb > 0 else -1
@@ -453,8 +447,8 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
             elif policy == POL_UCB:  # BanditPolicy.choose_batch; shared: one choice per step (its state is fixed)
                 arm = 0
                 for j in range(n_dec):
-                    if j == 0 or shared == 0:
-                        e = 0 if shared == 1 else dec[j]
+                    if j == 0 or not shared:
+                        e = 0 if shared else dec[j]
                         arm = _ucb_arm(arm_counts[e, :arms], arm_sums[e, :arms], beta)
                     slot[j] = arm_slot[arm]
                     kk[j] = k_fixed
@@ -474,7 +468,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                 else:
                     prop[j] = 0
                     acc[j] = 0
-            if decode_budget == 1 and n_dec > 0:  # Scheduler.fit_decodes: the decodes the step budget holds
+            if decode_budget and n_dec > 0:  # Scheduler.fit_decodes: the decodes the step budget holds
                 n_dec = _fit_proposals(prop, acc, n_dec, B, cut)
                 prop_sum = 0
                 acc_sum = 0
@@ -494,7 +488,7 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                 if used > peak:
                     peak = used
                 add_blocks(dec, n_dec, newb, blocks)
-            if separate == 0:  # Scheduler.prefills(prop_sum + n_dec, True, now)
+            if not separate:  # Scheduler.prefills(prop_sum + n_dec, True, now)
                 tokens_used = prop_sum + n_dec
                 if n_run > n_dec or (admit < ptr and n_run < max_seqs):
                     n_pre = _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, total_blocks - used, prompt,
@@ -547,10 +541,10 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                 if g >= 0:
                     usage[g] += 1
                     if policy == POL_ADAPTIVE:  # feedback, admission order (Policy.observe per request)
-                        x = 0 if shared == 1 else i
+                        x = 0 if shared else i
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
                     elif policy == POL_UCB and prop[j] > 0:  # BanditPolicy.observe_batch: BE reward accepted / N
-                        x = 0 if shared == 1 else i
+                        x = 0 if shared else i
                         a = _arm_of_slot(arm_slot, arms, g)
                         arm_counts[x, a] += 1.0
                         arm_sums[x, a] += np.float64(acc[j]) / np.float64(prop[j])
@@ -560,21 +554,21 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                                                     first_token, now, out, done, n_done)
             t0 = start
             if draft_t > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + draft_t, n_act, 0, prop_sum, kv, used,
+                _row(rows, r, step_no, P_DRAFT, start, start + draft_t, n_act, 0, prop_sum, kv, used,
                      prop_sum, 0, 0, drf)
                 r += 1
                 t0 = start + draft_t
-            phase = P_VERIFY if sd == 1 else P_DECODE
+            phase = P_VERIFY if sd else P_DECODE
             if n_pre > 0 and n_dec > 0:
                 phase = P_MIXED
             elif n_pre > 0:
                 phase = P_PREFILL
             end = start + duration - dpt
-            _row(rows_i, rows_f, r, step_no, phase, t0, end, nseq, pre_tokens, tokens, kv, used, prop_sum, acc_sum,
+            _row(rows, r, step_no, phase, t0, end, nseq, pre_tokens, tokens, kv, used, prop_sum, acc_sum,
                  emitted_sum + first_tokens, drf)
             r += 1
             if dpt > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT_PREFILL, end, start + duration, n_pre, pre_tokens,
+                _row(rows, r, step_no, P_DRAFT_PREFILL, end, start + duration, n_pre, pre_tokens,
                      pre_tokens, kv, used, 0, 0, 0, DRF_PASS)
                 r += 1
         if n_done > 0:
@@ -582,7 +576,5 @@ def run_steps(arrival, client_of, prompt, out, first, last, tab, rowof, cap, tar
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
         busy = 1
-    _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
-    istate[S_BUSY] = busy
-    fstate[FS_FORWARD] = forward
+    _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)
     return code

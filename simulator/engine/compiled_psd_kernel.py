@@ -14,11 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, F_GAP, F_OVERHEAD, F_THINK, FULL, I_BLOCK,
-                                              I_BLOCKS, I_BUDGET, I_CHUNKED, I_CLOSED, I_DECODE_BUDGET, I_K,
-                                              I_MAX_SEQS, I_SEPARATE, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY, ROW_INTS,
-                                              S_ADMIT, S_BUSY, S_FINISHED, S_ITL, S_NRUN, S_PEAK, S_PTR, S_ROWS,
-                                              S_STEP, S_SUBMITTED, S_USED, STOPPED, _draft_time,
+from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, FULL, P_DRAFT, P_MIXED, P_PREFILL,
+                                              P_VERIFY, STOPPED, _draft_time,
                                               _drafters_prefill_time, _engine_loop_gap, _finish_requests,
                                               _fit_proposals, _plan, _plan_buffers, _price, _row, _save_state,
                                               _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
@@ -27,12 +24,6 @@ from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.spli
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
-R_DEV, R_SUB = ROW_INTS, ROW_INTS + 1  # extra row columns: device (0 target, 1 drafter), sub_batch
-PSD_ROW_INTS = ROW_INTS + 2
-# psd_i: split_min_batch, defer_kv; psd_state: verify side, fallback steps; psd_f: sync seconds
-PI_SPLIT, PI_DEFER = range(2)
-PS_SIDE, PS_FALLBACK = range(2)
-PF_SYNC = 0
 
 
 @njit(cache=True)
@@ -94,33 +85,44 @@ def _side_draft_time(idx, n, member, props, ks, prompt, gen, drafts, dprofiles, 
 
 
 @njit(cache=True)
-def _set_dev(rows_i, r, dev, sub):
-    rows_i[R_DEV, r] = dev
-    rows_i[R_SUB, r] = sub
+def _set_dev(rows, r, dev, sub):
+    """Row `r`'s device (0 target, 1 drafter) and sub-batch."""
+    rows.device[r] = dev
+    rows.sub_batch[r] = sub
 
 
 @njit(cache=True)
-def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, target, drafts, dprofiles, pf_order,
-                  usage, iparams, fparams, istate, fstate, psd_i, psd_f, psd_state, side, pend, pend_k, pend_p,
-                  pend_a, run, gen, prefill_left, prefill_done, blocks, last_emit, first_sched, first_token, finish,
-                  dsteps, dprop, dacc, rows_i, rows_f, itl, stop_finished):
+def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry, req, pol, bufs, stop_finished):
     """Steps a PSD run (drafter slot 0, fixed k) until done, a buffer is full or `stop_finished` finished; the
-    engine loop's gap after the last busy step carries over to the next call (istate[S_BUSY])."""
+    engine loop's gap after the last busy step carries over to the next call (the state's `busy`). The records are
+    simulator/engine/kernel_records.py's, as run_steps takes them, plus PSDSettings, the PSD_STATE record array
+    `psd_state` and PSDCarry; of PolicyState it writes `usage` only."""
+    arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
+    tab, rowof = replay.tab, replay.rowof
+    target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
+    usage = pol.usage
+    side, pend, pend_k, pend_p, pend_a = carry.side, carry.pend, carry.pend_k, carry.pend_p, carry.pend_a
+    run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
+    last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
+    dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
+    rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
-    k_fixed = iparams[I_K]
-    max_seqs, B = iparams[I_MAX_SEQS], iparams[I_BUDGET]
-    chunked, separate, bs, total_blocks = iparams[I_CHUNKED], iparams[I_SEPARATE], iparams[I_BLOCK], iparams[I_BLOCKS]
-    overhead = fparams[F_OVERHEAD]
-    closed, think = iparams[I_CLOSED], fparams[F_THINK]
-    decode_budget, gap, busy = iparams[I_DECODE_BUDGET], fparams[F_GAP], istate[S_BUSY]
-    split_min, defer = psd_i[PI_SPLIT], psd_i[PI_DEFER]
-    sync_s = psd_f[PF_SYNC]
-    vs, fb_steps = psd_state[PS_SIDE], psd_state[PS_FALLBACK]
-    n_sub = istate[S_SUBMITTED]
-    ptr, admit, n_run, n_fin = istate[S_PTR], istate[S_ADMIT], istate[S_NRUN], istate[S_FINISHED]
-    step_no, used, peak, r, ni = istate[S_STEP], istate[S_USED], istate[S_PEAK], istate[S_ROWS], istate[S_ITL]
-    now = fstate[0]
-    cap_rows, cap_itl = rows_i.shape[1], len(itl)
+    cfg = settings[0]
+    k_fixed = cfg.k
+    max_seqs, B = cfg.max_seqs, cfg.budget
+    chunked, separate, bs, total_blocks = cfg.chunked, cfg.separate, cfg.block_size, cfg.total_blocks
+    overhead = cfg.overhead
+    closed, think = cfg.closed, cfg.think
+    st, pst = state[0], psd_state[0]
+    decode_budget, gap, busy = cfg.decode_budget, cfg.gap, st.busy
+    split_min, defer = psd_cfg.split_min, psd_cfg.defer_kv
+    sync_s = psd_cfg.sync_s
+    vs, fb_steps = pst.side, pst.fallback
+    n_sub = st.submitted
+    ptr, admit, n_run, n_fin = st.ptr, st.admit, st.n_run, st.finished
+    step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
+    now = st.now
+    cap_rows, cap_itl = len(rows.step), len(itl)
     row_k = rowof[0, k_fixed]
     dec = np.empty(max_seqs, np.int64)
     V = np.empty(max_seqs, np.int64)
@@ -134,7 +136,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
     dk = np.empty(max_seqs, np.int64)
     dp = np.empty(max_seqs, np.int64)
     da = np.empty(max_seqs, np.int64)
-    lim = PrefillLimits(max_seqs, B, chunked == 1, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
+    lim = PrefillLimits(max_seqs, B, chunked, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
     plan = _plan_buffers(max_seqs)  # the step's prefill plan
     pre, chunk = plan.request, plan.tokens
     waitq = np.empty(max_seqs, np.int64)
@@ -168,7 +170,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
         pre_tokens = 0
         pre_kv = 0
         only_prefill = False
-        if separate == 1 and admit < ptr and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
+        if separate and admit < ptr and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
             n_old = n_run
             n_pre = _plan(lim, plan, waitq, 0, run, n_run, admit, ptr, total_blocks - used, prompt, gen, prefill_left,
                           prefill_done, blocks).count
@@ -187,14 +189,14 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
             now = now + (target_end + dpt)
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, 0)
-            _row(rows_i, rows_f, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, pre_tokens,
+            _row(rows, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, pre_tokens,
                  pre_kv, used, 0, 0, first_tokens, 0)
-            _set_dev(rows_i, r, 0, vs)
+            _set_dev(rows, r, 0, vs)
             r += 1
             if dpt > 0:
-                _row(rows_i, rows_f, r, step_no, P_PREFILL, start + target_end, start + target_end + dpt, n_pre,
+                _row(rows, r, step_no, P_PREFILL, start + target_end, start + target_end + dpt, n_pre,
                      pre_tokens, pre_tokens, pre_kv, used, 0, 0, 0, 0)
-                _set_dev(rows_i, r, 1, -1)
+                _set_dev(rows, r, 1, -1)
                 r += 1
         else:
             n_dec = 0
@@ -218,7 +220,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                     vnew[j] = 1
                 else:
                     vslot[j], vk[j], vp[j], va[j] = -1, 0, 0, 0
-            if decode_budget == 1 and nv > 0:  # Scheduler.fit_decodes over the verify side (admission order)
+            if decode_budget and nv > 0:  # Scheduler.fit_decodes over the verify side (admission order)
                 nv = _fit_proposals(vp, va, nv, B, cut)
             pv_sum = 0
             av_sum = 0
@@ -237,7 +239,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
             for j in range(nv + nd):  # Scheduler.reserve, no preemption (eligibility bounds KV): V then D hold
                 i = V[j] if j < nv else D[j - nv]  # their context and drafts (D its drafts only with defer_kv)
                 vd[j] = i
-                hold[j] = prompt[i] + gen[i] + (vp[j] if j < nv else (dp[j - nv] if defer == 1 else 0))
+                hold[j] = prompt[i] + gen[i] + (vp[j] if j < nv else (dp[j - nv] if defer else 0))
             grow = kv_growth(vd, nv + nd, hold, blocks, bs, newb)
             if grow > total_blocks - used:
                 code = ERR_PREEMPT
@@ -247,7 +249,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                 if used > peak:
                     peak = used
                 add_blocks(vd, nv + nd, newb, blocks)
-            if separate == 0:  # Scheduler.prefills(p_v.sum() + len(V), True, now)
+            if not separate:  # Scheduler.prefills(p_v.sum() + len(V), True, now)
                 tokens_used = pv_sum + nv
                 n_run0 = n_run
                 if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
@@ -305,29 +307,29 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                     phase = P_MIXED
                 elif n_pre > 0:
                     phase = P_PREFILL
-                _row(rows_i, rows_f, r, step_no, phase, start + pre_draft_t, start + target_end, nseq, pre_tokens,
+                _row(rows, r, step_no, phase, start + pre_draft_t, start + target_end, nseq, pre_tokens,
                      tokens, kv, used, pv_sum, av_sum, emitted_sum + first_tokens, v_drafted)
-                _set_dev(rows_i, r, 0, vs)
+                _set_dev(rows, r, 0, vs)
                 r += 1
             if (nv > 0 or nd > 0) and sync_s > 0:
-                _row(rows_i, rows_f, r, step_no, P_SYNC, start + both_done, start + duration, nv + nd, 0, 0, 0, used,
+                _row(rows, r, step_no, P_SYNC, start + both_done, start + duration, nv + nd, 0, 0, 0, used,
                      0, 0, 0, 0)
-                _set_dev(rows_i, r, 0, vs)
+                _set_dev(rows, r, 0, vs)
                 r += 1
             if pre_draft_t > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT, start, start + pre_draft_t, n_new, 0, p_new, kv, used,
+                _row(rows, r, step_no, P_DRAFT, start, start + pre_draft_t, n_new, 0, p_new, kv, used,
                      p_new, 0, 0, drf_pre)
-                _set_dev(rows_i, r, 1, vs)
+                _set_dev(rows, r, 1, vs)
                 r += 1
             if draft_t > 0:
-                _row(rows_i, rows_f, r, step_no, P_DRAFT, start + pre_draft_t, start + pre_draft_t + draft_t, nd, 0,
+                _row(rows, r, step_no, P_DRAFT, start + pre_draft_t, start + pre_draft_t + draft_t, nd, 0,
                      pd_sum, kv_d, used, pd_sum, 0, 0, drf_d)
-                _set_dev(rows_i, r, 1, 1 - vs)
+                _set_dev(rows, r, 1, 1 - vs)
                 r += 1
             if dpt > 0:
-                _row(rows_i, rows_f, r, step_no, P_PREFILL, start + pre_draft_t + draft_t, start + drafter_end, n_pre,
+                _row(rows, r, step_no, P_PREFILL, start + pre_draft_t + draft_t, start + drafter_end, n_pre,
                      pre_tokens, pre_tokens, pre_kv, used, 0, 0, 0, 0)
-                _set_dev(rows_i, r, 1, -1)
+                _set_dev(rows, r, 1, -1)
                 r += 1
             vs = _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs)
         if n_done > 0:
@@ -335,8 +337,7 @@ def run_psd_steps(arrival, client_of, prompt, out, first, last, tab, rowof, targ
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
         busy = 1
-    _save_state(istate, fstate, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now)
-    istate[S_BUSY] = busy
-    psd_state[PS_SIDE] = vs
-    psd_state[PS_FALLBACK] = fb_steps
+    _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, st.forward)
+    pst.side = vs
+    pst.fallback = fb_steps
     return code

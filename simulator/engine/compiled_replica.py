@@ -17,6 +17,8 @@ import numpy as np
 
 from simulator.engine import compiled_run
 from simulator.engine.compiled_run import CompiledRun
+from simulator.engine.kernel_records import (PolicyState, Requests, Workload, new_state, rows_head, settings_record,
+                                             step_buffers)
 from simulator.engine.request_state import FINISHED, RUNNING, WAITING
 from simulator.engine.rules.engine_loop import engine_loop_gap
 
@@ -69,36 +71,35 @@ class CompiledReplica(CompiledRun):
         self.prompt_all = srv.wl.prompt_len.astype(np.int64)
         self.out_all = srv.wl.output_len.astype(np.int64)
         self.first_all, self.last_all = self.first, self.last
-        self.first, self.last = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        self.arrival = np.full(n, np.nan)
-        self.prompt, self.out = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        self.gen, self.prefill_left, self.prefill_done, self.blocks = (np.zeros(n, dtype=np.int64) for _ in range(4))
-        self.last_emit, self.first_sched, self.first_token, self.finish = (np.full(n, np.nan) for _ in range(4))
-        self.dsteps, self.dprop, self.dacc = (np.zeros(n, dtype=np.int64) for _ in range(3))
-        self.usage = np.zeros(len(self.slots) + 1, dtype=np.int64)
-        self.est_s, self.est_f = self._estimates(n)
-        self.arm_counts, self.arm_sums = self._arms(n)
-        self.istate = np.zeros(ker.N_ISTATE, dtype=np.int64)
-        self.istate[ker.S_USED] = self.istate[ker.S_PEAK] = srv.sched.pool.used
-        self.fstate = np.zeros(ker.N_FSTATE)
-        self.run_ = np.zeros(srv.max_num_seqs, dtype=np.int64)
-        self.client_of = np.zeros(1, dtype=np.int64)  # the cluster's source submits closed-loop requests
-        self.rows_i = self.rows_f = self.itl = None  # allocated at the first step
+
+        def z():
+            return np.zeros(n, dtype=np.int64)
+
+        # the replica's requests in routing order (the cluster's source submits closed-loop requests: no client_of)
+        self.work = Workload(np.full(n, np.nan), np.zeros(1, dtype=np.int64), z(), z(), z(), z())
+        self.req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), z(), z(), z(), z(),
+                            *(np.full(n, np.nan) for _ in range(4)), z(), z(), z())
+        self.pol = PolicyState(*self._estimates(n), *self._arms(n), self.arm_slot,
+                               np.zeros(len(self.slots) + 1, dtype=np.int64))
+        self.state = new_state(used=srv.sched.pool.used, peak=srv.sched.pool.used)
+        self.rs = self.state[0]  # the kernel's scalars (kernel_records.RUN_STATE), read and written here too
+        self.bufs = None  # the StepBuffers, allocated at the first step
         self.settled = np.zeros((3, n), dtype=np.int64)  # dsteps, dprop, dacc already in the server's counters
-        self.settled_usage = np.zeros_like(self.usage)
-        self.iparams[ker.I_ROUTED] = 1  # idle with nothing routed here: the kernel returns to wait for a push
+        self.settled_usage = np.zeros_like(self.pol.usage)
+        # idle with nothing routed here: the kernel returns to wait for a push
+        self.settings = self.settings._replace(routed=True)
+        self.kernel_settings = settings_record(self.settings)
         self.recent: list[tuple[int, float, float, int]] = []  # the last steps taken (_note_steps)
         self.kernel_calls = 0  # run_steps calls (a count the tests read: runs of steps per call)
         self.driven = False  # stepped by the compiled cluster loop (simulator/cluster/compiled_cluster.py), not loop
 
     @property
     def n_known(self) -> int:
-        return int(self.istate[self.ker.S_SUBMITTED])
+        return int(self.rs.submitted)
 
     def waiting(self) -> np.ndarray:
         """Workload indices routed here and not yet admitted (the step path's `state.waiting`, pulled or not)."""
-        ker = self.ker
-        return self.gidx[int(self.istate[ker.S_ADMIT]):self.n_known]
+        return self.gidx[int(self.rs.admit):self.n_known]
 
     def _take(self, pulled) -> None:
         """Requests the router pushed (workload indices, routing order) become the kernel's next requests."""
@@ -108,14 +109,15 @@ class CompiledReplica(CompiledRun):
         k = self.n_known
         sl = slice(k, k + len(idx))
         self.gidx[sl] = idx
-        self.arrival[sl] = self.srv.state.arrival[idx]
-        self.prompt[sl], self.out[sl] = self.prompt_all[idx], self.out_all[idx]
-        self.first[sl], self.last[sl] = self.first_all[idx], self.last_all[idx]
-        self.istate[self.ker.S_SUBMITTED] = k + len(idx)
+        w = self.work
+        w.arrival[sl] = self.srv.state.arrival[idx]
+        w.prompt[sl], w.out[sl] = self.prompt_all[idx], self.out_all[idx]
+        w.first[sl], w.last[sl] = self.first_all[idx], self.last_all[idx]
+        self.rs.submitted = k + len(idx)
 
     def _idle(self) -> bool:
-        ist, ker = self.istate, self.ker
-        return ist[ker.S_NRUN] == 0 and ist[ker.S_ADMIT] == ist[ker.S_SUBMITTED]
+        rs = self.rs
+        return rs.n_run == 0 and rs.admit == rs.submitted
 
     def loop(self):
         """The replica's SimPy process: Server.loop's turns (engine-loop gap, pull, idle or steps, apply, step hook),
@@ -133,28 +135,28 @@ class CompiledReplica(CompiledRun):
         if self.driven:
             return
         srv, ker = self.srv, self.ker
-        env, st, pool, ist = srv.env, srv.state, srv.sched.pool, self.istate
+        env, st, pool, rs = srv.env, srv.state, srv.sched.pool, self.rs
         arrivals = srv.arrivals
         n = len(srv.wl)
         while st.n_finished < n:
-            gap = engine_loop_gap(ist[ker.S_BUSY] == 1, srv.gap_s, int(ist[ker.S_NRUN]),
-                                  int(ist[ker.S_PTR] - ist[ker.S_ADMIT]))  # vLLM V1, then inputs (Server.loop)
+            gap = engine_loop_gap(rs.busy == 1, srv.gap_s, int(rs.n_run),
+                                  int(rs.ptr - rs.admit))  # vLLM V1, then inputs (Server.loop)
             if gap:
                 yield env.timeout(gap)
-            ist[ker.S_BUSY] = 0
+            rs.busy = 0
             self._take(arrivals.pull(env.now))
             if self._idle():
                 yield srv._idle()
                 continue
             now = float(env.now)
-            before = self.run_[:int(ist[ker.S_NRUN])].copy()
-            admit0 = int(ist[ker.S_ADMIT])
+            before = self.req.run[:int(rs.n_run)].copy()
+            admit0 = int(rs.admit)
             each_finish = srv.on_step is not None or arrivals.submits_on_finish
-            stop = int(ist[ker.S_FINISHED]) + 1 if each_finish else n
-            step0 = int(ist[ker.S_STEP])
+            stop = int(rs.finished) + 1 if each_finish else n
+            step0 = int(rs.step)
             self._steps(now, arrivals.quiet_until(now), stop)
-            touched = np.concatenate([before, np.arange(admit0, int(ist[ker.S_ADMIT]))])
-            end = float(self.fstate[0])
+            touched = np.concatenate([before, np.arange(admit0, int(rs.admit))])
+            end = float(rs.now)
             hops = self._last_events(step0, srv.gap_s > 0.0)
             if len(hops) > 1:  # the steps before the last one: done before its start
                 self._show_before(touched, end)
@@ -172,21 +174,14 @@ class CompiledReplica(CompiledRun):
         kernel checks its buffers before a step, so a full buffer is emptied into the server's tables between two
         steps and the run goes on); returns how many steps it took."""
         ker = self.ker
-        if self.rows_i is None:
+        if self.bufs is None:
             rows = compiled_run.SEGMENT_ROWS
-            self.rows_i = np.empty((ker.ROW_INTS, rows), dtype=np.int64)
-            self.rows_f = np.empty((2, rows))
-            self.itl = np.empty(rows * 16 + self.srv.max_num_seqs)
-        step0 = int(self.istate[ker.S_STEP])
-        self.fstate[0] = now
+            self.bufs = step_buffers(rows, rows * 16 + self.srv.max_num_seqs)
+        step0 = int(self.rs.step)
+        self.rs.now = now
         while True:
-            code = ker.run_steps(
-                self.arrival, self.client_of, self.prompt, self.out, self.first, self.last, self.tab, self.rowof,
-                self.cap, self.target, self.drafts, self.dprofiles, self.pf_order, self.est_s,
-                self.est_f, self.arm_counts, self.arm_sums, self.arm_slot, self.usage, self.iparams, self.fparams,
-                self.istate, self.fstate, self.run_, self.gen, self.prefill_left, self.prefill_done, self.blocks,
-                self.last_emit, self.first_sched, self.first_token, self.finish, self.dsteps, self.dprop, self.dacc,
-                self.rows_i, self.rows_f, self.itl, stop, until)
+            code = ker.run_steps(self.work, self.replay, self.costs, self.kernel_settings, self.state, self.req, self.pol,
+                                 self.bufs, stop, until)
             self.kernel_calls += 1
             self._note_steps()
             if code == ker.FULL:
@@ -195,25 +190,25 @@ class CompiledReplica(CompiledRun):
             if code < 0:
                 raise RuntimeError(f"compiled engine (cluster replica {getattr(self.srv.arrivals, 'replica', '?')}):"
                                    f" {'stalled' if code == ker.ERR_STALL else 'needed a preemption'} near "
-                                   f"t={float(self.fstate[0]):.6f}s (its eligibility check should have sent this run "
+                                   f"t={float(self.rs.now):.6f}s (its eligibility check should have sent this run "
                                    "to the step path: a bug, please report it with the config)")
-            return int(self.istate[ker.S_STEP]) - step0
+            return int(self.rs.step) - step0
 
     def _note_steps(self) -> None:
         """(number, start, end, KV after its plan) of the last CHAIN steps the kernel took, from the row buffer: a
         step's rows share its number, the first starts it and the last ends it, each records the KV after its plan (a
         step's rows never straddle two buffers)."""
-        ker, ri, rf = self.ker, self.rows_i, self.rows_f
-        r = int(self.istate[ker.S_ROWS])
+        rows = self.bufs.rows
+        r = int(self.rs.rows)
         found = []
         while r > 0 and len(found) < CHAIN:
-            no = int(ri[ker.R_STEP, r - 1])
+            no = int(rows.step[r - 1])
             if self.recent and no <= self.recent[-1][0]:
                 break
             r0 = r - 1
-            while r0 > 0 and ri[ker.R_STEP, r0 - 1] == no:
+            while r0 > 0 and rows.step[r0 - 1] == no:
                 r0 -= 1
-            found.append((no, float(rf[0, r0]), float(rf[1, r - 1]), int(ri[ker.R_USED, r - 1])))
+            found.append((no, float(rows.start[r0]), float(rows.end[r - 1]), int(rows.kv_blocks_used[r - 1])))
             r = r0
         self.recent = (self.recent + found[::-1])[-CHAIN:]
 
@@ -236,72 +231,72 @@ class CompiledReplica(CompiledRun):
         """The first tokens and finishes of the run's steps before its last one (those before `end`), and the count."""
         st = self.srv.state
         g = self.gidx[touched]
-        ft, fin = self.first_token[touched], self.finish[touched]
+        ft, fin = self.req.first_token[touched], self.req.finish[touched]
         st.first_token[g] = np.where(ft < end, ft, np.nan)
         st.finish[g] = np.where(fin < end, fin, np.nan)
-        st.n_finished = int(self.istate[self.ker.S_FINISHED]) - int(np.count_nonzero(fin == end))
+        st.n_finished = int(self.rs.finished) - int(np.count_nonzero(fin == end))
 
     def _apply(self, touched: np.ndarray, end: float) -> None:
         """The run ended: its first tokens, finishes and freed KV show; each finish goes to the arrival source in
         time order and, within a step, in StepOutcome's order (decoding requests in admission order, then those a
         prefill finished)."""
-        srv, ker = self.srv, self.ker
+        srv, req = self.srv, self.req
         st = srv.state
         g = self.gidx[touched]
-        st.first_token[g] = self.first_token[touched]
-        st.finish[g] = self.finish[touched]
-        st.n_finished = int(self.istate[ker.S_FINISHED])
-        srv.sched.pool.used = int(self.istate[ker.S_USED])
-        done = touched[~np.isnan(self.finish[touched])]  # in admission order
+        st.first_token[g] = req.first_token[touched]
+        st.finish[g] = req.finish[touched]
+        st.n_finished = int(self.rs.finished)
+        srv.sched.pool.used = int(self.rs.used)
+        done = touched[~np.isnan(req.finish[touched])]  # in admission order
         if len(done):
-            order = np.lexsort((np.arange(len(done)), self.out[done] <= 1, self.finish[done]))
+            order = np.lexsort((np.arange(len(done)), self.work.out[done] <= 1, req.finish[done]))
             for k in done[order]:
-                srv.arrivals.on_finish(int(self.gidx[k]), float(self.finish[k]))
+                srv.arrivals.on_finish(int(self.gidx[k]), float(req.finish[k]))
 
     def _flush(self) -> None:
         """The step rows and ITL gaps in the buffers into the server's tables; the buffers start over."""
-        ker, outcome = self.ker, self.srv.outcome
-        r, ni = int(self.istate[ker.S_ROWS]), int(self.istate[ker.S_ITL])
+        outcome, bufs, rs = self.srv.outcome, self.bufs, self.rs
+        r, ni = int(rs.rows), int(rs.itl)
         if ni:
-            outcome.itl_chunks.append(self.itl[:ni].copy())
+            outcome.itl_chunks.append(bufs.itl[:ni].copy())
         if r:
-            outcome.steps.append_columns(self._columns(self.rows_i[:, :r].copy(), self.rows_f[:, :r].copy()))
-        self.istate[ker.S_ROWS] = self.istate[ker.S_ITL] = 0
+            outcome.steps.append_columns(self._columns(rows_head(bufs.rows, r, copy=True)))
+        rs.rows = rs.itl = 0
 
     def settle(self) -> None:
         """Everything the kernel did so far into the server's state, counters, KV pool, policy and tables (called
         by Server.result; again later, it adds only what happened since)."""
-        srv, ker, ist = self.srv, self.ker, self.istate
+        srv, rs, req, pol = self.srv, self.rs, self.req, self.pol
         st, outcome, pool = srv.state, srv.outcome, srv.sched.pool
-        if self.rows_i is not None:
+        if self.bufs is not None:
             self._flush()
         k = self.n_known
         g, loc = self.gidx[:k], slice(0, k)
         for name in ("gen", "prefill_left", "prefill_done", "blocks", "last_emit", "first_sched", "first_token",
                      "finish"):
-            getattr(st, name)[g] = getattr(self, name)[loc]
-        n_run, admit = int(ist[ker.S_NRUN]), int(ist[ker.S_ADMIT])
-        run = self.run_[:n_run]
+            getattr(st, name)[g] = getattr(req, name)[loc]
+        n_run, admit = int(rs.n_run), int(rs.admit)
+        run = req.run[:n_run]
         st.status[g] = WAITING
         st.status[self.gidx[run]] = RUNNING
-        st.status[g[~np.isnan(self.finish[loc])]] = FINISHED
+        st.status[g[~np.isnan(req.finish[loc])]] = FINISHED
         st.running = [int(i) for i in self.gidx[run]]
-        st.prefilling = {int(self.gidx[i]): None for i in run if self.prefill_left[i] > 0}
+        st.prefilling = {int(self.gidx[i]): None for i in run if req.prefill_left[i] > 0}
         st.waiting.clear()
         st.waiting.extend(int(i) for i in self.gidx[admit:k])
-        st.started[g[~np.isnan(self.first_token[loc])]] = True
-        st.n_finished = int(ist[ker.S_FINISHED])
-        counts = np.stack([self.dsteps[loc], self.dprop[loc], self.dacc[loc]])
+        st.started[g[~np.isnan(req.first_token[loc])]] = True
+        st.n_finished = int(rs.finished)
+        counts = np.stack([req.dsteps[loc], req.dprop[loc], req.dacc[loc]])
         delta = counts - self.settled[:, loc]
         drafted = bool(self.slots)
         st.verify_counts.add_run(g, delta[0], delta[1] if drafted else None, delta[2] if drafted else None)
         self.settled[:, loc] = counts
-        du = self.usage - self.settled_usage
+        du = pol.usage - self.settled_usage
         for j, di in enumerate(self.drafter_idx):
             st.usage[di] += int(du[j])
         st.usage[-1] += int(du[-1])
-        self.settled_usage = self.usage.copy()
-        pool.used, pool.peak = int(ist[ker.S_USED]), max(pool.peak, int(ist[ker.S_PEAK]))
-        outcome.step_no = int(ist[ker.S_STEP])
-        self._write_estimates(self.est_s, self.est_f, run, self.gidx)
-        self._write_arms(self.arm_counts, self.arm_sums, run, self.gidx)
+        self.settled_usage = pol.usage.copy()
+        pool.used, pool.peak = int(rs.used), max(pool.peak, int(rs.peak))
+        outcome.step_no = int(rs.step)
+        self._write_estimates(pol.est_s, pol.est_f, run, self.gidx)
+        self._write_arms(pol.arm_counts, pol.arm_sums, run, self.gidx)

@@ -37,6 +37,9 @@ from policies.combine import CombineMatchPolicy
 from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
+from simulator.engine.kernel_records import (PSD_STATE, Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests,
+                                             Settings, StepRows, Workload, new_state, rows_head, settings_record,
+                                             step_buffers, typed)
 from simulator.engine.request_state import FINISHED
 from simulator.engine.rules.kv import peak_tokens
 from simulator.engine.rules.pricing import DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, DraftTerms, ProfileTerms
@@ -251,42 +254,38 @@ class CompiledRun:
         self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
         G = len(self.slots)
         cfg = server.scenario.server
-        f = np.zeros(ker.N_FPARAMS)
-        f[ker.F_OVERHEAD], f[ker.F_GAP] = server.pricing.overhead, server.gap_s
-        i = np.zeros(ker.N_IPARAMS, dtype=np.int64)
-        i[ker.I_SD], i[ker.I_NSLOT] = server.mode == "sd", G
-        i[ker.I_MAX_SEQS], i[ker.I_BUDGET], i[ker.I_CHUNKED] = server.max_num_seqs, cfg.max_num_batched_tokens, \
-            cfg.chunked_prefill
-        i[ker.I_SEPARATE], i[ker.I_BLOCK] = cfg.prefill == "separate", server.sched.pool.block_size
-        i[ker.I_BLOCKS] = server.sched.pool.total_blocks
-        i[ker.I_DECODE_BUDGET] = server.sched.decodes_in_budget  # scheduler: vllm-v1
-        i[ker.I_LOOKAHEAD], i[ker.I_ASYNC] = server.sched.lookahead, server.async_scheduling
+        # the kernel's Settings (kernel_records.py), every field named; typed() fixes their types
+        v = dict(sd=server.mode == "sd", policy=ker.POL_FIXED, k=0, nslot=G, k_max=0, max_seqs=server.max_num_seqs,
+                 budget=cfg.max_num_batched_tokens, chunked=cfg.chunked_prefill, separate=cfg.prefill == "separate",
+                 block_size=server.sched.pool.block_size, total_blocks=server.sched.pool.total_blocks, closed=False,
+                 shared=False, has_cap=False, min_match=0, k_ngram=0, k_eagle=0, ngram_slot=0, arms=0,
+                 decode_budget=server.sched.decodes_in_budget, lookahead=server.sched.lookahead,
+                 async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead, think=0.0,
+                 prior=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s)
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
         if self.closed:
-            i[ker.I_CLOSED], f[ker.F_THINK] = 1, server.arrivals.think_time
+            v.update(closed=True, think=server.arrivals.think_time)
         n_flat = int(table.offsets[-1])
         cap = np.zeros(1, dtype=np.int32)
         self.shared_est = None
         if G == 0 or type(policy) is FixedPolicy:
-            i[ker.I_POLICY], i[ker.I_K] = ker.POL_FIXED, policy.k
+            v.update(policy=ker.POL_FIXED, k=policy.k)
             ks = [policy.k] * G
         elif type(policy) is AdaptiveKPolicy:
-            i[ker.I_POLICY], i[ker.I_KMAX] = ker.POL_ADAPTIVE, policy.k_max
-            i[ker.I_SHARED] = policy.scope == "shared"
-            f[ker.F_PRIOR], f[ker.F_PRIOR_W], f[ker.F_DECAY] = policy.prior, policy.prior_weight, policy.decay
+            v.update(policy=ker.POL_ADAPTIVE, k_max=policy.k_max, shared=policy.scope == "shared", prior=policy.prior,
+                     prior_weight=policy.prior_weight, decay=policy.decay)
             lens = table.proposal_len.get(policy.drafter)
             if lens is not None:
-                i[ker.I_CAP], cap = 1, lens
+                v["has_cap"], cap = True, lens
             ks = [policy.k_max]
         elif isinstance(policy, UCBPolicy):
-            i[ker.I_POLICY], i[ker.I_K], i[ker.I_ARMS] = ker.POL_UCB, policy.k, policy.num_arms
-            i[ker.I_SHARED], f[ker.F_BETA] = policy.scope == "shared", policy.beta
+            v.update(policy=ker.POL_UCB, k=policy.k, arms=policy.num_arms, shared=policy.scope == "shared",
+                     beta=policy.beta)
             ks = [policy.k] * G
         else:  # CombineMatchPolicy
-            i[ker.I_POLICY], i[ker.I_MIN_MATCH] = ker.POL_COMBINE, policy.min_match
-            i[ker.I_K_NGRAM], i[ker.I_K_EAGLE] = policy.k_ngram, policy.k_eagle
-            i[ker.I_NGRAM_SLOT] = self.slots.index(policy.ngram)
-            i[ker.I_CAP], cap = 1, table.proposal_len[policy.ngram]
+            v.update(policy=ker.POL_COMBINE, min_match=policy.min_match, k_ngram=policy.k_ngram,
+                     k_eagle=policy.k_eagle, ngram_slot=self.slots.index(policy.ngram), has_cap=True)
+            cap = table.proposal_len[policy.ngram]
             ks = [policy.k_ngram if d == policy.ngram else policy.k_eagle for d in self.slots]
         # the replay rule (traces/acceptance.py) once over the table for each (slot, k) the policy can ask for:
         # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
@@ -312,16 +311,16 @@ class CompiledRun:
                 tab[row, 1] = accepted_drafts(acc_len, prop)
                 rowof[g, k] = row
                 row += 1
-        self.pf_order = np.array([self.slots.index(d) for d in used], dtype=np.int64)
+        pf_order = np.array([self.slots.index(d) for d in used], dtype=np.int64)
         self.arm_slot = np.array([self.slots.index(d) for d in getattr(policy, "drafters", ())] or [0],
                                  dtype=np.int64)  # a bandit's arms (its drafters' order) -> slots
-        self.iparams, self.fparams = i, f
+        self.settings = typed(Settings, **v)
+        self.kernel_settings = settings_record(self.settings)  # the kernels' form (kernel_records.SETTINGS)
         self.first = server.drafting.first_flat.astype(np.int64)
         self.last = server.drafting.last_flat.astype(np.int64)
-        self.tab, self.rowof, self.cap = tab, rowof, np.asarray(cap, dtype=np.int32)
-        self.target = profile_terms(server.pricing.target)
-        self.drafts, self.dprofiles = tuple(drafts), tuple(dprofiles)
-        self.policy_kind = int(i[ker.I_POLICY])
+        self.replay = Replay(tab, rowof, np.asarray(cap, dtype=np.int32))
+        self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
+        self.policy_kind = self.settings.policy
 
     def _arms(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """UCB's play counts and reward sums per (state, arm): per request from zero (start_request), or the policy's
@@ -358,91 +357,73 @@ class CompiledRun:
 
         srv = self.srv
         st, wl, n = srv.state, srv.wl, len(srv.wl)
-        istate = np.zeros(ker.N_ISTATE, dtype=np.int64)
         arr = srv.arrivals
-        istate[ker.S_SUBMITTED] = arr.submitted if self.closed else n
+        state = new_state(submitted=arr.submitted if self.closed else n, now=srv.env.now)
+        rec = state[0]  # the kernel's scalars, read and reset here between calls
         client_of = arr.client_of if self.closed else np.zeros(1, dtype=np.int64)
-        fstate = np.zeros(ker.N_FSTATE)
-        fstate[ker.FS_NOW] = srv.env.now
-        run = np.zeros(srv.max_num_seqs, dtype=np.int64)
-        dsteps, dprop, dacc = (np.zeros(n, dtype=np.int64) for _ in range(3))
-        usage = np.zeros(len(self.slots) + 1, dtype=np.int64)
-        est_s, est_f = self._estimates(n)
-        arm_counts, arm_sums = self._arms(n)
+        # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run)
+        req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), st.gen, st.prefill_left, st.prefill_done,
+                       st.blocks, st.last_emit, st.first_sched, st.first_token, st.finish,
+                       *(np.zeros(n, dtype=np.int64) for _ in range(3)))
+        pol = PolicyState(*self._estimates(n), *self._arms(n), self.arm_slot,
+                          np.zeros(len(self.slots) + 1, dtype=np.int64))
+        work = Workload(st.arrival, client_of, wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64),
+                        self.first, self.last)
         if self.psd:
             import simulator.engine.compiled_psd_kernel as pker
 
-            row_ints = pker.PSD_ROW_INTS
             cfg = srv.scenario.psd
-            psd_i = np.array([cfg.split_min_batch, cfg.defer_kv], dtype=np.int64)
-            psd_f = np.array([cfg.sync_s])
-            psd_state = np.array([srv.sched.verify_side, srv.executor.fallback_steps], dtype=np.int64)
-            side = st.sub_batch  # written in place
-            pend = np.zeros(n, dtype=np.int64)  # no proposal pending (_psd_reason)
-            pend_k, pend_p, pend_a = (np.zeros(n, dtype=np.int64) for _ in range(3))
-        else:
-            row_ints = ker.ROW_INTS
-        rows_i = np.empty((row_ints, SEGMENT_ROWS), dtype=np.int64)  # one line per column
-        rows_f = np.empty((2, SEGMENT_ROWS))
-        itl = np.empty(SEGMENT_ROWS * 16 + srv.max_num_seqs)
-        prompt, out = wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64)
-        # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run)
-        names = ("arrival", "gen", "prefill_left", "prefill_done", "blocks", "last_emit", "first_sched", "first_token",
-                 "finish")
-        s = {a: getattr(st, a) for a in names}
+            psd_cfg = typed(PSDSettings, split_min=cfg.split_min_batch, defer_kv=cfg.defer_kv, sync_s=cfg.sync_s)
+            psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.executor.fallback_steps)
+            carry = PSDCarry(st.sub_batch, *(np.zeros(n, dtype=np.int64) for _ in range(4)))  # sides written in
+            # place; no proposal pending (_psd_reason)
+        bufs = step_buffers(SEGMENT_ROWS, SEGMENT_ROWS * 16 + srv.max_num_seqs)
         blocks_row, itl_parts = [], []
 
         def ask_at(done: int) -> int:
             return min(n, next_check() if next_check is not None else done + check_every)
 
         stop_at = n if stop is None else ask_at(0)
-        self.running, self.now = True, float(fstate[0])
+        self.running, self.now = True, float(rec.now)
         while True:
             if self.psd:
-                code = pker.run_psd_steps(
-                    s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof, self.target,
-                    self.drafts, self.dprofiles, self.pf_order, usage, self.iparams, self.fparams,
-                    istate, fstate, psd_i, psd_f, psd_state, side, pend, pend_k, pend_p, pend_a, run, s["gen"],
-                    s["prefill_left"], s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"],
-                    s["first_token"], s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at)
+                code = pker.run_psd_steps(work, self.replay, self.costs, self.kernel_settings, psd_cfg, state, psd_state,
+                                          carry, req, pol, bufs, stop_at)
             else:
-                code = ker.run_steps(s["arrival"], client_of, prompt, out, self.first, self.last, self.tab, self.rowof,
-                                 self.cap, self.target, self.drafts, self.dprofiles, self.pf_order,
-                                 est_s, est_f, arm_counts, arm_sums, self.arm_slot, usage,
-                                 self.iparams, self.fparams, istate, fstate, run, s["gen"], s["prefill_left"],
-                                 s["prefill_done"], s["blocks"], s["last_emit"], s["first_sched"], s["first_token"],
-                                 s["finish"], dsteps, dprop, dacc, rows_i, rows_f, itl, stop_at, math.inf)
+                code = ker.run_steps(work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, stop_at,
+                                     math.inf)
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
-                                   f" at t={fstate[0]:.6f}s (its eligibility check should have sent this run to the "
-                                   "step path: a bug, please report it with the config)")
-            r, ni = int(istate[ker.S_ROWS]), int(istate[ker.S_ITL])
-            n_fin = int(istate[ker.S_FINISHED])
-            self.now = float(fstate[0])  # the end of the step just taken: the state is complete up to it
+                                   f" at t={float(rec.now):.6f}s (its eligibility check should have sent this run to "
+                                   "the step path: a bug, please report it with the config)")
+            r, ni = int(rec.rows), int(rec.itl)
+            n_fin = int(rec.finished)
+            self.now = float(rec.now)  # the end of the step just taken: the state is complete up to it
             st.n_finished = n_fin
             if srv.on_step is not None and code == ker.DONE:  # told at the end; mid-run through `stop` (Server)
                 srv.on_step(n_fin)
             last = code == ker.DONE or (code == ker.STOPPED and stop(n_fin))
             if last:  # the buffers are not reused: keep views
-                blocks_row.append((rows_i[:, :r], rows_f[:, :r]))
-                itl_parts.append(itl[:ni])
+                blocks_row.append(rows_head(bufs.rows, r))
+                itl_parts.append(bufs.itl[:ni])
                 break
             if r or code == ker.FULL:
-                blocks_row.append((rows_i[:, :r].copy(), rows_f[:, :r].copy()))
-                itl_parts.append(itl[:ni].copy())
-                istate[ker.S_ROWS] = istate[ker.S_ITL] = 0
+                blocks_row.append(rows_head(bufs.rows, r, copy=True))
+                itl_parts.append(bufs.itl[:ni].copy())
+                rec.rows = rec.itl = 0
             if code == ker.STOPPED:
                 stop_at = ask_at(n_fin)
         self.running = False
-        self._write(istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts)
+        self._write(rec, req, pol.usage, blocks_row, itl_parts)
+        running = req.run[:int(rec.n_run)]
         if self.psd:  # PSDExecutor's carry, side and counter (sub_batch was written in place)
-            st.pending_d[:] = np.where(pend == 1, self.drafter_idx[0], NO_DRAFT)
-            st.pending_k[:], st.pending_prop[:] = pend_k, pend_p
-            srv.sched.verify_side = int(psd_state[0])
-            srv.executor.fallback_steps = int(psd_state[1])
-        self._write_estimates(est_s, est_f, run[:int(istate[ker.S_NRUN])])
-        self._write_arms(arm_counts, arm_sums, run[:int(istate[ker.S_NRUN])])
-        return float(fstate[0])
+            st.pending_d[:] = np.where(carry.pend == 1, self.drafter_idx[0], NO_DRAFT)
+            st.pending_k[:], st.pending_prop[:] = carry.pend_k, carry.pend_p
+            srv.sched.verify_side = int(psd_state[0].side)
+            srv.executor.fallback_steps = int(psd_state[0].fallback)
+        self._write_estimates(pol.est_s, pol.est_f, running)
+        self._write_arms(pol.arm_counts, pol.arm_sums, running)
+        return float(rec.now)
 
     def _write_arms(self, counts: np.ndarray, sums: np.ndarray, running: np.ndarray,
                     number: np.ndarray | None = None) -> None:
@@ -482,15 +463,15 @@ class CompiledRun:
                 est = policy.estimate(ids[w])
                 est.successes, est.failures = float(est_s[i]), float(est_f[i])
 
-    def _write(self, istate, run, dsteps, dprop, dacc, usage, blocks_row, itl_parts) -> None:
-        """The kernel's outcome into the server's state, counters, KV pool, ITL and step records."""
-        import simulator.engine.compiled_kernel as ker
-
+    def _write(self, rec, req: Requests, usage: np.ndarray, blocks_row, itl_parts) -> None:
+        """The kernel's outcome (`rec`: its RUN_STATE record; `req`: its per-request arrays) into the server's state,
+        counters, KV pool, ITL and step records."""
         srv = self.srv
         st, outcome, pool = srv.state, srv.outcome, srv.sched.pool
-        n_run, ptr, admit = int(istate[ker.S_NRUN]), int(istate[ker.S_PTR]), int(istate[ker.S_ADMIT])
+        run, dsteps, dprop, dacc = req.run, req.dsteps, req.dprop, req.dacc
+        n_run, ptr, admit = int(rec.n_run), int(rec.ptr), int(rec.admit)
         if self.closed:  # submitted, not yet pulled: pending; ids in order, as the clients number them
-            srv.arrivals.resume(int(istate[ker.S_SUBMITTED]), ptr)
+            srv.arrivals.resume(int(rec.submitted), ptr)
         else:
             srv.arrivals.resume(ptr)
         fin = ~np.isnan(st.finish)
@@ -501,26 +482,26 @@ class CompiledRun:
         st.prefilling = {int(i): None for i in run[:n_run] if st.prefill_left[i] > 0}
         st.waiting.extend(range(admit, ptr))
         st.started[~np.isnan(st.first_token)] = True
-        st.n_finished = int(istate[ker.S_FINISHED])
+        st.n_finished = int(rec.finished)
         all_idx = np.arange(len(srv.wl))
         drafted = bool(self.slots)
         st.verify_counts.add_run(all_idx, dsteps, dprop if drafted else None, dacc if drafted else None)
         for g, di in enumerate(self.drafter_idx):
             st.usage[di] += int(usage[g])
         st.usage[-1] += int(usage[-1])
-        pool.used, pool.peak = int(istate[ker.S_USED]), max(pool.peak, int(istate[ker.S_PEAK]))
-        outcome.step_no = int(istate[ker.S_STEP])
+        pool.used, pool.peak = int(rec.used), max(pool.peak, int(rec.peak))
+        outcome.step_no = int(rec.step)
         # one chunk or block per kernel segment: the ITL array and the steps table join them once, at the end
         outcome.itl_chunks.extend(part for part in itl_parts if len(part))
-        for ri, rf in blocks_row:
-            if ri.shape[1]:
-                outcome.steps.append_columns(self._columns(ri, rf))
+        for rows in blocks_row:
+            if len(rows.step):
+                outcome.steps.append_columns(self._columns(rows))
 
-    def _columns(self, ri: np.ndarray, rf: np.ndarray) -> dict[str, np.ndarray]:
+    def _columns(self, rows: StepRows) -> dict[str, np.ndarray]:
         """Step-table columns (records.STEP_COLUMNS) of the kernel's rows."""
         import simulator.engine.compiled_kernel as ker
 
-        S = ri.shape[1]
+        S = len(rows.step)
         phases = np.array(PHASES, dtype=object)
         # compiled_kernel's drafters codes: a bit per slot that drafted; DRF_PASS the prompt pass's drafters
         names = [""] * (ker.DRF_PASS + 1)
@@ -528,15 +509,12 @@ class CompiledRun:
             names[code] = "+".join(d for g, d in enumerate(self.slots) if code >> g & 1)
         names[ker.DRF_PASS] = self.pass_names
         names = np.array(names, dtype=object)
-        col = ri.__getitem__  # a line of the (columns, rows) buffer: contiguous
         # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)
-        psd = ri.shape[0] > ker.ROW_INTS  # compiled_psd_kernel's rows: device and sub_batch columns
-        dev = ri[ker.ROW_INTS].astype(np.intp) if psd else np.zeros(S, dtype=np.intp)
-        sub = ri[ker.ROW_INTS + 1] if psd else np.full(S, -1, dtype=np.int64)
-        return {"step": col(ker.R_STEP), "device": np.array(["target", "drafter"], dtype=object)[dev],
-                "phase": phases[col(ker.R_PHASE)], "start": rf[0], "end": rf[1], "num_seqs": col(ker.R_NS),
-                "prefill_tokens": col(ker.R_PT),
-                "batched_tokens": col(ker.R_BT), "kv_tokens": col(ker.R_KV), "kv_blocks_used": col(ker.R_USED),
-                "proposed_tokens": col(ker.R_PROP), "accepted_tokens": col(ker.R_ACC),
-                "emitted_tokens": col(ker.R_EMIT), "sub_batch": sub,
-                "drafters": names[col(ker.R_DRF)]}
+        dev = rows.device.astype(np.intp) if self.psd else np.zeros(S, dtype=np.intp)  # PSD's rows only
+        sub = rows.sub_batch if self.psd else np.full(S, -1, dtype=np.int64)
+        return {"step": rows.step, "device": np.array(["target", "drafter"], dtype=object)[dev],
+                "phase": phases[rows.phase], "start": rows.start, "end": rows.end, "num_seqs": rows.num_seqs,
+                "prefill_tokens": rows.prefill_tokens, "batched_tokens": rows.batched_tokens,
+                "kv_tokens": rows.kv_tokens, "kv_blocks_used": rows.kv_blocks_used,
+                "proposed_tokens": rows.proposed_tokens, "accepted_tokens": rows.accepted_tokens,
+                "emitted_tokens": rows.emitted_tokens, "sub_batch": sub, "drafters": names[rows.drafters]}

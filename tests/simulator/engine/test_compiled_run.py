@@ -544,7 +544,8 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
 
     root = Path(simulator.__file__).parent.parent
     digest = hashlib.sha256(b"".join((root / f).read_bytes() for f in (
-        "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py", "policies/adaptive_k.py",
+        "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
+        "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
         "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
         "simulator/costs/roofline.py", "traces/tree.py", "simulator/cluster/compiled_cluster_kernel.py",
         "simulator/cluster/router.py")) + b"".join(

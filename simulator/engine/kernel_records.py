@@ -1,0 +1,219 @@
+"""The compiled kernels' arguments as a few named records (compiled_kernel.run_steps,
+compiled_psd_kernel.run_psd_steps).
+
+NamedTuples of arrays or typed scalars (numba compiles them as they are; plain Python reads the same fields with its
+JIT off) and one-record structured arrays for the scalars a kernel call leaves behind (a numpy record array: `st =
+state[0]; st.ptr = ...` writes through, compiled or plain). The types are fixed here, once, and `typed` coerces every
+scalar to its field's type, so each run passes the same numba types and the cached kernels never recompile per run.
+This module imports no numba: compiled_run builds the records before it imports the kernels.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, get_type_hints
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simulator.engine.rules.pricing import DraftTerms, ProfileTerms
+
+
+class Workload(NamedTuple):
+    """The requests the kernel knows, in its numbering: arrival times (a closed loop appends its next submissions),
+    each one's client (closed loop), prompt and output lengths, and the first / last flat trace positions."""
+    arrival: np.ndarray  # float64
+    client_of: np.ndarray  # int64; one element outside a closed loop
+    prompt: np.ndarray  # int64
+    out: np.ndarray  # int64
+    first: np.ndarray  # int64
+    last: np.ndarray  # int64
+
+
+class Replay(NamedTuple):
+    """The acceptance replay precomputed by traces/acceptance.py: `tab[rowof[g, k], 0 / 1, f]` the proposed /
+    accepted drafts when drafter slot g is asked for k at flat trace position f; `cap[f]` the n-gram match length a
+    policy reads."""
+    tab: np.ndarray  # int8 (rows, 2, flat positions)
+    rowof: np.ndarray  # int64 (slots, k + 1)
+    cap: np.ndarray  # int32
+
+
+class Costs(NamedTuple):
+    """The step prices' records: the target's profile (rules.pricing.ProfileTerms), each drafter slot's draft cost
+    (DraftTerms) and profile, padded to compiled_run.MAX_SLOTS, and the prompt passes in the policy's order."""
+    target: ProfileTerms
+    drafts: tuple[DraftTerms, ...]
+    dprofiles: tuple[ProfileTerms, ...]
+    pf_order: np.ndarray  # int64 slot indices
+
+
+class Settings(NamedTuple):
+    """The run's fixed settings (server, scheduler, policy), one typed scalar per field; the kernels take them as a
+    one-record SETTINGS array (settings_record)."""
+    sd: bool  # mode sd (a decode step's rows are verify rows)
+    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE or POL_UCB
+    k: int  # the fixed policy's and UCB's k
+    nslot: int  # drafter slots (0: plain decoding)
+    k_max: int  # adaptive-k's largest k
+    max_seqs: int  # max_num_seqs
+    budget: int  # max_num_batched_tokens
+    chunked: bool  # chunked prefill
+    separate: bool  # prefill: separate (prompt-only steps)
+    block_size: int  # KV block size in tokens
+    total_blocks: int  # the KV pool's blocks
+    closed: bool  # a closed loop (each finish submits its client's next request after `think`)
+    shared: bool  # the policy keeps one shared state (else one per request)
+    has_cap: bool  # adaptive-k caps k at the n-gram match length `Replay.cap`
+    min_match: int  # combine-match's rule
+    k_ngram: int
+    k_eagle: int
+    ngram_slot: int  # combine-match's n-gram drafter slot
+    arms: int  # UCB's arms
+    decode_budget: bool  # vLLM V1's decode budget (scheduler: vllm-v1)
+    lookahead: int  # vLLM V1's lookahead KV slots per running request (rules/kv.lookahead_slots)
+    async_sched: bool  # async scheduling (rules/engine_loop.overlapped_gap)
+    routed: bool  # the caller pushes arrivals (a cluster replica): idle with none known, the kernel returns PAUSED
+    overhead: float  # the step overhead (seconds)
+    think: float  # the closed loop's think time
+    prior: float  # adaptive-k's acceptance estimate prior, its weight and decay
+    prior_weight: float
+    decay: float
+    beta: float  # UCB's exploration weight
+    gap: float  # vLLM V1's engine-loop gap between busy steps (Server.gap_s)
+
+
+class PSDSettings(NamedTuple):
+    """Two-batch PSD's fixed settings (simulator/server_config PSD block)."""
+    split_min: int  # split_min_batch: fewer decoding requests verify as plain SD
+    defer_kv: bool  # the drafted side holds KV for its drafts
+    sync_s: float  # the sync after both devices finish
+
+
+class Requests(NamedTuple):
+    """The per-request state the kernel writes in place (kernel numbering) and the running array (admission
+    order): tokens generated, prompt left / done, KV blocks held, times, and the verify counters."""
+    run: np.ndarray  # int64, max_num_seqs
+    gen: np.ndarray
+    prefill_left: np.ndarray
+    prefill_done: np.ndarray
+    blocks: np.ndarray
+    last_emit: np.ndarray  # float64
+    first_sched: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    dsteps: np.ndarray  # int64: verify steps, proposed and accepted drafts per request
+    dprop: np.ndarray
+    dacc: np.ndarray
+
+
+class PolicyState(NamedTuple):
+    """The built-in policies' learning state, written in place: adaptive-k's estimates (one per request, or one
+    shared), UCB's play counts and reward sums per (state, arm), each arm's drafter slot, and the steps each slot
+    (last: no drafter) served."""
+    est_s: np.ndarray
+    est_f: np.ndarray
+    arm_counts: np.ndarray
+    arm_sums: np.ndarray
+    arm_slot: np.ndarray  # int64
+    usage: np.ndarray  # int64, slots + 1
+
+
+class StepRows(NamedTuple):
+    """The step table's columns the kernels fill, one array each, a row per slice of a step (records.STEP_COLUMNS'
+    names; phase as compiled_kernel's P_* code, drafters as its bit code)."""
+    step: np.ndarray  # int64
+    phase: np.ndarray
+    num_seqs: np.ndarray
+    prefill_tokens: np.ndarray
+    batched_tokens: np.ndarray
+    kv_tokens: np.ndarray
+    kv_blocks_used: np.ndarray
+    proposed_tokens: np.ndarray
+    accepted_tokens: np.ndarray
+    emitted_tokens: np.ndarray
+    drafters: np.ndarray
+    start: np.ndarray  # float64
+    end: np.ndarray
+    device: np.ndarray  # int64, PSD's only (0 target, 1 drafter)
+    sub_batch: np.ndarray  # int64, PSD's only
+
+
+class StepBuffers(NamedTuple):
+    """The kernel's output buffers: the step rows and the ITL gaps."""
+    rows: StepRows
+    itl: np.ndarray
+
+
+def step_buffers(rows: int, gaps: int) -> StepBuffers:
+    """Empty buffers for `rows` step rows and `gaps` ITL gaps (untouched pages cost nothing)."""
+    floats = ("start", "end")
+    return StepBuffers(StepRows._make(np.empty(rows, dtype=np.float64 if f in floats else np.int64)
+                                      for f in StepRows._fields), np.empty(gaps))
+
+
+def rows_head(rows: StepRows, r: int, copy: bool = False) -> StepRows:
+    """The first `r` rows (views, or copies when the buffer is reused)."""
+    return StepRows._make(c[:r].copy() if copy else c[:r] for c in rows)
+
+
+class PSDCarry(NamedTuple):
+    """PSD's per-request sides and the drafted side's pending proposal (k, proposed, accepted), written in place."""
+    side: np.ndarray
+    pend: np.ndarray
+    pend_k: np.ndarray
+    pend_p: np.ndarray
+    pend_a: np.ndarray
+
+
+# the scalars a kernel call leaves for the next (its loop's counters and clock)
+RUN_STATE = np.dtype([
+    ("ptr", np.int64),  # arrivals pulled (the waiting queue's end)
+    ("admit", np.int64),  # requests admitted (the waiting queue's head)
+    ("n_run", np.int64),  # running requests
+    ("finished", np.int64),
+    ("step", np.int64),  # the next step's number
+    ("used", np.int64),  # KV blocks in use
+    ("peak", np.int64),
+    ("rows", np.int64),  # rows written into StepBuffers.rows_i / rows_f
+    ("itl", np.int64),  # gaps written into StepBuffers.itl
+    ("submitted", np.int64),  # arrivals known (open loop: all; closed loop or replica: so far)
+    ("busy", np.int64),  # the last loop turn ran a step (vLLM V1's engine-loop gap follows it)
+    ("now", np.float64),  # the clock
+    ("forward", np.float64),  # the last step's duration (async scheduling hides the gap behind it)
+], align=True)
+# PSD's scalars: the side verified next, fallback steps so far
+PSD_STATE = np.dtype([("side", np.int64), ("fallback", np.int64)], align=True)
+
+
+def typed(cls, **values):
+    """A `cls` record (Settings, PSDSettings) with each value coerced to its field's annotated type (int, float,
+    bool), so every run passes the kernels the same numba types."""
+    missing, extra = set(cls._fields) - set(values), set(values) - set(cls._fields)
+    if missing or extra:
+        raise TypeError(f"{cls.__name__}: no value for {sorted(missing)}, no field for {sorted(extra)}")
+    kinds = get_type_hints(cls)
+    return cls(**{f: kinds[f](values[f]) for f in cls._fields})
+
+
+def record_dtype(cls) -> np.dtype:
+    """The structured dtype of a typed scalar record (Settings): one int64, float64 or bool field per field."""
+    kinds, hints = {int: np.int64, float: np.float64, bool: np.bool_}, get_type_hints(cls)
+    return np.dtype([(f, kinds[hints[f]]) for f in cls._fields], align=True)
+
+
+SETTINGS = record_dtype(Settings)  # the kernels' form of Settings (settings_record)
+
+
+def settings_record(settings: Settings) -> np.recarray:
+    """The settings as the kernels take them: a one-record array of SETTINGS (a cluster stacks its replicas' along
+    one axis and passes each replica its row)."""
+    out = np.zeros(1, dtype=SETTINGS).view(np.recarray)
+    out[0] = tuple(settings)
+    return out
+
+
+def new_state(dtype: np.dtype = RUN_STATE, **values) -> np.recarray:
+    """A one-record state array of `dtype`, zero but for `values` (field names of the dtype)."""
+    state = np.zeros(1, dtype=dtype).view(np.recarray)
+    for name, v in values.items():
+        state[name][0] = v
+    return state
