@@ -18,8 +18,7 @@ import numpy as np
 from simulator.cluster.router import ROUTER_CODES
 from simulator.engine import compiled_run
 from simulator.engine.compiled_replica import exact_delays
-from simulator.engine.kernel_records import (RUN_STATE, PolicyState, Requests, StepBuffers, StepRows, Workload,
-                                             new_state, step_buffers, typed)
+from simulator.engine.kernel_records import RUN_STATE, StepBuffers, StepRows, new_state, step_buffers, typed
 
 ENABLED = True  # module switch: False keeps every cluster on the per-replica path (tests compare both)
 BIG_BUFFER = 4096  # rows per replica's buffer when SEGMENT_ROWS is larger and replicas are many (memory)
@@ -71,9 +70,9 @@ def _stack(arrays: list[np.ndarray], fill) -> np.ndarray:
     return out
 
 
-# the replicas' kernel records the loop stacks (record attribute of CompiledReplica, its type, the fields the
-# replicas share instead, the padding of a float field)
-STACKED = (("work", Workload, ("client_of",)), ("req", Requests, ()), ("pol", PolicyState, ("arm_slot",)))
+# the replicas' kernel records the loop stacks (the CompiledReplica attribute holding it, the fields the replicas
+# share instead (equal in every replica: the first one's is passed)
+STACKED = (("work", ("client_of",)), ("req", ()), ("pol", ("arm_slot",)))
 
 
 def _stacked_record(records: list, shared: tuple[str, ...]):
@@ -107,7 +106,7 @@ class CompiledCluster:
         for c in comp:
             c.driven = True  # its own SimPy process returns at once (CompiledReplica.loop)
         self.stacked = {}
-        for attr, _, shared in STACKED:  # each replica's records become views of the loop's stacked ones
+        for attr, shared in STACKED:  # each replica's records become views of the loop's stacked ones
             own = [getattr(c, attr) for c in comp]
             big = self.stacked[attr] = _stacked_record(own, shared)
             for j, c in enumerate(comp):
