@@ -14,8 +14,10 @@ import argparse
 
 import simulator.scenario as scenario
 from experiments.plan.config import load_plan_config
-from experiments.plan.planner import TrafficModel, _point, _stopping_point, base_experiment, build_candidates
+from experiments.plan.candidates import base_experiment, build_candidates
+from experiments.plan.point import _stopping_point, search_point
 from experiments.plan.prices import price_table
+from experiments.plan.traffic import TrafficModel
 from experiments.sweep.hashing import derive_seed
 from simulator.cluster import compiled_cluster
 
@@ -28,7 +30,7 @@ def main() -> None:
     args = ap.parse_args()
     plan = load_plan_config(args.plan)
     base = base_experiment(plan)
-    traffic = TrafficModel(plan, base["workload"])
+    traffic = TrafficModel.of(plan, base)
     cands = [c for c in build_candidates(plan, base, price_table(plan.prices.file, plan.prices.usd_per_gpu_hour))
              if c.status == "ok" and c.replicas > 1 and (not args.candidates or c.id in args.candidates)]
     rate = args.rate or traffic.target_rate
@@ -45,7 +47,7 @@ def main() -> None:
     for c in cands:
         c.num_requests = traffic.requests_for(c.replicas)
         workload, replay = traffic.at_rate(rate, c.num_requests)
-        p = _point(c, workload, seed, plan.slo.bounds(), replay,
+        p = search_point(c, workload, seed, plan.slo.bounds(), replay,
                    {"level": "settling", "target": plan.slo.attainment, "rate": rate})
         row = [c.id, c.num_requests]
         for enabled in (False, True):
