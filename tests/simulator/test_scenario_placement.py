@@ -1,5 +1,5 @@
-"""simulator/scenario.py kv_capacity: a deployment's placement holds the linear-attention state of the server's own
-max_num_seqs unless the deployment names another."""
+"""simulator/scenario.py kv_capacity: a deployment's placement holds the linear-attention state of every sequence the
+run holds at once (the server's max_num_seqs; PSD: both sub-batches) unless the deployment names another count."""
 from __future__ import annotations
 
 from simulator.costs.placement import Deployment, plan
