@@ -82,7 +82,7 @@ def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]
         return server.kv_capacity_tokens, {}
     from simulator.costs.placement import kv_capacity_tokens
 
-    placement = kv_capacity_tokens(server.placement_deployment(), where=f"runs[{run.name}] server.deployment")
+    placement = kv_capacity_tokens(server.placement_deployment(run), where=f"runs[{run.name}] server.deployment")
     if not placement.fits:
         return 0, {"does_not_fit": placement.message, "placement": placement.summary()}
     return int(placement.kv_capacity_tokens), {"placement": placement.summary()}

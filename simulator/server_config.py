@@ -166,12 +166,13 @@ class ServerConfig(_Strict):
 
         return deployment_from_config(self.deployment, "server.deployment").max_model_len
 
-    def placement_deployment(self) -> dict[str, Any] | None:
-        """The deployment as placement reads it: its max_num_seqs (the sequences whose linear-attention state is
-        held) defaults to the server's. The one home of that default."""
+    def placement_deployment(self, run: "RunSpec") -> dict[str, Any] | None:
+        """The deployment as placement reads it for `run` on this server: its max_num_seqs (the sequences whose
+        linear-attention state is held) defaults to the sequences the run holds at once (RunSpec.running_sequences:
+        PSD holds both sub-batches). The one home of that default."""
         doc = self.deployment
         if isinstance(doc, dict) and "max_num_seqs" not in doc:
-            doc = {**doc, "max_num_seqs": self.max_num_seqs}
+            doc = {**doc, "max_num_seqs": run.running_sequences(self.max_num_seqs)}
         return doc
 
     def target(self) -> LatencyProfile:
@@ -212,6 +213,11 @@ class RunSpec(_Strict):
         if self.mode != "psd" and self.psd is not None:
             raise ValueError(f"run {self.name!r}: 'psd' settings only apply to mode psd")
         return self
+
+    def running_sequences(self, max_num_seqs: int) -> int:
+        """Sequences this run holds at once on a server of `max_num_seqs`: PSD's two sub-batches
+        (PSDConfig.concurrency, its default settings unless given), every other mode max_num_seqs."""
+        return (self.psd or PSDConfig()).concurrency(max_num_seqs) if self.mode == "psd" else max_num_seqs
 
 
 def server_for(server: ServerConfig, run: RunSpec, where: str | None = None) -> ServerConfig:

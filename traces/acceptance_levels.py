@@ -31,13 +31,15 @@ import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
+from pydantic import Field
 
 from traces.atomic import atomic_write_text, check_output_file
 from traces.bundle import DrafterSpec, DrafterTrace, TraceBundle
+from traces.config_base import StrictModel, validate_model
 from traces.errors import TraceFormatError, shorten
 from traces.limits import MAX_DRAFT_TOKENS
 from traces.expected_tokens import expected_tokens
@@ -501,40 +503,48 @@ def _output_tokens(doc: Any) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 
-def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, where: str = "traces.acceptance"
-                   ) -> TraceBundle:
-    """Apply `{drafter: {level, mean_length+k | per_position | file, proposal_rate?, kind?, cost_model?,
-    extrapolate?}}` to a bundle (a file's own proposal rate, or the inline one: the share of decode steps that
-    propose), warning about implausible or borrowed acceptance and about the extrapolation past the measured k
-    (`extrapolate: geometric`, the default; `none` caps at it)."""
+class DrafterLevel(StrictModel):
+    """One drafter's entry of `traces: {acceptance: {base, drafters: {NAME: ...}}}`, typed when the config loads:
+    a source file or an inline level (mean_length at k, or per_position), checked against each other and the base
+    bundle when it is loaded (`resolve_levels`)."""
+
+    level: Literal[LEVELS] | None = Field(None, description="the level replayed (default: the source's highest)")
+    file: str | None = Field(None, description="an acceptance source file (acceptance.yaml: draftsim import ...)")
+    mean_length: float | None = Field(None, description="level 1: tokens per verify step at k")
+    per_position: list[float] | None = Field(None, description="level 2: P(drafts 0..i all accepted), i < k")
+    k: int | None = Field(None, description="the k it was measured at (default: per_position's length)")
+    proposal_rate: float | None = Field(None, description="the share of decode steps that proposed (default: all)")
+    kind: str | None = Field(None, description="a drafter the base bundle lacks: its kind")
+    cost_model: str | None = Field(None, description="a drafter the base bundle lacks: its cost model")
+    extrapolate: Literal[EXTRAPOLATIONS] = Field("geometric", description="past the measured k: geometric, or none "
+                                                                         "(capped at it)")
+
+
+def resolve_levels(bundle: TraceBundle, drafters: dict[str, DrafterLevel | dict[str, Any]], seed: int,
+                   where: str = "traces.acceptance") -> TraceBundle:
+    """Apply `{drafter: DrafterLevel}` (a mapping is parsed into one) to a bundle (a file's own proposal rate, or
+    the inline one: the share of decode steps that propose), warning about implausible or borrowed acceptance and
+    about the extrapolation past the measured k (`extrapolate: geometric`, the default; `none` caps at it)."""
     if not isinstance(drafters, dict) or not drafters:
         raise ValueError(f"{where}.drafters: expected a mapping drafter -> acceptance level")
     for j, (name, p) in enumerate(drafters.items()):
         f = f"{where}.drafters.{name}"
-        if not isinstance(p, dict):
-            raise ValueError(f"{f}: expected a mapping")
-        allowed = {"level", "file", "mean_length", "per_position", "k", "proposal_rate", "kind", "cost_model",
-                   "extrapolate"}
-        if set(p) - allowed:
-            raise ValueError(f"{f}: unknown key(s) {sorted(set(p) - allowed)}; expected some of {sorted(allowed)}")
-        if "file" in p:
-            src = load_source(p["file"])
+        if not isinstance(p, DrafterLevel):
+            p = validate_model(DrafterLevel, p, f)
+        if p.file is not None:
+            src = load_source(p.file)
         else:
-            k = p.get("k", len(p["per_position"]) if "per_position" in p else None)
-            src = source_from_dict({"measured_k": k, "mean_length": p.get("mean_length"),
-                                    "per_position": p.get("per_position"), "proposal_rate": p.get("proposal_rate")}, f)
-        level = p.get("level") or src.levels()[-1]
-        if level not in LEVELS:
-            raise ValueError(f"{f}.level: expected one of {', '.join(LEVELS)}, got {shorten(level)}")
+            k = p.k if p.k is not None else (len(p.per_position) if p.per_position is not None else None)
+            src = source_from_dict({"measured_k": k, "mean_length": p.mean_length, "per_position": p.per_position,
+                                    "proposal_rate": p.proposal_rate}, f)
+        level = p.level or src.levels()[-1]
         spec = None
         if name not in bundle.meta.drafters:
-            if "kind" not in p or "cost_model" not in p:
+            if p.kind is None or p.cost_model is None:
                 raise ValueError(f"{f}: {name!r} is not in the base bundle; give kind and cost_model")
-            spec = DrafterSpec(name, p["kind"], p["cost_model"])
+            spec = DrafterSpec(name, p.kind, p.cost_model)
         kind = spec.kind if spec else bundle.meta.drafters[name].kind
-        extrapolate = p.get("extrapolate", "geometric")
-        if extrapolate not in EXTRAPOLATIONS:
-            raise ValueError(f"{f}.extrapolate: expected one of {', '.join(EXTRAPOLATIONS)}, got {extrapolate!r}")
+        extrapolate = p.extrapolate
         notes = plausibility(src, kind, bundle.meta.target, bundle.meta.dataset)
         if level != "per_request" and extrapolate == "geometric":
             notes.append(extrapolation_note(name, extrapolation(level, src)))
@@ -546,6 +556,6 @@ def resolve_levels(bundle: TraceBundle, drafters: dict[str, Any], seed: int, whe
 
 __all__ = ["AcceptanceSource", "ProposalRate", "proposal_rate_from_counts", "RequestHistogram", "AcceptanceWarning", "LEVELS", "iid_rate", "conditional_rates",
            "survival", "with_level", "check_k", "plausibility", "source_from_bundle", "save_source", "load_source",
-           "source_from_dict", "source_from_vllm_counters", "source_from_per_request", "resolve_levels",
+           "source_from_dict", "source_from_vllm_counters", "source_from_per_request", "resolve_levels", "DrafterLevel",
            "EXTRAPOLATIONS", "EXTRAPOLATION_RULE", "Extrapolation", "tail_rate", "extrapolation", "extrapolated_survival",
            "extrapolated_mean_length", "extrapolation_note"]

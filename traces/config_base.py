@@ -153,7 +153,8 @@ def error_lines(err: ValidationError, prefix: str = "", model: type[BaseModel] |
             if typo:
                 msg += f" (given as {typo!r}?)"
         got = e.get("input")
-        if e["type"] not in ("missing", "extra_forbidden") and not isinstance(got, (dict, list, BaseModel)):
+        if e["type"] not in ("missing", "extra_forbidden") and not isinstance(got, (dict, list, BaseModel)) \
+                and f" (got {shorten(got)})" not in msg:  # a nested model's message may already say it
             got_at.setdefault(loc, f" (got {shorten(got)})")
         msgs = by_loc.setdefault(loc, [])
         if msg not in msgs:

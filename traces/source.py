@@ -17,6 +17,7 @@ from typing import Annotated, Any, Union
 from pydantic import BeforeValidator, ConfigDict, Field, InstanceOf, PrivateAttr, ValidationError, field_validator, \
     model_serializer, model_validator
 
+from traces.acceptance_levels import DrafterLevel
 from traces.bundle import TraceBundle
 from traces.config_base import StrictModel, error_lines
 from traces.errors import shorten
@@ -160,11 +161,11 @@ class SpecbenchSource(_Generated):
 
 
 class AcceptanceLevels(StrictModel):
-    """A base source and each drafter's acceptance at a level (traces/acceptance_levels.py `resolve_levels`, which
-    checks each drafter's entry against the base bundle when it is loaded)."""
+    """A base source and each drafter's acceptance at a level, typed (traces/acceptance_levels.py DrafterLevel);
+    `resolve_levels` checks each entry against the base bundle when it is loaded."""
 
     base: "TraceSource" = Field(DEFAULT_SOURCE, validate_default=True)
-    drafters: dict[str, dict[str, Any]] = Field(min_length=1)
+    drafters: dict[str, DrafterLevel] = Field(min_length=1)
 
 
 class AcceptanceSource(_Generated):

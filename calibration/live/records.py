@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from policies.registry import GROUND_TRUTH_POLICIES, policy_class
+from policies.registry import GROUND_TRUTH_POLICIES, PolicySpec, policy_class
 
 if TYPE_CHECKING:
     from calibration.models.drafters import LookupDrafter
@@ -61,10 +61,11 @@ class LiveRequest:
 
 @dataclass(frozen=True)
 class LiveMode:
-    """One configuration to run live and simulate: a name and a policy spec (None: autoregressive)."""
+    """One configuration to run live and simulate: a name and its parsed policy (policies/registry.py PolicySpec;
+    None: autoregressive)."""
 
     name: str
-    policy: dict[str, Any] | None
+    policy: PolicySpec | None
 
 
 @dataclass
@@ -174,14 +175,14 @@ def step_mismatches(bundle, run: "LiveRun") -> int | None:
     from traces.acceptance import replay_step
 
     mode = run.mode
-    if mode.policy is None or mode.policy["name"] != "fixed":
+    if mode.policy is None or mode.policy.name != "fixed":
         return None if mode.policy is not None else 0
     bad = 0
     for req, tr in zip(run.requests, bundle.requests):
-        t = tr.drafters[mode.policy["drafter"]]
+        t = tr.drafters[mode.policy.drafter]
         for s in req.steps:
             prop = None if t.proposal_len is None else int(t.proposal_len[s.position])
-            want = replay_step(int(t.acc_len[s.position]), mode.policy["k"], prop, s.position, tr.output_len).emitted
+            want = replay_step(int(t.acc_len[s.position]), mode.policy.k, prop, s.position, tr.output_len).emitted
             bad += int(want != s.emitted)
     return bad
 

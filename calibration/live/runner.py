@@ -28,16 +28,18 @@ from calibration.live.records import (METRICS, LiveMode, LiveRun, TraceSetting, 
                                      live_metrics, measure_traces, refuse_oracle, rel_err, sim_metrics,
                                      step_mismatches)
 from calibration.live.batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
+from policies.registry import PolicySpec, policy_spec
 
 PLACEMENTS = {"ar": "one", "sd": "one", "sd2": "both", "psd": "psd"}
 
 
 @dataclass(frozen=True)
 class BatchMode:
-    """One live configuration: name, policy (None: AR) and placement (one core, both cores, PSD)."""
+    """One live configuration: name, parsed policy (policies/registry.py PolicySpec; None: AR) and placement (one
+    core, both cores, PSD)."""
 
     name: str
-    policy: dict[str, Any] | None
+    policy: PolicySpec | None
     placement: str  # one | both | psd
 
 
@@ -68,8 +70,6 @@ class BatchedLiveConfig:
 
 def parse_batch_modes(modes: list[str], policies: list[dict[str, Any]]) -> tuple[list[BatchMode], list[str]]:
     """`ar`, `sd|sd2|psd:<drafter spec>:<k>` and SD policy modes; returns them and the drafter specs needed."""
-    from policies.registry import make_policy
-
     out, specs = [], []
     for text in modes:
         text = text.strip()
@@ -83,13 +83,12 @@ def parse_batch_modes(modes: list[str], policies: list[dict[str, Any]]) -> tuple
                              "(e.g. sd:int8:2, sd2:int8:2, psd:int8:2, sd:ngram:3)")
         name = drafter_name(spec)
         label = {"sd": "SD", "sd2": "SD-2dev", "psd": "PSD"}[head]
-        out.append(BatchMode(f"{label}-{name}-k{k_text}", {"name": "fixed", "drafter": name, "k": int(k_text)},
-                             PLACEMENTS[head]))
+        fixed = policy_spec({"name": "fixed", "drafter": name, "k": int(k_text)}, f"--modes {text!r}")
+        out.append(BatchMode(f"{label}-{name}-k{k_text}", fixed, PLACEMENTS[head]))
         specs.append(spec)
     for i, spec in enumerate(policies):
         refuse_oracle(spec, f"--policy {i + 1}")
-        pol = {k: v for k, v in spec.items() if k != "label"}
-        make_policy(pol, where=f"--policy {i + 1}")
+        pol = policy_spec({k: v for k, v in spec.items() if k != "label"}, f"--policy {i + 1}")
         out.append(BatchMode(str(spec.get("label", spec["name"])), pol, "one"))
     names = [m.name for m in out]
     if len(set(names)) != len(names):
@@ -144,7 +143,8 @@ def profile_grid(cfg: BatchedLiveConfig, modes: list[BatchMode]) -> Grid:
 
     batches = sorted({b for b in cfg.grid.batch_sizes if b <= cfg.max_num_seqs} | {cfg.max_num_seqs})
     prefill = sorted({b for b in cfg.grid.prefill_batches if b <= cfg.max_num_seqs}) or [1]
-    ks = {int(m.policy["k"]) + 1 for m in modes if m.policy and "k" in m.policy and isinstance(m.policy["k"], int)}
+    given_k = [m.policy.given().get("k") for m in modes if m.policy is not None]
+    ks = {int(k) + 1 for k in given_k if isinstance(k, int)}
     return replace(cfg.grid, batch_sizes=tuple(batches), prefill_batches=tuple(prefill),
                    query_tokens=tuple(sorted(set(cfg.grid.query_tokens) | ks)))
 
@@ -399,7 +399,8 @@ def _assemble(cfg, runs, profiles, drafters, lm, ids, categories, eos, failure, 
         bad = [rid for (rid, _), want in zip(ids, reference) if rid in by_id and by_id[rid].output_ids != want]
         prof = profiles[mode.placement]
         row: dict[str, Any] = {
-            "policy": mode.policy, "placement": mode.placement, "requests_finished": len(reqs),
+            "policy": None if mode.policy is None else mode.policy.model_dump(mode="json"),
+            "placement": mode.placement, "requests_finished": len(reqs),
             "lossless": not bad and len(reqs) == len(ids), "differing_requests": bad, "wall_s": wall,
             "load_per_core": {"before": round(before, 3), "after": round(after, 3)},
             "steps_total": int(sum(len(r.steps) for r in reqs)),
@@ -470,15 +471,15 @@ def trace_walk_steps(bundle, mode: BatchMode) -> list[int] | None:
     from traces.acceptance import FIRST_DRAFT_POSITION
     from traces.walk import walk_positions
 
-    if mode.policy is not None and mode.policy["name"] != "fixed":
+    if mode.policy is not None and mode.policy.name != "fixed":
         return None
     out = []
     for r in bundle.requests:
         if mode.policy is None:
             out.append(max(r.output_len - FIRST_DRAFT_POSITION, 0))
         else:
-            t = r.drafters[mode.policy["drafter"]]
-            out.append(len(walk_positions(t.acc_len, mode.policy["k"], t.proposal_len)))
+            t = r.drafters[mode.policy.drafter]
+            out.append(len(walk_positions(t.acc_len, mode.policy.k, t.proposal_len)))
     return out
 
 

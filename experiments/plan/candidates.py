@@ -13,11 +13,13 @@ from experiments.config import ExperimentConfig
 from experiments.plan.config import Mode, PlanConfig
 from experiments.plan.crossover import Crossover
 from experiments.plan.deploy import Deploy, deploy_of, is_mtp_mode
+from experiments.plan.evaluations import Evaluation, ServiceProbe
 from experiments.plan.bounds import TPOT_FLOOR_RULE, service_rate_bound, tpot_floor
 from experiments.plan.search import RateSearch
 from experiments.plan.prices import GpuPrice
 from simulator.engine.rules.kv import lookahead_slots
 from simulator.measure.metrics import round_sig
+from simulator.server_config import RunSpec
 from traces.catalog import MTP_SUFFIX
 from experiments.plan.point_config import candidate_experiment, point_experiment
 from experiments.plan.traffic import TrafficModel
@@ -70,11 +72,11 @@ class Candidate:
     kv_lookahead: int = 0  # vLLM V1's KV lookahead slots per running request (simulator/engine/rules/kv.py)
     service_bound: float | None = None  # analytic upper bound on the service rate (experiments/plan/bounds.py)
     mean_output_tokens: float | None = None  # mean output_len of the requests a run draws (first seed)
-    probe: dict[str, Any] | None = None  # the saturated service-rate run (SERVICE_PROBE_RULE) and its figure
+    probe: ServiceProbe | None = None  # the saturated service-rate run (SERVICE_PROBE_RULE) and its figure
     scope_note: str = ""  # search.scope cheapest: why this candidate's search stopped at the target rate
     floor_note: str = ""  # TPOT_FLOOR_RULE: why no rate can meet the SLO (no simulation)
     search: RateSearch | None = None
-    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: list[Evaluation] = field(default_factory=list)  # every rate run: search verdicts, curve points
     deploy: Deploy | None = None  # what vLLM runs for this candidate, or why it cannot (experiments/plan/deploy.py)
     crossover: Crossover | None = None  # SD vs AR on the same GPUs (experiments/plan/crossover.py)
 
@@ -168,8 +170,8 @@ def base_experiment(plan: PlanConfig) -> dict[str, Any]:
 
     cfg = load_config(plan.base, label=f"{plan.name}: base")
     doc = cfg.model_dump(mode="json", exclude={"sweep"})
-    if plan.traces is not None:
-        doc["traces"] = plan.traces
+    if plan.traces is not None:  # the document it was given (traces/source.py dumps a source as given)
+        doc["traces"] = plan.traces.model_dump(mode="json")
     if plan.drafters is not None:
         doc["drafters"] = plan.drafters
     slo = {k: v for k, v in (("ttft_s", plan.slo.ttft_s), ("tpot_s", plan.slo.tpot_s)) if v is not None}
@@ -229,8 +231,11 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
         server = {**base["server"], **sched.server(), "target_profile": profile, "deployment": dep,
                   "kv_capacity_tokens": None, "num_target_gpus": tp, "num_draft_gpus": mode.draft_gpus}
         seqs = int(server["max_num_seqs"])
-        dep.setdefault("max_num_seqs", seqs)  # placement holds each running sequence's linear-attention state
-        config = {**base, "server": server, "runs": [mode.run_spec(seqs)],
+        run = mode.run_spec(seqs)
+        # the linear-attention state placement holds: every sequence the run holds at once (PSD: both sub-batches),
+        # ServerConfig.placement_deployment's default, written into the document the points send
+        dep["max_num_seqs"] = RunSpec.model_validate(run).running_sequences(seqs)
+        config = {**base, "server": server, "runs": [run],
                   "drafters": _drafters_on(base.get("drafters", {}), gpu,
                                            cands.draft_transfer if mode.mode != "ar" else None,
                                            f"{plan.name}: candidate {cid!r}")}
@@ -268,11 +273,8 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
 
 
 def concurrent_sequences(c: Candidate) -> int:
-    """Sequences the candidate runs at once over all replicas (PSD: both sub-batches, PSDConfig.concurrency)."""
-    m = c.experiment.server.max_num_seqs
-    if c.mode.mode == "psd":
-        m = c.experiment.runs[0].psd.concurrency(m)
-    return m * c.replicas
+    """Sequences the candidate runs at once over all replicas (PSD: both sub-batches, RunSpec.running_sequences)."""
+    return c.experiment.runs[0].running_sequences(c.experiment.server.max_num_seqs) * c.replicas
 
 
 def ar_siblings(cands: list[Candidate]) -> dict[str, Candidate]:

@@ -30,6 +30,7 @@ from simulator.server_config import PSDConfig
 from traces.config_base import StrictModel as _Strict
 from traces.config_base import ConfigError
 from traces.limits import MAX_NUM_REQUESTS, MAX_PLAN_CANDIDATES, MAX_REPLICAS
+from traces.source import TraceSource
 
 MAX_RATE = 1e9  # req/s: far above any deployment; a typo fails here, not as an overflow in a search
 ROOFLINE_KNOBS = {"mfu": (0.0, 1.0, False), "bandwidth_util": (0.0, 1.0, False),  # (low, high, low allowed)
@@ -342,7 +343,9 @@ class PlanConfig(_Strict):
     seed: int = Field(0, ge=0, le=2**63 - 1)
     base: str | dict[str, Any] = Field("default", description="experiment config (file, built-in name or inline) "
                                                               "giving traces, drafters and server defaults")
-    traces: str | dict[str, Any] | None = Field(None, description="overrides the base config's traces")
+    traces: TraceSource | None = Field(None, description="overrides the base config's traces: a source as an "
+                                       "experiment's `traces:` takes it, parsed once into a typed source "
+                                       "(traces/source.py)")
     drafters: dict[str, dict[str, Any]] | None = Field(None, description="overrides the base config's draft costs")
     traffic: Traffic
     slo: PlanSLO

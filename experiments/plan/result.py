@@ -31,17 +31,18 @@ def _mean(values: list[Any]) -> float | None:
 
 def _curve(c: Candidate) -> list[dict[str, Any]]:
     rows = []
-    for e in sorted(c.evaluations, key=lambda e: e["rate"]):
-        row = {"rate": round_sig(e["rate"]), "sustainable": e["sustainable"], "decided": e.get("decided"),
-               "overloaded": e.get("overloaded"), "seeds": len(e["seeds"]),
-               "attainment": e.get("attainment", _mean([s.get("steady_slo_attainment") for s in e["seeds"]])),
-               "attainment_interval": e.get("attainment_interval"), "why": e.get("why")}
-        stopped = [x["stopped"]["rule"] for x in e["seeds"] if x.get("stopped")]
+    for e in sorted(c.evaluations, key=lambda e: e.rate):
+        # a curve point has no verdict: its attainment is its run's
+        attainment = _mean([s.get("steady_slo_attainment") for s in e.seeds]) if e.curve_only else e.attainment
+        row = {"rate": round_sig(e.rate), "sustainable": e.sustainable, "decided": e.decided,
+               "overloaded": e.overloaded, "seeds": len(e.seeds), "attainment": attainment,
+               "attainment_interval": e.attainment_interval, "why": e.why}
+        stopped = [x["stopped"]["rule"] for x in e.seeds if x.get("stopped")]
         if stopped:  # the figures of a stopped run are those its rule leaves exact; the rest are None
             row["stopped_early"] = stopped
             if "strict fail" in stopped:  # the attainment of the most favourable completion: an upper bound
                 row["attainment_at_most"], row["attainment"], row["attainment_interval"] = row["attainment"], None, None
-        row.update({f"{m}_mean": _mean([s.get(m) for s in e["seeds"]]) for m in
+        row.update({f"{m}_mean": _mean([s.get(m) for s in e.seeds]) for m in
                     ("steady_throughput_tok_s", "steady_ttft_p99_s", "steady_tpot_p99_s", "steady_e2e_p99_s",
                      "steady_e2e_mean_s", "steady_tpot_mean_s")})
         rows.append(row)
@@ -84,30 +85,29 @@ def candidate_result(c: Candidate, target_rate: float, plan: PlanConfig) -> dict
     s = c.search
     final = {v.rate: v for v in s.verdicts}  # verdicts as the search left them (some passes re-judged)
     for e in c.evaluations:
-        v = final.get(e["rate"])
-        if v is not None and not e.get("curve_only"):
-            e.update(sustainable=v.passed, decided=v.decided, why=v.why)
+        v = final.get(e.rate)
+        if v is not None and not e.curve_only:
+            e.sustainable, e.decided, e.why = v.passed, v.decided, v.why
     lo, hi = s.lo, s.hi
     i_lo, i_hi = s.interval
-    at_lo = next((e for e in c.evaluations if e["rate"] == lo and not e.get("curve_only")), None)
-    tok_s = _mean([x.get("steady_throughput_tok_s") for x in at_lo["seeds"]]) if at_lo else None
+    at_lo = next((e for e in c.evaluations if e.rate == lo and not e.curve_only), None)
+    tok_s = _mean([x.get("steady_throughput_tok_s") for x in at_lo.seeds]) if at_lo else None
     # at the target rate every candidate serves the same requests: one output-token count per request for all (the
     # workload's mean), so candidates at one price tie exactly and the higher max rate ranks first
     out_per_req = c.mean_output_tokens or (
-        _mean([x["steady_throughput_tok_s"] / x["steady_requests_per_s"] for x in at_lo["seeds"]
+        _mean([x["steady_throughput_tok_s"] / x["steady_requests_per_s"] for x in at_lo.seeds
                if x.get("steady_requests_per_s") and x.get("steady_throughput_tok_s")]) if at_lo else None)
     meets = lo >= target_rate and lo > 0
     hourly = c.usd_per_hour
     doc.update({
         "num_requests_per_run": c.num_requests, "num_requests_per_curve_run": c.curve_requests,
         "service_bound_req_s": round_sig(c.service_bound) if c.service_bound else None,
-        "simulations": sum(len(e["seeds"]) for e in c.evaluations) + (1 if c.probe and "tok_s" in c.probe else 0),
+        "simulations": sum(len(e.seeds) for e in c.evaluations) + (1 if c.probe is not None else 0),
         "max_rate_req_s": round_sig(lo), "bracket_req_s": [round_sig(lo), round_sig(hi) if hi else None],
         "interval_req_s": [round_sig(i_lo), round_sig(i_hi) if i_hi else None],
         "at_search_ceiling": s.at_ceiling, "rates_tested": len(s.verdicts),
         "service_rate_req_s": round_sig(s.service_rate) if s.service_rate else None,
-        "service_probe": ({k: round_sig(v) if isinstance(v, float) else v for k, v in c.probe.items()}
-                          if c.probe else None),
+        "service_probe": c.probe.to_json() if c.probe is not None else None,
         "throughput_tok_s_at_max_rate": tok_s,
         "usd_per_mtok_at_max_rate": round_sig(hourly / (tok_s * 3600) * 1e6) if tok_s else None,
         "meets_target_rate": meets,
@@ -140,7 +140,7 @@ def _comparison(c: Candidate) -> str:
     """The rule this candidate is compared at (concurrency per target replica, GPUs), from what it runs."""
     seqs = concurrent_sequences(c) // c.replicas
     if c.mode.mode == "psd":
-        sub = c.experiment.runs[0].psd.sub_batch_max_num_seqs
+        sub = c.experiment.runs[0].psd.sub_batch(c.experiment.server.max_num_seqs)
         return (f"PSD: {seqs} sequences per target replica in all, split over its two sub-batches of {sub}; "
                 f"{c.num_gpus} GPUs ({c.mode.draft_gpus * c.replicas} for drafting)")
     return f"{seqs} sequences per target replica; {c.num_gpus} GPUs"

@@ -8,6 +8,7 @@ from typing import Any
 from experiments.plan.config import PlanConfig
 from experiments.plan.counts import SimulationCounts, run_counted
 from experiments.plan.crossover import CrossoverSearch, compare, no_crossover
+from experiments.plan.evaluations import Evaluation, ServiceProbe
 from experiments.plan.search import MAX_UTILIZATION, RateSearch, SeedSchedule
 from experiments.sweep.runner import ProgressBar, SweepRunner
 from simulator.measure.metrics import round_sig
@@ -43,7 +44,7 @@ class SearchRounds:
         start = search.rate_start or self.traffic.target_rate
         for c in group:
             self.schedules[c.id] = SeedSchedule(search.seeds, search.max_seeds, search.first_seed_settles)
-            probe = (c.probe or {}).get("service_req_s")
+            probe = c.probe.service_req_s if c.probe is not None else None
             c.search = RateSearch(start, search.rate_max, search.rel_tol, search.max_tests, c.service_bound,
                                   probe_service=probe)
             if c.floor_note:  # TPOT_FLOOR_RULE: nothing to simulate (its curve points: curve_points)
@@ -95,11 +96,11 @@ class SearchRounds:
                 verdict, runs = settled
                 if len(runs) < search.seeds:
                     bar.add_total(-(search.seeds - len(runs)))
-                c.evaluations.append({"rate": rate, "sustainable": verdict.passed, "decided": verdict.decided,
-                                      "overloaded": verdict.overloaded, "why": verdict.why,
-                                      "attainment": verdict.attainment,
-                                      "attainment_interval": [verdict.attainment_low, verdict.attainment_high],
-                                      "seeds": [{"seed": s, **r} for s, r in zip(all_seeds, runs)]})
+                c.evaluations.append(Evaluation(rate, [{"seed": s, **r} for s, r in zip(all_seeds, runs)],
+                                                sustainable=verdict.passed, decided=verdict.decided,
+                                                overloaded=verdict.overloaded, why=verdict.why,
+                                                attainment=verdict.attainment,
+                                                attainment_interval=[verdict.attainment_low, verdict.attainment_high]))
                 c.search.record(verdict)
                 if target_only and len(c.search.verdicts) == 1 and not verdict.passed:
                     c.search.stop()
@@ -129,7 +130,7 @@ def cheapest_scope(active: list[Candidate], target_rate: float, prepare, run, ba
             start = c.search.next_rate()
             if start < target_rate:  # its start is capped below the target: it cannot sustain it
                 c.search.stop()
-                cap = ("0.95 x its probed service rate" if c.probe and c.probe.get("service_req_s") else
+                cap = ("0.95 x its probed service rate" if c.probe is not None and c.probe.service_req_s else
                        "0.95 x its analytic service bound")
                 c.status, c.reason = "not_searched", (f"cannot sustain the target: {cap} is {round_sig(start)} "
                                                       f"req/s < {round_sig(target_rate)} ({SCOPE_RULE})")
@@ -159,8 +160,8 @@ def service_probes(active: list[Candidate], traffic: "TrafficModel", seed: int, 
         if not r["fits"]:
             continue  # the search's first run reports the reason
         tok_s = r.get("tok_s")
-        c.probe = {"requests": r.get("requests"), "clients": p.payload["probe"]["clients"], "tok_s": tok_s,
-                   "service_req_s": tok_s / c.mean_output_tokens if tok_s and c.mean_output_tokens else None}
+        c.probe = ServiceProbe(r.get("requests"), p.payload["probe"]["clients"], tok_s,
+                               tok_s / c.mean_output_tokens if tok_s and c.mean_output_tokens else None)
 
 
 def crossover_searches(plan: PlanConfig, active: list[Candidate], traffic: "TrafficModel", seeds: list[int],
@@ -220,5 +221,5 @@ def curve_points(plan: PlanConfig, active: list[Candidate], traffic: "TrafficMod
             owners.append((c, f * c.search.lo))
     for (c, rate), r in zip(owners, run_counted(runner, batch, counts.curves)):
         if r["fits"]:
-            c.evaluations.append({"rate": rate, "sustainable": None, "curve_only": True,
-                                  "overloaded": bool(r.get("overloaded")), "seeds": [{"seed": seed, **r}]})
+            c.evaluations.append(Evaluation(rate, [{"seed": seed, **r}], overloaded=bool(r.get("overloaded")),
+                                            curve_only=True))

@@ -157,6 +157,9 @@ def test_bad_modes_and_configs_say_what_is_expected():
             parse_batch_modes([bad], [])
     with pytest.raises(ValueError, match="cannot run live"):
         parse_batch_modes(["ar"], [{"name": "oracle-k"}])
+    # a mode's policy is parsed when the modes are: a draft length past the limit names the mode and the key
+    with pytest.raises(ValueError, match=r"--modes 'sd:int8:65'\.k: expected a draft length in \[0, 64\]"):
+        parse_batch_modes(["sd:int8:65"], [])
     with pytest.raises(ValueError, match="closed loop"):
         ServeConfig(clients=0)
 
@@ -165,7 +168,8 @@ def test_drafter_specs_with_colons_become_fixed_policies():
     modes, specs = parse_batch_modes(["ar", "sd:int8:4", "sd:layers:24:2", "sd:ngram:2:4:8:3"], [])
     assert [m.name for m in modes] == ["AR", "SD-int8-k4", "SD-layers24-k2", "SD-ngram-k3"]
     assert modes[0].policy is None
-    assert modes[2].policy == {"name": "fixed", "drafter": "layers24", "k": 2}
+    assert modes[2].policy.model_dump() == {"name": "fixed", "drafter": "layers24", "k": 2}
+    assert (modes[2].policy.drafter, modes[2].policy.k) == ("layers24", 2)  # parsed once: read as typed fields
     assert specs == ["int8", "layers:24", "ngram:2:4:8"]
 
 
@@ -177,13 +181,13 @@ def test_oracles_are_refused_before_any_model_loads(oracle):
 
 def test_policy_text_is_yaml_or_a_name_and_parameters_are_checked():
     from calibration.live.records import parse_policy_text
-    from calibration.live.runner import BatchMode
 
     assert parse_policy_text("combine-match") == {"name": "combine-match"}
     spec = parse_policy_text("{name: combine-match, eagle: int8, k_eagle: 2, label: cm}")
     modes, _ = parse_batch_modes([], [spec])
-    assert modes == [BatchMode("AR", None, "one"), BatchMode("cm", {"name": "combine-match", "eagle": "int8",
-                                                                       "k_eagle": 2}, "one")]
+    assert [(m.name, m.placement) for m in modes] == [("AR", "one"), ("cm", "one")] and modes[0].policy is None
+    assert modes[1].policy.model_dump() == {"name": "combine-match", "eagle": "int8", "k_eagle": 2}
+    assert modes[1].policy.eagle == "int8" and modes[1].policy.k_eagle == 2
     with pytest.raises(ValueError, match="unknown parameter"):
         parse_batch_modes([], [{"name": "combine-match", "bogus": 1}])
     with pytest.raises(ValueError, match="distinct names"):
@@ -194,15 +198,16 @@ def test_policy_text_is_yaml_or_a_name_and_parameters_are_checked():
 
 def test_trace_walk_starts_after_the_prefill_token():
     from calibration.live.runner import BatchMode, trace_walk_steps
+    from policies.registry import policy_spec
     from traces.bundle import BundleMeta, DrafterSpec, DrafterTrace, RequestTrace, TraceBundle
 
     acc = np.array([9, 3, 2, 1, 1, 4, 3, 2, 1, 1], dtype=np.int32)  # position 0 is the prefill's token
     req = RequestTrace(id="r", prompt_len=4, output_len=10, drafters={"d": DrafterTrace(acc_len=acc)})
     bundle = TraceBundle(BundleMeta(target="t", drafters={"d": DrafterSpec("d", "int8", "d")}), [req])
     # k=2 from p=1: 3 (p->4), 1 (p->5), 3 (p->8), 1 (p->9), 1 (p->10)
-    assert trace_walk_steps(bundle, BatchMode("d", {"name": "fixed", "drafter": "d", "k": 2}, "one")) == [5]
+    assert trace_walk_steps(bundle, BatchMode("d", policy_spec({"name": "fixed", "drafter": "d", "k": 2}), "one")) == [5]
     assert trace_walk_steps(bundle, BatchMode("AR", None, "one")) == [9]
-    assert trace_walk_steps(bundle, BatchMode("m", {"name": "combine-match"}, "one")) is None
+    assert trace_walk_steps(bundle, BatchMode("m", policy_spec({"name": "combine-match"}), "one")) is None
 
 
 def test_profile_grid_covers_the_batches_and_queries_the_run_uses():

@@ -286,10 +286,27 @@ def test_ray_gives_the_same_plan_json_and_sweep_json(tmp_path):
      r"candidates.roofline.overlap: expected one of \('step', 'op'\)"),
     ({"candidates": {**SPACE["candidates"], "roofline": {"host_s": "0.001"}}},
      r"candidates.roofline.host_s: expected a number in \[0, 1\], got '0.001'"),
+    ({"traces": "no/such/bundle"}, r"traces: .*'no/such/bundle' is not a trace bundle folder"),
+    ({"traces": {"pool": {"strong": 2}}}, r"traces\.pool: .*strong must be in \(0, 1\)"),
+    ({"traces": {"acceptance": {"drafters": {"eagle3": {"k": "3"}}}}}, r"traces\.acceptance\.drafters\.eagle3\.k: "),
 ])
 def test_bad_plan_configs_name_the_key(change, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as err:
         load_plan_config({**SPACE, **change})
+    assert str(err.value).count("(got ") <= 1  # what was given is said once
+
+
+def test_a_plans_traces_are_a_typed_source_and_reach_the_base_config_as_given():
+    from experiments.plan.candidates import base_experiment
+    from traces.source import AcceptanceSource, BundleRef
+
+    given = {"acceptance": {"base": "builtin:default", "drafters": {"eagle3": {"mean_length": 2, "k": 3}}}}
+    plan = load_plan_config({**SPACE, "traces": given})
+    assert isinstance(plan.traces, AcceptanceSource) and plan.traces.acceptance.drafters["eagle3"].k == 3
+    assert json.dumps(base_experiment(plan)["traces"]) == json.dumps(given)  # as given: 2 stays 2 (hashes)
+    named = load_plan_config({**SPACE, "traces": "builtin:default"})
+    assert isinstance(named.traces, BundleRef) and base_experiment(named)["traces"] == "builtin:default"
+    assert load_plan_config(SPACE).traces is None
 
 
 def test_roofline_overlap_and_host_reach_the_candidates_profile():

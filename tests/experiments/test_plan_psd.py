@@ -49,3 +49,30 @@ def test_a_saturated_psd_candidate_runs_the_concurrency_its_row_states(tmp_path)
         res = run_experiment(doc)
         assert max_in_flight(res.requests) == SEQS, name
     assert "split over its two sub-batches of 4" in _comparison(by_mode["psd"])
+
+
+def test_a_psd_candidate_places_the_state_of_the_sequences_it_runs():
+    """Qwen3-Next (linear attention): a PSD candidate at max_num_seqs m runs 2 x (m // 2) sequences, and placement
+    holds that many recurrent states, as its runs do. One state on a TP-4 H100 GPU costs exactly 804 KV tokens
+    (tests/simulator/test_scenario_placement.py works it by hand): at m = 15 PSD runs 14, one state fewer than AR."""
+    from simulator.scenario import kv_capacity
+    from tests.simulator.test_scenario_placement import TOKENS_PER_STATE
+
+    doc = {"kind": "plan", "name": "psd-state", "base": "default", "traffic": {"target_rate": 4, "num_requests": 40},
+           "slo": {"ttft_s": 2.0, "attainment": 0.9},
+           "candidates": {"target": "qwen3-next-80b-a3b", "gpus": ["h100-80gb"], "tp": [4],
+                          "modes": [{"name": "AR", "mode": "ar"},
+                                    {"name": "psd", "mode": "psd", "policy": {"name": "fixed", "drafter": "eagle3",
+                                                                              "k": 2}}],
+                          "scheduler": {"max_num_seqs": [15, 16]}, "deployment": {"max_model_len": 4096}}}
+    plan = load_plan_config(doc)
+    cands = {(c.mode.name, c.scheduler.server()["max_num_seqs"]): c
+             for c in build_candidates(plan, base_experiment(plan), price_table(None, {}))}
+    tokens = {key: c.placement["kv_capacity_tokens"] for key, c in cands.items()}
+    assert tokens[("psd", 15)] - tokens[("AR", 15)] == TOKENS_PER_STATE
+    assert tokens[("psd", 16)] == tokens[("AR", 16)]
+    for (name, seqs), c in cands.items():
+        running = 2 * (seqs // 2) if name == "psd" else seqs
+        assert concurrent_sequences(c) == c.config["server"]["deployment"]["max_num_seqs"] == running
+        # the candidate's placement is the one its simulated runs get
+        assert kv_capacity(c.experiment.server, c.experiment.runs[0])[0] == tokens[(name, seqs)]

@@ -53,8 +53,11 @@ def test_parsed_fields_are_typed():
     sb = parse_source({"specbench": {"file": "x.jsonl", "prompt_lookup": {"min_n": 2}}})
     assert (sb.specbench.on_mismatch, sb.specbench.prompt_lookup.min_n, sb.specbench.prompt_lookup.max_n) == (
         "error", 2, 4)
-    acc = parse_source({"acceptance": {"drafters": {"eagle3": {"level": "mean"}}}})
+    acc = parse_source({"acceptance": {"drafters": {"eagle3": {"level": "mean_length", "mean_length": 2, "k": 3}}}})
     assert isinstance(acc.acceptance.base, BundleRef) and acc.acceptance.base.ref == "builtin:default"
+    eagle = acc.acceptance.drafters["eagle3"]
+    assert (eagle.level, eagle.mean_length, eagle.k, eagle.extrapolate, eagle.file) == ("mean_length", 2.0, 3,
+                                                                                        "geometric", None)
 
 
 def test_a_pool_is_drawn_from_the_runs_seed_unless_it_gives_its_own():
@@ -87,6 +90,16 @@ def test_a_synthetic_source_draws_as_make_synthetic_bundle_does():
     ({"specbench": {"fil": "x"}}, r"^traces\.specbench\.fil"),
     ({"synthetic": {"target": "x"}}, r"^traces\.synthetic\.drafters: required key is missing"),
     ({"acceptance": {"base": {"pool": {"weak": 7}}, "drafters": {"d": {}}}}, r"^traces\.acceptance\.base\.pool: weak"),
+    ({"acceptance": {"drafters": {"d": {"level": "mean"}}}}, r"^traces\.acceptance\.drafters\.d\.level: expected "
+                                                              r"'mean_length', 'per_position' or 'per_request'"),
+    ({"acceptance": {"drafters": {"d": {"mean_length": "2"}}}}, r"^traces\.acceptance\.drafters\.d\.mean_length: "),
+    ({"acceptance": {"drafters": {"d": {"k": 2.0, "mean_length": 2}}}}, r"^traces\.acceptance\.drafters\.d\.k: "),
+    ({"acceptance": {"drafters": {"d": {"per_position": [0.5, "x"]}}}},
+     r"^traces\.acceptance\.drafters\.d\.per_position\.1: "),
+    ({"acceptance": {"drafters": {"d": {"extrapolate": "linear"}}}}, r"^traces\.acceptance\.drafters\.d\.extrapolate: "
+                                                                    r"expected 'geometric' or 'none'"),
+    ({"acceptance": {"drafters": {"d": {"mean_lenght": 2}}}}, r"^traces\.acceptance\.drafters\.d\.mean_lenght: unknown key"),
+    ({"acceptance": {"drafters": {"d": 2.5}}}, r"^traces\.acceptance\.drafters\.d: "),
 ])
 def test_errors_name_the_key(doc, match):
     with pytest.raises(ValueError, match=match):
