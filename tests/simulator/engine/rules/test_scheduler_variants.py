@@ -98,6 +98,25 @@ def test_rule_each_variant_decode_budget_in_a_run(engine_path, rules, batched, p
     assert req(res, "finish_time") == [4.0, 4.0, 4.0]
 
 
+@pytest.mark.parametrize("rules, batched, finish", [
+    # four 1-token prompts (sides 0, 1, 0, 1), output 6, every draft accepted, k = 2; each step after the prefill
+    # [0, 1] takes max(1.0 verify, 0.5 draft) + 0.25 sync. Step 1 [1, 2.25]: side 0 a plain token each (2 tokens).
+    # vLLM V1 cuts each verify side to 4 tokens (test_rules_vllm_v1.py works it step by step) ...
+    ("vllm-v1", [2, 4, 4, 4, 4, 3, 3], [7.25, 6.0, 9.75, 8.5]),
+    # ... draftsim never does: each side verifies 3 + 3 tokens. Step 2: r1, r3 1 -> 4; step 3: r0, r2 2 -> 5;
+    # step 4 [4.75, 6]: r1, r3 finish; step 5 [6, 7.25]: r0, r2 finish
+    ("draftsim", [2, 6, 6, 6, 6], [7.25, 6.0, 7.25, 6.0]),
+])
+def test_rule_each_variant_decode_budget_in_a_psd_run(engine_path, rules, batched, finish):
+    from simulator.costs.draft_cost import DraftCost
+    from simulator.server_config import PSDConfig
+
+    res = run(engine_path, [Req(0.0, 1, 6, {"d": [3] * 6})] * 4, mode="psd", k=2,
+              costs={"d": DraftCost("constant", seconds=0.5)}, psd=PSDConfig(sync_s=0.25), budget=4, scheduler=rules)
+    assert col(res, "batched_tokens", device="target", phase="verify") == batched
+    assert req(res, "finish_time") == finish
+
+
 def test_separate_prefill_step_schedules_the_prompt_alone():
     """prefill: separate (draftsim, unchunked): the step admits the waiting prompt before any decode token, so the
     10-token prompt runs alone though it is over the budget of 8 (Scheduler.prefill_only; the step then schedules no
