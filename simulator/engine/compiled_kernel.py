@@ -3,7 +3,8 @@
 One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
 fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule or by UCB over drafter arms;
 each slot is priced once for its own sub-batch (Pricing.draft_time). Under `scheduler: vllm-v1` the decodes take their
-tokens from the step budget (rules/decode_budget.py) and the engine loop's gap follows each busy step (Server.loop).
+tokens from the step budget (rules/decode_budget.py; under `draftsim` the same rule over an unbounded decode budget)
+and the engine loop's gap follows each busy step (Server.loop).
 The step rules of simulator/engine/rules/ (prefill plan, decode budget, engine-loop gap, emission, prefill progress,
 finish, KV growth, pricing, PSD's side) and the built-in policies' rules are compiled here once; the step path calls the same
 functions. Rules the kernel still restates live in small @njit functions below, each naming the Python rule it
@@ -98,6 +99,7 @@ _take_prefill_plan = njit(cache=True)(take_prefill_plan)
 _plan_buffers = njit(cache=True)(plan_buffers)
 register_jitable(budget_rules.fit_decodes)
 register_jitable(budget_rules.cut_accepted)
+fit_decodes = njit(cache=True)(budget_rules.fit_decodes)  # the step path's budget cut (Scheduler.fit_decodes)
 # vLLM V1's decode budget over verified chains, each cut one keeping its accepted part (SD and PSD kernels)
 _fit_proposals = njit(cache=True)(budget_rules.fit_proposals)
 _engine_loop_gap = njit(cache=True)(engine_loop_gap)
@@ -313,13 +315,14 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, stop_finished,
     sd, policy, k_fixed, nslot, k_max = cfg.sd, cfg.policy, cfg.k, cfg.nslot, cfg.k_max
     max_seqs, B = cfg.max_seqs, cfg.budget
     chunked, separate, bs, total_blocks = cfg.chunked, cfg.separate, cfg.block_size, cfg.total_blocks
+    decode_budget = cfg.decode_budget  # the decode side's budget (rules/decode_budget.decode_side_budget)
     shared, has_cap, min_match = cfg.shared, cfg.has_cap, cfg.min_match
     k_ngram, k_eagle, ngram_slot = cfg.k_ngram, cfg.k_eagle, cfg.ngram_slot
     overhead = cfg.overhead
     prior, weight, decay = cfg.prior, cfg.prior_weight, cfg.decay
     arms, beta = cfg.arms, cfg.beta
     closed, think = cfg.closed, cfg.think
-    decode_budget, gap = cfg.decode_budget, cfg.gap
+    gap = cfg.gap
     lookahead, async_sched = cfg.lookahead, cfg.async_sched
     st = state[0]
     busy = st.busy
@@ -460,23 +463,17 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, stop_finished,
                 g = slot[j]
                 if g >= 0:
                     row = rowof[g, kk[j]]
-                    p = np.int64(tab[row, 0, flat[j]])
-                    prop[j] = p
+                    prop[j] = np.int64(tab[row, 0, flat[j]])
                     acc[j] = np.int64(tab[row, 1, flat[j]])
-                    prop_sum += p
-                    acc_sum += acc[j]
                 else:
                     prop[j] = 0
                     acc[j] = 0
-            if decode_budget and n_dec > 0:  # Scheduler.fit_decodes: the decodes the step budget holds
-                n_dec = _fit_proposals(prop, acc, n_dec, B, cut)
-                prop_sum = 0
-                acc_sum = 0
-                kv_est = 0
-                for j in range(n_dec):
-                    prop_sum += prop[j]
-                    acc_sum += acc[j]
-                    kv_est += ctx[j]
+            n_dec = _fit_proposals(prop, acc, n_dec, decode_budget, cut)  # Scheduler.fit_decodes
+            kv_est = 0
+            for j in range(n_dec):
+                prop_sum += prop[j]
+                acc_sum += acc[j]
+                kv_est += ctx[j]
             for j in range(n_dec):  # Scheduler.reserve: KV for the context, its drafts and the lookahead slots,
                 hold[j] = decode_hold(ctx[j], prop[j], lookahead)  # no preemption (the eligibility check bounds KV)
             grow = kv_growth(dec, n_dec, hold, blocks, bs, newb)

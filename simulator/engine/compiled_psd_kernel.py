@@ -220,8 +220,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     vnew[j] = 1
                 else:
                     vslot[j], vk[j], vp[j], va[j] = -1, 0, 0, 0
-            if decode_budget and nv > 0:  # Scheduler.fit_decodes over the verify side (admission order)
-                nv = _fit_proposals(vp, va, nv, B, cut)
+            nv = _fit_proposals(vp, va, nv, decode_budget, cut)  # Scheduler.fit_decodes over the verify side
             pv_sum = 0
             av_sum = 0
             v_drafted = 0

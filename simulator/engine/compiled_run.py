@@ -259,7 +259,7 @@ class CompiledRun:
                  budget=cfg.max_num_batched_tokens, chunked=cfg.chunked_prefill, separate=cfg.prefill == "separate",
                  block_size=server.sched.pool.block_size, total_blocks=server.sched.pool.total_blocks, closed=False,
                  shared=False, has_cap=False, min_match=0, k_ngram=0, k_eagle=0, ngram_slot=0, arms=0,
-                 decode_budget=server.sched.decodes_in_budget, lookahead=server.sched.lookahead,
+                 decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
                  async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead, think=0.0,
                  prior=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s)
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)

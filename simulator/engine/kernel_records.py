@@ -68,7 +68,7 @@ class Settings(NamedTuple):
     k_eagle: int
     ngram_slot: int  # combine-match's n-gram drafter slot
     arms: int  # UCB's arms
-    decode_budget: bool  # vLLM V1's decode budget (scheduler: vllm-v1)
+    decode_budget: int  # the tokens decodes may take from the step budget (rules/decode_budget.decode_side_budget)
     lookahead: int  # vLLM V1's lookahead KV slots per running request (rules/kv.lookahead_slots)
     async_sched: bool  # async scheduling (rules/engine_loop.overlapped_gap)
     routed: bool  # the caller pushes arrivals (a cluster replica): idle with none known, the kernel returns PAUSED

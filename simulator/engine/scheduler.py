@@ -19,7 +19,7 @@ import numpy as np
 
 from simulator.engine.kv_pool import BlockPool
 from simulator.engine.request_state import FINISHED, RUNNING, WAITING, RequestState
-from simulator.engine.rules import decode_budget
+from simulator.engine.rules.decode_budget import decode_side_budget
 from simulator.engine.rules.kv import peak_tokens
 from simulator.engine.rules.prefill_plan import PlanSums, PrefillLimits, plan_buffers, plan_prefills, take_prefill_plan
 from simulator.engine.workload_arrays import EngineWorkload
@@ -86,7 +86,8 @@ class SchedulerVariant:
 
     name: str
     description: str  # one line, for `draftsim run --help` and the docs
-    decodes_in_budget: bool  # decode and draft tokens come out of max_num_batched_tokens (rules/decode_budget.py)
+    decodes_in_budget: bool  # decode and draft tokens come out of max_num_batched_tokens, else the decode side's
+    # budget is unbounded (rules/decode_budget.decode_side_budget)
     engine_loop_gap: bool  # step_overhead_s passes between busy steps (rules/engine_loop.py), not inside a step
     always_chunked: bool  # chunked prefill always on; prefill: separate and chunked_prefill: false refused
     modelled: tuple[str, ...]
@@ -145,7 +146,7 @@ class Scheduler:
         self.chunked = chunked
         self.separate = prefill == "separate"
         self.psd = psd
-        self.decodes_in_budget = variant.decodes_in_budget
+        self.decode_budget = decode_side_budget(max_num_batched_tokens, variant.decodes_in_budget)
         self.verify_side = 0  # PSD: the sub-batch verified this step
         self.lookahead = lookahead  # KV slots per running request beyond its tokens (rules/kv.lookahead_slots)
         self.limits = PrefillLimits(max_num_seqs, max_num_batched_tokens, chunked, pool.block_size, lookahead)
@@ -156,6 +157,7 @@ class Scheduler:
         self._kv_growth, self._add_blocks = compiled.kv_growth, compiled.add_blocks
         self._release_finished = compiled.release_finished
         self._join_side = compiled.join_side
+        self._fit_decodes = compiled.fit_decodes
 
     def check_fits(self, lookahead_tokens: int, max_model_len: int | None = None) -> None:
         """Refuse up front requests that could never run: prompt + output above `max_model_len` (vLLM refuses
@@ -190,13 +192,11 @@ class Scheduler:
                              f"max_num_batched_tokens={self.budget}; enable chunked_prefill or raise it")
 
     def fit_decodes(self, proposed: np.ndarray) -> tuple[int, np.ndarray]:
-        """vLLM V1: decoding requests (admission order) take 1 + drafts tokens each from the step's budget
-        until it runs out (rules/decode_budget.fit_decodes). Returns how many are scheduled and their (possibly
-        cut) draft counts; under `draftsim` rules every decode runs with all its drafts."""
-        if not self.decodes_in_budget:
-            return len(proposed), proposed
+        """Decoding requests (admission order) take 1 + drafts tokens each from the variant's decode budget until
+        it runs out (rules/decode_budget.fit_decodes; unbounded under `draftsim` rules, so every decode runs with
+        all its drafts). Returns how many are scheduled and their (possibly cut) draft counts."""
         drafts = np.empty_like(proposed)
-        n = int(decode_budget.fit_decodes(proposed, len(proposed), self.budget, drafts))
+        n = int(self._fit_decodes(proposed, len(proposed), self.decode_budget, drafts))
         return n, drafts[:n]
 
     def reserve(self, run: np.ndarray, tokens: np.ndarray) -> tuple[int, bool]:

@@ -1,8 +1,17 @@
-"""vLLM V1's decode budget (server `scheduler: vllm-v1`): running requests take their tokens from the step's one
-token budget before any prompt chunk (docs/architecture.md)."""
+"""The decode side of the step's one token budget: running requests take their tokens from it before any prompt
+chunk (vLLM V1). A scheduler variant that does not charge decodes to max_num_batched_tokens (`scheduler: draftsim`)
+is the same rule over an unbounded decode budget (docs/architecture.md)."""
 from __future__ import annotations
 
 import numpy as np
+
+UNCHARGED = np.iinfo(np.int64).max  # the decode budget of a variant that never cuts or delays a decode
+
+
+def decode_side_budget(max_num_batched_tokens, decodes_in_budget):
+    """The tokens a step's decodes (1 + drafts each) may take: the step budget when the variant charges them to it
+    (SchedulerVariant.decodes_in_budget), else UNCHARGED. The prefills get the step budget less what decodes took."""
+    return max_num_batched_tokens if decodes_in_budget else UNCHARGED
 
 
 def fit_decodes(proposed, n, budget, drafts):
