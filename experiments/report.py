@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from experiments.beside import Beside
 from experiments.plots import PLOT_FILES, write_plots
 from experiments.tables import print_table, run_table
 from simulator.engine.records import REQUEST_COLUMNS, STEP_COLUMNS, stack_tables
@@ -245,24 +246,37 @@ def write_results_folder(
     summary_text = summary_json(summaries)
 
     with staged_results_folder(out) as tmp:
-        atomic_write_text(tmp / "config.yaml", config_text)
-        _write_table(requests, tmp / f"requests.{table_format}", table_format)
-        _write_table(steps, tmp / f"steps.{table_format}", table_format)
-        atomic_write_text(tmp / "summary.json", summary_text)
-        if timeline is True and simulated:
-            trace = to_chrome_trace(steps, process_name=out.name, max_steps=timeline_max_steps)
-            write_chrome_trace(tmp / "timeline.json", trace=trace, built_here=True)
-        elif isinstance(timeline, dict):
-            write_chrome_trace(tmp / "timeline.json", trace=timeline)
-        if plots and simulated:
-            write_plots(
-                tmp / "plots",
-                {n: r for n, (r, _) in simulated.items()},
-                {n: s for n, (_, s) in simulated.items()},
-                {n: summaries[n] for n in simulated},
-                baseline=config_dict.get("baseline"),
-            )
+        # the plots are drawn in a forked child while this process writes the rest (experiments/beside.py)
+        plotting = Beside(
+            "the plots", write_plots,
+            tmp / "plots",
+            {n: r for n, (r, _) in simulated.items()},
+            {n: s for n, (_, s) in simulated.items()},
+            {n: summaries[n] for n in simulated},
+            baseline=config_dict.get("baseline"),
+        ) if plots and simulated else None
+        try:
+            atomic_write_text(tmp / "config.yaml", config_text)
+            _write_table(requests, tmp / f"requests.{table_format}", table_format)
+            _write_table(steps, tmp / f"steps.{table_format}", table_format)
+            atomic_write_text(tmp / "summary.json", summary_text)
+            if timeline is True and simulated:
+                trace = to_chrome_trace(steps, process_name=out.name, max_steps=timeline_max_steps)
+                write_chrome_trace(tmp / "timeline.json", trace=trace, built_here=True)
+            elif isinstance(timeline, dict):
+                write_chrome_trace(tmp / "timeline.json", trace=timeline)
+            if plotting is not None:
+                _plots_written(plotting)
+        except BaseException:
+            if plotting is not None:
+                plotting.stop()  # before the staged folder is removed: the child writes into it
+            raise
     return out
+
+
+def _plots_written(plotting: Beside) -> list[Path]:
+    """Wait for the plots' child; its error is raised here (benchmarks/bench_process.py times this wait)."""
+    return plotting.result()
 
 
 def _stack(frames: list[pd.DataFrame], schema: Mapping) -> pd.DataFrame:
