@@ -7,6 +7,7 @@ available (not Linux), `start` runs the function at once in this process, so the
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
@@ -27,6 +28,7 @@ def _child(conn, fn: Callable[..., Any], args: tuple, kwargs: dict, parent_pid: 
     """The child's whole life: run `fn`, send ("ok", result) or ("error", exception, its traceback text)."""
     from experiments.sweep.backends import die_with_parent  # the pool workers' rule: die with the parent
 
+    gc.freeze()  # the parent's objects: a collection here would walk them and copy every page it touches
     die_with_parent(parent_pid)
     try:
         message = ("ok", fn(*args, **kwargs))
