@@ -42,6 +42,13 @@ LEGEND_ROWS_BESIDE = 24  # legend entries per column beside the batch/KV panels
 OVERLAID_HISTOGRAMS = 8  # more distinct acceptance histograms than this: one small panel each
 
 
+def load_matplotlib() -> None:
+    """Import what the figures need (a forked plots child does it while its parent summarizes the runs)."""
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+    import matplotlib.ticker  # noqa: F401
+
+
 def _figure(nrows: int, ncols: int, width: float, height: float,
             margins: dict[str, float] | None = None) -> tuple[Figure, np.ndarray]:
     """A figure on the Agg canvas and its axes as a flat array; `margins` (subplots_adjust fractions) fix the

@@ -148,3 +148,68 @@ def test_an_error_here_stops_the_plots_child(tmp_path, runs, monkeypatch):
     proc = started[0]._proc
     assert proc is None or not proc.is_alive()
     assert os.listdir(tmp_path) == []
+
+
+def _record_prepared(path):
+    path.write_text("prepared")
+
+
+def _join(*parts, sep="-"):
+    return sep.join(parts)
+
+
+@needs_fork
+def test_a_late_job_prepares_at_once_and_runs_with_the_arguments_sent(tmp_path):
+    flag = tmp_path / "prepared"
+    job = Beside("a late join", _join, "a", prepare=lambda: _record_prepared(flag), late=True, sep="+")
+    for _ in range(200):  # prepare runs before any argument is sent
+        if flag.exists():
+            break
+        time.sleep(0.05)
+    assert flag.read_text() == "prepared"
+    with pytest.raises(RuntimeError, match="waits for its late arguments"):
+        job.result()
+    job.send("b", "c")
+    assert job.result() == "a+b+c"
+    with pytest.raises(RuntimeError, match="given them already"):
+        job.send("d")
+
+
+def test_a_late_job_without_fork_runs_when_sent(monkeypatch):
+    monkeypatch.setattr(beside, "can_fork", lambda: False)
+    job = Beside("here", _join, "a", late=True)
+    job.send("b", sep="/")
+    assert job.result() == "a/b"
+
+
+@needs_fork
+def test_a_late_job_stopped_before_its_arguments_leaves_nothing(tmp_path):
+    job = Beside("a slow write", _sleep_then_write, late=True)
+    proc = job._proc
+    job.stop()
+    assert not proc.is_alive()
+    with pytest.raises(RuntimeError, match="stopped"):
+        job.result()
+
+
+def test_run_experiment_plots_from_the_early_child_are_the_bytes_drawn_here(tmp_path):
+    """run_experiment starts the plots' child before it summarizes: same PNGs as write_plots in this process."""
+    from experiments.run import run_experiment
+
+    res = run_experiment("default", overrides=["workload.num_requests=30"], out=tmp_path / "res")
+    fitted = [n for n, s in res.summary.items() if s.get("fits", True)]
+    by_run = {n: res.requests[res.requests["run"] == n].drop(columns="run").reset_index(drop=True) for n in fitted}
+    steps = {n: res.steps[res.steps["run"] == n].drop(columns="run").reset_index(drop=True) for n in fitted}
+    here = write_plots(tmp_path / "here", by_run, steps, {n: res.summary[n] for n in fitted})
+    assert sorted(p.name for p in (res.out_dir / "plots").iterdir()) == sorted(p.name for p in here)
+    for p in here:
+        assert (res.out_dir / "plots" / p.name).read_bytes() == p.read_bytes()
+
+
+@needs_fork
+def test_a_plots_child_for_other_runs_is_refused_and_stopped(tmp_path, runs):
+    child = report.plots_beside({"AR": runs["AR"][0]}, {"AR": runs["AR"][1]})
+    with pytest.raises(ValueError, match=r"started for runs \['AR'\]"):
+        write_results_folder(tmp_path / "res", config_dict=CONFIG, runs=runs, plotting=child)
+    assert not child.job._proc.is_alive()
+    assert os.listdir(tmp_path) == []
