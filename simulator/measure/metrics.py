@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.engine.records import REQUEST_COLUMNS, STEP_COLUMNS
+from simulator.measure.quantiles import percentiles
 from simulator.measure.steady_state import SATURATED_TRIM_FRACTION, saturated_window
 
 SIGNIFICANT_DIGITS = 7
@@ -41,14 +42,15 @@ def round_sig(x: float, digits: int = SIGNIFICANT_DIGITS) -> float | None:
 
 def percentile_summary(values: np.ndarray, prefix: str, unit: str = "_s") -> dict[str, float | None]:
     """Mean and p50/p90/p99 of the finite entries of `values` (linear interpolation), keyed `prefix_<stat><unit>`.
-    `values` is left as it is; one copy of its finite entries is partitioned in place (a run's ITLs are tens of
-    millions of values: each further copy costs as much as the partition)."""
-    v = np.asarray(values, dtype=float)
+    `values` is left as it is and not copied when all finite (a run's ITLs are tens of millions of values: a copy
+    costs more than the percentiles, simulator/measure/quantiles.py)."""
+    v = np.asarray(values, dtype=float).reshape(-1)
     finite = np.isfinite(v)
-    v = v.copy() if finite.all() else v[finite]  # our own array, 1-D: the percentiles may reorder it
+    if not finite.all():
+        v = v[finite]
     out: dict[str, float | None] = {}
-    out[f"{prefix}_mean{unit}"] = round_sig(v.mean()) if v.size else None  # before the partition reorders v
-    pcts = np.percentile(v, PERCENTILES, overwrite_input=True) if v.size else [math.nan] * len(PERCENTILES)
+    out[f"{prefix}_mean{unit}"] = round_sig(v.mean()) if v.size else None
+    pcts = percentiles(v, PERCENTILES) if v.size else [math.nan] * len(PERCENTILES)
     for p, val in zip(PERCENTILES, pcts):
         out[f"{prefix}_p{p}{unit}"] = round_sig(val)
     return out
