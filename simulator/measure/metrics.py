@@ -56,6 +56,16 @@ def percentile_summary(values: np.ndarray, prefix: str, unit: str = "_s") -> dic
     return out
 
 
+def str_values(col: pd.Series) -> np.ndarray:
+    """A text column's values as `col.astype(str).to_numpy()` gives them (an object array of str), without pandas'
+    round trip through its string dtype when every value already is a str (the engine's tables: a 100,000-request
+    run's steps table has half a million rows). The array may be the column's own: read it, do not write it."""
+    values = col.to_numpy()
+    if values.dtype == object and pd.api.types.infer_dtype(values, skipna=False) == "string":
+        return values
+    return col.astype(str).to_numpy()
+
+
 def union_length(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> float:
     """Total length of the union of intervals [start, end), clipped to [lo, hi]."""
     s = np.clip(np.asarray(starts, dtype=float), lo, hi)
@@ -128,7 +138,7 @@ def _device_busy(steps_df: pd.DataFrame, t0: float, t1: float, num_draft_gpus: i
     """Busy fraction per device: union of its slices over the makespan (a cluster: the mean over its
     replicas); None for a device the run lacks."""
     span = t1 - t0
-    present = set(steps_df["device"].astype(str).unique())
+    present = set(pd.unique(str_values(steps_df["device"])))
     out: dict[str, float | None] = {}
     for dev in ["target", "drafter"] + sorted(present - {"target", "drafter"}):
         exists = dev == "target" or dev in present or (dev == "drafter" and num_draft_gpus > 0)
@@ -145,7 +155,7 @@ def _target_phase_shares(steps_df: pd.DataFrame) -> dict[str, float | None]:
     tgt = steps_df[steps_df["device"] == "target"]
     dur = (tgt["end"] - tgt["start"]).to_numpy(dtype=float)
     total = float(dur.sum())
-    phases = tgt["phase"].astype(str).to_numpy()
+    phases = str_values(tgt["phase"])
     unknown = sorted(set(phases) - set(STEP_PHASES))
     if unknown:
         raise ValueError(f"steps table: unknown phase(s) {unknown}; expected one of {list(STEP_PHASES)}")
