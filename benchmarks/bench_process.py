@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # phases: (label, module, attribute); each wrapped where the pipeline looks it up
 PHASES = (
     ("config", "experiments.config", "load_config"),  # first: experiments.run binds the wrapped one
-    ("workload (bundle, arrivals)", "experiments.run", "experiment_inputs"),
+    ("workload (bundle, arrivals)", "experiments.run", "experiment_inputs_and_meta"),  # what run_experiment calls
     ("engine (simulate)", "experiments.run", "simulate"),
     ("summary", "experiments.run", "summarize_run"),
     ("results folder, whole", "experiments.report", "write_results_folder"),
