@@ -23,8 +23,10 @@ T = TypeVar("T")
 
 
 def can_fork() -> bool:
-    """True where a child is forked (Linux); elsewhere the function runs in this process."""
-    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    """True where a child is forked (Linux, from a process that may have children: a daemonic multiprocessing worker
+    may not); elsewhere the function runs in this process."""
+    return (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+            and not multiprocessing.current_process().daemon)
 
 
 def _child(conn, late_conn, fn: Callable[..., Any], args: tuple, kwargs: dict, prepare: Callable[[], Any] | None,

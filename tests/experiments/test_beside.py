@@ -213,3 +213,19 @@ def test_a_plots_child_for_other_runs_is_refused_and_stopped(tmp_path, runs):
         write_results_folder(tmp_path / "res", config_dict=CONFIG, runs=runs, plotting=child)
     assert not child.job._proc.is_alive()
     assert os.listdir(tmp_path) == []
+
+
+def _in_a_daemon(conn):
+    conn.send(Beside("inside a daemon", os.getpid).result() == os.getpid())
+
+
+def test_a_daemonic_worker_runs_it_itself():
+    """multiprocessing forbids a daemonic process children: there the function runs in that process."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork" if beside.can_fork() else "spawn")
+    here, there = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_in_a_daemon, args=(there,), daemon=True)
+    proc.start()
+    assert here.recv() is True
+    proc.join()
