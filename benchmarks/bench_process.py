@@ -6,8 +6,9 @@ Workload: benchmarks/bench_serving.py's open-loop case (10,000 AR requests, 512 
 64 sequences, the linear Llama-2-7B / H100-like profile), as `python -m experiments.cli run CONFIG --out DIR
 --no-progress --json` runs it. Each repeat is a fresh process that wraps the pipeline's phases with wall and CPU
 timers (nothing else changes): config, workload (bundle + arrivals), engine (`simulate`), summary, and the
-results folder split into tables, timeline and plots. A phase's figure includes the imports it triggers
-(matplotlib with the plots). Bytecode is cached in a temporary folder after one untimed small run, as an
+results folder split into tables, timeline and the wait for the plots (drawn in a forked child process while
+this one writes the rest, experiments/beside.py: the child's CPU is in no figure here, only the wall time this
+process still waits for it). A phase's figure includes the imports it triggers. Bytecode is cached in a temporary folder after one untimed small run, as an
 installed program has it. `--importtime`: a second process per repeat runs under `python -X importtime` to
 total the import time. Prints the load beside every figure; asserts nothing.
 """
@@ -27,14 +28,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # phases: (label, module, attribute); each wrapped where the pipeline looks it up
 PHASES = (
     ("config", "experiments.config", "load_config"),  # first: experiments.run binds the wrapped one
-    ("workload (bundle, arrivals)", "experiments.run", "experiment_inputs"),
+    ("workload (bundle, arrivals)", "experiments.run", "experiment_inputs_and_meta"),  # what run_experiment calls
     ("engine (simulate)", "experiments.run", "simulate"),
     ("summary", "experiments.run", "summarize_run"),
     ("results folder, whole", "experiments.report", "write_results_folder"),
     ("  tables (parquet)", "experiments.report", "_write_table"),
     ("  timeline", "experiments.report", "to_chrome_trace"),
     ("  timeline file", "experiments.report", "write_chrome_trace"),
-    ("  plots", "experiments.report", "write_plots"),
+    ("  plots: waiting for their child process", "experiments.report", "_plots_written"),
 )
 
 PROBE = """

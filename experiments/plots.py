@@ -42,6 +42,13 @@ LEGEND_ROWS_BESIDE = 24  # legend entries per column beside the batch/KV panels
 OVERLAID_HISTOGRAMS = 8  # more distinct acceptance histograms than this: one small panel each
 
 
+def load_matplotlib() -> None:
+    """Import what the figures need (a forked plots child does it while its parent summarizes the runs)."""
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+    import matplotlib.ticker  # noqa: F401
+
+
 def _figure(nrows: int, ncols: int, width: float, height: float,
             margins: dict[str, float] | None = None) -> tuple[Figure, np.ndarray]:
     """A figure on the Agg canvas and its axes as a flat array; `margins` (subplots_adjust fractions) fix the
@@ -370,14 +377,15 @@ def plot_batch_and_kv(steps_by_run: Mapping[str, pd.DataFrame], path: str | os.P
     as_share = bool(steps_by_run) and all(c for c in caps.values())
     peak = 0.0
     for i, (run, df) in enumerate(steps_by_run.items()):
-        device = df["device"].to_numpy()
-        tgt = df[device == "target"]
-        work = tgt[tgt["phase"].isin(["decode", "verify", "mixed"]).to_numpy()]
-        if len(work):
-            axes[0].plot(mids, binned_time_mean(work["start"], work["end"], work["num_seqs"], edges),
+        # the target's slices as arrays of the four columns drawn (not a copy of the whole table per filter)
+        tgt = df["device"].to_numpy() == "target"
+        start, end = df["start"].to_numpy()[tgt], df["end"].to_numpy()[tgt]
+        work = pd.Series(df["phase"].to_numpy()[tgt]).isin(["decode", "verify", "mixed"]).to_numpy()
+        if work.any():
+            axes[0].plot(mids, binned_time_mean(start[work], end[work], df["num_seqs"].to_numpy()[tgt][work], edges),
                          linewidth=1.4, label=run, **_style(i))
-        if len(tgt):
-            kv = binned_time_max(tgt["start"], tgt["end"], tgt["kv_blocks_used"], edges)
+        if tgt.any():
+            kv = binned_time_max(start, end, df["kv_blocks_used"].to_numpy()[tgt], edges)
             if as_share:
                 kv = 100.0 * kv / caps[run]
             peak = max(peak, float(np.nanmax(kv)) if np.isfinite(kv).any() else 0.0)

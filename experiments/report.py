@@ -21,6 +21,7 @@ import socket
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -29,7 +30,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from experiments.plots import PLOT_FILES, write_plots
+from experiments.beside import Beside
+from experiments.plots import PLOT_FILES, load_matplotlib, write_plots
 from experiments.tables import print_table, run_table
 from simulator.engine.records import REQUEST_COLUMNS, STEP_COLUMNS, stack_tables
 from simulator.measure.timeline import to_chrome_trace, write_chrome_trace
@@ -222,6 +224,7 @@ def write_results_folder(
     timeline_max_steps: int | None = None,
     plots: bool = True,
     table_format: str = "parquet",
+    plotting: PlotsChild | None = None,
 ) -> Path:
     """Write the results folder for `runs` ({name: (requests_df, steps_df, summary)}); returns its path.
 
@@ -231,38 +234,72 @@ def write_results_folder(
     given, False skips it.
     An existing results folder at `out_dir` is replaced (never a user's folder: see check_results_target);
     the new one appears whole or not at all.
+    `plotting`: the plots' child started earlier by `plots_beside` with these runs' tables (run_experiment starts
+    it before it summarizes, so matplotlib loads meanwhile); without it one is started here. It is stopped when
+    anything here fails.
     """
-    if table_format not in TABLE_FORMATS:
-        raise ValueError(f"table_format: expected one of {TABLE_FORMATS}, got {table_format!r}")
-    if not runs:
-        raise ValueError("write_results_folder: no runs to write")
-    out = check_results_target(out_dir)
-    config_text = yaml.safe_dump(dict(config_dict), sort_keys=False, allow_unicode=True)
-    simulated = {n: (r, s) for n, (r, s, _) in runs.items() if r is not None and s is not None}
-    requests = _stack([_with_run_column(r, n, "requests") for n, (r, _) in simulated.items()], REQUEST_COLUMNS)
-    steps = _stack([_with_run_column(s, n, "steps") for n, (_, s) in simulated.items()], STEP_COLUMNS)
-    summaries = {n: summ for n, (_, _, summ) in runs.items()}
-    summary_text = summary_json(summaries)
-
-    with staged_results_folder(out) as tmp:
-        atomic_write_text(tmp / "config.yaml", config_text)
-        _write_table(requests, tmp / f"requests.{table_format}", table_format)
-        _write_table(steps, tmp / f"steps.{table_format}", table_format)
-        atomic_write_text(tmp / "summary.json", summary_text)
-        if timeline is True and simulated:
-            trace = to_chrome_trace(steps, process_name=out.name, max_steps=timeline_max_steps)
-            write_chrome_trace(tmp / "timeline.json", trace=trace, built_here=True)
-        elif isinstance(timeline, dict):
-            write_chrome_trace(tmp / "timeline.json", trace=timeline)
-        if plots and simulated:
-            write_plots(
-                tmp / "plots",
-                {n: r for n, (r, _) in simulated.items()},
-                {n: s for n, (_, s) in simulated.items()},
-                {n: summaries[n] for n in simulated},
-                baseline=config_dict.get("baseline"),
-            )
+    job = None if plotting is None else plotting.job
+    try:
+        if table_format not in TABLE_FORMATS:
+            raise ValueError(f"table_format: expected one of {TABLE_FORMATS}, got {table_format!r}")
+        if not runs:
+            raise ValueError("write_results_folder: no runs to write")
+        out = check_results_target(out_dir)
+        config_text = yaml.safe_dump(dict(config_dict), sort_keys=False, allow_unicode=True)
+        simulated = {n: (r, s) for n, (r, s, _) in runs.items() if r is not None and s is not None}
+        requests = _stack([_with_run_column(r, n, "requests") for n, (r, _) in simulated.items()], REQUEST_COLUMNS)
+        steps = _stack([_with_run_column(s, n, "steps") for n, (_, s) in simulated.items()], STEP_COLUMNS)
+        summaries = {n: summ for n, (_, _, summ) in runs.items()}
+        summary_text = summary_json(summaries)
+        if plotting is not None and (not plots or plotting.runs != tuple(simulated)):
+            raise ValueError(f"write_results_folder: the plots' child was started for runs {list(plotting.runs)}, "
+                             f"the results folder writes {list(simulated) if plots else 'no plots'}")
+        with staged_results_folder(out) as tmp:
+            if plots and simulated:
+                # drawn in a forked child while this process writes the rest (experiments/beside.py)
+                if job is None:
+                    job = plots_beside({n: r for n, (r, _) in simulated.items()},
+                                       {n: s for n, (_, s) in simulated.items()}).job
+                job.send(plot_dir=tmp / "plots", summary_by_run={n: summaries[n] for n in simulated},
+                         baseline=config_dict.get("baseline"))
+            atomic_write_text(tmp / "config.yaml", config_text)
+            _write_table(requests, tmp / f"requests.{table_format}", table_format)
+            _write_table(steps, tmp / f"steps.{table_format}", table_format)
+            atomic_write_text(tmp / "summary.json", summary_text)
+            if timeline is True and simulated:
+                trace = to_chrome_trace(steps, process_name=out.name, max_steps=timeline_max_steps)
+                write_chrome_trace(tmp / "timeline.json", trace=trace, built_here=True)
+            elif isinstance(timeline, dict):
+                write_chrome_trace(tmp / "timeline.json", trace=timeline)
+            if job is not None:
+                _plots_written(job)
+    except BaseException:
+        if job is not None:
+            job.stop()  # before the staged folder is removed: the child writes into it
+        raise
     return out
+
+
+@dataclass(frozen=True)
+class PlotsChild:
+    """The plots' forked child (`plots_beside`) and the runs whose tables it holds."""
+
+    runs: tuple[str, ...]
+    job: Beside
+
+
+def plots_beside(requests_by_run: Mapping[str, pd.DataFrame],
+                 steps_by_run: Mapping[str, pd.DataFrame]) -> PlotsChild:
+    """A forked child that loads matplotlib at once and draws the plots of these runs' tables once
+    write_results_folder sends it the folder and the summaries (experiments/beside.py)."""
+    job = Beside("the plots", write_plots, prepare=load_matplotlib, late=True, requests_by_run=dict(requests_by_run),
+                 steps_by_run=dict(steps_by_run))
+    return PlotsChild(tuple(requests_by_run), job)
+
+
+def _plots_written(plotting: Beside) -> list[Path]:
+    """Wait for the plots' child; its error is raised here (benchmarks/bench_process.py times this wait)."""
+    return plotting.result()
 
 
 def _stack(frames: list[pd.DataFrame], schema: Mapping) -> pd.DataFrame:
@@ -290,6 +327,6 @@ def _swap_into_place(tmp: Path, out: Path, entries: frozenset[str] | None = RESU
 
 
 __all__ = [
-    "MARKER", "PLOT_FILES", "RESULT_ENTRIES", "check_results_target", "comparison_table", "print_comparison",
-    "staged_results_folder", "summary_json", "write_results_folder",
+    "MARKER", "PLOT_FILES", "PlotsChild", "RESULT_ENTRIES", "check_results_target", "comparison_table", "plots_beside",
+    "print_comparison", "staged_results_folder", "summary_json", "write_results_folder",
 ]

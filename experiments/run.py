@@ -96,23 +96,34 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
     # what each run borrowed (experiments/provenance.py); an MTP k vLLM would refuse fails here, before any run
     provenances = {sc.name: run_provenance(sc, meta).to_dict() for sc in scenarios}
     n = len(inputs.workload)
-    summary: dict[str, dict[str, Any]] = {}
-    extras: dict[str, dict[str, Any]] = {}
-    req_frames, step_frames, itl = [], [], {}
-    tables: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None, dict[str, Any]]] = {}
+    simulated: list[tuple[Scenario | ClusterScenario, SimResult | dict]] = []
     with _progress(progress, console) as bar:
         for sc in scenarios:
             task = bar.add_task(sc.name, total=n) if bar else None
             on_step = _throttled(bar, task, n) if bar else None
             res = simulate(sc, inputs, on_step=on_step)
+            if bar and not isinstance(res, dict):
+                bar.update(task, completed=n)
+            simulated.append((sc, res))
+    plotting = None
+    if out is not None and plots and any(not isinstance(res, dict) for _, res in simulated):
+        from experiments.report import plots_beside
+
+        # a forked child loads matplotlib while the runs are summarized here, then draws (experiments/report.py)
+        done = [(sc.name, res) for sc, res in simulated if not isinstance(res, dict)]
+        plotting = plots_beside({name: res.requests for name, res in done}, {name: res.steps for name, res in done})
+    try:
+        summary: dict[str, dict[str, Any]] = {}
+        extras: dict[str, dict[str, Any]] = {}
+        req_frames, step_frames, itl = [], [], {}
+        tables: dict[str, tuple[pd.DataFrame | None, pd.DataFrame | None, dict[str, Any]]] = {}
+        for sc, res in simulated:
             provenance = provenances[sc.name]
             if isinstance(res, dict):
                 summary[sc.name] = {"fits": False, **res, "provenance": provenance}
                 extras[sc.name] = res
                 tables[sc.name] = (None, None, summary[sc.name])
                 continue
-            if bar:
-                bar.update(task, completed=n)
             s = summarize_run(res, cfg.slo.model_dump())
             s["provenance"] = provenance
             summary[sc.name] = s
@@ -121,14 +132,19 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
             step_frames.append(res.steps.assign(run=sc.name))
             itl[sc.name] = res.itl
             tables[sc.name] = (res.requests, res.steps, s)
-    requests = stack_tables(req_frames) if req_frames else pd.DataFrame()
-    steps = stack_tables(step_frames) if step_frames else pd.DataFrame()
-    results = Results(cfg, summary, requests, steps, extras, itl)
-    if out is not None:
-        from experiments.report import write_results_folder
+        requests = stack_tables(req_frames) if req_frames else pd.DataFrame()
+        steps = stack_tables(step_frames) if step_frames else pd.DataFrame()
+        results = Results(cfg, summary, requests, steps, extras, itl)
+        if out is not None:
+            from experiments.report import write_results_folder
 
-        results.out_dir = write_results_folder(out, config_dict=cfg.model_dump(mode="json"), runs=tables,
-                                               timeline_max_steps=cfg.timeline_max_steps, plots=plots)
+            results.out_dir = write_results_folder(out, config_dict=cfg.model_dump(mode="json"), runs=tables,
+                                                   timeline_max_steps=cfg.timeline_max_steps, plots=plots,
+                                                   plotting=plotting)
+    except BaseException:
+        if plotting is not None:
+            plotting.job.stop()
+        raise
     return results
 
 

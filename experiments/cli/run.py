@@ -46,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from experiments.cli import freeze_loaded
     from experiments.config import load_config, read_config_doc
     from experiments.run import run_experiment
 
@@ -59,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
     out = results_dir(args, cfg.name, where)
     # progress on stderr, as `plan` does: stdout stays the answer (a bar on a terminal, plain lines in a log)
     progress = not args.no_progress and not args.json
+    freeze_loaded(args)  # the program itself: the loaded modules' objects are no longer walked by collections
     res = run_experiment(cfg, out=out, progress=progress, console=_console(stderr=True) if progress else None,
                          plots=not args.no_plots)
     if args.json:  # no rich: the summary alone, as plain JSON

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.engine.records import REQUEST_COLUMNS, STEP_COLUMNS
+from simulator.measure.quantiles import percentiles
 from simulator.measure.steady_state import SATURATED_TRIM_FRACTION, saturated_window
 
 SIGNIFICANT_DIGITS = 7
@@ -41,17 +42,28 @@ def round_sig(x: float, digits: int = SIGNIFICANT_DIGITS) -> float | None:
 
 def percentile_summary(values: np.ndarray, prefix: str, unit: str = "_s") -> dict[str, float | None]:
     """Mean and p50/p90/p99 of the finite entries of `values` (linear interpolation), keyed `prefix_<stat><unit>`.
-    `values` is left as it is; one copy of its finite entries is partitioned in place (a run's ITLs are tens of
-    millions of values: each further copy costs as much as the partition)."""
-    v = np.asarray(values, dtype=float)
+    `values` is left as it is and not copied when all finite (a run's ITLs are tens of millions of values: a copy
+    costs more than the percentiles, simulator/measure/quantiles.py)."""
+    v = np.asarray(values, dtype=float).reshape(-1)
     finite = np.isfinite(v)
-    v = v.copy() if finite.all() else v[finite]  # our own array, 1-D: the percentiles may reorder it
+    if not finite.all():
+        v = v[finite]
     out: dict[str, float | None] = {}
-    out[f"{prefix}_mean{unit}"] = round_sig(v.mean()) if v.size else None  # before the partition reorders v
-    pcts = np.percentile(v, PERCENTILES, overwrite_input=True) if v.size else [math.nan] * len(PERCENTILES)
+    out[f"{prefix}_mean{unit}"] = round_sig(v.mean()) if v.size else None
+    pcts = percentiles(v, PERCENTILES) if v.size else [math.nan] * len(PERCENTILES)
     for p, val in zip(PERCENTILES, pcts):
         out[f"{prefix}_p{p}{unit}"] = round_sig(val)
     return out
+
+
+def str_values(col: pd.Series) -> np.ndarray:
+    """A text column's values as `col.astype(str).to_numpy()` gives them (an object array of str), without pandas'
+    round trip through its string dtype when every value already is a str (the engine's tables: a 100,000-request
+    run's steps table has half a million rows). The array may be the column's own: read it, do not write it."""
+    values = col.to_numpy()
+    if values.dtype == object and pd.api.types.infer_dtype(values, skipna=False) == "string":
+        return values
+    return col.astype(str).to_numpy()
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> float:
@@ -126,7 +138,7 @@ def _device_busy(steps_df: pd.DataFrame, t0: float, t1: float, num_draft_gpus: i
     """Busy fraction per device: union of its slices over the makespan (a cluster: the mean over its
     replicas); None for a device the run lacks."""
     span = t1 - t0
-    present = set(steps_df["device"].astype(str).unique())
+    present = set(pd.unique(str_values(steps_df["device"])))
     out: dict[str, float | None] = {}
     for dev in ["target", "drafter"] + sorted(present - {"target", "drafter"}):
         exists = dev == "target" or dev in present or (dev == "drafter" and num_draft_gpus > 0)
@@ -143,7 +155,7 @@ def _target_phase_shares(steps_df: pd.DataFrame) -> dict[str, float | None]:
     tgt = steps_df[steps_df["device"] == "target"]
     dur = (tgt["end"] - tgt["start"]).to_numpy(dtype=float)
     total = float(dur.sum())
-    phases = tgt["phase"].astype(str).to_numpy()
+    phases = str_values(tgt["phase"])
     unknown = sorted(set(phases) - set(STEP_PHASES))
     if unknown:
         raise ValueError(f"steps table: unknown phase(s) {unknown}; expected one of {list(STEP_PHASES)}")

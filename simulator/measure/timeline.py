@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from simulator.measure.metrics import str_values
 from traces.atomic import atomic_open
 
 DEVICE_ORDER = ("target", "drafter")
@@ -116,7 +117,7 @@ def _run_events(steps: pd.DataFrame, pid: int, name: str) -> list[dict]:
             f"steps table of run {name!r}, row {i}: expected 0 <= start <= end, got start={start[i]}, end={end[i]}"
         )
     start_us, end_us = _us(start), _us(end)
-    devices = steps["device"].astype(str).to_numpy()
+    devices = str_values(steps["device"])
     replicas = steps["replica"].to_numpy(dtype=np.int64) if "replica" in steps.columns else None
 
     events: list[dict] = [
@@ -126,7 +127,7 @@ def _run_events(steps: pd.DataFrame, pid: int, name: str) -> list[dict]:
     arg_cols = [c for c in SLICE_ARG_COLUMNS if c in steps.columns]
     # each slice's args, built once per row (integer columns' tolist() is plain Python already)
     arg_rows = list(zip(*(_plain_column(steps[c]) for c in arg_cols)))
-    phases = steps["phase"].astype(str).tolist()
+    phases = str_values(steps["phase"]).tolist()
     slices: list[tuple[int, int, dict]] = []
     counters: list[tuple[int, int, dict]] = []
     tid = 0
@@ -199,7 +200,7 @@ def to_chrome_trace(steps_df: pd.DataFrame, *, process_name: str = "draftsim", m
     if "step" not in steps_df.columns:
         raise ValueError("steps table lacks column(s) ['step'] needed for the timeline")
     if "run" in steps_df.columns:
-        run_col = steps_df["run"].astype(str).to_numpy()
+        run_col = str_values(steps_df["run"])
         runs = list(pd.unique(run_col))
         groups = [(r, steps_df[run_col == r]) for r in runs] if len(runs) > 1 else [(runs[0], steps_df)]
     else:

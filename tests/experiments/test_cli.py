@@ -109,6 +109,36 @@ def test_the_program_freezes_the_collector_before_its_exit_and_an_in_process_cal
     assert gc.get_freeze_count() == before
 
 
+def test_the_program_freezes_what_run_loaded_before_it_simulates_and_an_in_process_call_does_not(monkeypatch):
+    """`draftsim run` itself freezes the loaded modules' objects before the experiment runs (freeze_loaded), so
+    the collections its workload triggers skip them; main(argv) from other code does not."""
+    argv = ["run", "default", "--no-out", "--no-progress", "--json", "--set", "workload.num_requests=5"]
+    code = ("import contextlib, gc, io, sys\n"
+            f"sys.argv = ['draftsim', *{argv!r}]\n"
+            "import experiments.run as er\nseen = []\nreal = er.run_experiment\n"
+            "def spy(*a, **k):\n    seen.append(gc.get_freeze_count())\n    return real(*a, **k)\n"
+            "er.run_experiment = spy\n"
+            "from experiments.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main() == 0\nprint(seen[0])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert int(out.stdout.strip()) > 10_000  # pandas, numpy, the config's modules: frozen before the run
+    import gc
+
+    import experiments.run as er
+
+    seen = []
+    real = er.run_experiment
+
+    def spy(*a, **k):
+        seen.append(gc.get_freeze_count())
+        return real(*a, **k)
+
+    monkeypatch.setattr(er, "run_experiment", spy)
+    before = gc.get_freeze_count()
+    assert main(argv) == 0
+    assert seen == [before] and gc.get_freeze_count() == before
+
+
 def _parsers(parser: argparse.ArgumentParser):
     """`parser` and every subcommand parser under it, depth first."""
     yield parser

@@ -120,3 +120,27 @@ def test_importing_the_package_loads_no_generator_until_one_is_used():
     before, after = (set(x) for x in json.loads(out.stdout))
     assert not {"pydantic", "scipy", "traces.synthetic.iid"} & before
     assert "traces.synthetic.iid" in after and "scipy" not in after  # scipy only when a model is fitted
+
+
+def test_synth_request_ids_are_zero_padded_in_order_and_keep_a_prefix_literal():
+    from traces.synthetic.spec import synth_request_ids
+
+    assert synth_request_ids(3) == ["syn-000000", "syn-000001", "syn-000002"]
+    assert synth_request_ids(2, "a{b}") == ["a{b}-000000", "a{b}-000001"]
+    ids = synth_request_ids(1_234_567)  # 7 digits: wider than the default 6
+    assert ids[0] == "syn-0000000" and ids[-1] == "syn-1234566" and len(set(ids)) == len(ids)
+
+
+def test_draw_shapes_gives_each_request_its_own_categorys_lengths():
+    from traces.lengths import ConstantLengths
+    from traces.synthetic.spec import CategoryLengths, draw_shapes
+
+    cats = {c: CategoryLengths(w, ConstantLengths(value=p), ConstantLengths(value=o))
+            for c, w, p, o in (("chat", 1.0, 11, 21), ("code", 2.0, 12, 22), ("math", 0.5, 13, 23))}
+    names, prompt, output = draw_shapes(cats, 5_000, np.random.default_rng(3))
+    assert set(names) == set(cats)
+    want_p = np.array([cats[c].prompt.value for c in names])
+    want_o = np.array([cats[c].output.value for c in names])
+    assert np.array_equal(prompt, want_p) and np.array_equal(output, want_o)
+    again = draw_shapes(cats, 5_000, np.random.default_rng(3))
+    assert again[0] == names and np.array_equal(again[1], prompt)

@@ -157,11 +157,12 @@ def draw_shapes(categories: Mapping[str, CategorySpec | CategoryLengths], n: int
     bundle, so a workload drawn without acceptance has the same requests as one drawn with it."""
     names = list(categories)
     w = np.array([categories[c].weight for c in names], dtype=np.float64)
-    cats = [names[i] for i in rng.choice(len(names), size=n, p=w / w.sum())]
+    picks = rng.choice(len(names), size=n, p=w / w.sum())
+    cats = [names[i] for i in picks.tolist()]
     prompt = np.empty(n, dtype=np.int64)
     output = np.empty(n, dtype=np.int64)
-    for c in names:
-        idx = np.array([i for i, x in enumerate(cats) if x == c], dtype=np.int64)
+    for k, c in enumerate(names):
+        idx = np.flatnonzero(picks == k).astype(np.int64)
         prompt[idx] = categories[c].prompt.sample(idx.shape[0], rng)
         output[idx] = categories[c].output.sample(idx.shape[0], rng)
     return cats, prompt, output
@@ -170,7 +171,8 @@ def draw_shapes(categories: Mapping[str, CategorySpec | CategoryLengths], n: int
 def synth_request_ids(n: int, id_prefix: str = "syn") -> list[str]:
     """Ids of n synthetic requests: `<prefix>-000000`, zero-padded to at least 6 digits."""
     width = max(6, len(str(n)))
-    return [f"{id_prefix}-{i:0{width}d}" for i in range(n)]
+    prefix = id_prefix.replace("{", "{{").replace("}", "}}")  # literal braces in a prefix stay literal
+    return list(map(f"{prefix}-{{:0{width}d}}".format, range(n)))  # one format string, not one per id
 
 
 def synth_requests(spec: SynthSpec, categories: list[str], prompt_lens, output_lens,

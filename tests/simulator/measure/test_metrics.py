@@ -14,6 +14,7 @@ from simulator.measure.metrics import (
     goodput_mask,
     percentile_summary,
     round_sig,
+    str_values,
     summarize,
     union_length,
 )
@@ -363,3 +364,15 @@ def test_every_fraction_share_and_attainment_in_a_summary_is_at_most_one(rate):
                     assert 0.0 <= v <= 1.0, (run, key, v)
                     checked += 1
     assert checked >= 2 * 8
+
+
+@pytest.mark.parametrize("col", [
+    pd.Series(["target", "drafter", "target"], dtype=object),  # the engine's: returned as they are
+    pd.Series(["a", 3, None, 2.5], dtype=object),  # not all str: converted as astype(str) does
+    pd.Series(["x", "y"], dtype="str"),
+    pd.Series(pd.Categorical(["decode", "verify", "decode"])),
+    pd.Series([1, 2, 3]),
+])
+def test_str_values_are_astype_str_values(col):
+    got, want = str_values(col), col.astype(str).to_numpy()
+    assert got.dtype == object and got.tolist() == want.tolist()
