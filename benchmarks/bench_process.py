@@ -58,7 +58,8 @@ def timed(label, fn):
 from experiments.cli import main
 for label, mod, attr in PHASES:
     m = importlib.import_module(mod)
-    setattr(m, attr, timed(label, getattr(m, attr)))
+    if hasattr(m, attr):  # an older checkout (--root) may not have every phase's function
+        setattr(m, attr, timed(label, getattr(m, attr)))
 spent["import experiments.cli + phase modules"] = (time.perf_counter() - T0, time.process_time() - C0)
 import contextlib, io
 out = io.StringIO()
