@@ -180,8 +180,8 @@ class CompiledReplica(CompiledRun):
         step0 = int(self.rs.step)
         self.rs.now = now
         while True:
-            code = ker.run_steps(self.work, self.replay, self.costs, self.kernel_settings, self.state, self.req, self.pol,
-                                 self.bufs, stop, until)
+            code = ker.run_steps(self.work, self.replay, self.costs, self.kernel_settings, self.state, self.req,
+                                 self.pol, self.bufs, stop, until)
             self.kernel_calls += 1
             self._note_steps()
             if code == ker.FULL:

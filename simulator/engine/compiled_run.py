@@ -377,7 +377,10 @@ class CompiledRun:
             psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.executor.fallback_steps)
             carry = PSDCarry(st.sub_batch, *(np.zeros(n, dtype=np.int64) for _ in range(4)))  # sides written in
             # place; no proposal pending (_psd_reason)
-        bufs = step_buffers(SEGMENT_ROWS, SEGMENT_ROWS * 16 + srv.max_num_seqs)
+        # the ITL gaps go straight into one array with room for every gap the run can make (a request's first token
+        # makes none, each later step of it one), so no segment of them is copied; rows go out a segment at a time
+        gaps = int(np.maximum(wl.output_len.astype(np.int64) - 1, 0).sum()) + srv.max_num_seqs
+        bufs = step_buffers(SEGMENT_ROWS, gaps)
         blocks_row, itl_parts = [], []
 
         def ask_at(done: int) -> int:
@@ -387,11 +390,11 @@ class CompiledRun:
         self.running, self.now = True, float(rec.now)
         while True:
             if self.psd:
-                code = pker.run_psd_steps(work, self.replay, self.costs, self.kernel_settings, psd_cfg, state, psd_state,
-                                          carry, req, pol, bufs, stop_at)
+                code = pker.run_psd_steps(work, self.replay, self.costs, self.kernel_settings, psd_cfg, state,
+                                          psd_state, carry, req, pol, bufs, stop_at)
             else:
-                code = ker.run_steps(work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, stop_at,
-                                     math.inf)
+                code = ker.run_steps(work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs,
+                                     stop_at, math.inf)
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
                                    f" at t={float(rec.now):.6f}s (its eligibility check should have sent this run to "
@@ -409,8 +412,10 @@ class CompiledRun:
                 break
             if r or code == ker.FULL:
                 blocks_row.append(rows_head(bufs.rows, r, copy=True))
-                itl_parts.append(bufs.itl[:ni].copy())
-                rec.rows = rec.itl = 0
+                rec.rows = 0
+                if ni + srv.max_num_seqs > len(bufs.itl):  # no room for another step's gaps (not expected): start over
+                    itl_parts.append(bufs.itl[:ni].copy())
+                    rec.itl = 0
             if code == ker.STOPPED:
                 stop_at = ask_at(n_fin)
         self.running = False

@@ -201,7 +201,7 @@ class Server:
         }
         requests = pd.DataFrame({c: req[c] for c in REQUEST_COLUMNS})
         chunks = self.outcome.itl_chunks
-        itl = np.concatenate(chunks) if chunks else np.zeros(0)
+        itl = (chunks[0] if len(chunks) == 1 else np.concatenate(chunks)) if chunks else np.zeros(0)
         usage = {d: int(st.usage[i]) for i, d in enumerate(self.table.drafters)}
         usage["none"] = int(st.usage[-1])
         pool = self.sched.pool
