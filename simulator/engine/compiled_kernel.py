@@ -73,7 +73,7 @@ from policies.ucb import ucb_arm_rule  # noqa: E402
 from simulator.costs import roofline  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
-from simulator.engine.rules import pricing, psd_sides  # noqa: E402
+from simulator.engine.rules import pricing, psd_sides, psd_timing  # noqa: E402
 from simulator.engine.rules import decode_budget as budget_rules  # noqa: E402
 from simulator.engine.rules.kv import decode_hold  # noqa: E402
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap  # noqa: E402
@@ -105,6 +105,7 @@ _fit_proposals = njit(cache=True)(budget_rules.fit_proposals)
 _engine_loop_gap = njit(cache=True)(engine_loop_gap)
 join_side = njit(cache=True)(psd_sides.join_side)  # PSD: the side a new request joins
 split_sides = njit(cache=True)(psd_sides.split_sides)  # PSD: a step's verified and drafted sides
+psd_step_time = njit(cache=True)(psd_timing.psd_step_time)  # PSD: both devices' ends, the step's duration
 _overlapped_gap = njit(cache=True)(overlapped_gap)
 register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted drafts of one rank row
 accept_tree = njit(cache=True)(tree_rules.accept_tree)  # the step path's tree acceptance (no kernel runs trees)

@@ -20,6 +20,7 @@ from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, FULL
                                               _fit_proposals, _plan, _plan_buffers, _price, _row, _save_state,
                                               _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
                                               kv_growth)
+from simulator.engine.compiled_kernel import psd_step_time  # rules/psd_timing.psd_step_time, compiled
 from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.split_sides, compiled
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
@@ -32,21 +33,6 @@ def _assign_sides(side, run, n_old, n_run, vs):
     (rules/psd_sides.join_side) over the running array up to and including it."""
     for j in range(n_old, n_run):
         side[run[j]] = join_side(side, run, j + 1, vs)
-
-
-@njit(cache=True)
-def _psd_duration(pre_draft_t, verify_t, draft_t, dpt, overhead, sync_s, target_busy, any_seq):
-    """PSDExecutor.plan's step time: both devices finish (target: drafts of new verify-side requests, then the
-    verify pass and overhead; drafter: those drafts, the drafted side, the drafters' prompt pass), then the sync.
-    Returns (target_end, drafter_end, both_done, duration)."""
-    target_end = pre_draft_t + verify_t + (overhead if target_busy else 0.0)
-    drafter_end = pre_draft_t + draft_t + dpt
-    both_done = max(target_end, drafter_end)
-    sync = sync_s if any_seq else 0.0
-    duration = both_done + sync
-    if duration <= 0:
-        duration = overhead
-    return target_end, drafter_end, both_done, duration
 
 
 @njit(cache=True)
@@ -285,7 +271,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             dpt = 0.0  # Pricing.drafter_prefill_time
             if n_pre > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
-            target_end, drafter_end, both_done, duration = _psd_duration(
+            target_end, drafter_end, both_done, duration = psd_step_time(
                 pre_draft_t, verify_t, draft_t, dpt, overhead, sync_s, nv > 0 or n_pre > 0, nv > 0 or nd > 0)
             start = now
             now = now + duration

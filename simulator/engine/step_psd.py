@@ -13,6 +13,7 @@ from policies.base import NO_DRAFT
 from simulator.engine.drafting import Drafting
 from simulator.engine.pricing import Pricing
 from simulator.engine.request_state import RequestState
+from simulator.engine.rules.psd_timing import psd_step_time
 from simulator.engine.scheduler import EMPTY, Scheduler
 from simulator.server_config import PSDConfig
 from simulator.engine.step import Step, StepSlice, plan_prefill_only
@@ -94,13 +95,9 @@ class PSDExecutor:
         draft_t, used_d = pricing.draft_time(drafting.groups_of(d_d), D, d_d, k_d, p_d, verify_t)
         drafter_prefill_t = pricing.drafter_prefill_time(pre, chunk, self.drafter_names)
         accepted = drafting.accept(V, d_v, p_v, drafted=drafted_v)
-        target_end = pre_draft_t + verify_t + (pricing.overhead if (len(V) or len(pre)) else 0.0)
-        drafter_end = pre_draft_t + draft_t + drafter_prefill_t
-        both_done = max(target_end, drafter_end)
-        sync = psd.sync_s if (len(V) or len(D)) else 0.0
-        duration = both_done + sync
-        if duration <= 0:
-            duration = pricing.overhead
+        target_end, drafter_end, both_done, duration = psd_step_time(
+            pre_draft_t, verify_t, draft_t, drafter_prefill_t, pricing.overhead, psd.sync_s,
+            bool(len(V) or len(pre)), bool(len(V) or len(D)))
         t_slices, d_slices = [], []
         if pre_draft_t > 0:
             p_new = int(p_v[newv].sum())
@@ -125,7 +122,7 @@ class PSDExecutor:
                 accepted_tokens=int(accepted.sum()),
                 drafters="+".join(sorted(set(drafting.drafters[i] for i in np.unique(d_v) if i != NO_DRAFT))),
                 sub_batch=vs))
-        if sync > 0:
+        if (len(V) or len(D)) and psd.sync_s > 0:  # the sync's slice, when the step time has one
             t_slices.append(StepSlice("sync", now + both_done, now + duration, num_seqs=len(V) + len(D), sub_batch=vs))
         step = Step(V, d_v, k_v, p_v, accepted, pre, chunk, duration, t_slices, d_slices)
         step.drafted, step.drafted_drafter_idx, step.drafted_k, step.drafted_proposed = D, d_d, k_d, p_d
