@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from calibration.models.draft_engine import DraftEngine, DraftItem, Proposal
 from calibration.live.batched import BatchedServer, BatchStepRecord, Running
-from simulator.engine.rules.psd_sides import join_side
+from simulator.engine.rules.psd_sides import join_side, next_verify_side
 
 
 class DrafterDied(RuntimeError):
@@ -267,8 +267,7 @@ class PSDServer(BatchedServer):
             r.pending = None
         for r, (d, k) in zip(D, ch_d):
             r.pending = (d, k, got_d[r.req.id]) if d is not None else None
-        if D and V:
-            st.verify_side = 1 - vs
+        st.verify_side = next_verify_side(vs, len(V), len(D))
         self.steps.append(BatchStepRecord("psd-fallback" if fallback else "psd", t0, t3, len(V) + len(D),
                                           draft_s=pre_draft + (self.drafts.busy_s if items_d else 0.0),
                                           verify_s=t2 - t1, drafted_seqs=len(items_d) + len(pre_items),

@@ -22,6 +22,7 @@ from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, FULL
                                               kv_growth)
 from simulator.engine.compiled_kernel import psd_step_time  # rules/psd_timing.psd_step_time, compiled
 from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.split_sides, compiled
+from simulator.engine.compiled_kernel import next_verify_side  # rules/psd_sides.next_verify_side, compiled
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
@@ -48,9 +49,7 @@ def _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs):
         pend_k[i] = dk[j]
         pend_p[i] = dp[j]
         pend_a[i] = da[j]
-    if nd > 0 and nv > 0:
-        return 1 - vs
-    return vs
+    return next_verify_side(vs, nv, nd)
 
 
 @njit(cache=True)

@@ -13,6 +13,7 @@ from policies.base import NO_DRAFT
 from simulator.engine.drafting import Drafting
 from simulator.engine.pricing import Pricing
 from simulator.engine.request_state import RequestState
+from simulator.engine.rules.psd_sides import next_verify_side
 from simulator.engine.rules.psd_timing import psd_step_time
 from simulator.engine.scheduler import EMPTY, Scheduler
 from simulator.server_config import PSDConfig
@@ -138,5 +139,4 @@ class PSDExecutor:
             st.pending_d[D] = s.drafted_drafter_idx
             st.pending_k[D] = s.drafted_k
             st.pending_prop[D] = s.drafted_proposed
-            if len(s.decoding):
-                self.sched.verify_side = 1 - self.sched.verify_side
+        self.sched.verify_side = next_verify_side(self.sched.verify_side, len(s.decoding), len(D))

@@ -42,3 +42,11 @@ def split_sides(dec, n, side, verify_side, split_min, verified, drafted):
         nv = n
         nd = 0
     return nv, nd, fallback
+
+
+def next_verify_side(verify_side, n_verified, n_drafted):
+    """The side verified next step: the roles flip when both sides ran (one verified, the other drafted), else the
+    same side is verified again."""
+    if n_verified > 0 and n_drafted > 0:
+        return 1 - verify_side
+    return verify_side

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine import compiled_kernel
-from simulator.engine.rules.psd_sides import join_side, split_sides
+from simulator.engine.rules.psd_sides import join_side, next_verify_side, split_sides
 
 RULE = [pytest.param(join_side, id="plain"), pytest.param(compiled_kernel.join_side, id="compiled")]
 
@@ -89,3 +89,14 @@ def test_split_sides_partitions_the_decodes_in_order(sides, data, verify_side, s
     off_v = [i for i in dec if sides[i] != verify_side]
     assert fallback == (not on_v or not off_v or len(dec) < split_min)
     assert (V, D) == ((list(dec), []) if fallback else (on_v, off_v))
+
+
+@pytest.mark.parametrize("rule", [pytest.param(next_verify_side, id="plain"),
+                                  pytest.param(compiled_kernel.next_verify_side, id="compiled")])
+@pytest.mark.parametrize("verify_side, n_verified, n_drafted, expected", [
+    (0, 3, 2, 1), (1, 3, 2, 0),  # both sides ran: the roles flip
+    (0, 4, 0, 0), (1, 4, 0, 1),  # plain SD for all (nothing drafted): the same side is verified again
+    (0, 0, 2, 0), (1, 0, 0, 1),  # nothing verified
+])
+def test_next_verify_side_flips_only_when_both_sides_ran(rule, verify_side, n_verified, n_drafted, expected):
+    assert rule(verify_side, n_verified, n_drafted) == expected
