@@ -8,8 +8,9 @@ context length: q = 1 is a decode step, q = k + 1 a verify of k drafts) and lone
 structured profile (simulator/costs/step_model.py: decode, verify and prefill priced apart) of all of it,
 with raw measurements and provenance, ready to commit. `--drafters` models are swept at one query
 token per sequence (a draft model's step) and written as drafter profiles.
-Profiles describe the transformers (eager PyTorch) backend, not vLLM: slower per step at small
-batches (Python and kernel-launch overhead), so treat them as an upper bound for serving engines.
+On CUDA each step is captured once as a CUDA graph and the replays are timed (no host launch cost, as a
+serving engine replays its captured steps; `extra.launch` says per point); the kernels are still
+transformers' unfused ones, not vLLM's, so treat the profiles as an upper bound for serving engines.
 The project never needs a GPU to build or test: tests run this module on CPU with tiny sizes.
 """
 from __future__ import annotations
@@ -48,7 +49,9 @@ def measure_prefill(model: Any, batch: int, tokens: int, sweep: Any) -> Any:
     import torch
     from transformers import DynamicCache
 
-    from calibration.latency_sweep import machine_load, time_repeats
+    from calibration.latency_sweep import machine_load, replayable, time_repeats
+    from calibration.models.gqa_attention import timed_attention
+    from calibration.models.kv_cache import cache_argument
     from simulator.costs.latency import Measurement
     from simulator.costs.step_model import StepShape
 
@@ -56,17 +59,20 @@ def measure_prefill(model: Any, batch: int, tokens: int, sweep: Any) -> Any:
     gen = torch.Generator().manual_seed(sweep.seed)
     ids = torch.randint(0, int(model.config.vocab_size), (batch, tokens), generator=gen).to(dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    with torch.inference_mode():
+    cache_kw = cache_argument(model)
+    with torch.inference_mode(), timed_attention(model):
         def step():
-            model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True, logits_to_keep=1)
+            model(input_ids=ids, use_cache=True, logits_to_keep=1, **{cache_kw: DynamicCache(config=model.config)})
 
+        timed, launch = replayable(step, dev)
         load_before = machine_load()
-        med, spread, _ = time_repeats(step, sweep.warmup, sweep.repeats, sync)
+        med, spread, _ = time_repeats(timed, sweep.warmup, sweep.repeats, sync)
+        del timed
     shape = StepShape(0, 0, 0, prefill_seqs=batch, prefill_tokens=batch * tokens, prefill_kv=batch * tokens,
                       prefill_attn=batch * tokens * tokens)
     return Measurement(num_seqs=batch, batched_tokens=batch * tokens, kv_tokens=batch * tokens, seconds=med,
                        spread=spread, repeats=sweep.repeats, load=round(max(load_before, machine_load()), 3),
-                       extra={"prefill_len": tokens, "shape": asdict(shape)})
+                       extra={"prefill_len": tokens, "shape": asdict(shape), "launch": launch})
 
 
 def hf_config_for(spec: Any) -> Any:
@@ -150,7 +156,10 @@ def profile_models(specs: list[Any], *, device: str, dtype: str, sweep: Any, out
         grid = (f"batch {sweep.batch_sizes} x query tokens {queries} x context {sweep.context_lens}"
                 + (f"; lone prompts of {list(prefill_lens)} tokens" if pre else ""))
         prov = provenance("hf", device, dtype, notes=f"random weights from the catalog architecture of {spec.name}; "
-                          f"transformers eager forward with DynamicCache; python -m calibration.gpu_profile; "
+                          "transformers eager forward over a static KV cache of random keys and values, "
+                          "grouped-query attention reading each KV head once (calibration/models/gqa_attention.py), "
+                          "timed as CUDA-graph replays where the step could be captured (extra.launch per point); "
+                          f"python -m calibration.gpu_profile; "
                           f"{'drafter step (one query token per sequence); ' if drafter else ''}grid: {grid}; "
                           f"warmup {sweep.warmup}, median of {sweep.repeats}, seed {sweep.seed}")
         fitted = fit_profiles(name, spec.name, ms, prov)

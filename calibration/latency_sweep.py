@@ -1,8 +1,10 @@
 """`draftsim calibrate latency`: time real forward steps and fit latency profiles.
 
-For each (batch size, query tokens per sequence, context length) point, a KV cache of the
-context is built once, then one forward of the query tokens is timed `repeats` times after
-`warmup` runs (the cache is cropped back after each). Each point keeps its median, spread
+For each (batch size, query tokens per sequence, context length) point, a static KV cache of
+the context (random keys and values, written in place) is built once, then one forward of the
+query tokens is timed `repeats` times after `warmup` runs (the cache is rewound after each), under an
+attention that reads each cached key and value once in decodes and verifies alike
+(calibration/models/gqa_attention.py). Each point keeps its median, spread
 (p90 - p10)/2, the threads used and the machine load when taken. Profiles are fitted linear
 (non-negative least squares) and kept as tables too, with the raw measurements and provenance.
 With `verify_mask="tree"` the query tokens of each sequence form a draft tree verified in one forward (a 4-D
@@ -105,39 +107,73 @@ def time_repeats(fn: Callable[[], Any], warmup: int, repeats: int, sync: Callabl
     return float(np.median(arr)), float((np.percentile(arr, 90) - np.percentile(arr, 10)) / 2), times
 
 
-def measure_model_step(model, batch: int, query: int, context: int, cfg: SweepConfig, vocab: int) -> Measurement:
-    """Time one forward of `query` new tokens per sequence over a cached context of `context` tokens."""
+def replayable(step: Callable[[], Any], device: Any) -> tuple[Callable[[], Any], str]:
+    """What to time for `step`: on CUDA one CUDA-graph replay of it (the GPU's time without the host's launch
+    cost, as a serving engine replays its captured steps), else `step` itself; and which of the two ("cuda-graph",
+    "eager"). A step that cannot be captured is timed eagerly."""
     import torch
-    from transformers import DynamicCache
+
+    if getattr(device, "type", str(device)) != "cuda":
+        return step, "eager"
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream before capture (torch's CUDA-graph recipe)
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            step()
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return step, "eager"
+    return graph.replay, "cuda-graph"
+
+
+def measure_model_step(model, batch: int, query: int, context: int, cfg: SweepConfig, vocab: int) -> Measurement:
+    """Time one forward of `query` new tokens per sequence over a cached context of `context` tokens (a static
+    cache of random keys and values, written in place: calibration/models/kv_cache.py)."""
+    import torch
+
+    from calibration.models.kv_cache import cache_argument, check_written, random_static_cache, rewind
 
     dev = next(model.parameters()).device
     gen = torch.Generator().manual_seed(cfg.seed)
-    ctx_ids = torch.randint(0, vocab, (batch, context), generator=gen).to(dev)
     q_ids = torch.randint(0, vocab, (batch, query), generator=gen).to(dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ctx_ids, cache=cache, use_cache=True)
+        cache = random_static_cache(model, batch, context, room=query, seed=cfg.seed)
+        cache_kw = {cache_argument(model): cache}
         pos = torch.arange(context, context + query, device=dev).unsqueeze(0).expand(batch, -1)
         parents = tree_parents(query)
         dtype = next(model.parameters()).dtype
         if not dtype.is_floating_point:
             dtype = torch.float32
 
-        def step():
+        def forward():
             if cfg.verify_mask == "tree":
                 mask, tree_pos = tree_attention(parents, context, batch, dtype, dev)
-                model(input_ids=q_ids, cache=cache, use_cache=True, position_ids=tree_pos, attention_mask=mask)
+                model(input_ids=q_ids, use_cache=True, position_ids=tree_pos, attention_mask=mask, **cache_kw)
             else:
-                model(input_ids=q_ids, cache=cache, use_cache=True, position_ids=pos)
-            cache.crop(-query)  # drop the query tokens again (transformers 5: negative = tokens to remove)
+                model(input_ids=q_ids, use_cache=True, position_ids=pos, **cache_kw)
 
+        def step():
+            forward()
+            rewind(cache, query)  # drop the query tokens again: their slots are overwritten next time
+
+        forward()
+        check_written(cache, context + query, f"latency sweep (batch {batch}, query {query}, context {context})")
+        rewind(cache, query)
+        timed, launch = replayable(step, dev)
         load_before = machine_load()
-        med, spread, _ = time_repeats(step, cfg.warmup, cfg.repeats, sync)
+        med, spread, _ = time_repeats(timed, cfg.warmup, cfg.repeats, sync)
+        check_written(cache, context, f"latency sweep (batch {batch}, query {query}, context {context})")
+        del cache, cache_kw, timed
     return Measurement(num_seqs=batch, batched_tokens=batch * query, kv_tokens=batch * (context + query),
                        seconds=med, spread=spread, repeats=cfg.repeats, load=round(max(load_before, machine_load()), 3),
                        extra={"query_tokens": query, "context_len": context, "threads": cfg.threads,
-                              "mask": cfg.verify_mask})
+                              "mask": cfg.verify_mask, "launch": launch})
 
 
 def sweep_model(model, cfg: SweepConfig, *, query_tokens: list[int] | None = None, progress: bool = True,
@@ -146,10 +182,14 @@ def sweep_model(model, cfg: SweepConfig, *, query_tokens: list[int] | None = Non
     import torch
     from tqdm import tqdm
 
+    from calibration.models.gqa_attention import timed_attention
+
     torch.set_num_threads(cfg.threads)
     vocab = int(model.config.vocab_size)
     grid = [(b, q, c) for b in cfg.batch_sizes for q in (query_tokens or cfg.query_tokens) for c in cfg.context_lens]
-    return [measure_model_step(model, b, q, c, cfg, vocab) for b, q, c in tqdm(grid, desc=desc, disable=not progress)]
+    with timed_attention(model):
+        return [measure_model_step(model, b, q, c, cfg, vocab)
+                for b, q, c in tqdm(grid, desc=desc, disable=not progress)]
 
 
 def sweep_ngram(ngram, cfg: SweepConfig) -> list[Measurement]:
@@ -245,7 +285,8 @@ def calibrate_latency(target: str, drafter_specs: list[str], cfg: SweepConfig, o
         job_cfg = cfg if queries is cfg.query_tokens else dataclasses.replace(cfg, verify_mask="causal")
         ms = sweep_model(model, job_cfg, query_tokens=queries, progress=progress, desc=prof_name)
         prov = provenance("hf", device, dtype, notes=f"{what}; threads={cfg.threads}; "
-                          f"warmup={cfg.warmup}; repeats={cfg.repeats}; draftsim calibrate latency")
+                          f"warmup={cfg.warmup}; repeats={cfg.repeats}; static KV cache of random keys and values, "
+                          "grouped-query attention reading each KV head once; draftsim calibrate latency")
         fitted = fit_profiles(prof_name, lm.name, ms, prov)
         save_profile(fitted.linear, out / f"{prof_name}.yaml")
         save_profile(fitted.table, out / f"{prof_name}-table.yaml")

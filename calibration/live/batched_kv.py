@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from calibration.models.kv_cache import cache_argument
+
 
 @dataclass
 class SeqKV:
@@ -37,6 +39,7 @@ class BatchedLM:
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
+        self.cache_kw = cache_argument(model)
 
     def new_seq(self, capacity: int) -> SeqKV:
         """An empty cache for up to `capacity` tokens."""
@@ -79,8 +82,8 @@ class BatchedLM:
                         kv[:, :, i, :, past - s.length:] = s.buf[:, :, :, :s.length]
                 for layer in range(self.layers):
                     cache.update(kv[layer, 0], kv[layer, 1], layer)
-            out = self.model(input_ids=ids, attention_mask=mask[:, None], position_ids=pos, cache=cache,
-                             use_cache=True, logits_to_keep=1 if last_only else 0)
+            out = self.model(input_ids=ids, attention_mask=mask[:, None], position_ids=pos, use_cache=True,
+                             logits_to_keep=1 if last_only else 0, **{self.cache_kw: cache})
             new = torch.stack([torch.stack([cache.layers[layer].keys[:, :, past:], cache.layers[layer].values[:, :, past:]])
                                for layer in range(self.layers)])  # [layers, 2, b, heads, n, dim]
             logits = out.logits.float()

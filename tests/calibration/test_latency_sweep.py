@@ -62,19 +62,21 @@ def test_tree_mask_verifies_each_node_as_its_own_path(tiny_llama):
     from transformers import DynamicCache
 
     from calibration.latency_sweep import tree_attention, tree_parents
+    from calibration.models.kv_cache import cache_argument
 
     gen = torch.Generator().manual_seed(3)
+    kw = cache_argument(tiny_llama)
     context, q = 10, 9
     ctx = torch.randint(0, 300, (2, context), generator=gen)
     nodes = torch.randint(0, 300, (2, q), generator=gen)
     parents = tree_parents(q)
     with torch.inference_mode():
         cache = DynamicCache(config=tiny_llama.config)
-        tiny_llama(input_ids=ctx, cache=cache, use_cache=True)
+        tiny_llama(input_ids=ctx, use_cache=True, **{kw: cache})
         mask, pos = tree_attention(parents, context, 2, torch.float32, ctx.device)
         assert mask.shape == (2, 1, q, context + q) and pos[0].tolist() == [10, 11, 11, 12, 12, 12, 12, 13, 13]
-        tree_logits = tiny_llama(input_ids=nodes, cache=cache, use_cache=True, position_ids=pos,
-                                 attention_mask=mask).logits
+        tree_logits = tiny_llama(input_ids=nodes, use_cache=True, position_ids=pos, attention_mask=mask,
+                                 **{kw: cache}).logits
         for i in range(q):
             path, j = [], i
             while j >= 0:

@@ -1,0 +1,57 @@
+"""The KV cache a timed forward runs over, the same on every transformers 5.x.
+
+A timed step must read its cached context and write only its own tokens, as a serving engine's
+preallocated KV does: transformers' StaticCache (written in place), filled with random keys and
+values (step time does not depend on them, and a batch-128 prompt pass would not fit beside its
+logits). transformers renamed the forward's cache argument (`past_key_values` -> `cache`, 5.18);
+a forward given the other name silently ignores it and times a step with no context, so the name
+is read from the model's signature and `check_written` proves the forward used the cache.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+
+def cache_argument(model: Any) -> str:
+    """The name under which this model's forward takes its KV cache."""
+    params = inspect.signature(model.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    raise TypeError(f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`")
+
+
+def random_static_cache(model: Any, batch: int, context: int, room: int, seed: int = 0) -> Any:
+    """A StaticCache of `batch` sequences holding `context` random tokens, with `room` free slots after them."""
+    import torch
+    from transformers import StaticCache
+
+    cfg = model.config.get_text_config(decoder=True)
+    first = next(model.parameters())
+    dtype = first.dtype if first.dtype.is_floating_point else torch.float32
+    kv_heads = int(cfg.num_key_value_heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    cache = StaticCache(config=cfg, max_cache_len=context + room)
+    gen = torch.Generator(device=first.device).manual_seed(seed)
+    for layer in range(int(cfg.num_hidden_layers)):
+        k = torch.randn(batch, kv_heads, context, head_dim, generator=gen, device=first.device, dtype=dtype)
+        v = torch.randn(batch, kv_heads, context, head_dim, generator=gen, device=first.device, dtype=dtype)
+        cache.update(k, v, layer)
+        del k, v
+    check_written(cache, context, "filling the cache")
+    return cache
+
+
+def rewind(cache: Any, tokens: int) -> None:
+    """Forget the last `tokens` tokens (the next forward overwrites their slots in place)."""
+    for layer in cache.layers:
+        layer.cumulative_length.sub_(tokens)
+
+
+def check_written(cache: Any, expected: int, what: str) -> None:
+    """Fail unless the cache holds `expected` tokens (a forward that ignored its cache leaves it unchanged)."""
+    held = int(cache.get_seq_length())
+    if held != expected:
+        raise RuntimeError(f"{what}: the KV cache holds {held} tokens, expected {expected}; the forward did not use "
+                           "the cache it was given (transformers version?)")
