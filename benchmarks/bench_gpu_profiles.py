@@ -1,6 +1,7 @@
 """The shipped H200 profiles (measured with `python -m calibration.gpu_profile`) beside the two models that price
 the same steps without a GPU: the measured-ops model (aiconfigurator-core's vLLM tables for h200_sxm,
-calibration/op_step.py) and the draftsim roofline (simulator/costs/roofline.py, stated defaults).
+calibration/op_step.py) and the draftsim roofline (simulator/costs/roofline.py): at its stated defaults, and with
+`overlap: op` and the `host_s` fitted to the Llama-3.1-8B / H100 fit (benchmarks/bench_measured_ops.py).
 
 The measured side is transformers' kernels replayed as CUDA graphs (an upper bound for a serving engine's fused
 kernels), so the absolute errors say how far apart the three are, not which is right. What a speculative-decoding
@@ -22,8 +23,10 @@ TARGETS = ("llama3.1-8b", "qwen3-8b", "qwen3-32b")
 GPU = "h200-141gb"
 
 
-def points(model: str, version: str | None) -> list[tuple[int, int, int, float, float | None, float]]:
-    """(batch, query tokens, context, measured s, op model s or None, roofline s) for every measured step."""
+def points(model: str, version: str | None, host_s: float) -> list[tuple[int, int, int, float, float | None, float,
+                                                                         float]]:
+    """(batch, query tokens, context, measured s, op model s or None, roofline s, roofline `overlap: op` s with
+    `host_s`) for every measured step."""
     from simulator.costs.latency import resolve_profile
     from simulator.costs.roofline import RooflineProfile
     from simulator.costs.step_model import StepShape
@@ -32,6 +35,7 @@ def points(model: str, version: str | None) -> list[tuple[int, int, int, float, 
     spec, gpu = get_model(model), get_gpu(GPU)
     measured = resolve_profile(f"{model}-h200-hf-bf16-table")
     roof = RooflineProfile(spec, gpu)
+    roof_op = RooflineProfile(spec, gpu, overlap="op", host_s=host_s)
     ops = None
     if version is not None:
         from calibration.op_profile import SYSTEMS
@@ -44,7 +48,8 @@ def points(model: str, version: str | None) -> list[tuple[int, int, int, float, 
         b, q, c = m.num_seqs, m.extra["query_tokens"], m.extra["context_len"]
         shape = StepShape(decode_seqs=b, draft_tokens=b * (q - 1), decode_kv=b * c)
         op = ops.shape_time(shape) if ops is not None else None
-        out.append((b, q, c, m.seconds, op, roof.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens)))
+        args = (m.num_seqs, m.batched_tokens, m.kv_tokens)
+        out.append((b, q, c, m.seconds, op, roof.step_time(*args), roof_op.step_time(*args)))
     return out
 
 
@@ -62,24 +67,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--version", default="0.24.0", help="vLLM version of aiconfigurator-core's tables")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
+    from benchmarks.bench_measured_ops import fit_host_s
+
     version = op_version(args.version)
     if version is None:
         print("aiconfigurator-core is not installed: the op model column is left out")
+    host_s = fit_host_s()[0]
+    print(f"roofline `overlap: op`: host_s = {host_s * 1e3:.3f} ms, fitted to the measured Llama-3.1-8B / H100 fit "
+          "(benchmarks/bench_measured_ops.py)")
     for model in TARGETS:
-        rows = points(model, version)
-        by = {(b, q, c): (t, o, r) for b, q, c, t, o, r in rows}
+        rows = points(model, version, host_s)
+        by = {(b, q, c): (t, o, r, ro) for b, q, c, t, o, r, ro in rows}
         contexts = sorted({c for _, _, c, *_ in rows})
         batches = sorted({b for b, *_ in rows})
         print(f"\n{model} on one H200 ({len(rows)} measured steps)")
-        for name, i in (("op model", 1), ("roofline", 2)):
+        for name, i in (("op model", 1), ("roofline", 2), ("roofline op", 3)):
             if any(v[i] is None for v in by.values()):
                 continue
             for phase, sel in (("decode", lambda q: q == 1), ("verify", lambda q: q > 1)):
                 e = [100.0 * (v[i] / v[0] - 1.0) for (b, q, c), v in by.items() if sel(q)]
                 print(f"  {name} vs measured, {phase}: mean {np.mean(e):+.1f}%, mean |error| "
                       f"{np.mean(np.abs(e)):.1f}%, range {min(e):+.1f}..{max(e):+.1f}%")
-        cols = ["measured"] + (["op model"] if version else []) + ["roofline"]
-        idx = [0] + ([1] if version else []) + [2]
+        cols = ["measured"] + (["op model"] if version else []) + ["roofline", "roofline op"]
+        idx = [0] + ([1] if version else []) + [2, 3]
         if args.markdown:
             print(f"\n| batch | context | k | verify / decode ({', '.join(cols)}) | verify k / verify k=1 ({', '.join(cols)}) "
                   f"| verify k - verify k=1, ms ({', '.join(cols)}) |")
