@@ -173,7 +173,8 @@ def read_config_doc(source: str | Path) -> tuple[dict[str, Any], str]:
 
 
 def apply_overrides(doc: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """`--set a.b.c=value` (value parsed as YAML; list items by index: runs.1.policy.k=5)."""
+    """`--set a.b.c=value` (value parsed as YAML; list items by index: runs.1.policy.k=5; a key with dots in its
+    name, such as a drafter qwen3-0.6b, by its name: drafters.qwen3-0.6b.profile.overlap=op)."""
     doc = copy.deepcopy(doc)
     for item in overrides:
         if not isinstance(item, str) or "=" not in item:
@@ -183,9 +184,7 @@ def apply_overrides(doc: dict[str, Any], overrides: list[str] | tuple[str, ...])
             value = parse_yaml(raw, f"--set {item!r}", what="YAML value") if raw != "" else ""
         except TraceFormatError as e:
             raise ConfigError(str(e)) from None
-        parts = key.strip().split(".")
-        if not all(parts):
-            raise ConfigError(f"--set {item!r}: expected a dotted key like workload.arrival.rate, got {key!r}")
+        parts = _key_parts(doc, key, item)
         node: Any = doc
         for j, part in enumerate(parts[:-1]):
             node = _child(node, part, key, create=True)
@@ -203,9 +202,7 @@ def apply_overrides(doc: dict[str, Any], overrides: list[str] | tuple[str, ...])
 def override_path(doc: dict[str, Any], key: str) -> tuple[str | int, ...]:
     """The path a `--set` key names in `doc`, list indices made non-negative (`runs.-1` -> ('runs', 1)):
     two keys that name one value give one path. ConfigError as apply_overrides would raise it."""
-    parts = key.strip().split(".")
-    if not all(parts):
-        raise ConfigError(f"--set {key!r}: expected a dotted key like workload.arrival.rate")
+    parts = _key_parts(doc, key, key)
     path: list[str | int] = []
     node: Any = doc
     for part in parts:
@@ -217,6 +214,31 @@ def override_path(doc: dict[str, Any], key: str) -> tuple[str | int, ...]:
             path.append(part)
             node = node.get(part) if isinstance(node, dict) else None
     return tuple(path)
+
+
+def _key_parts(doc: dict[str, Any], key: str, item: str) -> list[str]:
+    """The keys a dotted `--set` key names, split at its dots except where a mapping on the way already holds a
+    key with dots in it (a drafter named qwen3-0.6b): there the longest such key is taken."""
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {item!r}: expected a dotted key like workload.arrival.rate, got {key!r}")
+    out: list[str] = []
+    node: Any = doc
+    i = 0
+    while i < len(parts):
+        end = i + 1
+        if isinstance(node, dict):
+            end = next((j for j in range(len(parts), i + 1, -1) if ".".join(parts[i:j]) in node), i + 1)
+        part = ".".join(parts[i:end])
+        out.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
+            node = node[int(part)]
+        else:
+            node = None
+        i = end
+    return out
 
 
 def _index(node: list, part: str, key: str) -> int:

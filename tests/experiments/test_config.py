@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from experiments.config import ConfigError, apply_overrides, builtin_configs, load_config
+from experiments.config import ConfigError, apply_overrides, builtin_configs, load_config, override_path
 
 
 def _doc(**extra):
@@ -66,6 +66,20 @@ def test_set_overrides_nested_keys_and_list_items_and_seed():
     assert cfg.runs[1].policy.k == 4
     # draftsim's rules leave chunked prefill off unless set: the override set it
     assert cfg.server.scheduler == "draftsim" and cfg.server.chunked_prefill is True and cfg.seed == 9
+
+
+def test_set_reaches_keys_with_dots_in_their_names():
+    """A drafter named qwen3-0.6b is set by its name; elsewhere a key splits at its dots; the longest key held wins."""
+    cfg = load_config("psd_vs_sd", ["drafters.qwen3-0.6b.profile.overlap=op", "server.target_profile.overlap=op"])
+    dumped = cfg.model_dump(mode="json")
+    assert dumped["drafters"]["qwen3-0.6b"]["profile"]["overlap"] == "op"
+    assert dumped["server"]["target_profile"]["overlap"] == "op"
+    assert "overlap" not in dumped["drafters"]["qwen3-1.7b"]["profile"]
+    doc = {"a": {"b": 1}, "a.b": {"c": 2}, "runs": [{"x.y": 3}]}
+    out = apply_overrides(doc, ["a.b.c=5", "runs.0.x.y=4", "a.new.key=6"])
+    assert out["a.b"] == {"c": 5} and out["a"] == {"b": 1, "new": {"key": 6}} and out["runs"] == [{"x.y": 4}]
+    assert override_path(doc, "drafters.qwen3-0.6b") == ("drafters", "qwen3-0", "6b")  # no such mapping: split
+    assert override_path({"drafters": {"qwen3-0.6b": {}}}, "drafters.qwen3-0.6b.k") == ("drafters", "qwen3-0.6b", "k")
 
 
 def test_bad_set_expressions_are_clear():
