@@ -7,8 +7,8 @@ The measured side is transformers' kernels replayed as CUDA graphs (an upper bou
 kernels), so the absolute errors say how far apart the three are, not which is right. What a speculative-decoding
 answer turns on is what verifying k drafts adds to a step at large batch: printed as verify / decode and, since the
 measured decode runs a slower attention kernel than a verify at long contexts (docs/calibration.md), also as
-verify k / verify k=1 and as the added milliseconds, which the fixed costs and that kernel choice do not enter. Every measured point is the median of 10
-replays; the run's provenance is in each profile file.
+verify k / verify k=1 and as the added milliseconds, which the fixed costs and that kernel choice do not enter.
+Every measured point is the median of 10 replays; the run's provenance is in each profile file.
 
 Run from the repository root: `python -m benchmarks.bench_gpu_profiles [--markdown]` (the op model needs the optional
 extra `aiconfigurator`; without it that column is left out). Prints; asserts nothing. Figures are computed, not timed.
@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         cols = ["measured"] + (["op model"] if version else []) + ["roofline", "roofline op"]
         idx = [0] + ([1] if version else []) + [2, 3]
         if args.markdown:
-            print(f"\n| batch | context | k | verify / decode ({', '.join(cols)}) | verify k / verify k=1 ({', '.join(cols)}) "
-                  f"| verify k - verify k=1, ms ({', '.join(cols)}) |")
+            names = ", ".join(cols)
+            print(f"\n| batch | context | k | verify / decode ({names}) | verify k / verify k=1 ({names}) "
+                  f"| verify k - verify k=1, ms ({names}) |")
             print("|---:|---:|---:|---|---|---|")
         for b in [x for x in batches if x in (32, 64, 128)] or batches[-1:]:
             for c in contexts:

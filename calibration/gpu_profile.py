@@ -194,23 +194,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    import torch
+    from calibration.models.hf_backend import require_device
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("gpu_profile: no CUDA device here; run it on a GPU machine (or pass --device cpu for a dry run)",
-              file=sys.stderr)
-        return 2
-    ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
-    sweep = SweepConfig(batch_sizes=ints(args.batch_sizes), query_tokens=ints(args.query_tokens),
-                        context_lens=ints(args.context_lens), warmup=args.warmup, repeats=args.repeats)
-    specs = [get_model(m.strip()) for m in args.models.split(",") if m.strip()]
-    drafters = [get_model(m.strip()) for m in args.drafters.split(",") if m.strip()]
-    try:
+    def ints(option: str) -> list[int]:
+        text = getattr(args, option.replace("-", "_"))
+        try:
+            return [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--{option}: expected comma-separated integers, got {text!r}") from None
+
+    try:  # bad input: one line naming it, exit 2
+        require_device(args.device)
+        sweep = SweepConfig(batch_sizes=ints("batch-sizes"), query_tokens=ints("query-tokens"),
+                            context_lens=ints("context-lens"), warmup=args.warmup, repeats=args.repeats)
+        specs = [get_model(m.strip()) for m in args.models.split(",") if m.strip()]
+        drafters = [get_model(m.strip()) for m in args.drafters.split(",") if m.strip()]
         rows = profile_models(specs, device=args.device, dtype=args.dtype, sweep=sweep, out_dir=Path(args.out_dir),
-                              progress=not args.no_progress, prefill_lens=ints(args.prefill_lens),
+                              progress=not args.no_progress, prefill_lens=ints("prefill-lens"),
                               drafter_specs=drafters)
-    except FileExistsError as e:
-        print(e, file=sys.stderr)
+    except (ValueError, FileExistsError) as e:
+        print(f"gpu_profile: {e}", file=sys.stderr)
         return 2
     for r in rows:
         print(r)

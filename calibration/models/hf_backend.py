@@ -28,6 +28,15 @@ def _require_torch_transformers() -> None:
                                   "fix with: pip install -e '.[calibration]'")
 
 
+def require_device(device: str) -> None:
+    """Fail with one clear line when `device` names a CUDA device this torch cannot use."""
+    import torch
+
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: no CUDA device here (torch {torch.__version__}); run on a machine "
+                         "with a CUDA GPU, or pass --device cpu")
+
+
 def cache_root() -> Path:
     """Where converted weights live (outside the repo)."""
     return Path(os.environ.get("DRAFTSIM_CACHE", Path.home() / ".cache" / "draftsim"))
@@ -92,6 +101,7 @@ def converted_folder(name: str) -> Path:
 def load_model(name_or_path: str, *, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
     """Load a packaged model by name or a local transformers folder; errors say how to fix them."""
     _require_torch_transformers()
+    require_device(device)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -117,6 +127,7 @@ def load_model(name_or_path: str, *, dtype: str = "float32", device: str = "cpu"
 def model_from_config(config: Any, *, dtype: str = "bfloat16", device: str = "cpu", seed: int = 0) -> Any:
     """A model with random weights built from a config: enough for timing (latency ignores weights)."""
     _require_torch_transformers()
+    require_device(device)
     import torch
     from transformers import AutoModelForCausalLM
 

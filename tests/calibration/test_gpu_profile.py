@@ -71,3 +71,15 @@ def test_main_refuses_without_cuda(capsys):
         pytest.skip("a CUDA device is present")
     assert main(["--models", "llama3.2-1b"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--device", "cpu", "--models", "nosuch"], "gpu_profile: unknown model 'nosuch'; the catalog has"),
+    (["--device", "cpu", "--batch-sizes", "1,x"],
+     "gpu_profile: --batch-sizes: expected comma-separated integers, got '1,x'"),
+    (["--device", "cpu", "--query-tokens", "0"], "query_tokens must be a non-empty list of integers >= 1"),
+])
+def test_bad_arguments_get_one_line_naming_them(argv, says, capsys, tmp_path):
+    assert main(argv + ["--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and not any(tmp_path.iterdir())
