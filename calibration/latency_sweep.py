@@ -162,13 +162,14 @@ def measure_model_step(model, batch: int, query: int, context: int, cfg: SweepCo
             forward()
             rewind(cache, query)  # drop the query tokens again: their slots are overwritten next time
 
+        where = f"latency sweep (batch {batch}, query {query}, context {context})"
         forward()
-        check_written(cache, context + query, f"latency sweep (batch {batch}, query {query}, context {context})")
+        check_written(cache, context + query, where)
         rewind(cache, query)
         timed, launch = replayable(step, dev)
         load_before = machine_load()
         med, spread, _ = time_repeats(timed, cfg.warmup, cfg.repeats, sync)
-        check_written(cache, context, f"latency sweep (batch {batch}, query {query}, context {context})")
+        check_written(cache, context, where)
         del cache, cache_kw, timed
     return Measurement(num_seqs=batch, batched_tokens=batch * query, kv_tokens=batch * (context + query),
                        seconds=med, spread=spread, repeats=cfg.repeats, load=round(max(load_before, machine_load()), 3),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from calibration.models.kv_cache import cache_argument
+from calibration.models.kv_cache import cache_argument, kv_shape
 
 
 @dataclass
@@ -34,9 +34,7 @@ class BatchedLM:
         cfg = model.config
         self.model = model
         self.eos = list(eos)
-        self.layers = int(cfg.num_hidden_layers)
-        self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
-        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        self.layers, self.kv_heads, self.head_dim = kv_shape(cfg)
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
         self.cache_kw = cache_argument(model)

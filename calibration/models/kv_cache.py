@@ -22,6 +22,13 @@ def cache_argument(model: Any) -> str:
     raise TypeError(f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`")
 
 
+def kv_shape(config: Any) -> tuple[int, int, int]:
+    """(layers, KV heads, head dim) of a model config's cache (KV heads default to the heads: no grouping)."""
+    return (int(config.num_hidden_layers),
+            int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads),
+            int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads))
+
+
 def random_static_cache(model: Any, batch: int, context: int, room: int, seed: int = 0) -> Any:
     """A StaticCache of `batch` sequences holding `context` random tokens, with `room` free slots after them."""
     import torch
@@ -30,11 +37,10 @@ def random_static_cache(model: Any, batch: int, context: int, room: int, seed: i
     cfg = model.config.get_text_config(decoder=True)
     first = next(model.parameters())
     dtype = first.dtype if first.dtype.is_floating_point else torch.float32
-    kv_heads = int(cfg.num_key_value_heads)
-    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    layers, kv_heads, head_dim = kv_shape(cfg)
     cache = StaticCache(config=cfg, max_cache_len=context + room)
     gen = torch.Generator(device=first.device).manual_seed(seed)
-    for layer in range(int(cfg.num_hidden_layers)):
+    for layer in range(layers):
         k = torch.randn(batch, kv_heads, context, head_dim, generator=gen, device=first.device, dtype=dtype)
         v = torch.randn(batch, kv_heads, context, head_dim, generator=gen, device=first.device, dtype=dtype)
         cache.update(k, v, layer)
