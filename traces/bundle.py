@@ -7,6 +7,8 @@ from, traces/tree.py; the drafter's params then declare tree_top_k and tree_dept
 """
 from __future__ import annotations
 
+import copy
+
 import json
 import math
 from dataclasses import dataclass, field
@@ -451,7 +453,15 @@ def load_bundle_cached(path: str | Path) -> TraceBundle:
     stored = cached_parse("trace-bundle", files, lambda: _frozen_arrays(load_bundle(folder)))
     m = stored.meta
     meta = replace(m, drafters=dict(m.drafters), source=dict(m.source), extra=dict(m.extra))
-    return TraceBundle(meta, [replace(r, drafters=dict(r.drafters)) for r in stored.requests])
+    return TraceBundle(meta, [_own_copy(r) for r in stored.requests])
+
+
+def _own_copy(r: RequestTrace) -> RequestTrace:
+    """A shallow copy of a cached request with its own drafters mapping (copy.copy: a plan loads the bundle once
+    per simulation, and dataclasses.replace re-runs __init__ for every request)."""
+    c = copy.copy(r)
+    c.drafters = dict(r.drafters)
+    return c
 
 
 def _frozen_arrays(bundle: TraceBundle) -> TraceBundle:

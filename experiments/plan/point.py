@@ -110,20 +110,20 @@ def _prepared(doc: dict[str, Any]):
     return cfg, sc, inputs
 
 
-def _full_result(sim, sc):
-    from simulator.scenario import ClusterScenario
+def _whole_run(sim) -> tuple[Any, dict[str, Any]]:
+    """A run that completed without its stop deciding: its requests table and the whole-run figures a point
+    reports besides the window's (simulator.measure.metrics, as the run's summary computes them)."""
+    from simulator.measure.metrics import RunTotals, acceptance_lengths
 
-    if isinstance(sc, ClusterScenario):
-        res = sim.result()
-        res.extras.update(sc.info)
-        return res
-    return sim.server.result()
+    req = sim.requests_table() if hasattr(sim, "requests_table") else sim.server.requests_table()
+    totals = RunTotals.of(req)
+    mean_length, _ = acceptance_lengths(totals.finished)
+    return req, {"throughput_tok_s": totals.per_s(totals.output_tokens), "mean_acceptance_length": mean_length}
 
 
 def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, Any]) -> dict[str, Any]:
     """A search or curve run that ends once its verdict is decided (experiments/plan/early_stop.py)."""
     from experiments.plan.early_stop import PlanStop
-    from experiments.run import summarize_run
     from simulator.measure.early_stop import StopMonitor, progress_frame, run_until_decided
     from simulator.scenario import simulation
 
@@ -135,8 +135,8 @@ def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, An
     sim = simulation(sc, inputs, on_step=monitor)  # the monitor itself: a compiled run asks it at its checks too
     progress = run_until_decided(sim, monitor.bind(sim))
     if progress is None:
-        res = _full_result(sim, sc)
-        return _point_figures(res.requests, slo, summarize_run(res, cfg.slo.model_dump()))
+        req, whole = _whole_run(sim)
+        return _point_figures(req, slo, whole)
     stopped = {**rule.decision, "requests_finished": progress.finished, "of": len(inputs.workload)}
     return _point_figures(progress_frame(progress), slo, {}, stopped)
 

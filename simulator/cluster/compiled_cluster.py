@@ -18,7 +18,8 @@ import numpy as np
 from simulator.cluster.router import ROUTER_CODES
 from simulator.engine import compiled_run
 from simulator.engine.compiled_replica import exact_delays
-from simulator.engine.kernel_records import RUN_STATE, StepBuffers, StepRows, new_state, step_buffers, typed
+from simulator.engine.kernel_records import (RUN_STATE, StepBuffers, StepRows, new_state, scratch_buffers,
+                                             step_buffers, typed)
 
 ENABLED = True  # module switch: False keeps every cluster on the per-replica path (tests compare both)
 BIG_BUFFER = 4096  # rows per replica's buffer when SEGMENT_ROWS is larger and replicas are many (memory)
@@ -123,11 +124,10 @@ class CompiledCluster:
         if rows > BIG_BUFFER:
             rows = max(BIG_BUFFER, rows // N)
         max_seqs = max(r.server.max_num_seqs for r in reps)
-        one = step_buffers(rows, rows * 16 + max_seqs)
-        self.bufs = StepBuffers(StepRows._make(np.empty((N,) + c.shape, dtype=c.dtype) for c in one.rows),
-                                np.empty((N,) + one.itl.shape))
+        self.bufs = step_buffers(rows, rows * 16 + max_seqs, replicas=N)
         for j, c in enumerate(comp):
             c.bufs = StepBuffers(StepRows._make(col[j] for col in self.bufs.rows), self.bufs.itl[j])
+        self.scratch = scratch_buffers(max_seqs, max(c.settings.k_max for c in comp))
         c0 = comp[0]
         router, source = cluster.router, cluster.source
         closed = cluster.closed_loop
@@ -184,7 +184,7 @@ class CompiledCluster:
         c0, big = self.comp[0], self.stacked
         code = self.cker.run_cluster(self.routing, self.cset, self.cstate, self.ev, self.views, next_check,
                                      c0.replay, c0.costs, self.settings, big["work"], self.state, big["req"],
-                                     big["pol"], self.bufs)
+                                     big["pol"], self.bufs, self.scratch)
         self.calls += 1
         return int(code)
 

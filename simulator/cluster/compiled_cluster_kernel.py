@@ -238,13 +238,14 @@ def _replica_records(work, req, pol, bufs, j):
 
 
 @njit(cache=True)
-def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings, work, state, req, pol, bufs):
+def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings, work, state, req, pol, bufs, scratch):
     """Process the cluster's events until every request finished (`DONE`), replica `full_rep`'s row buffers cannot
     take its next step (`FULL`), or a step's end brings the cluster's finished requests to `next_check` (`HOOK`, at
     time cstate `now`; -1: no hook); returns the code (negative: a replica's kernel error, or `STALLED`).
     `rt`, `cset`, `cstate`, `ev`, `views`: this module's records; `replay`, `costs`: the replicas' shared kernel
     records; `settings`, `work`, `state`, `req`, `pol`, `bufs`: theirs stacked along a first axis of replicas (the
-    SETTINGS and RUN_STATE records one per replica; the Workload's client_of and PolicyState's arm_slot shared)."""
+    SETTINGS and RUN_STATE records one per replica; the Workload's client_of and PolicyState's arm_slot shared);
+    `scratch`: one kernel_records.Scratch for every replica's steps (sized for the largest)."""
     cs = cstate[0]
     n = len(rt.arrival)
     N = len(views.routed)
@@ -342,8 +343,8 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
         for t in range(n_before):
             before[t] = req.run[j, t]
         w_j, req_j, pol_j, bufs_j = _replica_records(work, req, pol, bufs, j)
-        code = ker.run_steps(w_j, replay, costs, settings[j:j + 1], state[j:j + 1], req_j, pol_j, bufs_j, n + 1,
-                             -math.inf)
+        code = ker.run_steps(w_j, replay, costs, settings[j:j + 1], state[j:j + 1], req_j, pol_j, bufs_j, scratch,
+                             n + 1, -math.inf)
         if code < 0 or st.step != step0 + 1:
             cs.now = now
             cs.full_rep = j

@@ -237,19 +237,31 @@ class ClusterSimulation:
         return self.result()
 
     def result(self) -> ClusterResult:
-        per, req_frames, step_frames, itls = [], [], [], []
+        per, routed, step_frames, itls = [], [], [], []
         for j, rep in enumerate(self.replicas):
             res = rep.server.result()
-            idx = np.flatnonzero(self.assigned == j)
-            mine = res.requests.iloc[idx]
-            req_frames.append(mine.assign(replica=np.int64(j)))
+            mine = self._routed(j, res.requests)
+            routed.append(mine)
             step_frames.append(res.steps.assign(replica=np.int64(j)))
             itls.append(res.itl)
-            extras = {**res.extras, "routed_requests": int(len(idx))}
+            extras = {**res.extras, "routed_requests": int(len(mine))}
             per.append(SimResult(mine.reset_index(drop=True), res.steps, res.itl, extras))
-        requests = pd.concat(req_frames).sort_index(kind="stable").reset_index(drop=True)
         steps = pd.concat(step_frames, ignore_index=True)
-        return ClusterResult(requests, steps, np.concatenate(itls), self._extras(per), per)
+        return ClusterResult(self._joined(routed), steps, np.concatenate(itls), self._extras(per), per)
+
+    def requests_table(self) -> pd.DataFrame:
+        """The cluster's requests table as it stands (what `result()` returns as `requests`), without the steps."""
+        return self._joined([self._routed(j, rep.server.requests_table()) for j, rep in enumerate(self.replicas)])
+
+    def _routed(self, j: int, requests: pd.DataFrame) -> pd.DataFrame:
+        """Replica j's rows of its server's requests table: the requests routed to it (the cluster's order)."""
+        return requests.iloc[np.flatnonzero(self.assigned == j)]
+
+    @staticmethod
+    def _joined(routed: list[pd.DataFrame]) -> pd.DataFrame:
+        """The replicas' routed rows as one table in request order, with their `replica` column."""
+        frames = [mine.assign(replica=np.int64(j)) for j, mine in enumerate(routed)]
+        return pd.concat(frames).sort_index(kind="stable").reset_index(drop=True)
 
     def _extras(self, per: list[SimResult]) -> dict[str, Any]:
         """Cluster totals of the replicas' extras (KV blocks and peaks summed, drafter usage summed)."""

@@ -292,11 +292,11 @@ def _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub,
 
 
 @njit(cache=True)
-def run_steps(wl, replay, costs, settings, state, req, pol, bufs, stop_finished, until):
+def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_finished, until):
     """Steps until done, a buffer is full, `stop_finished` requests finished or (after a step) the next step would
     start at or after `until`; returns the code. The records are simulator/engine/kernel_records.py's: the
     Workload, Replay, Costs, the SETTINGS record array `settings` (settings_record), the RUN_STATE record array
-    `state`, Requests, PolicyState and StepBuffers.
+    `state`, Requests, PolicyState, StepBuffers and Scratch (working arrays for max_seqs sequences and k_max at least).
 
     Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost `drafts[g]` (rules.pricing.DraftTerms), latency
     profile `dprofiles[g]` (the target's: `target`; rules.pricing.ProfileTerms; both tuples padded to MAX_SLOTS),
@@ -335,22 +335,12 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, stop_finished,
     now = st.now
     step0 = step_no
     cap_rows, cap_itl = len(rows.step), len(itl)
-    dec = np.empty(max_seqs, np.int64)
-    ctx = np.empty(max_seqs, np.int64)
-    flat = np.empty(max_seqs, np.int64)
-    slot = np.empty(max_seqs, np.int64)
-    kk = np.empty(max_seqs, np.int64)
-    prop = np.empty(max_seqs, np.int64)
-    acc = np.empty(max_seqs, np.int64)
-    cut = np.empty(max_seqs, np.int64)
+    dec, ctx, flat, slot, kk = scratch.dec, scratch.ctx, scratch.flat, scratch.slot, scratch.kk
+    prop, acc, cut, waitq, done = scratch.prop, scratch.acc, scratch.cut, scratch.waitq, scratch.done
+    newb, hold, times = scratch.newb, scratch.hold, scratch.times
     lim = PrefillLimits(max_seqs, B, chunked, bs, lookahead)
-    plan = _plan_buffers(max_seqs)  # the step's prefill plan (and a policy's preview of it)
+    plan = scratch.plan  # the step's prefill plan (and a policy's preview of it)
     pre, chunk = plan.request, plan.tokens
-    waitq = np.empty(max_seqs, np.int64)
-    done = np.empty(max_seqs, np.int64)
-    newb = np.empty(max_seqs, np.int64)
-    hold = np.empty(max_seqs, np.int64)
-    times = np.empty(k_max + 1, np.float64)
     code = DONE
     routed = cfg.routed
     while n_fin < n:

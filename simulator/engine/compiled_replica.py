@@ -17,8 +17,8 @@ import numpy as np
 
 from simulator.engine import compiled_run
 from simulator.engine.compiled_run import CompiledRun
-from simulator.engine.kernel_records import (PolicyState, Requests, Workload, new_state, rows_head, settings_record,
-                                             step_buffers)
+from simulator.engine.kernel_records import (PolicyState, Requests, Workload, new_state, rows_head, scratch_buffers,
+                                             settings_record, step_buffers)
 from simulator.engine.request_state import FINISHED, RUNNING, WAITING
 from simulator.engine.rules.engine_loop import engine_loop_gap
 
@@ -177,11 +177,12 @@ class CompiledReplica(CompiledRun):
         if self.bufs is None:
             rows = compiled_run.SEGMENT_ROWS
             self.bufs = step_buffers(rows, rows * 16 + self.srv.max_num_seqs)
+            self.scratch = scratch_buffers(self.srv.max_num_seqs, self.settings.k_max)
         step0 = int(self.rs.step)
         self.rs.now = now
         while True:
             code = ker.run_steps(self.work, self.replay, self.costs, self.kernel_settings, self.state, self.req,
-                                 self.pol, self.bufs, stop, until)
+                                 self.pol, self.bufs, self.scratch, stop, until)
             self.kernel_calls += 1
             self._note_steps()
             if code == ker.FULL:

@@ -38,8 +38,8 @@ from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
 from simulator.engine.kernel_records import (PSD_STATE, Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests,
-                                             Settings, StepRows, Workload, new_state, rows_head, settings_record,
-                                             step_buffers, typed)
+                                             Settings, StepRows, Workload, new_state, rows_head, scratch_buffers,
+                                             settings_record, step_buffers, typed)
 from simulator.engine.request_state import FINISHED
 from simulator.engine.rules.kv import peak_tokens
 from simulator.engine.rules.pricing import DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, DraftTerms, ProfileTerms
@@ -381,6 +381,7 @@ class CompiledRun:
         # makes none, each later step of it one), so no segment of them is copied; rows go out a segment at a time
         gaps = int(np.maximum(wl.output_len.astype(np.int64) - 1, 0).sum()) + srv.max_num_seqs
         bufs = step_buffers(SEGMENT_ROWS, gaps)
+        scratch = scratch_buffers(srv.max_num_seqs, self.settings.k_max)
         blocks_row, itl_parts = [], []
 
         def ask_at(done: int) -> int:
@@ -394,7 +395,7 @@ class CompiledRun:
                                           psd_state, carry, req, pol, bufs, stop_at)
             else:
                 code = ker.run_steps(work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs,
-                                     stop_at, math.inf)
+                                     scratch, stop_at, math.inf)
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
                                    f" at t={float(rec.now):.6f}s (its eligibility check should have sent this run to "

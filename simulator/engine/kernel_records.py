@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, NamedTuple, get_type_hints
 
 import numpy as np
 
+from simulator.engine.rules.prefill_plan import PlanBuffers, plan_buffers
+
 if TYPE_CHECKING:
     from simulator.engine.rules.pricing import DraftTerms, ProfileTerms
 
@@ -143,11 +145,39 @@ class StepBuffers(NamedTuple):
     itl: np.ndarray
 
 
-def step_buffers(rows: int, gaps: int) -> StepBuffers:
-    """Empty buffers for `rows` step rows and `gaps` ITL gaps (untouched pages cost nothing)."""
+def step_buffers(rows: int, gaps: int, replicas: int | None = None) -> StepBuffers:
+    """Empty buffers for `rows` step rows and `gaps` ITL gaps (untouched pages cost nothing); with `replicas`, one
+    of each per replica along a first axis (a cluster's stacked buffers)."""
     floats = ("start", "end")
-    return StepBuffers(StepRows._make(np.empty(rows, dtype=np.float64 if f in floats else np.int64)
-                                      for f in StepRows._fields), np.empty(gaps))
+    lead = () if replicas is None else (replicas,)
+    return StepBuffers(StepRows._make(np.empty(lead + (rows,), dtype=np.float64 if f in floats else np.int64)
+                                      for f in StepRows._fields), np.empty(lead + (gaps,)))
+
+
+class Scratch(NamedTuple):
+    """run_steps' per-step working arrays (int64, one entry per running sequence; `times`: k_max + 1 floats; `plan`:
+    the step's prefill plan), made once per run rather than per call: nothing in them outlives a step, so a
+    cluster's replicas, whose calls never overlap, share one set sized for the largest."""
+    dec: np.ndarray
+    ctx: np.ndarray
+    flat: np.ndarray
+    slot: np.ndarray
+    kk: np.ndarray
+    prop: np.ndarray
+    acc: np.ndarray
+    cut: np.ndarray
+    waitq: np.ndarray
+    done: np.ndarray
+    newb: np.ndarray
+    hold: np.ndarray
+    times: np.ndarray
+    plan: PlanBuffers
+
+
+def scratch_buffers(max_seqs: int, k_max: int) -> Scratch:
+    """Scratch for runs of at most `max_seqs` running sequences and adaptive k up to `k_max`."""
+    return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(12)), np.empty(k_max + 1, np.float64),
+                   plan_buffers(max_seqs))
 
 
 def rows_head(rows: StepRows, r: int, copy: bool = False) -> StepRows:

@@ -172,7 +172,8 @@ class Server:
             self.pricing.cost_of(d)  # a clear error when the experiment's 'drafters:' gives it no cost
         return tuple(used)
 
-    def result(self) -> SimResult:
+    def requests_table(self) -> pd.DataFrame:
+        """The requests table (REQUEST_COLUMNS) as it stands: what `result()` returns as `requests`."""
         if self.compiled is not None and self.compiled.stepwise:
             self.compiled.settle()
         st, wl = self.state, self.wl
@@ -199,7 +200,12 @@ class Server:
             "preemptions": st.preemptions,
             "sub_batch": st.sub_batch if self.mode == "psd" else np.full(len(wl), -1, dtype=np.int64),
         }
-        requests = pd.DataFrame({c: req[c] for c in REQUEST_COLUMNS})
+        return pd.DataFrame({c: req[c] for c in REQUEST_COLUMNS})
+
+    def result(self) -> SimResult:
+        requests = self.requests_table()
+        st = self.state
+        decode_steps = requests["decode_steps"].to_numpy()
         chunks = self.outcome.itl_chunks
         itl = (chunks[0] if len(chunks) == 1 else np.concatenate(chunks)) if chunks else np.zeros(0)
         usage = {d: int(st.usage[i]) for i, d in enumerate(self.table.drafters)}

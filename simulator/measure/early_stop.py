@@ -44,13 +44,13 @@ def progress_of(sim: Any) -> Progress:
         return Progress(float(sim.server.clock), int(st.n_finished), st.arrival.copy(), st.first_token.copy(),
                         st.finish.copy(), wl.output_len)
     first, fin = np.full(len(sim.wl), np.nan), np.full(len(sim.wl), np.nan)
-    for j, rep in enumerate(sim.replicas):
+    for j, rep in enumerate(sim.replicas):  # (copyto with a mask: a check runs this every few finishes)
         mine = sim.assigned == j
-        first[mine] = rep.server.state.first_token[mine]
-        fin[mine] = rep.server.state.finish[mine]
+        np.copyto(first, rep.server.state.first_token, where=mine)
+        np.copyto(fin, rep.server.state.finish, where=mine)
     now = float(sim.env.now)
-    first[first > now] = np.nan  # a compiled replica shows a run's steps at its call (compiled_replica.py): not yet
-    fin[fin > now] = np.nan
+    np.copyto(first, np.nan, where=first > now)  # a compiled replica shows a run's steps at its call: not yet
+    np.copyto(fin, np.nan, where=fin > now)
     return Progress(now, int(sim.n_finished), sim.arrival.copy(), first, fin, sim.wl.output_len)
 
 

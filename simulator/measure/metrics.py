@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -165,6 +166,48 @@ def _target_phase_shares(steps_df: pd.DataFrame) -> dict[str, float | None]:
     }
 
 
+@dataclass(frozen=True)
+class RunTotals:
+    """A run's whole-run counts (warm-up and drain included): its requests, the finished ones and their output
+    tokens, and the span from the first arrival to the last finish that the whole-run rates divide by."""
+
+    finished: pd.DataFrame
+    requests: int
+    done: int
+    output_tokens: int
+    t0: float
+    t1: float
+
+    @classmethod
+    def of(cls, requests_df: pd.DataFrame) -> "RunTotals":
+        finish = requests_df["finish_time"].to_numpy(dtype=float)
+        done = np.isfinite(finish)
+        fin = requests_df[done]
+        n_done = int(done.sum())
+        t0 = float(requests_df["arrival_time"].min()) if n_done else math.nan
+        t1 = float(finish[done].max()) if n_done else math.nan
+        return cls(fin, int(len(requests_df)), n_done, int(fin["output_len"].sum()), t0, t1)
+
+    @property
+    def span(self) -> float:
+        return self.t1 - self.t0
+
+    def per_s(self, x: float) -> float | None:
+        """A whole-run rate (`throughput_tok_s`, `requests_per_s`, ...): x over the span; None without one."""
+        return round_sig(x / self.span) if self.span > 0 else None
+
+
+def acceptance_lengths(finished: pd.DataFrame) -> tuple[float | None, float | None]:
+    """(mean, pooled) tokens per verify/decode step of the finished requests that had such a step: the mean of each
+    request's own figure, and all their tokens over all their steps."""
+    steps_per_req, decode_tokens = decode_tokens_and_steps(finished)
+    has_steps = steps_per_req > 0
+    if not has_steps.any():
+        return None, None
+    return (round_sig((decode_tokens[has_steps] / steps_per_req[has_steps]).mean()),
+            round_sig(decode_tokens[has_steps].sum() / steps_per_req[has_steps].sum()))
+
+
 def summarize(
     requests_df: pd.DataFrame,
     steps_df: pd.DataFrame,
@@ -192,24 +235,14 @@ def summarize(
     num_gpus = int(num_target_gpus + num_draft_gpus)
 
     req = requests_df
-    finish = req["finish_time"].to_numpy(dtype=float)
-    done = np.isfinite(finish)
-    fin = req[done]
-    n_req, n_done = int(len(req)), int(done.sum())
-    out_tokens = int(fin["output_len"].sum())
-
-    if n_done:
-        t0 = float(req["arrival_time"].min())
-        t1 = float(finish[done].max())
-        span = t1 - t0
-    else:
-        t0 = t1 = span = math.nan
-    per_s = (lambda x: round_sig(x / span)) if span > 0 else (lambda x: None)
+    totals = RunTotals.of(req)
+    fin, n_req, n_done, out_tokens = totals.finished, totals.requests, totals.done, totals.output_tokens
+    t0, t1, per_s = totals.t0, totals.t1, totals.per_s
 
     s: dict[str, int | float | None] = {
         "num_requests": n_req,
         "num_finished": n_done,
-        "makespan_s": round_sig(span),
+        "makespan_s": round_sig(totals.span),
         "output_tokens": out_tokens,
         "throughput_tok_s": per_s(out_tokens),
         "requests_per_s": per_s(n_done),
@@ -229,14 +262,7 @@ def summarize(
     s["goodput_req_s"] = per_s(good)
     s["goodput_fraction"] = round_sig(good / n_req) if n_req else None
 
-    steps_per_req, decode_tokens = decode_tokens_and_steps(fin)
-    has_steps = steps_per_req > 0
-    s["mean_acceptance_length"] = (
-        round_sig((decode_tokens[has_steps] / steps_per_req[has_steps]).mean()) if has_steps.any() else None
-    )
-    s["pooled_acceptance_length"] = (
-        round_sig(decode_tokens[has_steps].sum() / steps_per_req[has_steps].sum()) if has_steps.any() else None
-    )
+    s["mean_acceptance_length"], s["pooled_acceptance_length"] = acceptance_lengths(fin)
     proposed = int(req["proposed_tokens"].sum())
     accepted = int(req["accepted_tokens"].sum())
     s["proposed_tokens"] = proposed
