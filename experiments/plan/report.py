@@ -175,10 +175,19 @@ def pareto_front(points: list[tuple[float, float, str]]) -> list[tuple[float, fl
 
 
 def write_plots(doc: dict[str, Any], out: str | Path) -> list[Path]:
+    """The plan's three plots; the latency curves drawn in a forked child while this process draws the other two
+    (experiments/beside.py: the same bytes, the wall time of the longer)."""
+    from experiments.beside import Beside
+
     out = Path(out)
     searched = [c for c in doc["candidates"] if c["status"] == "ok" and c.get("curve")]
-    return [_curves(searched[:CURVES_MAX], doc, out / PLOT_FILES[0]), _pareto(searched, doc, out / PLOT_FILES[1]),
-            _user_gpu(searched, doc, out / PLOT_FILES[2])]
+    curves = Beside("drawing the plan's latency curves", _curves, searched[:CURVES_MAX], doc, out / PLOT_FILES[0])
+    try:
+        rest = [_pareto(searched, doc, out / PLOT_FILES[1]), _user_gpu(searched, doc, out / PLOT_FILES[2])]
+    except BaseException:
+        curves.stop()
+        raise
+    return [curves.result(), *rest]
 
 
 def user_gpu_points(c: dict[str, Any]) -> list[tuple[float, float]]:

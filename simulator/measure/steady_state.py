@@ -118,10 +118,12 @@ def batch_means(values: np.ndarray, batches: int = 10) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _t_quantile(p: float, dof: int) -> float:
-    """Student-t quantile (scipy's, computed once per (p, dof): the plan's early stop asks it at every check)."""
-    from scipy import stats  # only the plan's verdicts need it; a plain run does not import scipy
+    """Student-t quantile, computed once per (p, dof) (the plan's early stop asks it at every check): scipy's
+    inverse t CDF, the function scipy.stats.t.ppf calls, imported alone (a plain run does not import scipy, and
+    scipy.stats would cost every plan worker the import of all its distributions)."""
+    from scipy.special import stdtrit
 
-    return float(stats.t.ppf(p, dof))
+    return float(stdtrit(dof, p))
 
 
 def mean_interval(samples: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:

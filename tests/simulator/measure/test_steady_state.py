@@ -111,6 +111,18 @@ def test_batch_means_interval_covers_the_mean():
     assert mean_interval(np.array([0.5]))[1:] == (-np.inf, np.inf)
 
 
+@pytest.mark.parametrize("confidence, dof, table", [(0.95, 1, 12.706), (0.95, 10, 2.228), (0.99, 30, 2.750),
+                                                     (0.99, 4, 4.604)])
+def test_mean_interval_half_width_is_the_student_t_table_value(confidence, dof, table):
+    """Half-width = t(1 - (1 - confidence) / 2, n - 1) x s / sqrt(n), t from a printed two-sided t table."""
+    samples = np.arange(dof + 1, dtype=float)
+    m, lo, hi = mean_interval(samples, confidence)
+    se = samples.std(ddof=1) / np.sqrt(samples.size)
+    assert m == pytest.approx(samples.mean())
+    assert (hi - m) / se == pytest.approx(table, abs=5e-4)
+    assert (m - lo) / se == pytest.approx(table, abs=5e-4)
+
+
 def constant_mdl_run(rate: float, n: int, seed: int) -> dict:
     """The engine as an M/D/1 queue: one sequence at a time, every step 10 ms, 10 output tokens (0.1 s each)."""
     from simulator.measure.metrics import summarize
