@@ -411,7 +411,7 @@ class CompiledRun:
                 blocks_row.append(rows_head(bufs.rows, r))
                 itl_parts.append(bufs.itl[:ni])
                 break
-            if r or code == ker.FULL:
+            if code == ker.FULL:  # rows stay in the buffer across the checks (STOPPED) until it is full
                 blocks_row.append(rows_head(bufs.rows, r, copy=True))
                 rec.rows = 0
                 if ni + srv.max_num_seqs > len(bufs.itl):  # no room for another step's gaps (not expected): start over
