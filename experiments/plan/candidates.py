@@ -172,9 +172,8 @@ def base_experiment(plan: PlanConfig) -> dict[str, Any]:
     doc = cfg.model_dump(mode="json", exclude={"sweep"})
     if plan.traces is not None:  # the document it was given (traces/source.py dumps a source as given)
         doc["traces"] = plan.traces.model_dump(mode="json")
-    if plan.drafters is not None:  # each as given (the keys it set), as the base config's own are documents
-        doc["drafters"] = {name: spec.model_dump(mode="json", exclude_unset=True)
-                           for name, spec in plan.drafters.items()}
+    if plan.drafters is not None:  # each as the plan gave it (PlanConfig's dump: the keys it set)
+        doc["drafters"] = plan.model_dump(mode="json", include={"drafters"})["drafters"]
     slo = {k: v for k, v in (("ttft_s", plan.slo.ttft_s), ("tpot_s", plan.slo.tpot_s)) if v is not None}
     doc.update(name=plan.name, baseline=None, timeline_max_steps=0, slo=slo)
     return doc

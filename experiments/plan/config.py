@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, SerializeAsAny, ValidationError, create_model, field_validator, \
+from pydantic import Field, SerializeAsAny, ValidationError, create_model, field_serializer, field_validator, \
     model_validator
 
 from experiments.config import check_slo_seconds
@@ -32,6 +32,7 @@ from simulator.costs.roofline import OVERLAPS, RooflineProfile
 from simulator.server_config import PSDConfig, ServerConfig
 from traces.config_base import StrictModel as _Strict
 from traces.config_base import ConfigError
+from traces.config_given import GivenModel
 from traces.limits import MAX_NUM_REQUESTS, MAX_PLAN_CANDIDATES, MAX_REPLICAS
 from traces.source import TraceSource
 
@@ -144,7 +145,7 @@ def _roofline_default(knob: str) -> Any:
     return RooflineProfile.__dataclass_fields__[knob].default
 
 
-class RooflineKnobs(_Strict):
+class RooflineKnobs(GivenModel):
     """`candidates.roofline`: how every (GPU, TP) without a measured profile is priced; an unset knob is
     RooflineProfile's default. The candidate's profile document carries only the knobs given (`given`)."""
 
@@ -177,41 +178,38 @@ class RooflineKnobs(_Strict):
         return doc
 
     def given(self) -> dict[str, Any]:
-        """The knobs the plan set, in field order (what the candidate's roofline profile document adds)."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        """The knobs the plan set, in its order (what the candidate's roofline profile document adds; an unset knob
+        is the profile's default, never written into a document)."""
+        return self.model_dump(mode="json")
 
 
 # server keys a candidate sets itself (GPU, TP, mode): never a scheduler setting
 CANDIDATE_SERVER_KEYS = ("kv_capacity_tokens", "deployment", "target_profile", "num_target_gpus", "num_draft_gpus")
 
 
-class _GridBase(_Strict):
-    """The base of SchedulerGrid: the keys' given order kept (the grid's product and candidate ids follow it)."""
+class _GridBase(GivenModel):
+    """The base of SchedulerGrid: the keys in the plan's order (the grid's product and candidate ids follow it)."""
 
-    _order: tuple[str, ...] = PrivateAttr(())
-
-    @model_validator(mode="wrap")
+    @model_validator(mode="before")
     @classmethod
-    def _keep_order(cls, doc: Any, handler: Any) -> Any:
-        if isinstance(doc, dict):
-            for key in doc:
-                if key in CANDIDATE_SERVER_KEYS:
-                    raise ValueError(f"candidates.scheduler.{key}: set by the candidate (GPU, TP, mode), not a "
-                                     "scheduler setting")
-        grid = handler(doc)
-        if isinstance(doc, dict):
-            grid._order = tuple(doc)
-        for key, values in grid.items():
-            if not values:
+    def _not_set_by_candidate(cls, doc: Any) -> Any:
+        for key in doc if isinstance(doc, dict) else ():
+            if key in CANDIDATE_SERVER_KEYS:
+                raise ValueError(f"candidates.scheduler.{key}: set by the candidate (GPU, TP, mode), not a "
+                                 "scheduler setting")
+        return doc
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> "_GridBase":
+        for key in type(self).model_fields:
+            values = getattr(self, key)
+            if values is not None and not values:
                 raise ValueError(f"candidates.scheduler.{key}: expected a non-empty list of values")
-        return grid
+        return self
 
     def items(self) -> list[tuple[str, list[Any]]]:
         """(server key, its values) for each key the plan set, in the plan's order."""
-        return [(key, getattr(self, key)) for key in self._order]
-
-    def keys(self) -> list[str]:
-        return list(self._order)
+        return [(key, getattr(self, key)) for key in self.given_keys()]
 
 
 def _grid_value(name: str) -> Any:
@@ -430,6 +428,13 @@ class PlanConfig(_Strict):
     search: Search = Search()
     candidates: Candidates
     prices: Prices = Prices()
+
+    @field_serializer("drafters")
+    def _drafters_as_given(self, drafters: dict[str, DraftCostConfig] | None) -> dict[str, Any] | None:
+        """Each drafter's cost as the plan gave it (the keys it set): the document the base config receives."""
+        if drafters is None:
+            return None
+        return {name: spec.model_dump(mode="json", exclude_unset=True) for name, spec in drafters.items()}
 
 
 def load_plan_config(source: str | Path | dict[str, Any], overrides=(), where: str | None = None) -> PlanConfig:

@@ -1,7 +1,7 @@
 """A config's `deployment:` mapping as a typed record: `server.deployment` and a plan's `candidates.deployment`.
 
-Each key is typed here and dumps back as given (only the keys the config set: config hashes, `--set` and a plan's
-candidate documents read that dump). The defaults and the rules (catalog names, ranges, TP dividing the GPUs) are
+Each key is typed here and dumps back as given (traces/config_given.py: only the keys the config set, in its
+order; config hashes, `--set` and a plan's candidate documents read that dump). The defaults and the rules (catalog names, ranges, TP dividing the GPUs) are
 the placement's own: `deployment()` builds the `Deployment` of simulator/costs/placement.py through
 `deployment_from_config`, the one home of those checks.
 """
@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import model_serializer
-
 from simulator.costs.placement import Deployment, Placement, deployment_from_config, plan
-from traces.config_base import StrictModel
+from traces.config_given import GivenModel
 
 
-class DeploymentConfig(StrictModel):
+class DeploymentConfig(GivenModel):
     """The keys of placement's `Deployment` a config gives (None: not given, the Deployment's default applies).
     Integers stay integers where a number is expected (`reserve_gib: 2` dumps as 2: hashes read the dump)."""
 
@@ -34,18 +32,13 @@ class DeploymentConfig(StrictModel):
     min_kv_tokens: int | None = None
     max_num_seqs: int | None = None
 
-    @model_serializer(mode="wrap")
-    def _as_given(self, handler: Any) -> dict[str, Any]:
-        """Only the keys the config set, in field order (a dump reads as the mapping the config gave)."""
-        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
-
     def given(self) -> dict[str, Any]:
         """The keys the config set, as a plain mapping (what `deployment_from_config` reads)."""
         return self.model_dump(mode="json")
 
     def with_default_seqs(self, max_num_seqs: int) -> "DeploymentConfig":
         """This deployment with `max_num_seqs` set unless the config gave one."""
-        if "max_num_seqs" in self.model_fields_set:
+        if "max_num_seqs" in self.given_keys():
             return self
         return type(self).model_validate({**self.given(), "max_num_seqs": max_num_seqs})
 
