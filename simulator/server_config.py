@@ -14,6 +14,7 @@ from simulator.cluster.config import ClusterSpec
 from simulator.costs.deployment_config import DeploymentConfig
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
+from simulator.costs.profile_spec import InlineProfile, ProfileSpec
 from simulator.engine.scheduler import DEFAULT_SCHEDULER, SCHEDULERS, describe_schedulers, scheduler_variant
 from simulator.seeds import ServerSeeds
 from traces.config_base import StrictModel as _Strict
@@ -56,8 +57,9 @@ class ServerConfig(_Strict):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)  # merged with the strict base's
 
-    target_profile: str | dict[str, Any] | InstanceOf[LatencyProfile] = Field(description=(
-        "built-in profile name, file, inline profile, or (from Python) a profile object (roofline, measured)"))
+    target_profile: str | ProfileSpec | InstanceOf[LatencyProfile] = Field(description=(
+        "built-in profile name, file, inline profile (simulator/costs/profile_spec.py), or (from Python) a profile "
+        "object (roofline, measured)"))
     step_overhead_s: float = Field(0.0, ge=0, le=3600, allow_inf_nan=False,
                                    description="fixed scheduler/sampler overhead per step")
     max_num_seqs: int = Field(64, ge=1)
@@ -155,8 +157,11 @@ class ServerConfig(_Strict):
 
     @field_serializer("target_profile")
     def _profile_out(self, v: Any, info) -> Any:
-        """A profile object stays itself in Python dumps (overrides re-validate it) and is its name in JSON."""
-        if isinstance(v, (str, dict)) or info.mode != "json":
+        """An inline profile dumps as given; a profile object stays itself in Python dumps (overrides re-validate it)
+        and is its name in JSON."""
+        if isinstance(v, InlineProfile):
+            return v.model_dump(mode=info.mode)
+        if isinstance(v, str) or info.mode != "json":
             return v
         return f"<in-memory profile {getattr(v, 'name', type(v).__name__)}>"
 
@@ -178,7 +183,7 @@ class ServerConfig(_Strict):
 
     def target(self) -> LatencyProfile:
         """Resolve the target's latency profile (a profile object is used as it is)."""
-        if not isinstance(self.target_profile, (str, dict)):
+        if not isinstance(self.target_profile, (str, InlineProfile)):
             return self.target_profile
         from simulator.costs.roofline import profile_from_ref  # catalog-based, optional module
 
