@@ -112,3 +112,12 @@ def test_deployment_knobs_are_typed_and_reach_each_candidates_deployment_as_give
 def test_a_bad_deployment_knob_names_its_key(knobs, message):
     with pytest.raises(ConfigError, match=message):
         load_plan_config(_with(deployment=knobs))
+
+
+def test_set_reaches_the_typed_plan_blocks():
+    plan = load_plan_config(SPACE, ["candidates.roofline.mfu=0.5", "candidates.deployment.max_model_len=2048",
+                                    "candidates.scheduler.max_num_seqs=[8, 16]",
+                                    "drafters.ngram={kind: fraction_of_verify, fraction: 0.01}"])
+    c = plan.candidates
+    assert (c.roofline.mfu, c.deployment.max_model_len, c.scheduler.max_num_seqs) == (0.5, 2048, [8, 16])
+    assert plan.drafters["ngram"].fraction == 0.01
