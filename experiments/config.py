@@ -13,6 +13,7 @@ import oracle.registry  # noqa: F401  (registers the ground-truth policies befor
 from experiments.sweep.spec import SweepSpec
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.draft_cost import DraftCostConfig
+from simulator.costs.profile_spec import InlineProfile
 from simulator.server_config import RunSpec, ServerConfig, check_replica_overrides, server_for
 from traces.config_base import ConfigError, StrictModel, error_lines, validate_model
 from traces.errors import TraceFormatError
@@ -105,7 +106,7 @@ class ExperimentConfig(StrictModel):
         for name, spec in self.drafters.items():
             if spec.profile is not None:
                 _check_profile_name(spec.profile, f"drafters.{name}.profile")
-            if isinstance(spec.profile, dict):  # an inline roofline: its model and GPU resolve now, once (kept)
+            if isinstance(spec.profile, InlineProfile):  # an inline profile: built now, once (kept)
                 spec.cost(where=f"drafters.{name}")
         for i, run in enumerate(self.runs):
             if run.server:

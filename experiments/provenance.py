@@ -195,8 +195,8 @@ def _mtp_note(cost: Any, k: int | None) -> str | None:
 def run_target(scenario: Any) -> str | None:
     """The model a run serves: its deployment's target, else the model its target profile names."""
     dep = scenario.server.deployment
-    if isinstance(dep, dict) and dep.get("target"):
-        return str(dep["target"])
+    if dep is not None and dep.target:
+        return dep.target
     model = getattr(scenario.target, "model", None)
     return str(getattr(model, "name", model)) if model else None
 

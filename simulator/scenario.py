@@ -80,9 +80,7 @@ def kv_capacity(server: ServerConfig, run: RunSpec) -> tuple[int, dict[str, Any]
     """KV tokens the server holds: given directly, or from the catalogs via the deployment (0: does not fit)."""
     if server.kv_capacity_tokens is not None:
         return server.kv_capacity_tokens, {}
-    from simulator.costs.placement import kv_capacity_tokens
-
-    placement = kv_capacity_tokens(server.placement_deployment(run), where=f"runs[{run.name}] server.deployment")
+    placement = server.placement_deployment(run).placement(where=f"runs[{run.name}] server.deployment")
     if not placement.fits:
         return 0, {"does_not_fit": placement.message, "placement": placement.summary()}
     return int(placement.kv_capacity_tokens), {"placement": placement.summary()}

@@ -11,8 +11,10 @@ from pydantic import ConfigDict, Field, InstanceOf, SerializeAsAny, field_serial
 from policies.base import Policy
 from policies.registry import PolicySpec, policy_spec
 from simulator.cluster.config import ClusterSpec
+from simulator.costs.deployment_config import DeploymentConfig
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
+from simulator.costs.profile_spec import InlineProfile, ProfileSpec
 from simulator.engine.scheduler import DEFAULT_SCHEDULER, SCHEDULERS, describe_schedulers, scheduler_variant
 from simulator.seeds import ServerSeeds
 from traces.config_base import StrictModel as _Strict
@@ -55,15 +57,17 @@ class ServerConfig(_Strict):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)  # merged with the strict base's
 
-    target_profile: str | dict[str, Any] | InstanceOf[LatencyProfile] = Field(description=(
-        "built-in profile name, file, inline profile, or (from Python) a profile object (roofline, measured)"))
+    target_profile: str | ProfileSpec | InstanceOf[LatencyProfile] = Field(description=(
+        "built-in profile name, file, inline profile (simulator/costs/profile_spec.py), or (from Python) a profile "
+        "object (roofline, measured)"))
     step_overhead_s: float = Field(0.0, ge=0, le=3600, allow_inf_nan=False,
                                    description="fixed scheduler/sampler overhead per step")
     max_num_seqs: int = Field(64, ge=1)
     max_num_batched_tokens: int = Field(8192, ge=1)
     block_size: int = Field(16, ge=1)
     kv_capacity_tokens: int | None = Field(None, ge=1, description="KV pool size in tokens; or give deployment")
-    deployment: dict[str, Any] | None = Field(None, description="GPU placement; KV capacity from the catalogs")
+    deployment: DeploymentConfig | None = Field(None, description="GPU placement; KV capacity from the catalogs "
+                                                "(simulator/costs/deployment_config.py)")
     chunked_prefill: bool = False
     prefill: Literal["mixed", "separate"] = Field("mixed", description=(
         "mixed: prefills join decode/verify steps (vLLM V1; V0 with chunked prefill); separate: vLLM V0 without "
@@ -114,9 +118,11 @@ class ServerConfig(_Strict):
     def _gpus_from_deployment(cls, doc: Any) -> Any:
         """A deployment counts the GPUs: num_target_gpus defaults to its num_gpus (else tp), num_draft_gpus to a
         dedicated drafter's GPUs; a count given beside a deployment must agree with it."""
-        if not isinstance(doc, dict) or not isinstance(doc.get("deployment"), dict):
+        if not isinstance(doc, dict) or not isinstance(doc.get("deployment"), (dict, DeploymentConfig)):
             return doc
         dep = doc["deployment"]
+        if isinstance(dep, DeploymentConfig):
+            dep = dep.given()
         counts = {"num_target_gpus": dep.get("num_gpus", dep.get("tp", 1)),
                   "num_draft_gpus": (dep.get("drafter_gpus", 1) if dep.get("drafter")
                                      and dep.get("drafter_placement") == "dedicated" else None)}
@@ -151,8 +157,11 @@ class ServerConfig(_Strict):
 
     @field_serializer("target_profile")
     def _profile_out(self, v: Any, info) -> Any:
-        """A profile object stays itself in Python dumps (overrides re-validate it) and is its name in JSON."""
-        if isinstance(v, (str, dict)) or info.mode != "json":
+        """An inline profile dumps as given; a profile object stays itself in Python dumps (overrides re-validate it)
+        and is its name in JSON."""
+        if isinstance(v, InlineProfile):
+            return v.model_dump(mode=info.mode)
+        if isinstance(v, str) or info.mode != "json":
             return v
         return f"<in-memory profile {getattr(v, 'name', type(v).__name__)}>"
 
@@ -160,24 +169,21 @@ class ServerConfig(_Strict):
     def max_model_len(self) -> int | None:
         """The deployment's max_model_len when the config sets one (requests longer than it are refused), else
         None: without it draftsim's placement default sizes KV but no request length is bounded."""
-        if not isinstance(self.deployment, dict) or "max_model_len" not in self.deployment:
+        if self.deployment is None or self.deployment.max_model_len is None:
             return None
-        from simulator.costs.placement import deployment_from_config
+        return self.deployment.deployment("server.deployment").max_model_len
 
-        return deployment_from_config(self.deployment, "server.deployment").max_model_len
-
-    def placement_deployment(self, run: "RunSpec") -> dict[str, Any] | None:
+    def placement_deployment(self, run: "RunSpec") -> DeploymentConfig | None:
         """The deployment as placement reads it for `run` on this server: its max_num_seqs (the sequences whose
         linear-attention state is held) defaults to the sequences the run holds at once (RunSpec.running_sequences:
         PSD holds both sub-batches). The one home of that default."""
-        doc = self.deployment
-        if isinstance(doc, dict) and "max_num_seqs" not in doc:
-            doc = {**doc, "max_num_seqs": run.running_sequences(self.max_num_seqs)}
-        return doc
+        if self.deployment is None:
+            return None
+        return self.deployment.with_default_seqs(run.running_sequences(self.max_num_seqs))
 
     def target(self) -> LatencyProfile:
         """Resolve the target's latency profile (a profile object is used as it is)."""
-        if not isinstance(self.target_profile, (str, dict)):
+        if not isinstance(self.target_profile, (str, InlineProfile)):
             return self.target_profile
         from simulator.costs.roofline import profile_from_ref  # catalog-based, optional module
 

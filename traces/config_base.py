@@ -125,7 +125,8 @@ def _close(word: str, candidates: list[str]) -> str | None:
 def error_lines(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
     """(key path, what was expected and what was given) of every error in `err`; `prefix` is prepended.
 
-    The errors of the members of a union at one key are joined into one line ("expected A, or B"). An unknown
+    The errors of the members of a union at one key are joined into one line ("expected A, or B"); when a member
+    took the value and failed below it, only its errors are shown. An unknown
     key close to a key the model takes (`model`: the model validated) or to a required key reported missing
     beside it gets "did you mean"; that missing key names the likely misspelling."""
     errors = err.errors(include_url=False)
@@ -137,8 +138,11 @@ def error_lines(err: ValidationError, prefix: str = "", model: type[BaseModel] |
             into.setdefault(tuple(e["loc"][:-1]), []).append(str(e["loc"][-1]))
     by_loc: dict[str, list[str]] = {}
     got_at: dict[str, str] = {}
+    mismatch_only: dict[str, bool] = {}  # key path -> every error there is a union member not matching the value
     for e in errors:
         loc = _key_path(e["loc"], prefix, model)
+        mismatch_only[loc] = mismatch_only.get(loc, True) and bool(e["loc"]) \
+            and bool(_UNION_BRANCH.match(str(e["loc"][-1])))
         msg = _expectation(e)
         nested = _KEYED_MESSAGE.match(msg) if e["type"] in ("value_error", "assertion_error") else None
         if nested:  # a validator's message that already names the key below `loc`
@@ -159,6 +163,12 @@ def error_lines(err: ValidationError, prefix: str = "", model: type[BaseModel] |
         msgs = by_loc.setdefault(loc, [])
         if msg not in msgs:
             msgs.append(msg)
+    # a union member that took the value and found errors below it says what is wrong: the other members' "expected
+    # a valid string" at the same key is left out
+    deeper = [loc for loc in by_loc if any(o.startswith(loc + ".") for o in by_loc)] if len(by_loc) > 1 else []
+    for loc in deeper:
+        if mismatch_only[loc]:
+            del by_loc[loc]
     return [(loc or "(top level)", ", or ".join(msgs) + got_at.get(loc, "")) for loc, msgs in by_loc.items()]
 
 

@@ -87,7 +87,7 @@ class Candidate:
 
 def _deployment(plan: PlanConfig, gpu: str, tp: int, mode: Mode) -> dict[str, Any]:
     dep: dict[str, Any] = {"target": plan.candidates.target, "gpu": gpu, "num_gpus": tp, "tp": tp,
-                           **plan.candidates.deployment}
+                           **plan.candidates.deployment.given()}
     if mode.drafter_model:
         dep.update(drafter=mode.drafter_model, drafter_placement=mode.where)
         if mode.where == "dedicated":
@@ -104,8 +104,8 @@ def _target_profile(plan: PlanConfig, gpu: str, tp: int) -> tuple[Any, str]:
         prov = resolve_profile(measured).provenance
         return measured, f"measured: {measured} ({prov.source}, {prov.device or 'device not recorded'})"
     knobs = plan.candidates.roofline
-    doc = {"kind": "roofline", "model": plan.candidates.target, "gpu": gpu, "tp": tp, **knobs}
-    return doc, f"roofline (mfu {knobs.get('mfu', 0.6)}, bandwidth {knobs.get('bandwidth_util', 0.8)}; not calibrated)"
+    doc = {"kind": "roofline", "model": plan.candidates.target, "gpu": gpu, "tp": tp, **knobs.given()}
+    return doc, f"roofline (mfu {knobs.mfu}, bandwidth {knobs.bandwidth_util}; not calibrated)"
 
 
 def _drafters_on(drafters: dict[str, Any], gpu: str, transfer: str | None, where: str) -> dict[str, Any]:
@@ -172,8 +172,8 @@ def base_experiment(plan: PlanConfig) -> dict[str, Any]:
     doc = cfg.model_dump(mode="json", exclude={"sweep"})
     if plan.traces is not None:  # the document it was given (traces/source.py dumps a source as given)
         doc["traces"] = plan.traces.model_dump(mode="json")
-    if plan.drafters is not None:
-        doc["drafters"] = plan.drafters
+    if plan.drafters is not None:  # each as the plan gave it (PlanConfig's dump: the keys it set)
+        doc["drafters"] = plan.model_dump(mode="json", include={"drafters"})["drafters"]
     slo = {k: v for k, v in (("ttft_s", plan.slo.ttft_s), ("tpot_s", plan.slo.tpot_s)) if v is not None}
     doc.update(name=plan.name, baseline=None, timeline_max_steps=0, slo=slo)
     return doc
@@ -217,15 +217,15 @@ def build_candidates(plan: PlanConfig, base: dict[str, Any], prices: dict[str, G
     if missing:
         raise ValueError(f"prices: no price for GPU(s) {missing}; add them to the price file or to "
                          "prices.usd_per_gpu_hour")
-    keys = list(cands.scheduler)
-    settings = [SchedulerSetting(tuple(zip(keys, combo)))
-                for combo in itertools.product(*(cands.scheduler[k] for k in keys))]
+    grid = cands.scheduler.items()
+    keys = [key for key, _ in grid]
+    settings = [SchedulerSetting(tuple(zip(keys, combo))) for combo in itertools.product(*(v for _, v in grid))]
     drafter_specs = bundle_drafter_specs(plan, base)
     out = []
     for gpu, tp, replicas, mode, sched in itertools.product(cands.gpus, cands.tp, cands.replicas, cands.modes,
                                                             settings):
         gpu = gpu.lower()
-        cid = _candidate_id(gpu, tp, replicas, mode, sched, {k for k in keys if len(cands.scheduler[k]) > 1})
+        cid = _candidate_id(gpu, tp, replicas, mode, sched, {k for k, v in grid if len(v) > 1})
         profile, source = _target_profile(plan, gpu, tp)
         dep = _deployment(plan, gpu, tp, mode)
         server = {**base["server"], **sched.server(), "target_profile": profile, "deployment": dep,

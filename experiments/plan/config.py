@@ -20,15 +20,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, create_model, field_serializer, field_validator, \
+    model_validator
 
 from experiments.config import check_slo_seconds
 from policies.registry import PolicySpec, policy_spec
 from simulator.cluster.config import RouterSpec
-from simulator.costs.roofline import OVERLAPS
-from simulator.server_config import PSDConfig
+from simulator.costs.draft_cost import DraftCostConfig
+from simulator.costs.deployment_config import DeploymentConfig
+from simulator.costs.roofline import OVERLAPS, RooflineProfile
+from simulator.server_config import PSDConfig, ServerConfig
 from traces.config_base import StrictModel as _Strict
 from traces.config_base import ConfigError
+from traces.config_given import GivenModel
 from traces.limits import MAX_NUM_REQUESTS, MAX_PLAN_CANDIDATES, MAX_REPLICAS
 from traces.source import TraceSource
 
@@ -136,6 +140,92 @@ class Search(_Strict):
         return self
 
 
+def _roofline_default(knob: str) -> Any:
+    """RooflineProfile's default of `knob` (the one home of the roofline defaults)."""
+    return RooflineProfile.__dataclass_fields__[knob].default
+
+
+class RooflineKnobs(GivenModel):
+    """`candidates.roofline`: how every (GPU, TP) without a measured profile is priced; an unset knob is
+    RooflineProfile's default. The candidate's profile document carries only the knobs given (`given`)."""
+
+    mfu: float = _roofline_default("mfu")
+    bandwidth_util: float = _roofline_default("bandwidth_util")
+    allreduce_latency_s: float = _roofline_default("allreduce_latency_s")
+    floor_s: float = _roofline_default("floor_s")
+    host_s: float = _roofline_default("host_s")
+    overlap: Literal[OVERLAPS] = _roofline_default("overlap")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _knobs_in_range(cls, doc: Any) -> Any:
+        """Each knob a number in the plan's range (ROOFLINE_KNOBS), overlap one of OVERLAPS; errors name the knob."""
+        if not isinstance(doc, dict):
+            return doc
+        unknown = set(doc) - set(ROOFLINE_KNOBS) - {"overlap"}
+        if unknown:
+            raise ValueError(f"candidates.roofline: unknown key(s) {sorted(unknown)}")
+        for knob, value in doc.items():
+            if knob == "overlap":
+                if value not in OVERLAPS:
+                    raise ValueError(f"candidates.roofline.overlap: expected one of {OVERLAPS}, got {value!r}")
+                continue
+            low, high, low_ok = ROOFLINE_KNOBS[knob]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not (low <= value if low_ok else low < value) or value > high:
+                raise ValueError(f"candidates.roofline.{knob}: expected a number in {'[' if low_ok else '('}{low:g}, "
+                                 f"{high:g}], got {value!r}")
+        return doc
+
+    def given(self) -> dict[str, Any]:
+        """The knobs the plan set, in its order (what the candidate's roofline profile document adds; an unset knob
+        is the profile's default, never written into a document)."""
+        return self.model_dump(mode="json")
+
+
+# server keys a candidate sets itself (GPU, TP, mode): never a scheduler setting
+CANDIDATE_SERVER_KEYS = ("kv_capacity_tokens", "deployment", "target_profile", "num_target_gpus", "num_draft_gpus")
+
+
+class _GridBase(GivenModel):
+    """The base of SchedulerGrid: the keys in the plan's order (the grid's product and candidate ids follow it)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_set_by_candidate(cls, doc: Any) -> Any:
+        for key in doc if isinstance(doc, dict) else ():
+            if key in CANDIDATE_SERVER_KEYS:
+                raise ValueError(f"candidates.scheduler.{key}: set by the candidate (GPU, TP, mode), not a "
+                                 "scheduler setting")
+        return doc
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> "_GridBase":
+        for key in type(self).model_fields:
+            values = getattr(self, key)
+            if values is not None and not values:
+                raise ValueError(f"candidates.scheduler.{key}: expected a non-empty list of values")
+        return self
+
+    def items(self) -> list[tuple[str, list[Any]]]:
+        """(server key, its values) for each key the plan set, in the plan's order."""
+        return [(key, getattr(self, key)) for key in self.given_keys()]
+
+
+def _grid_value(name: str) -> Any:
+    """A list of values of ServerConfig field `name`, each checked by that field's own type and bounds."""
+    info = ServerConfig.model_fields[name]
+    return list[Annotated[(info.annotation, *info.metadata)]] if info.metadata else list[info.annotation]
+
+
+# `candidates.scheduler`: server key -> the values the grid takes, typed by ServerConfig's fields
+SchedulerGrid = create_model(
+    "SchedulerGrid", __base__=_GridBase, __doc__="`candidates.scheduler`: a grid of ServerConfig settings, each key a "
+    "list of that field's values (checked by its type and bounds; the rest when each candidate's server validates).",
+    **{name: (_grid_value(name) | None, None) for name in ServerConfig.model_fields
+       if name not in CANDIDATE_SERVER_KEYS})
+
+
 class Mode(_Strict):
     """One serving mode: a run of the experiment model (AR / SD / PSD with a policy) and where the drafter lives."""
 
@@ -210,13 +300,15 @@ class Candidates(_Strict):
     router: RouterSpec = Field(RouterSpec(), description="the router of candidates with replicas > 1 "
                                                          "(simulator/cluster/config.py; default least_outstanding)")
     modes: list[Mode] = Field(min_length=1, max_length=MAX_PLAN_CANDIDATES)
-    scheduler: dict[str, list[Any]] = Field(default_factory=dict, description="server key -> values (a grid)")
+    scheduler: SchedulerGrid = Field(SchedulerGrid(), description="server key -> values (a grid), typed by "
+                                     "ServerConfig's fields")
     profiles: dict[str, dict[int, str]] = Field(default_factory=dict, description="measured target profiles: "
                                                 "gpu -> {tp: profile}; every other (gpu, tp) is priced by roofline")
-    roofline: dict[str, float | str] = Field(default_factory=dict, description="roofline knobs: mfu, bandwidth_util, "
-                                             "allreduce_latency_s, floor_s, host_s, overlap (step or op)")
-    deployment: dict[str, Any] = Field(default_factory=dict, description="placement knobs: gpu_memory_utilization, "
-                                                                         "reserve_gib, max_model_len, ...")
+    roofline: RooflineKnobs = Field(RooflineKnobs(), description="roofline knobs: mfu, bandwidth_util, "
+                                    "allreduce_latency_s, floor_s, host_s, overlap (step or op)")
+    deployment: DeploymentConfig = Field(DeploymentConfig(), description="placement knobs: gpu_memory_utilization, "
+                                         "reserve_gib, max_model_len, ... (a DeploymentConfig without the keys each "
+                                         "candidate sets)")
     draft_transfer: Literal["roofline", "refuse"] = Field("roofline", description="a drafter profile measured on "
                                                           "another GPU than the candidate's: roofline = scaled by "
                                                           "the two GPUs' datasheet ratio (experiments/plan/draft_gpu.py"
@@ -231,18 +323,10 @@ class Candidates(_Strict):
         for key, seq in (("tp", self.tp), ("replicas", self.replicas)):
             if any(v < 1 for v in seq) or len(set(seq)) != len(seq):
                 raise ValueError(f"candidates.{key}: expected distinct integers >= 1, got {seq}")
-        for key, values in self.scheduler.items():
-            if key in ("kv_capacity_tokens", "deployment", "target_profile", "num_target_gpus", "num_draft_gpus"):
-                raise ValueError(f"candidates.scheduler.{key}: set by the candidate (GPU, TP, mode), not a "
-                                 "scheduler setting")
-            if not values:
-                raise ValueError(f"candidates.scheduler.{key}: expected a non-empty list of values")
-        unknown = set(self.roofline) - set(ROOFLINE_KNOBS) - {"overlap"}
-        if unknown:
-            raise ValueError(f"candidates.roofline: unknown key(s) {sorted(unknown)}")
         fixed = {"target", "gpu", "num_gpus", "tp", "drafter", "drafter_placement", "drafter_gpus", "max_num_seqs"}
-        if set(self.deployment) & fixed:
-            raise ValueError(f"candidates.deployment: {sorted(set(self.deployment) & fixed)} are set per candidate")
+        if set(self.deployment.given()) & fixed:
+            raise ValueError(f"candidates.deployment: {sorted(set(self.deployment.given()) & fixed)} are set per "
+                             "candidate")
         self._check_size()
         self._check_catalog()
         from experiments.plan.deploy import check_mtp, is_mtp_mode
@@ -250,21 +334,12 @@ class Candidates(_Strict):
         for mode in self.modes:
             if is_mtp_mode(mode):  # the target's own MTP head: vLLM's n_predict rule and the head's placement
                 check_mtp(mode, self.target, f"candidates.modes[{mode.name}]")
-        for knob, value in self.roofline.items():
-            if knob == "overlap":
-                if value not in OVERLAPS:
-                    raise ValueError(f"candidates.roofline.overlap: expected one of {OVERLAPS}, got {value!r}")
-                continue
-            low, high, low_ok = ROOFLINE_KNOBS[knob]
-            if isinstance(value, str) or not (low <= value if low_ok else low < value) or value > high:
-                raise ValueError(f"candidates.roofline.{knob}: expected a number in {'[' if low_ok else '('}{low:g}, "
-                                 f"{high:g}], got {value!r}")
         return self
 
     def _check_size(self) -> None:
         """The space is counted before it is expanded: a typo'd grid fails here, not after minutes."""
         size = len(self.gpus) * len(self.tp) * len(self.replicas) * len(self.modes)
-        for values in self.scheduler.values():
+        for _, values in self.scheduler.items():
             size *= len(values)
         if size > MAX_PLAN_CANDIDATES:
             raise ValueError(f"candidates: {size:,} candidates (gpus x tp x replicas x modes x scheduler values); "
@@ -346,12 +421,20 @@ class PlanConfig(_Strict):
     traces: TraceSource | None = Field(None, description="overrides the base config's traces: a source as an "
                                        "experiment's `traces:` takes it, parsed once into a typed source "
                                        "(traces/source.py)")
-    drafters: dict[str, dict[str, Any]] | None = Field(None, description="overrides the base config's draft costs")
+    drafters: dict[str, DraftCostConfig] | None = Field(None, description="overrides the base config's draft costs, "
+                                                       "each a DraftCostConfig (simulator/costs/draft_cost.py)")
     traffic: Traffic
     slo: PlanSLO
     search: Search = Search()
     candidates: Candidates
     prices: Prices = Prices()
+
+    @field_serializer("drafters")
+    def _drafters_as_given(self, drafters: dict[str, DraftCostConfig] | None) -> dict[str, Any] | None:
+        """Each drafter's cost as the plan gave it (the keys it set): the document the base config receives."""
+        if drafters is None:
+            return None
+        return {name: spec.model_dump(mode="json", exclude_unset=True) for name, spec in drafters.items()}
 
 
 def load_plan_config(source: str | Path | dict[str, Any], overrides=(), where: str | None = None) -> PlanConfig:

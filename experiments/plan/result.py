@@ -60,10 +60,11 @@ def _vllm_serve(plan: PlanConfig, c: Candidate) -> dict[str, Any] | None:
             f"--max-num-seqs {server.max_num_seqs}"]
     if server.max_num_batched_tokens:
         args.append(f"--max-num-batched-tokens {server.max_num_batched_tokens}")
-    if plan.candidates.deployment.get("max_model_len"):
-        args.append(f"--max-model-len {plan.candidates.deployment['max_model_len']}")
-    if plan.candidates.deployment.get("gpu_memory_utilization"):
-        args.append(f"--gpu-memory-utilization {plan.candidates.deployment['gpu_memory_utilization']}")
+    knobs = plan.candidates.deployment
+    if knobs.max_model_len:
+        args.append(f"--max-model-len {knobs.max_model_len}")
+    if knobs.gpu_memory_utilization:
+        args.append(f"--gpu-memory-utilization {knobs.gpu_memory_utilization}")
     # vLLM VLLM_VERSION schedules asynchronously unless told not to: the line states what was simulated
     args.append("--async-scheduling" if server.async_scheduling else "--no-async-scheduling")
     if c.deploy.cli_arg():

@@ -18,11 +18,12 @@ over a prompt (a draft model or EAGLE head runs one; prompt lookup and constant 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
 from simulator.costs.latency import LatencyProfile
+from simulator.costs.profile_spec import ProfileSpec
 from simulator.costs.roofline import profile_from_ref
 from simulator.engine.rules.pricing import DRAFT_KIND_CODES, DraftTerms, draft_time, prefill_time
 from traces.config_base import StrictModel, validate_model
@@ -35,8 +36,9 @@ class DraftCostConfig(StrictModel):
     at load; `cost` builds its DraftCost once, so an inline roofline resolves its model and GPU once)."""
 
     kind: Literal[DRAFT_COST_KINDS]
-    profile: str | dict[str, Any] | None = Field(None, min_length=1, description="a profile name or file, or "
-                                                 "{kind: roofline, model, gpu, tp}: the draft model on its own GPU")
+    profile: Annotated[str, Field(min_length=1)] | ProfileSpec | None = Field(None, description=(
+        "a profile name or file, or an inline profile (simulator/costs/profile_spec.py), e.g. {kind: roofline, "
+        "model, gpu, tp}: the draft model on its own GPU"))
     fraction: float = Field(0.0, ge=0, le=1000, description="fraction_of_verify: share of the verify time")
     seconds: float = Field(0.0, ge=0, le=3600, description="constant: seconds per drafting phase")
     host_s: float = Field(0.0, ge=0, le=60, allow_inf_nan=False,

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from simulator.costs.latency import Provenance
 from traces.catalog import GpuSpec, ModelSpec, get_gpu, get_model
+
+if TYPE_CHECKING:
+    from simulator.costs.profile_spec import InlineProfile
 
 DEFAULT_MFU = 0.6
 DEFAULT_BANDWIDTH_UTIL = 0.8
@@ -221,11 +224,15 @@ def roofline_from_config(doc: dict[str, Any], where: str = "roofline profile") -
         raise ValueError(f"{where}: {e}") from e
 
 
-def profile_from_ref(ref: "str | dict[str, Any]", where: str = "profile"):
-    """A latency profile from a config reference: a built-in name or file, or an inline mapping (linear, table
-    or roofline); the one reader of `server.target_profile` and a drafter's `profile`."""
+def profile_from_ref(ref: "str | dict[str, Any] | InlineProfile", where: str = "profile"):
+    """A latency profile from a config reference: a built-in name or file, or an inline profile (a typed spec,
+    simulator/costs/profile_spec.py, or its mapping: linear, table, structured or roofline); the one reader of
+    `server.target_profile` and a drafter's `profile`."""
     from simulator.costs.latency import profile_from_dict, resolve_profile
+    from simulator.costs.profile_spec import InlineProfile
 
+    if isinstance(ref, InlineProfile):
+        ref = ref.given()
     if not isinstance(ref, dict):
         return resolve_profile(ref)
     doc = dict(ref)
