@@ -142,9 +142,9 @@ def _check_server(server: ServerConfig, where: str) -> None:
 
 def _check_profile_name(ref: Any, where: str) -> None:
     """A profile given by name must be a built-in one or an existing file (inline mappings are checked at use)."""
-    from simulator.costs.latency import builtin_profiles
+    from simulator.costs.latency import builtin_profile_file, builtin_profiles
 
-    if isinstance(ref, str) and ref not in builtin_profiles() and not Path(ref).is_file():
+    if isinstance(ref, str) and builtin_profile_file(ref) is None and not Path(ref).is_file():
         raise ValueError(f"{where}: {ref!r} is neither a built-in latency profile ({', '.join(builtin_profiles())}) "
                          "nor a profile file")
 

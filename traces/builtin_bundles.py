@@ -14,11 +14,15 @@ def builtin_bundles() -> dict[str, Path]:
 
 
 def builtin_bundle_path(name: str) -> Path:
-    """Folder of the shipped bundle `name`; ValueError naming the ones that exist."""
+    """Folder of the shipped bundle `name` (as `builtin_bundles()` maps it: of the two places a name may be, the later
+    in sorted order); ValueError naming the ones that exist. Looks in those two places, not every folder (a plan
+    resolves it once per simulation)."""
+    if name and Path(name).name == name and name not in (".", ".."):
+        hits = [p for p in sorted((DATA_DIR / name, DATA_DIR / "bundles" / name)) if (p / "trace.yaml").is_file()]
+        if hits:
+            return hits[-1]
     found = builtin_bundles()
-    if name not in found:
-        raise ValueError(f"no built-in trace bundle {name!r}; built-in: {', '.join(found) or 'none'}")
-    return found[name]
+    raise ValueError(f"no built-in trace bundle {name!r}; built-in: {', '.join(found) or 'none'}")
 
 
 BUILTIN_PREFIX = "builtin:"

@@ -2,6 +2,7 @@
 stop) or its saturated service probe, and the record it returns (steady-state window, attainment batches)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 from pathlib import Path
@@ -35,9 +36,9 @@ def evaluate_plan_point(payload: dict[str, Any]) -> dict[str, Any]:
     from traces.workload import load_arrival_times
 
     doc = payload["config"]
-    with tempfile.TemporaryDirectory(prefix="draftsim-plan-") as tmp:
-        replay = payload.get("replay")
-        if replay:
+    replay = payload.get("replay")
+    with tempfile.TemporaryDirectory(prefix="draftsim-plan-") if replay else contextlib.nullcontext() as tmp:
+        if replay:  # the scaled arrival times as a file the config's replay arrivals read
             times = load_arrival_times(replay["file"])[: replay["num_requests"]] * replay["scale"]
             path = Path(tmp) / "arrivals.txt"
             path.write_text("".join(f"{t!r}\n" for t in times.tolist()), encoding="utf-8")
@@ -59,26 +60,27 @@ def _point_figures(req, slo: dict[str, Any], summary: dict[str, Any], stopped: d
                    ) -> dict[str, Any]:
     """A point's record from its requests table: window counts, attainment batch means and figures; a stopped run
     (`stopped`) keeps only the figures its stop rule leaves exact (experiments/plan/early_stop.py)."""
-    from simulator.measure.metrics import goodput_mask, steady_state_summary
+    from simulator.measure.metrics import goodput_mask, steady_figures, validate_slo
     from simulator.measure.steady_state import batch_means, measure
 
-    ok = goodput_mask(req, slo)
-    ss = measure(req["arrival_time"].to_numpy(dtype=float), req["finish_time"].to_numpy(dtype=float),
-                 req["output_len"].to_numpy(), ok)
+    cols = {c: np.asarray(req[c]) for c in ("arrival_time", "finish_time", "output_len", "ttft", "tpot", "e2e")}
+    arrival = cols["arrival_time"].astype(float)
+    ok = goodput_mask(cols, validate_slo(slo))
+    ss = measure(arrival, cols["finish_time"].astype(float), cols["output_len"], ok)
     out: dict[str, Any] = {"fits": True}
     if ss is None:
         out.update(window_arrivals=0, window_departures=0, window_length_s=0.0, attainment_batches=[])
     else:
-        order = np.argsort(req["arrival_time"].to_numpy(dtype=float)[ss.in_window], kind="stable")
-        win = req[ss.in_window]
+        order = np.argsort(arrival[ss.in_window], kind="stable")
+        e2e, tpot = cols["e2e"].astype(float)[ss.in_window], cols["tpot"].astype(float)[ss.in_window]
         out.update(window_arrivals=ss.arrivals, window_departures=ss.departures,
                    window_length_s=round_sig(ss.length_s),
                    attainment_batches=[round_sig(x) for x in batch_means(ok[ss.in_window][order], BATCHES)],
-                   e2e_batches=[round_sig(x) for x in batch_means(win["e2e"].to_numpy(dtype=float)[order], BATCHES)],
-                   steady_e2e_mean_s=round_sig(float(np.nanmean(win["e2e"].to_numpy(dtype=float)))),
-                   steady_tpot_mean_s=round_sig(float(np.nanmean(win["tpot"].to_numpy(dtype=float)))))
+                   e2e_batches=[round_sig(x) for x in batch_means(e2e[order], BATCHES)],
+                   steady_e2e_mean_s=round_sig(float(np.nanmean(e2e))),
+                   steady_tpot_mean_s=round_sig(float(np.nanmean(tpot))))
     out.update({m: summary.get(m) for m in POINT_METRICS})
-    out.update({k: v for k, v in steady_state_summary(req, slo).items() if k in POINT_METRICS})
+    out.update({k: v for k, v in steady_figures(cols, ok, ss).items() if k in POINT_METRICS})
     if stopped is None:
         return json_ready(out)
     out["stopped"] = {k: (round_sig(v) if isinstance(v, float) else v) for k, v in stopped.items()}
@@ -124,7 +126,7 @@ def _whole_run(sim) -> tuple[Any, dict[str, Any]]:
 def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, Any]) -> dict[str, Any]:
     """A search or curve run that ends once its verdict is decided (experiments/plan/early_stop.py)."""
     from experiments.plan.early_stop import PlanStop
-    from simulator.measure.early_stop import StopMonitor, progress_frame, run_until_decided
+    from simulator.measure.early_stop import StopMonitor, progress_columns, run_until_decided
     from simulator.scenario import simulation
 
     cfg, sc, inputs = _prepared(doc)
@@ -138,7 +140,7 @@ def _stopping_point(doc: dict[str, Any], slo: dict[str, Any], stop: dict[str, An
         req, whole = _whole_run(sim)
         return _point_figures(req, slo, whole)
     stopped = {**rule.decision, "requests_finished": progress.finished, "of": len(inputs.workload)}
-    return _point_figures(progress_frame(progress), slo, {}, stopped)
+    return _point_figures(progress_columns(progress), slo, {}, stopped)
 
 
 PROBE_CLIENTS = 1.25  # x the concurrent sequences: a queue always waits (as under overload)

@@ -317,13 +317,22 @@ def builtin_profiles() -> dict[str, Path]:
     return {p.stem: p for p in sorted(folder.glob("*.yaml"))} if folder.is_dir() else {}
 
 
+def builtin_profile_file(name: str) -> Path | None:
+    """The shipped profile file named `name` (a key of `builtin_profiles()`), None when there is none; one look, not
+    a listing (a plan resolves profiles once per simulation)."""
+    if not name or Path(name).name != name or name in (".", ".."):
+        return None
+    f = builtin_profile_dir() / f"{name}.yaml"
+    return f if f.is_file() else None
+
+
 def resolve_profile(name_or_path: str) -> LinearProfile | TableProfile:
     """A built-in profile by name, or a profile file by path."""
-    builtin = builtin_profiles()
-    if name_or_path in builtin:
-        return load_profile(builtin[name_or_path])
+    builtin = builtin_profile_file(name_or_path)
+    if builtin is not None:
+        return load_profile(builtin)
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         return load_profile(p)
     raise TraceFormatError(name_or_path, "no such latency profile: not a built-in name "
-                           f"({', '.join(builtin) or 'none'}) and not a file")
+                           f"({', '.join(builtin_profiles()) or 'none'}) and not a file")

@@ -9,6 +9,7 @@ This module imports no numba: compiled_run builds the records before it imports 
 """
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, NamedTuple, get_type_hints
 
 import numpy as np
@@ -220,8 +221,14 @@ def typed(cls, **values):
     missing, extra = set(cls._fields) - set(values), set(values) - set(cls._fields)
     if missing or extra:
         raise TypeError(f"{cls.__name__}: no value for {sorted(missing)}, no field for {sorted(extra)}")
-    kinds = get_type_hints(cls)
+    kinds = _field_types(cls)
     return cls(**{f: kinds[f](values[f]) for f in cls._fields})
+
+
+@functools.cache
+def _field_types(cls) -> dict[str, type]:
+    """A record class's annotated field types (get_type_hints resolves them anew at every call)."""
+    return get_type_hints(cls)
 
 
 def record_dtype(cls) -> np.dtype:

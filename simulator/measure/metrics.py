@@ -313,25 +313,31 @@ STEADY_KEYS = ("steady_window_start_s", "steady_window_end_s", "steady_requests"
                "steady_tpot_p99_s", "steady_e2e_p99_s", "backlog_growth", "overloaded")
 
 
-def steady_state_summary(requests_df: pd.DataFrame, slo: Mapping[str, float | None],
+def steady_state_summary(requests_df: "pd.DataFrame | Mapping[str, np.ndarray]", slo: Mapping[str, float | None],
                          num_gpus: int = 1) -> dict[str, int | float | bool | None]:
     """The steady-state figures of a run (simulator/measure/steady_state.py's window rule and overload flag); every
     key None when the run has no steady-state window (e.g. an offline batch: every request at t = 0).
+    `requests_df`: the requests table, or its columns as arrays (goodput_mask's columns and output_len).
 
     The whole-run figures of `summarize` (throughput_tok_s, goodput_req_s, ...) include warm-up and drain."""
     from simulator.measure.steady_state import measure
 
-    slo_b = validate_slo(slo)
-    good = goodput_mask(requests_df, slo_b)
-    ss = measure(requests_df["arrival_time"].to_numpy(dtype=float), requests_df["finish_time"].to_numpy(dtype=float),
-                 requests_df["output_len"].to_numpy(), good)
+    good = goodput_mask(requests_df, validate_slo(slo))
+    ss = measure(np.asarray(requests_df["arrival_time"], dtype=float),
+                 np.asarray(requests_df["finish_time"], dtype=float), np.asarray(requests_df["output_len"]), good)
+    return steady_figures(requests_df, good, ss, num_gpus)
+
+
+def steady_figures(requests_df: "pd.DataFrame | Mapping[str, np.ndarray]", good: np.ndarray, ss: "SteadyState | None",
+                   num_gpus: int = 1) -> dict[str, int | float | bool | None]:
+    """`steady_state_summary` from its goodput mask and measured window (`steady_state.measure`), for a caller that
+    has them already."""
     if ss is None:
         return dict.fromkeys(STEADY_KEYS)
-    win = requests_df[ss.in_window]
-    fin = win[np.isfinite(win["finish_time"].to_numpy(dtype=float))]
+    fin = ss.in_window & np.isfinite(np.asarray(requests_df["finish_time"], dtype=float))
 
     def p99(col: str) -> float | None:
-        v = fin[col].to_numpy(dtype=float)
+        v = np.asarray(requests_df[col], dtype=float)[fin]
         v = v[np.isfinite(v)]
         return round_sig(np.percentile(v, 99)) if v.size else None
 

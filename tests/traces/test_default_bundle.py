@@ -57,3 +57,14 @@ def test_builtin_bundle_names():
     assert builtin_bundle_path("default") == default_bundle_path()
     with pytest.raises(ValueError, match="built-in: .*default"):
         builtin_bundle_path("profiles")
+
+
+def test_builtin_bundle_path_is_what_the_listing_maps_every_name_to():
+    """The direct look-up gives the listing's folder for every shipped name and refuses what it has not."""
+    from traces.builtin_bundles import builtin_bundle_path, builtin_bundles
+
+    for name, folder in builtin_bundles().items():
+        assert builtin_bundle_path(name) == folder
+    for bad in ("", ".", "..", "bundles", "../data/default", "default/", "catalog"):
+        with pytest.raises(ValueError, match="no built-in trace bundle"):
+            builtin_bundle_path(bad)

@@ -94,3 +94,15 @@ def test_missing_profile_is_clear(tmp_path):
         load_profile(tmp_path / "none.yaml")
     with pytest.raises(TraceFormatError, match="no such latency profile"):
         resolve_profile("no-such-profile")
+
+
+def test_builtin_profile_file_is_what_the_listing_maps_every_name_to():
+    """The direct look-up gives the listing's file for every shipped profile and None for any other name."""
+    from simulator.costs.latency import builtin_profile_file, builtin_profiles
+
+    listed = builtin_profiles()
+    assert listed
+    for name, path in listed.items():
+        assert builtin_profile_file(name) == path
+    for bad in ("", ".", "..", "no-such-profile", "../profiles/" + next(iter(listed)), next(iter(listed)) + ".yaml"):
+        assert builtin_profile_file(bad) is None
