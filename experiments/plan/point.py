@@ -117,7 +117,7 @@ def _whole_run(sim) -> tuple[Any, dict[str, Any]]:
     reports besides the window's (simulator.measure.metrics, as the run's summary computes them)."""
     from simulator.measure.metrics import RunTotals, acceptance_lengths
 
-    req = sim.requests_table() if hasattr(sim, "requests_table") else sim.server.requests_table()
+    req = sim.requests_table()
     totals = RunTotals.of(req)
     mean_length, _ = acceptance_lengths(totals.finished)
     return req, {"throughput_tok_s": totals.per_s(totals.output_tokens), "mean_acceptance_length": mean_length}

@@ -37,3 +37,7 @@ class ServerSimulation:
     def simulate(self) -> SimResult:
         self.env.run()
         return self.server.result()
+
+    def requests_table(self):
+        """The server's requests table as it stands (a ClusterSimulation has the same method)."""
+        return self.server.requests_table()
