@@ -5,9 +5,9 @@ calibration/op_step.py) and the draftsim roofline (simulator/costs/roofline.py):
 
 The measured side is transformers' kernels replayed as CUDA graphs (an upper bound for a serving engine's fused
 kernels), so the absolute errors say how far apart the three are, not which is right. What a speculative-decoding
-answer turns on is what verifying k drafts adds to a step at large batch: printed as verify / decode and, since the
-measured decode runs a slower attention kernel than a verify at long contexts (docs/calibration.md), also as
-verify k / verify k=1 and as the added milliseconds, which the fixed costs and that kernel choice do not enter.
+answer turns on is what verifying k drafts adds to a step at large batch: printed as verify / decode (with each
+model's mean error in that ratio over the rows printed), as verify k / verify k=1 and as the added milliseconds,
+which the fixed costs do not enter.
 Every measured point is the median of 10 replays; the run's provenance is in each profile file.
 
 Run from the repository root: `python -m benchmarks.bench_gpu_profiles [--markdown]` (the op model needs the optional
@@ -107,6 +107,16 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         print(f"  B = {b:3d} context {c:4d} k = {q - 1}: verify / decode {to_decode};  verify k / "
                               f"verify k=1 {to_one};  verify k - verify k=1 {extra} ms")
+        ratio = {i: [] for i in idx[1:]}
+        for b in [x for x in batches if x in (32, 64, 128)] or batches[-1:]:
+            for c in contexts:
+                for q in (4, 8):
+                    v, d = by[(b, q, c)], by[(b, 1, c)]
+                    for i in idx[1:]:
+                        ratio[i].append(100.0 * ((v[i] / d[i]) / (v[0] / d[0]) - 1.0))
+        print("  verify / decode against the measured ratio, over these rows: " + "; ".join(
+            f"{cols[idx.index(i)]} mean {np.mean(e):+.1f}%, mean |error| {np.mean(np.abs(e)):.1f}%"
+            for i, e in ratio.items()))
         top = batches[-1]
         print(f"  ({' / '.join(cols)}; measured decode at B = {top}: "
               + ", ".join(f"{by[(top, 1, c)][0] * 1e3:.2f} ms at context {c}" for c in contexts) + ")")

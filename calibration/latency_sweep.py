@@ -2,9 +2,9 @@
 
 For each (batch size, query tokens per sequence, context length) point, a static KV cache of
 the context (random keys and values, written in place) is built once, then one forward of the
-query tokens is timed `repeats` times after `warmup` runs (the cache is rewound after each), under an
-attention that reads each cached key and value once in decodes and verifies alike
-(calibration/models/gqa_attention.py). Each point keeps its median, spread
+query tokens is timed `repeats` times after `warmup` runs (the cache is rewound after each; its length whole
+16-token blocks, calibration/models/kv_cache.py), under an attention that reads each cached key and value once
+in decodes and verifies alike (calibration/models/gqa_attention.py). Each point keeps its median, spread
 (p90 - p10)/2, the threads used and the machine load when taken. Profiles are fitted linear
 (non-negative least squares) and kept as tables too, with the raw measurements and provenance.
 With `verify_mask="tree"` the query tokens of each sequence form a draft tree verified in one forward (a 4-D
@@ -63,10 +63,12 @@ def tree_parents(query: int) -> np.ndarray:
 
 
 def tree_attention(parents: np.ndarray, context: int, batch: int, dtype, device):
-    """A tree verify's 4-D additive mask [batch, 1, q, context + q] (each query token sees the context, its
-    ancestors and itself) and its position ids [batch, q] (context + depth): the form transformers takes as a
-    custom 4-D attention mask."""
+    """A tree verify's 4-D additive mask [batch, 1, q, slots] over the timed cache's slots
+    (kv_cache.cache_slots(context + q); each query token sees the context, its ancestors and itself) and its
+    position ids [batch, q] (context + depth): the form transformers takes as a custom 4-D attention mask."""
     import torch
+
+    from calibration.models.kv_cache import cache_slots
 
     parents = np.asarray(parents, dtype=np.int64)
     q = parents.size
@@ -79,11 +81,13 @@ def tree_attention(parents: np.ndarray, context: int, batch: int, dtype, device)
             sees[i] = sees[parents[i]]
             depth[i] = depth[parents[i]] + 1
         sees[i, i] = True
-    allowed = torch.ones((q, context + q), dtype=torch.bool, device=device)
-    allowed[:, context:] = torch.as_tensor(sees, device=device)
-    mask = torch.zeros((q, context + q), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    slots = cache_slots(context + q)
+    allowed = torch.zeros((q, slots), dtype=torch.bool, device=device)
+    allowed[:, :context] = True
+    allowed[:, context:context + q] = torch.as_tensor(sees, device=device)
+    mask = torch.zeros((q, slots), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
     pos = torch.as_tensor(context + depth, device=device)
-    return mask.expand(batch, 1, q, context + q), pos.unsqueeze(0).expand(batch, q)
+    return mask.expand(batch, 1, q, slots), pos.unsqueeze(0).expand(batch, q)
 
 
 def machine_load() -> float:

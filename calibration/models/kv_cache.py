@@ -6,6 +6,10 @@ values (step time does not depend on them, and a batch-128 prompt pass would not
 logits). transformers renamed the forward's cache argument (`past_key_values` -> `cache`, 5.18);
 a forward given the other name silently ignores it and times a step with no context, so the name
 is read from the model's signature and `check_written` proves the forward used the cache.
+The cache's length is a whole number of KV_ALIGN-token blocks (the slots past the step stay masked), as a
+paged KV cache reads whole blocks: torch's memory-efficient attention copies and pads a mask whose rows are
+not aligned at every call, so a decode (context + 1 keys, odd) timed 1.5x slower than a verify of two tokens
+(context + 2) on an H200, and the decode/verify ratio would have been the mask's.
 """
 from __future__ import annotations
 
@@ -29,8 +33,18 @@ def kv_shape(config: Any) -> tuple[int, int, int]:
             int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads))
 
 
-def random_static_cache(model: Any, batch: int, context: int, room: int, seed: int = 0) -> Any:
-    """A StaticCache of `batch` sequences holding `context` random tokens, with `room` free slots after them."""
+KV_ALIGN = 16  # tokens per block of the timed cache's length
+
+
+def cache_slots(tokens: int, align: int = KV_ALIGN) -> int:
+    """The cache length that holds `tokens`: rounded up to a whole number of `align`-token blocks."""
+    return -(-tokens // align) * align
+
+
+def random_static_cache(model: Any, batch: int, context: int, room: int, seed: int = 0,
+                        align: int = KV_ALIGN) -> Any:
+    """A StaticCache of `batch` sequences holding `context` random tokens, with at least `room` free slots after
+    them (its length rounded up to whole `align`-token blocks)."""
     import torch
     from transformers import StaticCache
 
@@ -38,7 +52,7 @@ def random_static_cache(model: Any, batch: int, context: int, room: int, seed: i
     first = next(model.parameters())
     dtype = first.dtype if first.dtype.is_floating_point else torch.float32
     layers, kv_heads, head_dim = kv_shape(cfg)
-    cache = StaticCache(config=cfg, max_cache_len=context + room)
+    cache = StaticCache(config=cfg, max_cache_len=cache_slots(context + room, align))
     gen = torch.Generator(device=first.device).manual_seed(seed)
     for layer in range(layers):
         k = torch.randn(batch, kv_heads, context, head_dim, generator=gen, device=first.device, dtype=dtype)

@@ -4,13 +4,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibration.models.kv_cache import cache_argument, check_written, random_static_cache, rewind  # noqa: E402
+from calibration.models.gqa_attention import timed_attention  # noqa: E402
+from calibration.models.kv_cache import (KV_ALIGN, cache_argument, cache_slots, check_written,  # noqa: E402
+                                         random_static_cache, rewind)
 
 
 def test_the_step_reads_the_random_context_and_writes_only_its_own_slots(tiny_llama):
     cache = random_static_cache(tiny_llama, batch=2, context=12, room=3, seed=5)
     keys = cache.layers[0].keys.clone()
-    assert keys.shape == (2, 2, 15, 16) and int(cache.get_seq_length()) == 12
+    assert keys.shape == (2, 2, KV_ALIGN, 16) and int(cache.get_seq_length()) == 12  # 15 slots, one whole block
     assert keys[:, :, :12].abs().sum() > 0 and keys[:, :, 12:].abs().sum() == 0
     ids = torch.tensor([[7, 8, 9], [1, 2, 3]])
     pos = torch.arange(12, 15).unsqueeze(0).expand(2, -1)
@@ -48,3 +50,29 @@ def test_the_cache_argument_is_named_from_the_signature():
     with pytest.raises(TypeError, match="Neither.forward takes neither"):
         cache_argument(Neither())
 
+
+
+def test_the_cache_length_is_whole_blocks():
+    assert [cache_slots(n) for n in (1, 15, 16, 17, 4097, 4098)] == [16, 16, 16, 32, 4112, 4112]
+    assert cache_slots(5, align=1) == 5
+
+
+@pytest.mark.parametrize("query", [1, 3])
+def test_the_block_padding_changes_no_step(tiny_llama, query):
+    """The slots past the step are masked: the same step over an exactly sized cache gives the same logits, under
+    transformers' own attention and under the timing attention."""
+    ids = torch.randint(0, 300, (2, query), generator=torch.Generator().manual_seed(query))
+    pos = torch.arange(21, 21 + query).unsqueeze(0).expand(2, -1)
+    kw = cache_argument(tiny_llama)
+    out = []
+    for align in (1, KV_ALIGN):
+        cache = random_static_cache(tiny_llama, batch=2, context=21, room=query, seed=3, align=align)
+        assert cache.layers[0].keys.shape[2] == (21 + query if align == 1 else 32)
+        with torch.inference_mode():
+            plain = tiny_llama(input_ids=ids, position_ids=pos, use_cache=True, **{kw: cache}).logits
+            rewind(cache, query)
+            with timed_attention(tiny_llama):
+                timed = tiny_llama(input_ids=ids, position_ids=pos, use_cache=True, **{kw: cache}).logits
+        out += [plain, timed]
+    for other in out[1:]:
+        torch.testing.assert_close(other, out[0], atol=1e-5, rtol=1e-5)

@@ -59,10 +59,10 @@ def test_tree_parents_is_a_breadth_first_binary_tree():
 def test_tree_mask_verifies_each_node_as_its_own_path(tiny_llama):
     """Each tree token's logits under the 4-D tree mask equal a plain causal pass over the context and the path from
     the root to that token: the mask lets a node see exactly its ancestors, at the positions of its depth."""
-    from transformers import DynamicCache
+    from transformers import StaticCache
 
     from calibration.latency_sweep import tree_attention, tree_parents
-    from calibration.models.kv_cache import cache_argument
+    from calibration.models.kv_cache import cache_argument, cache_slots
 
     gen = torch.Generator().manual_seed(3)
     kw = cache_argument(tiny_llama)
@@ -71,10 +71,10 @@ def test_tree_mask_verifies_each_node_as_its_own_path(tiny_llama):
     nodes = torch.randint(0, 300, (2, q), generator=gen)
     parents = tree_parents(q)
     with torch.inference_mode():
-        cache = DynamicCache(config=tiny_llama.config)
+        cache = StaticCache(config=tiny_llama.config, max_cache_len=cache_slots(context + q))  # as a sweep's
         tiny_llama(input_ids=ctx, use_cache=True, **{kw: cache})
         mask, pos = tree_attention(parents, context, 2, torch.float32, ctx.device)
-        assert mask.shape == (2, 1, q, context + q) and pos[0].tolist() == [10, 11, 11, 12, 12, 12, 12, 13, 13]
+        assert mask.shape == (2, 1, q, 32) and pos[0].tolist() == [10, 11, 11, 12, 12, 12, 12, 13, 13]
         tree_logits = tiny_llama(input_ids=nodes, use_cache=True, position_ids=pos, attention_mask=mask,
                                  **{kw: cache}).logits
         for i in range(q):
