@@ -7,9 +7,10 @@ logits). transformers renamed the forward's cache argument (`past_key_values` ->
 a forward given the other name silently ignores it and times a step with no context, so the name
 is read from the model's signature and `check_written` proves the forward used the cache.
 The cache's length is a whole number of KV_ALIGN-token blocks (the slots past the step stay masked), as a
-paged KV cache reads whole blocks: torch's memory-efficient attention copies and pads a mask whose rows are
-not aligned at every call, so a decode (context + 1 keys, odd) timed 1.5x slower than a verify of two tokens
-(context + 2) on an H200, and the decode/verify ratio would have been the mask's.
+paged KV cache reads whole blocks: torch's memory-efficient attention copies and pads, at every call, a mask
+whose rows are not a multiple of 8 keys (aten's preprocess_mask), and over an exactly sized cache a decode's
+attention (context + 1 keys, odd) ran up to 1.6x slower than a 2-token verify's (context + 2) on an H200, so
+the decode/verify ratio would have been the mask's.
 """
 from __future__ import annotations
 
