@@ -1,6 +1,7 @@
 """Open-loop serving: simulated seconds per wall second and engine request-steps per CPU second.
 
 Run from the repository root:  python -m benchmarks.bench_serving [--requests 10000] [--skip-process]
+[--scheduler vllm-v1|draftsim] [--compiled-only]
 
 Workload (the Vidur/BLIS side-by-side case): 10,000 requests, 512 prompt / 256 output tokens each, Poisson
 arrivals at 12 req/s, max_num_seqs 64, one server with a linear Llama-2-7B / H100-like profile (below:
@@ -47,7 +48,8 @@ LLAMA2_7B_H100_LINEAR = {
 }
 
 
-def config(n: int, runs: list[dict], rate: float = 12.0) -> dict:
+def config(n: int, runs: list[dict], rate: float = 12.0, scheduler: str | None = None) -> dict:
+    """The benchmark's experiment config; `scheduler` pins server.scheduler (None: the engine's default)."""
     return {
         "name": "bench-serving",
         "seed": 0,
@@ -56,7 +58,8 @@ def config(n: int, runs: list[dict], rate: float = 12.0) -> dict:
                      "lengths": {"source": "parametric", "prompt": {"dist": "constant", "value": 512},
                                  "output": {"dist": "constant", "value": 256}}},
         "server": {"target_profile": LLAMA2_7B_H100_LINEAR, "step_overhead_s": STEP_OVERHEAD_S,
-                   "max_num_seqs": 64, "max_num_batched_tokens": 8192, "kv_capacity_tokens": 400_000},
+                   "max_num_seqs": 64, "max_num_batched_tokens": 8192, "kv_capacity_tokens": 400_000,
+                   **({"scheduler": scheduler} if scheduler else {})},
         "drafters": {"eagle3": {"kind": "fraction_of_verify", "fraction": 0.1},
                      "ngram": {"kind": "fraction_of_verify", "fraction": 0.005875}},
         "runs": runs,
@@ -99,8 +102,9 @@ def first_call() -> None:
           f"{w:.2f} s wall; path {res.extras['engine_path']}  [{uptime()}]")
 
 
-def engine(n: int, names: list[str], repeats: int, rate: float = 12.0) -> None:
-    """Engine CPU seconds per run on the compiled path and step by step, in this process."""
+def engine(n: int, names: list[str], repeats: int, rate: float = 12.0, scheduler: str | None = None,
+           paths: tuple[str, ...] = PATHS) -> None:
+    """Engine CPU seconds per run on `paths` (the compiled path and step by step), in this process."""
     from experiments.config import load_config
     from experiments.run import experiment_inputs, prepare
     from simulator.engine import compiled_run
@@ -108,12 +112,12 @@ def engine(n: int, names: list[str], repeats: int, rate: float = 12.0) -> None:
 
     first_call()
     for name in names:
-        cfg = load_config(config(n, [RUNS[name]], rate))
+        cfg = load_config(config(n, [RUNS[name]], rate, scheduler))
         inputs = experiment_inputs(cfg, need_acceptance=name != "AR")
         cpu: dict[str, float] = {}
         res: dict = {}
         for _ in range(repeats):
-            for path in PATHS:
+            for path in paths:
                 compiled_run.COMPILED = path == "compiled"
                 sc = prepare(cfg)[0]
                 c0 = time.process_time()
@@ -121,22 +125,24 @@ def engine(n: int, names: list[str], repeats: int, rate: float = 12.0) -> None:
                 c = time.process_time() - c0
                 cpu[path] = min(cpu.get(path, c), c)
         compiled_run.COMPILED = True
-        ref = res["step by step"]
-        for path in PATHS[:1]:  # the same tables on both paths
-            same = (res[path].requests.equals(ref.requests) and res[path].steps.equals(ref.steps)
-                    and res[path].itl.tobytes() == ref.itl.tobytes())
+        ref = res[paths[-1]]
+        if len(paths) == 2:  # the same tables on both paths
+            same = (res["compiled"].requests.equals(ref.requests) and res["compiled"].steps.equals(ref.steps)
+                    and res["compiled"].itl.tobytes() == ref.itl.tobytes())
             if not same:
-                raise SystemExit(f"{name}: the {path} path's tables differ from the step-by-step path's")
+                raise SystemExit(f"{name}: the compiled path's tables differ from the step-by-step path's")
         got = res["compiled"].extras.get("engine_path")
         rs = ref.extras["request_steps"]
         steps = ref.extras["steps"]
         sim_s = float(ref.requests["finish_time"].max())
-        per_cpu = {p: rs / cpu[p] for p in PATHS}
+        per_cpu = {p: rs / cpu[p] for p in paths}
         print(f"  {name:6s} {rs:>10,} request-steps in {steps:,} steps ({rs / steps:.1f} seqs/step), "
               f"{sim_s:.0f} simulated s; compiled run took the {got} path "
               f"{res['compiled'].extras.get('engine_path_reason') or ''}")
-        print("         engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {per_cpu[p]:,.0f}/cpu-s" for p in PATHS))
-        print(f"         ratios: compiled / step by step {per_cpu['compiled'] / per_cpu['step by step']:.1f}x; compiled engine "
+        print("         engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {per_cpu[p]:,.0f}/cpu-s" for p in paths))
+        ratio = (f"compiled / step by step {per_cpu['compiled'] / per_cpu['step by step']:.1f}x; "
+                 if len(paths) == 2 else "")
+        print(f"         ratios: {ratio}compiled engine "
               f"{sim_s / cpu['compiled']:,.0f}x real time (target {TARGET_RATE[name]:,} request-steps/cpu-s: "
               f"{'met' if per_cpu['compiled'] >= TARGET_RATE[name] else 'NOT met'})  [{uptime()}]")
 
@@ -170,10 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=12.0, help="Poisson arrival rate of the engine runs (SD k=3 at "
                     "18 req/s: ~38 sequences per step); the whole-process run keeps 12")
     ap.add_argument("--skip-process", action="store_true", help="engine figures only")
+    ap.add_argument("--scheduler", choices=("vllm-v1", "draftsim"), default=None,
+                    help="pin server.scheduler (default: the engine's default)")
+    ap.add_argument("--compiled-only", action="store_true", help="time the compiled path alone (no step path)")
     args = ap.parse_args(argv)
     print(f"{args.requests:,} requests, 512 in / 256 out, Poisson {args.rate:g} req/s, max_num_seqs 64, linear "
-          f"Llama-2-7B/H100-like profile; figures measured under the load shown")
-    engine(args.requests, args.runs.split(","), args.repeats, args.rate)
+          f"Llama-2-7B/H100-like profile, scheduler {args.scheduler or 'default'}; figures measured under the load "
+          "shown")
+    engine(args.requests, args.runs.split(","), args.repeats, args.rate, args.scheduler,
+           PATHS[:1] if args.compiled_only else PATHS)
     if not args.skip_process:
         whole_process(args.requests, args.repeats)
     return 0
