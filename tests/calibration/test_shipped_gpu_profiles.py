@@ -12,7 +12,7 @@ from traces.catalog import get_gpu, get_model
 PROFILES = Path(__file__).resolve().parents[2] / "traces" / "data" / "profiles"
 TARGETS = {"llama3.1-8b": 96, "qwen3-8b": 96, "qwen3-32b": 56}
 DRAFTERS = ("llama3.2-1b", "qwen3-0.6b")
-SPREAD = 0.02  # replays repeat within 1.2%; a rerun on the same machine agreed within 1.5% (mean 0.03%)
+SPREAD = 0.02  # replays repeat within 1.2%; reruns agreed within 1.5-3.2% (means -0.35..+0.03%)
 
 
 def _steps(name):
