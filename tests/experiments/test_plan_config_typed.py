@@ -80,17 +80,6 @@ def test_roofline_knobs_are_typed_and_unset_ones_are_the_profiles_defaults():
     assert RooflineKnobs().given() == {}
 
 
-@pytest.mark.parametrize("knobs, message", [
-    ({"mfu": [0.5]}, r"candidates\.roofline\.mfu: expected a number in \(0, 1\], got \[0.5\]"),
-    ({"mfu": True}, r"candidates\.roofline\.mfu: expected a number in \(0, 1\], got True"),
-    ({"floor_s": 11}, r"candidates\.roofline\.floor_s: expected a number in \[0, 10\], got 11"),
-    ({"mfu_": 0.5}, r"candidates\.roofline: unknown key\(s\) \['mfu_'\]"),
-])
-def test_a_bad_roofline_knob_names_its_key(knobs, message):
-    with pytest.raises(ConfigError, match=message):
-        load_plan_config(_with(roofline=knobs))
-
-
 def test_deployment_knobs_are_typed_and_reach_each_candidates_deployment_as_given():
     plan = load_plan_config(_with(deployment={"reserve_gib": 2, "max_model_len": 4096}))
     knobs = plan.candidates.deployment
@@ -103,15 +92,19 @@ def test_deployment_knobs_are_typed_and_reach_each_candidates_deployment_as_give
     assert json.dumps(dep["reserve_gib"]) == "2"  # an integer stays one (the candidate document's hash)
 
 
-@pytest.mark.parametrize("knobs, message", [
-    ({"max_model_len": "4096"}, r"candidates\.deployment\.max_model_len: expected a valid integer"),
-    ({"reserve_gib": "2"}, r"candidates\.deployment\.reserve_gib: "),
-    ({"max_len": 4096}, r"candidates\.deployment\.max_len: unknown key"),
-    ({"tp": 2}, r"candidates\.deployment: \['tp'\] are set per candidate"),
+@pytest.mark.parametrize("block, knobs, message", [
+    ("roofline", {"mfu": [0.5]}, r"candidates\.roofline\.mfu: expected a number in \(0, 1\], got \[0.5\]"),
+    ("roofline", {"mfu": True}, r"candidates\.roofline\.mfu: expected a number in \(0, 1\], got True"),
+    ("roofline", {"floor_s": 11}, r"candidates\.roofline\.floor_s: expected a number in \[0, 10\], got 11"),
+    ("roofline", {"mfu_": 0.5}, r"candidates\.roofline: unknown key\(s\) \['mfu_'\]"),
+    ("deployment", {"max_model_len": "4096"}, r"candidates\.deployment\.max_model_len: expected a valid integer"),
+    ("deployment", {"reserve_gib": "2"}, r"candidates\.deployment\.reserve_gib: "),
+    ("deployment", {"max_len": 4096}, r"candidates\.deployment\.max_len: unknown key"),
+    ("deployment", {"tp": 2}, r"candidates\.deployment: \['tp'\] are set per candidate"),
 ])
-def test_a_bad_deployment_knob_names_its_key(knobs, message):
+def test_a_bad_roofline_or_deployment_knob_names_its_key(block, knobs, message):
     with pytest.raises(ConfigError, match=message):
-        load_plan_config(_with(deployment=knobs))
+        load_plan_config(_with(**{block: knobs}))
 
 
 def test_set_reaches_the_typed_plan_blocks():
