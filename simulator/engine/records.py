@@ -121,4 +121,5 @@ class ColumnBuffer:
         # string columns as object Series: a bare object array would be inferred as pandas' str dtype and converted back
         data = {c: pd.Series(v, dtype=object, copy=False) if v.dtype == object else v for c, v in data.items()}
         # copy=False: the columns are this call's own arrays, kept as they are (not stacked into 2-D blocks)
-        return pd.DataFrame(data, columns=cols, copy=False).astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})
+        frame = pd.DataFrame(data, columns=cols, copy=False)
+        return frame.astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})

@@ -51,7 +51,6 @@ def test_the_cache_argument_is_named_from_the_signature():
         cache_argument(Neither())
 
 
-
 def test_the_cache_length_is_whole_blocks():
     assert [cache_slots(n) for n in (1, 15, 16, 17, 4097, 4098)] == [16, 16, 16, 32, 4112, 4112]
     assert cache_slots(5, align=1) == 5
