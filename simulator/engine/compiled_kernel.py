@@ -106,6 +106,7 @@ _engine_loop_gap = njit(cache=True)(engine_loop_gap)
 join_side = njit(cache=True)(psd_sides.join_side)  # PSD: the side a new request joins
 split_sides = njit(cache=True)(psd_sides.split_sides)  # PSD: a step's verified and drafted sides
 next_verify_side = njit(cache=True)(psd_sides.next_verify_side)  # PSD: the roles flip when both sides ran
+carry_proposals = njit(cache=True)(psd_sides.carry_proposals)  # PSD: the drafted side's proposals kept
 psd_step_time = njit(cache=True)(psd_timing.psd_step_time)  # PSD: both devices' ends, the step's duration
 _overlapped_gap = njit(cache=True)(overlapped_gap)
 register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted drafts of one rank row

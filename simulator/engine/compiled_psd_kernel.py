@@ -23,9 +23,11 @@ from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, FULL
 from simulator.engine.compiled_kernel import psd_step_time  # rules/psd_timing.psd_step_time, compiled
 from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.split_sides, compiled
 from simulator.engine.compiled_kernel import next_verify_side  # rules/psd_sides.next_verify_side, compiled
+from simulator.engine.compiled_kernel import carry_proposals  # rules/psd_sides.carry_proposals, compiled
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
+NONE = -1  # PSDCarry.pend: no proposal pending (else the drafter slot that drafted it)
 
 
 @njit(cache=True)
@@ -34,22 +36,6 @@ def _assign_sides(side, run, n_old, n_run, vs):
     (rules/psd_sides.join_side) over the running array up to and including it."""
     for j in range(n_old, n_run):
         side[run[j]] = join_side(side, run, j + 1, vs)
-
-
-@njit(cache=True)
-def _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs):
-    """PSDExecutor.after: the verified side's proposals are used up, the drafted side keeps its own (k,
-    proposed and the accepted count replayed at drafting, which holds at verification since D emits nothing in
-    between); roles flip when both sides ran. Returns the next verify side."""
-    for j in range(nv):
-        pend[V[j]] = 0
-    for j in range(nd):
-        i = D[j]
-        pend[i] = 1
-        pend_k[i] = dk[j]
-        pend_p[i] = dp[j]
-        pend_a[i] = da[j]
-    return next_verify_side(vs, nv, nd)
 
 
 @njit(cache=True)
@@ -121,6 +107,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     dk = np.empty(max_seqs, np.int64)
     dp = np.empty(max_seqs, np.int64)
     da = np.empty(max_seqs, np.int64)
+    dslot = np.zeros(max_seqs, np.int64)  # the drafted side's drafter slot: PSD drafts with slot 0
     lim = PrefillLimits(max_seqs, B, chunked, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
     plan = _plan_buffers(max_seqs)  # the step's prefill plan
     pre, chunk = plan.request, plan.tokens
@@ -196,8 +183,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             for j in range(nv):  # the verify side: last step's proposal, a fresh draft (fallback) or a plain token
                 i = V[j]
                 vnew[j] = 0
-                if pend[i] == 1:
-                    vslot[j], vk[j], vp[j], va[j] = 0, pend_k[i], pend_p[i], pend_a[i]
+                if pend[i] != NONE:
+                    vslot[j], vk[j], vp[j], va[j] = pend[i], pend_k[i], pend_p[i], pend_a[i]
                 elif fallback:
                     f = min(first[i] + gen[i], last[i])
                     vslot[j], vk[j] = 0, k_fixed
@@ -315,7 +302,11 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                      pre_tokens, pre_tokens, pre_kv, used, 0, 0, 0, 0)
                 _set_dev(rows, r, 1, -1)
                 r += 1
-            vs = _psd_after(V, nv, D, nd, dk, dp, da, pend, pend_k, pend_p, pend_a, vs)
+            # PSDExecutor.after: the proposals carried (the accepted count, replayed at drafting, with them)
+            carry_proposals(V, nv, D, nd, dslot, dk, dp, pend, pend_k, pend_p, NONE)
+            for j in range(nd):
+                pend_a[D[j]] = da[j]
+            vs = next_verify_side(vs, nv, nd)
         if n_done > 0:
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)

@@ -375,8 +375,9 @@ class CompiledRun:
             cfg = srv.scenario.psd
             psd_cfg = typed(PSDSettings, split_min=cfg.split_min_batch, defer_kv=cfg.defer_kv, sync_s=cfg.sync_s)
             psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.executor.fallback_steps)
-            carry = PSDCarry(st.sub_batch, *(np.zeros(n, dtype=np.int64) for _ in range(4)))  # sides written in
-            # place; no proposal pending (_psd_reason)
+            carry = PSDCarry(st.sub_batch, np.full(n, pker.NONE, dtype=np.int64),
+                             *(np.zeros(n, dtype=np.int64) for _ in range(3)))  # sides written in place; no proposal
+            # pending (_psd_reason)
         # the ITL gaps go straight into one array with room for every gap the run can make (a request's first token
         # makes none, each later step of it one), so no segment of them is copied; rows go out a segment at a time
         gaps = int(np.maximum(wl.output_len.astype(np.int64) - 1, 0).sum()) + srv.max_num_seqs
@@ -423,7 +424,7 @@ class CompiledRun:
         self._write(rec, req, pol.usage, blocks_row, itl_parts)
         running = req.run[:int(rec.n_run)]
         if self.psd:  # PSDExecutor's carry, side and counter (sub_batch was written in place)
-            st.pending_d[:] = np.where(carry.pend == 1, self.drafter_idx[0], NO_DRAFT)
+            st.pending_d[:] = np.where(carry.pend == pker.NONE, NO_DRAFT, self.drafter_idx[0])  # slot 0 drafts
             st.pending_k[:], st.pending_prop[:] = carry.pend_k, carry.pend_p
             srv.sched.verify_side = int(psd_state[0].side)
             srv.executor.fallback_steps = int(psd_state[0].fallback)

@@ -187,7 +187,8 @@ def rows_head(rows: StepRows, r: int, copy: bool = False) -> StepRows:
 
 
 class PSDCarry(NamedTuple):
-    """PSD's per-request sides and the drafted side's pending proposal (k, proposed, accepted), written in place."""
+    """PSD's per-request sides and the drafted side's pending proposal (its drafter slot or -1, k, proposed,
+    accepted), written in place."""
     side: np.ndarray
     pend: np.ndarray
     pend_k: np.ndarray

@@ -28,9 +28,9 @@ class PSDExecutor:
         self.psd, self.state, self.sched, self.drafting, self.pricing = psd, state, sched, drafting, pricing
         self.drafter_names = drafter_names  # drafters whose own prefill runs on the draft device
         self.fallback_steps = 0
-        from simulator.engine.compiled_kernel import split_sides  # the side split rule, compiled (imports numba)
+        from simulator.engine.compiled_kernel import carry_proposals, split_sides  # the side rules, compiled
 
-        self._split = split_sides
+        self._split, self._carry = split_sides, carry_proposals
 
     def plan(self, now: float) -> Step:
         st, sched, pricing, drafting, psd = self.state, self.sched, self.pricing, self.drafting, self.psd
@@ -131,12 +131,7 @@ class PSDExecutor:
 
     def after(self, s: Step) -> None:
         """The verified side's proposals are used up; the drafted side keeps its own; roles flip."""
-        st = self.state
-        if len(s.decoding):
-            st.pending_d[s.decoding] = NO_DRAFT
-        D = s.drafted
-        if len(D):
-            st.pending_d[D] = s.drafted_drafter_idx
-            st.pending_k[D] = s.drafted_k
-            st.pending_prop[D] = s.drafted_proposed
+        st, D = self.state, s.drafted
+        self._carry(s.decoding, len(s.decoding), D, len(D), s.drafted_drafter_idx, s.drafted_k, s.drafted_proposed,
+                    st.pending_d, st.pending_k, st.pending_prop, NO_DRAFT)  # rules/psd_sides.carry_proposals
         self.sched.verify_side = next_verify_side(self.sched.verify_side, len(s.decoding), len(D))

@@ -1,5 +1,6 @@
-"""PSD's sub-batch sides (MineDraft's two-batch scheduler): the side a request joins when it is admitted, and a
-step's split of the decoding requests into the side verified and the side drafted (docs/architecture.md)."""
+"""PSD's sub-batch sides (MineDraft's two-batch scheduler): the side a request joins when it is admitted, a step's
+split of the decoding requests into the side verified and the side drafted, and the proposals carried from one step
+to the next (docs/architecture.md)."""
 from __future__ import annotations
 
 
@@ -50,3 +51,16 @@ def next_verify_side(verify_side, n_verified, n_drafted):
     if n_verified > 0 and n_drafted > 0:
         return 1 - verify_side
     return verify_side
+
+
+def carry_proposals(verified, n_verified, drafted, n_drafted, drafter, k, proposed, pending_d, pending_k,
+                    pending_prop, none):
+    """After a PSD step: the verified side's proposals are used up (pending_d = `none`); each drafted request keeps
+    the proposal drafted for it (its drafter, k and proposed tokens), verified when its side is next."""
+    for j in range(n_verified):
+        pending_d[verified[j]] = none
+    for j in range(n_drafted):
+        i = drafted[j]
+        pending_d[i] = drafter[j]
+        pending_k[i] = k[j]
+        pending_prop[i] = proposed[j]

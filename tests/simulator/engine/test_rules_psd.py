@@ -1,6 +1,6 @@
-"""PSD's rules (step_psd.PSDExecutor, rules/psd_sides.join_side and split_sides; compiled_psd_kernel._psd_duration,
-_psd_after): the side a new request joins, the split into a verified and a drafted side, the step
-time max(target, drafter) + sync, and the carry of proposals with the role flip. Target steps cost 1.0 s, the
+"""PSD's rules (step_psd.PSDExecutor, rules/psd_sides.join_side, split_sides and carry_proposals;
+compiled_psd_kernel._psd_duration): the side a new request joins, the split into a verified and a drafted side,
+the step time max(target, drafter) + sync, and the carry of proposals with the role flip. Target steps cost 1.0 s, the
 drafter a constant per step, sync 0.25 s, k = 2, nothing accepted."""
 from __future__ import annotations
 
@@ -60,3 +60,4 @@ def test_rule_psd_split_min_batch_fallback(engine_path):
     assert col(res, "proposed_tokens", phase="verify") == [4, 4, 4]
     assert res.extras["psd_fallback_steps"] == 3
     assert req(res, "finish_time") == pytest.approx([6.25, 6.25], rel=1e-12)
+

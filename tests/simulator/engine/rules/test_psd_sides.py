@@ -1,7 +1,8 @@
 """PSD's side rules (simulator/engine/rules/psd_sides.py), plain and compiled: a new request joins the side verified
 now (drafted next step) unless it has more running members than the other; checked against the closed form "the
 smaller side, the verified one on a tie" and the balance it keeps. A step splits its decodes into the verified and
-drafted sides, or verifies all (plain SD) when a side is empty or the batch is under split_min_batch."""
+drafted sides, or verifies all (plain SD) when a side is empty or the batch is under split_min_batch; after it the
+verified side's proposals are used up and the drafted side's kept."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine import compiled_kernel
-from simulator.engine.rules.psd_sides import join_side, next_verify_side, split_sides
+from simulator.engine.rules.psd_sides import carry_proposals, join_side, next_verify_side, split_sides
 
 RULE = [pytest.param(join_side, id="plain"), pytest.param(compiled_kernel.join_side, id="compiled")]
 
@@ -100,3 +101,19 @@ def test_split_sides_partitions_the_decodes_in_order(sides, data, verify_side, s
 ])
 def test_next_verify_side_flips_only_when_both_sides_ran(rule, verify_side, n_verified, n_drafted, expected):
     assert rule(verify_side, n_verified, n_drafted) == expected
+
+
+@pytest.mark.parametrize("rule", [pytest.param(carry_proposals, id="plain"),
+                                  pytest.param(compiled_kernel.carry_proposals, id="compiled")])
+def test_carry_proposals_hand_worked(rule):
+    """Requests 1 and 3 were verified (their proposals used up), 0 and 4 drafted (each keeps its drafter, k and
+    proposed tokens; the drafted array's third entry is past n_drafted), 2 took no part."""
+    none = -1
+    pending_d = np.array([none, 5, 6, none, none], np.int64)
+    pending_k = np.array([0, 3, 2, 0, 0], np.int64)
+    pending_prop = np.array([0, 3, 1, 0, 0], np.int64)
+    rule(np.array([1, 3], np.int64), 2, np.array([4, 0, 2], np.int64), 2, np.array([7, 8, 9], np.int64),
+         np.array([2, 3, 9], np.int64), np.array([1, 3, 9], np.int64), pending_d, pending_k, pending_prop, none)
+    assert pending_d.tolist() == [8, none, 6, none, 7]
+    assert pending_k.tolist() == [3, 3, 2, 0, 2]  # a used-up proposal's k and tokens are not read again
+    assert pending_prop.tolist() == [3, 3, 1, 0, 1]
