@@ -161,6 +161,7 @@ def _profile_price_of_terms(profile, num_seqs, batched_tokens, kv_tokens):
 
 _price = njit(cache=True, inline="always")(pricing.terms_step_time)  # a ProfileTerms record's step time
 _draft_time = njit(cache=True)(pricing.draft_time)
+draft_group = njit(cache=True)(pricing.draft_group)  # the sub-batch each drafter is charged for (both paths)
 _drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
 _sd_step_time = njit(cache=True, inline="always")(pricing.sd_step_time)
 _step_estimate = njit(cache=True, inline="always")(pricing.step_estimate)
@@ -500,17 +501,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             drf = 0
             n_act = 0
             for g in range(nslot):
-                n_g = 0
-                p_g = 0
-                k_g = 0
-                kv_g = 0
-                for j in range(n_dec):
-                    if slot[j] == g and prop[j] > 0:
-                        n_g += 1
-                        p_g += prop[j]
-                        kv_g += ctx[j]
-                        if kk[j] > k_g:
-                            k_g = kk[j]
+                n_g, p_g, k_g, kv_g = draft_group(g, slot, prop, kk, ctx, n_dec)
                 if n_g > 0:
                     draft_t += _draft_time(drafts[g], dprofiles[g], n_g, p_g, k_g, kv_g, verify_t)
                     drf |= 1 << g

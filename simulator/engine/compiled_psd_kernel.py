@@ -24,6 +24,7 @@ from simulator.engine.compiled_kernel import psd_step_time  # rules/psd_timing.p
 from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.split_sides, compiled
 from simulator.engine.compiled_kernel import next_verify_side  # rules/psd_sides.next_verify_side, compiled
 from simulator.engine.compiled_kernel import carry_proposals  # rules/psd_sides.carry_proposals, compiled
+from simulator.engine.compiled_kernel import draft_group  # rules/pricing.draft_group, compiled
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
@@ -39,17 +40,13 @@ def _assign_sides(side, run, n_old, n_run, vs):
 
 
 @njit(cache=True)
-def _side_draft_time(idx, n, member, props, ks, prompt, gen, drafts, dprofiles, verify_t):
-    """Pricing.draft_time for one side's drafting (the one drafter slot): its members that propose, priced once
-    for their sub-batch (proposed tokens, largest k, their context). Returns (seconds, drafter bits)."""
-    n_g, p_g, k_g, kv_g = 0, 0, 0, 0
+def _side_draft_time(idx, n, member, props, ks, prompt, gen, drafts, dprofiles, verify_t, ctx):
+    """Pricing.draft_time for one side's drafting (the one drafter slot): its members (member[j] == 1) that propose,
+    priced once for their sub-batch (rules/pricing.draft_group over their contexts, written to `ctx`). Returns
+    (seconds, drafter bits)."""
     for j in range(n):
-        if member[j] == 1 and props[j] > 0:
-            n_g += 1
-            p_g += props[j]
-            kv_g += prompt[idx[j]] + gen[idx[j]]
-            if ks[j] > k_g:
-                k_g = ks[j]
+        ctx[j] = prompt[idx[j]] + gen[idx[j]]
+    n_g, p_g, k_g, kv_g = draft_group(1, member, props, ks, ctx, n)
     if n_g == 0:
         return 0.0, 0
     return _draft_time(drafts[0], dprofiles[0], n_g, p_g, k_g, kv_g, verify_t), 1
@@ -99,6 +96,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     V = np.empty(max_seqs, np.int64)
     D = np.empty(max_seqs, np.int64)
     all_d = np.ones(max_seqs, np.int64)  # every drafted-side request is a member of its drafting
+    side_ctx = np.empty(max_seqs, np.int64)  # a drafting side's contexts (_side_draft_time)
     vk = np.empty(max_seqs, np.int64)
     vp = np.empty(max_seqs, np.int64)
     va = np.empty(max_seqs, np.int64)
@@ -248,12 +246,13 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 if vnew[j] == 1:
                     n_new += 1
                     p_new += vp[j]
-            pre_draft_t, drf_pre = _side_draft_time(V, nv, vnew, vp, vk, prompt, gen, drafts, dprofiles,
-                                                    verify_t)
+            pre_draft_t, drf_pre = _side_draft_time(V, nv, vnew, vp, vk, prompt, gen, drafts, dprofiles, verify_t,
+                                                    side_ctx)
             kv_d = 0
             for j in range(nd):
                 kv_d += prompt[D[j]] + gen[D[j]]
-            draft_t, drf_d = _side_draft_time(D, nd, all_d, dp, dk, prompt, gen, drafts, dprofiles, verify_t)
+            draft_t, drf_d = _side_draft_time(D, nd, all_d, dp, dk, prompt, gen, drafts, dprofiles, verify_t,
+                                              side_ctx)
             dpt = 0.0  # Pricing.drafter_prefill_time
             if n_pre > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)

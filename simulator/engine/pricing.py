@@ -45,6 +45,9 @@ class Pricing:
         self.state, self.wl = state, wl
         self._by_shape = hasattr(target, "shape_time")  # simulator/costs/step_model.py: priced by step shape
         self._target_src = f"target profile {getattr(target, 'name', type(target).__name__)!r}"
+        from simulator.engine.compiled_kernel import draft_group  # rules/pricing.draft_group, compiled (numba)
+
+        self._draft_group = draft_group
 
     def cost_of(self, name: str) -> DraftCost:
         cost = self.draft_costs.get(name)
@@ -92,29 +95,23 @@ class Pricing:
         used: list[str] = []
         if len(idx) == 0:
             return 0.0, used
+        if ctx is None:
+            ctx = self.context(idx)
         for di, mask in groups:
-            prop = masked(proposed, mask)
-            active = prop > 0
-            n = int(np.count_nonzero(active))
+            # the requests of drafter di that propose (rules/pricing.draft_group, the rule the kernels run)
+            n, prop_sum, k_max, kv = self._draft_group(di, d_idx, proposed, k, ctx, len(idx))
             if n == 0:
                 continue
-            members = masked(idx, mask)
-            kk = masked(k, mask)
-            cx = None if ctx is None else masked(ctx, mask)
-            if n < len(prop):
-                prop, members, kk = prop[active], members[active], kk[active]
-                cx = None if cx is None else cx[active]
             name = self.drafters[di]
-            kv = int(cx.sum()) if cx is not None else int(self.context(members).sum())
             cost = self.cost_of(name)
             if self.tree_passes is None:
-                t = cost.draft_time(n, int(prop.sum()), int(kk.max()), kv, verify_time)
+                t = cost.draft_time(n, prop_sum, k_max, kv, verify_time)
             else:  # one drafter pass per depth of the tree (rules/tree.py)
-                t = tree_draft_time(cost.terms, cost.profile, n, int(prop.sum()), self.tree_passes, kv, verify_time)
+                t = tree_draft_time(cost.terms, cost.profile, n, prop_sum, self.tree_passes, kv, verify_time)
             total += checked(t, f"drafter {name!r} draft cost")
             used.append(name)
             if self.switch_cost_s > 0:
-                prev = self.state.last_drafter[members]
+                prev = self.state.last_drafter[masked(idx, mask)[masked(proposed, mask) > 0]]
                 if ((prev != NO_DRAFT) & (prev != di)).any():
                     total += self.switch_cost_s
         return total, used

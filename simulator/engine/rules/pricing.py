@@ -75,6 +75,23 @@ def estimate_batch(num_seqs, k, kv_tokens, prefill_seqs, prefill_tokens, prefill
     return num_seqs + prefill_seqs, decode_tokens(num_seqs, k) + prefill_tokens, kv_tokens + prefill_kv
 
 
+def draft_group(group, member_group, proposed, k, context, n):
+    """The sub-batch one drafter is charged for: of the first `n` requests, those of `group` (member_group[j] ==
+    group) that propose. Returns (sequences, proposed tokens, largest k, context tokens), draft_time's shape."""
+    num_seqs = 0
+    proposed_tokens = 0
+    k_max = 0
+    kv_tokens = 0
+    for j in range(n):
+        if member_group[j] == group and proposed[j] > 0:
+            num_seqs += 1
+            proposed_tokens += proposed[j]
+            kv_tokens += context[j]
+            if k[j] > k_max:
+                k_max = k[j]
+    return num_seqs, proposed_tokens, k_max, kv_tokens
+
+
 def draft_time(cost, profile, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
     """One drafting phase for `num_seqs` sequences proposing `proposed_tokens` (up to k_max each): constant seconds,
     a fraction of the verify time, one profile pass over the whole proposal, or k_max one-token passes with the KV

@@ -210,3 +210,19 @@ def test_estimator_prices_the_batch_at_k_by_hand():
     # k = 0: 4 decode tokens; (5, 24, 150): 0.15 + 0.24 + 0.5 + 1 = 1.89, no drafting
     assert estimate("d", 0) == pytest.approx(2.39, rel=1e-12)
     assert asked == [16, 4]
+
+
+@pytest.mark.parametrize("rule", ["plain", "compiled"])
+def test_draft_group_by_hand(rule):
+    """rules/pricing.draft_group: drafter 1's requests among the first five that propose (entries 0 and 4; entry 2
+    proposes nothing, 1 and 3 are drafter 0's, the sixth is past n)."""
+    import simulator.engine.compiled_kernel as ker
+
+    draft_group = pricing.draft_group if rule == "plain" else ker.draft_group
+    member = np.array([1, 0, 1, 0, 1, 1], np.int64)
+    proposed = np.array([2, 5, 0, 1, 3, 9], np.int64)
+    k = np.array([2, 5, 4, 1, 3, 9], np.int64)
+    context = np.array([10, 20, 30, 40, 50, 60], np.int64)
+    assert draft_group(1, member, proposed, k, context, 5) == (2, 5, 3, 60)
+    assert draft_group(0, member, proposed, k, context, 5) == (2, 6, 5, 60)
+    assert draft_group(2, member, proposed, k, context, 5) == (0, 0, 0, 0)
