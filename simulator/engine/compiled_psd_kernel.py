@@ -40,12 +40,20 @@ def _assign_sides(side, run, n_old, n_run, vs):
 
 
 @njit(cache=True)
-def _side_draft_time(idx, n, member, props, ks, prompt, gen, drafts, dprofiles, verify_t, ctx):
-    """Pricing.draft_time for one side's drafting (the one drafter slot): its members (member[j] == 1) that propose,
-    priced once for their sub-batch (rules/pricing.draft_group over their contexts, written to `ctx`). Returns
-    (seconds, drafter bits)."""
+def _contexts(idx, n, prompt, gen, ctx):
+    """Pricing.context of requests idx[:n] (prompt + output so far), written to `ctx`; returns their sum."""
+    total = 0
     for j in range(n):
         ctx[j] = prompt[idx[j]] + gen[idx[j]]
+        total += ctx[j]
+    return total
+
+
+@njit(cache=True)
+def _side_draft_time(n, member, props, ks, ctx, drafts, dprofiles, verify_t):
+    """Pricing.draft_time for one side's drafting (the one drafter slot): its members (member[j] == 1) that propose,
+    priced once for their sub-batch (rules/pricing.draft_group over their contexts `ctx`). Returns (seconds,
+    drafter bits)."""
     n_g, p_g, k_g, kv_g = draft_group(1, member, props, ks, ctx, n)
     if n_g == 0:
         return 0.0, 0
@@ -246,13 +254,10 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 if vnew[j] == 1:
                     n_new += 1
                     p_new += vp[j]
-            pre_draft_t, drf_pre = _side_draft_time(V, nv, vnew, vp, vk, prompt, gen, drafts, dprofiles, verify_t,
-                                                    side_ctx)
-            kv_d = 0
-            for j in range(nd):
-                kv_d += prompt[D[j]] + gen[D[j]]
-            draft_t, drf_d = _side_draft_time(D, nd, all_d, dp, dk, prompt, gen, drafts, dprofiles, verify_t,
-                                              side_ctx)
+            _contexts(V, nv, prompt, gen, side_ctx)
+            pre_draft_t, drf_pre = _side_draft_time(nv, vnew, vp, vk, side_ctx, drafts, dprofiles, verify_t)
+            kv_d = _contexts(D, nd, prompt, gen, side_ctx)
+            draft_t, drf_d = _side_draft_time(nd, all_d, dp, dk, side_ctx, drafts, dprofiles, verify_t)
             dpt = 0.0  # Pricing.drafter_prefill_time
             if n_pre > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
