@@ -95,10 +95,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n| batch | context | k | verify / decode ({names}) | verify k / verify k=1 ({names}) "
                   f"| verify k - verify k=1, ms ({names}) |")
             print("|---:|---:|---:|---|---|---|")
+        ratio = {i: [] for i in idx[1:]}  # each model's verify / decode against the measured one, per row
         for b in [x for x in batches if x in (32, 64, 128)] or batches[-1:]:
             for c in contexts:
                 for q in (4, 8):
                     v, one, d = by[(b, q, c)], by[(b, 2, c)], by[(b, 1, c)]
+                    for i in idx[1:]:
+                        ratio[i].append(100.0 * ((v[i] / d[i]) / (v[0] / d[0]) - 1.0))
                     to_decode = " / ".join(f"{v[i] / d[i]:.2f}" for i in idx)
                     to_one = " / ".join(f"{v[i] / one[i]:.2f}" for i in idx)
                     extra = " / ".join(f"{(v[i] - one[i]) * 1e3:.2f}" for i in idx)
@@ -107,13 +110,6 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         print(f"  B = {b:3d} context {c:4d} k = {q - 1}: verify / decode {to_decode};  verify k / "
                               f"verify k=1 {to_one};  verify k - verify k=1 {extra} ms")
-        ratio = {i: [] for i in idx[1:]}
-        for b in [x for x in batches if x in (32, 64, 128)] or batches[-1:]:
-            for c in contexts:
-                for q in (4, 8):
-                    v, d = by[(b, q, c)], by[(b, 1, c)]
-                    for i in idx[1:]:
-                        ratio[i].append(100.0 * ((v[i] / d[i]) / (v[0] / d[0]) - 1.0))
         print("  verify / decode against the measured ratio, over these rows: " + "; ".join(
             f"{cols[idx.index(i)]} mean {np.mean(e):+.1f}%, mean |error| {np.mean(np.abs(e)):.1f}%"
             for i, e in ratio.items()))
