@@ -18,8 +18,8 @@ import numpy as np
 from simulator.cluster.router import ROUTER_CODES
 from simulator.engine import compiled_run
 from simulator.engine.compiled_replica import exact_delays
-from simulator.engine.kernel_records import (RUN_STATE, StepBuffers, StepRows, new_state, scratch_buffers,
-                                             step_buffers, typed)
+from simulator.engine.kernel_records import (PSD_STATE, RUN_STATE, PSDCarry, PSDSettings, StepBuffers, StepRows,
+                                             new_state, scratch_buffers, step_buffers, typed)
 
 ENABLED = True  # module switch: False keeps every cluster on the per-replica path (tests compare both)
 BIG_BUFFER = 4096  # rows per replica's buffer when SEGMENT_ROWS is larger and replicas are many (memory)
@@ -42,6 +42,8 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
                   ("costs", c.costs, c0.costs),
                   ("arm_slot", c.pol.arm_slot, c0.pol.arm_slot), ("first_all", c.first_all, c0.first_all),
                   ("last_all", c.last_all, c0.last_all), ("slots", c.slots, c0.slots))
+        if c0.psd:
+            shared += (("psd settings", c.psd_cfg, c0.psd_cfg),)
         if c0.slots:  # an AR run's tab is never read (left unfilled)
             shared = (("tab", c.replay.tab, c0.replay.tab),) + shared
         for name, mine, first in shared:
@@ -112,6 +114,7 @@ class CompiledCluster:
             big = self.stacked[attr] = _stacked_record(own, shared)
             for j, c in enumerate(comp):
                 setattr(c, attr, _row_of(big, j, shared, own[j]))
+        self.psd = self._psd_records(comp)
         self.state = np.zeros(N, dtype=RUN_STATE).view(np.recarray)
         self.settings = np.concatenate([c.kernel_settings for c in comp]).view(np.recarray)  # max_num_seqs may differ
         gidx = _stack([c.gidx for c in comp], 0)
@@ -120,7 +123,7 @@ class CompiledCluster:
             c.state, c.kernel_settings = self.state[j:j + 1], self.settings[j:j + 1]
             c.rs = c.state[0]
             c.gidx = gidx[j, :len(c.gidx)]
-        rows = compiled_run.SEGMENT_ROWS
+        rows = compiled_run.segment_rows()
         if rows > BIG_BUFFER:
             rows = max(BIG_BUFFER, rows // N)
         max_seqs = max(r.server.max_num_seqs for r in reps)
@@ -149,7 +152,7 @@ class CompiledCluster:
                                     np.stack([r._prompt_blocks.astype(np.int64) for r in reps]), key_id, homes,
                                     limit, cluster.assigned)
         self.cset = typed(cker.ClusterSettings, router=ROUTER_CODES[cluster.spec.name], closed=closed,
-                          key_client=key_client, think=source.think_time if closed else 0.0)
+                          key_client=key_client, think=source.think_time if closed else 0.0, psd=c0.psd)
         # the processes' starts (the replicas', then the router's), in the order they were made; N + 1: the wake
         self.ev = cker.Processes(np.full(N + 2, math.inf), np.full(N + 2, cker.URGENT, dtype=np.int64),
                                  np.arange(N + 2, dtype=np.int64), np.full(N + 2, cker.K_TOP, dtype=np.int64))
@@ -165,6 +168,20 @@ class CompiledCluster:
         self.views = cker.ReplicaViews(z(), z(), gidx, np.zeros((N, n + 1), dtype=np.int64), z(), z(), z(),
                                        np.zeros((N, max_seqs), dtype=np.int64))
         self.calls = 0  # run_cluster calls from Python (a count the tests and docs/speed.md read)
+
+    def _psd_records(self, comp):
+        """The loop's PSDRecords: PSD replicas' PSD_STATE records and PSDCarry stacked (each replica's own become
+        views of its rows), or placeholders of the same types."""
+        import simulator.cluster.compiled_cluster_kernel as cker
+
+        if not comp[0].psd:
+            return cker.PSDRecords(typed(PSDSettings, split_min=0, defer_kv=False, sync_s=0.0), new_state(PSD_STATE),
+                                   PSDCarry(*(np.zeros((1, 1), dtype=np.int64) for _ in PSDCarry._fields)))
+        carry = self.stacked["carry"] = _stacked_record([c.carry for c in comp], ())
+        state = np.concatenate([c.psd_state for c in comp]).view(np.recarray)
+        for j, c in enumerate(comp):
+            c.carry, c.psd_state = _row_of(carry, j, (), c.carry), state[j:j + 1]
+        return cker.PSDRecords(comp[0].psd_cfg, state, carry)
 
     def _affinity_keys(self, key: str) -> tuple[np.ndarray, int]:
         """Each request's affinity key as a number (first-seen order) and how many keys (router.Affinity's keys)."""
@@ -184,7 +201,7 @@ class CompiledCluster:
         c0, big = self.comp[0], self.stacked
         code = self.cker.run_cluster(self.routing, self.cset, self.cstate, self.ev, self.views, next_check,
                                      c0.replay, c0.costs, self.settings, big["work"], self.state, big["req"],
-                                     big["pol"], self.bufs, self.scratch)
+                                     big["pol"], self.bufs, self.scratch, self.psd)
         self.calls += 1
         return int(code)
 

@@ -25,9 +25,11 @@ from numba import njit
 from numba.extending import register_jitable
 
 import simulator.engine.compiled_kernel as ker
+import simulator.engine.compiled_psd_kernel as pker
 from simulator.cluster.router import (affinity_rule, kv_load_fraction, least_kv_rule, least_outstanding_rule,
                                       round_robin_rule)
-from simulator.engine.kernel_records import PolicyState, Requests, StepBuffers, StepRows, Workload
+from simulator.engine.kernel_records import (PolicyState, PSDCarry, PSDSettings, Requests, StepBuffers, StepRows,
+                                             Workload)
 from simulator.engine.rules.engine_loop import engine_loop_gap
 
 register_jitable(least_outstanding_rule)  # affinity_rule calls it: compiled in place
@@ -76,6 +78,7 @@ class ClusterSettings(NamedTuple):
     closed: bool  # a closed loop: a finish submits its client's next request after `think` and wakes the router
     key_client: bool  # affinity keyed by client: a closed loop's next request takes its client's key
     think: float
+    psd: bool  # the replicas are PSD servers (compiled_psd_kernel.run_psd_steps steps them)
 
 
 class Processes(NamedTuple):
@@ -99,6 +102,14 @@ class ReplicaViews(NamedTuple):
     flight_used: np.ndarray
     flight_fin: np.ndarray
     fin_list: np.ndarray  # (replicas, max_num_seqs)
+
+
+class PSDRecords(NamedTuple):
+    """PSD replicas' own kernel records: the PSDSettings they share, their PSD_STATE records (one per replica) and
+    PSDCarry (stacked along a first axis of replicas)."""
+    cfg: PSDSettings
+    state: np.ndarray
+    carry: PSDCarry
 
 
 # the loop's scalars (a one-record array, written in place)
@@ -238,14 +249,29 @@ def _replica_records(work, req, pol, bufs, j):
 
 
 @njit(cache=True)
-def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings, work, state, req, pol, bufs, scratch):
+def _step_replica(j, cset, n, replay, costs, settings, work, state, req, pol, bufs, scratch, psd):
+    """One step of replica j (run_steps, or run_psd_steps for PSD replicas, asked to pause after one step)."""
+    w_j, req_j, pol_j, bufs_j = _replica_records(work, req, pol, bufs, j)
+    if cset.psd:
+        c = psd.carry
+        carry_j = PSDCarry(c.side[j], c.pend[j], c.pend_k[j], c.pend_p[j], c.pend_a[j])
+        return pker.run_psd_steps(w_j, replay, costs, settings[j:j + 1], psd.cfg, state[j:j + 1],
+                                  psd.state[j:j + 1], carry_j, req_j, pol_j, bufs_j, n + 1, -math.inf)
+    return ker.run_steps(w_j, replay, costs, settings[j:j + 1], state[j:j + 1], req_j, pol_j, bufs_j, scratch, n + 1,
+                         -math.inf)
+
+
+@njit(cache=True)
+def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings, work, state, req, pol, bufs, scratch,
+                psd):
     """Process the cluster's events until every request finished (`DONE`), replica `full_rep`'s row buffers cannot
     take its next step (`FULL`), or a step's end brings the cluster's finished requests to `next_check` (`HOOK`, at
     time cstate `now`; -1: no hook); returns the code (negative: a replica's kernel error, or `STALLED`).
     `rt`, `cset`, `cstate`, `ev`, `views`: this module's records; `replay`, `costs`: the replicas' shared kernel
     records; `settings`, `work`, `state`, `req`, `pol`, `bufs`: theirs stacked along a first axis of replicas (the
     SETTINGS and RUN_STATE records one per replica; the Workload's client_of and PolicyState's arm_slot shared);
-    `scratch`: one kernel_records.Scratch for every replica's steps (sized for the largest)."""
+    `scratch`: one kernel_records.Scratch for every replica's steps (sized for the largest); `psd`: PSDRecords
+    (PSD replicas' settings, and their PSD_STATE records and PSDCarry stacked; placeholders otherwise)."""
     cs = cstate[0]
     n = len(rt.arrival)
     N = len(views.routed)
@@ -320,7 +346,8 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
                 _schedule(ev, cs, j, now + wait, NORMAL, K_TOP)
                 continue
         # the top of Server.loop: pull (routing what is due first), then idle or one step
-        if st.rows + 3 > bufs.rows.step.shape[1] or st.itl + settings[j].max_seqs > bufs.itl.shape[1]:
+        step_rows = pker.STEP_ROWS if cset.psd else ker.STEP_ROWS
+        if st.rows + step_rows > bufs.rows.step.shape[1] or st.itl + settings[j].max_seqs > bufs.itl.shape[1]:
             cs.resume_rep = j
             cs.resume_phase = PH_TOP
             cs.full_rep = j
@@ -342,9 +369,7 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
         admit0 = st.admit
         for t in range(n_before):
             before[t] = req.run[j, t]
-        w_j, req_j, pol_j, bufs_j = _replica_records(work, req, pol, bufs, j)
-        code = ker.run_steps(w_j, replay, costs, settings[j:j + 1], state[j:j + 1], req_j, pol_j, bufs_j, scratch,
-                             n + 1, -math.inf)
+        code = _step_replica(j, cset, n, replay, costs, settings, work, state, req, pol, bufs, scratch, psd)
         if code < 0 or st.step != step0 + 1:
             cs.now = now
             cs.full_rep = j

@@ -113,6 +113,8 @@ register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted draft
 accept_tree = njit(cache=True)(tree_rules.accept_tree)  # the step path's tree acceptance (no kernel runs trees)
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
+STEP = 4  # _turn: take a step (never returned by a kernel)
+STEP_ROWS = 3  # the most step-table rows one step writes (draft, verify or mixed, the drafters' prompt pass)
 # phases, in simulator/engine/compiled_run.PHASES order
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
@@ -275,6 +277,39 @@ def _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
 
 
 @njit(cache=True)
+def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, admit, n_sub, arrival, until, room, n_fin,
+          stop_finished, routed):
+    """Both kernels' engine-loop turn before a step (the turn Server.loop takes with SimPy events): the rules'
+    engine-loop gap after a busy step (hidden behind the last forward under async scheduling), the arrivals due
+    pulled (OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions in index order, their times in order), an
+    idle wait for the next one (Server._idle). Returns (code, now, ptr, busy): STEP to take a step at `now`; PAUSED
+    once a step was taken (`stepped`, or `busy` from the last call) and the next would start at or after `until`
+    (the gap not yet taken), or a replica (`routed`) is idle with no arrival known; FULL without `room` in the
+    buffers; STOPPED at `stop_finished` finishes; ERR_STALL idle with nothing to come."""
+    while True:
+        wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)
+        if wait > 0.0 and async_sched:
+            wait = _overlapped_gap(wait, forward)
+        if now + wait >= until and (stepped or busy == 1):
+            return PAUSED, now, ptr, busy
+        if not room:
+            return FULL, now, ptr, busy
+        if n_fin >= stop_finished:
+            return STOPPED, now, ptr, busy
+        if wait > 0.0:
+            now = now + wait
+        busy = 0
+        while ptr < n_sub and arrival[ptr] <= now:
+            ptr += 1
+        if n_run > 0 or admit < ptr:
+            return STEP, now, ptr, busy
+        if ptr >= n_sub:
+            return (PAUSED if routed else ERR_STALL), now, ptr, busy
+        delay = arrival[ptr] - now  # Server._idle: timeout(max(0.0, next - now))
+        now = now + (delay if delay > 0.0 else 0.0)
+
+
+@njit(cache=True)
 def _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward):
     """The loop's scalars back into the run's state record (kernel_records.RUN_STATE), so the caller can empty the
     buffers and continue."""
@@ -346,31 +381,12 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     code = DONE
     routed = cfg.routed
     while n_fin < n:
-        wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)  # Server.loop: vLLM V1's engine-loop gap
-        if wait > 0.0 and async_sched:  # hidden behind the last step's forward
-            wait = _overlapped_gap(wait, forward)
-        if now + wait >= until and (step_no > step0 or busy == 1):  # the caller's next event comes first (a
-            code = PAUSED  # cluster's router): the next step would start at or after it (the gap not yet taken)
+        code, now, ptr, busy = _turn(now, busy, forward, ptr, step_no > step0, gap, async_sched, n_run, admit, n_sub,
+                                     arrival, until, r + STEP_ROWS <= cap_rows and ni + max_seqs <= cap_itl, n_fin,
+                                     stop_finished, routed)
+        if code != STEP:
             break
-        if r + 3 > cap_rows or ni + max_seqs > cap_itl:
-            code = FULL
-            break
-        if n_fin >= stop_finished:
-            code = STOPPED
-            break
-        if wait > 0.0:
-            now = now + wait
-        busy = 0
-        # OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions come in index order, their times in order
-        while ptr < n_sub and arrival[ptr] <= now:
-            ptr += 1
-        if n_run == 0 and admit == ptr:  # Server._idle: timeout(max(0.0, next - now))
-            if ptr >= n_sub:
-                code = PAUSED if routed else ERR_STALL  # a replica waits for the router's next push
-                break
-            delay = arrival[ptr] - now
-            now = now + (delay if delay > 0.0 else 0.0)
-            continue
+        code = DONE
         # ---- plan (SDExecutor.plan)
         n_dec = 0
         n_pre = 0

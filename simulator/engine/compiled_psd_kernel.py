@@ -14,9 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, FULL, P_DRAFT, P_MIXED, P_PREFILL,
-                                              P_VERIFY, STOPPED, _draft_time,
-                                              _drafters_prefill_time, _engine_loop_gap, _finish_requests,
+from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
+                                              STEP, _draft_time, _drafters_prefill_time, _finish_requests, _turn,
                                               _fit_proposals, _plan, _plan_buffers, _price, _row, _save_state,
                                               _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
                                               kv_growth)
@@ -28,6 +27,7 @@ from simulator.engine.compiled_kernel import draft_group  # rules/pricing.draft_
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
+STEP_ROWS = 5  # the most step-table rows one step writes (target; sync; pre-draft, draft, prompt pass)
 NONE = -1  # PSDCarry.pend: no proposal pending (else the drafter slot that drafted it)
 
 
@@ -68,9 +68,12 @@ def _set_dev(rows, r, dev, sub):
 
 
 @njit(cache=True)
-def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry, req, pol, bufs, stop_finished):
-    """Steps a PSD run (drafter slot 0, fixed k) until done, a buffer is full or `stop_finished` finished; the
-    engine loop's gap after the last busy step carries over to the next call (the state's `busy`). The records are
+def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry, req, pol, bufs, stop_finished,
+                  until):
+    """Steps a PSD run (drafter slot 0, fixed k) until done, a buffer is full, `stop_finished` finished or the next
+    step would start at or after `until` (run_steps' rule, compiled_kernel._turn: a cluster replica's next routing),
+    or a replica is idle with no arrival known; the engine loop's gap after the last busy step carries over to the
+    next call (the state's `busy`). The records are
     simulator/engine/kernel_records.py's, as run_steps takes them, plus PSDSettings, the PSD_STATE record array
     `psd_state` and PSDCarry; of PolicyState it writes `usage` only."""
     arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
@@ -124,26 +127,14 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     hold = np.empty(max_seqs, np.int64)
     cut = np.empty(max_seqs, np.int64)
     code = DONE
+    step0 = step_no
     while n_fin < n:
-        if r + 5 > cap_rows or ni + max_seqs > cap_itl:
-            code = FULL
+        room = r + STEP_ROWS <= cap_rows and ni + max_seqs <= cap_itl
+        code, now, ptr, busy = _turn(now, busy, 0.0, ptr, step_no > step0, gap, False, n_run, admit, n_sub, arrival,
+                                     until, room, n_fin, stop_finished, cfg.routed)
+        if code != STEP:
             break
-        if n_fin >= stop_finished:
-            code = STOPPED
-            break
-        wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)  # Server.loop: vLLM V1's engine-loop gap
-        if wait > 0.0:
-            now = now + wait
-        busy = 0
-        while ptr < n_sub and arrival[ptr] <= now:  # OpenLoopArrivals.pull / ClosedLoopArrivals.pull
-            ptr += 1
-        if n_run == 0 and admit == ptr:  # Server._idle
-            if ptr >= n_sub:
-                code = ERR_STALL
-                break
-            delay = arrival[ptr] - now
-            now = now + (delay if delay > 0.0 else 0.0)
-            continue
+        code = DONE
         n_pre = 0
         pre_tokens = 0
         pre_kv = 0

@@ -81,6 +81,8 @@ class CompiledReplica(CompiledRun):
                             *(np.full(n, np.nan) for _ in range(4)), z(), z(), z())
         self.pol = PolicyState(*self._estimates(n), *self._arms(n), self.arm_slot,
                                np.zeros(len(self.slots) + 1, dtype=np.int64))
+        if self.psd:
+            self._psd_records(np.full(n, -1, dtype=np.int64))  # its requests' sides (its numbering), -1 till they join
         self.state = new_state(used=srv.sched.pool.used, peak=srv.sched.pool.used)
         self.rs = self.state[0]  # the kernel's scalars (kernel_records.RUN_STATE), read and written here too
         self.bufs = None  # the StepBuffers, allocated at the first step
@@ -175,14 +177,13 @@ class CompiledReplica(CompiledRun):
         steps and the run goes on); returns how many steps it took."""
         ker = self.ker
         if self.bufs is None:
-            rows = compiled_run.SEGMENT_ROWS
+            rows = compiled_run.segment_rows()
             self.bufs = step_buffers(rows, rows * 16 + self.srv.max_num_seqs)
             self.scratch = scratch_buffers(self.srv.max_num_seqs, self.settings.k_max)
         step0 = int(self.rs.step)
         self.rs.now = now
         while True:
-            code = ker.run_steps(self.work, self.replay, self.costs, self.kernel_settings, self.state, self.req,
-                                 self.pol, self.bufs, self.scratch, stop, until)
+            code = self._kernel(self.work, self.state, self.req, self.pol, self.bufs, self.scratch, stop, until)
             self.kernel_calls += 1
             self._note_steps()
             if code == ker.FULL:
@@ -197,8 +198,8 @@ class CompiledReplica(CompiledRun):
 
     def _note_steps(self) -> None:
         """(number, start, end, KV after its plan) of the last CHAIN steps the kernel took, from the row buffer: a
-        step's rows share its number, the first starts it and the last ends it, each records the KV after its plan (a
-        step's rows never straddle two buffers)."""
+        step's rows share its number, its earliest row starts it and its latest ends it (a PSD step's two devices'
+        rows overlap), each records the KV after its plan (a step's rows never straddle two buffers)."""
         rows = self.bufs.rows
         r = int(self.rs.rows)
         found = []
@@ -209,7 +210,8 @@ class CompiledReplica(CompiledRun):
             r0 = r - 1
             while r0 > 0 and rows.step[r0 - 1] == no:
                 r0 -= 1
-            found.append((no, float(rows.start[r0]), float(rows.end[r - 1]), int(rows.kv_blocks_used[r - 1])))
+            found.append((no, float(rows.start[r0:r].min()), float(rows.end[r0:r].max()),
+                          int(rows.kv_blocks_used[r - 1])))
             r = r0
         self.recent = (self.recent + found[::-1])[-CHAIN:]
 
@@ -301,3 +303,6 @@ class CompiledReplica(CompiledRun):
         outcome.step_no = int(rs.step)
         self._write_estimates(pol.est_s, pol.est_f, run, self.gidx)
         self._write_arms(pol.arm_counts, pol.arm_sums, run, self.gidx)
+        if self.psd:
+            st.sub_batch[g] = self.carry.side[loc]
+            self._write_psd(loc, g)

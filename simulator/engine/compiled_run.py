@@ -1,14 +1,14 @@
 """Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match or UCB-BE
-policy, open or closed loop) in one compiled loop.
+policy, PSD with the fixed policy; open or closed loop) in one compiled loop.
 
-`for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: a PSD cluster
-replica, PSD beyond the fixed policy and one drafter,
-another policy, sampled verification, a profile or draft cost kind the kernel does not price (it prices linear and
-roofline profiles, target and drafters), KV that could preempt, numba missing, or the path forced off). An eligible
-server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py and writes the outcome into the
-server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
-replica's run is a `compiled_replica.CompiledReplica`: the same kernel, the steps up to the replica's next external
-event (the router's next routing) per call, in the replica's SimPy process.
+`for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
+fixed policy and one drafter, another policy, sampled verification, a profile or draft cost kind the kernel does not
+price (it prices linear and roofline profiles, target and drafters), KV that could preempt, numba missing, or the path
+forced off). An eligible server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py (PSD:
+compiled_psd_kernel.py) and writes the outcome into the server's state, records and counters, so `Server.result()`
+builds the same tables as the step path. A cluster replica's run is a `compiled_replica.CompiledReplica`: the same
+kernels, the steps up to the replica's next external event (the router's next routing) per call, in the replica's
+SimPy process.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
@@ -48,6 +48,14 @@ from simulator.costs.roofline import RooflineProfile, RooflineTerms
 COMPILED = True  # module switch: False keeps every server on the step path (tests and benchmarks compare both)
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill", "sync")  # the kernels' phase codes
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
+
+
+def segment_rows() -> int:
+    """Rows of a step-row buffer: SEGMENT_ROWS (tests lower it to fill buffers every few steps), room for one step
+    of either kernel at least (a PSD step's rows are the most)."""
+    import simulator.engine.compiled_psd_kernel as pker
+
+    return max(SEGMENT_ROWS, pker.STEP_ROWS)
 MAX_SLOTS = 8  # drafters a compiled policy may use: the kernel's drafter records come padded to this many (one
 # numba type for every run, so the kernel compiles once)
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
@@ -67,8 +75,6 @@ def ineligible_reason(server) -> str | None:
         if why is not None:
             return why
     routed = getattr(server.arrivals, "routed", False)  # a cluster replica (simulator/cluster/simulation.py)
-    if routed and server.mode == "psd":
-        return "a PSD cluster replica (the PSD kernel does not take routed arrivals): step path"
     if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
         return "arrivals pushed at run time by something other than a cluster's router"
     cfg = server.scenario.server
@@ -322,6 +328,41 @@ class CompiledRun:
         self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
 
+    def _psd_records(self, side: np.ndarray) -> None:
+        """PSD's kernel records for requests numbered as `side` (each one's sub-batch, written in place): no proposal
+        pending (_psd_reason), the server's verify side and fallback count."""
+        import simulator.engine.compiled_psd_kernel as pker
+
+        srv, n = self.srv, len(side)
+        cfg = srv.scenario.psd
+        self.psd_cfg = typed(PSDSettings, split_min=cfg.split_min_batch, defer_kv=cfg.defer_kv, sync_s=cfg.sync_s)
+        self.psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.executor.fallback_steps)
+        self.carry = PSDCarry(side, np.full(n, pker.NONE, dtype=np.int64), *(np.zeros(n, dtype=np.int64)
+                                                                            for _ in range(3)))
+
+    def _write_psd(self, mine, theirs) -> None:
+        """PSDExecutor's carry (its requests `theirs` are the kernel's `mine`), verify side and fallback count."""
+        import simulator.engine.compiled_psd_kernel as pker
+
+        srv, carry = self.srv, self.carry
+        st = srv.state
+        st.pending_d[theirs] = np.where(carry.pend[mine] == pker.NONE, NO_DRAFT, self.drafter_idx[0])  # slot 0
+        st.pending_k[theirs], st.pending_prop[theirs] = carry.pend_k[mine], carry.pend_p[mine]
+        srv.sched.verify_side = int(self.psd_state[0].side)
+        srv.executor.fallback_steps = int(self.psd_state[0].fallback)
+
+    def _kernel(self, work, state, req, pol, bufs, scratch, stop: int, until: float) -> int:
+        """One kernel call (the PSD kernel or run_steps) over the given records; returns its code."""
+        if self.psd:
+            import simulator.engine.compiled_psd_kernel as pker
+
+            return pker.run_psd_steps(work, self.replay, self.costs, self.kernel_settings, self.psd_cfg, state,
+                                      self.psd_state, self.carry, req, pol, bufs, stop, until)
+        import simulator.engine.compiled_kernel as ker
+
+        return ker.run_steps(work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, scratch,
+                             stop, until)
+
     def _arms(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """UCB's play counts and reward sums per (state, arm): per request from zero (start_request), or the policy's
         shared state."""
@@ -370,18 +411,11 @@ class CompiledRun:
         work = Workload(st.arrival, client_of, wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64),
                         self.first, self.last)
         if self.psd:
-            import simulator.engine.compiled_psd_kernel as pker
-
-            cfg = srv.scenario.psd
-            psd_cfg = typed(PSDSettings, split_min=cfg.split_min_batch, defer_kv=cfg.defer_kv, sync_s=cfg.sync_s)
-            psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.executor.fallback_steps)
-            carry = PSDCarry(st.sub_batch, np.full(n, pker.NONE, dtype=np.int64),
-                             *(np.zeros(n, dtype=np.int64) for _ in range(3)))  # sides written in place; no proposal
-            # pending (_psd_reason)
+            self._psd_records(st.sub_batch)  # sides written in place
         # the ITL gaps go straight into one array with room for every gap the run can make (a request's first token
         # makes none, each later step of it one), so no segment of them is copied; rows go out a segment at a time
         gaps = int(np.maximum(wl.output_len.astype(np.int64) - 1, 0).sum()) + srv.max_num_seqs
-        bufs = step_buffers(SEGMENT_ROWS, gaps)
+        bufs = step_buffers(segment_rows(), gaps)
         scratch = scratch_buffers(srv.max_num_seqs, self.settings.k_max)
         blocks_row, itl_parts = [], []
 
@@ -391,12 +425,7 @@ class CompiledRun:
         stop_at = n if stop is None else ask_at(0)
         self.running, self.now = True, float(rec.now)
         while True:
-            if self.psd:
-                code = pker.run_psd_steps(work, self.replay, self.costs, self.kernel_settings, psd_cfg, state,
-                                          psd_state, carry, req, pol, bufs, stop_at)
-            else:
-                code = ker.run_steps(work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs,
-                                     scratch, stop_at, math.inf)
+            code = self._kernel(work, state, req, pol, bufs, scratch, stop_at, math.inf)
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
                                    f" at t={float(rec.now):.6f}s (its eligibility check should have sent this run to "
@@ -423,11 +452,8 @@ class CompiledRun:
         self.running = False
         self._write(rec, req, pol.usage, blocks_row, itl_parts)
         running = req.run[:int(rec.n_run)]
-        if self.psd:  # PSDExecutor's carry, side and counter (sub_batch was written in place)
-            st.pending_d[:] = np.where(carry.pend == pker.NONE, NO_DRAFT, self.drafter_idx[0])  # slot 0 drafts
-            st.pending_k[:], st.pending_prop[:] = carry.pend_k, carry.pend_p
-            srv.sched.verify_side = int(psd_state[0].side)
-            srv.executor.fallback_steps = int(psd_state[0].fallback)
+        if self.psd:  # sub_batch was written in place
+            self._write_psd(slice(None), slice(None))
         self._write_estimates(pol.est_s, pol.est_f, running)
         self._write_arms(pol.arm_counts, pol.arm_sums, running)
         return float(rec.now)

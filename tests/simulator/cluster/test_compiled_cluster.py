@@ -29,7 +29,7 @@ def _pair(traces, wl, segment=1 << 16, **kw):
 
 
 @settings(max_examples=30, deadline=None)
-@given(mode=st.sampled_from(["ar", "sd"]), policy=st.sampled_from(["fixed", "adaptive-k", "ucb"]),
+@given(mode=st.sampled_from(["ar", "sd", "psd"]), policy=st.sampled_from(["fixed", "adaptive-k", "ucb"]),
        replicas=st.integers(1, 4), router=st.sampled_from(["round_robin", "least_outstanding", "least_kv",
                                                              "affinity"]),
        key=st.sampled_from(["category", "trace", "client"]),
@@ -46,6 +46,8 @@ def test_the_cluster_loop_equals_the_per_replica_path(mode, policy, replicas, ro
     wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
                   think=0.013 if arrivals == "closed_think" else 0.0, seed=seed)
     wl.categories = [f"c{i % 3}" for i in range(n)]
+    if mode == "psd":  # the fixed policy: the one the PSD kernel runs
+        policy = "fixed"
     if key == "client" and not closed:
         key = "trace"
     spec = {"name": router, **({"key": key} if router == "affinity" else {})}
