@@ -283,14 +283,14 @@ def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, admit, n_su
     engine-loop gap after a busy step (hidden behind the last forward under async scheduling), the arrivals due
     pulled (OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions in index order, their times in order), an
     idle wait for the next one (Server._idle). Returns (code, now, ptr, busy): STEP to take a step at `now`; PAUSED
-    once a step was taken (`stepped`, or `busy` from the last call) and the next would start at or after `until`
-    (the gap not yet taken), or a replica (`routed`) is idle with no arrival known; FULL without `room` in the
+    once this call took a step (`stepped`) and the next would start at or after `until` (the gap not yet taken; a
+    replica's caller takes the gap before a call, so a call never starts busy), or a replica (`routed`) is idle with no arrival known; FULL without `room` in the
     buffers; STOPPED at `stop_finished` finishes; ERR_STALL idle with nothing to come."""
     while True:
         wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)
         if wait > 0.0 and async_sched:
             wait = _overlapped_gap(wait, forward)
-        if now + wait >= until and (stepped or busy == 1):
+        if now + wait >= until and stepped:
             return PAUSED, now, ptr, busy
         if not room:
             return FULL, now, ptr, busy

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.cluster import compiled_cluster
 from simulator.cluster.config import ClusterSpec
 from simulator.engine import compiled_run
 from simulator.engine.acceptance_table import AcceptanceTable
@@ -292,3 +293,31 @@ pickle.dump(out, open(OUT, "wb"))
     for a, b in tables_jit_on_and_off(code, tmp_path):
         assert set(a[0]) == set(b[0]) == {"compiled"}
         assert_same_run_tables(a, b)
+
+
+@pytest.mark.parametrize("mode", ["ar", "sd", "psd"])
+def test_a_request_routed_exactly_at_a_steps_end_joins_the_next_step_on_every_path(mode):
+    """Hand-worked: one replica, every step 0.25 s (a constant profile, no overhead). Request 0 arrives at 0 and
+    prefills over [0, 0.25]; request 1 arrives at 0.25, the instant that step ends, so the router routes it before
+    the replica plans its next step: it is scheduled at 0.25 and its first token comes at that step's end (AR: 0.5;
+    SD and PSD add the constant 2 ms draft). The per-replica kernel call must end before a step that starts at the
+    routing (compiled_kernel._turn's `until`), and the cluster loop takes the router's event first."""
+    traces = iid_traces(4, seed=1, out=(4, 5))
+    arrival = np.array([0.0, 0.25, 0.5, 0.5])
+    ti = np.arange(4) % len(traces)
+    wl = EngineWorkload([f"r{i}" for i in range(4)], ti, arrival, np.array([traces[t].prompt_len for t in ti]),
+                        np.array([traces[t].output_len for t in ti]), ["c"] * 4)
+    profile = {"kind": "linear", "coefficients": {"kv_tokens": 0.0, "batched_tokens": 0.0, "const": 0.25}}
+    srv = server(target_profile=profile, step_overhead_s=0.0, max_num_seqs=4)
+    first_token = 0.5 if mode == "ar" else 0.502
+    for compiled, loop in ((False, True), (True, False), (True, True)):
+        compiled_cluster.ENABLED = loop
+        try:
+            sim = cluster_sim(compiled, traces, wl, mode=mode, policy="fixed", replicas=1,
+                              router={"name": "round_robin"}, srv=srv, seed=0)
+            req = sim.simulate().requests.set_index("request_id")
+        finally:
+            compiled_cluster.ENABLED = True
+        assert (sim.compiled is not None) == (compiled and loop)
+        assert (req.loc["r0", "first_token_time"], req.loc["r1", "first_scheduled_time"],
+                req.loc["r1", "first_token_time"]) == (0.25, 0.25, first_token), (compiled, loop)
