@@ -30,7 +30,7 @@ from simulator.cluster.router import (affinity_rule, kv_load_fraction, least_kv_
                                       round_robin_rule)
 from simulator.engine.kernel_records import (PolicyState, PSDCarry, PSDSettings, Requests, StepBuffers, StepRows,
                                              Workload)
-from simulator.engine.rules.engine_loop import engine_loop_gap
+from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 
 register_jitable(least_outstanding_rule)  # affinity_rule calls it: compiled in place
 _round_robin = njit(cache=True)(round_robin_rule)
@@ -39,6 +39,7 @@ _least_kv = njit(cache=True)(least_kv_rule)
 _affinity = njit(cache=True)(affinity_rule)
 _kv_load = njit(cache=True)(kv_load_fraction)
 _gap = njit(cache=True)(engine_loop_gap)
+_overlapped = njit(cache=True)(overlapped_gap)
 
 # return codes (negative: compiled_kernel's error codes)
 DONE, FULL, HOOK, STALLED = 0, 1, 2, -3
@@ -342,6 +343,8 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
         st = state[j]
         if phase == PH_AFTER_STEP:  # Server.loop: vLLM V1's engine-loop gap after a busy step
             wait = _gap(True, settings[j].gap, st.n_run, st.ptr - st.admit)
+            if wait > 0.0 and settings[j].async_sched:
+                wait = _overlapped(wait, st.forward)
             if wait > 0.0:
                 _schedule(ev, cs, j, now + wait, NORMAL, K_TOP)
                 continue

@@ -93,7 +93,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     overhead = cfg.overhead
     closed, think = cfg.closed, cfg.think
     st, pst = state[0], psd_state[0]
-    decode_budget, gap, busy = cfg.decode_budget, cfg.gap, st.busy
+    decode_budget, gap, busy, forward = cfg.decode_budget, cfg.gap, st.busy, st.forward
     split_min, defer = psd_cfg.split_min, psd_cfg.defer_kv
     sync_s = psd_cfg.sync_s
     vs, fb_steps = pst.side, pst.fallback
@@ -130,8 +130,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     step0 = step_no
     while n_fin < n:
         room = r + STEP_ROWS <= cap_rows and ni + max_seqs <= cap_itl
-        code, now, ptr, busy = _turn(now, busy, 0.0, ptr, step_no > step0, gap, False, n_run, admit, n_sub, arrival,
-                                     until, room, n_fin, stop_finished, cfg.routed)
+        code, now, ptr, busy = _turn(now, busy, forward, ptr, step_no > step0, gap, cfg.async_sched, n_run, admit,
+                                     n_sub, arrival, until, room, n_fin, stop_finished, cfg.routed)
         if code != STEP:
             break
         code = DONE
@@ -155,7 +155,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
             target_end = target_t + overhead
             start = now
-            now = now + (target_end + dpt)
+            forward = target_end + dpt
+            now = now + forward
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, 0)
             _row(rows, r, step_no, P_PREFILL, start, start + target_end, n_pre, pre_tokens, pre_tokens,
@@ -255,6 +256,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             target_end, drafter_end, both_done, duration = psd_step_time(
                 pre_draft_t, verify_t, draft_t, dpt, overhead, sync_s, nv > 0 or n_pre > 0, nv > 0 or nd > 0)
             start = now
+            forward = duration
             now = now + duration
             # ---- StepOutcome.apply: the verify side only
             emitted_sum, ni, n_done = emit_decoded(V, nv, va, vp, now, out, gen, last_emit, itl, ni, dsteps, dprop,
@@ -307,7 +309,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
         busy = 1
-    _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, st.forward)
+    _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)
     pst.side = vs
     pst.fallback = fb_steps
     return code

@@ -20,7 +20,7 @@ from simulator.engine.compiled_run import CompiledRun
 from simulator.engine.kernel_records import (PolicyState, Requests, Workload, new_state, rows_head, scratch_buffers,
                                              settings_record, step_buffers)
 from simulator.engine.request_state import FINISHED, RUNNING, WAITING
-from simulator.engine.rules.engine_loop import engine_loop_gap
+from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 
 
 def exact_delay(now: float, end: float) -> float:
@@ -143,6 +143,8 @@ class CompiledReplica(CompiledRun):
         while st.n_finished < n:
             gap = engine_loop_gap(rs.busy == 1, srv.gap_s, int(rs.n_run),
                                   int(rs.ptr - rs.admit))  # vLLM V1, then inputs (Server.loop)
+            if gap and srv.async_scheduling:
+                gap = overlapped_gap(gap, float(rs.forward))
             if gap:
                 yield env.timeout(gap)
             rs.busy = 0

@@ -77,10 +77,6 @@ def ineligible_reason(server) -> str | None:
     routed = getattr(server.arrivals, "routed", False)  # a cluster replica (simulator/cluster/simulation.py)
     if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
         return "arrivals pushed at run time by something other than a cluster's router"
-    cfg = server.scenario.server
-    if routed and cfg.async_scheduling:
-        return ("a cluster replica with async scheduling (its replica process waits the engine-loop gap in SimPy "
-                "without the overlap rule): step path")
     why = profile_reason(server.pricing.target, "target")
     if why is not None:
         return why
@@ -118,8 +114,6 @@ def _psd_reason(server) -> str | None:
         return f"PSD with policy {policy.name!r} (the PSD kernel runs the fixed policy only): step path"
     if len(policy.drafters_used()) != 1 or policy.k < 1:
         return "PSD without exactly one drafter at k >= 1: step path"
-    if server.scenario.server.async_scheduling:
-        return "PSD with async scheduling (the PSD kernel has no overlap rule): step path"
     if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
         return "PSD resumed mid-run (proposals pending): step path"
     return None

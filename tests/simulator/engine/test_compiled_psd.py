@@ -22,16 +22,19 @@ from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build,
        budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
        req_rate=st.floats(5.0, 500.0), m=st.integers(1, 8), block_size=st.sampled_from([1, 4, 16]),
        slack=st.integers(0, 3), overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([6, 1 << 16]),
-       split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=rooflines)
+       split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=rooflines,
+       async_sched=st.booleans())
 def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                        req_rate, m, block_size, slack, overhead, segment, split_min,
-                                                       sync_s, defer_kv, roof):
+                                                       sync_s, defer_kv, roof, async_sched):
+    """Random PSD runs (`async_sched`: vLLM V1 with async scheduling, the engine-loop gap hidden by the step)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     kw = dict(traces=traces, wl=wl, mode="psd", k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
               cost=COSTS[cost], kv_tokens=tight_kv(wl, k, block_size, 2 * m, slack), max_num_seqs=m,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
-              psd=PSDConfig(split_min_batch=split_min, sync_s=sync_s, defer_kv=defer_kv), **scheduler_of(rules))
+              psd=PSDConfig(split_min_batch=split_min, sync_s=sync_s, defer_kv=defer_kv),
+              **scheduler_of(rules, async_sched))
     kw = with_roofline(kw, roof, cost)
     fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")

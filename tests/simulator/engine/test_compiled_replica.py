@@ -150,7 +150,7 @@ def test_the_early_stop_sees_the_same_snapshots_on_a_compiled_cluster(stop_after
 
 
 @settings(max_examples=25, deadline=None)
-@given(mode=st.sampled_from(["ar", "sd", "sd"]), policy=st.sampled_from(sorted(POLICIES)),
+@given(mode=st.sampled_from(["ar", "sd", "sd", "psd"]), policy=st.sampled_from(sorted(POLICIES)),
        replicas=st.integers(1, 4), hetero=st.booleans(),
        router=st.sampled_from(["round_robin", "least_outstanding", "least_kv", "affinity"]),
        key=st.sampled_from(["category", "trace", "client"]), max_out=st.sampled_from([None, 2]),
@@ -158,15 +158,17 @@ def test_the_early_stop_sees_the_same_snapshots_on_a_compiled_cluster(stop_after
        rate=st.sampled_from([30.0, 300.0]), seqs=st.integers(1, 6),
        prefill=st.sampled_from(["mixed", "chunked"]), block_size=st.sampled_from([1, 16]),
        overhead=st.sampled_from([0.0, 1e-3, 4e-3]), n=st.integers(1, 40), segment=st.sampled_from([4, 1 << 16]),
-       seed=st.integers(0, 1000))
+       seed=st.integers(0, 1000), async_sched=st.booleans())
 def test_a_compiled_vllm_v1_cluster_equals_the_step_path_bit_for_bit(mode, policy, replicas, hetero, router, key,
                                                                      max_out, arrivals, rate, seqs, prefill,
-                                                                     block_size, overhead, n, segment, seed):
+                                                                     block_size, overhead, n, segment, seed,
+                                                                     async_sched):
     """Replicas under vLLM V1's rules (chunked prefill, one token budget; "mixed": its 4096-token budget): the
     engine-loop gap after a busy step (step_overhead_s) is a SimPy wait the router may route during; a replica takes
-    it inside a kernel run when no routing falls in it, else yields it."""
+    it inside a kernel run when no routing falls in it, else yields it. With async scheduling the gap is what the
+    step before it leaves (rules/engine_loop.overlapped_gap), on every path."""
     check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
-                         block_size, overhead, n, segment, seed, scheduler="vllm-v1")
+                         block_size, overhead, n, segment, seed, scheduler="vllm-v1", async_scheduling=async_sched)
 
 
 TICK = 2.0 ** -7  # every step takes exactly one tick: step ends, gap ends and arrivals meet at the same instants
