@@ -219,17 +219,19 @@ class CompiledReplica(CompiledRun):
 
     def _last_events(self, step0: int, gap: bool) -> list[float]:
         """The times of the replica's last CHAIN SimPy events of the step path over the steps from number `step0`
-        (each step's end; under vLLM V1 also each later step's start, the end of the engine-loop gap before it), the
-        last the run's end. The replica's process waits through them, so each of its events is scheduled at the
-        time of the one before, as on the step path, and events of other processes at the same instant keep their
-        order."""
+        (each step's end; under vLLM V1 also each later step's start where an engine-loop gap came before it: not
+        one that async scheduling hid wholly, which starts at the end of the step before), the last the run's end.
+        The replica's process waits through them, so each of its events is scheduled at the time of the one before,
+        as on the step path, and events of other processes at the same instant keep their order. (The first step
+        held has no step before it here: CHAIN events follow its start, so it is never among them.)"""
         times = []
+        last_end = None
         for no, start, end, _ in self.recent:
-            if no < step0:
-                continue
-            if gap and no > step0:
-                times.append(start)
-            times.append(end)
+            if no >= step0:
+                if gap and no > step0 and last_end is not None and start > last_end:
+                    times.append(start)
+                times.append(end)
+            last_end = end
         return times[-CHAIN:]
 
     def _show_before(self, touched: np.ndarray, end: float) -> None:
