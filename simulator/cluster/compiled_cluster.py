@@ -19,7 +19,7 @@ from simulator.cluster.router import ROUTER_CODES
 from simulator.engine import compiled_run
 from simulator.engine.compiled_replica import exact_delays
 from simulator.engine.kernel_records import (PSD_STATE, RUN_STATE, PSDCarry, PSDSettings, StepBuffers, StepRows,
-                                             new_state, scratch_buffers, step_buffers, typed)
+                                             new_state, psd_scratch, scratch_buffers, step_buffers, typed)
 
 ENABLED = True  # module switch: False keeps every cluster on the per-replica path (tests compare both)
 BIG_BUFFER = 4096  # rows per replica's buffer when SEGMENT_ROWS is larger and replicas are many (memory)
@@ -176,12 +176,13 @@ class CompiledCluster:
 
         if not comp[0].psd:
             return cker.PSDRecords(typed(PSDSettings, split_min=0, defer_kv=False, sync_s=0.0), new_state(PSD_STATE),
-                                   PSDCarry(*(np.zeros((1, 1), dtype=np.int64) for _ in PSDCarry._fields)))
+                                   PSDCarry(*(np.zeros((1, 1), dtype=np.int64) for _ in PSDCarry._fields)),
+                                   psd_scratch(1))
         carry = self.stacked["carry"] = _stacked_record([c.carry for c in comp], ())
         state = np.concatenate([c.psd_state for c in comp]).view(np.recarray)
         for j, c in enumerate(comp):
             c.carry, c.psd_state = _row_of(carry, j, (), c.carry), state[j:j + 1]
-        return cker.PSDRecords(comp[0].psd_cfg, state, carry)
+        return cker.PSDRecords(comp[0].psd_cfg, state, carry, psd_scratch(max(c.srv.max_num_seqs for c in comp)))
 
     def _affinity_keys(self, key: str) -> tuple[np.ndarray, int]:
         """Each request's affinity key as a number (first-seen order) and how many keys (router.Affinity's keys)."""

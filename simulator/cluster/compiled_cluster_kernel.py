@@ -28,8 +28,8 @@ import simulator.engine.compiled_kernel as ker
 import simulator.engine.compiled_psd_kernel as pker
 from simulator.cluster.router import (affinity_rule, kv_load_fraction, least_kv_rule, least_outstanding_rule,
                                       round_robin_rule)
-from simulator.engine.kernel_records import (PolicyState, PSDCarry, PSDSettings, Requests, StepBuffers, StepRows,
-                                             Workload)
+from simulator.engine.kernel_records import (PolicyState, PSDCarry, PSDScratch, PSDSettings, Requests, StepBuffers,
+                                             StepRows, Workload)
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 
 register_jitable(least_outstanding_rule)  # affinity_rule calls it: compiled in place
@@ -106,11 +106,12 @@ class ReplicaViews(NamedTuple):
 
 
 class PSDRecords(NamedTuple):
-    """PSD replicas' own kernel records: the PSDSettings they share, their PSD_STATE records (one per replica) and
-    PSDCarry (stacked along a first axis of replicas)."""
+    """PSD replicas' own kernel records: the PSDSettings they share, their PSD_STATE records (one per replica),
+    PSDCarry (stacked along a first axis of replicas) and one PSDScratch for every replica's steps."""
     cfg: PSDSettings
     state: np.ndarray
     carry: PSDCarry
+    scratch: PSDScratch
 
 
 # the loop's scalars (a one-record array, written in place)
@@ -250,19 +251,6 @@ def _replica_records(work, req, pol, bufs, j):
 
 
 @njit(cache=True)
-def _step_replica(j, cset, n, replay, costs, settings, work, state, req, pol, bufs, scratch, psd):
-    """One step of replica j (run_steps, or run_psd_steps for PSD replicas, asked to pause after one step)."""
-    w_j, req_j, pol_j, bufs_j = _replica_records(work, req, pol, bufs, j)
-    if cset.psd:
-        c = psd.carry
-        carry_j = PSDCarry(c.side[j], c.pend[j], c.pend_k[j], c.pend_p[j], c.pend_a[j])
-        return pker.run_psd_steps(w_j, replay, costs, settings[j:j + 1], psd.cfg, state[j:j + 1],
-                                  psd.state[j:j + 1], carry_j, req_j, pol_j, bufs_j, n + 1, -math.inf)
-    return ker.run_steps(w_j, replay, costs, settings[j:j + 1], state[j:j + 1], req_j, pol_j, bufs_j, scratch, n + 1,
-                         -math.inf)
-
-
-@njit(cache=True)
 def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings, work, state, req, pol, bufs, scratch,
                 psd):
     """Process the cluster's events until every request finished (`DONE`), replica `full_rep`'s row buffers cannot
@@ -372,7 +360,16 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
         admit0 = st.admit
         for t in range(n_before):
             before[t] = req.run[j, t]
-        code = _step_replica(j, cset, n, replay, costs, settings, work, state, req, pol, bufs, scratch, psd)
+        w_j, req_j, pol_j, bufs_j = _replica_records(work, req, pol, bufs, j)
+        if cset.psd:  # one step of replica j: run_psd_steps or run_steps, asked to pause after one step
+            c = psd.carry
+            code = pker.run_psd_steps(w_j, replay, costs, settings[j:j + 1], psd.cfg, state[j:j + 1],
+                                      psd.state[j:j + 1], PSDCarry(c.side[j], c.pend[j], c.pend_k[j], c.pend_p[j],
+                                                                   c.pend_a[j]), req_j, pol_j, bufs_j, scratch,
+                                      psd.scratch, n + 1, -math.inf)
+        else:
+            code = ker.run_steps(w_j, replay, costs, settings[j:j + 1], state[j:j + 1], req_j, pol_j, bufs_j,
+                                 scratch, n + 1, -math.inf)
         if code < 0 or st.step != step0 + 1:
             cs.now = now
             cs.full_rep = j

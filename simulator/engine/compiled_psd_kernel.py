@@ -16,7 +16,7 @@ from numba import njit
 
 from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
                                               STEP, _draft_time, _drafters_prefill_time, _finish_requests, _turn,
-                                              _fit_proposals, _plan, _plan_buffers, _price, _row, _save_state,
+                                              _fit_proposals, _plan, _price, _row, _save_state,
                                               _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
                                               kv_growth)
 from simulator.engine.compiled_kernel import psd_step_time  # rules/psd_timing.psd_step_time, compiled
@@ -68,14 +68,15 @@ def _set_dev(rows, r, dev, sub):
 
 
 @njit(cache=True)
-def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry, req, pol, bufs, stop_finished,
-                  until):
+def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry, req, pol, bufs, scratch, psd_scratch,
+                  stop_finished, until):
     """Steps a PSD run (drafter slot 0, fixed k) until done, a buffer is full, `stop_finished` finished or the next
     step would start at or after `until` (run_steps' rule, compiled_kernel._turn: a cluster replica's next routing),
     or a replica is idle with no arrival known; the engine loop's gap after the last busy step carries over to the
     next call (the state's `busy`). The records are
     simulator/engine/kernel_records.py's, as run_steps takes them, plus PSDSettings, the PSD_STATE record array
-    `psd_state` and PSDCarry; of PolicyState it writes `usage` only."""
+    `psd_state`, PSDCarry and PSDScratch (its working arrays beside Scratch's); of PolicyState it writes `usage`
+    only."""
     arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
     tab, rowof = replay.tab, replay.rowof
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
@@ -103,29 +104,15 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     now = st.now
     cap_rows, cap_itl = len(rows.step), len(itl)
     row_k = rowof[0, k_fixed]
-    dec = np.empty(max_seqs, np.int64)
-    V = np.empty(max_seqs, np.int64)
-    D = np.empty(max_seqs, np.int64)
-    all_d = np.ones(max_seqs, np.int64)  # every drafted-side request is a member of its drafting
-    side_ctx = np.empty(max_seqs, np.int64)  # a drafting side's contexts (_side_draft_time)
-    vk = np.empty(max_seqs, np.int64)
-    vp = np.empty(max_seqs, np.int64)
-    va = np.empty(max_seqs, np.int64)
-    vslot = np.empty(max_seqs, np.int64)
-    vnew = np.empty(max_seqs, np.int64)
-    dk = np.empty(max_seqs, np.int64)
-    dp = np.empty(max_seqs, np.int64)
-    da = np.empty(max_seqs, np.int64)
-    dslot = np.zeros(max_seqs, np.int64)  # the drafted side's drafter slot: PSD drafts with slot 0
+    dec, side_ctx, waitq, done = scratch.dec, scratch.ctx, scratch.waitq, scratch.done  # side_ctx: _side_draft_time
+    newb, hold, cut = scratch.newb, scratch.hold, scratch.cut
+    V, D, all_d, vd = psd_scratch.verified, psd_scratch.drafted, psd_scratch.members, psd_scratch.grow
+    vk, vp, va = psd_scratch.v_k, psd_scratch.v_prop, psd_scratch.v_acc
+    vslot, vnew = psd_scratch.v_slot, psd_scratch.v_new
+    dk, dp, da, dslot = psd_scratch.d_k, psd_scratch.d_prop, psd_scratch.d_acc, psd_scratch.slot0
     lim = PrefillLimits(max_seqs, B, chunked, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
-    plan = _plan_buffers(max_seqs)  # the step's prefill plan
+    plan = scratch.plan  # the step's prefill plan
     pre, chunk = plan.request, plan.tokens
-    waitq = np.empty(max_seqs, np.int64)
-    done = np.empty(max_seqs, np.int64)
-    newb = np.empty(max_seqs, np.int64)
-    vd = np.empty(max_seqs, np.int64)
-    hold = np.empty(max_seqs, np.int64)
-    cut = np.empty(max_seqs, np.int64)
     code = DONE
     step0 = step_no
     while n_fin < n:

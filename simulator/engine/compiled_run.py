@@ -38,8 +38,8 @@ from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
 from simulator.engine.kernel_records import (PSD_STATE, Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests,
-                                             Settings, StepRows, Workload, new_state, rows_head, scratch_buffers,
-                                             settings_record, step_buffers, typed)
+                                             Settings, StepRows, Workload, new_state, psd_scratch, rows_head,
+                                             scratch_buffers, settings_record, step_buffers, typed)
 from simulator.engine.request_state import FINISHED
 from simulator.engine.rules.kv import peak_tokens
 from simulator.engine.rules.pricing import DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, DraftTerms, ProfileTerms
@@ -333,6 +333,7 @@ class CompiledRun:
         self.psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.executor.fallback_steps)
         self.carry = PSDCarry(side, np.full(n, pker.NONE, dtype=np.int64), *(np.zeros(n, dtype=np.int64)
                                                                             for _ in range(3)))
+        self.psd_scratch = psd_scratch(srv.max_num_seqs)
 
     def _write_psd(self, mine, theirs) -> None:
         """PSDExecutor's carry (its requests `theirs` are the kernel's `mine`), verify side and fallback count."""
@@ -351,7 +352,8 @@ class CompiledRun:
             import simulator.engine.compiled_psd_kernel as pker
 
             return pker.run_psd_steps(work, self.replay, self.costs, self.kernel_settings, self.psd_cfg, state,
-                                      self.psd_state, self.carry, req, pol, bufs, stop, until)
+                                      self.psd_state, self.carry, req, pol, bufs, scratch, self.psd_scratch, stop,
+                                      until)
         import simulator.engine.compiled_kernel as ker
 
         return ker.run_steps(work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, scratch,
