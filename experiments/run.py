@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -100,7 +100,7 @@ def run_experiment(config: Any, overrides: list[str] | tuple[str, ...] = (), see
     with _progress(progress, console) as bar:
         for sc in scenarios:
             task = bar.add_task(sc.name, total=n) if bar else None
-            on_step = _throttled(bar, task, n) if bar else None
+            on_step = _Progress(bar, task, n) if bar else None
             res = simulate(sc, inputs, on_step=on_step)
             if bar and not isinstance(res, dict):
                 bar.update(task, completed=n)
@@ -164,14 +164,18 @@ def _progress(enabled: bool, console):
     return make_progress(console, "requests", description_width=18)
 
 
-def _throttled(bar, task, total: int) -> Callable[[int], None]:
-    """Progress callback that redraws at most ~100 times per run (the step loop is hot)."""
-    every = max(1, total // 100)
-    state = {"next": every}
+class _Progress:
+    """The progress bar's step hook: redraws at most ~100 times per run, and names the finish count of its next
+    redraw (`next_check`), so a compiled run or a compiled cluster loop returns to it only then and never stops for
+    it (simulator/engine/server.py `_compiled_checks`, simulator/cluster/compiled_cluster.py)."""
 
-    def on_step(finished: int) -> None:
-        if finished >= state["next"]:
-            bar.update(task, completed=finished)
-            state["next"] = finished + every
+    def __init__(self, bar, task, total: int):
+        self.bar, self.task = bar, task
+        self.every = max(1, total // 100)
+        self.next_check = self.every
 
-    return on_step
+    def __call__(self, finished: int) -> bool:
+        if finished >= self.next_check:
+            self.bar.update(self.task, completed=finished)
+            self.next_check = finished + self.every
+        return False

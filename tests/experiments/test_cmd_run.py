@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 
@@ -65,3 +66,34 @@ def test_bad_config_key_exits_2_with_file_and_key(tmp_path, capsys):
 def test_bad_set_value_is_reported(tmp_path, capsys):
     assert main(["run", str(_tiny(tmp_path)), "--no-out", "--set", "server.max_num_seqs=-3"]) == 2
     assert "server.max_num_seqs" in capsys.readouterr().err
+
+
+class _Bar:
+    """A stand-in for rich's progress bar: records each redraw's count."""
+
+    def __init__(self):
+        self.drawn = []
+
+    def update(self, task, completed):
+        self.drawn.append(completed)
+
+
+def test_the_progress_hook_names_its_next_redraw_so_a_cluster_keeps_the_compiled_loop():
+    """`draftsim run`'s progress bar is a step hook; it names the finish count of its next redraw (`next_check`) and
+    never stops a run, so a cluster under it runs in the compiled cluster loop (a hook without next_check sends it to
+    the per-replica path), returns at those counts only, and gives the tables it gives without the bar."""
+    from experiments.run import _Progress
+    from tests.simulator.engine.test_compiled_replica import assert_same_cluster, cluster_sim, iid_traces, server, \
+        workload
+
+    traces = iid_traces(10, seed=5, out=(1, 60))
+    wl = workload(traces, 300, rate=150.0, seed=5)
+    kw = dict(mode="psd", policy="fixed", replicas=2, router={"name": "least_outstanding"}, srv=server(), seed=5)
+    bar = _Bar()
+    with_bar = cluster_sim(True, traces, wl, on_step=_Progress(bar, 0, len(wl)), **kw)
+    assert with_bar.cluster_path_reason is None and with_bar.compiled is not None
+    a = with_bar.simulate()
+    gaps = np.diff([0] + bar.drawn)  # a redraw once 1% more (3 of 300) finished since the last: a step may finish more
+    assert len(bar.drawn) >= 50 and gaps.min() >= 3 and bar.drawn[-1] > 290
+    assert with_bar.compiled.calls < 2 * len(bar.drawn)  # the loop returns to Python at the redraws, not per step
+    assert_same_cluster(a, cluster_sim(True, traces, wl, **kw).simulate())
