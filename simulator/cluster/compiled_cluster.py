@@ -158,7 +158,7 @@ class CompiledCluster:
                                  np.arange(N + 2, dtype=np.int64), np.full(N + 2, cker.K_TOP, dtype=np.int64))
         self.ev.kind[N], self.ev.kind[N + 1] = cker.K_R_BODY, cker.K_NONE
         self.ev.time[:N + 1] = float(cluster.env.now)
-        self.cstate = new_state(cker.CLUSTER_STATE, eid=N + 1, resume_rep=-1, full_rep=-1, hook_rep=-1,
+        self.cstate = new_state(cker.CLUSTER_STATE, eid=N + 1, resume_rep=-1, full_rep=-1,
                                 next=source.submitted if closed else n, rmode=cker.R_RUNNING)
         self.cs = self.cstate[0]
 

@@ -126,7 +126,6 @@ CLUSTER_STATE = np.dtype([
     ("resume_rep", np.int64),  # a replica's turn that returned to the caller midway (-1: none), and its phase
     ("resume_phase", np.int64),
     ("full_rep", np.int64),  # the replica whose buffers are full (or whose kernel failed)
-    ("hook_rep", np.int64),
     ("now", np.float64),  # the time a return happened at
 ], align=True)
 
@@ -323,7 +322,6 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
                     if fin >= next_check:
                         cs.resume_rep = j
                         cs.resume_phase = PH_AFTER_STEP
-                        cs.hook_rep = j
                         cs.now = now
                         return HOOK
             else:

@@ -267,7 +267,6 @@ class CompiledRun:
             v.update(closed=True, think=server.arrivals.think_time)
         n_flat = int(table.offsets[-1])
         cap = np.zeros(1, dtype=np.int32)
-        self.shared_est = None
         if G == 0 or type(policy) is FixedPolicy:
             v.update(policy=ker.POL_FIXED, k=policy.k)
             ks = [policy.k] * G
