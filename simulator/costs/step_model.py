@@ -44,10 +44,9 @@ class StepShape:
 
     @classmethod
     def uniform(cls, num_seqs: int, batched_tokens: int, kv_tokens: int) -> "StepShape":
-        """The three-number batch (sequences, tokens, KV) read as all decoding: what a caller that knows no
-        more asks for (a draft cost's profile; simulated steps and policy estimates pass the full shape through
-        simulator/engine/pricing.py `Pricing.price`)."""
-        return cls(decode_seqs=num_seqs, draft_tokens=max(0, batched_tokens - num_seqs), decode_kv=kv_tokens)
+        """The three-number batch (sequences, tokens, KV) read as all decoding (uniform_batch): what a caller that
+        knows no more asks for (a draft cost's profile)."""
+        return cls(*uniform_batch(num_seqs, batched_tokens, kv_tokens))
 
     @property
     def num_seqs(self) -> int:
@@ -62,11 +61,8 @@ class StepShape:
 
     def features(self) -> dict[str, float]:
         """The value of every term for this step."""
-        return {"const": 1.0, "num_seqs": self.num_seqs, "draft_tokens": self.draft_tokens,
-                "decode_kv": self.decode_kv, "prefill_tokens": self.prefill_tokens,
-                "prefill_seqs": self.prefill_seqs, "prefill_attn": self.prefill_attn,
-                "prefill_step": float(self.prefill_tokens > 0), "verify_step": float(self.draft_tokens > 0),
-                "flop_tokens": self.num_seqs + self.draft_tokens + self.prefill_tokens}
+        return dict(zip(ROOFLINE_TERMS, shape_features(self.decode_seqs, self.draft_tokens, self.decode_kv,
+                                                       self.prefill_seqs, self.prefill_tokens, self.prefill_attn)))
 
 
 def shape_of(m: Measurement, where: str = "measurement") -> StepShape:
@@ -78,16 +74,55 @@ def shape_of(m: Measurement, where: str = "measurement") -> StepShape:
     return StepShape(**doc)
 
 
-_MEMORY = ("const", "decode_kv")  # roofline form: the read side of max(read, compute)
+def shape_features(decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_attn):
+    """Every term's value for a step of this shape, as floats in ROOFLINE_TERMS order (the engine compiles it)."""
+    num_seqs = decode_seqs + prefill_seqs
+    return (1.0, float(num_seqs), float(draft_tokens), float(decode_kv), float(prefill_tokens), float(prefill_seqs),
+            float(prefill_attn), 1.0 if prefill_tokens > 0 else 0.0, 1.0 if draft_tokens > 0 else 0.0,
+            float(num_seqs + draft_tokens + prefill_tokens))
 
 
-def _time(coef: dict[str, float], form: str, f: dict[str, float]) -> float:
-    if form == "linear":
-        return sum(coef.get(t, 0.0) * f[t] for t in LINEAR_TERMS)
-    read = sum(coef.get(t, 0.0) * f[t] for t in _MEMORY)
-    compute = coef.get("flop_tokens", 0.0) * f["flop_tokens"]
-    rest = sum(coef.get(t, 0.0) * f[t] for t in LINEAR_TERMS if t not in _MEMORY)
-    return max(read, compute) + rest
+_MEMORY = (0, 3)  # roofline form: const and decode_kv, the read side of max(read, compute)
+_REST = (1, 2, 4, 5, 6, 7, 8)  # the other linear terms, added to max(read, compute)
+
+
+def structured_time(c, roofline, f):
+    """Seconds of a step with term values `f` (shape_features) under coefficients `c` (ROOFLINE_TERMS order, an
+    absent term 0): the linear form sums the linear terms in order; the roofline form takes the larger of the read
+    (const + decode_kv) and the compute (flop_tokens), then adds the rest in order. The step path and the compiled
+    engine both run these lines."""
+    if not roofline:
+        t = 0.0
+        for j in range(9):
+            t += c[j] * f[j]
+        return t
+    read = 0.0
+    for j in _MEMORY:
+        read += c[j] * f[j]
+    compute = c[9] * f[9]
+    rest = 0.0
+    for j in _REST:
+        rest += c[j] * f[j]
+    return (read if read >= compute else compute) + rest
+
+
+def uniform_batch(num_seqs, batched_tokens, kv_tokens):
+    """(decode_seqs, draft_tokens, decode_kv) of a plain batch read as all decoding: every sequence decodes, the
+    tokens beyond one each are drafts."""
+    return num_seqs, max(0, batched_tokens - num_seqs), kv_tokens
+
+
+def structured_batch_time(c, roofline, num_seqs, batched_tokens, kv_tokens):
+    """`structured_time` of a plain three-number batch read as all decoding (uniform_batch): what a caller that
+    knows no more asks for (a drafter's profile; target steps are priced by their whole shape,
+    rules/pricing.target_time)."""
+    decode_seqs, draft_tokens, decode_kv = uniform_batch(num_seqs, batched_tokens, kv_tokens)
+    return structured_time(c, roofline, shape_features(decode_seqs, draft_tokens, decode_kv, 0, 0, 0))
+
+
+def coefficient_vector(coef: dict[str, float]) -> np.ndarray:
+    """`coef` as structured_time reads it: one float per ROOFLINE_TERMS entry, 0.0 where absent."""
+    return np.array([float(coef.get(t, 0.0)) for t in ROOFLINE_TERMS], dtype=np.float64)
 
 
 @dataclass
@@ -102,6 +137,7 @@ class StructuredProfile:
     measurements: list[Measurement] = field(default_factory=list)
     fit: dict[str, Any] = field(default_factory=dict)
     kind: str = "structured"
+    by_shape = True  # priced by a step's whole shape (rules/pricing.target_time)
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:
@@ -112,11 +148,24 @@ class StructuredProfile:
             raise ValueError(f"structured profile {self.name!r}: unknown coefficient(s) {sorted(unknown)}; "
                              f"expected some of {allowed}")
 
+    @property
+    def vector(self) -> np.ndarray:
+        """The coefficients as structured_time reads them (coefficient_vector)."""
+        return coefficient_vector(self.coefficients)
+
+    def shape_seconds(self, decode_seqs: int, draft_tokens: int, decode_kv: int, prefill_seqs: int,
+                      prefill_tokens: int, prefill_attn: int) -> float:
+        """A step's seconds from its shape's numbers (rules/pricing.target_time asks this)."""
+        return structured_time(self.vector, self.form == "roofline",
+                               shape_features(decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens,
+                                              prefill_attn))
+
     def shape_time(self, shape: StepShape) -> float:
-        return _time(self.coefficients, self.form, shape.features())
+        return self.shape_seconds(shape.decode_seqs, shape.draft_tokens, shape.decode_kv, shape.prefill_seqs,
+                                  shape.prefill_tokens, shape.prefill_attn)
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
-        return self.shape_time(StepShape.uniform(num_seqs, batched_tokens, kv_tokens))
+        return structured_batch_time(self.vector, self.form == "roofline", num_seqs, batched_tokens, kv_tokens)
 
 
 def _design(shapes: list[StepShape], terms: tuple[str, ...]) -> np.ndarray:
@@ -148,10 +197,11 @@ def fit_structured(name: str, measurements: list[Measurement], form: Literal["li
         feats = [s.features() for s in shapes]
         terms = ROOFLINE_TERMS
         scale = np.array([max(np.abs([f[t] for f in feats]).max(), 1e-12) for t in terms])
+        rows = [tuple(f.values()) for f in feats]
 
         def resid(x: np.ndarray) -> np.ndarray:
-            c = dict(zip(terms, (x / scale).tolist()))
-            return (np.array([_time(c, "roofline", f) for f in feats]) - y) * w
+            c = (x / scale).tolist()
+            return (np.array([structured_time(c, True, f) for f in rows]) - y) * w
 
         # two starts: the linear fit (compute never binding) and one where compute binds at the larger steps
         flops = np.array([f["flop_tokens"] for f in feats])

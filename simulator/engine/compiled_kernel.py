@@ -12,8 +12,9 @@ mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
 Imported when a server is built (its scheduler and step outcome call the compiled rules) or an eligible run starts,
 so commands that never simulate do not import numba. Step prices are the step path's own rules, compiled:
-latency.linear_step_time, roofline.roofline_step_time and simulator/engine/rules/pricing.py (draft and prompt-pass
-costs, a step's sum, the step estimate), over the profile and drafter records compiled_run builds
+latency.linear_step_time, roofline.roofline_step_time, step_model.structured_time (a target step priced by its whole
+shape, rules/pricing.target_time) and simulator/engine/rules/pricing.py (draft and prompt-pass costs, a step's sum,
+the step estimate), over the profile and drafter records compiled_run builds
 (rules.pricing.ProfileTerms, DraftTerms). Every other float is formed with the step path's operations in its order
 (simulator/engine/step_sd.py, pricing.py; SimPy's `now + delay`), so the tables agree bit for bit. Accepted drafts
 per trace position come precomputed from traces/acceptance.py (the replay rule is not restated here); the
@@ -42,8 +43,8 @@ KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
     "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
     "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
-    "simulator/costs/roofline.py", "traces/tree.py", "simulator/cluster/compiled_cluster_kernel.py",
-    "simulator/cluster/router.py")) + tuple(
+    "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py",
+    "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + tuple(
     sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
 
 
@@ -70,7 +71,7 @@ from policies.acceptance_estimate import estimate_update, estimate_value  # noqa
 from policies.adaptive_k import best_k_rule  # noqa: E402
 from policies.combine import combine_match_rule  # noqa: E402
 from policies.ucb import ucb_arm_rule  # noqa: E402
-from simulator.costs import roofline  # noqa: E402
+from simulator.costs import roofline, step_model  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
 from simulator.engine.rules import pricing, psd_sides, psd_timing  # noqa: E402
@@ -143,16 +144,20 @@ def _row(rows, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit
 
 
 
-# the pricing rules, written once as plain Python (simulator/costs/latency.py, roofline.py, simulator/engine/rules/
-# pricing.py) and compiled here; the rules they call are compiled into them, and `profile_price` prices the kernel's
-# ProfileTerms records (the step path asks its profile objects)
+# the pricing rules, written once as plain Python (simulator/costs/latency.py, roofline.py, step_model.py,
+# simulator/engine/rules/pricing.py) and compiled here; the rules they call are compiled into them, and
+# `profile_price`, `prices_shape` and `shape_price` read the kernel's ProfileTerms records (the step path asks its
+# profile objects)
 for _rule in (linear_step_time, roofline.attention_pairs, roofline.roofline_compute_s, roofline.roofline_memory_s,
               roofline.roofline_per_op_s, roofline.roofline_allreduce_s, roofline.roofline_step_time,
+              step_model.shape_features, step_model.structured_time, step_model.uniform_batch,
+              step_model.structured_batch_time,
               pricing.draft_time, pricing.drafters_prefill_time):
     register_jitable(_rule)
 # the loop-free rules over the typed records are inlined where called (numba IR): a call would pass the drafter and
 # profile records by value and count a reference to each record's array (the step estimate: once per k, per step)
-for _rule in (pricing.terms_step_time, pricing.prefill_time, pricing.sd_step_time, pricing.decode_tokens):
+for _rule in (pricing.terms_step_time, pricing.terms_shape_time, pricing.target_time, pricing.prefill_time,
+              pricing.sd_step_time, pricing.decode_tokens):
     register_jitable(inline="always")(_rule)
 
 
@@ -161,14 +166,24 @@ def _profile_price_of_terms(profile, num_seqs, batched_tokens, kv_tokens):
     return pricing.terms_step_time
 
 
+@overload(pricing.prices_shape, inline="always")
+def _prices_shape_of_terms(profile):
+    return lambda profile: profile.kind == pricing.PROFILE_STRUCTURED
+
+
+@overload(pricing.shape_price, inline="always")
+def _shape_price_of_terms(profile, decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_attn):
+    return pricing.terms_shape_time
+
+
 _price = njit(cache=True, inline="always")(pricing.terms_step_time)  # a ProfileTerms record's step time
+_target_time = njit(cache=True, inline="always")(pricing.target_time)  # a target step's price by its shape
 _draft_time = njit(cache=True)(pricing.draft_time)
 draft_group = njit(cache=True)(pricing.draft_group)  # the sub-batch each drafter is charged for (both paths)
 _drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
 _sd_step_time = njit(cache=True, inline="always")(pricing.sd_step_time)
 _step_estimate = njit(cache=True, inline="always")(pricing.step_estimate)
 _decode_tokens = njit(cache=True, inline="always")(pricing.decode_tokens)  # a step estimate's decode tokens at k
-_estimate_batch = njit(cache=True, inline="always")(pricing.estimate_batch)  # and its target batch
 
 
 @njit(cache=True)
@@ -213,7 +228,7 @@ def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, ru
     """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
     k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
     prompt chunks it would add after their tokens (_plan's rule; the queue window copied once, not per k), the
-    batch rules.pricing.estimate_batch, then the step-estimate rule. Adaptive-k drafts with one drafter, slot 0,
+    target priced by that shape (rules.pricing.target_time), then the step-estimate rule. Adaptive-k drafts with one drafter, slot 0,
     which is also its only prompt pass (`pf_order` [0]): the rule gets that one record, not the padded tuples, which
     a call would copy and reference-count per k."""
     preview = separate == 0 and (n_run > n or admit < ptr)  # nothing to preview: no prompt left, nobody waiting
@@ -223,12 +238,12 @@ def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, ru
     cost, profile = drafts[0], dprofiles[0]
     pass_costs, pass_profiles = (cost,), (profile,)
     for k in range(k_max + 1):
-        n_pre, pt, pkv = 0, 0, 0
+        decoding = _decode_tokens(n, k)
+        n_pre, pt, pkv, pattn = 0, 0, 0, 0
         if preview:  # Scheduler.preview_prefills
-            n_pre, pt, pkv = _plan_prefills(lim, run, n_run, waitq, m, n_run, _decode_tokens(n, k), free, prompt,
-                                            gen, prefill_left, prefill_done, blocks, plan)
-        seqs, tokens, kv_step = _estimate_batch(n, k, kv, n_pre, pt, pkv)
-        verify = _price(target, seqs, tokens, kv_step)
+            n_pre, pt, pkv, pattn = _plan_prefills(lim, run, n_run, waitq, m, n_run, decoding, free, prompt, gen,
+                                                   prefill_left, prefill_done, blocks, plan)
+        verify = _target_time(target, n, decoding - n, kv, n_pre, pt, pkv, pattn)
         times[k] = _step_estimate(verify, cost, profile, pass_costs, pass_profiles, pf_order, overhead, 0.0, False,
                                   n, kv, k, n_pre, pt, pkv)
 
@@ -395,6 +410,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
         acc_sum = 0
         pre_tokens = 0
         pre_kv = 0
+        pre_attn = 0
         only_prefill = False
         if separate and admit < ptr and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True, now)
             n_pre = _plan(lim, plan, waitq, 0, run, n_run, admit, ptr, total_blocks - used, prompt, gen, prefill_left,
@@ -406,9 +422,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             for j in range(n_pre):
                 pre_tokens += chunk[j]
                 pre_kv += prefill_done[pre[j]] + chunk[j]
+                pre_attn += chunk[j] * (prefill_done[pre[j]] + chunk[j])
             tokens = pre_tokens
             kv = pre_kv
-            target_t = _price(target, n_pre, tokens, kv)
+            target_t = _target_time(target, 0, 0, 0, n_pre, pre_tokens, pre_kv, pre_attn)
             dpt = 0.0
             if nslot > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, tokens, kv)
@@ -509,9 +526,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             for j in range(n_pre):  # Pricing.target_time
                 pre_tokens += chunk[j]
                 pre_kv += prefill_done[pre[j]] + chunk[j]
+                pre_attn += chunk[j] * (prefill_done[pre[j]] + chunk[j])
             tokens = prop_sum + n_dec + pre_tokens
             kv = kv_est + pre_kv
-            verify_t = _price(target, nseq, tokens, kv)
+            verify_t = _target_time(target, n_dec, prop_sum, kv_est, n_pre, pre_tokens, pre_kv, pre_attn)
             # Pricing.draft_time: each slot (ascending drafter index) once for its members that propose
             draft_t = 0.0
             drf = 0

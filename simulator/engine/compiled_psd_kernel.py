@@ -16,7 +16,7 @@ from numba import njit
 
 from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
                                               STEP, _draft_time, _drafters_prefill_time, _finish_requests, _turn,
-                                              _fit_proposals, _plan, _price, _row, _save_state,
+                                              _fit_proposals, _plan, _row, _save_state, _target_time,
                                               _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
                                               kv_growth)
 from simulator.engine.compiled_kernel import psd_step_time  # rules/psd_timing.psd_step_time, compiled
@@ -125,6 +125,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
         n_pre = 0
         pre_tokens = 0
         pre_kv = 0
+        pre_attn = 0
         only_prefill = False
         if separate and admit < ptr and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
             n_old = n_run
@@ -138,7 +139,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             for j in range(n_pre):
                 pre_tokens += chunk[j]
                 pre_kv += prefill_done[pre[j]] + chunk[j]
-            target_t = _price(target, n_pre, pre_tokens, pre_kv)
+                pre_attn += chunk[j] * (prefill_done[pre[j]] + chunk[j])
+            target_t = _target_time(target, 0, 0, 0, n_pre, pre_tokens, pre_kv, pre_attn)
             dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
             target_end = target_t + overhead
             start = now
@@ -224,9 +226,10 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             for j in range(n_pre):  # Pricing.target_time
                 pre_tokens += chunk[j]
                 pre_kv += prefill_done[pre[j]] + chunk[j]
+                pre_attn += chunk[j] * (prefill_done[pre[j]] + chunk[j])
             tokens = pv_sum + nv + pre_tokens
             kv = kv_v + pre_kv
-            verify_t = _price(target, nseq, tokens, kv)
+            verify_t = _target_time(target, nv, pv_sum, kv_v, n_pre, pre_tokens, pre_kv, pre_attn)
             # Pricing.draft_time over the newly drafted verify side, then over the drafted side (members proposing)
             n_new, p_new = 0, 0
             for j in range(nv):

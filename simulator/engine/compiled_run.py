@@ -42,8 +42,10 @@ from simulator.engine.kernel_records import (PSD_STATE, Costs, PolicyState, PSDC
                                              scratch_buffers, settings_record, step_buffers, typed)
 from simulator.engine.request_state import FINISHED
 from simulator.engine.rules.kv import peak_tokens
-from simulator.engine.rules.pricing import DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, DraftTerms, ProfileTerms
+from simulator.engine.rules.pricing import (DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED,
+                                            DraftTerms, ProfileTerms)
 from simulator.costs.roofline import RooflineProfile, RooflineTerms
+from simulator.costs.step_model import StructuredProfile
 
 COMPILED = True  # module switch: False keeps every server on the step path (tests and benchmarks compare both)
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill", "sync")  # the kernels' phase codes
@@ -160,8 +162,9 @@ def _policy_reason(server, policy) -> str | None:
 
 
 def profile_reason(profile, what: str) -> str | None:
-    """Why the kernel cannot price `profile` (the target's or a drafter's), or None: LinearProfile with finite
-    non-negative coefficients, or RooflineProfile whose MoE weight reads settle (roofline_weights)."""
+    """Why the kernel cannot price `profile` (the target's or a drafter's), or None: LinearProfile or
+    StructuredProfile with finite non-negative coefficients, or RooflineProfile whose MoE weight reads settle
+    (roofline_weights)."""
     if type(profile) is LinearProfile:
         if not all(np.isfinite(c) and c >= 0 for c in profile.terms):
             return f"a negative or non-finite {what} profile coefficient (the step path names it)"
@@ -171,8 +174,12 @@ def profile_reason(profile, what: str) -> str | None:
             return (f"{what} profile {profile.name!r}: MoE weight reads that settle only past "
                     f"{MAX_WEIGHT_ROWS:,} batched tokens")
         return None
+    if type(profile) is StructuredProfile:
+        if not np.all(np.isfinite(profile.vector)) or (profile.vector < 0).any():
+            return f"a negative or non-finite {what} profile coefficient (the step path names it)"
+        return None
     return (f"{what} profile kind {getattr(profile, 'kind', '?')!r} ({type(profile).__name__}; the kernel prices "
-            "LinearProfile and RooflineProfile only)")
+            "LinearProfile, RooflineProfile and StructuredProfile only)")
 
 
 # an MoE roofline's weight reads per batched-token count are tabulated up to where they settle (below)
@@ -212,9 +219,13 @@ NO_DRAFTER = DraftTerms(DRAFT_NONE, 0.0, 0.0, False)  # a padding slot
 
 def profile_terms(profile) -> ProfileTerms:
     """The kernel's record of an eligible profile (profile_reason None), from the profile's public terms: a
-    LinearProfile's (a, b, s, d) or a RooflineProfile's RooflineTerms and weight reads (roofline_weights)."""
+    LinearProfile's (a, b, s, d), a RooflineProfile's RooflineTerms and weight reads (roofline_weights), or a
+    StructuredProfile's coefficient vector and form."""
     if type(profile) is LinearProfile:
         return ProfileTerms(PROFILE_LINEAR, tuple(float(t) for t in profile.terms), _NO_ROOFLINE, np.zeros(1))
+    if type(profile) is StructuredProfile:
+        return ProfileTerms(PROFILE_STRUCTURED, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE, np.zeros(1), profile.vector,
+                            profile.form == "roofline")
     return ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), profile.terms,
                         np.ascontiguousarray(roofline_weights(profile), dtype=np.float64))
 

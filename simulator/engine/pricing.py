@@ -15,7 +15,7 @@ from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile
 from simulator.engine.request_state import RequestState
 from simulator.engine.rules.pricing import (DRAFT_NONE, DraftTerms, decode_tokens, drafters_prefill_time,
-                                            estimate_batch, step_estimate)
+                                            step_estimate, target_time)
 from simulator.engine.rules.tree import tree_draft_time
 from simulator.costs.step_model import StepShape
 from simulator.engine.workload_arrays import EngineWorkload
@@ -43,7 +43,6 @@ class Pricing:
         self.overhead = checked(overhead_s, "server.step_overhead_s")
         self.switch_cost_s = checked(switch_cost_s, "run.switch_cost_s")
         self.state, self.wl = state, wl
-        self._by_shape = hasattr(target, "shape_time")  # simulator/costs/step_model.py: priced by step shape
         self._target_src = f"target profile {getattr(target, 'name', type(target).__name__)!r}"
         from simulator.engine.compiled_kernel import draft_group  # rules/pricing.draft_group, compiled (numba)
 
@@ -72,9 +71,9 @@ class Pricing:
     def price(self, shape: StepShape) -> float:
         """The target's forward time for `shape`: the one pricing rule of simulated steps and policy estimates
         (a structured profile reads the whole shape, a batch profile its sequences, tokens and KV)."""
-        if self._by_shape:
-            return checked(self.target.shape_time(shape), self._target_src)
-        return checked(self.target.step_time(shape.num_seqs, batch_tokens(shape), batch_kv(shape)), self._target_src)
+        return checked(target_time(self.target, shape.decode_seqs, shape.draft_tokens, shape.decode_kv,
+                                   shape.prefill_seqs, shape.prefill_tokens, shape.prefill_kv, shape.prefill_attn),
+                       self._target_src)
 
     def target_time(self, dec: np.ndarray, proposed: np.ndarray, pre: np.ndarray, chunk: np.ndarray,
                     kv_dec: int | None = None, prop_sum: int | None = None) -> tuple[float, int, int, int]:
@@ -160,15 +159,10 @@ class Pricing:
             decoding = decode_tokens(n_batch, k)
             pre, chunk, ending = prompts(decoding) if prompts is not None else (_NONE, _NONE, 0)
             shape = self.step_shape(n_batch, decoding - n_batch, kv, pre, chunk)  # drafts: tokens beyond one each
-            seqs, tokens, kv_step = estimate_batch(n_batch, k, kv, shape.prefill_seqs, shape.prefill_tokens,
-                                                   shape.prefill_kv)
-            if self._by_shape:
-                verify = self.price(shape)
-            else:
-                verify = checked(self.target.step_time(seqs, tokens, kv_step), self._target_src)
+            verify = self.price(shape)
             proposer = 0.0
             if engine_step:
-                proposer = self.engine_step_draft_time(n_batch + ending, tokens, kv_step)[0]
+                proposer = self.engine_step_draft_time(n_batch + ending, batch_tokens(shape), batch_kv(shape))[0]
             t = step_estimate(verify, _NO_COST if cost is None else cost.terms, None if cost is None else cost.profile,
                               pass_costs, pass_profiles, pass_order, self.overhead, proposer, pipelined, n_batch, kv, k,
                               shape.prefill_seqs, shape.prefill_tokens, shape.prefill_kv)

@@ -123,7 +123,7 @@ def describe_schedulers() -> str:
 
 EMPTY = np.zeros(0, dtype=np.int64)
 EMPTY.setflags(write=False)
-NO_PLAN = PlanSums(0, 0, 0)
+NO_PLAN = PlanSums(0, 0, 0, 0)
 
 
 class Scheduler:

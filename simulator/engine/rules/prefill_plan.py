@@ -30,11 +30,13 @@ class PlanBuffers(NamedTuple):
 
 
 class PlanSums(NamedTuple):
-    """How many chunks a plan holds, their prompt tokens, and their KV (cached tokens + chunk)."""
+    """How many chunks a plan holds, their prompt tokens, their KV (cached tokens + chunk) and their attention's
+    token pairs (chunk x (cached + chunk), a structured step model's prefill_attn)."""
 
     count: int
     tokens: int
     kv: int
+    attn: int
 
 
 def plan_buffers(size: int) -> PlanBuffers:
@@ -54,6 +56,7 @@ def plan_prefills(limits, partial, n_partial, queue, n_queue, n_running, tokens_
     n = 0
     tokens = 0
     kv = 0
+    attn = 0
     for j in range(n_partial):
         i = partial[j]
         left = prefill_left[i]
@@ -72,6 +75,7 @@ def plan_prefills(limits, partial, n_partial, queue, n_queue, n_running, tokens_
         n += 1
         tokens += c
         kv += prefill_done[i] + c
+        attn += c * (prefill_done[i] + c)
     running = n_running
     for q in range(n_queue):
         if running >= limits.max_num_seqs or budget <= 0:
@@ -92,7 +96,8 @@ def plan_prefills(limits, partial, n_partial, queue, n_queue, n_running, tokens_
         n += 1
         tokens += c
         kv += c  # nothing of a newly admitted request is cached yet
-    return PlanSums(n, tokens, kv)
+        attn += c * c
+    return PlanSums(n, tokens, kv, attn)
 
 
 def take_prefill_plan(plan, count, prompt, gen, blocks, prefill_left, prefill_done, first_sched, now):

@@ -6,20 +6,21 @@ asks a profile for its `step_time`); the compiled engine compiles them and price
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
+
+import numpy as np
 
 from simulator.costs.latency import linear_step_time
 from simulator.costs.roofline import RooflineTerms, roofline_step_time
-
-if TYPE_CHECKING:
-    import numpy as np
+from simulator.costs.step_model import ROOFLINE_TERMS, shape_features, structured_batch_time, structured_time
 
 # draft cost kinds (draft_cost.DRAFT_COST_KINDS) as the rules read them
 DRAFT_NONE, DRAFT_CONSTANT, DRAFT_FRACTION, DRAFT_WHOLE, DRAFT_AUTOREGRESSIVE, DRAFT_ENGINE_STEP = range(6)
 DRAFT_KIND_CODES = {"constant": DRAFT_CONSTANT, "fraction_of_verify": DRAFT_FRACTION, "whole_proposal": DRAFT_WHOLE,
                     "autoregressive": DRAFT_AUTOREGRESSIVE, "engine_step": DRAFT_ENGINE_STEP}
 # latency profile kinds a ProfileTerms record holds
-PROFILE_LINEAR, PROFILE_ROOFLINE = 0, 1
+PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED = 0, 1, 2
+NO_STRUCTURED = np.zeros(len(ROOFLINE_TERMS))  # a ProfileTerms record that is not structured
 
 
 class DraftTerms(NamedTuple):
@@ -35,24 +36,38 @@ class DraftTerms(NamedTuple):
 
 
 class ProfileTerms(NamedTuple):
-    """A linear or roofline latency profile as numbers (the compiled engine's profile record): the linear terms
-    (a, b, s, d), the roofline terms, and the roofline's weight bytes per GPU by batched tokens (the last entry for
-    every larger count)."""
+    """A linear, roofline or structured latency profile as numbers (the compiled engine's profile record): the
+    linear terms (a, b, s, d), the roofline terms and its weight bytes per GPU by batched tokens (the last entry
+    for every larger count), the structured step model's coefficients (ROOFLINE_TERMS order) and its form."""
 
     kind: int
     linear: tuple[float, float, float, float]
     roofline: RooflineTerms
     weights: np.ndarray
+    structured: np.ndarray = NO_STRUCTURED
+    structured_roofline: bool = False
 
     def step_time(self, num_seqs, batched_tokens, kv_tokens):
         return terms_step_time(self, num_seqs, batched_tokens, kv_tokens)
 
+    @property
+    def by_shape(self):
+        return self.kind == PROFILE_STRUCTURED
+
+    def shape_seconds(self, decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_attn):
+        return terms_shape_time(self, decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens,
+                                prefill_attn)
+
 
 def terms_step_time(profile, num_seqs, batched_tokens, kv_tokens):
-    """A ProfileTerms record's step time: the linear rule, or the roofline rule at its weight read for this step."""
+    """A ProfileTerms record's step time: the linear rule, the roofline rule at its weight read for this step, or
+    the structured model's reading of a plain batch."""
     if profile.kind == PROFILE_LINEAR:
         a, b, s, d = profile.linear
         return linear_step_time(a, b, s, d, num_seqs, batched_tokens, kv_tokens)
+    if profile.kind == PROFILE_STRUCTURED:
+        return structured_batch_time(profile.structured, profile.structured_roofline, num_seqs, batched_tokens,
+                                     kv_tokens)
     w = profile.weights[min(batched_tokens, len(profile.weights) - 1)]
     return roofline_step_time(profile.roofline, w, num_seqs, batched_tokens, kv_tokens)
 
@@ -62,17 +77,40 @@ def profile_price(profile, num_seqs, batched_tokens, kv_tokens):
     return profile.step_time(num_seqs, batched_tokens, kv_tokens)
 
 
+def prices_shape(profile):
+    """Whether `profile` prices a step by its whole shape (simulator/costs/step_model.py's structured model)."""
+    return getattr(profile, "by_shape", False)
+
+
+def shape_price(profile, decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_attn):
+    """A shape-priced profile's seconds for a step of this shape (compiled: a structured ProfileTerms record)."""
+    return profile.shape_seconds(decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_attn)
+
+
+def terms_shape_time(profile, decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_attn):
+    """A structured ProfileTerms record's seconds for a step of this shape."""
+    return structured_time(profile.structured, profile.structured_roofline,
+                           shape_features(decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens,
+                                          prefill_attn))
+
+
+def target_time(profile, decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_kv,
+                prefill_attn):
+    """The target's seconds for a step of `decode_seqs` decoding sequences verifying `draft_tokens` drafts over
+    `decode_kv` KV beside `prefill_seqs` prompt chunks of `prefill_tokens` tokens over `prefill_kv` KV (cached +
+    chunk; `prefill_attn`: the chunks' chunk x (cached + chunk) token pairs): a structured profile reads the whole
+    shape, a batch profile its sequences, query tokens and KV. The one target price of simulated steps and step
+    estimates, on both paths."""
+    if prices_shape(profile):
+        return shape_price(profile, decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_attn)
+    return profile_price(profile, decode_seqs + prefill_seqs, decode_seqs + draft_tokens + prefill_tokens,
+                         decode_kv + prefill_kv)
+
+
 def decode_tokens(num_seqs, k):
     """Query tokens of `num_seqs` decoding sequences that verify k drafts each (the sampled token and the drafts):
     what they take of the step budget before any prompt chunk."""
     return num_seqs * (k + 1)
-
-
-def estimate_batch(num_seqs, k, kv_tokens, prefill_seqs, prefill_tokens, prefill_kv):
-    """The target batch a step estimate prices at k: `num_seqs` decoding sequences over `kv_tokens` KV verify k
-    drafts each (decode_tokens) beside `prefill_seqs` prompt chunks of `prefill_tokens` tokens over `prefill_kv`
-    KV. Returns (sequences, batched tokens, KV tokens), a batch profile's step_time arguments."""
-    return num_seqs + prefill_seqs, decode_tokens(num_seqs, k) + prefill_tokens, kv_tokens + prefill_kv
 
 
 def draft_group(group, member_group, proposed, k, context, n):

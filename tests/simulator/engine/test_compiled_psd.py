@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from policies.registry import make_policy
 from tests.simulator.engine.engine_fixtures import (PSDConfig, assert_same_run_tables, iid_traces,
                                                     tables_jit_on_and_off, traces_with, workload)
-from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build, drawn_case, rooflines, run_path,
-                                                      scheduler_of, tight_kv, with_roofline)
+from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build, drawn_case, profiles, run_path,
+                                                      scheduler_of, tight_kv, with_profiles)
 
 
 @settings(max_examples=80, deadline=None)
@@ -22,7 +22,7 @@ from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build,
        budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
        req_rate=st.floats(5.0, 500.0), m=st.integers(1, 8), block_size=st.sampled_from([1, 4, 16]),
        slack=st.integers(0, 3), overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([6, 1 << 16]),
-       split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=rooflines,
+       split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=profiles,
        async_sched=st.booleans())
 def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                        req_rate, m, block_size, slack, overhead, segment, split_min,
@@ -35,7 +35,7 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
               psd=PSDConfig(split_min_batch=split_min, sync_s=sync_s, defer_kv=defer_kv),
               **scheduler_of(rules, async_sched))
-    kw = with_roofline(kw, roof, cost)
+    kw = with_profiles(kw, roof, cost)
     fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     slow = run_path(False, **kw)

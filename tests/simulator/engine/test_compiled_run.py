@@ -4,7 +4,7 @@ eligible configs (AR and fixed-k SD, k and drafters with and without n-gram prop
 mixed/chunked/separate prefill and vLLM V1's scheduler (decode budget, engine-loop gap, EAGLE lookahead KV slots,
 async scheduling), Poisson, burst and
 closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large enough to pass the no-preemption check, small
-row buffers that make the kernel run in segments, linear or roofline target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
+row buffers that make the kernel run in segments, linear, roofline or structured target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
 the same finishes as the full run."""
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from simulator.costs.draft_cost import DraftCost
 from simulator.engine.simulation import ServerSimulation
 from simulator.costs.latency import LinearProfile
 from simulator.costs.roofline import RooflineProfile
+from simulator.costs.step_model import ROOFLINE_TERMS, StructuredProfile
 from simulator.engine.server import Server
 from tests.simulator.engine.engine_fixtures import (COSTS, PSDConfig, assert_same_run_tables, inputs, linear, scenario,
                                                  tables_jit_on_and_off, traces_with, workload)
@@ -79,28 +80,52 @@ def roofline(model: str, gpu: str, tp: int, mfu: float, bw: float, floor_s: floa
                            floor_s=floor_s, overlap=overlap, host_s=host_s)
 
 
-# (kind, model, gpu, tp, mfu, bandwidth_util, floor_s, overlap, host_s): None a linear profile
-rooflines = st.one_of(st.none(), st.tuples(
+# structured step models the properties draw: each term's typical seconds (ROOFLINE_TERMS order: const, num_seqs,
+# draft_tokens, decode_kv, prefill_tokens, prefill_seqs, prefill_attn, prefill_step, verify_step, flop_tokens)
+STRUCTURED_SCALE = np.array([5e-3, 5e-5, 2e-5, 5e-8, 2e-5, 2e-4, 1e-9, 2e-3, 1e-3, 3e-5])
+
+
+def structured(form: str, seed: int, scale: float = 1.0) -> StructuredProfile:
+    """A structured step model of `form` with coefficients drawn from `seed`: each term present with probability
+    0.8, up to twice its typical size (the roofline form's compute term binds on the larger steps)."""
+    rng = np.random.default_rng(seed)
+    c = STRUCTURED_SCALE * scale * rng.uniform(0.0, 2.0, len(ROOFLINE_TERMS)) * (rng.random(len(ROOFLINE_TERMS)) < 0.8)
+    terms = ROOFLINE_TERMS if form == "roofline" else ROOFLINE_TERMS[:-1]
+    return StructuredProfile(f"s{seed}", {t: float(v) for t, v in zip(terms, c)}, form)
+
+
+# (kind, model, gpu, tp, mfu, bandwidth_util, floor_s, overlap, host_s) a roofline profile, ("structured", kind,
+# form, seed) a structured step model; None a linear profile
+profiles = st.one_of(st.none(), st.tuples(
     st.sampled_from(["target", "target", "drafter", "both"]), st.integers(0, 4), st.sampled_from(GPUS),
     st.sampled_from([1, 2, 4]), st.floats(0.05, 1.0), st.floats(0.05, 1.0), st.sampled_from([0.0, 0.0, 2e-3, 6e-3]),
-    st.sampled_from(["step", "op"]), st.sampled_from([0.0, 0.0, 5e-4])))
+    st.sampled_from(["step", "op"]), st.sampled_from([0.0, 0.0, 5e-4])), st.tuples(
+    st.just("structured"), st.sampled_from(["target", "target", "drafter", "both"]),
+    st.sampled_from(["linear", "roofline"]), st.integers(0, 10_000)))
 
 
-def with_roofline(kw: dict, drawn, cost: str) -> dict:
-    """`kw` with the drawn roofline target and/or drafter profile (the drafter's: for a profiled cost kind, or a
-    whole_proposal cost of its own where the drawn kind has none)."""
+def with_profiles(kw: dict, drawn, cost: str) -> dict:
+    """`kw` with the drawn roofline or structured target and/or drafter profile (the drafter's: for a profiled cost
+    kind, or a whole_proposal cost of its own where the drawn kind has none)."""
     if drawn is None:
         return kw
-    kind, model, gpu, tp, mfu, bw, floor_s, overlap, host_s = drawn
     kw = dict(kw)
+    base = COSTS[cost]
+    kind_of = base.kind if base.profile is not None else "whole_proposal"
+    if drawn[0] == "structured":
+        _, kind, form, seed = drawn
+        if kind in ("target", "both"):
+            kw["target"] = structured(form, seed)
+        if kind in ("drafter", "both"):
+            kw["cost"] = DraftCost(kind_of, profile=structured(form, seed + 1, scale=0.1))
+        return kw
+    kind, model, gpu, tp, mfu, bw, floor_s, overlap, host_s = drawn
     if kind in ("target", "both"):
         kw["target"] = roofline(ROOFLINE_TARGETS[model], gpu, tp, mfu, bw, floor_s, overlap, host_s)
     if kind in ("drafter", "both"):
         prof = roofline(ROOFLINE_DRAFTERS[model % 3], gpu, 1, mfu, bw, floor_s / 10, overlap, host_s / 10)
-        base = COSTS[cost]
         # the drafter's host term per drafting phase (draft_cost.host_s) drawn with the roofline's host_s
-        kw["cost"] = DraftCost(base.kind if base.profile is not None else "whole_proposal", profile=prof,
-                               host_s=2 * host_s)
+        kw["cost"] = DraftCost(kind_of, profile=prof, host_s=2 * host_s)
     return kw
 
 
@@ -138,7 +163,7 @@ def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_r
        rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]), budget=st.sampled_from([16, 64, 4096]),
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
-       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=rooflines,
+       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=profiles,
        eagle=st.booleans(), async_sched=st.booleans())
 def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                         req_rate, max_num_seqs, block_size, slack, overhead, segment,
@@ -155,7 +180,7 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
               max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
               prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules, async_sched),
               kinds={"d": kind, "g": "ngram"})
-    kw = with_roofline(kw, roof, cost)
+    kw = with_profiles(kw, roof, cost)
     fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     slow = run_path(False, **kw)
@@ -186,7 +211,7 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
        k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
-       k_eagle=st.integers(1, 5), roof=rooflines, eagle=st.booleans(), async_sched=st.booleans())
+       k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans())
 def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched):
@@ -212,7 +237,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
               **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"})
-    kw = with_roofline(kw, roof, cost)
+    kw = with_profiles(kw, roof, cost)
     fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
@@ -547,8 +572,8 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
         "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
         "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
         "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
-        "simulator/costs/roofline.py", "traces/tree.py", "simulator/cluster/compiled_cluster_kernel.py",
-        "simulator/cluster/router.py")) + b"".join(
+        "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py",
+        "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + b"".join(
         p.read_bytes() for p in sorted((root / "simulator/engine/rules").glob("*.py"))))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
     code = ("import numba, simulator.engine.compiled_kernel\nfrom numba.core import config\nprint(config.CACHE_DIR)")

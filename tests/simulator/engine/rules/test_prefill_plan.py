@@ -58,7 +58,7 @@ def test_partial_prefill_takes_the_budget_left_and_its_last_chunk_reserves_the_f
     s = State([12, 5], left=[8, 0], done=[4, 0], blocks=[1, 0])
     sums, chunks = s.plan(rules[0], lim(budget=10), partial=[0], queue=[1], tokens_used=2)
     assert chunks == [(0, 8, 3, False, True)]
-    assert sums == (1, 8, 12)
+    assert sums == (1, 8, 12, 96)  # attention pairs: 8 x (4 + 8)
 
 
 def test_partial_prefill_chunk_not_last_reserves_no_extra_slot(rules):
@@ -66,7 +66,7 @@ def test_partial_prefill_chunk_not_last_reserves_no_extra_slot(rules):
     s = State([12], left=[8], done=[4], blocks=[1])
     sums, chunks = s.plan(rules[0], lim(budget=6), partial=[0])
     assert chunks == [(0, 6, 2, False, False)]
-    assert sums == (1, 6, 10)
+    assert sums == (1, 6, 10, 60)  # 6 x (4 + 6)
 
 
 def test_partial_prefill_whose_kv_does_not_fit_is_skipped_not_blocking(rules):
@@ -75,7 +75,7 @@ def test_partial_prefill_whose_kv_does_not_fit_is_skipped_not_blocking(rules):
     s = State([12, 6, 3], left=[8, 4, 0], done=[4, 2, 3], blocks=[1, 1, 1])
     sums, chunks = s.plan(rules[0], lim(budget=16), partial=[0, 1, 2], free=1)
     assert chunks == [(1, 4, 1, False, True)]
-    assert sums == (1, 4, 6)
+    assert sums == (1, 4, 6, 24)  # 4 x (2 + 4)
 
 
 def test_waiting_requests_admitted_fifo_until_the_budget_is_spent(rules):
@@ -83,7 +83,7 @@ def test_waiting_requests_admitted_fifo_until_the_budget_is_spent(rules):
     s = State([4, 4, 1])
     sums, chunks = s.plan(rules[0], lim(budget=8), queue=[0, 1, 2])
     assert chunks == [(0, 4, 2, True, True), (1, 4, 2, True, True)]  # 4 + 1 slot -> 2 blocks each
-    assert sums == (2, 8, 8)
+    assert sums == (2, 8, 8, 32)  # 4 x 4 + 4 x 4: nothing cached
 
 
 def test_chunked_admission_gives_the_head_what_budget_is_left(rules):
@@ -91,7 +91,7 @@ def test_chunked_admission_gives_the_head_what_budget_is_left(rules):
     s = State([3, 9])
     sums, chunks = s.plan(rules[0], lim(budget=8), queue=[0, 1])
     assert chunks == [(0, 3, 1, True, True), (1, 5, 2, True, False)]
-    assert sums == (2, 8, 8)
+    assert sums == (2, 8, 8, 34)  # 3 x 3 + 5 x 5
 
 
 def test_admission_stops_at_max_num_seqs(rules):
@@ -121,7 +121,7 @@ def test_an_oversized_unchunked_prefill_runs_alone(rules):
     s = State([10, 1])
     sums, chunks = s.plan(rules[0], lim(budget=8, chunked=False, block_size=16), queue=[0, 1])
     assert chunks == [(0, 10, 1, True, True)]
-    assert sums == (1, 10, 10)
+    assert sums == (1, 10, 10, 100)
 
 
 def test_a_recompute_prefills_prompt_and_output_so_far(rules):
@@ -129,7 +129,7 @@ def test_a_recompute_prefills_prompt_and_output_so_far(rules):
     s = State([6], gen=[5])
     sums, chunks = s.plan(rules[0], lim(), queue=[0])
     assert chunks == [(0, 11, 3, True, True)]
-    assert sums == (1, 11, 11)
+    assert sums == (1, 11, 11, 121)
 
 
 def test_no_budget_left_plans_nothing(rules):
@@ -181,8 +181,8 @@ def test_plan_invariants(data):
     n_queue = max(0, min(len(queue), limits.max_num_seqs - n_run))
     before = [a.copy() for a in (prompt, gen, left, done, blocks)]
     out = plan_buffers(n)
-    count, tokens, kv = plan_prefills(limits, running, n_run, queue, n_queue, n_run, tokens_used, free, prompt, gen,
-                                      left, done, blocks, out)
+    count, tokens, kv, attn = plan_prefills(limits, running, n_run, queue, n_queue, n_run, tokens_used, free, prompt,
+                                            gen, left, done, blocks, out)
     for a, b in zip(before, (prompt, gen, left, done, blocks)):
         assert (a == b).all()
     req, tok, blk, new, last = (np.asarray(x[:count]) for x in out)
@@ -195,7 +195,8 @@ def test_plan_invariants(data):
     assert set(req[~new].tolist()) <= set(running[left[running] > 0].tolist())
     whole = np.where(new, prompt[req] + gen[req], left[req])
     assert (tok <= whole).all() and (last == (tok == whole)).all()
-    assert tokens == int(tok.sum()) and kv == int((np.where(new, 0, done[req]) + tok).sum())
+    cached = np.where(new, 0, done[req])
+    assert tokens == int(tok.sum()) and kv == int((cached + tok).sum()) and attn == int((tok * (cached + tok)).sum())
     # KV held after the chunk (+1 slot for the first output token on the last chunk) in whole blocks
     held = np.where(new, 0, blocks[req]) + blk
     assert (held * bs >= np.where(new, 0, done[req]) + tok + last).all()

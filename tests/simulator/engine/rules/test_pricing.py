@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st
 from simulator.costs.roofline import RooflineTerms
 from simulator.engine.rules import pricing
 from simulator.engine.rules.pricing import (DRAFT_AUTOREGRESSIVE, DRAFT_CONSTANT, DRAFT_ENGINE_STEP, DRAFT_FRACTION,
-                                            DRAFT_WHOLE, PROFILE_LINEAR, PROFILE_ROOFLINE, DraftTerms, ProfileTerms)
+                                            DRAFT_WHOLE, PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED,
+                                            DraftTerms, ProfileTerms)
 
 NO_ROOFLINE = RooflineTerms(*(0.0,) * 13, False, 0.0)
 # 1e-3 x kv + 1e-2 x batched tokens + 0.1 x seqs + 1.0
@@ -162,26 +163,51 @@ def test_step_estimate_by_hand(which):
         2.763 + 2.01, rel=1e-15)
 
 
-def _batch_rules(which: str):
-    """(decode_tokens, estimate_batch) as the step path runs them or as the kernel compiled them."""
+def _target_rules(which: str):
+    """(decode_tokens, target_time, terms_step_time) as the step path runs them or as the kernel compiled them."""
     if which == "plain":
-        return pricing.decode_tokens, pricing.estimate_batch
+        return pricing.decode_tokens, pricing.target_time, pricing.terms_step_time
     import simulator.engine.compiled_kernel as ker
 
-    return ker._decode_tokens, ker._estimate_batch
+    return ker._decode_tokens, ker._target_time, ker._price
+
+
+# a structured step model (simulator/costs/step_model.py), every coefficient easy by hand, ROOFLINE_TERMS order:
+# const, num_seqs, draft_tokens, decode_kv, prefill_tokens, prefill_seqs, prefill_attn, prefill_step, verify_step,
+# flop_tokens
+STRUCTURED_C = np.array([1.0, 0.1, 0.01, 0.001, 0.002, 0.05, 1e-5, 0.3, 0.2, 0.0])
+
+
+def structured(form: str, flop: float = 0.0) -> ProfileTerms:
+    c = STRUCTURED_C.copy()
+    c[9] = flop
+    return ProfileTerms(PROFILE_STRUCTURED, (0.0, 0.0, 0.0, 0.0), NO_ROOFLINE, np.zeros(1), c, form == "roofline")
 
 
 @pytest.mark.parametrize("which", PATHS)
-def test_step_estimate_batch_by_hand(which):
-    decode_tokens, estimate_batch = _batch_rules(which)
+def test_target_time_by_hand(which):
+    decode_tokens, target_time, step_time = _target_rules(which)
     # 4 decoding sequences verify 3 drafts each: 4 sampled tokens + 12 drafts = 16 query tokens
     assert decode_tokens(4, 3) == 16
     assert decode_tokens(4, 0) == 4  # no drafts: one token each
     assert decode_tokens(0, 5) == 0
-    # beside 2 prompt chunks of 50 tokens over 70 KV: 6 sequences, 16 + 50 tokens, 100 + 70 KV
-    assert tuple(estimate_batch(4, 3, 100, 2, 50, 70)) == (6, 66, 170)
-    assert tuple(estimate_batch(4, 0, 100, 2, 50, 70)) == (6, 54, 170)
-    assert tuple(estimate_batch(4, 3, 100, 0, 0, 0)) == (4, 16, 100)
+    # beside 2 prompt chunks of 50 tokens over 70 KV (1,500 attention pairs): a batch profile prices 6 sequences,
+    # 16 + 50 tokens, 100 + 70 KV: 0.17 + 0.66 + 0.6 + 1.0 (the pairs are not its terms)
+    assert target_time(LINEAR, 4, 12, 100, 2, 50, 70, 1500) == pytest.approx(2.43, rel=1e-15)
+    assert target_time(LINEAR, 4, 0, 100, 2, 50, 70, 1500) == pytest.approx(2.31, rel=1e-15)  # 54 tokens
+    assert target_time(LINEAR, 4, 12, 100, 0, 0, 0, 0) == pytest.approx(1.66, rel=1e-15)  # (4, 16, 100)
+    # the structured model, linear form: 1 + 6 x 0.1 + 12 x 0.01 + 100 x 0.001 + 50 x 0.002 + 2 x 0.05
+    # + 1,500 x 1e-5 + 0.3 (a prefill step) + 0.2 (a verify step)
+    assert target_time(structured("linear"), 4, 12, 100, 2, 50, 70, 1500) == pytest.approx(2.535, rel=1e-15)
+    # no drafts, no prompt: neither step term
+    assert target_time(structured("linear"), 4, 0, 100, 0, 0, 0, 0) == pytest.approx(1.5, rel=1e-15)
+    # roofline form: max(read 1 + 0.1, compute 0.05 x (6 + 12 + 50) tokens = 3.4) + the rest 1.435
+    assert target_time(structured("roofline", 0.05), 4, 12, 100, 2, 50, 70, 1500) == pytest.approx(4.835, rel=1e-15)
+    # compute 0.01 x 68 = 0.68 below the read: 1.1 + 1.435
+    assert target_time(structured("roofline", 0.01), 4, 12, 100, 2, 50, 70, 1500) == pytest.approx(2.535, rel=1e-15)
+    # a plain batch (a drafter's profile) read as all decoding: (4 seqs, 16 tokens, 100 KV) = 12 drafts
+    assert step_time(structured("linear"), 4, 16, 100) == pytest.approx(1.82, rel=1e-15)
+    assert step_time(structured("linear"), 4, 3, 100) == pytest.approx(1.5, rel=1e-15)  # fewer tokens than seqs
 
 
 def test_estimator_prices_the_batch_at_k_by_hand():
