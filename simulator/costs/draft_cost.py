@@ -25,7 +25,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from simulator.costs.latency import LatencyProfile
 from simulator.costs.profile_spec import ProfileSpec
 from simulator.costs.roofline import profile_from_ref
-from simulator.engine.rules.pricing import DRAFT_KIND_CODES, DraftTerms, draft_time, prefill_time
+from simulator.engine.rules.pricing import DRAFT_KIND_CODES, DraftTerms, draft_time, engine_step_time, prefill_time
 from traces.config_base import StrictModel, validate_model
 
 DRAFT_COST_KINDS = ("autoregressive", "whole_proposal", "fraction_of_verify", "constant", "engine_step")
@@ -95,9 +95,7 @@ class DraftCost:
 
     def engine_step_time(self, sampling_seqs: int, step_tokens: int, kv_tokens: int) -> float:
         """`engine_step` kind: the proposer's seconds in one engine step (0 for other kinds or no sampling)."""
-        if self.kind != "engine_step" or sampling_seqs <= 0:
-            return 0.0
-        return self.profile.step_time(sampling_seqs, step_tokens, kv_tokens)
+        return engine_step_time(self.terms, self.profile, sampling_seqs, step_tokens, kv_tokens)
 
     def prefill_time(self, num_seqs: int, prompt_tokens: int, kv_tokens: int) -> float:
         """Seconds for the drafter's own prefill of `prompt_tokens` over `num_seqs` sequences (`engine_step` drafters

@@ -182,6 +182,8 @@ _draft_time = njit(cache=True)(pricing.draft_time)
 draft_group = njit(cache=True)(pricing.draft_group)  # the sub-batch each drafter is charged for (both paths)
 _drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
 _sd_step_time = njit(cache=True, inline="always")(pricing.sd_step_time)
+_engine_step_time = njit(cache=True, inline="always")(pricing.engine_step_time)  # vLLM V1's proposer per step
+_sampling_seqs = njit(cache=True)(emission_rules.sampling_seqs)  # the requests that sample a token in a step
 _step_estimate = njit(cache=True, inline="always")(pricing.step_estimate)
 _decode_tokens = njit(cache=True, inline="always")(pricing.decode_tokens)  # a step estimate's decode tokens at k
 
@@ -378,6 +380,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
     lookahead, async_sched = cfg.lookahead, cfg.async_sched
+    # vLLM V1's proposer priced per engine step (an `engine_step` cost): slot 0, the run's one drafter (eligibility)
+    proposer = sd and nslot > 0 and drafts[0].kind == pricing.DRAFT_ENGINE_STEP
     st = state[0]
     busy = st.busy
     forward = st.forward
@@ -540,6 +544,12 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     draft_t += _draft_time(drafts[g], dprofiles[g], n_g, p_g, k_g, kv_g, verify_t)
                     drf |= 1 << g
                     n_act += n_g
+            if proposer:  # Pricing.engine_step_draft_time: once over the step's tokens when any request samples
+                t_es = _engine_step_time(drafts[0], dprofiles[0], _sampling_seqs(n_dec, pre, chunk, n_pre, prefill_left),
+                                         tokens, kv)
+                if t_es > 0:
+                    draft_t += t_es
+                    drf |= 1
             dpt = 0.0  # Pricing.drafter_prefill_time
             if nslot > 0 and n_pre > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)

@@ -84,9 +84,10 @@ def ineligible_reason(server) -> str | None:
         return why
     if not (np.isfinite(server.pricing.overhead) and server.pricing.overhead >= 0):
         return "a negative or non-finite step overhead (the step path names it)"
-    if any(c.kind == "engine_step" for c in server.pricing.draft_costs.values()):
-        return "engine_step draft costs (vLLM V1's proposer)"
     policy = server.drafting.policy
+    why = _proposer_reason(server, policy)
+    if why is not None:
+        return why
     if server.drafting.tree is not None:
         return "a draft tree (the fixed policy's tree:): the kernels verify chains only; step path"
     why = _policy_reason(server, policy)
@@ -118,6 +119,22 @@ def _psd_reason(server) -> str | None:
         return "PSD without exactly one drafter at k >= 1: step path"
     if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
         return "PSD resumed mid-run (proposals pending): step path"
+    return None
+
+
+def _proposer_reason(server, policy) -> str | None:
+    """Why `engine_step` draft costs (vLLM V1's proposer, charged every SD step for each such drafter of the
+    server: Pricing.engine_step_draft_time) keep `server` off the kernel, or None: the kernel charges one, the fixed
+    policy's only drafter (slot 0)."""
+    if server.mode != "sd":
+        return None
+    costs = server.pricing.draft_costs
+    proposers = [d for d in server.pricing.drafters if d in costs and costs[d].kind == "engine_step"]
+    if not proposers:
+        return None
+    if type(policy) is not FixedPolicy or policy.drafters_used() != (proposers[0],) or len(proposers) > 1:
+        return (f"engine_step draft costs ({', '.join(proposers)}: vLLM V1's proposer) with a policy other than "
+                "the fixed one drafting with that one proposer")
     return None
 
 

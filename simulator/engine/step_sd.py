@@ -7,6 +7,7 @@ import numpy as np
 from simulator.engine.drafting import Drafting
 from simulator.engine.pricing import Pricing
 from simulator.engine.request_state import RequestState
+from simulator.engine.rules.emission import sampling_seqs
 from simulator.engine.rules.kv import decode_hold
 from simulator.engine.rules.pricing import sd_step_time
 from simulator.engine.scheduler import EMPTY, Scheduler
@@ -70,7 +71,7 @@ class SDExecutor:
         grp = drafting.groups_of(d_idx)
         draft_t, used = pricing.draft_time(grp, dec, d_idx, k, proposed, verify_t, ctx)
         if self.mode != "ar":  # vLLM V1's proposer (engine_step costs): every request that samples this step
-            sampling = len(dec) + int(np.count_nonzero(chunk == st.prefill_left[pre])) if len(pre) else len(dec)
+            sampling = sampling_seqs(len(dec), pre, chunk, len(pre), st.prefill_left)
             step_t, step_used = pricing.engine_step_draft_time(sampling, tokens, kv)
             draft_t += step_t
             used += [u for u in step_used if u not in used]

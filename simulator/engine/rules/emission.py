@@ -4,6 +4,16 @@ from __future__ import annotations
 import math
 
 
+def sampling_seqs(n_dec, pre, chunk, n_pre, prefill_left):
+    """Requests that sample a token this step: every decode, and each prompt chunk that ends its prompt (its chunk is
+    all the prompt left)."""
+    n = n_dec
+    for j in range(n_pre):
+        if chunk[j] == prefill_left[pre[j]]:
+            n += 1
+    return n
+
+
 def emit_decoded(dec, n, accepted, proposed, now, out, gen, last_emit, itl, ni, steps, drafted, accepted_sum, done,
                  n_done):
     """Each of dec[:n] emits 1 + accepted[j] tokens at `now`, cut at its output's end, and one ITL gap itl[ni + j];

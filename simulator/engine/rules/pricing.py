@@ -151,6 +151,14 @@ def draft_time(cost, profile, num_seqs, proposed_tokens, k_max, kv_tokens, verif
     return total
 
 
+def engine_step_time(cost, profile, sampling_seqs, step_tokens, kv_tokens):
+    """vLLM V1's proposer (an `engine_step` cost): its seconds in one engine step, one pass of its profile over the
+    step's tokens and KV when any request samples a token (sampling_seqs); 0 for other kinds or no sampling."""
+    if cost.kind != DRAFT_ENGINE_STEP or sampling_seqs <= 0:
+        return 0.0
+    return profile_price(profile, sampling_seqs, step_tokens, kv_tokens)
+
+
 def prefill_time(cost, profile, num_seqs, prompt_tokens, kv_tokens):
     """A drafter's own pass over `prompt_tokens` prompt tokens of `num_seqs` sequences (its profile at that shape),
     or 0 when it runs none."""

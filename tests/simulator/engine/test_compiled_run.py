@@ -33,10 +33,13 @@ from traces.catalog import get_gpu, get_model
 
 
 def build(traces, wl, *, mode="sd", k=3, drafter="d", drafters=("d",), cost=None, policy=None, kv_tokens=10**6,
-          psd=None, switch_cost_s=0.0, target=None, kinds=None, **server):
+          psd=None, switch_cost_s=0.0, target=None, kinds=None, proposer=None, **server):
+    """`proposer`: an `engine_step` cost (vLLM V1's proposer) for `drafter`, the others keeping `cost`."""
     if policy is None and mode != "ar":
         policy = FixedPolicy(drafter, k)
     costs = {d: cost or COSTS["fraction"] for d in drafters}
+    if proposer is not None:
+        costs[drafter] = proposer
     server.setdefault("max_num_seqs", 8)
     sc = scenario(mode, policy, target=target or linear(1e-7, 2e-5, 5e-3), costs=costs, kv_tokens=kv_tokens,
                   psd=psd, switch_cost_s=switch_cost_s, **server)
@@ -164,12 +167,14 @@ def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_r
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=profiles,
-       eagle=st.booleans(), async_sched=st.booleans())
+       eagle=st.booleans(), async_sched=st.booleans(), proposer=st.booleans())
 def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                         req_rate, max_num_seqs, block_size, slack, overhead, segment,
-                                                        roof, eagle, async_sched):
+                                                        roof, eagle, async_sched, proposer):
     """`eagle`: drafter 'd' is an EAGLE drafter (vLLM V1 reserves k lookahead KV slots per running request for it;
-    'g' is n-gram, none); `async_sched`: vLLM V1 with async scheduling (the engine-loop gap hidden by the forward)."""
+    'g' is n-gram, none); `async_sched`: vLLM V1 with async scheduling (the engine-loop gap hidden by the forward);
+    `proposer`: the drafter is priced as vLLM V1's proposer, once per engine step (an `engine_step` cost, on the
+    drawn drafter profile when there is one)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     drafter = "g" if ngram and seed % 2 else "d"
     kind = ("draft_model" if seed % 5 == 0 else "eagle") if eagle else "ngram"  # drafter 'd' (both keep KV)
@@ -181,6 +186,8 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
               prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules, async_sched),
               kinds={"d": kind, "g": "ngram"})
     kw = with_profiles(kw, roof, cost)
+    if proposer and k > 0:  # at k = 0 the fixed policy drafts with nobody: the step path charges the proposer
+        kw["proposer"] = DraftCost("engine_step", profile=kw["cost"].profile or linear(1e-8, 5e-6, 2e-4))
     fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     slow = run_path(False, **kw)
@@ -349,7 +356,9 @@ def _fallback_cases():
             "settle only past"),
         "draft profile kind": ({**base, "cost": DraftCost("whole_proposal", profile=Scaled("s", {"const": 1e-3}))},
                                "draft cost profile kind"),
-        "engine_step": ({**base, "cost": DraftCost("engine_step", profile=linear())}, "engine_step"),
+        "engine_step beside adaptive-k": ({**base, "policy": ADAPTIVE(), "cost": DraftCost("engine_step",
+                                                                                         profile=linear())},
+                                          "engine_step"),
         "kv pressure": ({**base, "kv_tokens": int((wl.prompt_len + wl.output_len).max()) + 16}, "KV could preempt"),
     }
 

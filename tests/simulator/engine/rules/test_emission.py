@@ -50,6 +50,21 @@ class Requests:
         return first, list(self.done[:n_done])
 
 
+SAMPLING = [pytest.param(emission.sampling_seqs, id="plain"),
+            pytest.param(compiled_kernel._sampling_seqs, id="compiled")]
+
+
+@pytest.mark.parametrize("rule", SAMPLING)
+def test_the_requests_that_sample_are_the_decodes_and_the_chunks_that_end_their_prompt(rule):
+    # 3 decodes; chunks of requests 4, 5, 6: request 4's 8 tokens are all it has left (its first token is sampled),
+    # request 5 has 20 left of which the chunk takes 8, request 6 (a new prompt: its whole prompt left) takes all 5
+    left = _i(0, 0, 0, 0, 8, 20, 5)
+    assert rule(3, _i(4, 5, 6), _i(8, 8, 5), 3, left) == 5
+    assert rule(3, _i(4, 5, 6), _i(8, 8, 5), 1, left) == 4  # only the first chunk is in the step
+    assert rule(0, _i(5), _i(8), 1, left) == 0  # a prompt's middle chunk alone samples nothing
+    assert rule(2, _i(), _i(), 0, left) == 2
+
+
 @pytest.mark.parametrize("rule", EMIT)
 def test_emit_one_plus_accepted_cut_at_the_output_end(rule):
     # request 0: 3 of 8 out, 2 accepted -> emits 3 (gen 6); request 1: 4 of 6 out, 3 accepted -> 4 wanted, 2 left:

@@ -210,6 +210,23 @@ def test_target_time_by_hand(which):
     assert step_time(structured("linear"), 4, 3, 100) == pytest.approx(1.5, rel=1e-15)  # fewer tokens than seqs
 
 
+@pytest.mark.parametrize("which", PATHS)
+def test_engine_step_proposer_by_hand(which):
+    """vLLM V1's proposer (an `engine_step` cost): one pass of its profile over the step's tokens and KV at the
+    sampling requests, when any samples; nothing for another cost kind."""
+    if which == "plain":
+        rule = pricing.engine_step_time
+    else:
+        import simulator.engine.compiled_kernel as ker
+
+        rule = ker._engine_step_time
+    proposer = DraftTerms(DRAFT_ENGINE_STEP, 0.0, 0.0, False)
+    # LINEAR at (5 sampling seqs, 40 tokens, 300 KV): 0.3 + 0.4 + 0.5 + 1.0
+    assert rule(proposer, LINEAR, 5, 40, 300) == pytest.approx(2.2, rel=1e-15)
+    assert rule(proposer, LINEAR, 0, 40, 300) == 0.0  # nobody samples (prompt chunks only): no proposer pass
+    assert rule(DraftTerms(DRAFT_CONSTANT, 0.25, 0.0, False), LINEAR, 5, 40, 300) == 0.0
+
+
 def test_estimator_prices_the_batch_at_k_by_hand():
     """Pricing.estimator (the step path's step estimate) at k: the prompt preview is asked for the decodes' tokens,
     and the target prices (sequences, tokens, KV) of decodes plus chunks; worked with the LINEAR profile
