@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from policies.base import Choice, RequestView
 from oracle.exact import PLANS, PlanFollower
 from oracle.ground_truth import GroundTruthPolicy, oracle_k
@@ -39,6 +41,7 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
         if plan != "greedy" and self.switch_cost_s > 0:
             raise ValueError(f"policy {self.name!r}: plan {plan!r} does not model switch_cost_s; set it to 0")
         self.plan = plan
+        self.by_position = plan == "min-steps"  # greedy weighs time and switches; min-time plans at a step's estimate
         self._follower = None if plan == "greedy" else PlanFollower(
             plan, self.drafters, {d: self.k_max for d in self.drafters}, f"policy {self.name!r}",
             fallback_time=lambda d, k: 1.0 + (self.cost_ratios[d] if d is not None and k > 0 else 0.0))
@@ -50,12 +53,22 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
         return self.largest_reachable_k(self.drafters, self.k_max)
 
     def finish_request(self, request_id: str) -> None:
+        super().finish_request(request_id)
         self._last.pop(request_id, None)
         if self._follower is not None:
             self._follower.forget(request_id)
 
+    def position_choices(self, request_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """min-steps: the exact plan's action at every position."""
+        for d in self.drafters:
+            self.drafter_trace(request_id, d)  # a clear error when a drafter is missing
+        plan = self._follower.plan_of(request_id, self.trace_of(request_id))
+        return plan.action_drafter, plan.action_k
+
     def planned(self, view: RequestView) -> Choice:
         """The exact plan's action at this position."""
+        if self.by_position:
+            return self.tabulated(view)
         for d in self.drafters:
             self.drafter_trace(view.request_id, d)  # a clear error when a drafter is missing
         d, k = self._follower.choice(self.trace_of(view.request_id), view)

@@ -9,8 +9,11 @@ Both are greedy, step by step. `plan: min-steps` (the exact counterpart of `refe
 """
 from __future__ import annotations
 
+import numpy as np
+
 from policies.base import Choice, RequestView
 from oracle.best_drafter import OracleBestDrafterPolicy
+from traces.acceptance import reachable_drafts
 
 COST_MODES = ("reference", "honest")
 
@@ -27,17 +30,27 @@ class OracleCombinePolicy(OracleBestDrafterPolicy):
             raise ValueError(f"policy {self.name!r}: costs must be one of {COST_MODES}, got {costs!r}")
         super().__init__([ngram, eagle], k_max=k_max, switch_cost_s=switch_cost_s, plan=plan)
         self.costs = costs
+        self.by_position = plan == "min-steps" or (plan == "greedy" and costs == "reference")
+
+    def position_choices(self, request_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """greedy `reference`: at every position the drafter whose acceptance drafting reaches further
+        (traces.acceptance.reachable_drafts), the n-gram on a tie, none where neither reaches a token; min-steps:
+        the exact plan."""
+        if self.plan != "greedy":
+            return super().position_choices(request_id)
+        tn, te = (self.drafter_trace(request_id, d) for d in self.drafters)
+        n = tn.acc_len.shape[0]
+        kn, ke = (np.asarray(reachable_drafts(t.acc_len, t.proposal_len, self.k_max, np.arange(n), n),
+                             dtype=np.int64) for t in (tn, te))
+        eagle = ke > kn
+        return np.where(np.maximum(kn, ke) > 0, eagle.astype(np.int64), -1), np.where(eagle, ke, kn)
 
     def choose(self, view: RequestView) -> Choice:
+        if self.by_position:
+            return self.tabulated(view)
         if self._follower is not None:
             return self.planned(view)
-        options = self.candidates(view)
-        if self.costs == "honest":
-            d, k = self.pick(view, options)
-            if d is not None:
-                self._last[view.request_id] = d
-            return Choice(d, k)
-        (n, kn), (e, ke) = options
-        if max(kn, ke) <= 0:
-            return Choice(None, 0)
-        return Choice(n, kn) if kn >= ke else Choice(e, ke)
+        d, k = self.pick(view, self.candidates(view))  # honest: tokens per unit time
+        if d is not None:
+            self._last[view.request_id] = d
+        return Choice(d, k)

@@ -200,12 +200,16 @@ class PlanFollower:
             drafted[d] = np.array([est(None, 0)] + [est(d, m) for m in range(1, top + 1)], dtype=np.float64)
         return StepCosts(float(est(None, 0)), drafted)
 
-    def choice(self, request: RequestTrace, view) -> tuple[str | None, int]:
-        plan = self._plans.get(view.request_id)
+    def plan_of(self, request_id: str, request: RequestTrace, view=None) -> Plan:
+        """The request's plan, made at its first ask (`view`: the step-time estimate of min-time's first step)."""
+        plan = self._plans.get(request_id)
         if plan is None:
             if self.kind == "min-steps":
                 plan = min_steps_plan(request, self.drafters, self.k_max)
             else:
                 plan = exact_plan(request, self._costs(request, view))
-            self._plans[view.request_id] = plan
-        return plan.choice(int(view.position))
+            self._plans[request_id] = plan
+        return plan
+
+    def choice(self, request: RequestTrace, view) -> tuple[str | None, int]:
+        return self.plan_of(view.request_id, request, view).choice(int(view.position))

@@ -5,19 +5,40 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from policies.base import Policy
+from policies.base import Choice, Policy
 from traces.acceptance import reachable_drafts
 from traces.bundle import DrafterTrace, RequestTrace
 
 
 class GroundTruthPolicy(Policy):
-    """Stores request id -> RequestTrace from `bind_ground_truth`; refuses to run unbound."""
+    """Stores request id -> RequestTrace from `bind_ground_truth`; refuses to run unbound.
+
+    An oracle whose choice at a position depends on nothing but the request's trace and that position
+    (`by_position`) states it for every position at once (`position_choices`); its `choose` reads that table, and
+    the compiled engine takes the same table (simulator/engine/compiled_run.py)."""
 
     reads_ground_truth = True
     learns = False  # the engine may skip its feedback
+    by_position = False  # choices are position_choices' table (set per instance by the oracles that are)
 
     def __init__(self) -> None:
         self._traces: dict[str, RequestTrace] = {}
+        self._tables: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def position_choices(self, request_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """(drafter as an index into drafters_used(), -1 for none; k) at every output position of the request."""
+        raise NotImplementedError(f"oracle {self.name!r} chooses by more than the position")
+
+    def tabulated(self, view) -> Choice:
+        """The choice at the view's position from the request's position_choices (made once per request)."""
+        table = self._tables.get(view.request_id)
+        if table is None:
+            table = self._tables[view.request_id] = self.position_choices(view.request_id)
+        d, k = int(table[0][view.position]), int(table[1][view.position])
+        return Choice(None, 0) if d < 0 else Choice(self.drafters_used()[d], k)
+
+    def finish_request(self, request_id: str) -> None:
+        self._tables.pop(request_id, None)
 
     def bind_ground_truth(self, traces: Mapping[str, Any]) -> None:
         self._traces.update(traces)

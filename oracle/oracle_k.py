@@ -6,9 +6,12 @@ which may draft fewer at one step to land on a better position for the next.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from policies.base import Choice, RequestView
 from oracle.exact import PLANS, PlanFollower
-from oracle.ground_truth import GroundTruthPolicy, oracle_k
+from oracle.ground_truth import GroundTruthPolicy
+from traces.acceptance import reachable_drafts
 
 
 class OracleKPolicy(GroundTruthPolicy):
@@ -29,6 +32,7 @@ class OracleKPolicy(GroundTruthPolicy):
         self.plan = plan
         self._follower = None if plan == "greedy" else PlanFollower(plan, [self.drafter], {self.drafter: self.k_max},
                                                                     f"policy {self.name!r}")
+        self.by_position = plan != "min-time"  # min-time plans at the first step's time estimate
 
     def drafters_used(self) -> tuple[str, ...]:
         return (self.drafter,)
@@ -37,13 +41,24 @@ class OracleKPolicy(GroundTruthPolicy):
         return self.largest_reachable_k(self.drafters_used(), self.k_max)
 
     def finish_request(self, request_id: str) -> None:
+        super().finish_request(request_id)
         if self._follower is not None:
             self._follower.forget(request_id)
 
-    def choose(self, view: RequestView) -> Choice:
+    def position_choices(self, request_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """greedy: every position's acceptance that drafting reaches (traces.acceptance.reachable_drafts), the
+        drafter where that is above 0; min-steps: the exact plan's action at every position."""
+        t = self.drafter_trace(request_id, self.drafter)  # a clear error when the drafter is missing
         if self._follower is not None:
-            self.drafter_trace(view.request_id, self.drafter)  # a clear error when the drafter is missing
-            d, k = self._follower.choice(self.trace_of(view.request_id), view)
-            return Choice(d, k)
-        k = oracle_k(self.drafter_trace(view.request_id, self.drafter), view.position, self.k_max)
-        return Choice(self.drafter if k > 0 else None, k)
+            plan = self._follower.plan_of(request_id, self.trace_of(request_id))
+            return plan.action_drafter, plan.action_k
+        n = t.acc_len.shape[0]
+        k = np.asarray(reachable_drafts(t.acc_len, t.proposal_len, self.k_max, np.arange(n), n), dtype=np.int64)
+        return np.where(k > 0, 0, -1), k
+
+    def choose(self, view: RequestView) -> Choice:
+        if self.by_position:
+            return self.tabulated(view)
+        self.drafter_trace(view.request_id, self.drafter)  # a clear error when the drafter is missing
+        d, k = self._follower.choice(self.trace_of(view.request_id), view)
+        return Choice(d, k)

@@ -39,6 +39,8 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
     for j, rep in enumerate(cluster.replicas[1:], 1):
         c = rep.server.compiled
         shared = (("rowof", c.replay.rowof, c0.replay.rowof), ("cap", c.replay.cap, c0.replay.cap),
+                  ("choice_slot", c.replay.choice_slot, c0.replay.choice_slot),
+                  ("choice_k", c.replay.choice_k, c0.replay.choice_k),
                   ("costs", c.costs, c0.costs),
                   ("arm_slot", c.pol.arm_slot, c0.pol.arm_slot), ("first_all", c.first_all, c0.first_all),
                   ("last_all", c.last_all, c0.last_all), ("slots", c.slots, c0.slots))

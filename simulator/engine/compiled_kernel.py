@@ -120,6 +120,7 @@ STEP_ROWS = 3  # the most step-table rows one step writes (draft, verify or mixe
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
+POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its table, Replay.choice_slot / choice_k
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
 DRF_PASS = 4
@@ -359,6 +360,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
     arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
     tab, rowof, cap = replay.tab, replay.rowof, replay.cap
+    choice_slot, choice_k = replay.choice_slot, replay.choice_k
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
     est_s, est_f, arm_counts, arm_sums = pol.est_s, pol.est_f, pol.arm_counts, pol.arm_sums
     arm_slot, usage = pol.arm_slot, pol.usage
@@ -486,6 +488,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         arm = _ucb_arm(arm_counts[e, :arms], arm_sums[e, :arms], beta)
                     slot[j] = arm_slot[arm]
                     kk[j] = k_fixed
+            elif policy == POL_TABLE:  # Policy.choose reads the same table (GroundTruthPolicy.tabulated)
+                for j in range(n_dec):
+                    slot[j] = choice_slot[flat[j]]
+                    kk[j] = choice_k[flat[j]]
             else:
                 for j in range(n_dec):
                     use_ngram, kk[j] = _combine_match(np.int64(cap[flat[j]]), min_match, k_ngram, k_eagle)

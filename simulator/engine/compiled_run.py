@@ -140,8 +140,9 @@ def _proposer_reason(server, policy) -> str | None:
 
 def _policy_reason(server, policy) -> str | None:
     """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
-    if type(policy) not in COMPILED_POLICIES:
-        return f"policy {policy.name!r} chooses per step (learning or adaptive): step path"
+    if type(policy) not in COMPILED_POLICIES and not getattr(policy, "by_position", False):
+        return (f"policy {policy.name!r} chooses per step (learning, adaptive or by the step's time estimate): "
+                "step path")
     patched = sorted(set(vars(policy)) & POLICY_METHODS)
     if patched:  # a wrapper set on the instance (a recorder, a test spy) would never be called by the kernel
         return f"policy {policy.name!r} has {', '.join(patched)} replaced on the instance"
@@ -295,6 +296,7 @@ class CompiledRun:
             v.update(closed=True, think=server.arrivals.think_time)
         n_flat = int(table.offsets[-1])
         cap = np.zeros(1, dtype=np.int32)
+        choice_slot, choice_k = np.full(1, -1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         if G == 0 or type(policy) is FixedPolicy:
             v.update(policy=ker.POL_FIXED, k=policy.k)
             ks = [policy.k] * G
@@ -309,6 +311,10 @@ class CompiledRun:
             v.update(policy=ker.POL_UCB, k=policy.k, arms=policy.num_arms, shared=policy.scope == "shared",
                      beta=policy.beta)
             ks = [policy.k] * G
+        elif getattr(policy, "by_position", False):  # an oracle's table of choices by position
+            v.update(policy=ker.POL_TABLE)
+            choice_slot, choice_k = self._position_table(used, n_flat)
+            ks = [max(1, int(choice_k[choice_slot == g].max(initial=0))) for g in range(G)]
         else:  # CombineMatchPolicy
             v.update(policy=ker.POL_COMBINE, min_match=policy.min_match, k_ngram=policy.k_ngram,
                      k_eagle=policy.k_eagle, ngram_slot=self.slots.index(policy.ngram), has_cap=True)
@@ -317,8 +323,9 @@ class CompiledRun:
         # the replay rule (traces/acceptance.py) once over the table for each (slot, k) the policy can ask for:
         # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
         # k), from inputs clipped where the rule cannot tell (match lengths at k, acceptance lengths at k + 1)
-        asks = [range(1, k + 1) if type(policy) is AdaptiveKPolicy or name == getattr(policy, "ngram", None) else [k]
-                for name, k in zip(self.slots, ks)]  # adaptive-k and the n-gram side of combine-match: k <= the most
+        asks = [range(1, k + 1) if v["policy"] in (ker.POL_ADAPTIVE, ker.POL_TABLE)
+                or name == getattr(policy, "ngram", None) else [k]
+                for name, k in zip(self.slots, ks)]  # adaptive-k, tables, combine-match's n-gram: k <= the most
         rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
         tab = np.empty((max(1, sum(len(a) for a in asks)), 2, max(n_flat, 1) if G else 1), dtype=np.int8)
         drafts, dprofiles = [NO_DRAFTER] * MAX_SLOTS, [NO_PROFILE] * MAX_SLOTS  # slot g's cost and profile
@@ -345,9 +352,30 @@ class CompiledRun:
         self.kernel_settings = settings_record(self.settings)  # the kernels' form (kernel_records.SETTINGS)
         self.first = server.drafting.first_flat.astype(np.int64)
         self.last = server.drafting.last_flat.astype(np.int64)
-        self.replay = Replay(tab, rowof, np.asarray(cap, dtype=np.int32))
+        self.replay = Replay(tab, rowof, np.asarray(cap, dtype=np.int32), choice_slot, choice_k)
         self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
+
+    def _position_table(self, used: tuple[str, ...], n_flat: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slot or -1, k) at every flat trace position: the policy's position_choices for each trace the workload
+        draws (a trace's choices depend on it alone: the first request drawing it asks for them)."""
+        srv = self.srv
+        wl, offsets, policy = srv.wl, srv.table.offsets, srv.drafting.policy
+        slot_of = np.array([self.slots.index(d) for d in used], dtype=np.int64)
+        choice_slot, choice_k = np.full(max(n_flat, 1), -1, dtype=np.int64), np.zeros(max(n_flat, 1), dtype=np.int64)
+        seen = set()
+        for rid, t in zip(wl.request_ids, wl.trace_index.tolist()):
+            if t in seen:
+                continue
+            seen.add(t)
+            d, k = (np.asarray(a, dtype=np.int64) for a in policy.position_choices(rid))
+            lo, hi = int(offsets[t]), int(offsets[t + 1])
+            if d.shape != (hi - lo,) or k.shape != (hi - lo,):
+                raise ValueError(f"policy {policy.name!r}: position_choices of request {rid!r} gives {d.shape[0]} "
+                                 f"positions; its trace has {hi - lo}")
+            choice_slot[lo:hi] = np.where(d >= 0, slot_of[np.maximum(d, 0)], -1)
+            choice_k[lo:hi] = k
+        return choice_slot, choice_k
 
     def _psd_records(self, side: np.ndarray) -> None:
         """PSD's kernel records for requests numbered as `side` (each one's sub-batch, written in place): no proposal

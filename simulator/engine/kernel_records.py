@@ -34,10 +34,13 @@ class Workload(NamedTuple):
 class Replay(NamedTuple):
     """The acceptance replay precomputed by traces/acceptance.py: `tab[rowof[g, k], 0 / 1, f]` the proposed /
     accepted drafts when drafter slot g is asked for k at flat trace position f; `cap[f]` the n-gram match length a
-    policy reads."""
+    policy reads; `choice_slot[f]`, `choice_k[f]` the (slot or -1, k) a policy that chooses by position alone takes
+    at f (oracle/ground_truth.py position_choices)."""
     tab: np.ndarray  # int8 (rows, 2, flat positions)
     rowof: np.ndarray  # int64 (slots, k + 1)
     cap: np.ndarray  # int32
+    choice_slot: np.ndarray  # int64
+    choice_k: np.ndarray  # int64
 
 
 class Costs(NamedTuple):
@@ -53,7 +56,7 @@ class Settings(NamedTuple):
     """The run's fixed settings (server, scheduler, policy), one typed scalar per field; the kernels take them as a
     one-record SETTINGS array (settings_record)."""
     sd: bool  # mode sd (a decode step's rows are verify rows)
-    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE or POL_UCB
+    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB or POL_TABLE
     k: int  # the fixed policy's and UCB's k
     nslot: int  # drafter slots (0: plain decoding)
     k_max: int  # adaptive-k's largest k

@@ -17,6 +17,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import oracle.registry  # noqa: F401  (registers the oracles make_policy names)
 from policies.base import FixedPolicy
 from policies.registry import make_policy
 from simulator.engine import compiled_run
@@ -244,6 +245,46 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
               **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"})
+    kw = with_profiles(kw, roof, cost)
+    fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
+    assert slow.extras["engine_path"] == "steps"
+    assert_same(fast, slow)
+
+
+def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None) -> dict:
+    """An oracle that chooses by position alone: oracle-k (greedy or min-steps) on 'd' or, with n-gram lengths, 'g';
+    oracle-combine (reference costs, greedy or min-steps) and oracle-best-drafter (min-steps) over 'g' and 'd'."""
+    if name == "oracle-k":
+        return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "plan": plan, "k_max": k_max}
+    if name == "oracle-combine":
+        return {"name": name, "ngram": "g", "eagle": "d", "costs": "reference", "plan": plan, "k_max": k_max}
+    return {"name": name, "drafters": ["g", "d"] if seed % 2 else ["d", "g"], "plan": "min-steps", "k_max": k_max}
+
+
+@settings(max_examples=60, deadline=None)
+@given(policy=st.sampled_from(["oracle-k", "oracle-k", "oracle-combine", "oracle-best-drafter"]),
+       plan=st.sampled_from(["greedy", "min-steps"]), k_max=st.sampled_from([None, 1, 3, 6]),
+       seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
+       cost=st.sampled_from(sorted(COSTS)), rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
+       budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
+       req_rate=st.floats(5.0, 500.0), max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]),
+       slack=st.integers(0, 3), segment=st.sampled_from([4, 1 << 16]), roof=profiles)
+def test_oracles_that_choose_by_position_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, rate, ngram,
+                                                                        cost, rules, budget, arrivals, req_rate,
+                                                                        max_num_seqs, block_size, slack, segment,
+                                                                        roof):
+    """The kernel reads an oracle's table of choices by position (Replay.choice_slot / choice_k, from its
+    position_choices) where the step path asks its choose, over the same random configs."""
+    ngram = ngram or policy != "oracle-k"  # the two-drafter oracles read 'g', which has n-gram match lengths
+    traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
+    spec = oracle_spec(policy, ngram, seed, plan, k_max)
+    look = max(1, max(int(t.drafters[d].acc_len.max()) for t in traces for d in drafters) if k_max is None else k_max)
+    kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
+              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
+              block_size=block_size, max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
+              prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules))
     kw = with_profiles(kw, roof, cost)
     fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
