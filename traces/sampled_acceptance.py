@@ -29,10 +29,27 @@ def tv_windows(tv: np.ndarray, positions: np.ndarray, width: int, starts: np.nda
     positions = np.asarray(positions, dtype=np.int64)
     base = np.zeros_like(positions) if starts is None else np.asarray(starts, dtype=np.int64)
     stop = np.full_like(positions, tv.shape[0]) if ends is None else np.asarray(ends, dtype=np.int64)
-    idx = (base + positions)[:, None] + np.arange(width, dtype=np.int64)[None, :]
-    out = np.full(idx.shape, np.nan)
-    inside = idx < stop[:, None]
-    out[inside] = tv[idx[inside]]
+    return tv_window_rows(tv, base, positions, stop, width, np.empty((positions.shape[0], width)))
+
+
+def tv_window_rows(tv, starts, positions, ends, width, out):
+    """out[j, c] = tv[starts[j] + positions[j] + c] while that index is before ends[j], NaN past it: row j's TV
+    window (tv_windows). Plain loops over arrays: the compiled engine runs it too."""
+    for j in range(positions.shape[0]):
+        for c in range(width):
+            f = starts[j] + positions[j] + c
+            out[j, c] = tv[f] if f < ends[j] else np.nan
+    return out
+
+
+def leading_successes(u, tv, k, out):
+    """out[j]: the leading run of successes u[j, c] < 1 - tv[j, c] (a NaN tv, no token there, is never one),
+    capped by k[j]: a sampled check's accepted drafts. Plain loops over arrays: the compiled engine runs it too."""
+    for j in range(u.shape[0]):
+        a = 0
+        while a < k[j] and u[j, a] < 1.0 - tv[j, a]:
+            a += 1
+        out[j] = a
     return out
 
 
@@ -40,7 +57,8 @@ def sample_accepted(tv: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> 
     """Accepted drafts per row: the leading run of Bernoulli(1 - tv) successes, capped by k.
 
     `tv` is (n, kmax) with NaN past the end of a request (no token to draft there); `k` is (n,) with
-    0 <= k <= kmax. One uniform draw per cell is taken from `rng`, so results depend only on the seed.
+    0 <= k <= kmax. One uniform draw per cell is taken from `rng` (rng.random((n, kmax))), so results depend only
+    on the seed.
     """
     tv = np.atleast_2d(np.asarray(tv, dtype=np.float64))
     k = np.asarray(k, dtype=np.int64).reshape(-1)
@@ -52,11 +70,7 @@ def sample_accepted(tv: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> 
     finite = tv[np.isfinite(tv)]
     if finite.size and (finite.min() < 0 or finite.max() > 1):
         raise ValueError("sample_accepted: tv must lie in [0, 1]")
-    u = rng.random((n, kmax))
-    with np.errstate(invalid="ignore"):
-        success = u < (1.0 - tv)  # NaN compares False: nothing is accepted past the end
-    success &= np.arange(kmax)[None, :] < k[:, None]
-    return np.cumprod(success, axis=1).sum(axis=1).astype(np.int64)
+    return leading_successes(rng.random((n, kmax)), tv, k, np.zeros(n, dtype=np.int64))
 
 
 def reward_be(accepted, proposed):

@@ -35,6 +35,8 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
             return f"replica {j} takes the step path ({rep.server.engine_path_reason})"
     if on_step is not None and not hasattr(on_step, "next_check"):
         return "a step hook without next_check (told after every step): per-replica path"
+    if any(rep.server.compiled.settings.sampled for rep in cluster.replicas):
+        return "sampled verification (each replica draws from its own generator): per-replica path"
     c0 = cluster.replicas[0].server.compiled
     for j, rep in enumerate(cluster.replicas[1:], 1):
         c = rep.server.compiled

@@ -43,7 +43,7 @@ KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
     "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
     "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
-    "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py",
+    "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
     "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + tuple(
     sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
 
@@ -81,7 +81,7 @@ from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap  
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
                                                  take_prefill_plan)
 from simulator.engine.rules import tree as tree_rules  # noqa: E402
-from traces import tree as tree_shape  # noqa: E402
+from traces import sampled_acceptance, tree as tree_shape  # noqa: E402
 
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
 
@@ -122,8 +122,9 @@ P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
 POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its table, Replay.choice_slot / choice_k
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
-# joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step)
-DRF_PASS = 4
+# joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
+# above every mask of compiled_run.MAX_SLOTS (8) slots
+DRF_PASS = 1 << 8
 
 
 @njit(cache=True)
@@ -249,6 +250,44 @@ def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, ru
         verify = _target_time(target, n, decoding - n, kv, n_pre, pt, pkv, pattn)
         times[k] = _step_estimate(verify, cost, profile, pass_costs, pass_profiles, pf_order, overhead, 0.0, False,
                                   n, kv, k, n_pre, pt, pkv)
+
+
+_tv_window_rows = njit(cache=True)(sampled_acceptance.tv_window_rows)
+_leading_successes = njit(cache=True)(sampled_acceptance.leading_successes)
+
+
+@njit(cache=True)
+def _sample_slot(g, slot, prop, acc, dec, n, gen, first, last, tv, rng):
+    """Drafting.accept under sampled verification for slot g's members among the first `n` decodes: none drafted,
+    nothing drawn; else rng.random((members, largest proposal)) and each member's leading successes over its TV
+    window (traces/sampled_acceptance.py's rules, compiled), in admission order."""
+    m = 0
+    width = 0
+    for j in range(n):
+        if slot[j] == g:
+            m += 1
+            width = max(width, prop[j])
+    if m == 0:
+        return
+    rows = np.empty(m, np.int64)
+    m = 0
+    for j in range(n):
+        if slot[j] == g:
+            rows[m] = j
+            m += 1
+    if width == 0:
+        for r in range(m):
+            acc[rows[r]] = 0
+        return
+    starts, positions = np.empty(m, np.int64), np.empty(m, np.int64)
+    ends, ks = np.empty(m, np.int64), np.empty(m, np.int64)
+    for r in range(m):
+        i = dec[rows[r]]
+        starts[r], positions[r], ends[r], ks[r] = first[i], gen[i], last[i] + 1, prop[rows[r]]
+    window = _tv_window_rows(tv, starts, positions, ends, width, np.empty((m, width)))
+    got = _leading_successes(rng.random((m, width)), window, ks, np.zeros(m, np.int64))
+    for r in range(m):
+        acc[rows[r]] = got[r]
 
 
 # the built-in policies' rules, written once in policies/ as plain Python and compiled here
@@ -381,7 +420,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     arms, beta = cfg.arms, cfg.beta
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
-    lookahead, async_sched = cfg.lookahead, cfg.async_sched
+    lookahead, async_sched, sampled = cfg.lookahead, cfg.async_sched, cfg.sampled
     # vLLM V1's proposer priced per engine step (an `engine_step` cost): slot 0, the run's one drafter (eligibility)
     proposer = sd and nslot > 0 and drafts[0].kind == pricing.DRAFT_ENGINE_STEP
     st = state[0]
@@ -506,6 +545,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     prop[j] = 0
                     acc[j] = 0
             n_dec = _fit_proposals(prop, acc, n_dec, decode_budget, cut)  # Scheduler.fit_decodes
+            if sampled:  # Drafting.accept: each slot's kept drafts checked against the generator's draws
+                for g in range(nslot):
+                    _sample_slot(g, slot, prop, acc, dec, n_dec, gen, first, last, replay.tv[g], replay.rng)
             kv_est = 0
             for j in range(n_dec):
                 prop_sum += prop[j]

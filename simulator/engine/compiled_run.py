@@ -119,6 +119,8 @@ def _psd_reason(server) -> str | None:
         return "PSD without exactly one drafter at k >= 1: step path"
     if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
         return "PSD resumed mid-run (proposals pending): step path"
+    if server.drafting.verification != "greedy":
+        return "PSD with sampled verification (the PSD kernel replays greedy acceptance): step path"
     return None
 
 
@@ -155,8 +157,6 @@ def _policy_reason(server, policy) -> str | None:
         return f"k up to {policy.max_draft_tokens()} (the kernel's draft tables hold k <= {MAX_K})"
     if len(set(used)) != len(used):
         return f"policy {policy.name!r} names drafter {used[0]!r} twice"
-    if server.drafting.verification != "greedy":
-        return "sampled verification draws per step"
     if server.pricing.switch_cost_s > 0:
         return "a drafter switching cost"
     table = server.table
@@ -290,7 +290,8 @@ class CompiledRun:
                  shared=False, has_cap=False, min_match=0, k_ngram=0, k_eagle=0, ngram_slot=0, arms=0,
                  decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
                  async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead, think=0.0,
-                 prior=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s)
+                 prior=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
+                 sampled=G > 0 and server.drafting.verification == "sampled")
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
         if self.closed:
             v.update(closed=True, think=server.arrivals.think_time)
@@ -352,7 +353,11 @@ class CompiledRun:
         self.kernel_settings = settings_record(self.settings)  # the kernels' form (kernel_records.SETTINGS)
         self.first = server.drafting.first_flat.astype(np.int64)
         self.last = server.drafting.last_flat.astype(np.int64)
-        self.replay = Replay(tab, rowof, np.asarray(cap, dtype=np.int32), choice_slot, choice_k)
+        tv = np.zeros((1, 1), dtype=np.float32)
+        if v["sampled"]:  # each slot's TV per flat position (a drafter without tv is refused by Drafting)
+            tv = np.stack([np.asarray(table.tv[name], dtype=np.float32) for name in self.slots])
+        self.replay = Replay(tab, rowof, np.asarray(cap, dtype=np.int32), choice_slot, choice_k, tv,
+                             server.drafting.rng)
         self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
 

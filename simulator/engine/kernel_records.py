@@ -41,6 +41,8 @@ class Replay(NamedTuple):
     cap: np.ndarray  # int32
     choice_slot: np.ndarray  # int64
     choice_k: np.ndarray  # int64
+    tv: np.ndarray  # float32 (slots, flat positions): sampled verification's TV per position (Settings.sampled)
+    rng: np.random.Generator  # sampled verification's draws (the server's Drafting.rng, advanced in place)
 
 
 class Costs(NamedTuple):
@@ -85,6 +87,7 @@ class Settings(NamedTuple):
     decay: float
     beta: float  # UCB's exploration weight
     gap: float  # vLLM V1's engine-loop gap between busy steps (Server.gap_s)
+    sampled: bool  # sampled verification: each kept draft accepted with probability 1 - tv (Replay.tv, rng)
 
 
 class PSDSettings(NamedTuple):

@@ -46,6 +46,22 @@ def test_oracle_k_respects_proposal_len_and_k_max():
     assert pol.choose(RequestView("r", 4, 1)).drafter is None
 
 
+def test_reference_combine_takes_the_longer_reach_and_the_ngram_on_a_tie_by_hand():
+    """oracle-combine, reference costs: per position the drafter whose all-accepted drafts reach further (acc_len -
+    1, capped by the n-gram's match length and the output left), the n-gram on a tie, none when neither reaches a
+    token; its table of choices (position_choices) is what choose reads and the compiled engine takes."""
+    ngram = DrafterTrace(np.array([3, 3, 1, 5, 2, 4], np.int32), proposal_len=np.array([9, 1, 9, 9, 1, 9], np.int32))
+    eagle = DrafterTrace(np.array([2, 3, 1, 2, 3, 4], np.int32))
+    pol = OracleCombinePolicy("n", "e", costs="reference")
+    pol.bind_ground_truth({"r": RequestTrace("r", 1, 6, {"n": ngram, "e": eagle})})
+    # reach: n-gram min(acc - 1, match, left) = [2, 1, 0, 2, 1, 0]; EAGLE min(acc - 1, left) = [1, 2, 0, 1, 1, 0]
+    # (left = 6 - 1 - p: 5, 4, 3, 2, 1, 0)
+    d, k = pol.position_choices("r")
+    assert d.tolist() == [0, 1, -1, 0, 0, -1] and k.tolist() == [2, 2, 0, 2, 1, 0]
+    got = [pol.choose(RequestView("r", p, 1)) for p in range(6)]
+    assert [(c.drafter, c.k) for c in got] == [("n", 2), ("e", 2), (None, 0), ("n", 2), ("n", 1), (None, 0)]
+
+
 def test_oracle_refuses_to_run_unbound():
     with pytest.raises(RuntimeError, match="bind_ground_truth"):
         OracleKPolicy("e").choose(RequestView("r", 0, 1))

@@ -30,6 +30,7 @@ from simulator.costs.step_model import ROOFLINE_TERMS, StructuredProfile
 from simulator.engine.server import Server
 from tests.simulator.engine.engine_fixtures import (COSTS, PSDConfig, assert_same_run_tables, inputs, linear, scenario,
                                                  tables_jit_on_and_off, traces_with, workload)
+from traces.bundle import DrafterTrace
 from traces.catalog import get_gpu, get_model
 
 
@@ -133,6 +134,16 @@ def with_profiles(kw: dict, drawn, cost: str) -> dict:
     return kw
 
 
+def with_tv(traces, seed: int):
+    """The traces with a TV distance per position for every drafter (sampled verification reads it)."""
+    rng = np.random.default_rng(seed)
+    for t in traces:
+        for name, d in list(t.drafters.items()):
+            t.drafters[name] = DrafterTrace(d.acc_len, tv=rng.uniform(0.0, 1.0, len(d.acc_len)).astype(np.float32),
+                                            proposal_len=d.proposal_len)
+    return traces
+
+
 def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int, lookahead: int = 0) -> int:
     """KV tokens just enough (plus `slack` blocks) for the max_num_seqs largest requests at their largest KV (with
     `lookahead` slots each: vLLM V1's for an EAGLE drafter)."""
@@ -168,15 +179,18 @@ def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_r
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=profiles,
-       eagle=st.booleans(), async_sched=st.booleans(), proposer=st.booleans())
+       eagle=st.booleans(), async_sched=st.booleans(), proposer=st.booleans(), sampled=st.booleans())
 def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                         req_rate, max_num_seqs, block_size, slack, overhead, segment,
-                                                        roof, eagle, async_sched, proposer):
+                                                        roof, eagle, async_sched, proposer, sampled):
     """`eagle`: drafter 'd' is an EAGLE drafter (vLLM V1 reserves k lookahead KV slots per running request for it;
     'g' is n-gram, none); `async_sched`: vLLM V1 with async scheduling (the engine-loop gap hidden by the forward);
     `proposer`: the drafter is priced as vLLM V1's proposer, once per engine step (an `engine_step` cost, on the
-    drawn drafter profile when there is one)."""
+    drawn drafter profile when there is one); `sampled`: sampled verification (1 - tv per draft, the server's
+    generator's draws)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
+    if sampled:
+        traces = with_tv(traces, seed)
     drafter = "g" if ngram and seed % 2 else "d"
     kind = ("draft_model" if seed % 5 == 0 else "eagle") if eagle else "ngram"  # drafter 'd' (both keep KV)
     look = k if mode == "sd" and rules == "vllm-v1" and eagle and drafter == "d" else 0
@@ -185,7 +199,7 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
               max_num_seqs=max_num_seqs, block_size=block_size, step_overhead_s=overhead,
               max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
               prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules, async_sched),
-              kinds={"d": kind, "g": "ngram"})
+              kinds={"d": kind, "g": "ngram"}, verification="sampled" if sampled else "greedy")
     kw = with_profiles(kw, roof, cost)
     if proposer and k > 0:  # at k = 0 the fixed policy drafts with nobody: the step path charges the proposer
         kw["proposer"] = DraftCost("engine_step", profile=kw["cost"].profile or linear(1e-8, 5e-6, 2e-4))
@@ -219,16 +233,20 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
        k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
-       k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans())
+       k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans(),
+       sampled=st.booleans())
 def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
-        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched):
+        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
+        sampled):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
     per step) and UCB / MetaSD-UCB with the BE reward (per-request or shared statistics, one or two arms) over the
     same random configs: every restated rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
     UCB index, feedback order, per-group draft cost) is checked by the tables."""
     ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
+    if sampled:  # sampled verification: the learning policies see the drawn acceptance
+        traces = with_tv(traces, seed)
     drafters = ("d", "g") if ngram else ("d",)
     wl = workload(traces, n, rate=None if arrivals != "poisson" else req_rate, seed=seed,
                   clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
@@ -244,7 +262,8 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack, slots), max_num_seqs=max_num_seqs,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
-              **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"})
+              **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"},
+              verification="sampled" if sampled else "greedy")
     kw = with_profiles(kw, roof, cost)
     fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
@@ -589,6 +608,29 @@ def test_longer_ucb_runs_over_two_drafters_are_equal(scope, monkeypatch):
         assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
 
 
+def test_ucb_over_more_than_two_drafters_names_each_slot_apart_from_the_prompt_pass():
+    """UCB over four drafters: the steps' drafters column carries a bit per drafter slot, so slot 2 drafting alone
+    (code 4) must not read as the drafters' prompt-pass row (the kernel's code for that sat at 4 once: any policy of
+    three or more drafters broke the step table)."""
+    traces = traces_with(30, 5, 0.6, True)
+    rng = np.random.default_rng(5)
+    for t in traces:  # two more drafters: 'h' and 'i', each with its own acceptance
+        o = len(t.drafters["d"].acc_len)
+        t.drafters["h"] = DrafterTrace(rng.geometric(0.3, o).astype(np.int32))
+        t.drafters["i"] = DrafterTrace(rng.geometric(0.7, o).astype(np.int32))
+    wl = workload(traces, 120, rate=100.0, seed=5)
+    spec = {"name": "ucb", "drafters": ["d", "g", "h", "i"], "k": 3, "beta": 0.5, "scope": "shared"}
+    cost = DraftCost("whole_proposal", profile=linear(1e-8, 3e-6, 2e-4))  # a prompt pass: draft_prefill rows
+    kw = dict(traces=traces, wl=wl, drafters=("d", "g", "h", "i"), cost=cost, max_num_seqs=8,
+              max_num_batched_tokens=256, chunked_prefill=True)
+    fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
+    assert_same(fast, slow)
+    named = set(fast.steps.drafters)
+    assert {"h", "d+g+h+i"} <= named  # a slot alone, and the prompt pass of all four
+
+
 def test_a_fraction_or_constant_drafter_with_a_profile_is_charged_its_prompt_pass():
     """DraftCost.prefill_time prices a drafter's own prompt pass whenever it has a profile, whatever its kind; the
     kernel once charged it only for profile kinds (whole_proposal, autoregressive)."""
@@ -622,7 +664,7 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
         "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
         "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
         "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
-        "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py",
+        "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
         "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + b"".join(
         p.read_bytes() for p in sorted((root / "simulator/engine/rules").glob("*.py"))))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
