@@ -7,6 +7,8 @@ MetaSD's block divergence `r_BD = mean_j (1 - TV_j)` over all N drafted position
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from traces.errors import shorten
@@ -82,15 +84,28 @@ def reward_be(accepted, proposed):
 
 
 def reward_bd(tv) -> float:
-    """Block divergence mean_j (1 - TV_j) over the drafted positions; refuses when tv is unknown."""
+    """Block divergence mean_j (1 - TV_j) over the drafted positions (block_divergence); refuses when tv is
+    unknown."""
     if tv is None:
         raise MissingTVError(
             "the BD (block divergence) reward needs per-position TV distances (`tv`), and this trace "
             "has none; use reward: be (block efficiency = accepted / proposed) instead")
-    tv = np.asarray(tv, dtype=np.float64)
-    if tv.size == 0:
-        return 0.0
-    return float(np.mean(1.0 - tv))
+    tv = np.asarray(tv, dtype=np.float64).reshape(-1)
+    return float(block_divergence(tv, 0, 0, tv.shape[0], tv.shape[0]))
+
+
+def block_divergence(tv, start, position, end, width):
+    """MetaSD's block-divergence reward of one proposal: the mean of 1 - TV over output positions position ..
+    position + width - 1 of the trace at tv[start:end], those before its end and not NaN, summed in order; 0.0 when
+    there are none. Plain loops over an array: the compiled engine runs it too."""
+    total = 0.0
+    n = 0
+    for c in range(width):
+        f = start + position + c
+        if f < end and not math.isnan(tv[f]):
+            total += 1.0 - tv[f]
+            n += 1
+    return total / n if n > 0 else 0.0
 
 
 def check_reward(reward: str, has_tv: bool, where: str = "reward") -> None:

@@ -119,7 +119,7 @@ STEP_ROWS = 3  # the most step-table rows one step writes (draft, verify or mixe
 # phases, in simulator/engine/compiled_run.PHASES order
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
-POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE reward
+POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE or BD reward
 POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its table, Replay.choice_slot / choice_k
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
@@ -254,6 +254,7 @@ def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, ru
 
 _tv_window_rows = njit(cache=True)(sampled_acceptance.tv_window_rows)
 _leading_successes = njit(cache=True)(sampled_acceptance.leading_successes)
+_block_divergence = njit(cache=True)(sampled_acceptance.block_divergence)  # MetaSD's BD reward of one proposal
 
 
 @njit(cache=True)
@@ -420,7 +421,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     arms, beta = cfg.arms, cfg.beta
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
-    lookahead, async_sched, sampled = cfg.lookahead, cfg.async_sched, cfg.sampled
+    lookahead, async_sched, sampled, bd = cfg.lookahead, cfg.async_sched, cfg.sampled, cfg.bd
     # vLLM V1's proposer priced per engine step (an `engine_step` cost): slot 0, the run's one drafter (eligibility)
     proposer = sd and nslot > 0 and drafts[0].kind == pricing.DRAFT_ENGINE_STEP
     st = state[0]
@@ -434,7 +435,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     cap_rows, cap_itl = len(rows.step), len(itl)
     dec, ctx, flat, slot, kk = scratch.dec, scratch.ctx, scratch.flat, scratch.slot, scratch.kk
     prop, acc, cut, waitq, done = scratch.prop, scratch.acc, scratch.cut, scratch.waitq, scratch.done
-    newb, hold, times = scratch.newb, scratch.hold, scratch.times
+    newb, hold, times, reward = scratch.newb, scratch.hold, scratch.times, scratch.reward
     lim = PrefillLimits(max_seqs, B, chunked, bs, lookahead)
     plan = scratch.plan  # the step's prefill plan (and a policy's preview of it)
     pre, chunk = plan.request, plan.tokens
@@ -606,6 +607,12 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             forward = duration
             now = now + duration
             # ---- StepOutcome.apply
+            if bd:  # Drafting.feedback: MetaSD's reward over the drafted positions, before the tokens move them
+                for j in range(n_dec):
+                    g = slot[j]
+                    if g >= 0 and prop[j] > 0:
+                        i = dec[j]
+                        reward[j] = _block_divergence(replay.tv[g], first[i], gen[i], last[i] + 1, prop[j])
             emitted_sum, ni, n_done = emit_decoded(dec, n_dec, acc, prop, now, out, gen, last_emit, itl, ni, dsteps,
                                                    dprop, dacc, done, 0)
             for j in range(n_dec):
@@ -616,11 +623,11 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     if policy == POL_ADAPTIVE:  # feedback, admission order (Policy.observe per request)
                         x = 0 if shared else i
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
-                    elif policy == POL_UCB and prop[j] > 0:  # BanditPolicy.observe_batch: BE reward accepted / N
+                    elif policy == POL_UCB and prop[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
                         x = 0 if shared else i
                         a = _arm_of_slot(arm_slot, arms, g)
                         arm_counts[x, a] += 1.0
-                        arm_sums[x, a] += np.float64(acc[j]) / np.float64(prop[j])
+                        arm_sums[x, a] += reward[j] if bd else np.float64(acc[j]) / np.float64(prop[j])
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,

@@ -62,7 +62,7 @@ MAX_SLOTS = 8  # drafters a compiled policy may use: the kernel's drafter record
 # numba type for every run, so the kernel compiles once)
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
-# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB with the BE reward)
+# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB, BE or BD reward)
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy)
 
 
@@ -170,8 +170,6 @@ def _policy_reason(server, policy) -> str | None:
                 return why
     if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
         return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
-    if isinstance(policy, UCBPolicy) and policy.reward != "be":
-        return f"policy {policy.name!r} with the {policy.reward!r} reward (the kernel has the BE reward only)"
     if isinstance(policy, (AdaptiveKPolicy, UCBPolicy)) and policy.scope == "request":
         ids = server.wl.request_ids
         if len(set(ids)) != len(ids):
@@ -291,7 +289,8 @@ class CompiledRun:
                  decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
                  async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead, think=0.0,
                  prior=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
-                 sampled=G > 0 and server.drafting.verification == "sampled")
+                 sampled=G > 0 and server.drafting.verification == "sampled",
+                 bd=isinstance(policy, UCBPolicy) and policy.reward == "bd")
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
         if self.closed:
             v.update(closed=True, think=server.arrivals.think_time)
@@ -354,7 +353,7 @@ class CompiledRun:
         self.first = server.drafting.first_flat.astype(np.int64)
         self.last = server.drafting.last_flat.astype(np.int64)
         tv = np.zeros((1, 1), dtype=np.float32)
-        if v["sampled"]:  # each slot's TV per flat position (a drafter without tv is refused by Drafting)
+        if v["sampled"] or v["bd"]:  # each slot's TV per flat position (Drafting refuses a drafter without)
             tv = np.stack([np.asarray(table.tv[name], dtype=np.float32) for name in self.slots])
         self.replay = Replay(tab, rowof, np.asarray(cap, dtype=np.int32), choice_slot, choice_k, tv,
                              server.drafting.rng)

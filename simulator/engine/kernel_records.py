@@ -41,7 +41,7 @@ class Replay(NamedTuple):
     cap: np.ndarray  # int32
     choice_slot: np.ndarray  # int64
     choice_k: np.ndarray  # int64
-    tv: np.ndarray  # float32 (slots, flat positions): sampled verification's TV per position (Settings.sampled)
+    tv: np.ndarray  # float32 (slots, flat positions): TV per position (sampled verification, the BD reward)
     rng: np.random.Generator  # sampled verification's draws (the server's Drafting.rng, advanced in place)
 
 
@@ -88,6 +88,7 @@ class Settings(NamedTuple):
     beta: float  # UCB's exploration weight
     gap: float  # vLLM V1's engine-loop gap between busy steps (Server.gap_s)
     sampled: bool  # sampled verification: each kept draft accepted with probability 1 - tv (Replay.tv, rng)
+    bd: bool  # UCB's reward is MetaSD's block divergence over Replay.tv (else block efficiency)
 
 
 class PSDSettings(NamedTuple):
@@ -179,12 +180,13 @@ class Scratch(NamedTuple):
     hold: np.ndarray
     times: np.ndarray
     plan: PlanBuffers
+    reward: np.ndarray  # float64: each decode's bandit reward, read before its tokens move its position
 
 
 def scratch_buffers(max_seqs: int, k_max: int) -> Scratch:
     """Scratch for runs of at most `max_seqs` running sequences and adaptive k up to `k_max`."""
     return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(12)), np.empty(k_max + 1, np.float64),
-                   plan_buffers(max_seqs))
+                   plan_buffers(max_seqs), np.empty(max_seqs, np.float64))
 
 
 class PSDScratch(NamedTuple):

@@ -96,3 +96,21 @@ def test_bd_without_tv_is_refused_and_offers_be():
     check_reward("be", has_tv=False)
     with pytest.raises(ValueError, match="expected one of"):
         check_reward("xyz", has_tv=True)
+
+
+def test_window_successes_and_block_divergence_by_hand():
+    """The loop rules the engine compiles: a TV window over a flattened table (NaN past the trace's end), the leading
+    successes u < 1 - tv capped by k, and MetaSD's block divergence mean(1 - tv) over the drafted positions."""
+    from traces.sampled_acceptance import block_divergence, leading_successes, tv_window_rows
+
+    tv = np.array([0.9, 0.1, 0.2, 0.5, 0.4, 0.3], np.float32)  # trace A = tv[0:4], trace B = tv[4:6]
+    out = tv_window_rows(tv, np.array([0, 4]), np.array([1, 1]), np.array([4, 6]), 3, np.empty((2, 3)))
+    assert np.allclose(out[0], [0.1, 0.2, 0.5]) and out[1, 0] == np.float32(0.3) and np.isnan(out[1, 1:]).all()
+    u = np.array([[0.5, 0.7, 0.2], [0.1, 0.0, 0.0]])
+    # row 0: 0.5 < 0.9, 0.7 < 0.8, then 0.2 < 0.5 but k = 2 stops it; row 1: 0.1 < 0.7, then NaN: never a success
+    assert leading_successes(u, out, np.array([2, 3]), np.zeros(2, np.int64)).tolist() == [2, 1]
+    assert leading_successes(u, out, np.array([3, 0]), np.zeros(2, np.int64)).tolist() == [3, 0]
+    # trace A from position 1, 3 drafts: (0.9 + 0.8 + 0.5) / 3; trace B from 1, 3 drafts: one position left
+    assert block_divergence(tv.astype(np.float64), 0, 1, 4, 3) == pytest.approx(2.2 / 3, rel=1e-7)
+    assert block_divergence(tv, 4, 1, 6, 3) == pytest.approx(0.7, rel=1e-7)
+    assert block_divergence(tv, 4, 2, 6, 3) == 0.0  # past the end: no drafted position

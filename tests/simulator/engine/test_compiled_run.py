@@ -211,15 +211,15 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
 
 
 def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, weight: float, decay: float, scope: str,
-                min_match: int, k_ngram: int, k_eagle: int) -> dict:
+                min_match: int, k_ngram: int, k_eagle: int, reward: str = "be") -> dict:
     """A compiled policy's config: adaptive-k on 'd' or (with n-gram lengths) 'g', combine-match of 'g' and 'd', or UCB
-    (BE reward) over 'd' and, with n-gram lengths, 'g'."""
+    (`reward`: BE, or MetaSD's BD where the traces carry tv) over 'd' and, with n-gram lengths, 'g'."""
     if name == "adaptive-k":
         return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "k_max": k_max, "prior": prior,
                 "prior_weight": weight, "decay": decay, "scope": scope}
     if name in ("ucb", "metasd-ucb"):  # arms in either order; beta from the prior draw (0 included)
         arms = (["g", "d"] if seed % 2 else ["d", "g"]) if ngram else ["d"]
-        return {"name": name, "drafters": arms, "k": k_ngram, "beta": 2.0 * prior, "scope": scope, "reward": "be"}
+        return {"name": name, "drafters": arms, "k": k_ngram, "beta": 2.0 * prior, "scope": scope, "reward": reward}
     return {"name": name, "ngram": "g", "eagle": "d", "k_ngram": k_ngram, "k_eagle": k_eagle, "min_match": min_match}
 
 
@@ -240,7 +240,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
         sampled):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
-    per step) and UCB / MetaSD-UCB with the BE reward (per-request or shared statistics, one or two arms) over the
+    per step) and UCB / MetaSD-UCB with the BE or BD reward (per-request or shared statistics, one or two arms) over the
     same random configs: every restated rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
     UCB index, feedback order, per-group draft cost) is checked by the tables."""
     ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
@@ -252,7 +252,8 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
                   clients=1 + seed % 4 if arrivals == "closed" else 0, think=0.01 if seed % 3 == 0 else 0.0)
     if rules not in ("chunked", "vllm-v1") and budget < int(wl.prompt_len.max()):
         budget = int(wl.prompt_len.max()) + seed % 9
-    spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle)
+    spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle,
+                       "bd" if sampled and seed % 2 else "be")  # BD reads the tv sampled runs carry
     look = k_max if policy == "adaptive-k" else k_ngram if "ucb" in policy else max(k_ngram, k_eagle)
     # 'd' an EAGLE drafter (when drawn): under vLLM V1 every running request holds `look` lookahead slots when the
     # policy uses it (adaptive-k on 'g' does not)
@@ -372,11 +373,6 @@ def _fallback_cases():
     gtraces = traces_with(6, 1, 0.6, True)
     gbase = dict(traces=gtraces, wl=workload(gtraces, 12, rate=100.0), drafters=("d", "g"))
     twins = workload(traces, 12, rate=100.0)
-    tvtraces = traces_with(6, 1, 0.6, False)
-    for t in tvtraces:  # per-position tv, which the BD reward reads
-        d = t.drafters["d"]
-        t.drafters["d"] = type(d)(d.acc_len, tv=np.full(len(d.acc_len), 0.25, dtype=np.float32))
-    tvbase = dict(traces=tvtraces, wl=workload(tvtraces, 12, rate=100.0))
     twins.request_ids[1] = twins.request_ids[0]
 
     def ADAPTIVE():
@@ -396,8 +392,6 @@ def _fallback_cases():
                             "chooses per step"),
         "discounted ucb": ({**base, "policy": make_policy({"name": "discounted-ucb", "drafters": ["d"], "k": 3,
                                                            "reward": "be"}, seed=0)}, "chooses per step"),
-        "ucb bd reward": ({**tvbase, "policy": make_policy({"name": "metasd-ucb", "drafters": ["d"], "k": 3},
-                                                          seed=0)}, "reward"),
         "policy method replaced": ({**base, "policy": spied(ADAPTIVE())}, "choose_batch replaced on the instance"),
         "ucb repeated ids": ({**base, "wl": twins, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3},
                                                                          seed=0)}, "repeated request ids"),
@@ -592,14 +586,16 @@ def test_adaptive_k_estimates_are_left_in_the_policy_as_the_step_path_leaves_the
     assert running and sorted(pol._est) == sorted(running)
 
 
+@pytest.mark.parametrize("reward", ["be", "bd"])
 @pytest.mark.parametrize("scope", ["request", "shared"])
-def test_longer_ucb_runs_over_two_drafters_are_equal(scope, monkeypatch):
+def test_longer_ucb_runs_over_two_drafters_are_equal(scope, reward, monkeypatch):
     """UCB's index decides between two arms over many plays (per request: up to ~60; shared: thousands), so a change
-    to the index or the reward shows in the tables."""
-    traces = traces_with(40, 11, 0.55, True)
+    to the index or the reward (block efficiency, or MetaSD's block divergence over the traces' tv) shows in the
+    tables."""
+    traces = with_tv(traces_with(40, 11, 0.55, True), 11)
     wl = workload(traces, 160, rate=120.0, seed=11)
     for beta in (0.2, 1.0, 3.0):
-        spec = {"name": "ucb", "drafters": ["g", "d"], "k": 4, "beta": beta, "scope": scope}
+        spec = {"name": "ucb", "drafters": ["g", "d"], "k": 4, "beta": beta, "scope": scope, "reward": reward}
         kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=12, max_num_batched_tokens=256,
                   chunked_prefill=True, step_overhead_s=1e-4)
         fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
