@@ -42,7 +42,8 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
         c = rep.server.compiled
         shared = (("rowof", c.replay.rowof, c0.replay.rowof), ("cap", c.replay.cap, c0.replay.cap),
                   ("choice_slot", c.replay.choice_slot, c0.replay.choice_slot),
-                  ("choice_k", c.replay.choice_k, c0.replay.choice_k),
+                  ("choice_k", c.replay.choice_k, c0.replay.choice_k), ("tv", c.replay.tv, c0.replay.tv),
+                  ("tree", [getattr(c.replay, f) for f in TREE], [getattr(c0.replay, f) for f in TREE]),
                   ("costs", c.costs, c0.costs),
                   ("arm_slot", c.pol.arm_slot, c0.pol.arm_slot), ("first_all", c.first_all, c0.first_all),
                   ("last_all", c.last_all, c0.last_all), ("slots", c.slots, c0.slots))
@@ -56,6 +57,9 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
         if c.pol.est_s.shape != c0.pol.est_s.shape or c.pol.arm_counts.shape != c0.pol.arm_counts.shape:
             return f"replica {j}'s policy state differs in shape from replica 0's: per-replica path"
     return None
+
+
+TREE = ("tree_parent", "tree_rank", "tree_ranks", "tree_passes")  # a static draft tree's records (Replay)
 
 
 def _same(a, b) -> bool:

@@ -111,7 +111,7 @@ carry_proposals = njit(cache=True)(psd_sides.carry_proposals)  # PSD: the drafte
 psd_step_time = njit(cache=True)(psd_timing.psd_step_time)  # PSD: both devices' ends, the step's duration
 _overlapped_gap = njit(cache=True)(overlapped_gap)
 register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted drafts of one rank row
-accept_tree = njit(cache=True)(tree_rules.accept_tree)  # the step path's tree acceptance (no kernel runs trees)
+accept_tree = njit(cache=True)(tree_rules.accept_tree)  # a tree's acceptance (both paths)
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
 STEP = 4  # _turn: take a step (never returned by a kernel)
@@ -181,6 +181,7 @@ def _shape_price_of_terms(profile, decode_seqs, draft_tokens, decode_kv, prefill
 _price = njit(cache=True, inline="always")(pricing.terms_step_time)  # a ProfileTerms record's step time
 _target_time = njit(cache=True, inline="always")(pricing.target_time)  # a target step's price by its shape
 _draft_time = njit(cache=True)(pricing.draft_time)
+_tree_draft_time = njit(cache=True)(tree_rules.tree_draft_time)  # a static tree's drafting, one pass per depth
 draft_group = njit(cache=True)(pricing.draft_group)  # the sub-batch each drafter is charged for (both paths)
 _drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
 _sd_step_time = njit(cache=True, inline="always")(pricing.sd_step_time)
@@ -421,7 +422,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     arms, beta = cfg.arms, cfg.beta
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
-    lookahead, async_sched, sampled, bd = cfg.lookahead, cfg.async_sched, cfg.sampled, cfg.bd
+    lookahead, async_sched, sampled, bd, tree = cfg.lookahead, cfg.async_sched, cfg.sampled, cfg.bd, cfg.tree
     # vLLM V1's proposer priced per engine step (an `engine_step` cost): slot 0, the run's one drafter (eligibility)
     proposer = sd and nslot > 0 and drafts[0].kind == pricing.DRAFT_ENGINE_STEP
     st = state[0]
@@ -546,6 +547,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     prop[j] = 0
                     acc[j] = 0
             n_dec = _fit_proposals(prop, acc, n_dec, decode_budget, cut)  # Scheduler.fit_decodes
+            if tree:  # Drafting.accept: each kept tree (its leading nodes) against its rank row
+                accept_tree(replay.tree_parent, replay.tree_rank, replay.tree_ranks, flat, prop, n_dec, acc)
             if sampled:  # Drafting.accept: each slot's kept drafts checked against the generator's draws
                 for g in range(nslot):
                     _sample_slot(g, slot, prop, acc, dec, n_dec, gen, first, last, replay.tv[g], replay.rng)
@@ -589,7 +592,12 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             n_act = 0
             for g in range(nslot):
                 n_g, p_g, k_g, kv_g = draft_group(g, slot, prop, kk, ctx, n_dec)
-                if n_g > 0:
+                if n_g > 0 and tree:  # Pricing.draft_time: a static tree, one drafter pass per depth
+                    draft_t += _tree_draft_time(drafts[g], dprofiles[g], n_g, p_g, replay.tree_passes, kv_g,
+                                                verify_t)
+                    drf |= 1 << g
+                    n_act += n_g
+                elif n_g > 0:
                     draft_t += _draft_time(drafts[g], dprofiles[g], n_g, p_g, k_g, kv_g, verify_t)
                     drf |= 1 << g
                     n_act += n_g

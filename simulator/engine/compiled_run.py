@@ -88,8 +88,6 @@ def ineligible_reason(server) -> str | None:
     why = _proposer_reason(server, policy)
     if why is not None:
         return why
-    if server.drafting.tree is not None:
-        return "a draft tree (the fixed policy's tree:): the kernels verify chains only; step path"
     why = _policy_reason(server, policy)
     if why is not None:
         return why
@@ -290,7 +288,7 @@ class CompiledRun:
                  async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead, think=0.0,
                  prior=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
                  sampled=G > 0 and server.drafting.verification == "sampled",
-                 bd=isinstance(policy, UCBPolicy) and policy.reward == "bd")
+                 bd=isinstance(policy, UCBPolicy) and policy.reward == "bd", tree=server.drafting.tree is not None)
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
         if self.closed:
             v.update(closed=True, think=server.arrivals.think_time)
@@ -355,8 +353,15 @@ class CompiledRun:
         tv = np.zeros((1, 1), dtype=np.float32)
         if v["sampled"] or v["bd"]:  # each slot's TV per flat position (Drafting refuses a drafter without)
             tv = np.stack([np.asarray(table.tv[name], dtype=np.float32) for name in self.slots])
-        self.replay = Replay(tab, rowof, np.asarray(cap, dtype=np.int32), choice_slot, choice_k, tv,
-                             server.drafting.rng)
+        tree = server.drafting.tree
+        if tree is None:
+            shape = (np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, 1), np.int8), np.zeros(1, np.int64))
+        else:  # the fixed policy's tree: one drafter, slot 0 (Drafting refuses any other)
+            shape = (np.asarray(tree.parent, np.int32), np.asarray(tree.rank, np.int32),
+                     table.tree_rank[self.slots[0]], np.asarray(server.pricing.tree_passes, np.int64))
+        self.replay = Replay(tab=tab, rowof=rowof, cap=np.asarray(cap, dtype=np.int32), choice_slot=choice_slot,
+                             choice_k=choice_k, tv=tv, rng=server.drafting.rng,
+                             **dict(zip(("tree_parent", "tree_rank", "tree_ranks", "tree_passes"), shape)))
         self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
 

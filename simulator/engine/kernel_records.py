@@ -35,13 +35,18 @@ class Replay(NamedTuple):
     """The acceptance replay precomputed by traces/acceptance.py: `tab[rowof[g, k], 0 / 1, f]` the proposed /
     accepted drafts when drafter slot g is asked for k at flat trace position f; `cap[f]` the n-gram match length a
     policy reads; `choice_slot[f]`, `choice_k[f]` the (slot or -1, k) a policy that chooses by position alone takes
-    at f (oracle/ground_truth.py position_choices)."""
+    at f (oracle/ground_truth.py position_choices); `tv` and `rng`: sampled verification's and the BD reward's
+    (traces/sampled_acceptance.py); `tree_*`: a static draft tree's shape and rank rows (rules/tree.py)."""
     tab: np.ndarray  # int8 (rows, 2, flat positions)
     rowof: np.ndarray  # int64 (slots, k + 1)
     cap: np.ndarray  # int32
     choice_slot: np.ndarray  # int64
     choice_k: np.ndarray  # int64
     tv: np.ndarray  # float32 (slots, flat positions): TV per position (sampled verification, the BD reward)
+    tree_parent: np.ndarray  # int32 (nodes): a static draft tree's parent per node (traces/tree.TreeShape)
+    tree_rank: np.ndarray  # int32 (nodes): its rank among its parent's children
+    tree_ranks: np.ndarray  # int8 or int16 (flat positions, depth): slot 0's rank rows (AcceptanceTable.tree_rank)
+    tree_passes: np.ndarray  # int64 (depth): nodes with children per depth (TreeShape.draft_pass_tokens)
     rng: np.random.Generator  # sampled verification's draws (the server's Drafting.rng, advanced in place)
 
 
@@ -89,6 +94,7 @@ class Settings(NamedTuple):
     gap: float  # vLLM V1's engine-loop gap between busy steps (Server.gap_s)
     sampled: bool  # sampled verification: each kept draft accepted with probability 1 - tv (Replay.tv, rng)
     bd: bool  # UCB's reward is MetaSD's block divergence over Replay.tv (else block efficiency)
+    tree: bool  # the fixed policy drafts a static tree (Replay.tree_*): accepted by rank rows, drafted per depth
 
 
 class PSDSettings(NamedTuple):

@@ -17,7 +17,7 @@ from simulator.engine.kernel_records import (PSD_STATE, RUN_STATE, SETTINGS, PSD
 
 INTS = ("policy", "k", "nslot", "k_max", "max_seqs", "budget", "block_size", "total_blocks", "min_match", "k_ngram",
         "k_eagle", "ngram_slot", "arms", "decode_budget", "lookahead")
-BOOLS = ("sd", "chunked", "separate", "closed", "shared", "has_cap", "async_sched", "routed", "sampled", "bd")
+BOOLS = ("sd", "chunked", "separate", "closed", "shared", "has_cap", "async_sched", "routed", "sampled", "bd", "tree")
 FLOATS = ("overhead", "think", "prior", "prior_weight", "decay", "beta", "gap")
 
 

@@ -1,6 +1,6 @@
 """Draft trees in the engine (the fixed policy's `tree:`): a width-1 tree runs exactly as the chain of its depth,
 a tree's steps verify N + 1 tokens per sequence and accept at most its depth, the context grows by the emitted tokens
-only, and what cannot be replayed is refused with its reason."""
+only, the compiled path's tables equal the step path's, and what cannot be replayed is refused with its reason."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,7 +64,7 @@ def test_width_one_tree_runs_as_the_chain_of_its_depth(depth, seed, cost, v1, se
         dict(max_num_seqs=seqs)
     chain = run(traces, FixedPolicy("d", depth), cost=cost, **server)
     tree = run(traces, FixedPolicy("d", tree={"widths": [1] * depth}), cost=cost, **server)
-    assert tree.extras["engine_path"] == "steps"
+    assert tree.extras["engine_path"] == "compiled", tree.extras.get("engine_path_reason")
     pd.testing.assert_frame_equal(chain.requests, tree.requests, check_exact=True)
     pd.testing.assert_frame_equal(chain.steps, tree.steps, check_exact=True)
     assert chain.itl.tobytes() == tree.itl.tobytes()
@@ -114,6 +114,31 @@ def test_tree_steps_verify_n_plus_one_and_accept_within_the_tree(paths, seed):
             total += a
             pos += min(1 + a, t.output_len - pos)
         assert got == total, rid
+
+
+@settings(max_examples=25, deadline=None)
+@given(paths=trees(), seed=st.integers(0, 2**16), cost=st.sampled_from(sorted(COSTS)), v1=st.booleans(),
+       seqs=st.integers(1, 8), budget=st.integers(4, 64), clients=st.sampled_from([0, 0, 3]))
+def test_the_compiled_tree_step_equals_the_step_paths(paths, seed, cost, v1, seqs, budget, clients):
+    """The kernel's tree branch (rules/tree.accept_tree over the kept nodes, tree_draft_time per depth) against the
+    step path, bit for bit, over random trees, draft costs, vLLM V1's budget cutting trees, open and closed loops."""
+    from simulator.engine import compiled_run
+
+    traces = tree_traces(6, seed, depth=3, top_k=3, rate=0.7)
+    policy = [list(p) for p in paths]
+    server = dict(max_num_seqs=seqs, scheduler="vllm-v1", max_num_batched_tokens=budget) if v1 else \
+        dict(max_num_seqs=seqs)
+    fast = run(traces, FixedPolicy("d", tree=policy), cost=cost, top_k=3, clients=clients, **server)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    compiled_run.COMPILED = False
+    try:
+        slow = run(traces, FixedPolicy("d", tree=policy), cost=cost, top_k=3, clients=clients, **server)
+    finally:
+        compiled_run.COMPILED = True
+    assert slow.extras["engine_path"] == "steps"
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    assert fast.itl.tobytes() == slow.itl.tobytes()
 
 
 def test_context_grows_by_the_emitted_tokens_only():
