@@ -158,9 +158,10 @@ for _rule in (linear_step_time, roofline.attention_pairs, roofline.roofline_comp
     register_jitable(_rule)
 # the loop-free rules over the typed records are inlined where called (numba IR): a call would pass the drafter and
 # profile records by value and count a reference to each record's array (the step estimate: once per k, per step)
-for _rule in (pricing.terms_step_time, pricing.terms_shape_time, pricing.target_time, pricing.prefill_time,
-              pricing.sd_step_time, pricing.decode_tokens):
+for _rule in (pricing.terms_step_time, pricing.target_time, pricing.prefill_time, pricing.sd_step_time,
+              pricing.decode_tokens):
     register_jitable(inline="always")(_rule)
+register_jitable(pricing.terms_shape_time)  # a call: the structured model's terms stay out of the hot loops
 
 
 @overload(pricing.profile_price, inline="always")
@@ -173,7 +174,7 @@ def _prices_shape_of_terms(profile):
     return lambda profile: profile.kind == pricing.PROFILE_STRUCTURED
 
 
-@overload(pricing.shape_price, inline="always")
+@overload(pricing.shape_price)
 def _shape_price_of_terms(profile, decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_attn):
     return pricing.terms_shape_time
 
