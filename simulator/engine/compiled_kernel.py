@@ -75,6 +75,7 @@ from simulator.costs import roofline, step_model  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
 from simulator.engine.rules import pricing, psd_sides, psd_timing  # noqa: E402
+from simulator.engine.rules import sampled as sampled_rules  # noqa: E402
 from simulator.engine.rules import decode_budget as budget_rules  # noqa: E402
 from simulator.engine.rules.kv import decode_hold  # noqa: E402
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap  # noqa: E402
@@ -254,43 +255,10 @@ def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, ru
                                   n, kv, k, n_pre, pt, pkv)
 
 
-_tv_window_rows = njit(cache=True)(sampled_acceptance.tv_window_rows)
-_leading_successes = njit(cache=True)(sampled_acceptance.leading_successes)
+register_jitable(sampled_acceptance.tv_window_rows)
+register_jitable(sampled_acceptance.leading_successes)
+sample_group = njit(cache=True)(sampled_rules.sample_group)  # sampled verification of one drafter's proposals
 _block_divergence = njit(cache=True)(sampled_acceptance.block_divergence)  # MetaSD's BD reward of one proposal
-
-
-@njit(cache=True)
-def _sample_slot(g, slot, prop, acc, dec, n, gen, first, last, tv, rng):
-    """Drafting.accept under sampled verification for slot g's members among the first `n` decodes: none drafted,
-    nothing drawn; else rng.random((members, largest proposal)) and each member's leading successes over its TV
-    window (traces/sampled_acceptance.py's rules, compiled), in admission order."""
-    m = 0
-    width = 0
-    for j in range(n):
-        if slot[j] == g:
-            m += 1
-            width = max(width, prop[j])
-    if m == 0:
-        return
-    rows = np.empty(m, np.int64)
-    m = 0
-    for j in range(n):
-        if slot[j] == g:
-            rows[m] = j
-            m += 1
-    if width == 0:
-        for r in range(m):
-            acc[rows[r]] = 0
-        return
-    starts, positions = np.empty(m, np.int64), np.empty(m, np.int64)
-    ends, ks = np.empty(m, np.int64), np.empty(m, np.int64)
-    for r in range(m):
-        i = dec[rows[r]]
-        starts[r], positions[r], ends[r], ks[r] = first[i], gen[i], last[i] + 1, prop[rows[r]]
-    window = _tv_window_rows(tv, starts, positions, ends, width, np.empty((m, width)))
-    got = _leading_successes(rng.random((m, width)), window, ks, np.zeros(m, np.int64))
-    for r in range(m):
-        acc[rows[r]] = got[r]
 
 
 # the built-in policies' rules, written once in policies/ as plain Python and compiled here
@@ -552,7 +520,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 accept_tree(replay.tree_parent, replay.tree_rank, replay.tree_ranks, flat, prop, n_dec, acc)
             if sampled:  # Drafting.accept: each slot's kept drafts checked against the generator's draws
                 for g in range(nslot):
-                    _sample_slot(g, slot, prop, acc, dec, n_dec, gen, first, last, replay.tv[g], replay.rng)
+                    sample_group(g, slot, prop, acc, dec, n_dec, gen, first, last, replay.tv[g], replay.rng)
             kv_est = 0
             for j in range(n_dec):
                 prop_sum += prop[j]

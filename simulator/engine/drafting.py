@@ -62,9 +62,9 @@ class Drafting:
             if missing:
                 raise ValueError(f"verification: sampled needs per-position tv in the traces, but drafter(s) "
                                  f"{missing} have none; use verification: greedy or collect traces with tv")
-            from traces.sampled_acceptance import sample_accepted
+            from simulator.engine.compiled_kernel import sample_group  # rules/sampled.sample_group, compiled
 
-            self._sampler = sample_accepted
+            self._sample_group = sample_group
         self.max_k: int | None = None  # the policy's stated max_draft_tokens(), read at its first choice
 
     def _check_tree(self, mode: str, verification: str) -> None:
@@ -156,12 +156,10 @@ class Drafting:
         for di, mask in grp:
             d = self.drafters[di]
             prop = masked(proposed, mask)
-            if self.verification == "sampled" and d in self.table.tv:
-                kmax = int(prop.max())
-                if kmax == 0:
-                    continue
-                tix = self.wl.trace_index[masked(idx, mask)]
-                got = self._sampler(self.table.tv_window(d, tix, masked(pos, mask), kmax), prop, self.rng)
+            if self.verification == "sampled" and d in self.table.tv:  # rules/sampled.sample_group, compiled
+                self._sample_group(di, d_idx, proposed, acc, idx, len(idx), self.state.gen, self.first_flat,
+                                   self.last_flat, self.table.tv[d], self.rng)
+                continue
             elif self.tree is not None:
                 if flat is None:
                     flat = self.flat_index(idx, pos)
