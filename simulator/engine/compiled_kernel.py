@@ -122,6 +122,7 @@ P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE or BD reward
 POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its table, Replay.choice_slot / choice_k
+POL_BATCH = 5  # k by the step's count of decoding requests (k-by-batch, slot 0): Replay.batch_k
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
 # above every mask of compiled_run.MAX_SLOTS (8) slots
@@ -498,6 +499,11 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         arm = _ucb_arm(arm_counts[e, :arms], arm_sums[e, :arms], beta)
                     slot[j] = arm_slot[arm]
                     kk[j] = k_fixed
+            elif policy == POL_BATCH:  # KByBatchPolicy.k_for(batch size), tabulated by its own rule
+                kb = replay.batch_k[n_dec]
+                for j in range(n_dec):
+                    slot[j] = 0 if kb > 0 else -1
+                    kk[j] = kb
             elif policy == POL_TABLE:  # Policy.choose reads the same table (GroundTruthPolicy.tabulated)
                 for j in range(n_dec):
                     slot[j] = choice_slot[flat[j]]

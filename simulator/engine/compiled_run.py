@@ -34,6 +34,7 @@ import numpy as np
 from policies.adaptive_k import AdaptiveKPolicy
 from policies.base import NO_DRAFT, FixedPolicy
 from policies.combine import CombineMatchPolicy
+from policies.k_by_batch import KByBatchPolicy
 from policies.ucb import MetaSDUCBPolicy, UCBPolicy
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
@@ -62,8 +63,8 @@ MAX_SLOTS = 8  # drafters a compiled policy may use: the kernel's drafter record
 # numba type for every run, so the kernel compiles once)
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
-# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB, BE or BD reward)
-COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy)
+# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB, BE or BD reward), _BATCH (k-by-batch)
+COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy, KByBatchPolicy)
 
 
 def ineligible_reason(server) -> str | None:
@@ -143,6 +144,10 @@ def _policy_reason(server, policy) -> str | None:
     if type(policy) not in COMPILED_POLICIES and not getattr(policy, "by_position", False):
         return (f"policy {policy.name!r} chooses per step (learning, adaptive or by the step's time estimate): "
                 "step path")
+    if type(policy) is KByBatchPolicy and policy.ranges[-1][1] is not None \
+            and policy.ranges[-1][1] < server.max_num_seqs:
+        return (f"policy {policy.name!r}: its ranges end at batch size {policy.ranges[-1][1]}, below max_num_seqs "
+                f"{server.max_num_seqs} (the step path names the batch that passes them)")
     patched = sorted(set(vars(policy)) & POLICY_METHODS)
     if patched:  # a wrapper set on the instance (a recorder, a test spy) would never be called by the kernel
         return f"policy {policy.name!r} has {', '.join(patched)} replaced on the instance"
@@ -295,6 +300,7 @@ class CompiledRun:
         n_flat = int(table.offsets[-1])
         cap = np.zeros(1, dtype=np.int32)
         choice_slot, choice_k = np.full(1, -1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        batch_k = np.zeros(1, dtype=np.int64)
         if G == 0 or type(policy) is FixedPolicy:
             v.update(policy=ker.POL_FIXED, k=policy.k)
             ks = [policy.k] * G
@@ -309,6 +315,10 @@ class CompiledRun:
             v.update(policy=ker.POL_UCB, k=policy.k, arms=policy.num_arms, shared=policy.scope == "shared",
                      beta=policy.beta)
             ks = [policy.k] * G
+        elif type(policy) is KByBatchPolicy:  # its k at every batch size a step can have
+            v.update(policy=ker.POL_BATCH)
+            batch_k = np.array([0] + [policy.k_for(n) for n in range(1, server.max_num_seqs + 1)], dtype=np.int64)
+            ks = [max(1, int(batch_k.max()))]
         elif getattr(policy, "by_position", False):  # an oracle's table of choices by position
             v.update(policy=ker.POL_TABLE)
             choice_slot, choice_k = self._position_table(used, n_flat)
@@ -321,7 +331,7 @@ class CompiledRun:
         # the replay rule (traces/acceptance.py) once over the table for each (slot, k) the policy can ask for:
         # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
         # k), from inputs clipped where the rule cannot tell (match lengths at k, acceptance lengths at k + 1)
-        asks = [range(1, k + 1) if v["policy"] in (ker.POL_ADAPTIVE, ker.POL_TABLE)
+        asks = [range(1, k + 1) if v["policy"] in (ker.POL_ADAPTIVE, ker.POL_TABLE, ker.POL_BATCH)
                 or name == getattr(policy, "ngram", None) else [k]
                 for name, k in zip(self.slots, ks)]  # adaptive-k, tables, combine-match's n-gram: k <= the most
         rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
@@ -360,7 +370,7 @@ class CompiledRun:
             shape = (np.asarray(tree.parent, np.int32), np.asarray(tree.rank, np.int32),
                      table.tree_rank[self.slots[0]], np.asarray(server.pricing.tree_passes, np.int64))
         self.replay = Replay(tab=tab, rowof=rowof, cap=np.asarray(cap, dtype=np.int32), choice_slot=choice_slot,
-                             choice_k=choice_k, tv=tv, rng=server.drafting.rng,
+                             choice_k=choice_k, tv=tv, rng=server.drafting.rng, batch_k=batch_k,
                              **dict(zip(("tree_parent", "tree_rank", "tree_ranks", "tree_passes"), shape)))
         self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy

@@ -36,7 +36,8 @@ class Replay(NamedTuple):
     accepted drafts when drafter slot g is asked for k at flat trace position f; `cap[f]` the n-gram match length a
     policy reads; `choice_slot[f]`, `choice_k[f]` the (slot or -1, k) a policy that chooses by position alone takes
     at f (oracle/ground_truth.py position_choices); `tv` and `rng`: sampled verification's and the BD reward's
-    (traces/sampled_acceptance.py); `tree_*`: a static draft tree's shape and rank rows (rules/tree.py)."""
+    (traces/sampled_acceptance.py); `tree_*`: a static draft tree's shape and rank rows (rules/tree.py);
+    `batch_k[n]`: the k a policy that chooses by batch size alone takes when n requests decode (policies/k_by_batch.py)."""
     tab: np.ndarray  # int8 (rows, 2, flat positions)
     rowof: np.ndarray  # int64 (slots, k + 1)
     cap: np.ndarray  # int32
@@ -47,6 +48,7 @@ class Replay(NamedTuple):
     tree_rank: np.ndarray  # int32 (nodes): its rank among its parent's children
     tree_ranks: np.ndarray  # int8 or int16 (flat positions, depth): slot 0's rank rows (AcceptanceTable.tree_rank)
     tree_passes: np.ndarray  # int64 (depth): nodes with children per depth (TreeShape.draft_pass_tokens)
+    batch_k: np.ndarray  # int64 (max_num_seqs + 1): k-by-batch's k at each count of decoding requests
     rng: np.random.Generator  # sampled verification's draws (the server's Drafting.rng, advanced in place)
 
 
@@ -63,7 +65,7 @@ class Settings(NamedTuple):
     """The run's fixed settings (server, scheduler, policy), one typed scalar per field; the kernels take them as a
     one-record SETTINGS array (settings_record)."""
     sd: bool  # mode sd (a decode step's rows are verify rows)
-    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB or POL_TABLE
+    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB, POL_TABLE or POL_BATCH
     k: int  # the fixed policy's and UCB's k
     nslot: int  # drafter slots (0: plain decoding)
     k_max: int  # adaptive-k's largest k

@@ -217,6 +217,12 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
     if name == "adaptive-k":
         return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "k_max": k_max, "prior": prior,
                 "prior_weight": weight, "decay": decay, "scope": scope}
+    if name == "k-by-batch":  # k from the batch size: ranges cut at min_match and k_ngram + 2, k 0 allowed at first
+        cut1, cut2 = min_match, min_match + k_ngram
+        return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "ranges": [
+            {"min_batch": 1, "max_batch": cut1, "k": k_max % 3}, {"min_batch": cut1 + 1, "max_batch": cut2,
+                                                                   "k": k_eagle},
+            {"min_batch": cut2 + 1, "max_batch": None, "k": k_ngram}]}
     if name in ("ucb", "metasd-ucb"):  # arms in either order; beta from the prior draw (0 included)
         arms = (["g", "d"] if seed % 2 else ["d", "g"]) if ngram else ["d"]
         return {"name": name, "drafters": arms, "k": k_ngram, "beta": 2.0 * prior, "scope": scope, "reward": reward}
@@ -224,7 +230,7 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
 
 
 @settings(max_examples=80, deadline=None)
-@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "ucb", "metasd-ucb"]),
+@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "ucb", "metasd-ucb", "k-by-batch"]),
        seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
        cost=st.sampled_from(sorted(COSTS)),
        rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]), budget=st.sampled_from([16, 64, 4096]),
@@ -254,10 +260,10 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
         budget = int(wl.prompt_len.max()) + seed % 9
     spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle,
                        "bd" if sampled and seed % 2 else "be")  # BD reads the tv sampled runs carry
-    look = k_max if policy == "adaptive-k" else k_ngram if "ucb" in policy else max(k_ngram, k_eagle)
+    look = k_max if policy == "adaptive-k" else k_ngram if "ucb" in policy else max(k_ngram, k_eagle, k_max % 3)
     # 'd' an EAGLE drafter (when drawn): under vLLM V1 every running request holds `look` lookahead slots when the
     # policy uses it (adaptive-k on 'g' does not)
-    uses_d = not (policy == "adaptive-k" and spec["drafter"] == "g")
+    uses_d = not (policy in ("adaptive-k", "k-by-batch") and spec["drafter"] == "g")
     slots = look if rules == "vllm-v1" and eagle and uses_d else 0
     kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
               kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack, slots), max_num_seqs=max_num_seqs,
@@ -423,6 +429,17 @@ def test_an_ineligible_run_falls_back_to_the_step_path_and_says_why(case):
     res = build(**kw).simulate()
     assert res.extras["engine_path"] == "steps"
     assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
+
+
+def test_k_by_batch_ranges_short_of_max_num_seqs_take_the_step_path_which_names_the_batch():
+    """k-by-batch is compiled as its k at every batch size up to max_num_seqs; ranges that stop short leave batch
+    sizes without a k, so the run takes the step path, which fails at the first such batch and names it."""
+    traces = traces_with(6, 1, 0.6, False)
+    spec = {"name": "k-by-batch", "drafter": "d", "ranges": [{"min_batch": 1, "max_batch": 2, "k": 2}]}
+    sim = build(traces, workload(traces, 12, rate=100.0), policy=make_policy(spec, seed=0))
+    assert "ranges end at batch size 2, below max_num_seqs 8" in compiled_run.ineligible_reason(sim.server)
+    with pytest.raises(ValueError, match="no range covers batch size 4"):  # the first batch past 2 decodes 4
+        sim.simulate()
 
 
 def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
