@@ -63,6 +63,16 @@ def run_path(compiled: bool, segment: int | None = None, **kw):
         compiled_run.COMPILED, compiled_run.SEGMENT_ROWS = True, old
 
 
+def assert_policy_paths_agree(spec: dict, segment: int, kw: dict) -> None:
+    """The policy of `spec` (a fresh instance per run) on the compiled path (`segment` rows per kernel call) and
+    forced onto the step path: the same tables bit for bit."""
+    fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
+    assert slow.extras["engine_path"] == "steps"
+    assert_same(fast, slow)
+
+
 def assert_same(a, b) -> None:
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
     pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
@@ -272,11 +282,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"},
               verification="sampled" if sampled else "greedy")
     kw = with_profiles(kw, roof, cost)
-    fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
-    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
-    slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
-    assert slow.extras["engine_path"] == "steps"
-    assert_same(fast, slow)
+    assert_policy_paths_agree(spec, segment, kw)
 
 
 def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None) -> dict:
@@ -312,11 +318,7 @@ def test_oracles_that_choose_by_position_equal_the_step_path_bit_for_bit(policy,
               block_size=block_size, max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
               prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules))
     kw = with_profiles(kw, roof, cost)
-    fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
-    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
-    slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
-    assert slow.extras["engine_path"] == "steps"
-    assert_same(fast, slow)
+    assert_policy_paths_agree(spec, segment, kw)
 
 
 @settings(max_examples=150, deadline=None)
