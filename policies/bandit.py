@@ -161,8 +161,3 @@ class BanditPolicy(Policy):
     def _update(self, state: Any, arm: int, reward: float) -> None:
         raise NotImplementedError
 
-
-def first_unplayed(counts: np.ndarray) -> int | None:
-    """Index of the first arm never played (every arm is tried once before any index is trusted)."""
-    zero = np.flatnonzero(counts <= 0)
-    return int(zero[0]) if zero.size else None

@@ -5,8 +5,31 @@ from typing import Sequence
 
 import numpy as np
 
-from policies.bandit import BanditPolicy, first_unplayed
-from policies.ucb import UCBState
+from policies.bandit import BanditPolicy
+from policies.ucb import UCBState, ucb_update
+
+
+def epsilon_greedy_arm(counts: np.ndarray, sums: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
+    """The first arm never played; else, when rng.random() < epsilon, rng.integers(0, arms); else the best mean
+    sums / counts (the first on ties). Plain Python (both paths call it; numba draws the generator's own stream)."""
+    arms = len(counts)
+    for a in range(arms):
+        if counts[a] <= 0:
+            return a
+    if rng.random() < epsilon:
+        return int(rng.integers(0, arms))
+    best = 0
+    best_mean = sums[0] / counts[0]
+    for a in range(1, arms):
+        mean = sums[a] / counts[a]
+        if mean > best_mean:
+            best, best_mean = a, mean
+    return best
+
+
+def random_arm(arms: int, rng: np.random.Generator) -> int:
+    """A uniformly random arm: rng.integers(0, arms) (both paths call it)."""
+    return int(rng.integers(0, arms))
 
 
 class EpsilonGreedyPolicy(BanditPolicy):
@@ -26,16 +49,10 @@ class EpsilonGreedyPolicy(BanditPolicy):
         return UCBState(np.zeros(self.num_arms), np.zeros(self.num_arms))
 
     def _select(self, state: UCBState) -> int:
-        arm = first_unplayed(state.counts)
-        if arm is not None:
-            return arm
-        if self.rng.random() < self.epsilon:
-            return int(self.rng.integers(self.num_arms))
-        return int(np.argmax(state.sums / state.counts))
+        return epsilon_greedy_arm(state.counts, state.sums, self.epsilon, self.rng)
 
     def _update(self, state: UCBState, arm: int, reward: float) -> None:
-        state.counts[arm] += 1.0
-        state.sums[arm] += reward
+        ucb_update(state.counts, state.sums, arm, reward, 1.0)
 
 
 class RandomDrafterPolicy(BanditPolicy):
@@ -49,7 +66,7 @@ class RandomDrafterPolicy(BanditPolicy):
         return None
 
     def _select(self, state: None) -> int:
-        return int(self.rng.integers(self.num_arms))
+        return random_arm(self.num_arms, self.rng)
 
     def _update(self, state: None, arm: int, reward: float) -> None:
         return None

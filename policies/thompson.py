@@ -9,6 +9,24 @@ import numpy as np
 from policies.bandit import BanditPolicy
 
 
+def thompson_arm(alpha: np.ndarray, beta: np.ndarray, rng: np.random.Generator) -> int:
+    """The arm whose draw rng.beta(alpha[a], beta[a]) (drawn in arm order) is largest, the first on ties. Plain Python
+    (both paths call it; numba draws the generator's own stream)."""
+    best = 0
+    best_draw = -1.0
+    for a in range(len(alpha)):
+        draw = rng.beta(alpha[a], beta[a])
+        if draw > best_draw:
+            best, best_draw = a, draw
+    return best
+
+
+def thompson_update(alpha: np.ndarray, beta: np.ndarray, arm: int, reward: float) -> None:
+    """A reward r in [0, 1] adds r to the played arm's alpha and 1 - r to its beta (both paths call it)."""
+    alpha[arm] += reward
+    beta[arm] += 1.0 - reward
+
+
 @dataclass
 class BetaState:
     alpha: np.ndarray
@@ -33,8 +51,7 @@ class ThompsonPolicy(BanditPolicy):
         return BetaState(np.full(self.num_arms, self.prior_alpha), np.full(self.num_arms, self.prior_beta))
 
     def _select(self, state: BetaState) -> int:
-        return int(np.argmax(self.rng.beta(state.alpha, state.beta)))
+        return thompson_arm(state.alpha, state.beta, self.rng)
 
     def _update(self, state: BetaState, arm: int, reward: float) -> None:
-        state.alpha[arm] += reward
-        state.beta[arm] += 1.0 - reward
+        thompson_update(state.alpha, state.beta, arm, reward)

@@ -7,8 +7,7 @@ keeps only the last `window` rounds. Both follow drift inside a long generation.
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -37,14 +36,44 @@ def ucb_arm_rule(counts: np.ndarray, sums: np.ndarray, beta: float) -> int:
     return best
 
 
+def ucb_update(counts: np.ndarray, sums: np.ndarray, arm: int, reward: float, discount: float) -> None:
+    """One round's update: every count and sum times `discount` (discounted UCB; 1.0: none), then the played arm's
+    count + 1 and sum + reward. Plain Python, so the step path calls it and the compiled engine compiles it."""
+    if discount != 1.0:
+        for a in range(len(counts)):
+            counts[a] *= discount
+            sums[a] *= discount
+    counts[arm] += 1.0
+    sums[arm] += reward
+
+
+def sliding_update(counts: np.ndarray, sums: np.ndarray, ring_arm: np.ndarray, ring_reward: np.ndarray, seen: int,
+                   arm: int, reward: float) -> int:
+    """Sliding-window UCB's update over its last len(ring_arm) rounds (`seen` so far, held in a ring): the round is
+    added, then, once the ring is full, its oldest round leaves. Returns the rounds seen. Both paths call it."""
+    window = len(ring_arm)
+    pos = seen % window
+    counts[arm] += 1.0
+    sums[arm] += reward
+    if seen >= window:
+        old = ring_arm[pos]
+        counts[old] -= 1.0
+        sums[old] -= ring_reward[pos]
+    ring_arm[pos] = arm
+    ring_reward[pos] = reward
+    return seen + 1
+
+
 @dataclass
 class UCBState:
-    """Possibly discounted play counts and reward sums per arm, and the (discounted) round count."""
+    """Possibly discounted play counts and reward sums per arm; sliding-window UCB's ring of its last rounds."""
 
     counts: np.ndarray
     sums: np.ndarray
-    history: deque = field(default_factory=deque)  # (arm, reward) for the sliding window
     row: int = -1  # its row in the policy's StateRows (counts and sums are views of it); -1: arrays of its own
+    ring_arm: np.ndarray | None = None  # sliding window: the arm and reward of round s at s % window
+    ring_reward: np.ndarray | None = None
+    seen: int = 0  # sliding window: rounds seen
 
 
 class StateRows:
@@ -121,8 +150,7 @@ class UCBPolicy(BanditPolicy):
         return ucb_arm_rule(state.counts, state.sums, self.beta)
 
     def _update(self, state: UCBState, arm: int, reward: float) -> None:
-        state.counts[arm] += 1.0
-        state.sums[arm] += reward
+        ucb_update(state.counts, state.sums, arm, reward, 1.0)
 
     def _select_batch(self, states: list) -> np.ndarray:
         """`_select` over a step's states (a shared state once: it does not change between the step's choices)."""
@@ -174,15 +202,7 @@ class DiscountedUCBPolicy(UCBPolicy):
         self.gamma = float(gamma)
 
     def _update(self, state: UCBState, arm: int, reward: float) -> None:
-        state.counts *= self.gamma
-        state.sums *= self.gamma
-        state.counts[arm] += 1.0
-        state.sums[arm] += reward
-
-    def _add_rows(self, rows: np.ndarray, arms: np.ndarray, rewards: np.ndarray) -> None:
-        self._rows.counts[rows] *= self.gamma
-        self._rows.sums[rows] *= self.gamma
-        super()._add_rows(rows, arms, rewards)
+        ucb_update(state.counts, state.sums, arm, reward, self.gamma)
 
 
 class SlidingWindowUCBPolicy(UCBPolicy):
@@ -199,11 +219,12 @@ class SlidingWindowUCBPolicy(UCBPolicy):
             raise ValueError(f"policy {self.name!r}: window must be >= 1, got {window}")
         self.window = int(window)
 
+    def _new_state(self) -> UCBState:
+        state = super()._new_state()
+        state.ring_arm, state.ring_reward = np.zeros(self.window, dtype=np.int64), np.zeros(self.window)
+        state.seen = 0
+        return state
+
     def _update(self, state: UCBState, arm: int, reward: float) -> None:
-        state.history.append((arm, reward))
-        state.counts[arm] += 1.0
-        state.sums[arm] += reward
-        if len(state.history) > self.window:
-            old_arm, old_r = state.history.popleft()
-            state.counts[old_arm] -= 1.0
-            state.sums[old_arm] -= old_r
+        state.seen = sliding_update(state.counts, state.sums, state.ring_arm, state.ring_reward, state.seen, arm,
+                                    reward)

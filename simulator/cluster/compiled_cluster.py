@@ -37,6 +37,8 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
         return "a step hook without next_check (told after every step): per-replica path"
     if any(rep.server.compiled.settings.sampled for rep in cluster.replicas):
         return "sampled verification (each replica draws from its own generator): per-replica path"
+    if any(_draws(rep.server.compiled.settings) for rep in cluster.replicas):
+        return "a bandit that draws from its generator (each replica's policy has its own): per-replica path"
     c0 = cluster.replicas[0].server.compiled
     for j, rep in enumerate(cluster.replicas[1:], 1):
         c = rep.server.compiled
@@ -55,9 +57,16 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
         for name, mine, first in shared:
             if not _same(first, mine):
                 return f"replica {j}'s {name} differs from replica 0's (the loop shares them): per-replica path"
-        if c.pol.est_s.shape != c0.pol.est_s.shape or c.pol.arm_counts.shape != c0.pol.arm_counts.shape:
+        if any(np.shape(mine) != np.shape(first) for mine, first in zip(c.pol, c0.pol) if isinstance(mine, np.ndarray)):
             return f"replica {j}'s policy state differs in shape from replica 0's: per-replica path"
     return None
+
+
+def _draws(settings) -> bool:
+    """Whether a replica's policy is a bandit whose choices draw from its own generator (compiled_kernel.bandit_draws)."""
+    import simulator.engine.compiled_kernel as ker
+
+    return settings.policy == ker.POL_BANDIT and bool(ker.bandit_draws(settings.bandit))
 
 
 TREE = ("tree_parent", "tree_rank", "tree_ranks", "tree_passes")  # a static draft tree's records (Replay)
@@ -84,7 +93,7 @@ def _stack(arrays: list[np.ndarray], fill) -> np.ndarray:
 
 # the replicas' kernel records the loop stacks (the CompiledReplica attribute holding it, the fields the replicas
 # share instead (equal in every replica: the first one's is passed)
-STACKED = (("work", ("client_of",)), ("req", ()), ("pol", ("arm_slot",)))
+STACKED = (("work", ("client_of",)), ("req", ()), ("pol", ("arm_slot", "rng")))
 
 
 def _stacked_record(records: list, shared: tuple[str, ...]):

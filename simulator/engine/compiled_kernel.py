@@ -1,7 +1,9 @@
 """The compiled step loop (numba): one server's AR or SD run (open or closed loop), step for step as the step path.
 
 One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
-fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule or by UCB over drafter arms;
+fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule, by a bandit over drafter arms
+(UCB's family, epsilon-greedy, random, Thompson, EXP3: the policies' own rules, drawing from the policy's generator)
+or from a table (k-by-batch, position oracles);
 each slot is priced once for its own sub-batch (Pricing.draft_time). Under `scheduler: vllm-v1` the decodes take their
 tokens from the step budget (rules/decode_budget.py; under `draftsim` the same rule over an unbounded decode budget)
 and the engine loop's gap follows each busy step (Server.loop).
@@ -42,7 +44,8 @@ _ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
     "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
-    "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
+    "policies/acceptance_estimate.py", "policies/ucb.py", "policies/epsilon_greedy.py", "policies/thompson.py",
+    "policies/exp3.py", "policies/combine.py", "simulator/costs/latency.py",
     "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
     "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + tuple(
     sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
@@ -70,7 +73,10 @@ from numba.extending import overload, register_jitable  # noqa: E402
 from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
 from policies.adaptive_k import best_k_rule  # noqa: E402
 from policies.combine import combine_match_rule  # noqa: E402
-from policies.ucb import ucb_arm_rule  # noqa: E402
+from policies.epsilon_greedy import epsilon_greedy_arm, random_arm  # noqa: E402
+from policies.exp3 import exp3_arm, exp3_probabilities, exp3_update  # noqa: E402
+from policies.thompson import thompson_arm, thompson_update  # noqa: E402
+from policies.ucb import sliding_update, ucb_arm_rule, ucb_update  # noqa: E402
 from simulator.costs import roofline, step_model  # noqa: E402
 from simulator.costs.latency import linear_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
@@ -120,7 +126,10 @@ STEP_ROWS = 3  # the most step-table rows one step writes (draft, verify or mixe
 # phases, in simulator/engine/compiled_run.PHASES order
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
-POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB = range(4)  # POL_UCB: UCB1 over drafter arms, fixed k, BE or BD reward
+POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_BANDIT = range(4)  # POL_BANDIT: a bandit over drafter arms, fixed k
+# POL_BANDIT's rules (Settings.bandit): UCB (UCB1, MetaSD-UCB, discounted), sliding-window UCB, epsilon-greedy,
+# a random drafter, Thompson sampling, EXP3; BE or BD reward
+B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON, B_EXP3 = range(6)
 POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its table, Replay.choice_slot / choice_k
 POL_BATCH = 5  # k by the step's count of decoding requests (k-by-batch, slot 0): Replay.batch_k
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
@@ -267,7 +276,51 @@ _estimate_value = njit(cache=True)(estimate_value)
 _estimate_update = njit(cache=True)(estimate_update)
 _best_k = njit(cache=True)(best_k_rule)
 _ucb_arm = njit(cache=True)(ucb_arm_rule)
+_ucb_update = njit(cache=True)(ucb_update)
+_sliding_update = njit(cache=True)(sliding_update)
+_epsilon_greedy_arm = njit(cache=True)(epsilon_greedy_arm)
+_random_arm = njit(cache=True)(random_arm)
+_thompson_arm = njit(cache=True)(thompson_arm)
+_thompson_update = njit(cache=True)(thompson_update)
+register_jitable(exp3_probabilities)
+_exp3_arm = njit(cache=True)(exp3_arm)
+_exp3_update = njit(cache=True)(exp3_update)
 _combine_match = njit(cache=True)(combine_match_rule)
+
+
+@njit(cache=True)
+def bandit_draws(bandit):
+    """Whether a bandit's choice draws from its generator (then every request's choice is its own call, in batch
+    order, as BanditPolicy._select_batch makes them; else a shared state's one choice serves the step)."""
+    return bandit == B_EPSILON or bandit == B_RANDOM or bandit == B_THOMPSON or bandit == B_EXP3
+
+
+@njit(cache=True)
+def _bandit_arm(bandit, first, second, rng, beta, epsilon, exp3_gamma):
+    """The arm a bandit state (its two per-arm arrays, PolicyState) plays: the policy's own rule."""
+    if bandit == B_UCB or bandit == B_SLIDING:
+        return _ucb_arm(first, second, beta)
+    if bandit == B_EPSILON:
+        return _epsilon_greedy_arm(first, second, epsilon, rng)
+    if bandit == B_RANDOM:
+        return _random_arm(len(first), rng)
+    if bandit == B_THOMPSON:
+        return _thompson_arm(first, second, rng)
+    return _exp3_arm(second, exp3_gamma, rng)
+
+
+@njit(cache=True)
+def _bandit_update(bandit, pol, x, arms, arm, reward, discount, exp3_gamma):
+    """State x's update after arm played for `reward`: the policy's own rule (a random drafter learns nothing)."""
+    first, second = pol.arm_counts[x, :arms], pol.arm_sums[x, :arms]
+    if bandit == B_UCB or bandit == B_EPSILON:
+        _ucb_update(first, second, arm, reward, discount)
+    elif bandit == B_SLIDING:
+        pol.seen[x] = _sliding_update(first, second, pol.ring_arm[x], pol.ring_reward[x], pol.seen[x], arm, reward)
+    elif bandit == B_THOMPSON:
+        _thompson_update(first, second, arm, reward)
+    elif bandit == B_EXP3:
+        _exp3_update(second, arm, reward, exp3_gamma)
 
 
 @njit(cache=True)
@@ -389,7 +442,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     k_ngram, k_eagle, ngram_slot = cfg.k_ngram, cfg.k_eagle, cfg.ngram_slot
     overhead = cfg.overhead
     prior, weight, decay = cfg.prior, cfg.prior_weight, cfg.decay
-    arms, beta = cfg.arms, cfg.beta
+    arms, beta, bandit = cfg.arms, cfg.beta, cfg.bandit
+    discount, epsilon, exp3_gamma = cfg.discount, cfg.epsilon, cfg.exp3_gamma
+    each_draws = bandit_draws(bandit)
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
     lookahead, async_sched, sampled, bd, tree = cfg.lookahead, cfg.async_sched, cfg.sampled, cfg.bd, cfg.tree
@@ -491,12 +546,13 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top)
                     slot[j] = 0 if kb > 0 else -1
                     kk[j] = kb
-            elif policy == POL_UCB:  # BanditPolicy.choose_batch; shared: one choice per step (its state is fixed)
+            elif policy == POL_BANDIT:  # BanditPolicy.choose_batch; shared and drawing nothing: one choice per step
                 arm = 0
                 for j in range(n_dec):
-                    if j == 0 or not shared:
+                    if j == 0 or not shared or each_draws:
                         e = 0 if shared else dec[j]
-                        arm = _ucb_arm(arm_counts[e, :arms], arm_sums[e, :arms], beta)
+                        arm = _bandit_arm(bandit, arm_counts[e, :arms], arm_sums[e, :arms], pol.rng, beta, epsilon,
+                                          exp3_gamma)
                     slot[j] = arm_slot[arm]
                     kk[j] = k_fixed
             elif policy == POL_BATCH:  # KByBatchPolicy.k_for(batch size), tabulated by its own rule
@@ -606,11 +662,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     if policy == POL_ADAPTIVE:  # feedback, admission order (Policy.observe per request)
                         x = 0 if shared else i
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
-                    elif policy == POL_UCB and prop[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
-                        x = 0 if shared else i
-                        a = _arm_of_slot(arm_slot, arms, g)
-                        arm_counts[x, a] += 1.0
-                        arm_sums[x, a] += reward[j] if bd else np.float64(acc[j]) / np.float64(prop[j])
+                    elif policy == POL_BANDIT and prop[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
+                        _bandit_update(bandit, pol, 0 if shared else i, arms, _arm_of_slot(arm_slot, arms, g),
+                                       reward[j] if bd else np.float64(acc[j]) / np.float64(prop[j]), discount,
+                                       exp3_gamma)
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,

@@ -79,8 +79,8 @@ class CompiledReplica(CompiledRun):
         self.work = Workload(np.full(n, np.nan), np.zeros(1, dtype=np.int64), z(), z(), z(), z())
         self.req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), z(), z(), z(), z(),
                             *(np.full(n, np.nan) for _ in range(4)), z(), z(), z())
-        self.pol = PolicyState(*self._estimates(n), *self._arms(n), self.arm_slot,
-                               np.zeros(len(self.slots) + 1, dtype=np.int64))
+        self.pol = PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
+                               np.zeros(len(self.slots) + 1, dtype=np.int64), self.policy_rng)
         if self.psd:
             self._psd_records(np.full(n, -1, dtype=np.int64))  # its requests' sides (its numbering), -1 till they join
         self.state = new_state(used=srv.sched.pool.used, peak=srv.sched.pool.used)
@@ -306,7 +306,7 @@ class CompiledReplica(CompiledRun):
         pool.used, pool.peak = int(rs.used), max(pool.peak, int(rs.peak))
         outcome.step_no = int(rs.step)
         self._write_estimates(pol.est_s, pol.est_f, run, self.gidx)
-        self._write_arms(pol.arm_counts, pol.arm_sums, run, self.gidx)
+        self._write_bandit(pol, run, self.gidx)
         if self.psd:
             st.sub_batch[g] = self.carry.side[loc]
             self._write_psd(loc, g)

@@ -1,5 +1,5 @@
-"""Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match or UCB-BE
-policy, PSD with the fixed policy; open or closed loop) in one compiled loop.
+"""Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match, k-by-batch,
+bandit or position-oracle policy, PSD with the fixed policy; open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
 fixed policy and one drafter, another policy, sampled verification, a profile or draft cost kind the kernel does not
@@ -13,7 +13,7 @@ SimPy process.
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
 random eligible configs); the built-in policies' choices are their own rules (policies/adaptive_k.py best_k_rule,
-policies/ucb.py ucb_arm_rule, policies/acceptance_estimate.py), compiled. Which path a run takes depends on its config alone
+policies/ucb.py, epsilon_greedy.py, thompson.py, exp3.py, policies/acceptance_estimate.py), compiled. Which path a run takes depends on its config alone
 (never on what ran before in the process); `COMPILED = False` keeps every server on the step path (tests and
 benchmarks that compare the two).
 
@@ -32,10 +32,14 @@ from typing import Callable
 import numpy as np
 
 from policies.adaptive_k import AdaptiveKPolicy
+from policies.bandit import BanditPolicy
 from policies.base import NO_DRAFT, FixedPolicy
 from policies.combine import CombineMatchPolicy
+from policies.epsilon_greedy import EpsilonGreedyPolicy, RandomDrafterPolicy
+from policies.exp3 import EXP3Policy, EXP3State
 from policies.k_by_batch import KByBatchPolicy
-from policies.ucb import MetaSDUCBPolicy, UCBPolicy
+from policies.thompson import BetaState, ThompsonPolicy
+from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy, UCBState
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
 from simulator.engine.kernel_records import (PSD_STATE, Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests,
@@ -63,8 +67,12 @@ MAX_SLOTS = 8  # drafters a compiled policy may use: the kernel's drafter record
 # numba type for every run, so the kernel compiles once)
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
-# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _UCB (UCB1 and MetaSD-UCB, BE or BD reward), _BATCH (k-by-batch)
-COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, UCBPolicy, MetaSDUCBPolicy, KByBatchPolicy)
+# the bandits the kernel runs (POL_BANDIT), by their rule's code (compiled_kernel B_UCB ... B_EXP3, in that order)
+BANDITS = {UCBPolicy: 0, MetaSDUCBPolicy: 0, DiscountedUCBPolicy: 0, SlidingWindowUCBPolicy: 1, EpsilonGreedyPolicy: 2,
+           RandomDrafterPolicy: 3, ThompsonPolicy: 4, EXP3Policy: 5}
+# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _BANDIT (BE or BD reward), _BATCH (k-by-batch)
+COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, KByBatchPolicy) + tuple(BANDITS)
+MAX_RING = 1 << 22  # sliding-window UCB's rounds the kernel keeps (states x window; 64 MiB)
 
 
 def ineligible_reason(server) -> str | None:
@@ -173,10 +181,15 @@ def _policy_reason(server, policy) -> str | None:
                 return why
     if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
         return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
-    if isinstance(policy, (AdaptiveKPolicy, UCBPolicy)) and policy.scope == "request":
+    if isinstance(policy, (AdaptiveKPolicy, BanditPolicy)) and policy.scope == "request":
         ids = server.wl.request_ids
         if len(set(ids)) != len(ids):
             return f"{policy.name} per request with repeated request ids (their estimates are shared)"
+    if type(policy) is SlidingWindowUCBPolicy:
+        states = 1 if policy.scope == "shared" else len(server.wl)
+        if states * policy.window > MAX_RING:
+            return (f"{policy.name} per request: {states:,} requests x window {policy.window} rounds (the kernel "
+                    f"keeps up to {MAX_RING:,})")
     return None
 
 
@@ -249,6 +262,28 @@ def profile_terms(profile) -> ProfileTerms:
                         np.ascontiguousarray(roofline_weights(profile), dtype=np.float64))
 
 
+def bandit_arrays(state) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A bandit state's two per-arm arrays as PolicyState keeps them (arm_counts, arm_sums): UCB's and
+    epsilon-greedy's counts and sums, Thompson's alpha and beta, EXP3's (none, log weights); a random drafter's
+    (none, none)."""
+    if isinstance(state, UCBState):
+        return state.counts, state.sums
+    if isinstance(state, BetaState):
+        return state.alpha, state.beta
+    if isinstance(state, EXP3State):
+        return None, state.log_weights
+    return None, None
+
+
+def _put_bandit(state, pol: PolicyState, x: int) -> None:
+    """The kernel's state x (PolicyState rows) into a policy's bandit state object, in place."""
+    for mine, kernel in zip(bandit_arrays(state), (pol.arm_counts[x], pol.arm_sums[x])):
+        if mine is not None:
+            mine[:] = kernel[:len(mine)]
+    if isinstance(state, UCBState) and state.ring_arm is not None:
+        state.ring_arm[:], state.ring_reward[:], state.seen = pol.ring_arm[x], pol.ring_reward[x], int(pol.seen[x])
+
+
 def for_server(server, replica_run: type | None = None) -> CompiledRun | None:
     """The compiled run of `server`, or None (its reason in `server.engine_path_reason`); a cluster replica's is a
     `replica_run` (simulator/engine/compiled_replica.py CompiledReplica, given by the caller: that module builds on
@@ -293,7 +328,8 @@ class CompiledRun:
                  async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead, think=0.0,
                  prior=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
                  sampled=G > 0 and server.drafting.verification == "sampled",
-                 bd=isinstance(policy, UCBPolicy) and policy.reward == "bd", tree=server.drafting.tree is not None)
+                 bd=isinstance(policy, BanditPolicy) and policy.reward == "bd" and policy.learns,
+                 tree=server.drafting.tree is not None, bandit=0, discount=1.0, epsilon=0.0, exp3_gamma=0.0)
         self.closed = isinstance(server.arrivals, ClosedLoopArrivals)
         if self.closed:
             v.update(closed=True, think=server.arrivals.think_time)
@@ -311,9 +347,12 @@ class CompiledRun:
             if lens is not None:
                 v["has_cap"], cap = True, lens
             ks = [policy.k_max]
-        elif isinstance(policy, UCBPolicy):
-            v.update(policy=ker.POL_UCB, k=policy.k, arms=policy.num_arms, shared=policy.scope == "shared",
-                     beta=policy.beta)
+        elif type(policy) in BANDITS:
+            v.update(policy=ker.POL_BANDIT, k=policy.k, arms=policy.num_arms, shared=policy.scope == "shared",
+                     bandit=BANDITS[type(policy)], beta=getattr(policy, "beta", 0.0),
+                     discount=policy.gamma if type(policy) is DiscountedUCBPolicy else 1.0,
+                     epsilon=getattr(policy, "epsilon", 0.0),
+                     exp3_gamma=policy.gamma if type(policy) is EXP3Policy else 0.0)
             ks = [policy.k] * G
         elif type(policy) is KByBatchPolicy:  # its k at every batch size a step can have
             v.update(policy=ker.POL_BATCH)
@@ -356,6 +395,8 @@ class CompiledRun:
         pf_order = np.array([self.slots.index(d) for d in used], dtype=np.int64)
         self.arm_slot = np.array([self.slots.index(d) for d in getattr(policy, "drafters", ())] or [0],
                                  dtype=np.int64)  # a bandit's arms (its drafters' order) -> slots
+        # a drawing bandit's generator (advanced in place by the kernel's draws); any other run's is never drawn
+        self.policy_rng = policy.rng if isinstance(policy, BanditPolicy) else server.drafting.rng
         self.settings = typed(Settings, **v)
         self.kernel_settings = settings_record(self.settings)  # the kernels' form (kernel_records.SETTINGS)
         self.first = server.drafting.first_flat.astype(np.int64)
@@ -433,18 +474,32 @@ class CompiledRun:
         return ker.run_steps(work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, scratch,
                              stop, until)
 
-    def _arms(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """UCB's play counts and reward sums per (state, arm): per request from zero (start_request), or the policy's
-        shared state."""
+    def _bandit_state(self, n: int) -> tuple[np.ndarray, ...]:
+        """A bandit's per-(state, arm) arrays and sliding-window ring (PolicyState's arm_counts to seen): per request
+        fresh (start_request; Thompson's from its priors), or copies of the policy's shared state."""
         import simulator.engine.compiled_kernel as ker
 
         policy = self.srv.drafting.policy
-        if self.policy_kind != ker.POL_UCB:
-            return np.zeros((1, 1)), np.zeros((1, 1))
+        none = (np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1), dtype=np.int64), np.zeros((1, 1)),
+                np.zeros(1, dtype=np.int64))
+        if self.policy_kind != ker.POL_BANDIT:
+            return none
+        arms = policy.num_arms
+        sliding = type(policy) is SlidingWindowUCBPolicy
         if policy.scope == "shared":
             state = policy.state("")
-            return state.counts[None, :].copy(), state.sums[None, :].copy()
-        return np.zeros((n, policy.num_arms)), np.zeros((n, policy.num_arms))
+            first, second = (np.zeros(arms) if a is None else a.copy() for a in bandit_arrays(state))
+            if sliding:
+                return (first[None], second[None], state.ring_arm[None].copy(), state.ring_reward[None].copy(),
+                        np.array([state.seen], dtype=np.int64))
+            return (first[None], second[None]) + none[2:]
+        first, second = np.zeros((n, arms)), np.zeros((n, arms))
+        if type(policy) is ThompsonPolicy:
+            first[:], second[:] = policy.prior_alpha, policy.prior_beta
+        if sliding:
+            return (first, second, np.zeros((n, policy.window), dtype=np.int64), np.zeros((n, policy.window)),
+                    np.zeros(n, np.int64))
+        return (first, second) + none[2:]
 
     def _estimates(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """adaptive-k's acceptance estimates (successes, failures): per request from zero (start_request resets them;
@@ -476,8 +531,8 @@ class CompiledRun:
         req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), st.gen, st.prefill_left, st.prefill_done,
                        st.blocks, st.last_emit, st.first_sched, st.first_token, st.finish,
                        *(np.zeros(n, dtype=np.int64) for _ in range(3)))
-        pol = PolicyState(*self._estimates(n), *self._arms(n), self.arm_slot,
-                          np.zeros(len(self.slots) + 1, dtype=np.int64))
+        pol = PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
+                          np.zeros(len(self.slots) + 1, dtype=np.int64), self.policy_rng)
         work = Workload(st.arrival, client_of, wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64),
                         self.first, self.last)
         if self.psd:
@@ -525,32 +580,29 @@ class CompiledRun:
         if self.psd:  # sub_batch was written in place
             self._write_psd(slice(None), slice(None))
         self._write_estimates(pol.est_s, pol.est_f, running)
-        self._write_arms(pol.arm_counts, pol.arm_sums, running)
+        self._write_bandit(pol, running)
         return float(rec.now)
 
-    def _write_arms(self, counts: np.ndarray, sums: np.ndarray, running: np.ndarray,
-                    number: np.ndarray | None = None) -> None:
-        """UCB's statistics back into the policy: the shared state, or those of requests still decoding (`number`:
+    def _write_bandit(self, pol: PolicyState, running: np.ndarray, number: np.ndarray | None = None) -> None:
+        """A bandit's statistics back into the policy: the shared state, or those of requests still decoding (`number`:
         the kernel's request k is workload request number[k]; default the same)."""
         import simulator.engine.compiled_kernel as ker
 
-        if self.policy_kind != ker.POL_UCB:
+        if self.policy_kind != ker.POL_BANDIT:
             return
         policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
         if policy.scope == "shared":
-            state = policy.state("")
-            state.counts[:], state.sums[:] = counts[0], sums[0]
+            _put_bandit(policy.state(""), pol, 0)
             return
         for i in running:
             w = i if number is None else number[i]
             if not np.isnan(st.first_token[w]):
-                state = policy.state(ids[w])
-                state.counts[:], state.sums[:] = counts[i], sums[i]
+                _put_bandit(policy.state(ids[w]), pol, i)
 
     def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray,
                          number: np.ndarray | None = None) -> None:
         """adaptive-k's estimates back into the policy: the shared one, or those of requests still decoding (a
-        finished request's is dropped, as finish_request does; `number` as in _write_arms)."""
+        finished request's is dropped, as finish_request does; `number` as in _write_bandit)."""
         import simulator.engine.compiled_kernel as ker
 
         if self.policy_kind != ker.POL_ADAPTIVE:

@@ -65,8 +65,8 @@ class Settings(NamedTuple):
     """The run's fixed settings (server, scheduler, policy), one typed scalar per field; the kernels take them as a
     one-record SETTINGS array (settings_record)."""
     sd: bool  # mode sd (a decode step's rows are verify rows)
-    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_UCB, POL_TABLE or POL_BATCH
-    k: int  # the fixed policy's and UCB's k
+    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_BANDIT, POL_TABLE or POL_BATCH
+    k: int  # the fixed policy's and a bandit's k
     nslot: int  # drafter slots (0: plain decoding)
     k_max: int  # adaptive-k's largest k
     max_seqs: int  # max_num_seqs
@@ -82,7 +82,8 @@ class Settings(NamedTuple):
     k_ngram: int
     k_eagle: int
     ngram_slot: int  # combine-match's n-gram drafter slot
-    arms: int  # UCB's arms
+    arms: int  # a bandit's arms
+    bandit: int  # POL_BANDIT's rule: compiled_kernel B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON or B_EXP3
     decode_budget: int  # the tokens decodes may take from the step budget (rules/decode_budget.decode_side_budget)
     lookahead: int  # vLLM V1's lookahead KV slots per running request (rules/kv.lookahead_slots)
     async_sched: bool  # async scheduling (rules/engine_loop.overlapped_gap)
@@ -93,9 +94,12 @@ class Settings(NamedTuple):
     prior_weight: float
     decay: float
     beta: float  # UCB's exploration weight
+    discount: float  # discounted UCB's gamma (1.0: none)
+    epsilon: float  # epsilon-greedy's exploration probability
+    exp3_gamma: float  # EXP3's exploration mix
     gap: float  # vLLM V1's engine-loop gap between busy steps (Server.gap_s)
     sampled: bool  # sampled verification: each kept draft accepted with probability 1 - tv (Replay.tv, rng)
-    bd: bool  # UCB's reward is MetaSD's block divergence over Replay.tv (else block efficiency)
+    bd: bool  # a bandit's reward is MetaSD's block divergence over Replay.tv (else block efficiency)
     tree: bool  # the fixed policy drafts a static tree (Replay.tree_*): accepted by rank rows, drafted per depth
 
 
@@ -125,14 +129,19 @@ class Requests(NamedTuple):
 
 class PolicyState(NamedTuple):
     """The built-in policies' learning state, written in place: adaptive-k's estimates (one per request, or one
-    shared), UCB's play counts and reward sums per (state, arm), each arm's drafter slot, and the steps each slot
-    (last: no drafter) served."""
+    shared), a bandit's two per-(state, arm) arrays (UCB and epsilon-greedy: play counts and reward sums; Thompson:
+    alpha and beta; EXP3: -, log weights) and sliding-window UCB's ring of rounds, each arm's drafter slot, the
+    steps each slot (last: no drafter) served, and the policy's generator (its draws advance it in place)."""
     est_s: np.ndarray
     est_f: np.ndarray
     arm_counts: np.ndarray
     arm_sums: np.ndarray
+    ring_arm: np.ndarray  # int64 (states, window): sliding-window UCB's arm of round s at s % window
+    ring_reward: np.ndarray  # float64 (states, window): and its reward
+    seen: np.ndarray  # int64 (states): its rounds so far
     arm_slot: np.ndarray  # int64
     usage: np.ndarray  # int64, slots + 1
+    rng: np.random.Generator  # a drawing bandit's own (BanditPolicy.rng)
 
 
 class StepRows(NamedTuple):

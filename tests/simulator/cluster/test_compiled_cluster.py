@@ -29,7 +29,8 @@ def _pair(traces, wl, segment=1 << 16, **kw):
 
 
 @settings(max_examples=30, deadline=None)
-@given(mode=st.sampled_from(["ar", "sd", "psd"]), policy=st.sampled_from(["fixed", "adaptive-k", "ucb"]),
+@given(mode=st.sampled_from(["ar", "sd", "psd"]),
+       policy=st.sampled_from(["fixed", "adaptive-k", "ucb", "discounted-ucb", "sliding-window-ucb"]),
        replicas=st.integers(1, 4), router=st.sampled_from(["round_robin", "least_outstanding", "least_kv",
                                                              "affinity"]),
        key=st.sampled_from(["category", "trace", "client"]),
@@ -41,7 +42,7 @@ def test_the_cluster_loop_equals_the_per_replica_path(mode, policy, replicas, ro
                                                       scheduler, overhead, n, segment, hetero, seed):
     """Random clusters: a closed loop's finishes submit requests at their step's end and wake the router (think time
     0: a submission routed at that same instant), burst arrivals route many requests at one instant."""
-    traces = iid_traces(10, seed=seed, out=(1, 60))
+    traces = iid_traces(10, seed=seed, out=(1, 60), drafters=("d", "e"))
     closed = arrivals.startswith("closed")
     wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
                   think=0.013 if arrivals == "closed_think" else 0.0, seed=seed)
@@ -93,6 +94,24 @@ def test_the_early_stop_returns_to_python_only_at_its_checks():
     assert sim.compiled is not None
     assert seen and all(f >= 5 for f in seen) and sorted(seen) == seen
     assert sim.compiled.calls == len(seen) + 1  # one return per check, one at the last finish
+
+
+def test_a_cluster_of_bandits_that_draw_keeps_the_per_replica_path_and_says_why():
+    """Each replica's Thompson or EXP3 policy draws from its own generator, which the loop's shared records do not
+    hold: the replicas keep their compiled per-replica runs, which equal the step path (tests/simulator/engine/
+    test_compiled_replica.py draws these policies too)."""
+    traces = iid_traces(6, seed=1, out=(1, 30), drafters=("d", "e"))
+    wl = workload(traces, 24, rate=80.0, seed=1)
+    for policy in ("thompson", "exp3"):
+        sim = cluster_sim(True, traces, wl, mode="sd", policy=policy, replicas=2, router={"name": "round_robin"},
+                          srv=server(), seed=1)
+        assert sim.compiled is None and "draws from its generator" in sim.cluster_path_reason
+        assert all(rep.server.compiled is not None for rep in sim.replicas)
+        steps = cluster_sim(False, traces, wl, mode="sd", policy=policy, replicas=2, router={"name": "round_robin"},
+                            srv=server(), seed=1)
+        res = sim.simulate()
+        assert set(res.steps.drafters) >= {"d", "e"}  # both arms played
+        assert_same_cluster(res, steps.simulate())
 
 
 def test_a_cluster_the_loop_cannot_run_keeps_the_per_replica_path_and_says_why():

@@ -31,7 +31,13 @@ from tests.simulator.engine.engine_fixtures import assert_same_run_tables, iid_t
 POLICIES = {"fixed": {"name": "fixed", "drafter": "d", "k": 3},
             "adaptive-k": {"name": "adaptive-k", "drafter": "d", "k_max": 4},
             "adaptive-k-shared": {"name": "adaptive-k", "drafter": "d", "k_max": 3, "scope": "shared"},
-            "ucb": {"name": "ucb", "drafters": ["d"], "k": 2}}
+            "ucb": {"name": "ucb", "drafters": ["d"], "k": 2},
+            "discounted-ucb": {"name": "discounted-ucb", "drafters": ["d"], "k": 2, "gamma": 0.8, "reward": "be"},
+            "sliding-window-ucb": {"name": "sliding-window-ucb", "drafters": ["e", "d"], "k": 2, "window": 3,
+                                   "reward": "be"},
+            "thompson": {"name": "thompson", "drafters": ["d", "e"], "k": 2},  # these two draw from their generators
+            "exp3": {"name": "exp3", "drafters": ["e", "d"], "k": 3, "gamma": 0.3}}
+DRAFTER_COSTS = {**DRAFTERS, "e": {"kind": "constant", "seconds": 0.001}}  # 'e': a second drafter for the bandits
 
 
 def server(**kw):
@@ -45,10 +51,11 @@ def cluster_sim(compiled: bool, traces, wl, *, mode: str, policy: str, replicas,
     """The cluster simulation on one path (compiled_run.COMPILED), not yet run."""
     spec = ClusterSpec(replicas=replicas, router=router)
     run = RunSpec(name=mode, mode=mode, policy=None if mode == "ar" else POLICIES[policy])
+    drafters = sorted(set(POLICIES[policy].get("drafters", ["d"])))
     compiled_run.COMPILED = compiled
     try:
-        sc = make_cluster_scenario(run, srv, DRAFTERS, seed, spec)
-        return simulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, ["d"]), traces), on_step=on_step)
+        sc = make_cluster_scenario(run, srv, DRAFTER_COSTS, seed, spec)
+        return simulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, drafters), traces), on_step=on_step)
     finally:
         compiled_run.COMPILED = True
 
@@ -87,7 +94,7 @@ def check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, a
     takes the fixed policy, the one its kernel runs)."""
     if mode == "psd":
         policy = "fixed"
-    traces = iid_traces(10, seed=seed, out=(1, 60))
+    traces = iid_traces(10, seed=seed, out=(1, 60), drafters=("d", "e"))
     closed = arrivals.startswith("closed")
     wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
                   think=0.013 if arrivals == "closed_think" else 0.0, seed=seed)

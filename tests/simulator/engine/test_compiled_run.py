@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import oracle.registry  # noqa: F401  (registers the oracles make_policy names)
 from policies.base import FixedPolicy
 from policies.registry import make_policy
+from policies.thompson import ThompsonPolicy
 from simulator.engine import compiled_run
 from simulator.engine.arrivals import PushedArrivals
 from simulator.costs.draft_cost import DraftCost
@@ -233,14 +234,25 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
             {"min_batch": 1, "max_batch": cut1, "k": k_max % 3}, {"min_batch": cut1 + 1, "max_batch": cut2,
                                                                    "k": k_eagle},
             {"min_batch": cut2 + 1, "max_batch": None, "k": k_ngram}]}
-    if name in ("ucb", "metasd-ucb"):  # arms in either order; beta from the prior draw (0 included)
+    if name in BANDITS:  # arms in either order; each one's parameters from the prior and weight draws
         arms = (["g", "d"] if seed % 2 else ["d", "g"]) if ngram else ["d"]
-        return {"name": name, "drafters": arms, "k": k_ngram, "beta": 2.0 * prior, "scope": scope, "reward": reward}
+        spec = {"name": name, "drafters": arms, "k": k_ngram, "scope": scope, "reward": reward}
+        return spec | {"ucb": {"beta": 2.0 * prior}, "metasd-ucb": {"beta": 2.0 * prior},
+                       "discounted-ucb": {"beta": 2.0 * prior, "gamma": 0.5 + decay / 2.0},
+                       "sliding-window-ucb": {"beta": 2.0 * prior, "window": 1 + int(weight) % 6},
+                       "epsilon-greedy": {"epsilon": prior}, "random-drafter": {},
+                       "thompson": {"prior_alpha": weight, "prior_beta": 0.1 + prior},
+                       "exp3": {"gamma": 0.05 + 0.95 * prior}}[name]
     return {"name": name, "ngram": "g", "eagle": "d", "k_ngram": k_ngram, "k_eagle": k_eagle, "min_match": min_match}
 
 
-@settings(max_examples=80, deadline=None)
-@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "ucb", "metasd-ucb", "k-by-batch"]),
+# the bandits over drafters the kernel runs (POL_BANDIT): UCB's family and the ones that draw from their generator
+BANDITS = ("ucb", "metasd-ucb", "discounted-ucb", "sliding-window-ucb", "epsilon-greedy", "random-drafter",
+           "thompson", "exp3")
+
+
+@settings(max_examples=120, deadline=None)
+@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "k-by-batch", *BANDITS]),
        seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
        cost=st.sampled_from(sorted(COSTS)),
        rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]), budget=st.sampled_from([16, 64, 4096]),
@@ -256,9 +268,11 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
         sampled):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
-    per step) and UCB / MetaSD-UCB with the BE or BD reward (per-request or shared statistics, one or two arms) over the
-    same random configs: every restated rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
-    UCB index, feedback order, per-group draft cost) is checked by the tables."""
+    per step) and every bandit over drafters (UCB, MetaSD-UCB, discounted and sliding-window UCB, epsilon-greedy,
+    a random drafter, Thompson, EXP3) with the BE or BD reward (per-request or shared statistics, one or two arms)
+    over the same random configs: every rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
+    each bandit's choice and update and its generator's draws in batch order, feedback order, per-group draft cost)
+    is checked by the tables."""
     ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     if sampled:  # sampled verification: the learning policies see the drawn acceptance
@@ -270,7 +284,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
         budget = int(wl.prompt_len.max()) + seed % 9
     spec = policy_spec(policy, ngram, seed, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle,
                        "bd" if sampled and seed % 2 else "be")  # BD reads the tv sampled runs carry
-    look = k_max if policy == "adaptive-k" else k_ngram if "ucb" in policy else max(k_ngram, k_eagle, k_max % 3)
+    look = k_max if policy == "adaptive-k" else k_ngram if policy in BANDITS else max(k_ngram, k_eagle, k_max % 3)
     # 'd' an EAGLE drafter (when drawn): under vLLM V1 every running request holds `look` lookahead slots when the
     # policy uses it (adaptive-k on 'g' does not)
     uses_d = not (policy in ("adaptive-k", "k-by-batch") and spec["drafter"] == "g")
@@ -370,6 +384,13 @@ def test_vllm_v1_budget_cuts_and_engine_loop_gaps_are_equal():
     assert (gaps == 1e-3).sum() > len(gaps) // 2  # busy steps are 1 ms apart (the engine loop's gap)
 
 
+class PlugInThompson(ThompsonPolicy):
+    """A user's policy built on a built-in one: its own class, so the kernel (which runs the built-in rules) leaves it
+    to the step path."""
+
+    name = "plug-in-thompson"
+
+
 def _fallback_cases():
     traces = traces_with(6, 1, 0.6, False)
     wl = workload(traces, 12, rate=100.0)
@@ -396,10 +417,11 @@ def _fallback_cases():
 
     return {
         "psd adaptive-k": ({**base, "mode": "psd", "psd": PSDConfig(), "policy": ADAPTIVE()}, "PSD with policy"),
-        "learning policy": ({**base, "policy": make_policy({"name": "thompson", "drafters": ["d"], "k": 3}, seed=0)},
-                            "chooses per step"),
-        "discounted ucb": ({**base, "policy": make_policy({"name": "discounted-ucb", "drafters": ["d"], "k": 3,
-                                                           "reward": "be"}, seed=0)}, "chooses per step"),
+        "plug-in bandit": ({**base, "policy": PlugInThompson(["d"], k=3)}, "chooses per step"),
+        "sliding window past the ring": ({**base, "policy": make_policy(
+            {"name": "sliding-window-ucb", "drafters": ["d"], "k": 3, "window": compiled_run.MAX_RING // 12 + 1,
+             "reward": "be"},
+            seed=0)}, "rounds (the kernel keeps up to"),
         "policy method replaced": ({**base, "policy": spied(ADAPTIVE())}, "choose_batch replaced on the instance"),
         "ucb repeated ids": ({**base, "wl": twins, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3},
                                                                          seed=0)}, "repeated request ids"),
@@ -623,6 +645,49 @@ def test_longer_ucb_runs_over_two_drafters_are_equal(scope, reward, monkeypatch)
         assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
 
 
+@pytest.mark.parametrize("scope", ["request", "shared"])
+@pytest.mark.parametrize("spec", [{"name": "thompson", "prior_alpha": 2.0}, {"name": "exp3", "gamma": 0.3},
+                                  {"name": "epsilon-greedy", "epsilon": 0.4}, {"name": "random-drafter"},
+                                  {"name": "sliding-window-ucb", "window": 3, "reward": "bd"},
+                                  {"name": "discounted-ucb", "gamma": 0.8}])
+def test_a_bandit_stopped_midway_leaves_the_step_paths_state_and_generator(spec, scope):
+    """Stopped after a few finishes, a compiled bandit leaves in the policy what the step path leaves: the shared
+    statistics, or each decoding request's (its ring of rounds for the sliding window). After a whole run its
+    generator is where the step path's is (the same draws made, none more; midway the step path's process has
+    already chosen the next step's drafters when the stop takes effect)."""
+    traces = with_tv(traces_with(10, 4, 0.6, True), 4)
+    wl = workload(traces, 30, rate=200.0, seed=4)
+    spec = {"drafters": ["g", "d"], "k": 3, "scope": scope} | spec
+    from simulator.measure.early_stop import StopMonitor, run_until_decided
+
+    left = []
+    for compiled in (True, False):
+        compiled_run.COMPILED = compiled
+        try:
+            pol = make_policy(spec, seed=3)
+            sim = build(traces=traces, wl=wl, drafters=("d", "g"), policy=pol, max_num_seqs=6)
+            assert (sim.server.compiled is not None) == compiled, sim.server.engine_path_reason
+            checks = []
+            monitor = StopMonitor(None, sim, len(wl), lambda p: checks.append(p) or ("enough" if len(checks) >= 2
+                                                                                      else None),
+                                  every=4, check_from=4)
+            sim.server.on_step = monitor
+            run_until_decided(sim, monitor)
+            assert len(checks) == 2 and sim.server.state.n_finished < len(wl)  # stopped midway
+        finally:
+            compiled_run.COMPILED = True
+        states = {k: (None if v is None else [np.asarray(getattr(v, f)).copy() for f in sorted(vars(v))
+                                              if f != "row"]) for k, v in pol._states.items()}
+        whole = make_policy(spec, seed=3)
+        run_path(compiled, traces=traces, wl=wl, drafters=("d", "g"), policy=whole, max_num_seqs=6)
+        left.append((int(sim.server.state.n_finished), sorted(states), states, whole.rng.bit_generator.state))
+    (n_a, keys_a, a, rng_a), (n_b, keys_b, b, rng_b) = left
+    assert n_a == n_b and keys_a == keys_b and rng_a == rng_b
+    for key in keys_a:
+        if a[key] is not None:
+            assert all(np.array_equal(x, y) for x, y in zip(a[key], b[key])), key
+
+
 def test_ucb_over_more_than_two_drafters_names_each_slot_apart_from_the_prompt_pass():
     """UCB over four drafters: the steps' drafters column carries a bit per drafter slot, so slot 2 drafting alone
     (code 4) must not read as the drafters' prompt-pass row (the kernel's code for that sat at 4 once: any policy of
@@ -678,8 +743,8 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
     digest = hashlib.sha256(b"".join((root / f).read_bytes() for f in (
         "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
         "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
-        "policies/acceptance_estimate.py", "policies/ucb.py", "policies/combine.py", "simulator/costs/latency.py",
-        "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
+        "policies/acceptance_estimate.py", "policies/ucb.py", "policies/epsilon_greedy.py", "policies/thompson.py",
+        "policies/exp3.py", "policies/combine.py", "simulator/costs/latency.py", "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
         "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + b"".join(
         p.read_bytes() for p in sorted((root / "simulator/engine/rules").glob("*.py"))))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
@@ -692,7 +757,7 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
 def test_the_kernel_is_plain_python_numba_off_gives_the_same_tables(tmp_path):
     """The compiled path's rules are readable Python over arrays: with numba's JIT switched off
     (NUMBA_DISABLE_JIT=1, the kernel run as plain Python) the requests, steps and ITL tables of fixed-k SD,
-    adaptive-k, UCB and PSD runs are bit for bit the compiled ones (the same IEEE operations in the same order;
+    adaptive-k, UCB, Thompson, EXP3, sliding-window UCB and PSD runs are bit for bit the compiled ones (the same IEEE operations in the same order;
     tolerance zero)."""
     code = f"""
 import pickle
@@ -701,7 +766,9 @@ from tests.simulator.engine.test_compiled_run import build, traces_with, workloa
 t = traces_with(8, 3, 0.6, True)
 wl = workload(t, 14, rate=90.0, seed=3)
 specs = [None, {{"name": "adaptive-k", "drafter": "d", "k_max": 4}},
-         {{"name": "ucb", "drafters": ["g", "d"], "k": 3}}]
+         {{"name": "ucb", "drafters": ["g", "d"], "k": 3}}, {{"name": "thompson", "drafters": ["g", "d"], "k": 3}},
+         {{"name": "exp3", "drafters": ["d", "g"], "k": 2}},
+         {{"name": "sliding-window-ucb", "drafters": ["d", "g"], "k": 3, "window": 4, "reward": "be"}}]
 out = []
 for spec in specs:
     pol = None if spec is None else make_policy(spec, seed=0)
