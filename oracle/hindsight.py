@@ -73,11 +73,20 @@ class BestFixedInHindsightPolicy(GroundTruthPolicy):
     def max_draft_tokens(self) -> int:
         return self.k
 
+    by_position = True  # one drafter per request, from its trace alone (position_choices)
+
     def bind_ground_truth(self, traces: Mapping[str, Any]) -> None:
         super().bind_ground_truth(traces)
         for rid, r in traces.items():
             self._best[rid] = best_fixed_drafter(r, self.drafters, self.k, self.expected, self.cost_ratios)
 
+    def position_choices(self, request_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """The request's best drafter (its index in `drafters`) at k, at every output position."""
+        self.trace_of(request_id)  # a clear error when the request is not bound
+        n = self.drafter_trace(request_id, self._best[request_id]).acc_len.shape[0]
+        return (np.full(n, self.drafters.index(self._best[request_id]), dtype=np.int64),
+                np.full(n, self.k, dtype=np.int64))
+
     def choose(self, view: RequestView) -> Choice:
         self.trace_of(view.request_id)
-        return Choice(self._best[view.request_id], self.k)
+        return self.tabulated(view)

@@ -301,7 +301,11 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
 
 def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None) -> dict:
     """An oracle that chooses by position alone: oracle-k (greedy or min-steps) on 'd' or, with n-gram lengths, 'g';
-    oracle-combine (reference costs, greedy or min-steps) and oracle-best-drafter (min-steps) over 'g' and 'd'."""
+    oracle-combine (reference costs, greedy or min-steps), oracle-best-drafter (min-steps) and oracle-best-fixed (one
+    drafter per request at k_max, or 2, by its replayed rounds and cost ratio) over 'g' and 'd'."""
+    if name == "oracle-best-fixed":
+        return {"name": name, "drafters": ["g", "d"] if seed % 2 else ["d", "g"], "k": k_max or 2,
+                "cost_ratios": {"g": 0.01 * (seed % 5), "d": 0.1}}
     if name == "oracle-k":
         return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "plan": plan, "k_max": k_max}
     if name == "oracle-combine":
@@ -310,7 +314,7 @@ def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None)
 
 
 @settings(max_examples=60, deadline=None)
-@given(policy=st.sampled_from(["oracle-k", "oracle-k", "oracle-combine", "oracle-best-drafter"]),
+@given(policy=st.sampled_from(["oracle-k", "oracle-k", "oracle-combine", "oracle-best-drafter", "oracle-best-fixed"]),
        plan=st.sampled_from(["greedy", "min-steps"]), k_max=st.sampled_from([None, 1, 3, 6]),
        seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
        cost=st.sampled_from(sorted(COSTS)), rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
@@ -327,6 +331,8 @@ def test_oracles_that_choose_by_position_equal_the_step_path_bit_for_bit(policy,
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     spec = oracle_spec(policy, ngram, seed, plan, k_max)
     look = max(1, max(int(t.drafters[d].acc_len.max()) for t in traces for d in drafters) if k_max is None else k_max)
+    if policy == "oracle-best-fixed":
+        look = spec["k"]
     kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
               kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
               block_size=block_size, max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
