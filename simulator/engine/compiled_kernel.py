@@ -195,6 +195,7 @@ _target_time = njit(cache=True, inline="always")(pricing.target_time)  # a targe
 _draft_time = njit(cache=True)(pricing.draft_time)
 _tree_draft_time = njit(cache=True)(tree_rules.tree_draft_time)  # a static tree's drafting, one pass per depth
 draft_group = njit(cache=True)(pricing.draft_group)  # the sub-batch each drafter is charged for (both paths)
+group_switches = njit(cache=True)(pricing.group_switches)  # whether a drafter pays the switching cost (both paths)
 _drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
 _sd_step_time = njit(cache=True, inline="always")(pricing.sd_step_time)
 _engine_step_time = njit(cache=True, inline="always")(pricing.engine_step_time)  # vLLM V1's proposer per step
@@ -430,7 +431,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     arm_slot, usage = pol.arm_slot, pol.usage
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
-    dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
+    dsteps, dprop, dacc, last_slot = req.dsteps, req.dprop, req.dacc, req.last_slot
     rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
     cfg = settings[0]
@@ -440,7 +441,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     decode_budget = cfg.decode_budget  # the decode side's budget (rules/decode_budget.decode_side_budget)
     shared, has_cap, min_match = cfg.shared, cfg.has_cap, cfg.min_match
     k_ngram, k_eagle, ngram_slot = cfg.k_ngram, cfg.k_eagle, cfg.ngram_slot
-    overhead = cfg.overhead
+    overhead, switch_cost = cfg.overhead, cfg.switch_cost
     prior, weight, decay = cfg.prior, cfg.prior_weight, cfg.decay
     arms, beta, bandit = cfg.arms, cfg.beta, cfg.bandit
     discount, epsilon, exp3_gamma = cfg.discount, cfg.epsilon, cfg.exp3_gamma
@@ -632,6 +633,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     draft_t += _draft_time(drafts[g], dprofiles[g], n_g, p_g, k_g, kv_g, verify_t)
                     drf |= 1 << g
                     n_act += n_g
+                if n_g > 0 and switch_cost > 0.0 and group_switches(g, slot, prop, dec, n_dec, last_slot):
+                    draft_t += switch_cost
             if proposer:  # Pricing.engine_step_draft_time: once over the step's tokens when any request samples
                 t_es = _engine_step_time(drafts[0], dprofiles[0], _sampling_seqs(n_dec, pre, chunk, n_pre, prefill_left),
                                          tokens, kv)
@@ -659,6 +662,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 g = slot[j]
                 if g >= 0:
                     usage[g] += 1
+                    if switch_cost > 0.0:  # StepOutcome.apply: the drafter it drafted with (the cost reads it)
+                        last_slot[i] = g
                     if policy == POL_ADAPTIVE:  # feedback, admission order (Policy.observe per request)
                         x = 0 if shared else i
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)

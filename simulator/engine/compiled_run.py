@@ -128,6 +128,8 @@ def _psd_reason(server) -> str | None:
         return "PSD resumed mid-run (proposals pending): step path"
     if server.drafting.verification != "greedy":
         return "PSD with sampled verification (the PSD kernel replays greedy acceptance): step path"
+    if server.pricing.switch_cost_s > 0:
+        return "PSD with a drafter switching cost (the PSD kernel does not track the last drafter): step path"
     return None
 
 
@@ -168,8 +170,6 @@ def _policy_reason(server, policy) -> str | None:
         return f"k up to {policy.max_draft_tokens()} (the kernel's draft tables hold k <= {MAX_K})"
     if len(set(used)) != len(used):
         return f"policy {policy.name!r} names drafter {used[0]!r} twice"
-    if server.pricing.switch_cost_s > 0:
-        return "a drafter switching cost"
     table = server.table
     for name in used:
         if name not in table.acc_len:
@@ -325,7 +325,8 @@ class CompiledRun:
                  block_size=server.sched.pool.block_size, total_blocks=server.sched.pool.total_blocks, closed=False,
                  shared=False, has_cap=False, min_match=0, k_ngram=0, k_eagle=0, ngram_slot=0, arms=0,
                  decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
-                 async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead, think=0.0,
+                 async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead,
+                 switch_cost=server.pricing.switch_cost_s, think=0.0,
                  prior=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
                  sampled=G > 0 and server.drafting.verification == "sampled",
                  bd=isinstance(policy, BanditPolicy) and policy.reward == "bd" and policy.learns,
@@ -530,7 +531,7 @@ class CompiledRun:
         # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run)
         req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), st.gen, st.prefill_left, st.prefill_done,
                        st.blocks, st.last_emit, st.first_sched, st.first_token, st.finish,
-                       *(np.zeros(n, dtype=np.int64) for _ in range(3)))
+                       *(np.zeros(n, dtype=np.int64) for _ in range(3)), self.last_slots(st.last_drafter))
         pol = PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
                           np.zeros(len(self.slots) + 1, dtype=np.int64), self.policy_rng)
         work = Workload(st.arrival, client_of, wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64),
@@ -576,12 +577,29 @@ class CompiledRun:
                 stop_at = ask_at(n_fin)
         self.running = False
         self._write(rec, req, pol.usage, blocks_row, itl_parts)
+        self._write_last_drafter(req.last_slot, np.arange(n))
         running = req.run[:int(rec.n_run)]
         if self.psd:  # sub_batch was written in place
             self._write_psd(slice(None), slice(None))
         self._write_estimates(pol.est_s, pol.est_f, running)
         self._write_bandit(pol, running)
         return float(rec.now)
+
+    def last_slots(self, last_drafter: np.ndarray) -> np.ndarray:
+        """Each request's last drafter (RequestState.last_drafter, a drafter index or NO_DRAFT) as the kernel's slot:
+        -1 before any draft; MAX_SLOTS, a slot no group has, for a drafter the policy does not use."""
+        to_slot = np.full(len(self.srv.table.drafters) + 1, MAX_SLOTS, dtype=np.int64)
+        to_slot[self.drafter_idx] = np.arange(len(self.drafter_idx))
+        to_slot[-1] = -1  # NO_DRAFT
+        return to_slot[last_drafter]
+
+    def _write_last_drafter(self, last_slot: np.ndarray, theirs: np.ndarray) -> None:
+        """The kernel's last drafter slots (of the requests `theirs`, workload indices, in order) into
+        RequestState.last_drafter, which the switching cost reads; written only when it is charged, as
+        StepOutcome.apply does."""
+        if self.settings.switch_cost > 0:
+            known = (last_slot >= 0) & (last_slot < len(self.drafter_idx))
+            self.srv.state.last_drafter[theirs[known]] = np.asarray(self.drafter_idx, dtype=np.int64)[last_slot[known]]
 
     def _write_bandit(self, pol: PolicyState, running: np.ndarray, number: np.ndarray | None = None) -> None:
         """A bandit's statistics back into the policy: the shared state, or those of requests still decoding (`number`:

@@ -89,6 +89,7 @@ class Settings(NamedTuple):
     async_sched: bool  # async scheduling (rules/engine_loop.overlapped_gap)
     routed: bool  # the caller pushes arrivals (a cluster replica): idle with none known, the kernel returns PAUSED
     overhead: float  # the step overhead (seconds)
+    switch_cost: float  # a drafter's catch-up cost when a request changes drafter (run.switch_cost_s; 0: none)
     think: float  # the closed loop's think time
     prior: float  # adaptive-k's acceptance estimate prior, its weight and decay
     prior_weight: float
@@ -112,7 +113,7 @@ class PSDSettings(NamedTuple):
 
 class Requests(NamedTuple):
     """The per-request state the kernel writes in place (kernel numbering) and the running array (admission
-    order): tokens generated, prompt left / done, KV blocks held, times, and the verify counters."""
+    order): tokens generated, prompt left / done, KV blocks held, times, the verify counters and the last drafter."""
     run: np.ndarray  # int64, max_num_seqs
     gen: np.ndarray
     prefill_left: np.ndarray
@@ -125,6 +126,7 @@ class Requests(NamedTuple):
     dsteps: np.ndarray  # int64: verify steps, proposed and accepted drafts per request
     dprop: np.ndarray
     dacc: np.ndarray
+    last_slot: np.ndarray  # int64: the drafter slot each request last drafted with, -1 before (switching cost)
 
 
 class PolicyState(NamedTuple):

@@ -44,9 +44,10 @@ class Pricing:
         self.switch_cost_s = checked(switch_cost_s, "run.switch_cost_s")
         self.state, self.wl = state, wl
         self._target_src = f"target profile {getattr(target, 'name', type(target).__name__)!r}"
-        from simulator.engine.compiled_kernel import draft_group  # rules/pricing.draft_group, compiled (numba)
+        # rules/pricing.draft_group and group_switches, compiled (numba)
+        from simulator.engine.compiled_kernel import draft_group, group_switches
 
-        self._draft_group = draft_group
+        self._draft_group, self._group_switches = draft_group, group_switches
 
     def cost_of(self, name: str) -> DraftCost:
         cost = self.draft_costs.get(name)
@@ -109,10 +110,9 @@ class Pricing:
                 t = tree_draft_time(cost.terms, cost.profile, n, prop_sum, self.tree_passes, kv, verify_time)
             total += checked(t, f"drafter {name!r} draft cost")
             used.append(name)
-            if self.switch_cost_s > 0:
-                prev = self.state.last_drafter[masked(idx, mask)[masked(proposed, mask) > 0]]
-                if ((prev != NO_DRAFT) & (prev != di)).any():
-                    total += self.switch_cost_s
+            if self.switch_cost_s > 0 and self._group_switches(di, d_idx, proposed, idx, len(idx),
+                                                                 self.state.last_drafter):
+                total += self.switch_cost_s
         return total, used
 
     def engine_step_draft_time(self, sampling_seqs: int, step_tokens: int, kv_tokens: int) -> tuple[float, list[str]]:

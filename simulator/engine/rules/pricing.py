@@ -130,6 +130,18 @@ def draft_group(group, member_group, proposed, k, context, n):
     return num_seqs, proposed_tokens, k_max, kv_tokens
 
 
+def group_switches(group, member_group, proposed, request, n, last):
+    """Whether the drafter `group` pays the switching cost this step: of the first `n` requests, one of its members
+    that proposes (draft_group's sub-batch) last drafted with another drafter (last[request[j]]: its drafter in the
+    same numbering, or -1 before its first draft). Charged once per drafter and step."""
+    for j in range(n):
+        if member_group[j] == group and proposed[j] > 0:
+            before = last[request[j]]
+            if before >= 0 and before != group:
+                return True
+    return False
+
+
 def draft_time(cost, profile, num_seqs, proposed_tokens, k_max, kv_tokens, verify_time):
     """One drafting phase for `num_seqs` sequences proposing `proposed_tokens` (up to k_max each): constant seconds,
     a fraction of the verify time, one profile pass over the whole proposal, or k_max one-token passes with the KV

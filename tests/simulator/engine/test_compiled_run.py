@@ -262,17 +262,17 @@ BANDITS = ("ucb", "metasd-ucb", "discounted-ucb", "sliding-window-ucb", "epsilon
        k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
        k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans(),
-       sampled=st.booleans())
+       sampled=st.booleans(), switch=st.sampled_from([0.0, 0.0, 7e-4]))
 def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
-        sampled):
+        sampled, switch):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
     per step) and every bandit over drafters (UCB, MetaSD-UCB, discounted and sliding-window UCB, epsilon-greedy,
     a random drafter, Thompson, EXP3) with the BE or BD reward (per-request or shared statistics, one or two arms)
     over the same random configs: every rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
     each bandit's choice and update and its generator's draws in batch order, feedback order, per-group draft cost)
-    is checked by the tables."""
+    is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter."""
     ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     if sampled:  # sampled verification: the learning policies see the drawn acceptance
@@ -294,7 +294,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
               **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"},
-              verification="sampled" if sampled else "greedy")
+              verification="sampled" if sampled else "greedy", switch_cost_s=switch)
     kw = with_profiles(kw, roof, cost)
     assert_policy_paths_agree(spec, segment, kw)
 
@@ -433,13 +433,12 @@ def _fallback_cases():
                                                                          seed=0)}, "repeated request ids"),
         "combine-adaptive": ({**gbase, "policy": make_policy({"name": "combine-adaptive", "ngram": "g",
                                                               "eagle": "d"}, seed=0)}, "chooses per step"),
-        "combine-match switch cost": ({**gbase, "policy": COMBINE(), "switch_cost_s": 0.001}, "switching cost"),
         "combine-match one drafter twice": ({**gbase, "policy": make_policy(
             {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
         "adaptive-k repeated ids": ({**base, "wl": twins, "policy": ADAPTIVE()}, "repeated request ids"),
         "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
             "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
-        "switch cost": ({**base, "switch_cost_s": 0.001}, "switching cost"),
+        "psd switch cost": ({**base, "mode": "psd", "psd": PSDConfig(), "switch_cost_s": 0.001}, "switching cost"),
         "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
         "moe roofline that settles late": ({**base, "target": RooflineProfile(
             dataclasses.replace(get_model("qwen3-235b-a22b"), num_experts=200_000), get_gpu("h100-80gb"))},
@@ -692,6 +691,26 @@ def test_a_bandit_stopped_midway_leaves_the_step_paths_state_and_generator(spec,
     for key in keys_a:
         if a[key] is not None:
             assert all(np.array_equal(x, y) for x, y in zip(a[key], b[key])), key
+
+
+@pytest.mark.parametrize("spec", [{"name": "thompson", "drafters": ["g", "d"], "k": 3},
+                                  {"name": "combine-match", "ngram": "g", "eagle": "d"}])
+def test_a_drafter_switching_cost_is_charged_alike_on_both_paths(spec):
+    """A request that changes drafter pays run.switch_cost_s once per drafter and step (rules/pricing.group_switches):
+    the compiled tables equal the step path's, and the draft rows grow by a whole number of switching costs over the
+    same run without one (every request arrives at 0, so the steps do not depend on their times, nor the choices on
+    the cost)."""
+    traces = traces_with(20, 6, 0.6, True)
+    wl = workload(traces, 40, rate=None, seed=6)
+    kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=8, cost=COSTS["constant"])
+    fast = run_path(True, policy=make_policy(spec, seed=0), switch_cost_s=0.004, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), switch_cost_s=0.004, **kw))
+    free = run_path(True, policy=make_policy(spec, seed=0), **kw)
+    draft = [r.steps[r.steps.phase == "draft"] for r in (fast, free)]
+    extra = (draft[0].end - draft[0].start).to_numpy() - (draft[1].end - draft[1].start).to_numpy()
+    charged = np.round(extra / 0.004)
+    assert np.allclose(extra, charged * 0.004, rtol=0, atol=1e-12) and charged.min() >= 0 and charged.sum() >= 10
 
 
 def test_ucb_over_more_than_two_drafters_names_each_slot_apart_from_the_prompt_pass():

@@ -269,3 +269,26 @@ def test_draft_group_by_hand(rule):
     assert draft_group(1, member, proposed, k, context, 5) == (2, 5, 3, 60)
     assert draft_group(0, member, proposed, k, context, 5) == (2, 6, 5, 60)
     assert draft_group(2, member, proposed, k, context, 5) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("rule", ["plain", "compiled"])
+def test_group_switches_by_hand(rule):
+    """rules/pricing.group_switches: a drafter pays the switching cost when one of its proposing members last drafted
+    with another drafter; a member new to drafting (-1), one that proposes nothing and one past n do not count."""
+    import simulator.engine.compiled_kernel as ker
+
+    switches = pricing.group_switches if rule == "plain" else ker.group_switches
+    member = np.array([1, 1, 0, 1], np.int64)
+    request = np.array([7, 3, 5, 0], np.int64)  # the members' request numbers: `last` is per request
+    last = np.full(8, -1, np.int64)
+    proposed = np.array([2, 0, 1, 4], np.int64)
+    assert not switches(1, member, proposed, request, 4, last)  # nobody drafted before
+    last[3] = 0  # request 3 last drafted with 0, but proposes nothing now
+    assert not switches(1, member, proposed, request, 4, last)
+    last[7] = 1  # request 7 stays with drafter 1
+    assert not switches(1, member, proposed, request, 4, last)
+    last[0] = 2  # request 0 (member 3) moves from drafter 2 to 1, but sits past n = 3
+    assert not switches(1, member, proposed, request, 3, last)
+    assert switches(1, member, proposed, request, 4, last)
+    last[5] = 1  # drafter 0's member came from drafter 1
+    assert switches(0, member, proposed, request, 4, last)
