@@ -102,6 +102,8 @@ advance_prefills = njit(cache=True)(emission_rules.advance_prefills)
 release_finished = njit(cache=True)(finish_rules.release_finished)
 kv_growth = njit(cache=True)(kv_rules.kv_growth)
 add_blocks = njit(cache=True)(kv_rules.add_blocks)
+preempt_keep = njit(cache=True)(kv_rules.preempt_keep)  # how many running requests keep running (both paths)
+preempt_suffix = njit(cache=True)(kv_rules.preempt_suffix)  # the newest ones preempted by recompute (both paths)
 _plan_prefills = njit(cache=True)(plan_prefills)
 _take_prefill_plan = njit(cache=True)(take_prefill_plan)
 _plan_buffers = njit(cache=True)(plan_buffers)
@@ -205,54 +207,93 @@ _decode_tokens = njit(cache=True, inline="always")(pricing.decode_tokens)  # a s
 
 
 @njit(cache=True)
-def _queue_window(lim, waitq, n_run, admit, ptr):
-    """The waiting queue a prefill plan may admit from: its first max_num_seqs - running entries (requests
-    admit..ptr-1), copied to `waitq`; returns how many."""
-    m = max(0, min(ptr - admit, lim.max_num_seqs - n_run))
+def _queue_window(lim, waitq, n_run, requeued, nq, admit, ptr):
+    """The waiting queue a prefill plan may admit from: its first max_num_seqs - running entries (the preempted
+    requests requeued[:nq], then the arrivals admit..ptr-1), copied to `waitq`; returns how many."""
+    m = max(0, min(nq + ptr - admit, lim.max_num_seqs - n_run))
     for t in range(m):
-        waitq[t] = admit + t
+        waitq[t] = requeued[t] if t < nq else admit + t - nq
     return m
 
 
 @njit(cache=True)
-def _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, free, prompt, gen, prefill_left, prefill_done,
-          blocks):
+def _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run, requeued, nq, admit, ptr, free, prompt, gen,
+          prefill_left, prefill_done, blocks):
     """Scheduler.plan_prefills: the prefill plan rule over the running requests (those with prompt left continue)
-    and the waiting queue's window (_queue_window)."""
-    m = _queue_window(lim, waitq, n_run, admit, ptr)
+    and, when `allow_new`, the waiting queue's window (_queue_window)."""
+    m = _queue_window(lim, waitq, n_run, requeued, nq, admit, ptr) if allow_new else 0
     return _plan_prefills(lim, run, n_run, waitq, m, n_run, tokens_used, free, prompt, gen, prefill_left,
                           prefill_done, blocks, plan)
 
 
 @njit(cache=True)
-def _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks, prefill_left, prefill_done,
-               first_sched):
+def _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used, peak, prompt, gen, blocks, prefill_left,
+               prefill_done, first_sched):
     """Scheduler.prefills: the plan taken (rules/prefill_plan.take_prefill_plan); its new requests, the waiting
-    queue's head in order, join `run`. Returns (n_run, admit, used, peak)."""
+    queue's head in order (the requeued first), join `run`. Returns (n_run, nq, admit, used, peak)."""
     used += _take_prefill_plan(plan, n_pre, prompt, gen, blocks, prefill_left, prefill_done, first_sched, now)
     if used > peak:
         peak = used
+    new = 0
     for j in range(n_pre):
         if plan.new[j]:
             run[n_run] = plan.request[j]
             n_run += 1
-            admit += 1
-    return n_run, admit, used, peak
+            new += 1
+    taken = min(new, nq)
+    for t in range(nq - taken):
+        requeued[t] = requeued[t + taken]
+    return n_run, nq - taken, admit + new - taken, used, peak
 
 
 @njit(cache=True)
-def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, run, admit, ptr, prompt, gen, blocks,
-                prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
+def _growth_of_running(run, n_run, dec, n_dec, newb, run_extra):
+    """Each running request's KV growth (admission order): a decode's newb[j], nothing for one that prefills or
+    whose decode the budget cut (dec[:n_dec] runs in `run`'s order)."""
+    j = 0
+    for q in range(n_run):
+        if j < n_dec and run[q] == dec[j]:
+            run_extra[q] = newb[j]
+            j += 1
+        else:
+            run_extra[q] = 0
+
+
+@njit(cache=True)
+def _kept_decodes(run, keep, dec, n_dec):
+    """How many of the step's decodes (a prefix: they run in `run`'s order) are among run[:keep]."""
+    j = 0
+    for q in range(keep):
+        if j < n_dec and run[q] == dec[j]:
+            j += 1
+    return j
+
+
+@njit(cache=True)
+def _requeue(run, keep, n_run, requeued, nq):
+    """Scheduler.requeue of run[keep:n_run], newest first: they lead the waiting queue, in admission order, before
+    those requeued earlier. Returns the new count."""
+    moved = n_run - keep
+    for t in range(nq - 1, -1, -1):
+        requeued[t + moved] = requeued[t]
+    for q in range(keep, n_run):
+        requeued[q - keep] = run[q]
+    return nq + moved
+
+
+@njit(cache=True)
+def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr, prompt,
+                gen, blocks, prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
     """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
     k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
     prompt chunks it would add after their tokens (_plan's rule; the queue window copied once, not per k), the
     target priced by that shape (rules.pricing.target_time), then the step-estimate rule. Adaptive-k drafts with one drafter, slot 0,
     which is also its only prompt pass (`pf_order` [0]): the rule gets that one record, not the padded tuples, which
     a call would copy and reference-count per k."""
-    preview = separate == 0 and (n_run > n or admit < ptr)  # nothing to preview: no prompt left, nobody waiting
+    preview = separate == 0 and (n_run > n or nq > 0 or admit < ptr)  # no prompt left, nobody waiting: nothing
     m = 0
     if preview:
-        m = _queue_window(lim, waitq, n_run, admit, ptr)
+        m = _queue_window(lim, waitq, n_run, requeued, nq, admit, ptr)
     cost, profile = drafts[0], dprofiles[0]
     pass_costs, pass_profiles = (cost,), (profile,)
     for k in range(k_max + 1):
@@ -360,7 +401,7 @@ def _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
 
 
 @njit(cache=True)
-def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, admit, n_sub, arrival, until, room, n_fin,
+def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, nq, admit, n_sub, arrival, until, room, n_fin,
           stop_finished, routed):
     """Both kernels' engine-loop turn before a step (the turn Server.loop takes with SimPy events): the rules'
     engine-loop gap after a busy step (hidden behind the last forward under async scheduling), the arrivals due
@@ -368,9 +409,10 @@ def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, admit, n_su
     idle wait for the next one (Server._idle). Returns (code, now, ptr, busy): STEP to take a step at `now`; PAUSED
     once this call took a step (`stepped`) and the next would start at or after `until` (the gap not yet taken; a
     replica's caller takes the gap before a call, so a call never starts busy), or a replica (`routed`) is idle with no arrival known; FULL without `room` in the
-    buffers; STOPPED at `stop_finished` finishes; ERR_STALL idle with nothing to come."""
+    buffers; STOPPED at `stop_finished` finishes; ERR_STALL idle with nothing to come. `nq`: preempted requests
+    waiting ahead of the arrivals."""
     while True:
-        wait = _engine_loop_gap(busy == 1, gap, n_run, ptr - admit)
+        wait = _engine_loop_gap(busy == 1, gap, n_run, nq + ptr - admit)
         if wait > 0.0 and async_sched:
             wait = _overlapped_gap(wait, forward)
         if now + wait >= until and stepped:
@@ -384,7 +426,7 @@ def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, admit, n_su
         busy = 0
         while ptr < n_sub and arrival[ptr] <= now:
             ptr += 1
-        if n_run > 0 or admit < ptr:
+        if n_run > 0 or nq > 0 or admit < ptr:
             return STEP, now, ptr, busy
         if ptr >= n_sub:
             return (PAUSED if routed else ERR_STALL), now, ptr, busy
@@ -393,10 +435,11 @@ def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, admit, n_su
 
 
 @njit(cache=True)
-def _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward):
+def _save_state(st, ptr, nq, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward):
     """The loop's scalars back into the run's state record (kernel_records.RUN_STATE), so the caller can empty the
     buffers and continue."""
     st.ptr = ptr
+    st.requeued = nq
     st.admit = admit
     st.n_run = n_run
     st.finished = n_fin
@@ -432,6 +475,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
     dsteps, dprop, dacc, last_slot = req.dsteps, req.dprop, req.dacc, req.last_slot
+    requeued, preempted = req.requeued, req.preempted
     rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
     cfg = settings[0]
@@ -455,7 +499,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     busy = st.busy
     forward = st.forward
     n_sub = st.submitted  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
-    ptr, admit, n_run, n_fin = st.ptr, st.admit, st.n_run, st.finished
+    ptr, nq, admit, n_run, n_fin = st.ptr, st.requeued, st.admit, st.n_run, st.finished
     step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
     now = st.now
     step0 = step_no
@@ -463,15 +507,16 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     dec, ctx, flat, slot, kk = scratch.dec, scratch.ctx, scratch.flat, scratch.slot, scratch.kk
     prop, acc, cut, waitq, done = scratch.prop, scratch.acc, scratch.cut, scratch.waitq, scratch.done
     newb, hold, times, reward = scratch.newb, scratch.hold, scratch.times, scratch.reward
+    run_extra = scratch.run_extra
     lim = PrefillLimits(max_seqs, B, chunked, bs, lookahead)
     plan = scratch.plan  # the step's prefill plan (and a policy's preview of it)
     pre, chunk = plan.request, plan.tokens
     code = DONE
     routed = cfg.routed
     while n_fin < n:
-        code, now, ptr, busy = _turn(now, busy, forward, ptr, step_no > step0, gap, async_sched, n_run, admit, n_sub,
-                                     arrival, until, r + STEP_ROWS <= cap_rows and ni + max_seqs <= cap_itl, n_fin,
-                                     stop_finished, routed)
+        code, now, ptr, busy = _turn(now, busy, forward, ptr, step_no > step0, gap, async_sched, n_run, nq, admit,
+                                     n_sub, arrival, until, r + STEP_ROWS <= cap_rows and ni + max_seqs <= cap_itl,
+                                     n_fin, stop_finished, routed)
         if code != STEP:
             break
         code = DONE
@@ -485,11 +530,11 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
         pre_kv = 0
         pre_attn = 0
         only_prefill = False
-        if separate and admit < ptr and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True, now)
-            n_pre = _plan(lim, plan, waitq, 0, run, n_run, admit, ptr, total_blocks - used, prompt, gen, prefill_left,
-                          prefill_done, blocks).count
-            n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks,
-                                                  prefill_left, prefill_done, first_sched)
+        if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True)
+            n_pre = _plan(lim, plan, waitq, 0, True, run, n_run, requeued, nq, admit, ptr, total_blocks - used, prompt,
+                          gen, prefill_left, prefill_done, blocks).count
+            n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used, peak,
+                                                      prompt, gen, blocks, prefill_left, prefill_done, first_sched)
             only_prefill = n_pre > 0
         if only_prefill:  # step.plan_prefill_only / prefill_step
             for j in range(n_pre):
@@ -537,8 +582,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             elif policy == POL_ADAPTIVE:
                 if n_dec > 0:
                     _step_times(times, n_dec, kv_est, k_max, separate, lim, plan, waitq, total_blocks - used, n_run,
-                                run, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, target, drafts,
-                                dprofiles, overhead, pf_order)
+                                run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, target,
+                                drafts, dprofiles, overhead, pf_order)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
                     top = k_max
@@ -579,6 +624,26 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     prop[j] = 0
                     acc[j] = 0
             n_dec = _fit_proposals(prop, acc, n_dec, decode_budget, cut)  # Scheduler.fit_decodes
+            for j in range(n_dec):  # Scheduler.reserve: KV for the context, its drafts and the lookahead slots
+                hold[j] = decode_hold(ctx[j], prop[j], lookahead)
+            grow = kv_growth(dec, n_dec, hold, blocks, bs, newb)
+            allow_new = True
+            if grow > total_blocks - used:  # preempt the newest running requests until the rest grows
+                _growth_of_running(run, n_run, dec, n_dec, newb, run_extra)
+                keep = preempt_keep(run, n_run, run_extra, blocks, total_blocks - used)
+                used -= preempt_suffix(run, keep, n_run, blocks, prefill_left, prefill_done, preempted)
+                nq = _requeue(run, keep, n_run, requeued, nq)
+                n_dec = _kept_decodes(run, keep, dec, n_dec)
+                n_run = keep
+                grow = 0
+                for j in range(n_dec):
+                    grow += newb[j]
+                allow_new = False  # a step that preempted admits nobody (Scheduler.prefills)
+            if grow > 0:
+                used += grow
+                if used > peak:
+                    peak = used
+                add_blocks(dec, n_dec, newb, blocks)
             if tree:  # Drafting.accept: each kept tree (its leading nodes) against its rank row
                 accept_tree(replay.tree_parent, replay.tree_rank, replay.tree_ranks, flat, prop, n_dec, acc)
             if sampled:  # Drafting.accept: each slot's kept drafts checked against the generator's draws
@@ -589,24 +654,14 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 prop_sum += prop[j]
                 acc_sum += acc[j]
                 kv_est += ctx[j]
-            for j in range(n_dec):  # Scheduler.reserve: KV for the context, its drafts and the lookahead slots,
-                hold[j] = decode_hold(ctx[j], prop[j], lookahead)  # no preemption (the eligibility check bounds KV)
-            grow = kv_growth(dec, n_dec, hold, blocks, bs, newb)
-            if grow > total_blocks - used:
-                code = ERR_PREEMPT
-                break
-            if grow > 0:
-                used += grow
-                if used > peak:
-                    peak = used
-                add_blocks(dec, n_dec, newb, blocks)
-            if not separate:  # Scheduler.prefills(prop_sum + n_dec, True, now)
+            if not separate:  # Scheduler.prefills(prop_sum + n_dec, not preempted, now)
                 tokens_used = prop_sum + n_dec
-                if n_run > n_dec or (admit < ptr and n_run < max_seqs):
-                    n_pre = _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, total_blocks - used, prompt,
-                                  gen, prefill_left, prefill_done, blocks).count
-                    n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt,
-                                                          gen, blocks, prefill_left, prefill_done, first_sched)
+                if n_run > n_dec or (allow_new and (nq > 0 or admit < ptr) and n_run < max_seqs):
+                    n_pre = _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run, requeued, nq, admit, ptr,
+                                  total_blocks - used, prompt, gen, prefill_left, prefill_done, blocks).count
+                    n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used,
+                                                              peak, prompt, gen, blocks, prefill_left, prefill_done,
+                                                              first_sched)
             nseq = n_dec + n_pre
             if nseq == 0:
                 code = ERR_STALL
@@ -699,5 +754,5 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
         busy = 1
-    _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)
+    _save_state(st, ptr, nq, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)
     return code

@@ -100,6 +100,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     vs, fb_steps = pst.side, pst.fallback
     n_sub = st.submitted
     ptr, admit, n_run, n_fin = st.ptr, st.admit, st.n_run, st.finished
+    requeued, nq = req.requeued, 0  # PSD runs on this kernel only where nothing is preempted (compiled_run)
     step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
     now = st.now
     cap_rows, cap_itl = len(rows.step), len(itl)
@@ -117,8 +118,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     step0 = step_no
     while n_fin < n:
         room = r + STEP_ROWS <= cap_rows and ni + max_seqs <= cap_itl
-        code, now, ptr, busy = _turn(now, busy, forward, ptr, step_no > step0, gap, cfg.async_sched, n_run, admit,
-                                     n_sub, arrival, until, room, n_fin, stop_finished, cfg.routed)
+        code, now, ptr, busy = _turn(now, busy, forward, ptr, step_no > step0, gap, cfg.async_sched, n_run, nq,
+                                     admit, n_sub, arrival, until, room, n_fin, stop_finished, cfg.routed)
         if code != STEP:
             break
         code = DONE
@@ -129,10 +130,10 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
         only_prefill = False
         if separate and admit < ptr and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
             n_old = n_run
-            n_pre = _plan(lim, plan, waitq, 0, run, n_run, admit, ptr, total_blocks - used, prompt, gen, prefill_left,
-                          prefill_done, blocks).count
-            n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt, gen, blocks,
-                                                  prefill_left, prefill_done, first_sched)
+            n_pre = _plan(lim, plan, waitq, 0, True, run, n_run, requeued, nq, admit, ptr, total_blocks - used, prompt,
+                          gen, prefill_left, prefill_done, blocks).count
+            n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used, peak,
+                                                      prompt, gen, blocks, prefill_left, prefill_done, first_sched)
             _assign_sides(side, run, n_old, n_run, vs)
             only_prefill = n_pre > 0
         if only_prefill:  # step.prefill_step, colocated=False: the drafters' pass on the draft device
@@ -211,10 +212,11 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 tokens_used = pv_sum + nv
                 n_run0 = n_run
                 if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
-                    n_pre = _plan(lim, plan, waitq, tokens_used, run, n_run, admit, ptr, total_blocks - used, prompt,
-                                  gen, prefill_left, prefill_done, blocks).count
-                    n_run, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, admit, used, peak, prompt,
-                                                          gen, blocks, prefill_left, prefill_done, first_sched)
+                    n_pre = _plan(lim, plan, waitq, tokens_used, True, run, n_run, requeued, nq, admit, ptr,
+                                  total_blocks - used, prompt, gen, prefill_left, prefill_done, blocks).count
+                    n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used,
+                                                              peak, prompt, gen, blocks, prefill_left, prefill_done,
+                                                              first_sched)
                     _assign_sides(side, run, n_run0, n_run, vs)
             nseq = nv + n_pre
             if nseq == 0:
@@ -299,7 +301,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
         step_no += 1
         busy = 1
-    _save_state(st, ptr, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)
+    _save_state(st, ptr, nq, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)
     pst.side = vs
     pst.fallback = fb_steps
     return code

@@ -78,7 +78,8 @@ class CompiledReplica(CompiledRun):
         # the replica's requests in routing order (the cluster's source submits closed-loop requests: no client_of)
         self.work = Workload(np.full(n, np.nan), np.zeros(1, dtype=np.int64), z(), z(), z(), z())
         self.req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), z(), z(), z(), z(),
-                            *(np.full(n, np.nan) for _ in range(4)), z(), z(), z(), np.full(n, -1, dtype=np.int64))
+                            *(np.full(n, np.nan) for _ in range(4)), z(), z(), z(), np.full(n, -1, dtype=np.int64),
+                            z(), np.zeros(srv.max_num_seqs, dtype=np.int64))
         self.pol = PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
                                np.zeros(len(self.slots) + 1, dtype=np.int64), self.policy_rng)
         if self.psd:

@@ -2,9 +2,9 @@
 bandit or position-oracle policy, PSD with the fixed policy; open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
-fixed policy and one drafter, another policy, sampled verification, a profile or draft cost kind the kernel does not
-price (it prices linear and roofline profiles, target and drafters), KV that could preempt, numba missing, or the path
-forced off). An eligible server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py (PSD:
+fixed policy and one drafter, another policy, sampled verification under PSD, a profile or draft cost kind the kernel
+does not price (it prices linear, roofline and structured profiles, target and drafters), KV that could preempt under
+PSD or in a cluster replica, numba missing, or the path forced off). An eligible server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py (PSD:
 compiled_psd_kernel.py) and writes the outcome into the server's state, records and counters, so `Server.result()`
 builds the same tables as the step path. A cluster replica's run is a `compiled_replica.CompiledReplica`: the same
 kernels, the steps up to the replica's next external event (the router's next routing) per call, in the replica's
@@ -100,15 +100,16 @@ def ineligible_reason(server) -> str | None:
     why = _policy_reason(server, policy)
     if why is not None:
         return why
-    # no preemption: the max_num_seqs largest requests at their largest KV (rules/kv.peak_tokens, as
-    # Scheduler.check_fits: drafts and lookahead slots included) fit at once
+    # PSD and cluster replicas run without preemption: the max_num_seqs largest requests at their largest KV
+    # (rules/kv.peak_tokens, as Scheduler.check_fits: drafts and lookahead slots included) fit at once
     wl, pool = server.wl, server.sched.pool
     k = policy.max_draft_tokens() if server.mode in ("sd", "psd") else 0
     need = np.sort(pool.blocks_for(peak_tokens(wl.prompt_len, wl.output_len, k, server.sched.lookahead)))[::-1]
     held = int(need[:server.max_num_seqs].sum())
-    if held > pool.total_blocks:
-        return (f"KV could preempt: the {min(len(need), server.max_num_seqs)} largest requests need {held} blocks, "
-                f"the server has {pool.total_blocks}")
+    if held > pool.total_blocks and (server.mode == "psd" or routed):
+        return (f"KV could preempt ({'PSD' if server.mode == 'psd' else 'a cluster replica'}: the kernels preempt "
+                f"for single SD and AR servers): the {min(len(need), server.max_num_seqs)} largest requests need "
+                f"{held} blocks, the server has {pool.total_blocks}")
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -504,7 +505,7 @@ class CompiledRun:
 
     def _estimates(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """adaptive-k's acceptance estimates (successes, failures): per request from zero (start_request resets them;
-        the kernel runs without preemption, so each request starts once), or the policy's shared one."""
+        each request starts once: a preempted one keeps its estimate), or the policy's shared one."""
         import simulator.engine.compiled_kernel as ker
 
         policy = self.srv.drafting.policy
@@ -531,7 +532,8 @@ class CompiledRun:
         # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run)
         req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), st.gen, st.prefill_left, st.prefill_done,
                        st.blocks, st.last_emit, st.first_sched, st.first_token, st.finish,
-                       *(np.zeros(n, dtype=np.int64) for _ in range(3)), self.last_slots(st.last_drafter))
+                       *(np.zeros(n, dtype=np.int64) for _ in range(3)), self.last_slots(st.last_drafter),
+                       st.preemptions, np.zeros(srv.max_num_seqs, dtype=np.int64))
         pol = PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
                           np.zeros(len(self.slots) + 1, dtype=np.int64), self.policy_rng)
         work = Workload(st.arrival, client_of, wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64),
@@ -653,6 +655,7 @@ class CompiledRun:
         st.status[fin] = FINISHED
         st.running = [int(i) for i in run[:n_run]]
         st.prefilling = {int(i): None for i in run[:n_run] if st.prefill_left[i] > 0}
+        st.waiting.extend(int(i) for i in req.requeued[:int(rec.requeued)])  # preempted, ahead of the arrivals
         st.waiting.extend(range(admit, ptr))
         st.started[~np.isnan(st.first_token)] = True
         st.n_finished = int(rec.finished)

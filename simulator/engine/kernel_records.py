@@ -113,7 +113,9 @@ class PSDSettings(NamedTuple):
 
 class Requests(NamedTuple):
     """The per-request state the kernel writes in place (kernel numbering) and the running array (admission
-    order): tokens generated, prompt left / done, KV blocks held, times, the verify counters and the last drafter."""
+    order): tokens generated, prompt left / done, KV blocks held, times, the verify counters, the last drafter,
+    preemptions, and the preempted requests waiting ahead of the arrivals (RUN_STATE `requeued` of them; the waiting
+    queue is requeued[:requeued] then the arrivals admit..ptr-1)."""
     run: np.ndarray  # int64, max_num_seqs
     gen: np.ndarray
     prefill_left: np.ndarray
@@ -127,6 +129,8 @@ class Requests(NamedTuple):
     dprop: np.ndarray
     dacc: np.ndarray
     last_slot: np.ndarray  # int64: the drafter slot each request last drafted with, -1 before (switching cost)
+    preempted: np.ndarray  # int64: preemptions per request
+    requeued: np.ndarray  # int64, max_num_seqs: the preempted requests at the waiting queue's front, in order
 
 
 class PolicyState(NamedTuple):
@@ -197,6 +201,7 @@ class Scratch(NamedTuple):
     done: np.ndarray
     newb: np.ndarray
     hold: np.ndarray
+    run_extra: np.ndarray  # the KV growth of each running request (admission order) when a step must preempt
     times: np.ndarray
     plan: PlanBuffers
     reward: np.ndarray  # float64: each decode's bandit reward, read before its tokens move its position
@@ -204,7 +209,7 @@ class Scratch(NamedTuple):
 
 def scratch_buffers(max_seqs: int, k_max: int) -> Scratch:
     """Scratch for runs of at most `max_seqs` running sequences and adaptive k up to `k_max`."""
-    return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(12)), np.empty(k_max + 1, np.float64),
+    return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(13)), np.empty(k_max + 1, np.float64),
                    plan_buffers(max_seqs), np.empty(max_seqs, np.float64))
 
 
@@ -253,7 +258,8 @@ class PSDCarry(NamedTuple):
 # the scalars a kernel call leaves for the next (its loop's counters and clock)
 RUN_STATE = np.dtype([
     ("ptr", np.int64),  # arrivals pulled (the waiting queue's end)
-    ("admit", np.int64),  # requests admitted (the waiting queue's head)
+    ("admit", np.int64),  # arrivals admitted (the head of the waiting queue's arrivals)
+    ("requeued", np.int64),  # preempted requests waiting ahead of them (Requests.requeued)
     ("n_run", np.int64),  # running requests
     ("finished", np.int64),
     ("step", np.int64),  # the next step's number

@@ -155,6 +155,7 @@ class Scheduler:
         from simulator.engine import compiled_kernel as compiled  # the step rules, compiled (imports numba)
 
         self._kv_growth, self._add_blocks = compiled.kv_growth, compiled.add_blocks
+        self._preempt_keep, self._preempt_suffix = compiled.preempt_keep, compiled.preempt_suffix
         self._release_finished = compiled.release_finished
         self._join_side = compiled.join_side
         self._fit_decodes = compiled.fit_decodes
@@ -211,33 +212,27 @@ class Scheduler:
         if total <= self.pool.free:
             keep = len(run)
         else:
-            cum_extra = np.concatenate([[0], np.cumsum(extra)])
-            held = st.blocks[run]
-            suffix = np.concatenate([np.cumsum(held[::-1])[::-1], [0]])  # blocks freed by preempting run[L:]
-            ok = cum_extra - (self.pool.free + suffix) <= 0
-            keep = int(np.nonzero(ok)[0].max())
-            for i in run[keep:][::-1]:
-                self.preempt(int(i))
+            keep = int(self._preempt_keep(run, len(run), extra, st.blocks, self.pool.free))
+            self.pool.release(int(self._preempt_suffix(run, keep, len(run), st.blocks, st.prefill_left,
+                                                       st.prefill_done, st.preemptions)))
+            for i in run[keep:][::-1]:  # newest first, each to the waiting queue's front
+                self.requeue(int(i))
             total = int(extra[:keep].sum())
         if total:
             self.pool.allocate(total)
             self._add_blocks(run, keep, extra, st.blocks)
         return keep, keep < len(run)
 
-    def preempt(self, i: int) -> None:
-        """Recompute preemption: free its KV, back to the front of the queue."""
+    def requeue(self, i: int) -> None:
+        """A preempted request (its KV already freed: rules/kv.preempt_suffix) leaves the running requests for the
+        front of the waiting queue."""
         st = self.state
         st.running.remove(i)
-        self.pool.release(int(st.blocks[i]))
-        st.blocks[i] = 0
         st.status[i] = WAITING
         st.waiting.appendleft(i)
-        st.prefill_left[i] = 0  # set on re-admission
         st.prefilling.pop(i, None)
-        st.prefill_done[i] = 0
         st.pending_d[i] = -1
         st.sub_batch[i] = -1
-        st.preemptions[i] += 1
 
     def plan_prefills(self, tokens_used: int, allow_new: bool) -> PlanSums:
         """The prompt chunks a step schedules after `tokens_used` decode/draft tokens, written to `self.plan`,

@@ -51,6 +51,38 @@ def kv_growth(idx, n, tokens, blocks, block_size, extra):
     return total
 
 
+def preempt_keep(run, n, extra, blocks, free):
+    """How many of run[:n] (admission order) keep running when each must grow by extra[q] blocks and `free` are
+    free: the most L for which the growth of run[:L] fits in the free blocks plus those run[L:] hold, which are
+    preempted (newest first, by recompute). n when everything fits."""
+    held = 0
+    for q in range(n):
+        held += blocks[run[q]]
+    keep = 0
+    grow = 0
+    for q in range(n + 1):
+        if grow <= free + held:  # run[:q] grows, run[q:] gives its blocks back
+            keep = q
+        if q < n:
+            grow += extra[q]
+            held -= blocks[run[q]]
+    return keep
+
+
+def preempt_suffix(run, keep, n, blocks, prefill_left, prefill_done, preemptions):
+    """Recompute preemption of run[keep:n]: each gives back its KV blocks and its computed tokens (its prompt and
+    output so far are prefilled again when it is readmitted) and counts a preemption. Returns the blocks freed."""
+    freed = 0
+    for q in range(keep, n):
+        i = run[q]
+        freed += blocks[i]
+        blocks[i] = 0
+        prefill_left[i] = 0  # set on readmission (rules/prefill_plan.take_prefill_plan)
+        prefill_done[i] = 0
+        preemptions[i] += 1
+    return freed
+
+
 def add_blocks(idx, n, extra, blocks):
     """Commit a growth: each of idx[:n] holds extra[j] more blocks."""
     for j in range(n):

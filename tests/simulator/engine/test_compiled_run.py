@@ -155,11 +155,14 @@ def with_tv(traces, seed: int):
     return traces
 
 
-def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int, lookahead: int = 0) -> int:
+def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int, lookahead: int = 0,
+             pressure: int = 0) -> int:
     """KV tokens just enough (plus `slack` blocks) for the max_num_seqs largest requests at their largest KV (with
-    `lookahead` slots each: vLLM V1's for an EAGLE drafter)."""
+    `lookahead` slots each: vLLM V1's for an EAGLE drafter); with `pressure` p > 0, for only max_num_seqs // (p + 1)
+    of them (at least the largest: the server refuses less), so the run may preempt."""
     need = np.sort(-(-(wl.prompt_len + wl.output_len - 1 + max(1, k) + lookahead) // block_size))[::-1]
-    return int(need[:max_num_seqs].sum() + slack) * block_size
+    fit = max_num_seqs if pressure == 0 else max(1, max_num_seqs // (pressure + 1))
+    return int(need[:fit].sum() + slack) * block_size
 
 
 def scheduler_of(rules: str, async_scheduling: bool = False) -> dict:
@@ -190,15 +193,17 @@ def drawn_case(seed: int, n: int, rate: float, ngram: bool, arrivals: str, req_r
        arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
        max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
        overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]), roof=profiles,
-       eagle=st.booleans(), async_sched=st.booleans(), proposer=st.booleans(), sampled=st.booleans())
+       eagle=st.booleans(), async_sched=st.booleans(), proposer=st.booleans(), sampled=st.booleans(),
+       pressure=st.sampled_from([0, 0, 1, 3]))
 def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                         req_rate, max_num_seqs, block_size, slack, overhead, segment,
-                                                        roof, eagle, async_sched, proposer, sampled):
+                                                        roof, eagle, async_sched, proposer, sampled, pressure):
     """`eagle`: drafter 'd' is an EAGLE drafter (vLLM V1 reserves k lookahead KV slots per running request for it;
     'g' is n-gram, none); `async_sched`: vLLM V1 with async scheduling (the engine-loop gap hidden by the forward);
     `proposer`: the drafter is priced as vLLM V1's proposer, once per engine step (an `engine_step` cost, on the
     drawn drafter profile when there is one); `sampled`: sampled verification (1 - tv per draft, the server's
-    generator's draws)."""
+    generator's draws); `pressure`: KV for fewer requests than max_num_seqs at their largest (preemption by
+    recompute: the newest running requests back to the waiting queue's front)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     if sampled:
         traces = with_tv(traces, seed)
@@ -206,7 +211,8 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
     kind = ("draft_model" if seed % 5 == 0 else "eagle") if eagle else "ngram"  # drafter 'd' (both keep KV)
     look = k if mode == "sd" and rules == "vllm-v1" and eagle and drafter == "d" else 0
     kw = dict(traces=traces, wl=wl, mode=mode, k=k, drafter=drafter, drafters=drafters,
-              cost=COSTS[cost], kv_tokens=tight_kv(wl, k if mode == "sd" else 0, block_size, max_num_seqs, slack, look),
+              cost=COSTS[cost], kv_tokens=tight_kv(wl, k if mode == "sd" else 0, block_size, max_num_seqs, slack, look,
+                                                   pressure),
               max_num_seqs=max_num_seqs, block_size=block_size, step_overhead_s=overhead,
               max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
               prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules, async_sched),
@@ -262,17 +268,18 @@ BANDITS = ("ucb", "metasd-ucb", "discounted-ucb", "sliding-window-ucb", "epsilon
        k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
        k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans(),
-       sampled=st.booleans(), switch=st.sampled_from([0.0, 0.0, 7e-4]))
+       sampled=st.booleans(), switch=st.sampled_from([0.0, 0.0, 7e-4]), pressure=st.sampled_from([0, 0, 1, 3]))
 def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
-        sampled, switch):
+        sampled, switch, pressure):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
     per step) and every bandit over drafters (UCB, MetaSD-UCB, discounted and sliding-window UCB, epsilon-greedy,
     a random drafter, Thompson, EXP3) with the BE or BD reward (per-request or shared statistics, one or two arms)
     over the same random configs: every rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
     each bandit's choice and update and its generator's draws in batch order, feedback order, per-group draft cost)
-    is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter."""
+    is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter;
+    `pressure` KV makes the run preempt (the learning state of a preempted request carries on)."""
     ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     if sampled:  # sampled verification: the learning policies see the drawn acceptance
@@ -290,7 +297,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     uses_d = not (policy in ("adaptive-k", "k-by-batch") and spec["drafter"] == "g")
     slots = look if rules == "vllm-v1" and eagle and uses_d else 0
     kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
-              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack, slots), max_num_seqs=max_num_seqs,
+              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack, slots, pressure), max_num_seqs=max_num_seqs,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
               **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"},
@@ -320,11 +327,12 @@ def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None)
        cost=st.sampled_from(sorted(COSTS)), rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
        budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
        req_rate=st.floats(5.0, 500.0), max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]),
-       slack=st.integers(0, 3), segment=st.sampled_from([4, 1 << 16]), roof=profiles)
+       slack=st.integers(0, 3), segment=st.sampled_from([4, 1 << 16]), roof=profiles,
+       pressure=st.sampled_from([0, 0, 2]))
 def test_oracles_that_choose_by_position_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, rate, ngram,
                                                                         cost, rules, budget, arrivals, req_rate,
                                                                         max_num_seqs, block_size, slack, segment,
-                                                                        roof):
+                                                                        roof, pressure):
     """The kernel reads an oracle's table of choices by position (Replay.choice_slot / choice_k, from its
     position_choices) where the step path asks its choose, over the same random configs."""
     ngram = ngram or policy != "oracle-k"  # the two-drafter oracles read 'g', which has n-gram match lengths
@@ -334,7 +342,8 @@ def test_oracles_that_choose_by_position_equal_the_step_path_bit_for_bit(policy,
     if policy == "oracle-best-fixed":
         look = spec["k"]
     kw = dict(traces=traces, wl=wl, drafters=drafters, cost=COSTS[cost],
-              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack), max_num_seqs=max_num_seqs,
+              kv_tokens=tight_kv(wl, look, block_size, max_num_seqs, slack, pressure=pressure),
+              max_num_seqs=max_num_seqs,
               block_size=block_size, max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
               prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules))
     kw = with_profiles(kw, roof, cost)
@@ -448,7 +457,8 @@ def _fallback_cases():
         "engine_step beside adaptive-k": ({**base, "policy": ADAPTIVE(), "cost": DraftCost("engine_step",
                                                                                          profile=linear())},
                                           "engine_step"),
-        "kv pressure": ({**base, "kv_tokens": int((wl.prompt_len + wl.output_len).max()) + 16}, "KV could preempt"),
+        "psd under kv pressure": ({**base, "mode": "psd", "psd": PSDConfig(),
+                                   "kv_tokens": int((wl.prompt_len + wl.output_len).max()) + 16}, "KV could preempt"),
     }
 
 
@@ -713,6 +723,26 @@ def test_a_drafter_switching_cost_is_charged_alike_on_both_paths(spec):
     assert np.allclose(extra, charged * 0.004, rtol=0, atol=1e-12) and charged.min() >= 0 and charged.sum() >= 10
 
 
+@pytest.mark.parametrize("spec", [None, {"name": "adaptive-k", "drafter": "d", "k_max": 4},
+                                  {"name": "thompson", "drafters": ["d", "g"], "k": 3},
+                                  {"name": "combine-match", "ngram": "g", "eagle": "d"}])
+def test_a_run_that_preempts_is_compiled_and_equals_the_step_path(spec):
+    """KV for 1, 2 and 4 of the largest requests with 8 running at most: the compiled run preempts the newest
+    requests by recompute (they wait at the queue's front, prefill prompt and output again, and the steps that
+    preempt admit nobody) exactly as the step path does, and more often the smaller the KV."""
+    traces = traces_with(20, 3, 0.6, True)
+    wl = workload(traces, 60, rate=300.0, seed=3)
+    largest = int((wl.prompt_len + wl.output_len).max()) + 16
+    counts = []
+    for kv_tokens in (largest, 2 * largest, 4 * largest):
+        kw = dict(traces=traces, wl=wl, drafters=("d", "g"), kv_tokens=kv_tokens, max_num_seqs=8)
+        fast = run_path(True, policy=None if spec is None else make_policy(spec, seed=0), **kw)
+        assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+        assert_same(fast, run_path(False, policy=None if spec is None else make_policy(spec, seed=0), **kw))
+        counts.append(int(fast.requests.preemptions.sum()))
+    assert counts[0] > counts[1] > counts[2] > 0
+
+
 def test_ucb_over_more_than_two_drafters_names_each_slot_apart_from_the_prompt_pass():
     """UCB over four drafters: the steps' drafters column carries a bit per drafter slot, so slot 2 drafting alone
     (code 4) must not read as the drafters' prompt-pass row (the kernel's code for that sat at 4 once: any policy of
@@ -782,7 +812,7 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
 def test_the_kernel_is_plain_python_numba_off_gives_the_same_tables(tmp_path):
     """The compiled path's rules are readable Python over arrays: with numba's JIT switched off
     (NUMBA_DISABLE_JIT=1, the kernel run as plain Python) the requests, steps and ITL tables of fixed-k SD,
-    adaptive-k, UCB, Thompson, EXP3, sliding-window UCB and PSD runs are bit for bit the compiled ones (the same IEEE operations in the same order;
+    adaptive-k, UCB, Thompson, EXP3, sliding-window UCB, PSD and preempting runs are bit for bit the compiled ones (the same IEEE operations in the same order;
     tolerance zero)."""
     code = f"""
 import pickle
@@ -800,6 +830,10 @@ for spec in specs:
     res = build(traces=t, wl=wl, drafters=("d", "g"), policy=pol).simulate()
     out.append((res.extras["engine_path"], res.requests, res.steps, res.itl.tobytes()))
 res = build(traces=t, wl=wl, mode="psd", psd=PSDConfig()).simulate()
+out.append((res.extras["engine_path"], res.requests, res.steps, res.itl.tobytes()))
+res = build(traces=t, wl=wl, drafters=("d", "g"), kv_tokens=int((wl.prompt_len + wl.output_len).max()) + 16,
+            policy=make_policy({{"name": "adaptive-k", "drafter": "d", "k_max": 3}}, seed=0)).simulate()
+assert res.requests.preemptions.sum() > 0
 out.append((res.extras["engine_path"], res.requests, res.steps, res.itl.tobytes()))
 pickle.dump(out, open(OUT, "wb"))
 """

@@ -54,3 +54,41 @@ def test_invariant_growth_holds_the_tokens_in_the_fewest_blocks_and_never_negati
     assert (blocks * bs >= tokens).all()  # every request holds its tokens
     grew = extra > 0
     assert ((blocks[grew] - 1) * bs < tokens[grew]).all()  # and a grown one no more blocks than it needs
+
+
+PREEMPT = [pytest.param((kv.preempt_keep, kv.preempt_suffix), id="plain"),
+           pytest.param((compiled_kernel.preempt_keep, compiled_kernel.preempt_suffix), id="compiled")]
+
+
+@pytest.mark.parametrize("rules", PREEMPT)
+def test_the_newest_requests_are_preempted_until_the_rest_grows(rules):
+    """Hand-worked: running 3, 1, 0, 2 (admission order) hold 4, 2, 3, 5 blocks and must grow by 2, 1, 0, 3; 1 block
+    is free. All four need 6 (no). Keeping three needs 3 against 1 + 5 freed (yes): request 2 alone is preempted."""
+    keep_rule, suffix = rules
+    run = np.array([3, 1, 0, 2], dtype=np.int64)
+    blocks = np.array([3, 2, 5, 4], dtype=np.int64)
+    extra = np.array([2, 1, 0, 3], dtype=np.int64)
+    assert keep_rule(run, 4, extra, blocks, 1) == 3
+    assert keep_rule(run, 4, extra, blocks, 6) == 4  # everything fits
+    assert keep_rule(run, 4, np.array([16, 1, 0, 3], dtype=np.int64), blocks, 1) == 0  # not even the oldest (16 > 11)
+    prefill_left, prefill_done = np.array([0, 0, 7, 0]), np.array([10, 10, 5, 10])
+    preemptions = np.array([0, 0, 1, 0])
+    assert suffix(run, 2, 4, blocks, prefill_left, prefill_done, preemptions) == 5 + 3  # requests 0 and 2
+    assert blocks.tolist() == [0, 2, 0, 4] and prefill_left.tolist() == [0, 0, 0, 0]
+    assert prefill_done.tolist() == [0, 10, 0, 10] and preemptions.tolist() == [1, 0, 2, 0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), compiled=st.booleans())
+def test_invariant_preemption_keeps_the_longest_prefix_that_fits(data, compiled):
+    """preempt_keep is the largest L whose growth fits in the free blocks plus those of run[L:] (checked against
+    every L by brute force): what is kept fits, and keeping one more would not."""
+    keep_rule = compiled_kernel.preempt_keep if compiled else kv.preempt_keep
+    n = data.draw(st.integers(0, 8))
+    blocks = np.array(data.draw(st.lists(st.integers(0, 9), min_size=n, max_size=n)), dtype=np.int64)
+    extra = np.array(data.draw(st.lists(st.integers(0, 6), min_size=n, max_size=n)), dtype=np.int64)
+    free = data.draw(st.integers(0, 10))
+    run = np.arange(n, dtype=np.int64)
+    keep = keep_rule(run, n, extra, blocks, free)
+    fits = [int(extra[:L].sum()) <= free + int(blocks[L:].sum()) for L in range(n + 1)]
+    assert keep == max(L for L in range(n + 1) if fits[L])
