@@ -9,8 +9,9 @@ derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.
 
 Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
-  and on request (--runs) adaptive-k (eagle3) and combine-match (ngram / eagle3),
-  on the compiled path (simulator/engine/compiled_run.py; UCB with the BE reward, adaptive-k and combine-match are eligible),
+  and on request (--runs) adaptive-k (eagle3), combine-match (ngram / eagle3), Thompson and EXP3 over the two
+  drafters, and AR and SD k=3 with KV for 20 of the 64 sequences (they preempt),
+  on the compiled path (simulator/engine/compiled_run.py; every run here is eligible),
   and step by step (compiled_run.COMPILED off), in the same process, the tables checked equal:
   request-steps per CPU second, mean sequences per step, and the ratios; the compiled kernel's first call (numba
   import and cache load, or compile) is timed on its own before;
@@ -32,7 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATE = {"AR": 10_000_000, "SD-k3": 10_000_000, "UCB": 2_000_000, "adaptive-k": 2_000_000,
-               "combine-match": 2_000_000}
+               "combine-match": 2_000_000, "thompson": 2_000_000, "EXP3": 2_000_000, "AR-preempt": 10_000_000,
+               "SD-k3-preempt": 10_000_000}
 TARGET_REAL_TIME = 1000.0
 
 # Llama-2-7B (6.74e9 params fp16: 13.5 GB of weights; 32 layers x 2 x 4096 x 2 bytes = 512 KiB of KV per token) on
@@ -73,6 +75,13 @@ RUNS = {
     "adaptive-k": {"name": "adaptive-k", "mode": "sd", "policy": {"name": "adaptive-k", "drafter": "eagle3"}},
     "combine-match": {"name": "combine-match", "mode": "sd",
                       "policy": {"name": "combine-match", "ngram": "ngram", "eagle": "eagle3"}},
+    "thompson": {"name": "thompson", "mode": "sd", "policy": {"name": "thompson", "drafters": ["eagle3", "ngram"],
+                                                             "k": 3}},
+    "EXP3": {"name": "EXP3", "mode": "sd", "policy": {"name": "exp3", "drafters": ["eagle3", "ngram"], "k": 3}},
+    # KV for 20 of the 64 sequences at their largest: the newest running requests are preempted by recompute
+    "AR-preempt": {"name": "AR-preempt", "mode": "ar", "server": {"kv_capacity_tokens": 15_360}},
+    "SD-k3-preempt": {"name": "SD-k3-preempt", "mode": "sd", "server": {"kv_capacity_tokens": 15_360},
+                      "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}},
 }
 
 
@@ -136,8 +145,9 @@ def engine(n: int, names: list[str], repeats: int, rate: float = 12.0, scheduler
         steps = ref.extras["steps"]
         sim_s = float(ref.requests["finish_time"].max())
         per_cpu = {p: rs / cpu[p] for p in paths}
+        preempted = int(ref.requests["preemptions"].sum())
         print(f"  {name:6s} {rs:>10,} request-steps in {steps:,} steps ({rs / steps:.1f} seqs/step), "
-              f"{sim_s:.0f} simulated s; compiled run took the {got} path "
+              f"{sim_s:.0f} simulated s, {preempted:,} preemptions; compiled run took the {got} path "
               f"{res['compiled'].extras.get('engine_path_reason') or ''}")
         print("         engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {per_cpu[p]:,.0f}/cpu-s" for p in paths))
         ratio = (f"compiled / step by step {per_cpu['compiled'] / per_cpu['step by step']:.1f}x; "
