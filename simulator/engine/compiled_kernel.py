@@ -318,7 +318,7 @@ _estimate_value = njit(cache=True)(estimate_value)
 _estimate_update = njit(cache=True)(estimate_update)
 _best_k = njit(cache=True)(best_k_rule)
 _ucb_arm = njit(cache=True)(ucb_arm_rule)
-_ucb_update = njit(cache=True)(ucb_update)
+_ucb_update = njit(cache=True, inline="always")(ucb_update)
 _sliding_update = njit(cache=True)(sliding_update)
 _epsilon_greedy_arm = njit(cache=True)(epsilon_greedy_arm)
 _random_arm = njit(cache=True)(random_arm)
@@ -490,6 +490,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     arms, beta, bandit = cfg.arms, cfg.beta, cfg.bandit
     discount, epsilon, exp3_gamma = cfg.discount, cfg.epsilon, cfg.exp3_gamma
     each_draws = bandit_draws(bandit)
+    policy_rng = pol.rng
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
     lookahead, async_sched, sampled, bd, tree = cfg.lookahead, cfg.async_sched, cfg.sampled, cfg.bd, cfg.tree
@@ -597,8 +598,11 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 for j in range(n_dec):
                     if j == 0 or not shared or each_draws:
                         e = 0 if shared else dec[j]
-                        arm = _bandit_arm(bandit, arm_counts[e, :arms], arm_sums[e, :arms], pol.rng, beta, epsilon,
-                                          exp3_gamma)
+                        if bandit == B_UCB or bandit == B_SLIDING:
+                            arm = _ucb_arm(arm_counts[e, :arms], arm_sums[e, :arms], beta)
+                        else:
+                            arm = _bandit_arm(bandit, arm_counts[e, :arms], arm_sums[e, :arms], policy_rng, beta,
+                                              epsilon, exp3_gamma)
                     slot[j] = arm_slot[arm]
                     kk[j] = k_fixed
             elif policy == POL_BATCH:  # KByBatchPolicy.k_for(batch size), tabulated by its own rule
@@ -723,9 +727,13 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         x = 0 if shared else i
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
                     elif policy == POL_BANDIT and prop[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
-                        _bandit_update(bandit, pol, 0 if shared else i, arms, _arm_of_slot(arm_slot, arms, g),
-                                       reward[j] if bd else np.float64(acc[j]) / np.float64(prop[j]), discount,
-                                       exp3_gamma)
+                        x = 0 if shared else i
+                        a = _arm_of_slot(arm_slot, arms, g)
+                        rwd = reward[j] if bd else np.float64(acc[j]) / np.float64(prop[j])
+                        if bandit == B_UCB or bandit == B_EPSILON:
+                            _ucb_update(arm_counts[x, :arms], arm_sums[x, :arms], a, rwd, discount)
+                        else:
+                            _bandit_update(bandit, pol, x, arms, a, rwd, discount, exp3_gamma)
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
