@@ -338,10 +338,9 @@ def bandit_draws(bandit):
 
 
 @njit(cache=True)
-def _bandit_arm(bandit, first, second, rng, beta, epsilon, exp3_gamma):
-    """The arm a bandit state (its two per-arm arrays, PolicyState) plays: the policy's own rule."""
-    if bandit == B_UCB or bandit == B_SLIDING:
-        return _ucb_arm(first, second, beta)
+def _bandit_arm(bandit, first, second, rng, epsilon, exp3_gamma):
+    """The arm a drawing bandit's state (its two per-arm arrays, PolicyState) plays: the policy's own rule (the kernel
+    calls UCB's, which draws nothing, itself)."""
     if bandit == B_EPSILON:
         return _epsilon_greedy_arm(first, second, epsilon, rng)
     if bandit == B_RANDOM:
@@ -352,12 +351,11 @@ def _bandit_arm(bandit, first, second, rng, beta, epsilon, exp3_gamma):
 
 
 @njit(cache=True)
-def _bandit_update(bandit, pol, x, arms, arm, reward, discount, exp3_gamma):
-    """State x's update after arm played for `reward`: the policy's own rule (a random drafter learns nothing)."""
+def _bandit_update(bandit, pol, x, arms, arm, reward, exp3_gamma):
+    """State x's update after arm played for `reward` for the sliding window, Thompson and EXP3: the policy's own
+    rule (the kernel calls UCB's and epsilon-greedy's update itself; a random drafter learns nothing)."""
     first, second = pol.arm_counts[x, :arms], pol.arm_sums[x, :arms]
-    if bandit == B_UCB or bandit == B_EPSILON:
-        _ucb_update(first, second, arm, reward, discount)
-    elif bandit == B_SLIDING:
+    if bandit == B_SLIDING:
         pol.seen[x] = _sliding_update(first, second, pol.ring_arm[x], pol.ring_reward[x], pol.seen[x], arm, reward)
     elif bandit == B_THOMPSON:
         _thompson_update(first, second, arm, reward)
@@ -601,8 +599,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         if bandit == B_UCB or bandit == B_SLIDING:
                             arm = _ucb_arm(arm_counts[e, :arms], arm_sums[e, :arms], beta)
                         else:
-                            arm = _bandit_arm(bandit, arm_counts[e, :arms], arm_sums[e, :arms], policy_rng, beta,
-                                              epsilon, exp3_gamma)
+                            arm = _bandit_arm(bandit, arm_counts[e, :arms], arm_sums[e, :arms], policy_rng, epsilon,
+                                              exp3_gamma)
                     slot[j] = arm_slot[arm]
                     kk[j] = k_fixed
             elif policy == POL_BATCH:  # KByBatchPolicy.k_for(batch size), tabulated by its own rule
@@ -733,7 +731,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         if bandit == B_UCB or bandit == B_EPSILON:
                             _ucb_update(arm_counts[x, :arms], arm_sums[x, :arms], a, rwd, discount)
                         else:
-                            _bandit_update(bandit, pol, x, arms, a, rwd, discount, exp3_gamma)
+                            _bandit_update(bandit, pol, x, arms, a, rwd, exp3_gamma)
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
