@@ -63,7 +63,8 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
 
 
 def _draws(settings) -> bool:
-    """Whether a replica's policy is a bandit whose choices draw from its own generator (compiled_kernel.bandit_draws)."""
+    """Whether a replica's policy is a bandit whose choices draw from its own generator
+    (compiled_kernel.bandit_draws)."""
     import simulator.engine.compiled_kernel as ker
 
     return settings.policy == ker.POL_BANDIT and bool(ker.bandit_draws(settings.bandit))

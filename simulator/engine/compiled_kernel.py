@@ -87,6 +87,8 @@ from simulator.engine.rules.kv import decode_hold  # noqa: E402
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap  # noqa: E402
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
                                                  take_prefill_plan)
+from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON,  # noqa: E402
+                                             B_UCB)
 from simulator.engine.rules import tree as tree_rules  # noqa: E402
 from traces import sampled_acceptance, tree as tree_shape  # noqa: E402
 
@@ -129,9 +131,7 @@ STEP_ROWS = 3  # the most step-table rows one step writes (draft, verify or mixe
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_BANDIT = range(4)  # POL_BANDIT: a bandit over drafter arms, fixed k
-# POL_BANDIT's rules (Settings.bandit): UCB (UCB1, MetaSD-UCB, discounted), sliding-window UCB, epsilon-greedy,
-# a random drafter, Thompson sampling, EXP3; BE or BD reward
-B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON, B_EXP3 = range(6)
+# (Settings.bandit: its rule, kernel_records.B_UCB ... B_EXP3; BE or BD reward)
 POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its table, Replay.choice_slot / choice_k
 POL_BATCH = 5  # k by the step's count of decoding requests (k-by-batch, slot 0): Replay.batch_k
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,

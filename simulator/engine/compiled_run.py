@@ -4,18 +4,18 @@ bandit or position-oracle policy, PSD with the fixed policy; open or closed loop
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
 fixed policy and one drafter, another policy, sampled verification under PSD, a profile or draft cost kind the kernel
 does not price (it prices linear, roofline and structured profiles, target and drafters), KV that could preempt under
-PSD or in a cluster replica, numba missing, or the path forced off). An eligible server's `CompiledRun.run` steps the whole run in simulator/engine/compiled_kernel.py (PSD:
-compiled_psd_kernel.py) and writes the outcome into the server's state, records and counters, so `Server.result()`
-builds the same tables as the step path. A cluster replica's run is a `compiled_replica.CompiledReplica`: the same
-kernels, the steps up to the replica's next external event (the router's next routing) per call, in the replica's
-SimPy process.
+PSD or in a cluster replica, numba missing, or the path forced off). An eligible server's `CompiledRun.run` steps the
+whole run in simulator/engine/compiled_kernel.py (PSD: compiled_psd_kernel.py) and writes the outcome into the
+server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
+replica's run is a `compiled_replica.CompiledReplica`: the same kernels, the steps up to the replica's next external
+event (the router's next routing) per call, in the replica's SimPy process.
 
 Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
 every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
 random eligible configs); the built-in policies' choices are their own rules (policies/adaptive_k.py best_k_rule,
-policies/ucb.py, epsilon_greedy.py, thompson.py, exp3.py, policies/acceptance_estimate.py), compiled. Which path a run takes depends on its config alone
-(never on what ran before in the process); `COMPILED = False` keeps every server on the step path (tests and
-benchmarks that compare the two).
+policies/ucb.py, epsilon_greedy.py, thompson.py, exp3.py, policies/acceptance_estimate.py), compiled. Which path a run
+takes depends on its config alone (never on what ran before in the process); `COMPILED = False` keeps every server on
+the step path (tests and benchmarks that compare the two).
 
 The kernel runs in segments: it returns when its row buffers are full or when a given number of requests have
 finished, and continues from its state; `CompiledRun.run(stop=...)` uses the latter to let a caller end a run
@@ -42,9 +42,10 @@ from policies.thompson import BetaState, ThompsonPolicy
 from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy, UCBState
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
-from simulator.engine.kernel_records import (PSD_STATE, Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests,
-                                             Settings, StepRows, Workload, new_state, psd_scratch, rows_head,
-                                             scratch_buffers, settings_record, step_buffers, typed)
+from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, PSD_STATE,
+                                             Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests, Settings,
+                                             StepRows, Workload, new_state, psd_scratch, rows_head, scratch_buffers,
+                                             settings_record, step_buffers, typed)
 from simulator.engine.request_state import FINISHED
 from simulator.engine.rules.kv import peak_tokens
 from simulator.engine.rules.pricing import (DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED,
@@ -67,9 +68,10 @@ MAX_SLOTS = 8  # drafters a compiled policy may use: the kernel's drafter record
 # numba type for every run, so the kernel compiles once)
 MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
-# the bandits the kernel runs (POL_BANDIT), by their rule's code (compiled_kernel B_UCB ... B_EXP3, in that order)
-BANDITS = {UCBPolicy: 0, MetaSDUCBPolicy: 0, DiscountedUCBPolicy: 0, SlidingWindowUCBPolicy: 1, EpsilonGreedyPolicy: 2,
-           RandomDrafterPolicy: 3, ThompsonPolicy: 4, EXP3Policy: 5}
+# the bandits the kernel runs (POL_BANDIT), by their rule (Settings.bandit)
+BANDITS = {UCBPolicy: B_UCB, MetaSDUCBPolicy: B_UCB, DiscountedUCBPolicy: B_UCB, SlidingWindowUCBPolicy: B_SLIDING,
+           EpsilonGreedyPolicy: B_EPSILON, RandomDrafterPolicy: B_RANDOM, ThompsonPolicy: B_THOMPSON,
+           EXP3Policy: B_EXP3}
 # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _BANDIT (BE or BD reward), _BATCH (k-by-batch)
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, KByBatchPolicy) + tuple(BANDITS)
 MAX_RING = 1 << 22  # sliding-window UCB's rounds the kernel keeps (states x window; 64 MiB)

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from simulator.engine.rules.pricing import DraftTerms, ProfileTerms
 
 
+# Settings.bandit: the rule of a bandit over drafters (compiled_kernel POL_BANDIT): UCB (UCB1, MetaSD-UCB,
+# discounted), sliding-window UCB, epsilon-greedy, a random drafter, Thompson sampling, EXP3
+B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON, B_EXP3 = range(6)
+
+
 class Workload(NamedTuple):
     """The requests the kernel knows, in its numbering: arrival times (a closed loop appends its next submissions),
     each one's client (closed loop), prompt and output lengths, and the first / last flat trace positions."""
@@ -83,7 +88,7 @@ class Settings(NamedTuple):
     k_eagle: int
     ngram_slot: int  # combine-match's n-gram drafter slot
     arms: int  # a bandit's arms
-    bandit: int  # POL_BANDIT's rule: compiled_kernel B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON or B_EXP3
+    bandit: int  # POL_BANDIT's rule: B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON or B_EXP3 (above)
     decode_budget: int  # the tokens decodes may take from the step budget (rules/decode_budget.decode_side_budget)
     lookahead: int  # vLLM V1's lookahead KV slots per running request (rules/kv.lookahead_slots)
     async_sched: bool  # async scheduling (rules/engine_loop.overlapped_gap)

@@ -799,7 +799,8 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
         "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
         "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
         "policies/acceptance_estimate.py", "policies/ucb.py", "policies/epsilon_greedy.py", "policies/thompson.py",
-        "policies/exp3.py", "policies/combine.py", "simulator/costs/latency.py", "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
+        "policies/exp3.py", "policies/combine.py", "simulator/costs/latency.py", "simulator/costs/roofline.py",
+        "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
         "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + b"".join(
         p.read_bytes() for p in sorted((root / "simulator/engine/rules").glob("*.py"))))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
@@ -812,8 +813,8 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
 def test_the_kernel_is_plain_python_numba_off_gives_the_same_tables(tmp_path):
     """The compiled path's rules are readable Python over arrays: with numba's JIT switched off
     (NUMBA_DISABLE_JIT=1, the kernel run as plain Python) the requests, steps and ITL tables of fixed-k SD,
-    adaptive-k, UCB, Thompson, EXP3, sliding-window UCB, PSD and preempting runs are bit for bit the compiled ones (the same IEEE operations in the same order;
-    tolerance zero)."""
+    adaptive-k, UCB, Thompson, EXP3, sliding-window UCB, PSD and preempting runs are bit for bit the compiled ones
+    (the same IEEE operations in the same order; tolerance zero)."""
     code = f"""
 import pickle
 from policies.registry import make_policy
