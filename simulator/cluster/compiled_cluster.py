@@ -94,7 +94,7 @@ def _stack(arrays: list[np.ndarray], fill) -> np.ndarray:
 
 # the replicas' kernel records the loop stacks (the CompiledReplica attribute holding it, the fields the replicas
 # share instead (equal in every replica: the first one's is passed)
-STACKED = (("work", ("client_of",)), ("req", ()), ("pol", ("arm_slot", "rng")))
+STACKED = (("work", ("client_of",)), ("req", ()), ("pol", ("arm_slot",)))
 
 
 def _stacked_record(records: list, shared: tuple[str, ...]):

@@ -488,7 +488,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     arms, beta, bandit = cfg.arms, cfg.beta, cfg.bandit
     discount, epsilon, exp3_gamma = cfg.discount, cfg.epsilon, cfg.exp3_gamma
     each_draws = bandit_draws(bandit)
-    policy_rng = pol.rng
+    policy_rng = replay.policy_rng
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
     lookahead, async_sched, sampled, bd, tree = cfg.lookahead, cfg.async_sched, cfg.sampled, cfg.bd, cfg.tree

@@ -81,7 +81,7 @@ class CompiledReplica(CompiledRun):
                             *(np.full(n, np.nan) for _ in range(4)), z(), z(), z(), np.full(n, -1, dtype=np.int64),
                             z(), np.zeros(srv.max_num_seqs, dtype=np.int64))
         self.pol = PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
-                               np.zeros(len(self.slots) + 1, dtype=np.int64), self.policy_rng)
+                               np.zeros(len(self.slots) + 1, dtype=np.int64))
         if self.psd:
             self._psd_records(np.full(n, -1, dtype=np.int64))  # its requests' sides (its numbering), -1 till they join
         self.state = new_state(used=srv.sched.pool.used, peak=srv.sched.pool.used)

@@ -415,7 +415,7 @@ class CompiledRun:
             shape = (np.asarray(tree.parent, np.int32), np.asarray(tree.rank, np.int32),
                      table.tree_rank[self.slots[0]], np.asarray(server.pricing.tree_passes, np.int64))
         self.replay = Replay(tab=tab, rowof=rowof, cap=np.asarray(cap, dtype=np.int32), choice_slot=choice_slot,
-                             choice_k=choice_k, tv=tv, rng=server.drafting.rng, batch_k=batch_k,
+                             choice_k=choice_k, tv=tv, rng=server.drafting.rng, policy_rng=self.policy_rng, batch_k=batch_k,
                              **dict(zip(("tree_parent", "tree_rank", "tree_ranks", "tree_passes"), shape)))
         self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
@@ -537,7 +537,7 @@ class CompiledRun:
                        *(np.zeros(n, dtype=np.int64) for _ in range(3)), self.last_slots(st.last_drafter),
                        st.preemptions, np.zeros(srv.max_num_seqs, dtype=np.int64))
         pol = PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
-                          np.zeros(len(self.slots) + 1, dtype=np.int64), self.policy_rng)
+                          np.zeros(len(self.slots) + 1, dtype=np.int64))
         work = Workload(st.arrival, client_of, wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64),
                         self.first, self.last)
         if self.psd:

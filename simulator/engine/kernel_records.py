@@ -41,7 +41,8 @@ class Replay(NamedTuple):
     accepted drafts when drafter slot g is asked for k at flat trace position f; `cap[f]` the n-gram match length a
     policy reads; `choice_slot[f]`, `choice_k[f]` the (slot or -1, k) a policy that chooses by position alone takes
     at f (oracle/ground_truth.py position_choices); `tv` and `rng`: sampled verification's and the BD reward's
-    (traces/sampled_acceptance.py); `tree_*`: a static draft tree's shape and rank rows (rules/tree.py);
+    (traces/sampled_acceptance.py); `policy_rng`: a drawing bandit's generator (here, not in PolicyState, which a
+    cluster's loop rebuilds per replica step); `tree_*`: a static draft tree's shape and rank rows (rules/tree.py);
     `batch_k[n]`: the k a policy that chooses by batch size alone takes when n requests decode (policies/k_by_batch.py)."""
     tab: np.ndarray  # int8 (rows, 2, flat positions)
     rowof: np.ndarray  # int64 (slots, k + 1)
@@ -55,6 +56,7 @@ class Replay(NamedTuple):
     tree_passes: np.ndarray  # int64 (depth): nodes with children per depth (TreeShape.draft_pass_tokens)
     batch_k: np.ndarray  # int64 (max_num_seqs + 1): k-by-batch's k at each count of decoding requests
     rng: np.random.Generator  # sampled verification's draws (the server's Drafting.rng, advanced in place)
+    policy_rng: np.random.Generator  # a drawing bandit's own (BanditPolicy.rng, advanced in place)
 
 
 class Costs(NamedTuple):
@@ -141,8 +143,8 @@ class Requests(NamedTuple):
 class PolicyState(NamedTuple):
     """The built-in policies' learning state, written in place: adaptive-k's estimates (one per request, or one
     shared), a bandit's two per-(state, arm) arrays (UCB and epsilon-greedy: play counts and reward sums; Thompson:
-    alpha and beta; EXP3: -, log weights) and sliding-window UCB's ring of rounds, each arm's drafter slot, the
-    steps each slot (last: no drafter) served, and the policy's generator (its draws advance it in place)."""
+    alpha and beta; EXP3: -, log weights) and sliding-window UCB's ring of rounds, each arm's drafter slot, and the
+    steps each slot (last: no drafter) served (a drawing bandit's generator: Replay.policy_rng)."""
     est_s: np.ndarray
     est_f: np.ndarray
     arm_counts: np.ndarray
@@ -152,7 +154,6 @@ class PolicyState(NamedTuple):
     seen: np.ndarray  # int64 (states): its rounds so far
     arm_slot: np.ndarray  # int64
     usage: np.ndarray  # int64, slots + 1
-    rng: np.random.Generator  # a drawing bandit's own (BanditPolicy.rng)
 
 
 class StepRows(NamedTuple):
