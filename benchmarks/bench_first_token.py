@@ -10,8 +10,10 @@ run with the level's own acceptance instead of the borrowed one, and how much lo
 engine was idle than its shape says.
 
 Run from the repository root: `python -m benchmarks.bench_first_token [--folder
-experiments/validation/vllm-cpu-smollm2-quiet] [--modes ar,ngram:4] [--json OUT]`. Simulated and recorded
-figures (no timing); asserts nothing.
+experiments/validation/vllm-cpu-smollm2-quiet] [--modes ar,ngram:4] [--json OUT]`; for a served run (`vllm serve` with
+the recorder, `vllm bench serve` results) `--served STEP_LOG RESULT.json... --config RUN.yaml --run NAME` splits each
+client run's TTFT against that config's prediction (served_report). Simulated and recorded figures (no timing);
+asserts nothing.
 """
 from __future__ import annotations
 
@@ -145,12 +147,90 @@ def run(folder: Path, modes: list[str]) -> dict[str, Any]:
     return out
 
 
+def served_report(step_log: Path, results: list[Path], config: str, run_name: str) -> dict[str, Any]:
+    """A served run (`vllm serve` with the recorder, `vllm bench serve` results): per client run, the measured
+    TTFT split against `config`'s run `run_name` simulated on the run's send times (`draftsim compare`'s
+    simulation), for idle and busy arrivals apart. The bench's send times are its own perf_counter offsets: they
+    are placed on the recorder's wall clock by the median of (vLLM's recorded arrival - send) over the run's
+    requests, or, in a log recorded before arrivals were, so that the run's quickest pickup (first step - send)
+    is 0."""
+    from calibration.vllm_steps.first_token import measured_first_tokens, measured_split, simulated_split
+    from calibration.vllm_steps.from_server import engine_requests, match_runs, read_measured
+    from calibration.vllm_steps.records import load_steps
+    from experiments.cli.compare import simulate_measured
+    from experiments.config import load_config
+
+    log = load_steps(step_log)
+    engine = engine_requests(log)
+    arrival = {r.id: r.arrival for st in log.steps for r in st.requests if r.arrival is not None}
+    runs = [(str(p), run) for p in results for run in read_measured(p)]
+    cfg = load_config(config, [])
+    out: dict[str, Any] = {"step_log": str(step_log), "config": config, "run": run_name, "levels": []}
+    for (path, run), idx in zip(runs, match_runs(runs, engine)):
+        sends = sorted(run.requests, key=lambda q: (q.send_time, q.id))
+        recorded = all(engine[i].id in arrival for i in idx)
+        # client i <-> engine i in order of arrival at the server (recorded) or of first step (FIFO admission)
+        served = sorted((engine[i] for i in idx), key=lambda e: (arrival[e.id] if recorded else e.first_step, e.id))
+        ids = {q.id: e.id for q, e in zip(sends, served)}
+        if recorded:
+            offset, clock = float(np.median([arrival[ids[q.id]] - q.send_time for q in sends])), "recorded arrivals"
+        else:
+            offset, clock = min(e.first_step - q.send_time for q, e in zip(sends, served)), "quickest pickup = 0"
+        rows = measured_first_tokens(log, [(q.id, q.send_time + offset, q.send_time + offset + q.ttft)
+                                           for q in sends], ids, path)
+        sim = simulate_measured(cfg, run, cfg.seed, [run_name], whole=True)[run_name].requests
+        idle = {r.id: r.idle_at_send for r in rows}
+        groups = {"all": rows, "idle": [r for r in rows if r.idle_at_send],
+                  "busy": [r for r in rows if not r.idle_at_send]}
+        first = sends[0]
+        later = [r for r in rows if r.id != first.id]  # a warm server's: the first request pays the warm-up
+        out["levels"].append({
+            "file": path, "run": run.name, "clock": clock, "delivered_rate_req_s": run.delivered_rate(),
+            "idle_arrivals": len(groups["idle"]),
+            "measured": {g: _split_ms(measured_split(rs)) for g, rs in groups.items() if rs},
+            "simulated": {g: {**_split_ms(simulated_split(sim, [r.id for r in rs], idle)),
+                              "minus_measured": _diff(simulated_split(sim, [r.id for r in rs]), measured_split(rs))}
+                          for g, rs in groups.items() if rs},
+            "first_request": {"measured_engine_ms": round(rows[0].engine * MS, 1),
+                              "proposer_ms": round(rows[0].draft_seconds * MS, 1),
+                              "simulated_engine_ms": round(float(
+                                  (sim.set_index("request_id").loc[first.id, "first_token_time"]
+                                   - sim.set_index("request_id").loc[first.id, "first_scheduled_time"])) * MS, 1)},
+            "without_first": {"measured_ttft_ms": round(measured_split(later).ttft * MS, 1),
+                              "simulated_ttft_ms": round(simulated_split(sim, [r.id for r in later]).ttft * MS, 1)}})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folder", default=str(ROOT / "experiments" / "validation" / "vllm-cpu-smollm2-quiet"))
     ap.add_argument("--modes", default="ar,ngram:4")
+    ap.add_argument("--served", nargs="+", metavar="FILE", default=None,
+                    help="STEP_LOG RESULT.json...: a served run instead (vllm serve with the recorder, vllm bench "
+                         "serve results), simulated by --config's run --run")
+    ap.add_argument("--config", default=None, help="with --served: the draftsim config that predicts it")
+    ap.add_argument("--run", default=None, help="with --served: the config's run to simulate")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if args.served:
+        if len(args.served) < 2 or not args.config or not args.run:
+            ap.error("--served needs STEP_LOG and at least one RESULT.json, with --config and --run")
+        res = served_report(Path(args.served[0]), [Path(p) for p in args.served[1:]], args.config, args.run)
+        print("mean ms; sim - measured per part (ttft = queue + engine + out); idle/busy: arrived at an idle/busy "
+              "engine")
+        for lv in res["levels"]:
+            meas = lv["measured"]["all"]
+            print(f"\n{lv['run']} ({lv['clock']}): measured TTFT {meas['ttft']} = queue {meas['queue']} + engine "
+                  f"{meas['engine']} + out {meas['out']}; idle arrivals {lv['idle_arrivals']}/{meas['n']}")
+            print("  " + "  ".join(f"{g} n={d['n']}: {d['minus_measured']['ttft']:+.1f} (q {d['minus_measured']['queue']:+.1f}"
+                                   f", e {d['minus_measured']['engine']:+.1f}, o {d['minus_measured']['out']:+.1f})"
+                                   for g, d in lv["simulated"].items()))
+            print(f"  first request: {json.dumps(lv['first_request'])}; the others: {json.dumps(lv['without_first'])}")
+        if args.json:
+            from traces.atomic import atomic_write_text
+
+            atomic_write_text(Path(args.json), json.dumps(res, indent=1))
+        return 0
     res = run(Path(args.folder), [m.strip() for m in args.modes.split(",")])
     print("mean ms; sim - measured per part (ttft = queue + engine + out); idle/busy: arrived at an idle/busy engine")
     for m in res["modes"]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from policies.acceptance_estimate import AcceptanceEstimate, check_estimate_params
 from policies.base import Choice, Feedback, Policy, RequestView
-from traces.expected_tokens import expected_tokens
+from traces.expected_tokens import leviathan_tokens
 
 
 def combine_match_rule(match: int, min_match: int, k_ngram: int, k_eagle: int) -> tuple[bool, int]:
@@ -18,6 +18,16 @@ def combine_match_rule(match: int, min_match: int, k_ngram: int, k_eagle: int) -
     `min_match` tokens, else EAGLE with k_eagle. Plain Python; the compiled kernel compiles this same function."""
     if match >= min_match:
         return True, min(k_ngram, match)
+    return False, k_eagle
+
+
+def combine_adaptive_rule(a_eagle: float, k_eagle: int, t_eagle: float, a_ngram: float, k_ngram: int,
+                          t_ngram: float) -> tuple[bool, int]:
+    """(use n-gram, k): n-gram with k_ngram drafts when k_ngram > 0 and its expected tokens per second (Leviathan's, at
+    acceptance a_ngram, step time t_ngram) beat EAGLE's strictly, else EAGLE with k_eagle. Plain Python; the compiled
+    kernel compiles this same function."""
+    if k_ngram > 0 and leviathan_tokens(a_ngram, k_ngram) / t_ngram > leviathan_tokens(a_eagle, k_eagle) / t_eagle:
+        return True, k_ngram
     return False, k_eagle
 
 
@@ -79,7 +89,8 @@ class CombineAdaptivePolicy(Policy):
     def max_draft_tokens(self) -> int:
         return max(self.k_ngram, self.k_eagle)
 
-    def _estimates(self, request_id: str) -> dict[str, AcceptanceEstimate]:
+    def estimates(self, request_id: str) -> dict[str, AcceptanceEstimate]:
+        """Each drafter's acceptance estimate on this request (made at its first use)."""
         est = self._est.get(request_id)
         if est is None:
             est = self._est[request_id] = {d: AcceptanceEstimate(p, self.prior_weight, self.decay)
@@ -93,21 +104,19 @@ class CombineAdaptivePolicy(Policy):
         self._est.pop(request_id, None)
 
     def choose(self, view: RequestView) -> Choice:
-        est = self._estimates(view.request_id)
+        est = self.estimates(view.request_id)
         match = view.proposal_len.get(self.ngram)
         k_n = self.k_ngram if match is None else min(self.k_ngram, int(match))
-        options = [(self.eagle, self.k_eagle)] + ([(self.ngram, k_n)] if k_n > 0 else [])
-        best, best_rate = None, -1.0
-        for d, k in options:
+
+        def time(d: str, k: int) -> float:
             if view.step_time_estimate is not None:
-                t = view.step_time_estimate(d, k)
-            else:
-                t = 1.0 + self.cost_ratio[d]
-            rate = expected_tokens(est[d].value, k) / t
-            if rate > best_rate:
-                best, best_rate = (d, k), rate
-        return Choice(*best)
+                return view.step_time_estimate(d, k)
+            return 1.0 + self.cost_ratio[d]
+
+        use_ngram, k = combine_adaptive_rule(est[self.eagle].value, self.k_eagle, time(self.eagle, self.k_eagle),
+                                             est[self.ngram].value, k_n, time(self.ngram, k_n) if k_n > 0 else 1.0)
+        return Choice(self.ngram if use_ngram else self.eagle, k)
 
     def observe(self, feedback: Feedback) -> None:
         if feedback.drafter in self.priors:
-            self._estimates(feedback.request_id)[feedback.drafter].update(feedback.accepted, feedback.proposed)
+            self.estimates(feedback.request_id)[feedback.drafter].update(feedback.accepted, feedback.proposed)

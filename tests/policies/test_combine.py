@@ -37,3 +37,27 @@ def test_adaptive_prices_with_the_step_time_estimate():
     dear_ngram = lambda d, k: 3.0 if d == "ngram" else 1.0  # noqa: E731
     assert pol.choose(RequestView("r", 0, 1, proposal_len={"ngram": 5}, step_time_estimate=dear_eagle)).drafter == "ngram"
     assert pol.choose(RequestView("r", 0, 1, proposal_len={"ngram": 5}, step_time_estimate=dear_ngram)).drafter == "eagle3"
+
+
+def test_adaptive_rule_by_hand():
+    """combine_adaptive_rule: tokens per second, n-gram only when strictly better and able to propose. a = 0.5, k = 3:
+    1 + 0.5 + 0.25 + 0.125 = 1.875 tokens; a = 0.8, k = 2: 1 + 0.8 + 0.64 = 2.44."""
+    from policies.combine import combine_adaptive_rule
+
+    assert combine_adaptive_rule(0.8, 2, 1.0, 0.5, 3, 1.0) == (False, 2)  # 2.44 against 1.875 per second
+    assert combine_adaptive_rule(0.8, 2, 1.5, 0.5, 3, 1.0) == (True, 3)  # 1.627 against 1.875
+    assert combine_adaptive_rule(0.5, 3, 1.0, 0.5, 3, 1.0) == (False, 3)  # a tie: EAGLE, the first option
+    assert combine_adaptive_rule(0.0, 1, 9.0, 1.0, 0, 1.0) == (False, 1)  # no match: n-gram proposes nothing
+
+
+def test_adaptive_estimates_per_drafter_and_request():
+    """observe moves only the observed drafter's estimate of that request; start_request resets a request."""
+    pol = CombineAdaptivePolicy(prior_ngram=0.5, prior_eagle=0.6, prior_weight=2.0, decay=0.5)
+    pol.observe(Feedback("r", 0, "ngram", 4, proposed=4, accepted=2))
+    est = pol.estimates("r")
+    assert (est["ngram"].successes, est["ngram"].failures) == (2.0, 1.0)
+    assert est["ngram"].value == pytest.approx((2 + 0.5 * 2) / (3 + 2))
+    assert (est["eagle3"].successes, est["eagle3"].failures) == (0.0, 0.0)
+    assert pol.estimates("s")["ngram"].successes == 0.0
+    pol.start_request("r")
+    assert pol.estimates("r")["ngram"].successes == 0.0

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from traces.expected_tokens import expected_tokens, wall_time_gain
+from traces.expected_tokens import expected_tokens, leviathan_tokens, wall_time_gain
 
 
 def test_textbook_values():
@@ -49,3 +49,23 @@ def test_bad_inputs_are_errors(a, k):
 def test_bad_cost_ratio_is_an_error():
     with pytest.raises(ValueError, match="cost ratio"):
         wall_time_gain(0.5, 3, -1.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.floats(0.0, 1.0), k=st.integers(0, 40))
+def test_one_value_by_libm_is_the_series_and_the_array_form_within_ulps(a, k):
+    """leviathan_tokens (one (a, k), libm; policies' rules) is the series 1 + a + ... + a^k, summed exactly from a's
+    binary value as a fraction, within 1e-13 relative, and numpy's array form within a few ulps (numpy's vectorised
+    expm1 / log1p are not libm's)."""
+    from fractions import Fraction
+
+    exact = float(sum(Fraction(a) ** j for j in range(k + 1)))
+    got = leviathan_tokens(a, k)
+    assert got == pytest.approx(exact, rel=1e-13, abs=0.0)
+    assert got == pytest.approx(expected_tokens(a, k), rel=4 * np.finfo(float).eps, abs=0.0)
+
+
+def test_one_value_edges():
+    assert leviathan_tokens(0.0, 4) == 1.0 and leviathan_tokens(1e-300, 4) == 1.0  # log1p(-1) never taken
+    assert leviathan_tokens(1.0, 4) == 5.0 and leviathan_tokens(0.3, 0) == 1.0
+    assert leviathan_tokens(0.8, 5) == pytest.approx(3.689, abs=1e-3)

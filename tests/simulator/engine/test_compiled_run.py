@@ -249,6 +249,9 @@ def policy_spec(name: str, ngram: bool, seed: int, k_max: int, prior: float, wei
                        "epsilon-greedy": {"epsilon": prior}, "random-drafter": {},
                        "thompson": {"prior_alpha": weight, "prior_beta": 0.1 + prior},
                        "exp3": {"gamma": 0.05 + 0.95 * prior}}[name]
+    if name == "combine-adaptive":  # priors and cost ratios from the draws (the ratios price the plain loop only)
+        return {"name": name, "ngram": "g", "eagle": "d", "k_ngram": k_ngram, "k_eagle": k_eagle,
+                "prior_ngram": prior, "prior_eagle": 1.0 - prior, "prior_weight": weight, "decay": decay}
     return {"name": name, "ngram": "g", "eagle": "d", "k_ngram": k_ngram, "k_eagle": k_eagle, "min_match": min_match}
 
 
@@ -258,7 +261,8 @@ BANDITS = ("ucb", "metasd-ucb", "discounted-ucb", "sliding-window-ucb", "epsilon
 
 
 @settings(max_examples=120, deadline=None)
-@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "k-by-batch", *BANDITS]),
+@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "combine-adaptive", "k-by-batch",
+                               *BANDITS]),
        seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
        cost=st.sampled_from(sorted(COSTS)),
        rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]), budget=st.sampled_from([16, 64, 4096]),
@@ -274,14 +278,17 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
         sampled, switch, pressure):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
-    per step) and every bandit over drafters (UCB, MetaSD-UCB, discounted and sliding-window UCB, epsilon-greedy,
+    per step), combine-adaptive (two estimates per request, n-gram k capped by the match length or, without match
+    lengths, not) and every bandit over drafters (UCB, MetaSD-UCB, discounted and sliding-window UCB, epsilon-greedy,
     a random drafter, Thompson, EXP3) with the BE or BD reward (per-request or shared statistics, one or two arms)
     over the same random configs: every rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
     each bandit's choice and update and its generator's draws in batch order, feedback order, per-group draft cost)
     is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter;
     `pressure` KV makes the run preempt (the learning state of a preempted request carries on)."""
-    ngram = ngram or policy == "combine-match"  # combine-match reads the n-gram match lengths
+    ngram = ngram or policy.startswith("combine")  # they draft with the n-gram 'g'; combine-match reads its lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
+    if policy == "combine-adaptive" and seed % 3 == 0:  # 'g' keeps its acceptance but loses its match lengths
+        traces = without_match_lengths(traces, "g")
     if sampled:  # sampled verification: the learning policies see the drawn acceptance
         traces = with_tv(traces, seed)
     drafters = ("d", "g") if ngram else ("d",)
@@ -418,6 +425,8 @@ def _fallback_cases():
     gbase = dict(traces=gtraces, wl=workload(gtraces, 12, rate=100.0), drafters=("d", "g"))
     twins = workload(traces, 12, rate=100.0)
     twins.request_ids[1] = twins.request_ids[0]
+    gtwins = workload(gtraces, 12, rate=100.0)
+    gtwins.request_ids[1] = gtwins.request_ids[0]
 
     def ADAPTIVE():
         return make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)
@@ -440,8 +449,8 @@ def _fallback_cases():
         "policy method replaced": ({**base, "policy": spied(ADAPTIVE())}, "choose_batch replaced on the instance"),
         "ucb repeated ids": ({**base, "wl": twins, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3},
                                                                          seed=0)}, "repeated request ids"),
-        "combine-adaptive": ({**gbase, "policy": make_policy({"name": "combine-adaptive", "ngram": "g",
-                                                              "eagle": "d"}, seed=0)}, "chooses per step"),
+        "combine-adaptive repeated ids": ({**gbase, "wl": gtwins, "policy": make_policy(
+            {"name": "combine-adaptive", "ngram": "g", "eagle": "d"}, seed=0)}, "repeated request ids"),
         "combine-match one drafter twice": ({**gbase, "policy": make_policy(
             {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
         "adaptive-k repeated ids": ({**base, "wl": twins, "policy": ADAPTIVE()}, "repeated request ids"),
@@ -612,10 +621,15 @@ def test_an_adaptive_k_exact_tie_is_decided_alike_on_both_paths():
     assert_same(res, run_path(False, policy=make_policy(spec, seed=0), **kw))
 
 
+def without_match_lengths(traces, drafter: str):
+    """The traces with `drafter`'s acceptance kept and its n-gram match lengths dropped."""
+    for t in traces:
+        t.drafters[drafter] = type(t.drafters[drafter])(t.drafters[drafter].acc_len)
+    return traces
+
+
 def test_combine_match_without_ngram_lengths_takes_the_step_path_which_names_the_problem():
-    traces2 = traces_with(6, 1, 0.6, True)
-    for t in traces2:  # 'g' keeps its acceptance but loses its match lengths
-        t.drafters["g"] = type(t.drafters["g"])(t.drafters["g"].acc_len)
+    traces2 = without_match_lengths(traces_with(6, 1, 0.6, True), "g")
     sim = build(traces=traces2, wl=workload(traces2, 12, rate=100.0), drafters=("d", "g"),
                 policy=make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0))
     assert sim.server.compiled is None and "n-gram match lengths" in sim.server.engine_path_reason
@@ -640,6 +654,42 @@ def test_adaptive_k_estimates_are_left_in_the_policy_as_the_step_path_leaves_the
     st = sim.server.state
     running = [wl.request_ids[i] for i in st.running if not np.isnan(st.first_token[i])]
     assert running and sorted(pol._est) == sorted(running)
+
+
+@pytest.mark.parametrize("lengths", [True, False])
+def test_combine_adaptive_stopped_midway_leaves_the_step_paths_estimates(lengths):
+    """Stopped after a few finishes, combine-adaptive's two estimates per decoding request are the step path's; over
+    the whole run both drafters drafted (the rule chose between them) and the tables are equal."""
+    traces = traces_with(10, 4, 0.6, True)
+    if not lengths:
+        traces = without_match_lengths(traces, "g")
+    wl = workload(traces, 30, rate=200.0, seed=4)
+    spec = {"name": "combine-adaptive", "ngram": "g", "eagle": "d", "k_ngram": 4, "k_eagle": 3, "decay": 0.8}
+    kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=6)
+    from simulator.measure.early_stop import StopMonitor, run_until_decided
+
+    left = []
+    for compiled in (True, False):
+        compiled_run.COMPILED = compiled
+        try:
+            pol = make_policy(spec, seed=0)
+            sim = build(policy=pol, **kw)
+            assert (sim.server.compiled is not None) == compiled, sim.server.engine_path_reason
+            checks = []
+            monitor = StopMonitor(None, sim, len(wl), lambda p: checks.append(p) or ("enough" if len(checks) >= 2
+                                                                                      else None),
+                                  every=4, check_from=4)
+            sim.server.on_step = monitor
+            run_until_decided(sim, monitor)
+            assert len(checks) == 2 and sim.server.state.n_finished < len(wl)  # stopped midway
+        finally:
+            compiled_run.COMPILED = True
+        left.append({rid: {d: (e.successes, e.failures) for d, e in est.items()} for rid, est in pol._est.items()})
+    assert left[0] and left[0] == left[1]
+    fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert min(fast.extras["drafter_usage"][d] for d in ("d", "g")) > 0
+    assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
 
 
 @pytest.mark.parametrize("reward", ["be", "bd"])
@@ -800,7 +850,7 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
         "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
         "policies/acceptance_estimate.py", "policies/ucb.py", "policies/epsilon_greedy.py", "policies/thompson.py",
         "policies/exp3.py", "policies/combine.py", "simulator/costs/latency.py", "simulator/costs/roofline.py",
-        "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
+        "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py", "traces/expected_tokens.py",
         "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + b"".join(
         p.read_bytes() for p in sorted((root / "simulator/engine/rules").glob("*.py"))))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"HOME": str(tmp_path)}
