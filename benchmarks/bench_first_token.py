@@ -222,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
             meas = lv["measured"]["all"]
             print(f"\n{lv['run']} ({lv['clock']}): measured TTFT {meas['ttft']} = queue {meas['queue']} + engine "
                   f"{meas['engine']} + out {meas['out']}; idle arrivals {lv['idle_arrivals']}/{meas['n']}")
-            print("  " + "  ".join(f"{g} n={d['n']}: {d['minus_measured']['ttft']:+.1f} (q {d['minus_measured']['queue']:+.1f}"
-                                   f", e {d['minus_measured']['engine']:+.1f}, o {d['minus_measured']['out']:+.1f})"
-                                   for g, d in lv["simulated"].items()))
+            diffs = [(g, d["n"], d["minus_measured"]) for g, d in lv["simulated"].items()]
+            print("  " + "  ".join(f"{g} n={n}: {m['ttft']:+.1f} (q {m['queue']:+.1f}, e {m['engine']:+.1f}, "
+                                   f"o {m['out']:+.1f})" for g, n, m in diffs))
             print(f"  first request: {json.dumps(lv['first_request'])}; the others: {json.dumps(lv['without_first'])}")
         if args.json:
             from traces.atomic import atomic_write_text

@@ -375,8 +375,9 @@ class CompiledRun:
             ks = [policy.k_ngram if d == policy.ngram else policy.k_eagle for d in self.slots]
         else:  # CombineAdaptivePolicy: its n-gram's k capped by the match length where the trace has it
             v.update(policy=ker.POL_RATE, k_max=policy.max_draft_tokens(), k_ngram=policy.k_ngram,
-                     k_eagle=policy.k_eagle, ngram_slot=self.slots.index(policy.ngram), prior=policy.priors[policy.ngram],
-                     prior_eagle=policy.priors[policy.eagle], prior_weight=policy.prior_weight, decay=policy.decay)
+                     k_eagle=policy.k_eagle, ngram_slot=self.slots.index(policy.ngram),
+                     prior=policy.priors[policy.ngram], prior_eagle=policy.priors[policy.eagle],
+                     prior_weight=policy.prior_weight, decay=policy.decay)
             lens = table.proposal_len.get(policy.ngram)
             if lens is not None:
                 v["has_cap"], cap = True, lens

@@ -143,9 +143,10 @@ class Requests(NamedTuple):
 
 class PolicyState(NamedTuple):
     """The built-in policies' learning state, written in place: adaptive-k's estimates (one per request, or one
-    shared; combine-adaptive: two per request, request i's of slot g at 2 i + g), a bandit's two per-(state, arm) arrays (UCB and epsilon-greedy: play counts and reward sums; Thompson:
-    alpha and beta; EXP3: -, log weights) and sliding-window UCB's ring of rounds, each arm's drafter slot, and the
-    steps each slot (last: no drafter) served (a drawing bandit's generator: Replay.policy_rng)."""
+    shared; combine-adaptive: two per request, request i's of slot g at 2 i + g), a bandit's two per-(state, arm)
+    arrays (UCB and epsilon-greedy: play counts and reward sums; Thompson: alpha and beta; EXP3: -, log weights) and
+    sliding-window UCB's ring of rounds, each arm's drafter slot, and the steps each slot (last: no drafter) served
+    (a drawing bandit's generator: Replay.policy_rng)."""
     est_s: np.ndarray
     est_f: np.ndarray
     arm_counts: np.ndarray

@@ -666,24 +666,10 @@ def test_combine_adaptive_stopped_midway_leaves_the_step_paths_estimates(lengths
     wl = workload(traces, 30, rate=200.0, seed=4)
     spec = {"name": "combine-adaptive", "ngram": "g", "eagle": "d", "k_ngram": 4, "k_eagle": 3, "decay": 0.8}
     kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=6)
-    from simulator.measure.early_stop import StopMonitor, run_until_decided
-
     left = []
     for compiled in (True, False):
-        compiled_run.COMPILED = compiled
-        try:
-            pol = make_policy(spec, seed=0)
-            sim = build(policy=pol, **kw)
-            assert (sim.server.compiled is not None) == compiled, sim.server.engine_path_reason
-            checks = []
-            monitor = StopMonitor(None, sim, len(wl), lambda p: checks.append(p) or ("enough" if len(checks) >= 2
-                                                                                      else None),
-                                  every=4, check_from=4)
-            sim.server.on_step = monitor
-            run_until_decided(sim, monitor)
-            assert len(checks) == 2 and sim.server.state.n_finished < len(wl)  # stopped midway
-        finally:
-            compiled_run.COMPILED = True
+        pol = make_policy(spec, seed=0)
+        stopped_midway(compiled, policy=pol, **kw)
         left.append({rid: {d: (e.successes, e.failures) for d, e in est.items()} for rid, est in pol._est.items()})
     assert left[0] and left[0] == left[1]
     fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
@@ -710,6 +696,27 @@ def test_longer_ucb_runs_over_two_drafters_are_equal(scope, reward, monkeypatch)
         assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
 
 
+def stopped_midway(compiled: bool, **kw):
+    """The run of `kw` on the compiled path or forced onto the step path, stopped by the plan's early-stop monitor
+    at its second check (every 4 finishes, from the 4th), before the last request finished."""
+    from simulator.measure.early_stop import StopMonitor, run_until_decided
+
+    compiled_run.COMPILED = compiled
+    try:
+        sim = build(**kw)
+        assert (sim.server.compiled is not None) == compiled, sim.server.engine_path_reason
+        checks = []
+        monitor = StopMonitor(None, sim, len(kw["wl"]), lambda p: checks.append(p) or ("enough" if len(checks) >= 2
+                                                                                        else None),
+                              every=4, check_from=4)
+        sim.server.on_step = monitor
+        run_until_decided(sim, monitor)
+        assert len(checks) == 2 and sim.server.state.n_finished < len(kw["wl"])  # stopped midway
+    finally:
+        compiled_run.COMPILED = True
+    return sim
+
+
 @pytest.mark.parametrize("scope", ["request", "shared"])
 @pytest.mark.parametrize("spec", [{"name": "thompson", "prior_alpha": 2.0}, {"name": "exp3", "gamma": 0.3},
                                   {"name": "epsilon-greedy", "epsilon": 0.4}, {"name": "random-drafter"},
@@ -723,24 +730,10 @@ def test_a_bandit_stopped_midway_leaves_the_step_paths_state_and_generator(spec,
     traces = with_tv(traces_with(10, 4, 0.6, True), 4)
     wl = workload(traces, 30, rate=200.0, seed=4)
     spec = {"drafters": ["g", "d"], "k": 3, "scope": scope} | spec
-    from simulator.measure.early_stop import StopMonitor, run_until_decided
-
     left = []
     for compiled in (True, False):
-        compiled_run.COMPILED = compiled
-        try:
-            pol = make_policy(spec, seed=3)
-            sim = build(traces=traces, wl=wl, drafters=("d", "g"), policy=pol, max_num_seqs=6)
-            assert (sim.server.compiled is not None) == compiled, sim.server.engine_path_reason
-            checks = []
-            monitor = StopMonitor(None, sim, len(wl), lambda p: checks.append(p) or ("enough" if len(checks) >= 2
-                                                                                      else None),
-                                  every=4, check_from=4)
-            sim.server.on_step = monitor
-            run_until_decided(sim, monitor)
-            assert len(checks) == 2 and sim.server.state.n_finished < len(wl)  # stopped midway
-        finally:
-            compiled_run.COMPILED = True
+        pol = make_policy(spec, seed=3)
+        sim = stopped_midway(compiled, traces=traces, wl=wl, drafters=("d", "g"), policy=pol, max_num_seqs=6)
         states = {k: (None if v is None else [np.asarray(getattr(v, f)).copy() for f in sorted(vars(v))
                                               if f != "row"]) for k, v in pol._states.items()}
         whole = make_policy(spec, seed=3)
