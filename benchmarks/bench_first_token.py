@@ -179,6 +179,7 @@ def served_report(step_log: Path, results: list[Path], config: str, run_name: st
         rows = measured_first_tokens(log, [(q.id, q.send_time + offset, q.send_time + offset + q.ttft)
                                            for q in sends], ids, path)
         sim = simulate_measured(cfg, run, cfg.seed, [run_name], whole=True)[run_name].requests
+        first_sim = sim.set_index("request_id").loc[sends[0].id]
         idle = {r.id: r.idle_at_send for r in rows}
         groups = {"all": rows, "idle": [r for r in rows if r.idle_at_send],
                   "busy": [r for r in rows if not r.idle_at_send]}
@@ -193,9 +194,8 @@ def served_report(step_log: Path, results: list[Path], config: str, run_name: st
                           for g, rs in groups.items() if rs},
             "first_request": {"measured_engine_ms": round(rows[0].engine * MS, 1),
                               "proposer_ms": round(rows[0].draft_seconds * MS, 1),
-                              "simulated_engine_ms": round(float(
-                                  (sim.set_index("request_id").loc[first.id, "first_token_time"]
-                                   - sim.set_index("request_id").loc[first.id, "first_scheduled_time"])) * MS, 1)},
+                              "simulated_engine_ms": round(float(first_sim.first_token_time
+                                                                 - first_sim.first_scheduled_time) * MS, 1)},
             "without_first": {"measured_ttft_ms": round(measured_split(later).ttft * MS, 1),
                               "simulated_ttft_ms": round(simulated_split(sim, [r.id for r in later]).ttft * MS, 1)}})
     return out

@@ -2,9 +2,9 @@
 
 Tokens per verify step: (1 - a^(k+1)) / (1 - a) = sum_{j=0..k} a^j (k + 1 at a = 1, 1 at k = 0).
 Wall-time gain over plain decoding when a draft step costs c target steps: that / (k c + 1).
-`expected_tokens` evaluates it over arrays (numpy; analysis, bounds, synthetic traces); `leviathan_tokens` for one
-(a, k) with libm's functions, the form a policy's rule takes (the compiled engine compiles the same function, and
-numpy's vectorised expm1 / log1p may differ from libm's in the last bit).
+`leviathan_tokens` evaluates it for one (a, k) with libm's functions (policies' rules call it, and the compiled engine
+compiles it); `expected_tokens` checks its inputs and applies it over arrays (analysis, bounds, synthetic traces).
+One evaluation: numpy's vectorised expm1 / log1p differ from libm's in the last bit on some machines.
 """
 from __future__ import annotations
 
@@ -23,18 +23,13 @@ def _check(a: np.ndarray, k: np.ndarray) -> None:
 
 
 def expected_tokens(a, k):
-    """(1 - a^(k+1)) / (1 - a) tokens per verify step; scalars or arrays (broadcast).
-
-    Evaluated as -expm1((k+1) log a) / (1 - a), which keeps full precision as a approaches 1.
-    """
+    """(1 - a^(k+1)) / (1 - a) tokens per verify step; scalars or arrays (broadcast): `leviathan_tokens` at each
+    element, after checking the inputs."""
     a = np.asarray(a, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     _check(a, k)
-    one_minus = 1.0 - a
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(one_minus > 0, -np.expm1((k + 1.0) * np.log1p(-one_minus)) / one_minus, k + 1.0)
-    out = np.where(k == 0, 1.0, out)
-    return float(out) if out.ndim == 0 else out
+    out = _each(a, k)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def leviathan_tokens(a: float, k: int) -> float:
@@ -46,6 +41,9 @@ def leviathan_tokens(a: float, k: int) -> float:
     if one_minus > 0.0:
         return -math.expm1((k + 1.0) * math.log1p(-one_minus)) / one_minus
     return k + 1.0
+
+
+_each = np.vectorize(leviathan_tokens, otypes=[np.float64])  # element by element, broadcast
 
 
 def wall_time_gain(a, k, c):

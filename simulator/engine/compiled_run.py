@@ -1,5 +1,6 @@
-"""Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match, k-by-batch,
-bandit or position-oracle policy, PSD with the fixed policy; open or closed loop) in one compiled loop.
+"""Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match,
+combine-adaptive, k-by-batch, bandit or position-oracle policy, PSD with the fixed policy; open or closed loop) in one
+compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
 fixed policy and one drafter, another policy, sampled verification under PSD, a profile or draft cost kind the kernel
