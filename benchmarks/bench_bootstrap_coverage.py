@@ -1,5 +1,5 @@
 """Coverage of `validate`'s predictive intervals by what they span (seeds; + the calibration refit, `--bootstrap`;
-+ the calibration groups' speed drift, `--drift`), on a shipped `draftsim validate` run
++ the speed drift between the calibration cells, `--drift`), on a shipped `draftsim validate` run
 (experiments/validation/*/raw-runs.tar.xz).
 
 Every analysis uses the same runs, config, seeds and repeats. Printed per source and mode: the predictive rows whose

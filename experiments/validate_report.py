@@ -199,7 +199,7 @@ def level_fitted_section(info: dict[str, Any]) -> list[str]:
 
 
 def speed_drift_section(info: dict[str, Any]) -> list[str]:
-    """With `--drift`: each calibration group's speed factor, the distribution drawn from and each level's draws."""
+    """With `--drift`: each calibration cell's speed factor, the distribution drawn from and each level's draws."""
     lines = []
     for mode, mi in info.get("modes", {}).items():
         d = mi.get("speed_drift")
@@ -209,13 +209,15 @@ def speed_drift_section(info: dict[str, Any]) -> list[str]:
                            for g in d["groups"])
         draws = "; ".join(f"{lv['fraction']:g}x: " + ", ".join(f"{f:.3f}" for f in lv["factors"])
                           for lv in d["draws_by_level"])
-        lines.append(f"- {mode}: groups {groups}; between-group sd of ln factor {d['between_sd_log']:.4f}, "
+        lone = f" ({d['lone_steps']} steps alone in their cell left out)" if d.get("lone_steps") else ""
+        lines.append(f"- {mode}: cells {groups}{lone}; between-cell sd of ln factor {d['between_sd_log']:.4f}, "
                      f"t with {d['df']} df, 5-95% factor {d['factor_5_95'][0]:.3f}-{d['factor_5_95'][1]:.3f}; "
                      f"draws per level {draws}")
     if not lines:
         return []
-    return ["", "Speed drift between the calibration groups (each group's measured target seconds over the "
-            "calibration profile's price of its steps; calibration/vllm_steps/drift.py), and the factors the "
+    return ["", "Speed drift between the calibration cells (a calibration group's steps at one batch size; each "
+            "cell's measured target seconds over the calibration profile's price of its steps; "
+            "calibration/vllm_steps/drift.py), and the factors the "
             "predictive repeats after the first were priced with:", ""] + lines
 
 

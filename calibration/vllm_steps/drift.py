@@ -1,23 +1,32 @@
-"""The calibration's own step-speed drift: how far the engine's speed for the same work moved between the
-calibration groups, as a distribution of factors that a predictive repeat's target step prices are scaled by.
+"""The calibration's own step-speed drift: how far the engine's measured time for the same work moved, against the
+calibration profile's price of it, between cells of the calibration's steps, as a distribution of factors that a
+predictive repeat's target step prices are scaled by.
 
-Model (calibration data only; the load level being predicted never enters). Each calibration group b (batch 1, 2,
-4, 8, the staggered groups: each run alone, in its own tens of seconds) has the speed factor
+A cell is one calibration group's steps at one batch size (sequences in the step): the groups are `calibrate
+vllm`'s and `validate`'s (batch 1, 2, 4, 8, the staggered groups: each run alone, in its own tens of seconds) or
+`--from-server`'s client runs. Cells carry two things a load level may differ by: the machine's speed while the
+group ran, and the profile's misfit at that batch size (in experiments/validation/vllm-serve-smollm2/, the 0.9 x
+level's AR decode steps took 11-14% less than the structured fit of the 0.3 x level priced at batch 3-5 and 19% more
+at batch 8).
+Client runs alone hide the second: each mixes every batch size, so their factors agree within 2% there, while a
+level near capacity runs more of its steps at the largest batches.
+
+Model (calibration data only; the load level being predicted never enters). Each cell b has the speed factor
 f_b = M_b / P_b, its steps' total measured target seconds over the calibration profile's price of the same steps.
-Its log x_b = ln f_b has a sampling variance from step-to-step jitter alone, v_b = sum_i (m_i - f_b p_i)^2 / M_b^2
-(delta method, steps independent). The between-group variance is tau^2 = max(0, s^2(x) - mean(v_b)) (method of
-moments: the spread left once the steps' own jitter is taken out), and a load level is a new group:
+Its log x_b = ln f_b has a sampling variance from step-to-step jitter alone,
+v_b = n_b / (n_b - 1) * sum_i (m_i - f_b p_i)^2 / M_b^2 (delta method, steps independent, one degree of freedom
+spent on f_b; a cell of one step has no estimate and is left out, counted). The between-cell variance is
+tau^2 = max(0, s^2(x) - mean(v_b)) (method of moments: the spread left once the steps' own jitter is taken out),
+and a load level is a new cell:
 
     ln f = mean(x) + tau * sqrt(1 + 1/B) * T,   T ~ Student t with B - 1 degrees of freedom,
 
-the prediction interval of one new draw from a normal sample of B groups (B >= 3). The spread includes what differs
-between the groups' step shapes beyond the profile's form (a group of one shape priced a little off), which is
-uncertainty a level of other shapes carries too. Repeats draw f stratified (one draw per equal-probability stratum,
+the prediction interval of one new draw from a normal sample of B cells (B >= 3). A level mixes batch sizes, so
+one cell's factor for a whole level errs wide. Repeats draw f stratified (one draw per equal-probability stratum,
 strata shuffled), so a few repeats span the distribution; every draw follows the seed.
 
-The groups come from the profile itself: each kept step records the client group it ran in (`extra.group`:
-`calibrate vllm`'s and `validate`'s calibration groups, `--from-server`'s client runs), so `validate --drift` and
-`compare --drift` draw from the same rule.
+The cells come from the profile itself: each kept step records the client group it ran in (`extra.group`) and its
+batch, so `validate --drift` and `compare --drift` draw from the same rule.
 """
 from __future__ import annotations
 
@@ -33,12 +42,13 @@ from simulator.costs.latency import LinearProfile, Measurement
 from simulator.costs.step_model import StructuredProfile, measured_price
 from traces.errors import TraceFormatError
 
-MIN_GROUPS = 3  # two groups leave one degree of freedom: a Cauchy draw, factors without bound
+MIN_GROUPS = 3  # two cells leave one degree of freedom: a Cauchy draw, factors without bound
 
 
 @dataclass(frozen=True)
 class GroupFactor:
-    """One calibration group: its steps, speed factor (measured / priced) and the jitter variance of ln factor."""
+    """One cell (a calibration group at one batch size): its steps, speed factor (measured / priced) and the
+    jitter variance of ln factor."""
 
     name: str
     steps: int
@@ -54,6 +64,7 @@ class SpeedDrift:
     center: float  # mean of the groups' ln factor
     between: float  # tau: the between-group standard deviation of ln factor
     left_out_steps: int = 0  # steps that served requests of several groups at once (no one group's speed)
+    lone_steps: int = 0  # steps alone in their cell (no jitter estimate)
 
     @property
     def df(self) -> int:
@@ -80,25 +91,28 @@ class SpeedDrift:
                             "jitter_sd": round(float(np.sqrt(g.jitter_var)), 4)} for g in self.groups],
                 "center_factor": round(float(np.exp(self.center)), 4), "between_sd_log": round(self.between, 4),
                 "df": self.df, "factor_5_95": [round(float(lo), 4), round(float(hi), 4)],
-                "left_out_steps": self.left_out_steps}
+                "left_out_steps": self.left_out_steps, "lone_steps": self.lone_steps}
 
 
 def group_factor(profile, name: str, ms: list[Measurement]) -> GroupFactor:
-    """The group's total measured target seconds over the profile's price of its steps, and ln factor's jitter."""
+    """The cell's total measured target seconds over the profile's price of its steps, and ln factor's jitter
+    variance (module doc; at least two steps)."""
     m = np.array([x.seconds for x in ms], dtype=float)
     p = np.array([measured_price(profile, x) for x in ms], dtype=float)
-    if not len(m) or m.sum() <= 0 or p.sum() <= 0:
-        raise ValueError(f"calibration group {name!r}: {len(m)} steps, {m.sum():.4g} s measured, priced "
-                         f"{p.sum():.4g} s; expected steps with positive times")
+    if len(m) < 2 or m.sum() <= 0 or p.sum() <= 0:
+        raise ValueError(f"calibration cell {name!r}: {len(m)} steps, {m.sum():.4g} s measured, priced "
+                         f"{p.sum():.4g} s; expected at least 2 steps with positive times")
     f = float(m.sum() / p.sum())
-    return GroupFactor(name, len(m), f, float(((m - f * p) ** 2).sum() / m.sum() ** 2))
+    n = len(m)
+    return GroupFactor(name, n, f, float(n / (n - 1) * ((m - f * p) ** 2).sum() / m.sum() ** 2))
 
 
 def speed_drift(profile, groups: list[tuple[str, list[Measurement]]]) -> SpeedDrift:
-    """The drift distribution of the module doc from the calibration groups' steps, priced by `profile`."""
+    """The drift distribution of the module doc from the cells' steps, priced by `profile`."""
     if len(groups) < MIN_GROUPS:
-        raise ValueError(f"speed drift: {len(groups)} calibration group(s) ({[g for g, _ in groups]}); expected at "
-                         f"least {MIN_GROUPS} to estimate a spread between them")
+        raise ValueError(f"speed drift: {len(groups)} calibration cell(s) of 2 steps or more ({[g for g, _ in groups]}"
+                         f"); expected at least {MIN_GROUPS} (calibration groups x batch sizes) to estimate a spread "
+                         "between them")
     gs = tuple(group_factor(profile, name, ms) for name, ms in groups)
     x = np.log([g.factor for g in gs])
     tau2 = max(0.0, float(np.var(x, ddof=1)) - float(np.mean([g.jitter_var for g in gs])))
@@ -126,11 +140,24 @@ def profile_groups(profile, where: str) -> tuple[list[tuple[str, list[Measuremen
     return list(groups.items()), mixed
 
 
-def profile_drift(profile, where: str) -> SpeedDrift:
-    """The drift distribution between the calibration groups a profile's kept steps ran in (profile_groups);
-    a ValueError when they are too few (speed_drift)."""
+def profile_cells(profile, where: str) -> tuple[list[tuple[str, list[Measurement]]], int, int]:
+    """A profile's kept measurements by cell, `GROUP:SEQUENCES` (profile_groups' groups split by the step's batch),
+    in order of first appearance; the steps of several groups at once and the steps alone in their cell, left
+    out."""
     groups, mixed = profile_groups(profile, where)
-    return dataclasses.replace(speed_drift(profile, groups), left_out_steps=mixed)
+    cells: dict[str, list[Measurement]] = {}
+    for name, ms in groups:
+        for m in ms:
+            cells.setdefault(f"{name}:{m.num_seqs}", []).append(m)
+    kept = [(name, ms) for name, ms in cells.items() if len(ms) >= 2]
+    return kept, mixed, sum(len(ms) for ms in cells.values() if len(ms) < 2)
+
+
+def profile_drift(profile, where: str) -> SpeedDrift:
+    """The drift distribution between the cells of a profile's kept steps (profile_cells); a ValueError when they
+    are too few (speed_drift)."""
+    cells, mixed, lone = profile_cells(profile, where)
+    return dataclasses.replace(speed_drift(profile, cells), left_out_steps=mixed, lone_steps=lone)
 
 
 def scaled_profile(profile, factor: float):

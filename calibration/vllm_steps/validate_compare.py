@@ -400,8 +400,8 @@ def calibration_group_of(data: ModeData) -> dict[str, str]:
 
 
 def mode_drift(data: ModeData, profile):
-    """The speed drift between the mode's own calibration groups (calibration/vllm_steps/drift.py), `profile` the
-    predictive target fitted on them (its kept steps record their group)."""
+    """The speed drift between the cells of the mode's own calibration groups (calibration/vllm_steps/drift.py),
+    `profile` the predictive target fitted on them (its kept steps record their group)."""
     from calibration.vllm_steps.drift import profile_drift
 
     where = str(data.folder / RUN_FILE)
@@ -420,7 +420,7 @@ def validate_mode(data: ModeData, model_name: str, name: str, seed: int,
     under a fixed policy); with `bootstrap`, repeat j is also priced by the predictive profile refit on a resample
     of its calibration steps and busy gaps (calibration/vllm_steps/bootstrap.py), the same refit at every level;
     with `drift`, repeat j's target prices are also scaled by a speed factor drawn per level from the drift
-    between the calibration groups (calibration/vllm_steps/drift.py; repeat 0 stays the point prediction)."""
+    between the calibration cells (calibration/vllm_steps/drift.py; repeat 0 stays the point prediction)."""
     from simulator.seeds import child
 
     if drift and profiles_from is not None:

@@ -37,8 +37,9 @@ def register(sub) -> None:
                    "target profile refit on a resample of the steps it was fitted on (profiles that keep their "
                    "measurements: `calibrate vllm`'s): the interval spans the calibration's own uncertainty")
     a.add_argument("--drift", action="store_true", help="also scale each repeat after the first's target step "
-                   "prices by a speed factor drawn from the drift between the calibration groups its profile's "
-                   "steps ran in (profiles from `calibrate vllm` or --from-server of this version record them)")
+                   "prices by a speed factor drawn from the drift between its profile's calibration cells (the "
+                   "calibration groups its steps ran in, split by batch size; profiles from `calibrate vllm` or "
+                   "--from-server of this version record the groups)")
     a.set_defaults(func=_run)
 
 
@@ -136,7 +137,7 @@ def _refit_scenario(sc, rng: np.random.Generator):
 
 
 def run_drifts(cfg, names: list[str] | None) -> dict[str, Any]:
-    """Run name -> the speed drift between the calibration groups its target profile's kept steps ran in
+    """Run name -> the speed drift between the calibration cells of its target profile's kept steps
     (calibration/vllm_steps/drift.py `profile_drift`); errors name the profile file."""
     from calibration.vllm_steps.drift import profile_drift
     from experiments.run import prepare
@@ -163,7 +164,7 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
             names: list[str] | None = None, bootstrap: bool = False, drift: bool = False):
     """The ValidationReport of one measured run against every (named) run of the config; with `bootstrap`, repeats
     after the first are also priced by refit target profiles, with `drift` scaled by speed factors drawn per run
-    from its calibration groups' drift (the first repeat is the config's own prediction)."""
+    from its calibration cells' drift (the first repeat is the config's own prediction)."""
     from calibration.vllm_steps.validate_compare import LevelResult, ValidationReport, interval_source, level_rows
     from experiments.cli.import_measured import nominal_text
     from experiments.config import load_config
@@ -206,7 +207,7 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
              f"predicted: {config} with seed {cfg.seed}; interval = range over {len(seeds)} seeds (borrowed "
              "acceptance redrawn, policies reseeded" + ("; target profiles refit on resampled calibration steps"
                                                          if bootstrap else "") +
-             ("; target step prices scaled by speed factors drawn from the calibration groups' drift)" if drift
+             ("; target step prices scaled by speed factors drawn from the calibration cells' drift)" if drift
               else ")"),
              "throughput = output tokens / (last finish - first send), the same for both sides",
              f"req/s = the rate the client delivered ((requests - 1) / (last send - first send)); nominal "
@@ -232,13 +233,23 @@ def compare(measured_path: str, config: str, overrides: list[str] = (), repeats:
     return ValidationReport(rows, levels, info)
 
 
+def step_count(n: int) -> str:
+    """'1 step', '2 steps'."""
+    return f"{n} step{'s' if n != 1 else ''}"
+
+
 def drift_note(name: str, d) -> str:
-    """One line per run: its calibration groups' speed factors and the 5-95% range of the factors drawn from."""
+    """One line per run: its calibration cells' lowest and highest speed factors and the 5-95% range of the
+    factors drawn from."""
     lo, hi = d.summary()["factor_5_95"]
-    groups = ", ".join(f"{g.name} {g.factor:.3f}" for g in d.groups)
-    left = f"; {d.left_out_steps} steps of several groups left out" if d.left_out_steps else ""
-    return (f"{name}: speed drift between its {len(d.groups)} calibration groups (measured / priced: {groups}{left}): "
-            f"factors drawn from a Student t with {d.df} df, 5-95% {lo:.3f}-{hi:.3f}")
+    slow, fast = max(d.groups, key=lambda g: g.factor), min(d.groups, key=lambda g: g.factor)
+    n = len({g.name.rsplit(":", 1)[0] for g in d.groups})
+    groups = f"{n} group{'s' if n != 1 else ''}"
+    left = (f"; {step_count(d.left_out_steps)} of several groups and {step_count(d.lone_steps)} alone in their "
+            "cell left out" if d.left_out_steps or d.lone_steps else "")
+    return (f"{name}: speed drift between its {len(d.groups)} calibration cells ({groups} x batch sizes; "
+            f"measured / priced {fast.factor:.3f} ({fast.name}) to {slow.factor:.3f} ({slow.name}){left}): factors "
+            f"drawn from a Student t with {d.df} df, 5-95% {lo:.3f}-{hi:.3f}")
 
 
 def acceptance_notes(cfg, run, names: list[str]) -> list[str]:

@@ -1,5 +1,5 @@
-"""The calibration groups' speed drift (calibration/vllm_steps/drift.py) against hand-worked values: each group's
-factor, the between-group spread with the steps' jitter taken out, Student-t quantiles from the table, stratified
+"""The calibration cells' speed drift (calibration/vllm_steps/drift.py) against hand-worked values: each cell's
+factor, the between-cell spread with the steps' jitter taken out, Student-t quantiles from the table, stratified
 draws that follow the seed, scaled profiles; and `validate --drift`, whose interval widens with a known drift and
 keeps the point prediction."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from scipy import stats
 
 from calibration.vllm_steps import validate_compare
-from calibration.vllm_steps.drift import GroupFactor, SpeedDrift, group_factor, profile_drift, profile_groups, \
-    scaled_profile, speed_drift
+from calibration.vllm_steps.drift import GroupFactor, SpeedDrift, group_factor, profile_cells, profile_drift, \
+    profile_groups, scaled_profile, speed_drift
 from calibration.vllm_steps.validate_compare import interval_coverage, validate_all
 from calibration.vllm_steps.validate_run import load_config
 from simulator.costs.latency import LinearProfile, Measurement, TableProfile
@@ -65,11 +65,20 @@ def test_the_steps_own_jitter_is_taken_out_of_the_spread():
     assert drifted.between == pytest.approx(statistics.stdev(logs), rel=0.05)
 
 
-def test_fewer_than_three_groups_is_an_error():
-    with pytest.raises(ValueError, match=r"2 calibration group\(s\).*at least 3"):
+def test_fewer_than_three_cells_is_an_error():
+    with pytest.raises(ValueError, match=r"2 calibration cell\(s\).*at least 3"):
         speed_drift(BASE, [("a", _steps(1.0, 5)), ("b", _steps(1.1, 5))])
-    with pytest.raises(ValueError, match="group 'a': 0 steps"):
-        group_factor(BASE, "a", [])
+    for n in (0, 1):
+        with pytest.raises(ValueError, match=f"cell 'a': {n} steps.*at least 2 steps"):
+            group_factor(BASE, "a", _steps(1.0, n))
+
+
+def test_a_cells_jitter_variance_counts_the_degree_of_freedom_its_factor_spends():
+    # two steps of the same price p at 1.1 p and 0.9 p: f = 1, sum of squares 0.02 p^2 over M^2 = 4 p^2, times 2 / 1
+    p = BASE.step_time(2, 2, 200)
+    ms = [Measurement(num_seqs=2, batched_tokens=2, kv_tokens=200, seconds=x * p) for x in (1.1, 0.9)]
+    g = group_factor(BASE, "a:2", ms)
+    assert g.factor == pytest.approx(1.0, rel=1e-12) and g.jitter_var == pytest.approx(0.01, rel=1e-12)
 
 
 def test_draws_are_stratified_and_follow_the_seed():
@@ -136,7 +145,21 @@ def test_a_profile_without_group_tags_is_refused_naming_the_file_and_field():
               for m, g in zip(_steps(1.0, 6), ["a", "a", "b", "b", "c", None])]
     groups, mixed = profile_groups(LinearProfile("t", {"const": 0.01}, measurements=tagged), "t.yaml")
     assert [(g, len(ms)) for g, ms in groups] == [("a", 2), ("b", 2), ("c", 1)] and mixed == 1
-    assert profile_drift(LinearProfile("t", {"const": 0.01}, measurements=tagged), "t.yaml").left_out_steps == 1
+
+
+def test_cells_split_each_group_by_batch_and_leave_lone_steps_out():
+    plan = [("a", 1), ("a", 2), ("a", 1), ("b", 1), ("b", 1), ("a", 2), ("c", 4), ("c", 4), ("b", 3), (None, 1)]
+    speed = {"a": 1.0, "b": 1.2, "c": 0.9, None: 1.0}
+    tagged = [Measurement(num_seqs=s, batched_tokens=s, kv_tokens=100 * s, seconds=speed[g] * (0.01 + 0.002 * s),
+                          extra={"group": g}) for g, s in plan]
+    prof = LinearProfile("t", {"const": 0.01, "num_seqs": 0.002}, measurements=tagged)
+    cells, mixed, lone = profile_cells(prof, "t.yaml")
+    where = [(c, [next(i for i, t in enumerate(tagged) if t is m) for m in ms]) for c, ms in cells]
+    assert where == [("a:1", [0, 2]), ("a:2", [1, 5]), ("b:1", [3, 4]), ("c:4", [6, 7])]
+    assert mixed == 1 and lone == 1  # the step of several groups; b's one step at batch 3
+    d = profile_drift(prof, "t.yaml")
+    assert (d.left_out_steps, d.lone_steps, d.df) == (1, 1, 3)
+    assert [g.factor for g in d.groups] == [pytest.approx(f, rel=1e-12) for f in (1.0, 1.0, 1.2, 0.9)]
 
 
 def _known(between: float):
@@ -185,9 +208,13 @@ def test_drift_is_refused_with_profiles_from_another_calibration(tmp_path):
         validate_all(cfg, FIX, model_name="smollm2", repeats=2, profiles_from=tmp_path, drift=True)
 
 
-def test_drift_on_a_run_with_two_calibration_groups_names_the_file():
+def test_drift_on_a_run_with_too_few_cells_names_the_file(monkeypatch):
+    from calibration.vllm_steps import drift
+
+    cells = drift.profile_cells
+    monkeypatch.setattr(drift, "profile_cells", lambda prof, where: (cells(prof, where)[0][:2], 0, 0))  # two cells
     cfg = load_config(FIX / "validate.yaml").model_copy(update={"modes": ["ar"]})
-    with pytest.raises(TraceFormatError, match=r"ar/result.json.*calibration.*--drift: .*2 calibration group\(s\)"):
+    with pytest.raises(TraceFormatError, match=r"ar/result.json.*calibration.*--drift: .*2 calibration cell\(s\)"):
         validate_all(cfg, FIX, model_name="smollm2", repeats=2, drift=True)
 
 

@@ -222,7 +222,13 @@ def test_from_server_steps_record_their_client_run_for_compare_drift(tmp_path):
     run = import_vllm_bench(bench)[0]
     save_measured(run, tmp_path / "m")
     rep = compare(str(tmp_path / "m"), str(tmp_path / "cal" / "run.yaml"), [], repeats=3, drift=True)
-    assert [g["name"] for g in rep.info["speed_drift"]["ngram-k3"]["groups"]] == labels
+    cells = {}  # GROUP:SEQUENCES -> the steps with that group and batch (cells of one step are left out)
+    for m in prof.measurements:
+        cells[f"{m.extra['group']}:{m.num_seqs}"] = cells.get(f"{m.extra['group']}:{m.num_seqs}", 0) + 1
+    d = rep.info["speed_drift"]["ngram-k3"]
+    assert [(g["name"], g["steps"]) for g in d["groups"]] == [(c, n) for c, n in cells.items() if n >= 2]
+    assert d["lone_steps"] == sum(n for n in cells.values() if n == 1)
+    assert list(dict.fromkeys(g["name"].rsplit(":", 1)[0] for g in d["groups"])) == labels
 
 
 def test_compare_bootstrap_widens_the_interval_around_the_same_prediction(tmp_path):

@@ -3,7 +3,8 @@ groups at known speed factors (measured = factor x the profile's price, no noise
 runs alone, a repeat priced with factor f predicts TTFT, TPOT and E2E exactly f times the point prediction, so
 each interval is the point prediction times [min(1, min f), max(1, max f)] over the factors drawn (a closed form,
 not the implementation); the point prediction is the one without --drift; the draws follow the seed; a profile
-without the group tags (an older calibration) or with too few groups is refused naming the file and field."""
+without the group tags (an older calibration) or with too few cells (groups x batch sizes) is refused naming the
+file and field."""
 from __future__ import annotations
 
 import dataclasses
@@ -75,12 +76,13 @@ def test_each_repeat_scales_the_lone_requests_latencies_by_its_factor(synthetic)
     rep = compare(measured, cfg, [], repeats=5, drift=True)
     assert rep.info["interval_source"] == "seeds + drift" and plain.info["interval_source"] == "seeds"
     d = rep.info["speed_drift"]["ar"]
-    assert [(g["name"], g["factor"]) for g in d["groups"]] == [(g, pytest.approx(f, rel=1e-9))
-                                                               for g, f in FACTORS.items()]
-    logs = [math.log(f) for f in FACTORS.values()]
+    # cells GROUP:SEQUENCES: each group's steps at batch 1 and 2 (two each); its batch-3 and -4 steps are alone
+    cells = [(f"{g}:{s}", f) for g, f in FACTORS.items() for s in (1, 2)]
+    assert [(g["name"], g["factor"]) for g in d["groups"]] == [(c, pytest.approx(f, rel=1e-9)) for c, f in cells]
+    logs = [math.log(f) for _, f in cells]
     assert d["center_factor"] == pytest.approx(math.exp(np.mean(logs)), abs=1e-4)
     assert d["between_sd_log"] == pytest.approx(np.std(logs, ddof=1), abs=1e-4)  # noise-free: nothing taken out
-    assert d["df"] == 3 and d["left_out_steps"] == 0
+    assert d["df"] == 7 and d["left_out_steps"] == 0 and d["lone_steps"] == 8
     f = np.array(d["factors"])
     assert len(f) == 4 and len(set(f)) == 4
     lo, hi = min(1.0, f.min()), max(1.0, f.max())
@@ -90,7 +92,9 @@ def test_each_repeat_scales_the_lone_requests_latencies_by_its_factor(synthetic)
         if b["metric"].split("_")[0] in ("ttft", "tpot", "e2e", "itl"):
             assert b["interval"] == [pytest.approx(lo * b["predicted"], rel=2e-4),
                                      pytest.approx(hi * b["predicted"], rel=2e-4)], b
-    assert any(n.startswith("ar: speed drift between its 4 calibration groups") for n in rep.info["notes"])
+    assert any(n.startswith("ar: speed drift between its 8 calibration cells (4 groups x batch sizes; measured / "
+                            "priced 0.800 (batch1:1) to 1.300 (load0.5:1); 0 steps of several groups and 8 steps "
+                            "alone in their cell left out)") for n in rep.info["notes"])
 
 
 def test_the_draws_follow_the_seed(synthetic):
@@ -116,9 +120,9 @@ def test_an_untagged_profile_is_refused_naming_the_file_and_field(tmp_path, synt
 
 def test_too_few_groups_or_one_repeat_is_refused(tmp_path, synthetic):
     _, _, measured = synthetic
-    cfg = _config(tmp_path, _profile({"batch1": 1.0, "batch2": 1.1}))
+    cfg = _config(tmp_path, _profile({"batch1": 1.0}))  # one group: two cells of 2 steps or more
     with pytest.raises(ValueError, match=r"synthetic-ar\.yaml, field 'measurements'.*--drift: run ar: speed drift: "
-                                         r"2 calibration group\(s\).*at least 3"):
+                                         r"2 calibration cell\(s\).*at least 3"):
         compare(measured, cfg, [], repeats=3, drift=True)
     with pytest.raises(ValueError, match=r"--drift: .*--repeats >= 2, got 1"):
         compare(measured, cfg, [], repeats=1, drift=True)
@@ -130,4 +134,6 @@ def test_steps_of_several_groups_are_left_out_and_counted(tmp_path, synthetic):
     prof.measurements[0] = dataclasses.replace(prof.measurements[0], extra={"group": None})
     cfg = _config(tmp_path, prof)
     d = compare(measured, cfg, [], repeats=2, drift=True).info["speed_drift"]["ar"]
-    assert d["left_out_steps"] == 1 and [g["steps"] for g in d["groups"]] == [5, 6, 6, 6]
+    # the first step (batch1, one sequence) served two groups: its cell keeps one step, alone, so left out too
+    assert d["left_out_steps"] == 1 and d["lone_steps"] == 9 and [g["steps"] for g in d["groups"]] == [2] + [2] * 6
+    assert d["groups"][0]["name"] == "batch1:2"
