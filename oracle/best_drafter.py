@@ -13,9 +13,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from policies.base import Choice, RequestView
+from policies.base import Choice, RequestView, tokens_per_time
 from oracle.exact import PLANS, PlanFollower
-from oracle.ground_truth import GroundTruthPolicy, oracle_k
+from oracle.ground_truth import GroundTruthPolicy
+from traces.acceptance import reachable_drafts
 
 
 class OracleBestDrafterPolicy(GroundTruthPolicy):
@@ -36,6 +37,7 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
         self.switch_cost_s = float(switch_cost_s)
         self.cost_ratios = {d: float((cost_ratios or {}).get(d, 0.0)) for d in self.drafters}
         self._last: dict[str, str] = {}
+        self._reach: dict[str, np.ndarray] = {}  # request id -> oracle_ks (made at its first greedy choice)
         if plan not in PLANS:
             raise ValueError(f"policy {self.name!r}: plan must be one of {PLANS}, got {plan!r}")
         if plan != "greedy" and self.switch_cost_s > 0:
@@ -49,12 +51,19 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
     def drafters_used(self) -> tuple[str, ...]:
         return self.drafters
 
+    @property
+    def greedy_by_rate(self) -> bool:
+        """Whether `choose` is this class's greedy rule, `pick` over `candidates` (plan greedy), which the compiled
+        engine runs too (a subclass may choose otherwise, so it runs step by step)."""
+        return type(self) is OracleBestDrafterPolicy and self.plan == "greedy"
+
     def max_draft_tokens(self) -> int:
         return self.largest_reachable_k(self.drafters, self.k_max)
 
     def finish_request(self, request_id: str) -> None:
         super().finish_request(request_id)
         self._last.pop(request_id, None)
+        self._reach.pop(request_id, None)
         if self._follower is not None:
             self._follower.forget(request_id)
 
@@ -76,26 +85,51 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
 
     def _time(self, view: RequestView, drafter: str | None, k: int) -> float:
         if view.step_time_estimate is not None:
-            t = view.step_time_estimate(drafter if k > 0 else None, k)
-        else:
-            t = 1.0 + (self.cost_ratios[drafter] if drafter is not None and k > 0 else 0.0)
-        last = self._last.get(view.request_id)
-        if drafter is not None and k > 0 and last is not None and drafter != last:
-            t += self.switch_cost_s
-        return t
+            return view.step_time_estimate(drafter if k > 0 else None, k)
+        return 1.0 + (self.cost_ratios[drafter] if drafter is not None and k > 0 else 0.0)
+
+    def remember_drafter(self, request_id: str, drafter: str) -> None:
+        """Set the request's last chosen drafter (the switching cost's reference), as a choice would: the compiled
+        engine hands its choices back through this."""
+        if drafter not in self.drafters:
+            raise ValueError(f"oracle {self.name!r}: drafter {drafter!r} is not one of {list(self.drafters)}")
+        self._last[request_id] = drafter
+
+    def oracle_ks(self, request_id: str) -> np.ndarray:
+        """Each drafter's oracle k (a row per drafter, in `drafters` order) at every output position of the request:
+        the drafts from there that will all be accepted (`traces.acceptance.reachable_drafts`: acc_len - 1, capped
+        by proposal_len, k_max and the output left)."""
+        traces = [self.drafter_trace(request_id, d) for d in self.drafters]
+        n = traces[0].acc_len.shape[0]
+        for d, t in zip(self.drafters, traces):
+            if t.acc_len.shape[0] != n:
+                raise ValueError(f"oracle {self.name!r}: request {request_id!r}'s trace of drafter {d!r} has "
+                                 f"{t.acc_len.shape[0]} positions, its trace of {self.drafters[0]!r} {n}")
+        pos = np.arange(n)
+        return np.array([reachable_drafts(t.acc_len.astype(np.int64), t.proposal_len, self.k_max, pos, n)
+                         for t in traces],
+                        dtype=np.int64).reshape(len(traces), n)
 
     def candidates(self, view: RequestView) -> list[tuple[str, int]]:
-        """(drafter, oracle k) for every drafter at this position."""
-        return [(d, oracle_k(self.drafter_trace(view.request_id, d), view.position, self.k_max))
-                for d in self.drafters]
+        """(drafter, oracle k) for every drafter at this position (oracle_ks, made once per request)."""
+        ks = self._reach.get(view.request_id)
+        if ks is None:
+            ks = self._reach[view.request_id] = self.oracle_ks(view.request_id)
+        if not 0 <= view.position < ks.shape[1]:
+            raise IndexError(f"position {view.position} is outside the trace (length {ks.shape[1]})")
+        return [(d, int(ks[i, view.position])) for i, d in enumerate(self.drafters)]
 
     def pick(self, view: RequestView, options: list[tuple[str, int]]) -> tuple[str | None, int]:
-        """The option with the most tokens per unit time; plain decoding when nothing is accepted."""
-        best, best_rate = (None, 0), 1.0 / self._time(view, None, 0)
+        """The option with the most tokens per unit time (tokens_per_time; the first on a tie, plain decoding
+        before any); plain decoding when nothing is accepted. Changing drafter within a request adds
+        `switch_cost_s`."""
+        best, best_rate = (None, 0), tokens_per_time(0, self._time(view, None, 0), 0.0)
+        last = self._last.get(view.request_id)
         for d, k in options:
             if k <= 0:
                 continue
-            rate = (1 + k) / self._time(view, d, k)
+            switch = self.switch_cost_s if last is not None and d != last else 0.0
+            rate = tokens_per_time(k, self._time(view, d, k), switch)
             if rate > best_rate:
                 best, best_rate = (d, k), rate
         return best

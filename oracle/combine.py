@@ -32,6 +32,11 @@ class OracleCombinePolicy(OracleBestDrafterPolicy):
         self.costs = costs
         self.by_position = plan == "min-steps" or (plan == "greedy" and costs == "reference")
 
+    @property
+    def greedy_by_rate(self) -> bool:
+        """`honest` and greedy: `pick` over `candidates` (OracleBestDrafterPolicy.greedy_by_rate)."""
+        return type(self) is OracleCombinePolicy and self.plan == "greedy" and not self.by_position
+
     def position_choices(self, request_id: str) -> tuple[np.ndarray, np.ndarray]:
         """greedy `reference`: at every position the drafter whose acceptance drafting reaches further
         (traces.acceptance.reachable_drafts), the n-gram on a tie, none where neither reaches a token; min-steps:

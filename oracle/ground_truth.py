@@ -20,6 +20,7 @@ class GroundTruthPolicy(Policy):
     reads_ground_truth = True
     learns = False  # the engine may skip its feedback
     by_position = False  # choices are position_choices' table (set per instance by the oracles that are)
+    greedy_by_rate = False  # choices weigh each drafter's oracle k by the step's time (oracle/best_drafter.py)
 
     def __init__(self) -> None:
         self._traces: dict[str, RequestTrace] = {}

@@ -15,6 +15,13 @@ import numpy as np
 NO_DRAFT = -1  # drafter index meaning "plain decode step, no speculation"
 
 
+def tokens_per_time(k: int, step_s: float, switch_s: float) -> float:
+    """The rate of drafting k tokens that will all be accepted: the 1 + k tokens the step emits over its estimated
+    time plus any switching cost (0.0 when the drafter stays; k = 0: plain decoding). The greedy oracle's rule
+    (oracle/best_drafter.py); plain Python the compiled engine runs too (simulator/engine/compiled_kernel.py)."""
+    return (1 + k) / (step_s + switch_s)
+
+
 @dataclass(frozen=True)
 class Choice:
     """What one request does this step: draft `k` tokens with `drafter` (None or k=0: no speculation)."""

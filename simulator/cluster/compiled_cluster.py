@@ -46,7 +46,7 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
                   ("choice_slot", c.replay.choice_slot, c0.replay.choice_slot),
                   ("choice_k", c.replay.choice_k, c0.replay.choice_k), ("tv", c.replay.tv, c0.replay.tv),
                   ("tree", [getattr(c.replay, f) for f in TREE], [getattr(c0.replay, f) for f in TREE]),
-                  ("batch_k", c.replay.batch_k, c0.replay.batch_k),
+                  ("batch_k", c.replay.batch_k, c0.replay.batch_k), ("slot_k", c.replay.slot_k, c0.replay.slot_k),
                   ("costs", c.costs, c0.costs),
                   ("arm_slot", c.pol.arm_slot, c0.pol.arm_slot), ("first_all", c.first_all, c0.first_all),
                   ("last_all", c.last_all, c0.last_all), ("slots", c.slots, c0.slots))
@@ -149,7 +149,7 @@ class CompiledCluster:
         self.bufs = step_buffers(rows, rows * 16 + max_seqs, replicas=N)
         for j, c in enumerate(comp):
             c.bufs = StepBuffers(StepRows._make(col[j] for col in self.bufs.rows), self.bufs.itl[j])
-        self.scratch = scratch_buffers(max_seqs, max(c.settings.k_max for c in comp))
+        self.scratch = scratch_buffers(max_seqs, max(c.settings.k_max for c in comp), max(len(c.slots) for c in comp))
         c0 = comp[0]
         router, source = cluster.router, cluster.source
         closed = cluster.closed_loop

@@ -74,6 +74,7 @@ from numba.extending import overload, register_jitable  # noqa: E402
 
 from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
 from policies.adaptive_k import best_k_rule  # noqa: E402
+from policies.base import tokens_per_time  # noqa: E402
 from policies.combine import combine_adaptive_rule, combine_match_rule  # noqa: E402
 from policies.epsilon_greedy import epsilon_greedy_arm, random_arm  # noqa: E402
 from policies.exp3 import exp3_arm, exp3_probabilities, exp3_update  # noqa: E402
@@ -138,6 +139,8 @@ POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_BANDIT = range(4)  # POL_BANDIT: a ban
 POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its table, Replay.choice_slot / choice_k
 POL_BATCH = 5  # k by the step's count of decoding requests (k-by-batch, slot 0): Replay.batch_k
 POL_RATE = 6  # combine-adaptive: per request, n-gram or EAGLE by expected tokens per estimated second
+POL_GREEDY_ORACLE = 7  # oracle-best-drafter / oracle-combine `honest`, greedy: each drafter at its oracle k
+# (Replay.slot_k) by tokens per estimated second, plus the oracle's switching cost
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
 # above every mask of compiled_run.MAX_SLOTS (8) slots
@@ -333,6 +336,7 @@ _exp3_update = njit(cache=True)(exp3_update)
 _combine_match = njit(cache=True)(combine_match_rule)
 register_jitable(leviathan_tokens)
 _combine_adaptive = njit(cache=True)(combine_adaptive_rule)
+_tokens_per_time = njit(cache=True)(tokens_per_time)
 
 
 @njit(cache=True)
@@ -510,7 +514,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     cap_rows, cap_itl = len(rows.step), len(itl)
     dec, ctx, flat, slot, kk = scratch.dec, scratch.ctx, scratch.flat, scratch.slot, scratch.kk
     prop, acc, cut, waitq, done = scratch.prop, scratch.acc, scratch.cut, scratch.waitq, scratch.done
-    newb, hold, times, reward = scratch.newb, scratch.hold, scratch.times, scratch.reward
+    newb, hold, slot_times, reward = scratch.newb, scratch.hold, scratch.times, scratch.reward
+    times = slot_times[0]  # one drafter's estimates (adaptive-k, combine-adaptive)
+    slot_k, chosen, oracle_switch = replay.slot_k, pol.chosen, cfg.oracle_switch
     run_extra = scratch.run_extra
     lim = PrefillLimits(max_seqs, B, chunked, bs, lookahead)
     plan = scratch.plan  # the step's prefill plan (and a policy's preview of it)
@@ -622,6 +628,38 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         _estimate_value(est_s[x + eagle], est_f[x + eagle], prior_eagle, weight), k_eagle, t_eagle,
                         _estimate_value(est_s[x + ngram_slot], est_f[x + ngram_slot], prior, weight), kn, t_ngram)
                     slot[j] = ngram_slot if use_ngram else eagle
+            elif policy == POL_GREEDY_ORACLE:  # OracleBestDrafterPolicy.pick per request (its drafters' order)
+                t_plain = 0.0
+                if n_dec > 0:  # the step's estimates, each priced once (slot_times[g, k]; -1: not yet)
+                    slot_times[:nslot] = -1.0
+                    _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
+                                n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
+                                target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order)
+                    t_plain = slot_times[0, 0]
+                for j in range(n_dec):
+                    i = dec[j]
+                    best, best_k = -1, 0
+                    best_rate = _tokens_per_time(0, t_plain, 0.0)
+                    for a in range(arms):
+                        g = arm_slot[a]
+                        kg = slot_k[g, flat[j]]
+                        if kg <= 0:
+                            continue
+                        if slot_times[g, kg] < 0.0:
+                            _step_times(slot_times[g], kg, kg, n_dec, kv_est, separate, lim, plan, waitq,
+                                        total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
+                                        prefill_left, prefill_done, target, drafts[g], dprofiles[g], drafts, dprofiles,
+                                        overhead, pf_order)
+                        switch = 0.0
+                        if chosen[i] >= 0 and chosen[i] != g:
+                            switch = oracle_switch
+                        rate = _tokens_per_time(kg, slot_times[g, kg], switch)
+                        if rate > best_rate:
+                            best, best_k, best_rate = g, kg, rate
+                    slot[j] = best
+                    kk[j] = best_k
+                    if best >= 0:
+                        chosen[i] = best
             elif policy == POL_BANDIT:  # BanditPolicy.choose_batch; shared and drawing nothing: one choice per step
                 arm = 0
                 for j in range(n_dec):

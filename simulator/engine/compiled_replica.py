@@ -80,8 +80,7 @@ class CompiledReplica(CompiledRun):
         self.req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), z(), z(), z(), z(),
                             *(np.full(n, np.nan) for _ in range(4)), z(), z(), z(), np.full(n, -1, dtype=np.int64),
                             z(), np.zeros(srv.max_num_seqs, dtype=np.int64))
-        self.pol = PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
-                               np.zeros(len(self.slots) + 1, dtype=np.int64))
+        self.pol = self.policy_state(n)
         if self.psd:
             self._psd_records(np.full(n, -1, dtype=np.int64))  # its requests' sides (its numbering), -1 till they join
         self.state = new_state(used=srv.sched.pool.used, peak=srv.sched.pool.used)
@@ -182,7 +181,7 @@ class CompiledReplica(CompiledRun):
         if self.bufs is None:
             rows = compiled_run.segment_rows()
             self.bufs = step_buffers(rows, rows * 16 + self.srv.max_num_seqs)
-            self.scratch = scratch_buffers(self.srv.max_num_seqs, self.settings.k_max)
+            self.scratch = scratch_buffers(self.srv.max_num_seqs, self.settings.k_max, len(self.slots))
         step0 = int(self.rs.step)
         self.rs.now = now
         while True:
@@ -308,6 +307,7 @@ class CompiledReplica(CompiledRun):
         outcome.step_no = int(rs.step)
         self._write_estimates(pol.est_s, pol.est_f, run, self.gidx)
         self._write_bandit(pol, run, self.gidx)
+        self._write_chosen(pol.chosen, run, self.gidx)
         self._write_last_drafter(req.last_slot[loc], g)
         if self.psd:
             st.sub_batch[g] = self.carry.side[loc]

@@ -1,6 +1,6 @@
 """Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match,
-combine-adaptive, k-by-batch, bandit or position-oracle policy, PSD with the fixed policy; open or closed loop) in one
-compiled loop.
+combine-adaptive, k-by-batch, bandit, position-oracle or greedy-oracle policy, PSD with the fixed policy; open or
+closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
 fixed policy and one drafter, another policy, sampled verification under PSD, a profile or draft cost kind the kernel
@@ -73,7 +73,8 @@ POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_r
 BANDITS = {UCBPolicy: B_UCB, MetaSDUCBPolicy: B_UCB, DiscountedUCBPolicy: B_UCB, SlidingWindowUCBPolicy: B_SLIDING,
            EpsilonGreedyPolicy: B_EPSILON, RandomDrafterPolicy: B_RANDOM, ThompsonPolicy: B_THOMPSON,
            EXP3Policy: B_EXP3}
-# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _RATE (combine-adaptive), _BANDIT (BE or BD reward), _BATCH
+# compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _RATE (combine-adaptive), _BANDIT (BE or BD reward), _BATCH; the
+# oracles POL_TABLE (by position, any oracle class) and POL_GREEDY_ORACLE (greedy_oracle below)
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, CombineAdaptivePolicy,
                      KByBatchPolicy) + tuple(BANDITS)
 MAX_RING = 1 << 22  # sliding-window UCB's rounds the kernel keeps (states x window; 64 MiB)
@@ -154,9 +155,16 @@ def _proposer_reason(server, policy) -> str | None:
     return None
 
 
+def greedy_oracle(policy) -> bool:
+    """Whether `policy` says it is the greedy oracle the kernel runs (POL_GREEDY_ORACLE: its `greedy_by_rate`,
+    oracle/best_drafter.py): each drafter's oracle k (`oracle_ks`) weighed by the step's time estimate."""
+    return bool(getattr(policy, "greedy_by_rate", False))
+
+
 def _policy_reason(server, policy) -> str | None:
     """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
-    if type(policy) not in COMPILED_POLICIES and not getattr(policy, "by_position", False):
+    if type(policy) not in COMPILED_POLICIES and not getattr(policy, "by_position", False) \
+            and not greedy_oracle(policy):
         return (f"policy {policy.name!r} chooses per step (learning, adaptive or by the step's time estimate): "
                 "step path")
     if type(policy) is KByBatchPolicy and policy.ranges[-1][1] is not None \
@@ -187,10 +195,10 @@ def _policy_reason(server, policy) -> str | None:
     if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
         return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
     if isinstance(policy, CombineAdaptivePolicy) or (isinstance(policy, (AdaptiveKPolicy, BanditPolicy))
-                                                     and policy.scope == "request"):
+                                                     and policy.scope == "request") or greedy_oracle(policy):
         ids = server.wl.request_ids
         if len(set(ids)) != len(ids):
-            return f"{policy.name} per request with repeated request ids (their estimates are shared)"
+            return f"{policy.name} per request with repeated request ids (their state is shared)"
     if type(policy) is SlidingWindowUCBPolicy:
         states = 1 if policy.scope == "shared" else len(server.wl)
         if states * policy.window > MAX_RING:
@@ -332,7 +340,7 @@ class CompiledRun:
                  shared=False, has_cap=False, min_match=0, k_ngram=0, k_eagle=0, ngram_slot=0, arms=0,
                  decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
                  async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead,
-                 switch_cost=server.pricing.switch_cost_s, think=0.0,
+                 switch_cost=server.pricing.switch_cost_s, oracle_switch=0.0, think=0.0,
                  prior=0.0, prior_eagle=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
                  sampled=G > 0 and server.drafting.verification == "sampled",
                  bd=isinstance(policy, BanditPolicy) and policy.reward == "bd" and policy.learns,
@@ -344,6 +352,7 @@ class CompiledRun:
         cap = np.zeros(1, dtype=np.int32)
         choice_slot, choice_k = np.full(1, -1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         batch_k = np.zeros(1, dtype=np.int64)
+        slot_k = np.zeros((1, 1), dtype=np.int64)
         if G == 0 or type(policy) is FixedPolicy:
             v.update(policy=ker.POL_FIXED, k=policy.k)
             ks = [policy.k] * G
@@ -365,6 +374,11 @@ class CompiledRun:
             v.update(policy=ker.POL_BATCH)
             batch_k = np.array([0] + [policy.k_for(n) for n in range(1, server.max_num_seqs + 1)], dtype=np.int64)
             ks = [max(1, int(batch_k.max()))]
+        elif greedy_oracle(policy):  # each drafter's oracle k by position, weighed per step
+            slot_k = self._oracle_k_table(used, n_flat)
+            ks = [max(1, int(slot_k[g].max(initial=0))) for g in range(G)]
+            v.update(policy=ker.POL_GREEDY_ORACLE, arms=len(policy.drafters), oracle_switch=policy.switch_cost_s,
+                     k_max=max(ks))
         elif getattr(policy, "by_position", False):  # an oracle's table of choices by position
             v.update(policy=ker.POL_TABLE)
             choice_slot, choice_k = self._position_table(used, n_flat)
@@ -386,7 +400,8 @@ class CompiledRun:
         # the replay rule (traces/acceptance.py) once over the table for each (slot, k) the policy can ask for:
         # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
         # k), from inputs clipped where the rule cannot tell (match lengths at k, acceptance lengths at k + 1)
-        asks = [range(1, k + 1) if v["policy"] in (ker.POL_ADAPTIVE, ker.POL_TABLE, ker.POL_BATCH)
+        asks = [range(1, k + 1) if v["policy"] in (ker.POL_ADAPTIVE, ker.POL_TABLE, ker.POL_BATCH,
+                                                   ker.POL_GREEDY_ORACLE)
                 or name == getattr(policy, "ngram", None) else [k]
                 for name, k in zip(self.slots, ks)]  # adaptive-k, tables, combine-match's n-gram: k <= the most
         rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
@@ -428,6 +443,7 @@ class CompiledRun:
                      table.tree_rank[self.slots[0]], np.asarray(server.pricing.tree_passes, np.int64))
         self.replay = Replay(tab=tab, rowof=rowof, cap=np.asarray(cap, dtype=np.int32), choice_slot=choice_slot,
                              choice_k=choice_k, tv=tv, rng=server.drafting.rng, policy_rng=self.policy_rng, batch_k=batch_k,
+                             slot_k=slot_k,
                              **dict(zip(("tree_parent", "tree_rank", "tree_ranks", "tree_passes"), shape)))
         self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
@@ -452,6 +468,35 @@ class CompiledRun:
             choice_slot[lo:hi] = np.where(d >= 0, slot_of[np.maximum(d, 0)], -1)
             choice_k[lo:hi] = k
         return choice_slot, choice_k
+
+    def _oracle_k_table(self, used: tuple[str, ...], n_flat: int) -> np.ndarray:
+        """The greedy oracle's oracle k of each slot at every flat trace position (its oracle_ks for each trace the
+        workload draws, rows in its drafters' order, here by slot)."""
+        srv = self.srv
+        offsets, policy = srv.table.offsets, srv.drafting.policy
+        row_of = [policy.drafters.index(d) for d in self.slots]
+        out = np.zeros((len(self.slots), max(n_flat, 1)), dtype=np.int64)
+        seen = set()
+        for rid, t in zip(srv.wl.request_ids, srv.wl.trace_index.tolist()):
+            if t in seen:
+                continue
+            seen.add(t)
+            ks = policy.oracle_ks(rid)
+            lo, hi = int(offsets[t]), int(offsets[t + 1])
+            if ks.shape[1] != hi - lo:
+                raise ValueError(f"policy {policy.name!r}: oracle_ks of request {rid!r} gives {ks.shape[1]} "
+                                 f"positions; its trace has {hi - lo}")
+            out[:, lo:hi] = ks[row_of]
+        return out
+
+    def policy_state(self, n: int) -> PolicyState:
+        """The kernel's PolicyState for `n` requests, fresh or from the policy's shared state (_estimates,
+        _bandit_state); the greedy oracle's last choices from none."""
+        import simulator.engine.compiled_kernel as ker
+
+        chosen = np.full(n if self.policy_kind == ker.POL_GREEDY_ORACLE else 1, -1, dtype=np.int64)
+        return PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
+                           np.zeros(len(self.slots) + 1, dtype=np.int64), chosen)
 
     def _psd_records(self, side: np.ndarray) -> None:
         """PSD's kernel records for requests numbered as `side` (each one's sub-batch, written in place): no proposal
@@ -551,8 +596,7 @@ class CompiledRun:
                        st.blocks, st.last_emit, st.first_sched, st.first_token, st.finish,
                        *(np.zeros(n, dtype=np.int64) for _ in range(3)), self.last_slots(st.last_drafter),
                        st.preemptions, np.zeros(srv.max_num_seqs, dtype=np.int64))
-        pol = PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
-                          np.zeros(len(self.slots) + 1, dtype=np.int64))
+        pol = self.policy_state(n)
         work = Workload(st.arrival, client_of, wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64),
                         self.first, self.last)
         if self.psd:
@@ -561,7 +605,7 @@ class CompiledRun:
         # makes none, each later step of it one), so no segment of them is copied; rows go out a segment at a time
         gaps = int(np.maximum(wl.output_len.astype(np.int64) - 1, 0).sum()) + srv.max_num_seqs
         bufs = step_buffers(segment_rows(), gaps)
-        scratch = scratch_buffers(srv.max_num_seqs, self.settings.k_max)
+        scratch = scratch_buffers(srv.max_num_seqs, self.settings.k_max, len(self.slots))
         blocks_row, itl_parts = [], []
 
         def ask_at(done: int) -> int:
@@ -602,6 +646,7 @@ class CompiledRun:
             self._write_psd(slice(None), slice(None))
         self._write_estimates(pol.est_s, pol.est_f, running)
         self._write_bandit(pol, running)
+        self._write_chosen(pol.chosen, running)
         return float(rec.now)
 
     def last_slots(self, last_drafter: np.ndarray) -> np.ndarray:
@@ -635,6 +680,19 @@ class CompiledRun:
             w = i if number is None else number[i]
             if not np.isnan(st.first_token[w]):
                 _put_bandit(policy.state(ids[w]), pol, i)
+
+    def _write_chosen(self, chosen: np.ndarray, running: np.ndarray, number: np.ndarray | None = None) -> None:
+        """The greedy oracle's last drafter of each request still decoding back into the policy (finished ones are
+        dropped, as finish_request does; `number` as in _write_bandit)."""
+        import simulator.engine.compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_GREEDY_ORACLE:
+            return
+        policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
+        for i in running:
+            w = i if number is None else number[i]
+            if chosen[i] >= 0 and np.isnan(st.finish[w]):
+                policy.remember_drafter(ids[w], self.slots[chosen[i]])
 
     def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray,
                          number: np.ndarray | None = None) -> None:

@@ -43,7 +43,8 @@ class Replay(NamedTuple):
     at f (oracle/ground_truth.py position_choices); `tv` and `rng`: sampled verification's and the BD reward's
     (traces/sampled_acceptance.py); `policy_rng`: a drawing bandit's generator (here, not in PolicyState, which a
     cluster's loop rebuilds per replica step); `tree_*`: a static draft tree's shape and rank rows (rules/tree.py);
-    `batch_k[n]`: the k a policy that chooses by batch size alone takes when n requests decode (policies/k_by_batch.py)."""
+    `batch_k[n]`: the k a policy that chooses by batch size alone takes when n requests decode (policies/k_by_batch.py);
+    `slot_k[g, f]`: the greedy oracle's k for slot g at f (oracle/best_drafter.py oracle_ks)."""
     tab: np.ndarray  # int8 (rows, 2, flat positions)
     rowof: np.ndarray  # int64 (slots, k + 1)
     cap: np.ndarray  # int32
@@ -55,6 +56,7 @@ class Replay(NamedTuple):
     tree_ranks: np.ndarray  # int8 or int16 (flat positions, depth): slot 0's rank rows (AcceptanceTable.tree_rank)
     tree_passes: np.ndarray  # int64 (depth): nodes with children per depth (TreeShape.draft_pass_tokens)
     batch_k: np.ndarray  # int64 (max_num_seqs + 1): k-by-batch's k at each count of decoding requests
+    slot_k: np.ndarray  # int64 (slots, flat positions): the greedy oracle's oracle k of each slot
     rng: np.random.Generator  # sampled verification's draws (the server's Drafting.rng, advanced in place)
     policy_rng: np.random.Generator  # a drawing bandit's own (BanditPolicy.rng, advanced in place)
 
@@ -72,10 +74,11 @@ class Settings(NamedTuple):
     """The run's fixed settings (server, scheduler, policy), one typed scalar per field; the kernels take them as a
     one-record SETTINGS array (settings_record)."""
     sd: bool  # mode sd (a decode step's rows are verify rows)
-    policy: int  # compiled_kernel POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_BANDIT, POL_TABLE, POL_BATCH or POL_RATE
+    policy: int  # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _BANDIT, _TABLE, _BATCH, _RATE or _GREEDY_ORACLE
     k: int  # the fixed policy's and a bandit's k
     nslot: int  # drafter slots (0: plain decoding)
-    k_max: int  # the largest k a step estimate asks for (Scratch.times): adaptive-k's k_max, combine-adaptive's k
+    k_max: int  # the largest k a step estimate asks for (Scratch.times): adaptive-k's k_max, combine-adaptive's k,
+    # the greedy oracle's largest oracle k
     max_seqs: int  # max_num_seqs
     budget: int  # max_num_batched_tokens
     chunked: bool  # chunked prefill
@@ -89,7 +92,7 @@ class Settings(NamedTuple):
     k_ngram: int
     k_eagle: int
     ngram_slot: int  # combine-match's n-gram drafter slot
-    arms: int  # a bandit's arms
+    arms: int  # a bandit's arms; the greedy oracle's drafters (PolicyState.arm_slot: their slots in its order)
     bandit: int  # POL_BANDIT's rule: B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON or B_EXP3 (above)
     decode_budget: int  # the tokens decodes may take from the step budget (rules/decode_budget.decode_side_budget)
     lookahead: int  # vLLM V1's lookahead KV slots per running request (rules/kv.lookahead_slots)
@@ -97,6 +100,7 @@ class Settings(NamedTuple):
     routed: bool  # the caller pushes arrivals (a cluster replica): idle with none known, the kernel returns PAUSED
     overhead: float  # the step overhead (seconds)
     switch_cost: float  # a drafter's catch-up cost when a request changes drafter (run.switch_cost_s; 0: none)
+    oracle_switch: float  # the greedy oracle's switching cost in its choice (OracleBestDrafterPolicy.switch_cost_s)
     think: float  # the closed loop's think time
     prior: float  # adaptive-k's acceptance estimate prior (combine-adaptive's n-gram's), its weight and decay
     prior_eagle: float  # combine-adaptive's EAGLE prior
@@ -145,8 +149,8 @@ class PolicyState(NamedTuple):
     """The built-in policies' learning state, written in place: adaptive-k's estimates (one per request, or one
     shared; combine-adaptive: two per request, request i's of slot g at 2 i + g), a bandit's two per-(state, arm)
     arrays (UCB and epsilon-greedy: play counts and reward sums; Thompson: alpha and beta; EXP3: -, log weights) and
-    sliding-window UCB's ring of rounds, each arm's drafter slot, and the steps each slot (last: no drafter) served
-    (a drawing bandit's generator: Replay.policy_rng)."""
+    sliding-window UCB's ring of rounds, each arm's drafter slot, the steps each slot (last: no drafter) served and
+    the greedy oracle's last chosen slot per request (a drawing bandit's generator: Replay.policy_rng)."""
     est_s: np.ndarray
     est_f: np.ndarray
     arm_counts: np.ndarray
@@ -156,6 +160,7 @@ class PolicyState(NamedTuple):
     seen: np.ndarray  # int64 (states): its rounds so far
     arm_slot: np.ndarray  # int64
     usage: np.ndarray  # int64, slots + 1
+    chosen: np.ndarray  # int64: the greedy oracle's last drafter slot per request, -1 before (switching cost)
 
 
 class StepRows(NamedTuple):
@@ -194,7 +199,8 @@ def step_buffers(rows: int, gaps: int, replicas: int | None = None) -> StepBuffe
 
 
 class Scratch(NamedTuple):
-    """run_steps' per-step working arrays (int64, one entry per running sequence; `times`: k_max + 1 floats; `plan`:
+    """run_steps' per-step working arrays (int64, one entry per running sequence; `times`: k_max + 1 floats per
+    drafter slot; `plan`:
     the step's prefill plan), made once per run rather than per call: nothing in them outlives a step, so a
     cluster's replicas, whose calls never overlap, share one set sized for the largest."""
     dec: np.ndarray
@@ -210,14 +216,16 @@ class Scratch(NamedTuple):
     newb: np.ndarray
     hold: np.ndarray
     run_extra: np.ndarray  # the KV growth of each running request (admission order) when a step must preempt
-    times: np.ndarray
+    times: np.ndarray  # float64 (slots, k_max + 1)
     plan: PlanBuffers
     reward: np.ndarray  # float64: each decode's bandit reward, read before its tokens move its position
 
 
-def scratch_buffers(max_seqs: int, k_max: int) -> Scratch:
-    """Scratch for runs of at most `max_seqs` running sequences and step estimates up to k = `k_max`."""
-    return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(13)), np.empty(k_max + 1, np.float64),
+def scratch_buffers(max_seqs: int, k_max: int, slots: int = 1) -> Scratch:
+    """Scratch for runs of at most `max_seqs` running sequences and step estimates up to k = `k_max` for `slots`
+    drafter slots."""
+    times = np.empty((max(slots, 1), k_max + 1), np.float64)
+    return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(13)), times,
                    plan_buffers(max_seqs), np.empty(max_seqs, np.float64))
 
 

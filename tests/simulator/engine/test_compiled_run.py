@@ -313,10 +313,18 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     assert_policy_paths_agree(spec, segment, kw)
 
 
-def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None) -> dict:
+def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None, switch: float = 0.0) -> dict:
     """An oracle that chooses by position alone: oracle-k (greedy or min-steps) on 'd' or, with n-gram lengths, 'g';
     oracle-combine (reference costs, greedy or min-steps), oracle-best-drafter (min-steps) and oracle-best-fixed (one
-    drafter per request at k_max, or 2, by its replayed rounds and cost ratio) over 'g' and 'd'."""
+    drafter per request at k_max, or 2, by its replayed rounds and cost ratio) over 'g' and 'd'; or the greedy
+    oracle, which weighs each drafter's oracle k by the step's time estimate and its own switching cost `switch`:
+    oracle-combine `honest` and oracle-best-drafter (greedy)."""
+    if name == "oracle-combine-honest":
+        return {"name": "oracle-combine", "ngram": "g", "eagle": "d", "costs": "honest", "k_max": k_max,
+                "switch_cost_s": switch}
+    if name == "oracle-best-drafter-greedy":
+        return {"name": "oracle-best-drafter", "drafters": ["g", "d"] if seed % 2 else ["d", "g"], "k_max": k_max,
+                "switch_cost_s": switch}
     if name == "oracle-best-fixed":
         return {"name": name, "drafters": ["g", "d"] if seed % 2 else ["d", "g"], "k": k_max or 2,
                 "cost_ratios": {"g": 0.01 * (seed % 5), "d": 0.1}}
@@ -327,24 +335,26 @@ def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None)
     return {"name": name, "drafters": ["g", "d"] if seed % 2 else ["d", "g"], "plan": "min-steps", "k_max": k_max}
 
 
-@settings(max_examples=60, deadline=None)
-@given(policy=st.sampled_from(["oracle-k", "oracle-k", "oracle-combine", "oracle-best-drafter", "oracle-best-fixed"]),
+@settings(max_examples=90, deadline=None)
+@given(policy=st.sampled_from(["oracle-k", "oracle-k", "oracle-combine", "oracle-best-drafter", "oracle-best-fixed",
+                               "oracle-combine-honest", "oracle-best-drafter-greedy"]),
        plan=st.sampled_from(["greedy", "min-steps"]), k_max=st.sampled_from([None, 1, 3, 6]),
        seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
        cost=st.sampled_from(sorted(COSTS)), rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
        budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
        req_rate=st.floats(5.0, 500.0), max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]),
        slack=st.integers(0, 3), segment=st.sampled_from([4, 1 << 16]), roof=profiles,
-       pressure=st.sampled_from([0, 0, 2]))
-def test_oracles_that_choose_by_position_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, rate, ngram,
-                                                                        cost, rules, budget, arrivals, req_rate,
-                                                                        max_num_seqs, block_size, slack, segment,
-                                                                        roof, pressure):
+       pressure=st.sampled_from([0, 0, 2]), switch=st.sampled_from([0.0, 0.0, 4e-4]))
+def test_oracles_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, rate, ngram, cost, rules, budget,
+                                                 arrivals, req_rate, max_num_seqs, block_size, slack, segment, roof,
+                                                 pressure, switch):
     """The kernel reads an oracle's table of choices by position (Replay.choice_slot / choice_k, from its
-    position_choices) where the step path asks its choose, over the same random configs."""
+    position_choices) where the step path asks its choose, over the same random configs; the greedy oracle's each
+    drafter's oracle k by position (Replay.slot_k, from its oracle_ks), weighed by the same step-time estimates
+    (tokens_per_time, with its switching cost after a change of drafter)."""
     ngram = ngram or policy != "oracle-k"  # the two-drafter oracles read 'g', which has n-gram match lengths
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
-    spec = oracle_spec(policy, ngram, seed, plan, k_max)
+    spec = oracle_spec(policy, ngram, seed, plan, k_max, switch)
     look = max(1, max(int(t.drafters[d].acc_len.max()) for t in traces for d in drafters) if k_max is None else k_max)
     if policy == "oracle-best-fixed":
         look = spec["k"]
@@ -439,6 +449,17 @@ def _fallback_cases():
     def COMBINE():
         return make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0)
 
+    def HONEST(plan="greedy", subclass=False):
+        pol = make_policy({"name": "oracle-combine", "ngram": "g", "eagle": "d", "costs": "honest", "plan": plan},
+                          seed=0)
+        if subclass:  # a plug-in that chooses otherwise: its class is not the greedy oracle's
+
+            class Mine(type(pol)):
+                pass
+
+            pol.__class__ = Mine
+        return pol
+
     return {
         "psd adaptive-k": ({**base, "mode": "psd", "psd": PSDConfig(), "policy": ADAPTIVE()}, "PSD with policy"),
         "plug-in bandit": ({**base, "policy": PlugInThompson(["d"], k=3)}, "chooses per step"),
@@ -451,6 +472,8 @@ def _fallback_cases():
                                                                          seed=0)}, "repeated request ids"),
         "combine-adaptive repeated ids": ({**gbase, "wl": gtwins, "policy": make_policy(
             {"name": "combine-adaptive", "ngram": "g", "eagle": "d"}, seed=0)}, "repeated request ids"),
+        "greedy oracle subclass": ({**gbase, "policy": HONEST(subclass=True)}, "chooses per step"),
+        "oracle min-time plan": ({**gbase, "policy": HONEST("min-time")}, "chooses per step"),
         "combine-match one drafter twice": ({**gbase, "policy": make_policy(
             {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
         "adaptive-k repeated ids": ({**base, "wl": twins, "policy": ADAPTIVE()}, "repeated request ids"),
@@ -676,6 +699,45 @@ def test_combine_adaptive_stopped_midway_leaves_the_step_paths_estimates(lengths
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     assert min(fast.extras["drafter_usage"][d] for d in ("d", "g")) > 0
     assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
+
+
+@pytest.mark.parametrize("switch", [0.0, 3e-3])
+def test_the_greedy_oracle_stopped_midway_leaves_the_step_paths_last_drafters(switch):
+    greedy_oracle_midway(switch)
+
+
+def test_the_greedy_oracles_switching_cost_changes_its_choices():
+    assert greedy_oracle_midway(0.0) != greedy_oracle_midway(3e-3)  # drafter usage over the whole run
+
+
+def greedy_oracle_midway(switch: float) -> dict:
+    """Stopped after a few finishes, oracle-combine `honest`'s last chosen drafter of each request still decoding
+    (what its switching cost compares with) is the last one it chose on the step path in the steps before the stop
+    (the step path has begun the next step when its monitor stops it; its choices are recorded with their time); over
+    the whole run it drafted with both drafters and the tables are equal."""
+    traces = traces_with(10, 4, 0.6, True)
+    wl = workload(traces, 30, rate=200.0, seed=4)
+    spec = {"name": "oracle-combine", "ngram": "g", "eagle": "d", "costs": "honest", "k_max": 5,
+            "switch_cost_s": switch}
+    kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=6, cost=COSTS["fraction"])
+    pol = make_policy(spec, seed=0)
+    sim = stopped_midway(True, policy=pol, **kw)
+    stop_at, st = sim.server.compiled.now, sim.server.state
+    decoding = {wl.request_ids[i] for i in st.running if np.isnan(st.finish[i])}
+    slow, chosen = make_policy(spec, seed=0), []
+    choose = slow.choose
+    slow.choose = lambda view: chosen.append((view.now, view.request_id, choose(view))) or chosen[-1][2]
+    stopped_midway(False, policy=slow, **kw)
+    want = {}
+    for now, rid, c in chosen:
+        if now < stop_at and c.drafter is not None:
+            want[rid] = c.drafter
+    assert pol._last and pol._last == {rid: d for rid, d in want.items() if rid in decoding}
+    fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert min(fast.extras["drafter_usage"][d] for d in ("d", "g")) > 0
+    assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
+    return fast.extras["drafter_usage"]
 
 
 @pytest.mark.parametrize("reward", ["be", "bd"])
