@@ -16,6 +16,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import oracle.registry  # noqa: F401  (registers the greedy oracle POLICIES names)
 from simulator.cluster import compiled_cluster
 from simulator.cluster.config import ClusterSpec
 from simulator.engine import compiled_run
@@ -36,7 +37,10 @@ POLICIES = {"fixed": {"name": "fixed", "drafter": "d", "k": 3},
             "sliding-window-ucb": {"name": "sliding-window-ucb", "drafters": ["e", "d"], "k": 2, "window": 3,
                                    "reward": "be"},
             "thompson": {"name": "thompson", "drafters": ["d", "e"], "k": 2},  # these two draw from their generators
-            "exp3": {"name": "exp3", "drafters": ["e", "d"], "k": 3, "gamma": 0.3}}
+            "exp3": {"name": "exp3", "drafters": ["e", "d"], "k": 3, "gamma": 0.3},
+            # the greedy oracle: each drafter's oracle k by the step's time estimate, a switching cost per change
+            "greedy-oracle": {"name": "oracle-best-drafter", "drafters": ["e", "d"], "k_max": 4,
+                              "switch_cost_s": 5e-4}}
 DRAFTER_COSTS = {**DRAFTERS, "e": {"kind": "constant", "seconds": 0.001}}  # 'e': a second drafter for the bandits
 
 
