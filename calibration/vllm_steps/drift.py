@@ -42,11 +42,11 @@ from simulator.costs.latency import LinearProfile, Measurement
 from simulator.costs.step_model import StructuredProfile, measured_price
 from traces.errors import TraceFormatError
 
-MIN_GROUPS = 3  # two cells leave one degree of freedom: a Cauchy draw, factors without bound
+MIN_CELLS = 3  # two cells leave one degree of freedom: a Cauchy draw, factors without bound
 
 
 @dataclass(frozen=True)
-class GroupFactor:
+class CellFactor:
     """One cell (a calibration group at one batch size): its steps, speed factor (measured / priced) and the
     jitter variance of ln factor."""
 
@@ -58,11 +58,11 @@ class GroupFactor:
 
 @dataclass(frozen=True)
 class SpeedDrift:
-    """The between-group distribution of the speed factor (module doc): ln f = center + scale * T(df)."""
+    """The between-cell distribution of the speed factor (module doc): ln f = center + scale * T(df)."""
 
-    groups: tuple[GroupFactor, ...]
-    center: float  # mean of the groups' ln factor
-    between: float  # tau: the between-group standard deviation of ln factor
+    groups: tuple[CellFactor, ...]  # the cells (the report's `groups`)
+    center: float  # mean of the cells' ln factor
+    between: float  # tau: the between-cell standard deviation of ln factor
     left_out_steps: int = 0  # steps that served requests of several groups at once (no one group's speed)
     lone_steps: int = 0  # steps alone in their cell (no jitter estimate)
 
@@ -94,7 +94,7 @@ class SpeedDrift:
                 "left_out_steps": self.left_out_steps, "lone_steps": self.lone_steps}
 
 
-def group_factor(profile, name: str, ms: list[Measurement]) -> GroupFactor:
+def cell_factor(profile, name: str, ms: list[Measurement]) -> CellFactor:
     """The cell's total measured target seconds over the profile's price of its steps, and ln factor's jitter
     variance (module doc; at least two steps)."""
     m = np.array([x.seconds for x in ms], dtype=float)
@@ -104,16 +104,16 @@ def group_factor(profile, name: str, ms: list[Measurement]) -> GroupFactor:
                          f"{p.sum():.4g} s; expected at least 2 steps with positive times")
     f = float(m.sum() / p.sum())
     n = len(m)
-    return GroupFactor(name, n, f, float(n / (n - 1) * ((m - f * p) ** 2).sum() / m.sum() ** 2))
+    return CellFactor(name, n, f, float(n / (n - 1) * ((m - f * p) ** 2).sum() / m.sum() ** 2))
 
 
-def speed_drift(profile, groups: list[tuple[str, list[Measurement]]]) -> SpeedDrift:
+def speed_drift(profile, cells: list[tuple[str, list[Measurement]]]) -> SpeedDrift:
     """The drift distribution of the module doc from the cells' steps, priced by `profile`."""
-    if len(groups) < MIN_GROUPS:
-        raise ValueError(f"speed drift: {len(groups)} calibration cell(s) of 2 steps or more ({[g for g, _ in groups]}"
-                         f"); expected at least {MIN_GROUPS} (calibration groups x batch sizes) to estimate a spread "
+    if len(cells) < MIN_CELLS:
+        raise ValueError(f"speed drift: {len(cells)} calibration cell(s) of 2 steps or more ({[g for g, _ in cells]}"
+                         f"); expected at least {MIN_CELLS} (calibration groups x batch sizes) to estimate a spread "
                          "between them")
-    gs = tuple(group_factor(profile, name, ms) for name, ms in groups)
+    gs = tuple(cell_factor(profile, name, ms) for name, ms in cells)
     x = np.log([g.factor for g in gs])
     tau2 = max(0.0, float(np.var(x, ddof=1)) - float(np.mean([g.jitter_var for g in gs])))
     return SpeedDrift(gs, float(x.mean()), float(np.sqrt(tau2)))

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from calibration.vllm_steps import validate_compare
-from calibration.vllm_steps.drift import GroupFactor, SpeedDrift, group_factor, profile_cells, profile_drift, \
+from calibration.vllm_steps.drift import CellFactor, SpeedDrift, cell_factor, profile_cells, profile_drift, \
     profile_groups, scaled_profile, speed_drift
 from calibration.vllm_steps.validate_compare import interval_coverage, validate_all
 from calibration.vllm_steps.validate_run import load_config
@@ -70,19 +70,19 @@ def test_fewer_than_three_cells_is_an_error():
         speed_drift(BASE, [("a", _steps(1.0, 5)), ("b", _steps(1.1, 5))])
     for n in (0, 1):
         with pytest.raises(ValueError, match=f"cell 'a': {n} steps.*at least 2 steps"):
-            group_factor(BASE, "a", _steps(1.0, n))
+            cell_factor(BASE, "a", _steps(1.0, n))
 
 
 def test_a_cells_jitter_variance_counts_the_degree_of_freedom_its_factor_spends():
     # two steps of the same price p at 1.1 p and 0.9 p: f = 1, sum of squares 0.02 p^2 over M^2 = 4 p^2, times 2 / 1
     p = BASE.step_time(2, 2, 200)
     ms = [Measurement(num_seqs=2, batched_tokens=2, kv_tokens=200, seconds=x * p) for x in (1.1, 0.9)]
-    g = group_factor(BASE, "a:2", ms)
+    g = cell_factor(BASE, "a:2", ms)
     assert g.factor == pytest.approx(1.0, rel=1e-12) and g.jitter_var == pytest.approx(0.01, rel=1e-12)
 
 
 def test_draws_are_stratified_and_follow_the_seed():
-    d = SpeedDrift(tuple(GroupFactor(f"g{i}", 10, 1.0, 0.0) for i in range(5)), 0.01, 0.1)
+    d = SpeedDrift(tuple(CellFactor(f"g{i}", 10, 1.0, 0.0) for i in range(5)), 0.01, 0.1)
     a = d.draws(8, np.random.default_rng(3))
     assert np.array_equal(a, d.draws(8, np.random.default_rng(3)))
     assert not np.array_equal(a, d.draws(8, np.random.default_rng(4)))
@@ -164,7 +164,7 @@ def test_cells_split_each_group_by_batch_and_leave_lone_steps_out():
 
 def _known(between: float):
     """mode_drift replaced by a known drift: four groups, centred on 1."""
-    return lambda data, profile: SpeedDrift(tuple(GroupFactor(f"g{i}", 10, 1.0, 0.0) for i in range(4)), 0.0,
+    return lambda data, profile: SpeedDrift(tuple(CellFactor(f"g{i}", 10, 1.0, 0.0) for i in range(4)), 0.0,
                                             between)
 
 
