@@ -52,8 +52,9 @@ class GroundTruthPolicy(Policy):
         return t
 
     def largest_reachable_k(self, drafters: Sequence[str], k_max: int | None) -> int:
-        """`k_max`, or without one the most drafts any bound request will all have accepted (`oracle_k` at its
-        peak): an oracle without k_max drafts everything that will be accepted, so only the ground truth bounds it."""
+        """`k_max`, or without one the most drafts any bound request will all have accepted (`reachable_drafts` at
+        its peak): an oracle without k_max drafts everything that will be accepted, so only the ground truth bounds
+        it."""
         if k_max is not None:
             return k_max
         if not self._traces:
@@ -75,13 +76,3 @@ class GroundTruthPolicy(Policy):
                              f"{request_id!r} (has {sorted(self.trace_of(request_id).drafters)})")
         return t
 
-
-def oracle_k(trace: DrafterTrace, position: int, k_max: int | None = None) -> int:
-    """Tokens that will all be accepted from `position` (`traces.acceptance.reachable_drafts`): acc_len[p] - 1,
-    capped by proposal_len, k_max and the output left (the oracle knows where the output ends, so it never
-    drafts a token the end-of-output cut would drop)."""
-    n = trace.acc_len.shape[0]
-    if not 0 <= position < n:
-        raise IndexError(f"position {position} is outside the trace (length {n})")
-    prop = None if trace.proposal_len is None else int(trace.proposal_len[position])
-    return reachable_drafts(int(trace.acc_len[position]), prop, k_max, position, n)

@@ -17,7 +17,7 @@ import numpy as np
 
 from simulator.engine import compiled_run
 from simulator.engine.compiled_run import CompiledRun
-from simulator.engine.kernel_records import (PolicyState, Requests, Workload, new_state, rows_head, scratch_buffers,
+from simulator.engine.kernel_records import (Requests, Workload, new_state, rows_head, scratch_buffers,
                                              settings_record, step_buffers)
 from simulator.engine.request_state import FINISHED, RUNNING, WAITING
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap

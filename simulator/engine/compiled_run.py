@@ -28,7 +28,7 @@ clock (`now`, the end of the step just taken; the SimPy clock stands still durin
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -375,7 +375,7 @@ class CompiledRun:
             batch_k = np.array([0] + [policy.k_for(n) for n in range(1, server.max_num_seqs + 1)], dtype=np.int64)
             ks = [max(1, int(batch_k.max()))]
         elif greedy_oracle(policy):  # each drafter's oracle k by position, weighed per step
-            slot_k = self._oracle_k_table(used, n_flat)
+            slot_k = self._oracle_k_table(n_flat)
             ks = [max(1, int(slot_k[g].max(initial=0))) for g in range(G)]
             v.update(policy=ker.POL_GREEDY_ORACLE, arms=len(policy.drafters), oracle_switch=policy.switch_cost_s,
                      k_max=max(ks))
@@ -448,45 +448,42 @@ class CompiledRun:
         self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
 
-    def _position_table(self, used: tuple[str, ...], n_flat: int) -> tuple[np.ndarray, np.ndarray]:
-        """(slot or -1, k) at every flat trace position: the policy's position_choices for each trace the workload
-        draws (a trace's choices depend on it alone: the first request drawing it asks for them)."""
+    def _each_trace(self, what: str, table) -> Iterator[tuple[np.ndarray, slice]]:
+        """For each trace the workload draws, the policy's `table(request id)` for the first request drawing it (a
+        trace's table depends on it alone: a row per drafter or per field, each covering the trace) and the
+        trace's flat positions."""
         srv = self.srv
-        wl, offsets, policy = srv.wl, srv.table.offsets, srv.drafting.policy
-        slot_of = np.array([self.slots.index(d) for d in used], dtype=np.int64)
-        choice_slot, choice_k = np.full(max(n_flat, 1), -1, dtype=np.int64), np.zeros(max(n_flat, 1), dtype=np.int64)
-        seen = set()
-        for rid, t in zip(wl.request_ids, wl.trace_index.tolist()):
-            if t in seen:
-                continue
-            seen.add(t)
-            d, k = (np.asarray(a, dtype=np.int64) for a in policy.position_choices(rid))
-            lo, hi = int(offsets[t]), int(offsets[t + 1])
-            if d.shape != (hi - lo,) or k.shape != (hi - lo,):
-                raise ValueError(f"policy {policy.name!r}: position_choices of request {rid!r} gives {d.shape[0]} "
-                                 f"positions; its trace has {hi - lo}")
-            choice_slot[lo:hi] = np.where(d >= 0, slot_of[np.maximum(d, 0)], -1)
-            choice_k[lo:hi] = k
-        return choice_slot, choice_k
-
-    def _oracle_k_table(self, used: tuple[str, ...], n_flat: int) -> np.ndarray:
-        """The greedy oracle's oracle k of each slot at every flat trace position (its oracle_ks for each trace the
-        workload draws, rows in its drafters' order, here by slot)."""
-        srv = self.srv
-        offsets, policy = srv.table.offsets, srv.drafting.policy
-        row_of = [policy.drafters.index(d) for d in self.slots]
-        out = np.zeros((len(self.slots), max(n_flat, 1)), dtype=np.int64)
-        seen = set()
+        offsets, seen = srv.table.offsets, set()
         for rid, t in zip(srv.wl.request_ids, srv.wl.trace_index.tolist()):
             if t in seen:
                 continue
             seen.add(t)
-            ks = policy.oracle_ks(rid)
             lo, hi = int(offsets[t]), int(offsets[t + 1])
-            if ks.shape[1] != hi - lo:
-                raise ValueError(f"policy {policy.name!r}: oracle_ks of request {rid!r} gives {ks.shape[1]} "
-                                 f"positions; its trace has {hi - lo}")
-            out[:, lo:hi] = ks[row_of]
+            rows = [np.asarray(row, dtype=np.int64) for row in table(rid)]
+            if any(row.shape != (hi - lo,) for row in rows):
+                raise ValueError(f"policy {srv.drafting.policy.name!r}: {what} of request {rid!r} gives "
+                                 f"{[row.shape[0] if row.ndim else 0 for row in rows]} positions; its trace has "
+                                 f"{hi - lo}")
+            got = np.array(rows, dtype=np.int64).reshape(len(rows), hi - lo)
+            yield got, slice(lo, hi)
+
+    def _position_table(self, used: tuple[str, ...], n_flat: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slot or -1, k) at every flat trace position: the policy's position_choices for each trace."""
+        slot_of = np.array([self.slots.index(d) for d in used], dtype=np.int64)
+        choice_slot, choice_k = np.full(max(n_flat, 1), -1, dtype=np.int64), np.zeros(max(n_flat, 1), dtype=np.int64)
+        for (d, k), at in self._each_trace("position_choices", self.srv.drafting.policy.position_choices):
+            choice_slot[at] = np.where(d >= 0, slot_of[np.maximum(d, 0)], -1)
+            choice_k[at] = k
+        return choice_slot, choice_k
+
+    def _oracle_k_table(self, n_flat: int) -> np.ndarray:
+        """The greedy oracle's oracle k of each slot at every flat trace position: its oracle_ks for each trace (rows
+        in its drafters' order, here by slot)."""
+        policy = self.srv.drafting.policy
+        row_of = [policy.drafters.index(d) for d in self.slots]
+        out = np.zeros((len(self.slots), max(n_flat, 1)), dtype=np.int64)
+        for ks, at in self._each_trace("oracle_ks", policy.oracle_ks):
+            out[:, at] = ks[row_of]
         return out
 
     def policy_state(self, n: int) -> PolicyState:
