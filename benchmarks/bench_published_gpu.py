@@ -10,8 +10,8 @@ experiments/configs/psd_vs_sd.yaml (assumed i.i.d. acceptance; no Qwen3 traces a
 
 The "Speculative Decoding: Performance or Illusion?" figures are batch-B speedups of EAGLE (k = 3, vLLM
 0.10.1.1); draftsim computes them two ways: in serving mode (`--serving`: the engine with continuous batching,
-B closed-loop clients and max_num_seqs B, max(`--per-batch` x B, `--min-requests`) requests drawn from the
-traces with replacement,
+B closed-loop clients and max_num_seqs B, `--serving-requests` requests at each B, rounded up to whole passes over
+the traces (`sample: {repeat: true}`: every trace replayed equally often),
 AR vs SD output throughput over the steady-state window, simulator/measure/steady_state.py) and in its SpecDecode-Bench
 compatibility mode (simulator/reproductions/specbench.py: closed batches of B copies, AR vs SD, draftsim's replay rule,
 `position_convention="engine"`). Serving targets: the release's fit, the measured-ops profile of
@@ -28,7 +28,7 @@ AIConfigurator's own prediction (aiconfigurator-core's step model; an EAGLE-3 he
 make one (a separate draft model is outside its speculative path).
 
 Run from the repository root: `python -m benchmarks.bench_published_gpu [--requests N] [--serving]
-[--published-rows] [--per-batch N] [--min-requests N] [--seed S] [--json OUT] [--markdown]`. Prints the table;
+[--published-rows] [--serving-requests B=N,...] [--seed S] [--json OUT] [--markdown]`. Prints the table;
 asserts nothing. Figures are simulated (not timed).
 """
 from __future__ import annotations
@@ -122,7 +122,7 @@ def serving_speedup(bundle: Path, batch: int, target: Any, requests: int, seed: 
 
     cfg = {"name": "published-serving", "seed": seed, "traces": str(bundle),
            "workload": {"num_requests": requests, "arrival": {"kind": "closed_loop", "clients": batch},
-                        "lengths": {"source": "bundle"}, "sample": {"with_replacement": True}},
+                        "lengths": {"source": "bundle"}, "sample": {"repeat": True}},
            "server": {"target_profile": target, "step_overhead_s": STEP_OVERHEAD_S, "max_num_seqs": batch,
                       "max_num_batched_tokens": 8192, "block_size": 16, "kv_capacity_tokens": KV_CAPACITY_TOKENS},
            "drafters": {"eagle3": drafter or {"kind": "whole_proposal", "profile": "eagle3-llama3.1-8b-h100-specbench"}},
@@ -215,8 +215,25 @@ def data_rows(path: str | Path | None, seed: int) -> list[Row]:
     return rows
 
 
-def serving_rows(rows: list[Row], per_batch: int, min_requests: int, seed: int) -> None:
-    """Add the serving-mode predictions to the paper's rows (keys prefixed 'serving, ')."""
+SERVING_REQUESTS = "1=15000,32=600000,128=15000"  # per batch size: a rerun with another seed moves no printed digit
+# (docs/accuracy.md: at batch 32, 15,000 InstructCoder requests still moved the batch 1 -> 32 change by 0.5 pp)
+
+
+def requests_by_batch(text: str) -> dict[int, int]:
+    """`--serving-requests` ("B=N,B=N,..."): requests per run at each batch size."""
+    out: dict[int, int] = {}
+    for part in text.split(","):
+        b, sep, n = part.partition("=")
+        if not (sep and b.strip().isdigit() and n.strip().isdigit() and int(b) > 0 and int(n) > 0):
+            raise SystemExit(f"--serving-requests: expected BATCH=REQUESTS pairs of positive integers separated by "
+                             f"commas (e.g. {SERVING_REQUESTS}), got {part!r}")
+        out[int(b)] = int(n)
+    return out
+
+
+def serving_rows(rows: list[Row], requests: dict[int, int], seed: int) -> None:
+    """Add the serving-mode predictions to the paper's rows (keys prefixed 'serving, '), each run `requests[batch]`
+    requests rounded up to whole passes over its traces."""
     import tempfile
 
     done: dict[str, float] = {}  # the 70B batch-1 runs serve two rows: simulated once
@@ -225,7 +242,10 @@ def serving_rows(rows: list[Row], per_batch: int, min_requests: int, seed: int) 
         target, drafter = target if isinstance(target, tuple) else (target, None)
         key = json.dumps([str(bundle), batch, target, drafter], sort_keys=True)
         if key not in done:
-            done[key] = serving_speedup(bundle, batch, target, max(per_batch * batch, min_requests), seed, drafter)
+            if batch not in requests:
+                raise SystemExit(f"--serving-requests names no request count for batch size {batch}")
+            n, traces = requests[batch], sizes[bundle]
+            done[key] = serving_speedup(bundle, batch, target, -(-n // traces) * traces, seed, drafter)
         return done[key]
 
     def with_ops_drafter(targets: dict[str, Any], model: str, tp: int) -> dict[str, Any]:
@@ -238,6 +258,7 @@ def serving_rows(rows: list[Row], per_batch: int, min_requests: int, seed: int) 
     with tempfile.TemporaryDirectory(prefix="published-gpu-") as tmp:
         folder = Path(tmp)
         bundles = {n: b for n in ("gsm8k", "instructcoder") if (b := _bundle(n, folder)) is not None}
+        sizes = {b: len(_records(n)) for n, b in bundles.items()}  # requests: whole passes over the traces
         t8 = with_ops_drafter(serving_targets("llama3.1-8b", 1, folder), "llama3.1-8b", 1)
         t70 = with_ops_drafter(serving_targets("llama3.3-70b", 4, folder), "llama3.3-70b", 4)
         for r in rows:
@@ -361,6 +382,34 @@ def table(rows: list[Row], markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
+SERVING_COLUMNS = ("release fits", "measured-ops profile", OPS_BOTH, "roofline op")  # docs/accuracy.md's order
+
+
+def serving_table(rows: list[Row]) -> str:
+    """The paper's rows as docs/accuracy.md sets them: the closed-batch figures, then one column per serving target
+    (each figure with its error and dataset)."""
+    head = ["published measurement", "measured", "closed batches (compat mode)",
+            *(f"serving: {'roofline `overlap: op`' if c == 'roofline op' else c}" for c in SERVING_COLUMNS),
+            "borrowed inputs"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---:|" + "---|" * (len(head) - 2)]
+    for r in rows:
+        if r.source != PAPER:
+            continue
+        errs = r.errors()
+
+        def cell(keys, label) -> str:
+            parts = [f"{fmt(r.predicted[k], r.unit)} ({errs[k]:+.1f} pp, {label(k)})" if r.unit == "%" else
+                     f"{fmt(r.predicted[k], r.unit)} ({errs[k]:+.0f}%, {label(k)})" for k in keys]
+            return "; ".join(parts) or "-"
+
+        closed = [k for k in r.predicted if not k.startswith("serving, ")]
+        cols = [cell([k for k in r.predicted if k.startswith("serving, ") and k.split(", ", 2)[2] == c],
+                     lambda k: k.split(", ")[1]) for c in SERVING_COLUMNS]
+        lines.append(f"| {r.claim} | {fmt(r.published, r.unit)} | {cell(closed, lambda k: k)} | "
+                     + " | ".join(cols) + f" | {'; '.join(r.borrowed) or 'none'} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--requests", type=int, default=300, help="requests per compat batch set / MineDraft run")
@@ -368,9 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--psd-results", default=None, help="a finished `draftsim sweep psd_vs_sd --out DIR` (MineDraft rows)")
     ap.add_argument("--markdown", action="store_true", help="print the README table")
     ap.add_argument("--serving", action="store_true", help="add the serving-mode figures of the paper's rows")
-    ap.add_argument("--per-batch", type=int, default=30, help="serving: requests per row = this x batch size")
-    ap.add_argument("--min-requests", type=int, default=1500, help="serving: at least this many requests per run "
-                    "(small batches need many for a stable steady window)")
+    ap.add_argument("--serving-requests", default=SERVING_REQUESTS,
+                    help="serving: requests per run at each batch size, B=N,... (rounded up to whole passes over the "
+                         "traces)")
     ap.add_argument("--seed", type=int, default=0, help="serving: the runs' seed")
     ap.add_argument("--published-rows", action="store_true",
                     help="add the rows kept as data (benchmarks/data/published_gpu_rows.yaml)")
@@ -379,11 +428,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load 1-min {os.getloadavg()[0]:.2f} (figures are simulated, not timed)")
     paper = paper_rows(args.requests)
     if args.serving and paper:
-        serving_rows(paper, args.per_batch, args.min_requests, args.seed)
+        serving_rows(paper, requests_by_batch(args.serving_requests), args.seed)
     rows = paper + minedraft_rows(args.psd_results)
     if args.published_rows or args.rows_file:
         rows += data_rows(args.rows_file, args.seed)
     print(table(rows, args.markdown))
+    if args.serving and args.markdown and paper:
+        print("\nThe paper's rows, as docs/accuracy.md sets them:\n")
+        print(serving_table(paper))
     if args.json:
         doc: list[dict[str, Any]] = [{**asdict(r), "error": r.errors(),
                                       "error_unit": "percentage points" if r.unit == "%" else "% of published"}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Iterator, Literal, Mapping, NoReturn, Union
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from traces.bundle import BundleMeta, DrafterTrace, RequestTrace, TraceBundle
 from traces.errors import TraceFormatError, shorten
@@ -136,10 +136,20 @@ Lengths = Annotated[Union[BundleLengths, ParametricLengths], Field(discriminator
 
 
 class Sampling(_Strict):
-    """How traces are picked: without replacement (each at most once) unless with_replacement."""
+    """How traces are picked: without replacement (each at most once) unless with_replacement; `repeat` replays
+    them in whole passes (each trace once per pass, a fresh order per pass when shuffle), so every trace is used
+    equally often, up to the last pass, which stops at num_requests."""
 
     with_replacement: bool = False
     shuffle: bool = True
+    repeat: bool = False
+
+    @model_validator(mode="after")
+    def _one_reuse_rule(self):
+        if self.repeat and self.with_replacement:
+            raise ValueError("repeat (whole passes over the traces) and with_replacement (independent "
+                             "draws) are two ways to reuse traces; set one")
+        return self
 
 
 class WorkloadSpec(_Strict):
@@ -217,9 +227,14 @@ def pick_traces(num_traces: int, n: int, sample: Sampling, rng: np.random.Genera
     """Indices of the traces the n requests replay."""
     if sample.with_replacement:
         return rng.integers(0, num_traces, size=n)
+    if sample.repeat and num_traces:
+        passes = [rng.permutation(num_traces) if sample.shuffle else np.arange(num_traces)
+                  for _ in range(-(-n // num_traces))]
+        return np.concatenate(passes)[:n]
     if n > num_traces:
         raise ValueError(f"workload.num_requests = {n} but the bundle has {num_traces} traces; "
-                         "set workload.sample.with_replacement: true to reuse traces")
+                         "set workload.sample.with_replacement: true (independent draws) or repeat: true (whole "
+                         "passes) to reuse traces")
     return rng.permutation(num_traces)[:n] if sample.shuffle else np.arange(n)
 
 
@@ -271,7 +286,7 @@ def draw_requests(bundle: TraceBundle, n: int, sample: Sampling, seed: int) -> R
     built from it is identical to one built afresh."""
     reqs = bundle.requests
     key = (tuple(map(attrgetter("id", "prompt_len", "output_len", "category"), reqs)), n, sample.with_replacement,
-           sample.shuffle, seed)
+           sample.shuffle, sample.repeat, seed)
     got = _draws.get(key)
     if got is not None:
         _draws.move_to_end(key)

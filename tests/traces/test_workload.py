@@ -72,6 +72,33 @@ def test_without_replacement_uses_each_trace_once_and_refuses_too_many():
         build_workload(small_bundle(), spec(num_requests=6, arrival={"kind": "poisson", "rate": 1}), 1)
 
 
+@settings(max_examples=60, deadline=None)
+@given(traces=st.integers(1, 12), n=st.integers(1, 60), seed=st.integers(0, 2**32 - 1), shuffle=st.booleans())
+def test_repeat_replays_the_traces_in_whole_passes(traces, n, seed, shuffle):
+    """`repeat`: every run of `traces` requests from the start uses each trace once, so no trace is used more than
+    once beyond any other; unshuffled passes are the bundle's order; the same seed draws the same passes."""
+    sample = {"repeat": True, "shuffle": shuffle}
+    w = build_workload(small_bundle(traces), spec(num_requests=n, arrival={"kind": "poisson", "rate": 1},
+                                                  sample=sample), seed)
+    used = [int(r.trace_id[1:]) for r in w.requests]
+    assert len(used) == n
+    for start in range(0, n, traces):
+        block = used[start:start + traces]
+        assert len(set(block)) == len(block)
+        if not shuffle:
+            assert block == list(range(len(block)))
+    counts = np.bincount(used, minlength=traces)
+    assert counts.max() - counts.min() <= 1 and counts.max() == -(-n // traces)
+    again = build_workload(small_bundle(traces), spec(num_requests=n, arrival={"kind": "poisson", "rate": 1},
+                                                      sample=sample), seed)
+    assert [r.request_id for r in again.requests] == [r.request_id for r in w.requests]
+
+
+def test_repeat_and_with_replacement_are_one_choice():
+    with pytest.raises(ValidationError, match="repeat .* with_replacement .* set one"):
+        spec(num_requests=3, arrival={"kind": "poisson", "rate": 1}, sample={"repeat": True, "with_replacement": True})
+
+
 def test_reuse_gets_numbered_ids():
     assert request_ids(["a", "b", "a", "a"]) == ["a", "b", "a#1", "a#2"]
     w = build_workload(small_bundle(2), spec(num_requests=50, arrival={"kind": "poisson", "rate": 1},
