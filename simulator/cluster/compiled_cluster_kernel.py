@@ -159,7 +159,7 @@ def _shown_finished(views, state, j):
 
 
 @njit(cache=True)
-def _route_due(now, rt, cset, cs, ev, views, settings, state, work, outstanding, kv_load):
+def _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load):
     """ClusterSimulation.route_due: every arrival by `now` not routed yet, in order, to the replica the router's rule
     picks from what each replica shows now; pushed to that replica's requests (CompiledReplica._take's numbering),
     which wakes it if it waits for a push (ReplicaArrivals.push)."""
@@ -177,6 +177,9 @@ def _route_due(now, rt, cset, cs, ev, views, settings, state, work, outstanding,
             for j in range(N):
                 used = views.flight_used[j] if views.flight_on[j] == 1 else state[j].used
                 need = views.cum[j, state[j].submitted] - views.cum[j, state[j].admit]
+                for t in range(state[j].requeued):  # preempted: waiting again, at the queue's front
+                    k = req.requeued[j, t]
+                    need += views.cum[j, k + 1] - views.cum[j, k]
                 kv_load[j] = _kv_load(used, need, settings[j].total_blocks)
             r = _least_kv(kv_load, outstanding)
         else:
@@ -222,20 +225,6 @@ def _router_body(now, N, ev, cs, arrival):
 
 
 @njit(cache=True)
-def _finishes_in_order(j, before, n_before, admit0, admit, end, finish, out, views):
-    """The requests replica j's step finished (at `end`), as cluster indices in StepOutcome's order (decoding
-    requests in admission order, then those their prefill finished), into views.fin_list; returns how many."""
-    m = 0
-    for by_prefill in range(2):
-        for t in range(n_before + admit - admit0):
-            k = before[t] if t < n_before else admit0 + t - n_before
-            if finish[j, k] == end and (out[j, k] <= 1) == (by_prefill == 1):
-                views.fin_list[j, m] = views.gidx[j, k]
-                m += 1
-    return m
-
-
-@njit(cache=True)
 def _replica_records(work, req, pol, bufs, j):
     """Replica j's own kernel records (views of its rows of the stacked ones)."""
     w = Workload(work.arrival[j], work.client_of, work.prompt[j], work.out[j], work.first[j], work.last[j])
@@ -267,7 +256,6 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
     N = len(views.routed)
     outstanding = np.zeros(N, np.int64)
     kv_load = np.zeros(N, np.float64)
-    before = np.empty(req.run.shape[1], np.int64)
     while True:
         j = cs.resume_rep
         if j >= 0:  # a replica's turn that returned to the caller midway
@@ -297,7 +285,7 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
                     body = True
                 if body:
                     cs.rmode = R_RUNNING
-                    _route_due(now, rt, cset, cs, ev, views, settings, state, work, outstanding, kv_load)
+                    _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load)
                     _router_body(now, N, ev, cs, rt.arrival)
                 continue
             j = p
@@ -330,7 +318,7 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
                 phase = PH_TOP
         st = state[j]
         if phase == PH_AFTER_STEP:  # Server.loop: vLLM V1's engine-loop gap after a busy step
-            wait = _gap(True, settings[j].gap, st.n_run, st.ptr - st.admit)
+            wait = _gap(True, settings[j].gap, st.n_run, st.requeued + st.ptr - st.admit)
             if wait > 0.0 and settings[j].async_sched:
                 wait = _overlapped(wait, st.forward)
             if wait > 0.0:
@@ -344,8 +332,8 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
             cs.full_rep = j
             cs.now = now
             return FULL
-        _route_due(now, rt, cset, cs, ev, views, settings, state, work, outstanding, kv_load)
-        if st.n_run == 0 and st.admit == st.submitted:  # Server._idle
+        _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load)
+        if st.n_run == 0 and st.requeued == 0 and st.admit == st.submitted:  # Server._idle
             if cs.src < cs.next:  # until the next arrival
                 delay = rt.arrival[cs.src] - now
                 _schedule(ev, cs, j, now + (delay if delay > 0.0 else 0.0), NORMAL, K_TOP)
@@ -356,10 +344,6 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
         st.now = now
         fin0 = st.finished
         step0 = st.step
-        n_before = st.n_run
-        admit0 = st.admit
-        for t in range(n_before):
-            before[t] = req.run[j, t]
         w_j, req_j, pol_j, bufs_j = _replica_records(work, req, pol, bufs, j)
         if cset.psd:  # one step of replica j: run_psd_steps or run_steps, asked to pause after one step
             c = psd.carry
@@ -378,6 +362,7 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
         views.flight_used[j] = bufs.rows.kv_blocks_used[j, st.rows - 1]
         views.flight_fin[j] = st.finished - fin0
         end = st.now
-        if cset.closed and views.flight_fin[j] > 0:
-            _finishes_in_order(j, before, n_before, admit0, st.admit, end, req.finish, work.out, views)
+        if cset.closed:  # the step's finishes in StepOutcome's order: the kernel's own list of them (Scratch.done)
+            for t in range(views.flight_fin[j]):
+                views.fin_list[j, t] = views.gidx[j, scratch.done[t]]
         _schedule(ev, cs, j, end, NORMAL, K_STEP_END)

@@ -100,8 +100,13 @@ class CompiledReplica(CompiledRun):
         return int(self.rs.submitted)
 
     def waiting(self) -> np.ndarray:
-        """Workload indices routed here and not yet admitted (the step path's `state.waiting`, pulled or not)."""
-        return self.gidx[int(self.rs.admit):self.n_known]
+        """Workload indices routed here and waiting (the step path's `state.waiting`, pulled or not): the preempted
+        ones first, then those not yet admitted."""
+        return self.gidx[np.concatenate([self._requeued(), np.arange(int(self.rs.admit), self.n_known)])]
+
+    def _requeued(self) -> np.ndarray:
+        """The replica's preempted requests (its numbering), at the waiting queue's front in order."""
+        return self.req.requeued[:int(self.rs.requeued)].copy()
 
     def _take(self, pulled) -> None:
         """Requests the router pushed (workload indices, routing order) become the kernel's next requests."""
@@ -119,7 +124,7 @@ class CompiledReplica(CompiledRun):
 
     def _idle(self) -> bool:
         rs = self.rs
-        return rs.n_run == 0 and rs.admit == rs.submitted
+        return rs.n_run == 0 and rs.requeued == 0 and rs.admit == rs.submitted
 
     def loop(self):
         """The replica's SimPy process: Server.loop's turns (engine-loop gap, pull, idle or steps, apply, step hook),
@@ -142,7 +147,7 @@ class CompiledReplica(CompiledRun):
         n = len(srv.wl)
         while st.n_finished < n:
             gap = engine_loop_gap(rs.busy == 1, srv.gap_s, int(rs.n_run),
-                                  int(rs.ptr - rs.admit))  # vLLM V1, then inputs (Server.loop)
+                                  int(rs.requeued + rs.ptr - rs.admit))  # vLLM V1, then inputs (Server.loop)
             if gap and srv.async_scheduling:
                 gap = overlapped_gap(gap, float(rs.forward))
             if gap:
@@ -153,8 +158,8 @@ class CompiledReplica(CompiledRun):
                 yield srv._idle()
                 continue
             now = float(env.now)
-            before = self.req.run[:int(rs.n_run)].copy()
-            admit0 = int(rs.admit)
+            before = np.concatenate([self.req.run[:int(rs.n_run)], self._requeued()])
+            admit0, fin0 = int(rs.admit), int(rs.finished)
             each_finish = srv.on_step is not None or arrivals.submits_on_finish
             stop = int(rs.finished) + 1 if each_finish else n
             step0 = int(rs.step)
@@ -169,7 +174,7 @@ class CompiledReplica(CompiledRun):
                     yield env.timeout(d)
             pool.used = self.recent[-1][3]  # in flight: KV after the last step's plan, its finishes not yet
             yield env.timeout(exact_delay(env.now, end))
-            self._apply(touched, end)
+            self._apply(touched, int(rs.finished) - fin0)
             if srv.on_step is not None:
                 srv.on_step(st.n_finished)
 
@@ -243,10 +248,10 @@ class CompiledReplica(CompiledRun):
         st.finish[g] = np.where(fin < end, fin, np.nan)
         st.n_finished = int(self.rs.finished) - int(np.count_nonzero(fin == end))
 
-    def _apply(self, touched: np.ndarray, end: float) -> None:
-        """The run ended: its first tokens, finishes and freed KV show; each finish goes to the arrival source in
-        time order and, within a step, in StepOutcome's order (decoding requests in admission order, then those a
-        prefill finished)."""
+    def _apply(self, touched: np.ndarray, finished: int) -> None:
+        """The run ended: its first tokens, finishes and freed KV show; where a finish submits a request (a closed
+        loop), the run ended at its first step that finished any (`loop`), and its `finished` requests go to the
+        arrival source in StepOutcome's order: the kernel's own list of that step's finishes (Scratch.done)."""
         srv, req = self.srv, self.req
         st = srv.state
         g = self.gidx[touched]
@@ -254,10 +259,8 @@ class CompiledReplica(CompiledRun):
         st.finish[g] = req.finish[touched]
         st.n_finished = int(self.rs.finished)
         srv.sched.pool.used = int(self.rs.used)
-        done = touched[~np.isnan(req.finish[touched])]  # in admission order
-        if len(done):
-            order = np.lexsort((np.arange(len(done)), self.work.out[done] <= 1, req.finish[done]))
-            for k in done[order]:
+        if srv.arrivals.submits_on_finish:
+            for k in self.scratch.done[:finished]:
                 srv.arrivals.on_finish(int(self.gidx[k]), float(req.finish[k]))
 
     def _flush(self) -> None:
@@ -290,7 +293,8 @@ class CompiledReplica(CompiledRun):
         st.running = [int(i) for i in self.gidx[run]]
         st.prefilling = {int(self.gidx[i]): None for i in run if req.prefill_left[i] > 0}
         st.waiting.clear()
-        st.waiting.extend(int(i) for i in self.gidx[admit:k])
+        st.waiting.extend(int(i) for i in self.waiting())
+        st.preemptions[g] = req.preempted[loc]
         st.started[g[~np.isnan(req.first_token[loc])]] = True
         st.n_finished = int(rs.finished)
         counts = np.stack([req.dsteps[loc], req.dprop[loc], req.dacc[loc]])

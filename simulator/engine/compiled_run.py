@@ -5,7 +5,7 @@ closed loop) in one compiled loop.
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
 fixed policy and one drafter, another policy, sampled verification under PSD, a profile or draft cost kind the kernel
 does not price (it prices linear, roofline and structured profiles, target and drafters), KV that could preempt under
-PSD or in a cluster replica, numba missing, or the path forced off). An eligible server's `CompiledRun.run` steps the
+PSD, numba missing, or the path forced off). An eligible server's `CompiledRun.run` steps the
 whole run in simulator/engine/compiled_kernel.py (PSD: compiled_psd_kernel.py) and writes the outcome into the
 server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
 replica's run is a `compiled_replica.CompiledReplica`: the same kernels, the steps up to the replica's next external
@@ -105,16 +105,15 @@ def ineligible_reason(server) -> str | None:
     why = _policy_reason(server, policy)
     if why is not None:
         return why
-    # PSD and cluster replicas run without preemption: the max_num_seqs largest requests at their largest KV
-    # (rules/kv.peak_tokens, as Scheduler.check_fits: drafts and lookahead slots included) fit at once
+    # PSD runs without preemption: the max_num_seqs largest requests at their largest KV (rules/kv.peak_tokens, as
+    # Scheduler.check_fits: drafts and lookahead slots included) fit at once
     wl, pool = server.wl, server.sched.pool
     k = policy.max_draft_tokens() if server.mode in ("sd", "psd") else 0
     need = np.sort(pool.blocks_for(peak_tokens(wl.prompt_len, wl.output_len, k, server.sched.lookahead)))[::-1]
     held = int(need[:server.max_num_seqs].sum())
-    if held > pool.total_blocks and (server.mode == "psd" or routed):
-        return (f"KV could preempt ({'PSD' if server.mode == 'psd' else 'a cluster replica'}: the kernels preempt "
-                f"for single SD and AR servers): the {min(len(need), server.max_num_seqs)} largest requests need "
-                f"{held} blocks, the server has {pool.total_blocks}")
+    if held > pool.total_blocks and server.mode == "psd":
+        return (f"KV could preempt (PSD: the PSD kernel does not preempt): the {min(len(need), server.max_num_seqs)} "
+                f"largest requests need {held} blocks, the server has {pool.total_blocks}")
     try:
         import numba  # noqa: F401
     except ImportError:

@@ -212,7 +212,7 @@ class Scratch(NamedTuple):
     acc: np.ndarray
     cut: np.ndarray
     waitq: np.ndarray
-    done: np.ndarray
+    done: np.ndarray  # the step's finished requests in StepOutcome's order (a cluster reads the last step's)
     newb: np.ndarray
     hold: np.ndarray
     run_extra: np.ndarray  # the KV growth of each running request (admission order) when a step must preempt

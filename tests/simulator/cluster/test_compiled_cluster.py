@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from simulator.cluster import compiled_cluster
 from simulator.engine import compiled_run
+from tests.simulator.engine.engine_fixtures import tight_kv
 from tests.simulator.engine.test_compiled_replica import assert_same_cluster, cluster_sim, iid_traces, server, workload
 
 
@@ -38,11 +39,12 @@ def _pair(traces, wl, segment=1 << 16, **kw):
        arrivals=st.sampled_from(["poisson", "burst", "closed", "closed_think"]), rate=st.sampled_from([30.0, 300.0]),
        seqs=st.integers(1, 6), scheduler=st.sampled_from(["draftsim", "vllm-v1"]),
        overhead=st.sampled_from([0.0, 1e-3]), n=st.integers(1, 40), segment=st.sampled_from([4, 1 << 16]),
-       hetero=st.booleans(), seed=st.integers(0, 1000))
+       hetero=st.booleans(), seed=st.integers(0, 1000), pressure=st.sampled_from([0, 0, 1, 3]))
 def test_the_cluster_loop_equals_the_per_replica_path(mode, policy, replicas, router, key, arrivals, rate, seqs,
-                                                      scheduler, overhead, n, segment, hetero, seed):
+                                                      scheduler, overhead, n, segment, hetero, seed, pressure):
     """Random clusters: a closed loop's finishes submit requests at their step's end and wake the router (think time
-    0: a submission routed at that same instant), burst arrivals route many requests at one instant."""
+    0: a submission routed at that same instant), burst arrivals route many requests at one instant; `pressure`: KV
+    for fewer than max_num_seqs of the largest requests (AR and SD replicas preempt; PSD draws none)."""
     traces = iid_traces(10, seed=seed, out=(1, 60), drafters=("d", "e"))
     closed = arrivals.startswith("closed")
     wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
@@ -54,8 +56,9 @@ def test_the_cluster_loop_equals_the_per_replica_path(mode, policy, replicas, ro
         key = "trace"
     spec = {"name": router, **({"key": key} if router == "affinity" else {})}
     reps = [{"max_num_seqs": 1 + (seqs + j) % 5} for j in range(replicas)] if hetero else replicas
+    kv = {"kv_capacity_tokens": tight_kv(wl, 4, 16, seqs, 0, 4, pressure)} if pressure and mode != "psd" else {}
     kw = dict(mode=mode, policy=policy, replicas=reps, router=spec, seed=seed,
-              srv=server(max_num_seqs=seqs, scheduler=scheduler, step_overhead_s=overhead))
+              srv=server(max_num_seqs=seqs, scheduler=scheduler, step_overhead_s=overhead, **kv))
     (fast, a), (slow, b) = _pair(traces, wl, segment, **kw)
     assert fast.cluster_path_reason is None and fast.compiled is not None
     assert slow.compiled is None and "switched off" in slow.cluster_path_reason

@@ -134,3 +134,13 @@ def assert_same_run_tables(a: tuple, b: tuple) -> None:
     pd.testing.assert_frame_equal(a[1], b[1], check_exact=True)
     pd.testing.assert_frame_equal(a[2], b[2], check_exact=True)
     assert a[3] == b[3]
+
+
+def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int, lookahead: int = 0,
+             pressure: int = 0) -> int:
+    """KV tokens just enough (plus `slack` blocks) for the max_num_seqs largest requests at their largest KV (with
+    `lookahead` slots each: vLLM V1's for an EAGLE drafter); with `pressure` p > 0, for only max_num_seqs // (p + 1)
+    of them (at least the largest: the server refuses less), so the run may preempt."""
+    need = np.sort(-(-(wl.prompt_len + wl.output_len - 1 + max(1, k) + lookahead) // block_size))[::-1]
+    fit = max_num_seqs if pressure == 0 else max(1, max_num_seqs // (pressure + 1))
+    return int(need[:fit].sum() + slack) * block_size

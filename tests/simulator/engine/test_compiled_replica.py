@@ -27,7 +27,8 @@ from simulator.scenario import SimInputs, make_cluster_scenario, simulation
 from simulator.server_config import RunSpec
 from tests.simulator.cluster.test_cluster import DRAFTERS
 from tests.simulator.cluster.test_cluster import server as cluster_server
-from tests.simulator.engine.engine_fixtures import assert_same_run_tables, iid_traces, tables_jit_on_and_off, workload
+from tests.simulator.engine.engine_fixtures import (assert_same_run_tables, iid_traces, tables_jit_on_and_off, tight_kv,
+                                                 workload)
 
 POLICIES = {"fixed": {"name": "fixed", "drafter": "d", "k": 3},
             "adaptive-k": {"name": "adaptive-k", "drafter": "d", "k_max": 4},
@@ -84,27 +85,32 @@ def assert_same_cluster(a, b) -> None:
        rate=st.sampled_from([30.0, 300.0]), seqs=st.integers(1, 6),
        prefill=st.sampled_from(["mixed", "separate", "chunked"]), block_size=st.sampled_from([1, 16]),
        overhead=st.sampled_from([0.0, 1e-3]), n=st.integers(1, 40), segment=st.sampled_from([4, 1 << 16]),
-       seed=st.integers(0, 1000))
+       seed=st.integers(0, 1000), pressure=st.sampled_from([0, 0, 1, 3]))
 def test_a_compiled_cluster_equals_the_step_path_bit_for_bit(mode, policy, replicas, hetero, router, key, max_out,
                                                               arrivals, rate, seqs, prefill, block_size, overhead, n,
-                                                              segment, seed):
+                                                              segment, seed, pressure):
+    """`pressure`: each replica's KV holds fewer than its max_num_seqs largest requests (AR and SD replicas
+    preempt by recompute; PSD replicas take the step path then, so PSD draws none)."""
     check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
-                         block_size, overhead, n, segment, seed)
+                         block_size, overhead, n, segment, seed, pressure=0 if mode == "psd" else pressure)
 
 
 def check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
-                         block_size, overhead, n, segment, seed, **server_kw):
+                         block_size, overhead, n, segment, seed, pressure=0, clients=3, **server_kw):
     """One random cluster on both paths: the same tables bit for bit (`server_kw`: more ServerConfig fields; PSD
-    takes the fixed policy, the one its kernel runs)."""
+    takes the fixed policy, the one its kernel runs; `pressure` p > 0: KV for max_num_seqs // (p + 1) of the largest
+    requests, tests/simulator/engine/test_compiled_run.py tight_kv, so replicas may preempt)."""
     if mode == "psd":
         policy = "fixed"
     traces = iid_traces(10, seed=seed, out=(1, 60), drafters=("d", "e"))
     closed = arrivals.startswith("closed")
-    wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
+    wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=clients if closed else 0,
                   think=0.013 if arrivals == "closed_think" else 0.0, seed=seed)
     wl.categories = [f"c{i % 3}" for i in range(n)]
     sched = ({"chunked_prefill": True, "max_num_batched_tokens": 64} if prefill == "chunked"
              else {"prefill": prefill})
+    if pressure:  # drafts and lookahead slots of the largest k any drawn policy asks for (4)
+        server_kw["kv_capacity_tokens"] = tight_kv(wl, 4, block_size, seqs, 0, 4, pressure)
     srv = server(max_num_seqs=seqs, block_size=block_size, step_overhead_s=overhead, **sched, **server_kw)
     reps = [{"max_num_seqs": 1 + (seqs + j) % 5} for j in range(replicas)] if hetero else replicas
     spec = {"name": router}
@@ -123,6 +129,7 @@ def check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, a
     b = slow.simulate()
     assert {r.extras["engine_path"] for r in a.replica_results} == {"compiled"}
     assert_same_cluster(a, b)
+    return int(b.requests.preemptions.sum())
 
 
 def _snapshots(compiled: bool, traces, wl, stop_after: int | None, router: str, **server_kw):
@@ -143,15 +150,25 @@ def _snapshots(compiled: bool, traces, wl, stop_after: int | None, router: str, 
     return seen, last
 
 
+@pytest.mark.parametrize("loop", [True, False])
+@pytest.mark.parametrize("pressure", [0, 3])
 @pytest.mark.parametrize("scheduler", ["draftsim", "vllm-v1"])
 @pytest.mark.parametrize("router", ["least_outstanding", "least_kv"])
 @pytest.mark.parametrize("stop_after", [None, 2])
-def test_the_early_stop_sees_the_same_snapshots_on_a_compiled_cluster(stop_after, router, scheduler):
+def test_the_early_stop_sees_the_same_snapshots_on_a_compiled_cluster(stop_after, router, scheduler, pressure, loop):
+    """On the cluster loop (`loop`) or the per-replica path; `pressure`: KV for one of each replica's four largest
+    requests, so a request preempted in one kernel run may finish in a later one (its times show there)."""
     traces = iid_traces(10, seed=7, out=(1, 60))
     wl = workload(traces, 40, rate=120.0, seed=7)
     kw = {} if scheduler == "draftsim" else dict(scheduler=scheduler, step_overhead_s=2e-3)  # the gap: 2 ms
+    if pressure:
+        kw["kv_capacity_tokens"] = tight_kv(wl, 3, 16, 4, 0, 3, pressure)
     steps, last_s = _snapshots(False, traces, wl, stop_after, router, **kw)
-    comp, last_c = _snapshots(True, traces, wl, stop_after, router, **kw)
+    compiled_cluster.ENABLED = loop
+    try:
+        comp, last_c = _snapshots(True, traces, wl, stop_after, router, **kw)
+    finally:
+        compiled_cluster.ENABLED = True
     assert len(steps) == len(comp) >= (stop_after or 3)
     for a, b in zip(steps, comp):
         assert (a.now, a.finished) == (b.now, b.finished) and b.now > 0
@@ -169,17 +186,36 @@ def test_the_early_stop_sees_the_same_snapshots_on_a_compiled_cluster(stop_after
        rate=st.sampled_from([30.0, 300.0]), seqs=st.integers(1, 6),
        prefill=st.sampled_from(["mixed", "chunked"]), block_size=st.sampled_from([1, 16]),
        overhead=st.sampled_from([0.0, 1e-3, 4e-3]), n=st.integers(1, 40), segment=st.sampled_from([4, 1 << 16]),
-       seed=st.integers(0, 1000), async_sched=st.booleans())
+       seed=st.integers(0, 1000), async_sched=st.booleans(), pressure=st.sampled_from([0, 0, 1, 3]))
 def test_a_compiled_vllm_v1_cluster_equals_the_step_path_bit_for_bit(mode, policy, replicas, hetero, router, key,
                                                                      max_out, arrivals, rate, seqs, prefill,
                                                                      block_size, overhead, n, segment, seed,
-                                                                     async_sched):
+                                                                     async_sched, pressure):
     """Replicas under vLLM V1's rules (chunked prefill, one token budget; "mixed": its 4096-token budget): the
     engine-loop gap after a busy step (step_overhead_s) is a SimPy wait the router may route during; a replica takes
     it inside a kernel run when no routing falls in it, else yields it. With async scheduling the gap is what the
-    step before it leaves (rules/engine_loop.overlapped_gap), on every path."""
+    step before it leaves (rules/engine_loop.overlapped_gap), on every path; preempted requests count as waiting in
+    it (`pressure` as above)."""
     check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
-                         block_size, overhead, n, segment, seed, scheduler="vllm-v1", async_scheduling=async_sched)
+                         block_size, overhead, n, segment, seed, pressure=0 if mode == "psd" else pressure,
+                         scheduler="vllm-v1", async_scheduling=async_sched)
+
+
+@pytest.mark.parametrize("loop", [True, False])
+@pytest.mark.parametrize("mode,policy", [("ar", "fixed"), ("sd", "fixed"), ("sd", "adaptive-k"), ("sd", "ucb")])
+@pytest.mark.parametrize("arrivals", ["poisson", "burst", "closed"])
+def test_replicas_under_kv_pressure_preempt_on_the_compiled_path_as_on_the_step_path(loop, mode, policy, arrivals):
+    """KV for one of each replica's four largest requests: the replicas preempt by recompute (the newest running
+    requests back to the waiting queue's front), and the cluster loop (`loop`) or the per-replica path gives the step
+    path's tables; the router reads the preempted prompts as queued KV (least_kv); a closed loop's 12 clients each
+    submit their next request when a step finishes theirs, a readmitted request's too."""
+    compiled_cluster.ENABLED = loop
+    try:
+        preempted = check_random_cluster(mode, policy, 3, False, "least_kv", "trace", None, arrivals, 300.0, 4,
+                                         "mixed", 16, 0.0, 40, 1 << 16, 2, pressure=3, clients=12)
+    finally:
+        compiled_cluster.ENABLED = True
+    assert preempted > 0
 
 
 TICK = 2.0 ** -7  # every step takes exactly one tick: step ends, gap ends and arrivals meet at the same instants
@@ -286,16 +322,22 @@ def test_exact_delays_reach_a_time_no_single_delay_reaches():
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 1000), replicas=st.integers(1, 3), prefill=st.sampled_from(["mixed", "separate"]))
-def test_closed_loop_clients_get_their_next_request_in_the_step_paths_finish_order(seed, replicas, prefill):
+@given(seed=st.integers(0, 1000), replicas=st.integers(1, 3), prefill=st.sampled_from(["mixed", "separate"]),
+       loop=st.booleans())
+def test_closed_loop_clients_get_their_next_request_in_the_step_paths_finish_order(seed, replicas, prefill, loop):
     """A step that finishes decoding requests and one-token requests (finished by their prefill) tells the clients
-    in StepOutcome's order; client affinity shows which client got which request."""
+    in StepOutcome's order, on the cluster loop (`loop`) or the per-replica path; client affinity shows which client
+    got which request."""
     traces = iid_traces(10, seed=seed, out=(1, 4), prompt=(5, 40))
     wl = workload(traces, 40, rate=None, clients=6, think=0.0, seed=seed)
     kw = dict(mode="sd", policy="fixed", replicas=replicas, router={"name": "affinity", "key": "client"},
               srv=server(max_num_seqs=4, prefill=prefill), seed=seed)
-    a, b = cluster_sim(True, traces, wl, **kw), cluster_sim(False, traces, wl, **kw)
-    assert_same_cluster(a.simulate(), b.simulate())
+    compiled_cluster.ENABLED = loop
+    try:
+        a, b = cluster_sim(True, traces, wl, **kw), cluster_sim(False, traces, wl, **kw)
+        assert_same_cluster(a.simulate(), b.simulate())
+    finally:
+        compiled_cluster.ENABLED = True
     assert (a.source.client_of == b.source.client_of).all()
 
 

@@ -30,7 +30,7 @@ from simulator.costs.roofline import RooflineProfile
 from simulator.costs.step_model import ROOFLINE_TERMS, StructuredProfile
 from simulator.engine.server import Server
 from tests.simulator.engine.engine_fixtures import (COSTS, PSDConfig, assert_same_run_tables, inputs, linear, scenario,
-                                                 tables_jit_on_and_off, traces_with, workload)
+                                                 tables_jit_on_and_off, tight_kv, traces_with, workload)
 from traces.bundle import DrafterTrace
 from traces.catalog import get_gpu, get_model
 
@@ -153,16 +153,6 @@ def with_tv(traces, seed: int):
             t.drafters[name] = DrafterTrace(d.acc_len, tv=rng.uniform(0.0, 1.0, len(d.acc_len)).astype(np.float32),
                                             proposal_len=d.proposal_len)
     return traces
-
-
-def tight_kv(wl, k: int, block_size: int, max_num_seqs: int, slack: int, lookahead: int = 0,
-             pressure: int = 0) -> int:
-    """KV tokens just enough (plus `slack` blocks) for the max_num_seqs largest requests at their largest KV (with
-    `lookahead` slots each: vLLM V1's for an EAGLE drafter); with `pressure` p > 0, for only max_num_seqs // (p + 1)
-    of them (at least the largest: the server refuses less), so the run may preempt."""
-    need = np.sort(-(-(wl.prompt_len + wl.output_len - 1 + max(1, k) + lookahead) // block_size))[::-1]
-    fit = max_num_seqs if pressure == 0 else max(1, max_num_seqs // (pressure + 1))
-    return int(need[:fit].sum() + slack) * block_size
 
 
 def scheduler_of(rules: str, async_scheduling: bool = False) -> dict:
