@@ -17,7 +17,7 @@ compatibility mode (simulator/reproductions/specbench.py: closed batches of B co
 `position_convention="engine"`). Serving targets: the release's fit, the measured-ops profile of
 calibration/op_profile.py (when aiconfigurator-core is installed), the same with the EAGLE-3 head priced from the
 tables too (calibration/op_drafter.py, its host term per drafting phase) and the roofline with `overlap: op` and its
-fitted `host_s` (docs/accuracy.md).
+fitted `host_s` (docs/accuracy.md); beside them AIConfigurator's own figure (`aiconfigurator_rows`).
 
 `--published-rows` adds the rows kept as data in benchmarks/data/published_gpu_rows.yaml (other sources' vLLM
 measurements, each with its own inputs; benchmarks/published_rows.py replays them), priced by the catalog roofline,
@@ -114,10 +114,11 @@ def _bundle(name: str, folder: Path) -> Path | None:
 
 
 def serving_speedup(bundle: Path, batch: int, target: Any, requests: int, seed: int,
-                    drafter: dict[str, Any] | None = None) -> float:
+                    drafter: dict[str, Any] | None = None) -> tuple[float, float]:
     """EAGLE-3 k = 3 over AR in serving mode: `batch` closed-loop clients, max_num_seqs `batch`, `requests`
-    requests; output throughput over the steady-state window (simulator/measure/steady_state.py). The head is
-    priced by the release's 8B EAGLE-3 fit unless `drafter` gives its cost."""
+    requests; output throughput over the steady-state window (simulator/measure/steady_state.py), and the SD run's
+    pooled acceptance length (tokens per verify). The head is priced by the release's 8B EAGLE-3 fit unless
+    `drafter` gives its cost."""
     from experiments.run import run_experiment
 
     cfg = {"name": "published-serving", "seed": seed, "traces": str(bundle),
@@ -134,7 +135,7 @@ def serving_speedup(bundle: Path, batch: int, target: Any, requests: int, seed: 
     for name, s in (("AR", ar), ("SD", sd)):
         if s.get("overloaded") or not s.get("steady_throughput_tok_s"):
             raise RuntimeError(f"serving run {name} at batch {batch}: no steady window ({s.get('overloaded')})")
-    return sd["steady_throughput_tok_s"] / ar["steady_throughput_tok_s"]
+    return sd["steady_throughput_tok_s"] / ar["steady_throughput_tok_s"], sd["pooled_acceptance_length"]
 
 
 def serving_targets(model: str, tp: int, folder: Path, gpu: str = "h100-80gb") -> dict[str, Any]:
@@ -236,7 +237,8 @@ def serving_rows(rows: list[Row], requests: dict[int, int], seed: int) -> None:
     requests rounded up to whole passes over its traces."""
     import tempfile
 
-    done: dict[str, float] = {}  # the 70B batch-1 runs serve two rows: simulated once
+    done: dict[str, tuple[float, float]] = {}  # the 70B batch-1 runs serve two rows: simulated once
+    accepted: dict[tuple[str, int], float] = {}  # (dataset, batch) -> the SD runs' pooled acceptance length
 
     def speedup(bundle: Path, batch: int, target: Any) -> float:
         target, drafter = target if isinstance(target, tuple) else (target, None)
@@ -246,7 +248,8 @@ def serving_rows(rows: list[Row], requests: dict[int, int], seed: int) -> None:
                 raise SystemExit(f"--serving-requests names no request count for batch size {batch}")
             n, traces = requests[batch], sizes[bundle]
             done[key] = serving_speedup(bundle, batch, target, -(-n // traces) * traces, seed, drafter)
-        return done[key]
+        accepted.setdefault((bundle.name, batch), done[key][1])  # the same traces: any target's run
+        return done[key][0]
 
     def with_ops_drafter(targets: dict[str, Any], model: str, tp: int) -> dict[str, Any]:
         """`targets` plus the measured-ops target with the head priced from the tables too (a (target, drafter))."""
@@ -275,6 +278,48 @@ def serving_rows(rows: list[Row], requests: dict[int, int], seed: int) -> None:
                     for label, t in targets.items():
                         s1, s32 = speedup(b, 1, t), speedup(b, 32, t)
                         r.predicted[f"serving, {name}, {label}"] = 100.0 * (s32 / s1 - 1.0)
+        aiconfigurator_rows(rows, bundles, accepted)
+
+
+def aiconfigurator_rows(rows: list[Row], bundles: dict[str, Path], accepted: dict[tuple[str, int], float]) -> None:
+    """AIConfigurator's own figure beside each of the paper's rows (benchmarks/published_rows.aiconfigurator_speedup_at:
+    an EAGLE-3 head as nextn = 3 MTP layers, vLLM 0.24.0 h100_sxm tables) at the row's batch and model, each
+    dataset's mean prompt and output lengths and the acceptance length its serving runs measured (draftsim's replay
+    of the traces)."""
+    from benchmarks.published_rows import aiconfigurator_speedup_at
+    from traces.bundle import load_bundle
+
+    lengths = {}
+    for name, b in bundles.items():
+        reqs = load_bundle(b).requests
+        lengths[name] = (sum(r.prompt_len for r in reqs) / len(reqs), sum(r.output_len for r in reqs) / len(reqs))
+
+    def aic(name: str, model: str, tp: int, batch: int) -> tuple[float | None, str]:
+        return aiconfigurator_speedup_at(model, "h100-80gb", "vllm", tp, batch, *lengths[name], "eagle3", 3,
+                                         accepted[(name, batch)])
+
+    for r in rows:
+        model, tp = ("llama3.1-8b", 1) if "8B" in r.claim else ("llama3.3-70b", 4)
+        parts = []
+        for name in bundles:
+            if r.claim.startswith("EAGLE speedup change"):
+                (s1, how), (s32, _) = aic(name, model, tp, 1), aic(name, model, tp, 32)
+                if s1 is None:
+                    r.aiconfigurator = how
+                    return
+                change = 100.0 * (s32 / s1 - 1.0)
+                parts.append(f"{change:+.1f}% ({change - r.published:+.1f} pp, {name})")
+            else:
+                batch = 128 if "batch 128" in r.claim else 1
+                if (name, batch) not in accepted:
+                    continue
+                s, how = aic(name, model, tp, batch)
+                if s is None:
+                    r.aiconfigurator = how
+                    return
+                parts.append(f"{s:.2f}x ({100.0 * (s - r.published) / r.published:+.0f}%, {name})")
+        r.aiconfigurator = "; ".join(parts) + (f" [{how.split(' (', 1)[1].rstrip(')')}; the acceptance length of "
+                                               "draftsim's replay, the traces' mean lengths]")
 
 
 def paper_rows(requests: int) -> list[Row]:
@@ -386,11 +431,11 @@ SERVING_COLUMNS = ("release fits", "measured-ops profile", OPS_BOTH, "roofline o
 
 
 def serving_table(rows: list[Row]) -> str:
-    """The paper's rows as docs/accuracy.md sets them: the closed-batch figures, then one column per serving target
-    (each figure with its error and dataset)."""
+    """The paper's rows as docs/accuracy.md sets them: the closed-batch figures, one column per serving target
+    (each figure with its error and dataset), then AIConfigurator's figures."""
     head = ["published measurement", "measured", "closed batches (compat mode)",
             *(f"serving: {'roofline `overlap: op`' if c == 'roofline op' else c}" for c in SERVING_COLUMNS),
-            "borrowed inputs"]
+            "AIConfigurator", "borrowed inputs"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|" + "---|" * (len(head) - 2)]
     for r in rows:
         if r.source != PAPER:
@@ -405,8 +450,9 @@ def serving_table(rows: list[Row]) -> str:
         closed = [k for k in r.predicted if not k.startswith("serving, ")]
         cols = [cell([k for k in r.predicted if k.startswith("serving, ") and k.split(", ", 2)[2] == c],
                      lambda k: k.split(", ")[1]) for c in SERVING_COLUMNS]
+        aic = r.aiconfigurator.split(" [")[0]  # its figures; how they were made is in the row's text and JSON
         lines.append(f"| {r.claim} | {fmt(r.published, r.unit)} | {cell(closed, lambda k: k)} | "
-                     + " | ".join(cols) + f" | {'; '.join(r.borrowed) or 'none'} |")
+                     + " | ".join(cols) + f" | {aic} | {'; '.join(r.borrowed) or 'none'} |")
     return "\n".join(lines)
 
 

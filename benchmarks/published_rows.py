@@ -223,28 +223,37 @@ AIC_VERSIONS = {"vllm": "0.24.0", "sglang": "0.5.14"}
 
 
 def aiconfigurator_speedup(row: PublishedRow) -> tuple[float | None, str]:
-    """AIConfigurator's own speedup for `row` and how it was made, or None and why it cannot make one.
+    """AIConfigurator's own speedup for `row` and how it was made, or None and why it cannot make one
+    (`aiconfigurator_speedup_at` at the row's setup)."""
+    return aiconfigurator_speedup_at(row.model, row.gpu, row.engine, row.tp, row.concurrency, row.prompt_tokens,
+                                     row.output_tokens, row.drafter.method, row.drafter.k, row.acceptance_length)
+
+
+def aiconfigurator_speedup_at(model: str, gpu: str, engine: str, tp: int, concurrency: int, prompt_tokens: float,
+                              output_tokens: float, method: str, k: int,
+                              acceptance_length: float) -> tuple[float | None, str]:
+    """AIConfigurator's own speedup for one setup and how it was made, or None and why it cannot make one.
 
     aiconfigurator-core 0.12.0 models speculation only as MTP: `nextn` extra decoder layers of the target's shape
     per decode iteration, the accepted tokens applied above it. An EAGLE head is one such layer run k times, so
-    an EAGLE row is priced as nextn = k: speedup = acceptance length x t_decode(nextn 0) / t_decode(nextn k), at
-    the row's concurrency and mean lengths. A separate draft model is outside that path."""
+    an EAGLE drafter is priced as nextn = k: speedup = acceptance length x t_decode(nextn 0) / t_decode(nextn k),
+    at the concurrency and mean lengths. A separate draft model is outside that path."""
     from calibration.op_profile import SYSTEMS
 
-    if row.drafter.method not in ("eagle", "eagle3"):
-        return None, f"none: a separate {row.drafter.method} drafter is outside its speculative path (MTP only)"
-    if row.model not in AIC_MODELS or row.gpu not in SYSTEMS:
-        return None, f"none: no aiconfigurator-core model config or system for {row.model} on {row.gpu}"
+    if method not in ("eagle", "eagle3"):
+        return None, f"none: a separate {method} drafter is outside its speculative path (MTP only)"
+    if model not in AIC_MODELS or gpu not in SYSTEMS:
+        return None, f"none: no aiconfigurator-core model config or system for {model} on {gpu}"
     try:
         from aiconfigurator_core.sdk.engine import EngineHandle
     except ModuleNotFoundError:
         return None, "not run: aiconfigurator-core is not installed (optional extra `aiconfigurator`)"
 
     def step(nextn: int) -> float:
-        h = EngineHandle.compile(AIC_MODELS[row.model], SYSTEMS[row.gpu], row.engine,
-                                 backend_version=AIC_VERSIONS[row.engine], tp_size=row.tp, nextn=nextn)
-        return h.decode_step_latency(row.concurrency, row.prompt_tokens, row.output_tokens)
+        h = EngineHandle.compile(AIC_MODELS[model], SYSTEMS[gpu], engine, backend_version=AIC_VERSIONS[engine],
+                                 tp_size=tp, nextn=nextn)
+        return h.decode_step_latency(concurrency, prompt_tokens, output_tokens)
 
-    s = row.acceptance_length * step(0) / step(row.drafter.k)
-    return s, (f"{s:.2f}x (aiconfigurator-core 0.12.0, {row.engine} {AIC_VERSIONS[row.engine]} {SYSTEMS[row.gpu]} tables, "
-               f"{AIC_MODELS[row.model]}, EAGLE head as nextn = {row.drafter.k})")
+    s = acceptance_length * step(0) / step(k)
+    return s, (f"{s:.2f}x (aiconfigurator-core 0.12.0, {engine} {AIC_VERSIONS[engine]} {SYSTEMS[gpu]} tables, "
+               f"{AIC_MODELS[model]}, EAGLE head as nextn = {k})")
