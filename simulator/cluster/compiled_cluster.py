@@ -246,8 +246,7 @@ class CompiledCluster:
                 continue
             if code != cker.DONE:
                 j = int(self.cs.full_rep)
-                what = {cker.STALLED: "stalled", self.ker.ERR_STALL: "stalled",
-                        self.ker.ERR_PREEMPT: "needed a preemption"}.get(code, f"returned {code}")
+                what = {cker.STALLED: "stalled", self.ker.ERR_STALL: "stalled"}.get(code, f"returned {code}")
                 at = float(self.cs.now)
                 raise RuntimeError(f"compiled cluster loop (replica {j}): {what} near t={at:.6f}s (its eligibility "
                                    "check should have sent this run to the per-replica path: a bug, please report it "

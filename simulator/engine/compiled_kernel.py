@@ -128,7 +128,7 @@ _overlapped_gap = njit(cache=True)(overlapped_gap)
 register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted drafts of one rank row
 accept_tree = njit(cache=True)(tree_rules.accept_tree)  # a tree's acceptance (both paths)
 
-DONE, FULL, STOPPED, PAUSED, ERR_STALL, ERR_PREEMPT = 0, 1, 2, 3, -1, -2
+DONE, FULL, STOPPED, PAUSED, ERR_STALL = 0, 1, 2, 3, -1
 STEP = 4  # _turn: take a step (never returned by a kernel)
 STEP_ROWS = 3  # the most step-table rows one step writes (draft, verify or mixed, the drafters' prompt pass)
 # phases, in simulator/engine/compiled_run.PHASES order

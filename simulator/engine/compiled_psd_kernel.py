@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulator.engine.compiled_kernel import (DONE, ERR_PREEMPT, ERR_STALL, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
-                                              STEP, _draft_time, _drafters_prefill_time, _finish_requests, _turn,
-                                              _fit_proposals, _plan, _row, _save_state, _target_time,
+from simulator.engine.compiled_kernel import (DONE, ERR_STALL, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY, STEP,
+                                              _draft_time, _drafters_prefill_time, _finish_requests, _turn,
+                                              _fit_proposals, _plan, _requeue, _row, _save_state, _target_time,
                                               _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
-                                              kv_growth)
+                                              kv_growth, preempt_keep, preempt_suffix)
 from simulator.engine.compiled_kernel import psd_step_time  # rules/psd_timing.psd_step_time, compiled
 from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.split_sides, compiled
 from simulator.engine.compiled_kernel import next_verify_side  # rules/psd_sides.next_verify_side, compiled
@@ -61,6 +61,15 @@ def _side_draft_time(n, member, props, ks, ctx, drafts, dprofiles, verify_t):
 
 
 @njit(cache=True)
+def _position(run, n, i):
+    """Where request i runs in run[:n] (admission order), or n when it does not."""
+    for q in range(n):
+        if run[q] == i:
+            return q
+    return n
+
+
+@njit(cache=True)
 def _set_dev(rows, r, dev, sub):
     """Row `r`'s device (0 target, 1 drafter) and sub-batch."""
     rows.device[r] = dev
@@ -84,7 +93,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     side, pend, pend_k, pend_p, pend_a = carry.side, carry.pend, carry.pend_k, carry.pend_p, carry.pend_a
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
-    dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
+    dsteps, dprop, dacc, preempted = req.dsteps, req.dprop, req.dacc, req.preempted
     rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
     cfg = settings[0]
@@ -100,13 +109,13 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     vs, fb_steps = pst.side, pst.fallback
     n_sub = st.submitted
     ptr, admit, n_run, n_fin = st.ptr, st.admit, st.n_run, st.finished
-    requeued, nq = req.requeued, 0  # PSD runs on this kernel only where nothing is preempted (compiled_run)
+    requeued, nq = req.requeued, st.requeued  # preempted requests, at the waiting queue's front
     step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
     now = st.now
     cap_rows, cap_itl = len(rows.step), len(itl)
     row_k = rowof[0, k_fixed]
     dec, side_ctx, waitq, done = scratch.dec, scratch.ctx, scratch.waitq, scratch.done  # side_ctx: _side_draft_time
-    newb, hold, cut = scratch.newb, scratch.hold, scratch.cut
+    newb, hold, cut, run_extra = scratch.newb, scratch.hold, scratch.cut, scratch.run_extra
     V, D, all_d, vd = psd_scratch.verified, psd_scratch.drafted, psd_scratch.members, psd_scratch.grow
     vk, vp, va = psd_scratch.v_k, psd_scratch.v_prop, psd_scratch.v_acc
     vslot, vnew = psd_scratch.v_slot, psd_scratch.v_new
@@ -128,7 +137,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
         pre_kv = 0
         pre_attn = 0
         only_prefill = False
-        if separate and admit < ptr and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
+        if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
             n_old = n_run
             n_pre = _plan(lim, plan, waitq, 0, True, run, n_run, requeued, nq, admit, ptr, total_blocks - used, prompt,
                           gen, prefill_left, prefill_done, blocks).count
@@ -181,6 +190,50 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 else:
                     vslot[j], vk[j], vp[j], va[j] = -1, 0, 0, 0
             nv = _fit_proposals(vp, va, nv, decode_budget, cut)  # Scheduler.fit_decodes over the verify side
+            for j in range(nd):
+                i = D[j]
+                f = min(first[i] + gen[i], last[i])
+                dk[j], dp[j], da[j] = k_fixed, np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
+            for j in range(nv + nd):  # Scheduler.reserve: V then D hold their context and drafts (D its drafts
+                i = V[j] if j < nv else D[j - nv]  # only with defer_kv)
+                vd[j] = i
+                hold[j] = prompt[i] + gen[i] + (vp[j] if j < nv else (dp[j - nv] if defer else 0))
+            grow = kv_growth(vd, nv + nd, hold, blocks, bs, newb)
+            allow_new = True
+            if grow > total_blocks - used:  # preempt the newest running requests until the rest grows
+                for q in range(n_run):  # each running request's growth, in admission order (none if it prefills)
+                    j = _position(vd, nv + nd, run[q])
+                    run_extra[q] = newb[j] if j < nv + nd else 0
+                keep = preempt_keep(run, n_run, run_extra, blocks, total_blocks - used)
+                used -= preempt_suffix(run, keep, n_run, blocks, prefill_left, prefill_done, preempted)
+                nq = _requeue(run, keep, n_run, requeued, nq)
+                for q in range(keep, n_run):  # Scheduler.requeue: its proposal and its side go
+                    pend[run[q]] = NONE
+                    side[run[q]] = -1
+                n_run = keep
+                w = 0  # the sides keep their requests that still run, in order
+                for j in range(nv):
+                    if _position(run, n_run, V[j]) < n_run:
+                        V[w], vslot[w], vk[w], vp[w], va[w], vnew[w] = V[j], vslot[j], vk[j], vp[j], va[j], vnew[j]
+                        w += 1
+                nv = w
+                w = 0
+                for j in range(nd):
+                    if _position(run, n_run, D[j]) < n_run:
+                        D[w], dk[w], dp[w], da[w] = D[j], dk[j], dp[j], da[j]
+                        w += 1
+                nd = w
+                n_dec = 0  # so the plan is asked: the kept requests' partial prefills go on (it admits nobody)
+                grow = 0
+                for q in range(n_run):
+                    grow += run_extra[q]
+                add_blocks(run, n_run, run_extra, blocks)
+                allow_new = False  # a step that preempted admits nobody (Scheduler.prefills)
+            elif grow > 0:
+                add_blocks(vd, nv + nd, newb, blocks)
+            used += grow
+            if used > peak:
+                peak = used
             pv_sum = 0
             av_sum = 0
             v_drafted = 0
@@ -191,35 +244,19 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 av_sum += va[j]
             pd_sum = 0
             for j in range(nd):
-                i = D[j]
-                f = min(first[i] + gen[i], last[i])
-                dk[j], dp[j], da[j] = k_fixed, np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
                 pd_sum += dp[j]
-            for j in range(nv + nd):  # Scheduler.reserve, no preemption (eligibility bounds KV): V then D hold
-                i = V[j] if j < nv else D[j - nv]  # their context and drafts (D its drafts only with defer_kv)
-                vd[j] = i
-                hold[j] = prompt[i] + gen[i] + (vp[j] if j < nv else (dp[j - nv] if defer else 0))
-            grow = kv_growth(vd, nv + nd, hold, blocks, bs, newb)
-            if grow > total_blocks - used:
-                code = ERR_PREEMPT
-                break
-            if grow > 0:
-                used += grow
-                if used > peak:
-                    peak = used
-                add_blocks(vd, nv + nd, newb, blocks)
-            if not separate:  # Scheduler.prefills(p_v.sum() + len(V), True, now)
+            if not separate:  # Scheduler.prefills(p_v.sum() + len(V), not preempted, now)
                 tokens_used = pv_sum + nv
                 n_run0 = n_run
-                if n_run0 > n_dec or (admit < ptr and n_run < max_seqs):
-                    n_pre = _plan(lim, plan, waitq, tokens_used, True, run, n_run, requeued, nq, admit, ptr,
+                if n_run0 > n_dec or (allow_new and (nq > 0 or admit < ptr) and n_run < max_seqs):
+                    n_pre = _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run, requeued, nq, admit, ptr,
                                   total_blocks - used, prompt, gen, prefill_left, prefill_done, blocks).count
                     n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used,
                                                               peak, prompt, gen, blocks, prefill_left, prefill_done,
                                                               first_sched)
                     _assign_sides(side, run, n_run0, n_run, vs)
             nseq = nv + n_pre
-            if nseq == 0:
+            if nseq == 0 and nd == 0:  # (a step that preempted its whole verify side still drafts the other)
                 code = ERR_STALL
                 break
             kv_v = 0
@@ -231,7 +268,9 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 pre_attn += chunk[j] * (prefill_done[pre[j]] + chunk[j])
             tokens = pv_sum + nv + pre_tokens
             kv = kv_v + pre_kv
-            verify_t = _target_time(target, nv, pv_sum, kv_v, n_pre, pre_tokens, pre_kv, pre_attn)
+            verify_t = 0.0  # Pricing.target_time: nothing for the target to run costs nothing
+            if nseq > 0:
+                verify_t = _target_time(target, nv, pv_sum, kv_v, n_pre, pre_tokens, pre_kv, pre_attn)
             # Pricing.draft_time over the newly drafted verify side, then over the drafted side (members proposing)
             n_new, p_new = 0, 0
             for j in range(nv):

@@ -198,7 +198,7 @@ class CompiledReplica(CompiledRun):
                 continue
             if code < 0:
                 raise RuntimeError(f"compiled engine (cluster replica {getattr(self.srv.arrivals, 'replica', '?')}):"
-                                   f" {'stalled' if code == ker.ERR_STALL else 'needed a preemption'} near "
+                                   f" {'stalled' if code == ker.ERR_STALL else f'returned {code}'} near "
                                    f"t={float(self.rs.now):.6f}s (its eligibility check should have sent this run "
                                    "to the step path: a bug, please report it with the config)")
             return int(self.rs.step) - step0

@@ -4,8 +4,8 @@ closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
 fixed policy and one drafter, another policy, sampled verification under PSD, a profile or draft cost kind the kernel
-does not price (it prices linear, roofline and structured profiles, target and drafters), KV that could preempt under
-PSD, numba missing, or the path forced off). An eligible server's `CompiledRun.run` steps the
+does not price (it prices linear, roofline and structured profiles, target and drafters), numba missing, or the path
+forced off). An eligible server's `CompiledRun.run` steps the
 whole run in simulator/engine/compiled_kernel.py (PSD: compiled_psd_kernel.py) and writes the outcome into the
 server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
 replica's run is a `compiled_replica.CompiledReplica`: the same kernels, the steps up to the replica's next external
@@ -48,7 +48,6 @@ from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLID
                                              StepRows, Workload, new_state, psd_scratch, rows_head, scratch_buffers,
                                              settings_record, step_buffers, typed)
 from simulator.engine.request_state import FINISHED
-from simulator.engine.rules.kv import peak_tokens
 from simulator.engine.rules.pricing import (DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED,
                                             DraftTerms, ProfileTerms)
 from simulator.costs.roofline import RooflineProfile, RooflineTerms
@@ -105,15 +104,6 @@ def ineligible_reason(server) -> str | None:
     why = _policy_reason(server, policy)
     if why is not None:
         return why
-    # PSD runs without preemption: the max_num_seqs largest requests at their largest KV (rules/kv.peak_tokens, as
-    # Scheduler.check_fits: drafts and lookahead slots included) fit at once
-    wl, pool = server.wl, server.sched.pool
-    k = policy.max_draft_tokens() if server.mode in ("sd", "psd") else 0
-    need = np.sort(pool.blocks_for(peak_tokens(wl.prompt_len, wl.output_len, k, server.sched.lookahead)))[::-1]
-    held = int(need[:server.max_num_seqs].sum())
-    if held > pool.total_blocks and server.mode == "psd":
-        return (f"KV could preempt (PSD: the PSD kernel does not preempt): the {min(len(need), server.max_num_seqs)} "
-                f"largest requests need {held} blocks, the server has {pool.total_blocks}")
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -612,7 +602,7 @@ class CompiledRun:
         while True:
             code = self._kernel(work, state, req, pol, bufs, scratch, stop_at, math.inf)
             if code < 0:
-                raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else 'needed a preemption'}"
+                raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else f'returned {code}'}"
                                    f" at t={float(rec.now):.6f}s (its eligibility check should have sent this run to "
                                    "the step path: a bug, please report it with the config)")
             r, ni = int(rec.rows), int(rec.itl)

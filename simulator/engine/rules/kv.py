@@ -29,7 +29,7 @@ def decode_hold(ctx, proposed, lookahead):
 def peak_tokens(prompt, output, k, lookahead):
     """The most KV tokens a request ever holds: its last decode (prompt + output - 1 context, k drafts at least the
     one slot a recompute's last prefill chunk adds) plus the lookahead slots. The up-front fit check
-    (Scheduler.check_fits) and the compiled path's no-preemption check (compiled_run.ineligible_reason) read it."""
+    (Scheduler.check_fits) reads it."""
     return prompt + output - 1 + max(1, k) + lookahead
 
 

@@ -44,7 +44,7 @@ def test_the_cluster_loop_equals_the_per_replica_path(mode, policy, replicas, ro
                                                       scheduler, overhead, n, segment, hetero, seed, pressure):
     """Random clusters: a closed loop's finishes submit requests at their step's end and wake the router (think time
     0: a submission routed at that same instant), burst arrivals route many requests at one instant; `pressure`: KV
-    for fewer than max_num_seqs of the largest requests (AR and SD replicas preempt; PSD draws none)."""
+    for fewer than max_num_seqs of the largest requests (replicas preempt)."""
     traces = iid_traces(10, seed=seed, out=(1, 60), drafters=("d", "e"))
     closed = arrivals.startswith("closed")
     wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=3 if closed else 0,
@@ -56,7 +56,8 @@ def test_the_cluster_loop_equals_the_per_replica_path(mode, policy, replicas, ro
         key = "trace"
     spec = {"name": router, **({"key": key} if router == "affinity" else {})}
     reps = [{"max_num_seqs": 1 + (seqs + j) % 5} for j in range(replicas)] if hetero else replicas
-    kv = {"kv_capacity_tokens": tight_kv(wl, 4, 16, seqs, 0, 4, pressure)} if pressure and mode != "psd" else {}
+    held = 2 * seqs if mode == "psd" else seqs  # PSD: two sub-batches of max_num_seqs
+    kv = {"kv_capacity_tokens": tight_kv(wl, 4, 16, held, 0, 4, pressure)} if pressure else {}
     kw = dict(mode=mode, policy=policy, replicas=reps, router=spec, seed=seed,
               srv=server(max_num_seqs=seqs, scheduler=scheduler, step_overhead_s=overhead, **kv))
     (fast, a), (slow, b) = _pair(traces, wl, segment, **kw)

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from policies.registry import make_policy
 from tests.simulator.engine.engine_fixtures import (PSDConfig, assert_same_run_tables, iid_traces,
-                                                    tables_jit_on_and_off, traces_with, workload)
+                                                    tables_jit_on_and_off, tight_kv, traces_with, workload)
 from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build, drawn_case, profiles, run_path,
-                                                      scheduler_of, tight_kv, with_profiles)
+                                                      scheduler_of, with_profiles)
 
 
 @settings(max_examples=80, deadline=None)
@@ -23,14 +23,16 @@ from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build,
        req_rate=st.floats(5.0, 500.0), m=st.integers(1, 8), block_size=st.sampled_from([1, 4, 16]),
        slack=st.integers(0, 3), overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([6, 1 << 16]),
        split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=profiles,
-       async_sched=st.booleans())
+       async_sched=st.booleans(), pressure=st.sampled_from([0, 0, 1, 3]))
 def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                        req_rate, m, block_size, slack, overhead, segment, split_min,
-                                                       sync_s, defer_kv, roof, async_sched):
-    """Random PSD runs (`async_sched`: vLLM V1 with async scheduling, the engine-loop gap hidden by the step)."""
+                                                       sync_s, defer_kv, roof, async_sched, pressure):
+    """Random PSD runs (`async_sched`: vLLM V1 with async scheduling, the engine-loop gap hidden by the step;
+    `pressure`: KV for fewer than both sub-batches' largest requests, so the run may preempt: the newest running
+    requests back to the waiting queue's front, their proposals and sides dropped)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     kw = dict(traces=traces, wl=wl, mode="psd", k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
-              cost=COSTS[cost], kv_tokens=tight_kv(wl, k, block_size, 2 * m, slack), max_num_seqs=m,
+              cost=COSTS[cost], kv_tokens=tight_kv(wl, k, block_size, 2 * m, slack, 0, pressure), max_num_seqs=m,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
               psd=PSDConfig(split_min_batch=split_min, sync_s=sync_s, defer_kv=defer_kv),
@@ -94,6 +96,24 @@ pickle.dump([(res.extras["engine_path"], res.requests, res.steps, res.itl.tobyte
         assert_same_run_tables(a, b)
 
 
+
+@pytest.mark.parametrize("rules", ["mixed", "separate", "vllm-v1"])
+@pytest.mark.parametrize("defer_kv", [False, True])
+def test_psd_under_kv_pressure_preempts_on_the_compiled_path_as_on_the_step_path(rules, defer_kv):
+    """KV for one of the four largest requests of two sub-batches of 4: the PSD kernel preempts by recompute as the
+    step path does (the newest running requests to the waiting queue's front, their proposals and sides dropped, no
+    admission in that step)."""
+    traces, drafters, wl, budget = drawn_case(3, 40, 0.6, False, "burst", 100.0, rules, 64)
+    kw = dict(traces=traces, wl=wl, mode="psd", k=3, drafter="d", drafters=drafters, cost=COSTS[sorted(COSTS)[0]],
+              kv_tokens=tight_kv(wl, 3, 16, 8, 0, 0, 3), max_num_seqs=4, block_size=16, max_num_batched_tokens=budget,
+              chunked_prefill=rules == "vllm-v1", prefill="separate" if rules == "separate" else "mixed",
+              psd=PSDConfig(defer_kv=defer_kv), **scheduler_of(rules))
+    fast = run_path(True, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    slow = run_path(False, **kw)
+    assert_same(fast, slow)
+    assert slow.requests.preemptions.sum() > 0
+
 def _psd_fallbacks():
     traces = traces_with(6, 1, 0.6, False)
     wl = workload(traces, 12, rate=100.0)
@@ -103,7 +123,6 @@ def _psd_fallbacks():
                        "PSD with policy"),
         "ucb": ({**base, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3}, seed=0)},
                 "PSD with policy"),
-        "kv pressure": ({**base, "kv_tokens": int((wl.prompt_len + wl.output_len).max()) + 16}, "KV could preempt"),
     }
 
 

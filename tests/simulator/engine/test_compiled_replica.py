@@ -89,10 +89,10 @@ def assert_same_cluster(a, b) -> None:
 def test_a_compiled_cluster_equals_the_step_path_bit_for_bit(mode, policy, replicas, hetero, router, key, max_out,
                                                               arrivals, rate, seqs, prefill, block_size, overhead, n,
                                                               segment, seed, pressure):
-    """`pressure`: each replica's KV holds fewer than its max_num_seqs largest requests (AR and SD replicas
-    preempt by recompute; PSD replicas take the step path then, so PSD draws none)."""
+    """`pressure`: each replica's KV holds fewer than its max_num_seqs largest requests (replicas preempt by
+    recompute)."""
     check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
-                         block_size, overhead, n, segment, seed, pressure=0 if mode == "psd" else pressure)
+                         block_size, overhead, n, segment, seed, pressure=pressure)
 
 
 def check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
@@ -197,12 +197,13 @@ def test_a_compiled_vllm_v1_cluster_equals_the_step_path_bit_for_bit(mode, polic
     step before it leaves (rules/engine_loop.overlapped_gap), on every path; preempted requests count as waiting in
     it (`pressure` as above)."""
     check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
-                         block_size, overhead, n, segment, seed, pressure=0 if mode == "psd" else pressure,
-                         scheduler="vllm-v1", async_scheduling=async_sched)
+                         block_size, overhead, n, segment, seed, pressure=pressure, scheduler="vllm-v1",
+                         async_scheduling=async_sched)
 
 
 @pytest.mark.parametrize("loop", [True, False])
-@pytest.mark.parametrize("mode,policy", [("ar", "fixed"), ("sd", "fixed"), ("sd", "adaptive-k"), ("sd", "ucb")])
+@pytest.mark.parametrize("mode,policy", [("ar", "fixed"), ("sd", "fixed"), ("sd", "adaptive-k"), ("sd", "ucb"),
+                                         ("psd", "fixed")])
 @pytest.mark.parametrize("arrivals", ["poisson", "burst", "closed"])
 def test_replicas_under_kv_pressure_preempt_on_the_compiled_path_as_on_the_step_path(loop, mode, policy, arrivals):
     """KV for one of each replica's four largest requests: the replicas preempt by recompute (the newest running

@@ -479,8 +479,6 @@ def _fallback_cases():
         "engine_step beside adaptive-k": ({**base, "policy": ADAPTIVE(), "cost": DraftCost("engine_step",
                                                                                          profile=linear())},
                                           "engine_step"),
-        "psd under kv pressure": ({**base, "mode": "psd", "psd": PSDConfig(),
-                                   "kv_tokens": int((wl.prompt_len + wl.output_len).max()) + 16}, "KV could preempt"),
     }
 
 
