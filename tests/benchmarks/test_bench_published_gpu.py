@@ -53,3 +53,18 @@ def test_aiconfigurator_figures_for_the_papers_rows_take_each_rows_model_batch_a
     change = 100 * (at("llama3.3-70b", 4, 32, 2.2) / at("llama3.3-70b", 4, 1, 2.0) - 1)
     assert rows[1].aiconfigurator.startswith(f"{change:+.1f}% ({change + 14.0:+.1f} pp, gsm8k) [")
     assert "nextn = 3" in rows[1].aiconfigurator
+
+
+def test_without_an_aiconfigurator_figure_every_paper_row_says_why(tmp_path, monkeypatch):
+    """aiconfigurator-core absent (or no figure for the model): each row gets the reason, none a partial figure."""
+    import benchmarks.published_rows as pr
+    from benchmarks.bench_published_gpu import aiconfigurator_rows
+    from tests.traces.test_workload import small_bundle
+    from traces.bundle import save_bundle
+
+    monkeypatch.setattr(pr, "aiconfigurator_speedup_at", lambda *a: (None, "not run: aiconfigurator-core is absent"))
+    path = save_bundle(small_bundle(5), tmp_path / "gsm8k")
+    rows = [Row("EAGLE speedup at batch 128, Llama-3.1-8B, GSM8K", PAPER, 1.21, "x"),
+            Row("EAGLE speedup change, batch 1 -> 32, Llama-3-70B, ShareGPT", PAPER, -14.0, "%")]
+    aiconfigurator_rows(rows, {"gsm8k": path}, {("gsm8k", 128): 2.5, ("gsm8k", 1): 2.0, ("gsm8k", 32): 2.2})
+    assert [r.aiconfigurator for r in rows] == ["not run: aiconfigurator-core is absent"] * 2
