@@ -57,6 +57,11 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
         engine runs too (a subclass may choose otherwise, so it runs step by step)."""
         return type(self) is OracleBestDrafterPolicy and self.plan == "greedy"
 
+    @property
+    def time_plan(self) -> PlanFollower | None:
+        """Plan min-time's follower when `choose` is this class's (the compiled engine makes the same plans)."""
+        return self._follower if self.plan == "min-time" and type(self) is OracleBestDrafterPolicy else None
+
     def max_draft_tokens(self) -> int:
         return self.largest_reachable_k(self.drafters, self.k_max)
 

@@ -37,6 +37,11 @@ class OracleCombinePolicy(OracleBestDrafterPolicy):
         """`honest` and greedy: `pick` over `candidates` (OracleBestDrafterPolicy.greedy_by_rate)."""
         return type(self) is OracleCombinePolicy and self.plan == "greedy" and not self.by_position
 
+    @property
+    def time_plan(self):
+        """OracleBestDrafterPolicy.time_plan: this class's `choose` follows the same plan."""
+        return self._follower if self.plan == "min-time" and type(self) is OracleCombinePolicy else None
+
     def position_choices(self, request_id: str) -> tuple[np.ndarray, np.ndarray]:
         """greedy `reference`: at every position the drafter whose acceptance drafting reaches further
         (traces.acceptance.reachable_drafts), the n-gram on a tie, none where neither reaches a token; min-steps:

@@ -22,10 +22,9 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from policies.exact_plan import PLAIN, cost_ceiling, drafted_costs_ok, least_cost_actions, positive_cost
 from traces.acceptance import FIRST_DRAFT_POSITION, reachable_drafts
 from traces.bundle import DrafterTrace, RequestTrace
-
-PLAIN = -1  # drafter index of a plain decode step
 
 
 @dataclass(frozen=True)
@@ -37,17 +36,15 @@ class StepCosts:
     drafted: Mapping[str, np.ndarray]
 
     def __post_init__(self) -> None:
-        if not np.isfinite(self.plain) or self.plain <= 0:
+        if not positive_cost(self.plain):
             raise ValueError(f"StepCosts.plain: expected a finite cost > 0, got {self.plain!r}")
         for d, c in self.drafted.items():
             c = np.asarray(c, dtype=np.float64)
             if c.ndim != 1 or c.shape[0] < 1:
                 raise ValueError(f"StepCosts.drafted[{d!r}]: expected a 1-D array indexed by k (index 0 unused)")
-            body = c[1:]
-            if body.size and (not np.all(np.isfinite(body)) or body.min() <= 0):
-                raise ValueError(f"StepCosts.drafted[{d!r}]: costs must be finite and > 0, got {body.tolist()}")
-            if body.size > 1 and np.any(np.diff(body) < 0):
-                raise ValueError(f"StepCosts.drafted[{d!r}]: costs must not decrease with k, got {body.tolist()}")
+            if not drafted_costs_ok(c, c.shape[0] - 1):
+                raise ValueError(f"StepCosts.drafted[{d!r}]: costs must be finite and > 0 and must not decrease with k, "
+                                 f"got {c[1:].tolist()}")
 
     @classmethod
     def unit(cls, k_max: Mapping[str, int]) -> "StepCosts":
@@ -109,21 +106,13 @@ def exact_plan(request: RequestTrace, costs: StepCosts) -> Plan:
                          f"(has {sorted(request.drafters)})")
     n = request.output_len
     reach = _reach([request.drafters[d] for d in drafters], [costs.k_max(d) for d in drafters], n)
-    price = [np.asarray(costs.drafted[d], dtype=np.float64) for d in drafters]
+    price = np.full((len(drafters), 1 + max((costs.k_max(d) for d in drafters), default=0)), np.inf)
+    for i, d in enumerate(drafters):
+        price[i, :costs.k_max(d) + 1] = costs.drafted[d]
     value = np.zeros(n + 1)
     act_d = np.full(n, PLAIN, dtype=np.int64)
     act_k = np.zeros(n, dtype=np.int64)
-    for p in range(n - 1, FIRST_DRAFT_POSITION - 1, -1):
-        best, bd, bk = costs.plain + value[p + 1], PLAIN, 0
-        for i in range(len(drafters)):
-            j = int(reach[i, p])
-            if j <= 0:
-                continue
-            vals = price[i][1:j + 1] + value[p + 2:p + 2 + j]
-            m = int(np.argmin(vals))
-            if vals[m] < best:
-                best, bd, bk = float(vals[m]), i, m + 1
-        value[p], act_d[p], act_k[p] = best, bd, bk
+    least_cost_actions(reach, price, float(costs.plain), n, act_d, act_k, value)
     return Plan(drafters, act_d, act_k, value, _path(act_d, act_k, n))
 
 
@@ -174,7 +163,8 @@ class PlanFollower:
 
     `min-steps` uses unit costs. `min-time` prices plain decoding and drafting m tokens with each drafter by
     the engine's step-time estimate at that first step (`view.step_time_estimate`: the batch's step time if
-    every request took that action; constant for the rest of the request, as the DP's cost model states).
+    every request took that action; constant for the rest of the request, as the DP's cost model states), drafting
+    m at the most any m' <= m costs (cost_ceiling: an estimate can fall with m where drafts displace prompt chunks).
     """
 
     def __init__(self, kind: str, drafters: Sequence[str], k_max: Mapping[str, int | None], where: str,
@@ -188,17 +178,40 @@ class PlanFollower:
     def forget(self, request_id: str) -> None:
         self._plans.pop(request_id, None)
 
+    def reach(self, request: RequestTrace) -> np.ndarray:
+        """reach[i, p]: the most drafts of drafter i (in `drafters` order, within its k limit) from position p that
+        will all be accepted; what a plan may draft."""
+        missing = [d for d in self.drafters if d not in request.drafters]
+        if missing:
+            raise ValueError(f"{self.where}: request {request.id!r} has no trace for drafter(s) {missing} "
+                             f"(has {sorted(request.drafters)})")
+        return _reach([request.drafters[d] for d in self.drafters], [self.k_max.get(d) for d in self.drafters],
+                      request.output_len)
+
     def _costs(self, request: RequestTrace, view) -> StepCosts:
+        """min-time's costs: each drafter priced for m = 1 up to the most it can draft on the request (reach)."""
         est = view.step_time_estimate or self.fallback_time
         if est is None:
             raise ValueError(f"{self.where}: plan 'min-time' needs the step-time estimate the simulator gives "
                              f"(view.step_time_estimate); use plan 'min-steps' elsewhere")
+        reach = self.reach(request)
         drafted = {}
-        for d in self.drafters:
-            k = self.k_max.get(d)
-            top = int(k) if k is not None else max(int(request.drafters[d].acc_len.max()) - 1, 0)
+        for i, d in enumerate(self.drafters):
+            top = int(reach[i].max(initial=0))
             drafted[d] = np.array([est(None, 0)] + [est(d, m) for m in range(1, top + 1)], dtype=np.float64)
+            cost_ceiling(drafted[d], top)
         return StepCosts(float(est(None, 0)), drafted)
+
+    def adopt(self, request_id: str, action_drafter: np.ndarray, action_k: np.ndarray,
+              cost_to_go: np.ndarray) -> None:
+        """Keep a plan the compiled engine made for the request (its actions and cost to go by position), as
+        plan_of would have."""
+        n = action_drafter.shape[0]
+        act_d, act_k = action_drafter.astype(np.int64), action_k.astype(np.int64)
+        act_d[:FIRST_DRAFT_POSITION], act_k[:FIRST_DRAFT_POSITION] = PLAIN, 0
+        value = np.asarray(cost_to_go, dtype=np.float64).copy()
+        value[:FIRST_DRAFT_POSITION] = 0.0
+        self._plans[request_id] = Plan(self.drafters, act_d, act_k, value, _path(act_d, act_k, n))
 
     def plan_of(self, request_id: str, request: RequestTrace, view=None) -> Plan:
         """The request's plan, made at its first ask (`view`: the step-time estimate of min-time's first step)."""
@@ -212,4 +225,9 @@ class PlanFollower:
         return plan
 
     def choice(self, request: RequestTrace, view) -> tuple[str | None, int]:
-        return self.plan_of(view.request_id, request, view).choice(int(view.position))
+        plan, p = self.plan_of(view.request_id, request, view), int(view.position)
+        if not 0 <= p < plan.action_drafter.shape[0]:
+            raise ValueError(f"{self.where}: request {view.request_id!r} is at output position {p}, past its trace's "
+                             f"{plan.action_drafter.shape[0]} positions; an exact plan covers the trace only (give "
+                             "the request its trace's output length)")
+        return plan.choice(p)

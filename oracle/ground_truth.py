@@ -21,6 +21,7 @@ class GroundTruthPolicy(Policy):
     learns = False  # the engine may skip its feedback
     by_position = False  # choices are position_choices' table (set per instance by the oracles that are)
     greedy_by_rate = False  # choices weigh each drafter's oracle k by the step's time (oracle/best_drafter.py)
+    time_plan = None  # plan 'min-time': the PlanFollower whose plans `choose` follows (oracle/exact.py)
 
     def __init__(self) -> None:
         self._traces: dict[str, RequestTrace] = {}

@@ -37,6 +37,11 @@ class OracleKPolicy(GroundTruthPolicy):
     def drafters_used(self) -> tuple[str, ...]:
         return (self.drafter,)
 
+    @property
+    def time_plan(self) -> PlanFollower | None:
+        """Plan min-time's follower when `choose` is this class's (the compiled engine makes the same plans)."""
+        return self._follower if self.plan == "min-time" and type(self) is OracleKPolicy else None
+
     def max_draft_tokens(self) -> int:
         return self.largest_reachable_k(self.drafters_used(), self.k_max)
 

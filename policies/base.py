@@ -7,6 +7,8 @@ true traces through `bind_ground_truth`; live mode refuses them.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -18,8 +20,10 @@ NO_DRAFT = -1  # drafter index meaning "plain decode step, no speculation"
 def tokens_per_time(k: int, step_s: float, switch_s: float) -> float:
     """The rate of drafting k tokens that will all be accepted: the 1 + k tokens the step emits over its estimated
     time plus any switching cost (0.0 when the drafter stays; k = 0: plain decoding). The greedy oracle's rule
-    (oracle/best_drafter.py); plain Python the compiled engine runs too (simulator/engine/compiled_kernel.py)."""
-    return (1 + k) / (step_s + switch_s)
+    (oracle/best_drafter.py); plain Python the compiled engine runs too (simulator/engine/compiled_kernel.py). A
+    step priced at nothing (a profile whose terms at this shape are all 0) emits at an unbounded rate: inf."""
+    t = step_s + switch_s
+    return math.inf if t <= 0.0 else (1 + k) / t
 
 
 @dataclass(frozen=True)

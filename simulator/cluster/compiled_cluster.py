@@ -57,7 +57,8 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
         for name, mine, first in shared:
             if not _same(first, mine):
                 return f"replica {j}'s {name} differs from replica 0's (the loop shares them): per-replica path"
-        if any(np.shape(mine) != np.shape(first) for mine, first in zip(c.pol, c0.pol) if isinstance(mine, np.ndarray)):
+        if any(np.shape(mine) != np.shape(first) for name, mine, first in zip(c.pol._fields, c.pol, c0.pol)
+               if isinstance(mine, np.ndarray) and name not in PLAN_ROWS):
             return f"replica {j}'s policy state differs in shape from replica 0's: per-replica path"
     return None
 
@@ -70,6 +71,8 @@ def _draws(settings) -> bool:
     return settings.policy == ker.POL_BANDIT and bool(ker.bandit_draws(settings.bandit))
 
 
+# min-time's plan rows follow each replica's max_num_seqs: stacked, a replica's padded rows are never in its free list
+PLAN_ROWS = ("plan_free", "plan_d", "plan_k", "plan_value")
 TREE = ("tree_parent", "tree_rank", "tree_ranks", "tree_passes")  # a static draft tree's records (Replay)
 
 
@@ -244,6 +247,9 @@ class CompiledCluster:
                 if hook(cl.n_finished):
                     return
                 continue
+            if code == self.ker.ERR_PLAN_COSTS:
+                rep = self.comp[int(self.cs.full_rep)]
+                raise rep.plan_costs_error(self.scratch, rep.pol, rep.gidx)
             if code != cker.DONE:
                 j = int(self.cs.full_rep)
                 what = {cker.STALLED: "stalled", self.ker.ERR_STALL: "stalled"}.get(code, f"returned {code}")

@@ -46,7 +46,8 @@ KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
     "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
     "policies/acceptance_estimate.py", "policies/ucb.py", "policies/epsilon_greedy.py", "policies/thompson.py",
-    "policies/exp3.py", "policies/combine.py", "simulator/costs/latency.py",
+    "policies/exp3.py", "policies/combine.py", "policies/exact_plan.py", "policies/base.py", "traces/acceptance.py",
+    "simulator/costs/latency.py",
     "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
     "traces/expected_tokens.py",
     "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + tuple(
@@ -77,6 +78,7 @@ from policies.adaptive_k import best_k_rule  # noqa: E402
 from policies.base import tokens_per_time  # noqa: E402
 from policies.combine import combine_adaptive_rule, combine_match_rule  # noqa: E402
 from policies.epsilon_greedy import epsilon_greedy_arm, random_arm  # noqa: E402
+from policies.exact_plan import cost_ceiling, drafted_costs_ok, least_cost_actions, positive_cost  # noqa: E402
 from policies.exp3 import exp3_arm, exp3_probabilities, exp3_update  # noqa: E402
 from policies.thompson import thompson_arm, thompson_update  # noqa: E402
 from policies.ucb import sliding_update, ucb_arm_rule, ucb_update  # noqa: E402
@@ -129,6 +131,7 @@ register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted draft
 accept_tree = njit(cache=True)(tree_rules.accept_tree)  # a tree's acceptance (both paths)
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL = 0, 1, 2, 3, -1
+ERR_PLAN_COSTS, ERR_PLAN_ROWS = -2, -3  # POL_PLAN: step-time estimates the plan refuses; no plan row free (a bug)
 STEP = 4  # _turn: take a step (never returned by a kernel)
 STEP_ROWS = 3  # the most step-table rows one step writes (draft, verify or mixed, the drafters' prompt pass)
 # phases, in simulator/engine/compiled_run.PHASES order
@@ -140,6 +143,7 @@ POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its t
 POL_BATCH = 5  # k by the step's count of decoding requests (k-by-batch, slot 0): Replay.batch_k
 POL_RATE = 6  # combine-adaptive: per request, n-gram or EAGLE by expected tokens per estimated second
 POL_GREEDY_ORACLE = 7  # oracle-best-drafter / oracle-combine `honest`, greedy: each drafter at its oracle k
+POL_PLAN = 8  # an oracle's plan min-time: each request's exact plan, made at its first decode (PolicyState.plan_*)
 # (Replay.slot_k) by tokens per estimated second, plus the oracle's switching cost
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
@@ -337,6 +341,44 @@ _combine_match = njit(cache=True)(combine_match_rule)
 register_jitable(leviathan_tokens)
 _combine_adaptive = njit(cache=True)(combine_adaptive_rule)
 _tokens_per_time = njit(cache=True)(tokens_per_time)
+register_jitable(positive_cost)
+_drafted_costs_ok = njit(cache=True)(drafted_costs_ok)
+_least_cost_actions = njit(cache=True)(least_cost_actions)
+_cost_ceiling = njit(cache=True)(cost_ceiling)
+
+
+@njit(cache=True)
+def _make_plan(i, lo, n_i, arms, t_plain, price, reach, plan_row, plan_free, plan_d, plan_k, plan_value):
+    """PlanFollower.plan_of at request i's first decode (min-time): its exact plan (least_cost_actions) over its
+    trace's positions lo..lo + n_i - 1 at this step's costs (`t_plain`; price[a, m], a in the policy's drafter order),
+    into a free row. Returns 0, ERR_PLAN_COSTS where the costs fail StepCosts' check, or ERR_PLAN_ROWS."""
+    if not positive_cost(t_plain):
+        return ERR_PLAN_COSTS
+    for a in range(arms):
+        top = 0
+        for p in range(lo, lo + n_i):
+            top = max(top, reach[a, p])
+        if not _drafted_costs_ok(price[a], top):
+            return ERR_PLAN_COSTS
+    if plan_free[0] == 0:
+        return ERR_PLAN_ROWS
+    row = plan_free[plan_free[0]]
+    plan_free[0] -= 1
+    _least_cost_actions(reach[:arms, lo:lo + n_i], price, t_plain, n_i, plan_d[row], plan_k[row], plan_value[row])
+    plan_row[i] = row
+    return 0
+
+
+@njit(cache=True)
+def _free_plans(done, n_done, plan_row, plan_free):
+    """The plan rows of the requests finished (done[:n_done]) are free again (PlanFollower.forget)."""
+    for j in range(n_done):
+        i = done[j]
+        row = plan_row[i]
+        if row >= 0:
+            plan_free[0] += 1
+            plan_free[plan_free[0]] = row
+            plan_row[i] = -1
 
 
 @njit(cache=True)
@@ -479,6 +521,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
     est_s, est_f, arm_counts, arm_sums = pol.est_s, pol.est_f, pol.arm_counts, pol.arm_sums
     arm_slot, usage = pol.arm_slot, pol.usage
+    plan_row, plan_free, plan_d, plan_k, plan_value = pol.plan_row, pol.plan_free, pol.plan_d, pol.plan_k, pol.plan_value
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
     dsteps, dprop, dacc, last_slot = req.dsteps, req.dprop, req.dacc, req.last_slot
@@ -515,6 +558,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     dec, ctx, flat, slot, kk = scratch.dec, scratch.ctx, scratch.flat, scratch.slot, scratch.kk
     prop, acc, cut, waitq, done = scratch.prop, scratch.acc, scratch.cut, scratch.waitq, scratch.done
     newb, hold, slot_times, reward = scratch.newb, scratch.hold, scratch.times, scratch.reward
+    price = scratch.price  # the exact plans' costs (POL_PLAN)
     times = slot_times[0]  # one drafter's estimates (adaptive-k, combine-adaptive)
     slot_k, chosen, oracle_switch = replay.slot_k, pol.chosen, cfg.oracle_switch
     run_extra = scratch.run_extra
@@ -660,6 +704,36 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     kk[j] = best_k
                     if best >= 0:
                         chosen[i] = best
+            elif policy == POL_PLAN:  # PlanFollower.choice: the plan made at the request's first decode
+                t_plain = -1.0
+                for j in range(n_dec):
+                    i = dec[j]
+                    if plan_row[i] < 0:
+                        if t_plain < 0.0:  # the step's estimates, priced once: plain, then m = 1..k_max per drafter
+                            _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq,
+                                        total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
+                                        prefill_left, prefill_done, target, drafts[0], dprofiles[0], drafts,
+                                        dprofiles, overhead, pf_order)
+                            t_plain = slot_times[0, 0]
+                            for a in range(arms):
+                                g = arm_slot[a]
+                                _step_times(slot_times[g], 1, k_max, n_dec, kv_est, separate, lim, plan, waitq,
+                                            total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen,
+                                            blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g],
+                                            drafts, dprofiles, overhead, pf_order)
+                                price[a, 1:] = slot_times[g, 1:]
+                                _cost_ceiling(price[a], k_max)  # every request's prefix of it is its own ceiling
+                        code = _make_plan(i, first[i], last[i] - first[i] + 1, arms, t_plain, price, slot_k,
+                                          plan_row, plan_free, plan_d, plan_k, plan_value)
+                        if code != 0:
+                            break
+                    row = plan_row[i]
+                    a = plan_d[row, gen[i]]
+                    slot[j] = arm_slot[a] if a >= 0 else -1
+                    kk[j] = plan_k[row, gen[i]]
+                if code != 0:
+                    break
+                code = DONE
             elif policy == POL_BANDIT:  # BanditPolicy.choose_batch; shared and drawing nothing: one choice per step
                 arm = 0
                 for j in range(n_dec):
@@ -829,6 +903,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
         if n_done > 0:
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
                                                          n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
+            if policy == POL_PLAN:
+                _free_plans(done, n_done, plan_row, plan_free)
         step_no += 1
         busy = 1
     _save_state(st, ptr, nq, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)

@@ -196,6 +196,8 @@ class CompiledReplica(CompiledRun):
             if code == ker.FULL:
                 self._flush()
                 continue
+            if code == ker.ERR_PLAN_COSTS:
+                raise self.plan_costs_error(self.scratch, self.pol, self.gidx)
             if code < 0:
                 raise RuntimeError(f"compiled engine (cluster replica {getattr(self.srv.arrivals, 'replica', '?')}):"
                                    f" {'stalled' if code == ker.ERR_STALL else f'returned {code}'} near "
@@ -312,6 +314,7 @@ class CompiledReplica(CompiledRun):
         self._write_estimates(pol.est_s, pol.est_f, run, self.gidx)
         self._write_bandit(pol, run, self.gidx)
         self._write_chosen(pol.chosen, run, self.gidx)
+        self._write_plans(pol, self.work.first, self.work.last, self.gidx)
         self._write_last_drafter(req.last_slot[loc], g)
         if self.psd:
             st.sub_batch[g] = self.carry.side[loc]

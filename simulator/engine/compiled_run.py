@@ -44,9 +44,9 @@ from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBP
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile
 from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, PSD_STATE,
-                                             Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests, Settings,
-                                             StepRows, Workload, new_state, psd_scratch, rows_head, scratch_buffers,
-                                             settings_record, step_buffers, typed)
+                                             Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests, Scratch,
+                                             Settings, StepRows, Workload, new_state, psd_scratch, rows_head,
+                                             scratch_buffers, settings_record, step_buffers, typed)
 from simulator.engine.request_state import FINISHED
 from simulator.engine.rules.pricing import (DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED,
                                             DraftTerms, ProfileTerms)
@@ -150,10 +150,16 @@ def greedy_oracle(policy) -> bool:
     return bool(getattr(policy, "greedy_by_rate", False))
 
 
+def time_plan(policy):
+    """The PlanFollower of an oracle's plan min-time that the kernel follows (POL_PLAN: its `time_plan`,
+    oracle/exact.py), or None."""
+    return getattr(policy, "time_plan", None)
+
+
 def _policy_reason(server, policy) -> str | None:
     """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
     if type(policy) not in COMPILED_POLICIES and not getattr(policy, "by_position", False) \
-            and not greedy_oracle(policy):
+            and not greedy_oracle(policy) and time_plan(policy) is None:
         return (f"policy {policy.name!r} chooses per step (learning, adaptive or by the step's time estimate): "
                 "step path")
     if type(policy) is KByBatchPolicy and policy.ranges[-1][1] is not None \
@@ -183,8 +189,12 @@ def _policy_reason(server, policy) -> str | None:
                 return why
     if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
         return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
+    if time_plan(policy) is not None and (server.wl.output_len > server.drafting.last_flat
+                                          - server.drafting.first_flat + 1).any():
+        return "plan 'min-time' with requests longer than their traces (the step path names the position)"
     if isinstance(policy, CombineAdaptivePolicy) or (isinstance(policy, (AdaptiveKPolicy, BanditPolicy))
-                                                     and policy.scope == "request") or greedy_oracle(policy):
+                                                     and policy.scope == "request") or greedy_oracle(policy) \
+            or time_plan(policy) is not None:
         ids = server.wl.request_ids
         if len(set(ids)) != len(ids):
             return f"{policy.name} per request with repeated request ids (their state is shared)"
@@ -368,6 +378,12 @@ class CompiledRun:
             ks = [max(1, int(slot_k[g].max(initial=0))) for g in range(G)]
             v.update(policy=ker.POL_GREEDY_ORACLE, arms=len(policy.drafters), oracle_switch=policy.switch_cost_s,
                      k_max=max(ks))
+        elif time_plan(policy) is not None:  # min-time: each request's exact plan, made at its first decode
+            follower = time_plan(policy)
+            slot_k = self._plan_reach_table(follower, n_flat)  # rows in the plan's drafters' order
+            top = {d: max(1, int(slot_k[a].max(initial=0))) for a, d in enumerate(follower.drafters)}
+            ks = [top[d] for d in self.slots]
+            v.update(policy=ker.POL_PLAN, arms=len(follower.drafters), k_max=max(ks))
         elif getattr(policy, "by_position", False):  # an oracle's table of choices by position
             v.update(policy=ker.POL_TABLE)
             choice_slot, choice_k = self._position_table(used, n_flat)
@@ -390,7 +406,7 @@ class CompiledRun:
         # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
         # k), from inputs clipped where the rule cannot tell (match lengths at k, acceptance lengths at k + 1)
         asks = [range(1, k + 1) if v["policy"] in (ker.POL_ADAPTIVE, ker.POL_TABLE, ker.POL_BATCH,
-                                                   ker.POL_GREEDY_ORACLE)
+                                                   ker.POL_GREEDY_ORACLE, ker.POL_PLAN)
                 or name == getattr(policy, "ngram", None) else [k]
                 for name, k in zip(self.slots, ks)]  # adaptive-k, tables, combine-match's n-gram: k <= the most
         rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
@@ -413,8 +429,9 @@ class CompiledRun:
                 rowof[g, k] = row
                 row += 1
         pf_order = np.array([self.slots.index(d) for d in used], dtype=np.int64)
-        self.arm_slot = np.array([self.slots.index(d) for d in getattr(policy, "drafters", ())] or [0],
-                                 dtype=np.int64)  # a bandit's arms (its drafters' order) -> slots
+        arms = time_plan(policy).drafters if v["policy"] == ker.POL_PLAN else getattr(policy, "drafters", ())
+        self.arm_slot = np.array([self.slots.index(d) for d in arms] or [0],
+                                 dtype=np.int64)  # a bandit's arms (its drafters' order; a plan's) -> slots
         # a drawing bandit's generator (advanced in place by the kernel's draws); any other run's is never drawn
         self.policy_rng = policy.rng if isinstance(policy, BanditPolicy) else server.drafting.rng
         self.settings = typed(Settings, **v)
@@ -465,6 +482,15 @@ class CompiledRun:
             choice_k[at] = k
         return choice_slot, choice_k
 
+    def _plan_reach_table(self, follower, n_flat: int) -> np.ndarray:
+        """The exact plan's reach of each of its drafters (rows in its drafters' order) at every flat trace position:
+        PlanFollower.reach of each trace."""
+        policy = self.srv.drafting.policy
+        out = np.zeros((len(follower.drafters), max(n_flat, 1)), dtype=np.int64)
+        for reach, at in self._each_trace("reach", lambda rid: follower.reach(policy.trace_of(rid))):
+            out[:, at] = reach
+        return out
+
     def _oracle_k_table(self, n_flat: int) -> np.ndarray:
         """The greedy oracle's oracle k of each slot at every flat trace position: its oracle_ks for each trace (rows
         in its drafters' order, here by slot)."""
@@ -482,7 +508,23 @@ class CompiledRun:
 
         chosen = np.full(n if self.policy_kind == ker.POL_GREEDY_ORACLE else 1, -1, dtype=np.int64)
         return PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
-                           np.zeros(len(self.slots) + 1, dtype=np.int64), chosen)
+                           np.zeros(len(self.slots) + 1, dtype=np.int64), chosen, *self._plan_rows(n))
+
+    def _plan_rows(self, n: int) -> tuple[np.ndarray, ...]:
+        """min-time's plans (PolicyState.plan_*), none made yet: one row per request that can hold one at a time
+        (those that began decoding and have not finished; FIFO admission keeps them within max_num_seqs), each as
+        long as the workload's longest trace."""
+        import simulator.engine.compiled_kernel as ker
+
+        self.plans_written = np.zeros(n, dtype=bool)  # the plans written back (_write_plans)
+        if self.policy_kind != ker.POL_PLAN:
+            return (np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros((1, 1), np.int64),
+                    np.zeros((1, 1), np.int64), np.zeros((1, 1)))
+        rows = max(1, min(n, self.srv.max_num_seqs))
+        width = int((self.last - self.first).max(initial=0)) + 1
+        free = np.concatenate([[rows], np.arange(rows)]).astype(np.int64)
+        return (np.full(n, -1, np.int64), free, np.zeros((rows, width), np.int64), np.zeros((rows, width), np.int64),
+                np.zeros((rows, width + 1)))
 
     def _psd_records(self, side: np.ndarray) -> None:
         """PSD's kernel records for requests numbered as `side` (each one's sub-batch, written in place): no proposal
@@ -601,6 +643,8 @@ class CompiledRun:
         self.running, self.now = True, float(rec.now)
         while True:
             code = self._kernel(work, state, req, pol, bufs, scratch, stop_at, math.inf)
+            if code == ker.ERR_PLAN_COSTS:
+                raise self.plan_costs_error(scratch, pol)
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else f'returned {code}'}"
                                    f" at t={float(rec.now):.6f}s (its eligibility check should have sent this run to "
@@ -633,6 +677,7 @@ class CompiledRun:
         self._write_estimates(pol.est_s, pol.est_f, running)
         self._write_bandit(pol, running)
         self._write_chosen(pol.chosen, running)
+        self._write_plans(pol, self.first, self.last)
         return float(rec.now)
 
     def last_slots(self, last_drafter: np.ndarray) -> np.ndarray:
@@ -679,6 +724,34 @@ class CompiledRun:
             w = i if number is None else number[i]
             if chosen[i] >= 0 and np.isnan(st.finish[w]):
                 policy.remember_drafter(ids[w], self.slots[chosen[i]])
+
+    def plan_costs_error(self, scratch: Scratch, pol: PolicyState, number: np.ndarray | None = None) -> ValueError:
+        """min-time refused the step-time estimates of a request's first decode step (ERR_PLAN_COSTS): the error
+        StepCosts raises there, naming the request and the estimates (the kernel left them in `scratch`; the request
+        is the step's first decode without a plan; `number` as in _write_bandit)."""
+        policy = self.srv.drafting.policy
+        i = next(int(i) for i in scratch.dec if pol.plan_row[i] < 0)
+        rid = self.srv.wl.request_ids[i if number is None else number[i]]
+        drafted = "; ".join(f"{d}: {scratch.price[a, 1:].tolist()}" for a, d in enumerate(time_plan(policy).drafters))
+        return ValueError(f"policy {policy.name!r}, plan 'min-time': the step-time estimates at request {rid!r}'s "
+                          f"first decode step must be finite and > 0 and must not decrease with k (plain decoding "
+                          f"{float(scratch.times[0, 0])!r}; drafting k = 1, 2, ...: {drafted})")
+
+    def _write_plans(self, pol: PolicyState, first: np.ndarray, last: np.ndarray,
+                     number: np.ndarray | None = None) -> None:
+        """min-time's plans of the requests not finished back into the policy's follower, each once
+        (PlanFollower.adopt; `first`, `last`: each kernel request's trace positions; `number` as in _write_bandit)."""
+        import simulator.engine.compiled_kernel as ker
+
+        if self.policy_kind != ker.POL_PLAN:
+            return
+        follower, ids = time_plan(self.srv.drafting.policy), self.srv.wl.request_ids
+        held, written = pol.plan_row >= 0, self.plans_written  # a replica settles again and again
+        for i in np.flatnonzero(held & ~written).tolist():
+            row, n_i = pol.plan_row[i], int(last[i] - first[i]) + 1
+            follower.adopt(ids[i if number is None else number[i]], pol.plan_d[row, :n_i], pol.plan_k[row, :n_i],
+                           pol.plan_value[row, :n_i + 1])
+        self.plans_written = held | written
 
     def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray,
                          number: np.ndarray | None = None) -> None:

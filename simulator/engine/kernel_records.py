@@ -44,7 +44,8 @@ class Replay(NamedTuple):
     (traces/sampled_acceptance.py); `policy_rng`: a drawing bandit's generator (here, not in PolicyState, which a
     cluster's loop rebuilds per replica step); `tree_*`: a static draft tree's shape and rank rows (rules/tree.py);
     `batch_k[n]`: the k a policy that chooses by batch size alone takes when n requests decode (policies/k_by_batch.py);
-    `slot_k[g, f]`: the greedy oracle's k for slot g at f (oracle/best_drafter.py oracle_ks)."""
+    `slot_k[g, f]`: the greedy oracle's k for slot g at f (oracle/best_drafter.py oracle_ks), or the exact plan's
+    reach of the policy's g-th drafter (POL_PLAN: oracle/exact.py PlanFollower.reach)."""
     tab: np.ndarray  # int8 (rows, 2, flat positions)
     rowof: np.ndarray  # int64 (slots, k + 1)
     cap: np.ndarray  # int32
@@ -56,7 +57,7 @@ class Replay(NamedTuple):
     tree_ranks: np.ndarray  # int8 or int16 (flat positions, depth): slot 0's rank rows (AcceptanceTable.tree_rank)
     tree_passes: np.ndarray  # int64 (depth): nodes with children per depth (TreeShape.draft_pass_tokens)
     batch_k: np.ndarray  # int64 (max_num_seqs + 1): k-by-batch's k at each count of decoding requests
-    slot_k: np.ndarray  # int64 (slots, flat positions): the greedy oracle's oracle k of each slot
+    slot_k: np.ndarray  # int64 (slots, flat positions): the greedy oracle's oracle k of each slot (POL_PLAN: reach)
     rng: np.random.Generator  # sampled verification's draws (the server's Drafting.rng, advanced in place)
     policy_rng: np.random.Generator  # a drawing bandit's own (BanditPolicy.rng, advanced in place)
 
@@ -149,8 +150,11 @@ class PolicyState(NamedTuple):
     """The built-in policies' learning state, written in place: adaptive-k's estimates (one per request, or one
     shared; combine-adaptive: two per request, request i's of slot g at 2 i + g), a bandit's two per-(state, arm)
     arrays (UCB and epsilon-greedy: play counts and reward sums; Thompson: alpha and beta; EXP3: -, log weights) and
-    sliding-window UCB's ring of rounds, each arm's drafter slot, the steps each slot (last: no drafter) served and
-    the greedy oracle's last chosen slot per request (a drawing bandit's generator: Replay.policy_rng)."""
+    sliding-window UCB's ring of rounds, each arm's drafter slot, the steps each slot (last: no drafter) served,
+    the greedy oracle's last chosen slot per request (a drawing bandit's generator: Replay.policy_rng) and the exact
+    plans of min-time (POL_PLAN): each request's row of them (-1 before its first decode), the free rows (plan_free[0]
+    of them, in plan_free[1:]) and per row the action (drafter in the policy's order or -1, k) and cost to go by
+    position."""
     est_s: np.ndarray
     est_f: np.ndarray
     arm_counts: np.ndarray
@@ -161,6 +165,11 @@ class PolicyState(NamedTuple):
     arm_slot: np.ndarray  # int64
     usage: np.ndarray  # int64, slots + 1
     chosen: np.ndarray  # int64: the greedy oracle's last drafter slot per request, -1 before (switching cost)
+    plan_row: np.ndarray  # int64 (requests)
+    plan_free: np.ndarray  # int64 (rows + 1)
+    plan_d: np.ndarray  # int64 (rows, positions)
+    plan_k: np.ndarray  # int64 (rows, positions)
+    plan_value: np.ndarray  # float64 (rows, positions + 1)
 
 
 class StepRows(NamedTuple):
@@ -217,6 +226,7 @@ class Scratch(NamedTuple):
     hold: np.ndarray
     run_extra: np.ndarray  # the KV growth of each running request (admission order) when a step must preempt
     times: np.ndarray  # float64 (slots, k_max + 1)
+    price: np.ndarray  # float64 (slots, k_max + 1): the exact plan's costs, in its drafters' order (POL_PLAN)
     plan: PlanBuffers
     reward: np.ndarray  # float64: each decode's bandit reward, read before its tokens move its position
 
@@ -225,7 +235,7 @@ def scratch_buffers(max_seqs: int, k_max: int, slots: int = 1) -> Scratch:
     """Scratch for runs of at most `max_seqs` running sequences and step estimates up to k = `k_max` for `slots`
     drafter slots."""
     times = np.empty((max(slots, 1), k_max + 1), np.float64)
-    return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(13)), times,
+    return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(13)), times, np.empty_like(times),
                    plan_buffers(max_seqs), np.empty(max_seqs, np.float64))
 
 

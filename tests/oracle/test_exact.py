@@ -12,7 +12,7 @@ from oracle.combine import OracleCombinePolicy
 from oracle.exact import StepCosts, exact_plan, greedy_plan, min_steps_plan, plan_time
 from oracle.oracle_k import OracleKPolicy
 from oracle.regret import run_rounds
-from policies.base import RequestView
+from policies.base import Choice, RequestView
 from traces.acceptance import replay_step
 from traces.bundle import DrafterTrace, RequestTrace
 from traces.walk import walk
@@ -144,6 +144,18 @@ def test_planned_oracles_follow_the_plan_under_the_replay_rule():
     combo.bind_ground_truth({"r": req})
     res = run_rounds(combo, req, list(DRAFTERS), 64, req.output_len, np.random.default_rng(0), sampled=False)
     assert res.rounds == min_steps_plan(req, DRAFTERS).steps <= greedy_plan(req, DRAFTERS).steps
+
+
+def test_min_time_prices_drafting_at_the_most_any_fewer_drafts_cost():
+    """An estimate that falls with m (drafts displacing prompt chunks from the token budget) is read at its running
+    maximum: by hand, from position 1 the plan drafts 5 (all accepted; 1.9, the price of m = 1, not 1.5) and decodes
+    the last position plainly (1.0): 2.9."""
+    req = request({"a": [1, 6, 5, 4, 3, 2, 1, 1]})
+    pol = OracleKPolicy("a", k_max=5, plan="min-time")
+    pol.bind_ground_truth({"r": req})
+    falling = lambda d, k: 1.0 if d is None else 2.0 - 0.1 * k  # noqa: E731
+    assert pol.choose(RequestView("r", 1, 1, step_time_estimate=falling)) == Choice("a", 5)
+    assert pol.time_plan.plan_of("r", req).cost == pytest.approx(2.9, abs=1e-12)
 
 
 def test_min_time_plan_uses_the_step_time_estimate():

@@ -32,7 +32,7 @@ def _pair(traces, wl, segment=1 << 16, **kw):
 @settings(max_examples=30, deadline=None)
 @given(mode=st.sampled_from(["ar", "sd", "psd"]),
        policy=st.sampled_from(["fixed", "adaptive-k", "ucb", "discounted-ucb", "sliding-window-ucb",
-                               "greedy-oracle"]),
+                               "greedy-oracle", "min-time-oracle"]),
        replicas=st.integers(1, 4), router=st.sampled_from(["round_robin", "least_outstanding", "least_kv",
                                                              "affinity"]),
        key=st.sampled_from(["category", "trace", "client"]),

@@ -41,7 +41,9 @@ POLICIES = {"fixed": {"name": "fixed", "drafter": "d", "k": 3},
             "exp3": {"name": "exp3", "drafters": ["e", "d"], "k": 3, "gamma": 0.3},
             # the greedy oracle: each drafter's oracle k by the step's time estimate, a switching cost per change
             "greedy-oracle": {"name": "oracle-best-drafter", "drafters": ["e", "d"], "k_max": 4,
-                              "switch_cost_s": 5e-4}}
+                              "switch_cost_s": 5e-4},
+            # an exact plan per request, priced at its first decode step (oracle/exact.py, plan min-time)
+            "min-time-oracle": {"name": "oracle-best-drafter", "drafters": ["e", "d"], "k_max": 4, "plan": "min-time"}}
 DRAFTER_COSTS = {**DRAFTERS, "e": {"kind": "constant", "seconds": 0.001}}  # 'e': a second drafter for the bandits
 
 
@@ -175,6 +177,45 @@ def test_the_early_stop_sees_the_same_snapshots_on_a_compiled_cluster(stop_after
         for x, y in ((a.arrival, b.arrival), (a.first_token, b.first_token), (a.finish, b.finish)):
             assert x.tobytes() == y.tobytes()
     assert (last_s is None) == (last_c is None) == (stop_after is None)
+
+
+@pytest.mark.parametrize("loop", [True, False])
+def test_a_stopped_compiled_cluster_leaves_each_replicas_min_time_plans(loop):
+    """Stopped by the early stop, each replica's policy holds (once its result is taken: CompiledReplica.settle) the
+    exact plans of its requests still running, as the step path made them (PlanFollower.plan_of, from the same step's
+    estimates), and none of a finished request."""
+    from simulator.measure.early_stop import StopMonitor, run_until_decided
+
+    traces = iid_traces(10, seed=5, out=(20, 60), drafters=("d", "e"))
+    wl = workload(traces, 40, rate=120.0, seed=5)
+    kw = dict(mode="sd", policy="min-time-oracle", replicas=2, router={"name": "least_kv"}, srv=server(max_num_seqs=4),
+              seed=2)
+    checks = []
+    monitor = StopMonitor(None, None, len(wl), lambda p: checks.append(p) or ("enough" if len(checks) == 2 else None),
+                          every=4, check_from=4)
+    compiled_cluster.ENABLED = loop
+    try:
+        sim = cluster_sim(True, traces, wl, on_step=monitor, **kw)
+        run_until_decided(sim, monitor.bind(sim))
+        assert len(checks) == 2 and (sim.compiled is not None) == loop
+        sim.result()
+        plans = [rep.server.drafting.policy.time_plan._plans for rep in sim.replicas]
+    finally:
+        compiled_cluster.ENABLED = True
+    slow, made = cluster_sim(False, traces, wl, **kw), {}
+    for rep in slow.replicas:
+        follower = rep.server.drafting.policy.time_plan
+        follower.plan_of = (lambda plan_of: lambda rid, request, view=None: made.setdefault(
+            rid, plan_of(rid, request, view)))(follower.plan_of)
+    slow.simulate()
+    held = 0
+    for rep, held_by_rep in zip(sim.replicas, plans):
+        for rid, plan in held_by_rep.items():
+            held += 1
+            assert np.isnan(rep.server.state.finish[wl.request_ids.index(rid)])
+            for field in ("action_drafter", "action_k", "cost_to_go", "path"):
+                assert np.array_equal(getattr(plan, field), getattr(made[rid], field)), (rid, field)
+    assert held
 
 
 @settings(max_examples=25, deadline=None)

@@ -102,10 +102,15 @@ STRUCTURED_SCALE = np.array([5e-3, 5e-5, 2e-5, 5e-8, 2e-5, 2e-4, 1e-9, 2e-3, 1e-
 
 
 def structured(form: str, seed: int, scale: float = 1.0) -> StructuredProfile:
-    """A structured step model of `form` with coefficients drawn from `seed`: each term present with probability
-    0.8, up to twice its typical size (the roofline form's compute term binds on the larger steps)."""
+    """A structured step model of `form` with coefficients drawn from `seed`: the constant and each other term
+    present with probability 0.8, up to twice its typical size (the roofline form's compute term binds on the larger
+    steps). The constant keeps every step's price above 0, which an exact plan's costs must be (min-time refuses a
+    free step on both paths: test_min_time_refuses_step_estimates_that_cost_nothing_on_both_paths)."""
     rng = np.random.default_rng(seed)
-    c = STRUCTURED_SCALE * scale * rng.uniform(0.0, 2.0, len(ROOFLINE_TERMS)) * (rng.random(len(ROOFLINE_TERMS)) < 0.8)
+    size = rng.uniform(0.0, 2.0, len(ROOFLINE_TERMS))
+    present = rng.random(len(ROOFLINE_TERMS)) < 0.8
+    present[0] = True
+    c = STRUCTURED_SCALE * scale * size * present
     terms = ROOFLINE_TERMS if form == "roofline" else ROOFLINE_TERMS[:-1]
     return StructuredProfile(f"s{seed}", {t: float(v) for t, v in zip(terms, c)}, form)
 
@@ -308,7 +313,8 @@ def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None,
     oracle-combine (reference costs, greedy or min-steps), oracle-best-drafter (min-steps) and oracle-best-fixed (one
     drafter per request at k_max, or 2, by its replayed rounds and cost ratio) over 'g' and 'd'; or the greedy
     oracle, which weighs each drafter's oracle k by the step's time estimate and its own switching cost `switch`:
-    oracle-combine `honest` and oracle-best-drafter (greedy)."""
+    oracle-combine `honest` and oracle-best-drafter (greedy); or, with plan min-time, oracle-k, oracle-combine and
+    oracle-best-drafter following exact plans priced at each request's first decode step."""
     if name == "oracle-combine-honest":
         return {"name": "oracle-combine", "ngram": "g", "eagle": "d", "costs": "honest", "k_max": k_max,
                 "switch_cost_s": switch}
@@ -322,13 +328,14 @@ def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None,
         return {"name": name, "drafter": "g" if ngram and seed % 2 else "d", "plan": plan, "k_max": k_max}
     if name == "oracle-combine":
         return {"name": name, "ngram": "g", "eagle": "d", "costs": "reference", "plan": plan, "k_max": k_max}
-    return {"name": name, "drafters": ["g", "d"] if seed % 2 else ["d", "g"], "plan": "min-steps", "k_max": k_max}
+    return {"name": name, "drafters": ["g", "d"] if seed % 2 else ["d", "g"],
+            "plan": "min-steps" if plan == "greedy" else plan, "k_max": k_max}
 
 
-@settings(max_examples=90, deadline=None)
+@settings(max_examples=110, deadline=None)
 @given(policy=st.sampled_from(["oracle-k", "oracle-k", "oracle-combine", "oracle-best-drafter", "oracle-best-fixed",
                                "oracle-combine-honest", "oracle-best-drafter-greedy"]),
-       plan=st.sampled_from(["greedy", "min-steps"]), k_max=st.sampled_from([None, 1, 3, 6]),
+       plan=st.sampled_from(["greedy", "min-steps", "min-time"]), k_max=st.sampled_from([None, 1, 3, 6]),
        seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
        cost=st.sampled_from(sorted(COSTS)), rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
        budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
@@ -341,7 +348,8 @@ def test_oracles_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, r
     """The kernel reads an oracle's table of choices by position (Replay.choice_slot / choice_k, from its
     position_choices) where the step path asks its choose, over the same random configs; the greedy oracle's each
     drafter's oracle k by position (Replay.slot_k, from its oracle_ks), weighed by the same step-time estimates
-    (tokens_per_time, with its switching cost after a change of drafter)."""
+    (tokens_per_time, with its switching cost after a change of drafter); plan min-time's exact plans made from the
+    same estimates at each request's first decode (PolicyState.plan_*)."""
     ngram = ngram or policy != "oracle-k"  # the two-drafter oracles read 'g', which has n-gram match lengths
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     spec = oracle_spec(policy, ngram, seed, plan, k_max, switch)
@@ -463,7 +471,6 @@ def _fallback_cases():
         "combine-adaptive repeated ids": ({**gbase, "wl": gtwins, "policy": make_policy(
             {"name": "combine-adaptive", "ngram": "g", "eagle": "d"}, seed=0)}, "repeated request ids"),
         "greedy oracle subclass": ({**gbase, "policy": HONEST(subclass=True)}, "chooses per step"),
-        "oracle min-time plan": ({**gbase, "policy": HONEST("min-time")}, "chooses per step"),
         "combine-match one drafter twice": ({**gbase, "policy": make_policy(
             {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
         "adaptive-k repeated ids": ({**base, "wl": twins, "policy": ADAPTIVE()}, "repeated request ids"),
@@ -499,6 +506,81 @@ def test_k_by_batch_ranges_short_of_max_num_seqs_take_the_step_path_which_names_
     assert "ranges end at batch size 2, below max_num_seqs 8" in compiled_run.ineligible_reason(sim.server)
     with pytest.raises(ValueError, match="no range covers batch size 4"):  # the first batch past 2 decodes 4
         sim.simulate()
+
+
+def min_time_case(target=None, longer: bool = False) -> dict:
+    """oracle-combine (plan min-time) over 'g' and 'd' on 12 requests (`longer`: each one output token past its
+    trace)."""
+    traces = traces_with(6, 1, 0.6, True)
+    wl = workload(traces, 12, rate=100.0)
+    if longer:
+        wl.output_len = wl.output_len + 1
+    policy = make_policy({"name": "oracle-combine", "ngram": "g", "eagle": "d", "plan": "min-time"}, seed=0)
+    return dict(traces=traces, wl=wl, drafters=("d", "g"), policy=policy, target=target)
+
+
+def test_min_time_past_a_trace_takes_the_step_path_which_names_the_position():
+    """An exact plan covers its request's trace; a request longer than it has no action past it: the kernel leaves
+    the run to the step path, whose plan follower names the request and the position."""
+    sim = build(**min_time_case(longer=True))
+    assert "longer than their traces" in compiled_run.ineligible_reason(sim.server)
+    with pytest.raises(ValueError, match="past its trace's"):
+        sim.simulate()
+
+
+def test_min_time_refuses_step_estimates_that_cost_nothing_on_both_paths():
+    """A target that costs nothing prices plain decoding at 0, which the exact plan's cost model refuses
+    (StepCosts): the step path raises it at the first decode, and the kernel raises the same refusal, naming the
+    request."""
+    free = linear(0.0, 0.0, 0.0)
+    for compiled in (True, False):
+        compiled_run.COMPILED = compiled
+        try:
+            sim = build(**min_time_case(target=free))
+            assert (sim.server.compiled is not None) == compiled
+            with pytest.raises(ValueError, match="finite cost > 0" if not compiled else "request 'r0'"):
+                sim.simulate()
+        finally:
+            compiled_run.COMPILED = True
+
+
+def test_the_greedy_oracle_over_a_free_target_takes_the_first_free_option_on_both_paths():
+    """A target priced at nothing makes every option's rate unbounded (policies/base.tokens_per_time: inf, not a
+    division by zero): a tie, so plain decoding, the first option, wins on both paths, and the drafts cost the steps
+    their drafting only (never taken here: each step is plain)."""
+    traces = traces_with(6, 1, 0.6, True)
+    kw = dict(traces=traces, wl=workload(traces, 12, rate=100.0), drafters=("d", "g"), target=linear(0.0, 0.0, 0.0))
+    spec = {"name": "oracle-combine", "ngram": "g", "eagle": "d", "costs": "honest"}
+    fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
+    assert (fast.steps.proposed_tokens == 0).all()
+
+
+def test_min_time_stopped_midway_leaves_the_step_paths_plans():
+    """Stopped after a few finishes, the plans of the requests still running are in the policy's follower (as
+    PlanFollower.plan_of made them on the step path, from the same step's estimates) and nobody else's; over the
+    whole run the tables are equal."""
+    kw = min_time_case()
+    kw["wl"] = workload(kw["traces"], 30, rate=200.0, seed=4)
+    kw.update(max_num_seqs=6, cost=COSTS["fraction"])
+    del kw["policy"]
+    spec = {"name": "oracle-combine", "ngram": "g", "eagle": "d", "plan": "min-time", "k_max": 5}
+    pol = make_policy(spec, seed=0)
+    sim = stopped_midway(True, policy=pol, **kw)
+    st = sim.server.state
+    unfinished = {kw["wl"].request_ids[i] for i in range(len(kw["wl"])) if np.isnan(st.finish[i])}
+    slow, made = make_policy(spec, seed=0), {}
+    plan_of = slow.time_plan.plan_of
+    slow.time_plan.plan_of = lambda rid, request, view=None: made.setdefault(rid, plan_of(rid, request, view))
+    full = run_path(False, policy=slow, **kw)
+    held = pol.time_plan._plans
+    assert held and set(held) <= unfinished
+    for rid, plan in held.items():
+        want = made[rid]
+        for field in ("action_drafter", "action_k", "cost_to_go", "path"):
+            assert np.array_equal(getattr(plan, field), getattr(want, field)), (rid, field)
+    assert_same(run_path(True, policy=make_policy(spec, seed=0), **kw), full)
 
 
 def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
@@ -892,7 +974,8 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
         "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
         "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
         "policies/acceptance_estimate.py", "policies/ucb.py", "policies/epsilon_greedy.py", "policies/thompson.py",
-        "policies/exp3.py", "policies/combine.py", "simulator/costs/latency.py", "simulator/costs/roofline.py",
+        "policies/exp3.py", "policies/combine.py", "policies/exact_plan.py", "policies/base.py", "traces/acceptance.py",
+        "simulator/costs/latency.py", "simulator/costs/roofline.py",
         "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py", "traces/expected_tokens.py",
         "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + b"".join(
         p.read_bytes() for p in sorted((root / "simulator/engine/rules").glob("*.py"))))
