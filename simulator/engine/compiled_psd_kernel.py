@@ -1,5 +1,5 @@
-"""The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, step for step as
-simulator/engine/step_psd.py's PSDExecutor.
+"""The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, greedy or sampled
+verification, step for step as simulator/engine/step_psd.py's PSDExecutor.
 
 It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth,
 and under `scheduler: vllm-v1` the decode budget over the verify side and the engine-loop gap after a busy step:
@@ -18,7 +18,7 @@ from simulator.engine.compiled_kernel import (DONE, ERR_STALL, P_DRAFT, P_MIXED,
                                               _draft_time, _drafters_prefill_time, _finish_requests, _turn,
                                               _fit_proposals, _plan, _requeue, _row, _save_state, _target_time,
                                               _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
-                                              kv_growth, preempt_keep, preempt_suffix)
+                                              kv_growth, preempt_keep, preempt_suffix, sample_group)
 from simulator.engine.compiled_kernel import psd_step_time  # rules/psd_timing.psd_step_time, compiled
 from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.split_sides, compiled
 from simulator.engine.compiled_kernel import next_verify_side  # rules/psd_sides.next_verify_side, compiled
@@ -85,7 +85,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     next call (the state's `busy`). The records are
     simulator/engine/kernel_records.py's, as run_steps takes them, plus PSDSettings, the PSD_STATE record array
     `psd_state`, PSDCarry and PSDScratch (its working arrays beside Scratch's); of PolicyState it writes `usage`
-    only."""
+    only. Sampled verification draws for the verify side's kept drafts when verified (rules/sampled.sample_group); a
+    switching cost never applies to one drafter, whose requests' last drafter is written for it (Requests.last_slot)."""
     arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
     tab, rowof = replay.tab, replay.rowof
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
@@ -93,7 +94,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     side, pend, pend_k, pend_p, pend_a = carry.side, carry.pend, carry.pend_k, carry.pend_p, carry.pend_a
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
-    dsteps, dprop, dacc, preempted = req.dsteps, req.dprop, req.dacc, req.preempted
+    dsteps, dprop, dacc, preempted, last_slot = req.dsteps, req.dprop, req.dacc, req.preempted, req.last_slot
     rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
     cfg = settings[0]
@@ -234,6 +235,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             used += grow
             if used > peak:
                 peak = used
+            if cfg.sampled:  # Drafting.accept: the verify side's kept drafts against the generator's draws
+                sample_group(0, vslot, vp, va, V, nv, gen, first, last, replay.tv[0], replay.rng)
             pv_sum = 0
             av_sum = 0
             v_drafted = 0
@@ -295,6 +298,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             for j in range(nv):
                 if vslot[j] >= 0:
                     usage[0] += 1
+                    if cfg.switch_cost > 0.0:  # StepOutcome.apply: the drafter it drafted with (one: never a switch)
+                        last_slot[V[j]] = 0
                 else:
                     usage[1] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,

@@ -113,7 +113,7 @@ def ineligible_reason(server) -> str | None:
 
 def _psd_reason(server) -> str | None:
     """Why a PSD server stays on the step path, or None: the PSD kernel (compiled_psd_kernel) runs one drafter at a
-    fixed k, with a fresh state (no proposal pending)."""
+    fixed k, with a fresh state (no proposal pending), greedy or sampled verification."""
     policy = server.drafting.policy
     if type(policy) is not FixedPolicy:
         return f"PSD with policy {policy.name!r} (the PSD kernel runs the fixed policy only): step path"
@@ -121,10 +121,10 @@ def _psd_reason(server) -> str | None:
         return "PSD without exactly one drafter at k >= 1: step path"
     if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
         return "PSD resumed mid-run (proposals pending): step path"
-    if server.drafting.verification != "greedy":
-        return "PSD with sampled verification (the PSD kernel replays greedy acceptance): step path"
-    if server.pricing.switch_cost_s > 0:
-        return "PSD with a drafter switching cost (the PSD kernel does not track the last drafter): step path"
+    if server.pricing.switch_cost_s > 0 and not np.isin(
+            server.state.last_drafter, (NO_DRAFT, list(server.drafting.drafters).index(policy.drafters_used()[0]))).all():
+        return ("PSD with a drafter switching cost and requests that last drafted with another drafter (the PSD "
+                "kernel charges no switch: one drafter never switches): step path")
     return None
 
 

@@ -12,7 +12,7 @@ from policies.registry import make_policy
 from tests.simulator.engine.engine_fixtures import (PSDConfig, assert_same_run_tables, iid_traces,
                                                     tables_jit_on_and_off, tight_kv, traces_with, workload)
 from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build, drawn_case, profiles, run_path,
-                                                      scheduler_of, with_profiles)
+                                                      scheduler_of, with_profiles, with_tv)
 
 
 @settings(max_examples=80, deadline=None)
@@ -23,20 +23,26 @@ from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build,
        req_rate=st.floats(5.0, 500.0), m=st.integers(1, 8), block_size=st.sampled_from([1, 4, 16]),
        slack=st.integers(0, 3), overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([6, 1 << 16]),
        split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=profiles,
-       async_sched=st.booleans(), pressure=st.sampled_from([0, 0, 1, 3]))
+       async_sched=st.booleans(), pressure=st.sampled_from([0, 0, 1, 3]), sampled=st.booleans(),
+       switch=st.sampled_from([0.0, 0.0, 4e-4]))
 def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                        req_rate, m, block_size, slack, overhead, segment, split_min,
-                                                       sync_s, defer_kv, roof, async_sched, pressure):
+                                                       sync_s, defer_kv, roof, async_sched, pressure, sampled, switch):
     """Random PSD runs (`async_sched`: vLLM V1 with async scheduling, the engine-loop gap hidden by the step;
     `pressure`: KV for fewer than both sub-batches' largest requests, so the run may preempt: the newest running
-    requests back to the waiting queue's front, their proposals and sides dropped)."""
+    requests back to the waiting queue's front, their proposals and sides dropped; `sampled`: sampled verification,
+    each verified draft kept with probability 1 - tv by the server's generator; `switch`: a drafter switching cost,
+    which one drafter never pays)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
+    if sampled:
+        traces = with_tv(traces, seed)
     kw = dict(traces=traces, wl=wl, mode="psd", k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
               cost=COSTS[cost], kv_tokens=tight_kv(wl, k, block_size, 2 * m, slack, 0, pressure), max_num_seqs=m,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
               chunked_prefill=rules in ("chunked", "vllm-v1"), prefill="separate" if rules == "separate" else "mixed",
               psd=PSDConfig(split_min_batch=split_min, sync_s=sync_s, defer_kv=defer_kv),
-              **scheduler_of(rules, async_sched))
+              **scheduler_of(rules, async_sched), verification="sampled" if sampled else "greedy",
+              switch_cost_s=switch)
     kw = with_profiles(kw, roof, cost)
     fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
@@ -113,6 +119,43 @@ def test_psd_under_kv_pressure_preempts_on_the_compiled_path_as_on_the_step_path
     slow = run_path(False, **kw)
     assert_same(fast, slow)
     assert slow.requests.preemptions.sum() > 0
+
+def test_psd_with_sampled_verification_draws_as_the_step_path_does():
+    """Sampled verification under PSD: each verified side's kept drafts are checked against the server's generator
+    when verified (rules/sampled.sample_group), on the kernel as on the step path, so the tables are equal; and the
+    draws matter (greedy replay of the same traces accepts more)."""
+    traces, drafters, wl, budget = drawn_case(5, 40, 0.8, False, "burst", 100.0, "mixed", 4096)
+    kw = dict(traces=with_tv(traces, 5), wl=wl, mode="psd", k=4, drafter="d", drafters=drafters,
+              cost=COSTS[sorted(COSTS)[0]], max_num_seqs=4, max_num_batched_tokens=budget, psd=PSDConfig())
+    fast = run_path(True, verification="sampled", **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert_same(fast, run_path(False, verification="sampled", **kw))
+    greedy = run_path(True, verification="greedy", **kw)
+    assert fast.steps.accepted_tokens.sum() < greedy.steps.accepted_tokens.sum()
+
+
+def test_psd_with_a_switching_cost_keeps_the_last_drafter_as_the_step_path_does():
+    """One drafter never switches, so a switching cost charges nothing under PSD; each verified request's last
+    drafter is still written, as StepOutcome.apply writes it."""
+    traces, drafters, wl, budget = drawn_case(7, 30, 0.6, False, "poisson", 200.0, "mixed", 4096)
+    kw = dict(traces=traces, wl=wl, mode="psd", k=3, drafter="d", drafters=drafters, cost=COSTS[sorted(COSTS)[0]],
+              max_num_seqs=4, max_num_batched_tokens=budget, psd=PSDConfig(), switch_cost_s=1e-3)
+    ends = []
+    for compiled in (True, False):
+        from simulator.engine import compiled_run
+
+        compiled_run.COMPILED = compiled
+        try:
+            sim = build(**kw)
+            res = sim.simulate()
+        finally:
+            compiled_run.COMPILED = True
+        assert res.extras["engine_path"] == ("compiled" if compiled else "steps")
+        ends.append((res, sim.server.state.last_drafter.copy()))
+    assert_same(ends[0][0], ends[1][0])
+    assert np.array_equal(ends[0][1], ends[1][1]) and (ends[0][1] == 0).any()
+    assert_same(ends[0][0], run_path(True, **{**kw, "switch_cost_s": 0.0}))
+
 
 def _psd_fallbacks():
     traces = traces_with(6, 1, 0.6, False)

@@ -27,6 +27,7 @@ from simulator.scenario import SimInputs, make_cluster_scenario, simulation
 from simulator.server_config import RunSpec
 from tests.simulator.cluster.test_cluster import DRAFTERS
 from tests.simulator.cluster.test_cluster import server as cluster_server
+from tests.simulator.engine.test_compiled_run import with_tv
 from tests.simulator.engine.engine_fixtures import (assert_same_run_tables, iid_traces, tables_jit_on_and_off, tight_kv,
                                                  workload)
 
@@ -109,6 +110,8 @@ def check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, a
     wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=clients if closed else 0,
                   think=0.013 if arrivals == "closed_think" else 0.0, seed=seed)
     wl.categories = [f"c{i % 3}" for i in range(n)]
+    if server_kw.get("verification") == "sampled":  # each replica draws from its own generator (per-replica path)
+        traces = with_tv(traces, seed)
     sched = ({"chunked_prefill": True, "max_num_batched_tokens": 64} if prefill == "chunked"
              else {"prefill": prefill})
     if pressure:  # drafts and lookahead slots of the largest k any drawn policy asks for (4)
@@ -216,6 +219,18 @@ def test_a_stopped_compiled_cluster_leaves_each_replicas_min_time_plans(loop):
             for field in ("action_drafter", "action_k", "cost_to_go", "path"):
                 assert np.array_equal(getattr(plan, field), getattr(made[rid], field)), (rid, field)
     assert held
+
+
+@settings(max_examples=15, deadline=None)
+@given(mode=st.sampled_from(["sd", "psd", "psd"]), replicas=st.integers(1, 3), hetero=st.booleans(),
+       router=st.sampled_from(["round_robin", "least_kv"]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
+       seqs=st.integers(1, 6), prefill=st.sampled_from(["mixed", "separate", "chunked"]), n=st.integers(1, 40),
+       seed=st.integers(0, 1000), pressure=st.sampled_from([0, 0, 1, 3]))
+def test_replicas_that_verify_by_sampling_equal_the_step_path(mode, replicas, hetero, router, arrivals, seqs, prefill,
+                                                              n, seed, pressure):
+    """Sampled verification (each replica's own generator: the per-replica path), SD and PSD replicas."""
+    check_random_cluster(mode, "fixed", replicas, hetero, router, "trace", None, arrivals, 300.0, seqs, prefill, 16,
+                         0.0, n, 1 << 16, seed, pressure=pressure, verification="sampled")
 
 
 @settings(max_examples=25, deadline=None)

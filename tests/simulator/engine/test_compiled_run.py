@@ -476,7 +476,6 @@ def _fallback_cases():
         "adaptive-k repeated ids": ({**base, "wl": twins, "policy": ADAPTIVE()}, "repeated request ids"),
         "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
             "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
-        "psd switch cost": ({**base, "mode": "psd", "psd": PSDConfig(), "switch_cost_s": 0.001}, "switching cost"),
         "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
         "moe roofline that settles late": ({**base, "target": RooflineProfile(
             dataclasses.replace(get_model("qwen3-235b-a22b"), num_experts=200_000), get_gpu("h100-80gb"))},
