@@ -585,16 +585,13 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
         pre_attn = 0
         only_prefill = False
         if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True)
-            n_pre = _plan(lim, plan, waitq, 0, True, run, n_run, requeued, nq, admit, ptr, total_blocks - used, prompt,
-                          gen, prefill_left, prefill_done, blocks).count
+            n_pre, pre_tokens, pre_kv, pre_attn = _plan(lim, plan, waitq, 0, True, run, n_run, requeued, nq, admit, ptr,
+                                                        total_blocks - used, prompt, gen, prefill_left, prefill_done,
+                                                        blocks)  # the plan's chunks and their sums (PlanSums)
             n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used, peak,
                                                       prompt, gen, blocks, prefill_left, prefill_done, first_sched)
             only_prefill = n_pre > 0
         if only_prefill:  # step.plan_prefill_only / prefill_step
-            for j in range(n_pre):
-                pre_tokens += chunk[j]
-                pre_kv += prefill_done[pre[j]] + chunk[j]
-                pre_attn += chunk[j] * (prefill_done[pre[j]] + chunk[j])
             tokens = pre_tokens
             kv = pre_kv
             target_t = _target_time(target, 0, 0, 0, n_pre, pre_tokens, pre_kv, pre_attn)
@@ -802,8 +799,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             if not separate:  # Scheduler.prefills(prop_sum + n_dec, not preempted, now)
                 tokens_used = prop_sum + n_dec
                 if n_run > n_dec or (allow_new and (nq > 0 or admit < ptr) and n_run < max_seqs):
-                    n_pre = _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run, requeued, nq, admit, ptr,
-                                  total_blocks - used, prompt, gen, prefill_left, prefill_done, blocks).count
+                    n_pre, pre_tokens, pre_kv, pre_attn = _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run,
+                                                                requeued, nq, admit, ptr, total_blocks - used, prompt,
+                                                                gen, prefill_left, prefill_done, blocks)
                     n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used,
                                                               peak, prompt, gen, blocks, prefill_left, prefill_done,
                                                               first_sched)
@@ -811,10 +809,6 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             if nseq == 0:
                 code = ERR_STALL
                 break
-            for j in range(n_pre):  # Pricing.target_time
-                pre_tokens += chunk[j]
-                pre_kv += prefill_done[pre[j]] + chunk[j]
-                pre_attn += chunk[j] * (prefill_done[pre[j]] + chunk[j])
             tokens = prop_sum + n_dec + pre_tokens
             kv = kv_est + pre_kv
             verify_t = _target_time(target, n_dec, prop_sum, kv_est, n_pre, pre_tokens, pre_kv, pre_attn)

@@ -140,17 +140,14 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
         only_prefill = False
         if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
             n_old = n_run
-            n_pre = _plan(lim, plan, waitq, 0, True, run, n_run, requeued, nq, admit, ptr, total_blocks - used, prompt,
-                          gen, prefill_left, prefill_done, blocks).count
+            n_pre, pre_tokens, pre_kv, pre_attn = _plan(lim, plan, waitq, 0, True, run, n_run, requeued, nq, admit, ptr,
+                                                        total_blocks - used, prompt, gen, prefill_left, prefill_done,
+                                                        blocks)  # the plan's chunks and their sums (PlanSums)
             n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used, peak,
                                                       prompt, gen, blocks, prefill_left, prefill_done, first_sched)
             _assign_sides(side, run, n_old, n_run, vs)
             only_prefill = n_pre > 0
         if only_prefill:  # step.prefill_step, colocated=False: the drafters' pass on the draft device
-            for j in range(n_pre):
-                pre_tokens += chunk[j]
-                pre_kv += prefill_done[pre[j]] + chunk[j]
-                pre_attn += chunk[j] * (prefill_done[pre[j]] + chunk[j])
             target_t = _target_time(target, 0, 0, 0, n_pre, pre_tokens, pre_kv, pre_attn)
             dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
             target_end = target_t + overhead
@@ -252,8 +249,9 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 tokens_used = pv_sum + nv
                 n_run0 = n_run
                 if n_run0 > n_dec or (allow_new and (nq > 0 or admit < ptr) and n_run < max_seqs):
-                    n_pre = _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run, requeued, nq, admit, ptr,
-                                  total_blocks - used, prompt, gen, prefill_left, prefill_done, blocks).count
+                    n_pre, pre_tokens, pre_kv, pre_attn = _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run,
+                                                                requeued, nq, admit, ptr, total_blocks - used, prompt,
+                                                                gen, prefill_left, prefill_done, blocks)
                     n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used,
                                                               peak, prompt, gen, blocks, prefill_left, prefill_done,
                                                               first_sched)
@@ -265,10 +263,6 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             kv_v = 0
             for j in range(nv):
                 kv_v += prompt[V[j]] + gen[V[j]]
-            for j in range(n_pre):  # Pricing.target_time
-                pre_tokens += chunk[j]
-                pre_kv += prefill_done[pre[j]] + chunk[j]
-                pre_attn += chunk[j] * (prefill_done[pre[j]] + chunk[j])
             tokens = pv_sum + nv + pre_tokens
             kv = kv_v + pre_kv
             verify_t = 0.0  # Pricing.target_time: nothing for the target to run costs nothing
