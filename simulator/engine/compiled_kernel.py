@@ -143,12 +143,14 @@ POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its t
 POL_BATCH = 5  # k by the step's count of decoding requests (k-by-batch, slot 0): Replay.batch_k
 POL_RATE = 6  # combine-adaptive: per request, n-gram or EAGLE by expected tokens per estimated second
 POL_GREEDY_ORACLE = 7  # oracle-best-drafter / oracle-combine `honest`, greedy: each drafter at its oracle k
-POL_PLAN = 8  # an oracle's plan min-time: each request's exact plan, made at its first decode (PolicyState.plan_*)
 # (Replay.slot_k) by tokens per estimated second, plus the oracle's switching cost
+POL_PLAN = 8  # an oracle's plan min-time: each request's exact plan, made at its first decode (PolicyState.plan_*)
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
-# above every mask of compiled_run.MAX_SLOTS (8) slots
+# above every mask of compiled_run.MAX_SLOTS (8) slots; DRF_PROPOSER: vLLM V1's proposer ran (Settings.proposer_slot)
+# though no request drafted with it, named after the slots that did (Pricing's order: draft groups, then proposers)
 DRF_PASS = 1 << 8
+DRF_PROPOSER = 1 << 9
 
 
 @njit(cache=True)
@@ -295,11 +297,12 @@ def _requeue(run, keep, n_run, requeued, nq):
 @njit(cache=True)
 def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr,
                 prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
-                overhead, pf_order):
+                overhead, pf_order, pcost, pprofile, has_proposer):
     """Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...)'s estimate(drafter, k) for k = k_lo..k_hi into
     times[k]: the target's price of a step in which all `n` decoding sequences verify k drafts of the drafter (cost,
     profile), with the prompt chunks _plan would add after their tokens (the queue window copied once, not per k),
-    then the step-estimate rule with the prompt passes (pass_costs, pass_profiles, pf_order). Adaptive-k asks
+    then the step-estimate rule with the prompt passes (pass_costs, pass_profiles, pf_order) and, `has_proposer`,
+    vLLM V1's proposer (pcost, pprofile) over the step's tokens and its sampling sequences. Adaptive-k asks
     k = 0..k_max of slot 0, whose one record is its only prompt pass (not the padded tuples, which a call would copy
     and reference-count); combine-adaptive one k at a time."""
     preview = separate == 0 and (n_run > n or nq > 0 or admit < ptr)  # no prompt left, nobody waiting: nothing
@@ -313,8 +316,17 @@ def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_ru
             n_pre, pt, pkv, pattn = _plan_prefills(lim, run, n_run, waitq, m, n_run, decoding, free, prompt, gen,
                                                    prefill_left, prefill_done, blocks, plan)
         verify = _target_time(target, n, decoding - n, kv, n_pre, pt, pkv, pattn)
-        times[k] = _step_estimate(verify, cost, profile, pass_costs, pass_profiles, pf_order, overhead, 0.0, False,
-                                  n, kv, k, n_pre, pt, pkv)
+        proposer = 0.0
+        if has_proposer:  # Pricing.engine_step_draft_time over the decodes and the chunks that end their prompt
+            ending = 0
+            for j in range(n_pre):
+                if plan.last[j]:
+                    ending += 1
+            t = _engine_step_time(pcost, pprofile, n + ending, decoding + pt, kv + pkv)
+            if t > 0:
+                proposer = t
+        times[k] = _step_estimate(verify, cost, profile, pass_costs, pass_profiles, pf_order, overhead, proposer,
+                                  False, n, kv, k, n_pre, pt, pkv)
 
 
 register_jitable(sampled_acceptance.tv_window_rows)
@@ -544,8 +556,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
     lookahead, async_sched, sampled, bd, tree = cfg.lookahead, cfg.async_sched, cfg.sampled, cfg.bd, cfg.tree
-    # vLLM V1's proposer priced per engine step (an `engine_step` cost): slot 0, the run's one drafter (eligibility)
-    proposer = sd and nslot > 0 and drafts[0].kind == pricing.DRAFT_ENGINE_STEP
+    # vLLM V1's proposer priced per engine step (an `engine_step` cost): its slot, or -1 (the run has none)
+    ps = cfg.proposer_slot
+    pcost, pprofile, has_p = drafts[ps], dprofiles[ps], ps >= 0  # (the last padding slot when there is none)
     st = state[0]
     busy = st.busy
     forward = st.forward
@@ -634,7 +647,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 if n_dec > 0:
                     _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                 n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order)
+                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order,
+                                pcost, pprofile, has_p)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
                     top = k_max
@@ -649,7 +663,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 if n_dec > 0:  # the step's estimates, each priced once (times[k]: the n-gram at k; -1: not yet)
                     _step_times(times, k_eagle, k_eagle, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                 n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead, pf_order)
+                                target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead, pf_order, pcost,
+                                pprofile, has_p)
                     t_eagle = times[k_eagle]
                     times[:] = -1.0
                 for j in range(n_dec):
@@ -662,7 +677,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             _step_times(times, kn, kn, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                         n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left,
                                         prefill_done, target, drafts[ngram_slot], dprofiles[ngram_slot], drafts,
-                                        dprofiles, overhead, pf_order)
+                                        dprofiles, overhead, pf_order, pcost, pprofile, has_p)
                         t_ngram = times[kn]
                     x = 2 * dec[j]
                     use_ngram, kk[j] = _combine_adaptive(
@@ -675,7 +690,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     slot_times[:nslot] = -1.0
                     _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                 n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order)
+                                target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order, pcost, pprofile,
+                                has_p)
                     t_plain = slot_times[0, 0]
                 for j in range(n_dec):
                     i = dec[j]
@@ -690,7 +706,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             _step_times(slot_times[g], kg, kg, n_dec, kv_est, separate, lim, plan, waitq,
                                         total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
                                         prefill_left, prefill_done, target, drafts[g], dprofiles[g], drafts, dprofiles,
-                                        overhead, pf_order)
+                                        overhead, pf_order, pcost, pprofile, has_p)
                         switch = 0.0
                         if chosen[i] >= 0 and chosen[i] != g:
                             switch = oracle_switch
@@ -710,14 +726,14 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq,
                                         total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
                                         prefill_left, prefill_done, target, drafts[0], dprofiles[0], drafts,
-                                        dprofiles, overhead, pf_order)
+                                        dprofiles, overhead, pf_order, pcost, pprofile, has_p)
                             t_plain = slot_times[0, 0]
                             for a in range(arms):
                                 g = arm_slot[a]
                                 _step_times(slot_times[g], 1, k_max, n_dec, kv_est, separate, lim, plan, waitq,
                                             total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen,
                                             blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g],
-                                            drafts, dprofiles, overhead, pf_order)
+                                            drafts, dprofiles, overhead, pf_order, pcost, pprofile, has_p)
                                 price[a, 1:] = slot_times[g, 1:]
                                 _cost_ceiling(price[a], k_max)  # every request's prefix of it is its own ceiling
                         code = _make_plan(i, first[i], last[i] - first[i] + 1, arms, t_plain, price, slot_k,
@@ -829,12 +845,13 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     n_act += n_g
                 if n_g > 0 and switch_cost > 0.0 and group_switches(g, slot, prop, dec, n_dec, last_slot):
                     draft_t += switch_cost
-            if proposer:  # Pricing.engine_step_draft_time: once over the step's tokens when any request samples
-                t_es = _engine_step_time(drafts[0], dprofiles[0], _sampling_seqs(n_dec, pre, chunk, n_pre, prefill_left),
-                                         tokens, kv)
+            if ps >= 0:  # Pricing.engine_step_draft_time: once over the step's tokens when any request samples
+                t_es = _engine_step_time(drafts[ps], dprofiles[ps], _sampling_seqs(n_dec, pre, chunk, n_pre,
+                                                                                   prefill_left), tokens, kv)
                 if t_es > 0:
                     draft_t += t_es
-                    drf |= 1
+                    if not drf >> ps & 1:
+                        drf |= DRF_PROPOSER
             dpt = 0.0  # Pricing.drafter_prefill_time
             if nslot > 0 and n_pre > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)

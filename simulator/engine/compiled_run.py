@@ -128,19 +128,22 @@ def _psd_reason(server) -> str | None:
     return None
 
 
-def _proposer_reason(server, policy) -> str | None:
-    """Why `engine_step` draft costs (vLLM V1's proposer, charged every SD step for each such drafter of the
-    server: Pricing.engine_step_draft_time) keep `server` off the kernel, or None: the kernel charges one, the fixed
-    policy's only drafter (slot 0)."""
+def proposers(server) -> list[str]:
+    """The server's drafters with an `engine_step` cost (vLLM V1's proposer): the step path charges each every SD
+    step (Pricing.engine_step_draft_time) and adds it to every step estimate."""
     if server.mode != "sd":
-        return None
+        return []
     costs = server.pricing.draft_costs
-    proposers = [d for d in server.pricing.drafters if d in costs and costs[d].kind == "engine_step"]
-    if not proposers:
-        return None
-    if type(policy) is not FixedPolicy or policy.drafters_used() != (proposers[0],) or len(proposers) > 1:
-        return (f"engine_step draft costs ({', '.join(proposers)}: vLLM V1's proposer) with a policy other than "
-                "the fixed one drafting with that one proposer")
+    return [d for d in server.pricing.drafters if d in costs and costs[d].kind == "engine_step"]
+
+
+def _proposer_reason(server, policy) -> str | None:
+    """Why `engine_step` draft costs keep `server` off the kernel, or None: the kernel charges one, a drafter of the
+    policy (Settings.proposer_slot)."""
+    found = proposers(server)
+    if len(found) > 1 or (found and found[0] not in policy.drafters_used()):
+        return (f"engine_step draft costs ({', '.join(found)}: vLLM V1's proposer) other than one drafter the policy "
+                "drafts with")
     return None
 
 
@@ -337,7 +340,7 @@ class CompiledRun:
                  budget=cfg.max_num_batched_tokens, chunked=cfg.chunked_prefill, separate=cfg.prefill == "separate",
                  block_size=server.sched.pool.block_size, total_blocks=server.sched.pool.total_blocks, closed=False,
                  shared=False, has_cap=False, min_match=0, k_ngram=0, k_eagle=0, ngram_slot=0, arms=0,
-                 decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
+                 proposer_slot=next((self.slots.index(d) for d in proposers(server)), -1), decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
                  async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead,
                  switch_cost=server.pricing.switch_cost_s, oracle_switch=0.0, think=0.0,
                  prior=0.0, prior_eagle=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
@@ -820,10 +823,13 @@ class CompiledRun:
 
         S = len(rows.step)
         phases = np.array(PHASES, dtype=object)
-        # compiled_kernel's drafters codes: a bit per slot that drafted; DRF_PASS the prompt pass's drafters
-        names = [""] * (ker.DRF_PASS + 1)
-        for code in range(1, 1 << len(self.slots)):
+        # compiled_kernel's drafters codes: a bit per slot that drafted; DRF_PASS the prompt pass's drafters;
+        # DRF_PROPOSER the proposer after them
+        names = [""] * (ker.DRF_PROPOSER + (1 << len(self.slots)))
+        proposer = self.slots[self.settings.proposer_slot] if self.settings.proposer_slot >= 0 else ""
+        for code in range(1 << len(self.slots)):
             names[code] = "+".join(d for g, d in enumerate(self.slots) if code >> g & 1)
+            names[ker.DRF_PROPOSER + code] = "+".join(filter(None, (names[code], proposer)))
         names[ker.DRF_PASS] = self.pass_names
         names = np.array(names, dtype=object)
         # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)

@@ -93,6 +93,7 @@ class Settings(NamedTuple):
     k_ngram: int
     k_eagle: int
     ngram_slot: int  # combine-match's n-gram drafter slot
+    proposer_slot: int  # the slot of the run's `engine_step` drafter (vLLM V1's proposer, priced per step), or -1
     arms: int  # a bandit's arms; the greedy oracle's drafters (PolicyState.arm_slot: their slots in its order)
     bandit: int  # POL_BANDIT's rule: B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON or B_EXP3 (above)
     decode_budget: int  # the tokens decodes may take from the step budget (rules/decode_budget.decode_side_budget)

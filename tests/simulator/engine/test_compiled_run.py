@@ -267,11 +267,12 @@ BANDITS = ("ucb", "metasd-ucb", "discounted-ucb", "sliding-window-ucb", "epsilon
        k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
        k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans(),
-       sampled=st.booleans(), switch=st.sampled_from([0.0, 0.0, 7e-4]), pressure=st.sampled_from([0, 0, 1, 3]))
+       sampled=st.booleans(), switch=st.sampled_from([0.0, 0.0, 7e-4]), pressure=st.sampled_from([0, 0, 1, 3]),
+       proposer=st.booleans())
 def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
-        sampled, switch, pressure):
+        sampled, switch, pressure, proposer):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
     per step), combine-adaptive (two estimates per request, n-gram k capped by the match length or, without match
     lengths, not) and every bandit over drafters (UCB, MetaSD-UCB, discounted and sliding-window UCB, epsilon-greedy,
@@ -279,7 +280,8 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     over the same random configs: every rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
     each bandit's choice and update and its generator's draws in batch order, feedback order, per-group draft cost)
     is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter;
-    `pressure` KV makes the run preempt (the learning state of a preempted request carries on)."""
+    `pressure` KV makes the run preempt (the learning state of a preempted request carries on); `proposer`: 'd' is
+    priced as vLLM V1's proposer, once per engine step and in every step estimate (where the policy drafts with it)."""
     ngram = ngram or policy.startswith("combine")  # they draft with the n-gram 'g'; combine-match reads its lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     if policy == "combine-adaptive" and seed % 3 == 0:  # 'g' keeps its acceptance but loses its match lengths
@@ -305,6 +307,8 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"},
               verification="sampled" if sampled else "greedy", switch_cost_s=switch)
     kw = with_profiles(kw, roof, cost)
+    if proposer and uses_d:
+        kw["proposer"] = DraftCost("engine_step", profile=kw["cost"].profile or linear(1e-8, 5e-6, 2e-4))
     assert_policy_paths_agree(spec, segment, kw)
 
 
@@ -341,10 +345,10 @@ def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None,
        budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
        req_rate=st.floats(5.0, 500.0), max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]),
        slack=st.integers(0, 3), segment=st.sampled_from([4, 1 << 16]), roof=profiles,
-       pressure=st.sampled_from([0, 0, 2]), switch=st.sampled_from([0.0, 0.0, 4e-4]))
+       pressure=st.sampled_from([0, 0, 2]), switch=st.sampled_from([0.0, 0.0, 4e-4]), proposer=st.booleans())
 def test_oracles_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, rate, ngram, cost, rules, budget,
                                                  arrivals, req_rate, max_num_seqs, block_size, slack, segment, roof,
-                                                 pressure, switch):
+                                                 pressure, switch, proposer):
     """The kernel reads an oracle's table of choices by position (Replay.choice_slot / choice_k, from its
     position_choices) where the step path asks its choose, over the same random configs; the greedy oracle's each
     drafter's oracle k by position (Replay.slot_k, from its oracle_ks), weighed by the same step-time estimates
@@ -362,6 +366,8 @@ def test_oracles_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, r
               block_size=block_size, max_num_batched_tokens=budget, chunked_prefill=rules in ("chunked", "vllm-v1"),
               prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules))
     kw = with_profiles(kw, roof, cost)
+    if proposer and "d" in make_policy(spec, seed=0).drafters_used():  # 'd' priced as vLLM V1's proposer
+        kw["proposer"] = DraftCost("engine_step", profile=kw["cost"].profile or linear(1e-8, 5e-6, 2e-4))
     assert_policy_paths_agree(spec, segment, kw)
 
 
@@ -482,9 +488,8 @@ def _fallback_cases():
             "settle only past"),
         "draft profile kind": ({**base, "cost": DraftCost("whole_proposal", profile=Scaled("s", {"const": 1e-3}))},
                                "draft cost profile kind"),
-        "engine_step beside adaptive-k": ({**base, "policy": ADAPTIVE(), "cost": DraftCost("engine_step",
-                                                                                         profile=linear())},
-                                          "engine_step"),
+        "two engine_step proposers": ({**gbase, "policy": FixedPolicy("d", 3), "cost": DraftCost(
+            "engine_step", profile=linear())}, "engine_step draft costs (d, g"),
     }
 
 
