@@ -75,7 +75,7 @@ class Settings(NamedTuple):
     """The run's fixed settings (server, scheduler, policy), one typed scalar per field; the kernels take them as a
     one-record SETTINGS array (settings_record)."""
     sd: bool  # mode sd (a decode step's rows are verify rows)
-    policy: int  # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _BANDIT, _TABLE, _BATCH, _RATE or _GREEDY_ORACLE
+    policy: int  # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _BANDIT, _TABLE, _BATCH, _RATE, _GREEDY_ORACLE or _PLAN
     k: int  # the fixed policy's and a bandit's k
     nslot: int  # drafter slots (0: plain decoding)
     k_max: int  # the largest k a step estimate asks for (Scratch.times): adaptive-k's k_max, combine-adaptive's k,
