@@ -297,12 +297,13 @@ def _requeue(run, keep, n_run, requeued, nq):
 @njit(cache=True)
 def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr,
                 prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
-                overhead, pf_order, pcost, pprofile, has_proposer):
+                overhead, pf_order, ps):
     """Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...)'s estimate(drafter, k) for k = k_lo..k_hi into
     times[k]: the target's price of a step in which all `n` decoding sequences verify k drafts of the drafter (cost,
     profile), with the prompt chunks _plan would add after their tokens (the queue window copied once, not per k),
-    then the step-estimate rule with the prompt passes (pass_costs, pass_profiles, pf_order) and, `has_proposer`,
-    vLLM V1's proposer (pcost, pprofile) over the step's tokens and its sampling sequences. Adaptive-k asks
+    then the step-estimate rule with the prompt passes (pass_costs, pass_profiles, pf_order) and vLLM V1's proposer
+    over the step's tokens and its sampling sequences: slot `ps` of those records (-1: none; the slots' records, or
+    adaptive-k's one, whose only slot 0 a proposer must be: compiled_run._proposer_reason). Adaptive-k asks
     k = 0..k_max of slot 0, whose one record is its only prompt pass (not the padded tuples, which a call would copy
     and reference-count); combine-adaptive one k at a time."""
     preview = separate == 0 and (n_run > n or nq > 0 or admit < ptr)  # no prompt left, nobody waiting: nothing
@@ -317,12 +318,12 @@ def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_ru
                                                    prefill_left, prefill_done, blocks, plan)
         verify = _target_time(target, n, decoding - n, kv, n_pre, pt, pkv, pattn)
         proposer = 0.0
-        if has_proposer:  # Pricing.engine_step_draft_time over the decodes and the chunks that end their prompt
+        if ps >= 0:  # Pricing.engine_step_draft_time over the decodes and the chunks that end their prompt
             ending = 0
             for j in range(n_pre):
                 if plan.last[j]:
                     ending += 1
-            t = _engine_step_time(pcost, pprofile, n + ending, decoding + pt, kv + pkv)
+            t = _engine_step_time(pass_costs[ps], pass_profiles[ps], n + ending, decoding + pt, kv + pkv)
             if t > 0:
                 proposer = t
         times[k] = _step_estimate(verify, cost, profile, pass_costs, pass_profiles, pf_order, overhead, proposer,
@@ -558,7 +559,6 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     lookahead, async_sched, sampled, bd, tree = cfg.lookahead, cfg.async_sched, cfg.sampled, cfg.bd, cfg.tree
     # vLLM V1's proposer priced per engine step (an `engine_step` cost): its slot, or -1 (the run has none)
     ps = cfg.proposer_slot
-    pcost, pprofile, has_p = drafts[ps], dprofiles[ps], ps >= 0  # (the last padding slot when there is none)
     st = state[0]
     busy = st.busy
     forward = st.forward
@@ -647,8 +647,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 if n_dec > 0:
                     _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                 n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order,
-                                pcost, pprofile, has_p)
+                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, ps)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
                     top = k_max
@@ -663,8 +662,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 if n_dec > 0:  # the step's estimates, each priced once (times[k]: the n-gram at k; -1: not yet)
                     _step_times(times, k_eagle, k_eagle, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                 n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead, pf_order, pcost,
-                                pprofile, has_p)
+                                target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead, pf_order, ps)
                     t_eagle = times[k_eagle]
                     times[:] = -1.0
                 for j in range(n_dec):
@@ -677,7 +675,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             _step_times(times, kn, kn, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                         n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left,
                                         prefill_done, target, drafts[ngram_slot], dprofiles[ngram_slot], drafts,
-                                        dprofiles, overhead, pf_order, pcost, pprofile, has_p)
+                                        dprofiles, overhead, pf_order, ps)
                         t_ngram = times[kn]
                     x = 2 * dec[j]
                     use_ngram, kk[j] = _combine_adaptive(
@@ -690,8 +688,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     slot_times[:nslot] = -1.0
                     _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                 n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order, pcost, pprofile,
-                                has_p)
+                                target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order, ps)
                     t_plain = slot_times[0, 0]
                 for j in range(n_dec):
                     i = dec[j]
@@ -706,7 +703,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             _step_times(slot_times[g], kg, kg, n_dec, kv_est, separate, lim, plan, waitq,
                                         total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
                                         prefill_left, prefill_done, target, drafts[g], dprofiles[g], drafts, dprofiles,
-                                        overhead, pf_order, pcost, pprofile, has_p)
+                                        overhead, pf_order, ps)
                         switch = 0.0
                         if chosen[i] >= 0 and chosen[i] != g:
                             switch = oracle_switch
@@ -726,14 +723,14 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq,
                                         total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
                                         prefill_left, prefill_done, target, drafts[0], dprofiles[0], drafts,
-                                        dprofiles, overhead, pf_order, pcost, pprofile, has_p)
+                                        dprofiles, overhead, pf_order, ps)
                             t_plain = slot_times[0, 0]
                             for a in range(arms):
                                 g = arm_slot[a]
                                 _step_times(slot_times[g], 1, k_max, n_dec, kv_est, separate, lim, plan, waitq,
                                             total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen,
                                             blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g],
-                                            drafts, dprofiles, overhead, pf_order, pcost, pprofile, has_p)
+                                            drafts, dprofiles, overhead, pf_order, ps)
                                 price[a, 1:] = slot_times[g, 1:]
                                 _cost_ceiling(price[a], k_max)  # every request's prefix of it is its own ceiling
                         code = _make_plan(i, first[i], last[i] - first[i] + 1, arms, t_plain, price, slot_k,
