@@ -16,7 +16,7 @@ import numpy as np
 from policies.base import Choice, RequestView, tokens_per_time
 from oracle.exact import PLANS, PlanFollower
 from oracle.ground_truth import GroundTruthPolicy
-from traces.acceptance import reachable_drafts
+from traces.acceptance import reachable_drafts, trace_position
 
 
 class OracleBestDrafterPolicy(GroundTruthPolicy):
@@ -116,13 +116,13 @@ class OracleBestDrafterPolicy(GroundTruthPolicy):
                         dtype=np.int64).reshape(len(traces), n)
 
     def candidates(self, view: RequestView) -> list[tuple[str, int]]:
-        """(drafter, oracle k) for every drafter at this position (oracle_ks, made once per request)."""
+        """(drafter, oracle k) for every drafter at this position (past the trace: its last,
+        traces.acceptance.trace_position; oracle_ks, made once per request)."""
         ks = self._reach.get(view.request_id)
         if ks is None:
             ks = self._reach[view.request_id] = self.oracle_ks(view.request_id)
-        if not 0 <= view.position < ks.shape[1]:
-            raise IndexError(f"position {view.position} is outside the trace (length {ks.shape[1]})")
-        return [(d, int(ks[i, view.position])) for i, d in enumerate(self.drafters)]
+        p = trace_position(view.position, ks.shape[1])
+        return [(d, int(ks[i, p])) for i, d in enumerate(self.drafters)]
 
     def pick(self, view: RequestView, options: list[tuple[str, int]]) -> tuple[str | None, int]:
         """The option with the most tokens per unit time (tokens_per_time; the first on a tie, plain decoding

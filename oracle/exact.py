@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from policies.exact_plan import PLAIN, cost_ceiling, drafted_costs_ok, least_cost_actions, positive_cost
-from traces.acceptance import FIRST_DRAFT_POSITION, reachable_drafts
+from traces.acceptance import FIRST_DRAFT_POSITION, reachable_drafts, trace_position
 from traces.bundle import DrafterTrace, RequestTrace
 
 
@@ -225,9 +225,6 @@ class PlanFollower:
         return plan
 
     def choice(self, request: RequestTrace, view) -> tuple[str | None, int]:
-        plan, p = self.plan_of(view.request_id, request, view), int(view.position)
-        if not 0 <= p < plan.action_drafter.shape[0]:
-            raise ValueError(f"{self.where}: request {view.request_id!r} is at output position {p}, past its trace's "
-                             f"{plan.action_drafter.shape[0]} positions; an exact plan covers the trace only (give "
-                             "the request its trace's output length)")
-        return plan.choice(p)
+        """The plan's action at the view's position (past the trace: its last, traces.acceptance.trace_position)."""
+        plan = self.plan_of(view.request_id, request, view)
+        return plan.choice(trace_position(view.position, plan.action_drafter.shape[0]))

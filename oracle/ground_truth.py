@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from policies.base import Choice, Policy
-from traces.acceptance import reachable_drafts
+from traces.acceptance import reachable_drafts, trace_position
 from traces.bundle import DrafterTrace, RequestTrace
 
 
@@ -32,11 +32,13 @@ class GroundTruthPolicy(Policy):
         raise NotImplementedError(f"oracle {self.name!r} chooses by more than the position")
 
     def tabulated(self, view) -> Choice:
-        """The choice at the view's position from the request's position_choices (made once per request)."""
+        """The choice at the view's position (past the trace: its last, traces.acceptance.trace_position) from the
+        request's position_choices (made once per request)."""
         table = self._tables.get(view.request_id)
         if table is None:
             table = self._tables[view.request_id] = self.position_choices(view.request_id)
-        d, k = int(table[0][view.position]), int(table[1][view.position])
+        p = trace_position(view.position, len(table[0]))
+        d, k = int(table[0][p]), int(table[1][p])
         return Choice(None, 0) if d < 0 else Choice(self.drafters_used()[d], k)
 
     def finish_request(self, request_id: str) -> None:

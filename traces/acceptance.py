@@ -21,6 +21,12 @@ import numpy as np
 FIRST_DRAFT_POSITION = 1  # the prefill emitted output token 0; decoding starts at position 1
 
 
+def trace_position(position: int, n: int) -> int:
+    """The position of a trace of n positions that output position `position` reads: past the trace's end, its last
+    one, as the replay reads it (simulator/engine/drafting.Drafting.flat_index) and the compiled engine too."""
+    return min(int(position), n - 1)
+
+
 def _out(x):
     return int(x) if np.ndim(x) == 0 else x
 

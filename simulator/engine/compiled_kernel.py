@@ -737,10 +737,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                                           plan_row, plan_free, plan_d, plan_k, plan_value)
                         if code != 0:
                             break
-                    row = plan_row[i]
-                    a = plan_d[row, gen[i]]
+                    row, p = plan_row[i], flat[j] - first[i]  # the position the replay reads (trace_position)
+                    a = plan_d[row, p]
                     slot[j] = arm_slot[a] if a >= 0 else -1
-                    kk[j] = plan_k[row, gen[i]]
+                    kk[j] = plan_k[row, p]
                 if code != 0:
                     break
                 code = DONE

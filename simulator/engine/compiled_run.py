@@ -192,9 +192,6 @@ def _policy_reason(server, policy) -> str | None:
                 return why
     if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
         return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
-    if time_plan(policy) is not None and (server.wl.output_len > server.drafting.last_flat
-                                          - server.drafting.first_flat + 1).any():
-        return "plan 'min-time' with requests longer than their traces (the step path names the position)"
     if isinstance(policy, CombineAdaptivePolicy) or (isinstance(policy, (AdaptiveKPolicy, BanditPolicy))
                                                      and policy.scope == "request") or greedy_oracle(policy) \
             or time_plan(policy) is not None:

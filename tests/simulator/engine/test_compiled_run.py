@@ -523,13 +523,25 @@ def min_time_case(target=None, longer: bool = False) -> dict:
     return dict(traces=traces, wl=wl, drafters=("d", "g"), policy=policy, target=target)
 
 
-def test_min_time_past_a_trace_takes_the_step_path_which_names_the_position():
-    """An exact plan covers its request's trace; a request longer than it has no action past it: the kernel leaves
-    the run to the step path, whose plan follower names the request and the position."""
-    sim = build(**min_time_case(longer=True))
-    assert "longer than their traces" in compiled_run.ineligible_reason(sim.server)
-    with pytest.raises(ValueError, match="past its trace's"):
-        sim.simulate()
+@pytest.mark.parametrize("spec", [{"name": "oracle-k", "drafter": "d"},
+                                  {"name": "oracle-combine", "ngram": "g", "eagle": "d", "costs": "honest"},
+                                  {"name": "oracle-combine", "ngram": "g", "eagle": "d", "plan": "min-time"}])
+def test_oracles_past_their_traces_read_the_last_position_on_both_paths(spec):
+    """A request 5 tokens longer than its trace: past the trace an oracle reads the trace's last position, as the
+    replay does (traces.acceptance.trace_position), where nothing more will be accepted, so it drafts nothing there;
+    both paths the same. An oracle by position (oracle-k) then proposes, request by request, exactly what it proposes
+    when each request stops at its trace's end."""
+    kw = min_time_case(longer=True)
+    del kw["policy"]
+    fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
+    assert (fast.requests.output_len == kw["wl"].output_len).all()
+    if spec["name"] == "oracle-k":
+        kw["wl"] = min_time_case()["wl"]
+        exact = run_path(True, policy=make_policy(spec, seed=0), **kw)
+        assert fast.requests.proposed_tokens.tolist() == exact.requests.proposed_tokens.tolist()
+        assert fast.requests.proposed_tokens.sum() > 0
 
 
 def test_min_time_refuses_step_estimates_that_cost_nothing_on_both_paths():
