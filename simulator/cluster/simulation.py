@@ -116,8 +116,8 @@ class Replica:
         need = 0
         if self.server.compiled is not None:  # its requests not admitted yet, as the kernel holds them
             need += int(self._prompt_blocks[self.server.compiled.waiting()].sum())
-        elif st.waiting:
-            need += int(self._prompt_blocks[np.fromiter(st.waiting, dtype=np.int64, count=len(st.waiting))].sum())
+        elif st.n_waiting:
+            need += int(self._prompt_blocks[st.waiting_array()].sum())
         if q:
             need += int(self._prompt_blocks[np.fromiter(q, dtype=np.int64, count=len(q))].sum())
         return kv_load_fraction(pool.used, need, pool.total_blocks)

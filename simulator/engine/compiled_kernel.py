@@ -91,7 +91,8 @@ from simulator.engine.rules import decode_budget as budget_rules  # noqa: E402
 from simulator.engine.rules.kv import decode_hold  # noqa: E402
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap  # noqa: E402
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
-                                                 take_prefill_plan)
+                                                 take_prefill_plan as take_prefill_plan_rule)
+from simulator.engine.rules import queue as queue_rules  # noqa: E402
 from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON,  # noqa: E402
                                              B_UCB)
 from simulator.engine.rules import tree as tree_rules  # noqa: E402
@@ -112,8 +113,17 @@ kv_growth = njit(cache=True)(kv_rules.kv_growth)
 add_blocks = njit(cache=True)(kv_rules.add_blocks)
 preempt_keep = njit(cache=True)(kv_rules.preempt_keep)  # how many running requests keep running (both paths)
 preempt_suffix = njit(cache=True)(kv_rules.preempt_suffix)  # the newest ones preempted by recompute (both paths)
+register_jitable(plan_prefills)
+register_jitable(queue_rules.queue_window)
 _plan_prefills = njit(cache=True)(plan_prefills)
-_take_prefill_plan = njit(cache=True)(take_prefill_plan)
+take_prefill_plan = njit(cache=True)(take_prefill_plan_rule)  # a prefill plan committed (both paths)
+# the queues (both paths): the waiting queue's window, a step's prefill plan over the queues, admission, preemption
+# back to the queue's front, finish
+_queue_window = njit(cache=True)(queue_rules.queue_window)
+plan_step_prefills = njit(cache=True)(queue_rules.plan_step_prefills)
+admit_planned = njit(cache=True)(queue_rules.admit_planned)
+requeue_preempted = njit(cache=True)(queue_rules.requeue_preempted)
+drop_finished = njit(cache=True)(queue_rules.drop_finished)
 _plan_buffers = njit(cache=True)(plan_buffers)
 register_jitable(budget_rules.fit_decodes)
 register_jitable(budget_rules.cut_accepted)
@@ -121,7 +131,10 @@ fit_decodes = njit(cache=True)(budget_rules.fit_decodes)  # the step path's budg
 # vLLM V1's decode budget over verified chains, each cut one keeping its accepted part (SD and PSD kernels)
 _fit_proposals = njit(cache=True)(budget_rules.fit_proposals)
 _engine_loop_gap = njit(cache=True)(engine_loop_gap)
+register_jitable(psd_sides.join_side)
 join_side = njit(cache=True)(psd_sides.join_side)  # PSD: the side a new request joins
+assign_sides = njit(cache=True)(psd_sides.assign_sides)  # PSD: the sides the admitted requests join
+leave_sides = njit(cache=True)(psd_sides.leave_sides)  # PSD: a preempted request's side and proposal go
 split_sides = njit(cache=True)(psd_sides.split_sides)  # PSD: a step's verified and drafted sides
 next_verify_side = njit(cache=True)(psd_sides.next_verify_side)  # PSD: the roles flip when both sides ran
 carry_proposals = njit(cache=True)(psd_sides.carry_proposals)  # PSD: the drafted side's proposals kept
@@ -220,43 +233,16 @@ _decode_tokens = njit(cache=True, inline="always")(pricing.decode_tokens)  # a s
 
 
 @njit(cache=True)
-def _queue_window(lim, waitq, n_run, requeued, nq, admit, ptr):
-    """The waiting queue a prefill plan may admit from: its first max_num_seqs - running entries (the preempted
-    requests requeued[:nq], then the arrivals admit..ptr-1), copied to `waitq`; returns how many."""
-    m = max(0, min(nq + ptr - admit, lim.max_num_seqs - n_run))
-    for t in range(m):
-        waitq[t] = requeued[t] if t < nq else admit + t - nq
-    return m
-
-
-@njit(cache=True)
-def _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run, requeued, nq, admit, ptr, free, prompt, gen,
-          prefill_left, prefill_done, blocks):
-    """Scheduler.plan_prefills: the prefill plan rule over the running requests (those with prompt left continue)
-    and, when `allow_new`, the waiting queue's window (_queue_window)."""
-    m = _queue_window(lim, waitq, n_run, requeued, nq, admit, ptr) if allow_new else 0
-    return _plan_prefills(lim, run, n_run, waitq, m, n_run, tokens_used, free, prompt, gen, prefill_left,
-                          prefill_done, blocks, plan)
-
-
-@njit(cache=True)
 def _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used, peak, prompt, gen, blocks, prefill_left,
                prefill_done, first_sched):
-    """Scheduler.prefills: the plan taken (rules/prefill_plan.take_prefill_plan); its new requests, the waiting
-    queue's head in order (the requeued first), join `run`. Returns (n_run, nq, admit, used, peak)."""
-    used += _take_prefill_plan(plan, n_pre, prompt, gen, blocks, prefill_left, prefill_done, first_sched, now)
+    """plan[:n_pre] taken (rules/prefill_plan.take_prefill_plan), its new requests running
+    (rules/queue.admit_planned) and its blocks counted in the kernel's used blocks and their peak. Returns (n_run, nq,
+    admit, used, peak)."""
+    used += take_prefill_plan(plan, n_pre, prompt, gen, blocks, prefill_left, prefill_done, first_sched, now)
     if used > peak:
         peak = used
-    new = 0
-    for j in range(n_pre):
-        if plan.new[j]:
-            run[n_run] = plan.request[j]
-            n_run += 1
-            new += 1
-    taken = min(new, nq)
-    for t in range(nq - taken):
-        requeued[t] = requeued[t + taken]
-    return n_run, nq - taken, admit + new - taken, used, peak
+    n_run, nq, admit = admit_planned(plan, n_pre, run, n_run, requeued, nq, admit)
+    return n_run, nq, admit, used, peak
 
 
 @njit(cache=True)
@@ -283,33 +269,27 @@ def _kept_decodes(run, keep, dec, n_dec):
 
 
 @njit(cache=True)
-def _requeue(run, keep, n_run, requeued, nq):
-    """Scheduler.requeue of run[keep:n_run], newest first: they lead the waiting queue, in admission order, before
-    those requeued earlier. Returns the new count."""
-    moved = n_run - keep
-    for t in range(nq - 1, -1, -1):
-        requeued[t + moved] = requeued[t]
-    for q in range(keep, n_run):
-        requeued[q - keep] = run[q]
-    return nq + moved
+def _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr):
+    """The waiting queue a step estimate's prefill preview may admit from (Scheduler.preview_prefills: none under
+    `prefill: separate`), copied to `waitq` (rules/queue.queue_window); returns how many."""
+    if separate:
+        return 0
+    return _queue_window(max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
 
 
 @njit(cache=True)
-def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr,
-                prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
-                overhead, pf_order, ps):
+def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, m, free, n_run, run, prompt, gen, blocks,
+                prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles, overhead, pf_order, ps):
     """Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...)'s estimate(drafter, k) for k = k_lo..k_hi into
     times[k]: the target's price of a step in which all `n` decoding sequences verify k drafts of the drafter (cost,
-    profile), with the prompt chunks _plan would add after their tokens (the queue window copied once, not per k),
+    profile), with the prompt chunks a plan would add after their tokens (over the running requests and the waiting
+    queue's window waitq[:m], which the caller copies once per step: rules/queue.queue_window),
     then the step-estimate rule with the prompt passes (pass_costs, pass_profiles, pf_order) and vLLM V1's proposer
     over the step's tokens and its sampling sequences: slot `ps` of those records (-1: none; the slots' records, or
     adaptive-k's one, whose only slot 0 a proposer must be: compiled_run._proposer_reason). Adaptive-k asks
     k = 0..k_max of slot 0, whose one record is its only prompt pass (not the padded tuples, which a call would copy
     and reference-count); combine-adaptive one k at a time."""
-    preview = separate == 0 and (n_run > n or nq > 0 or admit < ptr)  # no prompt left, nobody waiting: nothing
-    m = 0
-    if preview:
-        m = _queue_window(lim, waitq, n_run, requeued, nq, admit, ptr)
+    preview = separate == 0 and (n_run > n or m > 0)  # no prompt left, nobody to admit: nothing
     for k in range(k_lo, k_hi + 1):
         decoding = _decode_tokens(n, k)
         n_pre, pt, pkv, pattn = 0, 0, 0, 0
@@ -437,29 +417,19 @@ def _arm_of_slot(arm_slot, arms, g):
 
 
 @njit(cache=True)
-def _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run, n_run, n_fin, closed, n_sub, n,
-                     arrival, client_of, think):
-    """The step's finished requests: the finish rule (release_finished, as Scheduler.finish), then the kernel's own
-    lists: out of the running array (order kept) and, closed loop, each client's next request
-    (ClosedLoopArrivals.on_finish). Returns (used, n_run, n_fin, n_sub)."""
+def _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin, closed, n_sub, n, arrival, client_of,
+                     think):
+    """The step's finished requests: the finish rules (rules/finish.release_finished, rules/queue.drop_finished) and,
+    closed loop, each client's next request (ClosedLoopArrivals.on_finish). Returns (used, n_run, n_fin, n_sub)."""
     used -= release_finished(done, n_done, now, finish, blocks)
     n_fin += n_done
-    for j in range(n_done):
-        i = done[j]
-        prefill_left[i] = -1  # marks it for removal below
-        if closed and n_sub < n:
-            arrival[n_sub] = now + think
-            client_of[n_sub] = client_of[i]
-            n_sub += 1
-    w = 0
-    for j in range(n_run):
-        i = run[j]
-        if prefill_left[i] != -1:
-            run[w] = i
-            w += 1
-    for j in range(n_done):
-        prefill_left[done[j]] = 0
-    return used, w, n_fin, n_sub
+    if closed:
+        for j in range(n_done):
+            if n_sub < n:
+                arrival[n_sub] = now + think
+                client_of[n_sub] = client_of[done[j]]
+                n_sub += 1
+    return used, drop_finished(run, n_run, finish), n_fin, n_sub
 
 
 @njit(cache=True)
@@ -538,7 +508,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
     dsteps, dprop, dacc, last_slot = req.dsteps, req.dprop, req.dacc, req.last_slot
-    requeued, preempted = req.requeued, req.preempted
+    requeued, preempted, arrived = req.requeued, req.preempted, req.arrived  # the waiting queue (rules/queue.py)
     rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
     cfg = settings[0]
@@ -580,6 +550,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     pre, chunk = plan.request, plan.tokens
     code = DONE
     routed = cfg.routed
+    m_win = 0  # the waiting queue a step estimate's prefill preview may admit from, copied once per step (_window)
     while n_fin < n:
         code, now, ptr, busy = _turn(now, busy, forward, ptr, step_no > step0, gap, async_sched, n_run, nq, admit,
                                      n_sub, arrival, until, r + STEP_ROWS <= cap_rows and ni + max_seqs <= cap_itl,
@@ -598,9 +569,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
         pre_attn = 0
         only_prefill = False
         if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True)
-            n_pre, pre_tokens, pre_kv, pre_attn = _plan(lim, plan, waitq, 0, True, run, n_run, requeued, nq, admit, ptr,
-                                                        total_blocks - used, prompt, gen, prefill_left, prefill_done,
-                                                        blocks)  # the plan's chunks and their sums (PlanSums)
+            # the plan's chunks and their sums (PlanSums)
+            n_pre, pre_tokens, pre_kv, pre_attn = plan_step_prefills(lim, plan, waitq, 0, True, run, n_run, requeued,
+                                                                     nq, arrived, admit, ptr, total_blocks - used,
+                                                                     prompt, gen, prefill_left, prefill_done, blocks)
             n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used, peak,
                                                       prompt, gen, blocks, prefill_left, prefill_done, first_sched)
             only_prefill = n_pre > 0
@@ -645,9 +617,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     kk[j] = k_fixed
             elif policy == POL_ADAPTIVE:  # AdaptiveKPolicy.step_times, then best_k per request
                 if n_dec > 0:
-                    _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
-                                n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, ps)
+                    m_win = _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
+                    _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, m_win, total_blocks - used,
+                                n_run, run, prompt, gen, blocks, prefill_left, prefill_done, target, drafts[0],
+                                dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, ps)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
                     top = k_max
@@ -660,8 +633,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 eagle = 1 - ngram_slot
                 t_eagle = 0.0
                 if n_dec > 0:  # the step's estimates, each priced once (times[k]: the n-gram at k; -1: not yet)
-                    _step_times(times, k_eagle, k_eagle, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
-                                n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
+                    m_win = _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
+                    _step_times(times, k_eagle, k_eagle, n_dec, kv_est, separate, lim, plan, waitq, m_win,
+                                total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left, prefill_done,
                                 target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead, pf_order, ps)
                     t_eagle = times[k_eagle]
                     times[:] = -1.0
@@ -672,8 +646,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     t_ngram = 1.0
                     if kn > 0:
                         if times[kn] < 0.0:
-                            _step_times(times, kn, kn, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
-                                        n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left,
+                            _step_times(times, kn, kn, n_dec, kv_est, separate, lim, plan, waitq, m_win,
+                                        total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left,
                                         prefill_done, target, drafts[ngram_slot], dprofiles[ngram_slot], drafts,
                                         dprofiles, overhead, pf_order, ps)
                         t_ngram = times[kn]
@@ -686,8 +660,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 t_plain = 0.0
                 if n_dec > 0:  # the step's estimates, each priced once (slot_times[g, k]; -1: not yet)
                     slot_times[:nslot] = -1.0
-                    _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
-                                n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
+                    m_win = _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
+                    _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, m_win,
+                                total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left, prefill_done,
                                 target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order, ps)
                     t_plain = slot_times[0, 0]
                 for j in range(n_dec):
@@ -700,10 +675,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         if kg <= 0:
                             continue
                         if slot_times[g, kg] < 0.0:
-                            _step_times(slot_times[g], kg, kg, n_dec, kv_est, separate, lim, plan, waitq,
-                                        total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
-                                        prefill_left, prefill_done, target, drafts[g], dprofiles[g], drafts, dprofiles,
-                                        overhead, pf_order, ps)
+                            _step_times(slot_times[g], kg, kg, n_dec, kv_est, separate, lim, plan, waitq, m_win,
+                                        total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left,
+                                        prefill_done, target, drafts[g], dprofiles[g], drafts, dprofiles, overhead,
+                                        pf_order, ps)
                         switch = 0.0
                         if chosen[i] >= 0 and chosen[i] != g:
                             switch = oracle_switch
@@ -720,17 +695,18 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     i = dec[j]
                     if plan_row[i] < 0:
                         if t_plain < 0.0:  # the step's estimates, priced once: plain, then m = 1..k_max per drafter
-                            _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq,
-                                        total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
-                                        prefill_left, prefill_done, target, drafts[0], dprofiles[0], drafts,
-                                        dprofiles, overhead, pf_order, ps)
+                            m_win = _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
+                            _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, m_win,
+                                        total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left,
+                                        prefill_done, target, drafts[0], dprofiles[0], drafts, dprofiles, overhead,
+                                        pf_order, ps)
                             t_plain = slot_times[0, 0]
                             for a in range(arms):
                                 g = arm_slot[a]
-                                _step_times(slot_times[g], 1, k_max, n_dec, kv_est, separate, lim, plan, waitq,
-                                            total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen,
-                                            blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g],
-                                            drafts, dprofiles, overhead, pf_order, ps)
+                                _step_times(slot_times[g], 1, k_max, n_dec, kv_est, separate, lim, plan, waitq, m_win,
+                                            total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left,
+                                            prefill_done, target, drafts[g], dprofiles[g], drafts, dprofiles, overhead,
+                                            pf_order, ps)
                                 price[a, 1:] = slot_times[g, 1:]
                                 _cost_ceiling(price[a], k_max)  # every request's prefix of it is its own ceiling
                         code = _make_plan(i, first[i], last[i] - first[i] + 1, arms, t_plain, price, slot_k,
@@ -787,7 +763,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 _growth_of_running(run, n_run, dec, n_dec, newb, run_extra)
                 keep = preempt_keep(run, n_run, run_extra, blocks, total_blocks - used)
                 used -= preempt_suffix(run, keep, n_run, blocks, prefill_left, prefill_done, preempted)
-                nq = _requeue(run, keep, n_run, requeued, nq)
+                nq = requeue_preempted(run, keep, n_run, requeued, nq)
                 n_dec = _kept_decodes(run, keep, dec, n_dec)
                 n_run = keep
                 grow = 0
@@ -812,9 +788,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             if not separate:  # Scheduler.prefills(prop_sum + n_dec, not preempted, now)
                 tokens_used = prop_sum + n_dec
                 if n_run > n_dec or (allow_new and (nq > 0 or admit < ptr) and n_run < max_seqs):
-                    n_pre, pre_tokens, pre_kv, pre_attn = _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run,
-                                                                requeued, nq, admit, ptr, total_blocks - used, prompt,
-                                                                gen, prefill_left, prefill_done, blocks)
+                    n_pre, pre_tokens, pre_kv, pre_attn = plan_step_prefills(lim, plan, waitq, tokens_used, allow_new,
+                                                                             run, n_run, requeued, nq, arrived, admit,
+                                                                             ptr, total_blocks - used, prompt, gen,
+                                                                             prefill_left, prefill_done, blocks)
                     n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used,
                                                               peak, prompt, gen, blocks, prefill_left, prefill_done,
                                                               first_sched)
@@ -909,8 +886,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                      pre_tokens, kv, used, 0, 0, 0, DRF_PASS)
                 r += 1
         if n_done > 0:
-            used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
-                                                         n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
+            used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin,
+                                                         closed, n_sub, n, arrival, client_of, think)
             if policy == POL_PLAN:
                 _free_plans(done, n_done, plan_row, plan_free)
         step_no += 1

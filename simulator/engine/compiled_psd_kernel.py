@@ -16,9 +16,10 @@ from numba import njit
 
 from simulator.engine.compiled_kernel import (DONE, ERR_STALL, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY, STEP,
                                               _draft_time, _drafters_prefill_time, _finish_requests, _turn,
-                                              _fit_proposals, _plan, _requeue, _row, _save_state, _target_time,
-                                              _take_plan, add_blocks, advance_prefills, emit_decoded, join_side,
-                                              kv_growth, preempt_keep, preempt_suffix, sample_group)
+                                              _fit_proposals, _row, _save_state, _take_plan, _target_time,
+                                              add_blocks, advance_prefills, assign_sides, emit_decoded, kv_growth,
+                                              leave_sides, plan_step_prefills, preempt_keep, preempt_suffix,
+                                              requeue_preempted, sample_group)
 from simulator.engine.compiled_kernel import psd_step_time  # rules/psd_timing.psd_step_time, compiled
 from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.split_sides, compiled
 from simulator.engine.compiled_kernel import next_verify_side  # rules/psd_sides.next_verify_side, compiled
@@ -29,14 +30,6 @@ from simulator.engine.rules.prefill_plan import PrefillLimits
 P_SYNC = 6  # compiled_run.PHASES[6]
 STEP_ROWS = 5  # the most step-table rows one step writes (target; sync; pre-draft, draft, prompt pass)
 NONE = -1  # PSDCarry.pend: no proposal pending (else the drafter slot that drafted it)
-
-
-@njit(cache=True)
-def _assign_sides(side, run, n_old, n_run, vs):
-    """Scheduler.prefills' side for each request admitted as run[n_old:n_run], in admission order: the side rule
-    (rules/psd_sides.join_side) over the running array up to and including it."""
-    for j in range(n_old, n_run):
-        side[run[j]] = join_side(side, run, j + 1, vs)
 
 
 @njit(cache=True)
@@ -110,7 +103,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     vs, fb_steps = pst.side, pst.fallback
     n_sub = st.submitted
     ptr, admit, n_run, n_fin = st.ptr, st.admit, st.n_run, st.finished
-    requeued, nq = req.requeued, st.requeued  # preempted requests, at the waiting queue's front
+    requeued, nq, arrived = req.requeued, st.requeued, req.arrived  # the waiting queue (rules/queue.py)
     step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
     now = st.now
     cap_rows, cap_itl = len(rows.step), len(itl)
@@ -140,12 +133,13 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
         only_prefill = False
         if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
             n_old = n_run
-            n_pre, pre_tokens, pre_kv, pre_attn = _plan(lim, plan, waitq, 0, True, run, n_run, requeued, nq, admit, ptr,
-                                                        total_blocks - used, prompt, gen, prefill_left, prefill_done,
-                                                        blocks)  # the plan's chunks and their sums (PlanSums)
+            # the plan's chunks and their sums (PlanSums)
+            n_pre, pre_tokens, pre_kv, pre_attn = plan_step_prefills(lim, plan, waitq, 0, True, run, n_run, requeued,
+                                                                     nq, arrived, admit, ptr, total_blocks - used,
+                                                                     prompt, gen, prefill_left, prefill_done, blocks)
             n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used, peak,
                                                       prompt, gen, blocks, prefill_left, prefill_done, first_sched)
-            _assign_sides(side, run, n_old, n_run, vs)
+            assign_sides(side, run, n_old, n_run, vs)
             only_prefill = n_pre > 0
         if only_prefill:  # step.prefill_step, colocated=False: the drafters' pass on the draft device
             target_t = _target_time(target, 0, 0, 0, n_pre, pre_tokens, pre_kv, pre_attn)
@@ -204,10 +198,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     run_extra[q] = newb[j] if j < nv + nd else 0
                 keep = preempt_keep(run, n_run, run_extra, blocks, total_blocks - used)
                 used -= preempt_suffix(run, keep, n_run, blocks, prefill_left, prefill_done, preempted)
-                nq = _requeue(run, keep, n_run, requeued, nq)
-                for q in range(keep, n_run):  # Scheduler.requeue: its proposal and its side go
-                    pend[run[q]] = NONE
-                    side[run[q]] = -1
+                nq = requeue_preempted(run, keep, n_run, requeued, nq)
+                leave_sides(run, keep, n_run, side, pend, NONE)
                 n_run = keep
                 w = 0  # the sides keep their requests that still run, in order
                 for j in range(nv):
@@ -249,13 +241,14 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 tokens_used = pv_sum + nv
                 n_run0 = n_run
                 if n_run0 > n_dec or (allow_new and (nq > 0 or admit < ptr) and n_run < max_seqs):
-                    n_pre, pre_tokens, pre_kv, pre_attn = _plan(lim, plan, waitq, tokens_used, allow_new, run, n_run,
-                                                                requeued, nq, admit, ptr, total_blocks - used, prompt,
-                                                                gen, prefill_left, prefill_done, blocks)
+                    n_pre, pre_tokens, pre_kv, pre_attn = plan_step_prefills(lim, plan, waitq, tokens_used, allow_new,
+                                                                             run, n_run, requeued, nq, arrived, admit,
+                                                                             ptr, total_blocks - used, prompt, gen,
+                                                                             prefill_left, prefill_done, blocks)
                     n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used,
                                                               peak, prompt, gen, blocks, prefill_left, prefill_done,
                                                               first_sched)
-                    _assign_sides(side, run, n_run0, n_run, vs)
+                    assign_sides(side, run, n_run0, n_run, vs)
             nseq = nv + n_pre
             if nseq == 0 and nd == 0:  # (a step that preempted its whole verify side still drafts the other)
                 code = ERR_STALL
@@ -335,8 +328,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 pend_a[D[j]] = da[j]
             vs = next_verify_side(vs, nv, nd)
         if n_done > 0:
-            used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, prefill_left, run,
-                                                         n_run, n_fin, closed, n_sub, n, arrival, client_of, think)
+            used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin,
+                                                         closed, n_sub, n, arrival, client_of, think)
         step_no += 1
         busy = 1
     _save_state(st, ptr, nq, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)

@@ -19,7 +19,6 @@ from simulator.engine import compiled_run
 from simulator.engine.compiled_run import CompiledRun
 from simulator.engine.kernel_records import (Requests, Workload, new_state, rows_head, scratch_buffers,
                                              settings_record, step_buffers)
-from simulator.engine.request_state import FINISHED, RUNNING, WAITING
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 
 
@@ -79,7 +78,7 @@ class CompiledReplica(CompiledRun):
         self.work = Workload(np.full(n, np.nan), np.zeros(1, dtype=np.int64), z(), z(), z(), z())
         self.req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), z(), z(), z(), z(),
                             *(np.full(n, np.nan) for _ in range(4)), z(), z(), z(), np.full(n, -1, dtype=np.int64),
-                            z(), np.zeros(srv.max_num_seqs, dtype=np.int64))
+                            z(), np.zeros(srv.max_num_seqs, dtype=np.int64), np.arange(n, dtype=np.int64))
         self.pol = self.policy_state(n)
         if self.psd:
             self._psd_records(np.full(n, -1, dtype=np.int64))  # its requests' sides (its numbering), -1 till they join
@@ -100,8 +99,8 @@ class CompiledReplica(CompiledRun):
         return int(self.rs.submitted)
 
     def waiting(self) -> np.ndarray:
-        """Workload indices routed here and waiting (the step path's `state.waiting`, pulled or not): the preempted
-        ones first, then those not yet admitted."""
+        """Workload indices routed here and waiting (RequestState.waiting_array once settled; pulled or not): the
+        preempted ones first, then those not yet admitted."""
         return self.gidx[np.concatenate([self._requeued(), np.arange(int(self.rs.admit), self.n_known)])]
 
     def _requeued(self) -> np.ndarray:
@@ -287,15 +286,11 @@ class CompiledReplica(CompiledRun):
         for name in ("gen", "prefill_left", "prefill_done", "blocks", "last_emit", "first_sched", "first_token",
                      "finish"):
             getattr(st, name)[g] = getattr(req, name)[loc]
-        n_run, admit = int(rs.n_run), int(rs.admit)
+        n_run, nq = int(rs.n_run), int(rs.requeued)
         run = req.run[:n_run]
-        st.status[g] = WAITING
-        st.status[self.gidx[run]] = RUNNING
-        st.status[g[~np.isnan(req.finish[loc])]] = FINISHED
-        st.running = [int(i) for i in self.gidx[run]]
-        st.prefilling = {int(self.gidx[i]): None for i in run if req.prefill_left[i] > 0}
-        st.waiting.clear()
-        st.waiting.extend(int(i) for i in self.waiting())
+        # the queues in workload numbering: every request routed here has arrived (pulled or not)
+        st.run[:n_run], st.requeued[:nq], st.arrived[:k] = self.gidx[run], self.gidx[req.requeued[:nq]], g
+        st.n_run, st.nq, st.admit, st.ptr = n_run, nq, int(rs.admit), k
         st.preemptions[g] = req.preempted[loc]
         st.started[g[~np.isnan(req.first_token[loc])]] = True
         st.n_finished = int(rs.finished)

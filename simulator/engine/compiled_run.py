@@ -47,7 +47,6 @@ from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLID
                                              Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests, Scratch,
                                              Settings, StepRows, Workload, new_state, psd_scratch, rows_head,
                                              scratch_buffers, settings_record, step_buffers, typed)
-from simulator.engine.request_state import FINISHED
 from simulator.engine.rules.pricing import (DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED,
                                             DraftTerms, ProfileTerms)
 from simulator.costs.roofline import RooflineProfile, RooflineTerms
@@ -620,10 +619,9 @@ class CompiledRun:
         rec = state[0]  # the kernel's scalars, read and reset here between calls
         client_of = arr.client_of if self.closed else np.zeros(1, dtype=np.int64)
         # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run)
-        req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), st.gen, st.prefill_left, st.prefill_done,
-                       st.blocks, st.last_emit, st.first_sched, st.first_token, st.finish,
-                       *(np.zeros(n, dtype=np.int64) for _ in range(3)), self.last_slots(st.last_drafter),
-                       st.preemptions, np.zeros(srv.max_num_seqs, dtype=np.int64))
+        req = Requests(st.run, st.gen, st.prefill_left, st.prefill_done, st.blocks, st.last_emit, st.first_sched,
+                       st.first_token, st.finish, *(np.zeros(n, dtype=np.int64) for _ in range(3)),
+                       self.last_slots(st.last_drafter), st.preemptions, st.requeued, st.arrived)
         pol = self.policy_state(n)
         work = Workload(st.arrival, client_of, wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64),
                         self.first, self.last)
@@ -784,20 +782,13 @@ class CompiledRun:
         counters, KV pool, ITL and step records."""
         srv = self.srv
         st, outcome, pool = srv.state, srv.outcome, srv.sched.pool
-        run, dsteps, dprop, dacc = req.run, req.dsteps, req.dprop, req.dacc
-        n_run, ptr, admit = int(rec.n_run), int(rec.ptr), int(rec.admit)
+        dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
+        ptr = int(rec.ptr)
         if self.closed:  # submitted, not yet pulled: pending; ids in order, as the clients number them
             srv.arrivals.resume(int(rec.submitted), ptr)
         else:
             srv.arrivals.resume(ptr)
-        fin = ~np.isnan(st.finish)
-        st.status[:ptr] = 1  # WAITING; then running and finished
-        st.status[run[:n_run]] = 2
-        st.status[fin] = FINISHED
-        st.running = [int(i) for i in run[:n_run]]
-        st.prefilling = {int(i): None for i in run[:n_run] if st.prefill_left[i] > 0}
-        st.waiting.extend(int(i) for i in req.requeued[:int(rec.requeued)])  # preempted, ahead of the arrivals
-        st.waiting.extend(range(admit, ptr))
+        st.n_run, st.nq, st.admit, st.ptr = int(rec.n_run), int(rec.requeued), int(rec.admit), ptr  # in place
         st.started[~np.isnan(st.first_token)] = True
         st.n_finished = int(rec.finished)
         all_idx = np.arange(len(srv.wl))

@@ -1,26 +1,32 @@
-"""Per-request state of one simulated server: numpy arrays indexed by request, plus the queues.
+"""Per-request state of one simulated server: numpy arrays indexed by request, plus the queues as arrays.
 
 Every component of the engine (scheduler, step executors, the step outcome) reads and writes this one
-object, so a step works on index arrays of its batch instead of per-request Python objects.
+object, so a step works on index arrays of its batch instead of per-request Python objects. The queues are the
+arrays the queue rules (simulator/engine/rules/queue.py) and the compiled kernel take.
 """
 from __future__ import annotations
-
-from collections import deque
 
 import numpy as np
 
 from policies.base import NO_DRAFT
 from simulator.engine.workload_arrays import EngineWorkload
 
-NOT_ARRIVED, WAITING, RUNNING, FINISHED = 0, 1, 2, 3
-
 
 class RequestState:
-    """Where every request stands: status, progress, KV held, PSD side, timestamps and counters."""
+    """Where every request stands: the queues, progress, KV held, PSD side, timestamps and counters."""
 
-    def __init__(self, wl: EngineWorkload, num_drafters: int):
+    def __init__(self, wl: EngineWorkload, num_drafters: int, max_num_seqs: int | None = None):
         n = len(wl)
-        self.status = np.full(n, NOT_ARRIVED, dtype=np.int8)
+        seqs = max(1, n if max_num_seqs is None else max_num_seqs)
+        # the queues (rules/queue.py): running requests run[:n_run] in admission order; waiting, the preempted
+        # requeued[:nq] (running + preempted never exceed max_num_seqs) then the arrivals arrived[admit:ptr]
+        self.run = np.zeros(seqs, dtype=np.int64)
+        self.n_run = 0
+        self.requeued = np.zeros(seqs, dtype=np.int64)
+        self.nq = 0
+        self.arrived = np.arange(n, dtype=np.int64)  # in arrival order (a single server's: index order)
+        self.ptr = 0
+        self.admit = 0
         self.arrival = wl.arrival.astype(np.float64).copy()
         self.gen = np.zeros(n, dtype=np.int64)  # output tokens generated so far
         self.prefill_left = np.zeros(n, dtype=np.int64)
@@ -39,17 +45,24 @@ class RequestState:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.started = np.zeros(n, dtype=bool)
         self.usage = np.zeros(num_drafters + 1, dtype=np.int64)  # per drafter; last slot: no drafter
-        self.running: list[int] = []  # admission order
-        self.prefilling: dict[int, None] = {}  # running requests with prompt tokens left, in admission order
-        self.waiting: deque[int] = deque()
         self.n_finished = 0
 
     def running_array(self) -> np.ndarray:
-        return np.fromiter(self.running, dtype=np.int64, count=len(self.running))
+        """The running requests in admission order (a copy: the queue rules write `run` in place)."""
+        return self.run[:self.n_run].copy()
+
+    @property
+    def n_waiting(self) -> int:
+        return self.nq + self.ptr - self.admit
+
+    def waiting_array(self) -> np.ndarray:
+        """The waiting queue in order: the preempted requests, then the arrivals not yet admitted."""
+        return np.concatenate([self.requeued[:self.nq], self.arrived[self.admit:self.ptr]])
 
     def arrive(self, i: int) -> None:
-        self.status[i] = WAITING
-        self.waiting.append(i)
+        """Request `i` joins the waiting queue's end."""
+        self.arrived[self.ptr] = i
+        self.ptr += 1
 
 
 class StepCounters:

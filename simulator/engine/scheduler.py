@@ -12,16 +12,16 @@ follows vLLM V1's `Scheduler.schedule()` (vLLM 0.32, vllm/v1/core/sched/schedule
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import islice
 from typing import Literal
 
 import numpy as np
 
+from policies.base import NO_DRAFT
 from simulator.engine.kv_pool import BlockPool
-from simulator.engine.request_state import FINISHED, RUNNING, WAITING, RequestState
+from simulator.engine.request_state import RequestState
 from simulator.engine.rules.decode_budget import decode_side_budget
 from simulator.engine.rules.kv import peak_tokens
-from simulator.engine.rules.prefill_plan import PlanSums, PrefillLimits, plan_buffers, plan_prefills, take_prefill_plan
+from simulator.engine.rules.prefill_plan import PlanSums, PrefillLimits, plan_buffers
 from simulator.engine.workload_arrays import EngineWorkload
 
 PrefillMode = Literal["mixed", "separate"]
@@ -152,13 +152,10 @@ class Scheduler:
         self.limits = PrefillLimits(max_num_seqs, max_num_batched_tokens, chunked, pool.block_size, lookahead)
         # a plan holds at most max_num_seqs chunks (running ones plus those admitted), and one per request
         self.plan = plan_buffers(max(1, min(max_num_seqs, len(wl.prompt_len))))
+        self.window = np.zeros(max(1, max_num_seqs), dtype=np.int64)  # the waiting queue a plan may admit from
         from simulator.engine import compiled_kernel as compiled  # the step rules, compiled (imports numba)
 
-        self._kv_growth, self._add_blocks = compiled.kv_growth, compiled.add_blocks
-        self._preempt_keep, self._preempt_suffix = compiled.preempt_keep, compiled.preempt_suffix
-        self._release_finished = compiled.release_finished
-        self._join_side = compiled.join_side
-        self._fit_decodes = compiled.fit_decodes
+        self.rules = compiled  # rules/kv.py, queue.py, prefill_plan.py, finish.py, psd_sides.py, decode_budget.py
 
     def check_fits(self, lookahead_tokens: int, max_model_len: int | None = None) -> None:
         """Refuse up front requests that could never run: prompt + output above `max_model_len` (vLLM refuses
@@ -197,75 +194,61 @@ class Scheduler:
         it runs out (rules/decode_budget.fit_decodes; unbounded under `draftsim` rules, so every decode runs with
         all its drafts). Returns how many are scheduled and their (possibly cut) draft counts."""
         drafts = np.empty_like(proposed)
-        n = int(self._fit_decodes(proposed, len(proposed), self.decode_budget, drafts))
+        n = int(self.rules.fit_decodes(proposed, len(proposed), self.decode_budget, drafts))
         return n, drafts[:n]
 
     def reserve(self, run: np.ndarray, tokens: np.ndarray) -> tuple[int, bool]:
         """Grow each running request's KV to hold `tokens` (rules.kv.kv_growth; 0 for one that only prefills);
-        preempt the newest until it fits.
+        preempt the newest until it fits: they lead the waiting queue (rules/queue.requeue_preempted), a PSD
+        request without its side and proposal (rules/psd_sides.leave_sides).
 
-        Returns how many of `run` (admission order) keep running, and whether any was preempted.
+        `run` is the running requests (admission order). Returns how many keep running, and whether any was
+        preempted.
         """
-        st = self.state
+        st, rules = self.state, self.rules
         extra = np.empty(len(run), dtype=np.int64)
-        total = self._kv_growth(run, len(run), tokens, st.blocks, self.pool.block_size, extra)
+        total = rules.kv_growth(run, len(run), tokens, st.blocks, self.pool.block_size, extra)
         if total <= self.pool.free:
             keep = len(run)
         else:
-            keep = int(self._preempt_keep(run, len(run), extra, st.blocks, self.pool.free))
-            self.pool.release(int(self._preempt_suffix(run, keep, len(run), st.blocks, st.prefill_left,
+            keep = int(rules.preempt_keep(run, len(run), extra, st.blocks, self.pool.free))
+            self.pool.release(int(rules.preempt_suffix(run, keep, len(run), st.blocks, st.prefill_left,
                                                        st.prefill_done, st.preemptions)))
-            for i in run[keep:][::-1]:  # newest first, each to the waiting queue's front
-                self.requeue(int(i))
+            st.nq = int(rules.requeue_preempted(st.run, keep, st.n_run, st.requeued, st.nq))
+            if self.psd:
+                rules.leave_sides(st.run, keep, st.n_run, st.sub_batch, st.pending_d, NO_DRAFT)
+            st.n_run = keep
             total = int(extra[:keep].sum())
         if total:
             self.pool.allocate(total)
-            self._add_blocks(run, keep, extra, st.blocks)
+            rules.add_blocks(run, keep, extra, st.blocks)
         return keep, keep < len(run)
-
-    def requeue(self, i: int) -> None:
-        """A preempted request (its KV already freed: rules/kv.preempt_suffix) leaves the running requests for the
-        front of the waiting queue."""
-        st = self.state
-        st.running.remove(i)
-        st.status[i] = WAITING
-        st.waiting.appendleft(i)
-        st.prefilling.pop(i, None)
-        st.pending_d[i] = -1
-        st.sub_batch[i] = -1
 
     def plan_prefills(self, tokens_used: int, allow_new: bool) -> PlanSums:
         """The prompt chunks a step schedules after `tokens_used` decode/draft tokens, written to `self.plan`,
-        changing nothing (rules/prefill_plan.plan_prefills over the partial prefills and, when `allow_new`, the
-        waiting queue's first max_num_seqs - running entries: admission cannot take more)."""
+        changing nothing (rules/queue.plan_step_prefills over the running requests and, when `allow_new`, the
+        waiting queue)."""
         st = self.state
-        n_queue = max(0, min(len(st.waiting), self.max_num_seqs - len(st.running))) if allow_new else 0
-        n_partial = len(st.prefilling)
-        if not n_partial and not n_queue:
-            return NO_PLAN
-        partial = np.fromiter(st.prefilling, dtype=np.int64, count=n_partial)  # admission order
-        queue = np.fromiter(islice(st.waiting, n_queue), dtype=np.int64, count=n_queue)
-        return plan_prefills(self.limits, partial, n_partial, queue, n_queue, len(st.running), tokens_used,
-                             self.pool.free, self.wl.prompt_len, st.gen, st.prefill_left, st.prefill_done, st.blocks,
-                             self.plan)
+        return self.rules.plan_step_prefills(self.limits, self.plan, self.window, tokens_used, allow_new, st.run,
+                                             st.n_run, st.requeued, st.nq, st.arrived, st.admit, st.ptr,
+                                             self.pool.free, self.wl.prompt_len, st.gen, st.prefill_left,
+                                             st.prefill_done, st.blocks)
 
     def prefills(self, tokens_used: int, allow_new: bool, now: float) -> tuple[np.ndarray, np.ndarray]:
         """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV: the plan of
-        `plan_prefills`, taken (rules/prefill_plan.take_prefill_plan) and the new requests moved to running."""
-        st, plan = self.state, self.plan
+        `plan_prefills`, taken (rules/prefill_plan.take_prefill_plan), its new requests running
+        (rules/queue.admit_planned; under PSD each joins a side: rules/psd_sides.assign_sides)."""
+        st, plan, rules = self.state, self.plan, self.rules
         n = int(self.plan_prefills(tokens_used, allow_new).count)
         if not n:
             return EMPTY, EMPTY
-        self.pool.allocate(int(take_prefill_plan(plan, n, self.wl.prompt_len, st.gen, st.blocks, st.prefill_left,
-                                                 st.prefill_done, st.first_sched, now)))
-        for j in range(n):
-            if plan.new[j]:  # the queue's head (the plan admits in FIFO order)
-                i = st.waiting.popleft()
-                st.status[i] = RUNNING
-                st.running.append(i)
-                st.prefilling[i] = None
-                if self.psd:
-                    self.assign_side(i)
+        self.pool.allocate(int(rules.take_prefill_plan(plan, n, self.wl.prompt_len, st.gen, st.blocks,
+                                                       st.prefill_left, st.prefill_done, st.first_sched, now)))
+        n_old = st.n_run
+        n_run, nq, admit = rules.admit_planned(plan, n, st.run, st.n_run, st.requeued, st.nq, st.admit)
+        st.n_run, st.nq, st.admit = int(n_run), int(nq), int(admit)
+        if self.psd:
+            rules.assign_sides(st.sub_batch, st.run, n_old, st.n_run, self.verify_side)
         return plan.request[:n].copy(), plan.tokens[:n].copy()
 
     def preview_prefills(self, tokens_used: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -285,20 +268,11 @@ class Scheduler:
             return EMPTY, EMPTY
         return self.prefills(0, True, now)
 
-    def assign_side(self, i: int) -> None:
-        """MineDraft: request `i`, just admitted, joins a side (rules/psd_sides.join_side over the running requests'
-        sides, its own still -1: the side drafted next step unless it has more members)."""
-        st = self.state
-        run = st.running_array()
-        st.sub_batch[i] = self._join_side(st.sub_batch, run, len(run), self.verify_side)
-
     def finish(self, done: np.ndarray, t: float) -> None:
-        """Running requests `done` finished at `t`: their KV freed (rules.finish.release_finished), out of the running
-        list."""
-        st = self.state
-        self.pool.release(int(self._release_finished(done, len(done), t, st.finish, st.blocks)))
-        st.status[done] = FINISHED
+        """Running requests `done` finished at `t`: their KV freed (rules/finish.release_finished), out of the
+        running requests (rules/queue.drop_finished)."""
+        st, rules = self.state, self.rules
+        self.pool.release(int(rules.release_finished(done, len(done), t, st.finish, st.blocks)))
         st.pending_d[done] = -1
-        for i in done.tolist():
-            st.running.remove(i)
+        st.n_run = int(rules.drop_finished(st.run, st.n_run, st.finish))
         st.n_finished += len(done)

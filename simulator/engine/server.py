@@ -55,7 +55,7 @@ class Server:
         self.env, self.scenario, self.wl, self.table, self.mode = env, scenario, workload, table, scenario.mode
         self.on_step = on_step
         self.max_num_seqs = scenario.psd.concurrency(cfg.max_num_seqs) if self.mode == "psd" else cfg.max_num_seqs
-        self.state = st = RequestState(workload, len(table.drafters))
+        self.state = st = RequestState(workload, len(table.drafters), self.max_num_seqs)
         pool = BlockPool(scenario.kv_capacity_tokens // cfg.block_size, cfg.block_size)
         self.drafting = Drafting(scenario.policy, self.mode, table, workload, st, verification=cfg.verification,
                                  rng=scenario.seeds.verification_rng(), traces=inputs.traces, live=live)
@@ -103,7 +103,7 @@ class Server:
         busy = False
         forward = 0.0  # the last step's device time (async scheduling hides the gap behind it)
         while st.n_finished < n:
-            gap = engine_loop_gap(busy, self.gap_s, len(st.running), len(st.waiting))  # vLLM V1, then inputs
+            gap = engine_loop_gap(busy, self.gap_s, st.n_run, st.n_waiting)  # vLLM V1, then inputs
             if gap and self.async_scheduling:
                 gap = overlapped_gap(gap, forward)
             if gap:
@@ -111,13 +111,13 @@ class Server:
             busy = False
             for i in self.arrivals.pull(env.now):
                 st.arrive(i)
-            if not st.running and not st.waiting:
+            if not st.n_run and not st.n_waiting:
                 yield self._idle()
                 continue
             step = self.executor.plan(env.now)
             if step.empty:
-                raise RuntimeError(f"engine stalled at t={env.now:.6f}s: {len(st.running)} running, "
-                                   f"{len(st.waiting)} waiting, {self.sched.pool.free} of "
+                raise RuntimeError(f"engine stalled at t={env.now:.6f}s: {st.n_run} running, "
+                                   f"{st.n_waiting} waiting, {self.sched.pool.free} of "
                                    f"{self.sched.pool.total_blocks} KV blocks free")
             yield env.timeout(step.duration)
             self.outcome.apply(step, env.now)

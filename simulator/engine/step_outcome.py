@@ -3,7 +3,7 @@ policy feedback, the step record and finishes.
 
 The arithmetic is the engine's rules, run by both paths (compiled once in compiled_kernel.py): emission and prompt
 progress (simulator/engine/rules/emission.py) here, finishes through Scheduler.finish (rules/finish.py). This module
-keeps the Python side: policy and arrival-source calls, the prefilling bookkeeping and the step record."""
+keeps the Python side: policy and arrival-source calls and the step record."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,7 +65,6 @@ class StepOutcome:
                 st.first_token, end, wl.output_len, done, n_done)
             policy = drafting.policy
             for i in pre[st.prefill_left[pre] == 0].tolist():  # prompts that ended this step
-                del st.prefilling[i]
                 if not st.started[i]:
                     st.started[i] = True
                     policy.start_request(wl.request_ids[i])

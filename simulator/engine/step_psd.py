@@ -76,11 +76,11 @@ class PSDExecutor:
         # appends none (it holds them since it was drafted); without, slots are reserved only when verified.
         idx_all = np.concatenate([V, D])
         lookahead = np.concatenate([p_v, p_d if psd.defer_kv else np.zeros(len(D), np.int64)])
-        hold = np.zeros(len(st.status), dtype=np.int64)
+        hold = np.zeros(len(st.gen), dtype=np.int64)
         hold[idx_all] = pricing.context(idx_all) + lookahead
         keep, preempted = sched.reserve(run, hold[run])
         if preempted:
-            alive = np.zeros(len(st.status), dtype=bool)
+            alive = np.zeros(len(st.gen), dtype=bool)
             alive[run[:keep]] = True
             mv, md = alive[V], alive[D]
             V, d_v, k_v, p_v, has_prop, drafted_v = V[mv], d_v[mv], k_v[mv], p_v[mv], has_prop[mv], drafted_v[mv]

@@ -29,11 +29,11 @@ class SDExecutor:
         if prefill is not None:
             return prefill
         run = st.running_array()
-        if st.prefilling:
-            dec_mask = st.prefill_left[run] == 0
-            dec = run[dec_mask]
-        else:  # the common case: everyone running decodes
+        dec_mask = st.prefill_left[run] == 0
+        if dec_mask.all():  # the common case: everyone running decodes
             dec_mask, dec = None, run
+        else:
+            dec = run[dec_mask]
         ctx = pricing.context(dec)
         kv_est = int(ctx.sum())
         d_idx, k, proposed, flat = drafting.choose(dec, now, pricing.estimator(

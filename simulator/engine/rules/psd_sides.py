@@ -1,6 +1,6 @@
-"""PSD's sub-batch sides (MineDraft's two-batch scheduler): the side a request joins when it is admitted, a step's
-split of the decoding requests into the side verified and the side drafted, and the proposals carried from one step
-to the next (docs/architecture.md)."""
+"""PSD's sub-batch sides (MineDraft's two-batch scheduler): the side a request joins when it is admitted (and leaves
+when preempted), a step's split of the decoding requests into the side verified and the side drafted, and the
+proposals carried from one step to the next (docs/architecture.md)."""
 from __future__ import annotations
 
 
@@ -19,6 +19,20 @@ def join_side(side, running, n, verify_side):
     if verify_side == 0:
         return 0 if c0 <= c1 else 1
     return 1 if c1 <= c0 else 0
+
+
+def assign_sides(side, running, n_old, n, verify_side):
+    """The requests admitted as running[n_old:n], in admission order, each join a side (join_side over the running
+    requests up to and including it)."""
+    for j in range(n_old, n):
+        side[running[j]] = join_side(side, running, j + 1, verify_side)
+
+
+def leave_sides(running, keep, n, side, pending_d, none):
+    """The preempted requests running[keep:n] lose their side and their pending proposal (pending_d = `none`)."""
+    for q in range(keep, n):
+        side[running[q]] = -1
+        pending_d[running[q]] = none
 
 
 def split_sides(dec, n, side, verify_side, split_min, verified, drafted):

@@ -761,7 +761,7 @@ def test_adaptive_k_estimates_are_left_in_the_policy_as_the_step_path_leaves_the
     sim = build(traces=traces, wl=wl, policy=pol)
     sim.server.compiled.run(stop=lambda done: done >= 9, check_every=4)
     st = sim.server.state
-    running = [wl.request_ids[i] for i in st.running if not np.isnan(st.first_token[i])]
+    running = [wl.request_ids[i] for i in st.running_array() if not np.isnan(st.first_token[i])]
     assert running and sorted(pol._est) == sorted(running)
 
 
@@ -809,7 +809,7 @@ def greedy_oracle_midway(switch: float) -> dict:
     pol = make_policy(spec, seed=0)
     sim = stopped_midway(True, policy=pol, **kw)
     stop_at, st = sim.server.compiled.now, sim.server.state
-    decoding = {wl.request_ids[i] for i in st.running if np.isnan(st.finish[i])}
+    decoding = {wl.request_ids[i] for i in st.running_array() if np.isnan(st.finish[i])}
     slow, chosen = make_policy(spec, seed=0), []
     choose = slow.choose
     slow.choose = lambda view: chosen.append((view.now, view.request_id, choose(view))) or chosen[-1][2]

@@ -163,7 +163,7 @@ def _drafted_side_kv(defer_kv: bool) -> tuple[int, int]:
     def check(_finished):
         srv = holder["sim"].server
         st = srv.state
-        drafted = np.array([i for i in st.running if st.pending_d[i] >= 0 and st.pending_prop[i] > 0], dtype=int)
+        drafted = np.array([i for i in st.running_array() if st.pending_d[i] >= 0 and st.pending_prop[i] > 0], dtype=int)
         if len(drafted):
             need = srv.sched.pool.blocks_for(wl.prompt_len[drafted] + st.gen[drafted] + st.pending_prop[drafted])
             counts[0] += len(drafted)
@@ -297,13 +297,15 @@ def test_psd_arrival_joins_side_drafted_next_unless_it_is_larger():
     traces = iid_traces(8, seed=16)
     sim = _psd_sim(traces, workload(traces, 8, rate=None))
     st, sched = sim.server.state, sim.server.sched
-    st.running = [0, 1, 2, 3]
+    for i in range(5):
+        st.arrive(i)
+    st.run[:4], st.n_run, st.admit = [0, 1, 2, 3], 4, 4  # running, decoding; 4 waits
     st.sub_batch[[0, 1, 2, 3]] = [0, 0, 1, 1]
     sched.verify_side = 1  # side 1 is verified now, so it is drafted next step
-    sched.assign_side(4)
-    assert st.sub_batch[4] == 1
-    st.running.append(4)
-    sched.assign_side(5)  # side 1 is now larger: the balance counter sends it to side 0
+    pre, _ = sched.prefills(0, True, 0.0)
+    assert pre.tolist() == [4] and st.sub_batch[4] == 1
+    st.arrive(5)
+    sched.prefills(0, True, 0.0)  # side 1 is now larger: the balance counter sends it to side 0
     assert st.sub_batch[5] == 0
 
 

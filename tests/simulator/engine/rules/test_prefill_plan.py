@@ -15,7 +15,7 @@ from simulator.engine.rules.prefill_plan import (PlanSums, PrefillLimits, plan_b
 
 def _compiled():
     from simulator.engine import compiled_kernel
-    return compiled_kernel._plan_prefills, compiled_kernel._take_prefill_plan
+    return compiled_kernel._plan_prefills, compiled_kernel.take_prefill_plan
 
 
 @pytest.fixture(params=["plain", "compiled"])

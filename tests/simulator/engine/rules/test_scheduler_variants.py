@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine.kv_pool import BlockPool
-from simulator.engine.request_state import RUNNING, WAITING, RequestState
+from simulator.engine.request_state import RequestState
 from simulator.engine.rules.decode_budget import UNCHARGED, decode_side_budget, fit_decodes
 from simulator.engine.scheduler import SCHEDULERS, Scheduler
 from simulator.engine.workload_arrays import EngineWorkload
@@ -30,12 +30,12 @@ def _server(rules: str, chunked: bool, prefill: str = "mixed") -> Scheduler:
     st_ = RequestState(wl, 1)
     pool = BlockPool(103, 16)
     for i in range(3):
-        st_.status[i] = RUNNING
-        st_.running.append(i)
+        st_.arrive(i)
+        st_.run[i] = i
         st_.gen[i], st_.prefill_done[i], st_.blocks[i] = 1, 4, 1
+    st_.n_run = st_.admit = 3
     pool.allocate(3)
-    st_.status[3] = WAITING
-    st_.waiting.append(3)
+    st_.arrive(3)
     return Scheduler(st_, wl, pool, max_num_seqs=8, max_num_batched_tokens=BUDGET, chunked=chunked, prefill=prefill,
                      rules=rules)
 
@@ -124,7 +124,7 @@ def test_separate_prefill_step_schedules_the_prompt_alone():
     sched = _server("draftsim", False, prefill="separate")
     pre, chunk = sched.prefill_only(0.0)
     assert (pre.tolist(), chunk.tolist()) == ([3], [10])
-    assert sched.state.running == [0, 1, 2, 3] and not sched.state.waiting
+    assert sched.state.running_array().tolist() == [0, 1, 2, 3] and sched.state.n_waiting == 0
     assert sched.preview_prefills(0)[0].tolist() == []  # a separate server previews no chunk beside decodes
     mixed = _server("draftsim", False)
     assert mixed.prefill_only(0.0)[0].tolist() == []  # a mixed server has no prefill-only step
