@@ -269,27 +269,22 @@ def _kept_decodes(run, keep, dec, n_dec):
 
 
 @njit(cache=True)
-def _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr):
-    """The waiting queue a step estimate's prefill preview may admit from (Scheduler.preview_prefills: none under
-    `prefill: separate`), copied to `waitq` (rules/queue.queue_window); returns how many."""
-    if separate:
-        return 0
-    return _queue_window(max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
-
-
-@njit(cache=True)
-def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, m, free, n_run, run, prompt, gen, blocks,
-                prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles, overhead, pf_order, ps):
+def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, arrived, admit,
+                ptr, prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
+                overhead, pf_order, ps):
     """Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...)'s estimate(drafter, k) for k = k_lo..k_hi into
     times[k]: the target's price of a step in which all `n` decoding sequences verify k drafts of the drafter (cost,
-    profile), with the prompt chunks a plan would add after their tokens (over the running requests and the waiting
-    queue's window waitq[:m], which the caller copies once per step: rules/queue.queue_window),
+    profile), with the prompt chunks a plan would add after their tokens (rules/queue.queue_window's window of the
+    waiting queue copied once, not per k),
     then the step-estimate rule with the prompt passes (pass_costs, pass_profiles, pf_order) and vLLM V1's proposer
     over the step's tokens and its sampling sequences: slot `ps` of those records (-1: none; the slots' records, or
     adaptive-k's one, whose only slot 0 a proposer must be: compiled_run._proposer_reason). Adaptive-k asks
     k = 0..k_max of slot 0, whose one record is its only prompt pass (not the padded tuples, which a call would copy
     and reference-count); combine-adaptive one k at a time."""
-    preview = separate == 0 and (n_run > n or m > 0)  # no prompt left, nobody to admit: nothing
+    preview = separate == 0 and (n_run > n or nq > 0 or admit < ptr)  # no prompt left, nobody waiting: nothing
+    m = 0
+    if preview:
+        m = _queue_window(lim.max_num_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
     for k in range(k_lo, k_hi + 1):
         decoding = _decode_tokens(n, k)
         n_pre, pt, pkv, pattn = 0, 0, 0, 0
@@ -550,7 +545,6 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     pre, chunk = plan.request, plan.tokens
     code = DONE
     routed = cfg.routed
-    m_win = 0  # the waiting queue a step estimate's prefill preview may admit from, copied once per step (_window)
     while n_fin < n:
         code, now, ptr, busy = _turn(now, busy, forward, ptr, step_no > step0, gap, async_sched, n_run, nq, admit,
                                      n_sub, arrival, until, r + STEP_ROWS <= cap_rows and ni + max_seqs <= cap_itl,
@@ -617,10 +611,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     kk[j] = k_fixed
             elif policy == POL_ADAPTIVE:  # AdaptiveKPolicy.step_times, then best_k per request
                 if n_dec > 0:
-                    m_win = _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
-                    _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, m_win, total_blocks - used,
-                                n_run, run, prompt, gen, blocks, prefill_left, prefill_done, target, drafts[0],
-                                dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, ps)
+                    _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used, n_run,
+                                run, requeued, nq, arrived, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
+                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, ps)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
                     top = k_max
@@ -633,10 +626,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 eagle = 1 - ngram_slot
                 t_eagle = 0.0
                 if n_dec > 0:  # the step's estimates, each priced once (times[k]: the n-gram at k; -1: not yet)
-                    m_win = _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
-                    _step_times(times, k_eagle, k_eagle, n_dec, kv_est, separate, lim, plan, waitq, m_win,
-                                total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead, pf_order, ps)
+                    _step_times(times, k_eagle, k_eagle, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
+                                n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen, blocks, prefill_left,
+                                prefill_done, target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead,
+                                pf_order, ps)
                     t_eagle = times[k_eagle]
                     times[:] = -1.0
                 for j in range(n_dec):
@@ -646,10 +639,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     t_ngram = 1.0
                     if kn > 0:
                         if times[kn] < 0.0:
-                            _step_times(times, kn, kn, n_dec, kv_est, separate, lim, plan, waitq, m_win,
-                                        total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left,
-                                        prefill_done, target, drafts[ngram_slot], dprofiles[ngram_slot], drafts,
-                                        dprofiles, overhead, pf_order, ps)
+                            _step_times(times, kn, kn, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
+                                        n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen, blocks,
+                                        prefill_left, prefill_done, target, drafts[ngram_slot], dprofiles[ngram_slot],
+                                        drafts, dprofiles, overhead, pf_order, ps)
                         t_ngram = times[kn]
                     x = 2 * dec[j]
                     use_ngram, kk[j] = _combine_adaptive(
@@ -660,10 +653,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 t_plain = 0.0
                 if n_dec > 0:  # the step's estimates, each priced once (slot_times[g, k]; -1: not yet)
                     slot_times[:nslot] = -1.0
-                    m_win = _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
-                    _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, m_win,
-                                total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order, ps)
+                    _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
+                                n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen, blocks, prefill_left,
+                                prefill_done, target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order,
+                                ps)
                     t_plain = slot_times[0, 0]
                 for j in range(n_dec):
                     i = dec[j]
@@ -675,10 +668,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         if kg <= 0:
                             continue
                         if slot_times[g, kg] < 0.0:
-                            _step_times(slot_times[g], kg, kg, n_dec, kv_est, separate, lim, plan, waitq, m_win,
-                                        total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left,
-                                        prefill_done, target, drafts[g], dprofiles[g], drafts, dprofiles, overhead,
-                                        pf_order, ps)
+                            _step_times(slot_times[g], kg, kg, n_dec, kv_est, separate, lim, plan, waitq,
+                                        total_blocks - used, n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen,
+                                        blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g], drafts,
+                                        dprofiles, overhead, pf_order, ps)
                         switch = 0.0
                         if chosen[i] >= 0 and chosen[i] != g:
                             switch = oracle_switch
@@ -695,18 +688,17 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     i = dec[j]
                     if plan_row[i] < 0:
                         if t_plain < 0.0:  # the step's estimates, priced once: plain, then m = 1..k_max per drafter
-                            m_win = _window(separate, max_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
-                            _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, m_win,
-                                        total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left,
-                                        prefill_done, target, drafts[0], dprofiles[0], drafts, dprofiles, overhead,
-                                        pf_order, ps)
+                            _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq,
+                                        total_blocks - used, n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen,
+                                        blocks, prefill_left, prefill_done, target, drafts[0], dprofiles[0], drafts,
+                                        dprofiles, overhead, pf_order, ps)
                             t_plain = slot_times[0, 0]
                             for a in range(arms):
                                 g = arm_slot[a]
-                                _step_times(slot_times[g], 1, k_max, n_dec, kv_est, separate, lim, plan, waitq, m_win,
-                                            total_blocks - used, n_run, run, prompt, gen, blocks, prefill_left,
-                                            prefill_done, target, drafts[g], dprofiles[g], drafts, dprofiles, overhead,
-                                            pf_order, ps)
+                                _step_times(slot_times[g], 1, k_max, n_dec, kv_est, separate, lim, plan, waitq,
+                                            total_blocks - used, n_run, run, requeued, nq, arrived, admit, ptr, prompt,
+                                            gen, blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g],
+                                            drafts, dprofiles, overhead, pf_order, ps)
                                 price[a, 1:] = slot_times[g, 1:]
                                 _cost_ceiling(price[a], k_max)  # every request's prefix of it is its own ceiling
                         code = _make_plan(i, first[i], last[i] - first[i] + 1, arms, t_plain, price, slot_k,
