@@ -230,7 +230,7 @@ def _replica_records(work, req, pol, bufs, j):
     w = Workload(work.arrival[j], work.client_of, work.prompt[j], work.out[j], work.first[j], work.last[j])
     q = Requests(req.run[j], req.gen[j], req.prefill_left[j], req.prefill_done[j], req.blocks[j], req.last_emit[j],
                  req.first_sched[j], req.first_token[j], req.finish[j], req.dsteps[j], req.dprop[j], req.dacc[j],
-                 req.last_slot[j], req.preempted[j], req.requeued[j], req.arrived[j])
+                 req.last_slot[j], req.preempted[j], req.requeued[j])
     p = PolicyState(pol.est_s[j], pol.est_f[j], pol.arm_counts[j], pol.arm_sums[j], pol.ring_arm[j], pol.ring_reward[j],
                     pol.seen[j], pol.arm_slot, pol.usage[j], pol.chosen[j], pol.plan_row[j], pol.plan_free[j],
                     pol.plan_d[j], pol.plan_k[j], pol.plan_value[j])

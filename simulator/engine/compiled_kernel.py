@@ -269,8 +269,8 @@ def _kept_decodes(run, keep, dec, n_dec):
 
 
 @njit(cache=True)
-def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, arrived, admit,
-                ptr, prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
+def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr,
+                prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
                 overhead, pf_order, ps):
     """Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...)'s estimate(drafter, k) for k = k_lo..k_hi into
     times[k]: the target's price of a step in which all `n` decoding sequences verify k drafts of the drafter (cost,
@@ -284,7 +284,7 @@ def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_ru
     preview = separate == 0 and (n_run > n or nq > 0 or admit < ptr)  # no prompt left, nobody waiting: nothing
     m = 0
     if preview:
-        m = _queue_window(lim.max_num_seqs, waitq, n_run, requeued, nq, arrived, admit, ptr)
+        m = _queue_window(lim.max_num_seqs, waitq, n_run, requeued, nq, None, admit, ptr)  # arrivals in index order
     for k in range(k_lo, k_hi + 1):
         decoding = _decode_tokens(n, k)
         n_pre, pt, pkv, pattn = 0, 0, 0, 0
@@ -503,7 +503,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
     dsteps, dprop, dacc, last_slot = req.dsteps, req.dprop, req.dacc, req.last_slot
-    requeued, preempted, arrived = req.requeued, req.preempted, req.arrived  # the waiting queue (rules/queue.py)
+    requeued, preempted = req.requeued, req.preempted
+    arrived = None  # the arrivals in index order (rules/queue.py)
     rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
     cfg = settings[0]
@@ -612,7 +613,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             elif policy == POL_ADAPTIVE:  # AdaptiveKPolicy.step_times, then best_k per request
                 if n_dec > 0:
                     _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used, n_run,
-                                run, requeued, nq, arrived, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
+                                run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
                                 target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, ps)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
@@ -627,7 +628,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 t_eagle = 0.0
                 if n_dec > 0:  # the step's estimates, each priced once (times[k]: the n-gram at k; -1: not yet)
                     _step_times(times, k_eagle, k_eagle, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
-                                n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen, blocks, prefill_left,
+                                n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left,
                                 prefill_done, target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead,
                                 pf_order, ps)
                     t_eagle = times[k_eagle]
@@ -640,7 +641,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     if kn > 0:
                         if times[kn] < 0.0:
                             _step_times(times, kn, kn, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
-                                        n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen, blocks,
+                                        n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
                                         prefill_left, prefill_done, target, drafts[ngram_slot], dprofiles[ngram_slot],
                                         drafts, dprofiles, overhead, pf_order, ps)
                         t_ngram = times[kn]
@@ -654,7 +655,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 if n_dec > 0:  # the step's estimates, each priced once (slot_times[g, k]; -1: not yet)
                     slot_times[:nslot] = -1.0
                     _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
-                                n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen, blocks, prefill_left,
+                                n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left,
                                 prefill_done, target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order,
                                 ps)
                     t_plain = slot_times[0, 0]
@@ -669,7 +670,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             continue
                         if slot_times[g, kg] < 0.0:
                             _step_times(slot_times[g], kg, kg, n_dec, kv_est, separate, lim, plan, waitq,
-                                        total_blocks - used, n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen,
+                                        total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen,
                                         blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g], drafts,
                                         dprofiles, overhead, pf_order, ps)
                         switch = 0.0
@@ -689,14 +690,14 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     if plan_row[i] < 0:
                         if t_plain < 0.0:  # the step's estimates, priced once: plain, then m = 1..k_max per drafter
                             _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq,
-                                        total_blocks - used, n_run, run, requeued, nq, arrived, admit, ptr, prompt, gen,
+                                        total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen,
                                         blocks, prefill_left, prefill_done, target, drafts[0], dprofiles[0], drafts,
                                         dprofiles, overhead, pf_order, ps)
                             t_plain = slot_times[0, 0]
                             for a in range(arms):
                                 g = arm_slot[a]
                                 _step_times(slot_times[g], 1, k_max, n_dec, kv_est, separate, lim, plan, waitq,
-                                            total_blocks - used, n_run, run, requeued, nq, arrived, admit, ptr, prompt,
+                                            total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt,
                                             gen, blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g],
                                             drafts, dprofiles, overhead, pf_order, ps)
                                 price[a, 1:] = slot_times[g, 1:]

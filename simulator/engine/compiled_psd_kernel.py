@@ -103,7 +103,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     vs, fb_steps = pst.side, pst.fallback
     n_sub = st.submitted
     ptr, admit, n_run, n_fin = st.ptr, st.admit, st.n_run, st.finished
-    requeued, nq, arrived = req.requeued, st.requeued, req.arrived  # the waiting queue (rules/queue.py)
+    requeued, nq = req.requeued, st.requeued  # preempted requests, at the waiting queue's front
+    arrived = None  # the arrivals in index order (rules/queue.py)
     step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
     now = st.now
     cap_rows, cap_itl = len(rows.step), len(itl)

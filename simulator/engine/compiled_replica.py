@@ -78,7 +78,7 @@ class CompiledReplica(CompiledRun):
         self.work = Workload(np.full(n, np.nan), np.zeros(1, dtype=np.int64), z(), z(), z(), z())
         self.req = Requests(np.zeros(srv.max_num_seqs, dtype=np.int64), z(), z(), z(), z(),
                             *(np.full(n, np.nan) for _ in range(4)), z(), z(), z(), np.full(n, -1, dtype=np.int64),
-                            z(), np.zeros(srv.max_num_seqs, dtype=np.int64), np.arange(n, dtype=np.int64))
+                            z(), np.zeros(srv.max_num_seqs, dtype=np.int64))
         self.pol = self.policy_state(n)
         if self.psd:
             self._psd_records(np.full(n, -1, dtype=np.int64))  # its requests' sides (its numbering), -1 till they join

@@ -621,7 +621,7 @@ class CompiledRun:
         # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run)
         req = Requests(st.run, st.gen, st.prefill_left, st.prefill_done, st.blocks, st.last_emit, st.first_sched,
                        st.first_token, st.finish, *(np.zeros(n, dtype=np.int64) for _ in range(3)),
-                       self.last_slots(st.last_drafter), st.preemptions, st.requeued, st.arrived)
+                       self.last_slots(st.last_drafter), st.preemptions, st.requeued)
         pol = self.policy_state(n)
         work = Workload(st.arrival, client_of, wl.prompt_len.astype(np.int64), wl.output_len.astype(np.int64),
                         self.first, self.last)

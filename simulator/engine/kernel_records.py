@@ -128,8 +128,8 @@ class PSDSettings(NamedTuple):
 class Requests(NamedTuple):
     """The per-request state the kernel writes in place (kernel numbering) and the running array (admission
     order): tokens generated, prompt left / done, KV blocks held, times, the verify counters, the last drafter,
-    preemptions, and the waiting queue (rules/queue.py): the preempted requests waiting ahead of the arrivals
-    (RUN_STATE `requeued` of them), then arrived[admit:ptr]."""
+    preemptions, and the preempted requests waiting ahead of the arrivals (RUN_STATE `requeued` of them; the waiting
+    queue is requeued[:requeued] then the arrivals admit..ptr-1, in index order: rules/queue.py)."""
     run: np.ndarray  # int64, max_num_seqs
     gen: np.ndarray
     prefill_left: np.ndarray
@@ -145,7 +145,6 @@ class Requests(NamedTuple):
     last_slot: np.ndarray  # int64: the drafter slot each request last drafted with, -1 before (switching cost)
     preempted: np.ndarray  # int64: preemptions per request
     requeued: np.ndarray  # int64, max_num_seqs: the preempted requests at the waiting queue's front, in order
-    arrived: np.ndarray  # int64: the requests in arrival order (the kernel pulls them in index order: 0, 1, ...)
 
 
 class PolicyState(NamedTuple):

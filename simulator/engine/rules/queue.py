@@ -3,7 +3,8 @@ requests first, in order, then the arrivals not yet admitted), a step's prefill 
 preemption back to the queue and finish (docs/architecture.md).
 
 The waiting queue is `requeued[:nq]` then `arrived[admit:ptr]` (`arrived`: requests in the order they reached the
-server; `ptr` of them pulled). A request preempted leaves the running requests for the queue's front; one admitted
+server, `ptr` of them pulled; None when they reach it in index order, 0, 1, ..., as the compiled kernels number
+them). A request preempted leaves the running requests for the queue's front; one admitted
 is taken from the queue's head, so the preempted run again before any new arrival.
 """
 from __future__ import annotations
@@ -18,7 +19,12 @@ def queue_window(max_num_seqs, out, n_run, requeued, nq, arrived, admit, ptr):
     returns how many."""
     m = max(0, min(nq + ptr - admit, max_num_seqs - n_run))
     for t in range(m):
-        out[t] = requeued[t] if t < nq else arrived[admit + t - nq]
+        if t < nq:
+            out[t] = requeued[t]
+        elif arrived is None:  # in index order
+            out[t] = admit + t - nq
+        else:
+            out[t] = arrived[admit + t - nq]
     return m
 
 
