@@ -39,6 +39,9 @@ def test_window_is_the_preempted_then_the_arrivals_up_to_the_free_seats(r):
     assert out[:3].tolist() == [7, 5, 2]
     assert r["window"](4, out, 4, requeued, 2, arrived, 1, 4) == 0  # no free seat
     assert r["window"](4, out, 0, requeued, 0, arrived, 4, 4) == 0  # nobody waiting
+    # arrived=None: the arrivals in index order (the kernels'); admit 3, ptr 6: arrivals 3, 4, 5 wait
+    assert r["window"](4, out, 0, requeued, 1, None, 3, 6) == 4
+    assert out.tolist() == [7, 3, 4, 5]
 
 
 @pytest.mark.parametrize("r", RULES)
@@ -100,11 +103,13 @@ def test_sides_joined_on_admission_and_left_on_preemption(r):
 
 
 @settings(max_examples=60, deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from("apfx"), st.integers(0, 5)), max_size=60), compiled=st.booleans())
-def test_queues_match_a_list_and_deque_model(ops, compiled):
+@given(ops=st.lists(st.tuples(st.sampled_from("apfx"), st.integers(0, 5)), max_size=60), compiled=st.booleans(),
+       index_order=st.booleans())
+def test_queues_match_a_list_and_deque_model(ops, compiled, index_order):
     """Arrive (a), admit from the head (p: up to the free seats, the window's order), preempt the newest (x: they go
     back to the queue's front, newest first) and finish (f: the running request at a position): the arrays hold
-    what vLLM's running list and waiting deque would."""
+    what vLLM's running list and waiting deque would. Requests arrive in index order, so the window reads the same
+    with `arrived` or with None (the kernels')."""
     r = COMPILED if compiled else PLAIN
     seats, n = 4, 80
     run, requeued, arrived = np.zeros(seats, np.int64), np.zeros(seats, np.int64), np.zeros(n, np.int64)
@@ -119,7 +124,7 @@ def test_queues_match_a_list_and_deque_model(ops, compiled):
             model_wait.append(nxt)
             nxt += 1
         elif op == "p":
-            m = r["window"](seats, window, n_run, requeued, nq, arrived, admit, ptr)
+            m = r["window"](seats, window, n_run, requeued, nq, None if index_order else arrived, admit, ptr)
             take = min(x, m)
             plan.request[:take], plan.new[:take] = window[:take], True
             n_run, nq, admit = r["admit"](plan, take, run, n_run, requeued, nq, admit)
