@@ -66,10 +66,57 @@ class LinearProfile:
         return linear_step_time(self._a, self._b, self._s, self._d, num_seqs, batched_tokens, kv_tokens)
 
 
+# scipy's LinearNDInterpolator: a point within this many units of a simplex (barycentric) is inside it
+TABLE_EPS = 100 * 2.0 ** -52
+TABLE_HEAD = 7  # TableProfile.data's numbers before the simplices: the axes and the linear fit
+
+
+def table_step_time(data, num_seqs, batched_tokens, kv_tokens):
+    """A table profile's seconds: (num_seqs, batched_tokens, kv_tokens) in log1p space, read on the axes the
+    measurements vary along, interpolated linearly in the first simplex of their Delaunay triangulation that holds
+    the point; outside them all (and everywhere when there is none), the linear fit. `data` (TableProfile.data):
+    the axes (data[0:3]: 0 sequences, 1 tokens, 2 KV; -1 past the nd used), the linear fit's (a, b, s, d), then the
+    simplices one after another: scipy's Delaunay.transform rows ((nd + 1) x nd), then the seconds at the nd + 1
+    vertices. One array, not a record: the compiled engine passes profile records by value, and each field of
+    theirs costs every step. scipy's LinearNDInterpolator's barycentric arithmetic in its order; the one table rule
+    (plain Python; the compiled engine compiles it)."""
+    u = (math.log1p(num_seqs), math.log1p(batched_tokens), math.log1p(kv_tokens))
+    nd = 3 if data[2] >= 0 else 2
+    x = (u[int(data[0])], u[int(data[1])], u[int(data[nd - 1])])
+    width = (nd + 1) * (nd + 1)
+    for t in range(TABLE_HEAD, len(data), width):
+        if data[t] != data[t]:  # NaN: a degenerate simplex, which holds no volume
+            continue
+        origin = t + nd * nd  # the transform's last row: the simplex's last vertex
+        rest = 1.0
+        inside = True
+        for i in range(nd):
+            c = 0.0
+            for j in range(nd):
+                c += data[t + i * nd + j] * (x[j] - data[origin + j])
+            rest -= c
+            if not -TABLE_EPS <= c <= 1.0 + TABLE_EPS:
+                inside = False
+                break
+        if not inside or not -TABLE_EPS <= rest <= 1.0 + TABLE_EPS:
+            continue
+        seconds = 0.0
+        rest = 1.0
+        for i in range(nd):
+            c = 0.0
+            for j in range(nd):
+                c += data[t + i * nd + j] * (x[j] - data[origin + j])
+            rest -= c
+            seconds += c * data[origin + nd + i]
+        return seconds + rest * data[origin + nd + nd]
+    return linear_step_time(data[3], data[4], data[5], data[6], num_seqs, batched_tokens, kv_tokens)
+
+
 @dataclass
 class TableProfile:
-    """Interpolates measured points (piecewise linear in log space over the batch dimensions that
-    vary among them: sequences, batched tokens, KV tokens); a linear fit answers outside them."""
+    """Interpolates measured points (piecewise linear in log1p space over the batch dimensions that vary among
+    them: sequences, batched tokens, KV tokens; scipy's Delaunay triangulation, read by `table_step_time`); the
+    linear fit of the same points (`fallback`) answers outside them, and everywhere when they span no volume."""
 
     name: str
     measurements: list[Measurement]
@@ -80,29 +127,26 @@ class TableProfile:
 
     def __post_init__(self) -> None:
         import numpy as np  # here, not at the top: reading a linear profile (`draftsim specbench`) needs no numpy
-        from scipy.interpolate import LinearNDInterpolator
+        from scipy.spatial import Delaunay
 
         if len(self.measurements) < 4:
             raise ValueError(f"table profile {self.name!r} needs at least 4 measurements, "
                              f"got {len(self.measurements)}")
-        self._fallback = fit_linear(self.name, self.measurements).profile
-        pts = np.log1p(np.array([[m.num_seqs, m.batched_tokens, m.kv_tokens] for m in self.measurements], float))
+        self.fallback = fit_linear(self.name, self.measurements).profile
+        pts = np.array([[math.log1p(m.num_seqs), math.log1p(m.batched_tokens), math.log1p(m.kv_tokens)]
+                        for m in self.measurements])
         vals = np.array([m.seconds for m in self.measurements], dtype=float)
-        self._axes = [i for i in range(3) if np.ptp(pts[:, i]) > 0]
-        self._interp = None
-        sub = pts[:, self._axes]
-        if len(self._axes) >= 2 and np.linalg.matrix_rank(sub - sub.mean(axis=0)) == len(self._axes):
-            self._interp = LinearNDInterpolator(sub, vals)
+        axes = [i for i in range(3) if np.ptp(pts[:, i]) > 0]
+        rows = np.zeros(0)  # no simplex: the linear fit answers everywhere
+        sub = pts[:, axes]
+        if len(axes) >= 2 and np.linalg.matrix_rank(sub - sub.mean(axis=0)) == len(axes):
+            tri = Delaunay(sub)  # as scipy's LinearNDInterpolator triangulates
+            rows = np.concatenate([tri.transform.reshape(len(tri.simplices), -1), vals[tri.simplices]], axis=1)
+        head = [*axes, *[-1] * (3 - len(axes)), *self.fallback.terms]
+        self.data = np.concatenate([np.array(head, dtype=float), rows.ravel()])
 
     def step_time(self, num_seqs: int, batched_tokens: int, kv_tokens: int) -> float:
-        if self._interp is not None:
-            import numpy as np
-
-            x = np.log1p(np.array([num_seqs, batched_tokens, kv_tokens], dtype=float))[self._axes]
-            v = float(self._interp(x[None, :])[0])
-            if np.isfinite(v):
-                return v
-        return self._fallback.step_time(num_seqs, batched_tokens, kv_tokens)
+        return table_step_time(self.data, num_seqs, batched_tokens, kv_tokens)
 
 
 @dataclass

@@ -15,9 +15,9 @@ mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
 Imported when a server is built (its scheduler and step outcome call the compiled rules) or an eligible run starts,
 so commands that never simulate do not import numba. Step prices are the step path's own rules, compiled:
-latency.linear_step_time, roofline.roofline_step_time, step_model.structured_time (a target step priced by its whole
-shape, rules/pricing.target_time) and simulator/engine/rules/pricing.py (draft and prompt-pass costs, a step's sum,
-the step estimate), over the profile and drafter records compiled_run builds
+latency.linear_step_time and table_step_time, roofline.roofline_step_time, step_model.structured_time (a target step
+priced by its whole shape, rules/pricing.target_time) and simulator/engine/rules/pricing.py (draft and prompt-pass
+costs, a step's sum, the step estimate), over the profile and drafter records compiled_run builds
 (rules.pricing.ProfileTerms, DraftTerms). Every other float is formed with the step path's operations in its order
 (simulator/engine/step_sd.py, pricing.py; SimPy's `now + delay`), so the tables agree bit for bit. Accepted drafts
 per trace position come precomputed from traces/acceptance.py (the replay rule is not restated here); the
@@ -83,7 +83,7 @@ from policies.exp3 import exp3_arm, exp3_probabilities, exp3_update  # noqa: E40
 from policies.thompson import thompson_arm, thompson_update  # noqa: E402
 from policies.ucb import sliding_update, ucb_arm_rule, ucb_update  # noqa: E402
 from simulator.costs import roofline, step_model  # noqa: E402
-from simulator.costs.latency import linear_step_time  # noqa: E402
+from simulator.costs.latency import linear_step_time, table_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
 from simulator.engine.rules import pricing, psd_sides, psd_timing  # noqa: E402
 from simulator.engine.rules import sampled as sampled_rules  # noqa: E402
@@ -186,10 +186,11 @@ def _row(rows, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit
 
 
 # the pricing rules, written once as plain Python (simulator/costs/latency.py, roofline.py, step_model.py,
-# simulator/engine/rules/pricing.py) and compiled here; the rules they call are compiled into them, and
+# simulator/engine/rules/pricing.py) and compiled here (a table profile's: a call, its loop over the simplices out
+# of the inlined price); the rules they call are compiled into them, and
 # `profile_price`, `prices_shape` and `shape_price` read the kernel's ProfileTerms records (the step path asks its
 # profile objects)
-for _rule in (linear_step_time, roofline.attention_pairs, roofline.roofline_compute_s, roofline.roofline_memory_s,
+for _rule in (linear_step_time, table_step_time, roofline.attention_pairs, roofline.roofline_compute_s, roofline.roofline_memory_s,
               roofline.roofline_per_op_s, roofline.roofline_allreduce_s, roofline.roofline_step_time,
               step_model.shape_features, step_model.structured_time, step_model.uniform_batch,
               step_model.structured_batch_time,
@@ -201,6 +202,19 @@ for _rule in (pricing.terms_step_time, pricing.target_time, pricing.prefill_time
               pricing.decode_tokens):
     register_jitable(inline="always")(_rule)
 register_jitable(pricing.terms_shape_time)  # a call: the structured model's terms stay out of the hot loops
+
+
+@overload(pricing.holds_rows, inline="always")
+def _holds_rows_by_type(structured):
+    rows = structured.ndim == 2  # known when compiling: a run without a table compiles no table code
+    return lambda structured: rows
+
+
+@overload(pricing.record_row, inline="always")
+def _record_row_by_type(structured):
+    if structured.ndim == 2:
+        return lambda structured: structured[0]
+    return lambda structured: structured
 
 
 @overload(pricing.profile_price, inline="always")

@@ -42,13 +42,14 @@ from policies.k_by_batch import KByBatchPolicy
 from policies.thompson import BetaState, ThompsonPolicy
 from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy, UCBState
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
-from simulator.costs.latency import LinearProfile
+from simulator.costs.latency import LinearProfile, TableProfile
 from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, PSD_STATE,
                                              Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests, Scratch,
                                              Settings, StepRows, Workload, new_state, psd_scratch, rows_head,
                                              scratch_buffers, settings_record, step_buffers, typed)
+from simulator.engine.rules import pricing as pricing_rules
 from simulator.engine.rules.pricing import (DRAFT_NONE, PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED,
-                                            DraftTerms, ProfileTerms)
+                                            PROFILE_TABLE, DraftTerms, ProfileTerms)
 from simulator.costs.roofline import RooflineProfile, RooflineTerms
 from simulator.costs.step_model import StructuredProfile
 
@@ -207,8 +208,8 @@ def _policy_reason(server, policy) -> str | None:
 
 def profile_reason(profile, what: str) -> str | None:
     """Why the kernel cannot price `profile` (the target's or a drafter's), or None: LinearProfile or
-    StructuredProfile with finite non-negative coefficients, or RooflineProfile whose MoE weight reads settle
-    (roofline_weights)."""
+    StructuredProfile with finite non-negative coefficients, TableProfile whose linear fit has them, or
+    RooflineProfile whose MoE weight reads settle (roofline_weights)."""
     if type(profile) is LinearProfile:
         if not all(np.isfinite(c) and c >= 0 for c in profile.terms):
             return f"a negative or non-finite {what} profile coefficient (the step path names it)"
@@ -222,8 +223,10 @@ def profile_reason(profile, what: str) -> str | None:
         if not np.all(np.isfinite(profile.vector)) or (profile.vector < 0).any():
             return f"a negative or non-finite {what} profile coefficient (the step path names it)"
         return None
+    if type(profile) is TableProfile:
+        return profile_reason(profile.fallback, f"{what} table's linear fit")
     return (f"{what} profile kind {getattr(profile, 'kind', '?')!r} ({type(profile).__name__}; the kernel prices "
-            "LinearProfile, RooflineProfile and StructuredProfile only)")
+            "LinearProfile, RooflineProfile, StructuredProfile and TableProfile only)")
 
 
 # an MoE roofline's weight reads per batched-token count are tabulated up to where they settle (below)
@@ -263,13 +266,15 @@ NO_DRAFTER = DraftTerms(DRAFT_NONE, 0.0, 0.0, False)  # a padding slot
 
 def profile_terms(profile) -> ProfileTerms:
     """The kernel's record of an eligible profile (profile_reason None), from the profile's public terms: a
-    LinearProfile's (a, b, s, d), a RooflineProfile's RooflineTerms and weight reads (roofline_weights), or a
-    StructuredProfile's coefficient vector and form."""
+    LinearProfile's (a, b, s, d), a RooflineProfile's RooflineTerms and weight reads (roofline_weights), a
+    StructuredProfile's coefficient vector and form, or a TableProfile's triangulation and linear fit."""
     if type(profile) is LinearProfile:
         return ProfileTerms(PROFILE_LINEAR, tuple(float(t) for t in profile.terms), _NO_ROOFLINE, np.zeros(1))
     if type(profile) is StructuredProfile:
         return ProfileTerms(PROFILE_STRUCTURED, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE, np.zeros(1), profile.vector,
                             profile.form == "roofline")
+    if type(profile) is TableProfile:
+        return ProfileTerms(PROFILE_TABLE, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE, np.zeros(1), profile.data[None, :])
     return ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), profile.terms,
                         np.ascontiguousarray(roofline_weights(profile), dtype=np.float64))
 
@@ -450,6 +455,9 @@ class CompiledRun:
                              choice_k=choice_k, tv=tv, rng=server.drafting.rng, policy_rng=self.policy_rng, batch_k=batch_k,
                              slot_k=slot_k,
                              **dict(zip(("tree_parent", "tree_rank", "tree_ranks", "tree_passes"), shape)))
+        if any(pricing_rules.holds_rows(p.structured) for p in dprofiles):  # one record type for the slots' tuple
+            dprofiles = [p if pricing_rules.holds_rows(p.structured) else p._replace(structured=p.structured[None, :])
+                         for p in dprofiles]
         self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
 

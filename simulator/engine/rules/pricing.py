@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simulator.costs.latency import linear_step_time
+from simulator.costs.latency import linear_step_time, table_step_time
 from simulator.costs.roofline import RooflineTerms, roofline_step_time
 from simulator.costs.step_model import ROOFLINE_TERMS, shape_features, structured_batch_time, structured_time
 
@@ -19,7 +19,7 @@ DRAFT_NONE, DRAFT_CONSTANT, DRAFT_FRACTION, DRAFT_WHOLE, DRAFT_AUTOREGRESSIVE, D
 DRAFT_KIND_CODES = {"constant": DRAFT_CONSTANT, "fraction_of_verify": DRAFT_FRACTION, "whole_proposal": DRAFT_WHOLE,
                     "autoregressive": DRAFT_AUTOREGRESSIVE, "engine_step": DRAFT_ENGINE_STEP}
 # latency profile kinds a ProfileTerms record holds
-PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED = 0, 1, 2
+PROFILE_LINEAR, PROFILE_ROOFLINE, PROFILE_STRUCTURED, PROFILE_TABLE = 0, 1, 2, 3
 NO_STRUCTURED = np.zeros(len(ROOFLINE_TERMS))  # a ProfileTerms record that is not structured
 
 
@@ -36,9 +36,11 @@ class DraftTerms(NamedTuple):
 
 
 class ProfileTerms(NamedTuple):
-    """A linear, roofline or structured latency profile as numbers (the compiled engine's profile record): the
-    linear terms (a, b, s, d), the roofline terms and its weight bytes per GPU by batched tokens (the last entry
-    for every larger count), the structured step model's coefficients (ROOFLINE_TERMS order) and its form."""
+    """A linear, roofline, structured or table latency profile as numbers (the compiled engine's profile record):
+    the linear terms (a, b, s, d), the roofline terms and its weight bytes per GPU by batched tokens (the last entry
+    for every larger count), the structured step model's coefficients (ROOFLINE_TERMS order) and its form; a
+    table's TableProfile.data as the one row of `structured` (holds_rows: a field of its own, or a branch the
+    compiled price keeps for every kind, slows every step)."""
 
     kind: int
     linear: tuple[float, float, float, float]
@@ -60,16 +62,30 @@ class ProfileTerms(NamedTuple):
 
 
 def terms_step_time(profile, num_seqs, batched_tokens, kv_tokens):
-    """A ProfileTerms record's step time: the linear rule, the roofline rule at its weight read for this step, or
-    the structured model's reading of a plain batch."""
+    """A ProfileTerms record's step time: the linear rule, the table rule, the structured model's reading of a
+    plain batch, or the roofline rule at its weight read for this step."""
     if profile.kind == PROFILE_LINEAR:
         a, b, s, d = profile.linear
         return linear_step_time(a, b, s, d, num_seqs, batched_tokens, kv_tokens)
+    if profile.kind == PROFILE_TABLE and holds_rows(profile.structured):
+        return table_step_time(record_row(profile.structured), num_seqs, batched_tokens, kv_tokens)
     if profile.kind == PROFILE_STRUCTURED:
-        return structured_batch_time(profile.structured, profile.structured_roofline, num_seqs, batched_tokens,
-                                     kv_tokens)
+        return structured_batch_time(record_row(profile.structured), profile.structured_roofline, num_seqs,
+                                     batched_tokens, kv_tokens)
     w = profile.weights[min(batched_tokens, len(profile.weights) - 1)]
     return roofline_step_time(profile.roofline, w, num_seqs, batched_tokens, kv_tokens)
+
+
+def holds_rows(structured):
+    """Whether a record's `structured` array is a row (2D): a table's always is (compiled_run.profile_terms), and so
+    is every drafter record beside one; compiled, this is known from the array's type, so runs with no table
+    compile no table code."""
+    return structured.ndim == 2
+
+
+def record_row(structured):
+    """A record's `structured` numbers: the array, or its one row (holds_rows)."""
+    return structured[0] if structured.ndim == 2 else structured
 
 
 def profile_price(profile, num_seqs, batched_tokens, kv_tokens):
@@ -89,7 +105,7 @@ def shape_price(profile, decode_seqs, draft_tokens, decode_kv, prefill_seqs, pre
 
 def terms_shape_time(profile, decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens, prefill_attn):
     """A structured ProfileTerms record's seconds for a step of this shape."""
-    return structured_time(profile.structured, profile.structured_roofline,
+    return structured_time(record_row(profile.structured), profile.structured_roofline,
                            shape_features(decode_seqs, draft_tokens, decode_kv, prefill_seqs, prefill_tokens,
                                           prefill_attn))
 

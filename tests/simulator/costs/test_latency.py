@@ -1,14 +1,16 @@
 """Latency profiles: least-squares fit, table interpolation, files with provenance, bad input."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.costs.latency import (LinearProfile, Measurement, Provenance, TableProfile, builtin_profiles, fit_linear,
-                               load_profile, mape, resolve_profile, save_profile)
+from simulator.costs.latency import (TABLE_HEAD, LinearProfile, Measurement, Provenance, TableProfile, builtin_profiles,
+                                     fit_linear, load_profile, mape, resolve_profile, save_profile)
 from traces.errors import TraceFormatError
 
 
@@ -55,6 +57,65 @@ def test_table_profile_hits_measured_points_and_falls_back_outside():
     lin = fit_linear("tab", meas).profile.step_time(512, 512, 10**7)
     assert far == pytest.approx(lin)
     assert mape(table, meas) < 1e-6
+
+
+def _log_affine(c, seqs, tokens, kv):
+    """An affine function of the table's coordinates (log1p of each batch dimension)."""
+    return c[0] + c[1] * math.log1p(seqs) + c[2] * math.log1p(tokens) + c[3] * math.log1p(kv)
+
+
+@settings(max_examples=60, deadline=None)
+@given(c=st.tuples(st.floats(1e-3, 1e-2), st.floats(0, 1e-2), st.floats(0, 1e-2), st.floats(0, 1e-2)),
+       seqs=st.integers(1, 32), tokens=st.integers(1, 4000), kv=st.integers(128, 300_000), flat=st.booleans())
+def test_table_profile_reproduces_an_affine_function_of_its_coordinates(c, seqs, tokens, kv, flat):
+    """Piecewise-linear interpolation is exact for a function affine in the coordinates it interpolates over
+    (log1p of sequences, tokens, KV), in every simplex of the triangulation: any point of the measured grid's box
+    prices as the function itself. `flat`: one sequence throughout, a 2-axis table."""
+    seqs = 1 if flat else seqs
+    grid = [(b, q, ctx) for b in ((1,) if flat else (1, 4, 32)) for q in (1, 100, 4000) for ctx in (128, 4096, 300_000)]
+    table = TableProfile("affine", [Measurement(*g, _log_affine(c, *g)) for g in grid])
+    assert len(table.data) > TABLE_HEAD
+    assert table.step_time(seqs, tokens, kv) == pytest.approx(_log_affine(c, seqs, tokens, kv), rel=1e-9)
+
+
+def test_every_shipped_table_profile_passes_through_each_measured_point():
+    """Each measurement prices as measured, the hull's vertices included (scipy's LinearNDInterpolator, which read
+    these tables before, gave some of those the linear fit: its directed walk stopped at the hull)."""
+    names = [n for n in builtin_profiles() if resolve_profile(n).kind == "table"]
+    assert len(names) >= 5
+    for name in names:
+        table = resolve_profile(name)
+        if len(table.data) == TABLE_HEAD:  # points that span no volume: the linear fit answers everywhere
+            for m in table.measurements:
+                assert table.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens) == \
+                    table.fallback.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens)
+            continue
+        for m in table.measurements:
+            assert table.step_time(m.num_seqs, m.batched_tokens, m.kv_tokens) == pytest.approx(m.seconds, rel=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(["smollm2-135m-instruct-cpu-table", "qwen3-8b-h200-hf-bf16-table"]),
+       u=st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)))
+def test_table_profile_is_scipys_linear_interpolation_inside_the_hull(name, u):
+    """Inside the measured points' hull, where scipy's LinearNDInterpolator (on the same log1p coordinates) finds a
+    simplex, the same value up to rounding; where neither it nor scipy's brute-force search finds one, the linear
+    fit."""
+    from scipy.interpolate import LinearNDInterpolator
+
+    table = resolve_profile(name)
+    pts = np.array([[math.log1p(m.num_seqs), math.log1p(m.batched_tokens), math.log1p(m.kv_tokens)]
+                    for m in table.measurements])
+    scipy_table = LinearNDInterpolator(pts, [m.seconds for m in table.measurements])
+    lo, hi = pts.min(axis=0), pts.max(axis=0)
+    q = [int(round(math.expm1(lo[i] + u[i] * (hi[i] - lo[i])))) for i in range(3)]
+    x = np.array([[math.log1p(v) for v in q]])
+    want = float(scipy_table(x)[0])
+    got = table.step_time(*q)
+    if np.isfinite(want):
+        assert got == pytest.approx(want, rel=1e-12)
+    elif scipy_table.tri.find_simplex(x, bruteforce=True)[0] == -1:
+        assert got == table.fallback.step_time(*q)
 
 
 def test_save_load_round_trip_keeps_provenance_and_measurements(tmp_path):

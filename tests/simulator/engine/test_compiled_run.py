@@ -4,7 +4,7 @@ eligible configs (AR and fixed-k SD, k and drafters with and without n-gram prop
 mixed/chunked/separate prefill and vLLM V1's scheduler (decode budget, engine-loop gap, EAGLE lookahead KV slots,
 async scheduling), Poisson, burst and
 closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large enough to pass the no-preemption check, small
-row buffers that make the kernel run in segments, linear, roofline or structured target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
+row buffers that make the kernel run in segments, linear, roofline, structured or table target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
 the same finishes as the full run."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from simulator.engine import compiled_run
 from simulator.engine.arrivals import PushedArrivals
 from simulator.costs.draft_cost import DraftCost
 from simulator.engine.simulation import ServerSimulation
-from simulator.costs.latency import LinearProfile
+from simulator.costs.latency import LinearProfile, resolve_profile
 from simulator.costs.roofline import RooflineProfile
 from simulator.costs.step_model import ROOFLINE_TERMS, StructuredProfile
 from simulator.engine.server import Server
@@ -115,9 +115,14 @@ def structured(form: str, seed: int, scale: float = 1.0) -> StructuredProfile:
     return StructuredProfile(f"s{seed}", {t: float(v) for t, v in zip(terms, c)}, form)
 
 
+# shipped table profiles the properties draw (by position): CPU and GPU targets, each triangulated, and a drafter
+# table whose points span no volume (its linear fit answers everywhere)
+TABLES = ("smollm2-135m-instruct-cpu-table", "qwen3-8b-h200-hf-bf16-table", "qwen3-0.6b-h200-hf-bf16-drafter-table")
+
 # (kind, model, gpu, tp, mfu, bandwidth_util, floor_s, overlap, host_s) a roofline profile, ("structured", kind,
-# form, seed) a structured step model; None a linear profile
-profiles = st.one_of(st.none(), st.tuples(
+# form, seed) a structured step model, ("table", kind, i) a shipped table profile; None a linear profile
+profiles = st.one_of(st.none(), st.tuples(st.just("table"), st.sampled_from(["target", "drafter", "both"]),
+                                          st.integers(0, len(TABLES) - 1)), st.tuples(
     st.sampled_from(["target", "target", "drafter", "both"]), st.integers(0, 4), st.sampled_from(GPUS),
     st.sampled_from([1, 2, 4]), st.floats(0.05, 1.0), st.floats(0.05, 1.0), st.sampled_from([0.0, 0.0, 2e-3, 6e-3]),
     st.sampled_from(["step", "op"]), st.sampled_from([0.0, 0.0, 5e-4])), st.tuples(
@@ -126,13 +131,20 @@ profiles = st.one_of(st.none(), st.tuples(
 
 
 def with_profiles(kw: dict, drawn, cost: str) -> dict:
-    """`kw` with the drawn roofline or structured target and/or drafter profile (the drafter's: for a profiled cost
-    kind, or a whole_proposal cost of its own where the drawn kind has none)."""
+    """`kw` with the drawn roofline, structured or table target and/or drafter profile (the drafter's: for a
+    profiled cost kind, or a whole_proposal cost of its own where the drawn kind has none)."""
     if drawn is None:
         return kw
     kw = dict(kw)
     base = COSTS[cost]
     kind_of = base.kind if base.profile is not None else "whole_proposal"
+    if drawn[0] == "table":
+        _, kind, i = drawn
+        if kind in ("target", "both"):
+            kw["target"] = resolve_profile(TABLES[i])
+        if kind in ("drafter", "both"):
+            kw["cost"] = DraftCost(kind_of, profile=resolve_profile(TABLES[(i + 1) % len(TABLES)]))
+        return kw
     if drawn[0] == "structured":
         _, kind, form, seed = drawn
         if kind in ("target", "both"):
@@ -386,6 +398,24 @@ def test_the_kernels_roofline_is_the_profiles_step_time_bit_for_bit(model, gpu, 
     import simulator.engine.compiled_kernel as ker
 
     prof = dataclasses.replace(roofline(model, gpu, tp, mfu, bw, floor_s, overlap, host_s), allreduce_latency_s=latency)
+    got = ker._price(compiled_run.profile_terms(prof), num_seqs, batched_tokens, kv_tokens)
+    want = prof.step_time(num_seqs, batched_tokens, kv_tokens)
+    assert np.float64(got).tobytes() == np.float64(want).tobytes(), (got, want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(table=st.sampled_from(TABLES), num_seqs=st.integers(0, 512), batched_tokens=st.integers(0, 20_000),
+       kv_tokens=st.integers(0, 2_000_000), at_measured=st.integers(-1, 200))
+def test_the_kernels_table_is_the_profiles_step_time_bit_for_bit(table, num_seqs, batched_tokens, kv_tokens,
+                                                                  at_measured):
+    """compiled_kernel._price on a table record (compiled_run.profile_terms: the triangulation and linear fit)
+    against TableProfile.step_time, inside the measured points (`at_measured`: one of them) and far outside them."""
+    import simulator.engine.compiled_kernel as ker
+
+    prof = resolve_profile(table)
+    if 0 <= at_measured < len(prof.measurements):
+        m = prof.measurements[at_measured]
+        num_seqs, batched_tokens, kv_tokens = m.num_seqs, m.batched_tokens, m.kv_tokens
     got = ker._price(compiled_run.profile_terms(prof), num_seqs, batched_tokens, kv_tokens)
     want = prof.step_time(num_seqs, batched_tokens, kv_tokens)
     assert np.float64(got).tobytes() == np.float64(want).tobytes(), (got, want)
