@@ -65,7 +65,10 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Kill the pool's workers now (an interrupt or an error must not wait for points in flight)."""
+    """Kill the pool's workers now (an interrupt or an error must not wait for points in flight), then wait for the
+    pool's own thread to see them gone and close its pipes: left running, it raced the interpreter's exit, whose
+    wake-up write then met a closed pipe ("Exception ignored in: <module 'threading'> ... Bad file descriptor" after
+    the one line a SIGTERM prints)."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
@@ -73,6 +76,7 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             proc.kill()
     for proc in procs:
         proc.join(timeout=5)
+    pool.shutdown(wait=True)  # the workers are dead: this only joins the pool's thread
 
 
 class WorkerPool:
