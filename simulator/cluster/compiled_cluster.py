@@ -77,10 +77,11 @@ TREE = ("tree_parent", "tree_rank", "tree_ranks", "tree_passes")  # a static dra
 
 
 def _same(a, b) -> bool:
-    """Equal values: arrays element for element (and dtype), tuples and records item for item."""
+    """Equal values: arrays element for element (and dtype; NaN equal to NaN, as a table profile's degenerate
+    simplices hold), tuples and records item for item."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
-                and a.shape == b.shape and bool(np.array_equal(a, b)))
+                and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f")))
     if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
         return (type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b)))
     return a == b

@@ -68,6 +68,27 @@ def test_the_cluster_loop_equals_the_per_replica_path(mode, policy, replicas, ro
         assert fast.compiled.calls == 1
 
 
+@settings(max_examples=6, deadline=None)
+@given(mode=st.sampled_from(["ar", "sd", "psd"]), seed=st.integers(0, 1000))
+def test_replicas_priced_by_a_table_with_degenerate_simplices_share_the_cluster_loop(mode, seed):
+    """A table profile whose triangulation holds degenerate simplices (NaN rows in TableProfile.data, as the shipped
+    tree-verify table's 4) is the same on every replica: the cluster loop runs it, with the per-replica path's
+    tables."""
+    import numpy as np
+
+    from simulator.costs.latency import resolve_profile
+
+    name = "smollm2-135m-instruct-cpu-tree-table"
+    assert np.isnan(resolve_profile(name).data).any()
+    traces = iid_traces(10, seed=seed, out=(1, 40))
+    wl = workload(traces, 24, rate=30.0, seed=seed)
+    (fast, a), (slow, b) = _pair(traces, wl, mode=mode, policy="fixed", replicas=2,
+                                 router={"name": "least_outstanding"}, seed=seed,
+                                 srv=server(max_num_seqs=4, target_profile=name))
+    assert fast.cluster_path_reason is None, fast.cluster_path_reason
+    assert_same_cluster(a, b)
+
+
 def test_the_per_replica_path_still_runs_many_steps_per_kernel_call_when_arrivals_are_sparse():
     """With the loop switched off, each replica's kernel call ends at a routing or at the replica going idle."""
     traces = iid_traces(10, seed=3, out=(150, 200))
