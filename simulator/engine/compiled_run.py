@@ -455,10 +455,12 @@ class CompiledRun:
                              choice_k=choice_k, tv=tv, rng=server.drafting.rng, policy_rng=self.policy_rng, batch_k=batch_k,
                              slot_k=slot_k,
                              **dict(zip(("tree_parent", "tree_rank", "tree_ranks", "tree_passes"), shape)))
-        if any(pricing_rules.holds_rows(p.structured) for p in dprofiles):  # one record type for the slots' tuple
-            dprofiles = [p if pricing_rules.holds_rows(p.structured) else p._replace(structured=p.structured[None, :])
-                         for p in dprofiles]
-        self.costs = Costs(profile_terms(server.pricing.target), tuple(drafts), tuple(dprofiles), pf_order)
+        target = profile_terms(server.pricing.target)
+        if any(pricing_rules.holds_rows(p.structured) for p in (target, *dprofiles)):  # a table: every record 2D,
+            # one record type for the slots' tuple and one kernel build for all table runs
+            target, *dprofiles = [p if pricing_rules.holds_rows(p.structured) else
+                                  p._replace(structured=p.structured[None, :]) for p in (target, *dprofiles)]
+        self.costs = Costs(target, tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
 
     def _each_trace(self, what: str, table) -> Iterator[tuple[np.ndarray, slice]]:
