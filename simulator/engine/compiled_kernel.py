@@ -190,10 +190,10 @@ def _row(rows, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit
 # of the inlined price); the rules they call are compiled into them, and
 # `profile_price`, `prices_shape` and `shape_price` read the kernel's ProfileTerms records (the step path asks its
 # profile objects)
-for _rule in (linear_step_time, table_step_time, roofline.attention_pairs, roofline.roofline_compute_s, roofline.roofline_memory_s,
-              roofline.roofline_per_op_s, roofline.roofline_allreduce_s, roofline.roofline_step_time,
-              step_model.shape_features, step_model.structured_time, step_model.uniform_batch,
-              step_model.structured_batch_time,
+for _rule in (linear_step_time, table_step_time, roofline.attention_pairs, roofline.roofline_compute_s,
+              roofline.roofline_memory_s, roofline.roofline_per_op_s, roofline.roofline_allreduce_s,
+              roofline.roofline_step_time, step_model.shape_features, step_model.structured_time,
+              step_model.uniform_batch, step_model.structured_batch_time,
               pricing.draft_time, pricing.drafters_prefill_time):
     register_jitable(_rule)
 # the loop-free rules over the typed records are inlined where called (numba IR): a call would pass the drafter and

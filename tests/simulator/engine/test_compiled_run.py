@@ -4,8 +4,9 @@ eligible configs (AR and fixed-k SD, k and drafters with and without n-gram prop
 mixed/chunked/separate prefill and vLLM V1's scheduler (decode budget, engine-loop gap, EAGLE lookahead KV slots,
 async scheduling), Poisson, burst and
 closed-loop arrivals, lengths, max_num_seqs, block sizes, KV just large enough to pass the no-preemption check, small
-row buffers that make the kernel run in segments, linear, roofline, structured or table target and drafter profiles); each ineligible case falls back to the step path and says why; an early stop returns
-the same finishes as the full run."""
+row buffers that make the kernel run in segments, linear, roofline, structured or table target and drafter
+profiles); each ineligible case falls back to the step path and says why; an early stop returns the same finishes as
+the full run."""
 from __future__ import annotations
 
 import dataclasses
