@@ -77,9 +77,9 @@ def terms_step_time(profile, num_seqs, batched_tokens, kv_tokens):
 
 
 def holds_rows(structured):
-    """Whether a record's `structured` array is a row (2D): a table's always is (compiled_run.profile_terms), and so
-    is every drafter record beside one; compiled, this is known from the array's type, so runs with no table
-    compile no table code."""
+    """Whether a record's `structured` array is a row (2D): a table's always is (compiled_run.profile_terms), and in a
+    run with a table so is every other profile record (CompiledRun builds them so); compiled, this is known from the
+    array's type, so runs with no table compile no table code."""
     return structured.ndim == 2
 
 
