@@ -10,7 +10,8 @@ derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.
 Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
   and on request (--runs) adaptive-k (eagle3), combine-match (ngram / eagle3), Thompson and EXP3 over the two
-  drafters, and AR and SD k=3 with KV for 20 of the 64 sequences (they preempt),
+  drafters, AR and SD k=3 with KV for 20 of the 64 sequences (they preempt), and a plug-in (the AIMD-k example of
+  docs/policies.md, asked in Python at each step),
   on the compiled path (simulator/engine/compiled_run.py; every run here is eligible),
   and step by step (compiled_run.COMPILED off), in the same process, the tables checked equal:
   request-steps per CPU second, mean sequences per step, and the ratios; the compiled kernel's first call (numba
@@ -18,7 +19,7 @@ Figures, each printed with `uptime` beside it (the machine is shared: label them
 - whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
   seconds per wall second.
 Targets (issue 18): engine >= 10M request-steps/CPU-s for AR and fixed-k SD, >= 2M with a learning or adaptive
-policy; whole process >= 1000x real time. Nothing is asserted.
+policy (a plug-in, whose Python runs each step: 1M); whole process >= 1000x real time. Nothing is asserted.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATE = {"AR": 10_000_000, "SD-k3": 10_000_000, "UCB": 2_000_000, "adaptive-k": 2_000_000,
                "combine-match": 2_000_000, "thompson": 2_000_000, "EXP3": 2_000_000, "AR-preempt": 10_000_000,
-               "SD-k3-preempt": 10_000_000}
+               "SD-k3-preempt": 10_000_000, "plug-in": 1_000_000}
 TARGET_REAL_TIME = 1000.0
 
 # Llama-2-7B (6.74e9 params fp16: 13.5 GB of weights; 32 layers x 2 x 4096 x 2 bytes = 512 KiB of KV per token) on
@@ -82,6 +83,9 @@ RUNS = {
     "AR-preempt": {"name": "AR-preempt", "mode": "ar", "server": {"kv_capacity_tokens": 15_360}},
     "SD-k3-preempt": {"name": "SD-k3-preempt", "mode": "sd", "server": {"kv_capacity_tokens": 15_360},
                       "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}},
+    # a plug-in (docs/examples/aimd_k_policy.py): the compiled loop pauses for it in Python at each step
+    "plug-in": {"name": "plug-in", "mode": "sd",
+                "policy": {"name": f"{ROOT}/docs/examples/aimd_k_policy.py:AIMDKPolicy", "drafter": "eagle3"}},
 }
 
 

@@ -232,8 +232,8 @@ def _replica_records(work, req, pol, bufs, j):
                  req.first_sched[j], req.first_token[j], req.finish[j], req.dsteps[j], req.dprop[j], req.dacc[j],
                  req.last_slot[j], req.preempted[j], req.requeued[j])
     p = PolicyState(pol.est_s[j], pol.est_f[j], pol.arm_counts[j], pol.arm_sums[j], pol.ring_arm[j], pol.ring_reward[j],
-                    pol.seen[j], pol.arm_slot, pol.usage[j], pol.chosen[j], pol.plan_row[j], pol.plan_free[j],
-                    pol.plan_d[j], pol.plan_k[j], pol.plan_value[j])
+                    pol.seen[j], pol.arm_slot, pol.usage[j], pol.chosen[j], pol.chosen_k[j], pol.plan_row[j],
+                    pol.plan_free[j], pol.plan_d[j], pol.plan_k[j], pol.plan_value[j])
     r = bufs.rows
     rows = StepRows(r.step[j], r.phase[j], r.num_seqs[j], r.prefill_tokens[j], r.batched_tokens[j], r.kv_tokens[j],
                     r.kv_blocks_used[j], r.proposed_tokens[j], r.accepted_tokens[j], r.emitted_tokens[j],

@@ -158,6 +158,8 @@ POL_RATE = 6  # combine-adaptive: per request, n-gram or EAGLE by expected token
 POL_GREEDY_ORACLE = 7  # oracle-best-drafter / oracle-combine `honest`, greedy: each drafter at its oracle k
 # (Replay.slot_k) by tokens per estimated second, plus the oracle's switching cost
 POL_PLAN = 8  # an oracle's plan min-time: each request's exact plan, made at its first decode (PolicyState.plan_*)
+POL_GIVEN = 9  # a policy in Python (a plug-in): the kernel pauses (CHOOSE) for its choices, PolicyState.chosen(_k)
+CHOOSE = 5  # run_steps under POL_GIVEN: a step with decodes is planned up to the policy's choice (state saved)
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
 # above every mask of compiled_run.MAX_SLOTS (8) slots; DRF_PROPOSER: vLLM V1's proposer ran (Settings.proposer_slot)
@@ -512,7 +514,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     choice_slot, choice_k = replay.choice_slot, replay.choice_k
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
     est_s, est_f, arm_counts, arm_sums = pol.est_s, pol.est_f, pol.arm_counts, pol.arm_sums
-    arm_slot, usage = pol.arm_slot, pol.usage
+    arm_slot, usage, chosen_k = pol.arm_slot, pol.usage, pol.chosen_k
     plan_row, plan_free, plan_d, plan_k, plan_value = pol.plan_row, pol.plan_free, pol.plan_d, pol.plan_k, pol.plan_value
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
@@ -748,6 +750,14 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 for j in range(n_dec):
                     slot[j] = choice_slot[flat[j]]
                     kk[j] = choice_k[flat[j]]
+            elif policy == POL_GIVEN:  # a Python policy's choices (compiled_run.CompiledRun._choose), asked for here
+                if n_dec > 0 and st.given == 0:  # the turn already taken; taken again on return, it changes nothing
+                    code = CHOOSE
+                    break
+                st.given = 0
+                for j in range(n_dec):
+                    slot[j] = chosen[dec[j]]
+                    kk[j] = chosen_k[dec[j]]
             else:
                 for j in range(n_dec):
                     use_ngram, kk[j] = _combine_match(np.int64(cap[flat[j]]), min_match, k_ngram, k_eagle)
@@ -897,7 +907,24 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                                                          closed, n_sub, n, arrival, client_of, think)
             if policy == POL_PLAN:
                 _free_plans(done, n_done, plan_row, plan_free)
+        if policy == POL_GIVEN:  # what the Python policy hears of (StepOutcome.apply's calls; compiled_run)
+            st.decoded, st.prefilled, st.ended = n_dec, n_pre, n_done
         step_no += 1
         busy = 1
     _save_state(st, ptr, nq, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)
     return code
+
+
+@njit(cache=True)
+def step_time_estimate(wl, costs, settings, state, req, scratch, n_dec, kv, g, k):
+    """Pricing.estimator's estimate(drafter, k) at a Python policy's choice (POL_GIVEN, paused at CHOOSE): the step
+    of the `n_dec` decoding requests over `kv` KV tokens, each verifying k drafts of slot g (k = 0: plain decoding),
+    with the prompt chunks its plan would add: `_step_times`, as adaptive-k asks it."""
+    cfg, st = settings[0], state[0]
+    lim = PrefillLimits(cfg.max_seqs, cfg.budget, cfg.chunked, cfg.block_size, cfg.lookahead)
+    times = scratch.times[0]
+    _step_times(times, k, k, n_dec, kv, cfg.separate, lim, scratch.plan, scratch.waitq, cfg.total_blocks - st.used,
+                st.n_run, req.run, req.requeued, st.requeued, st.admit, st.ptr, wl.prompt, req.gen, req.blocks,
+                req.prefill_left, req.prefill_done, costs.target, costs.drafts[g], costs.dprofiles[g], costs.drafts,
+                costs.dprofiles, cfg.overhead, costs.pf_order, cfg.proposer_slot)
+    return times[k]

@@ -1,11 +1,14 @@
 """Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match,
-combine-adaptive, k-by-batch, bandit, position-oracle or greedy-oracle policy, PSD with the fixed policy; open or
-closed loop) in one compiled loop.
+combine-adaptive, k-by-batch, bandit, position-oracle, greedy-oracle or exact-plan policy, or any other policy asked
+in Python at each step; PSD with the fixed policy; open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
-fixed policy and one drafter, another policy, sampled verification under PSD, a profile or draft cost kind the kernel
-does not price (it prices linear, roofline and structured profiles, target and drafters), numba missing, or the path
-forced off). An eligible server's `CompiledRun.run` steps the
+fixed policy and one drafter, a Python policy on a cluster replica, a profile or draft cost kind the kernel does not
+price (it prices linear, table, roofline and structured profiles, target and drafters), numba missing, or the path
+forced off). A policy without a compiled rule (`python_chooses`: a plug-in) is asked by the kernel itself: it pauses
+before each step's choice (CHOOSE), `CompiledRun._choose` calls the step path's Drafting.choose (the policy's
+choose_batch, its estimates priced by compiled_kernel.step_time_estimate), and after the step `_heard` tells the
+policy what StepOutcome.apply would. An eligible server's `CompiledRun.run` steps the
 whole run in simulator/engine/compiled_kernel.py (PSD: compiled_psd_kernel.py) and writes the outcome into the
 server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
 replica's run is a `compiled_replica.CompiledReplica`: the same kernels, the steps up to the replica's next external
@@ -43,6 +46,7 @@ from policies.thompson import BetaState, ThompsonPolicy
 from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy, UCBState
 from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
 from simulator.costs.latency import LinearProfile, TableProfile
+from simulator.engine.pricing import checked
 from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, PSD_STATE,
                                              Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests, Scratch,
                                              Settings, StepRows, Workload, new_state, psd_scratch, rows_head,
@@ -159,19 +163,48 @@ def time_plan(policy):
     return getattr(policy, "time_plan", None)
 
 
-def _policy_reason(server, policy) -> str | None:
-    """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
+def python_chooses(server, policy) -> bool:
+    """Whether the kernel pauses for the policy itself, in Python, at each SD step with decodes (POL_GIVEN: its
+    `choose_batch`, then `observe_batch`, `start_request`, `finish_request`, as the step path calls them): a policy
+    the kernel has no rule for (a plug-in, a subclass of a built-in), one with those methods replaced on the
+    instance, or a built-in whose state the kernel cannot keep as the policy does (per-request state under repeated
+    request ids, which share it; sliding-window UCB past MAX_RING rounds) or whose k-by-batch ranges end below
+    max_num_seqs (its own k_for names the batch that passes them)."""
+    if server.mode != "sd":
+        return False
+    if set(vars(policy)) & POLICY_METHODS:  # a wrapper set on the instance (a recorder, a test spy)
+        return True
     if type(policy) not in COMPILED_POLICIES and not getattr(policy, "by_position", False) \
             and not greedy_oracle(policy) and time_plan(policy) is None:
-        return (f"policy {policy.name!r} chooses per step (learning, adaptive or by the step's time estimate): "
-                "step path")
+        return True
     if type(policy) is KByBatchPolicy and policy.ranges[-1][1] is not None \
             and policy.ranges[-1][1] < server.max_num_seqs:
-        return (f"policy {policy.name!r}: its ranges end at batch size {policy.ranges[-1][1]}, below max_num_seqs "
-                f"{server.max_num_seqs} (the step path names the batch that passes them)")
+        return True
+    if isinstance(policy, CombineAdaptivePolicy) or (isinstance(policy, (AdaptiveKPolicy, BanditPolicy))
+                                                     and policy.scope == "request") or greedy_oracle(policy) \
+            or time_plan(policy) is not None:
+        ids = server.wl.request_ids
+        if len(set(ids)) != len(ids):
+            return True
+    if type(policy) is SlidingWindowUCBPolicy:
+        states = 1 if policy.scope == "shared" else len(server.wl)
+        if states * policy.window > MAX_RING:
+            return True
+    return False
+
+
+def _policy_reason(server, policy) -> str | None:
+    """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
     patched = sorted(set(vars(policy)) & POLICY_METHODS)
-    if patched:  # a wrapper set on the instance (a recorder, a test spy) would never be called by the kernel
-        return f"policy {policy.name!r} has {', '.join(patched)} replaced on the instance"
+    if patched and server.mode == "psd":  # the PSD kernel runs the fixed policy's rule, never these
+        return f"policy {policy.name!r} has {', '.join(patched)} replaced on the instance (PSD): step path"
+    if python_chooses(server, policy):
+        if getattr(server.arrivals, "routed", False):
+            return f"a cluster replica whose policy {policy.name!r} chooses in Python: step path"
+        if not policy.drafters_used():
+            return f"policy {policy.name!r} names no drafter (drafters_used()) in mode sd: step path"
+        if server.drafting.tree is not None and len(policy.drafters_used()) > 1:
+            return f"policy {policy.name!r} drafts a tree with {len(policy.drafters_used())} drafters: step path"
     used = policy.drafters_used()
     if not used:
         return None
@@ -190,19 +223,9 @@ def _policy_reason(server, policy) -> str | None:
             why = profile_reason(p, "draft cost")
             if why is not None:
                 return why
-    if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len:
+    if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len \
+            and not python_chooses(server, policy):
         return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
-    if isinstance(policy, CombineAdaptivePolicy) or (isinstance(policy, (AdaptiveKPolicy, BanditPolicy))
-                                                     and policy.scope == "request") or greedy_oracle(policy) \
-            or time_plan(policy) is not None:
-        ids = server.wl.request_ids
-        if len(set(ids)) != len(ids):
-            return f"{policy.name} per request with repeated request ids (their state is shared)"
-    if type(policy) is SlidingWindowUCBPolicy:
-        states = 1 if policy.scope == "shared" else len(server.wl)
-        if states * policy.window > MAX_RING:
-            return (f"{policy.name} per request: {states:,} requests x window {policy.window} rounds (the kernel "
-                    f"keeps up to {MAX_RING:,})")
     return None
 
 
@@ -333,6 +356,9 @@ class CompiledRun:
         # drafter slots in ascending drafter index (Pricing.draft_time's group order); prompt passes in `used` order
         self.slots = sorted(used, key=table.drafters.index)
         self.drafter_idx = [table.drafters.index(d) for d in self.slots]
+        # a drafter index (or NO_DRAFT, the last entry) -> its slot, -1, or MAX_SLOTS for one the policy does not use
+        self.slot_of_drafter = np.full(len(table.drafters) + 1, MAX_SLOTS, dtype=np.int64)
+        self.slot_of_drafter[self.drafter_idx], self.slot_of_drafter[NO_DRAFT] = np.arange(len(self.slots)), -1
         self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
         G = len(self.slots)
         cfg = server.scenario.server
@@ -356,7 +382,10 @@ class CompiledRun:
         choice_slot, choice_k = np.full(1, -1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         batch_k = np.zeros(1, dtype=np.int64)
         slot_k = np.zeros((1, 1), dtype=np.int64)
-        if G == 0 or type(policy) is FixedPolicy:
+        if python_chooses(server, policy):  # asked in Python at each step (run: _choose, _heard)
+            v.update(policy=ker.POL_GIVEN, k_max=server.drafting.stated_max_k(), bd=False)  # it rewards itself
+            ks = [v["k_max"]] * G
+        elif G == 0 or type(policy) is FixedPolicy:
             v.update(policy=ker.POL_FIXED, k=policy.k)
             ks = [policy.k] * G
         elif type(policy) is AdaptiveKPolicy:
@@ -410,11 +439,14 @@ class CompiledRun:
         # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
         # k), from inputs clipped where the rule cannot tell (match lengths at k, acceptance lengths at k + 1)
         asks = [range(1, k + 1) if v["policy"] in (ker.POL_ADAPTIVE, ker.POL_TABLE, ker.POL_BATCH,
-                                                   ker.POL_GREEDY_ORACLE, ker.POL_PLAN)
+                                                   ker.POL_GREEDY_ORACLE, ker.POL_PLAN, ker.POL_GIVEN)
                 or name == getattr(policy, "ngram", None) else [k]
                 for name, k in zip(self.slots, ks)]  # adaptive-k, tables, combine-match's n-gram: k <= the most
         rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
-        tab = np.empty((max(1, sum(len(a) for a in asks)), 2, max(n_flat, 1) if G else 1), dtype=np.int8)
+        rows = sum(len(a) for a in asks)
+        tab = np.empty((max(1, rows + (v["policy"] == ker.POL_GIVEN)), 2, max(n_flat, 1) if G else 1), dtype=np.int8)
+        if v["policy"] == ker.POL_GIVEN:  # a Python policy may name a drafter at k = 0: it proposes nothing
+            tab[rows], rowof[:, 0] = 0, rows
         drafts, dprofiles = [NO_DRAFTER] * MAX_SLOTS, [NO_PROFILE] * MAX_SLOTS  # slot g's cost and profile
         row = 0
         for g, name in enumerate(self.slots):
@@ -515,9 +547,10 @@ class CompiledRun:
         _bandit_state); the greedy oracle's last choices from none."""
         import simulator.engine.compiled_kernel as ker
 
-        chosen = np.full(n if self.policy_kind == ker.POL_GREEDY_ORACLE else 1, -1, dtype=np.int64)
+        chosen = np.full(n if self.policy_kind in (ker.POL_GREEDY_ORACLE, ker.POL_GIVEN) else 1, -1, dtype=np.int64)
+        chosen_k = np.zeros(n if self.policy_kind == ker.POL_GIVEN else 1, dtype=np.int64)
         return PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
-                           np.zeros(len(self.slots) + 1, dtype=np.int64), chosen, *self._plan_rows(n))
+                           np.zeros(len(self.slots) + 1, dtype=np.int64), chosen, chosen_k, *self._plan_rows(n))
 
     def _plan_rows(self, n: int) -> tuple[np.ndarray, ...]:
         """min-time's plans (PolicyState.plan_*), none made yet: one row per request that can hold one at a time
@@ -649,8 +682,17 @@ class CompiledRun:
 
         stop_at = n if stop is None else ask_at(0)
         self.running, self.now = True, float(rec.now)
+        given = self.policy_kind == ker.POL_GIVEN  # one step per call (until -inf), then the policy hears of it
+        if given:
+            self.positions = np.zeros(n, dtype=np.int64)  # each request's output position when last chosen for
         while True:
-            code = self._kernel(work, state, req, pol, bufs, scratch, stop_at, math.inf)
+            step = int(rec.step)
+            code = self._kernel(work, state, req, pol, bufs, scratch, stop_at, -math.inf if given else math.inf)
+            if given and rec.step > step:
+                self._heard(rec, scratch)
+            if code == ker.CHOOSE:
+                self._choose(work, state, req, pol, scratch)
+                continue
             if code == ker.ERR_PLAN_COSTS:
                 raise self.plan_costs_error(scratch, pol)
             if code < 0:
@@ -688,13 +730,67 @@ class CompiledRun:
         self._write_plans(pol, self.first, self.last)
         return float(rec.now)
 
+    def _choose(self, work: Workload, state, req: Requests, pol: PolicyState, scratch: Scratch) -> None:
+        """The Python policy's choices for the step the kernel paused in (CHOOSE, at its start `now`): the step
+        path's Drafting.choose over the decoding requests (running, no prompt left, admission order), its
+        step-time estimates the kernel's (compiled_kernel.step_time_estimate); each request's slot and k into
+        PolicyState for the kernel to take."""
+        import simulator.engine.compiled_kernel as ker
+
+        srv, rec = self.srv, state[0]
+        running = req.run[:int(rec.n_run)]
+        dec = running[req.prefill_left[running] == 0]
+        kv = int((work.prompt[dec] + req.gen[dec]).sum())
+        policy, slot_of, k_max = srv.drafting.policy, {d: g for g, d in enumerate(self.slots)}, self.settings.k_max
+
+        def estimate(drafter: str | None, k: int) -> float:
+            k = k if drafter is not None else 0
+            if drafter is not None and drafter not in slot_of or not 0 <= k <= k_max or int(k) != k:
+                raise ValueError(f"policy {policy.name!r} asked for a step-time estimate at drafter {drafter!r}, "
+                                 f"k = {k!r}; expected a drafter of its drafters_used() {list(policy.drafters_used())}"
+                                 f" and k in 0..{k_max} (its max_draft_tokens())")
+            t = ker.step_time_estimate(work, self.costs, self.kernel_settings, state, req, scratch, len(dec), kv,
+                                       slot_of.get(drafter, 0), int(k))
+            return checked(float(t), f"drafter {drafter!r} draft cost or the prompt pass of drafters "
+                                     f"{list(policy.drafters_used())}")
+
+        d_idx, k, _, _ = srv.drafting.choose(dec, float(rec.now), estimate)
+        slot = self.slot_of_drafter[d_idx]
+        if (slot == MAX_SLOTS).any():
+            d = srv.table.drafters[int(d_idx[slot == MAX_SLOTS][0])]
+            raise ValueError(f"policy {policy.name!r} chose drafter {d!r}, which its drafters_used() "
+                             f"{list(policy.drafters_used())} does not name")
+        pol.chosen[dec], pol.chosen_k[dec] = slot, k
+        self.positions[dec] = req.gen[dec]
+        rec.given = 1
+
+    def _heard(self, rec, scratch: Scratch) -> None:
+        """What the step path tells the Python policy after a step (StepOutcome.apply): its decodes' feedback (the
+        drafting ones; positions before the step), then each request whose prompt ended, started once
+        (`start_request`), then each finished one that had started (`finish_request`), in the kernel's order."""
+        srv = self.srv
+        st, drafting, ids = srv.state, srv.drafting, srv.wl.request_ids
+        n_dec = int(rec.decoded)
+        drafted = scratch.slot[:n_dec] >= 0
+        if drafting.learns and drafted.any():
+            dec = scratch.dec[:n_dec][drafted]
+            drafting.feedback(dec, self.positions[dec], np.asarray(self.drafter_idx)[scratch.slot[:n_dec][drafted]],
+                              scratch.kk[:n_dec][drafted], scratch.prop[:n_dec][drafted],
+                              scratch.acc[:n_dec][drafted], float(rec.forward))
+        policy = drafting.policy
+        pre = scratch.plan.request[:int(rec.prefilled)]
+        for i in pre[st.prefill_left[pre] == 0].tolist():
+            if not st.started[i]:
+                st.started[i] = True
+                policy.start_request(ids[i])
+        for i in scratch.done[:int(rec.ended)].tolist():
+            if st.started[i]:
+                policy.finish_request(ids[i])
+
     def last_slots(self, last_drafter: np.ndarray) -> np.ndarray:
         """Each request's last drafter (RequestState.last_drafter, a drafter index or NO_DRAFT) as the kernel's slot:
         -1 before any draft; MAX_SLOTS, a slot no group has, for a drafter the policy does not use."""
-        to_slot = np.full(len(self.srv.table.drafters) + 1, MAX_SLOTS, dtype=np.int64)
-        to_slot[self.drafter_idx] = np.arange(len(self.drafter_idx))
-        to_slot[-1] = -1  # NO_DRAFT
-        return to_slot[last_drafter]
+        return self.slot_of_drafter[last_drafter]
 
     def _write_last_drafter(self, last_slot: np.ndarray, theirs: np.ndarray) -> None:
         """The kernel's last drafter slots (of the requests `theirs`, workload indices, in order) into

@@ -75,7 +75,8 @@ class Settings(NamedTuple):
     """The run's fixed settings (server, scheduler, policy), one typed scalar per field; the kernels take them as a
     one-record SETTINGS array (settings_record)."""
     sd: bool  # mode sd (a decode step's rows are verify rows)
-    policy: int  # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _BANDIT, _TABLE, _BATCH, _RATE, _GREEDY_ORACLE or _PLAN
+    policy: int  # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _BANDIT, _TABLE, _BATCH, _RATE, _GREEDY_ORACLE, _PLAN
+    # or _GIVEN
     k: int  # the fixed policy's and a bandit's k
     nslot: int  # drafter slots (0: plain decoding)
     k_max: int  # the largest k a step estimate asks for (Scratch.times): adaptive-k's k_max, combine-adaptive's k,
@@ -165,7 +166,9 @@ class PolicyState(NamedTuple):
     seen: np.ndarray  # int64 (states): its rounds so far
     arm_slot: np.ndarray  # int64
     usage: np.ndarray  # int64, slots + 1
-    chosen: np.ndarray  # int64: the greedy oracle's last drafter slot per request, -1 before (switching cost)
+    chosen: np.ndarray  # int64: the greedy oracle's last drafter slot per request, -1 before (switching cost); a
+    # Python policy's (POL_GIVEN) slot for each request of the step about to run
+    chosen_k: np.ndarray  # int64: a Python policy's k for each request of that step (POL_GIVEN; else one entry)
     plan_row: np.ndarray  # int64 (requests)
     plan_free: np.ndarray  # int64 (rows + 1)
     plan_d: np.ndarray  # int64 (rows, positions)
@@ -298,6 +301,12 @@ RUN_STATE = np.dtype([
     ("busy", np.int64),  # the last loop turn ran a step (vLLM V1's engine-loop gap follows it)
     ("now", np.float64),  # the clock
     ("forward", np.float64),  # the last step's duration (async scheduling hides the gap behind it)
+    # a Python policy (POL_GIVEN): its choices for the next step are in PolicyState (set by the caller, cleared when
+    # read); the last step's decodes, prompt chunks and finishes (Scratch.dec, PlanBuffers.request, Scratch.done)
+    ("given", np.int64),
+    ("decoded", np.int64),
+    ("prefilled", np.int64),
+    ("ended", np.int64),
 ], align=True)
 # PSD's scalars: the side verified next, fallback steps so far
 PSD_STATE = np.dtype([("side", np.int64), ("fallback", np.int64)], align=True)

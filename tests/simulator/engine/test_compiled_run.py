@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle.registry  # noqa: F401  (registers the oracles make_policy names)
-from policies.base import FixedPolicy
+from policies.base import Choice, FixedPolicy, Policy
 from policies.registry import make_policy
 from policies.thompson import ThompsonPolicy
 from simulator.engine import compiled_run
@@ -65,12 +65,13 @@ def run_path(compiled: bool, segment: int | None = None, **kw):
         compiled_run.COMPILED, compiled_run.SEGMENT_ROWS = True, old
 
 
-def assert_policy_paths_agree(spec: dict, segment: int, kw: dict) -> None:
-    """The policy of `spec` (a fresh instance per run) on the compiled path (`segment` rows per kernel call) and
-    forced onto the step path: the same tables bit for bit."""
-    fast = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
+def assert_policy_paths_agree(spec: dict, segment: int, kw: dict, python: bool = False) -> None:
+    """The policy of `spec` (a fresh instance per run) on the compiled path (`segment` rows per kernel call; `python`:
+    asked in Python each step, asked_in_python) and forced onto the step path: the same tables bit for bit."""
+    wrap = asked_in_python if python else (lambda policy: policy)
+    fast = run_path(True, segment=segment, policy=wrap(make_policy(spec, seed=0)), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
-    slow = run_path(False, policy=make_policy(spec, seed=0), **kw)
+    slow = run_path(False, policy=wrap(make_policy(spec, seed=0)), **kw)
     assert slow.extras["engine_path"] == "steps"
     assert_same(fast, slow)
 
@@ -281,11 +282,11 @@ BANDITS = ("ucb", "metasd-ucb", "discounted-ucb", "sliding-window-ucb", "epsilon
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
        k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans(),
        sampled=st.booleans(), switch=st.sampled_from([0.0, 0.0, 7e-4]), pressure=st.sampled_from([0, 0, 1, 3]),
-       proposer=st.booleans())
+       proposer=st.booleans(), python=st.sampled_from([False, False, True]))
 def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
-        sampled, switch, pressure, proposer):
+        sampled, switch, pressure, proposer, python):
     """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
     per step), combine-adaptive (two estimates per request, n-gram k capped by the match length or, without match
     lengths, not) and every bandit over drafters (UCB, MetaSD-UCB, discounted and sliding-window UCB, epsilon-greedy,
@@ -294,7 +295,8 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     each bandit's choice and update and its generator's draws in batch order, feedback order, per-group draft cost)
     is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter;
     `pressure` KV makes the run preempt (the learning state of a preempted request carries on); `proposer`: 'd' is
-    priced as vLLM V1's proposer, once per engine step and in every step estimate (where the policy drafts with it)."""
+    priced as vLLM V1's proposer, once per engine step and in every step estimate (where the policy drafts with it);
+    `python`: the same policy asked in Python each step (POL_GIVEN), its step estimates the kernel's."""
     ngram = ngram or policy.startswith("combine")  # they draft with the n-gram 'g'; combine-match reads its lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     if policy == "combine-adaptive" and seed % 3 == 0:  # 'g' keeps its acceptance but loses its match lengths
@@ -322,7 +324,7 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     kw = with_profiles(kw, roof, cost)
     if proposer and uses_d:
         kw["proposer"] = DraftCost("engine_step", profile=kw["cost"].profile or linear(1e-8, 5e-6, 2e-4))
-    assert_policy_paths_agree(spec, segment, kw)
+    assert_policy_paths_agree(spec, segment, kw, python)
 
 
 def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None, switch: float = 0.0) -> dict:
@@ -358,15 +360,17 @@ def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None,
        budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
        req_rate=st.floats(5.0, 500.0), max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]),
        slack=st.integers(0, 3), segment=st.sampled_from([4, 1 << 16]), roof=profiles,
-       pressure=st.sampled_from([0, 0, 2]), switch=st.sampled_from([0.0, 0.0, 4e-4]), proposer=st.booleans())
+       pressure=st.sampled_from([0, 0, 2]), switch=st.sampled_from([0.0, 0.0, 4e-4]), proposer=st.booleans(),
+       python=st.sampled_from([False, False, True]))
 def test_oracles_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, rate, ngram, cost, rules, budget,
                                                  arrivals, req_rate, max_num_seqs, block_size, slack, segment, roof,
-                                                 pressure, switch, proposer):
+                                                 pressure, switch, proposer, python):
     """The kernel reads an oracle's table of choices by position (Replay.choice_slot / choice_k, from its
     position_choices) where the step path asks its choose, over the same random configs; the greedy oracle's each
     drafter's oracle k by position (Replay.slot_k, from its oracle_ks), weighed by the same step-time estimates
     (tokens_per_time, with its switching cost after a change of drafter); plan min-time's exact plans made from the
-    same estimates at each request's first decode (PolicyState.plan_*)."""
+    same estimates at each request's first decode (PolicyState.plan_*); `python`: the oracle asked in Python each
+    step (its own choose_batch, its estimates the kernel's)."""
     ngram = ngram or policy != "oracle-k"  # the two-drafter oracles read 'g', which has n-gram match lengths
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     spec = oracle_spec(policy, ngram, seed, plan, k_max, switch)
@@ -381,7 +385,7 @@ def test_oracles_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, r
     kw = with_profiles(kw, roof, cost)
     if proposer and "d" in make_policy(spec, seed=0).drafters_used():  # 'd' priced as vLLM V1's proposer
         kw["proposer"] = DraftCost("engine_step", profile=kw["cost"].profile or linear(1e-8, 5e-6, 2e-4))
-    assert_policy_paths_agree(spec, segment, kw)
+    assert_policy_paths_agree(spec, segment, kw, python)
 
 
 @settings(max_examples=150, deadline=None)
@@ -452,13 +456,36 @@ def test_vllm_v1_budget_cuts_and_engine_loop_gaps_are_equal():
 
 
 class PlugInThompson(ThompsonPolicy):
-    """A user's policy built on a built-in one: its own class, so the kernel (which runs the built-in rules) leaves it
-    to the step path."""
+    """A user's policy built on a built-in one: its own class, so the kernel (which runs the built-in rules) asks it
+    in Python each step."""
 
     name = "plug-in-thompson"
 
 
-def _fallback_cases():
+def asked_in_python(policy):
+    """`policy` with its choose_batch replaced on the instance by a pass-through (a recorder, a test spy): the kernel
+    cannot see inside it, so it asks the policy in Python each step (compiled_run.python_chooses)."""
+    inner = policy.choose_batch
+    policy.choose_batch = lambda view: inner(view)
+    return policy
+
+
+class NoDrafter(Policy):
+    """A plug-in that never drafts and names no drafter."""
+
+    name = "no-drafter"
+
+    def choose(self, view):
+        return Choice(None, 0)
+
+    def drafters_used(self):
+        return ()
+
+    def max_draft_tokens(self):
+        return 0
+
+
+def _fallback_cases(python: bool = False):
     traces = traces_with(6, 1, 0.6, False)
     wl = workload(traces, 12, rate=100.0)
     base = dict(traces=traces, wl=wl)
@@ -476,11 +503,6 @@ def _fallback_cases():
     def ADAPTIVE():
         return make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)
 
-    def spied(policy):
-        inner = policy.choose_batch
-        policy.choose_batch = lambda view: inner(view)
-        return policy
-
     def COMBINE():
         return make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0)
 
@@ -495,22 +517,28 @@ def _fallback_cases():
             pol.__class__ = Mine
         return pol
 
+    if python:  # runs whose policy the kernel asks in Python each step (compiled_run.python_chooses)
+        return {
+            "plug-in bandit": {**base, "policy": PlugInThompson(["d"], k=3)},
+            "sliding window past the ring": {**base, "policy": make_policy(
+                {"name": "sliding-window-ucb", "drafters": ["d"], "k": 3, "window": compiled_run.MAX_RING // 12 + 1,
+                 "reward": "be"}, seed=0)},
+            "policy method replaced": {**base, "policy": asked_in_python(ADAPTIVE())},
+            "ucb repeated ids": {**base, "wl": twins, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3},
+                                                                            seed=0)},
+            "combine-adaptive repeated ids": {**gbase, "wl": gtwins, "policy": make_policy(
+                {"name": "combine-adaptive", "ngram": "g", "eagle": "d"}, seed=0)},
+            "greedy oracle subclass": {**gbase, "policy": HONEST(subclass=True)},
+            "adaptive-k repeated ids": {**base, "wl": twins, "policy": ADAPTIVE()},
+        }
     return {
         "psd adaptive-k": ({**base, "mode": "psd", "psd": PSDConfig(), "policy": ADAPTIVE()}, "PSD with policy"),
-        "plug-in bandit": ({**base, "policy": PlugInThompson(["d"], k=3)}, "chooses per step"),
-        "sliding window past the ring": ({**base, "policy": make_policy(
-            {"name": "sliding-window-ucb", "drafters": ["d"], "k": 3, "window": compiled_run.MAX_RING // 12 + 1,
-             "reward": "be"},
-            seed=0)}, "rounds (the kernel keeps up to"),
-        "policy method replaced": ({**base, "policy": spied(ADAPTIVE())}, "choose_batch replaced on the instance"),
-        "ucb repeated ids": ({**base, "wl": twins, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3},
-                                                                         seed=0)}, "repeated request ids"),
-        "combine-adaptive repeated ids": ({**gbase, "wl": gtwins, "policy": make_policy(
-            {"name": "combine-adaptive", "ngram": "g", "eagle": "d"}, seed=0)}, "repeated request ids"),
-        "greedy oracle subclass": ({**gbase, "policy": HONEST(subclass=True)}, "chooses per step"),
+        "psd fixed policy method replaced": ({**base, "mode": "psd", "psd": PSDConfig(),
+                                              "policy": asked_in_python(FixedPolicy("d", 3))},
+                                             "choose_batch replaced on the instance (PSD)"),
+        "plug-in naming no drafter": ({**base, "policy": NoDrafter()}, "names no drafter"),
         "combine-match one drafter twice": ({**gbase, "policy": make_policy(
             {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
-        "adaptive-k repeated ids": ({**base, "wl": twins, "policy": ADAPTIVE()}, "repeated request ids"),
         "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
             "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
         "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
@@ -532,13 +560,105 @@ def test_an_ineligible_run_falls_back_to_the_step_path_and_says_why(case):
     assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
 
 
-def test_k_by_batch_ranges_short_of_max_num_seqs_take_the_step_path_which_names_the_batch():
+@pytest.mark.parametrize("case", sorted(_fallback_cases(python=True)))
+def test_a_policy_the_kernel_asks_in_python_is_compiled_and_equals_the_step_path(case):
+    """Plug-ins, methods replaced on the instance, per-request state under repeated ids and sliding-window UCB past
+    the ring: the kernel pauses for the policy's own choose_batch each step and tells it what the step path does."""
+    fast = run_path(True, **_fallback_cases(python=True)[case])
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    slow = run_path(False, **_fallback_cases(python=True)[case])
+    assert slow.extras["engine_path"] == "steps"
+    assert_same(fast, slow)
+
+
+class Recorder(Policy):
+    """A plug-in written from scratch: per request, the k (0..3) and drafter ('d' or 'g') of most tokens per estimated
+    second, a drafter at k = 0 now and then; it logs every call the engine makes and what it was told."""
+
+    name = "recorder"
+
+    def __init__(self):
+        self.log = []
+
+    def drafters_used(self):
+        return ("d", "g")
+
+    def max_draft_tokens(self):
+        return 3
+
+    def start_request(self, request_id):
+        self.log.append(("start", request_id))
+
+    def finish_request(self, request_id):
+        self.log.append(("finish", request_id))
+
+    def choose_batch(self, view):
+        est = {(d, k): view.step_time_estimate(d, k) for d in ("d", "g") for k in range(4)}
+        self.log.append(("choose", view.now, list(view.request_ids), view.positions.tolist(),
+                         {d: a.tolist() for d, a in view.proposal_len.items()}, est, view.step_time_estimate(None, 2)))
+        d_idx = np.empty(view.batch_size, dtype=np.int64)
+        ks = np.empty(view.batch_size, dtype=np.int64)
+        for j in range(view.batch_size):
+            d, k = max(est, key=lambda a: ((1 + a[1] * (0.4 + 0.1 * (j % 3))) / est[a], a))
+            d_idx[j], ks[j] = view.drafters.index(d), k if (view.positions[j] % 5) else 0
+        return d_idx, ks
+
+    def observe_batch(self, fb):
+        self.log.append(("observe", list(fb.request_ids), fb.positions.tolist(), fb.drafter_idx.tolist(),
+                         fb.k.tolist(), fb.proposed.tolist(), fb.accepted.tolist(), fb.step_time,
+                         None if fb.tv is None else [None if t is None else t.tolist() for t in fb.tv]))
+
+
+@pytest.mark.parametrize("rules", ["mixed", "separate", "vllm-v1"])
+@pytest.mark.parametrize("pressure", [0, 2])
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_plug_in_is_called_and_told_alike_on_both_paths(rules, pressure, sampled):
+    """Every call the engine makes on a plug-in (choose_batch with its view and step-time estimates, observe_batch
+    with the feedback, start_request, finish_request) comes in the same order with the same values on the compiled
+    path (which pauses for it) as on the step path, and the tables agree bit for bit: vLLM V1's budget cuts, KV
+    pressure (preemption), separate prefill steps, sampled verification (feedback with tv)."""
+    traces, drafters, wl, budget = drawn_case(7, 30, 0.7, True, "poisson", 200.0, rules, 32)
+    if sampled:
+        traces = with_tv(traces, 7)
+    kw = dict(traces=traces, wl=wl, drafters=drafters, max_num_seqs=6, block_size=4, max_num_batched_tokens=budget,
+              kv_tokens=tight_kv(wl, 3, 4, 6, 1, pressure=pressure), chunked_prefill=rules == "vllm-v1",
+              prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules),
+              verification="sampled" if sampled else "greedy", switch_cost_s=2e-4,
+              cost=COSTS["autoregressive"], drafter="g", proposer=COSTS["whole"])  # 'g' drafts at its own cost
+    fast_policy, slow_policy = Recorder(), Recorder()
+    fast = run_path(True, policy=fast_policy, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    slow = run_path(False, policy=slow_policy, **kw)
+    assert_same(fast, slow)
+    assert fast_policy.log == slow_policy.log
+    calls = [c[0] for c in fast_policy.log]
+    assert calls.count("start") == calls.count("finish") == len(wl)
+    assert calls.count("observe") > 10 and (fast.steps.accepted_tokens > 0).any()
+
+
+def test_a_plug_in_asking_for_a_drafter_it_does_not_name_gets_an_error_naming_it():
+    """The compiled path prices and replays the drafters a policy names in drafters_used(): an estimate or a choice
+    of another is refused with the policy's name and the drafters it named."""
+    traces = traces_with(6, 1, 0.6, True)
+
+    class Stray(Recorder):
+        def drafters_used(self):
+            return ("d",)
+
+    sim = build(traces, workload(traces, 12, rate=100.0), drafters=("d", "g"), policy=Stray())
+    assert compiled_run.ineligible_reason(sim.server) is None
+    with pytest.raises(ValueError, match=r"policy 'recorder' asked for a step-time estimate at drafter 'g'.*\['d'\]"):
+        sim.simulate()
+
+
+def test_k_by_batch_ranges_short_of_max_num_seqs_are_asked_in_python_which_names_the_batch():
     """k-by-batch is compiled as its k at every batch size up to max_num_seqs; ranges that stop short leave batch
-    sizes without a k, so the run takes the step path, which fails at the first such batch and names it."""
+    sizes without a k, so the kernel asks the policy itself, which fails at the first such batch and names it."""
     traces = traces_with(6, 1, 0.6, False)
     spec = {"name": "k-by-batch", "drafter": "d", "ranges": [{"min_batch": 1, "max_batch": 2, "k": 2}]}
     sim = build(traces, workload(traces, 12, rate=100.0), policy=make_policy(spec, seed=0))
-    assert "ranges end at batch size 2, below max_num_seqs 8" in compiled_run.ineligible_reason(sim.server)
+    assert compiled_run.ineligible_reason(sim.server) is None
+    assert compiled_run.python_chooses(sim.server, sim.server.drafting.policy)
     with pytest.raises(ValueError, match="no range covers batch size 4"):  # the first batch past 2 decodes 4
         sim.simulate()
 
