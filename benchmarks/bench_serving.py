@@ -10,8 +10,8 @@ derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.
 Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
   and on request (--runs) adaptive-k (eagle3), combine-match (ngram / eagle3), Thompson and EXP3 over the two
-  drafters, AR and SD k=3 with KV for 20 of the 64 sequences (they preempt), and a plug-in (the AIMD-k example of
-  docs/policies.md, asked in Python at each step),
+  drafters, AR and SD k=3 with KV for 20 of the 64 sequences (they preempt), and plug-ins, asked in Python at each
+  step (the AIMD-k example of docs/policies.md; the fixed policy under a class of its own),
   on the compiled path (simulator/engine/compiled_run.py; every run here is eligible),
   and step by step (compiled_run.COMPILED off), in the same process, the tables checked equal:
   request-steps per CPU second, mean sequences per step, and the ratios; the compiled kernel's first call (numba
@@ -32,10 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from policies.base import FixedPolicy
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATE = {"AR": 10_000_000, "SD-k3": 10_000_000, "UCB": 2_000_000, "adaptive-k": 2_000_000,
                "combine-match": 2_000_000, "thompson": 2_000_000, "EXP3": 2_000_000, "AR-preempt": 10_000_000,
-               "SD-k3-preempt": 10_000_000, "plug-in": 1_000_000}
+               "SD-k3-preempt": 10_000_000, "plug-in": 1_000_000, "plug-in-fixed": 1_000_000}
 TARGET_REAL_TIME = 1000.0
 
 # Llama-2-7B (6.74e9 params fp16: 13.5 GB of weights; 32 layers x 2 x 4096 x 2 bytes = 512 KiB of KV per token) on
@@ -86,7 +88,17 @@ RUNS = {
     # a plug-in (docs/examples/aimd_k_policy.py): the compiled loop pauses for it in Python at each step
     "plug-in": {"name": "plug-in", "mode": "sd",
                 "policy": {"name": f"{ROOT}/docs/examples/aimd_k_policy.py:AIMDKPolicy", "drafter": "eagle3"}},
+    # fixed k = 3 as a plug-in (FixedPlugIn below: the fixed policy's vectorised choose_batch): the engine's own cost
+    # of asking a policy in Python, the policy's all but nothing
+    "plug-in-fixed": {"name": "plug-in-fixed", "mode": "sd",
+                      "policy": {"name": "benchmarks.bench_serving:FixedPlugIn", "drafter": "eagle3", "k": 3}},
 }
+
+
+class FixedPlugIn(FixedPolicy):
+    """The fixed policy under a class of its own: the kernel has no rule for it, so it asks it in Python."""
+
+    name = "fixed-plug-in"
 
 
 def uptime() -> str:

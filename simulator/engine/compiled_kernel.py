@@ -159,7 +159,10 @@ POL_GREEDY_ORACLE = 7  # oracle-best-drafter / oracle-combine `honest`, greedy: 
 # (Replay.slot_k) by tokens per estimated second, plus the oracle's switching cost
 POL_PLAN = 8  # an oracle's plan min-time: each request's exact plan, made at its first decode (PolicyState.plan_*)
 POL_GIVEN = 9  # a policy in Python (a plug-in): the kernel pauses (CHOOSE) for its choices, PolicyState.chosen(_k)
-CHOOSE = 5  # run_steps under POL_GIVEN: a step with decodes is planned up to the policy's choice (state saved)
+# run_steps under POL_GIVEN, its turn taken (taken again on the next call, it changes nothing): CHOOSE, a step with
+# decodes waits for the policy's choices; HEAR, the last step's outcome (RUN_STATE `pending`) is still to be told,
+# and the step about to be planned would overwrite it (no decodes to choose for, or a separate prefill plan)
+CHOOSE, HEAR = 5, 6
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
 # above every mask of compiled_run.MAX_SLOTS (8) slots; DRF_PROPOSER: vLLM V1's proposer ran (Settings.proposer_slot)
@@ -579,6 +582,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
         pre_kv = 0
         pre_attn = 0
         only_prefill = False
+        if policy == POL_GIVEN and separate and st.pending == 1:
+            code = HEAR
+            break
         if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True)
             # the plan's chunks and their sums (PlanSums)
             n_pre, pre_tokens, pre_kv, pre_attn = plan_step_prefills(lim, plan, waitq, 0, True, run, n_run, requeued,
@@ -751,8 +757,11 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     slot[j] = choice_slot[flat[j]]
                     kk[j] = choice_k[flat[j]]
             elif policy == POL_GIVEN:  # a Python policy's choices (compiled_run.CompiledRun._choose), asked for here
-                if n_dec > 0 and st.given == 0:  # the turn already taken; taken again on return, it changes nothing
+                if n_dec > 0 and st.given == 0:
                     code = CHOOSE
+                    break
+                if st.pending == 1:  # no decodes: the prompt chunks' plan would overwrite the last step's outcome
+                    code = HEAR
                     break
                 st.given = 0
                 for j in range(n_dec):
@@ -907,8 +916,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                                                          closed, n_sub, n, arrival, client_of, think)
             if policy == POL_PLAN:
                 _free_plans(done, n_done, plan_row, plan_free)
-        if policy == POL_GIVEN:  # what the Python policy hears of (StepOutcome.apply's calls; compiled_run)
-            st.decoded, st.prefilled, st.ended = n_dec, n_pre, n_done
+        if policy == POL_GIVEN:  # what the Python policy hears of next (StepOutcome.apply's calls; compiled_run)
+            st.decoded, st.prefilled, st.ended, st.pending = n_dec, n_pre, n_done, 1
+            scratch.heard[:n_dec] = dec[:n_dec]  # the next step's decodes take `dec` before the policy hears
         step_no += 1
         busy = 1
     _save_state(st, ptr, nq, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)

@@ -324,6 +324,20 @@ def _put_bandit(state, pol: PolicyState, x: int) -> None:
         state.ring_arm[:], state.ring_reward[:], state.seen = pol.ring_arm[x], pol.ring_reward[x], int(pol.seen[x])
 
 
+def entry_point(kernel, args: tuple) -> Callable:
+    """`kernel`'s compiled entry for `args`' types, once a call with them has compiled or loaded it: numba's
+    dispatcher types every argument at every call (0.1-0.3 ms for the kernels' records; a policy asked in Python
+    costs two calls a step), the entry only unboxes them. `kernel` itself where it is plain Python
+    (NUMBA_DISABLE_JIT) or has no such entry."""
+    overloads = getattr(kernel, "overloads", None)
+    if not overloads:
+        return kernel
+    from numba import typeof
+
+    compiled = overloads.get(tuple(typeof(a) for a in args))
+    return getattr(compiled, "entry_point", None) or kernel
+
+
 def for_server(server, replica_run: type | None = None) -> CompiledRun | None:
     """The compiled run of `server`, or None (its reason in `server.engine_path_reason`); a cluster replica's is a
     `replica_run` (simulator/engine/compiled_replica.py CompiledReplica, given by the caller: that module builds on
@@ -350,6 +364,7 @@ class CompiledRun:
 
         self.srv = server
         self.running, self.now = False, 0.0  # during run(): the kernel's clock at its last return
+        self.steps_entry = self.estimate_entry = None  # POL_GIVEN's kernel calls, typed once (entry_point)
         wl, table, policy = server.wl, server.table, server.drafting.policy
         used = policy.drafters_used() if server.mode in ("sd", "psd") else ()
         self.psd = server.mode == "psd"
@@ -602,8 +617,13 @@ class CompiledRun:
                                       until)
         import simulator.engine.compiled_kernel as ker
 
-        return ker.run_steps(work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, scratch,
-                             stop, until)
+        args = (work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, scratch, stop, until)
+        if self.steps_entry is not None:
+            return self.steps_entry(*args)
+        code = ker.run_steps(*args)
+        if self.policy_kind == ker.POL_GIVEN:  # two calls a step from here on
+            self.steps_entry = entry_point(ker.run_steps, args)
+        return code
 
     def _bandit_state(self, n: int) -> tuple[np.ndarray, ...]:
         """A bandit's per-(state, arm) arrays and sliding-window ring (PolicyState's arm_counts to seen): per request
@@ -682,17 +702,21 @@ class CompiledRun:
 
         stop_at = n if stop is None else ask_at(0)
         self.running, self.now = True, float(rec.now)
-        given = self.policy_kind == ker.POL_GIVEN  # one step per call (until -inf), then the policy hears of it
+        given = self.policy_kind == ker.POL_GIVEN  # the policy hears of each step, then chooses for the next
         if given:
             self.positions = np.zeros(n, dtype=np.int64)  # each request's output position when last chosen for
+        scalars = state.view(np.ndarray)[0]  # the same record, its fields read and written faster (np.void)
         while True:
-            step = int(rec.step)
-            code = self._kernel(work, state, req, pol, bufs, scratch, stop_at, -math.inf if given else math.inf)
-            if given and rec.step > step:
-                self._heard(rec, scratch)
-            if code == ker.CHOOSE:
-                self._choose(work, state, req, pol, scratch)
-                continue
+            code = self._kernel(work, state, req, pol, bufs, scratch, stop_at, math.inf)
+            if given:
+                if scalars["pending"]:
+                    self._heard(scalars, scratch)
+                    scalars["pending"] = 0
+                if code == ker.CHOOSE:
+                    self._choose(work, state, scalars, req, pol, scratch)
+                    continue
+                if code == ker.HEAR:
+                    continue
             if code == ker.ERR_PLAN_COSTS:
                 raise self.plan_costs_error(scratch, pol)
             if code < 0:
@@ -730,15 +754,15 @@ class CompiledRun:
         self._write_plans(pol, self.first, self.last)
         return float(rec.now)
 
-    def _choose(self, work: Workload, state, req: Requests, pol: PolicyState, scratch: Scratch) -> None:
+    def _choose(self, work: Workload, state, scalars, req: Requests, pol: PolicyState, scratch: Scratch) -> None:
         """The Python policy's choices for the step the kernel paused in (CHOOSE, at its start `now`): the step
         path's Drafting.choose over the decoding requests (running, no prompt left, admission order), its
         step-time estimates the kernel's (compiled_kernel.step_time_estimate); each request's slot and k into
         PolicyState for the kernel to take."""
         import simulator.engine.compiled_kernel as ker
 
-        srv, rec = self.srv, state[0]
-        running = req.run[:int(rec.n_run)]
+        srv = self.srv
+        running = req.run[:int(scalars["n_run"])]
         dec = running[req.prefill_left[running] == 0]
         kv = int((work.prompt[dec] + req.gen[dec]).sum())
         policy, slot_of, k_max = srv.drafting.policy, {d: g for g, d in enumerate(self.slots)}, self.settings.k_max
@@ -749,12 +773,17 @@ class CompiledRun:
                 raise ValueError(f"policy {policy.name!r} asked for a step-time estimate at drafter {drafter!r}, "
                                  f"k = {k!r}; expected a drafter of its drafters_used() {list(policy.drafters_used())}"
                                  f" and k in 0..{k_max} (its max_draft_tokens())")
-            t = ker.step_time_estimate(work, self.costs, self.kernel_settings, state, req, scratch, len(dec), kv,
-                                       slot_of.get(drafter, 0), int(k))
+            args = (work, self.costs, self.kernel_settings, state, req, scratch, len(dec), kv,
+                    slot_of.get(drafter, 0), int(k))
+            if self.estimate_entry is None:
+                t = ker.step_time_estimate(*args)
+                self.estimate_entry = entry_point(ker.step_time_estimate, args)
+            else:
+                t = self.estimate_entry(*args)
             return checked(float(t), f"drafter {drafter!r} draft cost or the prompt pass of drafters "
                                      f"{list(policy.drafters_used())}")
 
-        d_idx, k, _, _ = srv.drafting.choose(dec, float(rec.now), estimate)
+        d_idx, k, _, _ = srv.drafting.choose(dec, float(scalars["now"]), estimate)
         slot = self.slot_of_drafter[d_idx]
         if (slot == MAX_SLOTS).any():
             d = srv.table.drafters[int(d_idx[slot == MAX_SLOTS][0])]
@@ -762,28 +791,28 @@ class CompiledRun:
                              f"{list(policy.drafters_used())} does not name")
         pol.chosen[dec], pol.chosen_k[dec] = slot, k
         self.positions[dec] = req.gen[dec]
-        rec.given = 1
+        scalars["given"] = 1
 
-    def _heard(self, rec, scratch: Scratch) -> None:
+    def _heard(self, scalars, scratch: Scratch) -> None:
         """What the step path tells the Python policy after a step (StepOutcome.apply): its decodes' feedback (the
         drafting ones; positions before the step), then each request whose prompt ended, started once
         (`start_request`), then each finished one that had started (`finish_request`), in the kernel's order."""
         srv = self.srv
         st, drafting, ids = srv.state, srv.drafting, srv.wl.request_ids
-        n_dec = int(rec.decoded)
+        n_dec = int(scalars["decoded"])
         drafted = scratch.slot[:n_dec] >= 0
         if drafting.learns and drafted.any():
-            dec = scratch.dec[:n_dec][drafted]
+            dec = scratch.heard[:n_dec][drafted]
             drafting.feedback(dec, self.positions[dec], np.asarray(self.drafter_idx)[scratch.slot[:n_dec][drafted]],
                               scratch.kk[:n_dec][drafted], scratch.prop[:n_dec][drafted],
-                              scratch.acc[:n_dec][drafted], float(rec.forward))
+                              scratch.acc[:n_dec][drafted], float(scalars["forward"]))
         policy = drafting.policy
-        pre = scratch.plan.request[:int(rec.prefilled)]
+        pre = scratch.plan.request[:int(scalars["prefilled"])]
         for i in pre[st.prefill_left[pre] == 0].tolist():
             if not st.started[i]:
                 st.started[i] = True
                 policy.start_request(ids[i])
-        for i in scratch.done[:int(rec.ended)].tolist():
+        for i in scratch.done[:int(scalars["ended"])].tolist():
             if st.started[i]:
                 policy.finish_request(ids[i])
 

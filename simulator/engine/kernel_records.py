@@ -233,6 +233,7 @@ class Scratch(NamedTuple):
     price: np.ndarray  # float64 (slots, k_max + 1): the exact plan's costs, in its drafters' order (POL_PLAN)
     plan: PlanBuffers
     reward: np.ndarray  # float64: each decode's bandit reward, read before its tokens move its position
+    heard: np.ndarray  # the last step's decodes, kept for a Python policy's feedback (POL_GIVEN)
 
 
 def scratch_buffers(max_seqs: int, k_max: int, slots: int = 1) -> Scratch:
@@ -240,7 +241,7 @@ def scratch_buffers(max_seqs: int, k_max: int, slots: int = 1) -> Scratch:
     drafter slots."""
     times = np.empty((max(slots, 1), k_max + 1), np.float64)
     return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(13)), times, np.empty_like(times),
-                   plan_buffers(max_seqs), np.empty(max_seqs, np.float64))
+                   plan_buffers(max_seqs), np.empty(max_seqs, np.float64), np.empty(max_seqs, np.int64))
 
 
 class PSDScratch(NamedTuple):
@@ -302,11 +303,13 @@ RUN_STATE = np.dtype([
     ("now", np.float64),  # the clock
     ("forward", np.float64),  # the last step's duration (async scheduling hides the gap behind it)
     # a Python policy (POL_GIVEN): its choices for the next step are in PolicyState (set by the caller, cleared when
-    # read); the last step's decodes, prompt chunks and finishes (Scratch.dec, PlanBuffers.request, Scratch.done)
+    # read); the last step's decodes, prompt chunks and finishes (Scratch.heard, PlanBuffers.request, Scratch.done),
+    # `pending` till the caller told the policy (cleared by it)
     ("given", np.int64),
     ("decoded", np.int64),
     ("prefilled", np.int64),
     ("ended", np.int64),
+    ("pending", np.int64),
 ], align=True)
 # PSD's scalars: the side verified next, fallback steps so far
 PSD_STATE = np.dtype([("side", np.int64), ("fallback", np.int64)], align=True)

@@ -72,7 +72,7 @@ def test_a_state_record_is_zero_but_for_its_values_and_writes_through(compiled):
     array (the kernels read their counters so and save them back), numba-compiled or plain Python."""
     state = new_state(ptr=5, now=1.5)
     assert state.shape == (1,) and state.dtype == RUN_STATE
-    assert [state[f][0] for f in RUN_STATE.names] == [5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.5, 0.0, 0, 0, 0, 0]
+    assert [state[f][0] for f in RUN_STATE.names] == [5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.5, 0.0, 0, 0, 0, 0, 0]
     got = (_bump if compiled else _bump.py_func)(state)
     assert (got, state[0].ptr, state[0].now) == (7, 7, 1.75)
     psd = new_state(PSD_STATE, side=1)
