@@ -6,9 +6,9 @@ in Python at each step; PSD with the fixed policy; open or closed loop) in one c
 fixed policy and one drafter, a Python policy on a cluster replica, a profile or draft cost kind the kernel does not
 price (it prices linear, table, roofline and structured profiles, target and drafters), numba missing, or the path
 forced off). A policy without a compiled rule (`python_chooses`: a plug-in) is asked by the kernel itself: it pauses
-before each step's choice (CHOOSE), `CompiledRun._choose` calls the step path's Drafting.choose (the policy's
-choose_batch, its estimates priced by compiled_kernel.step_time_estimate), and after the step `_heard` tells the
-policy what StepOutcome.apply would. An eligible server's `CompiledRun.run` steps the
+before each step's choice (CHOOSE), `CompiledRun._heard` tells the policy what StepOutcome.apply would of the step
+before, `_choose` calls the step path's Drafting.choose (the policy's choose_batch, its estimates priced by
+compiled_kernel.step_time_estimate). An eligible server's `CompiledRun.run` steps the
 whole run in simulator/engine/compiled_kernel.py (PSD: compiled_psd_kernel.py) and writes the outcome into the
 server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
 replica's run is a `compiled_replica.CompiledReplica`: the same kernels, the steps up to the replica's next external
@@ -794,9 +794,10 @@ class CompiledRun:
         scalars["given"] = 1
 
     def _heard(self, scalars, scratch: Scratch) -> None:
-        """What the step path tells the Python policy after a step (StepOutcome.apply): its decodes' feedback (the
-        drafting ones; positions before the step), then each request whose prompt ended, started once
-        (`start_request`), then each finished one that had started (`finish_request`), in the kernel's order."""
+        """What the step path tells the Python policy after a step (StepOutcome.apply), told at the kernel's next
+        return (RUN_STATE `pending`): its decodes' feedback (the drafting ones, Scratch.heard; positions before the
+        step), then each request whose prompt ended, started once (`start_request`), then each finished one that had
+        started (`finish_request`), in the kernel's order."""
         srv = self.srv
         st, drafting, ids = srv.state, srv.drafting, srv.wl.request_ids
         n_dec = int(scalars["decoded"])

@@ -81,13 +81,13 @@ def test_a_state_record_is_zero_but_for_its_values_and_writes_through(compiled):
 
 
 def test_different_runs_share_one_compiled_kernel_per_kernel(tmp_path):
-    """AR, fixed-k SD, adaptive-k and UCB runs, open and closed loop, and a PSD run, in a fresh interpreter: each
-    kernel has exactly one compiled signature afterwards (the records' types do not vary per run, so nothing
-    recompiles per run)."""
+    """AR, fixed-k SD, adaptive-k and UCB runs, a plug-in (asked in Python), open and closed loop, and a PSD run, in
+    a fresh interpreter: each kernel has exactly one compiled signature afterwards (the records' types do not vary
+    per run, so nothing recompiles per run)."""
     code = """
 from policies.registry import make_policy
 from simulator.engine import compiled_kernel, compiled_psd_kernel
-from tests.simulator.engine.test_compiled_run import build, traces_with, workload, PSDConfig
+from tests.simulator.engine.test_compiled_run import build, traces_with, workload, PSDConfig, Recorder
 t = traces_with(8, 3, 0.6, True)
 runs = []
 for wl in (workload(t, 14, rate=90.0, seed=3), workload(t, 14, rate=None, seed=4, clients=3, think=0.01)):
@@ -96,12 +96,14 @@ for wl in (workload(t, 14, rate=90.0, seed=3), workload(t, 14, rate=None, seed=4
                  {"name": "ucb", "drafters": ["g", "d"], "k": 3, "scope": "shared"}):
         pol = None if spec is None else make_policy(spec, seed=0)
         runs.append(build(traces=t, wl=wl, drafters=("d", "g"), policy=pol).simulate())
+    runs.append(build(traces=t, wl=wl, drafters=("d", "g"), policy=Recorder()).simulate())
     runs.append(build(traces=t, wl=wl, mode="psd", psd=PSDConfig()).simulate())
 assert {r.extras["engine_path"] for r in runs} == {"compiled"}, [r.extras.get("engine_path_reason") for r in runs]
-print(len(compiled_kernel.run_steps.signatures), len(compiled_psd_kernel.run_psd_steps.signatures))
+print(len(compiled_kernel.run_steps.signatures), len(compiled_psd_kernel.run_psd_steps.signatures),
+      len(compiled_kernel.step_time_estimate.signatures))
 """
     root = Path(__file__).resolve().parents[3]
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["1", "1"]
+    assert out.stdout.split() == ["1", "1", "1"]
