@@ -33,6 +33,10 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
         c = rep.server.compiled
         if c is None or not c.stepwise:
             return f"replica {j} takes the step path ({rep.server.engine_path_reason})"
+    import simulator.engine.compiled_kernel as ker
+
+    if any(rep.server.compiled.policy_kind == ker.POL_GIVEN for rep in cluster.replicas):
+        return "a policy asked in Python (each replica's own, at each of its steps): per-replica path"
     if on_step is not None and not hasattr(on_step, "next_check"):
         return "a step hook without next_check (told after every step): per-replica path"
     if any(rep.server.compiled.settings.sampled for rep in cluster.replicas):

@@ -188,9 +188,20 @@ class CompiledReplica(CompiledRun):
             self.scratch = scratch_buffers(self.srv.max_num_seqs, self.settings.k_max, len(self.slots))
         step0 = int(self.rs.step)
         self.rs.now = now
+        given = self.policy_kind == ker.POL_GIVEN  # a policy asked in Python: as CompiledRun.run asks it
+        scalars = self.state.view(np.ndarray)[0]
         while True:
             code = self._kernel(self.work, self.state, self.req, self.pol, self.bufs, self.scratch, stop, until)
             self.kernel_calls += 1
+            if given:
+                if scalars["pending"]:
+                    self._heard(scalars, self.req, self.scratch, self.gidx)
+                    scalars["pending"] = 0
+                if code == ker.CHOOSE:
+                    self._choose(self.work, self.state, scalars, self.req, self.pol, self.scratch, self.gidx)
+                    continue
+                if code == ker.HEAR:
+                    continue
             self._note_steps()
             if code == ker.FULL:
                 self._flush()

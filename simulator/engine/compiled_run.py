@@ -3,7 +3,7 @@ combine-adaptive, k-by-batch, bandit, position-oracle, greedy-oracle or exact-pl
 in Python at each step; PSD with the fixed policy; open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
-fixed policy and one drafter, a Python policy on a cluster replica, a profile or draft cost kind the kernel does not
+fixed policy and one drafter, a profile or draft cost kind the kernel does not
 price (it prices linear, table, roofline and structured profiles, target and drafters), numba missing, or the path
 forced off). A policy without a compiled rule (`python_chooses`: a plug-in) is asked by the kernel itself: it pauses
 before each step's choice (CHOOSE), `CompiledRun._heard` tells the policy what StepOutcome.apply would of the step
@@ -199,8 +199,6 @@ def _policy_reason(server, policy) -> str | None:
     if patched and server.mode == "psd":  # the PSD kernel runs the fixed policy's rule, never these
         return f"policy {policy.name!r} has {', '.join(patched)} replaced on the instance (PSD): step path"
     if python_chooses(server, policy):
-        if getattr(server.arrivals, "routed", False):
-            return f"a cluster replica whose policy {policy.name!r} chooses in Python: step path"
         if not policy.drafters_used():
             return f"policy {policy.name!r} names no drafter (drafters_used()) in mode sd: step path"
         if server.drafting.tree is not None and len(policy.drafters_used()) > 1:
@@ -509,6 +507,8 @@ class CompiledRun:
                                   p._replace(structured=p.structured[None, :]) for p in (target, *dprofiles)]
         self.costs = Costs(target, tuple(drafts), tuple(dprofiles), pf_order)
         self.policy_kind = self.settings.policy
+        # POL_GIVEN: each request's output position when the policy last chose for it (its feedback names it)
+        self.positions = np.zeros(len(wl) if self.policy_kind == ker.POL_GIVEN else 0, dtype=np.int64)
 
     def _each_trace(self, what: str, table) -> Iterator[tuple[np.ndarray, slice]]:
         """For each trace the workload draws, the policy's `table(request id)` for the first request drawing it (a
@@ -703,14 +703,12 @@ class CompiledRun:
         stop_at = n if stop is None else ask_at(0)
         self.running, self.now = True, float(rec.now)
         given = self.policy_kind == ker.POL_GIVEN  # the policy hears of each step, then chooses for the next
-        if given:
-            self.positions = np.zeros(n, dtype=np.int64)  # each request's output position when last chosen for
         scalars = state.view(np.ndarray)[0]  # the same record, its fields read and written faster (np.void)
         while True:
             code = self._kernel(work, state, req, pol, bufs, scratch, stop_at, math.inf)
             if given:
                 if scalars["pending"]:
-                    self._heard(scalars, scratch)
+                    self._heard(scalars, req, scratch)
                     scalars["pending"] = 0
                 if code == ker.CHOOSE:
                     self._choose(work, state, scalars, req, pol, scratch)
@@ -754,11 +752,13 @@ class CompiledRun:
         self._write_plans(pol, self.first, self.last)
         return float(rec.now)
 
-    def _choose(self, work: Workload, state, scalars, req: Requests, pol: PolicyState, scratch: Scratch) -> None:
+    def _choose(self, work: Workload, state, scalars, req: Requests, pol: PolicyState, scratch: Scratch,
+                number: np.ndarray | None = None) -> None:
         """The Python policy's choices for the step the kernel paused in (CHOOSE, at its start `now`): the step
         path's Drafting.choose over the decoding requests (running, no prompt left, admission order), its
         step-time estimates the kernel's (compiled_kernel.step_time_estimate); each request's slot and k into
-        PolicyState for the kernel to take."""
+        PolicyState for the kernel to take. `number`: the kernel's request k is workload request number[k] (a
+        cluster replica's); default the same."""
         import simulator.engine.compiled_kernel as ker
 
         srv = self.srv
@@ -783,7 +783,8 @@ class CompiledRun:
             return checked(float(t), f"drafter {drafter!r} draft cost or the prompt pass of drafters "
                                      f"{list(policy.drafters_used())}")
 
-        d_idx, k, _, _ = srv.drafting.choose(dec, float(scalars["now"]), estimate)
+        d_idx, k, _, _ = srv.drafting.choose(dec if number is None else number[dec], float(scalars["now"]), estimate,
+                                             req.gen[dec])
         slot = self.slot_of_drafter[d_idx]
         if (slot == MAX_SLOTS).any():
             d = srv.table.drafters[int(d_idx[slot == MAX_SLOTS][0])]
@@ -793,29 +794,31 @@ class CompiledRun:
         self.positions[dec] = req.gen[dec]
         scalars["given"] = 1
 
-    def _heard(self, scalars, scratch: Scratch) -> None:
+    def _heard(self, scalars, req: Requests, scratch: Scratch, number: np.ndarray | None = None) -> None:
         """What the step path tells the Python policy after a step (StepOutcome.apply), told at the kernel's next
         return (RUN_STATE `pending`): its decodes' feedback (the drafting ones, Scratch.heard; positions before the
         step), then each request whose prompt ended, started once (`start_request`), then each finished one that had
-        started (`finish_request`), in the kernel's order."""
+        started (`finish_request`), in the kernel's order (`number` as in _choose)."""
         srv = self.srv
         st, drafting, ids = srv.state, srv.drafting, srv.wl.request_ids
         n_dec = int(scalars["decoded"])
         drafted = scratch.slot[:n_dec] >= 0
         if drafting.learns and drafted.any():
             dec = scratch.heard[:n_dec][drafted]
-            drafting.feedback(dec, self.positions[dec], np.asarray(self.drafter_idx)[scratch.slot[:n_dec][drafted]],
-                              scratch.kk[:n_dec][drafted], scratch.prop[:n_dec][drafted],
-                              scratch.acc[:n_dec][drafted], float(scalars["forward"]))
+            drafting.feedback(dec if number is None else number[dec], self.positions[dec],
+                              np.asarray(self.drafter_idx)[scratch.slot[:n_dec][drafted]], scratch.kk[:n_dec][drafted],
+                              scratch.prop[:n_dec][drafted], scratch.acc[:n_dec][drafted], float(scalars["forward"]))
         policy = drafting.policy
         pre = scratch.plan.request[:int(scalars["prefilled"])]
-        for i in pre[st.prefill_left[pre] == 0].tolist():
-            if not st.started[i]:
-                st.started[i] = True
-                policy.start_request(ids[i])
+        for i in pre[req.prefill_left[pre] == 0].tolist():
+            w = i if number is None else int(number[i])
+            if not st.started[w]:
+                st.started[w] = True
+                policy.start_request(ids[w])
         for i in scratch.done[:int(scalars["ended"])].tolist():
-            if st.started[i]:
-                policy.finish_request(ids[i])
+            w = i if number is None else int(number[i])
+            if st.started[w]:
+                policy.finish_request(ids[w])
 
     def last_slots(self, last_drafter: np.ndarray) -> np.ndarray:
         """Each request's last drafter (RequestState.last_drafter, a drafter index or NO_DRAFT) as the kernel's slot:

@@ -112,12 +112,14 @@ class Drafting:
         """Flat trace positions of requests `idx` at output positions `pos`, clipped into each trace."""
         return np.minimum(self.first_flat[idx] + pos, self.last_flat[idx])
 
-    def choose(self, idx: np.ndarray, now: float, estimator):
-        """Drafter, k and proposed tokens of requests `idx` (n-gram proposals capped), plus their flat trace index."""
+    def choose(self, idx: np.ndarray, now: float, estimator, pos: np.ndarray | None = None):
+        """Drafter, k and proposed tokens of requests `idx` (n-gram proposals capped), plus their flat trace index;
+        `pos`: their output positions where the server's state does not hold them yet (a compiled cluster replica)."""
         m = len(idx)
         if m == 0 or self.mode == "ar":
             return _no_draft(m), _zeros(m), _zeros(m), None
-        pos = self.state.gen[idx]  # output position of the first drafted token
+        if pos is None:
+            pos = self.state.gen[idx]  # output position of the first drafted token
         flat = self.flat_index(idx, pos)
         prop_known = {d: a[flat] for d, a in self.table.proposal_len.items()}
         view = BatchView(now=now, drafters=self.drafters, request_ids=_Gather(self.wl.request_ids, idx),

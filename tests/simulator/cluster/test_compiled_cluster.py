@@ -140,6 +140,20 @@ def test_a_cluster_of_bandits_that_draw_keeps_the_per_replica_path_and_says_why(
         assert_same_cluster(res, steps.simulate())
 
 
+def test_a_cluster_of_plug_ins_keeps_the_per_replica_path_and_says_why():
+    """Each replica's plug-in is asked in Python at each of its steps, which the loop's one compiled call does not
+    do: the replicas keep their compiled per-replica runs, which equal the step path."""
+    traces = iid_traces(6, seed=1, out=(1, 30), drafters=("d", "e"))
+    wl = workload(traces, 24, rate=80.0, seed=1)
+    kw = dict(mode="sd", policy="plug-in-adaptive-k", replicas=2, router={"name": "least_kv"}, srv=server(), seed=1)
+    sim = cluster_sim(True, traces, wl, **kw)
+    assert sim.compiled is None and "a policy asked in Python" in sim.cluster_path_reason
+    assert all(rep.server.compiled is not None for rep in sim.replicas)
+    res = sim.simulate()
+    assert (res.steps.proposed_tokens > 0).any()
+    assert_same_cluster(res, cluster_sim(False, traces, wl, **kw).simulate())
+
+
 def test_a_cluster_the_loop_cannot_run_keeps_the_per_replica_path_and_says_why():
     traces = iid_traces(6, seed=1, out=(1, 30))
     wl = workload(traces, 12, seed=1)

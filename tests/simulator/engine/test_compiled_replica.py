@@ -44,7 +44,12 @@ POLICIES = {"fixed": {"name": "fixed", "drafter": "d", "k": 3},
             "greedy-oracle": {"name": "oracle-best-drafter", "drafters": ["e", "d"], "k_max": 4,
                               "switch_cost_s": 5e-4},
             # an exact plan per request, priced at its first decode step (oracle/exact.py, plan min-time)
-            "min-time-oracle": {"name": "oracle-best-drafter", "drafters": ["e", "d"], "k_max": 4, "plan": "min-time"}}
+            "min-time-oracle": {"name": "oracle-best-drafter", "drafters": ["e", "d"], "k_max": 4, "plan": "min-time"},
+            # plug-ins, asked in Python at each step (compiled_run.python_chooses): each replica's own instance
+            "plug-in-thompson": {"name": "tests.simulator.engine.test_compiled_run:PlugInThompson",
+                                 "drafters": ["d", "e"], "k": 2},
+            "plug-in-adaptive-k": {"name": "tests.simulator.engine.test_compiled_run:PlugInAdaptiveK", "drafter": "d",
+                                   "k_max": 4}}
 DRAFTER_COSTS = {**DRAFTERS, "e": {"kind": "constant", "seconds": 0.001}}  # 'e': a second drafter for the bandits
 
 

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle.registry  # noqa: F401  (registers the oracles make_policy names)
+from policies.adaptive_k import AdaptiveKPolicy
 from policies.base import Choice, FixedPolicy, Policy
 from policies.registry import make_policy
 from policies.thompson import ThompsonPolicy
@@ -460,6 +461,12 @@ class PlugInThompson(ThompsonPolicy):
     in Python each step."""
 
     name = "plug-in-thompson"
+
+
+class PlugInAdaptiveK(AdaptiveKPolicy):
+    """adaptive-k under a class of its own: asked in Python, its step-time estimates the kernel's."""
+
+    name = "plug-in-adaptive-k"
 
 
 def asked_in_python(policy):
