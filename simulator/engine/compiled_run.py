@@ -325,7 +325,7 @@ def _put_bandit(state, pol: PolicyState, x: int) -> None:
 def entry_point(kernel, args: tuple) -> Callable:
     """`kernel`'s compiled entry for `args`' types, once a call with them has compiled or loaded it: numba's
     dispatcher types every argument at every call (0.1-0.3 ms for the kernels' records; a policy asked in Python
-    costs two calls a step), the entry only unboxes them. `kernel` itself where it is plain Python
+    costs a call a step), the entry only unboxes them. `kernel` itself where it is plain Python
     (NUMBA_DISABLE_JIT) or has no such entry."""
     overloads = getattr(kernel, "overloads", None)
     if not overloads:
