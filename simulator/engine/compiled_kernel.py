@@ -290,7 +290,7 @@ def _kept_decodes(run, keep, dec, n_dec):
 @njit(cache=True)
 def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr,
                 prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
-                overhead, pf_order, ps):
+                overhead, pf_order, ps, pipelined=False):
     """Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...)'s estimate(drafter, k) for k = k_lo..k_hi into
     times[k]: the target's price of a step in which all `n` decoding sequences verify k drafts of the drafter (cost,
     profile), with the prompt chunks a plan would add after their tokens (rules/queue.queue_window's window of the
@@ -321,7 +321,7 @@ def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_ru
             if t > 0:
                 proposer = t
         times[k] = _step_estimate(verify, cost, profile, pass_costs, pass_profiles, pf_order, overhead, proposer,
-                                  False, n, kv, k, n_pre, pt, pkv)
+                                  pipelined, n, kv, k, n_pre, pt, pkv)
 
 
 register_jitable(sampled_acceptance.tv_window_rows)
@@ -926,15 +926,15 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
 
 
 @njit(cache=True)
-def step_time_estimate(wl, costs, settings, state, req, scratch, n_dec, kv, g, k):
+def step_time_estimate(wl, costs, settings, state, req, scratch, n_dec, kv, g, k, pipelined):
     """Pricing.estimator's estimate(drafter, k) at a Python policy's choice (POL_GIVEN, paused at CHOOSE): the step
     of the `n_dec` decoding requests over `kv` KV tokens, each verifying k drafts of slot g (k = 0: plain decoding),
-    with the prompt chunks its plan would add: `_step_times`, as adaptive-k asks it."""
+    with the prompt chunks its plan would add: `_step_times`, as adaptive-k asks it (PSD: `pipelined`)."""
     cfg, st = settings[0], state[0]
     lim = PrefillLimits(cfg.max_seqs, cfg.budget, cfg.chunked, cfg.block_size, cfg.lookahead)
     times = scratch.times[0]
     _step_times(times, k, k, n_dec, kv, cfg.separate, lim, scratch.plan, scratch.waitq, cfg.total_blocks - st.used,
                 st.n_run, req.run, req.requeued, st.requeued, st.admit, st.ptr, wl.prompt, req.gen, req.blocks,
                 req.prefill_left, req.prefill_done, costs.target, costs.drafts[g], costs.dprofiles[g], costs.drafts,
-                costs.dprofiles, cfg.overhead, costs.pf_order, cfg.proposer_slot)
+                costs.dprofiles, cfg.overhead, costs.pf_order, cfg.proposer_slot, pipelined)
     return times[k]

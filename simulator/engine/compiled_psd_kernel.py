@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulator.engine.compiled_kernel import (DONE, ERR_STALL, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY, STEP,
+from simulator.engine.compiled_kernel import (CHOOSE, DONE, ERR_STALL, HEAR, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
+                                              POL_GIVEN, STEP,
                                               _draft_time, _drafters_prefill_time, _finish_requests, _turn,
                                               _fit_proposals, _row, _save_state, _take_plan, _target_time,
                                               add_blocks, advance_prefills, assign_sides, emit_decoded, kv_growth,
@@ -83,7 +84,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
     tab, rowof = replay.tab, replay.rowof
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
-    usage = pol.usage
+    usage, chosen, chosen_k = pol.usage, pol.chosen, pol.chosen_k
+    given = settings[0].policy == POL_GIVEN  # a Python policy's choices (compiled_run: _choose, _heard)
     side, pend, pend_k, pend_p, pend_a = carry.side, carry.pend, carry.pend_k, carry.pend_p, carry.pend_a
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
@@ -115,6 +117,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     vk, vp, va = psd_scratch.v_k, psd_scratch.v_prop, psd_scratch.v_acc
     vslot, vnew = psd_scratch.v_slot, psd_scratch.v_new
     dk, dp, da, dslot = psd_scratch.d_k, psd_scratch.d_prop, psd_scratch.d_acc, psd_scratch.slot0
+    if given:
+        dslot = psd_scratch.d_slot
     lim = PrefillLimits(max_seqs, B, chunked, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
     plan = scratch.plan  # the step's prefill plan
     pre, chunk = plan.request, plan.tokens
@@ -128,10 +132,14 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             break
         code = DONE
         n_pre = 0
+        nv = 0
         pre_tokens = 0
         pre_kv = 0
         pre_attn = 0
         only_prefill = False
+        if given and separate and st.pending == 1:
+            code = HEAR
+            break
         if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
             n_old = n_run
             # the plan's chunks and their sums (PlanSums)
@@ -168,6 +176,20 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     dec[n_dec] = i
                     n_dec += 1
             nv, nd, fallback = split_sides(dec, n_dec, side, vs, split_min, V, D)
+            if given:  # the drafted side and, falling back, the verify side's requests without a proposal choose
+                n_ask = nd
+                if fallback:
+                    for j in range(nv):
+                        if pend[V[j]] == NONE:
+                            n_ask += 1
+                if n_ask > 0 and st.given == 0:
+                    pst.verified, pst.drafted, pst.falls_back = nv, nd, fallback
+                    code = CHOOSE
+                    break
+                if n_ask == 0 and st.pending == 1:  # the plan would overwrite the last step's outcome
+                    code = HEAR
+                    break
+                st.given = 0
             if fallback and n_dec > 0:
                 fb_steps += 1
             for j in range(nv):  # the verify side: last step's proposal, a fresh draft (fallback) or a plain token
@@ -175,10 +197,14 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 vnew[j] = 0
                 if pend[i] != NONE:
                     vslot[j], vk[j], vp[j], va[j] = pend[i], pend_k[i], pend_p[i], pend_a[i]
-                elif fallback:
+                elif fallback and (not given or chosen[i] >= 0):
                     f = min(first[i] + gen[i], last[i])
-                    vslot[j], vk[j] = 0, k_fixed
-                    vp[j], va[j] = np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
+                    kq, row = k_fixed, row_k
+                    if given:
+                        kq = chosen_k[i]
+                        row = rowof[0, kq]
+                    vslot[j], vk[j] = 0, kq
+                    vp[j], va[j] = np.int64(tab[row, 0, f]), np.int64(tab[row, 1, f])
                     vnew[j] = 1
                 else:
                     vslot[j], vk[j], vp[j], va[j] = -1, 0, 0, 0
@@ -186,7 +212,13 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             for j in range(nd):
                 i = D[j]
                 f = min(first[i] + gen[i], last[i])
-                dk[j], dp[j], da[j] = k_fixed, np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
+                if not given:
+                    dk[j], dp[j], da[j] = k_fixed, np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
+                elif chosen[i] >= 0:
+                    row = rowof[0, chosen_k[i]]
+                    dslot[j], dk[j], dp[j], da[j] = 0, chosen_k[i], np.int64(tab[row, 0, f]), np.int64(tab[row, 1, f])
+                else:
+                    dslot[j], dk[j], dp[j], da[j] = NONE, 0, 0, 0
             for j in range(nv + nd):  # Scheduler.reserve: V then D hold their context and drafts (D its drafts
                 i = V[j] if j < nv else D[j - nv]  # only with defer_kv)
                 vd[j] = i
@@ -211,7 +243,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 w = 0
                 for j in range(nd):
                     if _position(run, n_run, D[j]) < n_run:
-                        D[w], dk[w], dp[w], da[w] = D[j], dk[j], dp[j], da[j]
+                        D[w], dk[w], dp[w], da[w], dslot[w] = D[j], dk[j], dp[j], da[j], dslot[j]
                         w += 1
                 nd = w
                 n_dec = 0  # so the plan is asked: the kept requests' partial prefills go on (it admits nobody)
@@ -331,6 +363,9 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
         if n_done > 0:
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin,
                                                          closed, n_sub, n, arrival, client_of, think)
+        if given:  # what the Python policy hears of next: the verified side (StepOutcome.apply; compiled_run)
+            st.decoded, st.prefilled, st.ended, st.pending = nv, n_pre, n_done, 1
+            scratch.heard[:nv] = V[:nv]  # the next step's split takes V before the policy hears
         step_no += 1
         busy = 1
     _save_state(st, ptr, nq, admit, n_run, n_fin, step_no, used, peak, r, ni, n_sub, now, busy, forward)

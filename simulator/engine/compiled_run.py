@@ -119,10 +119,8 @@ def _psd_reason(server) -> str | None:
     """Why a PSD server stays on the step path, or None: the PSD kernel (compiled_psd_kernel) runs one drafter at a
     fixed k, with a fresh state (no proposal pending), greedy or sampled verification."""
     policy = server.drafting.policy
-    if type(policy) is not FixedPolicy:
-        return f"PSD with policy {policy.name!r} (the PSD kernel runs the fixed policy only): step path"
-    if len(policy.drafters_used()) != 1 or policy.k < 1:
-        return "PSD without exactly one drafter at k >= 1: step path"
+    if len(policy.drafters_used()) != 1 or (not python_chooses(server, policy) and policy.k < 1):
+        return "PSD without exactly one drafter (the fixed policy's at k >= 1): step path"
     if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
         return "PSD resumed mid-run (proposals pending): step path"
     if server.pricing.switch_cost_s > 0 and not np.isin(
@@ -164,16 +162,18 @@ def time_plan(policy):
 
 
 def python_chooses(server, policy) -> bool:
-    """Whether the kernel pauses for the policy itself, in Python, at each SD step with decodes (POL_GIVEN: its
+    """Whether the kernel pauses for the policy itself, in Python, at each SD or PSD step that drafts (POL_GIVEN: its
     `choose_batch`, then `observe_batch`, `start_request`, `finish_request`, as the step path calls them): a policy
     the kernel has no rule for (a plug-in, a subclass of a built-in), one with those methods replaced on the
     instance, or a built-in whose state the kernel cannot keep as the policy does (per-request state under repeated
     request ids, which share it; sliding-window UCB past MAX_RING rounds) or whose k-by-batch ranges end below
-    max_num_seqs (its own k_for names the batch that passes them)."""
-    if server.mode != "sd":
+    max_num_seqs (its own k_for names the batch that passes them); under PSD every policy but the fixed one."""
+    if server.mode not in ("sd", "psd"):
         return False
     if set(vars(policy)) & POLICY_METHODS:  # a wrapper set on the instance (a recorder, a test spy)
         return True
+    if server.mode == "psd":  # the PSD kernel runs the fixed policy's rule alone
+        return type(policy) is not FixedPolicy
     if type(policy) not in COMPILED_POLICIES and not getattr(policy, "by_position", False) \
             and not greedy_oracle(policy) and time_plan(policy) is None:
         return True
@@ -195,9 +195,6 @@ def python_chooses(server, policy) -> bool:
 
 def _policy_reason(server, policy) -> str | None:
     """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
-    patched = sorted(set(vars(policy)) & POLICY_METHODS)
-    if patched and server.mode == "psd":  # the PSD kernel runs the fixed policy's rule, never these
-        return f"policy {policy.name!r} has {', '.join(patched)} replaced on the instance (PSD): step path"
     if python_chooses(server, policy):
         if not policy.drafters_used():
             return f"policy {policy.name!r} names no drafter (drafters_used()) in mode sd: step path"
@@ -609,20 +606,22 @@ class CompiledRun:
 
     def _kernel(self, work, state, req, pol, bufs, scratch, stop: int, until: float) -> int:
         """One kernel call (the PSD kernel or run_steps) over the given records; returns its code."""
+        import simulator.engine.compiled_kernel as ker
+
         if self.psd:
             import simulator.engine.compiled_psd_kernel as pker
 
-            return pker.run_psd_steps(work, self.replay, self.costs, self.kernel_settings, self.psd_cfg, state,
-                                      self.psd_state, self.carry, req, pol, bufs, scratch, self.psd_scratch, stop,
-                                      until)
-        import simulator.engine.compiled_kernel as ker
-
-        args = (work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, scratch, stop, until)
+            kernel = pker.run_psd_steps
+            args = (work, self.replay, self.costs, self.kernel_settings, self.psd_cfg, state, self.psd_state,
+                    self.carry, req, pol, bufs, scratch, self.psd_scratch, stop, until)
+        else:
+            kernel = ker.run_steps
+            args = (work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, scratch, stop, until)
         if self.steps_entry is not None:
             return self.steps_entry(*args)
-        code = ker.run_steps(*args)
-        if self.policy_kind == ker.POL_GIVEN:  # two calls a step from here on
-            self.steps_entry = entry_point(ker.run_steps, args)
+        code = kernel(*args)
+        if self.policy_kind == ker.POL_GIVEN:  # a call a step from here on
+            self.steps_entry = entry_point(kernel, args)
         return code
 
     def _bandit_state(self, n: int) -> tuple[np.ndarray, ...]:
@@ -765,6 +764,15 @@ class CompiledRun:
         running = req.run[:int(scalars["n_run"])]
         dec = running[req.prefill_left[running] == 0]
         kv = int((work.prompt[dec] + req.gen[dec]).sum())
+        ask = dec
+        if self.psd:  # PSDExecutor.plan: the verify side's requests without a proposal in a fallback step, then the
+            # drafted side (the kernel's split, PSD_STATE); the estimates over every decoding request, pipelined
+            import simulator.engine.compiled_psd_kernel as pker
+
+            split = self.psd_state[0]
+            V = self.psd_scratch.verified[:int(split.verified)]
+            V = V[self.carry.pend[V] == pker.NONE] if split.falls_back else V[:0]
+            ask = np.concatenate([V, self.psd_scratch.drafted[:int(split.drafted)]])
         policy, slot_of, k_max = srv.drafting.policy, {d: g for g, d in enumerate(self.slots)}, self.settings.k_max
 
         def estimate(drafter: str | None, k: int) -> float:
@@ -774,7 +782,7 @@ class CompiledRun:
                                  f"k = {k!r}; expected a drafter of its drafters_used() {list(policy.drafters_used())}"
                                  f" and k in 0..{k_max} (its max_draft_tokens())")
             args = (work, self.costs, self.kernel_settings, state, req, scratch, len(dec), kv,
-                    slot_of.get(drafter, 0), int(k))
+                    slot_of.get(drafter, 0), int(k), self.psd)
             if self.estimate_entry is None:
                 t = ker.step_time_estimate(*args)
                 self.estimate_entry = entry_point(ker.step_time_estimate, args)
@@ -783,15 +791,15 @@ class CompiledRun:
             return checked(float(t), f"drafter {drafter!r} draft cost or the prompt pass of drafters "
                                      f"{list(policy.drafters_used())}")
 
-        d_idx, k, _, _ = srv.drafting.choose(dec if number is None else number[dec], float(scalars["now"]), estimate,
-                                             req.gen[dec])
+        d_idx, k, _, _ = srv.drafting.choose(ask if number is None else number[ask], float(scalars["now"]), estimate,
+                                             req.gen[ask])
         slot = self.slot_of_drafter[d_idx]
         if (slot == MAX_SLOTS).any():
             d = srv.table.drafters[int(d_idx[slot == MAX_SLOTS][0])]
             raise ValueError(f"policy {policy.name!r} chose drafter {d!r}, which its drafters_used() "
                              f"{list(policy.drafters_used())} does not name")
-        pol.chosen[dec], pol.chosen_k[dec] = slot, k
-        self.positions[dec] = req.gen[dec]
+        pol.chosen[ask], pol.chosen_k[ask] = slot, k
+        self.positions[ask] = req.gen[ask]
         scalars["given"] = 1
 
     def _heard(self, scalars, req: Requests, scratch: Scratch, number: np.ndarray | None = None) -> None:
@@ -802,12 +810,16 @@ class CompiledRun:
         srv = self.srv
         st, drafting, ids = srv.state, srv.drafting, srv.wl.request_ids
         n_dec = int(scalars["decoded"])
-        drafted = scratch.slot[:n_dec] >= 0
+        slot, k, prop, acc = scratch.slot, scratch.kk, scratch.prop, scratch.acc  # PSD: the verified side's
+        if self.psd:
+            side = self.psd_scratch
+            slot, k, prop, acc = side.v_slot, side.v_k, side.v_prop, side.v_acc
+        drafted = slot[:n_dec] >= 0
         if drafting.learns and drafted.any():
             dec = scratch.heard[:n_dec][drafted]
             drafting.feedback(dec if number is None else number[dec], self.positions[dec],
-                              np.asarray(self.drafter_idx)[scratch.slot[:n_dec][drafted]], scratch.kk[:n_dec][drafted],
-                              scratch.prop[:n_dec][drafted], scratch.acc[:n_dec][drafted], float(scalars["forward"]))
+                              np.asarray(self.drafter_idx)[slot[:n_dec][drafted]], k[:n_dec][drafted],
+                              prop[:n_dec][drafted], acc[:n_dec][drafted], float(scalars["forward"]))
         policy = drafting.policy
         pre = scratch.plan.request[:int(scalars["prefilled"])]
         for i in pre[req.prefill_left[pre] == 0].tolist():

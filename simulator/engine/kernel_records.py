@@ -262,6 +262,7 @@ class PSDScratch(NamedTuple):
     d_acc: np.ndarray
     slot0: np.ndarray
     grow: np.ndarray
+    d_slot: np.ndarray  # the drafted side's slot (or -1) where a Python policy chose it (POL_GIVEN)
 
 
 def psd_scratch(max_seqs: int) -> PSDScratch:
@@ -312,7 +313,10 @@ RUN_STATE = np.dtype([
     ("pending", np.int64),
 ], align=True)
 # PSD's scalars: the side verified next, fallback steps so far
-PSD_STATE = np.dtype([("side", np.int64), ("fallback", np.int64)], align=True)
+PSD_STATE = np.dtype([("side", np.int64), ("fallback", np.int64),
+                      # a Python policy's choice (POL_GIVEN, CHOOSE): the step's sides (PSDScratch.verified[:verified],
+                      # drafted[:drafted]) and whether it falls back to plain SD
+                      ("verified", np.int64), ("drafted", np.int64), ("falls_back", np.int64)], align=True)
 
 
 def typed(cls, **values):

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from policies.registry import make_policy
 from tests.simulator.engine.engine_fixtures import (PSDConfig, assert_same_run_tables, iid_traces,
                                                     tables_jit_on_and_off, tight_kv, traces_with, workload)
-from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build, drawn_case, profiles, run_path,
-                                                      scheduler_of, with_profiles, with_tv)
+from policies.base import FixedPolicy
+from tests.simulator.engine.test_compiled_run import (COSTS, PlugInThompson, Recorder, asked_in_python, assert_same,
+                                                      build, drawn_case, profiles, run_path, scheduler_of,
+                                                      with_profiles, with_tv)
 
 
 @settings(max_examples=80, deadline=None)
@@ -24,15 +26,19 @@ from tests.simulator.engine.test_compiled_run import (COSTS, assert_same, build,
        slack=st.integers(0, 3), overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([6, 1 << 16]),
        split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=profiles,
        async_sched=st.booleans(), pressure=st.sampled_from([0, 0, 1, 3]), sampled=st.booleans(),
-       switch=st.sampled_from([0.0, 0.0, 4e-4]))
+       switch=st.sampled_from([0.0, 0.0, 4e-4]),
+       policy=st.sampled_from(["fixed", "fixed", "fixed", "adaptive-k", "ucb", "asked", "plug-in"]))
 def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                        req_rate, m, block_size, slack, overhead, segment, split_min,
-                                                       sync_s, defer_kv, roof, async_sched, pressure, sampled, switch):
+                                                       sync_s, defer_kv, roof, async_sched, pressure, sampled, switch,
+                                                       policy):
     """Random PSD runs (`async_sched`: vLLM V1 with async scheduling, the engine-loop gap hidden by the step;
     `pressure`: KV for fewer than both sub-batches' largest requests, so the run may preempt: the newest running
     requests back to the waiting queue's front, their proposals and sides dropped; `sampled`: sampled verification,
     each verified draft kept with probability 1 - tv by the server's generator; `switch`: a drafter switching cost,
-    which one drafter never pays)."""
+    which one drafter never pays; `policy`: the fixed one, or one the kernel asks in Python at each step: adaptive-k
+    (k per request from its estimates and the pipelined step-time estimates), UCB over one drafter, the fixed policy
+    with choose_batch replaced on the instance, a plug-in Thompson)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     if sampled:
         traces = with_tv(traces, seed)
@@ -44,11 +50,24 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
               **scheduler_of(rules, async_sched), verification="sampled" if sampled else "greedy",
               switch_cost_s=switch)
     kw = with_profiles(kw, roof, cost)
-    fast = run_path(True, segment=segment, **kw)
+    fast = run_path(True, segment=segment, policy=psd_policy(policy, kw["drafter"], k), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
-    slow = run_path(False, **kw)
+    slow = run_path(False, policy=psd_policy(policy, kw["drafter"], k), **kw)
     assert slow.extras["engine_path"] == "steps"
     assert_same(fast, slow)
+
+
+def psd_policy(name: str, drafter: str, k: int):
+    """A fresh policy over one drafter: None (build's fixed policy at k) or one asked in Python (POL_GIVEN)."""
+    if name == "fixed":
+        return None
+    if name == "asked":
+        return asked_in_python(FixedPolicy(drafter, k))
+    if name == "plug-in":
+        return PlugInThompson([drafter], k=k)
+    spec = {"adaptive-k": {"name": "adaptive-k", "drafter": drafter, "k_max": k},
+            "ucb": {"name": "ucb", "drafters": [drafter], "k": k}}[name]
+    return make_policy(spec, seed=0)
 
 
 def test_a_longer_psd_run_with_sync_and_chunked_prefill_is_equal():
@@ -158,14 +177,12 @@ def test_psd_with_a_switching_cost_keeps_the_last_drafter_as_the_step_path_does(
 
 
 def _psd_fallbacks():
-    traces = traces_with(6, 1, 0.6, False)
+    traces = traces_with(6, 1, 0.6, True)
     wl = workload(traces, 12, rate=100.0)
-    base = dict(traces=traces, wl=wl, mode="psd", psd=PSDConfig())
+    base = dict(traces=traces, wl=wl, mode="psd", psd=PSDConfig(), drafters=("d", "g"))
     return {
-        "adaptive-k": ({**base, "policy": make_policy({"name": "adaptive-k", "drafter": "d", "k_max": 3}, seed=0)},
-                       "PSD with policy"),
-        "ucb": ({**base, "policy": make_policy({"name": "ucb", "drafters": ["d"], "k": 3}, seed=0)},
-                "PSD with policy"),
+        "ucb over two drafters": ({**base, "policy": make_policy({"name": "ucb", "drafters": ["d", "g"], "k": 3},
+                                                                 seed=0)}, "PSD without exactly one drafter"),
     }
 
 
@@ -175,3 +192,35 @@ def test_an_ineligible_psd_run_falls_back_to_the_step_path_and_says_why(case):
     res = build(**kw).simulate()
     assert res.extras["engine_path"] == "steps"
     assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
+
+
+@pytest.mark.parametrize("rules", ["mixed", "separate", "vllm-v1"])
+@pytest.mark.parametrize("pressure", [0, 2])
+def test_a_psd_plug_in_is_called_and_told_alike_on_both_paths(rules, pressure):
+    """Under PSD a plug-in over one drafter is asked for the drafted side (and, in a fallback step, for the verify
+    side's requests without a proposal) and told of the verified side, in the step path's order with its values:
+    every call it gets is the same on the compiled path, and so are the tables."""
+    traces, drafters, wl, budget = drawn_case(5, 30, 0.7, False, "poisson", 200.0, rules, 32)
+
+    class OneDrafter(Recorder):
+        def drafters_used(self):
+            return ("d",)
+
+        def choose_batch(self, view):
+            self.log.append(("choose", view.now, list(view.request_ids), view.positions.tolist(),
+                             [view.step_time_estimate("d", k) for k in range(4)]))
+            ks = np.array([(int(p) + j) % 4 for j, p in enumerate(view.positions)], dtype=np.int64)
+            return np.where(ks == 3, -1, 0).astype(np.int64), ks
+
+    kw = dict(traces=traces, wl=wl, mode="psd", drafters=drafters, max_num_seqs=4, block_size=4,
+              max_num_batched_tokens=budget, kv_tokens=tight_kv(wl, 3, 4, 8, 1, pressure=pressure),
+              chunked_prefill=rules == "vllm-v1", prefill="separate" if rules == "separate" else "mixed",
+              **scheduler_of(rules), psd=PSDConfig(split_min_batch=2, sync_s=1e-4))
+    fast_policy, slow_policy = OneDrafter(), OneDrafter()
+    fast = run_path(True, policy=fast_policy, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    slow = run_path(False, policy=slow_policy, **kw)
+    assert_same(fast, slow)
+    assert fast_policy.log == slow_policy.log
+    calls = [c[0] for c in fast_policy.log]
+    assert calls.count("start") == calls.count("finish") == len(wl) and calls.count("observe") > 10

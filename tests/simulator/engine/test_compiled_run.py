@@ -537,12 +537,11 @@ def _fallback_cases(python: bool = False):
                 {"name": "combine-adaptive", "ngram": "g", "eagle": "d"}, seed=0)},
             "greedy oracle subclass": {**gbase, "policy": HONEST(subclass=True)},
             "adaptive-k repeated ids": {**base, "wl": twins, "policy": ADAPTIVE()},
+            "psd adaptive-k": {**base, "mode": "psd", "psd": PSDConfig(), "policy": ADAPTIVE()},
+            "psd fixed policy method replaced": {**base, "mode": "psd", "psd": PSDConfig(),
+                                                 "policy": asked_in_python(FixedPolicy("d", 3))},
         }
     return {
-        "psd adaptive-k": ({**base, "mode": "psd", "psd": PSDConfig(), "policy": ADAPTIVE()}, "PSD with policy"),
-        "psd fixed policy method replaced": ({**base, "mode": "psd", "psd": PSDConfig(),
-                                              "policy": asked_in_python(FixedPolicy("d", 3))},
-                                             "choose_batch replaced on the instance (PSD)"),
         "plug-in naming no drafter": ({**base, "policy": NoDrafter()}, "names no drafter"),
         "combine-match one drafter twice": ({**gbase, "policy": make_policy(
             {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
