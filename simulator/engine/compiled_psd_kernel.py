@@ -1,5 +1,6 @@
-"""The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, greedy or sampled
-verification, step for step as simulator/engine/step_psd.py's PSDExecutor.
+"""The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, or at each request's k a
+policy in Python chose (POL_GIVEN: compiled_run asks it at CHOOSE), greedy or sampled verification, step for step as
+simulator/engine/step_psd.py's PSDExecutor.
 
 It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth,
 and under `scheduler: vllm-v1` the decode budget over the verify side and the engine-loop gap after a busy step:
