@@ -10,8 +10,9 @@ derived from catalog figures, not measured). Beside benchmarks/bench_end_to_end.
 Figures, each printed with `uptime` beside it (the machine is shared: label them as measured under load):
 - engine alone (`simulator.scenario.simulate`, CPU seconds) for AR, fixed-k SD and a learning policy (UCB over two drafters),
   and on request (--runs) adaptive-k (eagle3), combine-match (ngram / eagle3), Thompson and EXP3 over the two
-  drafters, AR and SD k=3 with KV for 20 of the 64 sequences (they preempt), and plug-ins, asked in Python at each
-  step (the AIMD-k example of docs/policies.md; the fixed policy under a class of its own),
+  drafters, AR and SD k=3 with KV for 20 of the 64 sequences (they preempt), plug-ins, asked in Python at each
+  step (the AIMD-k example of docs/policies.md; the fixed policy under a class of its own), and PSD at k=3 and with
+  adaptive-k (asked in Python),
   on the compiled path (simulator/engine/compiled_run.py; every run here is eligible),
   and step by step (compiled_run.COMPILED off), in the same process, the tables checked equal:
   request-steps per CPU second, mean sequences per step, and the ratios; the compiled kernel's first call (numba
@@ -37,7 +38,8 @@ from policies.base import FixedPolicy
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATE = {"AR": 10_000_000, "SD-k3": 10_000_000, "UCB": 2_000_000, "adaptive-k": 2_000_000,
                "combine-match": 2_000_000, "thompson": 2_000_000, "EXP3": 2_000_000, "AR-preempt": 10_000_000,
-               "SD-k3-preempt": 10_000_000, "plug-in": 1_000_000, "plug-in-fixed": 1_000_000}
+               "SD-k3-preempt": 10_000_000, "plug-in": 1_000_000, "plug-in-fixed": 1_000_000, "PSD-k3": 10_000_000,
+               "PSD-adaptive-k": 1_000_000}
 TARGET_REAL_TIME = 1000.0
 
 # Llama-2-7B (6.74e9 params fp16: 13.5 GB of weights; 32 layers x 2 x 4096 x 2 bytes = 512 KiB of KV per token) on
@@ -88,6 +90,11 @@ RUNS = {
     # a plug-in (docs/examples/aimd_k_policy.py): the compiled loop pauses for it in Python at each step
     "plug-in": {"name": "plug-in", "mode": "sd",
                 "policy": {"name": f"{ROOT}/docs/examples/aimd_k_policy.py:AIMDKPolicy", "drafter": "eagle3"}},
+    # PSD (32 sequences a sub-batch: 64 in all) at k = 3, and with adaptive-k, which the PSD kernel asks in Python
+    "PSD-k3": {"name": "PSD-k3", "mode": "psd", "psd": {"sub_batch_max_num_seqs": 32},
+               "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}},
+    "PSD-adaptive-k": {"name": "PSD-adaptive-k", "mode": "psd", "psd": {"sub_batch_max_num_seqs": 32},
+                       "policy": {"name": "adaptive-k", "drafter": "eagle3"}},
     # fixed k = 3 as a plug-in (FixedPlugIn below: the fixed policy's vectorised choose_batch): the engine's own cost
     # of asking a policy in Python, the policy's all but nothing
     "plug-in-fixed": {"name": "plug-in-fixed", "mode": "sd",
