@@ -13,8 +13,8 @@ from tests.simulator.engine.engine_fixtures import (PSDConfig, assert_same_run_t
                                                     tables_jit_on_and_off, tight_kv, traces_with, workload)
 from policies.base import FixedPolicy
 from tests.simulator.engine.test_compiled_run import (COSTS, PlugInThompson, Recorder, asked_in_python, assert_same,
-                                                      build, drawn_case, profiles, run_path, scheduler_of,
-                                                      with_profiles, with_tv)
+                                                      assert_told_alike, build, drawn_case, profiles, run_path,
+                                                      scheduler_of, with_profiles, with_tv)
 
 
 @settings(max_examples=80, deadline=None)
@@ -216,11 +216,4 @@ def test_a_psd_plug_in_is_called_and_told_alike_on_both_paths(rules, pressure):
               max_num_batched_tokens=budget, kv_tokens=tight_kv(wl, 3, 4, 8, 1, pressure=pressure),
               chunked_prefill=rules == "vllm-v1", prefill="separate" if rules == "separate" else "mixed",
               **scheduler_of(rules), psd=PSDConfig(split_min_batch=2, sync_s=1e-4))
-    fast_policy, slow_policy = OneDrafter(), OneDrafter()
-    fast = run_path(True, policy=fast_policy, **kw)
-    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
-    slow = run_path(False, policy=slow_policy, **kw)
-    assert_same(fast, slow)
-    assert fast_policy.log == slow_policy.log
-    calls = [c[0] for c in fast_policy.log]
-    assert calls.count("start") == calls.count("finish") == len(wl) and calls.count("observe") > 10
+    assert_told_alike(OneDrafter, kw)

@@ -631,15 +631,22 @@ def test_a_plug_in_is_called_and_told_alike_on_both_paths(rules, pressure, sampl
               prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules),
               verification="sampled" if sampled else "greedy", switch_cost_s=2e-4,
               cost=COSTS["autoregressive"], drafter="g", proposer=COSTS["whole"])  # 'g' drafts at its own cost
-    fast_policy, slow_policy = Recorder(), Recorder()
+    fast = assert_told_alike(Recorder, kw)
+    assert (fast.steps.accepted_tokens > 0).any()
+
+
+def assert_told_alike(recorder: type, kw: dict):
+    """A fresh `recorder` plug-in per path: the same tables on the compiled path (which asks it in Python) and the
+    step path, and the same log of every call it got; each request started and finished once. Returns the compiled
+    run's result."""
+    fast_policy, slow_policy = recorder(), recorder()
     fast = run_path(True, policy=fast_policy, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
-    slow = run_path(False, policy=slow_policy, **kw)
-    assert_same(fast, slow)
+    assert_same(fast, run_path(False, policy=slow_policy, **kw))
     assert fast_policy.log == slow_policy.log
     calls = [c[0] for c in fast_policy.log]
-    assert calls.count("start") == calls.count("finish") == len(wl)
-    assert calls.count("observe") > 10 and (fast.steps.accepted_tokens > 0).any()
+    assert calls.count("start") == calls.count("finish") == len(kw["wl"]) and calls.count("observe") > 10
+    return fast
 
 
 def test_a_plug_in_asking_for_a_drafter_it_does_not_name_gets_an_error_naming_it():
