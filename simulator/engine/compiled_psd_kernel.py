@@ -16,7 +16,8 @@ import numpy as np
 from numba import njit
 
 from simulator.engine.compiled_kernel import (CHOOSE, DONE, ERR_STALL, HEAR, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
-                                              POL_GIVEN, STEP,
+                                              POL_ADAPTIVE, POL_GIVEN, STEP, _best_k, _estimate_update,
+                                              _estimate_value, _step_times,
                                               _draft_time, _drafters_prefill_time, _finish_requests, _turn,
                                               _fit_proposals, _row, _save_state, _take_plan, _target_time,
                                               add_blocks, advance_prefills, assign_sides, emit_decoded, kv_growth,
@@ -65,6 +66,41 @@ def _position(run, n, i):
 
 
 @njit(cache=True)
+def _adaptive_ks(V, nv, D, nd, fallback, pend, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times,
+                 chosen, chosen_k, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr, blocks, prefill_left,
+                 prefill_done, target, cost, profile, overhead, pf_order):
+    """AdaptiveKPolicy.choose_batch where PSDExecutor.plan asks it (the verify side's requests without a proposal in
+    a fallback step, then the drafted side): the step-time estimates of all `n_dec` decoding requests at k =
+    0..k_max, pipelined, then each asked request's best k by its estimate (capped by its match length), into
+    chosen (slot 0, or -1 at k 0) and chosen_k, as compiled_kernel's POL_ADAPTIVE branch does for SD."""
+    kv = 0
+    for j in range(n_dec):
+        kv += prompt[dec[j]] + gen[dec[j]]
+    asked = nd
+    if fallback:
+        for j in range(nv):
+            if pend[V[j]] == NONE:
+                asked += 1
+    if asked == 0:
+        return
+    k_max = cfg.k_max
+    _step_times(times, 0, k_max, n_dec, kv, cfg.separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit,
+                ptr, prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, (cost,), (profile,),
+                overhead, pf_order, -1, True)
+    for j in range(nv + nd):
+        i = V[j] if j < nv else D[j - nv]
+        if j < nv and not (fallback and pend[i] == NONE):
+            continue
+        top = k_max
+        if cfg.has_cap:
+            top = max(0, min(k_max, np.int64(cap[min(first[i] + gen[i], last[i])])))
+        kb = _best_k(_estimate_value(est_s[0 if cfg.shared else i], est_f[0 if cfg.shared else i], cfg.prior,
+                                     cfg.prior_weight), times, top)
+        chosen[i] = 0 if kb > 0 else -1
+        chosen_k[i] = kb
+
+
+@njit(cache=True)
 def _set_dev(rows, r, dev, sub):
     """Row `r`'s device (0 target, 1 drafter) and sub-batch."""
     rows.device[r] = dev
@@ -87,6 +123,9 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
     usage, chosen, chosen_k = pol.usage, pol.chosen, pol.chosen_k
     given = settings[0].policy == POL_GIVEN  # a Python policy's choices (compiled_run: _choose, _heard)
+    adaptive = settings[0].policy == POL_ADAPTIVE  # adaptive-k's rule, its choices made here into `chosen`
+    asked = given or adaptive  # each request's k (and drafter or none) from `chosen`, else the fixed k
+    est_s, est_f, cap, times = pol.est_s, pol.est_f, replay.cap, scratch.times[0]
     side, pend, pend_k, pend_p, pend_a = carry.side, carry.pend, carry.pend_k, carry.pend_p, carry.pend_a
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
     last_emit, first_sched, first_token, finish = req.last_emit, req.first_sched, req.first_token, req.finish
@@ -118,7 +157,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     vk, vp, va = psd_scratch.v_k, psd_scratch.v_prop, psd_scratch.v_acc
     vslot, vnew = psd_scratch.v_slot, psd_scratch.v_new
     dk, dp, da, dslot = psd_scratch.d_k, psd_scratch.d_prop, psd_scratch.d_acc, psd_scratch.slot0
-    if given:
+    if asked:
         dslot = psd_scratch.d_slot
     lim = PrefillLimits(max_seqs, B, chunked, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
     plan = scratch.plan  # the step's prefill plan
@@ -191,6 +230,11 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     code = HEAR
                     break
                 st.given = 0
+            if adaptive and (nd > 0 or fallback):  # AdaptiveKPolicy.choose_batch over the requests asked (as above)
+                _adaptive_ks(V, nv, D, nd, fallback, pend, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f,
+                             cap, times, chosen, chosen_k, lim, plan, waitq, total_blocks - used, n_run, run,
+                             requeued, nq, admit, ptr, blocks, prefill_left, prefill_done, target, drafts[0],
+                             dprofiles[0], overhead, pf_order)
             if fallback and n_dec > 0:
                 fb_steps += 1
             for j in range(nv):  # the verify side: last step's proposal, a fresh draft (fallback) or a plain token
@@ -198,10 +242,10 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 vnew[j] = 0
                 if pend[i] != NONE:
                     vslot[j], vk[j], vp[j], va[j] = pend[i], pend_k[i], pend_p[i], pend_a[i]
-                elif fallback and (not given or chosen[i] >= 0):
+                elif fallback and (not asked or chosen[i] >= 0):
                     f = min(first[i] + gen[i], last[i])
                     kq, row = k_fixed, row_k
-                    if given:
+                    if asked:
                         kq = chosen_k[i]
                         row = rowof[0, kq]
                     vslot[j], vk[j] = 0, kq
@@ -213,7 +257,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             for j in range(nd):
                 i = D[j]
                 f = min(first[i] + gen[i], last[i])
-                if not given:
+                if not asked:
                     dk[j], dp[j], da[j] = k_fixed, np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
                 elif chosen[i] >= 0:
                     row = rowof[0, chosen_k[i]]
@@ -321,6 +365,9 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     usage[0] += 1
                     if cfg.switch_cost > 0.0:  # StepOutcome.apply: the drafter it drafted with (one: never a switch)
                         last_slot[V[j]] = 0
+                    if adaptive:  # AdaptiveKPolicy.observe, the verified side in admission order
+                        x = 0 if cfg.shared else V[j]
+                        est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], va[j], vp[j], cfg.decay)
                 else:
                     usage[1] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,

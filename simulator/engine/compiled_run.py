@@ -120,7 +120,7 @@ def _psd_reason(server) -> str | None:
     """Why a PSD server stays on the step path, or None: the PSD kernel (compiled_psd_kernel) runs one drafter at a
     fixed k, with a fresh state (no proposal pending), greedy or sampled verification."""
     policy = server.drafting.policy
-    if len(policy.drafters_used()) != 1 or (not python_chooses(server, policy) and policy.k < 1):
+    if len(policy.drafters_used()) != 1 or (type(policy) is FixedPolicy and policy.k < 1):
         return "PSD without exactly one drafter (the fixed policy's at k >= 1): step path"
     if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
         return "PSD resumed mid-run (proposals pending): step path"
@@ -173,7 +173,9 @@ def python_chooses(server, policy) -> bool:
         return False
     if set(vars(policy)) & POLICY_METHODS:  # a wrapper set on the instance (a recorder, a test spy)
         return True
-    if server.mode == "psd":  # the PSD kernel runs the fixed policy's rule alone
+    if server.mode == "psd":  # the PSD kernel runs the fixed policy's and adaptive-k's rules
+        if type(policy) is AdaptiveKPolicy:
+            return policy.scope == "request" and len(set(server.wl.request_ids)) != len(server.wl.request_ids)
         return type(policy) is not FixedPolicy
     if type(policy) not in COMPILED_POLICIES and not getattr(policy, "by_position", False) \
             and not greedy_oracle(policy) and time_plan(policy) is None:
@@ -560,8 +562,9 @@ class CompiledRun:
         _bandit_state); the greedy oracle's last choices from none."""
         import simulator.engine.compiled_kernel as ker
 
-        chosen = np.full(n if self.policy_kind in (ker.POL_GREEDY_ORACLE, ker.POL_GIVEN) else 1, -1, dtype=np.int64)
-        chosen_k = np.zeros(n if self.policy_kind == ker.POL_GIVEN else 1, dtype=np.int64)
+        per_request = self.policy_kind == ker.POL_GIVEN or (self.psd and self.policy_kind == ker.POL_ADAPTIVE)
+        chosen = np.full(n if per_request or self.policy_kind == ker.POL_GREEDY_ORACLE else 1, -1, dtype=np.int64)
+        chosen_k = np.zeros(n if per_request else 1, dtype=np.int64)
         return PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
                            np.zeros(len(self.slots) + 1, dtype=np.int64), chosen, chosen_k, *self._plan_rows(n))
 
