@@ -167,8 +167,8 @@ class PolicyState(NamedTuple):
     arm_slot: np.ndarray  # int64
     usage: np.ndarray  # int64, slots + 1
     chosen: np.ndarray  # int64: the greedy oracle's last drafter slot per request, -1 before (switching cost); a
-    # Python policy's (POL_GIVEN) slot for each request of the step about to run
-    chosen_k: np.ndarray  # int64: a Python policy's k for each request of that step (POL_GIVEN; else one entry)
+    # Python policy's (POL_GIVEN) or PSD adaptive-k's slot for each request of the step about to run
+    chosen_k: np.ndarray  # int64: and its k (POL_GIVEN, PSD adaptive-k; else one entry)
     plan_row: np.ndarray  # int64 (requests)
     plan_free: np.ndarray  # int64 (rows + 1)
     plan_d: np.ndarray  # int64 (rows, positions)
