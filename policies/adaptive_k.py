@@ -34,6 +34,12 @@ def best_k_rule(a: float, times: np.ndarray, top: int) -> int:
     return best
 
 
+def top_k_rule(k_max: int, match: int) -> int:
+    """The largest k adaptive-k weighs for a request whose n-gram match is `match` tokens long: k_max, or the match
+    length where it is shorter (never below 0). Plain Python, compiled by the engine too (one rule)."""
+    return max(0, min(k_max, match))
+
+
 class AdaptiveKPolicy(Policy):
     """One drafter; k re-chosen every step from the acceptance estimate and the step-time estimate."""
 
@@ -91,7 +97,7 @@ class AdaptiveKPolicy(Policy):
 
     def best_k(self, a: float, times: np.ndarray, cap: int | None) -> int:
         """argmax over k <= cap of the expected tokens per second (`best_k_rule`)."""
-        top = self.k_max if cap is None else max(0, min(self.k_max, int(cap)))
+        top = self.k_max if cap is None else top_k_rule(self.k_max, int(cap))
         return best_k_rule(float(a), np.asarray(times, dtype=np.float64), top)
 
     def choose(self, view: RequestView) -> Choice:

@@ -74,7 +74,7 @@ from numba.core import config as _numba_config  # noqa: E402
 from numba.extending import overload, register_jitable  # noqa: E402
 
 from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
-from policies.adaptive_k import best_k_rule  # noqa: E402
+from policies.adaptive_k import best_k_rule, top_k_rule  # noqa: E402
 from policies.base import tokens_per_time  # noqa: E402
 from policies.combine import combine_adaptive_rule, combine_match_rule  # noqa: E402
 from policies.epsilon_greedy import epsilon_greedy_arm, random_arm  # noqa: E402
@@ -334,6 +334,7 @@ _block_divergence = njit(cache=True)(sampled_acceptance.block_divergence)  # Met
 _estimate_value = njit(cache=True)(estimate_value)
 _estimate_update = njit(cache=True)(estimate_update)
 _best_k = njit(cache=True)(best_k_rule)
+_top_k = njit(cache=True)(top_k_rule)
 _ucb_arm = njit(cache=True)(ucb_arm_rule)
 _ucb_update = njit(cache=True, inline="always")(ucb_update)
 _sliding_update = njit(cache=True)(sliding_update)
@@ -349,6 +350,16 @@ register_jitable(leviathan_tokens)
 _combine_adaptive = njit(cache=True)(combine_adaptive_rule)
 _tokens_per_time = njit(cache=True)(tokens_per_time)
 register_jitable(positive_cost)
+
+
+@njit(cache=True)
+def _adaptive_k(value, times, k_max, has_cap, cap, f):
+    """AdaptiveKPolicy.best_k for one request at flat trace position f: best_k_rule on its estimate's `value` up to
+    k_max, or up to its match length cap[f] where the trace has match lengths (top_k_rule). Both kernels call it."""
+    top = k_max
+    if has_cap:
+        top = _top_k(k_max, np.int64(cap[f]))
+    return _best_k(value, times, top)
 _drafted_costs_ok = njit(cache=True)(drafted_costs_ok)
 _least_cost_actions = njit(cache=True)(least_cost_actions)
 _cost_ceiling = njit(cache=True)(cost_ceiling)
@@ -639,10 +650,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                                 target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, ps)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
-                    top = k_max
-                    if has_cap:
-                        top = max(0, min(k_max, np.int64(cap[flat[j]])))
-                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top)
+                    kb = _adaptive_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, k_max, has_cap, cap,
+                                     flat[j])
                     slot[j] = 0 if kb > 0 else -1
                     kk[j] = kb
             elif policy == POL_RATE:  # CombineAdaptivePolicy.choose: each request's two estimates (2 i + slot)

@@ -1,6 +1,6 @@
-"""The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, or at each request's k a
-policy in Python chose (POL_GIVEN: compiled_run asks it at CHOOSE), greedy or sampled verification, step for step as
-simulator/engine/step_psd.py's PSDExecutor.
+"""The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, adaptive-k's rule over one
+drafter, or each request's drafter and k a policy in Python chose (POL_GIVEN: compiled_run asks it at CHOOSE, over
+any of its drafters), greedy or sampled verification, step for step as simulator/engine/step_psd.py's PSDExecutor.
 
 It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth,
 and under `scheduler: vllm-v1` the decode budget over the verify side and the engine-loop gap after a busy step:
@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from simulator.engine.compiled_kernel import (CHOOSE, DONE, ERR_STALL, HEAR, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
-                                              POL_ADAPTIVE, POL_GIVEN, STEP, _best_k, _estimate_update,
+                                              POL_ADAPTIVE, POL_GIVEN, STEP, _adaptive_k, _estimate_update,
                                               _estimate_value, _step_times,
                                               _draft_time, _drafters_prefill_time, _finish_requests, _turn,
                                               _fit_proposals, _row, _save_state, _take_plan, _target_time,
@@ -28,6 +28,7 @@ from simulator.engine.compiled_kernel import split_sides  # rules/psd_sides.spli
 from simulator.engine.compiled_kernel import next_verify_side  # rules/psd_sides.next_verify_side, compiled
 from simulator.engine.compiled_kernel import carry_proposals  # rules/psd_sides.carry_proposals, compiled
 from simulator.engine.compiled_kernel import draft_group  # rules/pricing.draft_group, compiled
+from simulator.engine.compiled_kernel import group_switches  # rules/pricing.group_switches, compiled
 from simulator.engine.rules.prefill_plan import PrefillLimits
 
 P_SYNC = 6  # compiled_run.PHASES[6]
@@ -46,14 +47,21 @@ def _contexts(idx, n, prompt, gen, ctx):
 
 
 @njit(cache=True)
-def _side_draft_time(n, member, props, ks, ctx, drafts, dprofiles, verify_t):
-    """Pricing.draft_time for one side's drafting (the one drafter slot): its members (member[j] == 1) that propose,
-    priced once for their sub-batch (rules/pricing.draft_group over their contexts `ctx`). Returns (seconds,
-    drafter bits)."""
-    n_g, p_g, k_g, kv_g = draft_group(1, member, props, ks, ctx, n)
-    if n_g == 0:
-        return 0.0, 0
-    return _draft_time(drafts[0], dprofiles[0], n_g, p_g, k_g, kv_g, verify_t), 1
+def _side_draft_time(n, slot, props, ks, idx, ctx, nslot, drafts, dprofiles, switch_cost, last_slot, verify_t):
+    """Pricing.draft_time for one side's drafting: each drafter slot (ascending) priced once for its members
+    (slot[j] == g) that propose (rules/pricing.draft_group over their contexts `ctx`), plus the switching cost where
+    one of them last drafted with another (rules/pricing.group_switches). Returns (seconds, drafter bits)."""
+    t = 0.0
+    bits = 0
+    for g in range(nslot):
+        n_g, p_g, k_g, kv_g = draft_group(g, slot, props, ks, ctx, n)
+        if n_g == 0:
+            continue
+        t += _draft_time(drafts[g], dprofiles[g], n_g, p_g, k_g, kv_g, verify_t)
+        bits |= 1 << g
+        if switch_cost > 0.0 and group_switches(g, slot, props, idx, n, last_slot):
+            t += switch_cost
+    return t, bits
 
 
 @njit(cache=True)
@@ -66,36 +74,39 @@ def _position(run, n, i):
 
 
 @njit(cache=True)
-def _adaptive_ks(V, nv, D, nd, fallback, pend, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times,
-                 chosen, chosen_k, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr, blocks, prefill_left,
-                 prefill_done, target, cost, profile, overhead, pf_order):
-    """AdaptiveKPolicy.choose_batch where PSDExecutor.plan asks it (the verify side's requests without a proposal in
-    a fallback step, then the drafted side): the step-time estimates of all `n_dec` decoding requests at k =
-    0..k_max, pipelined, then each asked request's best k by its estimate (capped by its match length), into
-    chosen (slot 0, or -1 at k 0) and chosen_k, as compiled_kernel's POL_ADAPTIVE branch does for SD."""
-    kv = 0
-    for j in range(n_dec):
-        kv += prompt[dec[j]] + gen[dec[j]]
+def _asked(V, nv, nd, fallback, pend):
+    """How many requests PSDExecutor.plan asks the policy about: the drafted side's `nd`, plus, in a fallback step,
+    the verify side's (V[:nv]) without a proposal."""
     asked = nd
     if fallback:
         for j in range(nv):
             if pend[V[j]] == NONE:
                 asked += 1
-    if asked == 0:
+    return asked
+
+
+@njit(cache=True)
+def _adaptive_ks(V, nv, D, nd, fallback, pend, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times,
+                 chosen, chosen_k, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr, blocks, prefill_left,
+                 prefill_done, target, cost, profile, overhead, pf_order):
+    """AdaptiveKPolicy.choose_batch where PSDExecutor.plan asks it (_asked): the step-time estimates of all `n_dec`
+    decoding requests at k = 0..k_max, pipelined, then each asked request's k (compiled_kernel._adaptive_k), into
+    chosen (slot 0, or -1 at k 0) and chosen_k."""
+    if _asked(V, nv, nd, fallback, pend) == 0:
         return
-    k_max = cfg.k_max
-    _step_times(times, 0, k_max, n_dec, kv, cfg.separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit,
-                ptr, prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, (cost,), (profile,),
-                overhead, pf_order, -1, True)
+    kv = 0
+    for j in range(n_dec):
+        kv += prompt[dec[j]] + gen[dec[j]]
+    _step_times(times, 0, cfg.k_max, n_dec, kv, cfg.separate, lim, plan, waitq, free, n_run, run, requeued, nq,
+                admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, (cost,),
+                (profile,), overhead, pf_order, -1, True)
     for j in range(nv + nd):
         i = V[j] if j < nv else D[j - nv]
         if j < nv and not (fallback and pend[i] == NONE):
             continue
-        top = k_max
-        if cfg.has_cap:
-            top = max(0, min(k_max, np.int64(cap[min(first[i] + gen[i], last[i])])))
-        kb = _best_k(_estimate_value(est_s[0 if cfg.shared else i], est_f[0 if cfg.shared else i], cfg.prior,
-                                     cfg.prior_weight), times, top)
+        e = 0 if cfg.shared else i
+        kb = _adaptive_k(_estimate_value(est_s[e], est_f[e], cfg.prior, cfg.prior_weight), times, cfg.k_max,
+                         cfg.has_cap, cap, min(first[i] + gen[i], last[i]))
         chosen[i] = 0 if kb > 0 else -1
         chosen_k[i] = kb
 
@@ -110,14 +121,15 @@ def _set_dev(rows, r, dev, sub):
 @njit(cache=True)
 def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry, req, pol, bufs, scratch, psd_scratch,
                   stop_finished, until):
-    """Steps a PSD run (drafter slot 0, fixed k) until done, a buffer is full, `stop_finished` finished or the next
+    """Steps a PSD run (the fixed policy's or adaptive-k's drafter slot 0, or the slots a Python policy chose) until done, a buffer is full, `stop_finished` finished or the next
     step would start at or after `until` (run_steps' rule, compiled_kernel._turn: a cluster replica's next routing),
     or a replica is idle with no arrival known; the engine loop's gap after the last busy step carries over to the
     next call (the state's `busy`). The records are
     simulator/engine/kernel_records.py's, as run_steps takes them, plus PSDSettings, the PSD_STATE record array
     `psd_state`, PSDCarry and PSDScratch (its working arrays beside Scratch's); of PolicyState it writes `usage`
-    only. Sampled verification draws for the verify side's kept drafts when verified (rules/sampled.sample_group); a
-    switching cost never applies to one drafter, whose requests' last drafter is written for it (Requests.last_slot)."""
+    only. Sampled verification draws for the verify side's kept drafts when verified, slot by slot
+    (rules/sampled.sample_group); each verified request's last drafter is written for the switching cost
+    (Requests.last_slot), which each side's drafting pays per drafter (rules/pricing.group_switches)."""
     arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
     tab, rowof = replay.tab, replay.rowof
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
@@ -133,7 +145,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     rows, itl = bufs.rows, bufs.itl
     n = len(arrival)
     cfg = settings[0]
-    k_fixed = cfg.k
+    k_fixed, nslot = cfg.k, cfg.nslot
     max_seqs, B = cfg.max_seqs, cfg.budget
     chunked, separate, bs, total_blocks = cfg.chunked, cfg.separate, cfg.block_size, cfg.total_blocks
     overhead = cfg.overhead
@@ -153,9 +165,9 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     row_k = rowof[0, k_fixed]
     dec, side_ctx, waitq, done = scratch.dec, scratch.ctx, scratch.waitq, scratch.done  # side_ctx: _side_draft_time
     newb, hold, cut, run_extra = scratch.newb, scratch.hold, scratch.cut, scratch.run_extra
-    V, D, all_d, vd = psd_scratch.verified, psd_scratch.drafted, psd_scratch.members, psd_scratch.grow
+    V, D, vd = psd_scratch.verified, psd_scratch.drafted, psd_scratch.grow
     vk, vp, va = psd_scratch.v_k, psd_scratch.v_prop, psd_scratch.v_acc
-    vslot, vnew = psd_scratch.v_slot, psd_scratch.v_new
+    vslot, vnew = psd_scratch.v_slot, psd_scratch.v_draft  # vnew: the slot that drafts it this step, or -1
     dk, dp, da, dslot = psd_scratch.d_k, psd_scratch.d_prop, psd_scratch.d_acc, psd_scratch.slot0
     if asked:
         dslot = psd_scratch.d_slot
@@ -217,11 +229,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     n_dec += 1
             nv, nd, fallback = split_sides(dec, n_dec, side, vs, split_min, V, D)
             if given:  # the drafted side and, falling back, the verify side's requests without a proposal choose
-                n_ask = nd
-                if fallback:
-                    for j in range(nv):
-                        if pend[V[j]] == NONE:
-                            n_ask += 1
+                n_ask = _asked(V, nv, nd, fallback, pend)
                 if n_ask > 0 and st.given == 0:
                     pst.verified, pst.drafted, pst.falls_back = nv, nd, fallback
                     code = CHOOSE
@@ -239,18 +247,18 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 fb_steps += 1
             for j in range(nv):  # the verify side: last step's proposal, a fresh draft (fallback) or a plain token
                 i = V[j]
-                vnew[j] = 0
+                vnew[j] = NONE
                 if pend[i] != NONE:
                     vslot[j], vk[j], vp[j], va[j] = pend[i], pend_k[i], pend_p[i], pend_a[i]
                 elif fallback and (not asked or chosen[i] >= 0):
                     f = min(first[i] + gen[i], last[i])
-                    kq, row = k_fixed, row_k
+                    g, kq, row = 0, k_fixed, row_k
                     if asked:
-                        kq = chosen_k[i]
-                        row = rowof[0, kq]
-                    vslot[j], vk[j] = 0, kq
+                        g, kq = chosen[i], chosen_k[i]
+                        row = rowof[g, kq]
+                    vslot[j], vk[j] = g, kq
                     vp[j], va[j] = np.int64(tab[row, 0, f]), np.int64(tab[row, 1, f])
-                    vnew[j] = 1
+                    vnew[j] = g
                 else:
                     vslot[j], vk[j], vp[j], va[j] = -1, 0, 0, 0
             nv = _fit_proposals(vp, va, nv, decode_budget, cut)  # Scheduler.fit_decodes over the verify side
@@ -260,8 +268,9 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 if not asked:
                     dk[j], dp[j], da[j] = k_fixed, np.int64(tab[row_k, 0, f]), np.int64(tab[row_k, 1, f])
                 elif chosen[i] >= 0:
-                    row = rowof[0, chosen_k[i]]
-                    dslot[j], dk[j], dp[j], da[j] = 0, chosen_k[i], np.int64(tab[row, 0, f]), np.int64(tab[row, 1, f])
+                    row = rowof[chosen[i], chosen_k[i]]
+                    dslot[j], dk[j] = chosen[i], chosen_k[i]
+                    dp[j], da[j] = np.int64(tab[row, 0, f]), np.int64(tab[row, 1, f])
                 else:
                     dslot[j], dk[j], dp[j], da[j] = NONE, 0, 0, 0
             for j in range(nv + nd):  # Scheduler.reserve: V then D hold their context and drafts (D its drafts
@@ -303,13 +312,14 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             if used > peak:
                 peak = used
             if cfg.sampled:  # Drafting.accept: the verify side's kept drafts against the generator's draws
-                sample_group(0, vslot, vp, va, V, nv, gen, first, last, replay.tv[0], replay.rng)
+                for g in range(nslot):
+                    sample_group(g, vslot, vp, va, V, nv, gen, first, last, replay.tv[g], replay.rng)
             pv_sum = 0
             av_sum = 0
             v_drafted = 0
             for j in range(nv):
                 if vslot[j] >= 0:
-                    v_drafted = 1
+                    v_drafted |= 1 << vslot[j]
                 pv_sum += vp[j]
                 av_sum += va[j]
             pd_sum = 0
@@ -342,13 +352,15 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             # Pricing.draft_time over the newly drafted verify side, then over the drafted side (members proposing)
             n_new, p_new = 0, 0
             for j in range(nv):
-                if vnew[j] == 1:
+                if vnew[j] >= 0:
                     n_new += 1
                     p_new += vp[j]
             _contexts(V, nv, prompt, gen, side_ctx)
-            pre_draft_t, drf_pre = _side_draft_time(nv, vnew, vp, vk, side_ctx, drafts, dprofiles, verify_t)
+            pre_draft_t, drf_pre = _side_draft_time(nv, vnew, vp, vk, V, side_ctx, nslot, drafts, dprofiles,
+                                                    cfg.switch_cost, last_slot, verify_t)
             kv_d = _contexts(D, nd, prompt, gen, side_ctx)
-            draft_t, drf_d = _side_draft_time(nd, all_d, dp, dk, side_ctx, drafts, dprofiles, verify_t)
+            draft_t, drf_d = _side_draft_time(nd, dslot, dp, dk, D, side_ctx, nslot, drafts, dprofiles,
+                                              cfg.switch_cost, last_slot, verify_t)
             dpt = 0.0  # Pricing.drafter_prefill_time
             if n_pre > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
@@ -362,14 +374,14 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                                                    dacc, done, 0)
             for j in range(nv):
                 if vslot[j] >= 0:
-                    usage[0] += 1
-                    if cfg.switch_cost > 0.0:  # StepOutcome.apply: the drafter it drafted with (one: never a switch)
-                        last_slot[V[j]] = 0
+                    usage[vslot[j]] += 1
+                    if cfg.switch_cost > 0.0:  # StepOutcome.apply: the drafter it drafted with (the cost reads it)
+                        last_slot[V[j]] = vslot[j]
                     if adaptive:  # AdaptiveKPolicy.observe, the verified side in admission order
                         x = 0 if cfg.shared else V[j]
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], va[j], vp[j], cfg.decay)
                 else:
-                    usage[1] += 1
+                    usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, n_done)
             # rows: the target's slices, then the draft device's (StepOutcome._record)

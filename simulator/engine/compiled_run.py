@@ -1,10 +1,10 @@
 """Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match,
 combine-adaptive, k-by-batch, bandit, position-oracle, greedy-oracle or exact-plan policy, or any other policy asked
-in Python at each step; PSD with one drafter, its policy the fixed one, adaptive-k or asked in Python; open or
-closed loop) in one compiled loop.
+in Python at each step; PSD with the fixed policy or adaptive-k over one drafter, or any policy asked in Python over
+its drafters; open or closed loop) in one compiled loop.
 
-`for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD beyond the
-fixed policy and one drafter, a profile or draft cost kind the kernel does not
+`for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD drafting with
+no drafter, a profile or draft cost kind the kernel does not
 price (it prices linear, table, roofline and structured profiles, target and drafters), numba missing, or the path
 forced off). A policy without a compiled rule (`python_chooses`: a plug-in) is asked by the kernel itself: it pauses
 before each step's choice (CHOOSE), `CompiledRun._heard` tells the policy what StepOutcome.apply would of the step
@@ -117,17 +117,11 @@ def ineligible_reason(server) -> str | None:
 
 
 def _psd_reason(server) -> str | None:
-    """Why a PSD server stays on the step path, or None: the PSD kernel (compiled_psd_kernel) runs one drafter at a
-    fixed k, with a fresh state (no proposal pending), greedy or sampled verification."""
+    """Why a PSD server stays on the step path, or None: the PSD kernel (compiled_psd_kernel) drafts with the fixed
+    policy's drafter at k >= 1, adaptive-k's, or the drafters a policy asked in Python chooses (python_chooses)."""
     policy = server.drafting.policy
-    if len(policy.drafters_used()) != 1 or (type(policy) is FixedPolicy and policy.k < 1):
-        return "PSD without exactly one drafter (the fixed policy's at k >= 1): step path"
-    if (server.state.pending_d != NO_DRAFT).any() or server.sched.verify_side != 0:
-        return "PSD resumed mid-run (proposals pending): step path"
-    if server.pricing.switch_cost_s > 0 and not np.isin(
-            server.state.last_drafter, (NO_DRAFT, list(server.drafting.drafters).index(policy.drafters_used()[0]))).all():
-        return ("PSD with a drafter switching cost and requests that last drafted with another drafter (the PSD "
-                "kernel charges no switch: one drafter never switches): step path")
+    if not policy.drafters_used() or (type(policy) is FixedPolicy and policy.k < 1):
+        return "PSD with the fixed policy at k = 0, or a policy that names no drafter: step path"
     return None
 
 
@@ -586,7 +580,8 @@ class CompiledRun:
 
     def _psd_records(self, side: np.ndarray) -> None:
         """PSD's kernel records for requests numbered as `side` (each one's sub-batch, written in place): no proposal
-        pending (_psd_reason), the server's verify side and fallback count."""
+        pending (a server takes its path when it is made, before any step), the server's verify side and fallback
+        count."""
         import simulator.engine.compiled_psd_kernel as pker
 
         srv, n = self.srv, len(side)
@@ -603,7 +598,8 @@ class CompiledRun:
 
         srv, carry = self.srv, self.carry
         st = srv.state
-        st.pending_d[theirs] = np.where(carry.pend[mine] == pker.NONE, NO_DRAFT, self.drafter_idx[0])  # slot 0
+        pend = carry.pend[mine]
+        st.pending_d[theirs] = np.where(pend == pker.NONE, NO_DRAFT, np.asarray(self.drafter_idx)[pend])
         st.pending_k[theirs], st.pending_prop[theirs] = carry.pend_k[mine], carry.pend_p[mine]
         srv.sched.verify_side = int(self.psd_state[0].side)
         srv.executor.fallback_steps = int(self.psd_state[0].fallback)

@@ -246,29 +246,28 @@ def scratch_buffers(max_seqs: int, k_max: int, slots: int = 1) -> Scratch:
 
 class PSDScratch(NamedTuple):
     """run_psd_steps' per-step working arrays beside Scratch's (int64, one entry per running sequence): the verified
-    and drafted sides, the verified side's proposals (k, proposed, accepted, drafter slot, drafted this step), the
-    drafted side's, the requests whose KV grows; `members` (all ones: every drafted-side request drafts) and
-    `slot0` (all zeros: PSD drafts with slot 0) are only read. Made once per run, like Scratch."""
+    and drafted sides, the verified side's proposals (k, proposed, accepted, drafter slot, the slot drafting it this
+    step or -1), the drafted side's, the requests whose KV grows; `slot0` (all zeros: the fixed policy drafts with
+    slot 0) is only read. Made once per run, like Scratch."""
     verified: np.ndarray
     drafted: np.ndarray
-    members: np.ndarray
     v_k: np.ndarray
     v_prop: np.ndarray
     v_acc: np.ndarray
     v_slot: np.ndarray
-    v_new: np.ndarray
+    v_draft: np.ndarray
     d_k: np.ndarray
     d_prop: np.ndarray
     d_acc: np.ndarray
     slot0: np.ndarray
     grow: np.ndarray
-    d_slot: np.ndarray  # the drafted side's slot (or -1) where a Python policy chose it (POL_GIVEN)
+    d_slot: np.ndarray  # the drafted side's slot (or -1) where a policy chose it (POL_GIVEN, POL_ADAPTIVE)
 
 
 def psd_scratch(max_seqs: int) -> PSDScratch:
     """PSDScratch for runs of at most `max_seqs` running sequences."""
     arrays = {f: np.empty(max_seqs, np.int64) for f in PSDScratch._fields}
-    arrays["members"], arrays["slot0"] = np.ones(max_seqs, np.int64), np.zeros(max_seqs, np.int64)
+    arrays["slot0"] = np.zeros(max_seqs, np.int64)
     return PSDScratch(**arrays)
 
 

@@ -121,7 +121,7 @@ class PSDExecutor:
                 phase, now + pre_draft_t, now + target_end, num_seqs=nseq, prefill_tokens=int(chunk.sum()),
                 batched_tokens=tokens, kv_tokens=kv, proposed_tokens=int(p_v.sum()),
                 accepted_tokens=int(accepted.sum()),
-                drafters="+".join(sorted(set(drafting.drafters[i] for i in np.unique(d_v) if i != NO_DRAFT))),
+                drafters="+".join(drafting.drafters[i] for i in np.unique(d_v) if i != NO_DRAFT),
                 sub_batch=vs))
         if (len(V) or len(D)) and psd.sync_s > 0:  # the sync's slice, when the step time has one
             t_slices.append(StepSlice("sync", now + both_done, now + duration, num_seqs=len(V) + len(D), sub_batch=vs))

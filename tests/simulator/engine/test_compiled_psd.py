@@ -27,7 +27,8 @@ from tests.simulator.engine.test_compiled_run import (COSTS, PlugInThompson, Rec
        split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=profiles,
        async_sched=st.booleans(), pressure=st.sampled_from([0, 0, 1, 3]), sampled=st.booleans(),
        switch=st.sampled_from([0.0, 0.0, 4e-4]),
-       policy=st.sampled_from(["fixed", "fixed", "fixed", "adaptive-k", "ucb", "asked", "plug-in"]))
+       policy=st.sampled_from(["fixed", "fixed", "fixed", "adaptive-k", "ucb", "asked", "plug-in", "ucb-all",
+                               "plug-in-all"]))
 def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                        req_rate, m, block_size, slack, overhead, segment, split_min,
                                                        sync_s, defer_kv, roof, async_sched, pressure, sampled, switch,
@@ -37,8 +38,9 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
     requests back to the waiting queue's front, their proposals and sides dropped; `sampled`: sampled verification,
     each verified draft kept with probability 1 - tv by the server's generator; `switch`: a drafter switching cost,
     which one drafter never pays; `policy`: the fixed one, or one the kernel asks in Python at each step: adaptive-k
-    (k per request from its estimates and the pipelined step-time estimates), UCB over one drafter, the fixed policy
-    with choose_batch replaced on the instance, a plug-in Thompson)."""
+    (k per request from its estimates and the pipelined step-time estimates), UCB over one drafter or over every
+    drafter of the traces, the fixed policy with choose_batch replaced on the instance, a plug-in Thompson over one
+    drafter or every one)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     if sampled:
         traces = with_tv(traces, seed)
@@ -50,24 +52,26 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
               **scheduler_of(rules, async_sched), verification="sampled" if sampled else "greedy",
               switch_cost_s=switch)
     kw = with_profiles(kw, roof, cost)
-    fast = run_path(True, segment=segment, policy=psd_policy(policy, kw["drafter"], k), **kw)
+    fast = run_path(True, segment=segment, policy=psd_policy(policy, kw["drafter"], k, drafters), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
-    slow = run_path(False, policy=psd_policy(policy, kw["drafter"], k), **kw)
+    slow = run_path(False, policy=psd_policy(policy, kw["drafter"], k, drafters), **kw)
     assert slow.extras["engine_path"] == "steps"
     assert_same(fast, slow)
 
 
-def psd_policy(name: str, drafter: str, k: int):
-    """A fresh policy over one drafter: None (build's fixed policy at k) or one asked in Python (POL_GIVEN)."""
+def psd_policy(name: str, drafter: str, k: int, drafters: tuple[str, ...]):
+    """A fresh policy: None (build's fixed policy at k), adaptive-k, or one asked in Python (POL_GIVEN) over
+    `drafter` or, named `...-all`, over all `drafters` (the arms in reverse order, so they differ from the slots')."""
     if name == "fixed":
         return None
     if name == "asked":
         return asked_in_python(FixedPolicy(drafter, k))
-    if name == "plug-in":
-        return PlugInThompson([drafter], k=k)
+    arms = list(drafters)[::-1] if name.endswith("-all") else [drafter]
+    if name.startswith("plug-in"):
+        return PlugInThompson(arms, k=k)
     spec = {"adaptive-k": {"name": "adaptive-k", "drafter": drafter, "k_max": k},
-            "ucb": {"name": "ucb", "drafters": [drafter], "k": k}}[name]
-    return make_policy(spec, seed=0)
+            "ucb": {"name": "ucb", "drafters": arms, "k": k}, "ucb-all": {"name": "ucb", "drafters": arms, "k": k}}
+    return make_policy(spec[name], seed=0)
 
 
 def test_a_longer_psd_run_with_sync_and_chunked_prefill_is_equal():
@@ -159,21 +163,55 @@ def test_psd_with_a_switching_cost_keeps_the_last_drafter_as_the_step_path_does(
     traces, drafters, wl, budget = drawn_case(7, 30, 0.6, False, "poisson", 200.0, "mixed", 4096)
     kw = dict(traces=traces, wl=wl, mode="psd", k=3, drafter="d", drafters=drafters, cost=COSTS[sorted(COSTS)[0]],
               max_num_seqs=4, max_num_batched_tokens=budget, psd=PSDConfig(), switch_cost_s=1e-3)
+    ends = _both_paths(kw)
+    assert np.array_equal(ends[0][1], ends[1][1]) and (ends[0][1] == 0).any()
+    assert_same(ends[0][0], run_path(True, **{**kw, "switch_cost_s": 0.0}))
+
+
+def _both_paths(kw: dict) -> list:
+    """(result, each request's last drafter) on the compiled path, then on the step path; the tables equal."""
+    from simulator.engine import compiled_run
+
     ends = []
     for compiled in (True, False):
-        from simulator.engine import compiled_run
-
         compiled_run.COMPILED = compiled
         try:
             sim = build(**kw)
             res = sim.simulate()
         finally:
             compiled_run.COMPILED = True
-        assert res.extras["engine_path"] == ("compiled" if compiled else "steps")
+        assert res.extras["engine_path"] == ("compiled" if compiled else "steps"), res.extras
         ends.append((res, sim.server.state.last_drafter.copy()))
     assert_same(ends[0][0], ends[1][0])
-    assert np.array_equal(ends[0][1], ends[1][1]) and (ends[0][1] == 0).any()
-    assert_same(ends[0][0], run_path(True, **{**kw, "switch_cost_s": 0.0}))
+    return ends
+
+
+@pytest.mark.parametrize("verification", ["greedy", "sampled"])
+def test_a_psd_bandit_over_two_drafters_pays_each_switch_names_its_drafters_and_equals_the_step_path(verification):
+    """UCB over two drafters under PSD (drafter order g, d: not alphabetical): each side's drafting is priced per
+    drafter and pays the switching cost once per drafter that a member last drafted with the other; a verify row
+    names the drafters it verifies in drafter order, as an SD row does; the compiled path equals the step path."""
+    traces = traces_with(10, 3, 0.6, True)
+    if verification == "sampled":
+        traces = with_tv(traces, 4)
+    wl = workload(traces, 24, rate=None)  # all at t = 0, KV for all: each step's batch is the same at any cost
+    kw = dict(traces=traces, wl=wl, mode="psd", drafters=("g", "d"), max_num_seqs=24, psd=PSDConfig(sync_s=1e-4),
+              verification=verification, switch_cost_s=2e-3,
+              policy=make_policy({"name": "ucb", "drafters": ["d", "g"], "k": 3}, seed=0))
+    paid, last = _both_paths(kw)[0]
+    free = run_path(True, **{**kw, "switch_cost_s": 0.0,
+                             "policy": make_policy({"name": "ucb", "drafters": ["d", "g"], "k": 3}, seed=0)})
+    steps = paid.steps
+    both = steps[(steps.phase == "verify") & (steps.drafters.str.contains("[+]"))]
+    assert len(both) and (both.drafters == "g+d").all()
+    draft, draft_free = steps[steps.phase == "draft"], free.steps[free.steps.phase == "draft"]
+    assert set(draft.drafters) >= {"g", "d", "g+d"}
+    assert set(last) == {0, 1}  # each request's last drafter, by index: g = 0, d = 1
+    # the same drafting priced without the cost: each phase pays 2 ms per drafter that switches (none, one or both)
+    assert (draft_free.drafters.values == draft.drafters.values).all()
+    switches = ((draft.end - draft.start).values - (draft_free.end - draft_free.start).values) / 2e-3
+    assert np.allclose(switches, np.round(switches), atol=1e-6) and set(np.round(switches)) == {0, 1, 2}
+    assert (np.round(switches) <= draft.drafters.str.count("[+]").values + 1).all()
 
 
 def _psd_fallbacks():
@@ -181,17 +219,8 @@ def _psd_fallbacks():
     wl = workload(traces, 12, rate=100.0)
     base = dict(traces=traces, wl=wl, mode="psd", psd=PSDConfig(), drafters=("d", "g"))
     return {
-        "ucb over two drafters": ({**base, "policy": make_policy({"name": "ucb", "drafters": ["d", "g"], "k": 3},
-                                                                 seed=0)}, "PSD without exactly one drafter"),
+        "fixed at k 0": ({**base, "policy": FixedPolicy("d", 0)}, "PSD with the fixed policy at k = 0"),
     }
-
-
-@pytest.mark.parametrize("case", sorted(_psd_fallbacks()))
-def test_an_ineligible_psd_run_falls_back_to_the_step_path_and_says_why(case):
-    kw, why = _psd_fallbacks()[case]
-    res = build(**kw).simulate()
-    assert res.extras["engine_path"] == "steps"
-    assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
 
 
 @pytest.mark.parametrize("rules", ["mixed", "separate", "vllm-v1"])

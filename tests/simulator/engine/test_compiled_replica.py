@@ -50,7 +50,6 @@ POLICIES = {"fixed": {"name": "fixed", "drafter": "d", "k": 3},
                                  "drafters": ["d", "e"], "k": 2},
             "plug-in-adaptive-k": {"name": "tests.simulator.engine.test_compiled_run:PlugInAdaptiveK", "drafter": "d",
                                    "k_max": 4}}
-PSD_POLICIES = ("fixed", "adaptive-k", "ucb", "plug-in-adaptive-k")  # over one drafter: PSD takes them
 DRAFTER_COSTS = {**DRAFTERS, "e": {"kind": "constant", "seconds": 0.001}}  # 'e': a second drafter for the bandits
 
 
@@ -107,11 +106,9 @@ def test_a_compiled_cluster_equals_the_step_path_bit_for_bit(mode, policy, repli
 def check_random_cluster(mode, policy, replicas, hetero, router, key, max_out, arrivals, rate, seqs, prefill,
                          block_size, overhead, n, segment, seed, pressure=0, clients=3, **server_kw):
     """One random cluster on both paths: the same tables bit for bit (`server_kw`: more ServerConfig fields; PSD
-    takes the fixed policy, the one its kernel runs, or a policy over one drafter, which it asks in Python;
+    takes every policy: the fixed one and adaptive-k by their rules in its kernel, the others asked in Python;
     `pressure` p > 0: KV for max_num_seqs // (p + 1) of the largest requests, tests/simulator/engine/
     test_compiled_run.py tight_kv, so replicas may preempt)."""
-    if mode == "psd" and policy not in PSD_POLICIES:
-        policy = "fixed"
     traces = iid_traces(10, seed=seed, out=(1, 60), drafters=("d", "e"))
     closed = arrivals.startswith("closed")
     wl = workload(traces, n, rate=rate if arrivals == "poisson" else None, clients=clients if closed else 0,
