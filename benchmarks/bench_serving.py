@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATE = {"AR": 10_000_000, "SD-k3": 10_000_000, "UCB": 2_000_000, "adaptive-k": 2_000_000,
                "combine-match": 2_000_000, "thompson": 2_000_000, "EXP3": 2_000_000, "AR-preempt": 10_000_000,
                "SD-k3-preempt": 10_000_000, "plug-in": 1_000_000, "plug-in-fixed": 1_000_000, "PSD-k3": 10_000_000,
-               "PSD-adaptive-k": 1_000_000}
+               "PSD-adaptive-k": 1_000_000, "PSD-UCB": 1_000_000}
 TARGET_REAL_TIME = 1000.0
 
 # Llama-2-7B (6.74e9 params fp16: 13.5 GB of weights; 32 layers x 2 x 4096 x 2 bytes = 512 KiB of KV per token) on
@@ -90,11 +90,14 @@ RUNS = {
     # a plug-in (docs/examples/aimd_k_policy.py): the compiled loop pauses for it in Python at each step
     "plug-in": {"name": "plug-in", "mode": "sd",
                 "policy": {"name": f"{ROOT}/docs/examples/aimd_k_policy.py:AIMDKPolicy", "drafter": "eagle3"}},
-    # PSD (32 sequences a sub-batch: 64 in all) at k = 3, and with adaptive-k, which the PSD kernel asks in Python
+    # PSD (32 sequences a sub-batch: 64 in all) at k = 3, with adaptive-k (its rule in the PSD kernel) and with UCB
+    # over both drafters (asked in Python at each step)
     "PSD-k3": {"name": "PSD-k3", "mode": "psd", "psd": {"sub_batch_max_num_seqs": 32},
                "policy": {"name": "fixed", "drafter": "eagle3", "k": 3}},
     "PSD-adaptive-k": {"name": "PSD-adaptive-k", "mode": "psd", "psd": {"sub_batch_max_num_seqs": 32},
                        "policy": {"name": "adaptive-k", "drafter": "eagle3"}},
+    "PSD-UCB": {"name": "PSD-UCB", "mode": "psd", "psd": {"sub_batch_max_num_seqs": 32},
+                "policy": {"name": "ucb", "drafters": ["eagle3", "ngram"], "k": 3}},
     # fixed k = 3 as a plug-in (FixedPlugIn below: the fixed policy's vectorised choose_batch): the engine's own cost
     # of asking a policy in Python, the policy's all but nothing
     "plug-in-fixed": {"name": "plug-in-fixed", "mode": "sd",

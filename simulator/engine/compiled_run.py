@@ -100,8 +100,6 @@ def ineligible_reason(server) -> str | None:
     why = profile_reason(server.pricing.target, "target")
     if why is not None:
         return why
-    if not (np.isfinite(server.pricing.overhead) and server.pricing.overhead >= 0):
-        return "a negative or non-finite step overhead (the step path names it)"
     policy = server.drafting.policy
     why = _proposer_reason(server, policy)
     if why is not None:

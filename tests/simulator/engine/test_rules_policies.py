@@ -35,6 +35,18 @@ def test_rule_adaptive_k_lowers_k_after_rejection(engine_path):
     assert col(adaptive(engine_path, REJECT_AT_1), "proposed_tokens")[1:3] == [2, 1]
 
 
+def test_rule_adaptive_k_is_capped_by_the_match_length(engine_path):
+    # adaptive() on an n-gram drafter whose match at position 1 is 1 token: k = 2 first (above) is capped to k = 1,
+    # one 0.2 s drafting pass (k = 2 would propose the same 1 matched token in two passes, 0.4 s); from position 2
+    # the match is 3 tokens and nothing caps k
+    cost = DraftCost("autoregressive", profile=linear(0.0, 0.0, 0.2))
+    res = run(engine_path, [Req(0.0, 4, 12, acc={"d": ACCEPT_AT_1}, proposal={"d": [3, 1] + [3] * 10})], mode="sd",
+              policy=AdaptiveKPolicy("d", k_max=3), costs={"d": cost})
+    draft = res.steps[res.steps.phase == "draft"]
+    assert col(res, "proposed_tokens")[1] == 1
+    assert abs(float(draft.end.iloc[0] - draft.start.iloc[0]) - 0.2) < 1e-12
+
+
 def test_rule_adaptive_k_no_draft_when_drafting_too_dear(engine_path):
     # 0.5 s per drafted token: per second 1, 1.6/1.5, 1.96/2, 2.176/2.5 = 1, 1.07, 0.98, 0.87 -> k = 1; at 0.7 s:
     # 1, 0.94, 0.82, 0.70 -> k = 0 (a plain decode, nothing proposed)
