@@ -442,6 +442,48 @@ def _arm_of_slot(arm_slot, arms, g):
 
 
 @njit(cache=True)
+def _bandit_choices(idx, n, cfg, pol, rng, slot):
+    """BanditPolicy.choose_batch over requests idx[:n], in order: each one's arm's drafter slot into slot[j]; a
+    shared state that draws nothing makes one choice for them all (bandit_draws). Both kernels call it."""
+    arms, shared, bandit = cfg.arms, cfg.shared, cfg.bandit
+    each_draws = bandit_draws(bandit)
+    arm = 0
+    for j in range(n):
+        if j == 0 or not shared or each_draws:
+            e = 0 if shared else idx[j]
+            if bandit == B_UCB or bandit == B_SLIDING:
+                arm = _ucb_arm(pol.arm_counts[e, :arms], pol.arm_sums[e, :arms], cfg.beta)
+            else:
+                arm = _bandit_arm(bandit, pol.arm_counts[e, :arms], pol.arm_sums[e, :arms], rng, cfg.epsilon,
+                                  cfg.exp3_gamma)
+        slot[j] = pol.arm_slot[arm]
+
+
+@njit(cache=True)
+def _bd_rewards(idx, n, slot, proposed, tv, first, gen, last, reward):
+    """Drafting.feedback's BD reward (MetaSD's block divergence) of each drafting request idx[j] of idx[:n], over the
+    positions it drafted (before its tokens move them), into reward[j]. Both kernels call it."""
+    for j in range(n):
+        g = slot[j]
+        if g >= 0 and proposed[j] > 0:
+            i = idx[j]
+            reward[j] = _block_divergence(tv[g], first[i], gen[i], last[i] + 1, proposed[j])
+
+
+@njit(cache=True)
+def _bandit_observe(cfg, pol, i, g, accepted, proposed, reward):
+    """BanditPolicy.observe_batch for request i, which drafted `proposed` tokens with slot g: its state's update by
+    MetaSD's BD `reward`, or BE's accepted / proposed. Both kernels call it."""
+    x = 0 if cfg.shared else i
+    a = _arm_of_slot(pol.arm_slot, cfg.arms, g)
+    rwd = reward if cfg.bd else np.float64(accepted) / np.float64(proposed)
+    if cfg.bandit == B_UCB or cfg.bandit == B_EPSILON:
+        _ucb_update(pol.arm_counts[x, :cfg.arms], pol.arm_sums[x, :cfg.arms], a, rwd, cfg.discount)
+    else:
+        _bandit_update(cfg.bandit, pol, x, cfg.arms, a, rwd, cfg.exp3_gamma)
+
+
+@njit(cache=True)
 def _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin, closed, n_sub, n, arrival, client_of,
                      think):
     """The step's finished requests: the finish rules (rules/finish.release_finished, rules/queue.drop_finished) and,
@@ -527,7 +569,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     tab, rowof, cap = replay.tab, replay.rowof, replay.cap
     choice_slot, choice_k = replay.choice_slot, replay.choice_k
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
-    est_s, est_f, arm_counts, arm_sums = pol.est_s, pol.est_f, pol.arm_counts, pol.arm_sums
+    est_s, est_f = pol.est_s, pol.est_f
     arm_slot, usage, chosen_k = pol.arm_slot, pol.usage, pol.chosen_k
     plan_row, plan_free, plan_d, plan_k, plan_value = pol.plan_row, pol.plan_free, pol.plan_d, pol.plan_k, pol.plan_value
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
@@ -546,9 +588,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     k_ngram, k_eagle, ngram_slot = cfg.k_ngram, cfg.k_eagle, cfg.ngram_slot
     overhead, switch_cost = cfg.overhead, cfg.switch_cost
     prior, prior_eagle, weight, decay = cfg.prior, cfg.prior_eagle, cfg.prior_weight, cfg.decay
-    arms, beta, bandit = cfg.arms, cfg.beta, cfg.bandit
-    discount, epsilon, exp3_gamma = cfg.discount, cfg.epsilon, cfg.exp3_gamma
-    each_draws = bandit_draws(bandit)
+    arms = cfg.arms
     policy_rng = replay.policy_rng
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
@@ -745,16 +785,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     break
                 code = DONE
             elif policy == POL_BANDIT:  # BanditPolicy.choose_batch; shared and drawing nothing: one choice per step
-                arm = 0
+                _bandit_choices(dec, n_dec, cfg, pol, policy_rng, slot)
                 for j in range(n_dec):
-                    if j == 0 or not shared or each_draws:
-                        e = 0 if shared else dec[j]
-                        if bandit == B_UCB or bandit == B_SLIDING:
-                            arm = _ucb_arm(arm_counts[e, :arms], arm_sums[e, :arms], beta)
-                        else:
-                            arm = _bandit_arm(bandit, arm_counts[e, :arms], arm_sums[e, :arms], policy_rng, epsilon,
-                                              exp3_gamma)
-                    slot[j] = arm_slot[arm]
                     kk[j] = k_fixed
             elif policy == POL_BATCH:  # KByBatchPolicy.k_for(batch size), tabulated by its own rule
                 kb = replay.batch_k[n_dec]
@@ -870,11 +902,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             now = now + duration
             # ---- StepOutcome.apply
             if bd:  # Drafting.feedback: MetaSD's reward over the drafted positions, before the tokens move them
-                for j in range(n_dec):
-                    g = slot[j]
-                    if g >= 0 and prop[j] > 0:
-                        i = dec[j]
-                        reward[j] = _block_divergence(replay.tv[g], first[i], gen[i], last[i] + 1, prop[j])
+                _bd_rewards(dec, n_dec, slot, prop, replay.tv, first, gen, last, reward)
             emitted_sum, ni, n_done = emit_decoded(dec, n_dec, acc, prop, now, out, gen, last_emit, itl, ni, dsteps,
                                                    dprop, dacc, done, 0)
             for j in range(n_dec):
@@ -890,13 +918,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             x = 2 * i + g
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
                     elif policy == POL_BANDIT and prop[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
-                        x = 0 if shared else i
-                        a = _arm_of_slot(arm_slot, arms, g)
-                        rwd = reward[j] if bd else np.float64(acc[j]) / np.float64(prop[j])
-                        if bandit == B_UCB or bandit == B_EPSILON:
-                            _ucb_update(arm_counts[x, :arms], arm_sums[x, :arms], a, rwd, discount)
-                        else:
-                            _bandit_update(bandit, pol, x, arms, a, rwd, exp3_gamma)
+                        _bandit_observe(cfg, pol, i, g, acc[j], prop[j], reward[j])
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,

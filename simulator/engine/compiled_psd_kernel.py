@@ -16,7 +16,8 @@ import numpy as np
 from numba import njit
 
 from simulator.engine.compiled_kernel import (CHOOSE, DONE, ERR_STALL, HEAR, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
-                                              POL_ADAPTIVE, POL_GIVEN, STEP, _adaptive_k, _estimate_update,
+                                              POL_ADAPTIVE, POL_BANDIT, POL_GIVEN, STEP, _adaptive_k,
+                                              _bandit_choices, _bandit_observe, _bd_rewards, _estimate_update,
                                               _estimate_value, _step_times,
                                               _draft_time, _drafters_prefill_time, _finish_requests, _turn,
                                               _fit_proposals, _row, _save_state, _take_plan, _target_time,
@@ -74,36 +75,36 @@ def _position(run, n, i):
 
 
 @njit(cache=True)
-def _asked(V, nv, nd, fallback, pend):
-    """How many requests PSDExecutor.plan asks the policy about: the drafted side's `nd`, plus, in a fallback step,
-    the verify side's (V[:nv]) without a proposal."""
-    asked = nd
+def _asked(V, nv, D, nd, fallback, pend, ask):
+    """The requests PSDExecutor.plan asks the policy about, into `ask` in its order: in a fallback step the verify
+    side's (V[:nv]) without a proposal, then the drafted side's D[:nd]. Returns how many."""
+    m = 0
     if fallback:
         for j in range(nv):
             if pend[V[j]] == NONE:
-                asked += 1
-    return asked
+                ask[m] = V[j]
+                m += 1
+    for j in range(nd):
+        ask[m] = D[j]
+        m += 1
+    return m
 
 
 @njit(cache=True)
-def _adaptive_ks(V, nv, D, nd, fallback, pend, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times,
-                 chosen, chosen_k, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr, blocks, prefill_left,
-                 prefill_done, target, cost, profile, overhead, pf_order):
-    """AdaptiveKPolicy.choose_batch where PSDExecutor.plan asks it (_asked): the step-time estimates of all `n_dec`
+def _adaptive_ks(ask, m, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times, chosen, chosen_k, lim,
+                 plan, waitq, free, n_run, run, requeued, nq, admit, ptr, blocks, prefill_left, prefill_done, target,
+                 cost, profile, overhead, pf_order):
+    """AdaptiveKPolicy.choose_batch over the requests asked, ask[:m] (_asked): the step-time estimates of all `n_dec`
     decoding requests at k = 0..k_max, pipelined, then each asked request's k (compiled_kernel._adaptive_k), into
     chosen (slot 0, or -1 at k 0) and chosen_k."""
-    if _asked(V, nv, nd, fallback, pend) == 0:
-        return
     kv = 0
     for j in range(n_dec):
         kv += prompt[dec[j]] + gen[dec[j]]
     _step_times(times, 0, cfg.k_max, n_dec, kv, cfg.separate, lim, plan, waitq, free, n_run, run, requeued, nq,
                 admit, ptr, prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, (cost,),
                 (profile,), overhead, pf_order, -1, True)
-    for j in range(nv + nd):
-        i = V[j] if j < nv else D[j - nv]
-        if j < nv and not (fallback and pend[i] == NONE):
-            continue
+    for j in range(m):
+        i = ask[j]
         e = 0 if cfg.shared else i
         kb = _adaptive_k(_estimate_value(est_s[e], est_f[e], cfg.prior, cfg.prior_weight), times, cfg.k_max,
                          cfg.has_cap, cap, min(first[i] + gen[i], last[i]))
@@ -136,7 +137,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     usage, chosen, chosen_k = pol.usage, pol.chosen, pol.chosen_k
     given = settings[0].policy == POL_GIVEN  # a Python policy's choices (compiled_run: _choose, _heard)
     adaptive = settings[0].policy == POL_ADAPTIVE  # adaptive-k's rule, its choices made here into `chosen`
-    asked = given or adaptive  # each request's k (and drafter or none) from `chosen`, else the fixed k
+    bandit = settings[0].policy == POL_BANDIT  # a bandit's rule, its choices made here into `chosen`
+    asked = given or adaptive or bandit  # each request's k (and drafter or none) from `chosen`, else the fixed k
     est_s, est_f, cap, times = pol.est_s, pol.est_f, replay.cap, scratch.times[0]
     side, pend, pend_k, pend_p, pend_a = carry.side, carry.pend, carry.pend_k, carry.pend_p, carry.pend_a
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
@@ -171,6 +173,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     dk, dp, da, dslot = psd_scratch.d_k, psd_scratch.d_prop, psd_scratch.d_acc, psd_scratch.slot0
     if asked:
         dslot = psd_scratch.d_slot
+    ask, ask_slot, reward = psd_scratch.ask, psd_scratch.ask_slot, scratch.reward
     lim = PrefillLimits(max_seqs, B, chunked, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
     plan = scratch.plan  # the step's prefill plan
     pre, chunk = plan.request, plan.tokens
@@ -228,21 +231,27 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     dec[n_dec] = i
                     n_dec += 1
             nv, nd, fallback = split_sides(dec, n_dec, side, vs, split_min, V, D)
-            if given:  # the drafted side and, falling back, the verify side's requests without a proposal choose
-                n_ask = _asked(V, nv, nd, fallback, pend)
-                if n_ask > 0 and st.given == 0:
-                    pst.verified, pst.drafted, pst.falls_back = nv, nd, fallback
+            m = 0  # the requests the policy is asked about (_asked: PSDExecutor.plan's), in ask[:m]
+            if asked:
+                m = _asked(V, nv, D, nd, fallback, pend, ask)
+            if given:
+                if m > 0 and st.given == 0:
+                    pst.asked = m
                     code = CHOOSE
                     break
-                if n_ask == 0 and st.pending == 1:  # the plan would overwrite the last step's outcome
+                if m == 0 and st.pending == 1:  # the plan would overwrite the last step's outcome
                     code = HEAR
                     break
                 st.given = 0
-            if adaptive and (nd > 0 or fallback):  # AdaptiveKPolicy.choose_batch over the requests asked (as above)
-                _adaptive_ks(V, nv, D, nd, fallback, pend, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f,
-                             cap, times, chosen, chosen_k, lim, plan, waitq, total_blocks - used, n_run, run,
-                             requeued, nq, admit, ptr, blocks, prefill_left, prefill_done, target, drafts[0],
-                             dprofiles[0], overhead, pf_order)
+            if adaptive and m > 0:  # AdaptiveKPolicy.choose_batch over the requests asked
+                _adaptive_ks(ask, m, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times, chosen,
+                             chosen_k, lim, plan, waitq, total_blocks - used, n_run, run, requeued, nq, admit, ptr,
+                             blocks, prefill_left, prefill_done, target, drafts[0], dprofiles[0], overhead, pf_order)
+            if bandit and m > 0:  # BanditPolicy.choose_batch over the requests asked, the policy's k for each
+                _bandit_choices(ask, m, cfg, pol, replay.policy_rng, ask_slot)
+                for j in range(m):
+                    chosen[ask[j]] = ask_slot[j]
+                    chosen_k[ask[j]] = k_fixed
             if fallback and n_dec > 0:
                 fb_steps += 1
             for j in range(nv):  # the verify side: last step's proposal, a fresh draft (fallback) or a plain token
@@ -370,6 +379,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             forward = duration
             now = now + duration
             # ---- StepOutcome.apply: the verify side only
+            if bandit and cfg.bd:  # Drafting.feedback: MetaSD's reward over the drafted positions, before they move
+                _bd_rewards(V, nv, vslot, vp, replay.tv, first, gen, last, reward)
             emitted_sum, ni, n_done = emit_decoded(V, nv, va, vp, now, out, gen, last_emit, itl, ni, dsteps, dprop,
                                                    dacc, done, 0)
             for j in range(nv):
@@ -380,6 +391,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     if adaptive:  # AdaptiveKPolicy.observe, the verified side in admission order
                         x = 0 if cfg.shared else V[j]
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], va[j], vp[j], cfg.decay)
+                    elif bandit and vp[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
+                        _bandit_observe(cfg, pol, V[j], vslot[j], va[j], vp[j], reward[j])
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,

@@ -81,6 +81,8 @@ BANDITS = {UCBPolicy: B_UCB, MetaSDUCBPolicy: B_UCB, DiscountedUCBPolicy: B_UCB,
 # oracles POL_TABLE (by position, any oracle class) and POL_GREEDY_ORACLE (greedy_oracle below)
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, CombineAdaptivePolicy,
                      KByBatchPolicy) + tuple(BANDITS)
+# the rules the PSD kernel runs (compiled_psd_kernel: POL_FIXED, POL_ADAPTIVE, POL_BANDIT)
+PSD_POLICIES = (FixedPolicy, AdaptiveKPolicy) + tuple(BANDITS)
 MAX_RING = 1 << 22  # sliding-window UCB's rounds the kernel keeps (states x window; 64 MiB)
 
 
@@ -160,15 +162,14 @@ def python_chooses(server, policy) -> bool:
     the kernel has no rule for (a plug-in, a subclass of a built-in), one with those methods replaced on the
     instance, or a built-in whose state the kernel cannot keep as the policy does (per-request state under repeated
     request ids, which share it; sliding-window UCB past MAX_RING rounds) or whose k-by-batch ranges end below
-    max_num_seqs (its own k_for names the batch that passes them); under PSD every policy but the fixed one."""
+    max_num_seqs (its own k_for names the batch that passes them); under PSD every policy but the fixed one,
+    adaptive-k and the bandits (PSD_POLICIES)."""
     if server.mode not in ("sd", "psd"):
         return False
     if set(vars(policy)) & POLICY_METHODS:  # a wrapper set on the instance (a recorder, a test spy)
         return True
-    if server.mode == "psd":  # the PSD kernel runs the fixed policy's and adaptive-k's rules
-        if type(policy) is AdaptiveKPolicy:
-            return policy.scope == "request" and len(set(server.wl.request_ids)) != len(server.wl.request_ids)
-        return type(policy) is not FixedPolicy
+    if server.mode == "psd" and type(policy) not in PSD_POLICIES:
+        return True
     if type(policy) not in COMPILED_POLICIES and not getattr(policy, "by_position", False) \
             and not greedy_oracle(policy) and time_plan(policy) is None:
         return True
@@ -554,7 +555,8 @@ class CompiledRun:
         _bandit_state); the greedy oracle's last choices from none."""
         import simulator.engine.compiled_kernel as ker
 
-        per_request = self.policy_kind == ker.POL_GIVEN or (self.psd and self.policy_kind == ker.POL_ADAPTIVE)
+        per_request = self.policy_kind == ker.POL_GIVEN or (self.psd and self.policy_kind in (ker.POL_ADAPTIVE,
+                                                                                            ker.POL_BANDIT))
         chosen = np.full(n if per_request or self.policy_kind == ker.POL_GREEDY_ORACLE else 1, -1, dtype=np.int64)
         chosen_k = np.zeros(n if per_request else 1, dtype=np.int64)
         return PolicyState(*self._estimates(n), *self._bandit_state(n), self.arm_slot,
@@ -763,14 +765,9 @@ class CompiledRun:
         dec = running[req.prefill_left[running] == 0]
         kv = int((work.prompt[dec] + req.gen[dec]).sum())
         ask = dec
-        if self.psd:  # PSDExecutor.plan: the verify side's requests without a proposal in a fallback step, then the
-            # drafted side (the kernel's split, PSD_STATE); the estimates over every decoding request, pipelined
-            import simulator.engine.compiled_psd_kernel as pker
-
-            split = self.psd_state[0]
-            V = self.psd_scratch.verified[:int(split.verified)]
-            V = V[self.carry.pend[V] == pker.NONE] if split.falls_back else V[:0]
-            ask = np.concatenate([V, self.psd_scratch.drafted[:int(split.drafted)]])
+        if self.psd:  # the requests PSDExecutor.plan asks about (the kernel's list, compiled_psd_kernel._asked); the
+            # estimates over every decoding request, pipelined
+            ask = self.psd_scratch.ask[:int(self.psd_state[0].asked)].copy()
         policy, slot_of, k_max = srv.drafting.policy, {d: g for g, d in enumerate(self.slots)}, self.settings.k_max
 
         def estimate(drafter: str | None, k: int) -> float:

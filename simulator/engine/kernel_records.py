@@ -261,7 +261,9 @@ class PSDScratch(NamedTuple):
     d_acc: np.ndarray
     slot0: np.ndarray
     grow: np.ndarray
-    d_slot: np.ndarray  # the drafted side's slot (or -1) where a policy chose it (POL_GIVEN, POL_ADAPTIVE)
+    d_slot: np.ndarray  # the drafted side's slot (or -1) where a policy chose it (POL_GIVEN, POL_ADAPTIVE, POL_BANDIT)
+    ask: np.ndarray  # the requests the policy is asked about (compiled_psd_kernel._asked)
+    ask_slot: np.ndarray  # a bandit's slot for each of them
 
 
 def psd_scratch(max_seqs: int) -> PSDScratch:
@@ -313,9 +315,9 @@ RUN_STATE = np.dtype([
 ], align=True)
 # PSD's scalars: the side verified next, fallback steps so far
 PSD_STATE = np.dtype([("side", np.int64), ("fallback", np.int64),
-                      # a Python policy's choice (POL_GIVEN, CHOOSE): the step's sides (PSDScratch.verified[:verified],
-                      # drafted[:drafted]) and whether it falls back to plain SD
-                      ("verified", np.int64), ("drafted", np.int64), ("falls_back", np.int64)], align=True)
+                      # a Python policy's choice (POL_GIVEN, CHOOSE): how many requests it is asked about
+                      # (PSDScratch.ask[:asked], compiled_psd_kernel._asked)
+                      ("asked", np.int64)], align=True)
 
 
 def typed(cls, **values):

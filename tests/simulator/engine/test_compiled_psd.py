@@ -27,8 +27,9 @@ from tests.simulator.engine.test_compiled_run import (COSTS, PlugInThompson, Rec
        split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=profiles,
        async_sched=st.booleans(), pressure=st.sampled_from([0, 0, 1, 3]), sampled=st.booleans(),
        switch=st.sampled_from([0.0, 0.0, 4e-4]),
-       policy=st.sampled_from(["fixed", "fixed", "fixed", "adaptive-k", "ucb", "asked", "plug-in", "ucb-all",
-                               "plug-in-all"]))
+       policy=st.sampled_from(["fixed", "fixed", "adaptive-k", "ucb", "asked", "plug-in", "ucb-all", "plug-in-all",
+                               "thompson-all", "exp3-all", "epsilon-greedy-all", "sliding-window-ucb-all",
+                               "metasd-ucb-all"]))
 def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, cost, rules, budget, arrivals,
                                                        req_rate, m, block_size, slack, overhead, segment, split_min,
                                                        sync_s, defer_kv, roof, async_sched, pressure, sampled, switch,
@@ -38,9 +39,11 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
     requests back to the waiting queue's front, their proposals and sides dropped; `sampled`: sampled verification,
     each verified draft kept with probability 1 - tv by the server's generator; `switch`: a drafter switching cost,
     which one drafter never pays; `policy`: the fixed one, or one the kernel asks in Python at each step: adaptive-k
-    (k per request from its estimates and the pipelined step-time estimates), UCB over one drafter or over every
-    drafter of the traces, the fixed policy with choose_batch replaced on the instance, a plug-in Thompson over one
-    drafter or every one)."""
+    (k per request from its estimates and the pipelined step-time estimates) and the bandits (UCB over one drafter,
+    and UCB, Thompson, EXP3, epsilon-greedy, sliding-window UCB and MetaSD-UCB with its BD reward over every drafter
+    of the traces: their rules in the PSD kernel, the drawing ones drawing from the policy's generator in the step
+    path's order), or one asked in Python: the fixed policy with choose_batch replaced on the instance, a plug-in
+    Thompson over one drafter or every one)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     if sampled:
         traces = with_tv(traces, seed)
@@ -52,6 +55,8 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
               **scheduler_of(rules, async_sched), verification="sampled" if sampled else "greedy",
               switch_cost_s=switch)
     kw = with_profiles(kw, roof, cost)
+    if policy == "metasd-ucb-all" and not sampled:  # its BD reward reads the traces' TV
+        policy = "ucb-all"
     fast = run_path(True, segment=segment, policy=psd_policy(policy, kw["drafter"], k, drafters), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     slow = run_path(False, policy=psd_policy(policy, kw["drafter"], k, drafters), **kw)
@@ -69,9 +74,14 @@ def psd_policy(name: str, drafter: str, k: int, drafters: tuple[str, ...]):
     arms = list(drafters)[::-1] if name.endswith("-all") else [drafter]
     if name.startswith("plug-in"):
         return PlugInThompson(arms, k=k)
-    spec = {"adaptive-k": {"name": "adaptive-k", "drafter": drafter, "k_max": k},
-            "ucb": {"name": "ucb", "drafters": arms, "k": k}, "ucb-all": {"name": "ucb", "drafters": arms, "k": k}}
-    return make_policy(spec[name], seed=0)
+    if name == "adaptive-k":
+        return make_policy({"name": "adaptive-k", "drafter": drafter, "k_max": k}, seed=0)
+    spec = {"name": name.removesuffix("-all"), "drafters": arms, "k": k}
+    if name.startswith("sliding"):
+        spec.update(window=4, reward="be")
+    if name.startswith("exp3"):
+        spec["gamma"] = 0.3
+    return make_policy(spec, seed=7)
 
 
 def test_a_longer_psd_run_with_sync_and_chunked_prefill_is_equal():
