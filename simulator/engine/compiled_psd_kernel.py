@@ -1,6 +1,7 @@
 """The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, adaptive-k's rule over one
-drafter, or each request's drafter and k a policy in Python chose (POL_GIVEN: compiled_run asks it at CHOOSE, over
-any of its drafters), greedy or sampled verification, step for step as simulator/engine/step_psd.py's PSDExecutor.
+drafter, a bandit's rule over its drafters, or each request's drafter and k a policy in Python chose (POL_GIVEN:
+compiled_run asks it at CHOOSE, over any of its drafters), greedy or sampled verification, step for step as
+simulator/engine/step_psd.py's PSDExecutor.
 
 It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth,
 and under `scheduler: vllm-v1` the decode budget over the verify side and the engine-loop gap after a busy step:
@@ -128,7 +129,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     engine loop's gap after the last busy step carries over to the next call (the state's `busy`). The records are
     simulator/engine/kernel_records.py's, as run_steps takes them, plus PSDSettings, the PSD_STATE record array
     `psd_state`, PSDCarry and PSDScratch (its working arrays beside Scratch's); of PolicyState it writes `usage`,
-    and adaptive-k's choices and estimates. Sampled verification draws for the verify side's kept drafts when verified, slot by slot
+    and adaptive-k's and a bandit's choices and learning state. Sampled verification draws for the verify side's kept drafts when verified, slot by slot
     (rules/sampled.sample_group); each verified request's last drafter is written for the switching cost
     (Requests.last_slot), which each side's drafting pays per drafter (rules/pricing.group_switches)."""
     arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last

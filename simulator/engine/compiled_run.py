@@ -1,7 +1,7 @@
 """Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match,
 combine-adaptive, k-by-batch, bandit, position-oracle, greedy-oracle or exact-plan policy, or any other policy asked
-in Python at each step; PSD with the fixed policy or adaptive-k over one drafter, or any policy asked in Python over
-its drafters; open or closed loop) in one compiled loop.
+in Python at each step; PSD with the fixed policy or adaptive-k over one drafter, a bandit, or any policy asked in
+Python over its drafters; open or closed loop) in one compiled loop.
 
 `for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD drafting with
 no drafter, a profile or draft cost kind the kernel does not

@@ -12,6 +12,7 @@ from policies.registry import make_policy
 from tests.simulator.engine.engine_fixtures import (PSDConfig, assert_same_run_tables, iid_traces,
                                                     tables_jit_on_and_off, tight_kv, traces_with, workload)
 from policies.base import FixedPolicy
+from traces.bundle import DrafterTrace
 from tests.simulator.engine.test_compiled_run import (COSTS, PlugInThompson, Recorder, asked_in_python, assert_same,
                                                       assert_told_alike, build, drawn_case, profiles, run_path,
                                                       scheduler_of, with_profiles, with_tv)
@@ -222,6 +223,25 @@ def test_a_psd_bandit_over_two_drafters_pays_each_switch_names_its_drafters_and_
     switches = ((draft.end - draft.start).values - (draft_free.end - draft_free.start).values) / 2e-3
     assert np.allclose(switches, np.round(switches), atol=1e-6) and set(np.round(switches)) == {0, 1, 2}
     assert (np.round(switches) <= draft.drafters.str.count("[+]").values + 1).all()
+
+
+def test_psd_metasd_ucb_learns_from_its_bd_reward_as_the_step_path_does():
+    """MetaSD-UCB under PSD with sampled verification: each verified proposal's BD reward (the block divergence over
+    the positions it drafted, read before its tokens move them) updates its request's arm; drafter 'g' diverges
+    little from the target (TV 0.05) and 'd' much (TV 0.8), so the rewards steer the choices to 'g'. The compiled
+    path equals the step path bit for bit."""
+    traces = traces_with(10, 5, 0.6, True)
+    rng = np.random.default_rng(5)
+    for t in traces:
+        for name, d in list(t.drafters.items()):
+            tv = np.full(len(d.acc_len), 0.05 if name == "g" else 0.8, np.float32) + rng.uniform(0, 0.1, len(d.acc_len))
+            t.drafters[name] = DrafterTrace(d.acc_len, tv=tv.astype(np.float32), proposal_len=d.proposal_len)
+    kw = dict(traces=traces, wl=workload(traces, 30, rate=None), mode="psd", drafters=("d", "g"), max_num_seqs=8,
+              psd=PSDConfig(), verification="sampled",
+              policy=make_policy({"name": "metasd-ucb", "drafters": ["d", "g"], "k": 3, "beta": 0.1}, seed=0))
+    res, _ = _both_paths(kw)[0]
+    draft = res.steps[res.steps.phase == "draft"]
+    assert draft.drafters.str.count("g").sum() > 2 * draft.drafters.str.count("d").sum()
 
 
 def _psd_fallbacks():
