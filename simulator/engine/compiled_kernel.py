@@ -350,16 +350,6 @@ register_jitable(leviathan_tokens)
 _combine_adaptive = njit(cache=True)(combine_adaptive_rule)
 _tokens_per_time = njit(cache=True)(tokens_per_time)
 register_jitable(positive_cost)
-
-
-@njit(cache=True)
-def _adaptive_k(value, times, k_max, has_cap, cap, f):
-    """AdaptiveKPolicy.best_k for one request at flat trace position f: best_k_rule on its estimate's `value` up to
-    k_max, or up to its match length cap[f] where the trace has match lengths (top_k_rule). Both kernels call it."""
-    top = k_max
-    if has_cap:
-        top = _top_k(k_max, np.int64(cap[f]))
-    return _best_k(value, times, top)
 _drafted_costs_ok = njit(cache=True)(drafted_costs_ok)
 _least_cost_actions = njit(cache=True)(least_cost_actions)
 _cost_ceiling = njit(cache=True)(cost_ceiling)
@@ -420,12 +410,12 @@ def _bandit_arm(bandit, first, second, rng, epsilon, exp3_gamma):
 
 
 @njit(cache=True)
-def _bandit_update(bandit, pol, x, arms, arm, reward, exp3_gamma):
-    """State x's update after arm played for `reward` for the sliding window, Thompson and EXP3: the policy's own
-    rule (the kernel calls UCB's and epsilon-greedy's update itself; a random drafter learns nothing)."""
-    first, second = pol.arm_counts[x, :arms], pol.arm_sums[x, :arms]
+def _bandit_update(bandit, first, second, ring_arm, ring_reward, seen, x, arm, reward, exp3_gamma):
+    """State x's update after arm played for `reward` for the sliding window, Thompson and EXP3 (`first`, `second`:
+    its two per-arm arrays; the sliding window's ring and count, PolicyState's): the policy's own rule (UCB's and
+    epsilon-greedy's update is _ucb_update; a random drafter learns nothing)."""
     if bandit == B_SLIDING:
-        pol.seen[x] = _sliding_update(first, second, pol.ring_arm[x], pol.ring_reward[x], pol.seen[x], arm, reward)
+        seen[x] = _sliding_update(first, second, ring_arm[x], ring_reward[x], seen[x], arm, reward)
     elif bandit == B_THOMPSON:
         _thompson_update(first, second, arm, reward)
     elif bandit == B_EXP3:
@@ -442,21 +432,20 @@ def _arm_of_slot(arm_slot, arms, g):
 
 
 @njit(cache=True)
-def _bandit_choices(idx, n, cfg, pol, rng, slot):
+def _bandit_choices(idx, n, counts, sums, arm_slot, arms, shared, bandit, beta, epsilon, exp3_gamma, rng, slot):
     """BanditPolicy.choose_batch over requests idx[:n], in order: each one's arm's drafter slot into slot[j]; a
-    shared state that draws nothing makes one choice for them all (bandit_draws). Both kernels call it."""
-    arms, shared, bandit = cfg.arms, cfg.shared, cfg.bandit
+    shared state that draws nothing makes one choice for them all (bandit_draws). Both kernels call it, with
+    PolicyState's arrays (handing it the record itself costs a step more than the choice)."""
     each_draws = bandit_draws(bandit)
     arm = 0
     for j in range(n):
         if j == 0 or not shared or each_draws:
             e = 0 if shared else idx[j]
             if bandit == B_UCB or bandit == B_SLIDING:
-                arm = _ucb_arm(pol.arm_counts[e, :arms], pol.arm_sums[e, :arms], cfg.beta)
+                arm = _ucb_arm(counts[e, :arms], sums[e, :arms], beta)
             else:
-                arm = _bandit_arm(bandit, pol.arm_counts[e, :arms], pol.arm_sums[e, :arms], rng, cfg.epsilon,
-                                  cfg.exp3_gamma)
-        slot[j] = pol.arm_slot[arm]
+                arm = _bandit_arm(bandit, counts[e, :arms], sums[e, :arms], rng, epsilon, exp3_gamma)
+        slot[j] = arm_slot[arm]
 
 
 @njit(cache=True)
@@ -468,19 +457,6 @@ def _bd_rewards(idx, n, slot, proposed, tv, first, gen, last, reward):
         if g >= 0 and proposed[j] > 0:
             i = idx[j]
             reward[j] = _block_divergence(tv[g], first[i], gen[i], last[i] + 1, proposed[j])
-
-
-@njit(cache=True)
-def _bandit_observe(cfg, pol, i, g, accepted, proposed, reward):
-    """BanditPolicy.observe_batch for request i, which drafted `proposed` tokens with slot g: its state's update by
-    MetaSD's BD `reward`, or BE's accepted / proposed. Both kernels call it."""
-    x = 0 if cfg.shared else i
-    a = _arm_of_slot(pol.arm_slot, cfg.arms, g)
-    rwd = reward if cfg.bd else np.float64(accepted) / np.float64(proposed)
-    if cfg.bandit == B_UCB or cfg.bandit == B_EPSILON:
-        _ucb_update(pol.arm_counts[x, :cfg.arms], pol.arm_sums[x, :cfg.arms], a, rwd, cfg.discount)
-    else:
-        _bandit_update(cfg.bandit, pol, x, cfg.arms, a, rwd, cfg.exp3_gamma)
 
 
 @njit(cache=True)
@@ -569,7 +545,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     tab, rowof, cap = replay.tab, replay.rowof, replay.cap
     choice_slot, choice_k = replay.choice_slot, replay.choice_k
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
-    est_s, est_f = pol.est_s, pol.est_f
+    est_s, est_f, arm_counts, arm_sums = pol.est_s, pol.est_f, pol.arm_counts, pol.arm_sums
     arm_slot, usage, chosen_k = pol.arm_slot, pol.usage, pol.chosen_k
     plan_row, plan_free, plan_d, plan_k, plan_value = pol.plan_row, pol.plan_free, pol.plan_d, pol.plan_k, pol.plan_value
     run, gen, prefill_left, prefill_done, blocks = req.run, req.gen, req.prefill_left, req.prefill_done, req.blocks
@@ -588,7 +564,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     k_ngram, k_eagle, ngram_slot = cfg.k_ngram, cfg.k_eagle, cfg.ngram_slot
     overhead, switch_cost = cfg.overhead, cfg.switch_cost
     prior, prior_eagle, weight, decay = cfg.prior, cfg.prior_eagle, cfg.prior_weight, cfg.decay
-    arms = cfg.arms
+    arms, bandit, discount, exp3_gamma = cfg.arms, cfg.bandit, cfg.discount, cfg.exp3_gamma
     policy_rng = replay.policy_rng
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
@@ -690,8 +666,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                                 target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, ps)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
-                    kb = _adaptive_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, k_max, has_cap, cap,
-                                     flat[j])
+                    top = k_max
+                    if has_cap:  # AdaptiveKPolicy.best_k: up to the match length (policies/adaptive_k.top_k_rule)
+                        top = _top_k(k_max, np.int64(cap[flat[j]]))
+                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top)
                     slot[j] = 0 if kb > 0 else -1
                     kk[j] = kb
             elif policy == POL_RATE:  # CombineAdaptivePolicy.choose: each request's two estimates (2 i + slot)
@@ -785,7 +763,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     break
                 code = DONE
             elif policy == POL_BANDIT:  # BanditPolicy.choose_batch; shared and drawing nothing: one choice per step
-                _bandit_choices(dec, n_dec, cfg, pol, policy_rng, slot)
+                _bandit_choices(dec, n_dec, arm_counts, arm_sums, arm_slot, arms, shared, bandit, cfg.beta, cfg.epsilon,
+                                exp3_gamma, policy_rng, slot)
                 for j in range(n_dec):
                     kk[j] = k_fixed
             elif policy == POL_BATCH:  # KByBatchPolicy.k_for(batch size), tabulated by its own rule
@@ -918,7 +897,14 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             x = 2 * i + g
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
                     elif policy == POL_BANDIT and prop[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
-                        _bandit_observe(cfg, pol, i, g, acc[j], prop[j], reward[j])
+                        x = 0 if shared else i
+                        a = _arm_of_slot(arm_slot, arms, g)
+                        rwd = reward[j] if bd else np.float64(acc[j]) / np.float64(prop[j])
+                        if bandit == B_UCB or bandit == B_EPSILON:
+                            _ucb_update(arm_counts[x, :arms], arm_sums[x, :arms], a, rwd, discount)
+                        else:
+                            _bandit_update(bandit, arm_counts[x, :arms], arm_sums[x, :arms], pol.ring_arm,
+                                           pol.ring_reward, pol.seen, x, a, rwd, exp3_gamma)
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,

@@ -17,8 +17,9 @@ import numpy as np
 from numba import njit
 
 from simulator.engine.compiled_kernel import (CHOOSE, DONE, ERR_STALL, HEAR, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
-                                              POL_ADAPTIVE, POL_BANDIT, POL_GIVEN, STEP, _adaptive_k,
-                                              _bandit_choices, _bandit_observe, _bd_rewards, _estimate_update,
+                                              POL_ADAPTIVE, POL_BANDIT, POL_GIVEN, STEP, B_EPSILON, B_UCB,
+                                              _arm_of_slot, _bandit_choices, _bandit_update, _bd_rewards, _best_k,
+                                              _estimate_update, _top_k, _ucb_update,
                                               _estimate_value, _step_times,
                                               _draft_time, _drafters_prefill_time, _finish_requests, _turn,
                                               _fit_proposals, _row, _save_state, _take_plan, _target_time,
@@ -48,7 +49,7 @@ def _contexts(idx, n, prompt, gen, ctx):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # per request or step: no call in the loop
 def _side_draft_time(n, slot, props, ks, idx, ctx, nslot, drafts, dprofiles, switch_cost, last_slot, verify_t):
     """Pricing.draft_time for one side's drafting: each drafter slot (ascending) priced once for its members
     (slot[j] == g) that propose (rules/pricing.draft_group over their contexts `ctx`), plus the switching cost where
@@ -75,7 +76,7 @@ def _position(run, n, i):
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # per request or step: no call in the loop
 def _asked(V, nv, D, nd, fallback, pend, ask):
     """The requests PSDExecutor.plan asks the policy about, into `ask` in its order: in a fallback step the verify
     side's (V[:nv]) without a proposal, then the drafted side's D[:nd]. Returns how many."""
@@ -96,7 +97,7 @@ def _adaptive_ks(ask, m, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f
                  plan, waitq, free, n_run, run, requeued, nq, admit, ptr, blocks, prefill_left, prefill_done, target,
                  cost, profile, overhead, pf_order):
     """AdaptiveKPolicy.choose_batch over the requests asked, ask[:m] (_asked): the step-time estimates of all `n_dec`
-    decoding requests at k = 0..k_max, pipelined, then each asked request's k (compiled_kernel._adaptive_k), into
+    decoding requests at k = 0..k_max, pipelined, then each asked request's k (best_k_rule up to top_k_rule), into
     chosen (slot 0, or -1 at k 0) and chosen_k."""
     kv = 0
     for j in range(n_dec):
@@ -107,8 +108,10 @@ def _adaptive_ks(ask, m, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f
     for j in range(m):
         i = ask[j]
         e = 0 if cfg.shared else i
-        kb = _adaptive_k(_estimate_value(est_s[e], est_f[e], cfg.prior, cfg.prior_weight), times, cfg.k_max,
-                         cfg.has_cap, cap, min(first[i] + gen[i], last[i]))
+        top = cfg.k_max
+        if cfg.has_cap:  # AdaptiveKPolicy.best_k: up to the match length (policies/adaptive_k.top_k_rule)
+            top = _top_k(cfg.k_max, np.int64(cap[min(first[i] + gen[i], last[i])]))
+        kb = _best_k(_estimate_value(est_s[e], est_f[e], cfg.prior, cfg.prior_weight), times, top)
         chosen[i] = 0 if kb > 0 else -1
         chosen_k[i] = kb
 
@@ -249,7 +252,8 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                              chosen_k, lim, plan, waitq, total_blocks - used, n_run, run, requeued, nq, admit, ptr,
                              blocks, prefill_left, prefill_done, target, drafts[0], dprofiles[0], overhead, pf_order)
             if bandit and m > 0:  # BanditPolicy.choose_batch over the requests asked, the policy's k for each
-                _bandit_choices(ask, m, cfg, pol, replay.policy_rng, ask_slot)
+                _bandit_choices(ask, m, pol.arm_counts, pol.arm_sums, pol.arm_slot, cfg.arms, cfg.shared, cfg.bandit,
+                                cfg.beta, cfg.epsilon, cfg.exp3_gamma, replay.policy_rng, ask_slot)
                 for j in range(m):
                     chosen[ask[j]] = ask_slot[j]
                     chosen_k[ask[j]] = k_fixed
@@ -393,7 +397,14 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                         x = 0 if cfg.shared else V[j]
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], va[j], vp[j], cfg.decay)
                     elif bandit and vp[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
-                        _bandit_observe(cfg, pol, V[j], vslot[j], va[j], vp[j], reward[j])
+                        x = 0 if cfg.shared else V[j]
+                        a = _arm_of_slot(pol.arm_slot, cfg.arms, vslot[j])
+                        rwd = reward[j] if cfg.bd else np.float64(va[j]) / np.float64(vp[j])
+                        if cfg.bandit == B_UCB or cfg.bandit == B_EPSILON:
+                            _ucb_update(pol.arm_counts[x, :cfg.arms], pol.arm_sums[x, :cfg.arms], a, rwd, cfg.discount)
+                        else:
+                            _bandit_update(cfg.bandit, pol.arm_counts[x, :cfg.arms], pol.arm_sums[x, :cfg.arms],
+                                           pol.ring_arm, pol.ring_reward, pol.seen, x, a, rwd, cfg.exp3_gamma)
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
