@@ -127,14 +127,15 @@ def _set_dev(rows, r, dev, sub):
 def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry, req, pol, bufs, scratch, psd_scratch,
                   stop_finished, until):
     """Steps a PSD run (the fixed policy's or adaptive-k's drafter slot 0, or the slots a bandit or a Python policy
-    chose) until done, a buffer is full, `stop_finished` finished or the next step would start at or after `until` (run_steps'
-    rule, compiled_kernel._turn: a cluster replica's next routing), or a replica is idle with no arrival known; the
-    engine loop's gap after the last busy step carries over to the next call (the state's `busy`). The records are
-    simulator/engine/kernel_records.py's, as run_steps takes them, plus PSDSettings, the PSD_STATE record array
-    `psd_state`, PSDCarry and PSDScratch (its working arrays beside Scratch's); of PolicyState it writes `usage`,
-    and adaptive-k's and a bandit's choices and learning state. Sampled verification draws for the verify side's
-    kept drafts when verified, slot by slot (rules/sampled.sample_group); each verified request's last drafter is written for the switching cost
-    (Requests.last_slot), which each side's drafting pays per drafter (rules/pricing.group_switches)."""
+    chose) until done, a buffer is full, `stop_finished` finished or the next step would start at or after `until`
+    (run_steps' rule, compiled_kernel._turn: a cluster replica's next routing), or a replica is idle with no arrival
+    known; the engine loop's gap after the last busy step carries over to the next call (the state's `busy`). The
+    records are simulator/engine/kernel_records.py's, as run_steps takes them, plus PSDSettings, the PSD_STATE record
+    array `psd_state`, PSDCarry and PSDScratch (its working arrays beside Scratch's); of PolicyState it writes `usage`,
+    and adaptive-k's and a bandit's choices and learning state. Sampled verification draws for the verify side's kept
+    drafts when verified, slot by slot (rules/sampled.sample_group); each verified request's last drafter is written for
+    the switching cost (Requests.last_slot), which each side's drafting pays per drafter (rules/pricing.group_switches).
+    """
     arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
     tab, rowof = replay.tab, replay.rowof
     target, drafts, dprofiles, pf_order = costs.target, costs.drafts, costs.dprofiles, costs.pf_order
