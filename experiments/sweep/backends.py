@@ -68,15 +68,17 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Kill the pool's workers now (an interrupt or an error must not wait for points in flight), then wait for the
     pool's own thread to see them gone and close its pipes: left running, it raced the interpreter's exit, whose
     wake-up write then met a closed pipe ("Exception ignored in: <module 'threading'> ... Bad file descriptor" after
-    the one line a SIGTERM prints)."""
+    the one line a SIGTERM prints). The thread is taken before the first shutdown, which forgets it unjoined."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         if proc.is_alive():
             proc.kill()
     for proc in procs:
         proc.join(timeout=5)
-    pool.shutdown(wait=True)  # the workers are dead: this only joins the pool's thread
+    if manager is not None:  # the workers are dead: it sees the pool broken, closes its pipes and ends
+        manager.join(timeout=30)
 
 
 class WorkerPool:
