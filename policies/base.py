@@ -133,6 +133,8 @@ class Policy:
     reads_ground_truth: ClassVar[bool] = False
     learns: ClassVar[bool] = True  # False: observe() does nothing, so a caller may skip building feedback
     needs_tv: bool = False  # True: feedback must carry TV (the BD reward); a trace without tv is refused
+    # drafters whose n-gram match lengths (proposal_len) the policy reads each step; a trace without them is refused
+    needs_match_lengths: tuple[str, ...] = ()
     # a static draft tree (traces/tree.TreeShape) drafted whole every step; a request's k is how many of its nodes
     # (in depth order) it verifies: all of them under the fixed policy, fewer where a decode budget cuts it.
     # None: chains (simulator/engine/rules/tree.py)

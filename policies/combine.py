@@ -31,6 +31,21 @@ def combine_adaptive_rule(a_eagle: float, k_eagle: int, t_eagle: float, a_ngram:
     return False, k_eagle
 
 
+def missing_match_lengths(policy: Policy, drafters: list[str]) -> str:
+    """The error for a policy that reads n-gram match lengths the traces of `drafters` do not carry."""
+    return (f"policy {policy.name!r} needs the n-gram match length (proposal_len of drafter(s) {drafters}), which "
+            "the traces do not provide; use combine-adaptive")
+
+
+def _two_drafters(policy: str, ngram, eagle) -> tuple[str, str]:
+    """A combination's n-gram and EAGLE drafters, refused where they name one drafter twice."""
+    ngram, eagle = str(ngram), str(eagle)
+    if ngram == eagle:
+        raise ValueError(f"policy {policy!r}: ngram and eagle both name drafter {ngram!r}; a combination chooses "
+                         "between two drafters (for one, use the fixed policy or adaptive-k)")
+    return ngram, eagle
+
+
 class CombineMatchPolicy(Policy):
     """n-gram when prompt lookup has a match of >= min_match tokens, else EAGLE."""
 
@@ -41,11 +56,15 @@ class CombineMatchPolicy(Policy):
                  min_match: int = 1):
         if k_ngram < 1 or k_eagle < 1 or min_match < 1:
             raise ValueError(f"policy {self.name!r}: k_ngram, k_eagle and min_match must be >= 1")
-        self.ngram, self.eagle = str(ngram), str(eagle)
+        self.ngram, self.eagle = _two_drafters(self.name, ngram, eagle)
         self.k_ngram, self.k_eagle, self.min_match = int(k_ngram), int(k_eagle), int(min_match)
 
     def drafters_used(self) -> tuple[str, ...]:
         return (self.ngram, self.eagle)
+
+    @property
+    def needs_match_lengths(self) -> tuple[str, ...]:
+        return (self.ngram,)
 
     def max_draft_tokens(self) -> int:
         return max(self.k_ngram, self.k_eagle)
@@ -53,8 +72,7 @@ class CombineMatchPolicy(Policy):
     def choose(self, view: RequestView) -> Choice:
         match = view.proposal_len.get(self.ngram)
         if match is None:
-            raise ValueError(f"policy {self.name!r} needs the n-gram match length (proposal_len of drafter "
-                             f"{self.ngram!r}), which this trace does not provide; use combine-adaptive")
+            raise ValueError(missing_match_lengths(self, [self.ngram]))
         use_ngram, k = combine_match_rule(int(match), self.min_match, self.k_ngram, self.k_eagle)
         return Choice(self.ngram if use_ngram else self.eagle, k)
 
@@ -76,7 +94,7 @@ class CombineAdaptivePolicy(Policy):
             raise ValueError(f"{where}: k_ngram and k_eagle must be >= 1")
         if ngram_cost_ratio < 0 or eagle_cost_ratio < 0:
             raise ValueError(f"{where}: cost ratios must be >= 0")
-        self.ngram, self.eagle = str(ngram), str(eagle)
+        self.ngram, self.eagle = _two_drafters(self.name, ngram, eagle)
         self.k_ngram, self.k_eagle = int(k_ngram), int(k_eagle)
         self.priors = {self.ngram: float(prior_ngram), self.eagle: float(prior_eagle)}
         self.prior_weight, self.decay = float(prior_weight), float(decay)

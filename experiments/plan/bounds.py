@@ -42,14 +42,11 @@ TPOT_FLOOR_RULE = ("TPOT floor: after its first token a request emits at most k 
 
 def tpot_floor(profile: Any, max_draft_tokens: int) -> float | None:
     """The TPOT_FLOOR_RULE lower bound on any multi-token request's TPOT, in seconds; None for a profile the rule
-    does not cover (not a non-negative linear fit or a roofline) or a non-finite figure."""
+    does not cover (not a linear fit, whose coefficients are non-negative, or a roofline) or a non-finite figure."""
     from simulator.costs.latency import LinearProfile
     from simulator.costs.roofline import RooflineProfile
 
-    if type(profile) is LinearProfile:
-        if not all(c >= 0 for c in (profile._a, profile._b, profile._s, profile._d)):
-            return None
-    elif type(profile) is not RooflineProfile:
+    if type(profile) not in (LinearProfile, RooflineProfile):
         return None
     t = float(profile.step_time(1, 1, 0))
     return t / (int(max_draft_tokens) + 1) if t > 0 and math.isfinite(t) else None

@@ -209,7 +209,8 @@ class CompiledCluster:
         state = np.concatenate([c.psd_state for c in comp]).view(np.recarray)
         for j, c in enumerate(comp):
             c.carry, c.psd_state = _row_of(carry, j, (), c.carry), state[j:j + 1]
-        return cker.PSDRecords(comp[0].psd_cfg, state, carry, psd_scratch(max(c.srv.max_num_seqs for c in comp)))
+        return cker.PSDRecords(comp[0].psd_cfg, state, carry, psd_scratch(max(c.srv.max_num_seqs for c in comp),
+                                                                        int(comp[0].psd_scratch.fixed_slot[0])))
 
     def _affinity_keys(self, key: str) -> tuple[np.ndarray, int]:
         """Each request's affinity key as a number (first-seen order) and how many keys (router.Affinity's keys)."""

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import traces
 from traces.errors import TraceFormatError, shorten
-from simulator.costs.profile_records import MAX_COEFFICIENT_S, Measurement, Provenance
+from simulator.costs.profile_records import MAX_COEFFICIENT_S, Measurement, Provenance, check_coefficients
 from traces.parsing import load_yaml_file
 
 TERMS = ("kv_tokens", "batched_tokens", "num_seqs", "const")
@@ -53,6 +53,7 @@ class LinearProfile:
         if unknown:
             raise ValueError(f"profile {self.name!r}: unknown coefficient(s) {sorted(unknown)}; "
                              f"expected some of {TERMS}")
+        check_coefficients(f"profile {self.name!r}", self.coefficients)
         c = self.coefficients
         self._a, self._b = float(c.get("kv_tokens", 0.0)), float(c.get("batched_tokens", 0.0))
         self._s, self._d = float(c.get("num_seqs", 0.0)), float(c.get("const", 0.0))

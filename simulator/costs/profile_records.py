@@ -2,6 +2,7 @@
 reads and writes the profiles; simulator/costs/step_model.py fits the structured kind from the same records)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,3 +34,15 @@ class Provenance:
     date: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     notes: str = ""
+
+
+def check_coefficients(where: str, coefficients: dict[str, float]) -> None:
+    """Step-time coefficients are seconds per unit: each finite and >= 0 (every fit here is non-negative), else a
+    ValueError naming `where` and the coefficient."""
+    for term, v in coefficients.items():
+        try:
+            ok = math.isfinite(float(v)) and float(v) >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"{where}: coefficient {term!r} is {v!r}; expected a finite number of seconds >= 0")

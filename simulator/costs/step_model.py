@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from simulator.costs.profile_records import MAX_COEFFICIENT_S, Measurement, Provenance
+from simulator.costs.profile_records import MAX_COEFFICIENT_S, Measurement, Provenance, check_coefficients
 
 LINEAR_TERMS = ("const", "num_seqs", "draft_tokens", "decode_kv", "prefill_tokens", "prefill_seqs",
                 "prefill_attn", "prefill_step", "verify_step")
@@ -147,6 +147,7 @@ class StructuredProfile:
         if unknown:
             raise ValueError(f"structured profile {self.name!r}: unknown coefficient(s) {sorted(unknown)}; "
                              f"expected some of {allowed}")
+        check_coefficients(f"structured profile {self.name!r}", self.coefficients)
 
     @property
     def vector(self) -> np.ndarray:

@@ -165,10 +165,11 @@ POL_GIVEN = 9  # a policy in Python (a plug-in): the kernel pauses (CHOOSE) for 
 CHOOSE, HEAR = 5, 6
 # the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
 # joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
-# above every mask of compiled_run.MAX_SLOTS (8) slots; DRF_PROPOSER: vLLM V1's proposer ran (Settings.proposer_slot)
-# though no request drafted with it, named after the slots that did (Pricing's order: draft groups, then proposers)
+# above every mask of compiled_run.MAX_SLOTS (8) slots; bit DRF_PROPOSER + g: slot g's vLLM V1 proposer ran
+# (Settings.proposers) though no request drafted with it, named after the slots that did (Pricing's order: draft
+# groups, then proposers)
 DRF_PASS = 1 << 8
-DRF_PROPOSER = 1 << 9
+DRF_PROPOSER = 9
 
 
 @njit(cache=True)
@@ -290,14 +291,14 @@ def _kept_decodes(run, keep, dec, n_dec):
 @njit(cache=True)
 def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr,
                 prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
-                overhead, pf_order, ps, pipelined=False):
+                overhead, pf_order, proposers, pipelined=False):
     """Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...)'s estimate(drafter, k) for k = k_lo..k_hi into
     times[k]: the target's price of a step in which all `n` decoding sequences verify k drafts of the drafter (cost,
     profile), with the prompt chunks a plan would add after their tokens (rules/queue.queue_window's window of the
     waiting queue copied once, not per k),
     then the step-estimate rule with the prompt passes (pass_costs, pass_profiles, pf_order) and vLLM V1's proposer
-    over the step's tokens and its sampling sequences: slot `ps` of those records (-1: none; the slots' records, or
-    adaptive-k's one, whose only slot 0 a proposer must be: compiled_run._proposer_reason). Adaptive-k asks
+    over the step's tokens and its sampling sequences: the slots of those records in the mask `proposers` (the
+    slots' records, or adaptive-k's one, whose only drafter is slot 0). Adaptive-k asks
     k = 0..k_max of slot 0, whose one record is its only prompt pass (not the padded tuples, which a call would copy
     and reference-count); combine-adaptive one k at a time."""
     preview = separate == 0 and (n_run > n or nq > 0 or admit < ptr)  # no prompt left, nobody waiting: nothing
@@ -312,14 +313,16 @@ def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_ru
                                                    prefill_left, prefill_done, blocks, plan)
         verify = _target_time(target, n, decoding - n, kv, n_pre, pt, pkv, pattn)
         proposer = 0.0
-        if ps >= 0:  # Pricing.engine_step_draft_time over the decodes and the chunks that end their prompt
+        if proposers:  # Pricing.engine_step_draft_time over the decodes and the chunks that end their prompt
             ending = 0
             for j in range(n_pre):
                 if plan.last[j]:
                     ending += 1
-            t = _engine_step_time(pass_costs[ps], pass_profiles[ps], n + ending, decoding + pt, kv + pkv)
-            if t > 0:
-                proposer = t
+            for g in range(len(pass_costs)):
+                if proposers >> g & 1:
+                    t = _engine_step_time(pass_costs[g], pass_profiles[g], n + ending, decoding + pt, kv + pkv)
+                    if t > 0:
+                        proposer += t
         times[k] = _step_estimate(verify, cost, profile, pass_costs, pass_profiles, pf_order, overhead, proposer,
                                   pipelined, n, kv, k, n_pre, pt, pkv)
 
@@ -569,8 +572,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
     lookahead, async_sched, sampled, bd, tree = cfg.lookahead, cfg.async_sched, cfg.sampled, cfg.bd, cfg.tree
-    # vLLM V1's proposer priced per engine step (an `engine_step` cost): its slot, or -1 (the run has none)
-    ps = cfg.proposer_slot
+    # vLLM V1's proposers priced per engine step (`engine_step` costs): a mask of their slots (0: the run has none)
+    proposers = cfg.proposers
     st = state[0]
     busy = st.busy
     forward = st.forward
@@ -663,7 +666,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 if n_dec > 0:
                     _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used, n_run,
                                 run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, ps)
+                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, proposers)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
                     top = k_max
@@ -679,7 +682,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     _step_times(times, k_eagle, k_eagle, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                 n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left,
                                 prefill_done, target, drafts[eagle], dprofiles[eagle], drafts, dprofiles, overhead,
-                                pf_order, ps)
+                                pf_order, proposers)
                     t_eagle = times[k_eagle]
                     times[:] = -1.0
                 for j in range(n_dec):
@@ -692,7 +695,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             _step_times(times, kn, kn, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                         n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks,
                                         prefill_left, prefill_done, target, drafts[ngram_slot], dprofiles[ngram_slot],
-                                        drafts, dprofiles, overhead, pf_order, ps)
+                                        drafts, dprofiles, overhead, pf_order, proposers)
                         t_ngram = times[kn]
                     x = 2 * dec[j]
                     use_ngram, kk[j] = _combine_adaptive(
@@ -706,7 +709,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used,
                                 n_run, run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left,
                                 prefill_done, target, drafts[0], dprofiles[0], drafts, dprofiles, overhead, pf_order,
-                                ps)
+                                proposers)
                     t_plain = slot_times[0, 0]
                 for j in range(n_dec):
                     i = dec[j]
@@ -721,7 +724,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             _step_times(slot_times[g], kg, kg, n_dec, kv_est, separate, lim, plan, waitq,
                                         total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen,
                                         blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g], drafts,
-                                        dprofiles, overhead, pf_order, ps)
+                                        dprofiles, overhead, pf_order, proposers)
                         switch = 0.0
                         if chosen[i] >= 0 and chosen[i] != g:
                             switch = oracle_switch
@@ -741,14 +744,14 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             _step_times(slot_times[0], 0, 0, n_dec, kv_est, separate, lim, plan, waitq,
                                         total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt, gen,
                                         blocks, prefill_left, prefill_done, target, drafts[0], dprofiles[0], drafts,
-                                        dprofiles, overhead, pf_order, ps)
+                                        dprofiles, overhead, pf_order, proposers)
                             t_plain = slot_times[0, 0]
                             for a in range(arms):
                                 g = arm_slot[a]
                                 _step_times(slot_times[g], 1, k_max, n_dec, kv_est, separate, lim, plan, waitq,
                                             total_blocks - used, n_run, run, requeued, nq, admit, ptr, prompt,
                                             gen, blocks, prefill_left, prefill_done, target, drafts[g], dprofiles[g],
-                                            drafts, dprofiles, overhead, pf_order, ps)
+                                            drafts, dprofiles, overhead, pf_order, proposers)
                                 price[a, 1:] = slot_times[g, 1:]
                                 _cost_ceiling(price[a], k_max)  # every request's prefix of it is its own ceiling
                         code = _make_plan(i, first[i], last[i] - first[i] + 1, arms, t_plain, price, slot_k,
@@ -865,13 +868,17 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     n_act += n_g
                 if n_g > 0 and switch_cost > 0.0 and group_switches(g, slot, prop, dec, n_dec, last_slot):
                     draft_t += switch_cost
-            if ps >= 0:  # Pricing.engine_step_draft_time: once over the step's tokens when any request samples
-                t_es = _engine_step_time(drafts[ps], dprofiles[ps], _sampling_seqs(n_dec, pre, chunk, n_pre,
-                                                                                   prefill_left), tokens, kv)
-                if t_es > 0:
-                    draft_t += t_es
-                    if not drf >> ps & 1:
-                        drf |= DRF_PROPOSER
+            if proposers:  # Pricing.engine_step_draft_time: each once over the step's tokens (its sampling ones)
+                n_samp = _sampling_seqs(n_dec, pre, chunk, n_pre, prefill_left)
+                t_es = 0.0
+                for g in range(nslot):
+                    if proposers >> g & 1:
+                        t_g = _engine_step_time(drafts[g], dprofiles[g], n_samp, tokens, kv)
+                        if t_g > 0:
+                            t_es += t_g
+                            if not drf >> g & 1:
+                                drf |= 1 << (DRF_PROPOSER + g)
+                draft_t += t_es
             dpt = 0.0  # Pricing.drafter_prefill_time
             if nslot > 0 and n_pre > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
@@ -953,5 +960,5 @@ def step_time_estimate(wl, costs, settings, state, req, scratch, n_dec, kv, g, k
     _step_times(times, k, k, n_dec, kv, cfg.separate, lim, scratch.plan, scratch.waitq, cfg.total_blocks - st.used,
                 st.n_run, req.run, req.requeued, st.requeued, st.admit, st.ptr, wl.prompt, req.gen, req.blocks,
                 req.prefill_left, req.prefill_done, costs.target, costs.drafts[g], costs.dprofiles[g], costs.drafts,
-                costs.dprofiles, cfg.overhead, costs.pf_order, cfg.proposer_slot, pipelined)
+                costs.dprofiles, cfg.overhead, costs.pf_order, cfg.proposers, pipelined)
     return times[k]

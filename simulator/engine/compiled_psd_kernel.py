@@ -175,7 +175,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     V, D, vd = psd_scratch.verified, psd_scratch.drafted, psd_scratch.grow
     vk, vp, va = psd_scratch.v_k, psd_scratch.v_prop, psd_scratch.v_acc
     vslot, vnew = psd_scratch.v_slot, psd_scratch.v_draft  # vnew: the slot that drafts it this step, or -1
-    dk, dp, da, dslot = psd_scratch.d_k, psd_scratch.d_prop, psd_scratch.d_acc, psd_scratch.slot0
+    dk, dp, da, dslot = psd_scratch.d_k, psd_scratch.d_prop, psd_scratch.d_acc, psd_scratch.fixed_slot
     if asked:
         dslot = psd_scratch.d_slot
     ask, ask_slot, reward = psd_scratch.ask, psd_scratch.ask_slot, scratch.reward
@@ -267,7 +267,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     vslot[j], vk[j], vp[j], va[j] = pend[i], pend_k[i], pend_p[i], pend_a[i]
                 elif fallback and (not asked or chosen[i] >= 0):
                     f = min(first[i] + gen[i], last[i])
-                    g, kq, row = 0, k_fixed, row_k
+                    g, kq, row = psd_scratch.fixed_slot[0], k_fixed, row_k
                     if asked:
                         g, kq = chosen[i], chosen_k[i]
                         row = rowof[g, kq]

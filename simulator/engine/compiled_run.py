@@ -90,12 +90,6 @@ def ineligible_reason(server) -> str | None:
     """Why `server` must take the step path, or None when the compiled path reproduces it exactly."""
     if not COMPILED:
         return "compiled path switched off (compiled_run.COMPILED)"
-    if server.mode not in ("ar", "sd", "psd"):
-        return f"mode {server.mode!r}: step path"
-    if server.mode == "psd":
-        why = _psd_reason(server)
-        if why is not None:
-            return why
     routed = getattr(server.arrivals, "routed", False)  # a cluster replica (simulator/cluster/simulation.py)
     if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
         return "arrivals pushed at run time by something other than a cluster's router"
@@ -103,44 +97,9 @@ def ineligible_reason(server) -> str | None:
     if why is not None:
         return why
     policy = server.drafting.policy
-    why = _proposer_reason(server, policy)
-    if why is not None:
-        return why
     why = _policy_reason(server, policy)
     if why is not None:
         return why
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return "numba is not installed"
-    return None
-
-
-def _psd_reason(server) -> str | None:
-    """Why a PSD server stays on the step path, or None: the PSD kernel (compiled_psd_kernel) drafts with the fixed
-    policy's drafter at k >= 1, adaptive-k's, or the drafters a policy asked in Python chooses (python_chooses)."""
-    policy = server.drafting.policy
-    if not policy.drafters_used() or (type(policy) is FixedPolicy and policy.k < 1):
-        return "PSD with the fixed policy at k = 0, or a policy that names no drafter: step path"
-    return None
-
-
-def proposers(server) -> list[str]:
-    """The server's drafters with an `engine_step` cost (vLLM V1's proposer): the step path charges each every SD
-    step (Pricing.engine_step_draft_time) and adds it to every step estimate."""
-    if server.mode != "sd":
-        return []
-    costs = server.pricing.draft_costs
-    return [d for d in server.pricing.drafters if d in costs and costs[d].kind == "engine_step"]
-
-
-def _proposer_reason(server, policy) -> str | None:
-    """Why `engine_step` draft costs keep `server` off the kernel, or None: the kernel charges one, a drafter of the
-    policy (Settings.proposer_slot)."""
-    found = proposers(server)
-    if len(found) > 1 or (found and found[0] not in policy.drafters_used()):
-        return (f"engine_step draft costs ({', '.join(found)}: vLLM V1's proposer) other than one drafter the policy "
-                "drafts with")
     return None
 
 
@@ -192,8 +151,6 @@ def python_chooses(server, policy) -> bool:
 def _policy_reason(server, policy) -> str | None:
     """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
     if python_chooses(server, policy):
-        if not policy.drafters_used():
-            return f"policy {policy.name!r} names no drafter (drafters_used()) in mode sd: step path"
         if server.drafting.tree is not None and len(policy.drafters_used()) > 1:
             return f"policy {policy.name!r} drafts a tree with {len(policy.drafters_used())} drafters: step path"
     used = policy.drafters_used()
@@ -203,8 +160,6 @@ def _policy_reason(server, policy) -> str | None:
         return f"policy {policy.name!r} uses {len(used)} drafters (the kernel takes up to {MAX_SLOTS})"
     if policy.max_draft_tokens() > MAX_K:
         return f"k up to {policy.max_draft_tokens()} (the kernel's draft tables hold k <= {MAX_K})"
-    if len(set(used)) != len(used):
-        return f"policy {policy.name!r} names drafter {used[0]!r} twice"
     table = server.table
     for name in used:
         if name not in table.acc_len:
@@ -214,28 +169,19 @@ def _policy_reason(server, policy) -> str | None:
             why = profile_reason(p, "draft cost")
             if why is not None:
                 return why
-    if isinstance(policy, CombineMatchPolicy) and policy.ngram not in table.proposal_len \
-            and not python_chooses(server, policy):
-        return f"combine-match without n-gram match lengths for {policy.ngram!r} (the step path names it)"
     return None
 
 
 def profile_reason(profile, what: str) -> str | None:
     """Why the kernel cannot price `profile` (the target's or a drafter's), or None: LinearProfile or
-    StructuredProfile with finite non-negative coefficients, TableProfile whose linear fit has them, or
+    StructuredProfile (their coefficients finite and >= 0 when made), TableProfile (its linear fit), or
     RooflineProfile whose MoE weight reads settle (roofline_weights)."""
-    if type(profile) is LinearProfile:
-        if not all(np.isfinite(c) and c >= 0 for c in profile.terms):
-            return f"a negative or non-finite {what} profile coefficient (the step path names it)"
+    if type(profile) in (LinearProfile, StructuredProfile):
         return None
     if type(profile) is RooflineProfile:
         if roofline_weights(profile) is None:
             return (f"{what} profile {profile.name!r}: MoE weight reads that settle only past "
                     f"{MAX_WEIGHT_ROWS:,} batched tokens")
-        return None
-    if type(profile) is StructuredProfile:
-        if not np.all(np.isfinite(profile.vector)) or (profile.vector < 0).any():
-            return f"a negative or non-finite {what} profile coefficient (the step path names it)"
         return None
     if type(profile) is TableProfile:
         return profile_reason(profile.fallback, f"{what} table's linear fit")
@@ -366,6 +312,7 @@ class CompiledRun:
         self.slot_of_drafter = np.full(len(table.drafters) + 1, MAX_SLOTS, dtype=np.int64)
         self.slot_of_drafter[self.drafter_idx], self.slot_of_drafter[NO_DRAFT] = np.arange(len(self.slots)), -1
         self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
+        self._names = None  # the drafters column's strings by code (_drafter_names)
         G = len(self.slots)
         cfg = server.scenario.server
         # the kernel's Settings (kernel_records.py), every field named; typed() fixes their types
@@ -373,7 +320,8 @@ class CompiledRun:
                  budget=cfg.max_num_batched_tokens, chunked=cfg.chunked_prefill, separate=cfg.prefill == "separate",
                  block_size=server.sched.pool.block_size, total_blocks=server.sched.pool.total_blocks, closed=False,
                  shared=False, has_cap=False, min_match=0, k_ngram=0, k_eagle=0, ngram_slot=0, arms=0,
-                 proposer_slot=next((self.slots.index(d) for d in proposers(server)), -1), decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
+                 proposers=sum(1 << self.slots.index(d) for d in server.pricing.proposers),
+                 decode_budget=server.sched.decode_budget, lookahead=server.sched.lookahead,
                  async_sched=server.async_scheduling, routed=False, overhead=server.pricing.overhead,
                  switch_cost=server.pricing.switch_cost_s, oracle_switch=0.0, think=0.0,
                  prior=0.0, prior_eagle=0.0, prior_weight=0.0, decay=0.0, beta=0.0, gap=server.gap_s,
@@ -450,8 +398,10 @@ class CompiledRun:
                 for name, k in zip(self.slots, ks)]  # adaptive-k, tables, combine-match's n-gram: k <= the most
         rowof = np.zeros((max(G, 1), max(ks, default=0) + 1), dtype=np.int64)
         rows = sum(len(a) for a in asks)
-        tab = np.empty((max(1, rows + (v["policy"] == ker.POL_GIVEN)), 2, max(n_flat, 1) if G else 1), dtype=np.int8)
-        if v["policy"] == ker.POL_GIVEN:  # a Python policy may name a drafter at k = 0: it proposes nothing
+        # a Python policy may name a drafter at k = 0, and a PSD side drafts with no drafter: that row proposes nothing
+        empty = v["policy"] == ker.POL_GIVEN or G == 0
+        tab = np.empty((max(1, rows + empty), 2, max(n_flat, 1) if G or self.psd else 1), dtype=np.int8)
+        if empty:
             tab[rows], rowof[:, 0] = 0, rows
         drafts, dprofiles = [NO_DRAFTER] * MAX_SLOTS, [NO_PROFILE] * MAX_SLOTS  # slot g's cost and profile
         row = 0
@@ -590,16 +540,14 @@ class CompiledRun:
         self.psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.executor.fallback_steps)
         self.carry = PSDCarry(side, np.full(n, pker.NONE, dtype=np.int64), *(np.zeros(n, dtype=np.int64)
                                                                             for _ in range(3)))
-        self.psd_scratch = psd_scratch(srv.max_num_seqs)
+        self.psd_scratch = psd_scratch(srv.max_num_seqs, 0 if self.slots else pker.NONE)
 
     def _write_psd(self, mine, theirs) -> None:
         """PSDExecutor's carry (its requests `theirs` are the kernel's `mine`), verify side and fallback count."""
-        import simulator.engine.compiled_psd_kernel as pker
-
         srv, carry = self.srv, self.carry
         st = srv.state
         pend = carry.pend[mine]
-        st.pending_d[theirs] = np.where(pend == pker.NONE, NO_DRAFT, np.asarray(self.drafter_idx)[pend])
+        st.pending_d[theirs] = np.asarray(self.drafter_idx + [NO_DRAFT])[pend]  # pker.NONE (-1): NO_DRAFT
         st.pending_k[theirs], st.pending_prop[theirs] = carry.pend_k[mine], carry.pend_p[mine]
         srv.sched.verify_side = int(self.psd_state[0].side)
         srv.executor.fallback_steps = int(self.psd_state[0].fallback)
@@ -951,21 +899,33 @@ class CompiledRun:
             if len(rows.step):
                 outcome.steps.append_columns(self._columns(rows))
 
-    def _columns(self, rows: StepRows) -> dict[str, np.ndarray]:
-        """Step-table columns (records.STEP_COLUMNS) of the kernel's rows."""
+    def _drafter_names(self) -> np.ndarray:
+        """The drafters column's strings by compiled_kernel's code: a bit per slot that drafted; DRF_PASS the prompt
+        pass's drafters; bit DRF_PROPOSER + g slot g's proposer, after them (made once per run)."""
         import simulator.engine.compiled_kernel as ker
 
+        if self._names is None:
+            G, mask = len(self.slots), self.settings.proposers
+            names = [""] * ((1 << ker.DRF_PROPOSER) << (G if mask else 0))
+            for code in range(1 << G):
+                names[code] = "+".join(d for g, d in enumerate(self.slots) if code >> g & 1)
+                ran = mask & ~code  # proposers that ran without a request drafting with them
+                sub = ran
+                while sub:  # each subset of them
+                    names[code | sub << ker.DRF_PROPOSER] = "+".join(
+                        [names[code]] * bool(code) + [d for g, d in enumerate(self.slots) if sub >> g & 1])
+                    sub = (sub - 1) & ran
+            names[ker.DRF_PASS] = self.pass_names
+            self._names = np.array(names, dtype=object)
+        return self._names
+
+    def _columns(self, rows: StepRows) -> dict[str, np.ndarray]:
+        """Step-table columns (records.STEP_COLUMNS) of the kernel's rows."""
         S = len(rows.step)
         phases = np.array(PHASES, dtype=object)
         # compiled_kernel's drafters codes: a bit per slot that drafted; DRF_PASS the prompt pass's drafters;
         # DRF_PROPOSER the proposer after them
-        names = [""] * (ker.DRF_PROPOSER + (1 << len(self.slots)))
-        proposer = self.slots[self.settings.proposer_slot] if self.settings.proposer_slot >= 0 else ""
-        for code in range(1 << len(self.slots)):
-            names[code] = "+".join(d for g, d in enumerate(self.slots) if code >> g & 1)
-            names[ker.DRF_PROPOSER + code] = "+".join(filter(None, (names[code], proposer)))
-        names[ker.DRF_PASS] = self.pass_names
-        names = np.array(names, dtype=object)
+        names = self._drafter_names()
         # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)
         dev = rows.device.astype(np.intp) if self.psd else np.zeros(S, dtype=np.intp)  # PSD's rows only
         sub = rows.sub_batch if self.psd else np.full(S, -1, dtype=np.int64)

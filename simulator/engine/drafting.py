@@ -56,6 +56,11 @@ class Drafting:
             if missing:
                 raise ValueError(f"policy {pol.name!r} uses the block-divergence reward, which needs per-position "
                                  f"tv, but the traces have none for {missing}; use reward: be (block efficiency)")
+        missing = [d for d in pol.needs_match_lengths if d not in table.proposal_len]
+        if missing:
+            from policies.combine import missing_match_lengths
+
+            raise ValueError(missing_match_lengths(pol, missing))
         if verification == "sampled" and mode != "ar":
             wanted = pol.drafters_used()
             missing = [d for d in wanted if d in self.drafters and d not in table.tv]

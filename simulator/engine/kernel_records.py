@@ -94,7 +94,7 @@ class Settings(NamedTuple):
     k_ngram: int
     k_eagle: int
     ngram_slot: int  # combine-match's n-gram drafter slot
-    proposer_slot: int  # the slot of the run's `engine_step` drafter (vLLM V1's proposer, priced per step), or -1
+    proposers: int  # a mask of the slots whose cost is `engine_step` (vLLM V1's proposer, priced per step)
     arms: int  # a bandit's arms; the greedy oracle's drafters (PolicyState.arm_slot: their slots in its order)
     bandit: int  # POL_BANDIT's rule: B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON or B_EXP3 (above)
     decode_budget: int  # the tokens decodes may take from the step budget (rules/decode_budget.decode_side_budget)
@@ -247,8 +247,8 @@ def scratch_buffers(max_seqs: int, k_max: int, slots: int = 1) -> Scratch:
 class PSDScratch(NamedTuple):
     """run_psd_steps' per-step working arrays beside Scratch's (int64, one entry per running sequence): the verified
     and drafted sides, the verified side's proposals (k, proposed, accepted, drafter slot, the slot drafting it this
-    step or -1), the drafted side's, the requests whose KV grows; `slot0` (all zeros: the fixed policy drafts with
-    slot 0) is only read. Made once per run, like Scratch."""
+    step or -1), the drafted side's, the requests whose KV grows; `fixed_slot` (the fixed policy's slot for every
+    request: 0, or -1 where it names no drafter, at k = 0) is only read. Made once per run, like Scratch."""
     verified: np.ndarray
     drafted: np.ndarray
     v_k: np.ndarray
@@ -259,17 +259,17 @@ class PSDScratch(NamedTuple):
     d_k: np.ndarray
     d_prop: np.ndarray
     d_acc: np.ndarray
-    slot0: np.ndarray
+    fixed_slot: np.ndarray
     grow: np.ndarray
     d_slot: np.ndarray  # the drafted side's slot (or -1) where a policy chose it (POL_GIVEN, POL_ADAPTIVE, POL_BANDIT)
     ask: np.ndarray  # the requests the policy is asked about (compiled_psd_kernel._asked)
     ask_slot: np.ndarray  # a bandit's slot for each of them
 
 
-def psd_scratch(max_seqs: int) -> PSDScratch:
-    """PSDScratch for runs of at most `max_seqs` running sequences."""
+def psd_scratch(max_seqs: int, fixed_slot: int = 0) -> PSDScratch:
+    """PSDScratch for runs of at most `max_seqs` running sequences whose fixed policy drafts with `fixed_slot`."""
     arrays = {f: np.empty(max_seqs, np.int64) for f in PSDScratch._fields}
-    arrays["slot0"] = np.zeros(max_seqs, np.int64)
+    arrays["fixed_slot"] = np.full(max_seqs, fixed_slot, np.int64)
     return PSDScratch(**arrays)
 
 

@@ -34,8 +34,10 @@ class Pricing:
 
     def __init__(self, target: LatencyProfile, draft_costs: Mapping[str, DraftCost], drafters: tuple[str, ...],
                  overhead_s: float, switch_cost_s: float, state: RequestState, wl: EngineWorkload,
-                 tree_passes: tuple[int, ...] | None = None):
+                 tree_passes: tuple[int, ...] | None = None, proposers: tuple[str, ...] = ()):
         self.target = target
+        # the policy's drafters of kind `engine_step` (vLLM V1's proposer), in drafter order: each runs every SD step
+        self.proposers = proposers
         # a static draft tree's tokens read per drafting pass (traces/tree.TreeShape.draft_pass_tokens), or None
         self.tree_passes = tree_passes
         self.draft_costs = dict(draft_costs)
@@ -116,13 +118,11 @@ class Pricing:
         return total, used
 
     def engine_step_draft_time(self, sampling_seqs: int, step_tokens: int, kv_tokens: int) -> tuple[float, list[str]]:
-        """Drafters of kind `engine_step` (vLLM V1's proposer): each runs once per step over the step's tokens."""
+        """The policy's drafters of kind `engine_step` (vLLM V1's proposer): each runs once per step over the step's
+        tokens."""
         total, used = 0.0, []
-        for name in self.drafters:
-            cost = self.draft_costs.get(name)
-            if cost is None or cost.kind != "engine_step":
-                continue
-            t = cost.engine_step_time(sampling_seqs, step_tokens, kv_tokens)
+        for name in self.proposers:
+            t = self.draft_costs[name].engine_step_time(sampling_seqs, step_tokens, kv_tokens)
             if t > 0:
                 total += checked(t, f"drafter {name!r} engine-step cost")
                 used.append(name)

@@ -70,10 +70,12 @@ class Server:
         self.async_scheduling = cfg.async_scheduling  # the gap overlaps the step before it (rules/engine_loop)
         self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s - self.gap_s,
                                scenario.switch_cost_s, st, workload, tree_passes=None if self.drafting.tree is None
-                               else tuple(int(c) for c in self.drafting.tree.draft_pass_tokens()))
-        if self.mode == "psd" and any(c.kind == "engine_step" for c in scenario.draft_costs.values()):
-            raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer) price sequential SD "
-                             "steps; PSD drafts on its own device: use whole_proposal or autoregressive")
+                               else tuple(int(c) for c in self.drafting.tree.draft_pass_tokens()),
+                               proposers=self._proposers(scenario.draft_costs, table.drafters))
+        if self.mode == "psd" and self.pricing.proposers:
+            raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer: drafters "
+                             f"{list(self.pricing.proposers)}) price sequential SD steps; PSD drafts on its own device: "
+                             "use whole_proposal or autoregressive")
         drafters = self._drafters_used()
         self.sched.check_fits(0 if self.mode == "ar" else self.drafting.stated_max_k(), cfg.max_model_len)
         if self.mode == "psd":
@@ -159,12 +161,23 @@ class Server:
         kinds = [inputs.drafter_kinds.get(d, "") for d in self.drafting.policy.drafters_used()]
         return lookahead_slots(kinds, self.drafting.stated_max_k(), self.scenario.server.scheduler)
 
+    def _proposers(self, costs, drafters: tuple[str, ...]) -> tuple[str, ...]:
+        """The policy's drafters whose cost is `engine_step` (vLLM V1's proposer), in drafter order; a drafter the
+        policy never drafts with is not deployed, so its proposer never runs."""
+        used = self.drafting.policy.drafters_used() if self.mode != "ar" else ()
+        return tuple(d for d in drafters if d in used and d in costs and costs[d].kind == "engine_step")
+
     def _drafters_used(self) -> tuple[str, ...]:
-        """The policy's drafters (`Policy.drafters_used`), each checked to be in the traces and priced."""
+        """The policy's drafters (`Policy.drafters_used`), each checked to be named once, in the traces and
+        priced."""
         if self.mode == "ar":
             return ()
         used = self.drafting.policy.drafters_used()
         name = self.drafting.policy.name
+        twice = sorted({d for d in used if used.count(d) > 1})
+        if twice:
+            raise ValueError(f"run {self.scenario.name!r}: policy {name!r} names drafter {twice[0]!r} more than once "
+                             f"in drafters_used() ({list(used)}); each drafter once")
         for d in used:
             if d not in self.table.drafters:
                 raise ValueError(f"run {self.scenario.name!r}: policy {name!r} uses drafter {d!r}, which the traces "

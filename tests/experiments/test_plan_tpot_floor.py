@@ -49,9 +49,12 @@ def test_a_tpot_bound_above_the_floor_is_searched(tmp_path):
     assert c["simulations"] > 0 and c["max_rate_req_s"] > 0
 
 
-def test_the_floor_covers_only_monotone_profiles():
-    neg = LinearProfile("n", {"kv_tokens": -1e-9, "const": 1e-2}, provenance=Provenance("test"))
-    assert tpot_floor(neg, 0) is None
+def test_the_floor_covers_only_linear_and_roofline_profiles():
+    """The rule is stated for linear fits (their coefficients non-negative: refused otherwise when made) and rooflines;
+    any other profile kind (here a structured step model) gets no floor."""
+    from simulator.costs.step_model import StructuredProfile
+
+    assert tpot_floor(StructuredProfile("s", {"const": 1e-2}), 0) is None
     ok = LinearProfile("o", {"batched_tokens": 1e-4, "const": 1e-2}, provenance=Provenance("test"))
     assert tpot_floor(ok, 3) == pytest.approx((1e-2 + 1e-4) / 4)
 

@@ -61,3 +61,9 @@ def test_adaptive_estimates_per_drafter_and_request():
     assert pol.estimates("s")["ngram"].successes == 0.0
     pol.start_request("r")
     assert pol.estimates("r")["ngram"].successes == 0.0
+
+
+@pytest.mark.parametrize("cls", [CombineMatchPolicy, CombineAdaptivePolicy])
+def test_a_combination_of_one_drafter_with_itself_is_refused(cls):
+    with pytest.raises(ValueError, match="ngram and eagle both name drafter 'g'"):
+        cls(ngram="g", eagle="g")

@@ -108,3 +108,26 @@ def test_the_kv_check_uses_the_stated_k():
         simulate(traces, workload(traces, 2), policy=pol, kv_tokens=16 * (need // 16), max_num_seqs=1)
     assert np.isfinite(simulate(traces, workload(traces, 2), policy=pol, kv_tokens=16 * (need // 16 + 1),
                                 max_num_seqs=1).requests.finish_time).all()
+
+
+class _Twice(Policy):
+    """A plug-in policy that names one drafter twice."""
+
+    name = "twice"
+
+    def choose(self, view):
+        return Choice("d", 3)
+
+    def drafters_used(self):
+        return ("d", "d")
+
+    def max_draft_tokens(self):
+        return 3
+
+
+def test_a_policy_naming_a_drafter_twice_is_refused_before_any_step():
+    from tests.simulator.engine.engine_fixtures import iid_traces, simulate, workload
+
+    traces = iid_traces(3, seed=1)
+    with pytest.raises(ValueError, match=r"policy 'twice' names drafter 'd' more than once in drafters_used\(\)"):
+        simulate(traces, workload(traces, 3), policy=_Twice())

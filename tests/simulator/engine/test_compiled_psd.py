@@ -20,7 +20,7 @@ from tests.simulator.engine.test_compiled_run import (COSTS, PlugInThompson, Rec
 
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
-       k=st.integers(1, 6), cost=st.sampled_from(sorted(COSTS)),
+       k=st.integers(0, 6), cost=st.sampled_from(sorted(COSTS)),
        rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
        budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
        req_rate=st.floats(5.0, 500.0), m=st.integers(1, 8), block_size=st.sampled_from([1, 4, 16]),
@@ -39,15 +39,17 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
     `pressure`: KV for fewer than both sub-batches' largest requests, so the run may preempt: the newest running
     requests back to the waiting queue's front, their proposals and sides dropped; `sampled`: sampled verification,
     each verified draft kept with probability 1 - tv by the server's generator; `switch`: a drafter switching cost,
-    which one drafter never pays; `policy`: the fixed one, or one the kernel asks in Python at each step: adaptive-k
-    (k per request from its estimates and the pipelined step-time estimates) and the bandits (UCB over one drafter,
-    and UCB, Thompson, EXP3, epsilon-greedy, sliding-window UCB and MetaSD-UCB with its BD reward over every drafter
-    of the traces: their rules in the PSD kernel, the drawing ones drawing from the policy's generator in the step
-    path's order), or one asked in Python: the fixed policy with choose_batch replaced on the instance, a plug-in
-    Thompson over one drafter or every one)."""
+    which one drafter never pays; `policy`: the fixed one (at k = 0 too), or one the kernel asks in Python at each
+    step: adaptive-k (k per request from its estimates and the pipelined step-time estimates) and the bandits (UCB
+    over one drafter, and UCB, Thompson, EXP3, epsilon-greedy, sliding-window UCB and MetaSD-UCB with its BD reward
+    over every drafter of the traces: their rules in the PSD kernel, the drawing ones drawing from the policy's
+    generator in the step path's order), or one asked in Python: the fixed policy with choose_batch replaced on the
+    instance, a plug-in Thompson over one drafter or every one)."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     if sampled:
         traces = with_tv(traces, seed)
+    if policy != "fixed":
+        k = max(k, 1)  # k = 0: the fixed policy only, a PSD server that drafts nothing (no drafter slot)
     kw = dict(traces=traces, wl=wl, mode="psd", k=k, drafter="g" if ngram and seed % 2 else "d", drafters=drafters,
               cost=COSTS[cost], kv_tokens=tight_kv(wl, k, block_size, 2 * m, slack, 0, pressure), max_num_seqs=m,
               block_size=block_size, step_overhead_s=overhead, max_num_batched_tokens=budget,
@@ -242,15 +244,6 @@ def test_psd_metasd_ucb_learns_from_its_bd_reward_as_the_step_path_does():
     res, _ = _both_paths(kw)[0]
     draft = res.steps[res.steps.phase == "draft"]
     assert draft.drafters.str.count("g").sum() > 2 * draft.drafters.str.count("d").sum()
-
-
-def _psd_fallbacks():
-    traces = traces_with(6, 1, 0.6, True)
-    wl = workload(traces, 12, rate=100.0)
-    base = dict(traces=traces, wl=wl, mode="psd", psd=PSDConfig(), drafters=("d", "g"))
-    return {
-        "fixed at k 0": ({**base, "policy": FixedPolicy("d", 0)}, "PSD with the fixed policy at k = 0"),
-    }
 
 
 @pytest.mark.parametrize("rules", ["mixed", "separate", "vllm-v1"])

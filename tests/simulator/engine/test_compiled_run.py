@@ -38,13 +38,15 @@ from traces.catalog import get_gpu, get_model
 
 
 def build(traces, wl, *, mode="sd", k=3, drafter="d", drafters=("d",), cost=None, policy=None, kv_tokens=10**6,
-          psd=None, switch_cost_s=0.0, target=None, kinds=None, proposer=None, **server):
-    """`proposer`: an `engine_step` cost (vLLM V1's proposer) for `drafter`, the others keeping `cost`."""
+          psd=None, switch_cost_s=0.0, target=None, kinds=None, proposer=None, proposer_for=None, **server):
+    """`proposer`: an `engine_step` cost (vLLM V1's proposer) for `drafter` (or each drafter of `proposer_for`), the
+    others keeping `cost`."""
     if policy is None and mode != "ar":
         policy = FixedPolicy(drafter, k)
     costs = {d: cost or COSTS["fraction"] for d in drafters}
     if proposer is not None:
-        costs[drafter] = proposer
+        for d in proposer_for or (drafter,):
+            costs[d] = proposer
     server.setdefault("max_num_seqs", 8)
     sc = scenario(mode, policy, target=target or linear(1e-7, 2e-5, 5e-3), costs=costs, kv_tokens=kv_tokens,
                   psd=psd, switch_cost_s=switch_cost_s, **server)
@@ -228,7 +230,7 @@ def test_compiled_path_equals_the_step_path_bit_for_bit(mode, seed, n, rate, ngr
               prefill="separate" if rules == "separate" else "mixed", **scheduler_of(rules, async_sched),
               kinds={"d": kind, "g": "ngram"}, verification="sampled" if sampled else "greedy")
     kw = with_profiles(kw, roof, cost)
-    if proposer and k > 0:  # at k = 0 the fixed policy drafts with nobody: the step path charges the proposer
+    if proposer:  # at k = 0 the fixed policy drafts with nobody: no proposer runs
         kw["proposer"] = DraftCost("engine_step", profile=kw["cost"].profile or linear(1e-8, 5e-6, 2e-4))
     fast = run_path(True, segment=segment, **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
@@ -283,7 +285,7 @@ BANDITS = ("ucb", "metasd-ucb", "discounted-ucb", "sliding-window-ucb", "epsilon
        scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
        k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans(),
        sampled=st.booleans(), switch=st.sampled_from([0.0, 0.0, 7e-4]), pressure=st.sampled_from([0, 0, 1, 3]),
-       proposer=st.booleans(), python=st.sampled_from([False, False, True]))
+       proposer=st.sampled_from(["", "d", "all"]), python=st.sampled_from([False, False, True]))
 def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
         policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
         overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
@@ -295,9 +297,9 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     over the same random configs: every rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
     each bandit's choice and update and its generator's draws in batch order, feedback order, per-group draft cost)
     is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter;
-    `pressure` KV makes the run preempt (the learning state of a preempted request carries on); `proposer`: 'd' is
-    priced as vLLM V1's proposer, once per engine step and in every step estimate (where the policy drafts with it);
-    `python`: the same policy asked in Python each step (POL_GIVEN), its step estimates the kernel's."""
+    `pressure` KV makes the run preempt (the learning state of a preempted request carries on); `proposer`: 'd' (or
+    every drafter) is priced as vLLM V1's proposer, once per engine step and in every step estimate where the policy
+    drafts with it (a two-drafter policy runs two proposers); `python`: the same policy asked in Python each step (POL_GIVEN), its step estimates the kernel's."""
     ngram = ngram or policy.startswith("combine")  # they draft with the n-gram 'g'; combine-match reads its lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     if policy == "combine-adaptive" and seed % 3 == 0:  # 'g' keeps its acceptance but loses its match lengths
@@ -323,8 +325,9 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
               **scheduler_of(rules, async_sched), kinds={"d": "eagle" if eagle else "ngram", "g": "ngram"},
               verification="sampled" if sampled else "greedy", switch_cost_s=switch)
     kw = with_profiles(kw, roof, cost)
-    if proposer and uses_d:
+    if proposer:
         kw["proposer"] = DraftCost("engine_step", profile=kw["cost"].profile or linear(1e-8, 5e-6, 2e-4))
+        kw["proposer_for"] = drafters if proposer == "all" else ("d",)
     assert_policy_paths_agree(spec, segment, kw, python)
 
 
@@ -538,13 +541,12 @@ def _fallback_cases(python: bool = False):
             "greedy oracle subclass": {**gbase, "policy": HONEST(subclass=True)},
             "adaptive-k repeated ids": {**base, "wl": twins, "policy": ADAPTIVE()},
             "psd adaptive-k": {**base, "mode": "psd", "psd": PSDConfig(), "policy": ADAPTIVE()},
+            "plug-in naming no drafter": {**base, "policy": NoDrafter()},
+            "psd plug-in naming no drafter": {**base, "mode": "psd", "psd": PSDConfig(), "policy": NoDrafter()},
             "psd fixed policy method replaced": {**base, "mode": "psd", "psd": PSDConfig(),
                                                  "policy": asked_in_python(FixedPolicy("d", 3))},
         }
     return {
-        "plug-in naming no drafter": ({**base, "policy": NoDrafter()}, "names no drafter"),
-        "combine-match one drafter twice": ({**gbase, "policy": make_policy(
-            {"name": "combine-match", "ngram": "g", "eagle": "g"}, seed=0)}, "twice"),
         "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
             "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
         "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
@@ -553,8 +555,6 @@ def _fallback_cases(python: bool = False):
             "settle only past"),
         "draft profile kind": ({**base, "cost": DraftCost("whole_proposal", profile=Scaled("s", {"const": 1e-3}))},
                                "draft cost profile kind"),
-        "two engine_step proposers": ({**gbase, "policy": FixedPolicy("d", 3), "cost": DraftCost(
-            "engine_step", profile=linear())}, "engine_step draft costs (d, g"),
     }
 
 
@@ -901,13 +901,12 @@ def without_match_lengths(traces, drafter: str):
     return traces
 
 
-def test_combine_match_without_ngram_lengths_takes_the_step_path_which_names_the_problem():
+def test_combine_match_without_ngram_lengths_is_refused_before_any_step():
     traces2 = without_match_lengths(traces_with(6, 1, 0.6, True), "g")
-    sim = build(traces=traces2, wl=workload(traces2, 12, rate=100.0), drafters=("d", "g"),
-                policy=make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0))
-    assert sim.server.compiled is None and "n-gram match lengths" in sim.server.engine_path_reason
-    with pytest.raises(ValueError, match="needs the n-gram match length"):
-        sim.simulate()
+    with pytest.raises(ValueError, match=r"'combine-match' needs the n-gram match length \(proposal_len of drafter"
+                                         r"\(s\) \['g'\]\)"):
+        build(traces=traces2, wl=workload(traces2, 12, rate=100.0), drafters=("d", "g"),
+              policy=make_policy({"name": "combine-match", "ngram": "g", "eagle": "d"}, seed=0))
 
 
 def test_adaptive_k_estimates_are_left_in_the_policy_as_the_step_path_leaves_them():

@@ -16,7 +16,7 @@ from simulator.engine.kernel_records import (PSD_STATE, RUN_STATE, SETTINGS, PSD
                                              settings_record, typed)
 
 INTS = ("policy", "k", "nslot", "k_max", "max_seqs", "budget", "block_size", "total_blocks", "min_match", "k_ngram",
-        "k_eagle", "ngram_slot", "proposer_slot", "arms", "bandit", "decode_budget", "lookahead")
+        "k_eagle", "ngram_slot", "proposers", "arms", "bandit", "decode_budget", "lookahead")
 BOOLS = ("sd", "chunked", "separate", "closed", "shared", "has_cap", "async_sched", "routed", "sampled", "bd", "tree")
 FLOATS = ("overhead", "switch_cost", "oracle_switch", "think", "prior", "prior_eagle", "prior_weight", "decay", "beta",
           "discount", "epsilon", "exp3_gamma", "gap")

@@ -91,17 +91,16 @@ def test_psd_sync_interval_is_in_the_steps_table():
     assert np.allclose(starts.to_numpy()[1:] >= ends.to_numpy()[:-1] - 1e-12, True)
 
 
-@pytest.mark.parametrize("where,build", [
-    ("target profile", lambda: dict(target=LinearProfile("nan-target", {"const": math.nan},
-                                                         provenance=Provenance("test")))),
-    ("drafter 'd' (draft|prefill) cost", lambda: dict(draft=DraftCost("autoregressive", profile=LinearProfile(
-        "nan-draft", {"const": math.nan}, provenance=Provenance("test"))))),
-    ("target profile", lambda: dict(target=LinearProfile("neg", {"const": -0.01}, provenance=Provenance("test")))),
-])
-def test_non_finite_or_negative_step_duration_is_an_error_naming_its_source(where, build):
-    traces = iid_traces(3, seed=25)
-    with pytest.raises(ValueError, match=where):
-        simulate(traces, workload(traces, 3), mode="sd", **build())
+@pytest.mark.parametrize("value", [math.nan, -0.01, math.inf])
+def test_a_profile_with_a_non_finite_or_negative_coefficient_is_refused_when_made(value):
+    """Step-time coefficients are seconds per unit (every fit is non-negative): a profile that could price a step
+    below zero or at NaN is refused before any run, naming the profile and the coefficient."""
+    from simulator.costs.step_model import StructuredProfile
+
+    with pytest.raises(ValueError, match=r"profile 'p': coefficient 'const' is .*; expected a finite number"):
+        LinearProfile("p", {"const": value, "num_seqs": 1e-4}, provenance=Provenance("test"))
+    with pytest.raises(ValueError, match=r"structured profile 'p': coefficient 'const' is"):
+        StructuredProfile("p", {"const": value})
 
 
 def test_nan_overhead_and_draft_fraction_are_refused():

@@ -92,6 +92,30 @@ def test_engine_step_drafter_is_charged_once_per_step_including_prefill_steps():
     assert (target.phase == "prefill").any()
 
 
+def test_only_the_proposers_of_the_policys_drafters_run_each_step():
+    """Drafters 'd' and 'g' both priced as vLLM V1's proposer (the same per-step profile): a server drafting with 'd'
+    alone deploys only its proposer (each step pays one), a bandit over both runs both every step (each step pays two,
+    named after the drafter its requests drafted with, then the other)."""
+    from policies.registry import make_policy
+    from simulator.costs.draft_cost import DraftCost
+    from simulator.costs.latency import LinearProfile, Provenance
+
+    per_step = LinearProfile("p", {"const": 0.004, "batched_tokens": 1e-5}, provenance=Provenance("test"))
+    traces = iid_traces(6, seed=5, prompt=(20, 40), out=(5, 15), drafters=("d", "g"))
+    for policy, proposers in ((None, 1), (make_policy({"name": "ucb", "drafters": ["d", "g"], "k": 3}, seed=0), 2)):
+        res = simulate(traces, workload(traces, 6, rate=5.0), mode="sd", k=3, chunked=True, scheduler="vllm-v1",
+                       drafters=("d", "g"), policy=policy, draft=DraftCost("engine_step", per_step))
+        s = res.steps
+        target = s[(s.device == "target") & (s.phase != "draft")]
+        drafts = s[s.phase == "draft"]
+        assert len(drafts) == len(target)
+        expected = proposers * (0.004 + 1e-5 * target.batched_tokens.to_numpy())
+        assert np.allclose((drafts.end - drafts.start).to_numpy(), expected)
+        names = drafts.drafters.str.split("+")
+        assert (names.str.len() == proposers).all() and set(names.explode()) == {"d", "g"}.intersection(
+            {"d"} if proposers == 1 else {"d", "g"})
+
+
 def test_engine_step_drafter_is_refused_for_psd():
     from simulator.costs.draft_cost import DraftCost
     from simulator.server_config import PSDConfig
