@@ -101,7 +101,13 @@ class ClosedLoopArrivals:
 
 
 class PushedArrivals:
-    """Requests handed to the server at run time (`push`), e.g. by a router sharing the Environment."""
+    """Requests handed to the server at run time (`push`), e.g. by a router sharing the Environment.
+
+    Nothing tells when the next push comes, so a compiled server (simulator/engine/compiled_replica.py) takes one step
+    per kernel call (`quiet_until`) and reads its pushes between steps, as the step path does."""
+
+    routed = True  # pushed at run time: the compiled replica's path (compiled_run.for_server)
+    submits_on_finish = False  # a finish submits nothing here
 
     def __init__(self, env: simpy.Environment):
         self.env = env
@@ -127,6 +133,10 @@ class PushedArrivals:
 
     def next_time(self) -> float | None:
         return None
+
+    def quiet_until(self, now: float) -> float:
+        """A push may come at any time: a kernel call takes the one step starting `now`."""
+        return now
 
     def on_finish(self, i: int, t: float) -> None:
         pass

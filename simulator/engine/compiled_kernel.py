@@ -666,7 +666,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 if n_dec > 0:
                     _step_times(times, 0, k_max, n_dec, kv_est, separate, lim, plan, waitq, total_blocks - used, n_run,
                                 run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
-                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order, proposers)
+                                target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order,
+                                proposers)
                 for j in range(n_dec):
                     e = 0 if shared else dec[j]
                     top = k_max

@@ -7,7 +7,9 @@ runs the steps that start before the next routing (`loop`), then shows the step 
 is in flight (KV after its plan, its finishes not yet) and, at its end, its first tokens, finishes, freed KV and the
 closed-loop submissions (`on_finish`, in the step path's order). The kernel works on the replica's own requests,
 numbered in routing order (routing order is arrival order, so the kernel's FIFO pointers hold); `settle` writes them
-back into the server's state and tables, as `CompiledRun._write` does for a single server.
+back into the server's state and tables, as `CompiledRun._write` does for a single server. A server fed by a bare
+`PushedArrivals` (simulator/engine/arrivals.py) runs here too, one step per call: nothing tells when its next push
+comes.
 """
 from __future__ import annotations
 

@@ -71,7 +71,6 @@ def segment_rows() -> int:
     return max(SEGMENT_ROWS, pker.STEP_ROWS)
 MAX_SLOTS = 8  # drafters a compiled policy may use: the kernel's drafter records come padded to this many (one
 # numba type for every run, so the kernel compiles once)
-MAX_K = 127  # the kernel's (proposed, accepted) tables are int8
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
 # the bandits the kernel runs (POL_BANDIT), by their rule (Settings.bandit)
 BANDITS = {UCBPolicy: B_UCB, MetaSDUCBPolicy: B_UCB, DiscountedUCBPolicy: B_UCB, SlidingWindowUCBPolicy: B_SLIDING,
@@ -90,9 +89,10 @@ def ineligible_reason(server) -> str | None:
     """Why `server` must take the step path, or None when the compiled path reproduces it exactly."""
     if not COMPILED:
         return "compiled path switched off (compiled_run.COMPILED)"
-    routed = getattr(server.arrivals, "routed", False)  # a cluster replica (simulator/cluster/simulation.py)
+    routed = getattr(server.arrivals, "routed", False)  # pushed at run time: a cluster's router, PushedArrivals
     if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
-        return "arrivals pushed at run time by something other than a cluster's router"
+        return (f"an arrival source the engine does not know ({type(server.arrivals).__name__}: not open or closed "
+                "loop, nor pushed with `routed`)")
     why = profile_reason(server.pricing.target, "target")
     if why is not None:
         return why
@@ -158,12 +158,7 @@ def _policy_reason(server, policy) -> str | None:
         return None
     if len(used) > MAX_SLOTS:
         return f"policy {policy.name!r} uses {len(used)} drafters (the kernel takes up to {MAX_SLOTS})"
-    if policy.max_draft_tokens() > MAX_K:
-        return f"k up to {policy.max_draft_tokens()} (the kernel's draft tables hold k <= {MAX_K})"
-    table = server.table
     for name in used:
-        if name not in table.acc_len:
-            return f"no acceptance trace for drafter {name!r}"
         p = server.pricing.draft_costs[name].profile
         if p is not None:
             why = profile_reason(p, "draft cost")
@@ -390,8 +385,9 @@ class CompiledRun:
                 v["has_cap"], cap = True, lens
             ks = [policy.k_ngram if d == policy.ngram else policy.k_eagle for d in self.slots]
         # the replay rule (traces/acceptance.py) once over the table for each (slot, k) the policy can ask for:
-        # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (eligibility bounds
-        # k), from inputs clipped where the rule cannot tell (match lengths at k, acceptance lengths at k + 1)
+        # tab[row, 0 / 1, f] = proposed / accepted at flat position f, rowof[g, k] its row; int8 (k <= 64,
+        # traces.limits.MAX_DRAFT_TOKENS, checked by Drafting.stated_max_k), from inputs clipped where the rule
+        # cannot tell (match lengths at k, acceptance lengths at k + 1)
         asks = [range(1, k + 1) if v["policy"] in (ker.POL_ADAPTIVE, ker.POL_TABLE, ker.POL_BATCH,
                                                    ker.POL_GREEDY_ORACLE, ker.POL_PLAN, ker.POL_GIVEN)
                 or name == getattr(policy, "ngram", None) else [k]

@@ -74,8 +74,8 @@ class Server:
                                proposers=self._proposers(scenario.draft_costs, table.drafters))
         if self.mode == "psd" and self.pricing.proposers:
             raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer: drafters "
-                             f"{list(self.pricing.proposers)}) price sequential SD steps; PSD drafts on its own device: "
-                             "use whole_proposal or autoregressive")
+                             f"{list(self.pricing.proposers)}) price sequential SD steps; PSD drafts on its own "
+                             "device: use whole_proposal or autoregressive")
         drafters = self._drafters_used()
         self.sched.check_fits(0 if self.mode == "ar" else self.drafting.stated_max_k(), cfg.max_model_len)
         if self.mode == "psd":
@@ -183,6 +183,9 @@ class Server:
                 raise ValueError(f"run {self.scenario.name!r}: policy {name!r} uses drafter {d!r}, which the traces "
                                  f"do not have (have {list(self.table.drafters)})")
             self.pricing.cost_of(d)  # a clear error when the experiment's 'drafters:' gives it no cost
+            if d not in self.table.acc_len:
+                raise ValueError(f"run {self.scenario.name!r}: policy {name!r} drafts with {d!r}, but the inputs carry "
+                                 "no acceptance for it (made with with_acceptance=False, as for AR runs only)")
         return tuple(used)
 
     def requests_table(self) -> pd.DataFrame:

@@ -299,7 +299,8 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter;
     `pressure` KV makes the run preempt (the learning state of a preempted request carries on); `proposer`: 'd' (or
     every drafter) is priced as vLLM V1's proposer, once per engine step and in every step estimate where the policy
-    drafts with it (a two-drafter policy runs two proposers); `python`: the same policy asked in Python each step (POL_GIVEN), its step estimates the kernel's."""
+    drafts with it (a two-drafter policy runs two proposers); `python`: the same policy asked in Python each step
+    (POL_GIVEN), its step estimates the kernel's."""
     ngram = ngram or policy.startswith("combine")  # they draft with the n-gram 'g'; combine-match reads its lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     if policy == "combine-adaptive" and seed % 3 == 0:  # 'g' keeps its acceptance but loses its match lengths
@@ -774,19 +775,50 @@ def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
     assert "uses 2 drafters (the kernel takes up to 1)" in res.extras["engine_path_reason"]
 
 
-def test_arrivals_pushed_by_other_than_a_router_and_a_forced_step_path_fall_back(monkeypatch):
-    """A server fed by a bare PushedArrivals (not a cluster's router: compiled_replica.py) and a path switched off
-    take the step path and say why."""
+def test_a_forced_step_path_says_why(monkeypatch):
     traces = traces_with(4, 2, 0.5, False)
-    wl = workload(traces, 8)
-    sim = build(traces=traces, wl=wl)
-    assert sim.server.compiled is not None
-    env = simpy.Environment()
-    srv = Server(env, sim.server.scenario, inputs(traces, wl), arrivals=PushedArrivals(env))
-    assert srv.compiled is None and "pushed" in srv.engine_path_reason
     monkeypatch.setattr(compiled_run, "COMPILED", False)
-    res = build(traces=traces, wl=wl).simulate()
+    res = build(traces=traces, wl=workload(traces, 8)).simulate()
     assert res.extras["engine_path"] == "steps" and "switched off" in res.extras["engine_path_reason"]
+
+
+@pytest.mark.parametrize("mode", ["ar", "sd", "psd"])
+def test_servers_fed_by_pushed_arrivals_are_compiled_and_equal_the_step_path(mode):
+    """Two servers in one Environment take requests a process pushes at run time (PushedArrivals: not a cluster's
+    router, so nothing tells when the next one comes; some pushed at one instant, some while a step runs): each
+    compiled server takes one step per kernel call (compiled_replica.py), and its tables are the step path's bit for
+    bit."""
+    traces = traces_with(8, 3, 0.6, False)
+    n = 20
+    gaps = np.random.default_rng(4).exponential(0.004, n) * (np.arange(n) % 3 > 0)
+
+    def run(compiled: bool):
+        compiled_run.COMPILED = compiled
+        try:
+            env = simpy.Environment()
+            servers = []
+            for _ in range(2):
+                wl = workload(traces, n, rate=None)
+                sc = build(traces=traces, wl=wl, mode=mode, psd=PSDConfig() if mode == "psd" else None,
+                           max_num_seqs=4).server.scenario
+                servers.append(Server(env, sc, inputs(traces, wl), arrivals=PushedArrivals(env)))
+
+            def pusher():
+                for i in range(n):
+                    for srv in servers:
+                        srv.arrivals.push(i)
+                    yield env.timeout(gaps[i])
+
+            env.process(pusher())
+            env.run()
+            assert all((srv.compiled is not None) == compiled for srv in servers), servers[0].engine_path_reason
+            return [srv.result() for srv in servers]
+        finally:
+            compiled_run.COMPILED = True
+
+    for fast, slow in zip(run(True), run(False)):
+        assert_same(fast, slow)
+        assert np.isfinite(fast.requests.finish_time).all()
 
 
 def test_the_path_depends_on_the_config_alone_not_on_what_ran_before():
