@@ -322,3 +322,19 @@ def test_psd_slots_are_recycled_and_sides_stay_within_one():
     assert (both.num_seqs_v <= m + 1).all()
     assert (both.num_seqs_d <= m + 1).all()
     assert np.median(both.num_seqs_d) == m
+
+
+def test_an_sd_run_over_inputs_made_without_acceptance_is_refused_when_the_server_is_made():
+    """Inputs made for AR runs only (with_acceptance=False) carry no acceptance: a server that drafts with 'd' over
+    them is refused before any step, naming the run, the policy and the drafter."""
+    from simulator.engine.acceptance_table import AcceptanceTable
+    from simulator.engine.simulation import ServerSimulation
+    from simulator.scenario import SimInputs
+
+    traces = iid_traces(3, seed=2)
+    wl = workload(traces, 3)
+    bare = SimInputs(wl, AcceptanceTable.from_traces(traces, ["d"], with_acceptance=False), traces)
+    sc = scenario("sd", FixedPolicy("d", 3), costs={"d": DraftCost("constant", seconds=0.0)})
+    with pytest.raises(ValueError, match=r"policy 'fixed' drafts with 'd', but the inputs carry no acceptance"):
+        ServerSimulation(sc, bare)
+    assert ServerSimulation(scenario("ar", None), bare).simulate().requests.finish_time.notna().all()
