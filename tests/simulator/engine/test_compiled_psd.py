@@ -199,6 +199,25 @@ def _both_paths(kw: dict) -> list:
     return ends
 
 
+@pytest.mark.parametrize("split_min", [0, 3])
+def test_psd_at_k_0_drafts_nothing_decodes_a_token_per_step_and_equals_the_step_path(split_min):
+    """PSD under the fixed policy at k = 0 names no drafter: nothing is proposed or drafted, no step row names a
+    drafter, each decoding request emits one token per step it takes part in (its side's turn, or every step of a
+    fallback step: `split_min` 3 makes small batches plain SD), so a request decodes in output_len - 1 steps, and the
+    compiled path equals the step path."""
+    traces = traces_with(12, 4, 0.6, False)
+    kw = dict(traces=traces, wl=workload(traces, 24, rate=150.0), mode="psd", k=0, max_num_seqs=6,
+              psd=PSDConfig(split_min_batch=split_min))
+    res, _ = _both_paths(kw)[0]
+    s = res.steps
+    assert (s.proposed_tokens == 0).all() and (s.drafters == "").all() and not (s.device == "drafter").any()
+    verify = s[(s.device == "target") & (s.phase == "verify")]
+    assert len(verify) > 0 and (verify.emitted_tokens == verify.num_seqs).all()
+    rq = res.requests
+    assert (rq.proposed_tokens == 0).all() and (rq.decode_steps == rq.output_len - 1).all()
+    assert res.extras["psd_fallback_steps"] > 0  # steps with one side empty (or, split_min 3, a small batch)
+
+
 @pytest.mark.parametrize("verification", ["greedy", "sampled"])
 def test_a_psd_bandit_over_two_drafters_pays_each_switch_names_its_drafters_and_equals_the_step_path(verification):
     """UCB over two drafters under PSD (drafter order g, d: not alphabetical): each side's drafting is priced per

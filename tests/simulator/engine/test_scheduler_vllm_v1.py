@@ -116,6 +116,52 @@ def test_only_the_proposers_of_the_policys_drafters_run_each_step():
             {"d"} if proposers == 1 else {"d", "g"})
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_step_estimate_adds_every_proposer_of_the_policys_drafters(compiled):
+    """One request decoding alone (no prompt waiting): a policy's step estimate for (d, 2) is the target's step of one
+    sequence and 3 tokens, 0.01 + 3 x 0.001 s, plus the proposers of both its drafters, 2 ms ('d') and 0.5 ms ('g'):
+    15.5 ms; a third `engine_step` drafter it never drafts with ('h', 7 ms) is not deployed and adds nothing. On
+    both paths (the compiled one asks the policy in Python with the kernel's estimates)."""
+    from policies.base import Choice, Policy
+    from simulator.costs.draft_cost import DraftCost
+    from simulator.costs.latency import LinearProfile, Provenance
+    from simulator.engine import compiled_run
+    from simulator.engine.simulation import ServerSimulation
+    from tests.simulator.engine.engine_fixtures import inputs, scenario
+
+    class Estimates(Policy):
+        name = "estimates"
+
+        def __init__(self):
+            self.seen = []
+
+        def drafters_used(self):
+            return ("d", "g")
+
+        def max_draft_tokens(self):
+            return 2
+
+        def choose(self, view):
+            self.seen.append(view.step_time_estimate("d", 2))
+            return Choice("d", 2)
+
+    def proposer(seconds):
+        return DraftCost("engine_step", LinearProfile("p", {"const": seconds}, provenance=Provenance("test")))
+
+    traces = iid_traces(1, seed=3, prompt=(10, 11), out=(12, 13), drafters=("d", "g", "h"))
+    pol = Estimates()
+    target = LinearProfile("t", {"const": 0.01, "batched_tokens": 0.001}, provenance=Provenance("test"))
+    sc = scenario("sd", pol, target=target, costs={"d": proposer(0.002), "g": proposer(0.0005), "h": proposer(0.007)},
+                  scheduler="vllm-v1", step_overhead_s=0.0)
+    compiled_run.COMPILED = compiled
+    try:
+        res = ServerSimulation(sc, inputs(traces, workload(traces, 1, rate=None), ("d", "g", "h"))).simulate()
+    finally:
+        compiled_run.COMPILED = True
+    assert res.extras["engine_path"] == ("compiled" if compiled else "steps")
+    assert len(pol.seen) > 2 and pol.seen == pytest.approx([0.0155] * len(pol.seen), rel=1e-12)
+
+
 def test_engine_step_drafter_is_refused_for_psd():
     from simulator.costs.draft_cost import DraftCost
     from simulator.server_config import PSDConfig
