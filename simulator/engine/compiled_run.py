@@ -45,7 +45,7 @@ from policies.exp3 import EXP3Policy, EXP3State
 from policies.k_by_batch import KByBatchPolicy
 from policies.thompson import BetaState, ThompsonPolicy
 from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy, UCBState
-from simulator.engine.arrivals import ClosedLoopArrivals, OpenLoopArrivals
+from simulator.engine.arrivals import ClosedLoopArrivals
 from simulator.costs.latency import LinearProfile, TableProfile
 from simulator.engine.pricing import checked
 from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, PSD_STATE,
@@ -89,10 +89,6 @@ def ineligible_reason(server) -> str | None:
     """Why `server` must take the step path, or None when the compiled path reproduces it exactly."""
     if not COMPILED:
         return "compiled path switched off (compiled_run.COMPILED)"
-    routed = getattr(server.arrivals, "routed", False)  # pushed at run time: a cluster's router, PushedArrivals
-    if type(server.arrivals) not in (OpenLoopArrivals, ClosedLoopArrivals) and not routed:
-        return (f"an arrival source the engine does not know ({type(server.arrivals).__name__}: not open or closed "
-                "loop, nor pushed with `routed`)")
     why = profile_reason(server.pricing.target, "target")
     if why is not None:
         return why

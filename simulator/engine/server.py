@@ -85,6 +85,10 @@ class Server:
                                        drafters if self.mode == "sd" else ())
         self.outcome = StepOutcome(self)
         if arrivals is not None:
+            if not getattr(arrivals, "routed", False):
+                raise TypeError(f"run {scenario.name!r}: arrivals={type(arrivals).__name__}: expected a PushedArrivals "
+                                "(requests pushed at run time; simulator/engine/arrivals.py) or a cluster's "
+                                "ReplicaArrivals")
             arrivals.attach(st.arrival)
         self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
         # None: the step path (reason in engine_path_reason)

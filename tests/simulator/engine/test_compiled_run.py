@@ -1250,3 +1250,15 @@ def test_vllm_v1_lookahead_slots_and_async_scheduling_are_equal():
     forward, period = end[:-1] - start[:-1], start[1:] - start[:-1]
     assert (forward < gap).any() and (forward > gap).any()  # both sides of the max occur
     assert np.allclose(period, np.maximum(forward, gap), rtol=0, atol=1e-12)
+
+
+def test_a_server_refuses_an_arrival_source_it_cannot_be_pushed_by():
+    class Mine:
+        def attach(self, arrival):
+            pass
+
+    traces = traces_with(4, 2, 0.5, False)
+    wl = workload(traces, 8)
+    env = simpy.Environment()
+    with pytest.raises(TypeError, match="arrivals=Mine: expected a PushedArrivals"):
+        Server(env, build(traces=traces, wl=wl).server.scenario, inputs(traces, wl), arrivals=Mine())
