@@ -163,13 +163,10 @@ POL_GIVEN = 9  # a policy in Python (a plug-in): the kernel pauses (CHOOSE) for 
 # decodes waits for the policy's choices; HEAR, the last step's outcome (RUN_STATE `pending`) is still to be told,
 # and the step about to be planned would overwrite it (no decodes to choose for, or a separate prefill plan)
 CHOOSE, HEAR = 5, 6
-# the step table's drafters column (StepRows.drafters): a bit per slot that drafted (slots in ascending drafter index,
-# joined by "+"); DRF_PASS: every drafter of the policy in drafters_used order (the draft_prefill row of a decode step),
-# above every mask of compiled_run.MAX_SLOTS (8) slots; bit DRF_PROPOSER + g: slot g's vLLM V1 proposer ran
-# (Settings.proposers) though no request drafted with it, named after the slots that did (Pricing's order: draft
-# groups, then proposers)
-DRF_PASS = 1 << 8
-DRF_PROPOSER = 9
+# the step table's drafters column (StepRows.drafters), over a run's nslot slots: a bit per slot that drafted (slots
+# in ascending drafter index, joined by "+"); bit nslot (drf_pass): every drafter of the policy in drafters_used
+# order (the draft_prefill row of a decode step); bit nslot + 1 + g: slot g's vLLM V1 proposer ran (Settings.proposers)
+# though no request drafted with it, named after the slots that did (Pricing's order: draft groups, then proposers)
 
 
 @njit(cache=True)
@@ -878,7 +875,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         if t_g > 0:
                             t_es += t_g
                             if not drf >> g & 1:
-                                drf |= 1 << (DRF_PROPOSER + g)
+                                drf |= 1 << (nslot + 1 + g)
                 draft_t += t_es
             dpt = 0.0  # Pricing.drafter_prefill_time
             if nslot > 0 and n_pre > 0:
@@ -934,7 +931,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             r += 1
             if dpt > 0:
                 _row(rows, r, step_no, P_DRAFT_PREFILL, end, start + duration, n_pre, pre_tokens,
-                     pre_tokens, kv, used, 0, 0, 0, DRF_PASS)
+                     pre_tokens, kv, used, 0, 0, 0, 1 << nslot)
                 r += 1
         if n_done > 0:
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin,

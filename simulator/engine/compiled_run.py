@@ -303,7 +303,7 @@ class CompiledRun:
         self.slot_of_drafter = np.full(len(table.drafters) + 1, MAX_SLOTS, dtype=np.int64)
         self.slot_of_drafter[self.drafter_idx], self.slot_of_drafter[NO_DRAFT] = np.arange(len(self.slots)), -1
         self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
-        self._names = None  # the drafters column's strings by code (_drafter_names)
+        self._names: dict[int, str] = {}  # the drafters column's strings by code (_drafter_names)
         G = len(self.slots)
         cfg = server.scenario.server
         # the kernel's Settings (kernel_records.py), every field named; typed() fixes their types
@@ -891,33 +891,23 @@ class CompiledRun:
             if len(rows.step):
                 outcome.steps.append_columns(self._columns(rows))
 
-    def _drafter_names(self) -> np.ndarray:
-        """The drafters column's strings by compiled_kernel's code: a bit per slot that drafted; DRF_PASS the prompt
-        pass's drafters; bit DRF_PROPOSER + g slot g's proposer, after them (made once per run)."""
-        import simulator.engine.compiled_kernel as ker
-
-        if self._names is None:
-            G, mask = len(self.slots), self.settings.proposers
-            names = [""] * ((1 << ker.DRF_PROPOSER) << (G if mask else 0))
-            for code in range(1 << G):
-                names[code] = "+".join(d for g, d in enumerate(self.slots) if code >> g & 1)
-                ran = mask & ~code  # proposers that ran without a request drafting with them
-                sub = ran
-                while sub:  # each subset of them
-                    names[code | sub << ker.DRF_PROPOSER] = "+".join(
-                        [names[code]] * bool(code) + [d for g, d in enumerate(self.slots) if sub >> g & 1])
-                    sub = (sub - 1) & ran
-            names[ker.DRF_PASS] = self.pass_names
-            self._names = np.array(names, dtype=object)
-        return self._names
+    def _drafter_names(self, codes: np.ndarray) -> np.ndarray:
+        """The drafters column's strings of compiled_kernel's codes over the run's G slots: a bit per slot that
+        drafted; bit G the prompt pass's drafters; bit G + 1 + g slot g's proposer, named after them. Each code's
+        string is made once per run; the column gathers them."""
+        G = len(self.slots)
+        found, at = np.unique(codes, return_inverse=True)
+        for code in found.tolist():
+            if code not in self._names:
+                drafted = [d for g, d in enumerate(self.slots) if code >> g & 1]
+                ran = [d for g, d in enumerate(self.slots) if code >> (G + 1 + g) & 1]
+                self._names[code] = self.pass_names if code == 1 << G else "+".join(drafted + ran)
+        return np.array([self._names[c] for c in found.tolist()], dtype=object)[at]
 
     def _columns(self, rows: StepRows) -> dict[str, np.ndarray]:
         """Step-table columns (records.STEP_COLUMNS) of the kernel's rows."""
         S = len(rows.step)
         phases = np.array(PHASES, dtype=object)
-        # compiled_kernel's drafters codes: a bit per slot that drafted; DRF_PASS the prompt pass's drafters;
-        # DRF_PROPOSER the proposer after them
-        names = self._drafter_names()
         # strings by a gather from a few objects (np.full fills object arrays one Python object at a time)
         dev = rows.device.astype(np.intp) if self.psd else np.zeros(S, dtype=np.intp)  # PSD's rows only
         sub = rows.sub_batch if self.psd else np.full(S, -1, dtype=np.int64)
@@ -926,4 +916,5 @@ class CompiledRun:
                 "prefill_tokens": rows.prefill_tokens, "batched_tokens": rows.batched_tokens,
                 "kv_tokens": rows.kv_tokens, "kv_blocks_used": rows.kv_blocks_used,
                 "proposed_tokens": rows.proposed_tokens, "accepted_tokens": rows.accepted_tokens,
-                "emitted_tokens": rows.emitted_tokens, "sub_batch": sub, "drafters": names[rows.drafters]}
+                "emitted_tokens": rows.emitted_tokens, "sub_batch": sub,
+                "drafters": self._drafter_names(rows.drafters)}

@@ -33,7 +33,7 @@ from simulator.costs.step_model import ROOFLINE_TERMS, StructuredProfile
 from simulator.engine.server import Server
 from tests.simulator.engine.engine_fixtures import (COSTS, PSDConfig, assert_same_run_tables, inputs, linear, scenario,
                                                  tables_jit_on_and_off, tight_kv, traces_with, workload)
-from traces.bundle import DrafterTrace
+from traces.bundle import DrafterTrace, RequestTrace
 from traces.catalog import get_gpu, get_model
 
 
@@ -773,6 +773,29 @@ def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
                 policy=make_policy({"name": "ucb", "drafters": ["d", "g"], "k": 3}, seed=0)).simulate()
     assert res.extras["engine_path"] == "steps"
     assert "uses 2 drafters (the kernel takes up to 1)" in res.extras["engine_path_reason"]
+
+
+@pytest.mark.parametrize("proposers", [False, True])
+def test_a_bandit_over_as_many_drafters_as_the_kernel_has_slots_equals_the_step_path(proposers):
+    """UCB and Thompson over MAX_SLOTS (8) drafters, their drafters column naming up to all of them, a switching cost,
+    and (`proposers`) every drafter priced as vLLM V1's proposer, each run every step: the tables are the step path's
+    bit for bit."""
+    rng = np.random.default_rng(9)
+    names = [f"x{j:02d}" for j in range(compiled_run.MAX_SLOTS)][::-1]  # drafter order not alphabetical
+    traces = []
+    for t in range(10):
+        o = int(rng.integers(5, 40))
+        traces.append(RequestTrace(f"t{t}", int(rng.integers(5, 60)), o, {
+            d: DrafterTrace(rng.geometric(1 - 0.05 * (j % 15), o).astype(np.int32)) for j, d in enumerate(names)}))
+    wl = workload(traces, 30, rate=300.0)
+    for spec in ({"name": "ucb", "drafters": names, "k": 2}, {"name": "thompson", "drafters": names[::-1], "k": 3}):
+        kw = dict(traces=traces, wl=wl, drafters=tuple(names), switch_cost_s=2e-4)
+        if proposers:
+            kw.update(proposer=DraftCost("engine_step", profile=linear(1e-8, 5e-6, 2e-5)), proposer_for=tuple(names))
+        fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
+        assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+        assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
+        assert fast.steps.drafters.str.count(r"\+").max() >= (compiled_run.MAX_SLOTS - 1 if proposers else 2)
 
 
 def test_a_forced_step_path_says_why(monkeypatch):
