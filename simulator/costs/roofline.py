@@ -57,6 +57,19 @@ class RooflineTerms(NamedTuple):
     floor_s: float
     overlap_op: bool  # `overlap: op`
     host_s: float
+    weight_bytes: float = 0.0  # weights one step reads in all, every expert included (tied embeddings once)
+    expert_weight_bytes: float = 0.0  # an MoE's routed experts' weights, all layers
+    expert_share: float = 0.0  # an MoE's experts per token / experts: the share one token's routing touches
+    moe: bool = False
+
+
+def weight_bytes_read(terms, batched_tokens):
+    """Weight bytes one step of `batched_tokens` tokens reads in all: every weight of a dense model; of an MoE the
+    rest and, of its experts, the share 1 - (1 - p)^n that n independently routed tokens touch (at least one)."""
+    if not terms.moe:
+        return terms.weight_bytes
+    touched = 1.0 - (1.0 - terms.expert_share) ** float(max(batched_tokens, 1))  # float: libm's pow, compiled too
+    return terms.weight_bytes - terms.expert_weight_bytes + terms.expert_weight_bytes * touched
 
 
 def attention_pairs(num_seqs, batched_tokens, kv_tokens):
@@ -164,17 +177,15 @@ class RooflineProfile:
             allreduce_share=2.0 * (self.tp - 1) / self.tp, hidden_size=float(m.hidden_size),
             dtype_bytes=float(m.dtype_bytes), link_bytes_s=float(self.gpu.link_one_way_bytes_s),
             allreduce_latency_s=float(self.allreduce_latency_s), allreduces=float(2 * m.num_layers),
-            floor_s=float(self.floor_s), overlap_op=self.overlap == "op", host_s=float(self.host_s))
+            floor_s=float(self.floor_s), overlap_op=self.overlap == "op", host_s=float(self.host_s),
+            weight_bytes=float(m.read_weight_bytes - (0 if m.tie_word_embeddings
+                                                      else m.embedding_params * m.weight_dtype_bytes)),
+            expert_weight_bytes=float(m.expert_params * m.weight_dtype_bytes) if m.is_moe else 0.0,
+            expert_share=m.experts_per_token / m.num_experts if m.is_moe else 0.0, moe=bool(m.is_moe))
 
     def weight_bytes_read(self, batched_tokens: int) -> float:
         """Weight bytes one step reads in all (MoE: only the experts its tokens are routed to)."""
-        m = self.model
-        dense = m.read_weight_bytes - (0 if m.tie_word_embeddings else m.embedding_params * m.weight_dtype_bytes)
-        if not m.is_moe:
-            return dense
-        experts = m.expert_params * m.weight_dtype_bytes
-        touched = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** max(batched_tokens, 1)
-        return dense - experts + experts * touched
+        return weight_bytes_read(self.terms, batched_tokens)
 
     attention_pairs = staticmethod(attention_pairs)
 

@@ -15,9 +15,10 @@ mirrors; tests/simulator/engine/test_compiled_run.py guards them.
 
 Imported when a server is built (its scheduler and step outcome call the compiled rules) or an eligible run starts,
 so commands that never simulate do not import numba. Step prices are the step path's own rules, compiled:
-latency.linear_step_time and table_step_time, roofline.roofline_step_time, step_model.structured_time (a target step
-priced by its whole shape, rules/pricing.target_time) and simulator/engine/rules/pricing.py (draft and prompt-pass
-costs, a step's sum, the step estimate), over the profile and drafter records compiled_run builds
+latency.linear_step_time and table_step_time, roofline.roofline_step_time and weight_bytes_read (an MoE's expert
+reads: libm's pow, as Python's), step_model.structured_time (a target step priced by its whole shape,
+rules/pricing.target_time) and simulator/engine/rules/pricing.py (draft and prompt-pass costs, a step's sum, the
+step estimate), over the profile and drafter records compiled_run builds
 (rules.pricing.ProfileTerms, DraftTerms). Every other float is formed with the step path's operations in its order
 (simulator/engine/step_sd.py, pricing.py; SimPy's `now + delay`), so the tables agree bit for bit. Accepted drafts
 per trace position come precomputed from traces/acceptance.py (the replay rule is not restated here); the
@@ -195,7 +196,8 @@ def _row(rows, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit
 # profile objects)
 for _rule in (linear_step_time, table_step_time, roofline.attention_pairs, roofline.roofline_compute_s,
               roofline.roofline_memory_s, roofline.roofline_per_op_s, roofline.roofline_allreduce_s,
-              roofline.roofline_step_time, step_model.shape_features, step_model.structured_time,
+              roofline.roofline_step_time, roofline.weight_bytes_read, step_model.shape_features,
+              step_model.structured_time,
               step_model.uniform_batch, step_model.structured_batch_time,
               pricing.draft_time, pricing.drafters_prefill_time):
     register_jitable(_rule)
@@ -537,8 +539,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     `state`, Requests, PolicyState, StepBuffers and Scratch (working arrays for max_seqs sequences and k_max at least).
 
     Drafter slots g = 0..nslot-1 (ascending drafter index): draft cost `drafts[g]` (rules.pricing.DraftTerms), latency
-    profile `dprofiles[g]` (the target's: `target`; rules.pricing.ProfileTerms; both tuples padded to MAX_SLOTS),
-    prompt passes in the policy's order `pf_order`;
+    profile `dprofiles[g]` (the target's: `target`; rules.pricing.ProfileTerms; both tuples padded to a multiple of
+    compiled_run.SLOT_PAD), prompt passes in the policy's order `pf_order`;
     `tab[rowof[g, k], 0 / 1, f]` the proposed / accepted drafts when slot g is asked for k at flat trace position f
     (traces/acceptance.py); `cap[f]` the n-gram match length the policy reads."""
     arrival, client_of, prompt, out, first, last = wl.arrival, wl.client_of, wl.prompt, wl.out, wl.first, wl.last
@@ -823,7 +825,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     peak = used
                 add_blocks(dec, n_dec, newb, blocks)
             if tree:  # Drafting.accept: each kept tree (its leading nodes) against its rank row
-                accept_tree(replay.tree_parent, replay.tree_rank, replay.tree_ranks, flat, prop, n_dec, acc)
+                accept_tree(replay.tree_parent, replay.tree_rank, replay.tree_ranks, slot, flat, prop, n_dec, acc)
             if sampled:  # Drafting.accept: each slot's kept drafts checked against the generator's draws
                 for g in range(nslot):
                     sample_group(g, slot, prop, acc, dec, n_dec, gen, first, last, replay.tv[g], replay.rng)

@@ -69,8 +69,15 @@ def segment_rows() -> int:
     import simulator.engine.compiled_psd_kernel as pker
 
     return max(SEGMENT_ROWS, pker.STEP_ROWS)
-MAX_SLOTS = 8  # drafters a compiled policy may use: the kernel's drafter records come padded to this many (one
-# numba type for every run, so the kernel compiles once)
+MAX_SLOTS = 31  # drafters a compiled policy may use: the step table's drafter codes (bits 0..2 x slots) fit an int64
+SLOT_PAD = 8  # the kernel's drafter records come padded to a multiple of this many slots (one numba type, so one
+# kernel build, for every run of up to 8 drafters; another per further 8)
+UNUSED_SLOT = MAX_SLOTS + 1  # the slot of a drafter the policy does not use: no group has it
+
+
+def padded_slots(slots: int) -> int:
+    """The length of the kernel's drafter records for a run of `slots` drafters (SLOT_PAD)."""
+    return -(-max(slots, 1) // SLOT_PAD) * SLOT_PAD
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
 # the bandits the kernel runs (POL_BANDIT), by their rule (Settings.bandit)
 BANDITS = {UCBPolicy: B_UCB, MetaSDUCBPolicy: B_UCB, DiscountedUCBPolicy: B_UCB, SlidingWindowUCBPolicy: B_SLIDING,
@@ -146,9 +153,6 @@ def python_chooses(server, policy) -> bool:
 
 def _policy_reason(server, policy) -> str | None:
     """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
-    if python_chooses(server, policy):
-        if server.drafting.tree is not None and len(policy.drafters_used()) > 1:
-            return f"policy {policy.name!r} drafts a tree with {len(policy.drafters_used())} drafters: step path"
     used = policy.drafters_used()
     if not used:
         return None
@@ -165,14 +169,9 @@ def _policy_reason(server, policy) -> str | None:
 
 def profile_reason(profile, what: str) -> str | None:
     """Why the kernel cannot price `profile` (the target's or a drafter's), or None: LinearProfile or
-    StructuredProfile (their coefficients finite and >= 0 when made), TableProfile (its linear fit), or
-    RooflineProfile whose MoE weight reads settle (roofline_weights)."""
-    if type(profile) in (LinearProfile, StructuredProfile):
-        return None
-    if type(profile) is RooflineProfile:
-        if roofline_weights(profile) is None:
-            return (f"{what} profile {profile.name!r}: MoE weight reads that settle only past "
-                    f"{MAX_WEIGHT_ROWS:,} batched tokens")
+    StructuredProfile (their coefficients finite and >= 0 when made), RooflineProfile, or TableProfile (its linear
+    fit)."""
+    if type(profile) in (LinearProfile, StructuredProfile, RooflineProfile):
         return None
     if type(profile) is TableProfile:
         return profile_reason(profile.fallback, f"{what} table's linear fit")
@@ -180,54 +179,23 @@ def profile_reason(profile, what: str) -> str | None:
             "LinearProfile, RooflineProfile, StructuredProfile and TableProfile only)")
 
 
-# an MoE roofline's weight reads per batched-token count are tabulated up to where they settle (below)
-MAX_WEIGHT_ROWS = 1 << 16
-_SETTLED = 2.0 ** -56  # (1 - p) ** n below this: 1.0 - it is 1.0, and stays so for every larger n (see below)
-
-
-def roofline_weights(profile: RooflineProfile) -> np.ndarray | None:
-    """RooflineProfile.weight_bytes_read(n) / tp by the profile's own code for n = 0..N, where from N on it is the
-    same for every n (the kernel reads row min(n, N)); None where N would pass MAX_WEIGHT_ROWS.
-
-    Dense: one value. MoE: touched = 1 - (1 - p) ** n is exactly 1.0 once (1 - p) ** n < 2^-54; from the first N
-    where Python's power is below 2^-56, every larger n's true power is too small for a power within one ulp (libm's)
-    to reach 2^-54, so touched is 1.0 and the weight read the same for all n >= N. This avoids restating `**`."""
-    m = profile.model
-    if not m.is_moe:
-        return np.array([profile.weight_bytes_read(1) / profile.tp])
-    x = 1.0 - m.experts_per_token / m.num_experts
-    n = 1
-    if x > 0.0:
-        n = max(1, int(math.log(_SETTLED) / math.log(x)))
-        if n >= MAX_WEIGHT_ROWS:
-            return None
-        while n > 1 and x ** (n - 1) < _SETTLED:
-            n -= 1
-        while x ** n >= _SETTLED and n <= MAX_WEIGHT_ROWS:
-            n += 1
-    if n >= MAX_WEIGHT_ROWS:
-        return None
-    return np.array([profile.weight_bytes_read(j) / profile.tp for j in range(n + 1)])
-
-
 _NO_ROOFLINE = RooflineTerms(*(0.0,) * 13, False, 0.0)
-NO_PROFILE = ProfileTerms(PROFILE_LINEAR, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE, np.zeros(1))  # a drafter without one
+NO_PROFILE = ProfileTerms(PROFILE_LINEAR, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE)  # a drafter without one
 NO_DRAFTER = DraftTerms(DRAFT_NONE, 0.0, 0.0, False)  # a padding slot
 
 
 def profile_terms(profile) -> ProfileTerms:
     """The kernel's record of an eligible profile (profile_reason None), from the profile's public terms: a
-    LinearProfile's (a, b, s, d), a RooflineProfile's RooflineTerms and weight reads (roofline_weights), a
-    StructuredProfile's coefficient vector and form, or a TableProfile's triangulation and linear fit."""
+    LinearProfile's (a, b, s, d), a RooflineProfile's RooflineTerms, a StructuredProfile's coefficient vector and
+    form, or a TableProfile's triangulation and linear fit."""
     if type(profile) is LinearProfile:
-        return ProfileTerms(PROFILE_LINEAR, tuple(float(t) for t in profile.terms), _NO_ROOFLINE, np.zeros(1))
+        return ProfileTerms(PROFILE_LINEAR, tuple(float(t) for t in profile.terms), _NO_ROOFLINE)
     if type(profile) is StructuredProfile:
-        return ProfileTerms(PROFILE_STRUCTURED, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE, np.zeros(1), profile.vector,
+        return ProfileTerms(PROFILE_STRUCTURED, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE, profile.vector,
                             profile.form == "roofline")
     if type(profile) is TableProfile:
-        return ProfileTerms(PROFILE_TABLE, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE, np.zeros(1), profile.data[None, :])
-    return ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), profile.terms,
-                        np.ascontiguousarray(roofline_weights(profile), dtype=np.float64))
+        return ProfileTerms(PROFILE_TABLE, (0.0, 0.0, 0.0, 0.0), _NO_ROOFLINE, profile.data[None, :])
+    return ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), profile.terms)
 
 
 def bandit_arrays(state) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -299,8 +267,8 @@ class CompiledRun:
         # drafter slots in ascending drafter index (Pricing.draft_time's group order); prompt passes in `used` order
         self.slots = sorted(used, key=table.drafters.index)
         self.drafter_idx = [table.drafters.index(d) for d in self.slots]
-        # a drafter index (or NO_DRAFT, the last entry) -> its slot, -1, or MAX_SLOTS for one the policy does not use
-        self.slot_of_drafter = np.full(len(table.drafters) + 1, MAX_SLOTS, dtype=np.int64)
+        # a drafter index (or NO_DRAFT, the last entry) -> its slot, -1, or UNUSED_SLOT for one the policy does not use
+        self.slot_of_drafter = np.full(len(table.drafters) + 1, UNUSED_SLOT, dtype=np.int64)
         self.slot_of_drafter[self.drafter_idx], self.slot_of_drafter[NO_DRAFT] = np.arange(len(self.slots)), -1
         self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
         self._names: dict[int, str] = {}  # the drafters column's strings by code (_drafter_names)
@@ -395,7 +363,8 @@ class CompiledRun:
         tab = np.empty((max(1, rows + empty), 2, max(n_flat, 1) if G or self.psd else 1), dtype=np.int8)
         if empty:
             tab[rows], rowof[:, 0] = 0, rows
-        drafts, dprofiles = [NO_DRAFTER] * MAX_SLOTS, [NO_PROFILE] * MAX_SLOTS  # slot g's cost and profile
+        pad = padded_slots(G)
+        drafts, dprofiles = [NO_DRAFTER] * pad, [NO_PROFILE] * pad  # slot g's cost and profile
         row = 0
         for g, name in enumerate(self.slots):
             cost = server.pricing.draft_costs[name]
@@ -427,10 +396,11 @@ class CompiledRun:
             tv = np.stack([np.asarray(table.tv[name], dtype=np.float32) for name in self.slots])
         tree = server.drafting.tree
         if tree is None:
-            shape = (np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, 1), np.int8), np.zeros(1, np.int64))
-        else:  # the fixed policy's tree: one drafter, slot 0 (Drafting refuses any other)
+            shape = (np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, 1, 1), np.int8), np.zeros(1, np.int64))
+        else:  # each slot's rank rows, as deep as the tree (rules/tree.accept_tree reads no deeper)
             shape = (np.asarray(tree.parent, np.int32), np.asarray(tree.rank, np.int32),
-                     table.tree_rank[self.slots[0]], np.asarray(server.pricing.tree_passes, np.int64))
+                     np.stack([table.tree_rank[d][:, :tree.depth] for d in self.slots]),
+                     np.asarray(server.pricing.tree_passes, np.int64))
         self.replay = Replay(tab=tab, rowof=rowof, cap=np.asarray(cap, dtype=np.int32), choice_slot=choice_slot,
                              choice_k=choice_k, tv=tv, rng=server.drafting.rng, policy_rng=self.policy_rng, batch_k=batch_k,
                              slot_k=slot_k,
@@ -729,8 +699,8 @@ class CompiledRun:
         d_idx, k, _, _ = srv.drafting.choose(ask if number is None else number[ask], float(scalars["now"]), estimate,
                                              req.gen[ask])
         slot = self.slot_of_drafter[d_idx]
-        if (slot == MAX_SLOTS).any():
-            d = srv.table.drafters[int(d_idx[slot == MAX_SLOTS][0])]
+        if (slot == UNUSED_SLOT).any():
+            d = srv.table.drafters[int(d_idx[slot == UNUSED_SLOT][0])]
             raise ValueError(f"policy {policy.name!r} chose drafter {d!r}, which its drafters_used() "
                              f"{list(policy.drafters_used())} does not name")
         pol.chosen[ask], pol.chosen_k[ask] = slot, k
@@ -769,7 +739,7 @@ class CompiledRun:
 
     def last_slots(self, last_drafter: np.ndarray) -> np.ndarray:
         """Each request's last drafter (RequestState.last_drafter, a drafter index or NO_DRAFT) as the kernel's slot:
-        -1 before any draft; MAX_SLOTS, a slot no group has, for a drafter the policy does not use."""
+        -1 before any draft; UNUSED_SLOT, a slot no group has, for a drafter the policy does not use."""
         return self.slot_of_drafter[last_drafter]
 
     def _write_last_drafter(self, last_slot: np.ndarray, theirs: np.ndarray) -> None:

@@ -171,8 +171,8 @@ class Drafting:
                 if flat is None:
                     flat = self.flat_index(idx, pos)
                 got = np.empty(len(prop), dtype=np.int64)
-                self._accept_tree(self.tree.parent, self.tree.rank, self.table.tree_rank[d], masked(flat, mask),
-                                  prop, len(prop), got)
+                self._accept_tree(self.tree.parent, self.tree.rank, self.table.tree_rank[d][None],
+                                  np.zeros(len(prop), dtype=np.int64), masked(flat, mask), prop, len(prop), got)
             else:
                 if flat is None:
                     flat = self.flat_index(idx, pos)

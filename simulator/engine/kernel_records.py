@@ -54,7 +54,7 @@ class Replay(NamedTuple):
     tv: np.ndarray  # float32 (slots, flat positions): TV per position (sampled verification, the BD reward)
     tree_parent: np.ndarray  # int32 (nodes): a static draft tree's parent per node (traces/tree.TreeShape)
     tree_rank: np.ndarray  # int32 (nodes): its rank among its parent's children
-    tree_ranks: np.ndarray  # int8 or int16 (flat positions, depth): slot 0's rank rows (AcceptanceTable.tree_rank)
+    tree_ranks: np.ndarray  # int8 or int16 (slots, flat positions, tree depth): rank rows (AcceptanceTable.tree_rank)
     tree_passes: np.ndarray  # int64 (depth): nodes with children per depth (TreeShape.draft_pass_tokens)
     batch_k: np.ndarray  # int64 (max_num_seqs + 1): k-by-batch's k at each count of decoding requests
     slot_k: np.ndarray  # int64 (slots, flat positions): the greedy oracle's oracle k of each slot (POL_PLAN: reach)
@@ -64,7 +64,8 @@ class Replay(NamedTuple):
 
 class Costs(NamedTuple):
     """The step prices' records: the target's profile (rules.pricing.ProfileTerms), each drafter slot's draft cost
-    (DraftTerms) and profile, padded to compiled_run.MAX_SLOTS, and the prompt passes in the policy's order."""
+    (DraftTerms) and profile, padded to a multiple of compiled_run.SLOT_PAD, and the prompt passes in the policy's
+    order."""
     target: ProfileTerms
     drafts: tuple[DraftTerms, ...]
     dprofiles: tuple[ProfileTerms, ...]

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from simulator.costs.latency import linear_step_time, table_step_time
-from simulator.costs.roofline import RooflineTerms, roofline_step_time
+from simulator.costs.roofline import RooflineTerms, roofline_step_time, weight_bytes_read
 from simulator.costs.step_model import ROOFLINE_TERMS, shape_features, structured_batch_time, structured_time
 
 # draft cost kinds (draft_cost.DRAFT_COST_KINDS) as the rules read them
@@ -37,15 +37,13 @@ class DraftTerms(NamedTuple):
 
 class ProfileTerms(NamedTuple):
     """A linear, roofline, structured or table latency profile as numbers (the compiled engine's profile record):
-    the linear terms (a, b, s, d), the roofline terms and its weight bytes per GPU by batched tokens (the last entry
-    for every larger count), the structured step model's coefficients (ROOFLINE_TERMS order) and its form; a
-    table's TableProfile.data as the one row of `structured` (holds_rows: a field of its own, or a branch the
-    compiled price keeps for every kind, slows every step)."""
+    the linear terms (a, b, s, d), the roofline terms, the structured step model's coefficients (ROOFLINE_TERMS
+    order) and its form; a table's TableProfile.data as the one row of `structured` (holds_rows: a field of its
+    own, or a branch the compiled price keeps for every kind, slows every step)."""
 
     kind: int
     linear: tuple[float, float, float, float]
     roofline: RooflineTerms
-    weights: np.ndarray
     structured: np.ndarray = NO_STRUCTURED
     structured_roofline: bool = False
 
@@ -63,7 +61,7 @@ class ProfileTerms(NamedTuple):
 
 def terms_step_time(profile, num_seqs, batched_tokens, kv_tokens):
     """A ProfileTerms record's step time: the linear rule, the table rule, the structured model's reading of a
-    plain batch, or the roofline rule at its weight read for this step."""
+    plain batch, or the roofline rule at its weight read per GPU for this step (RooflineProfile.step_time's)."""
     if profile.kind == PROFILE_LINEAR:
         a, b, s, d = profile.linear
         return linear_step_time(a, b, s, d, num_seqs, batched_tokens, kv_tokens)
@@ -72,7 +70,7 @@ def terms_step_time(profile, num_seqs, batched_tokens, kv_tokens):
     if profile.kind == PROFILE_STRUCTURED:
         return structured_batch_time(record_row(profile.structured), profile.structured_roofline, num_seqs,
                                      batched_tokens, kv_tokens)
-    w = profile.weights[min(batched_tokens, len(profile.weights) - 1)]
+    w = weight_bytes_read(profile.roofline, batched_tokens) / profile.roofline.tp
     return roofline_step_time(profile.roofline, w, num_seqs, batched_tokens, kv_tokens)
 
 

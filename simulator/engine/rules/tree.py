@@ -10,14 +10,14 @@ from simulator.engine.rules.pricing import DRAFT_AUTOREGRESSIVE, draft_time, pro
 from traces.tree import tree_accepted
 
 
-def accept_tree(parent, rank, ranks, flat, proposed, n, out):
+def accept_tree(parent, rank, ranks, slot, flat, proposed, n, out):
     """Accepted drafts of n sequences: sequence j verifies the tree's first proposed[j] nodes (nodes in depth
-    order, so any leading part is itself a tree: vLLM V1's decode budget may cut it) against its rank row
-    ranks[flat[j]], into out[j]. Returns their sum."""
+    order, so any leading part is itself a tree: vLLM V1's decode budget may cut it) against its drafter's rank
+    row ranks[slot[j], flat[j]] (ranks: drafter slots x flat positions x depth), into out[j]. Returns their sum."""
     total = 0
     for j in range(n):
         m = proposed[j]
-        a = tree_accepted(parent[:m], rank[:m], ranks[flat[j]]) if m > 0 else 0
+        a = tree_accepted(parent[:m], rank[:m], ranks[slot[j], flat[j]]) if m > 0 else 0
         out[j] = a
         total += a
     return total

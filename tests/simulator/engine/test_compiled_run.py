@@ -402,15 +402,28 @@ def test_oracles_equal_the_step_path_bit_for_bit(policy, plan, k_max, seed, n, r
 def test_the_kernels_roofline_is_the_profiles_step_time_bit_for_bit(model, gpu, tp, mfu, bw, floor_s, latency,
                                                                     num_seqs, batched_tokens, kv_tokens, overlap,
                                                                     host_s):
-    """compiled_kernel._price on a roofline record (compiled_run.profile_terms: its tabulated weight reads) against
-    RooflineProfile.step_time, over batch shapes well past the property runs' (MoE weight reads past where they
-    settle, large KV, every TP)."""
+    """compiled_kernel._price on a roofline record (compiled_run.profile_terms) against RooflineProfile.step_time,
+    over batch shapes well past the property runs' (MoE weight reads past where every expert is touched, large KV,
+    every TP)."""
     import simulator.engine.compiled_kernel as ker
 
     prof = dataclasses.replace(roofline(model, gpu, tp, mfu, bw, floor_s, overlap, host_s), allreduce_latency_s=latency)
     got = ker._price(compiled_run.profile_terms(prof), num_seqs, batched_tokens, kv_tokens)
     want = prof.step_time(num_seqs, batched_tokens, kv_tokens)
     assert np.float64(got).tobytes() == np.float64(want).tobytes(), (got, want)
+
+
+def test_an_moe_whose_experts_are_rarely_all_touched_runs_compiled():
+    """An MoE routing 8 of 200,000 experts (its weight reads still growing past 200,000 batched tokens) is priced by
+    the kernel's weight-read rule: the run is compiled, its tables the step path's."""
+    traces = traces_with(6, 1, 0.6, False)
+    prof = RooflineProfile(dataclasses.replace(get_model("qwen3-235b-a22b"), num_experts=200_000),
+                           get_gpu("h100-80gb"), tp=8)
+    assert prof.weight_bytes_read(10**5) < prof.weight_bytes_read(2 * 10**5) < prof.terms.weight_bytes
+    kw = dict(traces=traces, wl=workload(traces, 12, rate=100.0), target=prof)
+    fast = run_path(True, **kw)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert_same(fast, run_path(False, **kw))
 
 
 @settings(max_examples=150, deadline=None)
@@ -551,9 +564,6 @@ def _fallback_cases(python: bool = False):
         "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
             "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
         "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
-        "moe roofline that settles late": ({**base, "target": RooflineProfile(
-            dataclasses.replace(get_model("qwen3-235b-a22b"), num_experts=200_000), get_gpu("h100-80gb"))},
-            "settle only past"),
         "draft profile kind": ({**base, "cost": DraftCost("whole_proposal", profile=Scaled("s", {"const": 1e-3}))},
                                "draft cost profile kind"),
     }
@@ -765,7 +775,7 @@ def test_min_time_stopped_midway_leaves_the_step_paths_plans():
 
 
 def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
-    """The kernel takes its drafters' records padded to compiled_run.MAX_SLOTS (one numba type for every run): a
+    """The drafters column codes each slot's draft and proposer as a bit of an int64 (compiled_run.MAX_SLOTS): a
     policy using more drafters takes the step path and says why."""
     gtraces = traces_with(6, 1, 0.6, True)
     monkeypatch.setattr(compiled_run, "MAX_SLOTS", 1)
@@ -775,13 +785,14 @@ def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
     assert "uses 2 drafters (the kernel takes up to 1)" in res.extras["engine_path_reason"]
 
 
-@pytest.mark.parametrize("proposers", [False, True])
-def test_a_bandit_over_as_many_drafters_as_the_kernel_has_slots_equals_the_step_path(proposers):
-    """UCB and Thompson over MAX_SLOTS (8) drafters, their drafters column naming up to all of them, a switching cost,
-    and (`proposers`) every drafter priced as vLLM V1's proposer, each run every step: the tables are the step path's
-    bit for bit."""
+@pytest.mark.parametrize("slots, proposers", [(8, False), (8, True), (11, True)])
+def test_a_bandit_over_many_drafters_equals_the_step_path(slots, proposers):
+    """UCB and Thompson over 8 drafters (the kernel's records padded to SLOT_PAD: one kernel build) and over 11 (two
+    pads), their drafters column naming up to all of them, a switching cost, and (`proposers`) every drafter priced
+    as vLLM V1's proposer, each run every step: the tables are the step path's bit for bit."""
+    assert compiled_run.padded_slots(slots) == (8 if slots <= 8 else 16)
     rng = np.random.default_rng(9)
-    names = [f"x{j:02d}" for j in range(compiled_run.MAX_SLOTS)][::-1]  # drafter order not alphabetical
+    names = [f"x{j:02d}" for j in range(slots)][::-1]  # drafter order not alphabetical
     traces = []
     for t in range(10):
         o = int(rng.integers(5, 40))
@@ -795,7 +806,7 @@ def test_a_bandit_over_as_many_drafters_as_the_kernel_has_slots_equals_the_step_
         fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
         assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
         assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
-        assert fast.steps.drafters.str.count(r"\+").max() >= (compiled_run.MAX_SLOTS - 1 if proposers else 2)
+        assert fast.steps.drafters.str.count(r"\+").max() >= (slots - 1 if proposers else 2)
 
 
 def test_a_forced_step_path_says_why(monkeypatch):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from policies.base import FixedPolicy
+from policies.base import Choice, FixedPolicy, Policy
 from policies.registry import make_policy
 from simulator.engine.acceptance_table import AcceptanceTable
 from simulator.engine.simulation import ServerSimulation
@@ -20,25 +20,29 @@ from traces.tree import tree_from_paths
 FIVE = [[0], [1], [0, 0], [0, 1], [1, 0]]
 
 
-def tree_traces(n: int, seed: int, depth: int, top_k: int, rate: float = 0.6, out=(3, 60)) -> list[RequestTrace]:
+def tree_traces(n: int, seed: int, depth: int, top_k: int, rate: float = 0.6, out=(3, 60),
+                more: dict[str, float] | None = None) -> list[RequestTrace]:
     """Requests whose tree_rank rows are chain consistent with acc_len (leading zeros = min(acc_len - 1, depth)),
-    the other ranks random in [0, top_k], every rank past the output's end top_k (the bundle's tail rule)."""
+    the other ranks random in [0, top_k], every rank past the output's end top_k (the bundle's tail rule): drafter
+    "d" at acceptance `rate`, and each drafter of `more` at its own."""
     rng = np.random.default_rng(seed)
     traces = []
     for t in range(n):
         o = int(rng.integers(*out))
         left = o - np.arange(o)  # tokens from p to the output's end
-        acc = 1 + np.minimum(rng.geometric(1 - rate, o) - 1, left - 1)
-        ranks = rng.integers(0, top_k + 1, (o, depth))
-        for p in range(o):
-            z = min(int(acc[p]) - 1, depth)
-            ranks[p, :z] = 0
-            if z < depth:
-                ranks[p, z] = rng.integers(1, top_k + 1)
-        for j in range(depth):
-            ranks[max(o - j, 0):, j] = top_k
-        traces.append(RequestTrace(f"t{t}", int(rng.integers(1, 80)), o,
-                                   {"d": DrafterTrace(acc.astype(np.int32), tree_rank=ranks.astype(np.int8))}))
+        drafters = {}
+        for name, r in {"d": rate, **(more or {})}.items():
+            acc = 1 + np.minimum(rng.geometric(1 - r, o) - 1, left - 1)
+            ranks = rng.integers(0, top_k + 1, (o, depth))
+            for p in range(o):
+                z = min(int(acc[p]) - 1, depth)
+                ranks[p, :z] = 0
+                if z < depth:
+                    ranks[p, z] = rng.integers(1, top_k + 1)
+            for j in range(depth):
+                ranks[max(o - j, 0):, j] = top_k
+            drafters[name] = DrafterTrace(acc.astype(np.int32), tree_rank=ranks.astype(np.int8))
+        traces.append(RequestTrace(f"t{t}", int(rng.integers(1, 80)), o, drafters))
     return traces
 
 
@@ -139,6 +143,62 @@ def test_the_compiled_tree_step_equals_the_step_paths(paths, seed, cost, v1, seq
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     assert fast.itl.tobytes() == slow.itl.tobytes()
+
+
+class TreeByParity(Policy):
+    """A plug-in policy (asked in Python each step) drafting one static tree with drafter "d" at even output
+    positions and "e" at odd ones, or always with `only`."""
+
+    name = "tree-by-parity"
+    learns = False
+
+    def __init__(self, paths, only=None):
+        self.tree, self.only = tree_from_paths([tuple(p) for p in paths]), only
+
+    def choose(self, view):
+        return Choice(self.only or ("d" if view.position % 2 == 0 else "e"), self.tree.n_nodes)
+
+    def drafters_used(self):
+        return (self.only,) if self.only else ("d", "e")
+
+    def max_draft_tokens(self):
+        return self.tree.n_nodes
+
+
+def run_two(traces, policy, cost="zero", **server):
+    wl = workload(traces, rate=40.0)
+    server = {"max_num_seqs": 6, "max_num_batched_tokens": 4096, "chunked_prefill": False, **server}
+    sc = scenario("sd", policy, costs={"d": COSTS[cost], "e": COSTS[cost]}, **server)
+    table = AcceptanceTable.from_traces(traces, ["d", "e"], tree_top_k={"d": 3, "e": 3})
+    return ServerSimulation(sc, SimInputs(wl, table, traces)).simulate()
+
+
+@pytest.mark.parametrize("cost", sorted(COSTS))
+def test_a_python_policy_drafting_a_tree_with_two_drafters_is_compiled(cost):
+    """A plug-in policy drafting the five-node tree with two drafters runs compiled (each sequence accepted against
+    its own drafter's rank rows), equal to the step path; asked for one drafter only, it equals the fixed policy's
+    tree over that drafter, a different kernel branch (the fixed rule, no Python choice)."""
+    from simulator.engine import compiled_run
+
+    traces = tree_traces(8, 5, depth=3, top_k=3, rate=0.8, more={"e": 0.3})
+    fast = run_two(traces, TreeByParity(FIVE), cost)
+    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
+    assert {"d", "e", "d+e"} <= set(fast.steps.drafters)  # steps drafting with either, or both
+    compiled_run.COMPILED = False
+    try:
+        slow = run_two(traces, TreeByParity(FIVE), cost)
+    finally:
+        compiled_run.COMPILED = True
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    for only in ("d", "e"):
+        plug, fixed = run_two(traces, TreeByParity(FIVE, only), cost), run_two(traces, FixedPolicy(only, tree=FIVE),
+                                                                               cost)
+        pd.testing.assert_frame_equal(plug.requests, fixed.requests, check_exact=True)
+        assert plug.steps.accepted_tokens.sum() == fixed.steps.accepted_tokens.sum()
+    # the high-acceptance drafter's rows accept more per verified tree than the low one's
+    d, e = run_two(traces, TreeByParity(FIVE, "d")).steps, run_two(traces, TreeByParity(FIVE, "e")).steps
+    assert d.accepted_tokens.sum() / d.proposed_tokens.sum() > e.accepted_tokens.sum() / e.proposed_tokens.sum()
 
 
 def test_context_grows_by_the_emitted_tokens_only():

@@ -14,12 +14,14 @@ from simulator.engine.rules.pricing import (DRAFT_AUTOREGRESSIVE, DRAFT_CONSTANT
 
 NO_ROOFLINE = RooflineTerms(*(0.0,) * 13, False, 0.0)
 # 1e-3 x kv + 1e-2 x batched tokens + 0.1 x seqs + 1.0
-LINEAR = ProfileTerms(PROFILE_LINEAR, (1e-3, 1e-2, 0.1, 1.0), NO_ROOFLINE, np.zeros(1))
-# a roofline whose every number is easy by hand: see test_terms_step_time_roofline_reads_weights_by_batched_tokens
+LINEAR = ProfileTerms(PROFILE_LINEAR, (1e-3, 1e-2, 0.1, 1.0), NO_ROOFLINE)
+# a roofline whose every number is easy by hand: see test_terms_step_time_roofline_reads_weights_by_batched_tokens;
+# an MoE of 200 weight bytes, 100 of them experts, each token routed to half of them
 ROOF = RooflineTerms(flops_per_token=2.0, flops_per_pair=4.0, peak_flops=10.0, kv_bytes_per_token=10.0,
-                     bandwidth=50.0, tp=2.0, allreduce_share=1.0, hidden_size=3.0, dtype_bytes=2.0, link_bytes_s=6.0,
-                     allreduce_latency_s=0.5, allreduces=4.0, floor_s=0.0, overlap_op=False, host_s=0.25)
-ROOFLINE = ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), ROOF, np.array([999.0, 60.0, 80.0, 90.0, 100.0]))
+                     bandwidth=25.0, tp=2.0, allreduce_share=1.0, hidden_size=3.0, dtype_bytes=2.0, link_bytes_s=6.0,
+                     allreduce_latency_s=0.5, allreduces=4.0, floor_s=0.0, overlap_op=False, host_s=0.25,
+                     weight_bytes=200.0, expert_weight_bytes=100.0, expert_share=0.5, moe=True)
+ROOFLINE = ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), ROOF)
 
 
 def _rules(which: str):
@@ -99,7 +101,7 @@ def test_autoregressive_is_the_closed_form_sum_of_its_passes(n, k, kv):
 @pytest.mark.parametrize("which", PATHS)
 def test_drafters_prefill_time_sums_each_drafters_own_pass_in_order(which):
     prefill = _rules(which)[1]
-    other = ProfileTerms(PROFILE_LINEAR, (2e-3, 3e-2, 0.2, 0.05), NO_ROOFLINE, np.zeros(1))
+    other = ProfileTerms(PROFILE_LINEAR, (2e-3, 3e-2, 0.2, 0.05), NO_ROOFLINE)
     costs = (DraftTerms(DRAFT_WHOLE, 0.0, 0.0, True), DraftTerms(DRAFT_FRACTION, 0.0, 0.5, False),
              DraftTerms(DRAFT_AUTOREGRESSIVE, 0.0, 0.0, True))
     profiles = (LINEAR, LINEAR, other)
@@ -130,12 +132,36 @@ def test_terms_step_time_linear_by_hand(which):
 def test_terms_step_time_roofline_reads_weights_by_batched_tokens(which):
     price = _rules(which)[3]
     # 2 seqs, 4 tokens, 4 KV: q = c = 2, pairs = 2 (2 x 2 - 2 x 1 / 2) = 6; compute (2 x 4 + 4 x 6) / 10 = 3.2;
-    # weights[4] = 100: memory (100 + 4 x 10) / 50 = 2.8; all-reduce 4 x (24 / 6 + 0.5) = 18; + host 0.25
-    assert price(ROOFLINE, 2, 4, 4) == pytest.approx(3.2 + 18 + 0.25, rel=1e-15)
-    # past the table the last entry holds; 5 tokens over 5 KV for 5 seqs: pairs 5, compute (10 + 20) / 10 = 3,
-    # memory (100 + 50) / 50 = 3; all-reduce 4 x (30 / 6 + 0.5) = 22
-    assert price(ROOFLINE, 5, 5, 5) == pytest.approx(3.0 + 22 + 0.25, rel=1e-15)
+    # 4 tokens touch 1 - 0.5^4 = 15/16 of the experts: 100 + 93.75 bytes, 96.875 per GPU: memory
+    # (96.875 + 4 x 10) / 25 = 5.475; all-reduce 4 x (24 / 6 + 0.5) = 18; + host 0.25
+    assert price(ROOFLINE, 2, 4, 4) == pytest.approx(5.475 + 18 + 0.25, rel=1e-15)
+    # 5 tokens over 5 KV for 5 seqs: pairs 5, compute (10 + 20) / 10 = 3; 31/32 of the experts: 98.4375 per GPU,
+    # memory (98.4375 + 50) / 25 = 5.9375; all-reduce 4 x (30 / 6 + 0.5) = 22
+    assert price(ROOFLINE, 5, 5, 5) == pytest.approx(5.9375 + 22 + 0.25, rel=1e-15)
     assert price(ROOFLINE, 2, 0, 4) == 0.0
+    # a dense model reads every weight: 100 per GPU, memory (100 + 40) / 25 = 5.6
+    dense = ROOFLINE._replace(roofline=ROOF._replace(moe=False))
+    assert price(dense, 2, 4, 4) == pytest.approx(5.6 + 18 + 0.25, rel=1e-15)
+
+
+@pytest.mark.parametrize("model", ["qwen3-235b-a22b", "deepseek-v3", "llama3.1-8b"])
+def test_the_compiled_weight_read_is_the_profiles_bit_for_bit(model):
+    """RooflineProfile.weight_bytes_read (plain) and the kernel's compiled rule give the same float at every batched
+    token count up to where an MoE's experts are all touched, and far past it (libm's pow both ways)."""
+    import simulator.engine.compiled_kernel as ker  # noqa: F401 (compiles the rules)
+    from numba import njit
+
+    from simulator.costs.roofline import RooflineProfile, weight_bytes_read
+    from traces.catalog import get_gpu, get_model
+
+    prof = RooflineProfile(get_model(model), get_gpu("h100-80gb"), tp=8)
+    compiled = njit(weight_bytes_read)
+    ns = [*range(0, 4096), 10**5, 10**7, 2**40]
+    assert [compiled(prof.terms, n) for n in ns] == [prof.weight_bytes_read(n) for n in ns]
+    if prof.terms.moe:  # touched grows to all experts, the read to the model's whole weights
+        reads = np.array([prof.weight_bytes_read(n) for n in ns])
+        assert (np.diff(reads) >= 0).all() and reads[-1] == prof.terms.weight_bytes
+        assert reads[1] < 0.5 * reads[-1]
 
 
 @pytest.mark.parametrize("which", PATHS)
@@ -181,7 +207,7 @@ STRUCTURED_C = np.array([1.0, 0.1, 0.01, 0.001, 0.002, 0.05, 1e-5, 0.3, 0.2, 0.0
 def structured(form: str, flop: float = 0.0) -> ProfileTerms:
     c = STRUCTURED_C.copy()
     c[9] = flop
-    return ProfileTerms(PROFILE_STRUCTURED, (0.0, 0.0, 0.0, 0.0), NO_ROOFLINE, np.zeros(1), c, form == "roofline")
+    return ProfileTerms(PROFILE_STRUCTURED, (0.0, 0.0, 0.0, 0.0), NO_ROOFLINE, c, form == "roofline")
 
 
 @pytest.mark.parametrize("which", PATHS)

@@ -14,7 +14,7 @@ from traces.tree import chain_tree, tree_from_paths, tree_from_widths
 
 FIVE = tree_from_paths([(0,), (1,), (0, 0), (0, 1), (1, 0)])  # nodes: (0,) (1,) (0,0) (0,1) (1,0)
 # 1e-3 x kv + 1e-2 x batched tokens + 0.1 x seqs + 1.0
-LINEAR = ProfileTerms(PROFILE_LINEAR, (1e-3, 1e-2, 0.1, 1.0), RooflineTerms(*(0.0,) * 13, False, 0.0), np.zeros(1))
+LINEAR = ProfileTerms(PROFILE_LINEAR, (1e-3, 1e-2, 0.1, 1.0), RooflineTerms(*(0.0,) * 13, False, 0.0))
 
 
 def _accept(which: str):
@@ -28,19 +28,35 @@ def _accept(which: str):
 @pytest.mark.parametrize("which", ["plain", "compiled"])
 def test_accept_tree_hand_worked_rows_and_cuts(which):
     accept_tree = _accept(which)
-    ranks = np.array([[1, 0, 0], [0, 2, 0], [2, 0, 0], [0, 1, 4]], dtype=np.int8)  # K = 4
+    ranks = np.array([[[1, 0, 0], [0, 2, 0], [2, 0, 0], [0, 1, 4]]], dtype=np.int8)  # one drafter, K = 4
     out = np.empty(4, dtype=np.int64)
+    zero = np.zeros(4, dtype=np.int64)  # every sequence drafts with slot 0
     # whole tree: (1,)->(1,0) = 2; (0,) then no (0,2) = 1; rank 2 at depth 1 = 0; (0,)->(0,1) = 2
-    assert accept_tree(FIVE.parent, FIVE.rank, ranks, np.arange(4), np.full(4, 5), 4, out) == 5
+    assert accept_tree(FIVE.parent, FIVE.rank, ranks, zero, np.arange(4), np.full(4, 5), 4, out) == 5
     assert out.tolist() == [2, 1, 0, 2]
     # the decode budget cut the tree to its first m nodes (depth order): row 0 [1, 0, 0] accepts 0 with m = 1
     # (only (0,)), 1 with m = 2..4 ((1,) but not yet (1, 0)), 2 with m = 5
     for m, want in ((0, 0), (1, 0), (2, 1), (4, 1), (5, 2)):
-        assert accept_tree(FIVE.parent, FIVE.rank, ranks, np.zeros(1, dtype=np.int64), np.array([m]), 1, out) == want
+        assert accept_tree(FIVE.parent, FIVE.rank, ranks, zero, np.zeros(1, dtype=np.int64), np.array([m]), 1,
+                           out) == want
         assert out[0] == want
     # flat picks the row: sequence 0 reads row 3, sequence 1 row 1
-    accept_tree(FIVE.parent, FIVE.rank, ranks, np.array([3, 1]), np.array([4, 5]), 2, out)
+    accept_tree(FIVE.parent, FIVE.rank, ranks, zero, np.array([3, 1]), np.array([4, 5]), 2, out)
     assert out[:2].tolist() == [2, 1]  # m = 4 holds (0, 1)
+
+
+@pytest.mark.parametrize("which", ["plain", "compiled"])
+def test_accept_tree_reads_each_sequences_own_drafters_rows(which):
+    """Two drafters' rank rows at the same flat positions: each sequence reads its slot's; a sequence that does not
+    draft (slot -1, no nodes) accepts nothing and reads no row."""
+    accept_tree = _accept(which)
+    ranks = np.array([[[1, 0], [0, 0]],     # slot 0: (1,)->(1,0) = 2 at position 0; (0,)->(0,0) = 2 at 1
+                      [[3, 0], [0, 3]]],    # slot 1: rank 3 is no node = 0 at position 0; (0,) only = 1 at 1
+                     dtype=np.int16)
+    out = np.full(4, -1, dtype=np.int64)
+    got = accept_tree(FIVE.parent, FIVE.rank, ranks, np.array([1, 0, 1, -1]), np.array([0, 0, 1, 1]),
+                      np.array([5, 5, 5, 0]), 4, out)
+    assert out.tolist() == [0, 2, 1, 0] and got == 3
 
 
 @settings(max_examples=60, deadline=None)
@@ -49,9 +65,10 @@ def test_accept_tree_of_a_chain_is_the_chain_replay(k, rows):
     """A chain of k as a tree accepts min(leading zeros, k) per row: the chain's replay rule under chain
     consistency (acc_len - 1 = leading zeros of the rank row)."""
     t = chain_tree(k)
-    ranks = np.array(rows, dtype=np.int8)
+    ranks = np.array([rows], dtype=np.int8)
     out = np.empty(len(rows), dtype=np.int64)
-    tree_rules.accept_tree(t.parent, t.rank, ranks, np.arange(len(rows)), np.full(len(rows), k), len(rows), out)
+    tree_rules.accept_tree(t.parent, t.rank, ranks, np.zeros(len(rows), dtype=np.int64), np.arange(len(rows)),
+                           np.full(len(rows), k), len(rows), out)
     zeros = [next((i for i, r in enumerate(row) if r != 0), len(row)) for row in rows]
     assert out.tolist() == [min(z, k) for z in zeros]
 
