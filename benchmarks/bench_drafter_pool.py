@@ -1,0 +1,75 @@
+"""A bandit over a large drafter pool: engine request-steps per CPU second, compiled and step by step.
+
+Run from the repository root:  python -m benchmarks.bench_drafter_pool [--specialists 11] [--requests 2000]
+
+Workload: a synthetic pool (traces/pool.py) of `--specialists` task specialists plus a generalist (12 drafters by
+default: the kernels' drafter records then pad to 16 slots, a build of their own), `--requests` requests in a
+closed loop of 64 clients, max_num_seqs 64, UCB (k = 3) over every drafter with a 0.2 ms switching cost. Each path
+runs `--repeats` times in this process (best CPU time kept; the first compiled call, which loads or compiles the
+kernel build, is timed on its own), the tables checked equal. Printed with `uptime` beside each figure; nothing is
+asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from benchmarks.bench_serving import uptime
+
+
+def config(specialists: int, requests: int) -> dict:
+    cats = [f"task{j:02d}" for j in range(specialists)]
+    drafters = [f"spec-{c}" for c in cats] + ["generalist"]
+    return {
+        "name": "bench-drafter-pool", "seed": 0,
+        "traces": {"pool": {"categories": cats, "num_requests": requests}},
+        "workload": {"arrival": {"kind": "closed_loop", "clients": 64, "think_time": 0.0},
+                     "lengths": {"source": "bundle"}},
+        "server": {"target_profile": "llama3.1-8b-h100-specbench", "max_num_seqs": 64,
+                   "max_num_batched_tokens": 8192, "kv_capacity_tokens": 430_000},
+        "drafters": {d: {"kind": "fraction_of_verify", "fraction": 0.1} for d in drafters},
+        "runs": [{"name": "ucb-pool", "mode": "sd", "switch_cost_s": 2e-4,
+                  "policy": {"name": "ucb", "drafters": drafters, "k": 3}}],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--specialists", type=int, default=11)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args(argv)
+    from experiments.config import load_config
+    from experiments.run import experiment_inputs, prepare
+    from simulator.engine import compiled_run
+    from simulator.scenario import simulate
+
+    cfg = load_config(config(args.specialists, args.requests))
+    inputs = experiment_inputs(cfg, need_acceptance=True)
+    c0 = time.process_time()
+    first = simulate(prepare(cfg)[0], inputs)
+    print(f"{args.specialists + 1} drafters, {args.requests:,} requests; first compiled run (kernel build load or "
+          f"compile): {time.process_time() - c0:.2f} cpu s, path {first.extras['engine_path']}  [{uptime()}]")
+    cpu, res = {}, {}
+    for _ in range(args.repeats):
+        for path in ("compiled", "steps"):
+            compiled_run.COMPILED = path == "compiled"
+            sc = prepare(cfg)[0]
+            c0 = time.process_time()
+            res[path] = simulate(sc, inputs)
+            c = time.process_time() - c0
+            cpu[path] = min(cpu.get(path, c), c)
+    compiled_run.COMPILED = True
+    a, b = res["compiled"], res["steps"]
+    if not (a.requests.equals(b.requests) and a.steps.equals(b.steps)):
+        raise SystemExit("the compiled path's tables differ from the step path's")
+    rs = b.extras["request_steps"]
+    print(f"  {rs:,} request-steps in {b.extras['steps']:,} steps; compiled run took the {a.extras['engine_path']} "
+          "path")
+    print("  engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {rs / cpu[p] / 1e6:.2f} M/cpu-s" for p in cpu)
+          + f"; ratio {cpu['steps'] / cpu['compiled']:.0f}x  [{uptime()}]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
