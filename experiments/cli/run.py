@@ -74,23 +74,12 @@ def main(args: argparse.Namespace) -> int:
     for name, s in res.summary.items():
         if not s.get("fits", True):
             console.print(f"[yellow]{name}: does not fit: {s.get('does_not_fit')}[/yellow]")
-    print_step_path_runs(res.summary, console)
     print_provenance(res.summary, console)
     if res.out_dir is not None:
         console.print(f"results: {res.out_dir}  (summary.json, requests/steps tables, "
                       f"{'' if args.no_plots else 'plots, '}timeline.json — open timeline.json in "
                       f"https://ui.perfetto.dev)")
     return 0
-
-
-def print_step_path_runs(summary: dict, console) -> None:
-    """Under the table: each run that took the step-by-step engine path (summary.json extras `engine_path`), with the
-    reason its server gave (docs/architecture.md: which engine code runs a server)."""
-    for name, s in summary.items():
-        extras = s.get("extras") or {}
-        if extras.get("engine_path") == "steps":
-            console.print(f"{name}: simulated on the step path, not compiled (slower): "
-                          f"{extras.get('engine_path_reason')}", markup=False, highlight=False)
 
 
 def print_provenance(summary: dict, console) -> None:

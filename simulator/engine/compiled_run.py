@@ -3,10 +3,9 @@ combine-adaptive, k-by-batch, bandit, position-oracle, greedy-oracle or exact-pl
 in Python at each step; PSD with the fixed policy or adaptive-k over one drafter, a bandit, or any policy asked in
 Python over its drafters; open or closed loop) in one compiled loop.
 
-`for_server` says whether a `Server` can take the compiled path (`ineligible_reason` names why not: PSD drafting with
-no drafter, a profile or draft cost kind the kernel does not
-price (it prices linear, table, roofline and structured profiles, target and drafters), numba missing, or the path
-forced off). A policy without a compiled rule (`python_chooses`: a plug-in) is asked by the kernel itself: it pauses
+`refusal` says why a `Server` cannot run at all (a profile the kernels do not price: they price linear, table,
+roofline and structured profiles, target and drafters; a policy over more than MAX_SLOTS drafters); `for_server` gives
+its compiled run, or None where the tests force the step path (`ineligible_reason`, COMPILED off). A policy without a compiled rule (`python_chooses`: a plug-in) is asked by the kernel itself: it pauses
 before each step's choice (CHOOSE), `CompiledRun._heard` tells the policy what StepOutcome.apply would of the step
 before, `_choose` calls the step path's Drafting.choose (the policy's choose_batch, its estimates priced by
 compiled_kernel.step_time_estimate). An eligible server's `CompiledRun.run` steps the
@@ -93,17 +92,19 @@ MAX_RING = 1 << 22  # sliding-window UCB's rounds the kernel keeps (states x win
 
 
 def ineligible_reason(server) -> str | None:
-    """Why `server` must take the step path, or None when the compiled path reproduces it exactly."""
+    """Why `server` takes the step path: only where the tests switch the compiled path off (COMPILED); None."""
     if not COMPILED:
         return "compiled path switched off (compiled_run.COMPILED)"
+    return None
+
+
+def refusal(server) -> str | None:
+    """Why the engine refuses `server`'s run before any step, or None: a profile the kernels do not price (the
+    target's or a drafter's of the policy) or a policy over more drafters than the step table's codes hold."""
     why = profile_reason(server.pricing.target, "target")
     if why is not None:
         return why
-    policy = server.drafting.policy
-    why = _policy_reason(server, policy)
-    if why is not None:
-        return why
-    return None
+    return _policy_reason(server, server.drafting.policy)
 
 
 def greedy_oracle(policy) -> bool:
@@ -152,12 +153,14 @@ def python_chooses(server, policy) -> bool:
 
 
 def _policy_reason(server, policy) -> str | None:
-    """Why the policy's choices or the drafters it uses keep `server` off the kernel, or None."""
+    """Why the drafters the policy uses cannot run (more than MAX_SLOTS, or a profile the kernels do not price),
+    or None."""
     used = policy.drafters_used()
     if not used:
         return None
     if len(used) > MAX_SLOTS:
-        return f"policy {policy.name!r} uses {len(used)} drafters (the kernel takes up to {MAX_SLOTS})"
+        return (f"policy {policy.name!r} uses {len(used)} drafters; the engine runs a policy over at most {MAX_SLOTS} "
+                "(the step table's drafters column codes each as a bit of an int64)")
     for name in used:
         p = server.pricing.draft_costs[name].profile
         if p is not None:
@@ -168,15 +171,16 @@ def _policy_reason(server, policy) -> str | None:
 
 
 def profile_reason(profile, what: str) -> str | None:
-    """Why the kernel cannot price `profile` (the target's or a drafter's), or None: LinearProfile or
+    """Why the kernels cannot price `profile` (the target's or a drafter's), or None: LinearProfile or
     StructuredProfile (their coefficients finite and >= 0 when made), RooflineProfile, or TableProfile (its linear
     fit)."""
     if type(profile) in (LinearProfile, StructuredProfile, RooflineProfile):
         return None
     if type(profile) is TableProfile:
         return profile_reason(profile.fallback, f"{what} table's linear fit")
-    return (f"{what} profile kind {getattr(profile, 'kind', '?')!r} ({type(profile).__name__}; the kernel prices "
-            "LinearProfile, RooflineProfile, StructuredProfile and TableProfile only)")
+    return (f"{what} profile {getattr(profile, 'name', '?')!r} is a {type(profile).__name__}; the engine prices "
+            "LinearProfile, RooflineProfile, StructuredProfile and TableProfile (docs/configs.md, inline profiles; "
+            "docs/calibration.md: a measured table or a fitted step model)")
 
 
 _NO_ROOFLINE = RooflineTerms(*(0.0,) * 13, False, 0.0)

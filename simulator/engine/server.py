@@ -91,7 +91,10 @@ class Server:
                                 "ReplicaArrivals")
             arrivals.attach(st.arrival)
         self.arrivals = arrivals if arrivals is not None else arrivals_for(workload, st.arrival)
-        # None: the step path (reason in engine_path_reason)
+        why = compiled_run.refusal(self)
+        if why is not None:
+            raise ValueError(f"run {scenario.name!r}: {why}")
+        # None: the step path, where the tests switch the compiled path off (reason in engine_path_reason)
         self.compiled = compiled_run.for_server(self, CompiledReplica)
         self.process = env.process(self.loop())
 

@@ -97,22 +97,3 @@ def test_the_progress_hook_names_its_next_redraw_so_a_cluster_keeps_the_compiled
     assert len(bar.drawn) >= 50 and gaps.min() >= 3 and bar.drawn[-1] > 290
     assert with_bar.compiled.calls < 2 * len(bar.drawn)  # the loop returns to Python at the redraws, not per step
     assert_same_cluster(a, cluster_sim(True, traces, wl, **kw).simulate())
-
-
-def test_a_run_on_the_step_path_is_named_under_the_table_with_its_reason():
-    """`draftsim run` names each run its engine simulated step by step (summary.json extras `engine_path: steps`),
-    with the server's reason; compiled runs and runs without extras get no line."""
-    import io
-
-    from rich.console import Console
-
-    from experiments.cli.run import print_step_path_runs
-
-    buf = io.StringIO()
-    summary = {"AR": {"extras": {"engine_path": "compiled"}}, "nine": {"extras": {
-        "engine_path": "steps", "engine_path_reason": "policy 'ucb' uses 9 drafters (the kernel takes up to 8)"}},
-        "old": {}}
-    print_step_path_runs(summary, Console(file=buf, width=200))
-    assert buf.getvalue().splitlines() == [
-        "nine: simulated on the step path, not compiled (slower): policy 'ucb' uses 9 drafters (the kernel takes up "
-        "to 8)"]

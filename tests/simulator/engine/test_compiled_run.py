@@ -562,19 +562,21 @@ def _fallback_cases(python: bool = False):
         }
     return {
         "adaptive-k draft profile kind": ({**base, "policy": ADAPTIVE(), "cost": DraftCost(
-            "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile kind"),
-        "profile kind": ({**base, "target": Scaled("s", {"const": 0.01})}, "target profile kind"),
+            "whole_proposal", profile=Scaled("s", {"const": 1e-3}))}, "draft cost profile 's' is a Scaled"),
+        "profile kind": ({**base, "target": Scaled("t", {"const": 0.01})}, "target profile 't' is a Scaled"),
         "draft profile kind": ({**base, "cost": DraftCost("whole_proposal", profile=Scaled("s", {"const": 1e-3}))},
-                               "draft cost profile kind"),
+                               "draft cost profile 's' is a Scaled"),
     }
 
 
 @pytest.mark.parametrize("case", sorted(_fallback_cases()))
-def test_an_ineligible_run_falls_back_to_the_step_path_and_says_why(case):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_profile_class_the_kernels_do_not_price_is_refused_before_any_step(case, compiled):
+    """A plug-in profile class (here a LinearProfile subclass) is refused when the server is made, naming the profile,
+    its class and the kinds the engine prices, on either path."""
     kw, why = _fallback_cases()[case]
-    res = build(**kw).simulate()
-    assert res.extras["engine_path"] == "steps"
-    assert why in res.extras["engine_path_reason"], res.extras["engine_path_reason"]
+    with pytest.raises(ValueError, match=f"run 'sd': {why}; the engine prices LinearProfile, RooflineProfile"):
+        run_path(compiled, **kw)
 
 
 @pytest.mark.parametrize("case", sorted(_fallback_cases(python=True)))
@@ -774,15 +776,15 @@ def test_min_time_stopped_midway_leaves_the_step_paths_plans():
     assert_same(run_path(True, policy=make_policy(spec, seed=0), **kw), full)
 
 
-def test_more_drafters_than_the_kernels_slots_fall_back(monkeypatch):
-    """The drafters column codes each slot's draft and proposer as a bit of an int64 (compiled_run.MAX_SLOTS): a
-    policy using more drafters takes the step path and says why."""
-    gtraces = traces_with(6, 1, 0.6, True)
-    monkeypatch.setattr(compiled_run, "MAX_SLOTS", 1)
-    res = build(traces=gtraces, wl=workload(gtraces, 12, rate=100.0), drafters=("d", "g"),
-                policy=make_policy({"name": "ucb", "drafters": ["d", "g"], "k": 3}, seed=0)).simulate()
-    assert res.extras["engine_path"] == "steps"
-    assert "uses 2 drafters (the kernel takes up to 1)" in res.extras["engine_path_reason"]
+def test_a_policy_over_more_drafters_than_the_codes_hold_is_refused():
+    """The drafters column codes each slot's draft, the prompt pass and each slot's proposer as bits of an int64
+    (bits 0..2G): a policy over 32 drafters is refused when the server is made."""
+    names = [f"x{j:02d}" for j in range(32)]
+    traces = [RequestTrace(f"t{t}", 10, 8, {d: DrafterTrace(np.ones(8, dtype=np.int32)) for d in names})
+              for t in range(2)]
+    kw = dict(traces=traces, wl=workload(traces, 2), drafters=tuple(names))
+    with pytest.raises(ValueError, match="policy 'ucb' uses 32 drafters; the engine runs a policy over at most 31"):
+        build(policy=make_policy({"name": "ucb", "drafters": names, "k": 2}, seed=0), **kw).simulate()
 
 
 @pytest.mark.parametrize("slots, proposers", [(8, False), (8, True), (11, True)])
