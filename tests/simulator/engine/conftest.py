@@ -1,10 +1,9 @@
 """The one switch of the engine path a rule test runs on (tests/simulator/engine/test_rules_*.py).
 
-`engine_path` parametrizes a test over both paths that hold the step rules: "steps" (step by step: the scheduler,
-step executors and step outcome; `compiled_run.COMPILED = False`) and "compiled" (the numba kernels, which every
-eligible run takes, docs/architecture.md). `step_path` is the step path alone, for rules the compiled path never
-reaches (preemption, vLLM V1 rules, policies it does not compile). `rule_cases.run` checks that the run took the
-path asked for.
+`engine_path` parametrizes a test over both paths that hold the step rules: "compiled" (the numba kernels, which
+every run takes, docs/architecture.md) and "steps" (step by step: the scheduler, step executors and step outcome;
+`compiled_run.COMPILED = False`, the tests' second reading). `rule_cases.run` checks that the run took the path
+asked for.
 """
 from __future__ import annotations
 
@@ -27,7 +26,3 @@ def _force(path: str, monkeypatch) -> str:
 def engine_path(request, monkeypatch) -> str:
     return _force(request.param, monkeypatch)
 
-
-@pytest.fixture
-def step_path(monkeypatch) -> str:
-    return _force("steps", monkeypatch)

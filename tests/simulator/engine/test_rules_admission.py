@@ -49,11 +49,10 @@ def test_rule_admission_fifo_head_blocks_queue(engine_path):
     assert req(res, "finish_time") == [2.0, 4.0, 5.0]
 
 
-def test_rule_admission_free_kv(step_path):
+def test_rule_admission_free_kv(engine_path):
     # block 4, 4 blocks: r0, r1 (prompt 7: blocks_for(7 + 1) = 2 each) fill the pool exactly in step 0; r2
-    # (1 block) waits for their KV, freed when they finish at 2. The compiled path never reaches this rule: its
-    # eligibility needs the max_num_seqs largest requests to fit at once, so admission never waits for KV there.
-    res = run(step_path, [Req(0.0, 7, 2), Req(0.0, 7, 2), Req(0.0, 3, 2)], kv_tokens=16, max_num_seqs=4)
+    # (1 block) waits for their KV, freed when they finish at 2.
+    res = run(engine_path, [Req(0.0, 7, 2), Req(0.0, 7, 2), Req(0.0, 3, 2)], kv_tokens=16, max_num_seqs=4)
     assert req(res, "first_scheduled_time") == [0.0, 0.0, 2.0]
     assert req(res, "finish_time") == [2.0, 2.0, 4.0]
     assert col(res, "kv_blocks_used") == [4, 4, 1, 1]  # r2 decodes at context 4: still its one block

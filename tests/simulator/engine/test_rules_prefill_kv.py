@@ -67,12 +67,12 @@ def test_rule_kv_released_at_finish_mid_batch(engine_path):
     assert req(res, "finish_time") == [3.0, 6.0]
 
 
-def test_rule_preemption_newest_by_recompute(step_path):
+def test_rule_preemption_newest_by_recompute(engine_path):
     # 5 blocks; r0, r1 (prompt 4, output 6) take 2 blocks each at admission (free 1). At step 5 both need a third
     # block (context 9): 2 > 1 free, so the newest (r1) is preempted, its 2 blocks freed, r0 grows to 3 and
     # finishes at 6; step 6 recomputes r1's prompt + its 5 tokens (9 tokens, 3 blocks), whose prefill emits its
-    # last token: it finishes at 7. Preemption needs KV the compiled path's eligibility excludes.
-    res = run(step_path, [Req(0.0, 4, 6), Req(0.0, 4, 6)], kv_tokens=20, max_num_seqs=2)
+    # last token: it finishes at 7.
+    res = run(engine_path, [Req(0.0, 4, 6), Req(0.0, 4, 6)], kv_tokens=20, max_num_seqs=2)
     assert req(res, "preemptions") == [0, 1]
     assert req(res, "finish_time") == [6.0, 7.0]
     assert req(res, "first_token_time") == [1.0, 1.0]  # a recompute does not move the first token
@@ -81,14 +81,14 @@ def test_rule_preemption_newest_by_recompute(step_path):
     assert col(res, "emitted_tokens") == [2, 2, 2, 2, 2, 1, 1]
 
 
-def test_rule_preemption_blocks_admission_in_that_step(step_path):
+def test_rule_preemption_blocks_admission_in_that_step(engine_path):
     # block 1 (a block per token), 17 blocks, SD k=3, nothing accepted: r0, r1 (prompt 4, output 6) hold 5 each
     # after admission and context + 3 after each verify: 8 + 8 after step 1. Step 2 needs 9 + 9 with 1 free:
     # r1 is preempted (8 freed), r0 grows to 9; r1's recompute (prompt 4 + 2 tokens: 7 blocks) would fit in the 8
     # free, but a step that preempted admits nobody: it comes back in step 3 (6 prompt tokens). Step 4 preempts it
     # again (r0 needs 11, r1 10, nothing free); step 5 has no room for its 8; r0 finishes at 6, r1 recomputes 7
     # tokens in step 6 and verifies in steps 7, 8.
-    res = run(step_path, [Req(0.0, 4, 6), Req(0.0, 4, 6)], mode="sd", k=3, block_size=1, kv_tokens=17,
+    res = run(engine_path, [Req(0.0, 4, 6), Req(0.0, 4, 6)], mode="sd", k=3, block_size=1, kv_tokens=17,
               max_num_seqs=2)
     assert col(res, "prefill_tokens") == [8, 0, 0, 6, 0, 0, 7, 0, 0]
     assert col(res, "kv_blocks_used") == [10, 16, 9, 17, 11, 12, 8, 11, 12]

@@ -96,13 +96,13 @@ def test_rule_continuing_prompt_chunk_holds_the_lookahead(engine_path):
 
 
 @pytest.mark.parametrize("kind, admitted_at, finished_at, step1_seqs", [("ngram", 1.0, 2.0, 2), ("eagle", 6.0, 7.0, 1)])
-def test_rule_a_server_at_the_kv_edge_admits_one_fewer_eagle_request(step_path, kind, admitted_at, finished_at,
+def test_rule_a_server_at_the_kv_edge_admits_one_fewer_eagle_request(engine_path, kind, admitted_at, finished_at,
                                                                      step1_seqs):
     # 22 KV slots (block size 1), k = 3, every step 1 s. r0 (prompt 8, output 6) prefills in step 0 (9 slots) and
     # decodes from step 1: 9 + 3 = 12 slots with n-gram, + 3 lookahead = 15 with EAGLE. r1 (prompt 8, output 1,
     # arriving at 0.5) needs 9 slots to be admitted in step 1: 12 + 9 = 21 <= 22 fits; 15 + 9 = 24 does not, and
     # EAGLE's r0 holds 16..19 in steps 2-5, so r1 waits for r0's finish at 6.0 and prefills in step 6
-    res = run(step_path, [Req(0.0, 8, 6), Req(0.5, 8, 1)], mode="sd", k=3, block_size=1, kv_tokens=22,
+    res = run(engine_path, [Req(0.0, 8, 6), Req(0.5, 8, 1)], mode="sd", k=3, block_size=1, kv_tokens=22,
               scheduler="vllm-v1", kinds={"d": kind})
     assert col(res, "num_seqs")[1] == step1_seqs
     assert req(res, "first_scheduled_time") == [0.0, admitted_at]
@@ -110,14 +110,14 @@ def test_rule_a_server_at_the_kv_edge_admits_one_fewer_eagle_request(step_path, 
     assert req(res, "preemptions") == [0, 0]
 
 
-def test_rule_up_front_kv_check_counts_the_lookahead_slots(step_path):
+def test_rule_up_front_kv_check_counts_the_lookahead_slots(engine_path):
     # prompt 8 + output 6 - 1 + 3 drafts = 16 slots fit a 16-slot pool under n-gram; EAGLE's 3 lookahead slots
     # make 19, which it does not hold: refused before the run (the compiled path's no-preemption check reads the
     # same peak, rules/kv.peak_tokens)
-    run(step_path, [Req(0.0, 8, 6)], mode="sd", k=3, block_size=1, kv_tokens=16, scheduler="vllm-v1",
+    run(engine_path, [Req(0.0, 8, 6)], mode="sd", k=3, block_size=1, kv_tokens=16, scheduler="vllm-v1",
         kinds={"d": "ngram"})
     with pytest.raises(ValueError, match=r"needs 19 KV blocks .* 3 draft lookahead tokens \+ 3 proposer lookahead"):
-        run(step_path, [Req(0.0, 8, 6)], mode="sd", k=3, block_size=1, kv_tokens=16, scheduler="vllm-v1",
+        run(engine_path, [Req(0.0, 8, 6)], mode="sd", k=3, block_size=1, kv_tokens=16, scheduler="vllm-v1",
             kinds={"d": "eagle"})
 
 
@@ -142,7 +142,7 @@ def test_rule_async_scheduling_step_period_is_max_of_forward_and_host(engine_pat
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_invariant_kv_never_negative_nor_above_capacity_with_lookahead(step_path, data):
+def test_invariant_kv_never_negative_nor_above_capacity_with_lookahead(engine_path, data):
     """Random small vLLM V1 servers with an EAGLE drafter (k slots of lookahead per running request), async or not,
     with KV from just what the largest request needs (rules/kv.peak_tokens, as Scheduler.check_fits) up to 4x:
     KV used stays within [0, capacity], every request finishes with its whole output, and the usual invariants."""
@@ -160,6 +160,6 @@ def test_invariant_kv_never_negative_nor_above_capacity_with_lookahead(step_path
     kw = dict(mode="sd", k=k, block_size=bs, kv_tokens=kv_blocks * bs, max_num_seqs=data.draw(st.integers(1, 4)),
               budget=data.draw(st.integers(4, 20)), chunked=True, prefill="mixed", scheduler="vllm-v1",
               overhead=data.draw(st.sampled_from([0.0, 0.3, 2.0])), target=linear(0.0, 1e-2, 1.0))
-    res = run(step_path, reqs, kinds={"d": "eagle"}, async_scheduling=data.draw(st.booleans()), **kw)
+    res = run(engine_path, reqs, kinds={"d": "eagle"}, async_scheduling=data.draw(st.booleans()), **kw)
     check_invariants(res, reqs, kw)
     assert res.extras["kv_peak_blocks"] <= kv_blocks
