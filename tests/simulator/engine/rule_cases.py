@@ -48,7 +48,7 @@ def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int
         costs: dict | None = None, target=None, block_size: int = 4, kv_tokens: int = 10**6,
         max_num_seqs: int = 8, budget: int = 4096, chunked: bool = False, prefill: str = "mixed",
         overhead: float = 0.0, psd=None, scheduler: str = "draftsim", seed: int = 0,
-        kinds: dict | None = None, async_scheduling: bool = False) -> SimResult:
+        kinds: dict | None = None, async_scheduling: bool = False, switch_cost_s: float = 0.0) -> SimResult:
     """Simulate `reqs` on `path` ("steps" or "compiled"); fails when "compiled" was asked for and the run is not
     eligible (the case is then on the wrong path). `kinds`: each drafter's bundle kind (SimInputs.drafter_kinds)."""
     traces = traces_of(reqs, drafters)
@@ -65,7 +65,7 @@ def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int
         server["async_scheduling"] = True
     sc = scenario(mode, policy, target=target or linear(0.0, 0.0, 1.0),
                   costs=costs if costs is not None else {d: FREE for d in drafters}, kv_tokens=kv_tokens, seed=seed,
-                  psd=psd if mode == "psd" else None, **server)
+                  psd=psd if mode == "psd" else None, switch_cost_s=switch_cost_s, **server)
     sim = ServerSimulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, list(drafters)), traces,
                                          dict(kinds or {})))
     srv = sim.server

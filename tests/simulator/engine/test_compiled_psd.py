@@ -18,33 +18,26 @@ from tests.simulator.engine.test_compiled_run import (COSTS, PlugInThompson, Rec
                                                       scheduler_of, with_profiles, with_tv)
 
 
-@settings(max_examples=80, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
-       k=st.integers(0, 6), cost=st.sampled_from(sorted(COSTS)),
-       rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
-       budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
-       req_rate=st.floats(5.0, 500.0), m=st.integers(1, 8), block_size=st.sampled_from([1, 4, 16]),
-       slack=st.integers(0, 3), overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([6, 1 << 16]),
-       split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=profiles,
-       async_sched=st.booleans(), pressure=st.sampled_from([0, 0, 1, 3]), sampled=st.booleans(),
-       switch=st.sampled_from([0.0, 0.0, 4e-4]),
-       policy=st.sampled_from(["fixed", "fixed", "adaptive-k", "ucb", "asked", "plug-in", "ucb-all", "plug-in-all",
-                               "thompson-all", "exp3-all", "epsilon-greedy-all", "sliding-window-ucb-all",
-                               "metasd-ucb-all"]))
-def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, cost, rules, budget, arrivals,
-                                                       req_rate, m, block_size, slack, overhead, segment, split_min,
-                                                       sync_s, defer_kv, roof, async_sched, pressure, sampled, switch,
-                                                       policy):
-    """Random PSD runs (`async_sched`: vLLM V1 with async scheduling, the engine-loop gap hidden by the step;
-    `pressure`: KV for fewer than both sub-batches' largest requests, so the run may preempt: the newest running
-    requests back to the waiting queue's front, their proposals and sides dropped; `sampled`: sampled verification,
-    each verified draft kept with probability 1 - tv by the server's generator; `switch`: a drafter switching cost,
-    which one drafter never pays; `policy`: the fixed one (at k = 0 too), or one the kernel asks in Python at each
-    step: adaptive-k (k per request from its estimates and the pipelined step-time estimates) and the bandits (UCB
-    over one drafter, and UCB, Thompson, EXP3, epsilon-greedy, sliding-window UCB and MetaSD-UCB with its BD reward
-    over every drafter of the traces: their rules in the PSD kernel, the drawing ones drawing from the policy's
-    generator in the step path's order), or one asked in Python: the fixed policy with choose_batch replaced on the
-    instance, a plug-in Thompson over one drafter or every one)."""
+# the random PSD configs of the tests below
+PSD_CASES = dict(
+    seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
+    k=st.integers(0, 6), cost=st.sampled_from(sorted(COSTS)),
+    rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]),
+    budget=st.sampled_from([16, 64, 4096]), arrivals=st.sampled_from(["poisson", "burst", "closed"]),
+    req_rate=st.floats(5.0, 500.0), m=st.integers(1, 8), block_size=st.sampled_from([1, 4, 16]),
+    slack=st.integers(0, 3), overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([6, 1 << 16]),
+    split_min=st.integers(0, 6), sync_s=st.sampled_from([0.0, 0.0, 3e-4]), defer_kv=st.booleans(), roof=profiles,
+    async_sched=st.booleans(), pressure=st.sampled_from([0, 0, 1, 3]), sampled=st.booleans(),
+    switch=st.sampled_from([0.0, 0.0, 4e-4]))
+# the PSD kernel's own policy rules (PSD_POLICIES): adaptive-k and the bandits over one drafter or every one
+PSD_RULED = ["adaptive-k", "ucb", "ucb-all", "thompson-all", "exp3-all", "epsilon-greedy-all", "sliding-window-ucb-all",
+             "metasd-ucb-all"]
+
+
+def psd_case(policy, seed, n, rate, ngram, k, cost, rules, budget, arrivals, req_rate, m, block_size, slack, overhead,
+             split_min, sync_s, defer_kv, roof, async_sched, pressure, sampled, switch) -> tuple[str, int, dict]:
+    """One drawn case of PSD_CASES under `policy` (psd_policy's names): the policy's name (metasd-ucb-all without TV
+    becomes ucb-all), its k and the run's build() arguments."""
     traces, drafters, wl, budget = drawn_case(seed, n, rate, ngram, arrivals, req_rate, rules, budget)
     if sampled:
         traces = with_tv(traces, seed)
@@ -60,11 +53,45 @@ def test_compiled_psd_equals_the_step_path_bit_for_bit(seed, n, rate, ngram, k, 
     kw = with_profiles(kw, roof, cost)
     if policy == "metasd-ucb-all" and not sampled:  # its BD reward reads the traces' TV
         policy = "ucb-all"
+    return policy, k, kw
+
+
+@settings(max_examples=80, deadline=None)
+@given(**PSD_CASES, policy=st.sampled_from(["fixed", "fixed", *PSD_RULED, "asked", "plug-in", "plug-in-all"]))
+def test_compiled_psd_equals_the_step_path_bit_for_bit(segment, **case):
+    """Random PSD runs (`async_sched`: vLLM V1 with async scheduling, the engine-loop gap hidden by the step;
+    `pressure`: KV for fewer than both sub-batches' largest requests, so the run may preempt: the newest running
+    requests back to the waiting queue's front, their proposals and sides dropped; `sampled`: sampled verification,
+    each verified draft kept with probability 1 - tv by the server's generator; `switch`: a drafter switching cost,
+    which one drafter never pays; `policy`: the fixed one (at k = 0 too), or one the kernel asks in Python at each
+    step: adaptive-k (k per request from its estimates and the pipelined step-time estimates) and the bandits (UCB
+    over one drafter, and UCB, Thompson, EXP3, epsilon-greedy, sliding-window UCB and MetaSD-UCB with its BD reward
+    over every drafter of the traces: their rules in the PSD kernel, the drawing ones drawing from the policy's
+    generator in the step path's order), or one asked in Python: the fixed policy with choose_batch replaced on the
+    instance, a plug-in Thompson over one drafter or every one)."""
+    policy, k, kw = psd_case(**case)
+    drafters = kw["drafters"]
     fast = run_path(True, segment=segment, policy=psd_policy(policy, kw["drafter"], k, drafters), **kw)
     assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     slow = run_path(False, policy=psd_policy(policy, kw["drafter"], k, drafters), **kw)
     assert slow.extras["engine_path"] == "steps"
     assert_same(fast, slow)
+
+
+@settings(max_examples=80, deadline=None)
+@given(**PSD_CASES, policy=st.sampled_from(PSD_RULED))
+def test_each_psd_kernel_policy_rule_chooses_as_the_policy_itself(segment, **case):
+    """adaptive-k and the bandits by the PSD kernel's own rules (choices over the asked side, updates from the
+    verified side, pipelined step-time estimates, generator draws) against the same policy asked in Python at each
+    step (asked_in_python), both compiled, over PSD_CASES' random configs: the same tables bit for bit, so a
+    difference is the kernel's policy rule."""
+    policy, k, kw = psd_case(**case)
+    drafters = kw["drafters"]
+    ruled = run_path(True, segment=segment, policy=psd_policy(policy, kw["drafter"], k, drafters), **kw)
+    asked = run_path(True, segment=segment, policy=asked_in_python(psd_policy(policy, kw["drafter"], k, drafters)),
+                     **kw)
+    assert ruled.extras["engine_path"] == asked.extras["engine_path"] == "compiled"
+    assert_same(ruled, asked)
 
 
 def psd_policy(name: str, drafter: str, k: int, drafters: tuple[str, ...]):

@@ -272,35 +272,26 @@ BANDITS = ("ucb", "metasd-ucb", "discounted-ucb", "sliding-window-ucb", "epsilon
            "thompson", "exp3")
 
 
-@settings(max_examples=120, deadline=None)
-@given(policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "combine-adaptive", "k-by-batch",
-                               *BANDITS]),
-       seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
-       cost=st.sampled_from(sorted(COSTS)),
-       rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]), budget=st.sampled_from([16, 64, 4096]),
-       arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
-       max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
-       overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
-       k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
-       scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
-       k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans(),
-       sampled=st.booleans(), switch=st.sampled_from([0.0, 0.0, 7e-4]), pressure=st.sampled_from([0, 0, 1, 3]),
-       proposer=st.sampled_from(["", "d", "all"]), python=st.sampled_from([False, False, True]))
-def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(
-        policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size, slack,
-        overhead, segment, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle, async_sched,
-        sampled, switch, pressure, proposer, python):
-    """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
-    per step), combine-adaptive (two estimates per request, n-gram k capped by the match length or, without match
-    lengths, not) and every bandit over drafters (UCB, MetaSD-UCB, discounted and sliding-window UCB, epsilon-greedy,
-    a random drafter, Thompson, EXP3) with the BE or BD reward (per-request or shared statistics, one or two arms)
-    over the same random configs: every rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
-    each bandit's choice and update and its generator's draws in batch order, feedback order, per-group draft cost)
-    is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter;
-    `pressure` KV makes the run preempt (the learning state of a preempted request carries on); `proposer`: 'd' (or
-    every drafter) is priced as vLLM V1's proposer, once per engine step and in every step estimate where the policy
-    drafts with it (a two-drafter policy runs two proposers); `python`: the same policy asked in Python each step
-    (POL_GIVEN), its step estimates the kernel's."""
+# the random configs of the policies' tests below: every built-in policy the kernel runs by its own rule
+POLICY_CASES = dict(
+    policy=st.sampled_from(["adaptive-k", "adaptive-k", "combine-match", "combine-adaptive", "k-by-batch", *BANDITS]),
+    seed=st.integers(0, 10_000), n=st.integers(1, 40), rate=st.floats(0.0, 0.9), ngram=st.booleans(),
+    cost=st.sampled_from(sorted(COSTS)),
+    rules=st.sampled_from(["mixed", "chunked", "separate", "vllm-v1"]), budget=st.sampled_from([16, 64, 4096]),
+    arrivals=st.sampled_from(["poisson", "burst", "closed"]), req_rate=st.floats(5.0, 500.0),
+    max_num_seqs=st.integers(1, 12), block_size=st.sampled_from([1, 4, 16]), slack=st.integers(0, 3),
+    overhead=st.sampled_from([0.0, 1e-4, 0.0012]), segment=st.sampled_from([4, 1 << 16]),
+    k_max=st.integers(1, 8), prior=st.floats(0.0, 1.0), weight=st.floats(0.1, 8.0), decay=st.floats(0.3, 1.0),
+    scope=st.sampled_from(["request", "shared"]), min_match=st.integers(1, 4), k_ngram=st.integers(1, 6),
+    k_eagle=st.integers(1, 5), roof=profiles, eagle=st.booleans(), async_sched=st.booleans(),
+    sampled=st.booleans(), switch=st.sampled_from([0.0, 0.0, 7e-4]), pressure=st.sampled_from([0, 0, 1, 3]),
+    proposer=st.sampled_from(["", "d", "all"]))
+
+
+def policy_case(policy, seed, n, rate, ngram, cost, rules, budget, arrivals, req_rate, max_num_seqs, block_size,
+                slack, overhead, k_max, prior, weight, decay, scope, min_match, k_ngram, k_eagle, roof, eagle,
+                async_sched, sampled, switch, pressure, proposer) -> tuple[dict, dict]:
+    """One drawn case of POLICY_CASES: the policy's spec and the run's build() arguments."""
     ngram = ngram or policy.startswith("combine")  # they draft with the n-gram 'g'; combine-match reads its lengths
     traces = traces_with(max(1, n // 2), seed, rate, ngram)
     if policy == "combine-adaptive" and seed % 3 == 0:  # 'g' keeps its acceptance but loses its match lengths
@@ -329,7 +320,63 @@ def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_b
     if proposer:
         kw["proposer"] = DraftCost("engine_step", profile=kw["cost"].profile or linear(1e-8, 5e-6, 2e-4))
         kw["proposer_for"] = drafters if proposer == "all" else ("d",)
+    return spec, kw
+
+
+@settings(max_examples=120, deadline=None)
+@given(**POLICY_CASES, python=st.sampled_from([False, False, True]))
+def test_compiled_adaptive_k_combine_match_and_ucb_equal_the_step_path_bit_for_bit(python, segment, **case):
+    """adaptive-k (per-request or shared estimate, with and without n-gram caps), combine-match (two drafter groups
+    per step), combine-adaptive (two estimates per request, n-gram k capped by the match length or, without match
+    lengths, not) and every bandit over drafters (UCB, MetaSD-UCB, discounted and sliding-window UCB, epsilon-greedy,
+    a random drafter, Thompson, EXP3) with the BE or BD reward (per-request or shared statistics, one or two arms)
+    over the same random configs: every rule (estimate, step-time estimate with the previewed prompt chunks, argmax,
+    each bandit's choice and update and its generator's draws in batch order, feedback order, per-group draft cost)
+    is checked by the tables; a drafter switching cost (`switch`) is charged where a request changes drafter;
+    `pressure` KV makes the run preempt (the learning state of a preempted request carries on); `proposer`: 'd' (or
+    every drafter) is priced as vLLM V1's proposer, once per engine step and in every step estimate where the policy
+    drafts with it (a two-drafter policy runs two proposers); `python`: the same policy asked in Python each step
+    (POL_GIVEN), its step estimates the kernel's."""
+    spec, kw = policy_case(**case)
     assert_policy_paths_agree(spec, segment, kw, python)
+
+
+@settings(max_examples=100, deadline=None)
+@given(**POLICY_CASES)
+def test_each_compiled_policy_rule_chooses_as_the_policy_itself(segment, **case):
+    """Each built-in policy the kernel runs by its own rule (adaptive-k, combine-match, combine-adaptive, k-by-batch
+    and every bandit: its choices, updates, step-time estimates and generator draws) against the same policy asked
+    in Python at each step (asked_in_python: the kernel pauses for its own choose_batch and tells it observe_batch,
+    start_request and finish_request), both compiled, over POLICY_CASES' random configs: the same tables bit for
+    bit. Only the choosing differs between the two runs, so a difference is the kernel's policy rule."""
+    spec, kw = policy_case(**case)
+    ruled = run_path(True, segment=segment, policy=make_policy(spec, seed=0), **kw)
+    asked = run_path(True, segment=segment, policy=asked_in_python(make_policy(spec, seed=0)), **kw)
+    assert ruled.extras["engine_path"] == asked.extras["engine_path"] == "compiled"
+    assert_same(ruled, asked)
+
+
+@pytest.mark.parametrize("scope", ["request", "shared"])
+@pytest.mark.parametrize("name", BANDITS)
+def test_each_bandit_rule_chooses_as_the_bandit_itself(name, scope):
+    """Every bandit the kernel runs, its parameters off their defaults, per-request or shared statistics, over two
+    drafters with up to 6 requests drafting per step (a shared drawing bandit draws once per request, in batch order)
+    and a switching cost: the kernel's rule and the bandit asked in Python at each step give the same tables."""
+    traces = with_tv(traces_with(10, 4, 0.6, True), 4)
+    wl = workload(traces, 30, rate=200.0, seed=4)
+    spec = {"name": name, "drafters": ["g", "d"], "k": 3, "scope": scope} | {
+        "ucb": {"beta": 0.7}, "metasd-ucb": {"beta": 0.7, "reward": "bd"}, "discounted-ucb": {"gamma": 0.8},
+        "sliding-window-ucb": {"window": 3, "reward": "bd"}, "epsilon-greedy": {"epsilon": 0.4},
+        "random-drafter": {}, "thompson": {"prior_alpha": 2.0, "prior_beta": 0.5}, "exp3": {"gamma": 0.3}}[name]
+    kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=6, switch_cost_s=3e-4,
+              verification="sampled")
+    ruled = run_path(True, policy=make_policy(spec, seed=3), **kw)
+    asked = run_path(True, policy=asked_in_python(make_policy(spec, seed=3)), **kw)
+    assert ruled.extras["engine_path"] == asked.extras["engine_path"] == "compiled"
+    assert_same(ruled, asked)
+    assert {"d", "g"} <= set("+".join(ruled.steps.drafters).split("+"))  # both arms drafted
+    if scope == "request" or name in ("epsilon-greedy", "random-drafter", "thompson", "exp3"):  # a choice per request
+        assert (ruled.steps.drafters == "d+g").any()
 
 
 def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None, switch: float = 0.0) -> dict:

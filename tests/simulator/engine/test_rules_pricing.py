@@ -7,7 +7,8 @@ import pytest
 
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LinearProfile, Provenance
-from tests.simulator.engine.rule_cases import Req, run
+from policies.base import Choice, Policy
+from tests.simulator.engine.rule_cases import Req, req, run
 
 # target: 1e-3 x kv + 1e-2 x batched tokens + 0.1 x seqs + 1.0; a drafter profile: 2e-3, 3e-2, 0.2, 0.05
 TARGET = LinearProfile("t", {"kv_tokens": 1e-3, "batched_tokens": 1e-2, "num_seqs": 0.1, "const": 1.0},
@@ -73,3 +74,34 @@ def test_rule_pricing_roofline_shape(engine_path):
     for r in rows.itertuples():
         assert r.end - r.start == pytest.approx(prof.step_time(r.num_seqs, r.batched_tokens, r.kv_tokens) + OVERHEAD,
                                                 rel=1e-9)
+
+
+class ByParity(Policy):
+    """Drafts k = 1 with "d" at even output positions and "g" at odd ones, or always with `only`."""
+
+    name = "by-parity"
+    learns = False
+
+    def __init__(self, only=None):
+        self.only = only
+
+    def choose(self, view):
+        return Choice(self.only or ("d" if view.position % 2 == 0 else "g"), 1)
+
+    def drafters_used(self):
+        return (self.only,) if self.only else ("d", "g")
+
+    def max_draft_tokens(self):
+        return 1
+
+
+@pytest.mark.parametrize("only, finish", [(None, 8.0), ("g", 6.0)])
+def test_rule_switching_cost_when_a_request_changes_drafter(engine_path, only, finish):
+    # one request, prompt 4, output 6, nothing accepted, every target step 1 s, free drafts, a 0.5 s switching cost:
+    # the prefill (1 s) makes token 0 and the first decode starts at position 1. Alternating, it drafts with g, d, g,
+    # d, g at positions 1..5: the first draft has no drafter before it, the 4 others each change it: 5 + 4 x 0.5 s
+    # after the prefill, finishing at 8; always with g, it never pays: 6
+    res = run(engine_path, [Req(0.0, 4, 6)], mode="sd", policy=ByParity(only), drafters=("d", "g"),
+              switch_cost_s=0.5)
+    assert req(res, "finish_time") == [finish]
+    assert durations(res, "draft") == ([0.5] * 4 if only is None else [])
