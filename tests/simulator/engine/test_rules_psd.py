@@ -4,8 +4,10 @@ the step time max(target, drafter) + sync, and the carry of proposals with the r
 drafter a constant per step, sync 0.25 s, k = 2, nothing accepted."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from policies.base import Policy
 from simulator.costs.draft_cost import DraftCost
 from simulator.server_config import PSDConfig
 from tests.simulator.engine.rule_cases import Req, col, req, run
@@ -61,3 +63,43 @@ def test_rule_psd_split_min_batch_fallback(engine_path):
     assert res.extras["psd_fallback_steps"] == 3
     assert req(res, "finish_time") == pytest.approx([6.25, 6.25], rel=1e-12)
 
+
+
+class AskedLog(Policy):
+    """Drafts k = 2 with "d" for every request it is asked about, logging (now, the request ids asked) per step."""
+
+    name = "asked-log"
+    learns = False
+
+    def __init__(self):
+        self.log = []
+
+    def drafters_used(self):
+        return ("d",)
+
+    def max_draft_tokens(self):
+        return 2
+
+    def choose_batch(self, view):
+        self.log.append((view.now, list(view.request_ids)))
+        return np.zeros(view.batch_size, np.int64), np.full(view.batch_size, 2, np.int64)
+
+
+def test_rule_psd_asks_the_policy_about_the_drafted_side_in_admission_order(engine_path):
+    # r0, r1, r2 (output 4) join sides 0, 1, 0; r3 (output 2) arrives at 1.0 and joins side 1. Step 0 prefills r0-r2
+    # (1.0). Step 1 (from 1.0): r3 prefills, side 0 verifies without proposals, side 1's decoding r1 is drafted:
+    # asked [r1]; max(1.0, 0.5) + 0.25 = 1.25. Step 2 (2.25) verifies side 1 and drafts side 0: [r0, r2], in
+    # admission order; r3 finishes at 3.5. Steps 3-5 alternate ([r1] at 3.5, [r0, r2] at 4.75, [r1] at 6.0); r0, r2
+    # finish at 7.25, and step 6 verifies r1 alone (a fallback) on the proposal it holds, asking nobody
+    pol = AskedLog()
+    res = run(engine_path, [Req(0.0, 4, 4)] * 3 + [Req(1.0, 4, 2)], mode="psd", policy=pol,
+              costs={"d": DraftCost("constant", seconds=0.5)}, psd=PSDConfig(sync_s=0.25))
+    assert pol.log == [(1.0, ["r1"]), (2.25, ["r0", "r2"]), (3.5, ["r1"]), (4.75, ["r0", "r2"]), (6.0, ["r1"])]
+    assert req(res, "sub_batch") == [0, 1, 0, 1] and req(res, "finish_time") == [7.25, 8.5, 7.25, 3.5]
+    assert res.extras["psd_fallback_steps"] == 1
+    # below split_min_batch every decode step is plain SD for all: each step asks about every decoding request, in
+    # admission order (the verify side is all of them, none holding a proposal; no side is drafted apart)
+    pol = AskedLog()
+    res = run(engine_path, [Req(0.0, 4, 4)] * 3, mode="psd", policy=pol,
+              costs={"d": DraftCost("constant", seconds=0.5)}, psd=PSDConfig(sync_s=0.25, split_min_batch=4))
+    assert [ids for _, ids in pol.log] == [["r0", "r1", "r2"]] * 3 and res.extras["psd_fallback_steps"] == 3
