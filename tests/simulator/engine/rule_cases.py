@@ -21,13 +21,15 @@ FREE = DraftCost("constant", seconds=0.0)
 
 class Req(NamedTuple):
     """One request: arrival time, prompt and output lengths, and per drafter its acc_len (one per output
-    position; default all 1: nothing accepted) and optional proposal_len (n-gram match lengths)."""
+    position; default all 1: nothing accepted), optional proposal_len (n-gram match lengths) and optional tv (the
+    per-position total variation sampled verification reads)."""
 
     arrival: float
     prompt: int
     output: int
     acc: dict | None = None
     proposal: dict | None = None
+    tv: dict | None = None
 
 
 def traces_of(reqs: Sequence[Req], drafters: Sequence[str]) -> list[RequestTrace]:
@@ -38,8 +40,9 @@ def traces_of(reqs: Sequence[Req], drafters: Sequence[str]) -> list[RequestTrace
             acc = (r.acc or {}).get(d)
             acc = np.ones(r.output, np.int32) if acc is None else np.asarray(acc, np.int32)
             assert len(acc) == r.output, "acc_len needs one entry per output position"
-            prop = (r.proposal or {}).get(d)
-            dt[d] = DrafterTrace(acc, proposal_len=None if prop is None else np.asarray(prop, np.int32))
+            prop, tv = (r.proposal or {}).get(d), (r.tv or {}).get(d)
+            dt[d] = DrafterTrace(acc, proposal_len=None if prop is None else np.asarray(prop, np.int32),
+                                 tv=None if tv is None else np.asarray(tv, np.float32))
         out.append(RequestTrace(f"t{j}", r.prompt, r.output, dt))
     return out
 
@@ -48,7 +51,8 @@ def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int
         costs: dict | None = None, target=None, block_size: int = 4, kv_tokens: int = 10**6,
         max_num_seqs: int = 8, budget: int = 4096, chunked: bool = False, prefill: str = "mixed",
         overhead: float = 0.0, psd=None, scheduler: str = "draftsim", seed: int = 0,
-        kinds: dict | None = None, async_scheduling: bool = False, switch_cost_s: float = 0.0) -> SimResult:
+        kinds: dict | None = None, async_scheduling: bool = False, switch_cost_s: float = 0.0,
+        verification: str = "greedy") -> SimResult:
     """Simulate `reqs` on `path` ("steps" or "compiled"); fails when "compiled" was asked for and the run is not
     eligible (the case is then on the wrong path). `kinds`: each drafter's bundle kind (SimInputs.drafter_kinds)."""
     traces = traces_of(reqs, drafters)
@@ -58,7 +62,7 @@ def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int
     if policy is None and mode != "ar":
         policy = FixedPolicy(drafters[0], k)
     server = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, step_overhead_s=overhead,
-                  prefill=prefill, scheduler=scheduler, block_size=block_size)
+                  prefill=prefill, scheduler=scheduler, block_size=block_size, verification=verification)
     if scheduler != "vllm-v1":
         server["chunked_prefill"] = chunked
     if async_scheduling:

@@ -13,9 +13,9 @@ from simulator.server_config import PSDConfig
 from tests.simulator.engine.rule_cases import Req, col, req, run
 
 
-def psd_run(path, reqs, draft_s: float, **psd):
+def psd_run(path, reqs, draft_s: float, verification: str = "greedy", **psd):
     return run(path, reqs, mode="psd", k=2, costs={"d": DraftCost("constant", seconds=draft_s)},
-               psd=PSDConfig(sync_s=0.25, **psd))
+               psd=PSDConfig(sync_s=0.25, **psd), verification=verification)
 
 
 def step_durations(res) -> list[float]:
@@ -103,3 +103,17 @@ def test_rule_psd_asks_the_policy_about_the_drafted_side_in_admission_order(engi
     res = run(engine_path, [Req(0.0, 4, 4)] * 3, mode="psd", policy=pol,
               costs={"d": DraftCost("constant", seconds=0.5)}, psd=PSDConfig(sync_s=0.25, split_min_batch=4))
     assert [ids for _, ids in pol.log] == [["r0", "r1", "r2"]] * 3 and res.extras["psd_fallback_steps"] == 3
+
+
+@pytest.mark.parametrize("tv, acc, accepted", [(0.0, 1, [4, 4]), (1.0, 3, [0, 0])])
+def test_rule_psd_sampled_verification_keeps_drafts_by_tv_not_by_the_greedy_trace(engine_path, tv, acc, accepted):
+    # two requests (output 7: the prefill makes token 0), k = 2, sampled verification: a kept draft is accepted while
+    # u < 1 - tv. With tv 0 every draft is accepted although the greedy trace accepts none (acc_len 1): r0 (side 0)
+    # verifies plainly in step 1 (token 1), then 3 tokens (2-4) and 2 (5, 6: the output's end cuts its third; its
+    # 2 accepted drafts count), 3 decode steps; r1 (side 1) is drafted in step 1, so both its verifies carry a
+    # proposal: 3 + 3. 4 accepted each. With tv 1 none is, although the greedy trace would accept both (acc_len 3):
+    # 6 verifies of 1 token each
+    reqs = [Req(0.0, 4, 7, acc={"d": [acc] * 7}, tv={"d": [tv] * 7})] * 2
+    res = psd_run(engine_path, reqs, 0.5, verification="sampled")
+    assert req(res, "accepted_tokens") == accepted
+    assert req(res, "decode_steps") == ([3, 2] if tv == 0.0 else [6, 6])
