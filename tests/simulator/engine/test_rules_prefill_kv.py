@@ -3,6 +3,7 @@ scheduler.Scheduler.reserve / preempt, kv_pool.BlockPool; the reserve loop of co
 Hand-worked cases: every step costs 1.0 s, KV blocks hold 4 tokens."""
 from __future__ import annotations
 
+from simulator.server_config import PSDConfig
 from tests.simulator.engine.rule_cases import Req, col, req, run
 
 
@@ -90,6 +91,18 @@ def test_rule_preemption_blocks_admission_in_that_step(engine_path):
     # tokens in step 6 and verifies in steps 7, 8.
     res = run(engine_path, [Req(0.0, 4, 6), Req(0.0, 4, 6)], mode="sd", k=3, block_size=1, kv_tokens=17,
               max_num_seqs=2)
+    assert col(res, "prefill_tokens") == [8, 0, 0, 6, 0, 0, 7, 0, 0]
+    assert col(res, "kv_blocks_used") == [10, 16, 9, 17, 11, 12, 8, 11, 12]
+    assert req(res, "preemptions") == [0, 2]
+    assert req(res, "finish_time") == [6.0, 9.0]
+
+
+def test_rule_psd_preemption_blocks_admission_in_that_step(engine_path):
+    # test_rule_preemption_blocks_admission_in_that_step's two requests under PSD below split_min_batch (every step
+    # plain SD for all, free drafts, no sync): the PSD rules' preemption gives the same hand-worked steps, r1's
+    # recompute waiting out the step that preempted it
+    res = run(engine_path, [Req(0.0, 4, 6), Req(0.0, 4, 6)], mode="psd", k=3, block_size=1, kv_tokens=17,
+              max_num_seqs=2, psd=PSDConfig(split_min_batch=3))
     assert col(res, "prefill_tokens") == [8, 0, 0, 6, 0, 0, 7, 0, 0]
     assert col(res, "kv_blocks_used") == [10, 16, 9, 17, 11, 12, 8, 11, 12]
     assert req(res, "preemptions") == [0, 2]
