@@ -379,6 +379,36 @@ def test_each_bandit_rule_chooses_as_the_bandit_itself(name, scope):
         assert (ruled.steps.drafters == "d+g").any()
 
 
+
+@pytest.mark.parametrize("spec", [
+    {"name": "adaptive-k", "drafter": "d", "k_max": 5, "scope": "request"},
+    {"name": "adaptive-k", "drafter": "g", "k_max": 5, "scope": "shared", "prior": 0.3, "decay": 0.7},
+    {"name": "k-by-batch", "drafter": "d", "ranges": [{"min_batch": 1, "max_batch": 2, "k": 0},
+                                                      {"min_batch": 3, "max_batch": None, "k": 4}]},
+    {"name": "combine-match", "ngram": "g", "eagle": "d", "k_ngram": 6, "k_eagle": 3, "min_match": 2},
+    {"name": "combine-adaptive", "ngram": "g", "eagle": "d", "k_ngram": 6, "k_eagle": 3, "prior_ngram": 0.2},
+    {"name": "oracle-k", "drafter": "d", "plan": "greedy", "k_max": 5},
+    {"name": "oracle-k", "drafter": "g", "plan": "min-steps", "k_max": 4},
+    {"name": "oracle-k", "drafter": "d", "plan": "min-time", "k_max": 4},
+    {"name": "oracle-combine", "ngram": "g", "eagle": "d", "costs": "reference", "plan": "min-steps"},
+    {"name": "oracle-combine", "ngram": "g", "eagle": "d", "costs": "honest", "switch_cost_s": 3e-4},
+    {"name": "oracle-best-drafter", "drafters": ["g", "d"], "k_max": 4, "switch_cost_s": 3e-4},
+    {"name": "oracle-best-drafter", "drafters": ["d", "g"], "plan": "min-steps", "k_max": 4},
+    {"name": "oracle-best-fixed", "drafters": ["g", "d"], "k": 3, "cost_ratios": {"g": 0.02, "d": 0.1}}],
+    ids=lambda spec: "-".join(str(v) for v in spec.values() if isinstance(v, str)))
+def test_each_policy_and_oracle_rule_chooses_as_the_policy_itself(spec):
+    """adaptive-k, k-by-batch, combine-match and combine-adaptive (n-gram k capped by match lengths of 0-4 under
+    k_ngram 6) and the oracles the kernel follows (by position, their plans, the greedy oracle's estimates): the
+    kernel's rule and the policy asked in Python at each step give the same tables, with a switching cost."""
+    traces = traces_with(10, 4, 0.6, True)
+    wl = workload(traces, 30, rate=200.0, seed=4)
+    kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=6, switch_cost_s=3e-4)
+    ruled = run_path(True, policy=make_policy(spec, seed=3), **kw)
+    asked = run_path(True, policy=asked_in_python(make_policy(spec, seed=3)), **kw)
+    assert ruled.extras["engine_path"] == asked.extras["engine_path"] == "compiled"
+    assert_same(ruled, asked)
+    assert ruled.steps.proposed_tokens.sum() > 0
+
 def oracle_spec(name: str, ngram: bool, seed: int, plan: str, k_max: int | None, switch: float = 0.0) -> dict:
     """An oracle that chooses by position alone: oracle-k (greedy or min-steps) on 'd' or, with n-gram lengths, 'g';
     oracle-combine (reference costs, greedy or min-steps), oracle-best-drafter (min-steps) and oracle-best-fixed (one
