@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks.bench_serving import uptime
+from benchmarks.bench_serving import time_paths, uptime
 
 
 def config(specialists: int, requests: int) -> dict:
@@ -41,7 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from experiments.config import load_config
     from experiments.run import experiment_inputs, prepare
-    from simulator.engine import compiled_run
     from simulator.scenario import simulate
 
     cfg = load_config(config(args.specialists, args.requests))
@@ -50,24 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     first = simulate(prepare(cfg)[0], inputs)
     print(f"{args.specialists + 1} drafters, {args.requests:,} requests; first compiled run (kernel build load or "
           f"compile): {time.process_time() - c0:.2f} cpu s, path {first.extras['engine_path']}  [{uptime()}]")
-    cpu, res = {}, {}
-    for _ in range(args.repeats):
-        for path in ("compiled", "steps"):
-            compiled_run.COMPILED = path == "compiled"
-            sc = prepare(cfg)[0]
-            c0 = time.process_time()
-            res[path] = simulate(sc, inputs)
-            c = time.process_time() - c0
-            cpu[path] = min(cpu.get(path, c), c)
-    compiled_run.COMPILED = True
-    a, b = res["compiled"], res["steps"]
+    cpu, res = time_paths(cfg, inputs, args.repeats)
+    a, b = res["compiled"], res["step by step"]
     if not (a.requests.equals(b.requests) and a.steps.equals(b.steps)):
         raise SystemExit("the compiled path's tables differ from the step path's")
     rs = b.extras["request_steps"]
     print(f"  {rs:,} request-steps in {b.extras['steps']:,} steps; compiled run took the {a.extras['engine_path']} "
           "path")
     print("  engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {rs / cpu[p] / 1e6:.2f} M/cpu-s" for p in cpu)
-          + f"; ratio {cpu['steps'] / cpu['compiled']:.0f}x  [{uptime()}]")
+          + f"; ratio {cpu['step by step'] / cpu['compiled']:.0f}x  [{uptime()}]")
     return 0
 
 

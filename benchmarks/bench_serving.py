@@ -137,20 +137,16 @@ def first_call() -> None:
           f"{w:.2f} s wall; path {res.extras['engine_path']}  [{uptime()}]")
 
 
-def engine(n: int, names: list[str], repeats: int, rate: float = 12.0, scheduler: str | None = None,
-           paths: tuple[str, ...] = PATHS) -> None:
-    """Engine CPU seconds per run on `paths` (the compiled path and step by step), in this process."""
-    from experiments.config import load_config
-    from experiments.run import experiment_inputs, prepare
+def time_paths(cfg, inputs, repeats: int, paths: tuple[str, ...] = PATHS) -> tuple[dict, dict]:
+    """The first run of `cfg` simulated `repeats` times on each of `paths` in turn (compiled, step by step): the
+    best CPU seconds and the last result per path."""
+    from experiments.run import prepare
     from simulator.engine import compiled_run
     from simulator.scenario import simulate
 
-    first_call()
-    for name in names:
-        cfg = load_config(config(n, [RUNS[name]], rate, scheduler))
-        inputs = experiment_inputs(cfg, need_acceptance=name != "AR")
-        cpu: dict[str, float] = {}
-        res: dict = {}
+    cpu: dict[str, float] = {}
+    res: dict = {}
+    try:
         for _ in range(repeats):
             for path in paths:
                 compiled_run.COMPILED = path == "compiled"
@@ -159,7 +155,22 @@ def engine(n: int, names: list[str], repeats: int, rate: float = 12.0, scheduler
                 res[path] = simulate(sc, inputs)
                 c = time.process_time() - c0
                 cpu[path] = min(cpu.get(path, c), c)
+    finally:
         compiled_run.COMPILED = True
+    return cpu, res
+
+
+def engine(n: int, names: list[str], repeats: int, rate: float = 12.0, scheduler: str | None = None,
+           paths: tuple[str, ...] = PATHS) -> None:
+    """Engine CPU seconds per run on `paths` (the compiled path and step by step), in this process."""
+    from experiments.config import load_config
+    from experiments.run import experiment_inputs
+
+    first_call()
+    for name in names:
+        cfg = load_config(config(n, [RUNS[name]], rate, scheduler))
+        inputs = experiment_inputs(cfg, need_acceptance=name != "AR")
+        cpu, res = time_paths(cfg, inputs, repeats, paths)
         ref = res[paths[-1]]
         if len(paths) == 2:  # the same tables on both paths
             same = (res["compiled"].requests.equals(ref.requests) and res["compiled"].steps.equals(ref.steps)
