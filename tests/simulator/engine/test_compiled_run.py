@@ -827,10 +827,10 @@ def test_the_greedy_oracle_over_a_free_target_takes_the_first_free_option_on_bot
     assert (fast.steps.proposed_tokens == 0).all()
 
 
-def test_min_time_stopped_midway_leaves_the_step_paths_plans():
+def test_min_time_stopped_midway_leaves_the_plans_the_oracle_itself_makes():
     """Stopped after a few finishes, the plans of the requests still running are in the policy's follower (as
-    PlanFollower.plan_of made them on the step path, from the same step's estimates) and nobody else's; over the
-    whole run the tables are equal."""
+    PlanFollower.plan_of made them for the same oracle asked in Python at each step on the same kernel, from the same
+    step's estimates) and nobody else's; over the whole run the tables are equal."""
     kw = min_time_case()
     kw["wl"] = workload(kw["traces"], 30, rate=200.0, seed=4)
     kw.update(max_num_seqs=6, cost=COSTS["fraction"])
@@ -843,7 +843,7 @@ def test_min_time_stopped_midway_leaves_the_step_paths_plans():
     slow, made = make_policy(spec, seed=0), {}
     plan_of = slow.time_plan.plan_of
     slow.time_plan.plan_of = lambda rid, request, view=None: made.setdefault(rid, plan_of(rid, request, view))
-    full = run_path(False, policy=slow, **kw)
+    full = run_path(True, policy=asked_in_python(slow), **kw)
     held = pol.time_plan._plans
     assert held and set(held) <= unfinished
     for rid, plan in held.items():
@@ -1100,7 +1100,7 @@ def test_combine_adaptive_stopped_midway_leaves_the_estimates_the_policy_itself_
 
 
 @pytest.mark.parametrize("switch", [0.0, 3e-3])
-def test_the_greedy_oracle_stopped_midway_leaves_the_step_paths_last_drafters(switch):
+def test_the_greedy_oracle_stopped_midway_leaves_the_last_drafters_the_oracle_itself_keeps(switch):
     greedy_oracle_midway(switch)
 
 
@@ -1109,33 +1109,26 @@ def test_the_greedy_oracles_switching_cost_changes_its_choices():
 
 
 def greedy_oracle_midway(switch: float) -> dict:
-    """Stopped after a few finishes, oracle-combine `honest`'s last chosen drafter of each request still decoding
-    (what its switching cost compares with) is the last one it chose on the step path in the steps before the stop
-    (the step path has begun the next step when its monitor stops it; its choices are recorded with their time); over
-    the whole run it drafted with both drafters and the tables are equal."""
+    """Stopped after a few finishes, oracle-combine `honest` run by the kernel's rule leaves as each decoding
+    request's last chosen drafter (what its switching cost compares with) what the same oracle asked in Python at
+    each step (the same kernel) holds; over the whole run it drafted with both drafters and the tables are equal."""
     traces = traces_with(10, 4, 0.6, True)
     wl = workload(traces, 30, rate=200.0, seed=4)
     spec = {"name": "oracle-combine", "ngram": "g", "eagle": "d", "costs": "honest", "k_max": 5,
             "switch_cost_s": switch}
     kw = dict(traces=traces, wl=wl, drafters=("d", "g"), max_num_seqs=6, cost=COSTS["fraction"])
-    pol = make_policy(spec, seed=0)
-    sim = stopped_midway(True, policy=pol, **kw)
-    stop_at, st = sim.server.compiled.now, sim.server.state
-    decoding = {wl.request_ids[i] for i in st.running_array() if np.isnan(st.finish[i])}
-    slow, chosen = make_policy(spec, seed=0), []
-    choose = slow.choose
-    slow.choose = lambda view: chosen.append((view.now, view.request_id, choose(view))) or chosen[-1][2]
-    stopped_midway(False, policy=slow, **kw)
-    want = {}
-    for now, rid, c in chosen:
-        if now < stop_at and c.drafter is not None:
-            want[rid] = c.drafter
-    assert pol._last and pol._last == {rid: d for rid, d in want.items() if rid in decoding}
-    fast = run_path(True, policy=make_policy(spec, seed=0), **kw)
-    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
-    assert min(fast.extras["drafter_usage"][d] for d in ("d", "g")) > 0
-    assert_same(fast, run_path(False, policy=make_policy(spec, seed=0), **kw))
-    return fast.extras["drafter_usage"]
+    left = []
+    for wrap in (lambda policy: policy, asked_in_python):
+        pol = wrap(make_policy(spec, seed=0))
+        st = stopped_midway(True, policy=pol, **kw).server.state
+        decoding = {wl.request_ids[i] for i in st.running_array() if np.isnan(st.finish[i])}
+        left.append({rid: d for rid, d in pol._last.items() if rid in decoding})
+    assert left[0] and left[0] == left[1]
+    ruled = run_path(True, policy=make_policy(spec, seed=0), **kw)
+    assert ruled.extras["engine_path"] == "compiled", ruled.extras.get("engine_path_reason")
+    assert min(ruled.extras["drafter_usage"][d] for d in ("d", "g")) > 0
+    assert_same(ruled, run_path(True, policy=asked_in_python(make_policy(spec, seed=0)), **kw))
+    return ruled.extras["drafter_usage"]
 
 
 @pytest.mark.parametrize("reward", ["be", "bd"])
