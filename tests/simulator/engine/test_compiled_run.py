@@ -387,6 +387,8 @@ def test_each_bandit_rule_chooses_as_the_bandit_itself(name, scope):
                                                       {"min_batch": 3, "max_batch": None, "k": 4}]},
     {"name": "combine-match", "ngram": "g", "eagle": "d", "k_ngram": 6, "k_eagle": 3, "min_match": 2},
     {"name": "combine-adaptive", "ngram": "g", "eagle": "d", "k_ngram": 6, "k_eagle": 3, "prior_ngram": 0.2},
+    {"name": "combine-adaptive", "ngram": "g", "eagle": "d", "k_ngram": 6, "k_eagle": 2, "prior_ngram": 0.95,
+     "prior_eagle": 0.05, "prior_weight": 50.0},
     {"name": "oracle-k", "drafter": "d", "plan": "greedy", "k_max": 5},
     {"name": "oracle-k", "drafter": "g", "plan": "min-steps", "k_max": 4},
     {"name": "oracle-k", "drafter": "d", "plan": "min-time", "k_max": 4},
