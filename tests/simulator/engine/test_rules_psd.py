@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies.base import Policy
+from policies.base import Choice, Policy
 from simulator.costs.draft_cost import DraftCost
 from simulator.server_config import PSDConfig
 from tests.simulator.engine.rule_cases import Req, col, req, run
@@ -117,3 +117,33 @@ def test_rule_psd_sampled_verification_keeps_drafts_by_tv_not_by_the_greedy_trac
     res = psd_run(engine_path, reqs, 0.5, verification="sampled")
     assert req(res, "accepted_tokens") == accepted
     assert req(res, "decode_steps") == ([3, 2] if tv == 0.0 else [6, 6])
+
+
+class TwoDrafters(Policy):
+    """Drafts k = 2 with "d" at even output positions and "g" at odd ones, asked in Python each step."""
+
+    name = "two-drafters"
+    learns = False
+
+    def drafters_used(self):
+        return ("d", "g")
+
+    def max_draft_tokens(self):
+        return 2
+
+    def choose(self, view):
+        return Choice("d" if view.position % 2 == 0 else "g", 2)
+
+
+def test_rule_psd_sampled_verification_checks_every_drafters_proposals(engine_path):
+    # test_rule_psd_sampled_verification_keeps_drafts_by_tv_not_by_the_greedy_trace's tv-0 case with two drafters,
+    # d at even output positions and g at odd ones (the greedy traces of both accept nothing): each verify with a
+    # proposal emits 3 whichever drafter made it, so the requests take the same steps and accept as many drafts as
+    # with one drafter, 4 each; both drafters drafted
+    reqs = [Req(0.0, 4, 7, acc={"d": [1] * 7, "g": [1] * 7}, tv={"d": [0.0] * 7, "g": [0.0] * 7})] * 2
+    res = run(engine_path, reqs, mode="psd", policy=TwoDrafters(), drafters=("d", "g"),
+              costs={d: DraftCost("constant", seconds=0.5) for d in ("d", "g")}, psd=PSDConfig(sync_s=0.25),
+              verification="sampled")
+    assert req(res, "accepted_tokens") == [4, 4] and req(res, "decode_steps") == [3, 2]
+    drafted = res.steps[(res.steps.phase == "draft") & (res.steps.device == "drafter")].drafters
+    assert {"d", "g"} <= set("+".join(drafted).split("+"))
