@@ -1,20 +1,19 @@
-"""A bandit over a large drafter pool: engine request-steps per CPU second, compiled and step by step.
+"""A bandit over a large drafter pool: engine request-steps per CPU second.
 
 Run from the repository root:  python -m benchmarks.bench_drafter_pool [--specialists 11] [--requests 2000]
 
 Workload: a synthetic pool (traces/pool.py) of `--specialists` task specialists plus a generalist (12 drafters by
 default: the kernels' drafter records then pad to 16 slots, a build of their own), `--requests` requests in a
-closed loop of 64 clients, max_num_seqs 64, UCB (k = 3) over every drafter with a 0.2 ms switching cost. Each path
-runs `--repeats` times in this process (best CPU time kept; the first compiled call, which loads or compiles the
-kernel build, is timed on its own), the tables checked equal. Printed with `uptime` beside each figure; nothing is
-asserted.
+closed loop of 64 clients, max_num_seqs 64, UCB (k = 3) over every drafter with a 0.2 ms switching cost. The run is
+timed `--repeats` times in this process (best CPU time kept; the first call, which loads or compiles the kernel
+build, is timed on its own). Printed with `uptime` beside each figure; nothing is asserted.
 """
 from __future__ import annotations
 
 import argparse
 import time
 
-from benchmarks.bench_serving import time_paths, uptime
+from benchmarks.bench_serving import time_run, uptime
 
 
 def config(specialists: int, requests: int) -> dict:
@@ -47,17 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     inputs = experiment_inputs(cfg, need_acceptance=True)
     c0 = time.process_time()
     first = simulate(prepare(cfg)[0], inputs)
-    print(f"{args.specialists + 1} drafters, {args.requests:,} requests; first compiled run (kernel build load or "
-          f"compile): {time.process_time() - c0:.2f} cpu s, path {first.extras['engine_path']}  [{uptime()}]")
-    cpu, res = time_paths(cfg, inputs, args.repeats)
-    a, b = res["compiled"], res["step by step"]
-    if not (a.requests.equals(b.requests) and a.steps.equals(b.steps)):
-        raise SystemExit("the compiled path's tables differ from the step path's")
-    rs = b.extras["request_steps"]
-    print(f"  {rs:,} request-steps in {b.extras['steps']:,} steps; compiled run took the {a.extras['engine_path']} "
-          "path")
-    print("  engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {rs / cpu[p] / 1e6:.2f} M/cpu-s" for p in cpu)
-          + f"; ratio {cpu['step by step'] / cpu['compiled']:.0f}x  [{uptime()}]")
+    print(f"{args.specialists + 1} drafters, {args.requests:,} requests; first run (kernel build load or "
+          f"compile): {time.process_time() - c0:.2f} cpu s, {first.extras['steps']:,} steps  [{uptime()}]")
+    cpu, res = time_run(cfg, inputs, args.repeats)
+    rs = res.extras["request_steps"]
+    print(f"  {rs:,} request-steps in {res.extras['steps']:,} steps")
+    print(f"  engine cpu {cpu:.3f} s -> {rs / cpu / 1e6:.2f} M/cpu-s  [{uptime()}]")
     return 0
 
 

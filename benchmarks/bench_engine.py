@@ -50,10 +50,10 @@ def measure(n: int, run: dict) -> dict:
     inputs = experiment_inputs(cfg)
     scenario = prepare(cfg)[0]
     c1 = time.process_time()
-    path = simulate(scenario, inputs).extras.get("engine_path", "steps")  # simulator/engine/compiled_run.py or the step path
+    simulate(scenario, inputs)
     engine_cpu = time.process_time() - c1
     return {"name": run["name"], "wall_s": wall, "cpu_s": cpu, "engine_cpu_s": engine_cpu, "request_steps": steps,
-            "rate_cpu": steps / cpu, "rate_engine": steps / engine_cpu, "path": path}
+            "rate_cpu": steps / cpu, "rate_engine": steps / engine_cpu}
 
 
 def main() -> None:
@@ -68,7 +68,7 @@ def main() -> None:
     for r in (ar, sd):
         print(f"  {r['name']:6s} {r['request_steps']:>9,} request-steps; end to end wall {r['wall_s']:5.2f} s, "
               f"cpu {r['cpu_s']:5.2f} s ({r['rate_cpu']:,.0f}/cpu-s); engine alone cpu {r['engine_cpu_s']:5.2f} s "
-              f"({r['rate_engine']:,.0f}/cpu-s, {r['path']} path; target {TARGET_RATE[r['name']]:,}: "
+              f"({r['rate_engine']:,.0f}/cpu-s; target {TARGET_RATE[r['name']]:,}: "
               f"{'met' if r['rate_engine'] >= TARGET_RATE[r['name']] else 'NOT met'})")
     ratio = (sd["engine_cpu_s"] / sd["request_steps"]) / (ar["engine_cpu_s"] / ar["request_steps"])
     print(f"  SD/AR engine cpu per request-step: {ratio:.2f}x")

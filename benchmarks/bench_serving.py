@@ -1,7 +1,7 @@
 """Open-loop serving: simulated seconds per wall second and engine request-steps per CPU second.
 
 Run from the repository root:  python -m benchmarks.bench_serving [--requests 10000] [--skip-process]
-[--scheduler vllm-v1|draftsim] [--compiled-only]
+[--scheduler vllm-v1|draftsim]
 
 Workload (the Vidur/BLIS side-by-side case): 10,000 requests, 512 prompt / 256 output tokens each, Poisson
 arrivals at 12 req/s, max_num_seqs 64, one server with a linear Llama-2-7B / H100-like profile (below:
@@ -12,11 +12,9 @@ Figures, each printed with `uptime` beside it (the machine is shared: label them
   and on request (--runs) adaptive-k (eagle3), combine-match (ngram / eagle3), Thompson and EXP3 over the two
   drafters, AR and SD k=3 with KV for 20 of the 64 sequences (they preempt), plug-ins, asked in Python at each
   step (the AIMD-k example of docs/policies.md; the fixed policy under a class of its own), and PSD at k=3 and with
-  adaptive-k (asked in Python),
-  on the compiled path (simulator/engine/compiled_run.py; every run here is eligible),
-  and step by step (compiled_run.COMPILED off), in the same process, the tables checked equal:
-  request-steps per CPU second, mean sequences per step, and the ratios; the compiled kernel's first call (numba
-  import and cache load, or compile) is timed on its own before;
+  adaptive-k: request-steps per CPU second, mean sequences per step and simulated seconds per CPU second; the
+  kernel's first call (numba import and cache load, or compile) is timed on its own before. Compare commits side by
+  side by running each one's copy of this file in turn (docs/speed.md);
 - whole process (`python -m experiments.cli run CONFIG --out DIR`, AR, every output written): simulated
   seconds per wall second.
 Targets (issue 18): engine >= 10M request-steps/CPU-s for AR and fixed-k SD, >= 2M with a learning or adaptive
@@ -119,9 +117,6 @@ def uptime() -> str:
         return f"load average: {one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
-PATHS = ("compiled", "step by step")  # simulator/engine/compiled_run.py, or the step path
-
-
 def first_call() -> None:
     """The compiled kernel's first call in a process (numba import, then its cache load or compile), CPU seconds."""
     from experiments.config import load_config
@@ -133,36 +128,26 @@ def first_call() -> None:
     c0, t0 = time.process_time(), time.perf_counter()
     res = simulate(sc, inputs)
     c, w = time.process_time() - c0, time.perf_counter() - t0
-    print(f"  first compiled call (numba import + kernel cache load or compile, 3 requests): {c:.2f} s cpu, "
-          f"{w:.2f} s wall; path {res.extras['engine_path']}  [{uptime()}]")
+    print(f"  first kernel call (numba import + kernel cache load or compile, 3 requests): {c:.2f} s cpu, "
+          f"{w:.2f} s wall; {res.extras['steps']} steps  [{uptime()}]")
 
 
-def time_paths(cfg, inputs, repeats: int, paths: tuple[str, ...] = PATHS) -> tuple[dict, dict]:
-    """The first run of `cfg` simulated `repeats` times on each of `paths` in turn (compiled, step by step): the
-    best CPU seconds and the last result per path."""
+def time_run(cfg, inputs, repeats: int) -> tuple[float, object]:
+    """The first run of `cfg` simulated `repeats` times: the best CPU seconds and the last result."""
     from experiments.run import prepare
-    from simulator.engine import compiled_run
     from simulator.scenario import simulate
 
-    cpu: dict[str, float] = {}
-    res: dict = {}
-    try:
-        for _ in range(repeats):
-            for path in paths:
-                compiled_run.COMPILED = path == "compiled"
-                sc = prepare(cfg)[0]
-                c0 = time.process_time()
-                res[path] = simulate(sc, inputs)
-                c = time.process_time() - c0
-                cpu[path] = min(cpu.get(path, c), c)
-    finally:
-        compiled_run.COMPILED = True
-    return cpu, res
+    best, res = float("inf"), None
+    for _ in range(repeats):
+        sc = prepare(cfg)[0]
+        c0 = time.process_time()
+        res = simulate(sc, inputs)
+        best = min(best, time.process_time() - c0)
+    return best, res
 
 
-def engine(n: int, names: list[str], repeats: int, rate: float = 12.0, scheduler: str | None = None,
-           paths: tuple[str, ...] = PATHS) -> None:
-    """Engine CPU seconds per run on `paths` (the compiled path and step by step), in this process."""
+def engine(n: int, names: list[str], repeats: int, rate: float = 12.0, scheduler: str | None = None) -> None:
+    """Engine CPU seconds per run, in this process."""
     from experiments.config import load_config
     from experiments.run import experiment_inputs
 
@@ -170,28 +155,17 @@ def engine(n: int, names: list[str], repeats: int, rate: float = 12.0, scheduler
     for name in names:
         cfg = load_config(config(n, [RUNS[name]], rate, scheduler))
         inputs = experiment_inputs(cfg, need_acceptance=name != "AR")
-        cpu, res = time_paths(cfg, inputs, repeats, paths)
-        ref = res[paths[-1]]
-        if len(paths) == 2:  # the same tables on both paths
-            same = (res["compiled"].requests.equals(ref.requests) and res["compiled"].steps.equals(ref.steps)
-                    and res["compiled"].itl.tobytes() == ref.itl.tobytes())
-            if not same:
-                raise SystemExit(f"{name}: the compiled path's tables differ from the step-by-step path's")
-        got = res["compiled"].extras.get("engine_path")
-        rs = ref.extras["request_steps"]
-        steps = ref.extras["steps"]
-        sim_s = float(ref.requests["finish_time"].max())
-        per_cpu = {p: rs / cpu[p] for p in paths}
-        preempted = int(ref.requests["preemptions"].sum())
+        cpu, res = time_run(cfg, inputs, repeats)
+        rs = res.extras["request_steps"]
+        steps = res.extras["steps"]
+        sim_s = float(res.requests["finish_time"].max())
+        per_cpu = rs / cpu
+        preempted = int(res.requests["preemptions"].sum())
         print(f"  {name:6s} {rs:>10,} request-steps in {steps:,} steps ({rs / steps:.1f} seqs/step), "
-              f"{sim_s:.0f} simulated s, {preempted:,} preemptions; compiled run took the {got} path "
-              f"{res['compiled'].extras.get('engine_path_reason') or ''}")
-        print("         engine cpu: " + "; ".join(f"{p} {cpu[p]:.3f} s -> {per_cpu[p]:,.0f}/cpu-s" for p in paths))
-        ratio = (f"compiled / step by step {per_cpu['compiled'] / per_cpu['step by step']:.1f}x; "
-                 if len(paths) == 2 else "")
-        print(f"         ratios: {ratio}compiled engine "
-              f"{sim_s / cpu['compiled']:,.0f}x real time (target {TARGET_RATE[name]:,} request-steps/cpu-s: "
-              f"{'met' if per_cpu['compiled'] >= TARGET_RATE[name] else 'NOT met'})  [{uptime()}]")
+              f"{sim_s:.0f} simulated s, {preempted:,} preemptions")
+        print(f"         engine cpu {cpu:.3f} s -> {per_cpu:,.0f}/cpu-s; {sim_s / cpu:,.0f}x real time (target "
+              f"{TARGET_RATE[name]:,} request-steps/cpu-s: {'met' if per_cpu >= TARGET_RATE[name] else 'NOT met'})"
+              f"  [{uptime()}]")
 
 
 def whole_process(n: int, repeats: int) -> None:
@@ -218,20 +192,18 @@ def whole_process(n: int, repeats: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=10_000)
-    ap.add_argument("--repeats", type=int, default=2, help="engine runs per path (best CPU time kept)")
+    ap.add_argument("--repeats", type=int, default=2, help="engine runs (best CPU time kept)")
     ap.add_argument("--runs", default="AR,SD-k3,UCB", help="comma-separated subset of " + ", ".join(RUNS))
     ap.add_argument("--rate", type=float, default=12.0, help="Poisson arrival rate of the engine runs (SD k=3 at "
                     "18 req/s: ~38 sequences per step); the whole-process run keeps 12")
     ap.add_argument("--skip-process", action="store_true", help="engine figures only")
     ap.add_argument("--scheduler", choices=("vllm-v1", "draftsim"), default=None,
                     help="pin server.scheduler (default: the engine's default)")
-    ap.add_argument("--compiled-only", action="store_true", help="time the compiled path alone (no step path)")
     args = ap.parse_args(argv)
     print(f"{args.requests:,} requests, 512 in / 256 out, Poisson {args.rate:g} req/s, max_num_seqs 64, linear "
           f"Llama-2-7B/H100-like profile, scheduler {args.scheduler or 'default'}; figures measured under the load "
           "shown")
-    engine(args.requests, args.runs.split(","), args.repeats, args.rate, args.scheduler,
-           PATHS[:1] if args.compiled_only else PATHS)
+    engine(args.requests, args.runs.split(","), args.repeats, args.rate, args.scheduler)
     if not args.skip_process:
         whole_process(args.requests, args.repeats)
     return 0

@@ -20,7 +20,7 @@ _SHARED = "\x00shared"
 
 def best_k_rule(a: float, times: np.ndarray, top: int) -> int:
     """argmax over k <= top of (1 + a + ... + a^k) / times[k], the first on ties: Leviathan's expected tokens per
-    second. Plain Python over an array, so the step path calls it and the compiled engine compiles it (one rule)."""
+    second. Plain Python over an array, so the policy calls it in Python and the kernels compile it (one rule)."""
     best = 0
     best_r = 1.0 / times[0]
     term = 1.0

@@ -16,8 +16,8 @@ from policies.bandit import BanditPolicy
 
 
 def ucb_arm_rule(counts: np.ndarray, sums: np.ndarray, beta: float) -> int:
-    """The first arm never played, else argmax over arms of sums / counts + beta * sqrt(2 ln max(t, 1) / counts),
-    t = the plays, the first on ties. Plain Python over two arrays (libm's log and sqrt), so the step path calls it
+    """The first arm never played, else argmax over arms of sums / counts + beta * sqrt(2 ln max(t, 1) / counts), t =
+    the plays, the first on ties. Plain Python over two arrays (libm's log and sqrt), so the policy calls it in Python
     and the compiled engine compiles it (one rule)."""
     arms = len(counts)
     for a in range(arms):
@@ -38,7 +38,7 @@ def ucb_arm_rule(counts: np.ndarray, sums: np.ndarray, beta: float) -> int:
 
 def ucb_update(counts: np.ndarray, sums: np.ndarray, arm: int, reward: float, discount: float) -> None:
     """One round's update: every count and sum times `discount` (discounted UCB; 1.0: none), then the played arm's
-    count + 1 and sum + reward. Plain Python, so the step path calls it and the compiled engine compiles it."""
+    count + 1 and sum + reward. Plain Python, so the policy calls it in Python and the compiled engine compiles it."""
     if discount != 1.0:
         for a in range(len(counts)):
             counts[a] *= discount

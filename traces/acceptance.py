@@ -23,7 +23,7 @@ FIRST_DRAFT_POSITION = 1  # the prefill emitted output token 0; decoding starts 
 
 def trace_position(position: int, n: int) -> int:
     """The position of a trace of n positions that output position `position` reads: past the trace's end, its last
-    one, as the replay reads it (simulator/engine/drafting.Drafting.flat_index) and the compiled engine too."""
+    one, as the replay reads it (simulator/engine/drafting.Drafting.choose) and the kernels too."""
     return min(int(position), n - 1)
 
 

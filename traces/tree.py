@@ -1,10 +1,9 @@
 """Static draft trees: the shape (vLLM's `speculative_token_tree` path list, or per-level widths), its validation,
 and the accepted-drafts rule that replays a tree from a drafter's per-position rank row (`tree_rank`).
 
-Under greedy verification a node is accepted when its rank (its place among the drafter's top-K candidates below
-its parent) equals the rank of the target's token there, and its parent was accepted. The rule
-`tree_accepted(parent, rank, row)` is a plain function over arrays, compiled by the engine's kernels and called
-by the step path (one implementation).
+Under greedy verification a node is accepted when its rank (its place among the drafter's top-K candidates below its
+parent) equals the rank of the target's token there, and its parent was accepted. The rule `tree_accepted(parent, rank,
+row)` is a plain function over arrays, compiled by the engine's kernels (one implementation).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The drafter process (multiprocessing, spawn) is pinned to its own core with its own torch thread count
 (CPU) and holds a `DraftEngine`; it talks to the target's process over a pipe. Each PSD step follows
-MineDraft's two sub-batches, with the simulator's rules (simulator/engine/step_psd.py): while the target
+MineDraft's two sub-batches, with the simulator's rules (simulator/engine/compiled_psd_kernel.py): while the target
 verifies sub-batch V with the proposals drafted last step, the drafter drafts sub-batch D; both
 finish, proposals swap, roles flip. One empty side makes the step plain SD (draft, then verify).
 New requests join the side drafted next, a balance counter keeps the sides even. A drafter process

@@ -4,7 +4,7 @@ A static tree is replayed from each drafter's `tree_rank` rows by the accepted-d
 (`tree_accepted`); the replay walk is traces/walk.py's (first step at output position 1, each step emits
 1 + accepted, cut at the output's end), fed the tree's acceptance per position, so chains and trees are walked by
 one rule. `python -m experiments.studies.chain_vs_tree --out DIR` writes `acceptance.csv` and prints the table;
-`--engine` also runs AR, the chains and the trees through the engine (simulator; trees run on the step path) at
+`--engine` also runs AR, the chains and the trees through the engine (simulator) at
 closed-loop batch sizes 1..64 on two targets: SmolLM2-135M with its measured CPU profiles (the int8 copy drafting,
 priced by its measured profile) and Llama-3.1-8B / H100 with the published SpecDecode-Bench fit (the EAGLE-3 head's
 published cost, acceptance borrowed from SmolLM2's int8 copy), and writes `speedup.csv` and `speedup.png`.

@@ -1,10 +1,10 @@
-"""A cluster on the compiled path: the replicas and the router advance inside one compiled loop
+"""A cluster in one kernel call: the replicas and the router advance inside one compiled loop
 (simulator/cluster/compiled_cluster_kernel.py run_cluster), returning to Python only when a replica's row buffers are
 full, at the early-stop hook's checks, and at the end.
 
 `cluster_ineligible_reason` says why a cluster keeps the per-replica path (each replica's SimPy process calling the
-kernel up to the next routing, simulator/engine/compiled_replica.py): a replica on the step path, a step hook that
-does not name its next check, replicas whose step prices, drafters or acceptance tables differ (the loop shares
+kernel up to the next routing, simulator/engine/compiled_replica.py): a step hook that does not name its next
+check, replicas whose step prices, drafters or acceptance tables differ (the loop shares
 them). An eligible cluster's replicas keep their `CompiledReplica` (its kernel records become views of rows of the
 loop's stacked records, so its `settle` writes the outcome into the server as before); one SimPy process drives the loop and moves
 the clock to each hook's instant, so `progress_of` and `run_until_decided` read it as before.
@@ -29,10 +29,6 @@ def cluster_ineligible_reason(cluster, on_step) -> str | None:
     """Why `cluster` (a ClusterSimulation being built) keeps the per-replica path, or None."""
     if not ENABLED:
         return "compiled cluster loop switched off (compiled_cluster.ENABLED)"
-    for j, rep in enumerate(cluster.replicas):
-        c = rep.server.compiled
-        if c is None or not c.stepwise:
-            return f"replica {j} takes the step path ({rep.server.engine_path_reason})"
     import simulator.engine.compiled_kernel as ker
 
     if any(rep.server.compiled.policy_kind == ker.POL_GIVEN for rep in cluster.replicas):
@@ -271,7 +267,7 @@ class CompiledCluster:
             return
 
     def _show(self) -> None:
-        """What the step path shows now into the cluster and the replicas' servers: routing (assigned, routed
+        """What the replicas show now into the cluster and the replicas' servers: routing (assigned, routed
         counts, arrival times, the router's state), and each replica's first tokens, finishes and finished count,
         without those of a step still in flight."""
         cl, cker, ker = self.cluster, self.cker, self.ker

@@ -1,13 +1,15 @@
 """The compiled cluster loop (numba): every replica of a cluster and its router advance in one call.
 
-The loop replays the SimPy events the step path schedules (simulator/cluster/simulation.py, Server.loop), in SimPy's
+The loop replays the SimPy events the replicas' and the router's processes schedule (simulator/cluster/simulation.py,
+simulator/engine/compiled_replica.py), in SimPy's
 order (time, priority, then the order they were scheduled in), for N + 1 processes: each replica (its start, the
 engine-loop gap's end, an idle wait's end or the push that ends it, a step's end) and the router (a timeout to the
 next arrival or, in a closed loop, the wake event a finish fires, then the condition event that resumes it). A
-closed loop's finishes submit their clients' next requests at the step's end, in StepOutcome's order. A replica's
+closed loop's finishes submit their clients' next requests at the step's end, in the kernel's order of them. A
+replica's
 step is planned and applied by ONE call of compiled_kernel.run_steps at the step's start; until its end event the
-replica shows what the step path shows while it is in flight (KV after the step's plan, its finishes not yet), so a
-routing reads the same outstanding requests and KV load. Routings use the router rules of
+replica shows what a replica's own process shows while it is in flight (KV after the step's plan, its finishes not
+yet), so a routing reads the same outstanding requests and KV load. Routings use the router rules of
 simulator/cluster/router.py, compiled. All state lives in the records passed in: the cluster's own (Routing,
 ClusterSettings, the CLUSTER_STATE record, Processes, ReplicaViews) and the replicas' kernel records
 (simulator/engine/kernel_records.py), stacked along a first axis of replicas, from which each replica's own records
@@ -94,7 +96,7 @@ class Processes(NamedTuple):
 class ReplicaViews(NamedTuple):
     """What the loop keeps per replica beside its kernel records: requests routed to it, whether it waits for a
     push, the cluster index of its k-th routed request, the prompt blocks of its first k routed, the step in flight
-    (on, KV after its plan, its finishes) and those finishes in StepOutcome's order."""
+    (on, KV after its plan, its finishes) and those finishes in the kernel's order (Scratch.done)."""
     routed: np.ndarray  # int64 (replicas,)
     push_wait: np.ndarray
     gidx: np.ndarray  # (replicas, requests)
@@ -154,7 +156,7 @@ def _next_process(ev):
 
 @njit(cache=True)
 def _shown_finished(views, state, j):
-    """Replica j's finished requests as the step path shows them (not those of a step in flight)."""
+    """Replica j's finished requests as its process shows them (not those of a step in flight)."""
     return state[j].finished - (views.flight_fin[j] if views.flight_on[j] == 1 else 0)
 
 
@@ -293,7 +295,7 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
             if kind == K_STEP_END:  # the step applied: its finishes and freed KV show; the step hook is told
                 views.flight_on[j] = 0
                 phase = PH_AFTER_STEP
-                if cset.closed:  # ClusterSimulation.on_finish, in StepOutcome's order: the client's next request
+                if cset.closed:  # ClusterSimulation.on_finish, in the kernel's order: the client's next request
                     for t in range(views.flight_fin[j]):
                         i = views.fin_list[j, t]
                         if cs.next < n:  # ClosedLoopArrivals._submit
@@ -318,14 +320,14 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
             else:
                 phase = PH_TOP
         st = state[j]
-        if phase == PH_AFTER_STEP:  # Server.loop: vLLM V1's engine-loop gap after a busy step
+        if phase == PH_AFTER_STEP:  # a server's turn: vLLM V1's engine-loop gap after a busy step
             wait = _gap(True, settings[j].gap, st.n_run, st.requeued + st.ptr - st.admit)
             if wait > 0.0 and settings[j].async_sched:
                 wait = _overlapped(wait, st.forward)
             if wait > 0.0:
                 _schedule(ev, cs, j, now + wait, NORMAL, K_TOP)
                 continue
-        # the top of Server.loop: pull (routing what is due first), then idle or one step
+        # a server's turn: pull (routing what is due first), then idle or one step
         step_rows = pker.STEP_ROWS if cset.psd else ker.STEP_ROWS
         if st.rows + step_rows > bufs.rows.step.shape[1] or st.itl + settings[j].max_seqs > bufs.itl.shape[1]:
             cs.resume_rep = j
@@ -363,7 +365,7 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
         views.flight_used[j] = bufs.rows.kv_blocks_used[j, st.rows - 1]
         views.flight_fin[j] = st.finished - fin0
         end = st.now
-        if cset.closed:  # the step's finishes in StepOutcome's order: the kernel's own list of them (Scratch.done)
+        if cset.closed:  # the step's finishes in the kernel's own order of them (Scratch.done)
             for t in range(views.flight_fin[j]):
                 views.fin_list[j, t] = views.gidx[j, scratch.done[t]]
         _schedule(ev, cs, j, end, NORMAL, K_STEP_END)

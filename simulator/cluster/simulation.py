@@ -286,10 +286,6 @@ class ClusterSimulation:
             "num_target_gpus": sum(int(e["num_target_gpus"]) for e in ex),
             "num_draft_gpus": sum(int(e["num_draft_gpus"]) for e in ex),
         }
-        stepped = [e.get("engine_path_reason") for e in ex if e.get("engine_path") == "steps"]
-        out["engine_path"] = "steps" if stepped else "compiled"  # as a server's (simulator/engine/server.py)
-        if stepped:
-            out["engine_path_reason"] = f"{len(stepped)} of {len(per)} replicas: {stepped[0]}"
         overflows = getattr(self.router, "overflows", None)
         if overflows is not None:
             out["affinity_overflows"] = int(overflows)

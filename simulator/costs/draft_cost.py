@@ -9,7 +9,7 @@
 - `engine_step`: vLLM V1's proposer, run once per engine step after the forward over every token the
   step scheduled (prefill chunks included: a draft model prefills the prompt there) for the requests
   that sampled; priced profile(sampling sequences, step tokens, step KV tokens) whether or not anything
-  is proposed (what `draftsim validate` fits from vLLM's step records). Charged by `Pricing.engine_step_draft_time`.
+  is proposed (what `draftsim validate` fits from vLLM's step records). Charged by the kernels once per SD step.
 Every kind but `engine_step` may add `host_s`: host-side seconds per drafting phase that proposes anything (the
 proposer's CPU work beside its GPU forwards; a measured-ops drafter's profile prices only the forwards,
 calibration/op_drafter.py). A drafter that proposes nothing this step costs nothing. `prefill_time` prices the drafter's own pass

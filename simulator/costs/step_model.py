@@ -89,8 +89,8 @@ _REST = (1, 2, 4, 5, 6, 7, 8)  # the other linear terms, added to max(read, comp
 def structured_time(c, roofline, f):
     """Seconds of a step with term values `f` (shape_features) under coefficients `c` (ROOFLINE_TERMS order, an
     absent term 0): the linear form sums the linear terms in order; the roofline form takes the larger of the read
-    (const + decode_kv) and the compute (flop_tokens), then adds the rest in order. The step path and the compiled
-    engine both run these lines."""
+    (const + decode_kv) and the compute (flop_tokens), then adds the rest in order. The kernels compile these lines;
+    a profile priced in Python runs them as they are."""
     if not roofline:
         t = 0.0
         for j in range(9):

@@ -104,7 +104,7 @@ class PushedArrivals:
     """Requests handed to the server at run time (`push`), e.g. by a router sharing the Environment.
 
     Nothing tells when the next push comes, so a compiled server (simulator/engine/compiled_replica.py) takes one step
-    per kernel call (`quiet_until`) and reads its pushes between steps, as the step path does."""
+    per kernel call (`quiet_until`) and reads its pushes between steps."""
 
     routed = True  # pushed at run time: the compiled replica's path (compiled_run.for_server)
     submits_on_finish = False  # a finish submits nothing here

@@ -1,26 +1,26 @@
-"""The compiled step loop (numba): one server's AR or SD run (open or closed loop), step for step as the step path.
+"""The compiled step loop (numba): one server's AR or SD run (open or closed loop), a step at a time by the rules.
 
 One SD step loop for every compiled policy: each decoding request gets a drafter slot (or none) and a k per step,
 fixed (FixedPolicy), by the adaptive-k argmax, by combine-match's match-length rule, by combine-adaptive's expected
 tokens per estimated second, by a bandit over drafter arms
 (UCB's family, epsilon-greedy, random, Thompson, EXP3: the policies' own rules, drawing from the policy's generator)
 or from a table (k-by-batch, position oracles);
-each slot is priced once for its own sub-batch (Pricing.draft_time). Under `scheduler: vllm-v1` the decodes take their
-tokens from the step budget (rules/decode_budget.py; under `draftsim` the same rule over an unbounded decode budget)
-and the engine loop's gap follows each busy step (Server.loop).
+each slot is priced once for its own sub-batch (rules/pricing.draft_group). Under `scheduler: vllm-v1` the decodes take
+their tokens from the step budget (rules/decode_budget.py; under `draftsim` the same rule over an unbounded decode
+budget) and the engine loop's gap follows each busy step (rules/engine_loop.py).
 The step rules of simulator/engine/rules/ (prefill plan, decode budget, engine-loop gap, emission, prefill progress,
-finish, KV growth, pricing, PSD's side) and the built-in policies' rules are compiled here once; the step path calls the same
-functions. Rules the kernel still restates live in small @njit functions below, each naming the Python rule it
-mirrors; tests/simulator/engine/test_compiled_run.py guards them.
+finish, KV growth, pricing, PSD's side) and the built-in policies' rules are compiled here once. What the kernel
+still restates lives in small @njit functions below, each naming what it computes; the tests of
+tests/simulator/engine/ check them (rule tests by hand, invariants, policies against themselves asked in Python).
 
-Imported when a server is built (its scheduler and step outcome call the compiled rules) or an eligible run starts,
-so commands that never simulate do not import numba. Step prices are the step path's own rules, compiled:
+Imported when a server's run starts, so commands that never simulate do not import numba. Step prices are the
+profiles' own rules, compiled:
 latency.linear_step_time and table_step_time, roofline.roofline_step_time and weight_bytes_read (an MoE's expert
 reads: libm's pow, as Python's), step_model.structured_time (a target step priced by its whole shape,
 rules/pricing.target_time) and simulator/engine/rules/pricing.py (draft and prompt-pass costs, a step's sum, the
 step estimate), over the profile and drafter records compiled_run builds
-(rules.pricing.ProfileTerms, DraftTerms). Every other float is formed with the step path's operations in its order
-(simulator/engine/step_sd.py, pricing.py; SimPy's `now + delay`), so the tables agree bit for bit. Accepted drafts
+(rules.pricing.ProfileTerms, DraftTerms). A step's end is `now + duration`, as SimPy adds a delay, so a cluster
+replica's SimPy events land on the kernel's times. Accepted drafts
 per trace position come precomputed from traces/acceptance.py (the replay rule is not restated here); the
 end-of-output cut is rules/emission.emit_decoded's.
 
@@ -91,7 +91,7 @@ from simulator.engine.rules import sampled as sampled_rules  # noqa: E402
 from simulator.engine.rules import decode_budget as budget_rules  # noqa: E402
 from simulator.engine.rules.kv import decode_hold  # noqa: E402
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap  # noqa: E402
-from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_buffers, plan_prefills,  # noqa: E402
+from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_prefills,  # noqa: E402
                                                  take_prefill_plan as take_prefill_plan_rule)
 from simulator.engine.rules import queue as queue_rules  # noqa: E402
 from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON,  # noqa: E402
@@ -102,9 +102,9 @@ from traces.expected_tokens import leviathan_tokens  # noqa: E402
 
 _numba_config.reload_config()  # numba read NUMBA_CACHE_DIR when first imported, which may have been before this
 
-# the step rules of simulator/engine/rules/, compiled once here: the kernels below and the step path
-# (step_outcome.py, scheduler.py) call these same functions. A rule that other rules call (blocks_for) is
-# registered first and compiles in place.
+# the step rules of simulator/engine/rules/, compiled once here for the kernels below (and the rule tests, which call
+# each build beside the plain rule). A rule that other rules call (blocks_for) is registered first and compiles in
+# place.
 register_jitable(kv_rules.blocks_for)
 register_jitable(kv_rules.decode_hold)
 emit_decoded = njit(cache=True)(emission_rules.emit_decoded)
@@ -112,23 +112,22 @@ advance_prefills = njit(cache=True)(emission_rules.advance_prefills)
 release_finished = njit(cache=True)(finish_rules.release_finished)
 kv_growth = njit(cache=True)(kv_rules.kv_growth)
 add_blocks = njit(cache=True)(kv_rules.add_blocks)
-preempt_keep = njit(cache=True)(kv_rules.preempt_keep)  # how many running requests keep running (both paths)
-preempt_suffix = njit(cache=True)(kv_rules.preempt_suffix)  # the newest ones preempted by recompute (both paths)
+preempt_keep = njit(cache=True)(kv_rules.preempt_keep)  # how many running requests keep running
+preempt_suffix = njit(cache=True)(kv_rules.preempt_suffix)  # the newest ones preempted by recompute
 register_jitable(plan_prefills)
 register_jitable(queue_rules.queue_window)
 _plan_prefills = njit(cache=True)(plan_prefills)
-take_prefill_plan = njit(cache=True)(take_prefill_plan_rule)  # a prefill plan committed (both paths)
-# the queues (both paths): the waiting queue's window, a step's prefill plan over the queues, admission, preemption
+take_prefill_plan = njit(cache=True)(take_prefill_plan_rule)  # a prefill plan committed
+# the queues: the waiting queue's window, a step's prefill plan over the queues, admission, preemption
 # back to the queue's front, finish
 _queue_window = njit(cache=True)(queue_rules.queue_window)
 plan_step_prefills = njit(cache=True)(queue_rules.plan_step_prefills)
 admit_planned = njit(cache=True)(queue_rules.admit_planned)
 requeue_preempted = njit(cache=True)(queue_rules.requeue_preempted)
 drop_finished = njit(cache=True)(queue_rules.drop_finished)
-_plan_buffers = njit(cache=True)(plan_buffers)
 register_jitable(budget_rules.fit_decodes)
 register_jitable(budget_rules.cut_accepted)
-fit_decodes = njit(cache=True)(budget_rules.fit_decodes)  # the step path's budget cut (Scheduler.fit_decodes)
+fit_decodes = njit(cache=True)(budget_rules.fit_decodes)  # the budget cut alone (fit_proposals calls it)
 # vLLM V1's decode budget over verified chains, each cut one keeping its accepted part (SD and PSD kernels)
 _fit_proposals = njit(cache=True)(budget_rules.fit_proposals)
 _engine_loop_gap = njit(cache=True)(engine_loop_gap)
@@ -142,7 +141,7 @@ carry_proposals = njit(cache=True)(psd_sides.carry_proposals)  # PSD: the drafte
 psd_step_time = njit(cache=True)(psd_timing.psd_step_time)  # PSD: both devices' ends, the step's duration
 _overlapped_gap = njit(cache=True)(overlapped_gap)
 register_jitable(tree_shape.tree_accepted)  # traces/tree.py: the accepted drafts of one rank row
-accept_tree = njit(cache=True)(tree_rules.accept_tree)  # a tree's acceptance (both paths)
+accept_tree = njit(cache=True)(tree_rules.accept_tree)  # a tree's acceptance
 
 DONE, FULL, STOPPED, PAUSED, ERR_STALL = 0, 1, 2, 3, -1
 ERR_PLAN_COSTS, ERR_PLAN_ROWS = -2, -3  # POL_PLAN: step-time estimates the plan refuses; no plan row free (a bug)
@@ -192,7 +191,7 @@ def _row(rows, r, step, phase, start, end, ns, pt, bt, kv, used, prop, acc, emit
 # the pricing rules, written once as plain Python (simulator/costs/latency.py, roofline.py, step_model.py,
 # simulator/engine/rules/pricing.py) and compiled here (a table profile's: a call, its loop over the simplices out
 # of the inlined price); the rules they call are compiled into them, and
-# `profile_price`, `prices_shape` and `shape_price` read the kernel's ProfileTerms records (the step path asks its
+# `profile_price`, `prices_shape` and `shape_price` read the kernel's ProfileTerms records (a profile in Python asks its
 # profile objects)
 for _rule in (linear_step_time, table_step_time, roofline.attention_pairs, roofline.roofline_compute_s,
               roofline.roofline_memory_s, roofline.roofline_per_op_s, roofline.roofline_allreduce_s,
@@ -241,8 +240,8 @@ _price = njit(cache=True, inline="always")(pricing.terms_step_time)  # a Profile
 _target_time = njit(cache=True, inline="always")(pricing.target_time)  # a target step's price by its shape
 _draft_time = njit(cache=True)(pricing.draft_time)
 _tree_draft_time = njit(cache=True)(tree_rules.tree_draft_time)  # a static tree's drafting, one pass per depth
-draft_group = njit(cache=True)(pricing.draft_group)  # the sub-batch each drafter is charged for (both paths)
-group_switches = njit(cache=True)(pricing.group_switches)  # whether a drafter pays the switching cost (both paths)
+draft_group = njit(cache=True)(pricing.draft_group)  # the sub-batch each drafter is charged for
+group_switches = njit(cache=True)(pricing.group_switches)  # whether a drafter pays the switching cost
 _drafters_prefill_time = njit(cache=True)(pricing.drafters_prefill_time)
 _sd_step_time = njit(cache=True, inline="always")(pricing.sd_step_time)
 _engine_step_time = njit(cache=True, inline="always")(pricing.engine_step_time)  # vLLM V1's proposer per step
@@ -291,7 +290,7 @@ def _kept_decodes(run, keep, dec, n_dec):
 def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr,
                 prompt, gen, blocks, prefill_left, prefill_done, target, cost, profile, pass_costs, pass_profiles,
                 overhead, pf_order, proposers, pipelined=False):
-    """Pricing.estimator(n, kv, pipelined=False, preview_prefills, ...)'s estimate(drafter, k) for k = k_lo..k_hi into
+    """The step-time estimate a policy reads (drafter, k) for k = k_lo..k_hi into
     times[k]: the target's price of a step in which all `n` decoding sequences verify k drafts of the drafter (cost,
     profile), with the prompt chunks a plan would add after their tokens (rules/queue.queue_window's window of the
     waiting queue copied once, not per k),
@@ -307,12 +306,12 @@ def _step_times(times, k_lo, k_hi, n, kv, separate, lim, plan, waitq, free, n_ru
     for k in range(k_lo, k_hi + 1):
         decoding = _decode_tokens(n, k)
         n_pre, pt, pkv, pattn = 0, 0, 0, 0
-        if preview:  # Scheduler.preview_prefills
+        if preview:  # the prompt chunks a mixed step would add after the decodes' tokens
             n_pre, pt, pkv, pattn = _plan_prefills(lim, run, n_run, waitq, m, n_run, decoding, free, prompt, gen,
                                                    prefill_left, prefill_done, blocks, plan)
         verify = _target_time(target, n, decoding - n, kv, n_pre, pt, pkv, pattn)
         proposer = 0.0
-        if proposers:  # Pricing.engine_step_draft_time over the decodes and the chunks that end their prompt
+        if proposers:  # vLLM V1's proposers over the decodes and the chunks that end their prompt
             ending = 0
             for j in range(n_pre):
                 if plan.last[j]:
@@ -452,7 +451,7 @@ def _bandit_choices(idx, n, counts, sums, arm_slot, arms, shared, bandit, beta, 
 
 @njit(cache=True)
 def _bd_rewards(idx, n, slot, proposed, tv, first, gen, last, reward):
-    """Drafting.feedback's BD reward (MetaSD's block divergence) of each drafting request idx[j] of idx[:n], over the
+    """The BD reward (MetaSD's block divergence) of each drafting request idx[j] of idx[:n], over the
     positions it drafted (before its tokens move them), into reward[j]. Both kernels call it."""
     for j in range(n):
         g = slot[j]
@@ -480,7 +479,7 @@ def _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin,
 @njit(cache=True)
 def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, nq, admit, n_sub, arrival, until, room, n_fin,
           stop_finished, routed):
-    """Both kernels' engine-loop turn before a step (the turn Server.loop takes with SimPy events): the rules'
+    """Both kernels' engine-loop turn before a step (a server's turn between steps, as SimPy events): the rules'
     engine-loop gap after a busy step (hidden behind the last forward under async scheduling), the arrivals due
     pulled (OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions in index order, their times in order), an
     idle wait for the next one (Server._idle). Returns (code, now, ptr, busy): STEP to take a step at `now`; PAUSED
@@ -601,7 +600,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
         if code != STEP:
             break
         code = DONE
-        # ---- plan (SDExecutor.plan)
+        # ---- plan
         n_dec = 0
         n_pre = 0
         kv_est = 0
@@ -614,7 +613,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
         if policy == POL_GIVEN and separate and st.pending == 1:
             code = HEAR
             break
-        if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # Scheduler.prefill_only: prefills(0, True)
+        if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # a prefill-only step: admit first
             # the plan's chunks and their sums (PlanSums)
             n_pre, pre_tokens, pre_kv, pre_attn = plan_step_prefills(lim, plan, waitq, 0, True, run, n_run, requeued,
                                                                      nq, arrived, admit, ptr, total_blocks - used,
@@ -622,7 +621,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             n_run, nq, admit, used, peak = _take_plan(plan, n_pre, now, run, n_run, requeued, nq, admit, used, peak,
                                                       prompt, gen, blocks, prefill_left, prefill_done, first_sched)
             only_prefill = n_pre > 0
-        if only_prefill:  # step.plan_prefill_only / prefill_step
+        if only_prefill:  # the target prefills, then the drafters' own pass on its devices
             tokens = pre_tokens
             kv = pre_kv
             target_t = _target_time(target, 0, 0, 0, n_pre, pre_tokens, pre_kv, pre_attn)
@@ -650,9 +649,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     cx = prompt[i] + gen[i]
                     ctx[n_dec] = cx
                     kv_est += cx
-                    flat[n_dec] = min(first[i] + gen[i], last[i])  # Drafting.flat_index
+                    flat[n_dec] = min(first[i] + gen[i], last[i])  # its trace position, clipped
                     n_dec += 1
-            # ---- the policy's (drafter slot, k) per decoding request (Drafting.choose)
+            # ---- the policy's (drafter slot, k) per decoding request
             if nslot == 0:
                 for j in range(n_dec):
                     slot[j] = -1
@@ -803,8 +802,8 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 else:
                     prop[j] = 0
                     acc[j] = 0
-            n_dec = _fit_proposals(prop, acc, n_dec, decode_budget, cut)  # Scheduler.fit_decodes
-            for j in range(n_dec):  # Scheduler.reserve: KV for the context, its drafts and the lookahead slots
+            n_dec = _fit_proposals(prop, acc, n_dec, decode_budget, cut)  # the decode budget
+            for j in range(n_dec):  # KV for the context, its drafts and the lookahead slots
                 hold[j] = decode_hold(ctx[j], prop[j], lookahead)
             grow = kv_growth(dec, n_dec, hold, blocks, bs, newb)
             allow_new = True
@@ -818,15 +817,15 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 grow = 0
                 for j in range(n_dec):
                     grow += newb[j]
-                allow_new = False  # a step that preempted admits nobody (Scheduler.prefills)
+                allow_new = False  # a step that preempted admits nobody
             if grow > 0:
                 used += grow
                 if used > peak:
                     peak = used
                 add_blocks(dec, n_dec, newb, blocks)
-            if tree:  # Drafting.accept: each kept tree (its leading nodes) against its rank row
+            if tree:  # each kept tree (its leading nodes) against its rank row
                 accept_tree(replay.tree_parent, replay.tree_rank, replay.tree_ranks, slot, flat, prop, n_dec, acc)
-            if sampled:  # Drafting.accept: each slot's kept drafts checked against the generator's draws
+            if sampled:  # each slot's kept drafts checked against the generator's draws
                 for g in range(nslot):
                     sample_group(g, slot, prop, acc, dec, n_dec, gen, first, last, replay.tv[g], replay.rng)
             kv_est = 0
@@ -834,7 +833,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 prop_sum += prop[j]
                 acc_sum += acc[j]
                 kv_est += ctx[j]
-            if not separate:  # Scheduler.prefills(prop_sum + n_dec, not preempted, now)
+            if not separate:  # the prompt chunks after the decodes' tokens (none new if it preempted)
                 tokens_used = prop_sum + n_dec
                 if n_run > n_dec or (allow_new and (nq > 0 or admit < ptr) and n_run < max_seqs):
                     n_pre, pre_tokens, pre_kv, pre_attn = plan_step_prefills(lim, plan, waitq, tokens_used, allow_new,
@@ -851,13 +850,13 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
             tokens = prop_sum + n_dec + pre_tokens
             kv = kv_est + pre_kv
             verify_t = _target_time(target, n_dec, prop_sum, kv_est, n_pre, pre_tokens, pre_kv, pre_attn)
-            # Pricing.draft_time: each slot (ascending drafter index) once for its members that propose
+            # drafting: each slot (ascending drafter index) once for its members that propose
             draft_t = 0.0
             drf = 0
             n_act = 0
             for g in range(nslot):
                 n_g, p_g, k_g, kv_g = draft_group(g, slot, prop, kk, ctx, n_dec)
-                if n_g > 0 and tree:  # Pricing.draft_time: a static tree, one drafter pass per depth
+                if n_g > 0 and tree:  # a static tree: one drafter pass per depth
                     draft_t += _tree_draft_time(drafts[g], dprofiles[g], n_g, p_g, replay.tree_passes, kv_g,
                                                 verify_t)
                     drf |= 1 << g
@@ -868,7 +867,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                     n_act += n_g
                 if n_g > 0 and switch_cost > 0.0 and group_switches(g, slot, prop, dec, n_dec, last_slot):
                     draft_t += switch_cost
-            if proposers:  # Pricing.engine_step_draft_time: each once over the step's tokens (its sampling ones)
+            if proposers:  # vLLM V1's proposers: each once over the step's tokens (its sampling ones)
                 n_samp = _sampling_seqs(n_dec, pre, chunk, n_pre, prefill_left)
                 t_es = 0.0
                 for g in range(nslot):
@@ -879,15 +878,15 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                             if not drf >> g & 1:
                                 drf |= 1 << (nslot + 1 + g)
                 draft_t += t_es
-            dpt = 0.0  # Pricing.drafter_prefill_time
+            dpt = 0.0  # the drafters' own prompt pass
             if nslot > 0 and n_pre > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
             duration = _sd_step_time(draft_t, verify_t, overhead, dpt)
             start = now
             forward = duration
             now = now + duration
-            # ---- StepOutcome.apply
-            if bd:  # Drafting.feedback: MetaSD's reward over the drafted positions, before the tokens move them
+            # ---- the step's outcome
+            if bd:  # MetaSD's reward over the drafted positions, before the tokens move them
                 _bd_rewards(dec, n_dec, slot, prop, replay.tv, first, gen, last, reward)
             emitted_sum, ni, n_done = emit_decoded(dec, n_dec, acc, prop, now, out, gen, last_emit, itl, ni, dsteps,
                                                    dprop, dacc, done, 0)
@@ -896,7 +895,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 g = slot[j]
                 if g >= 0:
                     usage[g] += 1
-                    if switch_cost > 0.0:  # StepOutcome.apply: the drafter it drafted with (the cost reads it)
+                    if switch_cost > 0.0:  # the drafter it drafted with (the switching cost reads it)
                         last_slot[i] = g
                     if policy == POL_ADAPTIVE or policy == POL_RATE:  # feedback, admission order (Policy.observe)
                         x = 0 if shared else i
@@ -940,7 +939,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                                                          closed, n_sub, n, arrival, client_of, think)
             if policy == POL_PLAN:
                 _free_plans(done, n_done, plan_row, plan_free)
-        if policy == POL_GIVEN:  # what the Python policy hears of next (StepOutcome.apply's calls; compiled_run)
+        if policy == POL_GIVEN:  # what the Python policy hears of next (compiled_run.CompiledRun._heard)
             st.decoded, st.prefilled, st.ended, st.pending = n_dec, n_pre, n_done, 1
             scratch.heard[:n_dec] = dec[:n_dec]  # the next step's decodes take `dec` before the policy hears
         step_no += 1
@@ -951,7 +950,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
 
 @njit(cache=True)
 def step_time_estimate(wl, costs, settings, state, req, scratch, n_dec, kv, g, k, pipelined):
-    """Pricing.estimator's estimate(drafter, k) at a Python policy's choice (POL_GIVEN, paused at CHOOSE): the step
+    """The step-time estimate (drafter, k) at a Python policy's choice (POL_GIVEN, paused at CHOOSE): the step
     of the `n_dec` decoding requests over `kv` KV tokens, each verifying k drafts of slot g (k = 0: plain decoding),
     with the prompt chunks its plan would add: `_step_times`, as adaptive-k asks it (PSD: `pipelined`)."""
     cfg, st = settings[0], state[0]

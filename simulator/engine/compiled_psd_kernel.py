@@ -1,15 +1,15 @@
 """The compiled two-batch PSD step loop (numba): a PSD run with one drafter at a fixed k, adaptive-k's rule over one
 drafter, a bandit's rule over its drafters, or each request's drafter and k a policy in Python chose (POL_GIVEN:
-compiled_run asks it at CHOOSE, over any of its drafters), greedy or sampled verification, step for step as
-simulator/engine/step_psd.py's PSDExecutor.
+compiled_run asks it at CHOOSE, over any of its drafters), greedy or sampled verification, a step at a time by the
+rules (MineDraft: while the target verifies one side, the draft device drafts the other).
 
 It reuses compiled_kernel's compiled rules (pricing, the prefill plan, emission, prefill progress, finish, KV growth,
 and under `scheduler: vllm-v1` the decode budget over the verify side and the engine-loop gap after a busy step:
 simulator/engine/rules/), PSD's side rules (rules/psd_sides.py: the side a new request joins, a step's split into
-verified and drafted sides) and its row helpers. The rest that only PSD has are small @njit functions below, each
-naming the Python rule it mirrors: the step duration, and the carry of the drafted side's proposals with the role
-flip.
-tests/simulator/engine/test_compiled_psd.py guards them bit for bit against the step path.
+verified and drafted sides, the carry of the drafted side's proposals with the role flip; rules/psd_timing.py: the
+step duration) and its row helpers; the rest that only PSD has are small @njit functions below, each naming what it
+computes. tests/simulator/engine/test_rules_psd.py works PSD's steps by hand; test_compiled_psd.py checks its
+policies against themselves asked in Python and random runs against the invariants.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ NONE = -1  # PSDCarry.pend: no proposal pending (else the drafter slot that draf
 
 @njit(cache=True)
 def _contexts(idx, n, prompt, gen, ctx):
-    """Pricing.context of requests idx[:n] (prompt + output so far), written to `ctx`; returns their sum."""
+    """The context of requests idx[:n] (prompt + output so far), written to `ctx`; returns their sum."""
     total = 0
     for j in range(n):
         ctx[j] = prompt[idx[j]] + gen[idx[j]]
@@ -51,7 +51,7 @@ def _contexts(idx, n, prompt, gen, ctx):
 
 @njit(cache=True, inline="always")  # per request or step: no call in the loop
 def _side_draft_time(n, slot, props, ks, idx, ctx, nslot, drafts, dprofiles, switch_cost, last_slot, verify_t):
-    """Pricing.draft_time for one side's drafting: each drafter slot (ascending) priced once for its members
+    """One side's drafting time: each drafter slot (ascending) priced once for its members
     (slot[j] == g) that propose (rules/pricing.draft_group over their contexts `ctx`), plus the switching cost where
     one of them last drafted with another (rules/pricing.group_switches). Returns (seconds, drafter bits)."""
     t = 0.0
@@ -78,7 +78,7 @@ def _position(run, n, i):
 
 @njit(cache=True, inline="always")  # per request or step: no call in the loop
 def _asked(V, nv, D, nd, fallback, pend, ask):
-    """The requests PSDExecutor.plan asks the policy about, into `ask` in its order: in a fallback step the verify
+    """The requests the policy is asked about, into `ask` in this order: in a fallback step the verify
     side's (V[:nv]) without a proposal, then the drafted side's D[:nd]. Returns how many."""
     m = 0
     if fallback:
@@ -200,7 +200,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
         if given and separate and st.pending == 1:
             code = HEAR
             break
-        if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # plan_prefill_only: Scheduler.prefill_only
+        if separate and (nq > 0 or admit < ptr) and n_run < max_seqs:  # a prefill-only step: admit first
             n_old = n_run
             # the plan's chunks and their sums (PlanSums)
             n_pre, pre_tokens, pre_kv, pre_attn = plan_step_prefills(lim, plan, waitq, 0, True, run, n_run, requeued,
@@ -210,7 +210,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                                                       prompt, gen, blocks, prefill_left, prefill_done, first_sched)
             assign_sides(side, run, n_old, n_run, vs)
             only_prefill = n_pre > 0
-        if only_prefill:  # step.prefill_step, colocated=False: the drafters' pass on the draft device
+        if only_prefill:  # the target prefills, then the drafters' pass on the draft device
             target_t = _target_time(target, 0, 0, 0, n_pre, pre_tokens, pre_kv, pre_attn)
             dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
             target_end = target_t + overhead
@@ -236,7 +236,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     dec[n_dec] = i
                     n_dec += 1
             nv, nd, fallback = split_sides(dec, n_dec, side, vs, split_min, V, D)
-            m = 0  # the requests the policy is asked about (_asked: PSDExecutor.plan's), in ask[:m]
+            m = 0  # the requests the policy is asked about (_asked), in ask[:m]
             if asked:
                 m = _asked(V, nv, D, nd, fallback, pend, ask)
             if given:
@@ -276,7 +276,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     vnew[j] = g
                 else:
                     vslot[j], vk[j], vp[j], va[j] = -1, 0, 0, 0
-            nv = _fit_proposals(vp, va, nv, decode_budget, cut)  # Scheduler.fit_decodes over the verify side
+            nv = _fit_proposals(vp, va, nv, decode_budget, cut)  # the decode budget over the verify side
             for j in range(nd):
                 i = D[j]
                 f = min(first[i] + gen[i], last[i])
@@ -288,7 +288,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     dp[j], da[j] = np.int64(tab[row, 0, f]), np.int64(tab[row, 1, f])
                 else:
                     dslot[j], dk[j], dp[j], da[j] = NONE, 0, 0, 0
-            for j in range(nv + nd):  # Scheduler.reserve: V then D hold their context and drafts (D its drafts
+            for j in range(nv + nd):  # KV: V then D hold their context and drafts (D its drafts
                 i = V[j] if j < nv else D[j - nv]  # only with defer_kv)
                 vd[j] = i
                 hold[j] = prompt[i] + gen[i] + (vp[j] if j < nv else (dp[j - nv] if defer else 0))
@@ -320,13 +320,13 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 for q in range(n_run):
                     grow += run_extra[q]
                 add_blocks(run, n_run, run_extra, blocks)
-                allow_new = False  # a step that preempted admits nobody (Scheduler.prefills)
+                allow_new = False  # a step that preempted admits nobody
             elif grow > 0:
                 add_blocks(vd, nv + nd, newb, blocks)
             used += grow
             if used > peak:
                 peak = used
-            if cfg.sampled:  # Drafting.accept: the verify side's kept drafts against the generator's draws
+            if cfg.sampled:  # the verify side's kept drafts against the generator's draws
                 for g in range(nslot):
                     sample_group(g, vslot, vp, va, V, nv, gen, first, last, replay.tv[g], replay.rng)
             pv_sum = 0
@@ -340,7 +340,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             pd_sum = 0
             for j in range(nd):
                 pd_sum += dp[j]
-            if not separate:  # Scheduler.prefills(p_v.sum() + len(V), not preempted, now)
+            if not separate:  # the prompt chunks after the verify side's tokens (none new if it preempted)
                 tokens_used = pv_sum + nv
                 n_run0 = n_run
                 if n_run0 > n_dec or (allow_new and (nq > 0 or admit < ptr) and n_run < max_seqs):
@@ -361,10 +361,10 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                 kv_v += prompt[V[j]] + gen[V[j]]
             tokens = pv_sum + nv + pre_tokens
             kv = kv_v + pre_kv
-            verify_t = 0.0  # Pricing.target_time: nothing for the target to run costs nothing
+            verify_t = 0.0  # nothing for the target to run costs nothing
             if nseq > 0:
                 verify_t = _target_time(target, nv, pv_sum, kv_v, n_pre, pre_tokens, pre_kv, pre_attn)
-            # Pricing.draft_time over the newly drafted verify side, then over the drafted side (members proposing)
+            # drafting over the newly drafted verify side, then over the drafted side (members proposing)
             n_new, p_new = 0, 0
             for j in range(nv):
                 if vnew[j] >= 0:
@@ -376,7 +376,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             kv_d = _contexts(D, nd, prompt, gen, side_ctx)
             draft_t, drf_d = _side_draft_time(nd, dslot, dp, dk, D, side_ctx, nslot, drafts, dprofiles,
                                               cfg.switch_cost, last_slot, verify_t)
-            dpt = 0.0  # Pricing.drafter_prefill_time
+            dpt = 0.0  # the drafters' own prompt pass
             if n_pre > 0:
                 dpt = _drafters_prefill_time(drafts, dprofiles, pf_order, n_pre, pre_tokens, pre_kv)
             target_end, drafter_end, both_done, duration = psd_step_time(
@@ -384,15 +384,15 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             start = now
             forward = duration
             now = now + duration
-            # ---- StepOutcome.apply: the verify side only
-            if bandit and cfg.bd:  # Drafting.feedback: MetaSD's reward over the drafted positions, before they move
+            # ---- the step's outcome: the verify side only
+            if bandit and cfg.bd:  # MetaSD's reward over the drafted positions, before they move
                 _bd_rewards(V, nv, vslot, vp, replay.tv, first, gen, last, reward)
             emitted_sum, ni, n_done = emit_decoded(V, nv, va, vp, now, out, gen, last_emit, itl, ni, dsteps, dprop,
                                                    dacc, done, 0)
             for j in range(nv):
                 if vslot[j] >= 0:
                     usage[vslot[j]] += 1
-                    if cfg.switch_cost > 0.0:  # StepOutcome.apply: the drafter it drafted with (the cost reads it)
+                    if cfg.switch_cost > 0.0:  # the drafter it drafted with (the switching cost reads it)
                         last_slot[V[j]] = vslot[j]
                     if adaptive:  # AdaptiveKPolicy.observe, the verified side in admission order
                         x = 0 if cfg.shared else V[j]
@@ -410,7 +410,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, n_done)
-            # rows: the target's slices, then the draft device's (StepOutcome._record)
+            # rows: the target's slices, then the draft device's
             if nv > 0 or n_pre > 0:
                 phase = P_VERIFY
                 if n_pre > 0 and nv > 0:
@@ -441,7 +441,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                      pre_tokens, pre_tokens, pre_kv, used, 0, 0, 0, 0)
                 _set_dev(rows, r, 1, -1)
                 r += 1
-            # PSDExecutor.after: the proposals carried (the accepted count, replayed at drafting, with them)
+            # the proposals carried (the accepted count, replayed at drafting, with them)
             carry_proposals(V, nv, D, nd, dslot, dk, dp, pend, pend_k, pend_p, NONE)
             for j in range(nd):
                 pend_a[D[j]] = da[j]
@@ -449,7 +449,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
         if n_done > 0:
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin,
                                                          closed, n_sub, n, arrival, client_of, think)
-        if given:  # what the Python policy hears of next: the verified side (StepOutcome.apply; compiled_run)
+        if given:  # what the Python policy hears of next: the verified side (compiled_run.CompiledRun._heard)
             st.decoded, st.prefilled, st.ended, st.pending = nv, n_pre, n_done, 1
             scratch.heard[:nv] = V[:nv]  # the next step's split takes V before the policy hears
         step_no += 1

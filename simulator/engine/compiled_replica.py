@@ -1,15 +1,14 @@
-"""A cluster replica on the compiled path: its SimPy process takes runs of steps in compiled_kernel.run_steps.
+"""A cluster replica: its SimPy process takes runs of steps in the kernels (compiled_kernel.run_steps, PSD's).
 
 A replica behind a router (simulator/cluster/simulation.py) is read at run time: the router sees its outstanding
-requests and KV load when it routes, an early-stop monitor its per-request times after a step that finishes one. So
-the replica keeps the step path's turns (engine-loop gap, pull, idle or steps, apply, step hook), and each kernel call
-runs the steps that start before the next routing (`loop`), then shows the step path's state while the last of them
-is in flight (KV after its plan, its finishes not yet) and, at its end, its first tokens, finishes, freed KV and the
-closed-loop submissions (`on_finish`, in the step path's order). The kernel works on the replica's own requests,
-numbered in routing order (routing order is arrival order, so the kernel's FIFO pointers hold); `settle` writes them
-back into the server's state and tables, as `CompiledRun._write` does for a single server. A server fed by a bare
-`PushedArrivals` (simulator/engine/arrivals.py) runs here too, one step per call: nothing tells when its next push
-comes.
+requests and KV load when it routes, an early-stop monitor its per-request times after a step that finishes one. So the
+replica keeps a server's turns (engine-loop gap, pull, idle or steps, apply, step hook), and each kernel call runs the
+steps that start before the next routing (`loop`), then shows the state while the last of them is in flight (KV after
+its plan, its finishes not yet) and, at its end, its first tokens, finishes, freed KV and the closed-loop submissions
+(`on_finish`, in the kernel's order of that step's finishes). The kernel works on the replica's own requests, numbered
+in routing order (routing order is arrival order, so the kernel's FIFO pointers hold); `settle` writes them back into
+the server's state and tables, as `CompiledRun._write` does for a single server. A server fed by a bare `PushedArrivals`
+(simulator/engine/arrivals.py) runs here too, one step per call: nothing tells when its next push comes.
 """
 from __future__ import annotations
 
@@ -53,7 +52,7 @@ def exact_delays(now: float, end: float) -> list[float]:
             now = now + now
 
 
-CHAIN = 4  # a run's last SimPy events of the step path the replica's process waits through (CompiledReplica.loop)
+CHAIN = 4  # a run's last SimPy events (a step's end, a gap's end) the replica's process waits through (loop)
 
 
 class CompiledReplica(CompiledRun):
@@ -128,18 +127,18 @@ class CompiledReplica(CompiledRun):
         return rs.n_run == 0 and rs.requeued == 0 and rs.admit == rs.submitted
 
     def loop(self):
-        """The replica's SimPy process: Server.loop's turns (engine-loop gap, pull, idle or steps, apply, step hook),
+        """The replica's SimPy process: a server's turns (engine-loop gap, pull, idle or steps, apply, step hook),
         each run of steps up to the next external event taken in one kernel call.
 
-        Nothing outside the replica reads it before `quiet_until` (the router's next routing), so the kernel takes
-        every step that starts before then. The replica then shows what the step path shows while the last of them
-        is in flight: everything up to its start (first tokens and finishes, shown at the call; the cluster's
-        progress snapshot hides those after its clock, simulator/measure/early_stop.progress_of), KV after its plan,
-        and at its end its first tokens, finishes and freed KV. Its process waits through its last CHAIN events of
-        the step path (`_last_events`), each scheduled at the time of the one before as there, so events of other
-        processes at the same instant keep their order. A step hook (the plan's early stop) counts finishes, and a
-        closed loop's finish submits a request: then a run also ends at the first step that finishes a request, so
-        each finish shows at its own step's end and the hook is told there."""
+        Nothing outside the replica reads it before `quiet_until` (the router's next routing), so the kernel takes every
+        step that starts before then. The replica then shows what a server shows while the last of them is in flight:
+        everything up to its start (first tokens and finishes, shown at the call; the cluster's progress snapshot hides
+        those after its clock, simulator/measure/early_stop.progress_of), KV after its plan, and at its end its first
+        tokens, finishes and freed KV. Its process waits through the last CHAIN events a server stepping one step at a
+        time would schedule (`_last_events`), each at the time of the one before, so events of other processes at the
+        same instant keep their order. A step hook (the plan's early stop) counts finishes, and a closed loop's finish
+        submits a request: then a run also ends at the first step that finishes a request, so each finish shows at its
+        own step's end and the hook is told there."""
         if self.driven:
             return
         srv, ker = self.srv, self.ker
@@ -148,7 +147,7 @@ class CompiledReplica(CompiledRun):
         n = len(srv.wl)
         while st.n_finished < n:
             gap = engine_loop_gap(rs.busy == 1, srv.gap_s, int(rs.n_run),
-                                  int(rs.requeued + rs.ptr - rs.admit))  # vLLM V1, then inputs (Server.loop)
+                                  int(rs.requeued + rs.ptr - rs.admit))  # vLLM V1, then inputs
             if gap and srv.async_scheduling:
                 gap = overlapped_gap(gap, float(rs.forward))
             if gap:
@@ -213,8 +212,7 @@ class CompiledReplica(CompiledRun):
             if code < 0:
                 raise RuntimeError(f"compiled engine (cluster replica {getattr(self.srv.arrivals, 'replica', '?')}):"
                                    f" {'stalled' if code == ker.ERR_STALL else f'returned {code}'} near "
-                                   f"t={float(self.rs.now):.6f}s (its eligibility check should have sent this run "
-                                   "to the step path: a bug, please report it with the config)")
+                                   f"t={float(self.rs.now):.6f}s (a bug: please report it with the config)")
             return int(self.rs.step) - step0
 
     def _note_steps(self) -> None:
@@ -237,11 +235,12 @@ class CompiledReplica(CompiledRun):
         self.recent = (self.recent + found[::-1])[-CHAIN:]
 
     def _last_events(self, step0: int, gap: bool) -> list[float]:
-        """The times of the replica's last CHAIN SimPy events of the step path over the steps from number `step0`
-        (each step's end; under vLLM V1 also each later step's start where an engine-loop gap came before it: not
-        one that async scheduling hid wholly, which starts at the end of the step before), the last the run's end.
+        """The times of the last CHAIN SimPy events a server stepping one step at a time schedules over the steps from
+        number `step0` (each step's end; under vLLM V1 also each later step's start where an engine-loop gap came
+        before it: not one that async scheduling hid wholly, which starts at the end of the step before), the last
+        the run's end.
         The replica's process waits through them, so each of its events is scheduled at the time of the one before,
-        as on the step path, and events of other processes at the same instant keep their order. (The first step
+        and events of other processes at the same instant keep their order. (The first step
         held has no step before it here: CHAIN events follow its start, so it is never among them.)"""
         times = []
         last_end = None
@@ -265,7 +264,7 @@ class CompiledReplica(CompiledRun):
     def _apply(self, touched: np.ndarray, finished: int) -> None:
         """The run ended: its first tokens, finishes and freed KV show; where a finish submits a request (a closed
         loop), the run ended at its first step that finished any (`loop`), and its `finished` requests go to the
-        arrival source in StepOutcome's order: the kernel's own list of that step's finishes (Scratch.done)."""
+        arrival source in the kernel's own order of that step's finishes (Scratch.done)."""
         srv, req = self.srv, self.req
         st = srv.state
         g = self.gidx[touched]
@@ -279,19 +278,19 @@ class CompiledReplica(CompiledRun):
 
     def _flush(self) -> None:
         """The step rows and ITL gaps in the buffers into the server's tables; the buffers start over."""
-        outcome, bufs, rs = self.srv.outcome, self.bufs, self.rs
+        log, bufs, rs = self.srv.log, self.bufs, self.rs
         r, ni = int(rs.rows), int(rs.itl)
         if ni:
-            outcome.itl_chunks.append(bufs.itl[:ni].copy())
+            log.itl_chunks.append(bufs.itl[:ni].copy())
         if r:
-            outcome.steps.append_columns(self._columns(rows_head(bufs.rows, r, copy=True)))
+            log.steps.append_columns(self._columns(rows_head(bufs.rows, r, copy=True)))
         rs.rows = rs.itl = 0
 
     def settle(self) -> None:
         """Everything the kernel did so far into the server's state, counters, KV pool, policy and tables (called
         by Server.result; again later, it adds only what happened since)."""
         srv, rs, req, pol = self.srv, self.rs, self.req, self.pol
-        st, outcome, pool = srv.state, srv.outcome, srv.sched.pool
+        st, log, pool = srv.state, srv.log, srv.sched.pool
         if self.bufs is not None:
             self._flush()
         k = self.n_known
@@ -318,7 +317,7 @@ class CompiledReplica(CompiledRun):
         st.usage[-1] += int(du[-1])
         self.settled_usage = pol.usage.copy()
         pool.used, pool.peak = int(rs.used), max(pool.peak, int(rs.peak))
-        outcome.step_no = int(rs.step)
+        log.step_no = int(rs.step)
         self._write_estimates(pol.est_s, pol.est_f, run, self.gidx)
         self._write_bandit(pol, run, self.gidx)
         self._write_chosen(pol.chosen, run, self.gidx)

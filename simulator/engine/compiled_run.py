@@ -1,32 +1,30 @@
-"""Compiled engine path: an eligible single-server run (AR or SD with a fixed, adaptive-k, combine-match,
-combine-adaptive, k-by-batch, bandit, position-oracle, greedy-oracle or exact-plan policy, or any other policy asked
-in Python at each step; PSD with the fixed policy or adaptive-k over one drafter, a bandit, or any policy asked in
-Python over its drafters; open or closed loop) in one compiled loop.
+"""A server's run in the kernels: AR or SD with a fixed, adaptive-k, combine-match, combine-adaptive, k-by-batch,
+bandit, position-oracle, greedy-oracle or exact-plan policy by its compiled rule, or any other policy asked in Python
+at each step; PSD with the fixed policy, adaptive-k or a bandit by its rule, or any policy asked in Python; open or
+closed loop.
 
 `refusal` says why a `Server` cannot run at all (a profile the kernels do not price: they price linear, table,
-roofline and structured profiles, target and drafters; a policy over more than MAX_SLOTS drafters); `for_server` gives
-its compiled run, or None where the tests force the step path (`ineligible_reason`, COMPILED off). A policy without a compiled rule (`python_chooses`: a plug-in) is asked by the kernel itself: it pauses
-before each step's choice (CHOOSE), `CompiledRun._heard` tells the policy what StepOutcome.apply would of the step
-before, `_choose` calls the step path's Drafting.choose (the policy's choose_batch, its estimates priced by
-compiled_kernel.step_time_estimate). An eligible server's `CompiledRun.run` steps the
-whole run in simulator/engine/compiled_kernel.py (PSD: compiled_psd_kernel.py) and writes the outcome into the
-server's state, records and counters, so `Server.result()` builds the same tables as the step path. A cluster
-replica's run is a `compiled_replica.CompiledReplica`: the same kernels, the steps up to the replica's next external
-event (the router's next routing) per call, in the replica's SimPy process.
+roofline and structured profiles, target and drafters; a policy over more than MAX_SLOTS drafters); `for_server`
+gives its run. A policy without a compiled rule (`python_chooses`: a plug-in) is asked by the kernel itself: it
+pauses before each step's choice (CHOOSE); `CompiledRun._heard` tells the policy what the step before did
+(observe_batch, start_request, finish_request), `_choose` calls Drafting.choose (the policy's choose_batch, its
+estimates priced by compiled_kernel.step_time_estimate). `CompiledRun.run` steps the whole run in
+simulator/engine/compiled_kernel.py (PSD: compiled_psd_kernel.py) and writes the outcome into the server's state, step
+log and counters, from which `Server.result()` builds the tables. A cluster replica's run is a
+`compiled_replica.CompiledReplica`: the same kernels, the steps up to the replica's next external event (the router's
+next routing) per call, in the replica's SimPy process.
 
-Equality: the requests and steps tables and the ITL gaps are bit for bit those of the step path (the kernel forms
-every float with the step path's operations in its order; tests/simulator/engine/test_compiled_run.py checks it over
-random eligible configs); the built-in policies' choices are their own rules (policies/adaptive_k.py best_k_rule,
-policies/ucb.py, epsilon_greedy.py, thompson.py, exp3.py, policies/acceptance_estimate.py), compiled. Which path a run
-takes depends on its config alone (never on what ran before in the process); `COMPILED = False` keeps every server on
-the step path (tests and benchmarks that compare the two).
+The built-in policies' choices are their own rules (policies/adaptive_k.py best_k_rule, policies/ucb.py,
+epsilon_greedy.py, thompson.py, exp3.py, policies/acceptance_estimate.py), compiled: the same policy asked in Python
+gives the same tables (tests/simulator/engine/test_compiled_run.py). The kernels are plain Python over arrays: with
+numba's JIT off (NUMBA_DISABLE_JIT=1) they give the same tables bit for bit.
 
 The kernel runs in segments: it returns when its row buffers are full or when a given number of requests have
 finished, and continues from its state; `CompiledRun.run(stop=...)` uses the latter to let a caller end a run
 early (a callable asked after every `check_every` finishes, or at the counts `next_check()` names). While it asks,
-the server's state is what the step path's is after the same step: every finish and first token up to the kernel's
-clock (`now`, the end of the step just taken; the SimPy clock stands still during a compiled run) and
-`n_finished`, so a step hook's snapshot (simulator/measure/early_stop.py progress_of) reads the same on both paths.
+the server's state is complete up to the step just taken: every finish and first token up to the kernel's clock
+(`now`, that step's end; the SimPy clock stands still during a run) and `n_finished`, which a step hook's snapshot
+(simulator/measure/early_stop.py progress_of) reads.
 """
 from __future__ import annotations
 
@@ -57,7 +55,6 @@ from simulator.engine.rules.pricing import (DRAFT_NONE, PROFILE_LINEAR, PROFILE_
 from simulator.costs.roofline import RooflineProfile, RooflineTerms
 from simulator.costs.step_model import StructuredProfile
 
-COMPILED = True  # module switch: False keeps every server on the step path (tests and benchmarks compare both)
 PHASES = ("prefill", "decode", "draft", "verify", "mixed", "draft_prefill", "sync")  # the kernels' phase codes
 SEGMENT_ROWS = 1 << 18  # step rows per kernel call (untouched buffer pages cost nothing); more: further calls
 
@@ -91,13 +88,6 @@ PSD_POLICIES = (FixedPolicy, AdaptiveKPolicy) + tuple(BANDITS)
 MAX_RING = 1 << 22  # sliding-window UCB's rounds the kernel keeps (states x window; 64 MiB)
 
 
-def ineligible_reason(server) -> str | None:
-    """Why `server` takes the step path: only where the tests switch the compiled path off (COMPILED); None."""
-    if not COMPILED:
-        return "compiled path switched off (compiled_run.COMPILED)"
-    return None
-
-
 def refusal(server) -> str | None:
     """Why the engine refuses `server`'s run before any step, or None: a profile the kernels do not price (the
     target's or a drafter's of the policy) or a policy over more drafters than the step table's codes hold."""
@@ -121,7 +111,7 @@ def time_plan(policy):
 
 def python_chooses(server, policy) -> bool:
     """Whether the kernel pauses for the policy itself, in Python, at each SD or PSD step that drafts (POL_GIVEN: its
-    `choose_batch`, then `observe_batch`, `start_request`, `finish_request`, as the step path calls them): a policy
+    `choose_batch`, then `observe_batch`, `start_request`, `finish_request`; docs/policies.md): a policy
     the kernel has no rule for (a plug-in, a subclass of a built-in), one with those methods replaced on the
     instance, or a built-in whose state the kernel cannot keep as the policy does (per-request state under repeated
     request ids, which share it; sliding-window UCB past MAX_RING rounds) or whose k-by-batch ranges end below
@@ -238,14 +228,9 @@ def entry_point(kernel, args: tuple) -> Callable:
     return getattr(compiled, "entry_point", None) or kernel
 
 
-def for_server(server, replica_run: type | None = None) -> CompiledRun | None:
-    """The compiled run of `server`, or None (its reason in `server.engine_path_reason`); a cluster replica's is a
-    `replica_run` (simulator/engine/compiled_replica.py CompiledReplica, given by the caller: that module builds on
-    this one)."""
-    reason = ineligible_reason(server)
-    server.engine_path_reason = reason
-    if reason is not None:
-        return None
+def for_server(server, replica_run: type | None = None) -> CompiledRun:
+    """The compiled run of `server`; a cluster replica's is a `replica_run` (simulator/engine/compiled_replica.py
+    CompiledReplica, given by the caller: that module builds on this one)."""
     if getattr(server.arrivals, "routed", False):
         if replica_run is None:
             raise ValueError("compiled_run.for_server: a cluster replica needs its replica_run class")
@@ -268,13 +253,13 @@ class CompiledRun:
         wl, table, policy = server.wl, server.table, server.drafting.policy
         used = policy.drafters_used() if server.mode in ("sd", "psd") else ()
         self.psd = server.mode == "psd"
-        # drafter slots in ascending drafter index (Pricing.draft_time's group order); prompt passes in `used` order
+        # drafter slots in ascending drafter index (the drafting's group order); prompt passes in `used` order
         self.slots = sorted(used, key=table.drafters.index)
         self.drafter_idx = [table.drafters.index(d) for d in self.slots]
         # a drafter index (or NO_DRAFT, the last entry) -> its slot, -1, or UNUSED_SLOT for one the policy does not use
         self.slot_of_drafter = np.full(len(table.drafters) + 1, UNUSED_SLOT, dtype=np.int64)
         self.slot_of_drafter[self.drafter_idx], self.slot_of_drafter[NO_DRAFT] = np.arange(len(self.slots)), -1
-        self.pass_names = "+".join(used)  # SDExecutor.drafter_names: the draft_prefill row's drafters
+        self.pass_names = "+".join(used)  # the draft_prefill row's drafters
         self._names: dict[int, str] = {}  # the drafters column's strings by code (_drafter_names)
         G = len(self.slots)
         cfg = server.scenario.server
@@ -503,20 +488,21 @@ class CompiledRun:
         srv, n = self.srv, len(side)
         cfg = srv.scenario.psd
         self.psd_cfg = typed(PSDSettings, split_min=cfg.split_min_batch, defer_kv=cfg.defer_kv, sync_s=cfg.sync_s)
-        self.psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.executor.fallback_steps)
+        self.psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.log.psd_fallback_steps)
         self.carry = PSDCarry(side, np.full(n, pker.NONE, dtype=np.int64), *(np.zeros(n, dtype=np.int64)
                                                                             for _ in range(3)))
         self.psd_scratch = psd_scratch(srv.max_num_seqs, 0 if self.slots else pker.NONE)
 
     def _write_psd(self, mine, theirs) -> None:
-        """PSDExecutor's carry (its requests `theirs` are the kernel's `mine`), verify side and fallback count."""
+        """The PSD kernel's carry (its requests `theirs` are the kernel's `mine`: each one's pending proposal), verify
+        side and fallback count, into the server's state and step log."""
         srv, carry = self.srv, self.carry
         st = srv.state
         pend = carry.pend[mine]
         st.pending_d[theirs] = np.asarray(self.drafter_idx + [NO_DRAFT])[pend]  # pker.NONE (-1): NO_DRAFT
         st.pending_k[theirs], st.pending_prop[theirs] = carry.pend_k[mine], carry.pend_p[mine]
         srv.sched.verify_side = int(self.psd_state[0].side)
-        srv.executor.fallback_steps = int(self.psd_state[0].fallback)
+        srv.log.psd_fallback_steps = int(self.psd_state[0].fallback)
 
     def _kernel(self, work, state, req, pol, bufs, scratch, stop: int, until: float) -> int:
         """One kernel call (the PSD kernel or run_steps) over the given records; returns its code."""
@@ -632,8 +618,7 @@ class CompiledRun:
                 raise self.plan_costs_error(scratch, pol)
             if code < 0:
                 raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else f'returned {code}'}"
-                                   f" at t={float(rec.now):.6f}s (its eligibility check should have sent this run to "
-                                   "the step path: a bug, please report it with the config)")
+                                   f" at t={float(rec.now):.6f}s (a bug: please report it with the config)")
             r, ni = int(rec.rows), int(rec.itl)
             n_fin = int(rec.finished)
             self.now = float(rec.now)  # the end of the step just taken: the state is complete up to it
@@ -679,7 +664,7 @@ class CompiledRun:
         dec = running[req.prefill_left[running] == 0]
         kv = int((work.prompt[dec] + req.gen[dec]).sum())
         ask = dec
-        if self.psd:  # the requests PSDExecutor.plan asks about (the kernel's list, compiled_psd_kernel._asked); the
+        if self.psd:  # the requests the PSD kernel asks about (its list, compiled_psd_kernel._asked); the
             # estimates over every decoding request, pipelined
             ask = self.psd_scratch.ask[:int(self.psd_state[0].asked)].copy()
         policy, slot_of, k_max = srv.drafting.policy, {d: g for g, d in enumerate(self.slots)}, self.settings.k_max
@@ -700,7 +685,7 @@ class CompiledRun:
             return checked(float(t), f"drafter {drafter!r} draft cost or the prompt pass of drafters "
                                      f"{list(policy.drafters_used())}")
 
-        d_idx, k, _, _ = srv.drafting.choose(ask if number is None else number[ask], float(scalars["now"]), estimate,
+        d_idx, k = srv.drafting.choose(ask if number is None else number[ask], float(scalars["now"]), estimate,
                                              req.gen[ask])
         slot = self.slot_of_drafter[d_idx]
         if (slot == UNUSED_SLOT).any():
@@ -712,8 +697,8 @@ class CompiledRun:
         scalars["given"] = 1
 
     def _heard(self, scalars, req: Requests, scratch: Scratch, number: np.ndarray | None = None) -> None:
-        """What the step path tells the Python policy after a step (StepOutcome.apply), told at the kernel's next
-        return (RUN_STATE `pending`): its decodes' feedback (the drafting ones, Scratch.heard; positions before the
+        """What the Python policy is told after a step, at the kernel's next return (RUN_STATE `pending`): its
+        decodes' feedback (the drafting ones, Scratch.heard; positions before the
         step), then each request whose prompt ended, started once (`start_request`), then each finished one that had
         started (`finish_request`), in the kernel's order (`number` as in _choose)."""
         srv = self.srv
@@ -748,8 +733,7 @@ class CompiledRun:
 
     def _write_last_drafter(self, last_slot: np.ndarray, theirs: np.ndarray) -> None:
         """The kernel's last drafter slots (of the requests `theirs`, workload indices, in order) into
-        RequestState.last_drafter, which the switching cost reads; written only when it is charged, as
-        StepOutcome.apply does."""
+        RequestState.last_drafter, which the switching cost reads; written only when it is charged."""
         if self.settings.switch_cost > 0:
             known = (last_slot >= 0) & (last_slot < len(self.drafter_idx))
             self.srv.state.last_drafter[theirs[known]] = np.asarray(self.drafter_idx, dtype=np.int64)[last_slot[known]]
@@ -841,7 +825,7 @@ class CompiledRun:
         """The kernel's outcome (`rec`: its RUN_STATE record; `req`: its per-request arrays) into the server's state,
         counters, KV pool, ITL and step records."""
         srv = self.srv
-        st, outcome, pool = srv.state, srv.outcome, srv.sched.pool
+        st, log, pool = srv.state, srv.log, srv.sched.pool
         dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
         ptr = int(rec.ptr)
         if self.closed:  # submitted, not yet pulled: pending; ids in order, as the clients number them
@@ -858,12 +842,12 @@ class CompiledRun:
             st.usage[di] += int(usage[g])
         st.usage[-1] += int(usage[-1])
         pool.used, pool.peak = int(rec.used), max(pool.peak, int(rec.peak))
-        outcome.step_no = int(rec.step)
+        log.step_no = int(rec.step)
         # one chunk or block per kernel segment: the ITL array and the steps table join them once, at the end
-        outcome.itl_chunks.extend(part for part in itl_parts if len(part))
+        log.itl_chunks.extend(part for part in itl_parts if len(part))
         for rows in blocks_row:
             if len(rows.step):
-                outcome.steps.append_columns(self._columns(rows))
+                log.steps.append_columns(self._columns(rows))
 
     def _drafter_names(self, codes: np.ndarray) -> np.ndarray:
         """The drafters column's strings of compiled_kernel's codes over the run's G slots: a bit per slot that

@@ -1,5 +1,6 @@
-"""Policy dispatch and trace replay for one server: which drafter and k each request uses, and what
-verification accepts (greedy: the replay rule of traces/acceptance.py; sampled: 1 - tv per token).
+"""Policy dispatch for one server: the policy's checks against the traces, and a Python policy's (drafter, k) per
+request and its feedback (the kernels replay acceptance: greedy by traces/acceptance.py's rule, sampled by 1 - tv
+per token).
 """
 from __future__ import annotations
 
@@ -9,30 +10,26 @@ import numpy as np
 
 from policies.base import NO_DRAFT, BatchFeedback, BatchView, FixedPolicy, Policy
 from simulator.engine.acceptance_table import AcceptanceTable
-from simulator.engine.pricing import masked, groups
-from simulator.engine.rules.decode_budget import cut_accepted
-from simulator.engine.request_state import RequestState
 from simulator.engine.workload_arrays import EngineWorkload
-from traces.acceptance import accepted_drafts
 
 Verification = Literal["greedy", "sampled"]
 
 
 class Drafting:
-    """Asks the policy for (drafter, k) per request, caps proposals, replays acceptance, reports feedback."""
+    """Checks the policy against the traces; asks a Python policy for (drafter, k) per request and tells it what
+    was accepted."""
 
     def __init__(self, policy: Policy | None, mode: str, table: AcceptanceTable, wl: EngineWorkload,
-                 state: RequestState, verification: Verification = "greedy", rng: np.random.Generator | None = None,
+                 verification: Verification = "greedy", rng: np.random.Generator | None = None,
                  traces: Sequence[Any] | None = None, live: bool = False):
         if verification not in ("greedy", "sampled"):
             raise ValueError(f"verification: expected 'greedy' or 'sampled', got {verification!r}")
         self.policy = policy if (policy is not None and mode != "ar") else FixedPolicy(None, 0)
-        self.mode, self.table, self.wl, self.state = mode, table, wl, state
+        self.mode, self.table, self.wl = mode, table, wl
         self.drafters = table.drafters
         self.verification = verification
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.learns = self.policy.learns
-        self._group_cache: tuple = (None, [])
         # each request's first and last flat trace index (AcceptanceTable.flat_index, precomputed per request)
         self.first_flat = table.offsets[wl.trace_index]
         self.last_flat = table.offsets[wl.trace_index + 1] - 1
@@ -40,9 +37,6 @@ class Drafting:
         self.tree = pol.tree if mode != "ar" else None  # a static draft tree (traces/tree.py) or None: chains
         if self.tree is not None:
             self._check_tree(mode, verification)
-            from simulator.engine.compiled_kernel import accept_tree  # rules/tree.accept_tree, compiled
-
-            self._accept_tree = accept_tree
         if pol.reads_ground_truth:
             if live:
                 raise ValueError(f"policy {pol.name!r} reads the ground truth (an oracle) and cannot run live")
@@ -67,9 +61,6 @@ class Drafting:
             if missing:
                 raise ValueError(f"verification: sampled needs per-position tv in the traces, but drafter(s) "
                                  f"{missing} have none; use verification: greedy or collect traces with tv")
-            from simulator.engine.compiled_kernel import sample_group  # rules/sampled.sample_group, compiled
-
-            self._sample_group = sample_group
         self.max_k: int | None = None  # the policy's stated max_draft_tokens(), read at its first choice
 
     def _check_tree(self, mode: str, verification: str) -> None:
@@ -105,87 +96,21 @@ class Drafting:
             self.max_k = _stated_max_k(self.policy)
         return self.max_k
 
-    def groups_of(self, d_idx: np.ndarray):
-        """`groups(d_idx)`, remembered for the array the policy returned this step (reused 3-4 times)."""
-        if self._group_cache[0] is d_idx:
-            return self._group_cache[1]
-        g = groups(d_idx)
-        self._group_cache = (d_idx, g)
-        return g
-
-    def flat_index(self, idx: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """Flat trace positions of requests `idx` at output positions `pos`, clipped into each trace."""
-        return np.minimum(self.first_flat[idx] + pos, self.last_flat[idx])
-
-    def choose(self, idx: np.ndarray, now: float, estimator, pos: np.ndarray | None = None):
-        """Drafter, k and proposed tokens of requests `idx` (n-gram proposals capped), plus their flat trace index;
-        `pos`: their output positions where the server's state does not hold them yet (a compiled cluster replica)."""
+    def choose(self, idx: np.ndarray, now: float, estimator, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The Python policy's drafter index and k for requests `idx` at output positions `pos` (k 0 where it drafts
+        nothing), checked (checked_choice); the policy sees each drafter's proposal length where the traces
+        have it (clipped into each trace)."""
         m = len(idx)
         if m == 0 or self.mode == "ar":
-            return _no_draft(m), _zeros(m), _zeros(m), None
-        if pos is None:
-            pos = self.state.gen[idx]  # output position of the first drafted token
-        flat = self.flat_index(idx, pos)
+            return _no_draft(m), _zeros(m)
+        flat = np.minimum(self.first_flat[idx] + pos, self.last_flat[idx])
         prop_known = {d: a[flat] for d, a in self.table.proposal_len.items()}
         view = BatchView(now=now, drafters=self.drafters, request_ids=_Gather(self.wl.request_ids, idx),
                          positions=pos, categories=_Gather(self.wl.categories, idx), proposal_len=prop_known,
                          step_time_estimate=estimator)
         d_idx, k = checked_choice(self.policy, self.policy.choose_batch(view), m, len(self.drafters),
                                   self.stated_max_k())
-        grp = self.groups_of(d_idx)
-        if not (len(grp) == 1 and grp[0][1] is None):  # some requests do not draft: their k is 0
-            k = np.where(d_idx == NO_DRAFT, 0, k)
-        proposed = k
-        if prop_known:
-            proposed = k.copy()
-            for di, mask in grp:
-                d = self.drafters[di]
-                if d in prop_known:
-                    if mask is None:
-                        proposed = np.minimum(k, prop_known[d])
-                    else:
-                        proposed[mask] = np.minimum(k[mask], prop_known[d][mask])
-        return d_idx, k, proposed, flat
-
-    def accept(self, idx: np.ndarray, d_idx: np.ndarray, proposed: np.ndarray,
-               flat: np.ndarray | None = None, drafted: np.ndarray | None = None) -> np.ndarray:
-        """Draft tokens verification accepts per request (before the end-of-output cut) of the `proposed` drafts
-        the step verifies. `drafted`: the drafts proposed before vLLM V1's budget cut them to `proposed` (None: the
-        same): a chain replays as drafted and keeps the accepted part within its kept drafts
-        (rules/decode_budget.cut_accepted, the kernels' rule); a tree or a sampled check verifies the kept ones."""
-        grp = self.groups_of(d_idx)
-        if not grp:
-            return _zeros(len(idx))
-        acc = np.zeros(len(idx), dtype=np.int64)
-        pos = self.state.gen[idx]
-        if flat is None and self.verification == "greedy":
-            flat = self.flat_index(idx, pos)
-        for di, mask in grp:
-            d = self.drafters[di]
-            prop = masked(proposed, mask)
-            if self.verification == "sampled" and d in self.table.tv:  # rules/sampled.sample_group, compiled
-                self._sample_group(di, d_idx, proposed, acc, idx, len(idx), self.state.gen, self.first_flat,
-                                   self.last_flat, self.table.tv[d], self.rng)
-                continue
-            elif self.tree is not None:
-                if flat is None:
-                    flat = self.flat_index(idx, pos)
-                got = np.empty(len(prop), dtype=np.int64)
-                self._accept_tree(self.tree.parent, self.tree.rank, self.table.tree_rank[d][None],
-                                  np.zeros(len(prop), dtype=np.int64), masked(flat, mask), prop, len(prop), got)
-            else:
-                if flat is None:
-                    flat = self.flat_index(idx, pos)
-                if drafted is None:
-                    got = accepted_drafts(self.table.acc_len[d][masked(flat, mask)], prop)
-                else:
-                    got = cut_accepted(accepted_drafts(self.table.acc_len[d][masked(flat, mask)],
-                                                       masked(drafted, mask)), prop)
-            if mask is None:
-                acc = np.asarray(got, dtype=np.int64)
-            else:
-                acc[mask] = got
-        return acc
+        return d_idx, np.where(d_idx == NO_DRAFT, 0, k)
 
     def feedback(self, idx, pos, d_idx, k, proposed, accepted, step_time) -> None:
         """Tell the policy what was accepted; TV over the proposed positions where the trace has it."""

@@ -58,7 +58,7 @@ class Replay(NamedTuple):
     tree_passes: np.ndarray  # int64 (depth): nodes with children per depth (TreeShape.draft_pass_tokens)
     batch_k: np.ndarray  # int64 (max_num_seqs + 1): k-by-batch's k at each count of decoding requests
     slot_k: np.ndarray  # int64 (slots, flat positions): the greedy oracle's oracle k of each slot (POL_PLAN: reach)
-    rng: np.random.Generator  # sampled verification's draws (the server's Drafting.rng, advanced in place)
+    rng: np.random.Generator  # sampled verification's draws (the server's generator, advanced in place)
     policy_rng: np.random.Generator  # a drawing bandit's own (BanditPolicy.rng, advanced in place)
 
 
@@ -226,7 +226,8 @@ class Scratch(NamedTuple):
     acc: np.ndarray
     cut: np.ndarray
     waitq: np.ndarray
-    done: np.ndarray  # the step's finished requests in StepOutcome's order (a cluster reads the last step's)
+    done: np.ndarray  # the step's finished requests, in the order the rules finish them (a cluster reads the last
+    # step's)
     newb: np.ndarray
     hold: np.ndarray
     run_extra: np.ndarray  # the KV growth of each running request (admission order) when a step must preempt

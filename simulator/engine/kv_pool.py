@@ -10,7 +10,7 @@ from simulator.engine.rules.kv import blocks_for
 
 @dataclass
 class BlockPool:
-    """Counts free and used blocks; never goes negative (an over-allocation is a bug, so it raises)."""
+    """A server's KV pool: its size, and the blocks in use and at peak as its run writes them."""
 
     total_blocks: int
     block_size: int
@@ -29,15 +29,3 @@ class BlockPool:
         """Blocks needed to hold `tokens` (scalar or array)."""
         return blocks_for(np.asarray(tokens), self.block_size) if np.ndim(tokens) else blocks_for(int(tokens),
                                                                                                    self.block_size)
-
-    def allocate(self, n: int) -> None:
-        if n < 0 or n > self.free:
-            raise RuntimeError(f"KV pool: cannot allocate {n} blocks with {self.free} free")
-        self.used += n
-        if self.used > self.peak:
-            self.peak = self.used
-
-    def release(self, n: int) -> None:
-        if n < 0 or n > self.used:
-            raise RuntimeError(f"KV pool: cannot release {n} blocks with {self.used} used")
-        self.used -= n

@@ -5,7 +5,7 @@ Times are seconds of simulated time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -123,3 +123,14 @@ class ColumnBuffer:
         # copy=False: the columns are this call's own arrays, kept as they are (not stacked into 2-D blocks)
         frame = pd.DataFrame(data, columns=cols, copy=False)
         return frame.astype({c: self._dtype(t) for c, (t, _) in self.schema.items()})
+
+
+@dataclass
+class StepLog:
+    """What a server's run has recorded so far: its step rows, ITL gaps and step counters (the compiled run and a
+    cluster replica's write them; `Server.result()` reads them)."""
+
+    steps: ColumnBuffer = field(default_factory=lambda: ColumnBuffer(STEP_COLUMNS))
+    itl_chunks: list[np.ndarray] = field(default_factory=list)
+    step_no: int = 0  # steps taken
+    psd_fallback_steps: int = 0  # PSD steps run as plain SD (one side empty, or fewer than split_min_batch decoding)

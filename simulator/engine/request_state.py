@@ -1,8 +1,8 @@
 """Per-request state of one simulated server: numpy arrays indexed by request, plus the queues as arrays.
 
-Every component of the engine (scheduler, step executors, the step outcome) reads and writes this one
-object, so a step works on index arrays of its batch instead of per-request Python objects. The queues are the
-arrays the queue rules (simulator/engine/rules/queue.py) and the compiled kernel take.
+A server's run writes its outcome here (simulator/engine/compiled_run.py, compiled_replica.py); the requests table,
+the router and the early stop read it. The queues are arrays as the queue rules (simulator/engine/rules/queue.py)
+and the kernels keep them.
 """
 from __future__ import annotations
 
@@ -47,10 +47,6 @@ class RequestState:
         self.usage = np.zeros(num_drafters + 1, dtype=np.int64)  # per drafter; last slot: no drafter
         self.n_finished = 0
 
-    def running_array(self) -> np.ndarray:
-        """The running requests in admission order (a copy: the queue rules write `run` in place)."""
-        return self.run[:self.n_run].copy()
-
     @property
     def n_waiting(self) -> int:
         return self.nq + self.ptr - self.admit
@@ -58,11 +54,6 @@ class RequestState:
     def waiting_array(self) -> np.ndarray:
         """The waiting queue in order: the preempted requests, then the arrivals not yet admitted."""
         return np.concatenate([self.requeued[:self.nq], self.arrived[self.admit:self.ptr]])
-
-    def arrive(self, i: int) -> None:
-        """Request `i` joins the waiting queue's end."""
-        self.arrived[self.ptr] = i
-        self.ptr += 1
 
 
 class StepCounters:

@@ -1,9 +1,10 @@
-"""vLLM-like scheduler of one server: FIFO admission within max_num_seqs, the token budget and free KV
-blocks; paged KV growth; preemption of the newest request by recompute; prefill chunks.
+"""The scheduler variants of one server (the registry SCHEDULERS) and its settings, checked when it is made.
 
-`prefill` = "mixed": prefills join decode/verify steps (vLLM V1, or V0 with chunked prefill);
-"separate": vLLM V0 without chunked prefill (MineDraft): a step that schedules prefills schedules no
-decodes. PSD sub-batch sides are kept here too (MineDraft's scheduler owns them).
+The scheduling itself (FIFO admission within max_num_seqs, the token budget and free KV blocks; paged KV growth;
+preemption of the newest request by recompute; prefill chunks; PSD's sub-batch sides) is the rules of
+simulator/engine/rules/, which the kernels run (docs/architecture.md). `prefill` = "mixed": prefills join
+decode/verify steps (vLLM V1, or V0 with chunked prefill); "separate": vLLM V0 without chunked prefill (MineDraft): a
+step that schedules prefills schedules no decodes.
 
 `rules` names a variant of the scheduler registry `SCHEDULERS` (server `scheduler:`): "vllm-v1", the default,
 follows vLLM V1's `Scheduler.schedule()` (vLLM 0.32, vllm/v1/core/sched/scheduler.py) where it matters for timing
@@ -14,14 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
-from policies.base import NO_DRAFT
 from simulator.engine.kv_pool import BlockPool
-from simulator.engine.request_state import RequestState
 from simulator.engine.rules.decode_budget import decode_side_budget
 from simulator.engine.rules.kv import peak_tokens
-from simulator.engine.rules.prefill_plan import PlanSums, PrefillLimits, plan_buffers
 from simulator.engine.workload_arrays import EngineWorkload
 
 PrefillMode = Literal["mixed", "separate"]
@@ -121,17 +117,13 @@ def describe_schedulers() -> str:
     return "; ".join(f"{v.name}: {v.description}" for v in SCHEDULERS.values())
 
 
-EMPTY = np.zeros(0, dtype=np.int64)
-EMPTY.setflags(write=False)
-NO_PLAN = PlanSums(0, 0, 0, 0)
-
-
 class Scheduler:
-    """Admission, KV reservation and preemption over the shared request state."""
+    """A server's scheduler settings, checked when it is made: the variant's decode budget, vLLM V1's lookahead KV
+    slots, the KV pool and PSD's verify side, which the kernels read (their step is the scheduling rules of
+    simulator/engine/rules/); and the up-front check that every request can run."""
 
-    def __init__(self, state: RequestState, wl: EngineWorkload, pool: BlockPool, *, max_num_seqs: int,
-                 max_num_batched_tokens: int, chunked: bool, prefill: PrefillMode = "mixed", psd: bool = False,
-                 rules: SchedulerRules = DEFAULT_SCHEDULER, lookahead: int = 0):
+    def __init__(self, wl: EngineWorkload, pool: BlockPool, *, max_num_batched_tokens: int, chunked: bool,
+                 prefill: PrefillMode = "mixed", rules: SchedulerRules = DEFAULT_SCHEDULER, lookahead: int = 0):
         variant = scheduler_variant(rules)
         if variant.always_chunked and (not chunked or prefill != "mixed"):
             raise ValueError(f"scheduler: {rules!r} needs chunked prefill with prefill: mixed")
@@ -140,22 +132,12 @@ class Scheduler:
         if prefill == "separate" and chunked:
             raise ValueError("prefill: 'separate' (prefill-only steps, vLLM V0) cannot be combined with "
                              "chunked_prefill, which mixes prefill chunks into decode steps; use prefill: mixed")
-        self.state, self.wl, self.pool = state, wl, pool
-        self.max_num_seqs = max_num_seqs
+        self.wl, self.pool = wl, pool
         self.budget = max_num_batched_tokens
         self.chunked = chunked
-        self.separate = prefill == "separate"
-        self.psd = psd
         self.decode_budget = decode_side_budget(max_num_batched_tokens, variant.decodes_in_budget)
-        self.verify_side = 0  # PSD: the sub-batch verified this step
+        self.verify_side = 0  # PSD: the sub-batch verified next
         self.lookahead = lookahead  # KV slots per running request beyond its tokens (rules/kv.lookahead_slots)
-        self.limits = PrefillLimits(max_num_seqs, max_num_batched_tokens, chunked, pool.block_size, lookahead)
-        # a plan holds at most max_num_seqs chunks (running ones plus those admitted), and one per request
-        self.plan = plan_buffers(max(1, min(max_num_seqs, len(wl.prompt_len))))
-        self.window = np.zeros(max(1, max_num_seqs), dtype=np.int64)  # the waiting queue a plan may admit from
-        from simulator.engine import compiled_kernel as compiled  # the step rules, compiled (imports numba)
-
-        self.rules = compiled  # rules/kv.py, queue.py, prefill_plan.py, finish.py, psd_sides.py, decode_budget.py
 
     def check_fits(self, lookahead_tokens: int, max_model_len: int | None = None) -> None:
         """Refuse up front requests that could never run: prompt + output above `max_model_len` (vLLM refuses
@@ -188,91 +170,3 @@ class Scheduler:
             i = int(wl.prompt_len.argmax())
             raise ValueError(f"request {wl.request_ids[i]!r} has a {int(wl.prompt_len[i])}-token prompt, more than "
                              f"max_num_batched_tokens={self.budget}; enable chunked_prefill or raise it")
-
-    def fit_decodes(self, proposed: np.ndarray) -> tuple[int, np.ndarray]:
-        """Decoding requests (admission order) take 1 + drafts tokens each from the variant's decode budget until
-        it runs out (rules/decode_budget.fit_decodes; unbounded under `draftsim` rules, so every decode runs with
-        all its drafts). Returns how many are scheduled and their (possibly cut) draft counts."""
-        drafts = np.empty_like(proposed)
-        n = int(self.rules.fit_decodes(proposed, len(proposed), self.decode_budget, drafts))
-        return n, drafts[:n]
-
-    def reserve(self, run: np.ndarray, tokens: np.ndarray) -> tuple[int, bool]:
-        """Grow each running request's KV to hold `tokens` (rules.kv.kv_growth; 0 for one that only prefills);
-        preempt the newest until it fits: they lead the waiting queue (rules/queue.requeue_preempted), a PSD
-        request without its side and proposal (rules/psd_sides.leave_sides).
-
-        `run` is the running requests (admission order). Returns how many keep running, and whether any was
-        preempted.
-        """
-        st, rules = self.state, self.rules
-        extra = np.empty(len(run), dtype=np.int64)
-        total = rules.kv_growth(run, len(run), tokens, st.blocks, self.pool.block_size, extra)
-        if total <= self.pool.free:
-            keep = len(run)
-        else:
-            keep = int(rules.preempt_keep(run, len(run), extra, st.blocks, self.pool.free))
-            self.pool.release(int(rules.preempt_suffix(run, keep, len(run), st.blocks, st.prefill_left,
-                                                       st.prefill_done, st.preemptions)))
-            st.nq = int(rules.requeue_preempted(st.run, keep, st.n_run, st.requeued, st.nq))
-            if self.psd:
-                rules.leave_sides(st.run, keep, st.n_run, st.sub_batch, st.pending_d, NO_DRAFT)
-            st.n_run = keep
-            total = int(extra[:keep].sum())
-        if total:
-            self.pool.allocate(total)
-            rules.add_blocks(run, keep, extra, st.blocks)
-        return keep, keep < len(run)
-
-    def plan_prefills(self, tokens_used: int, allow_new: bool) -> PlanSums:
-        """The prompt chunks a step schedules after `tokens_used` decode/draft tokens, written to `self.plan`,
-        changing nothing (rules/queue.plan_step_prefills over the running requests and, when `allow_new`, the
-        waiting queue)."""
-        st = self.state
-        return self.rules.plan_step_prefills(self.limits, self.plan, self.window, tokens_used, allow_new, st.run,
-                                             st.n_run, st.requeued, st.nq, st.arrived, st.admit, st.ptr,
-                                             self.pool.free, self.wl.prompt_len, st.gen, st.prefill_left,
-                                             st.prefill_done, st.blocks)
-
-    def prefills(self, tokens_used: int, allow_new: bool, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """Continue partial prefills, then admit waiting requests in FIFO order within budget and KV: the plan of
-        `plan_prefills`, taken (rules/prefill_plan.take_prefill_plan), its new requests running
-        (rules/queue.admit_planned; under PSD each joins a side: rules/psd_sides.assign_sides)."""
-        st, plan, rules = self.state, self.plan, self.rules
-        n = int(self.plan_prefills(tokens_used, allow_new).count)
-        if not n:
-            return EMPTY, EMPTY
-        self.pool.allocate(int(rules.take_prefill_plan(plan, n, self.wl.prompt_len, st.gen, st.blocks,
-                                                       st.prefill_left, st.prefill_done, st.first_sched, now)))
-        n_old = st.n_run
-        n_run, nq, admit = rules.admit_planned(plan, n, st.run, st.n_run, st.requeued, st.nq, st.admit)
-        st.n_run, st.nq, st.admit = int(n_run), int(nq), int(admit)
-        if self.psd:
-            rules.assign_sides(st.sub_batch, st.run, n_old, st.n_run, self.verify_side)
-        return plan.request[:n].copy(), plan.tokens[:n].copy()
-
-    def preview_prefills(self, tokens_used: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """(requests, chunks, how many chunks end their prompt) a mixed step would add after `tokens_used`
-        tokens if it preempts nobody; nothing changes (a policy's step estimate, Pricing.estimator)."""
-        if self.separate:
-            return EMPTY, EMPTY, 0
-        n = int(self.plan_prefills(tokens_used, True).count)
-        if not n:
-            return EMPTY, EMPTY, 0
-        plan = self.plan
-        return plan.request[:n].copy(), plan.tokens[:n].copy(), int(np.count_nonzero(plan.last[:n]))
-
-    def prefill_only(self, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """Separate mode: admit what fits now; a non-empty result makes this a prefill-only step."""
-        if not self.separate:
-            return EMPTY, EMPTY
-        return self.prefills(0, True, now)
-
-    def finish(self, done: np.ndarray, t: float) -> None:
-        """Running requests `done` finished at `t`: their KV freed (rules/finish.release_finished), out of the
-        running requests (rules/queue.drop_finished)."""
-        st, rules = self.state, self.rules
-        self.pool.release(int(rules.release_finished(done, len(done), t, st.finish, st.blocks)))
-        st.pending_d[done] = -1
-        st.n_run = int(rules.drop_finished(st.run, st.n_run, st.finish))
-        st.n_finished += len(done)

@@ -17,19 +17,14 @@ from simulator.engine.arrivals import PushedArrivals, arrivals_for
 from simulator.engine.drafting import Drafting
 from simulator.engine.kv_pool import BlockPool
 from simulator.engine.pricing import Pricing
-from simulator.engine.records import REQUEST_COLUMNS
+from simulator.engine.records import REQUEST_COLUMNS, StepLog
 from simulator.engine.request_state import RequestState
-from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 from simulator.engine.rules.kv import lookahead_slots
 from simulator.engine.scheduler import Scheduler, scheduler_variant
 from simulator.server_config import Scenario
-from simulator.engine.step_outcome import StepOutcome
 from simulator.engine import compiled_run
 from simulator.engine.compiled_replica import CompiledReplica
-from simulator.engine.step_psd import PSDExecutor
-from simulator.engine.step_sd import SDExecutor
 from simulator.engine.workload_arrays import SimInputs
-
 
 @dataclass
 class SimResult:
@@ -57,33 +52,27 @@ class Server:
         self.max_num_seqs = scenario.psd.concurrency(cfg.max_num_seqs) if self.mode == "psd" else cfg.max_num_seqs
         self.state = st = RequestState(workload, len(table.drafters), self.max_num_seqs)
         pool = BlockPool(scenario.kv_capacity_tokens // cfg.block_size, cfg.block_size)
-        self.drafting = Drafting(scenario.policy, self.mode, table, workload, st, verification=cfg.verification,
+        self.drafting = Drafting(scenario.policy, self.mode, table, workload, verification=cfg.verification,
                                  rng=scenario.seeds.verification_rng(), traces=inputs.traces, live=live)
-        self.sched = Scheduler(st, workload, pool, max_num_seqs=self.max_num_seqs,
-                               max_num_batched_tokens=cfg.max_num_batched_tokens, chunked=cfg.chunked_prefill,
-                               prefill=cfg.prefill, psd=self.mode == "psd", rules=cfg.scheduler,
+        self.sched = Scheduler(workload, pool, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                               chunked=cfg.chunked_prefill, prefill=cfg.prefill, rules=cfg.scheduler,
                                lookahead=self._lookahead(inputs))
         # vLLM V1 (vllm/v1/engine/core.py run_busy_loop: _process_input_queue() then step() = schedule(),
         # execute, update_from_output(), outputs out): the gap between busy steps falls after a step's tokens are
-        # out and before the input queue is read, so arrivals during it join the next step (see loop).
+        # out and before the input queue is read, so arrivals during it join the next step (rules/engine_loop.py).
         self.gap_s = cfg.step_overhead_s if scheduler_variant(cfg.scheduler).engine_loop_gap else 0.0
         self.async_scheduling = cfg.async_scheduling  # the gap overlaps the step before it (rules/engine_loop)
-        self.pricing = Pricing(scenario.target, scenario.draft_costs, table.drafters, cfg.step_overhead_s - self.gap_s,
-                               scenario.switch_cost_s, st, workload, tree_passes=None if self.drafting.tree is None
+        self.pricing = Pricing(scenario.target, scenario.draft_costs, cfg.step_overhead_s - self.gap_s,
+                               scenario.switch_cost_s, tree_passes=None if self.drafting.tree is None
                                else tuple(int(c) for c in self.drafting.tree.draft_pass_tokens()),
                                proposers=self._proposers(scenario.draft_costs, table.drafters))
         if self.mode == "psd" and self.pricing.proposers:
             raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer: drafters "
                              f"{list(self.pricing.proposers)}) price sequential SD steps; PSD drafts on its own "
                              "device: use whole_proposal or autoregressive")
-        drafters = self._drafters_used()
+        self._drafters_used()  # each checked: named once, in the traces, priced
         self.sched.check_fits(0 if self.mode == "ar" else self.drafting.stated_max_k(), cfg.max_model_len)
-        if self.mode == "psd":
-            self.executor = PSDExecutor(scenario.psd, st, self.sched, self.drafting, self.pricing, drafters)
-        else:
-            self.executor = SDExecutor(self.mode, st, self.sched, self.drafting, self.pricing,
-                                       drafters if self.mode == "sd" else ())
-        self.outcome = StepOutcome(self)
+        self.log = StepLog()
         if arrivals is not None:
             if not getattr(arrivals, "routed", False):
                 raise TypeError(f"run {scenario.name!r}: arrivals={type(arrivals).__name__}: expected a PushedArrivals "
@@ -94,63 +83,36 @@ class Server:
         why = compiled_run.refusal(self)
         if why is not None:
             raise ValueError(f"run {scenario.name!r}: {why}")
-        # None: the step path, where the tests switch the compiled path off (reason in engine_path_reason)
         self.compiled = compiled_run.for_server(self, CompiledReplica)
         self.process = env.process(self.loop())
 
     def loop(self):
-        """The server: pull arrivals; idle until the next one, or run one step and apply it."""
-        env, st = self.env, self.state
-        n = len(self.wl)
-        if self.compiled is not None and self.compiled.stepwise:  # a cluster replica: each step compiled
-            yield from self.compiled.loop()  # simulator/engine/compiled_replica.py
+        """The server: the whole run in one compiled loop (simulator/engine/compiled_run.py), or, a cluster
+        replica, its steps up to each routing (simulator/engine/compiled_replica.py)."""
+        if self.compiled.stepwise:
+            yield from self.compiled.loop()
             return
-        if self.compiled is not None:  # the whole run in one compiled loop (simulator/engine/compiled_run.py)
-            end = self.compiled.run(**self._compiled_checks())
-            yield env.timeout(max(0.0, end - env.now))
-            return
-        busy = False
-        forward = 0.0  # the last step's device time (async scheduling hides the gap behind it)
-        while st.n_finished < n:
-            gap = engine_loop_gap(busy, self.gap_s, st.n_run, st.n_waiting)  # vLLM V1, then inputs
-            if gap and self.async_scheduling:
-                gap = overlapped_gap(gap, forward)
-            if gap:
-                yield env.timeout(gap)
-            busy = False
-            for i in self.arrivals.pull(env.now):
-                st.arrive(i)
-            if not st.n_run and not st.n_waiting:
-                yield self._idle()
-                continue
-            step = self.executor.plan(env.now)
-            if step.empty:
-                raise RuntimeError(f"engine stalled at t={env.now:.6f}s: {st.n_run} running, "
-                                   f"{st.n_waiting} waiting, {self.sched.pool.free} of "
-                                   f"{self.sched.pool.total_blocks} KV blocks free")
-            yield env.timeout(step.duration)
-            self.outcome.apply(step, env.now)
-            busy, forward = True, step.duration
-            if self.on_step is not None:
-                self.on_step(st.n_finished)
+        end = self.compiled.run(**self._compiled_checks())
+        yield self.env.timeout(max(0.0, end - self.env.now))
 
     @property
     def clock(self) -> float:
         """The time this server's state is complete up to: the compiled kernel's clock while a compiled run is
         stepping (the SimPy clock stands still there), else the Environment's."""
         c = self.compiled
-        return c.now if c is not None and c.running else float(self.env.now)
+        return c.now if c.running else float(self.env.now)
 
     def _compiled_checks(self) -> dict:
-        """How a compiled run tells the step hook: a hook with a `next_check` (simulator/measure/early_stop.py StopMonitor)
-        is asked at the finish counts it names, as the step path would ask it after the step reaching each, and
-        ends the run when it answers true; any other hook is told once, at the end."""
+        """How a compiled run tells the step hook: a hook with a `next_check` (simulator/measure/early_stop.py
+        StopMonitor) is asked after the step that reaches each finish count it names, and ends the run when it answers
+        true; any other hook is told once, at the end."""
         hook = self.on_step
         if hook is None or not hasattr(hook, "next_check"):
             return {}
         return {"stop": lambda finished: bool(hook(finished)), "next_check": lambda: int(hook.next_check)}
 
     def _idle(self):
+        """The event an idle server waits for: its next known arrival, or a push (a replica's arrival source)."""
         nxt = self.arrivals.next_time()
         if nxt is not None:
             return self.env.timeout(max(0.0, nxt - self.env.now))
@@ -197,7 +159,7 @@ class Server:
 
     def requests_table(self) -> pd.DataFrame:
         """The requests table (REQUEST_COLUMNS) as it stands: what `result()` returns as `requests`."""
-        if self.compiled is not None and self.compiled.stepwise:
+        if self.compiled.stepwise:
             self.compiled.settle()
         st, wl = self.state, self.wl
         decode_steps, proposed, accepted = st.verify_counts.totals()
@@ -229,7 +191,7 @@ class Server:
         requests = self.requests_table()
         st = self.state
         decode_steps = requests["decode_steps"].to_numpy()
-        chunks = self.outcome.itl_chunks
+        chunks = self.log.itl_chunks
         itl = (chunks[0] if len(chunks) == 1 else np.concatenate(chunks)) if chunks else np.zeros(0)
         usage = {d: int(st.usage[i]) for i, d in enumerate(self.table.drafters)}
         usage["none"] = int(st.usage[-1])
@@ -238,15 +200,13 @@ class Server:
             "kv_total_blocks": pool.total_blocks,
             "kv_peak_blocks": pool.peak,
             "block_size": pool.block_size,
-            "steps": self.outcome.step_no,
+            "steps": self.log.step_no,
             "request_steps": int(decode_steps.sum()),
             "drafter_usage": usage,
-            "psd_fallback_steps": self.executor.fallback_steps,
+            "psd_fallback_steps": self.log.psd_fallback_steps,
             "max_num_seqs": self.max_num_seqs,
-            "engine_path": "steps" if self.compiled is None else "compiled",
-            **({"engine_path_reason": self.engine_path_reason} if self.compiled is None else {}),
             **self.scenario.info,
             "num_target_gpus": self.scenario.num_target_gpus,
             "num_draft_gpus": self.scenario.num_draft_gpus,
         }
-        return SimResult(requests, self.outcome.steps.frame(), itl, extras)
+        return SimResult(requests, self.log.steps.frame(), itl, extras)

@@ -1,16 +1,17 @@
 """SimPy engine entry point: `ServerSimulation` runs one `Server` (simulator/engine/server.py) of a `Scenario`
 over `SimInputs` in its own Environment and returns its `SimResult`. simulator/scenario.py builds both.
 
-Layout of the engine (one job per module):
-- server_config.py: the validated config blocks and the resolved `Scenario`; seeds.py: the seed tree
+Layout of the engine (one job per module; docs/architecture.md):
+- simulator/server_config.py: the validated config blocks and the resolved `Scenario`; simulator/seeds.py: seeds
 - workload_arrays.py / acceptance_table.py: the `SimInputs` (request arrays, flattened acceptance)
 - arrivals.py: open-loop pointer, closed-loop heap, pushed arrivals (a router)
 - request_state.py: per-request numpy arrays and queues
-- scheduler.py: admission, token budget, paged KV (kv_pool.py), preemption by recompute, prefill modes
-- drafting.py: policy dispatch and acceptance replay (traces/acceptance.py)
-- pricing.py: target and drafter costs for the batch a step actually has, with duration guards
-- step_sd.py / step_psd.py: step executors (AR/SD, two-batch PSD); step.py: the planned step
-- step_outcome.py: applying a step (tokens, feedback, records, finishes); records.py: table schemas
+- rules/: the step rules (admission, token budget, paged KV, preemption, prefill chunks, emission, finish, pricing,
+  PSD sides, trees, sampled verification), plain Python over arrays
+- compiled_kernel.py / compiled_psd_kernel.py: the step loops over those rules (numba); kernel_records.py
+- compiled_run.py / compiled_replica.py: a server's run in kernel calls, and a cluster replica's
+- scheduler.py: the scheduler variants and a server's settings; drafting.py: the policy's checks and a Python
+  policy's choices; pricing.py: profile and draft costs; records.py: table schemas and the step log
 - server.py: the SimPy process tying them together
 """
 from __future__ import annotations

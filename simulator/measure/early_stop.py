@@ -2,13 +2,12 @@
 
 The caller gives a `decide(progress)` function; the monitor calls it every `every` finished requests (from the
 `check_from` finish on) with a `Progress` snapshot, and when it answers a reason the run ends there
-(`env.run(until=monitor.stop)`). The snapshot is complete up to `now`: the step hook runs after a step (or a
-macro-step run, simulator/engine/step_runs.py) is applied, so every first token and finish at or before `now` is in it
-(a cluster replica's step still in flight, on either path, ends at or after `now`), and whatever is
-missing happens at or after `now`. A compiled run (simulator/engine/compiled_run.py) asks the monitor itself, the monitor
-being the server's hook (`Server._compiled_checks`: it reads `next_check`): its kernel stops after the step that
-reaches each check's count, and `now` is the kernel's clock (`Server.clock`), so the snapshot is the step path's
-at that step. `exceeded_so_far` turns that into SLO misses already certain for requests still
+(`env.run(until=monitor.stop)`). The snapshot is complete up to `now`: the step hook runs after a step is applied, so
+every first token and finish at or before `now` is in it (a cluster replica's step still in flight ends at or after
+`now`), and whatever is missing happens at or after `now`. A server's run (simulator/engine/compiled_run.py) asks the
+monitor itself, the monitor being the server's hook (`Server._compiled_checks`: it reads `next_check`): its kernel
+stops after the step that reaches each check's count, and `now` is the kernel's clock (`Server.clock`), the end of
+that step. `exceeded_so_far` turns that into SLO misses already certain for requests still
 running. What the decision means is the caller's (experiments/plan/early_stop.py); nothing here knows a verdict.
 """
 from __future__ import annotations

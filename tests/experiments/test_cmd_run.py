@@ -90,10 +90,10 @@ def test_the_progress_hook_names_its_next_redraw_so_a_cluster_keeps_the_compiled
     wl = workload(traces, 300, rate=150.0, seed=5)
     kw = dict(mode="psd", policy="fixed", replicas=2, router={"name": "least_outstanding"}, srv=server(), seed=5)
     bar = _Bar()
-    with_bar = cluster_sim(True, traces, wl, on_step=_Progress(bar, 0, len(wl)), **kw)
+    with_bar = cluster_sim(traces, wl, on_step=_Progress(bar, 0, len(wl)), **kw)
     assert with_bar.cluster_path_reason is None and with_bar.compiled is not None
     a = with_bar.simulate()
     gaps = np.diff([0] + bar.drawn)  # a redraw once 1% more (3 of 300) finished since the last: a step may finish more
     assert len(bar.drawn) >= 50 and gaps.min() >= 3 and bar.drawn[-1] > 290
     assert with_bar.compiled.calls < 2 * len(bar.drawn)  # the loop returns to Python at the redraws, not per step
-    assert_same_cluster(a, cluster_sim(True, traces, wl, **kw).simulate())
+    assert_same_cluster(a, cluster_sim(traces, wl, **kw).simulate())

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from experiments.plan.early_stop import PlanStop
 from experiments.plan.search import (MAX_UTILIZATION, STRICT_CONFIDENCE, RateSearch, Verdict, judge,
                                      settled_by_first_seed, strict_high_end)
-from simulator.engine import compiled_run
 from simulator.measure.early_stop import Progress, exceeded_so_far, progress_frame
 from simulator.measure.metrics import goodput_mask
 from simulator.measure.steady_state import batch_means, mean_interval
@@ -129,17 +128,8 @@ def _both(md1, rate, level, n=400, seed=7):
 @given(factor=st.floats(0.6, 1.6), level=st.sampled_from(["settling", "pooled"]), seed=st.integers(0, 3))
 @settings(max_examples=10, deadline=None)
 def test_a_stopped_run_gets_the_full_runs_verdict(md1, factor, level, seed):
-    rate = factor * md1[3]  # around the M/D/1 threshold (6.8 req/s; the service rate is 10)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(compiled_run, "COMPILED", False)
-        full, early = _both(md1, rate, level, seed=seed)
-    _same_verdict(full, early, rate, level)
-
-
-@given(factor=st.floats(0.6, 1.6), level=st.sampled_from(["settling", "pooled"]), seed=st.integers(0, 3))
-@settings(max_examples=10, deadline=None)
-def test_a_stopped_compiled_run_gets_the_full_runs_verdict(md1, factor, level, seed):
-    """The same on the compiled engine path: its kernel stops at the monitor's checks (simulator/engine/compiled_run.py)."""
+    """A run the plan's early stop ends gets the full run's verdict: the kernel stops at the monitor's checks
+    (simulator/engine/compiled_run.py)."""
     from simulator.engine.compiled_run import CompiledRun
 
     rate = factor * md1[3]
@@ -153,7 +143,7 @@ def test_a_stopped_compiled_run_gets_the_full_runs_verdict(md1, factor, level, s
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(CompiledRun, "run", spy)
         full, early = _both(md1, rate, level, seed=seed)
-    assert asked == [False, True]  # both on the compiled path; the stopping one asked by the monitor
+    assert asked == [False, True]  # the stopping run asked by the monitor
     _same_verdict(full, early, rate, level)
 
 

@@ -37,9 +37,9 @@ def cut_accepted(accepted, kept):
 
 
 def fit_proposals(proposed, accepted, n, budget, kept):
-    """The decode budget (fit_decodes) over chains already verified: `proposed[:n]` drafts each, of which
-    `accepted[:n]` pass; each that runs keeps `kept[j]` drafts and their accepted part (cut_accepted, as
-    Drafting.accept applies it). Cuts `proposed` and `accepted` in place; returns how many run."""
+    """The decode budget (fit_decodes) over chains already verified: `proposed[:n]` drafts each, of which `accepted[:n]`
+    pass; each that runs keeps `kept[j]` drafts and their accepted part (cut_accepted). Cuts `proposed` and `accepted`
+    in place; returns how many run."""
     m = fit_decodes(proposed, n, budget, kept)
     for j in range(m):
         accepted[j] = cut_accepted(accepted[j], kept[j])

@@ -1,8 +1,8 @@
 """Pricing rules: a drafter's drafting phase and prompt pass by its cost kind, and how a sequential step's parts add up.
 
-Plain Python over numbers and typed records. The step path calls them with its profile objects (`profile_price`
-asks a profile for its `step_time`); the compiled engine compiles them and prices its ProfileTerms records there
-(compiled_kernel overloads `profile_price` with `terms_step_time`), so both paths run these lines.
+Plain Python over numbers and typed records. Called with profile objects (`profile_price` asks a profile for its
+`step_time`, as DraftCost does in Python), they price in Python; the kernels compile them and price their
+ProfileTerms records there (compiled_kernel overloads `profile_price` with `terms_step_time`): the same lines.
 """
 from __future__ import annotations
 

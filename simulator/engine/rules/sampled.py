@@ -1,5 +1,5 @@
-"""Sampled verification of one drafter's proposals in a step: draws and acceptance (Drafting.accept and the SD
-kernel both run it; traces/sampled_acceptance.py holds the window and the acceptance rule it applies)."""
+"""Sampled verification of one drafter's proposals in a step: draws and acceptance (the SD and PSD kernels run
+it; traces/sampled_acceptance.py holds the window and the acceptance rule it applies)."""
 from __future__ import annotations
 
 import numpy as np

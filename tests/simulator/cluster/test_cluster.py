@@ -236,17 +236,3 @@ def test_no_request_waits_on_an_idle_replica(replicas, think, clients, router, s
     longest = (spans.end - spans.start).groupby(level="replica").max()
     rq = res.requests
     assert (rq.queue_delay.to_numpy() <= longest.loc[rq.replica].to_numpy() + 1e-12).all()
-
-
-def test_a_cluster_says_which_engine_path_its_replicas_took(monkeypatch):
-    """A cluster's extras name its engine path as a server's do: `compiled`, or `steps` with how many replicas stepped
-    and the first one's reason (what `draftsim run` prints under its table)."""
-    from simulator.engine import compiled_run
-
-    traces = iid_traces(6, seed=3)
-    _, res, _ = simulate_cluster(traces, workload(traces, 12), replicas=3)
-    assert res.extras["engine_path"] == "compiled" and "engine_path_reason" not in res.extras
-    monkeypatch.setattr(compiled_run, "COMPILED", False)
-    _, res, _ = simulate_cluster(traces, workload(traces, 12), replicas=3)
-    assert res.extras["engine_path"] == "steps"
-    assert res.extras["engine_path_reason"] == "3 of 3 replicas: compiled path switched off (compiled_run.COMPILED)"

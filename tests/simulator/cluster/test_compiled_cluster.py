@@ -1,7 +1,7 @@
-"""The compiled cluster loop (simulator/cluster/compiled_cluster.py): a cluster (open or closed loop) routed and
-stepped in one compiled call gives the per-replica path's tables bit for bit (which
-tests/simulator/engine/test_compiled_replica.py holds to the step path), returns to Python only at full buffers,
-hook checks and the end, and names why a cluster keeps the per-replica path."""
+"""The compiled cluster loop (simulator/cluster/compiled_cluster.py): a cluster (open or closed loop) routed and stepped
+in one compiled call gives the per-replica path's tables bit for bit (each replica of which
+tests/simulator/engine/test_compiled_replica.py holds to a single server told its arrivals), returns to Python only at
+full buffers, hook checks and the end, and names why a cluster keeps the per-replica path."""
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -10,17 +10,19 @@ from hypothesis import strategies as st
 from simulator.cluster import compiled_cluster
 from simulator.engine import compiled_run
 from tests.simulator.engine.engine_fixtures import tight_kv
-from tests.simulator.engine.test_compiled_replica import assert_same_cluster, cluster_sim, iid_traces, server, workload
+from tests.simulator.engine.test_compiled_replica import (assert_each_replica_runs_as_a_server_told_its_arrivals,
+                                                          assert_same_cluster, cluster_sim, iid_traces, server,
+                                                          workload)
 
 
 def _pair(traces, wl, segment=1 << 16, **kw):
     """The same cluster on the cluster loop and on the per-replica path: (sim, result) each."""
     rows, compiled_run.SEGMENT_ROWS = compiled_run.SEGMENT_ROWS, segment
     try:
-        fast = cluster_sim(True, traces, wl, **kw)
+        fast = cluster_sim(traces, wl, **kw)
         compiled_cluster.ENABLED = False
         try:
-            slow = cluster_sim(True, traces, wl, **kw)
+            slow = cluster_sim(traces, wl, **kw)
         finally:
             compiled_cluster.ENABLED = True
         a, b = fast.simulate(), slow.simulate()
@@ -114,7 +116,7 @@ def test_the_early_stop_returns_to_python_only_at_its_checks():
         seen.append(p.finished)
 
     monitor = StopMonitor(None, None, len(wl), decide, every=5, check_from=5)
-    sim = cluster_sim(True, traces, wl, mode="sd", policy="fixed", replicas=3, router={"name": "least_kv"},
+    sim = cluster_sim(traces, wl, mode="sd", policy="fixed", replicas=3, router={"name": "least_kv"},
                       srv=server(max_num_seqs=4), seed=2, on_step=monitor)
     assert run_until_decided(sim, monitor.bind(sim)) is None
     assert sim.compiled is not None
@@ -124,41 +126,36 @@ def test_the_early_stop_returns_to_python_only_at_its_checks():
 
 def test_a_cluster_of_bandits_that_draw_keeps_the_per_replica_path_and_says_why():
     """Each replica's Thompson or EXP3 policy draws from its own generator, which the loop's shared records do not
-    hold: the replicas keep their compiled per-replica runs, which equal the step path (tests/simulator/engine/
-    test_compiled_replica.py draws these policies too)."""
+    hold: the replicas keep their compiled per-replica runs, each as a server told its arrivals."""
     traces = iid_traces(6, seed=1, out=(1, 30), drafters=("d", "e"))
     wl = workload(traces, 24, rate=80.0, seed=1)
     for policy in ("thompson", "exp3"):
-        sim = cluster_sim(True, traces, wl, mode="sd", policy=policy, replicas=2, router={"name": "round_robin"},
+        sim = cluster_sim(traces, wl, mode="sd", policy=policy, replicas=2, router={"name": "round_robin"},
                           srv=server(), seed=1)
         assert sim.compiled is None and "draws from its generator" in sim.cluster_path_reason
-        assert all(rep.server.compiled is not None for rep in sim.replicas)
-        steps = cluster_sim(False, traces, wl, mode="sd", policy=policy, replicas=2, router={"name": "round_robin"},
-                            srv=server(), seed=1)
         res = sim.simulate()
         assert set(res.steps.drafters) >= {"d", "e"}  # both arms played
-        assert_same_cluster(res, steps.simulate())
+        assert_each_replica_runs_as_a_server_told_its_arrivals(res, traces, wl, mode="sd", policy=policy, replicas=2,
+                                                               router={"name": "round_robin"}, srv=server(), seed=1)
 
 
 def test_a_cluster_of_plug_ins_keeps_the_per_replica_path_and_says_why():
     """Each replica's plug-in is asked in Python at each of its steps, which the loop's one compiled call does not
-    do: the replicas keep their compiled per-replica runs, which equal the step path."""
+    do: the replicas keep their compiled per-replica runs, each as a server told its arrivals."""
     traces = iid_traces(6, seed=1, out=(1, 30), drafters=("d", "e"))
     wl = workload(traces, 24, rate=80.0, seed=1)
     kw = dict(mode="sd", policy="plug-in-adaptive-k", replicas=2, router={"name": "least_kv"}, srv=server(), seed=1)
-    sim = cluster_sim(True, traces, wl, **kw)
+    sim = cluster_sim(traces, wl, **kw)
     assert sim.compiled is None and "a policy asked in Python" in sim.cluster_path_reason
-    assert all(rep.server.compiled is not None for rep in sim.replicas)
     res = sim.simulate()
     assert (res.steps.proposed_tokens > 0).any()
-    assert_same_cluster(res, cluster_sim(False, traces, wl, **kw).simulate())
+    assert_each_replica_runs_as_a_server_told_its_arrivals(res, traces, wl, **kw)
 
 
 def test_a_cluster_the_loop_cannot_run_keeps_the_per_replica_path_and_says_why():
     traces = iid_traces(6, seed=1, out=(1, 30))
     wl = workload(traces, 12, seed=1)
-    sim = cluster_sim(True, traces, wl, mode="sd", policy="fixed", replicas=2, router={"name": "round_robin"},
+    sim = cluster_sim(traces, wl, mode="sd", policy="fixed", replicas=2, router={"name": "round_robin"},
                       srv=server(), seed=1, on_step=lambda finished: None)
     assert sim.compiled is None and "step hook without next_check" in sim.cluster_path_reason
-    assert all(rep.server.compiled is not None for rep in sim.replicas)
     assert sim.simulate().requests["finish_time"].notna().all()

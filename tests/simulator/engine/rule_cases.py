@@ -1,5 +1,5 @@
 """Tiny hand-made cases for the rule tests: requests with explicit acceptance traces, a server with the given
-limits, one simulation on the path the `engine_path` fixture (conftest.py) forced, checked to be that path."""
+limits, one simulation."""
 from __future__ import annotations
 
 from typing import NamedTuple, Sequence
@@ -47,14 +47,13 @@ def traces_of(reqs: Sequence[Req], drafters: Sequence[str]) -> list[RequestTrace
     return out
 
 
-def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int = 0, drafters=("d",),
+def run(reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int = 0, drafters=("d",),
         costs: dict | None = None, target=None, block_size: int = 4, kv_tokens: int = 10**6,
         max_num_seqs: int = 8, budget: int = 4096, chunked: bool = False, prefill: str = "mixed",
         overhead: float = 0.0, psd=None, scheduler: str = "draftsim", seed: int = 0,
         kinds: dict | None = None, async_scheduling: bool = False, switch_cost_s: float = 0.0,
         verification: str = "greedy") -> SimResult:
-    """Simulate `reqs` on `path` ("steps" or "compiled"); fails when "compiled" was asked for and the run is not
-    eligible (the case is then on the wrong path). `kinds`: each drafter's bundle kind (SimInputs.drafter_kinds)."""
+    """Simulate `reqs` on one server. `kinds`: each drafter's bundle kind (SimInputs.drafter_kinds)."""
     traces = traces_of(reqs, drafters)
     n = len(reqs)
     wl = EngineWorkload([f"r{i}" for i in range(n)], np.arange(n), np.array([r.arrival for r in reqs], float),
@@ -72,18 +71,7 @@ def run(path: str, reqs: Sequence[Req], *, mode: str = "ar", policy=None, k: int
                   psd=psd if mode == "psd" else None, switch_cost_s=switch_cost_s, **server)
     sim = ServerSimulation(sc, SimInputs(wl, AcceptanceTable.from_traces(traces, list(drafters)), traces,
                                          dict(kinds or {})))
-    srv = sim.server
-    if path == "compiled":
-        assert srv.compiled is not None, f"case meant for the compiled path: {compiled_reason(srv)}"
-    res = sim.simulate()
-    assert res.extras["engine_path"] == ("compiled" if path == "compiled" else "steps")
-    return res
-
-
-def compiled_reason(srv) -> str:
-    from simulator.engine import compiled_run
-
-    return str(compiled_run.ineligible_reason(srv))
+    return sim.simulate()
 
 
 def col(res: SimResult, name: str, phase: str | None = None, device: str = "target") -> list:

@@ -151,44 +151,6 @@ def test_psd_falls_back_to_sequential_sd_with_one_request():
     assert np.allclose(ver.end - ver.start, 0.01) and np.allclose((ver.start - s[s.device == "drafter"].start.to_numpy()), 0.005)
 
 
-def _drafted_side_kv(defer_kv: bool) -> tuple[int, int]:
-    """After every PSD step: (drafted requests, of them holding KV for context + their proposal)."""
-    from simulator.engine.simulation import ServerSimulation
-
-    traces = iid_traces(40, seed=9, prompt=(20, 40), out=(200, 300))
-    wl = workload(traces, 64, rate=None)
-    counts = [0, 0]
-    holder = {}
-
-    def check(_finished):
-        srv = holder["sim"].server
-        st = srv.state
-        drafted = np.array([i for i in st.running_array() if st.pending_d[i] >= 0 and st.pending_prop[i] > 0], dtype=int)
-        if len(drafted):
-            need = srv.sched.pool.blocks_for(wl.prompt_len[drafted] + st.gen[drafted] + st.pending_prop[drafted])
-            counts[0] += len(drafted)
-            counts[1] += int((st.blocks[drafted] >= need).sum())
-
-    sc = scenario("psd", FixedPolicy("d", 8), target=constant_profile(0.01),
-                  costs={"d": DraftCost("constant", seconds=0.01)},
-                  psd=PSDConfig(sub_batch_max_num_seqs=8, defer_kv=defer_kv), max_num_seqs=8,
-                  max_num_batched_tokens=8192)
-    holder["sim"] = ServerSimulation(sc, inputs(traces, wl), on_step=check)
-    holder["sim"].simulate()
-    return counts[0], counts[1]
-
-
-def test_psd_defer_kv_reserves_lookahead_on_the_drafted_side(monkeypatch):
-    # the check reads the server after every step: the step path (the compiled one, equal to it bit for bit by
-    # tests/simulator/engine/test_compiled_psd.py, tells a step hook once, at the end)
-    from simulator.engine import compiled_run
-    monkeypatch.setattr(compiled_run, "COMPILED", False)
-    drafted, covered = _drafted_side_kv(defer_kv=True)  # MineDraft: slots reserved when drafted
-    assert drafted > 100 and covered == drafted
-    drafted, covered = _drafted_side_kv(defer_kv=False)  # reserved only when verified
-    assert drafted > 100 and covered < drafted
-
-
 class _Oracle(Policy):
     name = "test-oracle"
     reads_ground_truth = True
@@ -291,22 +253,6 @@ def _psd_sim(traces, wl, m=4):
                   costs={"d": DraftCost("constant", seconds=0.01)}, psd=PSDConfig(sub_batch_max_num_seqs=m),
                   max_num_seqs=m, max_num_batched_tokens=8192)
     return ServerSimulation(sc, inputs(traces, wl))
-
-
-def test_psd_arrival_joins_side_drafted_next_unless_it_is_larger():
-    traces = iid_traces(8, seed=16)
-    sim = _psd_sim(traces, workload(traces, 8, rate=None))
-    st, sched = sim.server.state, sim.server.sched
-    for i in range(5):
-        st.arrive(i)
-    st.run[:4], st.n_run, st.admit = [0, 1, 2, 3], 4, 4  # running, decoding; 4 waits
-    st.sub_batch[[0, 1, 2, 3]] = [0, 0, 1, 1]
-    sched.verify_side = 1  # side 1 is verified now, so it is drafted next step
-    pre, _ = sched.prefills(0, True, 0.0)
-    assert pre.tolist() == [4] and st.sub_batch[4] == 1
-    st.arrive(5)
-    sched.prefills(0, True, 0.0)  # side 1 is now larger: the balance counter sends it to side 0
-    assert st.sub_batch[5] == 0
 
 
 def test_psd_slots_are_recycled_and_sides_stay_within_one():

@@ -98,7 +98,6 @@ for wl in (workload(t, 14, rate=90.0, seed=3), workload(t, 14, rate=None, seed=4
         runs.append(build(traces=t, wl=wl, drafters=("d", "g"), policy=pol).simulate())
     runs.append(build(traces=t, wl=wl, drafters=("d", "g"), policy=Recorder()).simulate())
     runs.append(build(traces=t, wl=wl, mode="psd", psd=PSDConfig()).simulate())
-assert {r.extras["engine_path"] for r in runs} == {"compiled"}, [r.extras.get("engine_path_reason") for r in runs]
 print(len(compiled_kernel.run_steps.signatures), len(compiled_psd_kernel.run_psd_steps.signatures),
       len(compiled_kernel.step_time_estimate.signatures))
 """

@@ -1,5 +1,6 @@
 """Step pricing: a policy's step estimate prices the step the simulator then runs, prompt chunks included,
-by the same rule (simulator/engine/pricing.py `Pricing.price` on the step's full shape)."""
+by the same rule (rules/pricing.target_time on the step's full shape; its hand-worked prices by shape:
+tests/simulator/engine/rules/test_pricing.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ from policies.base import BatchView, Policy
 from simulator.costs.draft_cost import DraftCost
 from simulator.engine.simulation import ServerSimulation
 from simulator.costs.latency import LinearProfile, Provenance
-from simulator.costs.step_model import StepShape, StructuredProfile
+from simulator.costs.step_model import StructuredProfile
 from tests.simulator.engine.engine_fixtures import iid_traces, inputs, scenario, workload
 
 # prompt tokens priced far from draft tokens: an estimate that read them as drafts would miss by a lot
@@ -74,21 +75,3 @@ def test_estimate_equals_the_simulated_step_price_with_prompt_chunks(case):
         assert est == pytest.approx(end - now, rel=1e-12, abs=1e-15), (now, prompt)
         with_prompt += prompt > 0
     assert with_prompt >= 10 and with_prompt < len(policy.seen)  # both kinds of step were checked
-
-
-def test_price_reads_the_whole_shape_and_a_batch_profile_the_three_numbers():
-    """A structured target prices prompt tokens by their own term; a batch (linear) target sees the step's
-    sequences, tokens (decodes + drafts + prompt) and KV (decode context + chunks' context)."""
-    from tests.simulator.engine.engine_fixtures import linear
-
-    shape = StepShape(decode_seqs=3, draft_tokens=6, decode_kv=900, prefill_seqs=1, prefill_tokens=120,
-                      prefill_kv=120, prefill_attn=120 * 120)
-    for target in (TARGET, linear(a_kv=1e-7, b_tok=2e-5, const=5e-3)):
-        sc = scenario("sd", EstimatingPolicy(2), target=target, costs={"d": DraftCost("constant", seconds=0.0)})
-        sim = ServerSimulation(sc, inputs(iid_traces(2), workload(iid_traces(2))))
-        got = sim.server.pricing.price(shape)
-        if target is TARGET:
-            assert got == pytest.approx(TARGET.shape_time(shape), rel=1e-12)
-            assert got != pytest.approx(TARGET.step_time(4, 3 + 6 + 120, 900 + 120), rel=1e-3)
-        else:
-            assert got == pytest.approx(target.step_time(4, 3 + 6 + 120, 900 + 120), rel=1e-12)

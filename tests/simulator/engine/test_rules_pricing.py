@@ -36,9 +36,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("kind", list(CASES))
-def test_rule_pricing_verify_and_draft(engine_path, kind):
+def test_rule_pricing_verify_and_draft(kind):
     cost, draft, own_prefill = CASES[kind]
-    res = run(engine_path, [Req(0.0, 4, 3)], mode="sd", k=2, target=TARGET, costs={"d": cost}, overhead=OVERHEAD)
+    res = run([Req(0.0, 4, 3)], mode="sd", k=2, target=TARGET, costs={"d": cost}, overhead=OVERHEAD)
     assert durations(res, "prefill") == pytest.approx([1.144 + OVERHEAD], rel=1e-12)
     assert durations(res, "verify") == pytest.approx([1.135 + OVERHEAD, 1.136 + OVERHEAD], rel=1e-12)
     assert durations(res, "draft") == pytest.approx(draft, rel=1e-12)
@@ -47,28 +47,28 @@ def test_rule_pricing_verify_and_draft(engine_path, kind):
     assert res.requests.finish_time.tolist() == pytest.approx([total], rel=1e-12)
 
 
-def test_rule_pricing_ar_decode(engine_path):
+def test_rule_pricing_ar_decode():
     # AR: one token per step: 5e-3 + 1e-2 + 0.1 + 1 = 1.115, then 1.116
-    res = run(engine_path, [Req(0.0, 4, 3)], target=TARGET, overhead=OVERHEAD)
+    res = run([Req(0.0, 4, 3)], target=TARGET, overhead=OVERHEAD)
     assert durations(res, "decode") == pytest.approx([1.115 + OVERHEAD, 1.116 + OVERHEAD], rel=1e-12)
 
 
-def test_rule_pricing_drafter_charged_once_per_batch(engine_path):
+def test_rule_pricing_drafter_charged_once_per_batch():
     # two requests verify together at contexts 5 + 5: a constant cost once per step, a whole-proposal cost once on
     # the batch's shape (2 seqs, 4 proposed, kv 10): 0.02 + 0.12 + 0.4 + 0.05 = 0.59; the target's verify at
     # (2 seqs, 6 tokens, kv 10): 0.01 + 0.06 + 0.2 + 1 = 1.27
     for cost, draft in ((DraftCost("constant", seconds=0.25), 0.25), (DraftCost("whole_proposal", profile=DRAFT), 0.59)):
-        res = run(engine_path, [Req(0.0, 4, 2), Req(0.0, 4, 2)], mode="sd", k=2, target=TARGET, costs={"d": cost})
+        res = run([Req(0.0, 4, 2), Req(0.0, 4, 2)], mode="sd", k=2, target=TARGET, costs={"d": cost})
         assert durations(res, "draft") == pytest.approx([draft], rel=1e-12)
         assert durations(res, "verify") == pytest.approx([1.27], rel=1e-12)
 
 
-def test_rule_pricing_roofline_shape(engine_path):
+def test_rule_pricing_roofline_shape():
     # a roofline target: each target row lasts the profile's own step_time for the row's (seqs, tokens, kv)
     from tests.simulator.engine.test_compiled_run import roofline
 
     prof = roofline("llama3.1-8b", "h100-80gb", 1, 0.5, 0.8, 0.0)
-    res = run(engine_path, [Req(0.0, 40, 5), Req(0.2, 300, 4)], mode="sd", k=3, target=prof, overhead=OVERHEAD)
+    res = run([Req(0.0, 40, 5), Req(0.2, 300, 4)], mode="sd", k=3, target=prof, overhead=OVERHEAD)
     rows = res.steps[res.steps.phase.isin(["prefill", "verify", "mixed"])]
     assert len(rows) >= 4
     for r in rows.itertuples():
@@ -96,12 +96,12 @@ class ByParity(Policy):
 
 
 @pytest.mark.parametrize("only, finish", [(None, 8.0), ("g", 6.0)])
-def test_rule_switching_cost_when_a_request_changes_drafter(engine_path, only, finish):
+def test_rule_switching_cost_when_a_request_changes_drafter(only, finish):
     # one request, prompt 4, output 6, nothing accepted, every target step 1 s, free drafts, a 0.5 s switching cost:
     # the prefill (1 s) makes token 0 and the first decode starts at position 1. Alternating, it drafts with g, d, g,
     # d, g at positions 1..5: the first draft has no drafter before it, the 4 others each change it: 5 + 4 x 0.5 s
     # after the prefill, finishing at 8; always with g, it never pays: 6
-    res = run(engine_path, [Req(0.0, 4, 6)], mode="sd", policy=ByParity(only), drafters=("d", "g"),
+    res = run([Req(0.0, 4, 6)], mode="sd", policy=ByParity(only), drafters=("d", "g"),
               switch_cost_s=0.5)
     assert req(res, "finish_time") == [finish]
     assert durations(res, "draft") == ([0.5] * 4 if only is None else [])

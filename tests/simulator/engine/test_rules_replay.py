@@ -15,10 +15,10 @@ from tests.simulator.engine.rule_cases import Req, col, req, run
 ACC = [1, 4, 1, 3, 2, 5, 1, 1]  # acc_len per output position (position 0: the prefill's token)
 
 
-def test_rule_replay_fixed_k(engine_path):
+def test_rule_replay_fixed_k():
     # k=3, output 8: position 1 (acc_len 4) accepts min(3, 3) = 3 and emits 4 -> 5 tokens; position 5 (acc_len 5)
     # accepts 3 and would emit 4, cut to the 3 left: the output ends at 8 after 2 verify steps
-    res = run(engine_path, [Req(0.0, 4, 8, acc={"d": ACC})], mode="sd", k=3)
+    res = run([Req(0.0, 4, 8, acc={"d": ACC})], mode="sd", k=3)
     assert col(res, "proposed_tokens") == [0, 3, 3]
     assert col(res, "accepted_tokens") == [0, 3, 3]
     assert col(res, "emitted_tokens") == [1, 4, 3]
@@ -27,18 +27,18 @@ def test_rule_replay_fixed_k(engine_path):
     assert req(res, "finish_time") == [3.0]
 
 
-def test_rule_replay_acceptance_below_k(engine_path):
+def test_rule_replay_acceptance_below_k():
     # k=5: position 1 accepts acc_len - 1 = 3 (emits 4); position 5 accepts 4 and the output's end cuts it to 3
-    res = run(engine_path, [Req(0.0, 4, 8, acc={"d": ACC})], mode="sd", k=5)
+    res = run([Req(0.0, 4, 8, acc={"d": ACC})], mode="sd", k=5)
     assert col(res, "accepted_tokens") == [0, 3, 4]
     assert col(res, "emitted_tokens") == [1, 4, 3]
 
 
-def test_rule_replay_proposal_cap(engine_path):
+def test_rule_replay_proposal_cap():
     # an n-gram drafter proposes min(k, match length): matches 2, 0, 3 at positions 1, 4, 5 -> proposed 2 (all
     # accepted: acc_len 4), 0 (a plain decode), 3 (accepted, cut to the 3 tokens left)
     prop = [0, 2, 0, 0, 0, 3, 0, 0]
-    res = run(engine_path, [Req(0.0, 4, 8, acc={"g": ACC}, proposal={"g": prop})], mode="sd", k=3, drafters=("g",))
+    res = run([Req(0.0, 4, 8, acc={"g": ACC}, proposal={"g": prop})], mode="sd", k=3, drafters=("g",))
     assert col(res, "proposed_tokens") == [0, 2, 0, 3]
     assert col(res, "accepted_tokens") == [0, 2, 0, 3]
     assert col(res, "emitted_tokens") == [1, 3, 1, 3]
@@ -57,7 +57,7 @@ def walk(acc: list[int], prop: list[int] | None, k: int, out: int) -> tuple[int,
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_rule_replay_matches_walk(engine_path, data):
+def test_rule_replay_matches_walk(data):
     n = data.draw(st.integers(1, 3))
     k = data.draw(st.integers(1, 4))
     cap = data.draw(st.booleans())
@@ -68,28 +68,28 @@ def test_rule_replay_matches_walk(engine_path, data):
         prop = data.draw(st.lists(st.integers(0, 5), min_size=out, max_size=out)) if cap else None
         reqs.append(Req(data.draw(st.sampled_from([0.0, 0.5, 2.0])), data.draw(st.integers(1, 9)), out,
                         acc={"d": acc}, proposal={"d": prop} if cap else None))
-    res = run(engine_path, reqs, mode="sd", k=k, max_num_seqs=2)
+    res = run(reqs, mode="sd", k=k, max_num_seqs=2)
     got = list(zip(req(res, "decode_steps"), req(res, "proposed_tokens"), req(res, "accepted_tokens")))
     assert got == [walk(r.acc["d"], r.proposal["d"] if cap else None, k, r.output) for r in reqs]
     assert int(res.steps.emitted_tokens.sum()) == sum(r.output for r in reqs)
 
 
-def test_rule_finish_with_prefill_when_output_is_one_token(engine_path):
-    res = run(engine_path, [Req(0.0, 4, 1), Req(0.0, 4, 3)], mode="sd", k=2)
+def test_rule_finish_with_prefill_when_output_is_one_token():
+    res = run([Req(0.0, 4, 1), Req(0.0, 4, 3)], mode="sd", k=2)
     assert req(res, "first_token_time") == [1.0, 1.0]
     assert req(res, "finish_time") == [1.0, 3.0]
     assert req(res, "decode_steps") == [0, 2]
     assert col(res, "num_seqs") == [2, 1, 1]
-    alone = run(engine_path, [Req(0.0, 4, 1), Req(1.5, 4, 1)], mode="sd", k=2)  # each prefilled by itself
+    alone = run([Req(0.0, 4, 1), Req(1.5, 4, 1)], mode="sd", k=2)  # each prefilled by itself
     assert req(alone, "finish_time") == [1.0, 2.5]
     assert req(alone, "decode_steps") == [0, 0]
 
 
-def test_rule_emission_itl_and_tpot(engine_path):
+def test_rule_emission_itl_and_tpot():
     # step time 1 + 0.5 x batched tokens. r0 (prompt 2, output 3): prefill [0, 2], decode [2, 3.5]; r1 (prompt 2,
     # arrives 2.5) joins the next step: r0's decode + r1's prefill, 3 tokens, [3.5, 6]; r1 decodes [6, 7.5].
     # ITL: one gap per decode step and request, in step order: 1.5, 2.5 (r0), 1.5 (r1)
-    res = run(engine_path, [Req(0.0, 2, 3), Req(2.5, 2, 2)], target=linear(0.0, 0.5, 1.0))
+    res = run([Req(0.0, 2, 3), Req(2.5, 2, 2)], target=linear(0.0, 0.5, 1.0))
     assert res.itl.tolist() == [1.5, 2.5, 1.5]
     assert req(res, "first_token_time") == [2.0, 6.0]
     assert req(res, "finish_time") == [6.0, 7.5]

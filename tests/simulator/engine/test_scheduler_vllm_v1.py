@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine.kv_pool import BlockPool
-from simulator.engine.request_state import RequestState
+from simulator.engine.rules.decode_budget import fit_decodes
 from simulator.engine.scheduler import VLLM_V1_RULES, Scheduler
 from simulator.server_config import ServerConfig
 from tests.simulator.engine.engine_fixtures import iid_traces, simulate, workload
@@ -44,18 +44,13 @@ def test_vllm_v1_keeps_every_step_within_the_token_budget(mode):
         assert (o.batched_tokens > budget).any()
 
 
-def _sched(budget: int) -> Scheduler:
-    tr = iid_traces(2, seed=0)
-    wl = workload(tr, 2)
-    return Scheduler(RequestState(wl, 1), wl, BlockPool(100, 16), max_num_seqs=8, max_num_batched_tokens=budget,
-                     chunked=True, rules="vllm-v1")
-
-
 @settings(max_examples=60, deadline=None)
 @given(budget=st.integers(1, 40), proposed=st.lists(st.integers(0, 6), min_size=0, max_size=12))
 def test_budget_cut_serves_running_requests_in_order(budget, proposed):
     prop = np.array(proposed, dtype=np.int64)
-    n, cut = _sched(budget).fit_decodes(prop)
+    drafts = np.empty_like(prop)
+    n = fit_decodes(prop, len(prop), budget, drafts)  # vLLM V1's decode budget: the whole token budget
+    cut = drafts[:n]
     assert len(cut) == n and 0 <= n <= len(prop)
     assert int((cut + 1).sum()) <= budget  # each scheduled request takes at least its 1 token
     assert (cut >= 0).all() and (cut <= prop[:n]).all()
@@ -69,8 +64,7 @@ def test_other_rules_are_refused():
     tr = iid_traces(2, seed=0)
     wl = workload(tr, 2)
     with pytest.raises(ValueError, match="expected 'draftsim' or 'vllm-v1'"):
-        Scheduler(RequestState(wl, 1), wl, BlockPool(10, 16), max_num_seqs=2, max_num_batched_tokens=8,
-                  chunked=True, rules="sglang")
+        Scheduler(wl, BlockPool(10, 16), max_num_batched_tokens=8, chunked=True, rules="sglang")
 
 
 def test_engine_step_drafter_is_charged_once_per_step_including_prefill_steps():
@@ -116,16 +110,14 @@ def test_only_the_proposers_of_the_policys_drafters_run_each_step():
             {"d"} if proposers == 1 else {"d", "g"})
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_a_step_estimate_adds_every_proposer_of_the_policys_drafters(compiled):
+def test_a_step_estimate_adds_every_proposer_of_the_policys_drafters():
     """One request decoding alone (no prompt waiting): a policy's step estimate for (d, 2) is the target's step of one
     sequence and 3 tokens, 0.01 + 3 x 0.001 s, plus the proposers of both its drafters, 2 ms ('d') and 0.5 ms ('g'):
-    15.5 ms; a third `engine_step` drafter it never drafts with ('h', 7 ms) is not deployed and adds nothing. On
-    both paths (the compiled one asks the policy in Python with the kernel's estimates)."""
+    15.5 ms; a third `engine_step` drafter it never drafts with ('h', 7 ms) is not deployed and adds nothing (the
+    kernel asks the plug-in in Python with its own estimates)."""
     from policies.base import Choice, Policy
     from simulator.costs.draft_cost import DraftCost
     from simulator.costs.latency import LinearProfile, Provenance
-    from simulator.engine import compiled_run
     from simulator.engine.simulation import ServerSimulation
     from tests.simulator.engine.engine_fixtures import inputs, scenario
 
@@ -153,12 +145,7 @@ def test_a_step_estimate_adds_every_proposer_of_the_policys_drafters(compiled):
     target = LinearProfile("t", {"const": 0.01, "batched_tokens": 0.001}, provenance=Provenance("test"))
     sc = scenario("sd", pol, target=target, costs={"d": proposer(0.002), "g": proposer(0.0005), "h": proposer(0.007)},
                   scheduler="vllm-v1", step_overhead_s=0.0)
-    compiled_run.COMPILED = compiled
-    try:
-        res = ServerSimulation(sc, inputs(traces, workload(traces, 1, rate=None), ("d", "g", "h"))).simulate()
-    finally:
-        compiled_run.COMPILED = True
-    assert res.extras["engine_path"] == ("compiled" if compiled else "steps")
+    ServerSimulation(sc, inputs(traces, workload(traces, 1, rate=None), ("d", "g", "h"))).simulate()
     assert len(pol.seen) > 2 and pol.seen == pytest.approx([0.0155] * len(pol.seen), rel=1e-12)
 
 

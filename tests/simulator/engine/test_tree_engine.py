@@ -1,6 +1,7 @@
 """Draft trees in the engine (the fixed policy's `tree:`): a width-1 tree runs exactly as the chain of its depth,
 a tree's steps verify N + 1 tokens per sequence and accept at most its depth, the context grows by the emitted tokens
-only, the compiled path's tables equal the step path's, and what cannot be replayed is refused with its reason."""
+only, random trees keep the engine's invariants under vLLM V1's budget and closed loops, and what cannot be replayed
+is refused with its reason."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +15,7 @@ from simulator.engine.acceptance_table import AcceptanceTable
 from simulator.engine.simulation import ServerSimulation
 from simulator.engine.workload_arrays import SimInputs
 from tests.simulator.engine.engine_fixtures import COSTS, scenario, workload
+from tests.simulator.engine.test_rules_invariants import check_invariants
 from traces.bundle import DrafterTrace, RequestTrace
 from traces.tree import tree_from_paths
 
@@ -68,7 +70,6 @@ def test_width_one_tree_runs_as_the_chain_of_its_depth(depth, seed, cost, v1, se
         dict(max_num_seqs=seqs)
     chain = run(traces, FixedPolicy("d", depth), cost=cost, **server)
     tree = run(traces, FixedPolicy("d", tree={"widths": [1] * depth}), cost=cost, **server)
-    assert tree.extras["engine_path"] == "compiled", tree.extras.get("engine_path_reason")
     pd.testing.assert_frame_equal(chain.requests, tree.requests, check_exact=True)
     pd.testing.assert_frame_equal(chain.steps, tree.steps, check_exact=True)
     assert chain.itl.tobytes() == tree.itl.tobytes()
@@ -123,9 +124,11 @@ def test_tree_steps_verify_n_plus_one_and_accept_within_the_tree(paths, seed):
 @settings(max_examples=25, deadline=None)
 @given(paths=trees(), seed=st.integers(0, 2**16), cost=st.sampled_from(sorted(COSTS)), v1=st.booleans(),
        seqs=st.integers(1, 8), budget=st.integers(4, 64), clients=st.sampled_from([0, 0, 3]))
-def test_the_compiled_tree_step_equals_the_step_paths(paths, seed, cost, v1, seqs, budget, clients):
-    """The kernel's tree branch (rules/tree.accept_tree over the kept nodes, tree_draft_time per depth) against the
-    step path, bit for bit, over random trees, draft costs, vLLM V1's budget cutting trees, open and closed loops."""
+def test_random_trees_keep_the_invariants_and_run_alike_in_segments(paths, seed, cost, v1, seqs, budget, clients):
+    """The kernel's tree branch (rules/tree.accept_tree over the kept nodes, tree_draft_time per depth) over random
+    trees, draft costs, vLLM V1's budget cutting trees, open and closed loops: the engine's invariants hold
+    (test_rules_invariants.check_invariants: emitted tokens are the outputs, KV and budget within bounds), no step
+    accepts more than the tree's depth per sequence, and the run in segments of 4 step rows equals it in one."""
     from simulator.engine import compiled_run
 
     traces = tree_traces(6, seed, depth=3, top_k=3, rate=0.7)
@@ -133,13 +136,14 @@ def test_the_compiled_tree_step_equals_the_step_paths(paths, seed, cost, v1, seq
     server = dict(max_num_seqs=seqs, scheduler="vllm-v1", max_num_batched_tokens=budget) if v1 else \
         dict(max_num_seqs=seqs)
     fast = run(traces, FixedPolicy("d", tree=policy), cost=cost, top_k=3, clients=clients, **server)
-    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
-    compiled_run.COMPILED = False
+    check_invariants(fast, [t.output_len for t in traces], budget if v1 else None, v1)
+    verify = fast.steps[fast.steps.phase.isin(["verify", "mixed"])]
+    assert (verify.accepted_tokens <= verify.num_seqs * max(len(p) for p in paths)).all()
+    rows, compiled_run.SEGMENT_ROWS = compiled_run.SEGMENT_ROWS, 4
     try:
         slow = run(traces, FixedPolicy("d", tree=policy), cost=cost, top_k=3, clients=clients, **server)
     finally:
-        compiled_run.COMPILED = True
-    assert slow.extras["engine_path"] == "steps"
+        compiled_run.SEGMENT_ROWS = rows
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     assert fast.itl.tobytes() == slow.itl.tobytes()
@@ -176,21 +180,11 @@ def run_two(traces, policy, cost="zero", **server):
 @pytest.mark.parametrize("cost", sorted(COSTS))
 def test_a_python_policy_drafting_a_tree_with_two_drafters_is_compiled(cost):
     """A plug-in policy drafting the five-node tree with two drafters runs compiled (each sequence accepted against
-    its own drafter's rank rows), equal to the step path; asked for one drafter only, it equals the fixed policy's
-    tree over that drafter, a different kernel branch (the fixed rule, no Python choice)."""
-    from simulator.engine import compiled_run
-
+    its own drafter's rank rows); asked for one drafter only, it equals the fixed policy's tree over that drafter, a
+    different kernel branch (the fixed rule, no Python choice)."""
     traces = tree_traces(8, 5, depth=3, top_k=3, rate=0.8, more={"e": 0.3})
     fast = run_two(traces, TreeByParity(FIVE), cost)
-    assert fast.extras["engine_path"] == "compiled", fast.extras.get("engine_path_reason")
     assert {"d", "e", "d+e"} <= set(fast.steps.drafters)  # steps drafting with either, or both
-    compiled_run.COMPILED = False
-    try:
-        slow = run_two(traces, TreeByParity(FIVE), cost)
-    finally:
-        compiled_run.COMPILED = True
-    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
-    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     for only in ("d", "e"):
         plug, fixed = run_two(traces, TreeByParity(FIVE, only), cost), run_two(traces, FixedPolicy(only, tree=FIVE),
                                                                                cost)

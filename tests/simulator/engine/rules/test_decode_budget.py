@@ -56,7 +56,7 @@ def test_budget_cut_closed_form(budget, proposed):
 
 
 # ---- the budget cut of chains already verified (fit_proposals, cut_accepted): the kernels' SD and PSD loops call
-# fit_proposals; the step path's Drafting.accept replays a chain as drafted and calls cut_accepted
+# fit_proposals, which cuts each chain's accepted part by cut_accepted
 
 CUT_RULES = [pytest.param("plain", id="plain"), pytest.param("compiled", id="compiled")]
 
@@ -84,7 +84,7 @@ def test_cut_accepted_hand_worked(which, accepted, kept, expected):
 
 
 def test_cut_accepted_over_arrays():
-    """The step path applies it to a drafter's whole group at once."""
+    """The rule is elementwise: over arrays as over one chain."""
     got = cut_accepted(np.array([0, 2, 3, 5], np.int64), np.array([4, 1, 3, 0], np.int64))
     assert got.tolist() == [0, 1, 3, 0]
 

@@ -1,5 +1,5 @@
 """The emission rules (simulator/engine/rules/emission.py) on hand-worked steps and hypothesis invariants, as plain
-Python and as compiled (the functions both engine paths call)."""
+Python and as compiled (the functions the kernels call)."""
 from __future__ import annotations
 
 import math

@@ -1,5 +1,5 @@
 """The finish rule (simulator/engine/rules/finish.py) on a hand-worked step and a hypothesis invariant, as plain
-Python and as compiled (the function both engine paths call)."""
+Python and as compiled (the function the kernels call)."""
 from __future__ import annotations
 
 import numpy as np

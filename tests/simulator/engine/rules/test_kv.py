@@ -1,5 +1,5 @@
 """The KV rules (simulator/engine/rules/kv.py): the block ceil-division and a step's growth, on hand-worked cases
-and hypothesis invariants, as plain Python and as compiled (the functions both engine paths call)."""
+and hypothesis invariants, as plain Python and as compiled (the functions the kernels call)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""The pricing rules (simulator/engine/rules/pricing.py) against hand-worked prices, each as plain Python (what the
-step path runs) and as compiled_kernel compiles it (what the compiled path runs)."""
+"""The pricing rules (simulator/engine/rules/pricing.py) against hand-worked prices, each as plain Python (as the
+kernels run with numba's JIT off, and as profiles price in Python) and as compiled_kernel compiles it."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +25,7 @@ ROOFLINE = ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), ROOF)
 
 
 def _rules(which: str):
-    """The rules as the step path runs them (plain) or as the kernel compiled them."""
+    """The rules as plain Python or as the kernel compiled them."""
     if which == "plain":
         return (pricing.draft_time, pricing.drafters_prefill_time, pricing.sd_step_time, pricing.terms_step_time,
                 pricing.step_estimate)
@@ -117,7 +117,7 @@ def test_drafters_prefill_time_sums_each_drafters_own_pass_in_order(which):
 def test_sd_step_time_adds_draft_verify_overhead_then_prompt_pass(which):
     sd_step_time = _rules(which)[2]
     assert sd_step_time(0.25, 1.5, 0.01, 0.125) == 0.25 + 1.5 + 0.01 + 0.125
-    # left to right, as the step path always added them: the 1.0 is lost in 1e16 before the -1e16 cancels it
+    # left to right, in that order: the 1.0 is lost in 1e16 before the -1e16 cancels it
     assert sd_step_time(1e16, 1.0, -1e16, 1.0) == 1.0
 
 
@@ -190,7 +190,7 @@ def test_step_estimate_by_hand(which):
 
 
 def _target_rules(which: str):
-    """(decode_tokens, target_time, terms_step_time) as the step path runs them or as the kernel compiled them."""
+    """(decode_tokens, target_time, terms_step_time) as plain Python or as the kernel compiled them."""
     if which == "plain":
         return pricing.decode_tokens, pricing.target_time, pricing.terms_step_time
     import simulator.engine.compiled_kernel as ker
@@ -251,34 +251,6 @@ def test_engine_step_proposer_by_hand(which):
     assert rule(proposer, LINEAR, 5, 40, 300) == pytest.approx(2.2, rel=1e-15)
     assert rule(proposer, LINEAR, 0, 40, 300) == 0.0  # nobody samples (prompt chunks only): no proposer pass
     assert rule(DraftTerms(DRAFT_CONSTANT, 0.25, 0.0, False), LINEAR, 5, 40, 300) == 0.0
-
-
-def test_estimator_prices_the_batch_at_k_by_hand():
-    """Pricing.estimator (the step path's step estimate) at k: the prompt preview is asked for the decodes' tokens,
-    and the target prices (sequences, tokens, KV) of decodes plus chunks; worked with the LINEAR profile
-    (1e-3 kv + 1e-2 tokens + 0.1 seqs + 1.0) and a constant drafter."""
-    from types import SimpleNamespace
-
-    from simulator.costs.draft_cost import DraftCost
-    from simulator.costs.latency import LinearProfile
-    from simulator.engine.pricing import Pricing
-
-    target = LinearProfile("t", {"kv_tokens": 1e-3, "batched_tokens": 1e-2, "num_seqs": 0.1, "const": 1.0})
-    state = SimpleNamespace(prefill_done=np.array([0, 30], np.int64))  # request 1 has 30 prompt tokens cached
-    pricing_ = Pricing(target, {"d": DraftCost("constant", seconds=0.25)}, ("d",), 0.5, 0.0, state, None)
-    asked = []
-
-    def prompts(tokens_used):  # request 1 continues with a 20-token chunk, whatever is asked
-        asked.append(tokens_used)
-        return np.array([1], np.int64), np.array([20], np.int64), 1
-
-    estimate = pricing_.estimator(4, 100, False, prompts)
-    # k = 3: 4 x 4 = 16 decode tokens; batch (5 seqs, 36 tokens, 100 + 50 KV): 0.15 + 0.36 + 0.5 + 1 = 2.01,
-    # plus the drafting 0.25 and the overhead 0.5
-    assert estimate("d", 3) == pytest.approx(2.76, rel=1e-12)
-    # k = 0: 4 decode tokens; (5, 24, 150): 0.15 + 0.24 + 0.5 + 1 = 1.89, no drafting
-    assert estimate("d", 0) == pytest.approx(2.39, rel=1e-12)
-    assert asked == [16, 4]
 
 
 @pytest.mark.parametrize("rule", ["plain", "compiled"])

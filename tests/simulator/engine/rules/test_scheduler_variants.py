@@ -2,8 +2,7 @@
 (rules/decode_budget.py, rules/prefill_plan.py): decodes take 1 + drafts tokens each from the variant's decode budget
 (max_num_batched_tokens under `vllm-v1`, unbounded under `draftsim`: rules/decode_budget.decode_side_budget), then
 the prompt chunks take what is left of max_num_batched_tokens. Hand-worked on one state: a budget of 8, three
-decoding requests (prompts of 4, one token out) and a waiting prompt of 10; in a small run on both engine paths;
-and as an invariant."""
+decoding requests (prompts of 4, one token out) and a waiting prompt of 10; in small runs; and as an invariant."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,43 +10,53 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from types import SimpleNamespace
+
 from simulator.engine.kv_pool import BlockPool
 from simulator.engine.request_state import RequestState
 from simulator.engine.rules.decode_budget import UNCHARGED, decode_side_budget, fit_decodes
+from simulator.engine.rules.prefill_plan import PrefillLimits, plan_buffers
+from simulator.engine.rules.queue import plan_step_prefills
 from simulator.engine.scheduler import SCHEDULERS, Scheduler
 from simulator.engine.workload_arrays import EngineWorkload
+from tests.simulator.engine.engine_fixtures import linear
 from tests.simulator.engine.rule_cases import Req, col, req, run
 
 BUDGET = 8
 
 
-def _server(rules: str, chunked: bool, prefill: str = "mixed") -> Scheduler:
+def _server(rules: str, chunked: bool) -> SimpleNamespace:
     """Requests 0-2 running and decoding (prompt 4 prefilled, 1 token out, one 16-token block each); request 3
-    waiting with a 10-token prompt; 100 free KV blocks; max_num_seqs 8."""
+    waiting with a 10-token prompt; 100 free KV blocks; max_num_seqs 8: the state, the workload, the pool and the
+    scheduler's settings."""
     wl = EngineWorkload(request_ids=[f"r{i}" for i in range(4)], trace_index=np.arange(4, dtype=np.int64),
                         arrival=np.zeros(4), prompt_len=np.array([4, 4, 4, 10], np.int64),
                         output_len=np.full(4, 5, np.int64), categories=["c"] * 4)
     st_ = RequestState(wl, 1)
     pool = BlockPool(103, 16)
     for i in range(3):
-        st_.arrive(i)
         st_.run[i] = i
         st_.gen[i], st_.prefill_done[i], st_.blocks[i] = 1, 4, 1
     st_.n_run = st_.admit = 3
-    pool.allocate(3)
-    st_.arrive(3)
-    return Scheduler(st_, wl, pool, max_num_seqs=8, max_num_batched_tokens=BUDGET, chunked=chunked, prefill=prefill,
-                     rules=rules)
+    pool.used = 3
+    st_.ptr = 4  # all four arrived (RequestState.arrived is in index order)
+    sched = Scheduler(wl, pool, max_num_batched_tokens=BUDGET, chunked=chunked, rules=rules)
+    return SimpleNamespace(state=st_, wl=wl, pool=pool, sched=sched, limits=PrefillLimits(8, BUDGET, chunked, 16))
 
 
-def _mixed_step(sched: Scheduler, proposed: list[int]):
-    """A mixed step's token assignment as the step path makes it (step_sd.SDExecutor.plan): the decodes' budget cut
-    (Scheduler.fit_decodes), then the prompt chunks after their tokens (Scheduler.plan_prefills). Returns (decodes
-    scheduled, their drafts, {request: prompt chunk})."""
-    n, drafts = sched.fit_decodes(np.array(proposed, np.int64))
-    plan = sched.plan_prefills(n + int(drafts.sum()), True)
-    chunks = dict(zip(sched.plan.request[:plan.count].tolist(), sched.plan.tokens[:plan.count].tolist()))
-    return n, drafts.tolist(), chunks
+def _mixed_step(server: SimpleNamespace, proposed: list[int]):
+    """A mixed step's token assignment by the rules the kernels run: the decodes' budget cut
+    (rules/decode_budget.fit_decodes over the variant's decode budget), then the prompt chunks after their tokens
+    (rules/queue.plan_step_prefills). Returns (decodes scheduled, their drafts, {request: prompt chunk})."""
+    prop = np.array(proposed, np.int64)
+    drafts = np.empty_like(prop)
+    n = int(fit_decodes(prop, len(prop), server.sched.decode_budget, drafts))
+    st_, plan, window = server.state, plan_buffers(8), np.zeros(8, np.int64)
+    sums = plan_step_prefills(server.limits, plan, window, n + int(drafts[:n].sum()), True, st_.run, st_.n_run,
+                              st_.requeued, st_.nq, st_.arrived, st_.admit, st_.ptr, server.pool.free,
+                              server.wl.prompt_len, st_.gen, st_.prefill_left, st_.prefill_done, st_.blocks)
+    chunks = dict(zip(plan.request[:sums.count].tolist(), plan.tokens[:sums.count].tolist()))
+    return n, drafts[:n].tolist(), chunks
 
 
 # (rules, chunked): the variants a server can take (scheduler: vllm-v1 always chunks)
@@ -91,8 +100,8 @@ def test_a_decode_the_budget_cannot_reach_waits_only_under_vllm_v1(rules, chunke
     ("vllm-v1", [6, 8, 8, 8], [6, 6, 3]),
     ("draftsim", [6, 9, 9, 9], [6, 6, 6]),  # never cut: 9 tokens a step over the budget of 8
 ])
-def test_rule_each_variant_decode_budget_in_a_run(engine_path, rules, batched, proposed):
-    res = run(engine_path, [Req(0.0, 2, 4)] * 3, mode="sd", k=2, budget=BUDGET, scheduler=rules)
+def test_rule_each_variant_decode_budget_in_a_run(rules, batched, proposed):
+    res = run([Req(0.0, 2, 4)] * 3, mode="sd", k=2, budget=BUDGET, scheduler=rules)
     assert col(res, "batched_tokens") == batched
     assert req(res, "proposed_tokens") == proposed
     assert req(res, "finish_time") == [4.0, 4.0, 4.0]
@@ -107,34 +116,37 @@ def test_rule_each_variant_decode_budget_in_a_run(engine_path, rules, batched, p
     # step 4 [4.75, 6]: r1, r3 finish; step 5 [6, 7.25]: r0, r2 finish
     ("draftsim", [2, 6, 6, 6, 6], [7.25, 6.0, 7.25, 6.0]),
 ])
-def test_rule_each_variant_decode_budget_in_a_psd_run(engine_path, rules, batched, finish):
+def test_rule_each_variant_decode_budget_in_a_psd_run(rules, batched, finish):
     from simulator.costs.draft_cost import DraftCost
     from simulator.server_config import PSDConfig
 
-    res = run(engine_path, [Req(0.0, 1, 6, {"d": [3] * 6})] * 4, mode="psd", k=2,
+    res = run([Req(0.0, 1, 6, {"d": [3] * 6})] * 4, mode="psd", k=2,
               costs={"d": DraftCost("constant", seconds=0.5)}, psd=PSDConfig(sync_s=0.25), budget=4, scheduler=rules)
     assert col(res, "batched_tokens", device="target", phase="verify") == batched
     assert req(res, "finish_time") == finish
 
 
-def test_separate_prefill_step_schedules_the_prompt_alone():
-    """prefill: separate (draftsim, unchunked): the step admits the waiting prompt before any decode token, so the
-    10-token prompt runs alone though it is over the budget of 8 (Scheduler.prefill_only; the step then schedules no
-    decodes); a mixed server would not schedule it beside the three decodes (test above)."""
-    sched = _server("draftsim", False, prefill="separate")
-    pre, chunk = sched.prefill_only(0.0)
-    assert (pre.tolist(), chunk.tolist()) == ([3], [10])
-    assert sched.state.running_array().tolist() == [0, 1, 2, 3] and sched.state.n_waiting == 0
-    assert sched.preview_prefills(0)[0].tolist() == []  # a separate server previews no chunk beside decodes
-    mixed = _server("draftsim", False)
-    assert mixed.prefill_only(0.0)[0].tolist() == []  # a mixed server has no prefill-only step
+@pytest.mark.parametrize("prefill, prefilled, finish", [
+    # separate: at t = 1 the waiting 10-token prompt runs in a step of its own, r0's decode waits a step; r1's
+    # second token comes with r0's in [2, 3]
+    ("separate", [4, 10, 0, 0, 0], [5.0, 3.0]),
+    # mixed, unchunked: beside r0's decode token only 9 of the budget of 10 are left, so the whole prompt waits
+    # until no decode runs (r0 done at 4), then runs alone: [4, 5] prefill, [5, 6] r1's second token
+    ("mixed", [4, 0, 0, 0, 10, 0], [4.0, 6.0]),
+])
+def test_rule_separate_prefill_runs_a_waiting_prompt_in_a_step_of_its_own(prefill, prefilled, finish):
+    """draftsim's rules, unchunked, budget 10, every step 1 s: r0 (prompt 4, 4 tokens out) prefills over [0, 1];
+    r1 (prompt 10, 2 tokens out) arrives at 0.5."""
+    res = run([Req(0.0, 4, 4), Req(0.5, 10, 2)], budget=10, prefill=prefill, target=linear(0.0, 0.0, 1.0))
+    assert col(res, "prefill_tokens") == prefilled
+    assert req(res, "finish_time") == finish
 
 
 def test_the_variant_records_choose_the_decode_budget():
     assert decode_side_budget(BUDGET, SCHEDULERS["vllm-v1"].decodes_in_budget) == BUDGET
     assert decode_side_budget(BUDGET, SCHEDULERS["draftsim"].decodes_in_budget) == UNCHARGED
-    assert _server("vllm-v1", True).decode_budget == BUDGET
-    assert _server("draftsim", True).decode_budget == UNCHARGED
+    assert _server("vllm-v1", True).sched.decode_budget == BUDGET
+    assert _server("draftsim", True).sched.decode_budget == UNCHARGED
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,5 +1,5 @@
 """The tree rules (simulator/engine/rules/tree.py) against hand-worked steps: a batch's accepted drafts from its rank
-rows (plain and as compiled_kernel compiles it for the step path) and a tree's drafting priced one pass per depth."""
+rows (plain and as compiled_kernel compiles it for the kernels) and a tree's drafting priced one pass per depth."""
 from __future__ import annotations
 
 import numpy as np
