@@ -1,5 +1,5 @@
-"""The bandits' choice and update rules (policies/ucb.py, epsilon_greedy.py, thompson.py, exp3.py), which the step path
-calls and the compiled engine compiles: hand-worked updates, and the choices against numpy's own draws (Generator.choice
+"""The bandits' choice and update rules (policies/ucb.py, epsilon_greedy.py, thompson.py, exp3.py), which the policies
+call in Python and the kernels compile: hand-worked updates, and the choices against numpy's own draws (Generator.choice
 with p, a vector of Beta draws, integers)."""
 from __future__ import annotations
 

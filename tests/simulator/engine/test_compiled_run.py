@@ -503,7 +503,7 @@ def test_a_longer_sd_run_with_prefill_chunks_and_draft_prefills_keeps_the_invari
 
 
 def test_vllm_v1_budget_cuts_and_engine_loop_gaps():
-    """`scheduler: vllm-v1` on the compiled path: 60 requests whose decodes and drafts overrun a 16-token budget (cut
+    """`scheduler: vllm-v1`: 60 requests whose decodes and drafts overrun a 16-token budget (cut
     drafts, decodes left for the next step) with a 1 ms engine-loop gap between busy steps."""
     traces = traces_with(20, 11, 0.8, False)
     wl = workload(traces, 60, rate=300.0, seed=11)
@@ -923,7 +923,7 @@ def test_an_early_stop_ends_the_run_with_the_full_runs_finishes():
 
 
 def test_a_step_hook_is_called_once_at_the_end_of_a_compiled_run(monkeypatch):
-    """Mid-run the SimPy clock stands still on the compiled path, so a step hook (the plan's early stop) would see a
+    """Mid-run the SimPy clock stands still, so a step hook (the plan's early stop) would see a
     stale time: it is told once, when every request has finished, and the run completes as a full run."""
     monkeypatch.setattr(compiled_run, "SEGMENT_ROWS", 16)  # many segments, so a per-segment call would show
     traces = traces_with(10, 4, 0.6, False)

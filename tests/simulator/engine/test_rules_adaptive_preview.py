@@ -1,5 +1,5 @@
-"""Adaptive-k's step estimate with a prompt chunk waiting (Pricing.estimator over Scheduler.preview_prefills;
-compiled_kernel._step_times), against hand-worked choices on both paths: the chunk each k would leave room for under
+"""Adaptive-k's step estimate with a prompt chunk waiting (compiled_kernel._step_times: the estimate over the prompt
+chunk a mixed step would add), against hand-worked choices: the chunk each k would leave room for under
 the token budget, and the drafter's own pass over that chunk.
 
 The case: request r0 (4-token prompt) prefills alone in step 0; r1 (100-token prompt) arrives during it, so in step 1

@@ -1,4 +1,4 @@
-"""Admission rules (rules/prefill_plan.plan_prefills, which both paths run): FIFO admission of waiting
+"""Admission rules (rules/prefill_plan.plan_prefills, which the kernels run): FIFO admission of waiting
 requests within max_num_seqs, the token budget left after the step's decode and draft tokens, and free KV blocks.
 Hand-worked cases: every step costs 1.0 s (a constant target profile), so step n runs over [n, n + 1]."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Chunked prefill, KV reserve and growth, and preemption by recompute (rules/prefill_plan.py, which both paths run;
-scheduler.Scheduler.reserve / preempt, kv_pool.BlockPool; the reserve loop of compiled_kernel.run_steps).
+"""Chunked prefill, KV reserve and growth, and preemption by recompute (rules/prefill_plan.py, rules/kv.py; the reserve
+loops of compiled_kernel.run_steps and compiled_psd_kernel.run_psd_steps).
 Hand-worked cases: every step costs 1.0 s, KV blocks hold 4 tokens."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Verify and draft pricing (pricing.Pricing.target_time / draft_time / drafter_prefill_time, draft_cost.DraftCost;
-the rules latency.linear_step_time, roofline.roofline_step_time and rules/pricing.py that both paths run): each row
+"""Verify and draft pricing in a run (draft_cost.DraftCost; the rules latency.linear_step_time,
+roofline.roofline_step_time and rules/pricing.py that the kernels run): each row
 of the step table lasts what its profile gives for the step's shape, worked out by hand here for linear profiles."""
 from __future__ import annotations
 
