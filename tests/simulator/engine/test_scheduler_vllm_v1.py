@@ -108,6 +108,8 @@ def test_only_the_proposers_of_the_policys_drafters_run_each_step():
         names = drafts.drafters.str.split("+")
         assert (names.str.len() == proposers).all() and set(names.explode()) == {"d", "g"}.intersection(
             {"d"} if proposers == 1 else {"d", "g"})
+        if proposers == 2:  # a step that drafted with 'g' alone names 'g', then the proposer that drafted nothing
+            assert set(drafts.drafters) == {"d+g", "g+d"}
 
 
 def test_a_step_estimate_adds_every_proposer_of_the_policys_drafters():
