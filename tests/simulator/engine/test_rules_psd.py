@@ -160,3 +160,22 @@ def test_rule_psd_sampled_verification_checks_every_drafters_proposals():
     assert req(res, "accepted_tokens") == [4, 4] and req(res, "decode_steps") == [3, 2]
     drafted = res.steps[(res.steps.phase == "draft") & (res.steps.device == "drafter")].drafters
     assert {"d", "g"} <= set("+".join(drafted).split("+"))
+
+
+def test_rule_psd_a_step_whose_verify_side_was_preempted_costs_the_target_nothing():
+    """KV too small for both requests at their largest (blocks of one token): when growth does not fit, the newest
+    request is preempted; where it is the verified side's only member, the step verifies nobody and admits nobody (a
+    step that preempted admits nobody), so the target runs nothing: the step lasts the drafter's 0.5 s drafting of the
+    other side plus the 0.25 s sync, not the target's 1.0 s. Swept over the KV sizes between one request's need and
+    both's, every such step checked."""
+    checked = 0
+    for kv in range(15, 26):  # one request needs 4 + 8 - 1 + 2 drafts = 13 slots; both at their largest 26
+        res = run([Req(0.0, 4, 8), Req(0.0, 4, 8)], mode="psd", k=2, costs={"d": DraftCost("constant", seconds=0.5)},
+                  psd=PSDConfig(sync_s=0.25), block_size=1, kv_tokens=kv)
+        s = res.steps
+        for _, rows in s.groupby("step"):
+            target = rows[rows.device == "target"]
+            if (target.phase == "sync").all() and (rows.phase == "draft").any():
+                assert rows.end.max() - rows.start.min() == pytest.approx(0.75, rel=1e-12)
+                checked += 1
+    assert checked > 0
