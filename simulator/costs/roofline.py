@@ -57,7 +57,8 @@ class RooflineTerms(NamedTuple):
     floor_s: float
     overlap_op: bool  # `overlap: op`
     host_s: float
-    weight_bytes: float = 0.0  # weights one step reads in all, every expert included (tied embeddings once)
+    weight_bytes: float = 0.0  # weights one step reads in all, every expert included; an untied input embedding
+    # table left out (a step reads only its tokens' rows), a tied one counted once (it is the LM head, read whole)
     expert_weight_bytes: float = 0.0  # an MoE's routed experts' weights, all layers
     expert_share: float = 0.0  # an MoE's experts per token / experts: the share one token's routing touches
     moe: bool = False
