@@ -506,8 +506,8 @@ def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, nq, admit, 
             return STEP, now, ptr, busy
         if ptr >= n_sub:
             return (PAUSED if routed else ERR_STALL), now, ptr, busy
-        delay = arrival[ptr] - now  # Server._idle: timeout(max(0.0, next - now))
-        now = now + (delay if delay > 0.0 else 0.0)
+        if arrival[ptr] > now:  # idle until the next arrival, landing on its time exactly (now + (next - now)
+            now = arrival[ptr]  # may round off it, where a replica woken by its routing starts at it)
 
 
 @njit(cache=True)

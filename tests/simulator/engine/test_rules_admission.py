@@ -3,6 +3,7 @@ requests within max_num_seqs, the token budget left after the step's decode and 
 Hand-worked cases: every step costs 1.0 s (a constant target profile), so step n runs over [n, n + 1]."""
 from __future__ import annotations
 
+from tests.simulator.engine.engine_fixtures import linear
 from tests.simulator.engine.rule_cases import Req, col, req, run
 
 
@@ -63,3 +64,13 @@ def test_rule_admission_reserves_first_token_slot():
     # output token, whose KV slot it holds; the decode at context 9 needs no more
     res = run([Req(0.0, 8, 2)])
     assert col(res, "kv_blocks_used") == [3, 3]
+
+
+def test_rule_an_idle_server_starts_at_the_next_arrival_exactly():
+    """Every step 0.3 s: r0 (one token out) is done at 0.3 and the server idles until r1 arrives at 0.898. Its step
+    starts at 0.898 itself, not at 0.3 + (0.898 - 0.3), which rounds to the float above it; a cluster replica, woken
+    by the routing at 0.898, starts there too (test_compiled_replica.py compares the two)."""
+    assert 0.3 + (0.898 - 0.3) > 0.898
+    res = run([Req(0.0, 4, 1), Req(0.898, 4, 1)], target=linear(0.0, 0.0, 0.3))
+    assert req(res, "first_scheduled_time") == [0.0, 0.898]
+    assert req(res, "finish_time") == [0.3, 0.898 + 0.3]
