@@ -481,27 +481,25 @@ class CompiledRun:
 
     def _psd_records(self, side: np.ndarray) -> None:
         """PSD's kernel records for requests numbered as `side` (each one's sub-batch, written in place): no proposal
-        pending (a server takes its path when it is made, before any step), the server's verify side and fallback
-        count."""
+        pending and side 0 verified first (a server's run starts before any step), no fallback step yet."""
         import simulator.engine.compiled_psd_kernel as pker
 
         srv, n = self.srv, len(side)
         cfg = srv.scenario.psd
         self.psd_cfg = typed(PSDSettings, split_min=cfg.split_min_batch, defer_kv=cfg.defer_kv, sync_s=cfg.sync_s)
-        self.psd_state = new_state(PSD_STATE, side=srv.sched.verify_side, fallback=srv.log.psd_fallback_steps)
+        self.psd_state = new_state(PSD_STATE, side=0, fallback=0)
         self.carry = PSDCarry(side, np.full(n, pker.NONE, dtype=np.int64), *(np.zeros(n, dtype=np.int64)
                                                                             for _ in range(3)))
         self.psd_scratch = psd_scratch(srv.max_num_seqs, 0 if self.slots else pker.NONE)
 
     def _write_psd(self, mine, theirs) -> None:
-        """The PSD kernel's carry (its requests `theirs` are the kernel's `mine`: each one's pending proposal), verify
-        side and fallback count, into the server's state and step log."""
+        """The PSD kernel's carry (its requests `theirs` are the kernel's `mine`: each one's pending proposal) and
+        fallback count, into the server's state and step log."""
         srv, carry = self.srv, self.carry
         st = srv.state
         pend = carry.pend[mine]
         st.pending_d[theirs] = np.asarray(self.drafter_idx + [NO_DRAFT])[pend]  # pker.NONE (-1): NO_DRAFT
         st.pending_k[theirs], st.pending_prop[theirs] = carry.pend_k[mine], carry.pend_p[mine]
-        srv.sched.verify_side = int(self.psd_state[0].side)
         srv.log.psd_fallback_steps = int(self.psd_state[0].fallback)
 
     def _kernel(self, work, state, req, pol, bufs, scratch, stop: int, until: float) -> int:

@@ -119,7 +119,7 @@ def describe_schedulers() -> str:
 
 class Scheduler:
     """A server's scheduler settings, checked when it is made: the variant's decode budget, vLLM V1's lookahead KV
-    slots, the KV pool and PSD's verify side, which the kernels read (their step is the scheduling rules of
+    slots and the KV pool, which the kernels read (their step is the scheduling rules of
     simulator/engine/rules/); and the up-front check that every request can run."""
 
     def __init__(self, wl: EngineWorkload, pool: BlockPool, *, max_num_batched_tokens: int, chunked: bool,
@@ -136,7 +136,6 @@ class Scheduler:
         self.budget = max_num_batched_tokens
         self.chunked = chunked
         self.decode_budget = decode_side_budget(max_num_batched_tokens, variant.decodes_in_budget)
-        self.verify_side = 0  # PSD: the sub-batch verified next
         self.lookahead = lookahead  # KV slots per running request beyond its tokens (rules/kv.lookahead_slots)
 
     def check_fits(self, lookahead_tokens: int, max_model_len: int | None = None) -> None:

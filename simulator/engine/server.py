@@ -70,7 +70,7 @@ class Server:
             raise ValueError(f"run {scenario.name!r}: engine_step draft costs (vLLM V1's proposer: drafters "
                              f"{list(self.pricing.proposers)}) price sequential SD steps; PSD drafts on its own "
                              "device: use whole_proposal or autoregressive")
-        self._drafters_used()  # each checked: named once, in the traces, priced
+        self._check_drafters()
         self.sched.check_fits(0 if self.mode == "ar" else self.drafting.stated_max_k(), cfg.max_model_len)
         self.log = StepLog()
         if arrivals is not None:
@@ -136,11 +136,11 @@ class Server:
         used = self.drafting.policy.drafters_used() if self.mode != "ar" else ()
         return tuple(d for d in drafters if d in used and d in costs and costs[d].kind == "engine_step")
 
-    def _drafters_used(self) -> tuple[str, ...]:
-        """The policy's drafters (`Policy.drafters_used`), each checked to be named once, in the traces and
-        priced."""
+    def _check_drafters(self) -> None:
+        """Each of the policy's drafters (`Policy.drafters_used`) named once, in the traces and priced; else a
+        ValueError naming the run, the policy and the drafter."""
         if self.mode == "ar":
-            return ()
+            return
         used = self.drafting.policy.drafters_used()
         name = self.drafting.policy.name
         twice = sorted({d for d in used if used.count(d) > 1})
@@ -155,7 +155,6 @@ class Server:
             if d not in self.table.acc_len:
                 raise ValueError(f"run {self.scenario.name!r}: policy {name!r} drafts with {d!r}, but the inputs carry "
                                  "no acceptance for it (made with with_acceptance=False, as for AR runs only)")
-        return tuple(used)
 
     def requests_table(self) -> pd.DataFrame:
         """The requests table (REQUEST_COLUMNS) as it stands: what `result()` returns as `requests`."""
