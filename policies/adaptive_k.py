@@ -1,9 +1,10 @@
 """Adaptive k: from the running acceptance estimate and this batch's step costs, maximise tokens per second.
 
 For each k in 0..k_max the expected tokens of one step are Leviathan's (1 - a^(k+1)) / (1 - a), summed as
-1 + a + ... + a^k (`best_k_rule`, which the compiled engine runs too), and its time is `view.step_time_estimate(drafter, k)` (the whole batch's step time if every request
-drafted k); the policy takes the k with the most expected tokens per unit time. Without an
-estimate (plain loop) the time is 1 + draft_cost_ratio * k target steps.
+1 + a + ... + a^k (`best_k_rule`), and its time is `view.step_time_estimate(drafter, k)` (the whole batch's step
+time if every request drafted k); the policy takes the k with the most expected tokens per unit time. Without an
+estimate (plain loop) the time is 1 + draft_cost_ratio * k target steps. The rules (`adaptive_ks` and those it calls)
+are plain Python over arrays, which the compiled engine compiles: one implementation.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from policies.acceptance_estimate import AcceptanceEstimate, check_estimate_params
+from policies.acceptance_estimate import AcceptanceEstimate, check_estimate_params, estimate_value
 from policies.base import NO_DRAFT, BatchView, Choice, Feedback, Policy, RequestView
 from policies.bandit import SCOPES
 
@@ -38,6 +39,17 @@ def top_k_rule(k_max: int, match: int) -> int:
     """The largest k adaptive-k weighs for a request whose n-gram match is `match` tokens long: k_max, or the match
     length where it is shorter (never below 0). Plain Python, compiled by the engine too (one rule)."""
     return max(0, min(k_max, match))
+
+
+def adaptive_ks(rows, n, est_s, est_f, shared, prior, weight, times, k_max, has_cap, cap, pos, ks):
+    """A step's k for each of its `n` requests: request j reads the acceptance estimate (successes, failures) in row
+    rows[j] of est_s and est_f (row 0 for all when `shared`) and weighs k up to k_max, or up to its match length
+    cap[pos[j]] when `has_cap` (top_k_rule); its k has the most expected tokens per second at the step's times[k]
+    (best_k_rule), into ks[j]. Plain Python over arrays: the policy calls it, the kernels compile it."""
+    for j in range(n):
+        e = 0 if shared else rows[j]
+        top = top_k_rule(k_max, cap[pos[j]]) if has_cap else k_max
+        ks[j] = best_k_rule(estimate_value(est_s[e], est_f[e], prior, weight), times, top)
 
 
 class AdaptiveKPolicy(Policy):
@@ -95,25 +107,30 @@ class AdaptiveKPolicy(Policy):
             return 1.0 + self.draft_cost_ratio * ks
         return np.array([estimate(None, 0)] + [estimate(self.drafter, int(k)) for k in ks[1:]], dtype=float)
 
-    def best_k(self, a: float, times: np.ndarray, cap: int | None) -> int:
-        """argmax over k <= cap of the expected tokens per second (`best_k_rule`)."""
-        top = self.k_max if cap is None else top_k_rule(self.k_max, int(cap))
-        return best_k_rule(float(a), np.asarray(times, dtype=np.float64), top)
+    def ks(self, request_ids, times: np.ndarray, caps) -> np.ndarray:
+        """Each request's k at the step's times (k = 0..k_max), up to its match length caps[j] where caps is given
+        (`adaptive_ks`)."""
+        n = len(request_ids)
+        ests = [self._estimate(r) for r in request_ids]
+        est_s = np.array([e.successes for e in ests], dtype=np.float64)
+        est_f = np.array([e.failures for e in ests], dtype=np.float64)
+        cap = np.zeros(1, dtype=np.int64) if caps is None else np.asarray(caps, dtype=np.int64).reshape(-1)
+        ks = np.zeros(n, dtype=np.int64)
+        adaptive_ks(np.arange(n), n, est_s, est_f, False, self.prior, self.prior_weight,
+                    np.asarray(times, dtype=np.float64), self.k_max, caps is not None, cap, np.arange(n), ks)
+        return ks
 
     def choose(self, view: RequestView) -> Choice:
-        times = self.step_times(view.step_time_estimate)
-        k = self.best_k(self._estimate(view.request_id).value, times, view.proposal_len.get(self.drafter))
+        k = int(self.ks([view.request_id], self.step_times(view.step_time_estimate),
+                        view.proposal_len.get(self.drafter))[0])
         return Choice(self.drafter if k > 0 else None, k)
 
     def choose_batch(self, view: BatchView) -> tuple[np.ndarray, np.ndarray]:
-        n = view.batch_size
         if self.drafter not in view.drafters:
             raise ValueError(f"policy {self.name!r}: drafter {self.drafter!r} is not in the trace's drafters "
                              f"{list(view.drafters)}")
         times = self.step_times(view.step_time_estimate)  # once per step: the same for every request
-        caps = view.proposal_len.get(self.drafter)
-        ks = np.array([self.best_k(self._estimate(view.request_ids[i]).value, times,
-                                   None if caps is None else int(caps[i])) for i in range(n)], dtype=np.int64)
+        ks = self.ks(view.request_ids, times, view.proposal_len.get(self.drafter))
         d = np.where(ks > 0, view.drafters.index(self.drafter), NO_DRAFT).astype(np.int64)
         return d, ks
 

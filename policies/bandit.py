@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from policies.bandit_rules import BanditRule, BanditState, bandit_arm, bandit_choices, bandit_update
 from policies.base import NO_DRAFT, BatchFeedback, BatchView, Choice, Feedback, Policy, RequestView
 from traces.sampled_acceptance import REWARDS, reward_bd, reward_be
 
@@ -19,9 +20,11 @@ _SHARED = "\x00shared"
 
 
 class BanditPolicy(Policy):
-    """Subclasses define `_new_state()`, `_select(state) -> arm` and `_update(state, arm, reward)`."""
+    """A built-in bandit sets `rule` (policies/bandit_rules.py), which chooses and learns over its BanditStates;
+    another subclass defines `new_state()`, `_select(state) -> arm` and `_update(state, arm, reward)`."""
 
     default_reward = "be"
+    rule: BanditRule | None = None
 
     def __init__(self, drafters: Sequence[str], k: int = 3, reward: str | None = None,
                  scope: str = "request", seed: int = 0):
@@ -66,12 +69,12 @@ class BanditPolicy(Policy):
         key = self._key(request_id)
         state = self._states.get(key)
         if state is None:
-            state = self._states[key] = self._new_state()
+            state = self._states[key] = self.new_state()
         return state
 
     def start_request(self, request_id: str) -> None:
         if self.scope == "request":
-            self._states[request_id] = self._new_state()
+            self._states[request_id] = self.new_state()
 
     def finish_request(self, request_id: str) -> None:
         if self.scope == "request":
@@ -103,10 +106,18 @@ class BanditPolicy(Policy):
         if type(self).choose is not BanditPolicy.choose:
             return super().choose_batch(view)
         n = view.batch_size
-        arms = self._select_batch(self._states_of(view.request_ids))
+        states = self._states_of(view.request_ids)
+        arms = np.zeros(n, dtype=np.int64)
+        if type(self)._select is not BanditPolicy._select or self.rule is None:  # a subclass's rule, per state
+            arms[:] = np.fromiter((self._select(s) for s in states), dtype=np.int64, count=n)
+        elif n:
+            r = self.rule
+            first, second = np.array([s.first for s in states]), np.array([s.second for s in states])
+            bandit_choices(np.arange(n), n, first, second, np.arange(self.num_arms), self.num_arms,
+                           self.scope == "shared", r.rule, r.beta, r.epsilon, r.exp3_gamma, self.rng, arms)
         to_view = np.array([view.drafters.index(d) if d in view.drafters else -2 for d in self.drafters],
                            dtype=np.int64)
-        d_idx = to_view[arms] if n else np.zeros(0, dtype=np.int64)
+        d_idx = to_view[arms]
         if n and d_idx.min() < 0:
             bad = self.drafters[int(arms[np.argmin(d_idx)])]
             raise ValueError(f"policy {self.name!r} chose drafter {bad!r}, which is not one of {list(view.drafters)}")
@@ -142,22 +153,25 @@ class BanditPolicy(Policy):
         get = self._states.get
         return [s if (s := get(r)) is not None else self._state(r) for r in request_ids]
 
-    def _select_batch(self, states: list) -> np.ndarray:
-        """`_select` of each state in order (the rng draws in the order the per-request path makes them)."""
-        return np.fromiter((self._select(s) for s in states), dtype=np.int64, count=len(states))
-
     def _update_batch(self, states: list, arms: np.ndarray, rewards) -> None:
         """`_update` of each (state, arm, reward) in order."""
         for state, arm, r in zip(states, arms.tolist(), rewards):
             self._update(state, arm, float(r))
 
-    # -- to implement
-    def _new_state(self) -> Any:
-        raise NotImplementedError
+    # -- the built-in rule; another subclass replaces all three
+    def new_state(self) -> BanditState:
+        """A state as a request starts with (the shared state too)."""
+        return BanditState(np.zeros(self.num_arms), np.zeros(self.num_arms))
 
-    def _select(self, state: Any) -> int:
-        raise NotImplementedError
+    def _select(self, state: BanditState) -> int:
+        r = self.rule
+        if r is None:
+            raise NotImplementedError(f"policy {self.name!r}: a BanditPolicy without a rule defines _select")
+        return int(bandit_arm(r.rule, state.first, state.second, r.beta, r.epsilon, r.exp3_gamma, self.rng))
 
-    def _update(self, state: Any, arm: int, reward: float) -> None:
-        raise NotImplementedError
-
+    def _update(self, state: BanditState, arm: int, reward: float) -> None:
+        r = self.rule
+        if r is None:
+            raise NotImplementedError(f"policy {self.name!r}: a BanditPolicy without a rule defines _update")
+        state.seen = bandit_update(r.rule, state.first, state.second, state.ring_arm, state.ring_reward, state.seen,
+                                   arm, reward, r.discount, r.exp3_gamma)

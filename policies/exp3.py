@@ -1,61 +1,16 @@
-"""EXP3 over drafters: exponential weights with importance-weighted rewards (adversarial bandit)."""
+"""EXP3 over drafters: exponential weights with importance-weighted rewards (adversarial bandit); its rules are
+policies/bandit_rules.py's (exp3_probabilities, exp3_arm, exp3_update)."""
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
-
 from policies.bandit import BanditPolicy
-
-
-def exp3_probabilities(log_weights: np.ndarray, gamma: float) -> np.ndarray:
-    """(1 - gamma) * softmax(log w) + gamma / K, as plain loops (libm's exp, sums in arm order) so both paths run
-    this one rule."""
-    arms = len(log_weights)
-    top = log_weights[0]
-    for a in range(1, arms):
-        top = max(top, log_weights[a])
-    w = np.empty(arms)
-    total = 0.0
-    for a in range(arms):
-        w[a] = math.exp(log_weights[a] - top)
-        total += w[a]
-    for a in range(arms):
-        w[a] = (1.0 - gamma) * w[a] / total + gamma / arms
-    return w
-
-
-def exp3_arm(log_weights: np.ndarray, gamma: float, rng: np.random.Generator) -> int:
-    """An arm drawn from exp3_probabilities with one rng.random(): the first arm whose cumulative probability (over
-    their total) passes it, as Generator.choice(arms, p=...) draws. Both paths call it."""
-    u = rng.random()
-    p = exp3_probabilities(log_weights, gamma)
-    cdf = np.empty(len(p))
-    total = 0.0
-    for a in range(len(p)):
-        total += p[a]
-        cdf[a] = total
-    for a in range(len(p)):
-        if cdf[a] / total > u:
-            return a
-    return len(p) - 1
-
-
-def exp3_update(log_weights: np.ndarray, arm: int, reward: float, gamma: float) -> None:
-    """The played arm's log weight grows by gamma * (reward / its probability) / K (both paths call it)."""
-    p = exp3_probabilities(log_weights, gamma)[arm]
-    log_weights[arm] += gamma * (reward / p) / len(log_weights)
-
-
-@dataclass
-class EXP3State:
-    log_weights: np.ndarray
+from policies.bandit_rules import B_EXP3, BanditRule
 
 
 class EXP3Policy(BanditPolicy):
-    """EXP3 (Auer et al. 2002): sample from mixed exponential weights; update with reward / probability."""
+    """EXP3 (Auer et al. 2002): sample from mixed exponential weights; update with reward / probability. Its state's
+    second array holds the log weights."""
 
     name = "exp3"
     description = "EXP3 over drafters (exponential weights, exploration gamma); BE reward by default."
@@ -66,12 +21,4 @@ class EXP3Policy(BanditPolicy):
         if not 0.0 < gamma <= 1.0:
             raise ValueError(f"policy {self.name!r}: gamma must be in (0, 1], got {gamma}")
         self.gamma = float(gamma)
-
-    def _new_state(self) -> EXP3State:
-        return EXP3State(np.zeros(self.num_arms))
-
-    def _select(self, state: EXP3State) -> int:
-        return exp3_arm(state.log_weights, self.gamma, self.rng)
-
-    def _update(self, state: EXP3State, arm: int, reward: float) -> None:
-        exp3_update(state.log_weights, arm, reward, self.gamma)
+        self.rule = BanditRule(B_EXP3, exp3_gamma=self.gamma)

@@ -270,8 +270,7 @@ class CompiledCluster:
         """What the replicas show now into the cluster and the replicas' servers: routing (assigned, routed
         counts, arrival times, the router's state), and each replica's first tokens, finishes and finished count,
         without those of a step still in flight."""
-        cl, cker, ker = self.cluster, self.cker, self.ker
-        cs = self.cs
+        cl, cs = self.cluster, self.cs
         cl.n_routed = int(cs.routed)
         if cl.closed_loop:
             cl.source.resume(int(cs.next), int(cs.src))

@@ -46,8 +46,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
     "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
-    "policies/acceptance_estimate.py", "policies/ucb.py", "policies/epsilon_greedy.py", "policies/thompson.py",
-    "policies/exp3.py", "policies/combine.py", "policies/exact_plan.py", "policies/base.py", "traces/acceptance.py",
+    "policies/acceptance_estimate.py", "policies/bandit_rules.py", "policies/combine.py", "policies/exact_plan.py", "policies/base.py", "traces/acceptance.py",
     "simulator/costs/latency.py",
     "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
     "traces/expected_tokens.py",
@@ -67,22 +66,17 @@ def kernel_cache_dir() -> Path:
 
 os.environ.setdefault("NUMBA_CACHE_DIR", str(kernel_cache_dir()))  # a folder the user set is used as it is
 
-import math  # noqa: E402
-
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 from numba.core import config as _numba_config  # noqa: E402
 from numba.extending import overload, register_jitable  # noqa: E402
 
 from policies.acceptance_estimate import estimate_update, estimate_value  # noqa: E402
-from policies.adaptive_k import best_k_rule, top_k_rule  # noqa: E402
+from policies.adaptive_k import adaptive_ks, best_k_rule, top_k_rule  # noqa: E402
+from policies import bandit_rules  # noqa: E402
 from policies.base import tokens_per_time  # noqa: E402
 from policies.combine import combine_adaptive_rule, combine_match_rule  # noqa: E402
-from policies.epsilon_greedy import epsilon_greedy_arm, random_arm  # noqa: E402
 from policies.exact_plan import cost_ceiling, drafted_costs_ok, least_cost_actions, positive_cost  # noqa: E402
-from policies.exp3 import exp3_arm, exp3_probabilities, exp3_update  # noqa: E402
-from policies.thompson import thompson_arm, thompson_update  # noqa: E402
-from policies.ucb import sliding_update, ucb_arm_rule, ucb_update  # noqa: E402
 from simulator.costs import roofline, step_model  # noqa: E402
 from simulator.costs.latency import linear_step_time, table_step_time  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
@@ -94,8 +88,6 @@ from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap  
 from simulator.engine.rules.prefill_plan import (PrefillLimits, plan_prefills,  # noqa: E402
                                                  take_prefill_plan as take_prefill_plan_rule)
 from simulator.engine.rules import queue as queue_rules  # noqa: E402
-from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON,  # noqa: E402
-                                             B_UCB)
 from simulator.engine.rules import tree as tree_rules  # noqa: E402
 from traces import sampled_acceptance, tree as tree_shape  # noqa: E402
 from traces.expected_tokens import leviathan_tokens  # noqa: E402
@@ -151,7 +143,8 @@ STEP_ROWS = 3  # the most step-table rows one step writes (draft, verify or mixe
 P_PREFILL, P_DECODE, P_DRAFT, P_VERIFY, P_MIXED, P_DRAFT_PREFILL = range(6)
 # policies: fixed (drafter slot 0 and k, or none), adaptive-k (slot 0, k per request), combine-match (two slots)
 POL_FIXED, POL_ADAPTIVE, POL_COMBINE, POL_BANDIT = range(4)  # POL_BANDIT: a bandit over drafter arms, fixed k
-# (Settings.bandit: its rule, kernel_records.B_UCB ... B_EXP3; BE or BD reward)
+# (Settings.bandit: its rule, policies/bandit_rules.B_UCB ... B_EXP3, and Settings.beta to exp3_gamma its
+# settings, BanditRule's; BE or BD reward)
 POL_TABLE = 4  # a policy that chooses by output position alone (oracles): its table, Replay.choice_slot / choice_k
 POL_BATCH = 5  # k by the step's count of decoding requests (k-by-batch, slot 0): Replay.batch_k
 POL_RATE = 6  # combine-adaptive: per request, n-gram or EAGLE by expected tokens per estimated second
@@ -334,18 +327,18 @@ _block_divergence = njit(cache=True)(sampled_acceptance.block_divergence)  # Met
 # the built-in policies' rules, written once in policies/ as plain Python and compiled here
 _estimate_value = njit(cache=True)(estimate_value)
 _estimate_update = njit(cache=True)(estimate_update)
-_best_k = njit(cache=True)(best_k_rule)
-_top_k = njit(cache=True)(top_k_rule)
-_ucb_arm = njit(cache=True)(ucb_arm_rule)
-_ucb_update = njit(cache=True, inline="always")(ucb_update)
-_sliding_update = njit(cache=True)(sliding_update)
-_epsilon_greedy_arm = njit(cache=True)(epsilon_greedy_arm)
-_random_arm = njit(cache=True)(random_arm)
-_thompson_arm = njit(cache=True)(thompson_arm)
-_thompson_update = njit(cache=True)(thompson_update)
-register_jitable(exp3_probabilities)
-_exp3_arm = njit(cache=True)(exp3_arm)
-_exp3_update = njit(cache=True)(exp3_update)
+register_jitable(best_k_rule)
+register_jitable(top_k_rule)
+register_jitable(estimate_value)
+_adaptive_ks = njit(cache=True)(adaptive_ks)  # adaptive-k's k per request (AdaptiveKPolicy.ks)
+for _rule in (bandit_rules.ucb_arm_rule, bandit_rules.ucb_update, bandit_rules.sliding_update,
+              bandit_rules.epsilon_greedy_arm, bandit_rules.random_arm, bandit_rules.thompson_arm,
+              bandit_rules.thompson_update, bandit_rules.exp3_probabilities, bandit_rules.exp3_arm,
+              bandit_rules.exp3_update, bandit_rules.bandit_draws, bandit_rules.bandit_arm):
+    register_jitable(_rule)
+bandit_draws = njit(cache=True)(bandit_rules.bandit_draws)
+_bandit_choices = njit(cache=True)(bandit_rules.bandit_choices)  # a step's choices (BanditPolicy.choose_batch)
+_bandit_update = njit(cache=True)(bandit_rules.bandit_update)  # a state's update (BanditPolicy._update)
 _combine_match = njit(cache=True)(combine_match_rule)
 register_jitable(leviathan_tokens)
 _combine_adaptive = njit(cache=True)(combine_adaptive_rule)
@@ -391,62 +384,12 @@ def _free_plans(done, n_done, plan_row, plan_free):
 
 
 @njit(cache=True)
-def bandit_draws(bandit):
-    """Whether a bandit's choice draws from its generator (then every request's choice is its own call, in batch
-    order, as BanditPolicy._select_batch makes them; else a shared state's one choice serves the step)."""
-    return bandit == B_EPSILON or bandit == B_RANDOM or bandit == B_THOMPSON or bandit == B_EXP3
-
-
-@njit(cache=True)
-def _bandit_arm(bandit, first, second, rng, epsilon, exp3_gamma):
-    """The arm a drawing bandit's state (its two per-arm arrays, PolicyState) plays: the policy's own rule (the kernel
-    calls UCB's, which draws nothing, itself)."""
-    if bandit == B_EPSILON:
-        return _epsilon_greedy_arm(first, second, epsilon, rng)
-    if bandit == B_RANDOM:
-        return _random_arm(len(first), rng)
-    if bandit == B_THOMPSON:
-        return _thompson_arm(first, second, rng)
-    return _exp3_arm(second, exp3_gamma, rng)
-
-
-@njit(cache=True)
-def _bandit_update(bandit, first, second, ring_arm, ring_reward, seen, x, arm, reward, exp3_gamma):
-    """State x's update after arm played for `reward` for the sliding window, Thompson and EXP3 (`first`, `second`:
-    its two per-arm arrays; the sliding window's ring and count, PolicyState's): the policy's own rule (UCB's and
-    epsilon-greedy's update is _ucb_update; a random drafter learns nothing)."""
-    if bandit == B_SLIDING:
-        seen[x] = _sliding_update(first, second, ring_arm[x], ring_reward[x], seen[x], arm, reward)
-    elif bandit == B_THOMPSON:
-        _thompson_update(first, second, arm, reward)
-    elif bandit == B_EXP3:
-        _exp3_update(second, arm, reward, exp3_gamma)
-
-
-@njit(cache=True)
 def _arm_of_slot(arm_slot, arms, g):
     """The bandit arm whose drafter is slot g."""
     for a in range(arms):
         if arm_slot[a] == g:
             return a
     return -1
-
-
-@njit(cache=True)
-def _bandit_choices(idx, n, counts, sums, arm_slot, arms, shared, bandit, beta, epsilon, exp3_gamma, rng, slot):
-    """BanditPolicy.choose_batch over requests idx[:n], in order: each one's arm's drafter slot into slot[j]; a
-    shared state that draws nothing makes one choice for them all (bandit_draws). Both kernels call it, with
-    PolicyState's arrays (handing it the record itself costs a step more than the choice)."""
-    each_draws = bandit_draws(bandit)
-    arm = 0
-    for j in range(n):
-        if j == 0 or not shared or each_draws:
-            e = 0 if shared else idx[j]
-            if bandit == B_UCB or bandit == B_SLIDING:
-                arm = _ucb_arm(counts[e, :arms], sums[e, :arms], beta)
-            else:
-                arm = _bandit_arm(bandit, counts[e, :arms], sums[e, :arms], rng, epsilon, exp3_gamma)
-        slot[j] = arm_slot[arm]
 
 
 @njit(cache=True)
@@ -566,6 +509,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     overhead, switch_cost = cfg.overhead, cfg.switch_cost
     prior, prior_eagle, weight, decay = cfg.prior, cfg.prior_eagle, cfg.prior_weight, cfg.decay
     arms, bandit, discount, exp3_gamma = cfg.arms, cfg.bandit, cfg.discount, cfg.exp3_gamma
+    sliding = bandit == bandit_rules.B_SLIDING
     policy_rng = replay.policy_rng
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
@@ -666,14 +610,9 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                                 run, requeued, nq, admit, ptr, prompt, gen, blocks, prefill_left, prefill_done,
                                 target, drafts[0], dprofiles[0], (drafts[0],), (dprofiles[0],), overhead, pf_order,
                                 proposers)
+                _adaptive_ks(dec, n_dec, est_s, est_f, shared, prior, weight, times, k_max, has_cap, cap, flat, kk)
                 for j in range(n_dec):
-                    e = 0 if shared else dec[j]
-                    top = k_max
-                    if has_cap:  # AdaptiveKPolicy.best_k: up to the match length (policies/adaptive_k.top_k_rule)
-                        top = _top_k(k_max, np.int64(cap[flat[j]]))
-                    kb = _best_k(_estimate_value(est_s[e], est_f[e], prior, weight), times, top)
-                    slot[j] = 0 if kb > 0 else -1
-                    kk[j] = kb
+                    slot[j] = 0 if kk[j] > 0 else -1
             elif policy == POL_RATE:  # CombineAdaptivePolicy.choose: each request's two estimates (2 i + slot)
                 eagle = 1 - ngram_slot
                 t_eagle = 0.0
@@ -906,11 +845,10 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         x = 0 if shared else i
                         a = _arm_of_slot(arm_slot, arms, g)
                         rwd = reward[j] if bd else np.float64(acc[j]) / np.float64(prop[j])
-                        if bandit == B_UCB or bandit == B_EPSILON:
-                            _ucb_update(arm_counts[x, :arms], arm_sums[x, :arms], a, rwd, discount)
-                        else:
-                            _bandit_update(bandit, arm_counts[x, :arms], arm_sums[x, :arms], pol.ring_arm,
-                                           pol.ring_reward, pol.seen, x, a, rwd, exp3_gamma)
+                        ring = x if sliding else 0  # only sliding-window UCB keeps a ring per state
+                        pol.seen[ring] = _bandit_update(bandit, arm_counts[x, :arms], arm_sums[x, :arms],
+                                                        pol.ring_arm[ring], pol.ring_reward[ring], pol.seen[ring], a,
+                                                        rwd, discount, exp3_gamma)
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,

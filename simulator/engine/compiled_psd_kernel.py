@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from policies.bandit_rules import B_SLIDING
 from simulator.engine.compiled_kernel import (CHOOSE, DONE, ERR_STALL, HEAR, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
-                                              POL_ADAPTIVE, POL_BANDIT, POL_GIVEN, STEP, B_EPSILON, B_UCB,
-                                              _arm_of_slot, _bandit_choices, _bandit_update, _bd_rewards, _best_k,
-                                              _estimate_update, _top_k, _ucb_update,
-                                              _estimate_value, _step_times,
+                                              POL_ADAPTIVE, POL_BANDIT, POL_GIVEN, STEP,
+                                              _adaptive_ks, _arm_of_slot, _bandit_choices, _bandit_update,
+                                              _bd_rewards, _estimate_update, _step_times,
                                               _draft_time, _drafters_prefill_time, _finish_requests, _turn,
                                               _fit_proposals, _row, _save_state, _take_plan, _target_time,
                                               add_blocks, advance_prefills, assign_sides, emit_decoded, kv_growth,
@@ -93,12 +93,12 @@ def _asked(V, nv, D, nd, fallback, pend, ask):
 
 
 @njit(cache=True)
-def _adaptive_ks(ask, m, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times, chosen, chosen_k, lim,
-                 plan, waitq, free, n_run, run, requeued, nq, admit, ptr, blocks, prefill_left, prefill_done, target,
-                 cost, profile, overhead, pf_order):
-    """AdaptiveKPolicy.choose_batch over the requests asked, ask[:m] (_asked): the step-time estimates of all `n_dec`
-    decoding requests at k = 0..k_max, pipelined, then each asked request's k (best_k_rule up to top_k_rule), into
-    chosen (slot 0, or -1 at k 0) and chosen_k."""
+def _adaptive_choices(ask, m, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times, chosen, chosen_k,
+                      ask_pos, ask_k, lim, plan, waitq, free, n_run, run, requeued, nq, admit, ptr, blocks,
+                      prefill_left, prefill_done, target, cost, profile, overhead, pf_order):
+    """Adaptive-k's choices for the requests asked, ask[:m] (_asked): the step-time estimates of all `n_dec` decoding
+    requests at k = 0..k_max, pipelined, then each asked request's k at its next output position (the policy's own
+    rule, adaptive_ks), into chosen (slot 0, or -1 at k 0) and chosen_k."""
     kv = 0
     for j in range(n_dec):
         kv += prompt[dec[j]] + gen[dec[j]]
@@ -107,13 +107,12 @@ def _adaptive_ks(ask, m, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f
                 (profile,), overhead, pf_order, -1, True)
     for j in range(m):
         i = ask[j]
-        e = 0 if cfg.shared else i
-        top = cfg.k_max
-        if cfg.has_cap:  # AdaptiveKPolicy.best_k: up to the match length (policies/adaptive_k.top_k_rule)
-            top = _top_k(cfg.k_max, np.int64(cap[min(first[i] + gen[i], last[i])]))
-        kb = _best_k(_estimate_value(est_s[e], est_f[e], cfg.prior, cfg.prior_weight), times, top)
-        chosen[i] = 0 if kb > 0 else -1
-        chosen_k[i] = kb
+        ask_pos[j] = min(first[i] + gen[i], last[i])
+    _adaptive_ks(ask, m, est_s, est_f, cfg.shared, cfg.prior, cfg.prior_weight, times, cfg.k_max, cfg.has_cap, cap,
+                 ask_pos, ask_k)
+    for j in range(m):
+        chosen[ask[j]] = 0 if ask_k[j] > 0 else -1
+        chosen_k[ask[j]] = ask_k[j]
 
 
 @njit(cache=True)
@@ -178,7 +177,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     dk, dp, da, dslot = psd_scratch.d_k, psd_scratch.d_prop, psd_scratch.d_acc, psd_scratch.fixed_slot
     if asked:
         dslot = psd_scratch.d_slot
-    ask, ask_slot, reward = psd_scratch.ask, psd_scratch.ask_slot, scratch.reward
+    ask, ask_slot, ask_pos, reward = psd_scratch.ask, psd_scratch.ask_slot, psd_scratch.ask_pos, scratch.reward
     lim = PrefillLimits(max_seqs, B, chunked, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
     plan = scratch.plan  # the step's prefill plan
     pre, chunk = plan.request, plan.tokens
@@ -249,9 +248,10 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     break
                 st.given = 0
             if adaptive and m > 0:  # AdaptiveKPolicy.choose_batch over the requests asked
-                _adaptive_ks(ask, m, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times, chosen,
-                             chosen_k, lim, plan, waitq, total_blocks - used, n_run, run, requeued, nq, admit, ptr,
-                             blocks, prefill_left, prefill_done, target, drafts[0], dprofiles[0], overhead, pf_order)
+                _adaptive_choices(ask, m, dec, n_dec, prompt, gen, first, last, cfg, est_s, est_f, cap, times, chosen,
+                                  chosen_k, ask_pos, ask_slot, lim, plan, waitq, total_blocks - used, n_run, run,
+                                  requeued, nq, admit, ptr, blocks, prefill_left, prefill_done, target, drafts[0],
+                                  dprofiles[0], overhead, pf_order)
             if bandit and m > 0:  # BanditPolicy.choose_batch over the requests asked, the policy's k for each
                 _bandit_choices(ask, m, pol.arm_counts, pol.arm_sums, pol.arm_slot, cfg.arms, cfg.shared, cfg.bandit,
                                 cfg.beta, cfg.epsilon, cfg.exp3_gamma, replay.policy_rng, ask_slot)
@@ -401,11 +401,11 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                         x = 0 if cfg.shared else V[j]
                         a = _arm_of_slot(pol.arm_slot, cfg.arms, vslot[j])
                         rwd = reward[j] if cfg.bd else np.float64(va[j]) / np.float64(vp[j])
-                        if cfg.bandit == B_UCB or cfg.bandit == B_EPSILON:
-                            _ucb_update(pol.arm_counts[x, :cfg.arms], pol.arm_sums[x, :cfg.arms], a, rwd, cfg.discount)
-                        else:
-                            _bandit_update(cfg.bandit, pol.arm_counts[x, :cfg.arms], pol.arm_sums[x, :cfg.arms],
-                                           pol.ring_arm, pol.ring_reward, pol.seen, x, a, rwd, cfg.exp3_gamma)
+                        ring = x if cfg.bandit == B_SLIDING else 0  # only sliding-window UCB keeps a ring per state
+                        pol.seen[ring] = _bandit_update(cfg.bandit, pol.arm_counts[x, :cfg.arms],
+                                                        pol.arm_sums[x, :cfg.arms], pol.ring_arm[ring],
+                                                        pol.ring_reward[ring], pol.seen[ring], a, rwd, cfg.discount,
+                                                        cfg.exp3_gamma)
                 else:
                     usage[nslot] += 1
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,

@@ -141,7 +141,7 @@ class CompiledReplica(CompiledRun):
         own step's end and the hook is told there."""
         if self.driven:
             return
-        srv, ker = self.srv, self.ker
+        srv = self.srv
         env, st, pool, rs = srv.env, srv.state, srv.sched.pool, self.rs
         arrivals = srv.arrivals
         n = len(srv.wl)

@@ -14,8 +14,8 @@ log and counters, from which `Server.result()` builds the tables. A cluster repl
 `compiled_replica.CompiledReplica`: the same kernels, the steps up to the replica's next external event (the router's
 next routing) per call, in the replica's SimPy process.
 
-The built-in policies' choices are their own rules (policies/adaptive_k.py best_k_rule, policies/ucb.py,
-epsilon_greedy.py, thompson.py, exp3.py, policies/acceptance_estimate.py), compiled: the same policy asked in Python
+The built-in policies' choices are their own rules (policies/adaptive_k.py adaptive_ks, policies/bandit_rules.py,
+policies/acceptance_estimate.py), compiled: the same policy asked in Python
 gives the same tables (tests/simulator/engine/test_compiled_run.py). The kernels are plain Python over arrays: with
 numba's JIT off (NUMBA_DISABLE_JIT=1) they give the same tables bit for bit.
 
@@ -37,16 +37,16 @@ from policies.adaptive_k import AdaptiveKPolicy
 from policies.bandit import BanditPolicy
 from policies.base import NO_DRAFT, FixedPolicy
 from policies.combine import CombineAdaptivePolicy, CombineMatchPolicy
+from policies.bandit_rules import BanditState
 from policies.epsilon_greedy import EpsilonGreedyPolicy, RandomDrafterPolicy
-from policies.exp3 import EXP3Policy, EXP3State
+from policies.exp3 import EXP3Policy
 from policies.k_by_batch import KByBatchPolicy
-from policies.thompson import BetaState, ThompsonPolicy
-from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy, UCBState
+from policies.thompson import ThompsonPolicy
+from policies.ucb import DiscountedUCBPolicy, MetaSDUCBPolicy, SlidingWindowUCBPolicy, UCBPolicy
 from simulator.engine.arrivals import ClosedLoopArrivals
 from simulator.costs.latency import LinearProfile, TableProfile
 from simulator.engine.pricing import checked
-from simulator.engine.kernel_records import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, PSD_STATE,
-                                             Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests, Scratch,
+from simulator.engine.kernel_records import (PSD_STATE, Costs, PolicyState, PSDCarry, PSDSettings, Replay, Requests, Scratch,
                                              Settings, StepRows, Workload, new_state, psd_scratch, rows_head,
                                              scratch_buffers, settings_record, step_buffers, typed)
 from simulator.engine.rules import pricing as pricing_rules
@@ -75,16 +75,15 @@ def padded_slots(slots: int) -> int:
     """The length of the kernel's drafter records for a run of `slots` drafters (SLOT_PAD)."""
     return -(-max(slots, 1) // SLOT_PAD) * SLOT_PAD
 POLICY_METHODS = {"choose", "choose_batch", "observe", "observe_batch", "start_request", "finish_request"}
-# the bandits the kernel runs (POL_BANDIT), by their rule (Settings.bandit)
-BANDITS = {UCBPolicy: B_UCB, MetaSDUCBPolicy: B_UCB, DiscountedUCBPolicy: B_UCB, SlidingWindowUCBPolicy: B_SLIDING,
-           EpsilonGreedyPolicy: B_EPSILON, RandomDrafterPolicy: B_RANDOM, ThompsonPolicy: B_THOMPSON,
-           EXP3Policy: B_EXP3}
+# the bandits the kernel runs (POL_BANDIT) by their `rule` (Settings.bandit to exp3_gamma)
+BANDITS = (UCBPolicy, MetaSDUCBPolicy, DiscountedUCBPolicy, SlidingWindowUCBPolicy, EpsilonGreedyPolicy,
+           RandomDrafterPolicy, ThompsonPolicy, EXP3Policy)
 # compiled_kernel POL_FIXED, _ADAPTIVE, _COMBINE, _RATE (combine-adaptive), _BANDIT (BE or BD reward), _BATCH; the
 # oracles POL_TABLE (by position, any oracle class) and POL_GREEDY_ORACLE (greedy_oracle below)
 COMPILED_POLICIES = (FixedPolicy, AdaptiveKPolicy, CombineMatchPolicy, CombineAdaptivePolicy,
-                     KByBatchPolicy) + tuple(BANDITS)
+                     KByBatchPolicy) + BANDITS
 # the rules the PSD kernel runs (compiled_psd_kernel: POL_FIXED, POL_ADAPTIVE, POL_BANDIT)
-PSD_POLICIES = (FixedPolicy, AdaptiveKPolicy) + tuple(BANDITS)
+PSD_POLICIES = (FixedPolicy, AdaptiveKPolicy) + BANDITS
 MAX_RING = 1 << 22  # sliding-window UCB's rounds the kernel keeps (states x window; 64 MiB)
 
 
@@ -192,25 +191,11 @@ def profile_terms(profile) -> ProfileTerms:
     return ProfileTerms(PROFILE_ROOFLINE, (0.0, 0.0, 0.0, 0.0), profile.terms)
 
 
-def bandit_arrays(state) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """A bandit state's two per-arm arrays as PolicyState keeps them (arm_counts, arm_sums): UCB's and
-    epsilon-greedy's counts and sums, Thompson's alpha and beta, EXP3's (none, log weights); a random drafter's
-    (none, none)."""
-    if isinstance(state, UCBState):
-        return state.counts, state.sums
-    if isinstance(state, BetaState):
-        return state.alpha, state.beta
-    if isinstance(state, EXP3State):
-        return None, state.log_weights
-    return None, None
-
-
-def _put_bandit(state, pol: PolicyState, x: int) -> None:
-    """The kernel's state x (PolicyState rows) into a policy's bandit state object, in place."""
-    for mine, kernel in zip(bandit_arrays(state), (pol.arm_counts[x], pol.arm_sums[x])):
-        if mine is not None:
-            mine[:] = kernel[:len(mine)]
-    if isinstance(state, UCBState) and state.ring_arm is not None:
+def _put_bandit(state: BanditState, pol: PolicyState, x: int) -> None:
+    """The kernel's state x (PolicyState rows) into a policy's bandit state, in place."""
+    arms = len(state.first)
+    state.first[:], state.second[:] = pol.arm_counts[x, :arms], pol.arm_sums[x, :arms]
+    if state.ring_arm is not None:
         state.ring_arm[:], state.ring_reward[:], state.seen = pol.ring_arm[x], pol.ring_reward[x], int(pol.seen[x])
 
 
@@ -298,11 +283,10 @@ class CompiledRun:
                 v["has_cap"], cap = True, lens
             ks = [policy.k_max]
         elif type(policy) in BANDITS:
+            rule = policy.rule
             v.update(policy=ker.POL_BANDIT, k=policy.k, arms=policy.num_arms, shared=policy.scope == "shared",
-                     bandit=BANDITS[type(policy)], beta=getattr(policy, "beta", 0.0),
-                     discount=policy.gamma if type(policy) is DiscountedUCBPolicy else 1.0,
-                     epsilon=getattr(policy, "epsilon", 0.0),
-                     exp3_gamma=policy.gamma if type(policy) is EXP3Policy else 0.0)
+                     bandit=rule.rule, beta=rule.beta, discount=rule.discount, epsilon=rule.epsilon,
+                     exp3_gamma=rule.exp3_gamma)
             ks = [policy.k] * G
         elif type(policy) is KByBatchPolicy:  # its k at every batch size a step can have
             v.update(policy=ker.POL_BATCH)
@@ -532,22 +516,15 @@ class CompiledRun:
                 np.zeros(1, dtype=np.int64))
         if self.policy_kind != ker.POL_BANDIT:
             return none
-        arms = policy.num_arms
-        sliding = type(policy) is SlidingWindowUCBPolicy
-        if policy.scope == "shared":
-            state = policy.state("")
-            first, second = (np.zeros(arms) if a is None else a.copy() for a in bandit_arrays(state))
-            if sliding:
-                return (first[None], second[None], state.ring_arm[None].copy(), state.ring_reward[None].copy(),
-                        np.array([state.seen], dtype=np.int64))
-            return (first[None], second[None]) + none[2:]
-        first, second = np.zeros((n, arms)), np.zeros((n, arms))
-        if type(policy) is ThompsonPolicy:
-            first[:], second[:] = policy.prior_alpha, policy.prior_beta
-        if sliding:
-            return (first, second, np.zeros((n, policy.window), dtype=np.int64), np.zeros((n, policy.window)),
-                    np.zeros(n, np.int64))
-        return (first, second) + none[2:]
+        # each state's arrays start as the policy's shared state, or as a new state (Thompson's priors)
+        shared = policy.scope == "shared"
+        start = policy.state("") if shared else policy.new_state()
+        rows = 1 if shared else n
+        first, second = np.tile(start.first, (rows, 1)), np.tile(start.second, (rows, 1))
+        if start.ring_arm is None:
+            return (first, second) + none[2:]
+        return (first, second, np.tile(start.ring_arm, (rows, 1)), np.tile(start.ring_reward, (rows, 1)),
+                np.full(rows, start.seen, dtype=np.int64))
 
     def _estimates(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The acceptance estimates (successes, failures): adaptive-k's per request from zero (start_request resets

@@ -20,11 +20,6 @@ if TYPE_CHECKING:
     from simulator.engine.rules.pricing import DraftTerms, ProfileTerms
 
 
-# Settings.bandit: the rule of a bandit over drafters (compiled_kernel POL_BANDIT): UCB (UCB1, MetaSD-UCB,
-# discounted), sliding-window UCB, epsilon-greedy, a random drafter, Thompson sampling, EXP3
-B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON, B_EXP3 = range(6)
-
-
 class Workload(NamedTuple):
     """The requests the kernel knows, in its numbering: arrival times (a closed loop appends its next submissions),
     each one's client (closed loop), prompt and output lengths, and the first / last flat trace positions."""
@@ -97,7 +92,7 @@ class Settings(NamedTuple):
     ngram_slot: int  # combine-match's n-gram drafter slot
     proposers: int  # a mask of the slots whose cost is `engine_step` (vLLM V1's proposer, priced per step)
     arms: int  # a bandit's arms; the greedy oracle's drafters (PolicyState.arm_slot: their slots in its order)
-    bandit: int  # POL_BANDIT's rule: B_UCB, B_SLIDING, B_EPSILON, B_RANDOM, B_THOMPSON or B_EXP3 (above)
+    bandit: int  # POL_BANDIT's rule (policies/bandit_rules.B_UCB ... B_EXP3); beta to exp3_gamma: its BanditRule's
     decode_budget: int  # the tokens decodes may take from the step budget (rules/decode_budget.decode_side_budget)
     lookahead: int  # vLLM V1's lookahead KV slots per running request (rules/kv.lookahead_slots)
     async_sched: bool  # async scheduling (rules/engine_loop.overlapped_gap)
@@ -265,7 +260,8 @@ class PSDScratch(NamedTuple):
     grow: np.ndarray
     d_slot: np.ndarray  # the drafted side's slot (or -1) where a policy chose it (POL_GIVEN, POL_ADAPTIVE, POL_BANDIT)
     ask: np.ndarray  # the requests the policy is asked about (compiled_psd_kernel._asked)
-    ask_slot: np.ndarray  # a bandit's slot for each of them
+    ask_slot: np.ndarray  # the policy's choice for each of them: a bandit's slot, adaptive-k's k
+    ask_pos: np.ndarray  # and each one's next output position in the trace (adaptive-k's match-length cap)
 
 
 def psd_scratch(max_seqs: int, fixed_slot: int = 0) -> PSDScratch:

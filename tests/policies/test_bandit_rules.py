@@ -1,6 +1,6 @@
-"""The bandits' choice and update rules (policies/ucb.py, epsilon_greedy.py, thompson.py, exp3.py), which the policies
-call in Python and the kernels compile: hand-worked updates, and the choices against numpy's own draws (Generator.choice
-with p, a vector of Beta draws, integers)."""
+"""The bandits' choice and update rules (policies/bandit_rules.py), which the policies call in Python and the kernels
+compile: hand-worked updates and step choices, and the choices against numpy's own draws (Generator.choice with p, a
+vector of Beta draws, integers)."""
 from __future__ import annotations
 
 import math
@@ -8,10 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from policies.epsilon_greedy import epsilon_greedy_arm, random_arm
-from policies.exp3 import exp3_arm, exp3_probabilities, exp3_update
-from policies.thompson import thompson_arm, thompson_update
-from policies.ucb import sliding_update, ucb_update
+from policies.bandit_rules import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, bandit_choices,
+                                   bandit_update, epsilon_greedy_arm, exp3_arm, exp3_probabilities, exp3_update,
+                                   random_arm, sliding_update, thompson_arm, thompson_update, ucb_update)
 
 
 def test_discounted_update_decays_every_arm_then_adds_the_round():
@@ -89,3 +88,53 @@ def test_epsilon_greedy_tries_each_arm_then_explores_or_exploits():
 def test_a_random_drafter_is_generator_integers():
     mine, numpy_own = np.random.default_rng(3), np.random.default_rng(3)
     assert [random_arm(5, mine) for _ in range(500)] == [int(numpy_own.integers(5)) for _ in range(500)]
+
+
+def test_a_step_s_choices_read_each_request_s_row_and_name_its_drafter_slot():
+    """UCB per request: request j reads row rows[j]; the arm's drafter is arm_slot[arm]. Row 0 never played arm 1,
+    row 2 has arm 0's mean 0.9 against arm 1's 0.1 (equal counts: the same bonus)."""
+    first = np.array([[1.0, 0.0], [0.0, 0.0], [5.0, 5.0]])
+    second = np.array([[1.0, 0.0], [0.0, 0.0], [4.5, 0.5]])
+    slot = np.full(3, -9, dtype=np.int64)
+    bandit_choices(np.array([0, 1, 2]), 3, first, second, np.array([7, 4]), 2, False, B_UCB, 1.0, 0.0, 0.0,
+                   np.random.default_rng(0), slot)
+    assert slot.tolist() == [4, 7, 7]  # row 0: arm 1 untried; row 1: arm 0 untried; row 2: arm 0's mean
+    slot[:] = -9
+    bandit_choices(np.array([2, 0]), 2, first, second, np.array([7, 4]), 2, False, B_UCB, 1.0, 0.0, 0.0,
+                   np.random.default_rng(0), slot)
+    assert slot[:2].tolist() == [7, 4] and slot[2] == -9  # only the n asked are written
+
+
+def test_a_shared_state_chooses_once_per_step_unless_its_rule_draws():
+    """Shared UCB (draws nothing): one choice serves the step, from row 0 whatever rows says. Shared random
+    drafter: one generator draw per request, in batch order."""
+    first, second = np.array([[3.0, 1.0]]), np.array([[0.3, 0.9]])  # arm 1 best
+    slot = np.zeros(4, dtype=np.int64)
+    bandit_choices(np.array([5, 6, 7, 8]), 4, first, second, np.array([0, 1]), 2, True, B_UCB, 0.0, 0.0, 0.0,
+                   np.random.default_rng(0), slot)
+    assert slot.tolist() == [1, 1, 1, 1]
+    rng, twin = np.random.default_rng(11), np.random.default_rng(11)
+    bandit_choices(np.zeros(4, dtype=np.int64), 4, np.zeros((1, 3)), np.zeros((1, 3)), np.array([0, 1, 2]), 3, True,
+                   B_RANDOM, 0.0, 0.0, 0.0, rng, slot)
+    assert slot.tolist() == [int(twin.integers(0, 3)) for _ in range(4)]
+
+
+def test_each_rule_s_update_touches_what_its_rule_keeps():
+    """UCB and epsilon-greedy: counts and sums (discounted UCB first decays them); Thompson: alpha and beta; EXP3:
+    its log weights alone; a random drafter: nothing; sliding window: its ring, and the rounds seen come back."""
+    def run(rule, discount=1.0):
+        first, second = np.array([2.0, 1.0]), np.array([1.0, 0.5])
+        ring_arm, ring_reward = np.zeros(2, dtype=np.int64), np.zeros(2)
+        seen = bandit_update(rule, first, second, ring_arm, ring_reward, 5, 1, 0.5, discount, 0.2)
+        return first.tolist(), second.tolist(), ring_arm.tolist(), ring_reward.tolist(), seen
+
+    assert run(B_UCB) == ([2.0, 2.0], [1.0, 1.0], [0, 0], [0.0, 0.0], 5)
+    assert run(B_EPSILON) == run(B_UCB)
+    assert run(B_UCB, discount=0.5) == ([1.0, 1.5], [0.5, 0.75], [0, 0], [0.0, 0.0], 5)
+    assert run(B_THOMPSON) == ([2.0, 1.5], [1.0, 1.0], [0, 0], [0.0, 0.0], 5)
+    lw = np.array([1.0, 0.5])
+    exp3_update(lw, 1, 0.5, 0.2)
+    assert run(B_EXP3) == ([2.0, 1.0], lw.tolist(), [0, 0], [0.0, 0.0], 5)
+    assert run(B_RANDOM) == ([2.0, 1.0], [1.0, 0.5], [0, 0], [0.0, 0.0], 5)
+    # the ring of 2 has seen 5 rounds: round 5 goes to position 1, where round 3 (arm 0, reward 0.0 here) leaves
+    assert run(B_SLIDING) == ([1.0, 2.0], [1.0, 1.0], [0, 1], [0.0, 0.5], 6)

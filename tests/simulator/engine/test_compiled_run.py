@@ -1232,8 +1232,7 @@ def test_the_kernel_cache_follows_both_kernel_sources_even_when_numba_was_import
     digest = hashlib.sha256(b"".join((root / f).read_bytes() for f in (
         "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
         "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
-        "policies/acceptance_estimate.py", "policies/ucb.py", "policies/epsilon_greedy.py", "policies/thompson.py",
-        "policies/exp3.py", "policies/combine.py", "policies/exact_plan.py", "policies/base.py", "traces/acceptance.py",
+        "policies/acceptance_estimate.py", "policies/bandit_rules.py", "policies/combine.py", "policies/exact_plan.py", "policies/base.py", "traces/acceptance.py",
         "simulator/costs/latency.py", "simulator/costs/roofline.py",
         "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py", "traces/expected_tokens.py",
         "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + b"".join(

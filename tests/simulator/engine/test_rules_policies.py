@@ -1,6 +1,6 @@
-"""The built-in policies' choices as the engine applies them (policies/*.py through drafting.Drafting.choose and
-Pricing.estimator; compiled_kernel._best_k, _step_times, _combine_choice, _ucb_arm and the fixed branch), against
-hand-worked choices. The fixed policy's k is in test_rules_replay.py. Every target step costs 1.0 s."""
+"""The built-in policies' choices as the engine applies them (the rules of policies/*.py as the kernel compiles them:
+adaptive_ks, bandit_choices, the combine rules; the kernel's _step_times and its fixed branch), against hand-worked
+choices. The fixed policy's k is in test_rules_replay.py. Every target step costs 1.0 s."""
 from __future__ import annotations
 
 from policies.adaptive_k import AdaptiveKPolicy
