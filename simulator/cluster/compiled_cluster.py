@@ -276,11 +276,7 @@ class CompiledCluster:
             cl.source.resume(int(cs.next), int(cs.src))
         else:
             cl.source.resume(int(cs.src))
-        router = cl.router
-        if cl.spec.name == "round_robin":
-            router._next = cl.n_routed
-        elif cl.spec.name == "affinity":
-            router.overflows = int(cs.overflows)
+        cl.router.routed, cl.router.overflows = cl.n_routed, int(cs.overflows)
         for j, (rep, c) in enumerate(zip(cl.replicas, self.comp)):
             rep.routed = int(self.views.routed[j])
             st = rep.server.state

@@ -28,25 +28,21 @@ from numba.extending import register_jitable
 
 import simulator.engine.compiled_kernel as ker
 import simulator.engine.compiled_psd_kernel as pker
-from simulator.cluster.router import (affinity_rule, kv_load_fraction, least_kv_rule, least_outstanding_rule,
-                                      round_robin_rule)
+from simulator.cluster.router import (AFF, LKV, affinity_rule, kv_load_fraction, least_kv_rule,
+                                      least_outstanding_rule, round_robin_rule, route_rule)
 from simulator.engine.kernel_records import (PolicyState, PSDCarry, PSDScratch, PSDSettings, Requests, StepBuffers,
                                              StepRows, Workload)
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 
-register_jitable(least_outstanding_rule)  # affinity_rule calls it: compiled in place
-_round_robin = njit(cache=True)(round_robin_rule)
-_least_outstanding = njit(cache=True)(least_outstanding_rule)
-_least_kv = njit(cache=True)(least_kv_rule)
-_affinity = njit(cache=True)(affinity_rule)
+for _rule in (round_robin_rule, least_outstanding_rule, least_kv_rule, affinity_rule):
+    register_jitable(_rule)  # route_rule calls them: compiled in place
+_route_rule = njit(cache=True)(route_rule)
 _kv_load = njit(cache=True)(kv_load_fraction)
 _gap = njit(cache=True)(engine_loop_gap)
 _overlapped = njit(cache=True)(overlapped_gap)
 
 # return codes (negative: compiled_kernel's error codes)
 DONE, FULL, HOOK, STALLED = 0, 1, 2, -3
-# router codes: simulator/cluster/router.py ROUTER_CODES
-RR, LO, LKV, AFF = 0, 1, 2, 3
 # event kinds of a process's one pending event
 K_NONE, K_TOP, K_STEP_END, K_R_TIMEOUT, K_R_BODY, K_R_WAKE = range(6)
 URGENT, NORMAL = 0, 1  # SimPy's priorities (a process's start is URGENT)
@@ -163,7 +159,7 @@ def _shown_finished(views, state, j):
 @njit(cache=True)
 def _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load):
     """ClusterSimulation.route_due: every arrival by `now` not routed yet, in order, to the replica the router's rule
-    picks from what each replica shows now; pushed to that replica's requests (CompiledReplica._take's numbering),
+    (router.route_rule) picks from what each replica shows now; pushed to that replica's requests (CompiledReplica._take's numbering),
     which wakes it if it waits for a push (ReplicaArrivals.push)."""
     N = len(views.routed)
     while cs.src < cs.next and rt.arrival[cs.src] <= now:
@@ -171,11 +167,7 @@ def _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstan
         cs.src += 1
         for j in range(N):
             outstanding[j] = views.routed[j] - _shown_finished(views, state, j)
-        if cset.router == RR:
-            r = _round_robin(cs.routed, N)
-        elif cset.router == LO:
-            r = _least_outstanding(outstanding)
-        elif cset.router == LKV:
+        if cset.router == LKV:  # what least-KV reads (Replica.kv_load)
             for j in range(N):
                 used = views.flight_used[j] if views.flight_on[j] == 1 else state[j].used
                 need = views.cum[j, state[j].submitted] - views.cum[j, state[j].admit]
@@ -183,12 +175,12 @@ def _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstan
                     k = req.requeued[j, t]
                     need += views.cum[j, k + 1] - views.cum[j, k]
                 kv_load[j] = _kv_load(used, need, settings[j].total_blocks)
-            r = _least_kv(kv_load, outstanding)
-        else:
-            key = rt.key_id[i]
-            r, home, over = _affinity(rt.homes[key], outstanding, rt.limit)
+        key = rt.key_id[i] if cset.router == AFF else 0
+        home = rt.homes[key] if cset.router == AFF else -1
+        r, home, over = _route_rule(cset.router, cs.routed, outstanding, kv_load, home, rt.limit)
+        if cset.router == AFF:
             rt.homes[key] = home
-            cs.overflows += over
+        cs.overflows += over
         rt.assigned[i] = r
         views.routed[r] += 1
         cs.routed += 1

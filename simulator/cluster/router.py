@@ -2,9 +2,9 @@
 
 Every rule is deterministic: ties go to the replica with fewer outstanding requests, then the lower index.
 A rule sees replicas only through `ReplicaLoad` (what a real router could observe), never the future.
-Each built-in router's choice is a plain function over arrays (`*_rule` below, written once): the `Router`
-classes call them with what they read from the replicas, and the compiled cluster loop
-(simulator/cluster/compiled_cluster_kernel.py) calls the same functions compiled.
+Each built-in router's choice is a plain function over arrays (`route_rule` and the `*_rule`s it calls, written
+once): `Router` calls it with what it reads from the replicas, and the compiled cluster loop
+(simulator/cluster/compiled_cluster_kernel.py) calls the same function compiled.
 """
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import numpy as np
 
 from simulator.cluster.config import RouterSpec
 
-# router codes of the compiled cluster loop (simulator/cluster/compiled_cluster_kernel.py)
-ROUTER_CODES = {"round_robin": 0, "least_outstanding": 1, "least_kv": 2, "affinity": 3}
+# the routers' codes (route_rule's `kind`)
+RR, LO, LKV, AFF = range(4)
+ROUTER_CODES = {"round_robin": RR, "least_outstanding": LO, "least_kv": LKV, "affinity": AFF}
 
 
 class ReplicaLoad(Protocol):
@@ -78,59 +79,67 @@ def affinity_rule(home, outstanding, limit):
     return j, home, 1 if j != home else 0
 
 
+def route_rule(kind, routed_so_far, outstanding, kv_load, home, limit):
+    """(replica, the key's home after, 1 on an overflow else 0) for the next request under router `kind`: round robin
+    (after `routed_so_far` requests), least outstanding, least KV load (`kv_load`, read only by it) or affinity (the
+    key's `home` and each replica's `limit`, read only by it)."""
+    if kind == RR:
+        return round_robin_rule(routed_so_far, len(outstanding)), home, 0
+    if kind == LO:
+        return least_outstanding_rule(outstanding), home, 0
+    if kind == LKV:
+        return least_kv_rule(kv_load, outstanding), home, 0
+    return affinity_rule(home, outstanding, limit)
+
+
 def kv_load_fraction(used_blocks, queued_prompt_blocks, total_blocks):
     """A replica's KV load as a router reads it: blocks in use plus those its queued prompts need, over its pool."""
     return (used_blocks + queued_prompt_blocks) / total_blocks
 
 
-def least_outstanding(replicas: Sequence[ReplicaLoad]) -> int:
-    """Replica with the fewest outstanding requests (lowest index on ties; least_outstanding_rule)."""
-    return least_outstanding_rule(_outstanding(replicas))
-
-
-def _outstanding(replicas: Sequence[ReplicaLoad]) -> np.ndarray:
-    return np.array([r.outstanding() for r in replicas], dtype=np.int64)
-
-
 class Router:
-    """A routing rule; `route` returns the replica index for one request."""
+    """A router by name: route_rule of its kind over what each replica shows, and the state it keeps (the requests
+    routed so far; affinity's home replica per key and its overflows: requests sent elsewhere because their key's
+    replica was full)."""
 
     name = ""
+    kind = -1
+
+    def __init__(self) -> None:
+        self.routed = 0
+        self.home: dict[str | int, int] = {}
+        self.overflows = 0
 
     def route(self, req: RequestInfo, replicas: Sequence[ReplicaLoad]) -> int:
-        raise NotImplementedError
+        n = len(replicas)
+        outstanding = np.array([r.outstanding() for r in replicas], dtype=np.int64)
+        kv = np.array([r.kv_load() for r in replicas]) if self.kind == LKV else np.zeros(n)
+        key = getattr(req, self.key) if self.kind == AFF else None
+        limit = self.limits(replicas) if self.kind == AFF else np.zeros(n, dtype=np.int64)
+        j, home, overflow = route_rule(self.kind, self.routed, outstanding, kv, self.home.get(key, -1), limit)
+        if self.kind == AFF:
+            self.home[key] = home
+        self.overflows += overflow
+        self.routed += 1
+        return j
 
 
 class RoundRobin(Router):
     """The i-th request routed goes to replica i mod N, whatever their state."""
 
-    name = "round_robin"
-
-    def __init__(self) -> None:
-        self._next = 0
-
-    def route(self, req: RequestInfo, replicas: Sequence[ReplicaLoad]) -> int:
-        j = round_robin_rule(self._next, len(replicas))
-        self._next += 1
-        return j
+    name, kind = "round_robin", RR
 
 
 class LeastOutstanding(Router):
     """Fewest routed-but-unfinished requests (as Vidur's `lor` global scheduler)."""
 
-    name = "least_outstanding"
-
-    def route(self, req: RequestInfo, replicas: Sequence[ReplicaLoad]) -> int:
-        return least_outstanding(replicas)
+    name, kind = "least_outstanding", LO
 
 
 class LeastKV(Router):
     """Lowest KV load fraction; ties to fewer outstanding requests, then the lower index."""
 
-    name = "least_kv"
-
-    def route(self, req: RequestInfo, replicas: Sequence[ReplicaLoad]) -> int:
-        return least_kv_rule(np.array([r.kv_load() for r in replicas]), _outstanding(replicas))
+    name, kind = "least_kv", LKV
 
 
 class Affinity(Router):
@@ -138,24 +147,16 @@ class Affinity(Router):
     (outstanding below `max_outstanding`, default its max_num_seqs); otherwise, and for a new key, the
     least-outstanding replica. A key keeps its first replica (an overflow does not move it)."""
 
-    name = "affinity"
+    name, kind = "affinity", AFF
 
     def __init__(self, key: str, max_outstanding: int | None = None) -> None:
+        super().__init__()
         self.key = key
         self.max_outstanding = max_outstanding
-        self.home: dict[str | int, int] = {}
-        self.overflows = 0  # requests sent elsewhere because their key's replica was full
 
     def limits(self, replicas: Sequence[ReplicaLoad]) -> np.ndarray:
         """Per replica, the outstanding requests below which it has room for its keys."""
         return np.array([self.max_outstanding or r.max_num_seqs for r in replicas], dtype=np.int64)
-
-    def route(self, req: RequestInfo, replicas: Sequence[ReplicaLoad]) -> int:
-        key = getattr(req, self.key)
-        j, home, overflow = affinity_rule(self.home.get(key, -1), _outstanding(replicas), self.limits(replicas))
-        self.home[key] = home
-        self.overflows += overflow
-        return j
 
 
 def make_router(spec: RouterSpec) -> Router:

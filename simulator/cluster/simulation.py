@@ -286,9 +286,8 @@ class ClusterSimulation:
             "num_target_gpus": sum(int(e["num_target_gpus"]) for e in ex),
             "num_draft_gpus": sum(int(e["num_draft_gpus"]) for e in ex),
         }
-        overflows = getattr(self.router, "overflows", None)
-        if overflows is not None:
-            out["affinity_overflows"] = int(overflows)
+        if self.spec.name == "affinity":
+            out["affinity_overflows"] = int(self.router.overflows)
         return out
 
 

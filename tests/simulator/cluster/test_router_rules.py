@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.cluster.router import (Affinity, LeastKV, LeastOutstanding, RequestInfo, RoundRobin, affinity_rule,
-                                      kv_load_fraction, least_kv_rule, least_outstanding_rule, round_robin_rule)
+from simulator.cluster.router import (AFF, LKV, LO, RR, Affinity, LeastKV, LeastOutstanding, RequestInfo, RoundRobin,
+                                      affinity_rule, kv_load_fraction, least_kv_rule, least_outstanding_rule,
+                                      round_robin_rule, route_rule)
 
 
 def test_round_robin_cycles_through_the_replicas():
@@ -74,17 +75,27 @@ def test_the_router_classes_route_by_the_rules():
     assert aff.route(req, reps) == 2 and aff.home == {"c": 1} and aff.overflows == 1
 
 
-@pytest.mark.parametrize("rule, args", [
-    (least_outstanding_rule, (np.array([4, 2, 2, 3]),)),
-    (least_kv_rule, (np.array([0.5, 0.125, 0.125]), np.array([1, 3, 2]))),
-    (affinity_rule, (1, np.array([0, 4, 1]), np.array([4, 4, 4]))),
-    (round_robin_rule, (7, 3)),
-    (kv_load_fraction, (3, 4, 9)),
+@pytest.mark.parametrize("args", [
+    (RR, 7, np.array([0, 0, 0]), np.zeros(3), -1, np.zeros(3, dtype=np.int64)),
+    (LO, 0, np.array([4, 2, 2, 3]), np.zeros(4), -1, np.zeros(4, dtype=np.int64)),
+    (LKV, 0, np.array([1, 3, 2]), np.array([0.5, 0.125, 0.125]), -1, np.zeros(3, dtype=np.int64)),
+    (AFF, 0, np.array([0, 4, 1]), np.zeros(3), 1, np.array([4, 4, 4])),
+    (AFF, 0, np.array([0, 4, 1]), np.zeros(3), -1, np.array([4, 4, 4])),
 ])
-def test_the_compiled_rules_answer_as_the_plain_ones(rule, args):
+def test_the_compiled_route_rule_answers_as_the_plain_one(args):
     import simulator.cluster.compiled_cluster_kernel as cker
 
-    compiled = {least_outstanding_rule: cker._least_outstanding, least_kv_rule: cker._least_kv,
-                affinity_rule: cker._affinity, round_robin_rule: cker._round_robin,
-                kv_load_fraction: cker._kv_load}[rule]
-    assert compiled(*args) == rule(*args)
+    assert cker._route_rule(*args) == route_rule(*args)
+    assert cker._kv_load(3, 4, 9) == kv_load_fraction(3, 4, 9)
+
+
+def test_route_rule_is_each_router_s_rule():
+    """Round robin after 7 routed of 3: replica 1; least outstanding [4, 2, 2, 3]: the first 2; least KV: the lowest
+    load, ties to fewer outstanding; affinity: home 1 is full (4 of 4): the least outstanding, an overflow."""
+    out = np.array([4, 2, 2, 3])
+    assert route_rule(RR, 7, out[:3], np.zeros(3), -1, out[:3]) == (1, -1, 0)
+    assert route_rule(LO, 0, out, np.zeros(4), -1, out) == (1, -1, 0)
+    assert route_rule(LKV, 0, np.array([1, 3, 2]), np.array([0.5, 0.125, 0.125]), -1, out[:3]) == (2, -1, 0)
+    assert route_rule(AFF, 0, np.array([0, 4, 1]), np.zeros(3), 1, np.array([4, 4, 4])) == (0, 1, 1)
+    assert route_rule(AFF, 0, np.array([0, 4, 1]), np.zeros(3), 2, np.array([4, 4, 4])) == (2, 2, 0)
+    assert route_rule(AFF, 0, np.array([3, 4, 1]), np.zeros(3), -1, np.array([4, 4, 4])) == (2, 2, 0)
