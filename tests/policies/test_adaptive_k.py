@@ -56,3 +56,24 @@ def test_bad_parameters():
         AdaptiveKPolicy("d", k_max=0)
     with pytest.raises(ValueError, match="decay"):
         AdaptiveKPolicy("d", decay=0)
+
+
+def test_adaptive_ks_reads_each_requests_row_and_cap_by_hand():
+    """adaptive_ks over three requests at times 1 + 0.5 k (k <= 3): estimates (s, f) with prior 0.5 and weight 2 give
+    a = 0.1 (row 0: 0, 8), 0.9 (row 1: 8, 0) and 0.5 (row 2: no evidence). Expected tokens per second at a = 0.9:
+    k = 0..3 -> 1, 1.27, 1.36, 1.37: k = 3; at a = 0.5: 1, 1, 0.875, 0.75: k = 0 (the first on the tie);
+    at a = 0.1: k = 0. Capped at the match lengths cap[pos[j]], row 1 stops at its match of 2; shared, every
+    request reads row 0."""
+    from policies.adaptive_k import adaptive_ks
+
+    est_s, est_f = np.array([0.0, 8.0, 0.0]), np.array([8.0, 0.0, 0.0])
+    times = 1.0 + 0.5 * np.arange(4)
+    ks = np.full(3, -1, dtype=np.int64)
+    adaptive_ks(np.array([0, 1, 2]), 3, est_s, est_f, False, 0.5, 2.0, times, 3, False, np.zeros(1, np.int64),
+                np.zeros(3, np.int64), ks)
+    assert ks.tolist() == [0, 3, 0]
+    cap, pos = np.array([4, 2, 0, 9]), np.array([3, 1, 0])
+    adaptive_ks(np.array([2, 1, 0]), 3, est_s, est_f, False, 0.5, 2.0, times, 3, True, cap, pos, ks)
+    assert ks.tolist() == [0, 2, 0]  # row 2, then row 1 capped at cap[1] = 2, then row 0
+    adaptive_ks(np.array([2, 1, 0]), 3, est_s[1:], est_f[1:], True, 0.5, 2.0, times, 3, False, cap, pos, ks)
+    assert ks.tolist() == [3, 3, 3]  # shared: row 0 of the arrays given (a = 0.9) for every request

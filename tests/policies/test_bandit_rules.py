@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from policies.bandit_rules import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, bandit_choices,
-                                   bandit_update, epsilon_greedy_arm, exp3_arm, exp3_probabilities, exp3_update,
-                                   random_arm, sliding_update, thompson_arm, thompson_update, ucb_update)
+from policies.bandit_rules import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, bandit_arm,
+                                   bandit_choices, bandit_update, epsilon_greedy_arm, exp3_arm, exp3_probabilities,
+                                   exp3_update, random_arm, sliding_update, thompson_arm, thompson_update, ucb_arm_rule,
+                                   ucb_update)
 
 
 def test_discounted_update_decays_every_arm_then_adds_the_round():
@@ -138,3 +139,28 @@ def test_each_rule_s_update_touches_what_its_rule_keeps():
     assert run(B_RANDOM) == ([2.0, 1.0], [1.0, 0.5], [0, 0], [0.0, 0.0], 5)
     # the ring of 2 has seen 5 rounds: round 5 goes to position 1, where round 3 (arm 0, reward 0.0 here) leaves
     assert run(B_SLIDING) == ([1.0, 2.0], [1.0, 1.0], [0, 1], [0.0, 0.5], 6)
+
+
+def test_each_rule_s_arm_is_its_own_rule_s_choice():
+    """bandit_arm under each rule answers as that rule's function with a twin generator, and draws as much: UCB and
+    sliding-window UCB draw nothing; epsilon-greedy at epsilon 1 explores; Thompson reads (alpha, beta); EXP3 its
+    second array alone."""
+    first, second = np.array([3.0, 2.0, 4.0]), np.array([1.5, 1.8, 0.4])
+    for seed in range(20):
+        def twins():
+            return np.random.default_rng(seed), np.random.default_rng(seed)
+
+        for rule in (B_UCB, B_SLIDING):
+            rng, twin = twins()
+            assert bandit_arm(rule, first, second, 0.7, 0.0, 0.0, rng) == ucb_arm_rule(first, second, 0.7) == 1
+            assert rng.bit_generator.state == twin.bit_generator.state
+        rng, twin = twins()
+        assert bandit_arm(B_EPSILON, first, second, 0.0, 1.0, 0.0, rng) == epsilon_greedy_arm(first, second, 1.0, twin)
+        assert rng.random() == twin.random()
+        rng, twin = twins()
+        assert bandit_arm(B_RANDOM, first, second, 0.0, 0.0, 0.0, rng) == random_arm(3, twin)
+        rng, twin = twins()
+        assert bandit_arm(B_THOMPSON, first, second, 0.0, 0.0, 0.0, rng) == thompson_arm(first, second, twin)
+        rng, twin = twins()
+        assert bandit_arm(B_EXP3, first, second, 0.0, 0.0, 0.3, rng) == exp3_arm(second, 0.3, twin)
+        assert rng.random() == twin.random()

@@ -94,6 +94,23 @@ def test_each_psd_kernel_policy_rule_chooses_as_the_policy_itself(segment, **cas
     assert_same(ruled, asked)
 
 
+@pytest.mark.parametrize("seed", [1, 3, 7])
+def test_psd_adaptive_k_caps_k_at_each_requests_match_length_as_the_policy_itself(seed):
+    """PSD adaptive-k over the n-gram drafter 'g' (match lengths 0-4 per position) at k_max 6: the kernel caps each
+    asked request's k at the match length of its next output position as the policy asked in Python at each step
+    does (the same tables), so no verify step proposes more than 4 tokens per sequence."""
+    policy, k, kw = psd_case("adaptive-k", seed=seed, n=30, rate=0.6, ngram=True, k=6, cost="constant",
+                             rules="vllm-v1", budget=4096, arrivals="poisson", req_rate=200.0, m=4, block_size=16,
+                             slack=3, overhead=0.0, split_min=0, sync_s=0.0, defer_kv=False, roof=None,
+                             async_sched=False, pressure=0, sampled=False, switch=0.0)
+    assert kw["drafter"] == "g" and k == 6
+    ruled = simulate(policy=psd_policy(policy, "g", k, kw["drafters"]), **kw)
+    asked = simulate(policy=asked_in_python(psd_policy(policy, "g", k, kw["drafters"])), **kw)
+    assert_same(ruled, asked)
+    verify = ruled.steps[ruled.steps.phase == "verify"]
+    assert verify.proposed_tokens.sum() > 0 and (verify.proposed_tokens <= 4 * verify.num_seqs).all()
+
+
 def psd_policy(name: str, drafter: str, k: int, drafters: tuple[str, ...]):
     """A fresh policy: None (build's fixed policy at k), adaptive-k, or one asked in Python (POL_GIVEN) over
     `drafter` or, named `...-all`, over all `drafters` (the arms in reverse order, so they differ from the slots')."""
