@@ -11,11 +11,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from policies.bandit_rules import BanditRule, BanditState, bandit_arm, bandit_choices, bandit_update
+from policies.bandit_rules import BanditRule, BanditState, bandit_choices, bandit_updates
 from policies.base import NO_DRAFT, BatchFeedback, BatchView, Choice, Feedback, Policy, RequestView
 from traces.sampled_acceptance import REWARDS, reward_bd, reward_be
 
 SCOPES = ("request", "shared")
+_ROW0 = np.zeros(1, dtype=np.int64)  # a state's own arrays, as row 0 of the rule's per-state arrays
 _SHARED = "\x00shared"
 
 
@@ -167,11 +168,15 @@ class BanditPolicy(Policy):
         r = self.rule
         if r is None:
             raise NotImplementedError(f"policy {self.name!r}: a BanditPolicy without a rule defines _select")
-        return int(bandit_arm(r.rule, state.first, state.second, r.beta, r.epsilon, r.exp3_gamma, self.rng))
+        arm = np.zeros(1, dtype=np.int64)
+        bandit_choices(_ROW0, 1, state.first[None], state.second[None], np.arange(self.num_arms), self.num_arms, False,
+                       r.rule, r.beta, r.epsilon, r.exp3_gamma, self.rng, arm)
+        return int(arm[0])
 
     def _update(self, state: BanditState, arm: int, reward: float) -> None:
         r = self.rule
         if r is None:
             raise NotImplementedError(f"policy {self.name!r}: a BanditPolicy without a rule defines _update")
-        state.seen = bandit_update(r.rule, state.first, state.second, state.ring_arm, state.ring_reward, state.seen,
-                                   arm, reward, r.discount, r.exp3_gamma)
+        bandit_updates(_ROW0, 1, state.first[None], state.second[None], self.num_arms, False, r.rule,
+                       np.array([arm]), np.array([reward]), state.ring_arm, state.ring_reward, state.seen, r.discount,
+                       r.exp3_gamma)

@@ -71,5 +71,6 @@ class SlidingWindowUCBPolicy(UCBPolicy):
         self.rule = BanditRule(B_SLIDING, beta=self.beta)
 
     def new_state(self) -> BanditState:
-        return BanditState(np.zeros(self.num_arms), np.zeros(self.num_arms), np.zeros(self.window, dtype=np.int64),
-                           np.zeros(self.window))
+        return BanditState(np.zeros(self.num_arms), np.zeros(self.num_arms),
+                           np.zeros((1, self.window), dtype=np.int64), np.zeros((1, self.window)),
+                           np.zeros(1, dtype=np.int64))

@@ -159,8 +159,8 @@ def _shown_finished(views, state, j):
 @njit(cache=True)
 def _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load):
     """ClusterSimulation.route_due: every arrival by `now` not routed yet, in order, to the replica the router's rule
-    (router.route_rule) picks from what each replica shows now; pushed to that replica's requests (CompiledReplica._take's numbering),
-    which wakes it if it waits for a push (ReplicaArrivals.push)."""
+    (router.route_rule) picks from what each replica shows now; pushed to that replica's requests
+    (CompiledReplica._take's numbering), which wakes it if it waits for a push (ReplicaArrivals.push)."""
     N = len(views.routed)
     while cs.src < cs.next and rt.arrival[cs.src] <= now:
         i = cs.src

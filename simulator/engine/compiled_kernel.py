@@ -45,11 +45,10 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SOURCES = tuple(_ROOT / p for p in (
     "simulator/engine/compiled_kernel.py", "simulator/engine/compiled_psd_kernel.py",
-    "simulator/engine/kernel_records.py", "policies/adaptive_k.py",
-    "policies/acceptance_estimate.py", "policies/bandit_rules.py", "policies/combine.py", "policies/exact_plan.py", "policies/base.py", "traces/acceptance.py",
-    "simulator/costs/latency.py",
-    "simulator/costs/roofline.py", "simulator/costs/step_model.py", "traces/tree.py", "traces/sampled_acceptance.py",
-    "traces/expected_tokens.py",
+    "simulator/engine/kernel_records.py", "policies/adaptive_k.py", "policies/acceptance_estimate.py",
+    "policies/bandit_rules.py", "policies/combine.py", "policies/exact_plan.py", "policies/base.py",
+    "traces/acceptance.py", "simulator/costs/latency.py", "simulator/costs/roofline.py", "simulator/costs/step_model.py",
+    "traces/tree.py", "traces/sampled_acceptance.py", "traces/expected_tokens.py",
     "simulator/cluster/compiled_cluster_kernel.py", "simulator/cluster/router.py")) + tuple(
     sorted((_ROOT / "simulator/engine/rules").glob("*.py")))  # every rule module (simulator/engine/rules/)
 
@@ -327,18 +326,18 @@ _block_divergence = njit(cache=True)(sampled_acceptance.block_divergence)  # Met
 # the built-in policies' rules, written once in policies/ as plain Python and compiled here
 _estimate_value = njit(cache=True)(estimate_value)
 _estimate_update = njit(cache=True)(estimate_update)
-register_jitable(best_k_rule)
-register_jitable(top_k_rule)
-register_jitable(estimate_value)
-_adaptive_ks = njit(cache=True)(adaptive_ks)  # adaptive-k's k per request (AdaptiveKPolicy.ks)
-for _rule in (bandit_rules.ucb_arm_rule, bandit_rules.ucb_update, bandit_rules.sliding_update,
-              bandit_rules.epsilon_greedy_arm, bandit_rules.random_arm, bandit_rules.thompson_arm,
-              bandit_rules.thompson_update, bandit_rules.exp3_probabilities, bandit_rules.exp3_arm,
-              bandit_rules.exp3_update, bandit_rules.bandit_draws, bandit_rules.bandit_arm):
+for _rule in (best_k_rule, top_k_rule, estimate_value):
     register_jitable(_rule)
+_adaptive_ks = njit(cache=True)(adaptive_ks)  # adaptive-k's k per request (AdaptiveKPolicy.ks)
+for _rule in (bandit_rules.sliding_update, bandit_rules.epsilon_greedy_arm, bandit_rules.random_arm,
+              bandit_rules.thompson_arm, bandit_rules.thompson_update, bandit_rules.exp3_probabilities,
+              bandit_rules.exp3_arm, bandit_rules.exp3_update, bandit_rules.bandit_draws):
+    register_jitable(_rule)
+for _rule in (bandit_rules.ucb_arm_rule, bandit_rules.ucb_update):  # inlined in the step's loops
+    register_jitable(inline="always")(_rule)
 bandit_draws = njit(cache=True)(bandit_rules.bandit_draws)
 _bandit_choices = njit(cache=True)(bandit_rules.bandit_choices)  # a step's choices (BanditPolicy.choose_batch)
-_bandit_update = njit(cache=True)(bandit_rules.bandit_update)  # a state's update (BanditPolicy._update)
+_bandit_updates = njit(cache=True)(bandit_rules.bandit_updates)  # a step's updates (BanditPolicy.observe_batch)
 _combine_match = njit(cache=True)(combine_match_rule)
 register_jitable(leviathan_tokens)
 _combine_adaptive = njit(cache=True)(combine_adaptive_rule)
@@ -509,7 +508,6 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     overhead, switch_cost = cfg.overhead, cfg.switch_cost
     prior, prior_eagle, weight, decay = cfg.prior, cfg.prior_eagle, cfg.prior_weight, cfg.decay
     arms, bandit, discount, exp3_gamma = cfg.arms, cfg.bandit, cfg.discount, cfg.exp3_gamma
-    sliding = bandit == bandit_rules.B_SLIDING
     policy_rng = replay.policy_rng
     closed, think = cfg.closed, cfg.think
     gap = cfg.gap
@@ -528,6 +526,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     dec, ctx, flat, slot, kk = scratch.dec, scratch.ctx, scratch.flat, scratch.slot, scratch.kk
     prop, acc, cut, waitq, done = scratch.prop, scratch.acc, scratch.cut, scratch.waitq, scratch.done
     newb, hold, slot_times, reward = scratch.newb, scratch.hold, scratch.times, scratch.reward
+    played = scratch.played  # a bandit's arm per decode this step (-1: it learns nothing)
     price = scratch.price  # the exact plans' costs (POL_PLAN)
     times = slot_times[0]  # one drafter's estimates (adaptive-k, combine-adaptive)
     slot_k, chosen, oracle_switch = replay.slot_k, pol.chosen, cfg.oracle_switch
@@ -841,16 +840,15 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                         if policy == POL_RATE:  # CombineAdaptivePolicy.observe: the drafter's own estimate
                             x = 2 * i + g
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], acc[j], prop[j], decay)
-                    elif policy == POL_BANDIT and prop[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
-                        x = 0 if shared else i
-                        a = _arm_of_slot(arm_slot, arms, g)
-                        rwd = reward[j] if bd else np.float64(acc[j]) / np.float64(prop[j])
-                        ring = x if sliding else 0  # only sliding-window UCB keeps a ring per state
-                        pol.seen[ring] = _bandit_update(bandit, arm_counts[x, :arms], arm_sums[x, :arms],
-                                                        pol.ring_arm[ring], pol.ring_reward[ring], pol.seen[ring], a,
-                                                        rwd, discount, exp3_gamma)
                 else:
                     usage[nslot] += 1
+                if policy == POL_BANDIT:  # BanditPolicy.observe_batch: each drafting request's arm and reward (BD, or
+                    played[j] = _arm_of_slot(arm_slot, arms, g) if g >= 0 and prop[j] > 0 else -1  # BE accepted / N)
+                    if played[j] >= 0 and not bd:
+                        reward[j] = np.float64(acc[j]) / np.float64(prop[j])
+            if policy == POL_BANDIT:
+                _bandit_updates(dec, n_dec, arm_counts, arm_sums, arms, shared, bandit, played, reward, pol.ring_arm,
+                                pol.ring_reward, pol.seen, discount, exp3_gamma)
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, n_done)
             t0 = start

@@ -16,10 +16,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from policies.bandit_rules import B_SLIDING
 from simulator.engine.compiled_kernel import (CHOOSE, DONE, ERR_STALL, HEAR, P_DRAFT, P_MIXED, P_PREFILL, P_VERIFY,
                                               POL_ADAPTIVE, POL_BANDIT, POL_GIVEN, STEP,
-                                              _adaptive_ks, _arm_of_slot, _bandit_choices, _bandit_update,
+                                              _adaptive_ks, _arm_of_slot, _bandit_choices, _bandit_updates,
                                               _bd_rewards, _estimate_update, _step_times,
                                               _draft_time, _drafters_prefill_time, _finish_requests, _turn,
                                               _fit_proposals, _row, _save_state, _take_plan, _target_time,
@@ -178,6 +177,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
     if asked:
         dslot = psd_scratch.d_slot
     ask, ask_slot, ask_pos, reward = psd_scratch.ask, psd_scratch.ask_slot, psd_scratch.ask_pos, scratch.reward
+    played = scratch.played  # a bandit's arm per verified request this step (-1: it learns nothing)
     lim = PrefillLimits(max_seqs, B, chunked, bs, 0)  # PSD: MineDraft's KV, no lookahead slots
     plan = scratch.plan  # the step's prefill plan
     pre, chunk = plan.request, plan.tokens
@@ -397,17 +397,15 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
                     if adaptive:  # AdaptiveKPolicy.observe, the verified side in admission order
                         x = 0 if cfg.shared else V[j]
                         est_s[x], est_f[x] = _estimate_update(est_s[x], est_f[x], va[j], vp[j], cfg.decay)
-                    elif bandit and vp[j] > 0:  # BanditPolicy.observe_batch: BD, or BE accepted / N
-                        x = 0 if cfg.shared else V[j]
-                        a = _arm_of_slot(pol.arm_slot, cfg.arms, vslot[j])
-                        rwd = reward[j] if cfg.bd else np.float64(va[j]) / np.float64(vp[j])
-                        ring = x if cfg.bandit == B_SLIDING else 0  # only sliding-window UCB keeps a ring per state
-                        pol.seen[ring] = _bandit_update(cfg.bandit, pol.arm_counts[x, :cfg.arms],
-                                                        pol.arm_sums[x, :cfg.arms], pol.ring_arm[ring],
-                                                        pol.ring_reward[ring], pol.seen[ring], a, rwd, cfg.discount,
-                                                        cfg.exp3_gamma)
                 else:
                     usage[nslot] += 1
+                if bandit:  # BanditPolicy.observe_batch: each drafting request's arm and reward (BD or BE)
+                    played[j] = _arm_of_slot(pol.arm_slot, cfg.arms, vslot[j]) if vslot[j] >= 0 and vp[j] > 0 else -1
+                    if played[j] >= 0 and not cfg.bd:
+                        reward[j] = np.float64(va[j]) / np.float64(vp[j])
+            if bandit:
+                _bandit_updates(V, nv, pol.arm_counts, pol.arm_sums, cfg.arms, cfg.shared, cfg.bandit, played, reward,
+                                pol.ring_arm, pol.ring_reward, pol.seen, cfg.discount, cfg.exp3_gamma)
             first_tokens, n_done = advance_prefills(pre, chunk, n_pre, prefill_left, prefill_done, gen, last_emit,
                                                     first_token, now, out, done, n_done)
             # rows: the target's slices, then the draft device's

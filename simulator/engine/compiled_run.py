@@ -196,7 +196,7 @@ def _put_bandit(state: BanditState, pol: PolicyState, x: int) -> None:
     arms = len(state.first)
     state.first[:], state.second[:] = pol.arm_counts[x, :arms], pol.arm_sums[x, :arms]
     if state.ring_arm is not None:
-        state.ring_arm[:], state.ring_reward[:], state.seen = pol.ring_arm[x], pol.ring_reward[x], int(pol.seen[x])
+        state.ring_arm[0], state.ring_reward[0], state.seen[0] = pol.ring_arm[x], pol.ring_reward[x], pol.seen[x]
 
 
 def entry_point(kernel, args: tuple) -> Callable:
@@ -524,7 +524,7 @@ class CompiledRun:
         if start.ring_arm is None:
             return (first, second) + none[2:]
         return (first, second, np.tile(start.ring_arm, (rows, 1)), np.tile(start.ring_reward, (rows, 1)),
-                np.full(rows, start.seen, dtype=np.int64))
+                np.tile(start.seen, rows))
 
     def _estimates(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The acceptance estimates (successes, failures): adaptive-k's per request from zero (start_request resets

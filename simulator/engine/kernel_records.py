@@ -231,6 +231,7 @@ class Scratch(NamedTuple):
     plan: PlanBuffers
     reward: np.ndarray  # float64: each decode's bandit reward, read before its tokens move its position
     heard: np.ndarray  # the last step's decodes, kept for a Python policy's feedback (POL_GIVEN)
+    played: np.ndarray  # each decode's bandit arm this step, -1 where it learns nothing (bandit_updates)
 
 
 def scratch_buffers(max_seqs: int, k_max: int, slots: int = 1) -> Scratch:
@@ -238,7 +239,8 @@ def scratch_buffers(max_seqs: int, k_max: int, slots: int = 1) -> Scratch:
     drafter slots."""
     times = np.empty((max(slots, 1), k_max + 1), np.float64)
     return Scratch(*(np.empty(max_seqs, np.int64) for _ in range(13)), times, np.empty_like(times),
-                   plan_buffers(max_seqs), np.empty(max_seqs, np.float64), np.empty(max_seqs, np.int64))
+                   plan_buffers(max_seqs), np.empty(max_seqs, np.float64), np.empty(max_seqs, np.int64),
+                   np.empty(max_seqs, np.int64))
 
 
 class PSDScratch(NamedTuple):

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from policies.bandit_rules import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB, bandit_arm,
-                                   bandit_choices, bandit_update, epsilon_greedy_arm, exp3_arm, exp3_probabilities,
+from policies.bandit_rules import (B_EPSILON, B_EXP3, B_RANDOM, B_SLIDING, B_THOMPSON, B_UCB,
+                                   bandit_choices, bandit_updates, epsilon_greedy_arm, exp3_arm, exp3_probabilities,
                                    exp3_update, random_arm, sliding_update, thompson_arm, thompson_update, ucb_arm_rule,
                                    ucb_update)
 
@@ -122,12 +122,17 @@ def test_a_shared_state_chooses_once_per_step_unless_its_rule_draws():
 
 def test_each_rule_s_update_touches_what_its_rule_keeps():
     """UCB and epsilon-greedy: counts and sums (discounted UCB first decays them); Thompson: alpha and beta; EXP3:
-    its log weights alone; a random drafter: nothing; sliding window: its ring, and the rounds seen come back."""
+    its log weights alone; a random drafter: nothing; sliding window: its ring and rounds seen. One request of a step
+    of three updates state 1 (request 0 played nothing, request 2 reads state 0, left alone here)."""
     def run(rule, discount=1.0):
-        first, second = np.array([2.0, 1.0]), np.array([1.0, 0.5])
-        ring_arm, ring_reward = np.zeros(2, dtype=np.int64), np.zeros(2)
-        seen = bandit_update(rule, first, second, ring_arm, ring_reward, 5, 1, 0.5, discount, 0.2)
-        return first.tolist(), second.tolist(), ring_arm.tolist(), ring_reward.tolist(), seen
+        first, second = np.array([[7.0, 7.0], [2.0, 1.0]]), np.array([[7.0, 7.0], [1.0, 0.5]])
+        ring_arm, ring_reward = np.zeros((2, 2), dtype=np.int64), np.zeros((2, 2))  # two states' rings
+        seen = np.array([0, 5])
+        bandit_updates(np.array([1, 1, 0]), 2, first, second, 2, False, rule, np.array([-1, 1, 0]),
+                       np.array([9.0, 0.5, 9.0]), ring_arm, ring_reward, seen, discount, 0.2)
+        assert first[0].tolist() == [7.0, 7.0] and second[0].tolist() == [7.0, 7.0]
+        assert ring_arm[0].tolist() == [0, 0] and ring_reward[0].tolist() == [0.0, 0.0] and seen[0] == 0
+        return first[1].tolist(), second[1].tolist(), ring_arm[1].tolist(), ring_reward[1].tolist(), int(seen[1])
 
     assert run(B_UCB) == ([2.0, 2.0], [1.0, 1.0], [0, 0], [0.0, 0.0], 5)
     assert run(B_EPSILON) == run(B_UCB)
@@ -141,26 +146,43 @@ def test_each_rule_s_update_touches_what_its_rule_keeps():
     assert run(B_SLIDING) == ([1.0, 2.0], [1.0, 1.0], [0, 1], [0.0, 0.5], 6)
 
 
+def test_a_shared_state_learns_every_request_s_round_in_batch_order():
+    """Shared sliding window of 2: three requests' rounds in one step go to row 0 in batch order, so the first
+    one's round has left the ring by the end (arm 0 then arm 1 then arm 1: counts [0, 2])."""
+    first, second = np.zeros((1, 2)), np.zeros((1, 2))
+    ring_arm, ring_reward, seen = np.zeros((1, 2), dtype=np.int64), np.zeros((1, 2)), np.zeros(1, dtype=np.int64)
+    bandit_updates(np.array([4, 5, 6]), 3, first, second, 2, True, B_SLIDING, np.array([0, 1, 1]),
+                   np.array([1.0, 0.25, 0.5]), ring_arm, ring_reward, seen, 1.0, 0.0)
+    assert first[0].tolist() == [0.0, 2.0] and second[0].tolist() == [0.0, 0.75] and seen[0] == 3
+
+
 def test_each_rule_s_arm_is_its_own_rule_s_choice():
-    """bandit_arm under each rule answers as that rule's function with a twin generator, and draws as much: UCB and
-    sliding-window UCB draw nothing; epsilon-greedy at epsilon 1 explores; Thompson reads (alpha, beta); EXP3 its
-    second array alone."""
+    """A state's choice (bandit_choices over one request) under each rule answers as that rule's function with a twin
+    generator, and draws as much: UCB and sliding-window UCB draw nothing; epsilon-greedy at epsilon 1 explores;
+    Thompson reads (alpha, beta); EXP3 its second array alone."""
     first, second = np.array([3.0, 2.0, 4.0]), np.array([1.5, 1.8, 0.4])
+
+    def _arm_of(rule, first, second, beta, epsilon, exp3_gamma, rng):
+        slot = np.full(1, -1, dtype=np.int64)
+        bandit_choices(np.zeros(1, dtype=np.int64), 1, first[None], second[None], np.arange(3), 3, False, rule, beta,
+                       epsilon, exp3_gamma, rng, slot)
+        return int(slot[0])
+
     for seed in range(20):
         def twins():
             return np.random.default_rng(seed), np.random.default_rng(seed)
 
         for rule in (B_UCB, B_SLIDING):
             rng, twin = twins()
-            assert bandit_arm(rule, first, second, 0.7, 0.0, 0.0, rng) == ucb_arm_rule(first, second, 0.7) == 1
+            assert _arm_of(rule, first, second, 0.7, 0.0, 0.0, rng) == ucb_arm_rule(first, second, 0.7) == 1
             assert rng.bit_generator.state == twin.bit_generator.state
         rng, twin = twins()
-        assert bandit_arm(B_EPSILON, first, second, 0.0, 1.0, 0.0, rng) == epsilon_greedy_arm(first, second, 1.0, twin)
+        assert _arm_of(B_EPSILON, first, second, 0.0, 1.0, 0.0, rng) == epsilon_greedy_arm(first, second, 1.0, twin)
         assert rng.random() == twin.random()
         rng, twin = twins()
-        assert bandit_arm(B_RANDOM, first, second, 0.0, 0.0, 0.0, rng) == random_arm(3, twin)
+        assert _arm_of(B_RANDOM, first, second, 0.0, 0.0, 0.0, rng) == random_arm(3, twin)
         rng, twin = twins()
-        assert bandit_arm(B_THOMPSON, first, second, 0.0, 0.0, 0.0, rng) == thompson_arm(first, second, twin)
+        assert _arm_of(B_THOMPSON, first, second, 0.0, 0.0, 0.0, rng) == thompson_arm(first, second, twin)
         rng, twin = twins()
-        assert bandit_arm(B_EXP3, first, second, 0.0, 0.0, 0.3, rng) == exp3_arm(second, 0.3, twin)
+        assert _arm_of(B_EXP3, first, second, 0.0, 0.0, 0.3, rng) == exp3_arm(second, 0.3, twin)
         assert rng.random() == twin.random()
