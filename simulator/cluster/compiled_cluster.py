@@ -19,7 +19,7 @@ from simulator.cluster.router import ROUTER_CODES
 from simulator.engine import compiled_run
 from simulator.engine.compiled_replica import exact_delays
 from simulator.engine.kernel_records import (PSD_STATE, RUN_STATE, PSDCarry, PSDSettings, StepBuffers, StepRows,
-                                             new_state, psd_scratch, scratch_buffers, step_buffers, typed)
+                                             Workload, new_state, psd_scratch, scratch_buffers, step_buffers, typed)
 
 ENABLED = True  # module switch: False keeps every cluster on the per-replica path (tests compare both)
 BIG_BUFFER = 4096  # rows per replica's buffer when SEGMENT_ROWS is larger and replicas are many (memory)
@@ -140,12 +140,12 @@ class CompiledCluster:
         self.psd = self._psd_records(comp)
         self.state = np.zeros(N, dtype=RUN_STATE).view(np.recarray)
         self.settings = np.concatenate([c.kernel_settings for c in comp]).view(np.recarray)  # max_num_seqs may differ
-        gidx = _stack([c.gidx for c in comp], 0)
+        gidx, cum = _stack([c.gidx for c in comp], 0), _stack([c.cum for c in comp], 0)
         for j, c in enumerate(comp):
             self.state[j] = c.state[0]
             c.state, c.kernel_settings = self.state[j:j + 1], self.settings[j:j + 1]
             c.rs = c.state[0]
-            c.gidx = gidx[j, :len(c.gidx)]
+            c.gidx, c.cum = gidx[j, :len(c.gidx)], cum[j, :len(c.cum)]
         rows = compiled_run.segment_rows()
         if rows > BIG_BUFFER:
             rows = max(BIG_BUFFER, rows // N)
@@ -155,27 +155,16 @@ class CompiledCluster:
             c.bufs = StepBuffers(StepRows._make(col[j] for col in self.bufs.rows), self.bufs.itl[j])
         self.scratch = scratch_buffers(max_seqs, max(c.settings.k_max for c in comp), max(len(c.slots) for c in comp))
         c0 = comp[0]
-        router, source = cluster.router, cluster.source
-        closed = cluster.closed_loop
+        source, closed = cluster.source, cluster.closed_loop
         if source.arrival is not cluster.arrival:
             raise ValueError("compiled cluster: the arrival source must fill the cluster's arrival array")
-        key_id, key_client = np.zeros(n, dtype=np.int64), False
         client = source.client_of if closed else np.zeros(n, dtype=np.int64)  # written in place
-        homes, limit = np.full(1, -1, dtype=np.int64), np.zeros(N, dtype=np.int64)
-        if cluster.spec.name == "affinity":
-            if router.key == "client":  # known as each request is submitted (the loop writes the later ones)
-                key_id[:] = np.maximum(client, 0)
-                key_client, n_keys = True, max(cluster.wl.closed_loop_clients, 1)
-            else:
-                key_id, n_keys = self._affinity_keys(router.key)
-            homes = np.full(max(n_keys, 1), -1, dtype=np.int64)
-            limit = router.limits(reps)
-        # the cluster's arrival array: a closed loop's source fills it (in place); assigned: written in place
-        self.routing = cker.Routing(cluster.arrival, client, c0.prompt_all, c0.out_all, c0.first_all, c0.last_all,
-                                    np.stack([r._prompt_blocks.astype(np.int64) for r in reps]), key_id, homes,
-                                    limit, cluster.assigned)
+        limit = cluster.router.limits(reps) if cluster.spec.name == "affinity" else np.zeros(N, dtype=np.int64)
+        # the cluster's requests in its numbering (a closed loop's source fills arrival and client in place)
+        requests = Workload(cluster.arrival, client, c0.prompt_all, c0.out_all, c0.first_all, c0.last_all)
+        self.routing = cker.Routing(requests, np.stack([c.prompt_blocks for c in comp]), cluster.router.key_id, limit)
         self.cset = typed(cker.ClusterSettings, router=ROUTER_CODES[cluster.spec.name], closed=closed,
-                          key_client=key_client, think=source.think_time if closed else 0.0, psd=c0.psd)
+                          think=source.think_time if closed else 0.0, psd=c0.psd)
         # the processes' starts (the replicas', then the router's), in the order they were made; N + 1: the wake
         self.ev = cker.Processes(np.full(N + 2, math.inf), np.full(N + 2, cker.URGENT, dtype=np.int64),
                                  np.arange(N + 2, dtype=np.int64), np.full(N + 2, cker.K_TOP, dtype=np.int64))
@@ -188,8 +177,7 @@ class CompiledCluster:
         def z():
             return np.zeros(N, dtype=np.int64)
 
-        self.views = cker.ReplicaViews(z(), z(), gidx, np.zeros((N, n + 1), dtype=np.int64), z(), z(), z(),
-                                       np.zeros((N, max_seqs), dtype=np.int64))
+        self.views = cker.ReplicaViews(z(), gidx, cum, z(), z(), z(), np.zeros((N, max_seqs), dtype=np.int64))
         self.calls = 0  # run_cluster calls from Python (a count the tests and docs/speed.md read)
 
     def _psd_records(self, comp):
@@ -208,23 +196,10 @@ class CompiledCluster:
         return cker.PSDRecords(comp[0].psd_cfg, state, carry, psd_scratch(max(c.srv.max_num_seqs for c in comp),
                                                                         int(comp[0].psd_scratch.fixed_slot[0])))
 
-    def _affinity_keys(self, key: str) -> tuple[np.ndarray, int]:
-        """Each request's affinity key as a number (first-seen order) and how many keys (router.Affinity's keys)."""
-        cl = self.cluster
-        wl = cl.wl
-        if key == "category":
-            values = list(wl.categories)
-        elif key == "trace":
-            values = [cl.table.trace_ids[int(t)] for t in wl.trace_index]
-        else:
-            raise ValueError(f"affinity key {key!r}: not a per-request attribute")
-        ids: dict = {}
-        out = np.array([ids.setdefault(v, len(ids)) for v in values], dtype=np.int64)
-        return out, len(ids)
-
     def _call(self, next_check: int) -> int:
         c0, big = self.comp[0], self.stacked
-        code = self.cker.run_cluster(self.routing, self.cset, self.cstate, self.ev, self.views, next_check,
+        code = self.cker.run_cluster(self.routing, self.cluster.routing, self.cset, self.cstate, self.ev, self.views,
+                                     next_check,
                                      c0.replay, c0.costs, self.settings, big["work"], self.state, big["req"],
                                      big["pol"], self.bufs, self.scratch, self.psd)
         self.calls += 1
@@ -267,18 +242,15 @@ class CompiledCluster:
             return
 
     def _show(self) -> None:
-        """What the replicas show now into the cluster and the replicas' servers: routing (assigned, routed
-        counts, arrival times, the router's state), and each replica's first tokens, finishes and finished count,
-        without those of a step still in flight."""
+        """What the replicas show now into the cluster and the replicas' servers: the arrival source's place, arrival
+        times (the router's state is the cluster's own, written in place), and each replica's first tokens, finishes
+        and finished count, without those of a step still in flight."""
         cl, cs = self.cluster, self.cs
-        cl.n_routed = int(cs.routed)
         if cl.closed_loop:
             cl.source.resume(int(cs.next), int(cs.src))
         else:
             cl.source.resume(int(cs.src))
-        cl.router.routed, cl.router.overflows = cl.n_routed, int(cs.overflows)
         for j, (rep, c) in enumerate(zip(cl.replicas, self.comp)):
-            rep.routed = int(self.views.routed[j])
             st = rep.server.state
             k = int(c.rs.submitted)
             g = c.gidx[:k]

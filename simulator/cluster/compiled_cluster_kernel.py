@@ -1,21 +1,19 @@
 """The compiled cluster loop (numba): every replica of a cluster and its router advance in one call.
 
 The loop replays the SimPy events the replicas' and the router's processes schedule (simulator/cluster/simulation.py,
-simulator/engine/compiled_replica.py), in SimPy's
-order (time, priority, then the order they were scheduled in), for N + 1 processes: each replica (its start, the
-engine-loop gap's end, an idle wait's end or the push that ends it, a step's end) and the router (a timeout to the
-next arrival or, in a closed loop, the wake event a finish fires, then the condition event that resumes it). A
-closed loop's finishes submit their clients' next requests at the step's end, in the kernel's order of them. A
-replica's
-step is planned and applied by ONE call of compiled_kernel.run_steps at the step's start; until its end event the
-replica shows what a replica's own process shows while it is in flight (KV after the step's plan, its finishes not
-yet), so a routing reads the same outstanding requests and KV load. Routings use the router rules of
-simulator/cluster/router.py, compiled. All state lives in the records passed in: the cluster's own (Routing,
-ClusterSettings, the CLUSTER_STATE record, Processes, ReplicaViews) and the replicas' kernel records
-(simulator/engine/kernel_records.py), stacked along a first axis of replicas, from which each replica's own records
-are taken for its run_steps call. So the caller may empty a replica's full row buffers (`FULL`) or ask the
-early-stop hook (`HOOK`, once the cluster's finished requests reach `next_check`) and call again; the loop resumes
-where it returned.
+simulator/engine/compiled_replica.py), in SimPy's order (time, priority, then the order they were scheduled in), for N +
+1 processes: each replica (its start, the engine-loop gap's end, an idle wait's end or the push that ends it, a step's
+end) and the router (a timeout to the next arrival or, in a closed loop, the wake event a finish fires, then the
+condition event that resumes it). A closed loop's finishes submit their clients' next requests at the step's end, in the
+kernel's order of them. A replica's step is planned and applied by ONE call of compiled_kernel.run_steps at the step's
+start; until its end event the replica shows what a replica's own process shows while it is in flight (KV after the
+step's plan, its finishes not yet), so a routing reads the same outstanding requests and KV load. A routing calls the
+functions the router process calls (router.route_request, router.replica_kv_load, compiled_replica.submit_request),
+compiled. All state lives in the records passed in: the cluster's own (Routing, ClusterSettings, the CLUSTER_STATE
+record, Processes, ReplicaViews) and the replicas' kernel records (simulator/engine/kernel_records.py), stacked along a
+first axis of replicas, from which each replica's own records are taken for its run_steps call. So the caller may empty
+a replica's full row buffers (`FULL`) or ask the early-stop hook (`HOOK`, once the cluster's finished requests reach
+`next_check`) and call again; the loop resumes where it returned.
 """
 from __future__ import annotations
 
@@ -28,16 +26,18 @@ from numba.extending import register_jitable
 
 import simulator.engine.compiled_kernel as ker
 import simulator.engine.compiled_psd_kernel as pker
-from simulator.cluster.router import (AFF, LKV, affinity_rule, kv_load_fraction, least_kv_rule,
-                                      least_outstanding_rule, round_robin_rule, route_rule)
+from simulator.cluster.router import (LKV, affinity_rule, least_kv_rule, least_outstanding_rule, replica_kv_load,
+                                      round_robin_rule, route_request, route_rule)
+from simulator.engine.compiled_replica import submit_request
 from simulator.engine.kernel_records import (PolicyState, PSDCarry, PSDScratch, PSDSettings, Requests, StepBuffers,
                                              StepRows, Workload)
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 
-for _rule in (round_robin_rule, least_outstanding_rule, least_kv_rule, affinity_rule):
-    register_jitable(_rule)  # route_rule calls them: compiled in place
-_route_rule = njit(cache=True)(route_rule)
-_kv_load = njit(cache=True)(kv_load_fraction)
+for _rule in (round_robin_rule, least_outstanding_rule, least_kv_rule, affinity_rule, route_rule):
+    register_jitable(_rule)  # route_request calls them: compiled in place
+_route_request = njit(cache=True)(route_request)
+_kv_load = njit(cache=True)(replica_kv_load)
+_submit = njit(cache=True)(submit_request)
 _gap = njit(cache=True)(engine_loop_gap)
 _overlapped = njit(cache=True)(overlapped_gap)
 
@@ -54,28 +54,20 @@ PH_AFTER_STEP, PH_TOP = 0, 1
 
 
 class Routing(NamedTuple):
-    """The cluster's requests as the router sees them (cluster numbering): arrival times and clients (a closed loop
-    appends its next submissions), prompt and output lengths, first / last flat trace positions, each replica's
-    prompt blocks per request (`pblocks[j, i]`), each request's affinity key and each key's home replica, the
-    replicas' outstanding limits (affinity), and the replica each request went to (written)."""
-    arrival: np.ndarray  # float64
-    client: np.ndarray  # int64
-    prompt: np.ndarray
-    out: np.ndarray
-    first: np.ndarray
-    last: np.ndarray
+    """The cluster's requests as the router sees them: a Workload in the cluster's numbering (a closed loop appends
+    its next submissions' arrival times and clients), each replica's prompt blocks per request (`pblocks[j, i]`),
+    each request's affinity key and the replicas' outstanding limits (affinity). The router's bookkeeping is the
+    cluster's router.RouterState, passed beside it."""
+    requests: Workload
     pblocks: np.ndarray  # int64 (replicas, requests)
     key_id: np.ndarray
-    homes: np.ndarray
     limit: np.ndarray
-    assigned: np.ndarray
 
 
 class ClusterSettings(NamedTuple):
     """The loop's fixed settings."""
     router: int  # router.ROUTER_CODES
     closed: bool  # a closed loop: a finish submits its client's next request after `think` and wakes the router
-    key_client: bool  # affinity keyed by client: a closed loop's next request takes its client's key
     think: float
     psd: bool  # the replicas are PSD servers (compiled_psd_kernel.run_psd_steps steps them)
 
@@ -90,11 +82,10 @@ class Processes(NamedTuple):
 
 
 class ReplicaViews(NamedTuple):
-    """What the loop keeps per replica beside its kernel records: requests routed to it, whether it waits for a
-    push, the cluster index of its k-th routed request, the prompt blocks of its first k routed, the step in flight
-    (on, KV after its plan, its finishes) and those finishes in the kernel's order (Scratch.done)."""
-    routed: np.ndarray  # int64 (replicas,)
-    push_wait: np.ndarray
+    """What the loop keeps per replica beside its kernel records: whether it waits for a push, the cluster index of
+    its k-th routed request, the prompt blocks of its first k routed (CompiledReplica's gidx and cum, stacked), the
+    step in flight (on, KV after its plan, its finishes) and those finishes in the kernel's order (Scratch.done)."""
+    push_wait: np.ndarray  # int64 (replicas,)
     gidx: np.ndarray  # (replicas, requests)
     cum: np.ndarray  # (replicas, requests + 1)
     flight_on: np.ndarray
@@ -117,8 +108,6 @@ CLUSTER_STATE = np.dtype([
     ("eid", np.int64),  # the next event id
     ("src", np.int64),  # arrivals routed (pulled from the source)
     ("next", np.int64),  # arrivals submitted (open loop: all)
-    ("routed", np.int64),
-    ("overflows", np.int64),  # affinity's routings away from a full home
     ("rmode", np.int64),  # the router's wait (R_*)
     ("wake_armed", np.int64),  # its wake event exists and has not fired
     ("resume_rep", np.int64),  # a replica's turn that returned to the caller midway (-1: none), and its phase
@@ -157,56 +146,39 @@ def _shown_finished(views, state, j):
 
 
 @njit(cache=True)
-def _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load):
-    """ClusterSimulation.route_due: every arrival by `now` not routed yet, in order, to the replica the router's rule
-    (router.route_rule) picks from what each replica shows now; pushed to that replica's requests
-    (CompiledReplica._take's numbering), which wakes it if it waits for a push (ReplicaArrivals.push)."""
-    N = len(views.routed)
-    while cs.src < cs.next and rt.arrival[cs.src] <= now:
+def _route_due(now, rt, router, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load):
+    """Every arrival by `now` not routed yet, in order: router.route_request picks its replica from what each
+    replica shows now (the router process's read: outstanding requests, KV load as router.replica_kv_load), and
+    submit_request hands it to that replica's records, which wakes the replica if it waits for a push."""
+    N = len(views.push_wait)
+    src = rt.requests
+    while cs.src < cs.next and src.arrival[cs.src] <= now:
         i = cs.src
         cs.src += 1
         for j in range(N):
-            outstanding[j] = views.routed[j] - _shown_finished(views, state, j)
-        if cset.router == LKV:  # what least-KV reads (Replica.kv_load)
+            outstanding[j] = router.routed_to[j] - _shown_finished(views, state, j)
+        if cset.router == LKV:
             for j in range(N):
                 used = views.flight_used[j] if views.flight_on[j] == 1 else state[j].used
-                need = views.cum[j, state[j].submitted] - views.cum[j, state[j].admit]
-                for t in range(state[j].requeued):  # preempted: waiting again, at the queue's front
-                    k = req.requeued[j, t]
-                    need += views.cum[j, k + 1] - views.cum[j, k]
-                kv_load[j] = _kv_load(used, need, settings[j].total_blocks)
-        key = rt.key_id[i] if cset.router == AFF else 0
-        home = rt.homes[key] if cset.router == AFF else -1
-        r, home, over = _route_rule(cset.router, cs.routed, outstanding, kv_load, home, rt.limit)
-        if cset.router == AFF:
-            rt.homes[key] = home
-        cs.overflows += over
-        rt.assigned[i] = r
-        views.routed[r] += 1
-        cs.routed += 1
-        k = state[r].submitted
-        views.gidx[r, k] = i
-        work.arrival[r, k] = rt.arrival[i]
-        work.prompt[r, k] = rt.prompt[i]
-        work.out[r, k] = rt.out[i]
-        work.first[r, k] = rt.first[i]
-        work.last[r, k] = rt.last[i]
-        views.cum[r, k + 1] = views.cum[r, k] + rt.pblocks[r, i]
-        state[r].submitted = k + 1
+                kv_load[j] = _kv_load(used, views.cum[j], state[j].submitted, state[j].admit, req.requeued[j],
+                                      state[j].requeued, settings[j].total_blocks)
+        r = _route_request(cset.router, router, i, rt.key_id[i], outstanding, kv_load, rt.limit)
+        dst = Workload(work.arrival[r], work.client_of, work.prompt[r], work.out[r], work.first[r], work.last[r])
+        _submit(dst, views.gidx[r], views.cum[r], state[r], src, i, rt.pblocks[r, i])
         if views.push_wait[r] == 1:
             views.push_wait[r] = 0
             _schedule(ev, cs, r, now, NORMAL, K_TOP)
 
 
 @njit(cache=True)
-def _router_body(now, N, ev, cs, arrival):
+def _router_body(now, N, ev, cs, routed, arrival):
     """After ClusterSimulation._router_loop's route_due: return once every request is routed, else wait (a new wake
     event) for the next arrival's timeout or the wake, or, with no arrival known (a closed loop whose clients are
     all waiting), for the wake alone. Stale events of its last wait (a timeout or wake that lost) do nothing: gone."""
     for p in (N, N + 1):
         ev.time[p] = math.inf
         ev.kind[p] = K_NONE
-    if cs.routed == len(arrival):
+    if routed == len(arrival):
         cs.rmode = R_DONE
         return
     cs.wake_armed = 1
@@ -236,19 +208,19 @@ def _replica_records(work, req, pol, bufs, j):
 
 
 @njit(cache=True)
-def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings, work, state, req, pol, bufs, scratch,
-                psd):
-    """Process the cluster's events until every request finished (`DONE`), replica `full_rep`'s row buffers cannot
-    take its next step (`FULL`), or a step's end brings the cluster's finished requests to `next_check` (`HOOK`, at
-    time cstate `now`; -1: no hook); returns the code (negative: a replica's kernel error, or `STALLED`).
-    `rt`, `cset`, `cstate`, `ev`, `views`: this module's records; `replay`, `costs`: the replicas' shared kernel
-    records; `settings`, `work`, `state`, `req`, `pol`, `bufs`: theirs stacked along a first axis of replicas (the
-    SETTINGS and RUN_STATE records one per replica; the Workload's client_of and PolicyState's arm_slot shared);
-    `scratch`: one kernel_records.Scratch for every replica's steps (sized for the largest); `psd`: PSDRecords
-    (PSD replicas' settings, and their PSD_STATE records and PSDCarry stacked; placeholders otherwise)."""
+def run_cluster(rt, router, cset, cstate, ev, views, next_check, replay, costs, settings, work, state, req, pol, bufs,
+                scratch, psd):
+    """Process the cluster's events until every request finished (`DONE`), replica `full_rep`'s row buffers cannot take
+    its next step (`FULL`), or a step's end brings the cluster's finished requests to `next_check` (`HOOK`, at time
+    cstate `now`; -1: no hook); returns the code (negative: a replica's kernel error, or `STALLED`). `rt`, `cset`,
+    `cstate`, `ev`, `views`: this module's records; `router`: the cluster's router.RouterState; `replay`, `costs`: the
+    replicas' shared kernel records; `settings`, `work`, `state`, `req`, `pol`, `bufs`: theirs stacked along a first
+    axis of replicas (the SETTINGS and RUN_STATE records one per replica; the Workload's client_of and PolicyState's
+    arm_slot shared); `scratch`: one kernel_records.Scratch for every replica's steps (sized for the largest); `psd`:
+    PSDRecords (PSD replicas' settings, and their PSD_STATE records and PSDCarry stacked; placeholders otherwise)."""
     cs = cstate[0]
-    n = len(rt.arrival)
-    N = len(views.routed)
+    n = len(rt.requests.arrival)
+    N = len(views.push_wait)
     outstanding = np.zeros(N, np.int64)
     kv_load = np.zeros(N, np.float64)
     while True:
@@ -264,7 +236,7 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
                 fin = 0
                 for q in range(N):
                     fin += state[q].finished
-                return DONE if fin == n and cs.routed == n else STALLED
+                return DONE if fin == n and router.totals[0] == n else STALLED
             kind = ev.kind[p]
             ev.time[p] = math.inf
             ev.kind[p] = K_NONE
@@ -280,8 +252,9 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
                     body = True
                 if body:
                     cs.rmode = R_RUNNING
-                    _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load)
-                    _router_body(now, N, ev, cs, rt.arrival)
+                    _route_due(now, rt, router, cset, cs, ev, views, settings, state, work, req, outstanding,
+                               kv_load)
+                    _router_body(now, N, ev, cs, router.totals[0], rt.requests.arrival)
                 continue
             j = p
             if kind == K_STEP_END:  # the step applied: its finishes and freed KV show; the step hook is told
@@ -292,10 +265,8 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
                         i = views.fin_list[j, t]
                         if cs.next < n:  # ClosedLoopArrivals._submit
                             x = cs.next
-                            rt.arrival[x] = now + cset.think
-                            rt.client[x] = rt.client[i]
-                            if cset.key_client:
-                                rt.key_id[x] = rt.client[i]
+                            rt.requests.arrival[x] = now + cset.think
+                            rt.requests.client_of[x] = rt.requests.client_of[i]
                             cs.next = x + 1
                         if cs.wake_armed == 1:  # the router's wake fires
                             cs.wake_armed = 0
@@ -327,10 +298,10 @@ def run_cluster(rt, cset, cstate, ev, views, next_check, replay, costs, settings
             cs.full_rep = j
             cs.now = now
             return FULL
-        _route_due(now, rt, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load)
+        _route_due(now, rt, router, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load)
         if st.n_run == 0 and st.requeued == 0 and st.admit == st.submitted:  # Server._idle
             if cs.src < cs.next:  # until the next arrival
-                delay = rt.arrival[cs.src] - now
+                delay = rt.requests.arrival[cs.src] - now
                 _schedule(ev, cs, j, now + (delay if delay > 0.0 else 0.0), NORMAL, K_TOP)
             else:  # none known: until a push
                 views.push_wait[j] = 1

@@ -2,14 +2,14 @@
 
 Every rule is deterministic: ties go to the replica with fewer outstanding requests, then the lower index.
 A rule sees replicas only through `ReplicaLoad` (what a real router could observe), never the future.
-Each built-in router's choice is a plain function over arrays (`route_rule` and the `*_rule`s it calls, written
-once): `Router` calls it with what it reads from the replicas, and the compiled cluster loop
-(simulator/cluster/compiled_cluster_kernel.py) calls the same function compiled.
+Each built-in router's choice and its bookkeeping are plain functions over arrays, written once: `route_request`
+(with `route_rule` and the `*_rule`s it calls) over a `RouterState`, and `replica_kv_load`. `Router` calls them with
+what it reads from the replicas, and the compiled cluster loop (simulator/cluster/compiled_cluster_kernel.py) calls
+the same functions compiled.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -18,30 +18,6 @@ from simulator.cluster.config import RouterSpec
 # the routers' codes (route_rule's `kind`)
 RR, LO, LKV, AFF = range(4)
 ROUTER_CODES = {"round_robin": RR, "least_outstanding": LO, "least_kv": LKV, "affinity": AFF}
-
-
-class ReplicaLoad(Protocol):
-    """What a router may read from a replica at routing time."""
-
-    def outstanding(self) -> int:
-        """Requests routed to it and not finished (queued, waiting or running)."""
-
-    def kv_load(self) -> float:
-        """KV blocks in use plus the blocks its queued prompts need, as a fraction of its pool."""
-
-    @property
-    def max_num_seqs(self) -> int:
-        """Sequences it runs at once (PSD: both sub-batches)."""
-
-
-@dataclass(frozen=True)
-class RequestInfo:
-    """The request being routed: its index and its affinity keys."""
-
-    index: int
-    category: str
-    trace: str
-    client: int  # closed-loop client id, -1 in an open loop
 
 
 def round_robin_rule(routed_so_far, n_replicas):
@@ -92,79 +68,102 @@ def route_rule(kind, routed_so_far, outstanding, kv_load, home, limit):
     return affinity_rule(home, outstanding, limit)
 
 
-def kv_load_fraction(used_blocks, queued_prompt_blocks, total_blocks):
-    """A replica's KV load as a router reads it: blocks in use plus those its queued prompts need, over its pool."""
-    return (used_blocks + queued_prompt_blocks) / total_blocks
+def replica_kv_load(used_blocks, cum_blocks, submitted, admit, requeued, n_requeued, total_blocks):
+    """A replica's KV load as a router reads it: blocks in use plus those its waiting requests' prompts need (the
+    preempted ones, `requeued[:n_requeued]`, and those routed but not admitted, `admit` up to `submitted`), over its
+    pool; `cum_blocks[k]` is the prompt blocks of its first k requests (its numbering)."""
+    need = cum_blocks[submitted] - cum_blocks[admit]
+    for t in range(n_requeued):
+        k = requeued[t]
+        need += cum_blocks[k + 1] - cum_blocks[k]
+    return (used_blocks + need) / total_blocks
+
+
+class RouterState(NamedTuple):
+    """A router's bookkeeping, arrays written in place (by `Router` and by the compiled cluster loop alike): the
+    requests routed so far and affinity's overflows (requests sent away from their key's full home), the requests
+    routed to each replica, each affinity key's home replica (-1 till its first request) and each request's replica
+    (-1 till it is routed)."""
+    totals: np.ndarray  # int64 (2,): routed, overflows
+    routed_to: np.ndarray  # int64 (replicas,)
+    homes: np.ndarray  # int64 (keys,)
+    assigned: np.ndarray  # int64 (requests,)
+
+
+def new_router_state(replicas: int, keys: int, assigned: np.ndarray) -> RouterState:
+    """A router that has routed nothing: `assigned` (one -1 per request) is the caller's, filled in place."""
+    assigned[:] = -1
+    return RouterState(np.zeros(2, dtype=np.int64), np.zeros(replicas, dtype=np.int64),
+                       np.full(max(keys, 1), -1, dtype=np.int64), assigned)
+
+
+def route_request(kind, rs, i, key, outstanding, kv_load, limit):
+    """Route request `i` (affinity key `key`): route_rule's replica for router `kind` from what the replicas show,
+    written into the router's bookkeeping `rs` (RouterState); returns the replica."""
+    home = rs.homes[key] if kind == AFF else -1
+    j, home, over = route_rule(kind, rs.totals[0], outstanding, kv_load, home, limit)
+    if kind == AFF:
+        rs.homes[key] = home
+    rs.totals[0] += 1
+    rs.totals[1] += over
+    rs.routed_to[j] += 1
+    rs.assigned[i] = j
+    return j
+
+
+def affinity_keys(key: str, categories: Sequence[str], trace_ids: Sequence[str], client_of: np.ndarray,
+                  clients: int) -> tuple[np.ndarray, int]:
+    """Each request's affinity key as a number, and how many keys: a category or trace numbered in first-seen order;
+    a closed loop's client is its number (`client_of` itself, which the clients fill as they submit)."""
+    if key == "client":
+        return client_of, clients
+    values = categories if key == "category" else trace_ids
+    ids: dict = {}
+    out = np.array([ids.setdefault(v, len(ids)) for v in values], dtype=np.int64)
+    return out, len(ids)
+
+
+class ReplicaLoad(Protocol):
+    """What a router may read from a replica at routing time."""
+
+    def outstanding(self) -> int:
+        """Requests routed to it and not finished (queued, waiting or running)."""
+
+    def kv_load(self) -> float:
+        """replica_kv_load: KV blocks in use plus the blocks its waiting prompts need, as a fraction of its pool."""
+
+    @property
+    def max_num_seqs(self) -> int:
+        """Sequences it runs at once (PSD: both sub-batches)."""
 
 
 class Router:
-    """A router by name: route_rule of its kind over what each replica shows, and the state it keeps (the requests
-    routed so far; affinity's home replica per key and its overflows: requests sent elsewhere because their key's
-    replica was full)."""
+    """A router by name (its RouterSpec) over its bookkeeping (RouterState) and each request's affinity key: it reads
+    what the replicas show and calls route_request."""
 
-    name = ""
-    kind = -1
+    def __init__(self, spec: RouterSpec, state: RouterState, key_id: np.ndarray) -> None:
+        self.name, self.kind = spec.name, ROUTER_CODES[spec.name]
+        self.max_outstanding = spec.max_outstanding
+        self.state, self.key_id = state, key_id
 
-    def __init__(self) -> None:
-        self.routed = 0
-        self.home: dict[str | int, int] = {}
-        self.overflows = 0
+    @property
+    def routed(self) -> int:
+        return int(self.state.totals[0])
 
-    def route(self, req: RequestInfo, replicas: Sequence[ReplicaLoad]) -> int:
+    @property
+    def overflows(self) -> int:
+        """Affinity's requests sent away from their key's full home replica."""
+        return int(self.state.totals[1])
+
+    def limits(self, replicas: Sequence[ReplicaLoad]) -> np.ndarray:
+        """Per replica, the outstanding requests below which it has room for its affinity keys (`max_outstanding`,
+        default its max_num_seqs)."""
+        return np.array([self.max_outstanding or r.max_num_seqs for r in replicas], dtype=np.int64)
+
+    def route(self, i: int, replicas: Sequence[ReplicaLoad]) -> int:
+        """The replica request `i` goes to, from what each replica shows now."""
         n = len(replicas)
         outstanding = np.array([r.outstanding() for r in replicas], dtype=np.int64)
         kv = np.array([r.kv_load() for r in replicas]) if self.kind == LKV else np.zeros(n)
-        key = getattr(req, self.key) if self.kind == AFF else None
         limit = self.limits(replicas) if self.kind == AFF else np.zeros(n, dtype=np.int64)
-        j, home, overflow = route_rule(self.kind, self.routed, outstanding, kv, self.home.get(key, -1), limit)
-        if self.kind == AFF:
-            self.home[key] = home
-        self.overflows += overflow
-        self.routed += 1
-        return j
-
-
-class RoundRobin(Router):
-    """The i-th request routed goes to replica i mod N, whatever their state."""
-
-    name, kind = "round_robin", RR
-
-
-class LeastOutstanding(Router):
-    """Fewest routed-but-unfinished requests (as Vidur's `lor` global scheduler)."""
-
-    name, kind = "least_outstanding", LO
-
-
-class LeastKV(Router):
-    """Lowest KV load fraction; ties to fewer outstanding requests, then the lower index."""
-
-    name, kind = "least_kv", LKV
-
-
-class Affinity(Router):
-    """Requests with the same key go to the replica the key was first sent to while that replica has room
-    (outstanding below `max_outstanding`, default its max_num_seqs); otherwise, and for a new key, the
-    least-outstanding replica. A key keeps its first replica (an overflow does not move it)."""
-
-    name, kind = "affinity", AFF
-
-    def __init__(self, key: str, max_outstanding: int | None = None) -> None:
-        super().__init__()
-        self.key = key
-        self.max_outstanding = max_outstanding
-
-    def limits(self, replicas: Sequence[ReplicaLoad]) -> np.ndarray:
-        """Per replica, the outstanding requests below which it has room for its keys."""
-        return np.array([self.max_outstanding or r.max_num_seqs for r in replicas], dtype=np.int64)
-
-
-def make_router(spec: RouterSpec) -> Router:
-    """A fresh router (routers keep state: the round-robin pointer, affinity homes)."""
-    if spec.name == "round_robin":
-        return RoundRobin()
-    if spec.name == "least_outstanding":
-        return LeastOutstanding()
-    if spec.name == "least_kv":
-        return LeastKV()
-    return Affinity(spec.affinity_key, spec.max_outstanding)
+        return route_request(self.kind, self.state, i, int(self.key_id[i]), outstanding, kv, limit)

@@ -14,7 +14,6 @@ replays these processes' events, in SimPy's order, in one call instead (`cluster
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -26,7 +25,7 @@ from simulator.engine.arrivals import ClosedLoopArrivals, arrivals_for
 from simulator.cluster.compiled_cluster import CompiledCluster, cluster_ineligible_reason
 from simulator.cluster.config import RouterSpec
 from simulator.measure.metrics import summarize
-from simulator.cluster.router import RequestInfo, kv_load_fraction, make_router
+from simulator.cluster.router import Router, RouterState, affinity_keys, new_router_state, replica_kv_load
 from simulator.engine.server import Server, SimResult
 from simulator.engine.workload_arrays import EngineWorkload, SimInputs
 
@@ -34,10 +33,11 @@ from simulator.engine.workload_arrays import EngineWorkload, SimInputs
 class ReplicaArrivals:
     """A replica's arrival source: the requests the router assigned to it, in routing order.
 
-    An idle replica sleeps until the cluster's next arrival (whichever replica it goes to), or, when none is
-    known yet (a closed loop whose clients are all busy), until a push. Arrivals reach the cluster in time order
-    (open loop: sorted; closed loop: finish time + a constant think time), so a replica sleeping until the next
-    arrival never misses an earlier one.
+    A push hands the request to the replica's kernel records at once (CompiledReplica.take), so the router's next
+    read of the replica counts it. An idle replica sleeps until the cluster's next arrival (whichever replica it goes
+    to), or, when none is known yet (a closed loop whose clients are all busy), until a push. Arrivals reach the
+    cluster in time order (open loop: sorted; closed loop: finish time + a constant think time), so a replica sleeping
+    until the next arrival never misses an earlier one.
     """
 
     routed = True  # a router's pushes: the server may take the compiled path (simulator/engine/compiled_replica.py)
@@ -46,13 +46,13 @@ class ReplicaArrivals:
         self.env = env
         self.cluster: "ClusterSimulation | None" = None  # set by the cluster that receives the server
         self.replica = -1
+        self.engine = None  # the replica's CompiledReplica
         self.arrival: np.ndarray | None = None
-        self.queue: deque[int] = deque()
         self._event: simpy.Event | None = None
 
-    def bind(self, cluster: "ClusterSimulation", replica: int) -> None:
-        """The cluster routing to this source, and the replica's index in it."""
-        self.cluster, self.replica = cluster, replica
+    def bind(self, cluster: "ClusterSimulation", replica: int, engine) -> None:
+        """The cluster routing to this source, the replica's index in it and its CompiledReplica."""
+        self.cluster, self.replica, self.engine = cluster, replica, engine
 
     def attach(self, arrival: np.ndarray) -> None:
         """The replica's arrival-time array, filled as requests are routed to it."""
@@ -62,16 +62,15 @@ class ReplicaArrivals:
     def push(self, i: int, t: float) -> None:
         """The router gives request `i` (arrived at `t`) to this replica."""
         self.arrival[i] = t
-        self.queue.append(i)
+        self.engine.take((i,))
         if self._event is not None and not self._event.triggered:
             self._event.succeed()
 
-    def pull(self, now: float) -> deque[int]:
-        """Everything routed here so far (routing everything due by `now` first)."""
+    def pull(self, now: float) -> tuple[int, ...]:
+        """Route everything due by `now` (the pushes hand this replica its own): nothing is left to pull."""
         self._event = None
         self.cluster.route_due(now)
-        out, self.queue = self.queue, deque()
-        return out
+        return ()
 
     def next_time(self) -> float | None:
         return self.cluster.source.next_time()
@@ -98,29 +97,28 @@ class ReplicaArrivals:
 class Replica:
     """One server of the cluster and the load a router may read from it (simulator.cluster.router.ReplicaLoad)."""
 
-    def __init__(self, server: Server, arrivals: ReplicaArrivals):
+    def __init__(self, server: Server, arrivals: ReplicaArrivals, routing: RouterState, index: int):
         self.server, self.arrivals = server, arrivals
-        self.routed = 0
-        pool = server.sched.pool
-        self._prompt_blocks = pool.blocks_for(server.wl.prompt_len)
+        self.routing, self.index = routing, index
 
     @property
     def max_num_seqs(self) -> int:
         return self.server.max_num_seqs
 
+    @property
+    def routed(self) -> int:
+        """Requests routed to it so far."""
+        return int(self.routing.routed_to[self.index])
+
     def outstanding(self) -> int:
         return self.routed - self.server.state.n_finished
 
     def kv_load(self) -> float:
-        st, pool, q = self.server.state, self.server.sched.pool, self.arrivals.queue
-        need = 0
-        if self.server.compiled is not None:  # its requests not admitted yet, as the kernel holds them
-            need += int(self._prompt_blocks[self.server.compiled.waiting()].sum())
-        elif st.n_waiting:
-            need += int(self._prompt_blocks[st.waiting_array()].sum())
-        if q:
-            need += int(self._prompt_blocks[np.fromiter(q, dtype=np.int64, count=len(q))].sum())
-        return kv_load_fraction(pool.used, need, pool.total_blocks)
+        """router.replica_kv_load over its kernel records (KV in use as shown: a step in flight holds its plan's)."""
+        c, pool = self.server.compiled, self.server.sched.pool
+        rs = c.rs
+        return replica_kv_load(pool.used, c.cum, int(rs.submitted), int(rs.admit), c.req.requeued, int(rs.requeued),
+                               pool.total_blocks)
 
 
 @dataclass
@@ -153,21 +151,28 @@ class ClusterSimulation:
         check_router_workload(router, workload)
         self.env = env
         self.wl, self.table, self.spec = workload, inputs.table, router
-        self.router = make_router(router)
         self.arrival = workload.arrival.astype(np.float64).copy()
         self.source = arrivals_for(workload, self.arrival)
         self.closed_loop = isinstance(self.source, ClosedLoopArrivals)
+        if router.name == "affinity":
+            client_of = self.source.client_of if self.closed_loop else np.full(len(workload), -1, dtype=np.int64)
+            key_id, keys = affinity_keys(router.affinity_key, workload.categories,
+                                         [self.table.trace_ids[int(t)] for t in workload.trace_index], client_of,
+                                         workload.closed_loop_clients)
+        else:
+            key_id, keys = np.zeros(len(workload), dtype=np.int64), 1
         self.assigned = np.full(len(workload), -1, dtype=np.int64)
-        self.n_routed = 0
+        self.routing = new_router_state(len(servers), keys, self.assigned)
+        self.router = Router(router, self.routing, key_id)
         self.replicas: list[Replica] = []
         for j, srv in enumerate(servers):
             if srv.env is not env or not isinstance(srv.arrivals, ReplicaArrivals) or srv.wl is not workload:
                 raise ValueError(f"cluster replica {j}: a server must live in the cluster's Environment, pull from a "
                                  "ReplicaArrivals and serve the cluster's workload")
-            srv.arrivals.bind(self, j)
+            srv.arrivals.bind(self, j, srv.compiled)
             if on_step is not None:
                 srv.on_step = lambda _: on_step(self.n_finished)
-            self.replicas.append(Replica(srv, srv.arrivals))
+            self.replicas.append(Replica(srv, srv.arrivals, self.routing, j))
         self._wake: simpy.Event | None = None
         # the compiled cluster loop (simulator/cluster/compiled_cluster.py) routes and steps every replica in one
         # call where it can (None); else the router process below and each replica's own process
@@ -176,26 +181,18 @@ class ClusterSimulation:
         self.env.process(self._router_loop() if self.compiled is None else self.compiled.drive())
 
     @property
+    def n_routed(self) -> int:
+        return self.router.routed
+
+    @property
     def n_finished(self) -> int:
         return sum(r.server.state.n_finished for r in self.replicas)
 
     def route_due(self, now: float) -> None:
         """Route every request that has arrived by `now` and is not routed yet, in arrival order."""
         for i in self.source.pull(now):
-            self._route(int(i))
-
-    def _route(self, i: int) -> None:
-        wl = self.wl
-        client = int(self.source.client_of[i]) if self.closed_loop else -1
-        info = RequestInfo(i, wl.categories[i], self.table.trace_ids[int(wl.trace_index[i])], client)
-        j = self.router.route(info, self.replicas)
-        if not 0 <= j < len(self.replicas):
-            raise RuntimeError(f"router {self.router.name!r} chose replica {j} of {len(self.replicas)}")
-        self.assigned[i] = j
-        self.n_routed += 1
-        rep = self.replicas[j]
-        rep.routed += 1
-        rep.arrivals.push(i, float(self.arrival[i]))
+            j = self.router.route(int(i), self.replicas)
+            self.replicas[j].arrivals.push(int(i), float(self.arrival[i]))
 
     def quiet_until(self, now: float) -> float:
         """The earliest time from `now` at which a request may be routed (the router reads every replica then): the
@@ -287,7 +284,7 @@ class ClusterSimulation:
             "num_draft_gpus": sum(int(e["num_draft_gpus"]) for e in ex),
         }
         if self.spec.name == "affinity":
-            out["affinity_overflows"] = int(self.router.overflows)
+            out["affinity_overflows"] = self.router.overflows
         return out
 
 

@@ -52,6 +52,22 @@ def exact_delays(now: float, end: float) -> list[float]:
             now = now + now
 
 
+def submit_request(dst, gidx, cum, rs, src, i, blocks):
+    """Request `i` of `src` (a Workload in the workload's numbering) becomes a replica's next request in `dst` (its
+    Workload, in routing order; `rs` its RUN_STATE record counts them in `submitted`): its arrival, lengths and trace
+    positions, its workload index in `gidx`, and its prompt's KV `blocks` added to the prefix sums `cum` (which the
+    router's KV load reads, router.replica_kv_load)."""
+    k = rs.submitted
+    gidx[k] = i
+    dst.arrival[k] = src.arrival[i]
+    dst.prompt[k] = src.prompt[i]
+    dst.out[k] = src.out[i]
+    dst.first[k] = src.first[i]
+    dst.last[k] = src.last[i]
+    cum[k + 1] = cum[k] + blocks
+    rs.submitted = k + 1
+
+
 CHAIN = 4  # a run's last SimPy events (a step's end, a gap's end) the replica's process waits through (loop)
 
 
@@ -71,6 +87,8 @@ class CompiledReplica(CompiledRun):
         self.prompt_all = srv.wl.prompt_len.astype(np.int64)
         self.out_all = srv.wl.output_len.astype(np.int64)
         self.first_all, self.last_all = self.first, self.last
+        self.prompt_blocks = srv.sched.pool.blocks_for(srv.wl.prompt_len).astype(np.int64)
+        self.cum = np.zeros(n + 1, dtype=np.int64)  # prompt blocks of its first k routed requests (submit_request)
 
         def z():
             return np.zeros(n, dtype=np.int64)
@@ -81,6 +99,9 @@ class CompiledReplica(CompiledRun):
                             *(np.full(n, np.nan) for _ in range(4)), z(), z(), z(), np.full(n, -1, dtype=np.int64),
                             z(), np.zeros(srv.max_num_seqs, dtype=np.int64))
         self.pol = self.policy_state(n)
+        # its requests as pushed, in the workload's numbering (what submit_request copies from)
+        self.source = Workload(srv.state.arrival, self.work.client_of, self.prompt_all, self.out_all, self.first_all,
+                               self.last_all)
         if self.psd:
             self._psd_records(np.full(n, -1, dtype=np.int64))  # its requests' sides (its numbering), -1 till they join
         self.state = new_state(used=srv.sched.pool.used, peak=srv.sched.pool.used)
@@ -99,28 +120,14 @@ class CompiledReplica(CompiledRun):
     def n_known(self) -> int:
         return int(self.rs.submitted)
 
-    def waiting(self) -> np.ndarray:
-        """Workload indices routed here and waiting (RequestState.waiting_array once settled; pulled or not): the
-        preempted ones first, then those not yet admitted."""
-        return self.gidx[np.concatenate([self._requeued(), np.arange(int(self.rs.admit), self.n_known)])]
-
     def _requeued(self) -> np.ndarray:
         """The replica's preempted requests (its numbering), at the waiting queue's front in order."""
         return self.req.requeued[:int(self.rs.requeued)].copy()
 
-    def _take(self, pulled) -> None:
-        """Requests the router pushed (workload indices, routing order) become the kernel's next requests."""
-        if not pulled:
-            return
-        idx = np.fromiter(pulled, dtype=np.int64, count=len(pulled))
-        k = self.n_known
-        sl = slice(k, k + len(idx))
-        self.gidx[sl] = idx
-        w = self.work
-        w.arrival[sl] = self.srv.state.arrival[idx]
-        w.prompt[sl], w.out[sl] = self.prompt_all[idx], self.out_all[idx]
-        w.first[sl], w.last[sl] = self.first_all[idx], self.last_all[idx]
-        self.rs.submitted = k + len(idx)
+    def take(self, pulled) -> None:
+        """Requests pushed to it (workload indices, routing order) become the kernel's next requests."""
+        for i in pulled:
+            submit_request(self.work, self.gidx, self.cum, self.rs, self.source, int(i), int(self.prompt_blocks[i]))
 
     def _idle(self) -> bool:
         rs = self.rs
@@ -153,7 +160,7 @@ class CompiledReplica(CompiledRun):
             if gap:
                 yield env.timeout(gap)
             rs.busy = 0
-            self._take(arrivals.pull(env.now))
+            self.take(arrivals.pull(env.now))
             if self._idle():
                 yield srv._idle()
                 continue
