@@ -199,9 +199,8 @@ class CompiledCluster:
     def _call(self, next_check: int) -> int:
         c0, big = self.comp[0], self.stacked
         code = self.cker.run_cluster(self.routing, self.cluster.routing, self.cset, self.cstate, self.ev, self.views,
-                                     next_check,
-                                     c0.replay, c0.costs, self.settings, big["work"], self.state, big["req"],
-                                     big["pol"], self.bufs, self.scratch, self.psd)
+                                     next_check, c0.replay, c0.costs, self.settings, big["work"], self.state,
+                                     big["req"], big["pol"], self.bufs, self.scratch, self.psd)
         self.calls += 1
         return int(code)
 
