@@ -171,7 +171,7 @@ class CompiledCluster:
         self.ev.kind[N], self.ev.kind[N + 1] = cker.K_R_BODY, cker.K_NONE
         self.ev.time[:N + 1] = float(cluster.env.now)
         self.cstate = new_state(cker.CLUSTER_STATE, eid=N + 1, resume_rep=-1, full_rep=-1,
-                                next=source.submitted if closed else n, rmode=cker.R_RUNNING)
+                                next=source.submitted, rmode=cker.R_RUNNING)
         self.cs = self.cstate[0]
 
         def z():
@@ -245,10 +245,7 @@ class CompiledCluster:
         times (the router's state is the cluster's own, written in place), and each replica's first tokens, finishes
         and finished count, without those of a step still in flight."""
         cl, cs = self.cluster, self.cs
-        if cl.closed_loop:
-            cl.source.resume(int(cs.next), int(cs.src))
-        else:
-            cl.source.resume(int(cs.src))
+        cl.source.resume(int(cs.src), int(cs.next))
         for j, (rep, c) in enumerate(zip(cl.replicas, self.comp)):
             st = rep.server.state
             k = int(c.rs.submitted)

@@ -8,7 +8,7 @@ condition event that resumes it). A closed loop's finishes submit their clients'
 kernel's order of them. A replica's step is planned and applied by ONE call of compiled_kernel.run_steps at the step's
 start; until its end event the replica shows what a replica's own process shows while it is in flight (KV after the
 step's plan, its finishes not yet), so a routing reads the same outstanding requests and KV load. A routing calls the
-functions the router process calls (router.route_request, router.replica_kv_load, compiled_replica.submit_request),
+functions the router process calls (router.route_request, router.replica_kv_load, kernel_records.submit_request),
 compiled. All state lives in the records passed in: the cluster's own (Routing, ClusterSettings, the CLUSTER_STATE
 record, Processes, ReplicaViews) and the replicas' kernel records (simulator/engine/kernel_records.py), stacked along a
 first axis of replicas, from which each replica's own records are taken for its run_steps call. So the caller may empty
@@ -28,7 +28,7 @@ import simulator.engine.compiled_kernel as ker
 import simulator.engine.compiled_psd_kernel as pker
 from simulator.cluster.router import (LKV, affinity_rule, least_kv_rule, least_outstanding_rule, replica_kv_load,
                                       round_robin_rule, route_request, route_rule)
-from simulator.engine.compiled_replica import submit_request
+from simulator.engine.kernel_records import submit_request
 from simulator.engine.kernel_records import (PolicyState, PSDCarry, PSDScratch, PSDSettings, Requests, StepBuffers,
                                              StepRows, Workload)
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
@@ -152,7 +152,8 @@ def _route_due(now, rt, router, cset, cs, ev, views, settings, state, work, req,
     submit_request hands it to that replica's records, which wakes the replica if it waits for a push."""
     N = len(views.push_wait)
     src = rt.requests
-    while cs.src < cs.next and src.arrival[cs.src] <= now:
+    due = ker.pull_due(src.arrival, cs.src, cs.next, now)
+    while cs.src < due:
         i = cs.src
         cs.src += 1
         for j in range(N):
@@ -263,11 +264,8 @@ def run_cluster(rt, router, cset, cstate, ev, views, next_check, replay, costs, 
                 if cset.closed:  # ClusterSimulation.on_finish, in the kernel's order: the client's next request
                     for t in range(views.flight_fin[j]):
                         i = views.fin_list[j, t]
-                        if cs.next < n:  # ClosedLoopArrivals._submit
-                            x = cs.next
-                            rt.requests.arrival[x] = now + cset.think
-                            rt.requests.client_of[x] = rt.requests.client_of[i]
-                            cs.next = x + 1
+                        cs.next = ker.submit_next(rt.requests.arrival, rt.requests.client_of, cs.next,
+                                                  now + cset.think, rt.requests.client_of[i])
                         if cs.wake_armed == 1:  # the router's wake fires
                             cs.wake_armed = 0
                             _schedule(ev, cs, N + 1, now, NORMAL, K_R_WAKE)

@@ -1,47 +1,45 @@
 """Where a server's requests come from: a time-ordered source it pulls from at each step.
 
 - `OpenLoopArrivals`: all arrival times known up front (sorted); a pointer walks them.
-- `ClosedLoopArrivals`: N clients; a client's next request arrives `think_time` after its last finishes.
+- `ClosedLoopArrivals`: N clients; a client's next request arrives `think_time` after its last finishes (in time
+  order, so a pointer walks them too).
 - `PushedArrivals`: requests pushed by someone else in the same SimPy Environment (a router); the
   server waits on `wakeup()` when it has nothing to do.
 All three write the arrival time into the server's `arrival` array and keep SimPy events per step.
 """
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 import simpy
 
+from simulator.engine.rules.arrivals import pull_due, submit_next
+
 
 class OpenLoopArrivals:
-    """Arrival times known in advance (non-decreasing)."""
+    """Arrival times known in advance (non-decreasing): a pointer walks them (rules/arrivals.py)."""
 
     def __init__(self, arrival: np.ndarray):
         self.arrival = arrival
+        self.submitted = len(arrival)  # the arrivals known
         self._ptr = 0
 
     def pull(self, now: float) -> range:
         """Requests that have arrived by `now` and were not pulled before."""
-        arr, p = self.arrival, self._ptr
-        n = len(arr)
-        q = p
-        while q < n and arr[q] <= now:
-            q += 1
-        self._ptr = q
-        return range(p, q)
+        p = self._ptr
+        self._ptr = pull_due(self.arrival, p, self.submitted, now)
+        return range(p, self._ptr)
 
     def next_time(self) -> float | None:
-        return float(self.arrival[self._ptr]) if self._ptr < len(self.arrival) else None
+        return float(self.arrival[self._ptr]) if self._ptr < self.submitted else None
 
     @property
     def pulled(self) -> int:
         """How many arrivals were pulled so far (they are pulled in order)."""
         return self._ptr
 
-    def resume(self, pulled: int) -> None:
-        """Continue after a compiled run that pulled the first `pulled` arrivals."""
-        self._ptr = int(pulled)
+    def resume(self, pulled: int, submitted: int) -> None:
+        """Continue after a compiled run that pulled the first `pulled` arrivals, `submitted` of them known."""
+        self._ptr, self.submitted = int(pulled), int(submitted)
 
     def on_finish(self, i: int, t: float) -> None:
         pass
@@ -50,54 +48,22 @@ class OpenLoopArrivals:
         return None
 
 
-class ClosedLoopArrivals:
-    """N clients, each sends its next request when its previous one finishes (after think time)."""
+class ClosedLoopArrivals(OpenLoopArrivals):
+    """N clients, each sends its next request when its previous one finishes (after think time). Requests are
+    numbered in the order the clients send them, and finishes come in time order, so their times are in order too."""
 
     def __init__(self, arrival: np.ndarray, clients: int, think_time: float):
-        self.arrival = arrival
+        super().__init__(arrival)
         self.arrival[:] = np.nan
         self.think_time = think_time
         self.client_of = np.full(len(arrival), -1, dtype=np.int64)
-        self._heap: list[tuple[float, int]] = []
-        self._next = 0
+        self.submitted = 0
         for c in range(min(clients, len(arrival))):
-            self._submit(0.0, c)
-
-    def _submit(self, t: float, client: int) -> None:
-        i = self._next
-        if i >= len(self.arrival):
-            return
-        self._next += 1
-        self.client_of[i] = client
-        self.arrival[i] = t
-        heapq.heappush(self._heap, (t, i))
-
-    @property
-    def submitted(self) -> int:
-        """How many requests the clients have sent so far (numbered in order)."""
-        return self._next
-
-    def resume(self, submitted: int, pulled: int) -> None:
-        """Continue after a compiled run: `submitted` requests sent (times in `arrival`, clients in `client_of`), the
-        first `pulled` of them taken; the rest are pending."""
-        self._next = int(submitted)
-        self._heap = [(float(self.arrival[i]), i) for i in range(int(pulled), self._next)]
-        heapq.heapify(self._heap)
-
-    def pull(self, now: float) -> list[int]:
-        out = []
-        while self._heap and self._heap[0][0] <= now:
-            out.append(heapq.heappop(self._heap)[1])
-        return out
-
-    def next_time(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
+            self.submitted = submit_next(self.arrival, self.client_of, self.submitted, 0.0, c)
 
     def on_finish(self, i: int, t: float) -> None:
-        self._submit(t + self.think_time, int(self.client_of[i]))
-
-    def wakeup(self):
-        return None
+        self.submitted = submit_next(self.arrival, self.client_of, self.submitted, t + self.think_time,
+                                     int(self.client_of[i]))
 
 
 class PushedArrivals:

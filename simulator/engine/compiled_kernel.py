@@ -78,6 +78,7 @@ from policies.combine import combine_adaptive_rule, combine_match_rule  # noqa: 
 from policies.exact_plan import cost_ceiling, drafted_costs_ok, least_cost_actions, positive_cost  # noqa: E402
 from simulator.costs import roofline, step_model  # noqa: E402
 from simulator.costs.latency import linear_step_time, table_step_time  # noqa: E402
+from simulator.engine.rules import arrivals as arrival_rules  # noqa: E402
 from simulator.engine.rules import emission as emission_rules, finish as finish_rules, kv as kv_rules  # noqa: E402
 from simulator.engine.rules import pricing, psd_sides, psd_timing  # noqa: E402
 from simulator.engine.rules import sampled as sampled_rules  # noqa: E402
@@ -101,6 +102,8 @@ register_jitable(kv_rules.decode_hold)
 emit_decoded = njit(cache=True)(emission_rules.emit_decoded)
 advance_prefills = njit(cache=True)(emission_rules.advance_prefills)
 release_finished = njit(cache=True)(finish_rules.release_finished)
+pull_due = njit(cache=True)(arrival_rules.pull_due)  # the arrivals due (the cluster loop's too)
+submit_next = njit(cache=True)(arrival_rules.submit_next)  # a closed loop's next request (the cluster loop's too)
 kv_growth = njit(cache=True)(kv_rules.kv_growth)
 add_blocks = njit(cache=True)(kv_rules.add_blocks)
 preempt_keep = njit(cache=True)(kv_rules.preempt_keep)  # how many running requests keep running
@@ -403,18 +406,15 @@ def _bd_rewards(idx, n, slot, proposed, tv, first, gen, last, reward):
 
 
 @njit(cache=True)
-def _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin, closed, n_sub, n, arrival, client_of,
+def _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin, closed, n_sub, arrival, client_of,
                      think):
     """The step's finished requests: the finish rules (rules/finish.release_finished, rules/queue.drop_finished) and,
-    closed loop, each client's next request (ClosedLoopArrivals.on_finish). Returns (used, n_run, n_fin, n_sub)."""
+    closed loop, each client's next request (rules/arrivals.submit_next). Returns (used, n_run, n_fin, n_sub)."""
     used -= release_finished(done, n_done, now, finish, blocks)
     n_fin += n_done
     if closed:
         for j in range(n_done):
-            if n_sub < n:
-                arrival[n_sub] = now + think
-                client_of[n_sub] = client_of[done[j]]
-                n_sub += 1
+            n_sub = submit_next(arrival, client_of, n_sub, now + think, client_of[done[j]])
     return used, drop_finished(run, n_run, finish), n_fin, n_sub
 
 
@@ -423,7 +423,7 @@ def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, nq, admit, 
           stop_finished, routed):
     """Both kernels' engine-loop turn before a step (a server's turn between steps, as SimPy events): the rules'
     engine-loop gap after a busy step (hidden behind the last forward under async scheduling), the arrivals due
-    pulled (OpenLoopArrivals.pull / ClosedLoopArrivals.pull: submissions in index order, their times in order), an
+    pulled (rules/arrivals.pull_due: submissions in index order, their times in order), an
     idle wait for the next one (Server._idle). Returns (code, now, ptr, busy): STEP to take a step at `now`; PAUSED
     once this call took a step (`stepped`) and the next would start at or after `until` (the gap not yet taken; a
     replica's caller takes the gap before a call, so a call never starts busy), or a replica (`routed`) is idle with no arrival known; FULL without `room` in the
@@ -442,8 +442,7 @@ def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, nq, admit, 
         if wait > 0.0:
             now = now + wait
         busy = 0
-        while ptr < n_sub and arrival[ptr] <= now:
-            ptr += 1
+        ptr = pull_due(arrival, ptr, n_sub, now)
         if n_run > 0 or nq > 0 or admit < ptr:
             return STEP, now, ptr, busy
         if ptr >= n_sub:
@@ -517,7 +516,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
     st = state[0]
     busy = st.busy
     forward = st.forward
-    n_sub = st.submitted  # arrivals known so far (open loop: all; closed loop: ClosedLoopArrivals._next)
+    n_sub = st.submitted  # arrivals known so far (open loop: all; closed loop: those its clients sent)
     ptr, nq, admit, n_run, n_fin = st.ptr, st.requeued, st.admit, st.n_run, st.finished
     step_no, used, peak, r, ni = st.step, st.used, st.peak, st.rows, st.itl
     now = st.now
@@ -872,7 +871,7 @@ def run_steps(wl, replay, costs, settings, state, req, pol, bufs, scratch, stop_
                 r += 1
         if n_done > 0:
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin,
-                                                         closed, n_sub, n, arrival, client_of, think)
+                                                         closed, n_sub, arrival, client_of, think)
             if policy == POL_PLAN:
                 _free_plans(done, n_done, plan_row, plan_free)
         if policy == POL_GIVEN:  # what the Python policy hears of next (compiled_run.CompiledRun._heard)

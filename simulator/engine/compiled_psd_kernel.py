@@ -446,7 +446,7 @@ def run_psd_steps(wl, replay, costs, settings, psd_cfg, state, psd_state, carry,
             vs = next_verify_side(vs, nv, nd)
         if n_done > 0:
             used, n_run, n_fin, n_sub = _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin,
-                                                         closed, n_sub, n, arrival, client_of, think)
+                                                         closed, n_sub, arrival, client_of, think)
         if given:  # what the Python policy hears of next: the verified side (compiled_run.CompiledRun._heard)
             st.decoded, st.prefilled, st.ended, st.pending = nv, n_pre, n_done, 1
             scratch.heard[:nv] = V[:nv]  # the next step's split takes V before the policy hears

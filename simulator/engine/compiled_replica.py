@@ -19,7 +19,7 @@ import numpy as np
 from simulator.engine import compiled_run
 from simulator.engine.compiled_run import CompiledRun
 from simulator.engine.kernel_records import (Requests, Workload, new_state, rows_head, scratch_buffers,
-                                             settings_record, step_buffers)
+                                             settings_record, step_buffers, submit_request)
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 
 
@@ -50,22 +50,6 @@ def exact_delays(now: float, end: float) -> list[float]:
                 raise
             out.append(now)
             now = now + now
-
-
-def submit_request(dst, gidx, cum, rs, src, i, blocks):
-    """Request `i` of `src` (a Workload in the workload's numbering) becomes a replica's next request in `dst` (its
-    Workload, in routing order; `rs` its RUN_STATE record counts them in `submitted`): its arrival, lengths and trace
-    positions, its workload index in `gidx`, and its prompt's KV `blocks` added to the prefix sums `cum` (which the
-    router's KV load reads, router.replica_kv_load)."""
-    k = rs.submitted
-    gidx[k] = i
-    dst.arrival[k] = src.arrival[i]
-    dst.prompt[k] = src.prompt[i]
-    dst.out[k] = src.out[i]
-    dst.first[k] = src.first[i]
-    dst.last[k] = src.last[i]
-    cum[k + 1] = cum[k] + blocks
-    rs.submitted = k + 1
 
 
 CHAIN = 4  # a run's last SimPy events (a step's end, a gap's end) the replica's process waits through (loop)

@@ -552,7 +552,7 @@ class CompiledRun:
         srv = self.srv
         st, wl, n = srv.state, srv.wl, len(srv.wl)
         arr = srv.arrivals
-        state = new_state(submitted=arr.submitted if self.closed else n, now=srv.env.now)
+        state = new_state(submitted=arr.submitted, now=srv.env.now)
         rec = state[0]  # the kernel's scalars, read and reset here between calls
         client_of = arr.client_of if self.closed else np.zeros(1, dtype=np.int64)
         # the request state the kernel writes (in place: a step hook's snapshot reads it mid-run)
@@ -803,10 +803,7 @@ class CompiledRun:
         st, log, pool = srv.state, srv.log, srv.sched.pool
         dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
         ptr = int(rec.ptr)
-        if self.closed:  # submitted, not yet pulled: pending; ids in order, as the clients number them
-            srv.arrivals.resume(int(rec.submitted), ptr)
-        else:
-            srv.arrivals.resume(ptr)
+        srv.arrivals.resume(ptr, int(rec.submitted))  # a closed loop's clients number their requests in order
         st.n_run, st.nq, st.admit, st.ptr = int(rec.n_run), int(rec.requeued), int(rec.admit), ptr  # in place
         st.started[~np.isnan(st.first_token)] = True
         st.n_finished = int(rec.finished)

@@ -359,3 +359,19 @@ def new_state(dtype: np.dtype = RUN_STATE, **values) -> np.recarray:
     for name, v in values.items():
         state[name][0] = v
     return state
+
+
+def submit_request(dst, gidx, cum, rs, src, i, blocks):
+    """Request `i` of `src` (a Workload in the workload's numbering) becomes a replica's next request in `dst` (its
+    Workload, in routing order; `rs` its RUN_STATE record counts them in `submitted`): its arrival, lengths and trace
+    positions, its workload index in `gidx`, and its prompt's KV `blocks` added to the prefix sums `cum` (which the
+    router's KV load reads, router.replica_kv_load)."""
+    k = rs.submitted
+    gidx[k] = i
+    dst.arrival[k] = src.arrival[i]
+    dst.prompt[k] = src.prompt[i]
+    dst.out[k] = src.out[i]
+    dst.first[k] = src.first[i]
+    dst.last[k] = src.last[i]
+    cum[k + 1] = cum[k] + blocks
+    rs.submitted = k + 1

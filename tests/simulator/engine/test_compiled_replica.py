@@ -20,8 +20,7 @@ from simulator.cluster import compiled_cluster
 from simulator.cluster.config import ClusterSpec
 from simulator.engine import compiled_run
 from simulator.engine.acceptance_table import AcceptanceTable
-from simulator.engine.compiled_replica import exact_delay, exact_delays, submit_request
-from simulator.engine.kernel_records import Workload, new_state
+from simulator.engine.compiled_replica import exact_delay, exact_delays
 from simulator.engine.simulation import ServerSimulation
 from simulator.engine.workload_arrays import EngineWorkload
 from simulator.scenario import SimInputs, make_cluster_scenario, simulation
@@ -476,23 +475,3 @@ def test_a_request_routed_exactly_at_a_steps_end_joins_the_next_step(mode):
         assert (req.loc["r0", "first_token_time"], req.loc["r1", "first_scheduled_time"],
                 req.loc["r1", "first_token_time"]) == (0.25, 0.25, first_token), loop
 
-
-def test_submit_request_appends_the_request_in_routing_order():
-    """Hand-worked: workload requests 2 then 0 (prompt blocks 4 and 1) routed to a replica that holds none: they
-    become its requests 0 and 1 with their arrival, lengths and trace positions, workload indices 2 and 0, prompt
-    block prefix sums 0, 4, 5, and 2 submitted; compiled, the same."""
-    import simulator.cluster.compiled_cluster_kernel as cker
-
-    src = Workload(np.array([0.5, 1.0, 1.5]), np.zeros(1, dtype=np.int64), np.array([10, 20, 30]),
-                   np.array([5, 6, 7]), np.array([0, 100, 200]), np.array([99, 199, 299]))
-    got = []
-    for submit in (submit_request, cker._submit):
-        dst = Workload(np.full(3, -1.0), src.client_of, *(np.zeros(3, dtype=np.int64) for _ in range(4)))
-        gidx, cum, state = np.zeros(3, dtype=np.int64), np.zeros(4, dtype=np.int64), new_state()
-        submit(dst, gidx, cum, state[0], src, 2, 4)
-        submit(dst, gidx, cum, state[0], src, 0, 1)
-        assert list(dst.arrival[:2]) == [1.5, 0.5] and list(dst.prompt[:2]) == [30, 10]
-        assert list(dst.out[:2]) == [7, 5] and list(dst.first[:2]) == [200, 0] and list(dst.last[:2]) == [299, 99]
-        assert list(gidx[:2]) == [2, 0] and list(cum[:3]) == [0, 4, 5] and state[0].submitted == 2
-        got.append([list(a) for a in (*dst, gidx, cum)])
-    assert got[0] == got[1]

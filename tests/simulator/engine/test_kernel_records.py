@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from simulator.engine.kernel_records import (PSD_STATE, RUN_STATE, SETTINGS, PSDSettings, Settings, new_state,
-                                             settings_record, typed)
+from simulator.engine.kernel_records import (PSD_STATE, RUN_STATE, SETTINGS, PSDSettings, Settings, Workload,
+                                             new_state, settings_record, submit_request, typed)
 
 INTS = ("policy", "k", "nslot", "k_max", "max_seqs", "budget", "block_size", "total_blocks", "min_match", "k_ngram",
         "k_eagle", "ngram_slot", "proposers", "arms", "bandit", "decode_budget", "lookahead")
@@ -106,3 +106,24 @@ print(len(compiled_kernel.run_steps.signatures), len(compiled_psd_kernel.run_psd
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["1", "1", "1"]
+
+
+def test_submit_request_appends_the_request_in_routing_order():
+    """Hand-worked: workload requests 2 then 0 (prompt blocks 4 and 1) routed to a replica that holds none: they
+    become its requests 0 and 1 with their arrival, lengths and trace positions, workload indices 2 and 0, prompt
+    block prefix sums 0, 4, 5, and 2 submitted; compiled, the same."""
+    import simulator.cluster.compiled_cluster_kernel as cker
+
+    src = Workload(np.array([0.5, 1.0, 1.5]), np.zeros(1, dtype=np.int64), np.array([10, 20, 30]),
+                   np.array([5, 6, 7]), np.array([0, 100, 200]), np.array([99, 199, 299]))
+    got = []
+    for submit in (submit_request, cker._submit):
+        dst = Workload(np.full(3, -1.0), src.client_of, *(np.zeros(3, dtype=np.int64) for _ in range(4)))
+        gidx, cum, state = np.zeros(3, dtype=np.int64), np.zeros(4, dtype=np.int64), new_state()
+        submit(dst, gidx, cum, state[0], src, 2, 4)
+        submit(dst, gidx, cum, state[0], src, 0, 1)
+        assert list(dst.arrival[:2]) == [1.5, 0.5] and list(dst.prompt[:2]) == [30, 10]
+        assert list(dst.out[:2]) == [7, 5] and list(dst.first[:2]) == [200, 0] and list(dst.last[:2]) == [299, 99]
+        assert list(gidx[:2]) == [2, 0] and list(cum[:3]) == [0, 4, 5] and state[0].submitted == 2
+        got.append([list(a) for a in (*dst, gidx, cum)])
+    assert got[0] == got[1]
