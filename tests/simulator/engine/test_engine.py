@@ -100,6 +100,25 @@ def _closed_loop_throughput(res) -> float:
     return mid.emitted_tokens.sum() / (mid.end.max() - mid.end.min() + (mid.end - mid.start).iloc[0])
 
 
+@pytest.mark.parametrize("mode", ["ar", "sd", "psd"])
+def test_a_closed_loop_client_sends_its_next_request_think_time_after_its_last_finishes(mode):
+    """Hand-worked: one client, think time 0.5 s, every step 0.25 s (no draft cost, no acceptance: one token a
+    step). Request 0 arrives at 0 and finishes at 0.25 x its output length (its prefill step makes the first token);
+    the client sends request 1 at that finish + 0.5, the idle server schedules it at once and it finishes 0.25 x its
+    output length later; request 2 the same."""
+    traces = iid_traces(3, seed=4, rate=0.0)
+    wl = workload(traces, 3, rate=None, clients=1, think=0.5)
+    res = simulate(traces, wl, mode=mode, target=constant_profile(0.25), max_num_seqs=4).requests
+    out = wl.output_len.astype(float)
+    arrival, finish = [0.0], []
+    for i in range(3):
+        finish.append(arrival[i] + 0.25 * out[i])
+        arrival.append(finish[i] + 0.5)
+    assert list(res["arrival_time"]) == pytest.approx(arrival[:3], abs=1e-12)
+    assert list(res["first_scheduled_time"]) == pytest.approx(arrival[:3], abs=1e-12)
+    assert list(res["finish_time"]) == pytest.approx(finish, abs=1e-12)
+
+
 def test_psd_zero_draft_cost_equals_sd_zero_draft_cost():
     traces = iid_traces(30, seed=5, out=(200, 400))
     V = 0.01
