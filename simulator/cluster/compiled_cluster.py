@@ -177,7 +177,8 @@ class CompiledCluster:
         def z():
             return np.zeros(N, dtype=np.int64)
 
-        self.views = cker.ReplicaViews(z(), gidx, cum, z(), z(), z(), np.zeros((N, max_seqs), dtype=np.int64))
+        self.views = cker.ReplicaViews(z(), np.full(N, np.nan), gidx, cum, z(), z(), z(),
+                                       np.zeros((N, max_seqs), dtype=np.int64))
         self.calls = 0  # run_cluster calls from Python (a count the tests and docs/speed.md read)
 
     def _psd_records(self, comp):

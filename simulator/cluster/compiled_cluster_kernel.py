@@ -82,10 +82,12 @@ class Processes(NamedTuple):
 
 
 class ReplicaViews(NamedTuple):
-    """What the loop keeps per replica beside its kernel records: whether it waits for a push, the cluster index of
-    its k-th routed request, the prompt blocks of its first k routed (CompiledReplica's gidx and cum, stacked), the
-    step in flight (on, KV after its plan, its finishes) and those finishes in the kernel's order (Scratch.done)."""
+    """What the loop keeps per replica beside its kernel records: whether it waits for a push, the time it went idle
+    (NaN: not idle), the cluster index of its k-th routed request, the prompt blocks of its first k routed
+    (CompiledReplica's gidx and cum, stacked), the step in flight (on, KV after its plan, its finishes) and those
+    finishes in the kernel's order (Scratch.done)."""
     push_wait: np.ndarray  # int64 (replicas,)
+    idle_since: np.ndarray  # float64 (replicas,)
     gidx: np.ndarray  # (replicas, requests)
     cum: np.ndarray  # (replicas, requests + 1)
     flight_on: np.ndarray
@@ -298,6 +300,8 @@ def run_cluster(rt, router, cset, cstate, ev, views, next_check, replay, costs, 
             return FULL
         _route_due(now, rt, router, cset, cs, ev, views, settings, state, work, req, outstanding, kv_load)
         if st.n_run == 0 and st.requeued == 0 and st.admit == st.submitted:  # Server._idle
+            if math.isnan(views.idle_since[j]):
+                views.idle_since[j] = now
             if cs.src < cs.next:  # until the next arrival
                 delay = rt.requests.arrival[cs.src] - now
                 _schedule(ev, cs, j, now + (delay if delay > 0.0 else 0.0), NORMAL, K_TOP)
@@ -305,7 +309,10 @@ def run_cluster(rt, router, cset, cstate, ev, views, next_check, replay, costs, 
                 views.push_wait[j] = 1
             continue
         st.busy = 0
-        st.now = now
+        # an idle replica's step starts from the time it went idle: at its request's arrival itself
+        # (CompiledReplica.loop)
+        st.now = now if math.isnan(views.idle_since[j]) else views.idle_since[j]
+        views.idle_since[j] = math.nan
         fin0 = st.finished
         step0 = st.step
         w_j, req_j, pol_j, bufs_j = _replica_records(work, req, pol, bufs, j)

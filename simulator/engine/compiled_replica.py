@@ -136,6 +136,7 @@ class CompiledReplica(CompiledRun):
         env, st, pool, rs = srv.env, srv.state, srv.sched.pool, self.rs
         arrivals = srv.arrivals
         n = len(srv.wl)
+        idle_since = None  # the time it went idle (None: not idle)
         while st.n_finished < n:
             gap = engine_loop_gap(rs.busy == 1, srv.gap_s, int(rs.n_run),
                                   int(rs.requeued + rs.ptr - rs.admit))  # vLLM V1, then inputs
@@ -146,6 +147,7 @@ class CompiledReplica(CompiledRun):
             rs.busy = 0
             self.take(arrivals.pull(env.now))
             if self._idle():
+                idle_since = float(env.now) if idle_since is None else idle_since
                 yield srv._idle()
                 continue
             now = float(env.now)
@@ -154,7 +156,11 @@ class CompiledReplica(CompiledRun):
             each_finish = srv.on_step is not None or arrivals.submits_on_finish
             stop = int(rs.finished) + 1 if each_finish else n
             step0 = int(rs.step)
-            self._steps(now, arrivals.quiet_until(now), stop)
+            # an idle replica's kernel starts from the time it went idle, so that its step starts at its request's
+            # arrival itself (compiled_kernel._turn's idle rule), as a server's does, not at its wait's end, which
+            # SimPy's sum (`now + (arrival - now)`) may round past the arrival
+            self._steps(now if idle_since is None else idle_since, arrivals.quiet_until(now), stop)
+            idle_since = None
             touched = np.concatenate([before, np.arange(admit0, int(rs.admit))])
             end = float(rs.now)
             hops = self._last_events(step0, srv.gap_s > 0.0)
