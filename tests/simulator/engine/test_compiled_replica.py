@@ -114,6 +114,14 @@ def assert_each_replica_runs_as_a_server_told_its_arrivals(res, traces, wl, poli
        prefill=st.sampled_from(["mixed", "separate", "chunked"]), block_size=st.sampled_from([1, 16]),
        overhead=st.sampled_from([0.0, 1e-3]), n=st.integers(1, 40), segment=st.sampled_from([4, 1 << 16]),
        seed=st.integers(0, 1000), pressure=st.sampled_from([0, 0, 1, 3]))
+# an idle replica whose wait's end, now + (arrival - now), rounds one float past its next request's arrival (the
+# per-replica path: exp3 draws; the cluster loop: the min-time oracle): its step starts at the arrival itself
+@example(mode="sd", policy="exp3", replicas=2, hetero=False, router="round_robin", key="category", max_out=None,
+         arrivals="poisson", rate=30.0, seqs=1, prefill="mixed", block_size=1, overhead=0.0, n=3, segment=4, seed=574,
+         pressure=0)
+@example(mode="sd", policy="min-time-oracle", replicas=2, hetero=False, router="round_robin", key="category",
+         max_out=None, arrivals="poisson", rate=30.0, seqs=1, prefill="mixed", block_size=1, overhead=0.0, n=3,
+         segment=4, seed=574, pressure=0)
 def test_a_random_cluster_runs_each_replica_as_a_server_told_its_arrivals(mode, policy, replicas, hetero, router, key,
                                                                            max_out, arrivals, rate, seqs, prefill,
                                                                            block_size, overhead, n, segment, seed,
