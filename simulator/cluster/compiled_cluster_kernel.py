@@ -28,9 +28,9 @@ import simulator.engine.compiled_kernel as ker
 import simulator.engine.compiled_psd_kernel as pker
 from simulator.cluster.router import (LKV, affinity_rule, least_kv_rule, least_outstanding_rule, replica_kv_load,
                                       round_robin_rule, route_request, route_rule)
-from simulator.engine.kernel_records import submit_request
 from simulator.engine.kernel_records import (PolicyState, PSDCarry, PSDScratch, PSDSettings, Requests, StepBuffers,
-                                             StepRows, Workload)
+                                             StepRows, Workload, submit_request)
+from simulator.engine.rules import arrivals as arrival_rules
 from simulator.engine.rules.engine_loop import engine_loop_gap, overlapped_gap
 
 for _rule in (round_robin_rule, least_outstanding_rule, least_kv_rule, affinity_rule, route_rule):
@@ -154,7 +154,7 @@ def _route_due(now, rt, router, cset, cs, ev, views, settings, state, work, req,
     submit_request hands it to that replica's records, which wakes the replica if it waits for a push."""
     N = len(views.push_wait)
     src = rt.requests
-    due = ker.pull_due(src.arrival, cs.src, cs.next, now)
+    due = arrival_rules.pull_due(src.arrival, cs.src, cs.next, now)
     while cs.src < due:
         i = cs.src
         cs.src += 1
@@ -266,8 +266,8 @@ def run_cluster(rt, router, cset, cstate, ev, views, next_check, replay, costs, 
                 if cset.closed:  # ClusterSimulation.on_finish, in the kernel's order: the client's next request
                     for t in range(views.flight_fin[j]):
                         i = views.fin_list[j, t]
-                        cs.next = ker.submit_next(rt.requests.arrival, rt.requests.client_of, cs.next,
-                                                  now + cset.think, rt.requests.client_of[i])
+                        cs.next = arrival_rules.submit_next(rt.requests.arrival, rt.requests.client_of, cs.next,
+                                                            now + cset.think, rt.requests.client_of[i])
                         if cs.wake_armed == 1:  # the router's wake fires
                             cs.wake_armed = 0
                             _schedule(ev, cs, N + 1, now, NORMAL, K_R_WAKE)

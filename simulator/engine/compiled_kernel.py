@@ -102,8 +102,10 @@ register_jitable(kv_rules.decode_hold)
 emit_decoded = njit(cache=True)(emission_rules.emit_decoded)
 advance_prefills = njit(cache=True)(emission_rules.advance_prefills)
 release_finished = njit(cache=True)(finish_rules.release_finished)
-pull_due = njit(cache=True)(arrival_rules.pull_due)  # the arrivals due (the cluster loop's too)
-submit_next = njit(cache=True)(arrival_rules.submit_next)  # a closed loop's next request (the cluster loop's too)
+register_jitable(inline="always")(arrival_rules.pull_due)  # inlined in each step's turn
+register_jitable(arrival_rules.submit_next)
+pull_due = njit(cache=True)(arrival_rules.pull_due)  # the arrivals due (the rule tests')
+submit_next = njit(cache=True)(arrival_rules.submit_next)  # a closed loop's next request (the rule tests')
 kv_growth = njit(cache=True)(kv_rules.kv_growth)
 add_blocks = njit(cache=True)(kv_rules.add_blocks)
 preempt_keep = njit(cache=True)(kv_rules.preempt_keep)  # how many running requests keep running
@@ -414,7 +416,7 @@ def _finish_requests(done, n_done, now, finish, used, blocks, run, n_run, n_fin,
     n_fin += n_done
     if closed:
         for j in range(n_done):
-            n_sub = submit_next(arrival, client_of, n_sub, now + think, client_of[done[j]])
+            n_sub = arrival_rules.submit_next(arrival, client_of, n_sub, now + think, client_of[done[j]])
     return used, drop_finished(run, n_run, finish), n_fin, n_sub
 
 
@@ -442,7 +444,7 @@ def _turn(now, busy, forward, ptr, stepped, gap, async_sched, n_run, nq, admit, 
         if wait > 0.0:
             now = now + wait
         busy = 0
-        ptr = pull_due(arrival, ptr, n_sub, now)
+        ptr = arrival_rules.pull_due(arrival, ptr, n_sub, now)
         if n_run > 0 or nq > 0 or admit < ptr:
             return STEP, now, ptr, busy
         if ptr >= n_sub:
