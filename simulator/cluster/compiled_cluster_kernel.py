@@ -1,9 +1,9 @@
 """The compiled cluster loop (numba): every replica of a cluster and its router advance in one call.
 
 The loop replays the SimPy events the replicas' and the router's processes schedule (simulator/cluster/simulation.py,
-simulator/engine/compiled_replica.py), in SimPy's order (time, priority, then the order they were scheduled in), for N +
-1 processes: each replica (its start, the engine-loop gap's end, an idle wait's end or the push that ends it, a step's
-end) and the router (a timeout to the next arrival or, in a closed loop, the wake event a finish fires, then the
+simulator/engine/compiled_replica.py), in SimPy's order (time, priority, then the order they were scheduled in), for
+N + 1 processes: each replica (its start, the engine-loop gap's end, an idle wait's end or the push that ends it, a
+step's end) and the router (a timeout to the next arrival or, in a closed loop, the wake event a finish fires, then the
 condition event that resumes it). A closed loop's finishes submit their clients' next requests at the step's end, in the
 kernel's order of them. A replica's step is planned and applied by ONE call of compiled_kernel.run_steps at the step's
 start; until its end event the replica shows what a replica's own process shows while it is in flight (KV after the
