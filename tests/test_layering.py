@@ -107,3 +107,18 @@ def test_no_import_by_string_points_up_the_table():
             for p in (ROOT / folder).rglob("*.py")
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+GROUND_FLOORS = ("calibration.models",)  # packages that import nothing else of their top-level folder
+
+
+def test_a_ground_floor_imports_nothing_else_of_its_folder():
+    """calibration/models/ (real models and drafters) is what live/, vllm_steps/ and the calibration commands build
+    on; it imports none of them (docs/architecture.md)."""
+    def within(name: str, package: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    graph = _graph(_modules())
+    up = sorted((m, t) for floor in GROUND_FLOORS for m, ts in graph.items() if within(m, floor)
+                for t in ts if within(t, floor.split(".")[0]) and not within(t, floor))
+    assert up == [], f"imports from a ground floor up its folder: {up[:10]}"

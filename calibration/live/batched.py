@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from calibration.live.batched_kv import BatchedLM, SeqKV
-from calibration.models.draft_engine import DraftEngine, DraftItem, Proposal, match_len
+from calibration.live.draft_engine import DraftEngine, DraftItem, Proposal, match_len
 from calibration.models.drafters import LookupDrafter
 from calibration.live.records import LiveRequest, LiveStep, tv_distances
 from policies.base import NO_DRAFT, BatchFeedback, BatchView, Policy

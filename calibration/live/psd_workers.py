@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from calibration.models.draft_engine import DraftEngine, DraftItem, Proposal
+from calibration.live.draft_engine import DraftEngine, DraftItem, Proposal
 from calibration.live.batched import BatchedServer, BatchStepRecord, Running
 from simulator.engine.rules.psd_sides import join_side, next_verify_side
 

@@ -259,7 +259,7 @@ def run_batched_live(cfg: BatchedLiveConfig, *, models: LiveModels | None = None
 
     import torch
 
-    from calibration.models.draft_engine import DraftEngine
+    from calibration.live.draft_engine import DraftEngine
     from calibration.models.drafters import LookupDrafter, with_int8_kernels
     from calibration.live.psd_workers import PSDServer, RemoteDrafts
     from policies.registry import make_policy

@@ -24,8 +24,8 @@ import numpy as np
 
 import yaml
 
-from calibration.models.vllm_backend import RUN_FILE, STEPS_FILE, speculative_config
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, save_measured_bundle
+from calibration.vllm_steps.backend import RUN_FILE, STEPS_FILE, speculative_config
 from calibration.vllm_steps.fit import engine_groups, fit_drafter, fit_target, step_overhead, target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.costs.latency import Provenance, save_profile
@@ -159,7 +159,7 @@ class VllmCalibration:
 
 def run(cal: VllmCalibration, out: str | Path, *, python: str | None = None, progress: bool = True) -> None:
     """Run every mode under vLLM (one engine each, one after the other); 1-minute load before and after each."""
-    from calibration.models.vllm_backend import run_under_vllm
+    from calibration.vllm_steps.backend import run_under_vllm
 
     for mode in cal.modes:
         if progress:

@@ -12,18 +12,17 @@ blocks (from the step-record header and steps), the clients' send times, prompt 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from calibration.models.vllm_backend import PLAN_FILE, RUN_FILE, STEPS_FILE
 from calibration.vllm_steps.acceptance import ClientRequest, build_bundle, join_ids
+from calibration.vllm_steps.backend import PLAN_FILE, RUN_FILE, STEPS_FILE
 from calibration.vllm_steps.calibrate import WARMUP, Mode, _provenance
-from calibration.vllm_steps.fit import MIN_DRAFT_POINTS, busy_gaps, engine_groups, fit_drafter, fit_target, phase, \
-    step_overhead, target_measurements
+from calibration.vllm_steps.fit import busy_gaps, engine_groups, fit_drafter, fit_target, phase, step_overhead, \
+    target_measurements
 from calibration.vllm_steps.records import StepLog, load_steps
 from simulator.costs.draft_cost import DraftCost
 from simulator.costs.latency import LatencyProfile

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from calibration.models.vllm_backend import run_under_vllm
+from calibration.vllm_steps.backend import run_under_vllm
 from calibration.vllm_steps.calibrate import Mode, calibration_groups, parse_mode, warmup_group
 
 DEFAULT_TOLERANCES = {

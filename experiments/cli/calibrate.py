@@ -341,8 +341,9 @@ def _run_vllm(args: argparse.Namespace) -> int:
     if args.from_server:
         return _run_from_server(args)
 
-    from calibration.models.loading import vllm_target, vllm_target_prompts, with_drafter_folder
+    from calibration.models.loading import with_drafter_folder
     from calibration.vllm_steps.calibrate import RUN_CONFIG, VllmCalibration, analyse, parse_mode, run
+    from calibration.vllm_steps.targets import vllm_target, vllm_target_prompts
     from experiments.config import check_plain_name, load_config
 
     if args.name is not None:  # profile files are named <name>-<mode>.yaml: checked before anything is written

@@ -110,7 +110,7 @@ def test_padded_batch_equals_each_sequence_alone(tiny, lens, new, cut):
                                     {"name": "adaptive-k", "drafter": "layers2"},
                                     {"name": "combine-match", "eagle": "layers2", "k_eagle": 2, "k_ngram": 3}])
 def test_batched_server_is_lossless_for_every_policy(tiny, policy):
-    from calibration.models.draft_engine import DraftEngine
+    from calibration.live.draft_engine import DraftEngine
     from calibration.live.batched import BatchedServer, LocalDrafts, ServeConfig
     from policies.registry import make_policy
 
@@ -129,7 +129,7 @@ def test_batched_server_is_lossless_for_every_policy(tiny, policy):
 
 
 def test_open_loop_arrivals_wait_for_their_time(tiny):
-    from calibration.models.draft_engine import DraftEngine
+    from calibration.live.draft_engine import DraftEngine
     from calibration.live.batched import BatchedServer, LocalDrafts, ServeConfig, poisson_arrivals
 
     model, drafters, eos = tiny
@@ -268,7 +268,7 @@ class _Recorder(Policy):
 def test_batch_one_serving_is_lossless_and_feeds_the_policy_real_feedback(tiny):
     """max_num_seqs 1, one client: SD alternating a 2-layer drafter and n-gram emits exactly the greedy tokens, and
     the policy hears every verify with the accepted count the server used and TV over each model proposal."""
-    from calibration.models.draft_engine import DraftEngine
+    from calibration.live.draft_engine import DraftEngine
     from calibration.live.batched import BatchedServer, LocalDrafts, ServeConfig
 
     model, drafters, eos = tiny

@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCHED = ["calibration/live/runner.py", "calibration/live/batched.py", "calibration/live/psd_workers.py",
-           "calibration/models/draft_engine.py", "calibration/live/batched_kv.py", "calibration/live/batched_profile.py"]
+           "calibration/live/draft_engine.py", "calibration/live/batched_kv.py", "calibration/live/batched_profile.py"]
 
 
 def _imports(path: str) -> list[tuple[str, str]]:

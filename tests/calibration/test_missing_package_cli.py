@@ -6,13 +6,13 @@ from experiments.cli import main
 
 
 def test_missing_prompt_package_is_a_clear_cli_error(tmp_path, monkeypatch, capsys):
-    import calibration.models.loading as loading
+    import calibration.vllm_steps.targets as targets
     from calibration.prompts import _data_file
 
     def no_flexeval(*args, **kwargs):  # the chat prompts' data file, from a package that is not installed
         return _data_file("draftsim_no_such_flexeval", "flexeval==0.18.3", "core/x.jsonl")
 
-    monkeypatch.setattr(loading, "vllm_target", no_flexeval)
+    monkeypatch.setattr(targets, "vllm_target", no_flexeval)
     assert main(["calibrate", "vllm", "--out", str(tmp_path / "o"), "--analyse-only"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("draftsim: error: ") and "pip install --no-deps flexeval==0.18.3" in err

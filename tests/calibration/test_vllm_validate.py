@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibration.models.vllm_backend import run_under_vllm
 from calibration.vllm_steps.acceptance import request_steps
+from calibration.vllm_steps.backend import run_under_vllm
 from calibration.vllm_steps.calibrate import parse_mode
 from calibration.vllm_steps.validate_compare import (KINDS, busy_gaps, error_pct, fit_mode_profiles, load_mode,
                                                      predictive_traces, replay_traces, simulate_level, validate_all)

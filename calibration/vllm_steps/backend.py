@@ -2,7 +2,7 @@
 
 vLLM lives in its own virtual environment (it pins its own torch build), so this module has two halves:
 `run_vllm_offline` (called from draftsim's environment) writes a run plan, starts
-`python -m calibration.models.vllm_backend PLAN OUT` under vLLM's interpreter with DRAFTSIM_VLLM_STEPS set,
+`python -m calibration.vllm_steps.backend PLAN OUT` under vLLM's interpreter with DRAFTSIM_VLLM_STEPS set,
 and returns the parsed result; `_run_inside_vllm` (under vLLM) builds one `LLM` for the plan's mode
 (AR, or a speculative_config) and runs each group of prompts as one `generate` call, so every group
 is a batch shape. Per request it keeps the output token ids and vLLM's per-request spec-decode
@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,7 @@ def run_vllm_offline(plan: OfflinePlan, out_dir: str | Path, *, python: str | No
                      timeout_s: int = 1800) -> dict[str, Any]:
     """Run `plan` under vLLM's interpreter; writes plan.json, steps.jsonl, result.json in out_dir and
     returns the result (raises with vLLM's stderr on failure)."""
-    return run_under_vllm("calibration.models.vllm_backend", asdict(plan), out_dir, python=python, timeout_s=timeout_s)
+    return run_under_vllm("calibration.vllm_steps.backend", asdict(plan), out_dir, python=python, timeout_s=timeout_s)
 
 
 def run_under_vllm(module: str, plan: dict[str, Any], out_dir: str | Path, *, python: str | None = None,
@@ -207,5 +207,5 @@ def _run_inside_vllm(plan_path: str, out_path: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit("usage: python -m calibration.models.vllm_backend PLAN.json OUT.json  (internal: run under vLLM)")
+        sys.exit("usage: python -m calibration.vllm_steps.backend PLAN.json OUT.json  (internal: run under vLLM)")
     sys.exit(_run_inside_vllm(sys.argv[1], sys.argv[2]))
