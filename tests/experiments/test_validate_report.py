@@ -11,7 +11,7 @@ from calibration.vllm_steps.validate_compare import validate_all
 from calibration.vllm_steps.validate_run import load_config
 from experiments.validate_report import failures, format_table, markdown, write_outputs
 
-FIX = Path(__file__).parents[1] / "calibration" / "fixtures" / "vllm-validate"
+FIX = Path(__file__).parents[1] / "calibration" / "vllm_steps" / "fixtures" / "vllm-validate"
 
 
 @pytest.fixture(scope="module")

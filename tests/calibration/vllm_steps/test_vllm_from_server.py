@@ -19,7 +19,7 @@ from simulator.costs.latency import load_profile
 from simulator.costs.step_model import phase_bias, phase_mape
 from tests.traces.client_writers import ClientRecord, bench_document, counters_of
 
-ROOT = Path(__file__).parents[2] / "experiments" / "validation"
+ROOT = Path(__file__).parents[3] / "experiments" / "validation"
 
 
 def _records(level) -> list[ClientRecord]:

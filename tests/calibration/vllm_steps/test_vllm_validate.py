@@ -118,7 +118,7 @@ def test_poisson_offsets_start_at_zero_and_never_go_back(n, seed):
 def test_engine_process_group_never_outlives_the_call(tmp_path, fail):
     """A run that hangs (timeout) or fails leaves none of its processes behind, grandchildren included."""
     with pytest.raises(RuntimeError, match="timed out" if not fail else "failed"):
-        run_under_vllm("tests.calibration.spawn_tree", {"fail" if fail else "hang": 1}, tmp_path,
+        run_under_vllm("tests.calibration.vllm_steps.spawn_tree", {"fail" if fail else "hang": 1}, tmp_path,
                        python=sys.executable, timeout_s=3)
     pid = int((tmp_path / "result.pid").read_text())
     assert not _alive(pid)
@@ -128,7 +128,7 @@ def test_a_timed_out_run_names_the_setting_to_raise(tmp_path):
     """The draft-model mode outlived the 1800 s default on a 2-core machine: the error says which key to raise."""
     expected = r"timed out after 2 s; what it finished is kept in .*result\.partial\.json.*raise `timeout_s` \(seconds"
     with pytest.raises(RuntimeError, match=expected):
-        run_under_vllm("tests.calibration.spawn_tree", {"hang": 1}, tmp_path, python=sys.executable, timeout_s=2,
+        run_under_vllm("tests.calibration.vllm_steps.spawn_tree", {"hang": 1}, tmp_path, python=sys.executable, timeout_s=2,
                        timeout_key="`timeout_s` (seconds per mode) in the validate config")
 
 
@@ -144,7 +144,7 @@ def test_ctrl_c_ends_the_engine_process_group(tmp_path):
 
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        run_under_vllm("tests.calibration.spawn_tree", {"hang": 1}, tmp_path, python=sys.executable, timeout_s=30)
+        run_under_vllm("tests.calibration.vllm_steps.spawn_tree", {"hang": 1}, tmp_path, python=sys.executable, timeout_s=30)
     assert not _alive(int((tmp_path / "result.pid").read_text()))
 
 
@@ -200,7 +200,7 @@ def replay_bundle_of_calibration(data):
 
 
 def test_shipped_validate_config_loads():
-    cfg = load_config(Path(__file__).parents[2] / "experiments" / "validation" / "validate-vllm-cpu.yaml")
+    cfg = load_config(Path(__file__).parents[3] / "experiments" / "validation" / "validate-vllm-cpu.yaml")
     assert [m.method for m in cfg.parsed_modes()] == [None, "ngram", "draft_model"]
     assert len(cfg.load.fractions) >= 3
 

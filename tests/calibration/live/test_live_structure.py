@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BATCHED = ["calibration/live/runner.py", "calibration/live/batched.py", "calibration/live/psd_workers.py",
            "calibration/live/draft_engine.py", "calibration/live/batched_kv.py", "calibration/live/batched_profile.py"]
 

