@@ -226,7 +226,7 @@ class CompiledCluster:
                 continue
             if code == self.ker.ERR_PLAN_COSTS:
                 rep = self.comp[int(self.cs.full_rep)]
-                raise rep.plan_costs_error(self.scratch, rep.pol, rep.gidx)
+                raise rep.plan_costs_error(self.scratch, rep.pol)
             if code != cker.DONE:
                 j = int(self.cs.full_rep)
                 what = {cker.STALLED: "stalled", self.ker.ERR_STALL: "stalled"}.get(code, f"returned {code}")

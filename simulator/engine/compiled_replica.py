@@ -97,8 +97,11 @@ class CompiledReplica(CompiledRun):
         self.settings = self.settings._replace(routed=True)
         self.kernel_settings = settings_record(self.settings)
         self.recent: list[tuple[int, float, float, int]] = []  # the last steps taken (_note_steps)
-        self.kernel_calls = 0  # run_steps calls (a count the tests read: runs of steps per call)
         self.driven = False  # stepped by the compiled cluster loop (simulator/cluster/compiled_cluster.py), not loop
+
+    @property
+    def where(self) -> str:
+        return f" (cluster replica {getattr(self.srv.arrivals, 'replica', '?')})"
 
     @property
     def n_known(self) -> int:
@@ -179,37 +182,18 @@ class CompiledReplica(CompiledRun):
         """Kernel steps from `now`: those starting before `until`, up to the one that makes `stop` finishes (the
         kernel checks its buffers before a step, so a full buffer is emptied into the server's tables between two
         steps and the run goes on); returns how many steps it took."""
-        ker = self.ker
         if self.bufs is None:
             rows = compiled_run.segment_rows()
             self.bufs = step_buffers(rows, rows * 16 + self.srv.max_num_seqs)
             self.scratch = scratch_buffers(self.srv.max_num_seqs, self.settings.k_max, len(self.slots))
         step0 = int(self.rs.step)
         self.rs.now = now
-        given = self.policy_kind == ker.POL_GIVEN  # a policy asked in Python: as CompiledRun.run asks it
-        scalars = self.state.view(np.ndarray)[0]
         while True:
-            code = self._kernel(self.work, self.state, self.req, self.pol, self.bufs, self.scratch, stop, until)
-            self.kernel_calls += 1
-            if given:
-                if scalars["pending"]:
-                    self._heard(scalars, self.req, self.scratch, self.gidx)
-                    scalars["pending"] = 0
-                if code == ker.CHOOSE:
-                    self._choose(self.work, self.state, scalars, self.req, self.pol, self.scratch, self.gidx)
-                    continue
-                if code == ker.HEAR:
-                    continue
+            code = self.call(self.work, self.state, self.req, self.pol, self.bufs, self.scratch, stop, until)
             self._note_steps()
-            if code == ker.FULL:
+            if code == self.ker.FULL:  # the buffers are emptied and the run goes on
                 self._flush()
                 continue
-            if code == ker.ERR_PLAN_COSTS:
-                raise self.plan_costs_error(self.scratch, self.pol, self.gidx)
-            if code < 0:
-                raise RuntimeError(f"compiled engine (cluster replica {getattr(self.srv.arrivals, 'replica', '?')}):"
-                                   f" {'stalled' if code == ker.ERR_STALL else f'returned {code}'} near "
-                                   f"t={float(self.rs.now):.6f}s (a bug: please report it with the config)")
             return int(self.rs.step) - step0
 
     def _note_steps(self) -> None:
@@ -287,7 +271,7 @@ class CompiledReplica(CompiledRun):
         """Everything the kernel did so far into the server's state, counters, KV pool, policy and tables (called
         by Server.result; again later, it adds only what happened since)."""
         srv, rs, req, pol = self.srv, self.rs, self.req, self.pol
-        st, log, pool = srv.state, srv.log, srv.sched.pool
+        st = srv.state
         if self.bufs is not None:
             self._flush()
         k = self.n_known
@@ -304,21 +288,9 @@ class CompiledReplica(CompiledRun):
         st.started[g[~np.isnan(req.first_token[loc])]] = True
         st.n_finished = int(rs.finished)
         counts = np.stack([req.dsteps[loc], req.dprop[loc], req.dacc[loc]])
-        delta = counts - self.settled[:, loc]
-        drafted = bool(self.slots)
-        st.verify_counts.add_run(g, delta[0], delta[1] if drafted else None, delta[2] if drafted else None)
-        self.settled[:, loc] = counts
-        du = pol.usage - self.settled_usage
-        for j, di in enumerate(self.drafter_idx):
-            st.usage[di] += int(du[j])
-        st.usage[-1] += int(du[-1])
-        self.settled_usage = pol.usage.copy()
-        pool.used, pool.peak = int(rs.used), max(pool.peak, int(rs.peak))
-        log.step_no = int(rs.step)
-        self._write_estimates(pol.est_s, pol.est_f, run, self.gidx)
-        self._write_bandit(pol, run, self.gidx)
-        self._write_chosen(pol.chosen, run, self.gidx)
-        self._write_plans(pol, self.work.first, self.work.last, self.gidx)
+        self._add_counts(g, *(counts - self.settled[:, loc]), pol.usage - self.settled_usage, rs)
+        self.settled[:, loc], self.settled_usage = counts, pol.usage.copy()
+        self._write_policy(pol, run, self.work.first, self.work.last)
         self._write_last_drafter(req.last_slot[loc], g)
         if self.psd:
             st.sub_batch[g] = self.carry.side[loc]

@@ -227,6 +227,7 @@ class CompiledRun:
     """Runs one eligible server in compiled_kernel.run_steps and writes the outcome into its state."""
 
     stepwise = False  # True: a cluster replica's, stepped by its SimPy process (compiled_replica.CompiledReplica)
+    where = ""  # what the kernel's errors name beside the engine (a cluster replica's: its number)
 
     def __init__(self, server):
         import simulator.engine.compiled_kernel as ker
@@ -234,6 +235,8 @@ class CompiledRun:
 
         self.srv = server
         self.running, self.now = False, 0.0  # during run(): the kernel's clock at its last return
+        self.gidx = np.arange(len(server.wl), dtype=np.int64)  # the kernel's request k is workload request gidx[k]
+        self.kernel_calls = 0  # kernel calls (a count the tests read: runs of steps per call)
         self.steps_entry = self.estimate_entry = None  # POL_GIVEN's kernel calls, typed once (entry_point)
         wl, table, policy = server.wl, server.table, server.drafting.policy
         used = policy.drafters_used() if server.mode in ("sd", "psd") else ()
@@ -499,6 +502,7 @@ class CompiledRun:
         else:
             kernel = ker.run_steps
             args = (work, self.replay, self.costs, self.kernel_settings, state, req, pol, bufs, scratch, stop, until)
+        self.kernel_calls += 1
         if self.steps_entry is not None:
             return self.steps_entry(*args)
         code = kernel(*args)
@@ -576,24 +580,8 @@ class CompiledRun:
 
         stop_at = n if stop is None else ask_at(0)
         self.running, self.now = True, float(rec.now)
-        given = self.policy_kind == ker.POL_GIVEN  # the policy hears of each step, then chooses for the next
-        scalars = state.view(np.ndarray)[0]  # the same record, its fields read and written faster (np.void)
         while True:
-            code = self._kernel(work, state, req, pol, bufs, scratch, stop_at, math.inf)
-            if given:
-                if scalars["pending"]:
-                    self._heard(scalars, req, scratch)
-                    scalars["pending"] = 0
-                if code == ker.CHOOSE:
-                    self._choose(work, state, scalars, req, pol, scratch)
-                    continue
-                if code == ker.HEAR:
-                    continue
-            if code == ker.ERR_PLAN_COSTS:
-                raise self.plan_costs_error(scratch, pol)
-            if code < 0:
-                raise RuntimeError(f"compiled engine: {'stalled' if code == ker.ERR_STALL else f'returned {code}'}"
-                                   f" at t={float(rec.now):.6f}s (a bug: please report it with the config)")
+            code = self.call(work, state, req, pol, bufs, scratch, stop_at, math.inf)
             r, ni = int(rec.rows), int(rec.itl)
             n_fin = int(rec.finished)
             self.now = float(rec.now)  # the end of the step just taken: the state is complete up to it
@@ -616,22 +604,50 @@ class CompiledRun:
         self.running = False
         self._write(rec, req, pol.usage, blocks_row, itl_parts)
         self._write_last_drafter(req.last_slot, np.arange(n))
-        running = req.run[:int(rec.n_run)]
         if self.psd:  # sub_batch was written in place
             self._write_psd(slice(None), slice(None))
+        self._write_policy(pol, req.run[:int(rec.n_run)], self.first, self.last)
+        return float(rec.now)
+
+    def call(self, work: Workload, state, req: Requests, pol: PolicyState, bufs, scratch: Scratch, stop: int,
+             until: float) -> int:
+        """Kernel calls until one returns DONE, FULL or STOPPED (a Python policy hears of each step and chooses
+        for the next between them: _heard, _choose); a kernel's error raised."""
+        import simulator.engine.compiled_kernel as ker
+
+        scalars = state.view(np.ndarray)[0]  # the same record, its fields read and written faster (np.void)
+        while True:
+            code = self._kernel(work, state, req, pol, bufs, scratch, stop, until)
+            if self.policy_kind == ker.POL_GIVEN:
+                if scalars["pending"]:
+                    self._heard(scalars, req, scratch)
+                    scalars["pending"] = 0
+                if code in (ker.CHOOSE, ker.HEAR):
+                    if code == ker.CHOOSE:
+                        self._choose(work, state, scalars, req, pol, scratch)
+                    continue
+            if code == ker.ERR_PLAN_COSTS:
+                raise self.plan_costs_error(scratch, pol)
+            if code < 0:
+                what = "stalled" if code == ker.ERR_STALL else f"returned {code}"
+                raise RuntimeError(f"compiled engine{self.where}: {what} at t={float(scalars['now']):.6f}s (a bug: "
+                                   "please report it with the config)")
+            return code
+
+    def _write_policy(self, pol: PolicyState, running: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+        """The policy's state the kernel kept (PolicyState) back into the policy: its estimates, a bandit's
+        statistics, the greedy oracle's last drafters and min-time's plans (`running`: the kernel's requests still
+        running; `first`, `last`: each kernel request's trace positions)."""
         self._write_estimates(pol.est_s, pol.est_f, running)
         self._write_bandit(pol, running)
         self._write_chosen(pol.chosen, running)
-        self._write_plans(pol, self.first, self.last)
-        return float(rec.now)
+        self._write_plans(pol, first, last)
 
-    def _choose(self, work: Workload, state, scalars, req: Requests, pol: PolicyState, scratch: Scratch,
-                number: np.ndarray | None = None) -> None:
+    def _choose(self, work: Workload, state, scalars, req: Requests, pol: PolicyState, scratch: Scratch) -> None:
         """The Python policy's choices for the step the kernel paused in (CHOOSE, at its start `now`): the step
         path's Drafting.choose over the decoding requests (running, no prompt left, admission order), its
         step-time estimates the kernel's (compiled_kernel.step_time_estimate); each request's slot and k into
-        PolicyState for the kernel to take. `number`: the kernel's request k is workload request number[k] (a
-        cluster replica's); default the same."""
+        PolicyState for the kernel to take."""
         import simulator.engine.compiled_kernel as ker
 
         srv = self.srv
@@ -660,8 +676,7 @@ class CompiledRun:
             return checked(float(t), f"drafter {drafter!r} draft cost or the prompt pass of drafters "
                                      f"{list(policy.drafters_used())}")
 
-        d_idx, k = srv.drafting.choose(ask if number is None else number[ask], float(scalars["now"]), estimate,
-                                             req.gen[ask])
+        d_idx, k = srv.drafting.choose(self.gidx[ask], float(scalars["now"]), estimate, req.gen[ask])
         slot = self.slot_of_drafter[d_idx]
         if (slot == UNUSED_SLOT).any():
             d = srv.table.drafters[int(d_idx[slot == UNUSED_SLOT][0])]
@@ -671,11 +686,11 @@ class CompiledRun:
         self.positions[ask] = req.gen[ask]
         scalars["given"] = 1
 
-    def _heard(self, scalars, req: Requests, scratch: Scratch, number: np.ndarray | None = None) -> None:
+    def _heard(self, scalars, req: Requests, scratch: Scratch) -> None:
         """What the Python policy is told after a step, at the kernel's next return (RUN_STATE `pending`): its
         decodes' feedback (the drafting ones, Scratch.heard; positions before the
         step), then each request whose prompt ended, started once (`start_request`), then each finished one that had
-        started (`finish_request`), in the kernel's order (`number` as in _choose)."""
+        started (`finish_request`), in the kernel's order."""
         srv = self.srv
         st, drafting, ids = srv.state, srv.drafting, srv.wl.request_ids
         n_dec = int(scalars["decoded"])
@@ -686,18 +701,18 @@ class CompiledRun:
         drafted = slot[:n_dec] >= 0
         if drafting.learns and drafted.any():
             dec = scratch.heard[:n_dec][drafted]
-            drafting.feedback(dec if number is None else number[dec], self.positions[dec],
+            drafting.feedback(self.gidx[dec], self.positions[dec],
                               np.asarray(self.drafter_idx)[slot[:n_dec][drafted]], k[:n_dec][drafted],
                               prop[:n_dec][drafted], acc[:n_dec][drafted], float(scalars["forward"]))
         policy = drafting.policy
         pre = scratch.plan.request[:int(scalars["prefilled"])]
         for i in pre[req.prefill_left[pre] == 0].tolist():
-            w = i if number is None else int(number[i])
+            w = int(self.gidx[i])
             if not st.started[w]:
                 st.started[w] = True
                 policy.start_request(ids[w])
         for i in scratch.done[:int(scalars["ended"])].tolist():
-            w = i if number is None else int(number[i])
+            w = int(self.gidx[i])
             if st.started[w]:
                 policy.finish_request(ids[w])
 
@@ -713,9 +728,8 @@ class CompiledRun:
             known = (last_slot >= 0) & (last_slot < len(self.drafter_idx))
             self.srv.state.last_drafter[theirs[known]] = np.asarray(self.drafter_idx, dtype=np.int64)[last_slot[known]]
 
-    def _write_bandit(self, pol: PolicyState, running: np.ndarray, number: np.ndarray | None = None) -> None:
-        """A bandit's statistics back into the policy: the shared state, or those of requests still decoding (`number`:
-        the kernel's request k is workload request number[k]; default the same)."""
+    def _write_bandit(self, pol: PolicyState, running: np.ndarray) -> None:
+        """A bandit's statistics back into the policy: the shared state, or those of requests still decoding."""
         import simulator.engine.compiled_kernel as ker
 
         if self.policy_kind != ker.POL_BANDIT:
@@ -725,39 +739,38 @@ class CompiledRun:
             _put_bandit(policy.state(""), pol, 0)
             return
         for i in running:
-            w = i if number is None else number[i]
+            w = self.gidx[i]
             if not np.isnan(st.first_token[w]):
                 _put_bandit(policy.state(ids[w]), pol, i)
 
-    def _write_chosen(self, chosen: np.ndarray, running: np.ndarray, number: np.ndarray | None = None) -> None:
+    def _write_chosen(self, chosen: np.ndarray, running: np.ndarray) -> None:
         """The greedy oracle's last drafter of each request still decoding back into the policy (finished ones are
-        dropped, as finish_request does; `number` as in _write_bandit)."""
+        dropped, as finish_request does)."""
         import simulator.engine.compiled_kernel as ker
 
         if self.policy_kind != ker.POL_GREEDY_ORACLE:
             return
         policy, st, ids = self.srv.drafting.policy, self.srv.state, self.srv.wl.request_ids
         for i in running:
-            w = i if number is None else number[i]
+            w = self.gidx[i]
             if chosen[i] >= 0 and np.isnan(st.finish[w]):
                 policy.remember_drafter(ids[w], self.slots[chosen[i]])
 
-    def plan_costs_error(self, scratch: Scratch, pol: PolicyState, number: np.ndarray | None = None) -> ValueError:
+    def plan_costs_error(self, scratch: Scratch, pol: PolicyState) -> ValueError:
         """min-time refused the step-time estimates of a request's first decode step (ERR_PLAN_COSTS): the error
         StepCosts raises there, naming the request and the estimates (the kernel left them in `scratch`; the request
-        is the step's first decode without a plan; `number` as in _write_bandit)."""
+        is the step's first decode without a plan)."""
         policy = self.srv.drafting.policy
         i = next(int(i) for i in scratch.dec if pol.plan_row[i] < 0)
-        rid = self.srv.wl.request_ids[i if number is None else number[i]]
+        rid = self.srv.wl.request_ids[self.gidx[i]]
         drafted = "; ".join(f"{d}: {scratch.price[a, 1:].tolist()}" for a, d in enumerate(time_plan(policy).drafters))
         return ValueError(f"policy {policy.name!r}, plan 'min-time': the step-time estimates at request {rid!r}'s "
                           f"first decode step must be finite and > 0 and must not decrease with k (plain decoding "
                           f"{float(scratch.times[0, 0])!r}; drafting k = 1, 2, ...: {drafted})")
 
-    def _write_plans(self, pol: PolicyState, first: np.ndarray, last: np.ndarray,
-                     number: np.ndarray | None = None) -> None:
+    def _write_plans(self, pol: PolicyState, first: np.ndarray, last: np.ndarray) -> None:
         """min-time's plans of the requests not finished back into the policy's follower, each once
-        (PlanFollower.adopt; `first`, `last`: each kernel request's trace positions; `number` as in _write_bandit)."""
+        (PlanFollower.adopt; `first`, `last`: each kernel request's trace positions)."""
         import simulator.engine.compiled_kernel as ker
 
         if self.policy_kind != ker.POL_PLAN:
@@ -766,15 +779,13 @@ class CompiledRun:
         held, written = pol.plan_row >= 0, self.plans_written  # a replica settles again and again
         for i in np.flatnonzero(held & ~written).tolist():
             row, n_i = pol.plan_row[i], int(last[i] - first[i]) + 1
-            follower.adopt(ids[i if number is None else number[i]], pol.plan_d[row, :n_i], pol.plan_k[row, :n_i],
+            follower.adopt(ids[self.gidx[i]], pol.plan_d[row, :n_i], pol.plan_k[row, :n_i],
                            pol.plan_value[row, :n_i + 1])
         self.plans_written = held | written
 
-    def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray,
-                         number: np.ndarray | None = None) -> None:
+    def _write_estimates(self, est_s: np.ndarray, est_f: np.ndarray, running: np.ndarray) -> None:
         """The acceptance estimates back into the policy: adaptive-k's shared one, or those of requests still decoding
-        (a finished request's is dropped, as finish_request does; `number` as in _write_bandit), one per drafter for
-        combine-adaptive."""
+        (a finished request's is dropped, as finish_request does), one per drafter for combine-adaptive."""
         import simulator.engine.compiled_kernel as ker
 
         if self.policy_kind not in (ker.POL_ADAPTIVE, ker.POL_RATE):
@@ -785,7 +796,7 @@ class CompiledRun:
             est.successes, est.failures = float(est_s[0]), float(est_f[0])
             return
         for i in running:
-            w = i if number is None else number[i]
+            w = self.gidx[i]
             if np.isnan(st.first_token[w]):
                 continue
             if self.policy_kind == ker.POL_ADAPTIVE:
@@ -800,26 +811,31 @@ class CompiledRun:
         """The kernel's outcome (`rec`: its RUN_STATE record; `req`: its per-request arrays) into the server's state,
         counters, KV pool, ITL and step records."""
         srv = self.srv
-        st, log, pool = srv.state, srv.log, srv.sched.pool
-        dsteps, dprop, dacc = req.dsteps, req.dprop, req.dacc
+        st, log = srv.state, srv.log
         ptr = int(rec.ptr)
         srv.arrivals.resume(ptr, int(rec.submitted))  # a closed loop's clients number their requests in order
         st.n_run, st.nq, st.admit, st.ptr = int(rec.n_run), int(rec.requeued), int(rec.admit), ptr  # in place
         st.started[~np.isnan(st.first_token)] = True
         st.n_finished = int(rec.finished)
-        all_idx = np.arange(len(srv.wl))
-        drafted = bool(self.slots)
-        st.verify_counts.add_run(all_idx, dsteps, dprop if drafted else None, dacc if drafted else None)
-        for g, di in enumerate(self.drafter_idx):
-            st.usage[di] += int(usage[g])
-        st.usage[-1] += int(usage[-1])
-        pool.used, pool.peak = int(rec.used), max(pool.peak, int(rec.peak))
-        log.step_no = int(rec.step)
+        self._add_counts(self.gidx, req.dsteps, req.dprop, req.dacc, usage, rec)
         # one chunk or block per kernel segment: the ITL array and the steps table join them once, at the end
         log.itl_chunks.extend(part for part in itl_parts if len(part))
         for rows in blocks_row:
             if len(rows.step):
                 log.steps.append_columns(self._columns(rows))
+
+    def _add_counts(self, requests: np.ndarray, dsteps, dprop, dacc, usage: np.ndarray, rec) -> None:
+        """Draft steps, proposed and accepted drafts of `requests` (workload indices) and each slot's uses added to
+        the server's counters; the KV pool's use and peak and the step count as the kernel's `rec` holds them."""
+        srv = self.srv
+        st, pool = srv.state, srv.sched.pool
+        drafted = bool(self.slots)
+        st.verify_counts.add_run(requests, dsteps, dprop if drafted else None, dacc if drafted else None)
+        for g, di in enumerate(self.drafter_idx):
+            st.usage[di] += int(usage[g])
+        st.usage[-1] += int(usage[-1])
+        pool.used, pool.peak = int(rec.used), max(pool.peak, int(rec.peak))
+        srv.log.step_no = int(rec.step)
 
     def _drafter_names(self, codes: np.ndarray) -> np.ndarray:
         """The drafters column's strings of compiled_kernel's codes over the run's G slots: a bit per slot that
