@@ -13,7 +13,7 @@ from policies.registry import PolicySpec, policy_spec
 from simulator.cluster.config import ClusterSpec
 from simulator.costs.deployment_config import DeploymentConfig
 from simulator.costs.draft_cost import DraftCost
-from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance, profile_from_dict, resolve_profile
+from simulator.costs.latency import LatencyProfile, LinearProfile, Provenance
 from simulator.costs.profile_spec import InlineProfile, ProfileSpec
 from simulator.engine.scheduler import DEFAULT_SCHEDULER, SCHEDULERS, describe_schedulers, scheduler_variant
 from simulator.seeds import ServerSeeds

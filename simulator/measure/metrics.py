@@ -19,7 +19,7 @@ import pandas as pd
 
 from simulator.engine.records import REQUEST_COLUMNS, STEP_COLUMNS
 from simulator.measure.quantiles import percentiles
-from simulator.measure.steady_state import SATURATED_TRIM_FRACTION, saturated_window
+from simulator.measure.steady_state import SATURATED_TRIM_FRACTION, SteadyState, saturated_window
 
 SIGNIFICANT_DIGITS = 7
 PERCENTILES = (50, 90, 99)
